@@ -30,7 +30,7 @@ tools: $(TOKEN_BIN)
 # Debian's recipe for out-of-tree dynamic modules: configure a copy of the
 # nginx-dev tree with the packaged nginx's own flags (--with-compat), then
 # build only the modules.
-$(BUILD)/nginx-src/Makefile: config
+$(BUILD)/nginx-obj/Makefile: config
 	rm -rf $(BUILD)/nginx-src $(BUILD)/nginx-obj
 	mkdir -p $(BUILD)
 	cp -a $(NGX_SRC) $(BUILD)/nginx-src
@@ -40,9 +40,11 @@ $(BUILD)/nginx-src/Makefile: config
 	        --builddir=$(BUILD)/nginx-obj >$(BUILD)/configure.log 2>&1 || \
 	    { tail -30 $(BUILD)/configure.log; exit 1; }
 
-$(MODULE_SO): $(BUILD)/nginx-src/Makefile $(MODULE_SRCS)
-	$(MAKE) -C $(BUILD)/nginx-src modules
-	cp $(BUILD)/nginx-obj/ngx_http_sandbox_mcp_module.so $@
+$(MODULE_SO): $(BUILD)/nginx-obj/Makefile $(MODULE_SRCS)
+	$(MAKE) -C $(BUILD)/nginx-src -f $(BUILD)/nginx-obj/Makefile modules
+	@# a new inode: running nginx processes keep the old mapping
+	cp $(BUILD)/nginx-obj/ngx_http_sandbox_mcp_module.so $@.tmp
+	mv -f $@.tmp $@
 
 $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
               $(wildcard ngx_sandbox_mcp_module/common/*.h)

@@ -1,0 +1,39 @@
+/*
+ * HS256 JSON Web Tokens: the one signing scheme of the project (MCP bearer
+ * tokens, dashboard links, sandbox egress tokens).  Plain C on OpenSSL and
+ * jansson, shared by the nginx module, the runner and the token CLI.
+ */
+
+#ifndef SMCP_JWT_H
+#define SMCP_JWT_H
+
+#include <stddef.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "smcp_util.h"
+
+/* longest token accepted: guards the decoders against huge headers */
+#define SMCP_JWT_MAX_LEN  4096
+
+/*
+ * Signs claims (an object) with HS256.  On success *out is a malloc'd,
+ * NUL-terminated token the caller frees.
+ */
+int smcp_jwt_sign(const unsigned char *key, size_t keylen,
+    json_t *claims, char **out);
+
+/*
+ * Verifies a token: header alg must be "HS256" (anything else, "none"
+ * included, is refused), the signature must match (constant-time compare),
+ * the payload must be an object with a string "sub" and a numeric "exp"
+ * later than now.  On success *claims holds a new reference the caller
+ * releases; on failure err holds a reason safe to show the client (it never
+ * contains the token or the key).
+ */
+int smcp_jwt_verify(const unsigned char *key, size_t keylen,
+    const char *token, size_t len, time_t now, json_t **claims,
+    char *err, size_t errlen);
+
+#endif /* SMCP_JWT_H */

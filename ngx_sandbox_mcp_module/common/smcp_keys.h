@@ -1,0 +1,50 @@
+/*
+ * Redis key layout and run statuses shared by the nginx module and the
+ * runner.  Every key is "<prefix><name>"; the prefix is configurable
+ * (default "smcp:").  See docs/ and ../shared/DESIGN.md.
+ */
+
+#ifndef SMCP_KEYS_H
+#define SMCP_KEYS_H
+
+#define SMCP_DEFAULT_PREFIX         "smcp:"
+
+/* key name formats: printf-style, first %s is the prefix */
+#define SMCP_KEY_RUN                "%srun:%s"
+#define SMCP_KEY_RUN_EVENTS         "%srun:%s:events"
+#define SMCP_KEY_RUN_DIFF           "%srun:%s:diff"
+#define SMCP_KEY_TENANT_RUNS        "%sruns:%s"
+#define SMCP_KEY_SESSION            "%ssession:%s"
+#define SMCP_KEY_SESSION_RUNS       "%ssession:%s:runs"
+#define SMCP_KEY_QUEUE              "%squeue"
+#define SMCP_KEY_MCP_SESSION        "%smcp:%s"
+
+/* pub/sub channels */
+#define SMCP_CHAN_RUN               "%srun:%s"
+#define SMCP_CHAN_RUN_PATTERN       "%srun:*"
+#define SMCP_CHAN_CANCEL            "%scancel"
+
+#define SMCP_QUEUE_GROUP            "runners"
+
+/* run statuses */
+#define SMCP_STATUS_STARTED         "started"
+#define SMCP_STATUS_RUNNING         "running"
+#define SMCP_STATUS_COMPLETED       "completed"
+#define SMCP_STATUS_FAILED          "failed"
+#define SMCP_STATUS_CANCELLED       "cancelled"
+
+/* id shapes: "run_" / "ses_" followed by 24 lowercase hex digits */
+#define SMCP_RUN_ID_PREFIX          "run_"
+#define SMCP_SESSION_ID_PREFIX      "ses_"
+#define SMCP_ID_HEX_LEN             24
+#define SMCP_ID_LEN                 (4 + SMCP_ID_HEX_LEN)
+
+/* event stream cap (XADD MAXLEN ~) */
+#define SMCP_EVENTS_MAXLEN          "100000"
+
+/* token scopes */
+#define SMCP_SCOPE_MCP              "mcp"
+#define SMCP_SCOPE_UI               "ui"
+#define SMCP_SCOPE_EGRESS           "egress"
+
+#endif /* SMCP_KEYS_H */

@@ -1,0 +1,523 @@
+/*
+ * ngx_sandbox_mcp_module: directives, configuration and worker life cycle.
+ */
+
+#include "ngx_http_sandbox_mcp_module.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+
+
+static ngx_int_t ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle);
+static void ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle);
+static void *ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf,
+    void *parent, void *child);
+static char *ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_sandbox_mcp_check_url(ngx_conf_t *cf, void *post,
+    void *data);
+
+
+static ngx_conf_post_t  ngx_http_sandbox_mcp_url_post =
+    { ngx_http_sandbox_mcp_check_url };
+
+
+static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
+
+    { ngx_string("sandbox_mcp"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_sandbox_mcp,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_redis"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_sandbox_mcp_redis,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_redis_prefix"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, prefix),
+      NULL },
+
+    { ngx_string("sandbox_mcp_redis_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, redis_timeout),
+      NULL },
+
+    { ngx_string("sandbox_mcp_secret_file"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, secret_file),
+      NULL },
+
+    { ngx_string("sandbox_mcp_secret_env"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, secret_env),
+      NULL },
+
+    { ngx_string("sandbox_mcp_allowed_hosts"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_conf_set_str_array_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, allowed_hosts),
+      NULL },
+
+    { ngx_string("sandbox_mcp_allowed_origins"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_conf_set_str_array_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, allowed_origins),
+      NULL },
+
+    { ngx_string("sandbox_mcp_max_body"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_body),
+      NULL },
+
+    { ngx_string("sandbox_mcp_session_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, session_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_github_host"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, github_host),
+      NULL },
+
+    { ngx_string("sandbox_mcp_public_url"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, public_url),
+      &ngx_http_sandbox_mcp_url_post },
+
+    { ngx_string("sandbox_mcp_max_wait"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_wait),
+      NULL },
+
+    { ngx_string("sandbox_mcp_max_task_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_task_size),
+      NULL },
+
+    { ngx_string("sandbox_mcp_run_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, run_timeout),
+      NULL },
+
+    { ngx_string("sandbox_mcp_run_timeout_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, run_timeout_max),
+      NULL },
+
+    { ngx_string("sandbox_mcp_ui_token_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, ui_token_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_default_model"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, default_model),
+      NULL },
+
+    { ngx_string("sandbox_mcp_page_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, page_size),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_sandbox_mcp_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    ngx_http_sandbox_mcp_create_main_conf, /* create main configuration */
+    ngx_http_sandbox_mcp_init_main_conf,   /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_sandbox_mcp_create_loc_conf,  /* create location configuration */
+    ngx_http_sandbox_mcp_merge_loc_conf    /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_sandbox_mcp_module = {
+    NGX_MODULE_V1,
+    &ngx_http_sandbox_mcp_module_ctx,      /* module context */
+    ngx_http_sandbox_mcp_commands,         /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_sandbox_mcp_init_worker,      /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_sandbox_mcp_exit_worker,      /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
+{
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    mcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                              ngx_http_sandbox_mcp_module);
+
+    if (mcf == NULL || !mcf->enabled) {
+        return NGX_OK;
+    }
+
+    ngx_http_sandbox_mcp_tools_init_worker();
+
+    return ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf);
+}
+
+
+static void
+ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle)
+{
+    ngx_http_sandbox_mcp_redis_exit_worker(cycle);
+}
+
+
+static void *
+ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    mcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_sandbox_mcp_main_conf_t));
+    if (mcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     mcf->redis = { 0, NULL };
+     *     mcf->prefix = { 0, NULL };
+     *     mcf->secret_file = { 0, NULL };
+     *     mcf->secret_env = { 0, NULL };
+     *     mcf->enabled = 0;
+     */
+
+    mcf->redis_port = NGX_CONF_UNSET;
+    mcf->redis_timeout = NGX_CONF_UNSET_MSEC;
+
+    return mcf;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_sandbox_mcp_main_conf_t *mcf = conf;
+
+    char  err[256];
+    int   rc;
+
+    if (mcf->redis.len == 0) {
+        ngx_str_set(&mcf->redis, "127.0.0.1:6379");
+        ngx_str_set(&mcf->redis_host, "127.0.0.1");
+        mcf->redis_port = 6379;
+    }
+
+    if (mcf->prefix.data == NULL) {
+        ngx_str_set(&mcf->prefix, SMCP_DEFAULT_PREFIX);
+    }
+
+    ngx_conf_init_msec_value(mcf->redis_timeout, 3000);
+
+    if (!mcf->enabled) {
+        return NGX_CONF_OK;
+    }
+
+    /*
+     * The secret is read here, in the master, at configuration time: the
+     * workers get it with the configuration (nginx clears their
+     * environment), and a reload picks up a new one.
+     */
+
+    mcf->secret = ngx_pnalloc(cf->pool, SMCP_SECRET_MAX);
+    if (mcf->secret == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (mcf->secret_file.len) {
+        if (ngx_conf_full_name(cf->cycle, &mcf->secret_file, 1) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        rc = smcp_secret_from_file((char *) mcf->secret_file.data,
+                                   mcf->secret, &mcf->secret_len,
+                                   err, sizeof(err));
+
+    } else {
+        if (mcf->secret_env.len == 0) {
+            ngx_str_set(&mcf->secret_env, "PROXY_JWT_SECRET");
+        }
+
+        rc = smcp_secret_from_env((char *) mcf->secret_env.data,
+                                  mcf->secret, &mcf->secret_len,
+                                  err, sizeof(err));
+    }
+
+    if (rc != SMCP_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp: no signing secret: %s "
+                           "(set sandbox_mcp_secret_file or "
+                           "sandbox_mcp_secret_env)", err);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_sandbox_mcp_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_sandbox_mcp_loc_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->github_host = { 0, NULL };
+     *     conf->public_url = { 0, NULL };
+     *     conf->default_model = { 0, NULL };
+     */
+
+    conf->enable = NGX_CONF_UNSET;
+    conf->allowed_hosts = NGX_CONF_UNSET_PTR;
+    conf->allowed_origins = NGX_CONF_UNSET_PTR;
+    conf->max_body = NGX_CONF_UNSET_SIZE;
+    conf->session_ttl = NGX_CONF_UNSET;
+    conf->max_wait = NGX_CONF_UNSET;
+    conf->max_task_size = NGX_CONF_UNSET_SIZE;
+    conf->run_timeout = NGX_CONF_UNSET;
+    conf->run_timeout_max = NGX_CONF_UNSET;
+    conf->ui_token_ttl = NGX_CONF_UNSET;
+    conf->page_size = NGX_CONF_UNSET_UINT;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child)
+{
+    ngx_http_sandbox_mcp_loc_conf_t *prev = parent;
+    ngx_http_sandbox_mcp_loc_conf_t *conf = child;
+
+    ngx_str_t  *s;
+
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_ptr_value(conf->allowed_hosts, prev->allowed_hosts, NULL);
+    ngx_conf_merge_ptr_value(conf->allowed_origins, prev->allowed_origins,
+                             NULL);
+    ngx_conf_merge_size_value(conf->max_body, prev->max_body, 1024 * 1024);
+    ngx_conf_merge_sec_value(conf->session_ttl, prev->session_ttl, 86400);
+    ngx_conf_merge_str_value(conf->github_host, prev->github_host,
+                             "github.com");
+    ngx_conf_merge_str_value(conf->public_url, prev->public_url, "");
+    ngx_conf_merge_sec_value(conf->max_wait, prev->max_wait, 60);
+    ngx_conf_merge_size_value(conf->max_task_size, prev->max_task_size,
+                              64 * 1024);
+    ngx_conf_merge_sec_value(conf->run_timeout, prev->run_timeout, 3600);
+    ngx_conf_merge_sec_value(conf->run_timeout_max, prev->run_timeout_max,
+                             86400);
+    ngx_conf_merge_sec_value(conf->ui_token_ttl, prev->ui_token_ttl, 86400);
+    ngx_conf_merge_str_value(conf->default_model, prev->default_model,
+                             "anthropic/claude-sonnet-4-5");
+    ngx_conf_merge_uint_value(conf->page_size, prev->page_size, 100);
+
+    if (conf->allowed_hosts == NULL) {
+        conf->allowed_hosts = ngx_array_create(cf->pool, 3, sizeof(ngx_str_t));
+        if (conf->allowed_hosts == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        s = ngx_array_push_n(conf->allowed_hosts, 3);
+        if (s == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_str_set(&s[0], "localhost");
+        ngx_str_set(&s[1], "127.0.0.1");
+        ngx_str_set(&s[2], "[::1]");
+    }
+
+    if (conf->run_timeout > conf->run_timeout_max) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_run_timeout is above "
+                           "sandbox_mcp_run_timeout_max");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->page_size == 0 || conf->page_size > 1000) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_page_size must be 1..1000");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->max_wait > 3600) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_max_wait must be at most 1h");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_sandbox_mcp_loc_conf_t *lcf = conf;
+
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    if (lcf->enable != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    lcf->enable = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_sandbox_mcp_handler;
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
+    mcf->enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_sandbox_mcp_main_conf_t *mcf = conf;
+
+    ngx_str_t  *value;
+    u_char     *colon;
+
+    if (mcf->redis.len) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    mcf->redis = value[1];
+
+    if (ngx_strncmp(value[1].data, "unix:", 5) == 0) {
+        if (value[1].len <= 5) {
+            return "has an empty unix socket path";
+        }
+
+        mcf->redis_unix.data = value[1].data + 5;
+        mcf->redis_unix.len = value[1].len - 5;
+        return NGX_CONF_OK;
+    }
+
+    colon = ngx_strlchr(value[1].data, value[1].data + value[1].len, ':');
+
+    if (colon == NULL) {
+        mcf->redis_host = value[1];
+        mcf->redis_port = 6379;
+        return NGX_CONF_OK;
+    }
+
+    mcf->redis_port = ngx_atoi(colon + 1, value[1].data + value[1].len
+                                          - colon - 1);
+
+    if (colon == value[1].data || mcf->redis_port < 1
+        || mcf->redis_port > 65535)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid redis address \"%V\" (expected "
+                           "host:port or unix:/path)", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    mcf->redis_host.len = colon - value[1].data;
+    mcf->redis_host.data = ngx_pnalloc(cf->pool, mcf->redis_host.len + 1);
+    if (mcf->redis_host.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(mcf->redis_host.data, value[1].data, mcf->redis_host.len);
+    mcf->redis_host.data[mcf->redis_host.len] = '\0';
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_check_url(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *url = data;
+
+    if (!(url->len > 7 && ngx_strncmp(url->data, "http://", 7) == 0)
+        && !(url->len > 8 && ngx_strncmp(url->data, "https://", 8) == 0))
+    {
+        return "must start with http:// or https://";
+    }
+
+    /* no trailing slash: paths are appended */
+    while (url->len && url->data[url->len - 1] == '/') {
+        url->len--;
+    }
+
+    return NGX_CONF_OK;
+}

@@ -1,0 +1,153 @@
+/*
+ * ngx_sandbox_mcp_module: an MCP server (Streamable HTTP) inside nginx,
+ * backed by Redis, that hands coding tasks to OpenCode sandboxes.
+ *
+ * Types shared by the module's files.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_MODULE_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <jansson.h>
+#include <hiredis/hiredis.h>
+
+#include "smcp_keys.h"
+#include "smcp_util.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_VERSION        "0.1.0"
+#define NGX_HTTP_SANDBOX_MCP_SERVER_NAME    "sandbox-mcp"
+
+/* JSON-RPC and MCP error codes */
+#define NGX_HTTP_SANDBOX_MCP_PARSE_ERROR        -32700
+#define NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST    -32600
+#define NGX_HTTP_SANDBOX_MCP_METHOD_NOT_FOUND   -32601
+#define NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS     -32602
+#define NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR     -32603
+#define NGX_HTTP_SANDBOX_MCP_SERVER_ERROR       -32000
+#define NGX_HTTP_SANDBOX_MCP_SESSION_NOT_FOUND  -32001
+
+/* not among nginx's NGX_HTTP_* codes */
+#define NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE     406
+
+
+typedef struct {
+    ngx_str_t                   redis;          /* host:port or unix:path */
+    ngx_str_t                   redis_host;
+    ngx_int_t                   redis_port;
+    ngx_str_t                   redis_unix;
+    ngx_str_t                   prefix;
+    ngx_msec_t                  redis_timeout;
+
+    ngx_str_t                   secret_file;
+    ngx_str_t                   secret_env;
+    u_char                     *secret;
+    size_t                      secret_len;
+
+    ngx_flag_t                  enabled;        /* some location uses us */
+} ngx_http_sandbox_mcp_main_conf_t;
+
+
+typedef struct {
+    ngx_flag_t                  enable;
+    ngx_array_t                *allowed_hosts;      /* of ngx_str_t */
+    ngx_array_t                *allowed_origins;    /* of ngx_str_t */
+    size_t                      max_body;
+    time_t                      session_ttl;
+    ngx_str_t                   github_host;
+    ngx_str_t                   public_url;
+    time_t                      max_wait;
+    size_t                      max_task_size;
+    time_t                      run_timeout;
+    time_t                      run_timeout_max;
+    time_t                      ui_token_ttl;
+    ngx_str_t                   default_model;
+    ngx_uint_t                  page_size;
+} ngx_http_sandbox_mcp_loc_conf_t;
+
+
+typedef struct ngx_http_sandbox_mcp_ctx_s   ngx_http_sandbox_mcp_ctx_t;
+typedef struct ngx_http_sandbox_mcp_call_s  ngx_http_sandbox_mcp_call_t;
+typedef struct ngx_http_sandbox_mcp_redis_cmd_s
+    ngx_http_sandbox_mcp_redis_cmd_t;
+
+
+/* one JSON-RPC message of the request body (a batch has several) */
+struct ngx_http_sandbox_mcp_call_s {
+    ngx_http_sandbox_mcp_ctx_t         *ctx;
+    json_t                             *id;         /* NULL: notification */
+    json_t                             *response;   /* result or error */
+
+    ngx_http_sandbox_mcp_redis_cmd_t   *cmd;        /* Redis reply awaited */
+
+    /* tools/call state */
+    json_t                             *args;
+    ngx_str_t                           run_id;
+    ngx_uint_t                          tool;
+    ngx_str_t                           path;       /* get_diff filter */
+    size_t                              offset;     /* get_diff page */
+
+    /* long-poll (opencode_get_result waitSeconds) */
+    ngx_event_t                         wait;
+    ngx_queue_t                         waiter;
+
+    unsigned                            pending:1;
+    unsigned                            waiting:1;
+    unsigned                            recheck:1;
+    unsigned                            expired:1;
+};
+
+
+struct ngx_http_sandbox_mcp_ctx_s {
+    ngx_http_request_t                 *request;
+    ngx_str_t                           tenant;
+    ngx_str_t                           session_id;     /* Mcp-Session-Id */
+    ngx_str_t                           version;        /* effective */
+    ngx_str_t                           header_version; /* as sent */
+
+    json_t                             *body;
+    ngx_http_sandbox_mcp_call_t        *calls;
+    ngx_uint_t                          ncalls;
+    ngx_uint_t                          pending;
+
+    ngx_http_sandbox_mcp_redis_cmd_t   *cmd;        /* session lookup etc. */
+
+    ngx_uint_t                          status;     /* 503 on Redis loss */
+
+    unsigned                            batch:1;
+    unsigned                            initialize:1;
+    unsigned                            done:1;
+};
+
+
+/* transport (ngx_http_sandbox_mcp_transport.c) */
+ngx_int_t ngx_http_sandbox_mcp_handler(ngx_http_request_t *r);
+void ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call);
+void ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
+    ngx_int_t code, const char *fmt, ...);
+void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result);
+void ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call);
+ngx_int_t ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r,
+    void *data, json_t *json);
+
+/* tools (ngx_http_sandbox_mcp_tools.c) */
+json_t *ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
+    json_t *params, char *err, size_t errlen);
+void ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params);
+void ngx_http_sandbox_mcp_tools_cleanup(ngx_http_sandbox_mcp_call_t *call);
+void ngx_http_sandbox_mcp_tools_run_event(ngx_str_t *run_id);
+void ngx_http_sandbox_mcp_tools_wake_all(void);
+void ngx_http_sandbox_mcp_tools_init_worker(void);
+
+
+extern ngx_module_t  ngx_http_sandbox_mcp_module;
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_MODULE_H_INCLUDED_ */

@@ -1,0 +1,70 @@
+/*
+ * Redis for nginx workers: hiredis async on nginx's own event loop.
+ *
+ * Each worker holds two connections: one for commands and one that
+ * PSUBSCRIBEs to the run channels.  A worker never blocks: commands are
+ * queued and answered through callbacks; a command that waits longer than
+ * sandbox_mcp_redis_timeout marks the connection broken (Redis answers in
+ * order, so the oldest pending command is the one to watch), which fails
+ * every pending command at once and reconnects with backoff.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_REDIS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_REDIS_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+
+
+/*
+ * Called exactly once per command: with the reply, or with NULL when the
+ * connection was lost before it came.  The reply is freed after the call.
+ */
+typedef void (*ngx_http_sandbox_mcp_redis_handler_pt)(void *data,
+    redisReply *reply);
+
+
+struct ngx_http_sandbox_mcp_redis_cmd_s {
+    ngx_queue_t                             queue;
+    ngx_msec_t                              sent;
+    ngx_http_sandbox_mcp_redis_handler_pt   handler;
+    void                                   *data;   /* NULL: owner gone */
+};
+
+
+/* a Lua script sent with EVALSHA; loaded on every (re)connect */
+typedef struct {
+    const char                             *name;
+    const char                             *source;
+    char                                    sha1[41];
+} ngx_http_sandbox_mcp_script_t;
+
+
+ngx_int_t ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
+    ngx_http_sandbox_mcp_main_conf_t *mcf);
+void ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle);
+
+/*
+ * Sends a command.  Returns NULL when Redis is unavailable (the caller
+ * answers at once: fail fast); otherwise the command, whose data the caller
+ * sets to NULL (ngx_http_sandbox_mcp_redis_cancel) if it goes away first.
+ */
+ngx_http_sandbox_mcp_redis_cmd_t *ngx_http_sandbox_mcp_redis_command(
+    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data, int argc,
+    const char **argv, const size_t *argvlen);
+
+ngx_http_sandbox_mcp_redis_cmd_t *ngx_http_sandbox_mcp_redis_script(
+    ngx_http_sandbox_mcp_script_t *script,
+    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data, int nkeys,
+    int argc, const char **argv, const size_t *argvlen);
+
+void ngx_http_sandbox_mcp_redis_cancel(ngx_http_sandbox_mcp_redis_cmd_t *cmd);
+
+/* builds "<prefix><fmt args>" in the pool */
+ngx_int_t ngx_http_sandbox_mcp_redis_key(ngx_pool_t *pool, ngx_str_t *key,
+    const char *fmt, ngx_str_t *arg);
+
+ngx_str_t *ngx_http_sandbox_mcp_redis_prefix(void);
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_REDIS_H_INCLUDED_ */

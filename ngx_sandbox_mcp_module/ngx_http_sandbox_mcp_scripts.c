@@ -1,0 +1,205 @@
+/*
+ * Lua scripts run by Redis.  Keys are passed in KEYS (computed by the
+ * module from the configured prefix); "another tenant's object" and "no
+ * such object" give the same answer on purpose.
+ */
+
+#include "ngx_http_sandbox_mcp_scripts.h"
+
+
+/*
+ * MCP session create.
+ * KEYS: mcp:{sid}   ARGV: tenant, protocol, client name, client version,
+ * now ms, ttl ms
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_create = {
+    "session_create",
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'tenant', ARGV[1], 'protocol', ARGV[2],\n"
+    "  'client_name', ARGV[3], 'client_version', ARGV[4],\n"
+    "  'created_at', ARGV[5])\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[6])\n"
+    "return 1\n",
+    ""
+};
+
+
+/*
+ * MCP session lookup; refreshes its TTL.  Returns the negotiated protocol
+ * version, or nil for an unknown session or one of another tenant.
+ * KEYS: mcp:{sid}   ARGV: tenant, ttl ms
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_touch = {
+    "session_touch",
+    "local h = redis.call('HMGET', KEYS[1], 'tenant', 'protocol')\n"
+    "if h[1] ~= ARGV[1] then return nil end\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "return h[2] or ''\n",
+    ""
+};
+
+
+/*
+ * MCP session delete.   KEYS: mcp:{sid}   ARGV: tenant
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_delete = {
+    "session_delete",
+    "if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end\n"
+    "return redis.call('DEL', KEYS[1])\n",
+    ""
+};
+
+
+/*
+ * Run create: run hash, indexes, first event, queue entry, ping - at once.
+ * KEYS: run, run events, runs:{tenant}, session, session runs, queue,
+ *       channel run:{id}
+ * ARGV: run id, tenant, session id, new session (0/1), now ms, task,
+ *       repository, branch, model, title, create_pr, timeout, events maxlen
+ * Returns 1, or 0 when an existing session is unknown to this tenant.
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create = {
+    "run_create",
+    "if ARGV[4] == '1' then\n"
+    "  if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end\n"
+    "  redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5])\n"
+    "elseif redis.call('HGET', KEYS[4], 'tenant') ~= ARGV[2] then\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],\n"
+    "  'task', ARGV[6], 'repository', ARGV[7], 'branch', ARGV[8],\n"
+    "  'model', ARGV[9], 'title', ARGV[10], 'create_pr', ARGV[11],\n"
+    "  'timeout', ARGV[12], 'status', 'started', 'created_at', ARGV[5])\n"
+    "redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])\n"
+    "redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])\n"
+    "redis.call('HSET', KEYS[4], 'last_run', ARGV[1])\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',\n"
+    "  'type', 'lifecycle', 'data', '{\"status\":\"started\"}', 'ts', ARGV[5])\n"
+    "redis.call('XADD', KEYS[6], '*', 'run', ARGV[1])\n"
+    "redis.call('PUBLISH', KEYS[7], 'started')\n"
+    "return 1\n",
+    ""
+};
+
+
+/*
+ * Run list, newest first, resumable.
+ * KEYS: runs zset (tenant's or session's), session hash or ""
+ * ARGV: tenant, limit, cursor run id or "", cursor score, status or "",
+ *       run key prefix, scan budget
+ * Returns { next id or "", next score or "", {id, status, session, title,
+ * created_at, finished_at}... }
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_list = {
+    "run_list",
+    "if KEYS[2] ~= '' and\n"
+    "   redis.call('HGET', KEYS[2], 'tenant') ~= ARGV[1] then\n"
+    "  return {'', '', {}}\n"
+    "end\n"
+    "local limit = tonumber(ARGV[2])\n"
+    "local budget = tonumber(ARGV[7])\n"
+    "local pos = 0\n"
+    "if ARGV[3] ~= '' then\n"
+    "  local rank = redis.call('ZREVRANK', KEYS[1], ARGV[3])\n"
+    "  if rank then pos = rank + 1 else\n"
+    "    pos = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[4], '+inf')\n"
+    "  end\n"
+    "end\n"
+    "local out, last, lastscore = {}, '', ''\n"
+    "local total = redis.call('ZCARD', KEYS[1])\n"
+    "while #out < limit and pos < total and budget > 0 do\n"
+    "  local ids = redis.call('ZREVRANGE', KEYS[1], pos, pos + 99,\n"
+    "                         'WITHSCORES')\n"
+    "  if #ids == 0 then break end\n"
+    "  for i = 1, #ids, 2 do\n"
+    "    pos = pos + 1\n"
+    "    budget = budget - 1\n"
+    "    last, lastscore = ids[i], ids[i + 1]\n"
+    "    local h = redis.call('HMGET', ARGV[6] .. ids[i], 'tenant',\n"
+    "      'status', 'session', 'title', 'created_at', 'finished_at')\n"
+    "    if h[1] == ARGV[1] and (ARGV[5] == '' or h[2] == ARGV[5]) then\n"
+    "      out[#out + 1] = {ids[i], h[2] or '', h[3] or '', h[4] or '',\n"
+    "                       h[5] or '', h[6] or ''}\n"
+    "    end\n"
+    "    if #out >= limit or budget <= 0 then break end\n"
+    "  end\n"
+    "end\n"
+    "if pos >= total then last, lastscore = '', '' end\n"
+    "return {last, lastscore, out}\n",
+    ""
+};
+
+
+/*
+ * Run cancel.  A run not yet started is cancelled at once; a running one
+ * is flagged and the runners are told; a finished one is left alone.
+ * KEYS: run, run events, channel run:{id}, channel cancel
+ * ARGV: tenant, now ms, run id, events maxlen
+ * Returns the run hash (HGETALL), or nil.
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_cancel = {
+    "run_cancel",
+    "local h = redis.call('HMGET', KEYS[1], 'tenant', 'status')\n"
+    "if h[1] ~= ARGV[1] then return nil end\n"
+    "if h[2] == 'started' then\n"
+    "  redis.call('HSET', KEYS[1], 'status', 'cancelled',\n"
+    "    'finished_at', ARGV[2], 'error', 'cancelled before it started')\n"
+    "  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',\n"
+    "    'type', 'lifecycle', 'data', '{\"status\":\"cancelled\"}',\n"
+    "    'ts', ARGV[2])\n"
+    "  redis.call('PUBLISH', KEYS[3], 'cancelled')\n"
+    "elseif h[2] == 'running' then\n"
+    "  if redis.call('HSETNX', KEYS[1], 'cancel_requested', '1') == 1 then\n"
+    "    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',\n"
+    "      'type', 'lifecycle', 'data', '{\"cancelRequested\":true}',\n"
+    "      'ts', ARGV[2])\n"
+    "  end\n"
+    "  redis.call('PUBLISH', KEYS[4], ARGV[3])\n"
+    "  redis.call('PUBLISH', KEYS[3], 'cancel')\n"
+    "end\n"
+    "return redis.call('HGETALL', KEYS[1])\n",
+    ""
+};
+
+
+/*
+ * Run diff: a byte range, or the whole diff ("all") for a path filter.
+ * KEYS: run, run diff   ARGV: tenant, offset or "all", end offset
+ * Returns {bytes, total length}, or nil.
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_diff = {
+    "run_diff",
+    "if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return nil end\n"
+    "local total = redis.call('STRLEN', KEYS[2])\n"
+    "if ARGV[2] == 'all' then\n"
+    "  return {redis.call('GET', KEYS[2]) or '', total}\n"
+    "end\n"
+    "return {redis.call('GETRANGE', KEYS[2], ARGV[2], ARGV[3]), total}\n",
+    ""
+};
+
+
+/*
+ * Run events page.   KEYS: run, run events
+ * ARGV: tenant, start id ("-" or "(id"), count
+ * Returns the XRANGE reply, or nil.
+ */
+ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_events = {
+    "run_events",
+    "if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return nil end\n"
+    "return redis.call('XRANGE', KEYS[2], ARGV[2], '+', 'COUNT', ARGV[3])\n",
+    ""
+};
+
+
+ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
+    &ngx_http_sandbox_mcp_script_session_create,
+    &ngx_http_sandbox_mcp_script_session_touch,
+    &ngx_http_sandbox_mcp_script_session_delete,
+    &ngx_http_sandbox_mcp_script_run_create,
+    &ngx_http_sandbox_mcp_script_run_list,
+    &ngx_http_sandbox_mcp_script_run_cancel,
+    &ngx_http_sandbox_mcp_script_run_diff,
+    &ngx_http_sandbox_mcp_script_run_events,
+    NULL
+};

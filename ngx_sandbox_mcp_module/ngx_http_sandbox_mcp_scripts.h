@@ -1,0 +1,26 @@
+/*
+ * The Lua scripts behind every multi-key step: each one is a single atomic
+ * Redis step, so no reader ever sees half a run.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_SCRIPTS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_SCRIPTS_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_redis.h"
+
+
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_session_create;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_session_touch;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_session_delete;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_run_create;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_run_list;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_run_cancel;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_run_diff;
+extern ngx_http_sandbox_mcp_script_t   ngx_http_sandbox_mcp_script_run_events;
+
+/* NULL-terminated: loaded on every connect */
+extern ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[];
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_SCRIPTS_H_INCLUDED_ */

