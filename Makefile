@@ -65,15 +65,17 @@ deps:
 test: deps all static
 	prove -r t
 
-up: all
+up: deps all
 	.ci/stack up
 
 down:
 	.ci/stack down
 
+# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated
 token: $(TOKEN_BIN)
-	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant}" \
-	    $${TTL:+--ttl $$TTL}
+	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds]}" \
+	    $${TTL:+--ttl $$TTL} \
+	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $(BUILD)/stack/secret)
 
 clean:
 	rm -rf $(BUILD)

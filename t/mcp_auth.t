@@ -196,6 +196,43 @@ ok($sid, 'alice has a session') or diag($ir->{body});
 }
 
 ###############################################################################
+# refused requests have no side effects
+
+{
+    my $snap = $t->redis_snapshot;
+    my $n = $t->redis('DBSIZE');
+    my $init = $t->request_msg('initialize', {
+        protocolVersion => '2025-11-25', capabilities => {},
+        clientInfo => { name => 'x', version => '1' } });
+    $t->mcp_post($init, token => undef);
+    $t->mcp_post($init, token => tok(exp => time() - 5));
+    $t->mcp_post($init, token => tok(alg => 'none'));
+    $t->mcp_post($init, host => 'evil.example.com');
+    $t->mcp_post($init, origin => 'http://evil.example.com');
+    my $call = $t->request_msg('tools/call', { name => 'opencode_run_task',
+                                                arguments => { task => 'sneaky' } });
+    $t->mcp_post($call, session => $sid, token => undef);
+    $t->mcp_post($call, session => $sid, token => tok(secret => 'wrong-secret-0123456789'));
+    $t->mcp_post($call, session => $sid, token => tok(scope => 'ui'));
+    $t->mcp_post($call, session => $sid, origin => 'http://evil.example.com');
+    $t->http(method => 'DELETE', path => '/mcp',
+             headers => [ 'Mcp-Session-Id' => $sid ]);
+    $t->http(method => 'DELETE', path => '/mcp',
+             headers => [ 'Mcp-Session-Id' => $sid, Authorization => 'Bearer x.y.z' ]);
+    select(undef, undef, undef, 0.3);
+    is($t->redis('DBSIZE'), $n, 'refused requests: DBSIZE unchanged');
+    is_deeply($t->redis_snapshot, $snap, 'refused requests: nothing written to Redis')
+        or diag(join ' ', $t->redis_keys);
+    is($t->redis('EXISTS', "${P}mcp:$sid"), 1, 'the session survived refused DELETEs');
+    my $acc = $t->read_file('access.log');
+    my @lines = grep { /POST \/mcp|DELETE \/mcp/ } split /\n/, $acc;
+    my @last = @lines[-11 .. -1];
+    is(scalar(grep { / (401|403) \d+ / } @last), 11,
+       'access.log records 401/403 for all of them (no second response)')
+        or diag(join "\n", @last);
+}
+
+###############################################################################
 # Host and Origin (before auth)
 
 {
