@@ -17,6 +17,8 @@ static char *ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_sandbox_mcp_check_url(ngx_conf_t *cf, void *post,
     void *data);
 
@@ -71,14 +73,14 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
 
     { ngx_string("sandbox_mcp_allowed_hosts"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
-      ngx_conf_set_str_array_slot,
+      ngx_http_sandbox_mcp_str_list,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, allowed_hosts),
       NULL },
 
     { ngx_string("sandbox_mcp_allowed_origins"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
-      ngx_conf_set_str_array_slot,
+      ngx_http_sandbox_mcp_str_list,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, allowed_origins),
       NULL },
@@ -498,6 +500,40 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_memcpy(mcf->redis_host.data, value[1].data, mcf->redis_host.len);
     mcf->redis_host.data[mcf->redis_host.len] = '\0';
+
+    return NGX_CONF_OK;
+}
+
+
+/* every argument of the directive (all its lines) into one array */
+static char *
+ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t     *value, *s;
+    ngx_uint_t     i;
+    ngx_array_t  **a;
+
+    a = (ngx_array_t **) (p + cmd->offset);
+
+    if (*a == NGX_CONF_UNSET_PTR) {
+        *a = ngx_array_create(cf->pool, 4, sizeof(ngx_str_t));
+        if (*a == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        s = ngx_array_push(*a);
+        if (s == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *s = value[i];
+    }
 
     return NGX_CONF_OK;
 }

@@ -49,6 +49,10 @@ static ngx_uint_t                         ngx_http_sandbox_mcp_redis_exiting;
 static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_cmd_link;
 static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_sub_link;
 
+/* long-polls re-read after a connection loss: they fail fast now instead
+ * of at the end of their wait, or catch pings missed while unsubscribed */
+static ngx_event_t                        ngx_http_sandbox_mcp_wake_event;
+
 
 ngx_str_t *
 ngx_http_sandbox_mcp_redis_prefix(void)
@@ -420,10 +424,24 @@ ngx_http_sandbox_mcp_redis_reconnect_handler(ngx_event_t *ev)
 
 
 static void
+ngx_http_sandbox_mcp_redis_wake_handler(ngx_event_t *ev)
+{
+    ngx_http_sandbox_mcp_tools_wake_all();
+}
+
+
+static void
 ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
 {
     if (link->timer.timer_set) {
         ngx_del_timer(&link->timer);
+    }
+
+    /* not from inside hiredis: on the next turn of the event loop */
+    if (!ngx_http_sandbox_mcp_redis_exiting
+        && !ngx_http_sandbox_mcp_wake_event.posted)
+    {
+        ngx_post_event(&ngx_http_sandbox_mcp_wake_event, &ngx_posted_events);
     }
 
     if (ngx_http_sandbox_mcp_redis_exiting || ngx_exiting || ngx_quit
@@ -700,6 +718,11 @@ ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
         (*s)->sha1[40] = '\0';
     }
 
+    ngx_memzero(&ngx_http_sandbox_mcp_wake_event, sizeof(ngx_event_t));
+    ngx_http_sandbox_mcp_wake_event.handler =
+                                      ngx_http_sandbox_mcp_redis_wake_handler;
+    ngx_http_sandbox_mcp_wake_event.log = cycle->log;
+
     ngx_http_sandbox_mcp_redis_link_init(&ngx_http_sandbox_mcp_cmd_link,
                                          "commands", 0);
     ngx_http_sandbox_mcp_redis_link_init(&ngx_http_sandbox_mcp_sub_link,
@@ -738,6 +761,10 @@ ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle)
 
     /* without this every reload logs "open socket left in connection" */
     ngx_http_sandbox_mcp_redis_exiting = 1;
+
+    if (ngx_http_sandbox_mcp_wake_event.posted) {
+        ngx_delete_posted_event(&ngx_http_sandbox_mcp_wake_event);
+    }
 
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_cmd_link);
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_sub_link);

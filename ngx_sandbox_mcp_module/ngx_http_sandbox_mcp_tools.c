@@ -1987,7 +1987,8 @@ ngx_http_sandbox_mcp_diff_section(u_char *diff, size_t len, ngx_str_t *path)
     }
 
     if (start == NULL) {
-        ngx_str_null(&s);
+        /* the file is not in the diff: nothing changed there */
+        ngx_str_set(&s, "");
         return s;
     }
 

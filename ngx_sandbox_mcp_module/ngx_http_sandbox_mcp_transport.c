@@ -123,6 +123,13 @@ ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_buf_t    *b;
     ngx_chain_t   out;
 
+    /* an unread body on a keep-alive connection would be taken for the
+     * next request */
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
     r->headers_out.status = status;
 
     if (json == NULL) {
@@ -415,12 +422,23 @@ ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r, const char *reason,
 }
 
 
+static ngx_int_t
+ngx_http_sandbox_mcp_auth_failed(ngx_int_t *rc, ngx_http_request_t *r,
+    const char *reason, ngx_uint_t bad_token)
+{
+    *rc = ngx_http_sandbox_mcp_unauthorized(r, reason, bad_token);
+
+    return NGX_DONE;
+}
+
+
 /*
- * Returns NGX_OK with the tenant set, or the HTTP response's rc.
+ * Returns NGX_OK with the tenant set; otherwise the 401 was sent and the
+ * return value is NGX_DONE with *rc holding the sender's result.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_ctx_t *ctx)
+    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc)
 {
     u_char                            *p, *last;
     json_t                            *claims, *sub, *scope;
@@ -434,16 +452,16 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     auth = r->headers_in.authorization;
 
     if (auth == NULL) {
-        return ngx_http_sandbox_mcp_unauthorized(r, "a bearer token is "
-                                                 "required", 0);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "a bearer token "
+                                                "is required", 0);
     }
 
     p = auth->value.data;
     last = p + auth->value.len;
 
     if (last - p < 7 || ngx_strncasecmp(p, (u_char *) "Bearer ", 7) != 0) {
-        return ngx_http_sandbox_mcp_unauthorized(r, "a bearer token is "
-                                                 "required", 0);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "a bearer token "
+                                                "is required", 0);
     }
 
     p += 7;
@@ -459,7 +477,7 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "sandbox_mcp: token refused: %s", err);
 
-        return ngx_http_sandbox_mcp_unauthorized(r, err, 1);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, err, 1);
     }
 
     scope = json_object_get(claims, "scope");
@@ -471,8 +489,8 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "sandbox_mcp: token refused: scope is not \"mcp\"");
 
-        return ngx_http_sandbox_mcp_unauthorized(r, "token scope is not "
-                                                 "valid for MCP", 1);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "token scope is "
+                                                "not valid for MCP", 1);
     }
 
     sub = json_object_get(claims, "sub");
@@ -482,16 +500,17 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     {
         json_decref(claims);
 
-        return ngx_http_sandbox_mcp_unauthorized(r, "token subject must be "
-                                                 "1-128 characters of "
-                                                 "A-Z a-z 0-9 . _ - @", 1);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "token subject "
+                                                "must be 1-128 characters "
+                                                "of A-Z a-z 0-9 . _ - @", 1);
     }
 
     ctx->tenant.len = json_string_length(sub);
     ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len);
     if (ctx->tenant.data == NULL) {
         json_decref(claims);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
     }
 
     ngx_memcpy(ctx->tenant.data, json_string_value(sub), ctx->tenant.len);
@@ -624,8 +643,7 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
 
     ctx->request = r;
 
-    rc = ngx_http_sandbox_mcp_authenticate(r, ctx);
-    if (rc != NGX_OK) {
+    if (ngx_http_sandbox_mcp_authenticate(r, ctx, &rc) != NGX_OK) {
         return rc;
     }
 
@@ -1157,7 +1175,7 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
     }
 
     ctx->body = json_loadb((char *) body.data, body.len,
-                           JSON_REJECT_DUPLICATES, &jerr);
+                           JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 
     if (ctx->body == NULL) {
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,

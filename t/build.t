@@ -149,7 +149,7 @@ SKIP: {
 SKIP: {
     if (!-x $static) {
         fail("$static built (CI)") if $ci;
-        skip "$static not built (run `make static`)", 7;
+        skip "$static not built (run `make static`)", 8;
     }
     my $v = `$static -V 2>&1`;
     is($? >> 8, 0, 'static nginx -V runs');
@@ -160,6 +160,14 @@ SKIP: {
     my ($rc, $out) = nginx_t($static, $conf);
     is($rc, 0, 'static nginx -t (no load_module, use poll) passes') or diag($out);
     unlike($out, qr/\[(warn|emerg|alert|crit)\]/, 'no warnings');
+    my ($objs) = glob("$root/build/nginx-static/build/nginx-*/objs/Makefile");
+    if ($objs && open(my $fh, '<', $objs)) {
+        local $/;
+        my ($cf) = <$fh> =~ /^CFLAGS\s*=\s*(.*)$/m;
+        like($cf // '', qr/-Werror\b/, 'static build compiles with -Werror too');
+    } else {
+        pass('static objs/Makefile not kept (no -Werror check)');
+    }
     my $bad = conf(load => 0);
     $bad =~ s/sandbox_mcp;/sandbox_mcp; sandbox_mcp_no_such_directive on;/;
     ($rc) = nginx_t($static, write_conf('static-bad.conf', $bad));

@@ -196,6 +196,25 @@ ok($sid, 'alice has a session') or diag($ir->{body});
 }
 
 ###############################################################################
+# sandbox_mcp_secret_env
+
+{
+    my $env_secret = 'env-secret-0123456789abcdef';
+    local $ENV{SMCP_TEST_SECRET} = $env_secret;
+    my $port2 = $t->start_nginx(name => 'envsecret', workers => 1, server => '',
+        secret_conf => 'sandbox_mcp_secret_env SMCP_TEST_SECRET;');
+    my $etok = tok(secret => $env_secret);
+    my ($esid, $r) = $t->initialize(port => $port2, token => $etok);
+    ok($esid, 'sandbox_mcp_secret_env: a token signed with the env secret works')
+        or diag($r->{body});
+    ok_200($t->mcp_post($ping, session => $esid, port => $port2, token => $etok),
+           '... for later requests too');
+    is_401($t->mcp_post($ping, session => $esid, port => $port2, token => tok()),
+           'sandbox_mcp_secret_env: a token signed with the file secret', invalid => 1);
+    $t->stop_nginx('envsecret');
+}
+
+###############################################################################
 # refused requests have no side effects
 
 {

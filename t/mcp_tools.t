@@ -33,6 +33,10 @@ my $t = SMCP::Test->new(
         }
         location /defaults {
             sandbox_mcp;
+        }
+        location /ghe {
+            sandbox_mcp;
+            sandbox_mcp_github_host git.example.org;
         }},
 );
 $t->start;
@@ -62,7 +66,7 @@ sub tool_ok {
         is(ref $sc, 'HASH', 'structuredContent object');
         my @text = grep { ($_->{type} // '') eq 'text' } @{ $res->{content} || [] };
         ok(@text >= 1, 'a text content block');
-        my $copy = @text ? json_decode($text[0]{text}) : undef;
+        my $copy = @text ? SMCP::Test::json_decode_text($text[0]{text}) : undef;
         is_deeply($copy, $sc, 'text content is the JSON of structuredContent');
     };
     return $sc || {};
@@ -279,6 +283,21 @@ $runs{$run3} = {};
     $runs{ $sc2->{runId} } = {} if $sc2->{runId};
 }
 
+# sandbox_mcp_github_host
+{
+    my $r = $t->call_tool($sid, 'opencode_run_task',
+                          { task => 'g', repository => 'https://git.example.org/acme/w' },
+                          path => '/ghe');
+    my $sc = tool_ok($r, 'run_task on the configured github host');
+    $runs{ $sc->{runId} } = {} if $sc->{runId};
+    my $before = $t->redis_snapshot;
+    $r = $t->call_tool($sid, 'opencode_run_task',
+                       { task => 'g', repository => 'https://github.com/acme/w' },
+                       path => '/ghe');
+    tool_err($r, qr/repository/, 'github.com refused when sandbox_mcp_github_host differs');
+    is_deeply($t->redis_snapshot, $before, '... nothing written');
+}
+
 ###############################################################################
 # get_result
 
@@ -393,6 +412,32 @@ $runs{$run3} = {};
                                        $i, $r->{elapsed}));
     }
     ok(time() - $t1 < 5, 'all waiters woken within 5 s of the PUBLISH');
+}
+
+###############################################################################
+# clients that leave during a long-poll
+
+{
+    my @w = $t->worker_pids;
+    my $s = tool_ok(call('opencode_run_task', { task => 'abandoned' }), 'run for abandoned polls');
+    my $ra = $s->{runId} // 'run_z';
+    $runs{$ra} = {};
+    my @p = map {
+        $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
+            arguments => { runId => $ra, waitSeconds => $_ % 2 ? 1 : 20 } }), session => $sid)
+    } 1 .. 6;
+    sleep(0.5);
+    close $_->{sock} for @p;          # the clients go away
+    sleep(0.3);
+    $t->redis('PUBLISH', "${P}run:$ra", 'running');    # wakes the 20 s waiters
+    sleep(1.2);                       # the 1 s waiters' timers expire
+    $t->redis('HSET', "${P}run:$ra", status => 'completed', finished_at => now_ms());
+    $t->redis('PUBLISH', "${P}run:$ra", 'completed');
+    sleep(0.3);
+    is_deeply([ $t->worker_pids ], \@w, 'workers survive clients leaving long-polls');
+    my $sc = tool_ok(call('opencode_get_result', { runId => $ra, waitSeconds => 1 }),
+                     'serving after abandoned long-polls');
+    is($sc->{status}, 'completed', '... completed');
 }
 
 ###############################################################################
@@ -568,8 +613,8 @@ $runs{$run3} = {};
              . "--- a/$path\n+++ b/$path\n$body";
     };
     my $a = $section->('a.txt', "\@\@ -1 +1 \@\@\n-old\n+new\n");
-    my $big_body = "\@\@ -0,0 +1,3000 \@\@\n";
-    for my $i (1 .. 3000) { $big_body .= "+ligne $i: d\xc3\xa9j\xc3\xa0 vu \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\n" }
+    my $big_body = "\@\@ -0,0 +1,5000 \@\@\n";
+    for my $i (1 .. 5000) { $big_body .= "+ligne $i: d\xc3\xa9j\xc3\xa0 vu \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\n" }
     my $big = $section->('src/big file.txt', $big_body);
     my $c = $section->('c.txt', "\@\@ -1,2 +1,2 \@\@\n a\n-b\n+c\n");
     my $diff = $a . $big . $c;
@@ -639,7 +684,9 @@ $runs{$run3} = {};
 
 {
     my $key = "${P}run:$run1:events";
-    my @ids;
+    # the module may have logged lifecycle events of its own already
+    my @ids = map { $_->[0] } @{ $t->redis('XRANGE', $key, '-', '+') || [] };
+    my $own = @ids;
     my %data;
     for my $i (1 .. 25) {
         my $type = $i == 1 || $i == 25 ? 'lifecycle' : $i % 5 ? 'agent' : 'egress';
@@ -652,12 +699,13 @@ $runs{$run3} = {};
 
     my $sc = tool_ok(call('opencode_get_events', { runId => $run1 }), 'get_events');
     my @ev = @{ $sc->{events} || [] };
-    is(scalar @ev, 25, 'all 25 events (default limit 100)');
+    is(scalar @ev, 25 + $own, "all events ($own + 25, default limit 100)");
     is_deeply([ map { $_->{id} } @ev ], \@ids, 'in stream order, ids = stream ids');
     is($sc->{nextAfter}, $ids[-1], 'nextAfter = last id');
     is($sc->{runId}, $run1, 'runId');
-    my $e = $ev[4] || {};
-    my ($type, $data, $ts) = @{ $data{ $ids[4] } };
+    my ($e) = grep { $_->{id} eq $ids[$own + 4] } @ev;
+    $e ||= {};
+    my ($type, $data, $ts) = @{ $data{ $ids[$own + 4] } };
     is($e->{type}, $type, 'event type');
     is(iso_ms($e->{time}), $ts, 'event time from ts');
     my $got = ref $e->{data} ? $e->{data} : json_decode($e->{data} // '');
@@ -687,6 +735,7 @@ $runs{$run3} = {};
     is_deeply([ map { $_->{id} } @{ $sc->{events} || [] } ], [ @ids[20 .. 22] ],
               'after = exclusive start');
 
+    $t->redis('DEL', "${P}run:$run2:events");
     $sc = tool_ok(call('opencode_get_events', { runId => $run2 }), 'events of a run without any');
     is_deeply($sc->{events}, [], 'empty list');
 

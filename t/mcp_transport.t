@@ -218,6 +218,77 @@ my $sid0618 = $sid{'2025-06-18'};
 }
 
 ###############################################################################
+# keep-alive connections, chunked and slowly arriving bodies
+
+{
+    my $req = sub {
+        my ($body, %h) = @_;
+        return { method => 'POST', path => '/mcp', body => $body,
+                 headers => $t->mcp_headers(session => $sid, %h) };
+    };
+    my $pj = sub { json_encode({ jsonrpc => '2.0', id => $_[0], method => 'ping' }) };
+
+    my @r = $t->http_keepalive(map { $req->($pj->($_)) } 1 .. 5);
+    is(scalar(grep { $_->{status} == 200 && ref $_->{json}{result} eq 'HASH' } @r), 5,
+       'five pings on one keep-alive connection');
+    ok(!grep({ $_->{closed} } @r[0 .. 3]), 'the connection stayed open');
+
+    @r = $t->http_keepalive(
+        $req->($pj->(1), accept => 'text/html'),
+        $req->('{bad json'),
+        $req->($pj->(3), version => 'garbage'),
+        $req->(json_encode({ jsonrpc => '2.0', method => 'notifications/initialized' })),
+        $req->(json_encode($t->request_msg('tools/list'))),
+        $req->($pj->(6)),
+    );
+    is(join(',', map { $_->{status} } @r), '406,400,400,202,200,200',
+       'errors, a 202 and results in turn on one keep-alive connection');
+
+    @r = $t->http_keepalive(
+        $req->($pj->(1), token => undef),
+        $req->($pj->(2)),
+    );
+    is(join(',', map { $_->{status} } @r), '401,200', 'a 401 then a ping on one connection');
+
+    # chunked request body
+    my $body = $pj->(77);
+    my $chunked = sprintf("%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n",
+        10, substr($body, 0, 10), length($body) - 10, substr($body, 10));
+    my $r = $t->http(method => 'POST', path => '/mcp', body => $chunked,
+        headers => [ @{ $t->mcp_headers(session => $sid) },
+                     'Transfer-Encoding' => 'chunked' ]);
+    _decode($r);
+    ping_ok($r, 'chunked request body');
+    is($r->{json}{id}, 77, '... id 77');
+
+    # a body arriving in three pieces
+    my $tl = json_encode($t->request_msg('tools/list', {}, 'slow'));
+    my $n = int(length($tl) / 3);
+    $r = $t->http(method => 'POST', path => '/mcp',
+        headers => $t->mcp_headers(session => $sid),
+        body_parts => [ substr($tl, 0, $n), substr($tl, $n, $n), substr($tl, 2 * $n) ],
+        part_delay => 0.3);
+    _decode($r);
+    is($r->{status}, 200, 'a body sent in three delayed pieces');
+    is(scalar @{ $r->{json}{result}{tools} || [] }, 6, '... is read whole');
+
+    # a big body (in a temp file past client_body_buffer_size) in pieces
+    my $big = json_encode({ jsonrpc => '2.0', id => 'big', method => 'ping',
+                            params => { pad => 'y' x 300_000 } });
+    $r = $t->http(method => 'POST', path => '/mcp',
+        headers => $t->mcp_headers(session => $sid),
+        body_parts => [ substr($big, 0, 100_000), substr($big, 100_000) ],
+        part_delay => 0.2);
+    _decode($r);
+    ping_ok($r, 'a 300 KB body in two delayed pieces');
+}
+
+sub _decode {
+    my ($r) = @_;
+    $r->{json} = length $r->{body} ? json_decode($r->{body}) : undef;
+}
+
+###############################################################################
 # malformed JSON and invalid JSON-RPC messages
 
 {
@@ -494,6 +565,31 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     is($r->{status}, 200, 'deleted on instance 2');
     $r = $t->mcp_post($ping, session => $s5);
     is($r->{status}, 404, 'gone on instance 1');
+}
+
+###############################################################################
+# sandbox_mcp_redis unix:/path and sandbox_mcp_redis_prefix
+
+{
+    my $port3 = $t->start_nginx(name => 'unixpfx', workers => 1, listen => '',
+        redis_addr => 'unix:' . $t->redis_socket,
+        http => 'sandbox_mcp_redis_prefix other:;', server => '');
+    my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
+    my ($s6, $r) = $t->initialize(port => $port3);
+    like($s6 // '', qr/^[0-9a-f]{64}$/, 'session over a unix-socket Redis')
+        or diag($r->{body});
+    $s6 //= 'none';
+    is($t->redis('EXISTS', "other:mcp:$s6"), 1, 'stored under sandbox_mcp_redis_prefix other:');
+    is($t->redis('EXISTS', "${P}mcp:$s6"), 0, 'not under smcp:');
+    ping_ok($t->mcp_post($ping, session => $s6, port => $port3), 'ping on the prefixed instance');
+    $r = $t->mcp_post($ping, session => $sid, port => $port3);
+    is($r->{status}, 404, 'a smcp: session is unknown under other:');
+    my ($res) = $t->call_tool($s6, 'opencode_run_task', { task => 'prefixed' }, port => $port3);
+    my $run = (SMCP::Test::sc($res) || {})->{runId} // 'none';
+    is($t->redis('EXISTS', "other:run:$run"), 1, 'run hash under other:');
+    ok($t->redis('XLEN', 'other:queue') >= 1, 'queue under other:');
+    is($t->redis('EXISTS', "${P}run:$run"), 0, 'nothing under smcp:');
+    $t->stop_nginx('unixpfx');
 }
 
 ###############################################################################

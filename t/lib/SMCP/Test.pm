@@ -27,22 +27,20 @@ use warnings;
 
 use Cwd qw(abs_path);
 use Digest::SHA qw(hmac_sha256 hmac_sha512);
-use Errno qw(EAGAIN EINTR EWOULDBLOCK ECONNREFUSED);
+use Errno qw(EAGAIN EINTR);
 use Exporter qw(import);
 use File::Basename qw(dirname);
 use File::Path qw(make_path remove_tree);
-use File::Spec;
 use File::Temp qw(tempdir);
 use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64 decode_base64);
 use POSIX qw(:sys_wait_h setsid);
-use Socket qw(SOL_SOCKET SO_REUSEADDR);
 use Test::More ();
 use Time::HiRes qw(time sleep);
 
-our @EXPORT_OK = qw(json_encode json_decode b64url b64url_decode
+our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decode
                     repo_root module_path static_nginx_path is_ci
                     wait_until now_ms);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
@@ -68,6 +66,15 @@ sub json_decode {
     my ($s) = @_;
     my $v = eval { $JSON->decode($s) };
     return $v;
+}
+
+# decode JSON held in a character string (e.g. a text content block)
+sub json_decode_text {
+    my ($s) = @_;
+    return undef unless defined $s;
+    my $b = $s;
+    utf8::encode($b);
+    return json_decode($b);
 }
 
 sub now_ms { return int(time() * 1000) }
@@ -112,10 +119,15 @@ sub wait_until {
 #   http       => '...'   extra directives inside `http`
 #   main       => '...'   extra directives at the top level
 #   redis_timeout => '3s'
+#   redis_addr => 'unix:/path' value of sandbox_mcp_redis (default 127.0.0.1:port;
+#                         the test redis also listens on $t->redis_socket)
+#   secret_conf => '...'  the secret directive (default
+#                         'sandbox_mcp_secret_file %%SECRET_FILE%%;')
 #   listen     => '...'   extra parameters of the listen directive (reuseport)
 #   conf       => '...'   a complete nginx.conf template (placeholders:
 #                         %%LOAD_MODULE%% %%USER%% %%WORKERS%% %%DIR%% %%MAIN%%
 #                         %%EVENTS%% %%REDIS_PORT%% %%REDIS_TIMEOUT%%
+#                         %%REDIS_ADDR%% %%REDIS_SOCKET%% %%SECRET_CONF%%
 #                         %%SECRET_FILE%% %%HTTP%% %%SERVER%% %%LOCATION%%
 #                         %%PORT%% %%LISTEN%% %%MODULE_PATH%% %%REPO%%)
 #   redis_appendonly => 1 persist across restarts (appendonly yes)
@@ -180,6 +192,13 @@ sub new {
     $self->{redis_port} = $self->free_port;
     $self->{port} = $self->free_port;
     $self->{owner_pid} = $$;
+
+    # a killed test file still stops its daemons (END runs on exit)
+    $SIG{PIPE} = 'IGNORE';
+    for my $sig (qw(INT TERM HUP)) {
+        $SIG{$sig} = sub { print STDERR "# caught SIG$sig, cleaning up\n"; exit 1 }
+            unless ref $SIG{$sig};
+    }
 
     push @INSTANCES, $self;
     return $self;
@@ -313,6 +332,8 @@ save ""
 appendonly $aof
 appendfsync always
 databases 1
+unixsocket $rdir/redis.sock
+unixsocketperm 777
 EOF
     my $pid = $self->_spawn('redis-server', "$rdir/stdout.log",
                             $self->{redis_bin}, $conf);
@@ -347,6 +368,9 @@ sub stop_redis {
 # SIGSTOP / SIGCONT the redis-server (a Redis that accepts but never answers)
 sub pause_redis { my ($self) = @_; kill 'STOP', $self->{redis_pid} if $self->{redis_pid} }
 sub resume_redis { my ($self) = @_; kill 'CONT', $self->{redis_pid} if $self->{redis_pid} }
+
+# the unix socket redis-server also listens on
+sub redis_socket { return "$_[0]{dir}/redis/redis.sock" }
 
 sub redis_running { return $_[0]{redis_pid} && _alive($_[0]{redis_pid}) }
 
@@ -443,9 +467,9 @@ http {
     uwsgi_temp_path %%DIR%%/uwsgi_temp;
     scgi_temp_path %%DIR%%/scgi_temp;
 
-    sandbox_mcp_redis 127.0.0.1:%%REDIS_PORT%%;
+    sandbox_mcp_redis %%REDIS_ADDR%%;
     sandbox_mcp_redis_timeout %%REDIS_TIMEOUT%%;
-    sandbox_mcp_secret_file %%SECRET_FILE%%;
+    %%SECRET_CONF%%
     %%HTTP%%
 
     server {
@@ -482,6 +506,11 @@ sub render_conf {
         EVENTS        => ($o{poll} // $self->{poll}) ? 'use poll;' : '',
         REDIS_PORT    => $self->{redis_port},
         REDIS_TIMEOUT => $o{redis_timeout} // $self->{redis_timeout},
+        REDIS_ADDR    => $o{redis_addr} // $self->{redis_addr}
+                         // "127.0.0.1:$self->{redis_port}",
+        REDIS_SOCKET  => $self->redis_socket,
+        SECRET_CONF   => $o{secret_conf} // $self->{secret_conf}
+                         // 'sandbox_mcp_secret_file %%SECRET_FILE%%;',
         SECRET_FILE   => $self->{secret_file},
         HTTP          => $o{http} // $self->{http} // '',
         SERVER        => $o{server} // $self->{server} // '',
@@ -492,7 +521,7 @@ sub render_conf {
         REPO          => repo_root(),
     );
     # two passes: the extra snippets may use placeholders too (%%DIR%%)
-    for (1, 2) {
+    for (1 .. 3) {
         $tpl =~ s/%%(\w+)%%/exists $sub{$1} ? $sub{$1} : die "unknown placeholder %%$1%%"/ge;
     }
     return $tpl;
@@ -746,7 +775,8 @@ sub decode_jwt {
 #              body, elapsed, raw}  (status 0 + error on connection failure)
 #   method => 'POST', path => '/mcp', headers => [name => value, ...] or {},
 #   body => string, port => P (default main instance), host => Host value
-#   (default 127.0.0.1:PORT; undef omits), timeout => seconds (default 30)
+#   (default 127.0.0.1:PORT; undef omits), timeout => seconds (default 30),
+#   body_parts => [..] (sent one by one, part_delay seconds apart, default 0.3)
 sub http {
     my ($self, %o) = @_;
     my $p = $self->http_start(%o);
@@ -776,30 +806,72 @@ sub http_start {
     if (defined $body && !$seen{'content-length'} && !$seen{'transfer-encoding'}) {
         $req .= "Content-Length: " . length($body) . "\r\n";
     }
+    my @parts = @{ $o{body_parts} || [] };
+    if (@parts && !$seen{'content-length'} && !$seen{'transfer-encoding'}) {
+        my $len = 0;
+        $len += length $_ for @parts;
+        $req .= "Content-Length: $len\r\n";
+    }
     $req .= "Connection: close\r\n" unless $seen{connection};
     $req .= "\r\n";
     $req .= $body if defined $body;
+    $req .= shift @parts if @parts;
 
     Test::More::diag(">>> $req") if $ENV{SMCP_TEST_VERBOSE};
 
     my $t0 = time();
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-                                  Proto => 'tcp', Timeout => 5);
+    my $s = $o{sock} // IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                              PeerPort => $port,
+                                              Proto => 'tcp', Timeout => 5);
     return { error => "connect: $!", t0 => $t0 } unless $s;
     binmode $s;
     $s->autoflush(1);
+    _write_all($s, $req);
+    for my $part (@parts) {
+        sleep($o{part_delay} // 0.3);
+        _write_all($s, $part);
+    }
+    return { sock => $s, t0 => $t0, method => $method, keep => $o{keep} };
+}
+
+sub _write_all {
+    my ($s, $data) = @_;
     my $off = 0;
     my $sel = IO::Select->new($s);
-    while ($off < length $req) {
+    while ($off < length $data) {
         last unless $sel->can_write(10);
-        my $n = syswrite($s, $req, 65536, $off);
+        my $n = syswrite($s, $data, 65536, $off);
         if (!defined $n) {
             next if $! == EINTR || $! == EAGAIN;
-            last;    # server may close early (413): still read the answer
+            return 0;    # server may close early (413): still read the answer
         }
         $off += $n;
     }
-    return { sock => $s, t0 => $t0, method => $method };
+    return 1;
+}
+
+# keep-alive: several requests on one connection, one after the other.
+# http_keepalive([ {http() options}, ... ]) -> list of responses
+sub http_keepalive {
+    my ($self, @reqs) = @_;
+    my $port = $reqs[0]{port} // $self->{port};
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Proto => 'tcp', Timeout => 5)
+        or return map { { status => 0, error => "connect: $!", headers => {},
+                          body => '' } } @reqs;
+    my @res;
+    for my $i (0 .. $#reqs) {
+        my %o = %{ $reqs[$i] };
+        my @h = @{ $o{headers} || [] };
+        push @h, Connection => ($i == $#reqs ? 'close' : 'keep-alive');
+        my $p = $self->http_start(%o, headers => \@h, sock => $s, keep => 1);
+        my $r = $self->http_finish($p, $o{timeout});
+        _decode_body($r);
+        push @res, $r;
+        last if $r->{status} == 0 || $r->{closed};
+    }
+    close $s;
+    return @res;
 }
 
 # read the full response (until close, or complete by Content-Length)
@@ -823,13 +895,14 @@ sub http_finish {
             next if $! == EINTR || $! == EAGAIN;
             last;
         }
-        last if $n == 0;
+        if ($n == 0) { $p->{closed} = 1; last }
     }
-    close $s;
+    close $s unless $p->{keep};
     my $elapsed = time() - $p->{t0};
     my $r = _parse_response($buf);
     $r->{elapsed} = $elapsed;
     $r->{timed_out} = $timed_out;
+    $r->{closed} = $p->{closed};
     $r->{raw} = $buf;
     Test::More::diag("<<< ($elapsed s) $buf") if $ENV{SMCP_TEST_VERBOSE};
     return $r;
