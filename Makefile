@@ -75,7 +75,7 @@ down:
 token: $(TOKEN_BIN)
 	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds]}" \
 	    $${TTL:+--ttl $$TTL} \
-	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $(BUILD)/stack/secret)
+	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)
 
 clean:
 	rm -rf $(BUILD)
