@@ -74,7 +74,8 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create = {
     "redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])\n"
     "redis.call('HSET', KEYS[4], 'last_run', ARGV[1])\n"
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',\n"
-    "  'type', 'lifecycle', 'data', '{\"status\":\"started\"}', 'ts', ARGV[5])\n"
+    "  'type', 'lifecycle', 'data', '{\"status\":\"started\"}',\n"
+    "  'ts', ARGV[5])\n"
     "redis.call('XADD', KEYS[6], '*', 'run', ARGV[1])\n"
     "redis.call('PUBLISH', KEYS[7], 'started')\n"
     "return 1\n",

@@ -480,8 +480,8 @@ ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
 
     ngx_http_sandbox_mcp_call_result(call,
                           json_pack("{s:[{s:s, s:s}], s:b}",
-                                    "content", "type", "text", "text", (char *) msg,
-                                    "isError", 1));
+                                    "content", "type", "text",
+                                    "text", (char *) msg, "isError", 1));
     ngx_http_sandbox_mcp_call_done(call);
 }
 
@@ -492,6 +492,85 @@ ngx_http_sandbox_mcp_tool_unavailable(ngx_http_sandbox_mcp_call_t *call)
     ngx_http_sandbox_mcp_call_unavailable(call);
     ngx_http_sandbox_mcp_call_done(call);
 }
+
+
+typedef struct {
+    const char                  *fmt;       /* SMCP_KEY_* / SMCP_CHAN_* */
+    ngx_str_t                   *arg;       /* NULL: the format has none */
+} ngx_http_sandbox_mcp_key_t;
+
+
+/*
+ * Sends a script for a call: KEYS from key formats, then ARGV.  When Redis
+ * is away the call is answered "unavailable" at once.
+ */
+static void
+ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_script_t *script,
+    ngx_http_sandbox_mcp_redis_handler_pt handler,
+    ngx_http_sandbox_mcp_key_t *keys, ngx_uint_t nkeys, ngx_str_t *args,
+    ngx_uint_t nargs)
+{
+    ngx_uint_t   i;
+    ngx_str_t    key;
+    const char  *argv[24];
+    size_t       argl[24];
+
+    for (i = 0; i < nkeys; i++) {
+        if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &key,
+                                           keys[i].fmt, keys[i].arg)
+            != NGX_OK)
+        {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+
+        argv[i] = (char *) key.data;
+        argl[i] = key.len;
+    }
+
+    for (i = 0; i < nargs; i++) {
+        argv[nkeys + i] = args[i].len ? (char *) args[i].data : "";
+        argl[nkeys + i] = args[i].len;
+    }
+
+    call->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, call,
+                                                  (int) nkeys,
+                                                  (int) (nkeys + nargs),
+                                                  argv, argl);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* a number as a script argument */
+static ngx_str_t
+ngx_http_sandbox_mcp_number(ngx_pool_t *pool, int64_t n)
+{
+    ngx_str_t  s;
+
+    s.data = ngx_pnalloc(pool, NGX_INT64_LEN);
+    s.len = s.data ? (size_t) (ngx_sprintf(s.data, "%L", n) - s.data) : 0;
+
+    return s;
+}
+
+
+static int64_t
+ngx_http_sandbox_mcp_now_ms(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+static ngx_str_t  ngx_http_sandbox_mcp_events_maxlen =
+    ngx_string(SMCP_EVENTS_MAXLEN);
 
 
 /* a reply that is an error, or none at all (connection lost) */
@@ -1015,14 +1094,11 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     json_int_t                        timeout;
     ngx_int_t                         rc;
     ngx_str_t                         task, repo, branch, session, model;
-    ngx_str_t                         title, keys[7];
+    ngx_str_t                         title, args[13];
     ngx_pool_t                       *pool;
     ngx_http_request_t               *r;
+    ngx_http_sandbox_mcp_key_t        keys[7];
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
-    const char                       *argv[20];
-    size_t                            argl[20];
-    u_char                            now[NGX_INT64_LEN];
-    u_char                            tmo[NGX_INT64_LEN];
     char                              run_id[SMCP_ID_LEN + 1];
     char                              ses_id[SMCP_ID_LEN + 1];
     u_char                            tbuf[128];
@@ -1168,66 +1244,45 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     /* call->path holds the session id for the reply */
     call->path.len = SMCP_ID_LEN;
 
-    if (ngx_http_sandbox_mcp_redis_key(pool, &keys[0], SMCP_KEY_RUN,
-                                       &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[1], SMCP_KEY_RUN_EVENTS,
-                                          &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[2],
-                                          SMCP_KEY_TENANT_RUNS,
-                                          &call->ctx->tenant) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[3], SMCP_KEY_SESSION,
-                                          &call->path) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[4],
-                                          SMCP_KEY_SESSION_RUNS,
-                                          &call->path) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[5], SMCP_KEY_QUEUE,
-                                          NULL) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[6], SMCP_CHAN_RUN,
-                                          &call->run_id) != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
+    keys[0].fmt = SMCP_KEY_RUN;
+    keys[0].arg = &call->run_id;
+    keys[1].fmt = SMCP_KEY_RUN_EVENTS;
+    keys[1].arg = &call->run_id;
+    keys[2].fmt = SMCP_KEY_TENANT_RUNS;
+    keys[2].arg = &call->ctx->tenant;
+    keys[3].fmt = SMCP_KEY_SESSION;
+    keys[3].arg = &call->path;
+    keys[4].fmt = SMCP_KEY_SESSION_RUNS;
+    keys[4].arg = &call->path;
+    keys[5].fmt = SMCP_KEY_QUEUE;
+    keys[5].arg = NULL;
+    keys[6].fmt = SMCP_CHAN_RUN;
+    keys[6].arg = &call->run_id;
+
+    args[0] = call->run_id;
+    args[1] = call->ctx->tenant;
+    args[2] = call->path;
+    ngx_str_set(&args[3], "1");
+    if (session.len) {
+        ngx_str_set(&args[3], "0");
     }
-
-    for (i = 0; i < 7; i++) {
-        argv[i] = (char *) keys[i].data;
-        argl[i] = keys[i].len;
+    args[4] = ngx_http_sandbox_mcp_number(pool, ngx_http_sandbox_mcp_now_ms());
+    args[5] = task;
+    args[6] = repo;
+    args[7] = branch;
+    args[8] = model;
+    args[9] = title;
+    ngx_str_set(&args[10], "0");
+    if (json_is_true(v)) {
+        ngx_str_set(&args[10], "1");
     }
+    args[11] = ngx_http_sandbox_mcp_number(pool, timeout);
+    args[12] = ngx_http_sandbox_mcp_events_maxlen;
 
-#define NGX_HTTP_SANDBOX_MCP_ARG(i, s)                                        \
-    argv[i] = (char *) (s).data; argl[i] = (s).len
-
-    NGX_HTTP_SANDBOX_MCP_ARG(7, call->run_id);
-    NGX_HTTP_SANDBOX_MCP_ARG(8, call->ctx->tenant);
-    NGX_HTTP_SANDBOX_MCP_ARG(9, call->path);
-    argv[10] = session.len ? "0" : "1";
-    argl[10] = 1;
-    argv[11] = (char *) now;
-    argl[11] = ngx_sprintf(now, "%L", (int64_t) ngx_time() * 1000
-                                      + (int64_t) ngx_timeofday()->msec)
-               - now;
-    NGX_HTTP_SANDBOX_MCP_ARG(12, task);
-    NGX_HTTP_SANDBOX_MCP_ARG(13, repo);
-    NGX_HTTP_SANDBOX_MCP_ARG(14, branch);
-    NGX_HTTP_SANDBOX_MCP_ARG(15, model);
-    NGX_HTTP_SANDBOX_MCP_ARG(16, title);
-    argv[17] = json_is_true(v) ? "1" : "0";
-    argl[17] = 1;
-    argv[18] = (char *) tmo;
-    argl[18] = ngx_sprintf(tmo, "%L", (int64_t) timeout) - tmo;
-    argv[19] = SMCP_EVENTS_MAXLEN;
-    argl[19] = sizeof(SMCP_EVENTS_MAXLEN) - 1;
-
-#undef NGX_HTTP_SANDBOX_MCP_ARG
-
-    call->cmd = ngx_http_sandbox_mcp_redis_script(
-                    &ngx_http_sandbox_mcp_script_run_create,
-                    ngx_http_sandbox_mcp_run_created, call, 7, 20,
-                    argv, argl);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_create,
+                                     ngx_http_sandbox_mcp_run_created,
+                                     keys, 7, args, 13);
 }
 
 
@@ -1688,12 +1743,9 @@ ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_uint_t   i;
-    ngx_str_t    keys[4];
-    ngx_pool_t  *pool;
-    const char  *argv[8];
-    size_t       argl[8];
-    u_char       now[NGX_INT64_LEN];
+    ngx_str_t                    args[4];
+    ngx_pool_t                  *pool;
+    ngx_http_sandbox_mcp_key_t   keys[4];
 
     pool = call->ctx->request->pool;
 
@@ -1701,43 +1753,24 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    if (ngx_http_sandbox_mcp_redis_key(pool, &keys[0], SMCP_KEY_RUN,
-                                       &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[1], SMCP_KEY_RUN_EVENTS,
-                                          &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[2], SMCP_CHAN_RUN,
-                                          &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &keys[3], SMCP_CHAN_CANCEL,
-                                          NULL) != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
+    keys[0].fmt = SMCP_KEY_RUN;
+    keys[0].arg = &call->run_id;
+    keys[1].fmt = SMCP_KEY_RUN_EVENTS;
+    keys[1].arg = &call->run_id;
+    keys[2].fmt = SMCP_CHAN_RUN;
+    keys[2].arg = &call->run_id;
+    keys[3].fmt = SMCP_CHAN_CANCEL;
+    keys[3].arg = NULL;
 
-    for (i = 0; i < 4; i++) {
-        argv[i] = (char *) keys[i].data;
-        argl[i] = keys[i].len;
-    }
+    args[0] = call->ctx->tenant;
+    args[1] = ngx_http_sandbox_mcp_number(pool, ngx_http_sandbox_mcp_now_ms());
+    args[2] = call->run_id;
+    args[3] = ngx_http_sandbox_mcp_events_maxlen;
 
-    argv[4] = (char *) call->ctx->tenant.data;
-    argl[4] = call->ctx->tenant.len;
-    argv[5] = (char *) now;
-    argl[5] = ngx_sprintf(now, "%L", (int64_t) ngx_time() * 1000
-                                     + (int64_t) ngx_timeofday()->msec)
-              - now;
-    argv[6] = (char *) call->run_id.data;
-    argl[6] = call->run_id.len;
-    argv[7] = SMCP_EVENTS_MAXLEN;
-    argl[7] = sizeof(SMCP_EVENTS_MAXLEN) - 1;
-
-    call->cmd = ngx_http_sandbox_mcp_redis_script(
-                    &ngx_http_sandbox_mcp_script_run_cancel,
-                    ngx_http_sandbox_mcp_cancel_reply, call, 4, 8,
-                    argv, argl);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_cancel,
+                                     ngx_http_sandbox_mcp_cancel_reply,
+                                     keys, 4, args, 4);
 }
 
 
@@ -1817,12 +1850,11 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
     u_char       *colon;
     json_int_t    limit;
     ngx_int_t     rc;
-    ngx_str_t     session, status, zkey, skey, prefix, cid, cscore;
-    ngx_pool_t   *pool;
-    json_t       *cursor;
-    const char   *argv[9];
-    size_t        argl[9];
-    u_char        lim[NGX_INT64_LEN], buf[128];
+    ngx_str_t                    session, status, cid, cscore, args[7];
+    ngx_pool_t                  *pool;
+    json_t                      *cursor;
+    ngx_http_sandbox_mcp_key_t   keys[2];
+    u_char                       buf[128];
 
     pool = call->ctx->request->pool;
 
@@ -1903,53 +1935,36 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
     }
 
     if (session.len) {
-        rc = ngx_http_sandbox_mcp_redis_key(pool, &zkey,
-                                            SMCP_KEY_SESSION_RUNS, &session);
-        if (rc == NGX_OK) {
-            rc = ngx_http_sandbox_mcp_redis_key(pool, &skey,
-                                                SMCP_KEY_SESSION, &session);
-        }
+        keys[0].fmt = SMCP_KEY_SESSION_RUNS;
+        keys[0].arg = &session;
+        keys[1].fmt = SMCP_KEY_SESSION;
+        keys[1].arg = &session;
 
     } else {
-        rc = ngx_http_sandbox_mcp_redis_key(pool, &zkey, SMCP_KEY_TENANT_RUNS,
-                                            &call->ctx->tenant);
-        ngx_str_set(&skey, "");
+        keys[0].fmt = SMCP_KEY_TENANT_RUNS;
+        keys[0].arg = &call->ctx->tenant;
+        keys[1].fmt = "";               /* no session to check */
+        keys[1].arg = NULL;
     }
 
-    if (rc != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &prefix, "%srun:", NULL)
-           != NGX_OK)
+    if (ngx_http_sandbox_mcp_redis_key(pool, &args[5], "%srun:", NULL)
+        != NGX_OK)
     {
         ngx_http_sandbox_mcp_tool_unavailable(call);
         return;
     }
 
-    argv[0] = (char *) zkey.data;
-    argl[0] = zkey.len;
-    argv[1] = (char *) skey.data;
-    argl[1] = skey.len;
-    argv[2] = (char *) call->ctx->tenant.data;
-    argl[2] = call->ctx->tenant.len;
-    argv[3] = (char *) lim;
-    argl[3] = ngx_sprintf(lim, "%L", (int64_t) limit) - lim;
-    argv[4] = cid.len ? (char *) cid.data : "";
-    argl[4] = cid.len;
-    argv[5] = cscore.len ? (char *) cscore.data : "";
-    argl[5] = cscore.len;
-    argv[6] = status.len ? (char *) status.data : "";
-    argl[6] = status.len;
-    argv[7] = (char *) prefix.data;
-    argl[7] = prefix.len;
-    argv[8] = NGX_HTTP_SANDBOX_MCP_LIST_BUDGET;
-    argl[8] = sizeof(NGX_HTTP_SANDBOX_MCP_LIST_BUDGET) - 1;
+    args[0] = call->ctx->tenant;
+    args[1] = ngx_http_sandbox_mcp_number(pool, limit);
+    args[2] = cid;
+    args[3] = cscore;
+    args[4] = status;
+    ngx_str_set(&args[6], NGX_HTTP_SANDBOX_MCP_LIST_BUDGET);
 
-    call->cmd = ngx_http_sandbox_mcp_redis_script(
-                    &ngx_http_sandbox_mcp_script_run_list,
-                    ngx_http_sandbox_mcp_list_reply, call, 2, 9, argv, argl);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_list,
+                                     ngx_http_sandbox_mcp_list_reply,
+                                     keys, 2, args, 7);
 }
 
 
@@ -2091,14 +2106,13 @@ ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
 {
-    size_t        len;
-    off_t         off;
-    ngx_str_t     k0, k1;
-    ngx_pool_t   *pool;
-    json_t       *cursor;
-    const char   *argv[5];
-    size_t        argl[5];
-    u_char        start[NGX_OFF_T_LEN], end[NGX_OFF_T_LEN], buf[64];
+    size_t                       len;
+    off_t                        off;
+    ngx_str_t                    args[3];
+    ngx_pool_t                  *pool;
+    json_t                      *cursor;
+    ngx_http_sandbox_mcp_key_t   keys[2];
+    u_char                       buf[64];
 
     pool = call->ctx->request->pool;
 
@@ -2127,44 +2141,28 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
         call->offset = (size_t) off;
     }
 
-    if (ngx_http_sandbox_mcp_redis_key(pool, &k0, SMCP_KEY_RUN,
-                                       &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &k1, SMCP_KEY_RUN_DIFF,
-                                          &call->run_id) != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
+    keys[0].fmt = SMCP_KEY_RUN;
+    keys[0].arg = &call->run_id;
+    keys[1].fmt = SMCP_KEY_RUN_DIFF;
+    keys[1].arg = &call->run_id;
 
-    argv[0] = (char *) k0.data;
-    argl[0] = k0.len;
-    argv[1] = (char *) k1.data;
-    argl[1] = k1.len;
-    argv[2] = (char *) call->ctx->tenant.data;
-    argl[2] = call->ctx->tenant.len;
+    args[0] = call->ctx->tenant;
 
     if (call->path.len) {
-        argv[3] = "all";
-        argl[3] = 3;
-        argv[4] = "";
-        argl[4] = 0;
+        /* the file's section is cut from the whole diff */
+        ngx_str_set(&args[1], "all");
+        ngx_str_null(&args[2]);
 
     } else {
-        argv[3] = (char *) start;
-        argl[3] = ngx_sprintf(start, "%uz", call->offset) - start;
-        argv[4] = (char *) end;
-        argl[4] = ngx_sprintf(end, "%uz", call->offset
-                                          + NGX_HTTP_SANDBOX_MCP_DIFF_PAGE - 1)
-                  - end;
+        args[1] = ngx_http_sandbox_mcp_number(pool, call->offset);
+        args[2] = ngx_http_sandbox_mcp_number(pool, call->offset
+                                       + NGX_HTTP_SANDBOX_MCP_DIFF_PAGE - 1);
     }
 
-    call->cmd = ngx_http_sandbox_mcp_redis_script(
-                    &ngx_http_sandbox_mcp_script_run_diff,
-                    ngx_http_sandbox_mcp_diff_reply, call, 2, 5, argv, argl);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_diff,
+                                     ngx_http_sandbox_mcp_diff_reply,
+                                     keys, 2, args, 3);
 }
 
 
@@ -2266,14 +2264,12 @@ ngx_http_sandbox_mcp_valid_stream_id(ngx_str_t *id)
 static void
 ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
 {
-    u_char      *p;
-    json_int_t   limit;
-    ngx_int_t    rc;
-    ngx_str_t    k0, k1, start;
-    ngx_pool_t  *pool;
-    const char  *argv[5];
-    size_t       argl[5];
-    u_char       cnt[NGX_INT64_LEN];
+    u_char                      *p;
+    json_int_t                   limit;
+    ngx_int_t                    rc;
+    ngx_str_t                    start, args[3];
+    ngx_pool_t                  *pool;
+    ngx_http_sandbox_mcp_key_t   keys[2];
 
     pool = call->ctx->request->pool;
 
@@ -2320,32 +2316,17 @@ ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
         ngx_str_set(&start, "-");
     }
 
-    if (ngx_http_sandbox_mcp_redis_key(pool, &k0, SMCP_KEY_RUN,
-                                       &call->run_id) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &k1, SMCP_KEY_RUN_EVENTS,
-                                          &call->run_id) != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
+    keys[0].fmt = SMCP_KEY_RUN;
+    keys[0].arg = &call->run_id;
+    keys[1].fmt = SMCP_KEY_RUN_EVENTS;
+    keys[1].arg = &call->run_id;
 
-    argv[0] = (char *) k0.data;
-    argl[0] = k0.len;
-    argv[1] = (char *) k1.data;
-    argl[1] = k1.len;
-    argv[2] = (char *) call->ctx->tenant.data;
-    argl[2] = call->ctx->tenant.len;
-    argv[3] = (char *) start.data;
-    argl[3] = start.len;
-    argv[4] = (char *) cnt;
-    argl[4] = ngx_sprintf(cnt, "%L", (int64_t) limit) - cnt;
+    args[0] = call->ctx->tenant;
+    args[1] = start;
+    args[2] = ngx_http_sandbox_mcp_number(pool, limit);
 
-    call->cmd = ngx_http_sandbox_mcp_redis_script(
-                    &ngx_http_sandbox_mcp_script_run_events,
-                    ngx_http_sandbox_mcp_events_reply, call, 2, 5,
-                    argv, argl);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_events,
+                                     ngx_http_sandbox_mcp_events_reply,
+                                     keys, 2, args, 3);
 }

@@ -681,7 +681,8 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
 
     if (r->method == NGX_HTTP_POST) {
         if (!ngx_http_sandbox_mcp_accepts(r)) {
-            return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE,
+            return ngx_http_sandbox_mcp_send_error(r,
+                               NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE,
                                NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
                                "Not Acceptable: Accept must list both "
                                "application/json and text/event-stream");
