@@ -10,14 +10,22 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 
 
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_create;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_touch;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_delete;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_list;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_cancel;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_diff;
-extern ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_events;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_session_create;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_session_touch;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_session_delete;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_create;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_list;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_cancel;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_diff;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_events;
 
 /* NULL-terminated: loaded on every connect */
 extern ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[];
