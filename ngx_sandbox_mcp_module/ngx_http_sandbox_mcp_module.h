@@ -135,6 +135,8 @@ void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
 void ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call);
 ngx_int_t ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r,
     void *data, json_t *json);
+ngx_int_t ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *json);
 
 /* tools (ngx_http_sandbox_mcp_tools.c) */
 json_t *ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,

@@ -113,7 +113,7 @@ ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r, void *data,
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
     json_t *json)
 {
