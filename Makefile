@@ -20,7 +20,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools deps test static up down token clean
+.PHONY: all module tools deps test static up down token clean docker-ready
 
 all: module tools
 
@@ -62,7 +62,12 @@ $(STATIC_NGX): $(MODULE_SRCS)
 deps:
 	.ci/install-deps
 
-test: deps all static
+# dockerd and the locally built Debian base image (no registry reachable)
+docker-ready:
+	.ci/start-dockerd
+	.ci/build-base-image
+
+test: deps all static docker-ready
 	prove -r t
 
 up: deps all
