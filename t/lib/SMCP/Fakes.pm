@@ -1,0 +1,1922 @@
+package SMCP::Fakes;
+
+# Scripted fake upstreams for the egress-proxy tests, core Perl only.
+#
+# Each fake is a small HTTP/1.1 server forked from the test process, bound
+# to 127.0.0.1:<free port> (bound before the fork: it accepts at once, no
+# readiness wait needed), one forked child per connection (keep-alive,
+# Content-Length and chunked request bodies, Expect: 100-continue;
+# responses use Content-Length, or chunked when streaming; HTTP/1.0 gets
+# close-delimited).  Every request is appended as one JSON line to
+# $f->log_file before its response is sent.  Fakes are stopped by PID
+# ($f->stop, or END for whatever the test left running); a fake whose test
+# process died (even by SIGKILL) exits within 0.25 s by itself.
+#
+#   use lib 't/lib';
+#   use SMCP::Fakes qw(parse_sse);
+#
+# START FUNCTIONS (each returns an object; dies if it cannot listen)
+#   SMCP::Fakes::start_anthropic(%o)   POST /v1/messages (+ /count_tokens)
+#   SMCP::Fakes::start_openai(%o)      POST /v1/chat/completions (and
+#                                      /chat/completions), GET /v1/models
+#   SMCP::Fakes::start_github(%o)      git smart HTTP + REST on one port
+#   SMCP::Fakes::start_github_git(%o)  git smart HTTP only
+#   SMCP::Fakes::start_github_api(%o)  REST only
+#   All answer GET/HEAD / with 200 "ok" (readiness).
+#
+# COMMON OPTIONS
+#   addr => '127.0.0.1'   listen address (e.g. a docker bridge gateway)
+#   port => 0             fixed port (default: a free one from the kernel)
+#   dir  => path          state dir (default: a temp dir removed at END,
+#                         kept with SMCP_TEST_KEEP=1)
+#   idle_timeout => 30    seconds a keep-alive connection may idle
+#
+# COMMON METHODS
+#   ->pid ->port ->addr ->host ("addr:port") ->url ("http://addr:port")
+#   ->dir ->log_file ->kind ->running ->stop (TERM, 5 s, KILL; idempotent)
+#   ->requests(path => '/x' | qr/../, method => 'POST')
+#       list (array ref in scalar context) of logged requests, oldest first:
+#       { time (received, epoch float), logged, pid, conn (connection
+#         number), seq (request number on that connection), peer, method,
+#         target, path, query (undef if none), version ('1.1'),
+#         headers => {lc name => value, repeats joined ", "},
+#         header_list => [[name, value], ...] (as sent),
+#         body_length, chunked (0|1), body (JSON/text bodies, characters),
+#         json (decoded JSON body), status (the response status; 0 = the
+#         connection was hung/closed without one), + per fake:
+#         model fakes: turn (0-based script index, undef without a script),
+#           model, stream (0|1), error (type), hang;
+#         github: repo ('owner/repo'), service (git-upload-pack|...),
+#           auth ('ok'|'bad'|'missing'), number (created PR) }
+#   ->last_request(%filter)
+#   ->wait_requests($n, %filter, timeout => 10)  true once >= $n logged
+#   ->clear_requests                             truncates the log
+#
+# MODEL FAKES (anthropic, openai)
+#   key => 'test-anthropic-key' | 'test-openai-key'   the accepted key
+#       (anthropic: header x-api-key; openai: Authorization: Bearer KEY);
+#       key => undef accepts any.  A wrong/missing key gets 401 with the
+#       provider's error JSON and consumes no turn:
+#       anthropic {"type":"error","error":{"type":"authentication_error",
+#                  "message":"invalid x-api-key"}}
+#       openai {"error":{"message":"Incorrect API key provided: ...",
+#               "type":"invalid_request_error","param":null,
+#               "code":"invalid_api_key"}}  (code null when missing)
+#   chunk_delay => 0   seconds between streamed events (not before the
+#                      first; response headers go out at once)
+#   script => [turns]  consumed in order, one per accepted generation
+#                      request, shared across connections; the last repeats
+#   scripts => { model_name => [turns] }  a separate script (and counter)
+#                      for requests naming that model (e.g. OpenCode's
+#                      small_model title requests); others use `script`
+#   text => '...'      the answer when there is no script
+#   deltas => 3        text/JSON deltas per content block
+#   input_tokens => 12 usage input tokens
+#   ping => 1          (anthropic) a ping event after the first block start
+#   strict => 1        (anthropic) 400 unless model/max_tokens/messages
+#   require_version => 1  (anthropic) 400 without anthropic-version
+#   models => [ids]    (openai) GET /v1/models list
+#   always_usage => 1  (openai) usage chunk even without
+#                      stream_options.include_usage
+#   A TURN is a hash (a plain string means {text => STRING}, a code ref is
+#   called as ->($request_json, $raw_request, $index) and returns a turn):
+#     text => 'chars'                 a text block (character string)
+#     tool_use => {name => 'write', input => {...}, id => optional}
+#                 or [ {...}, {...} ] tool_use blocks / tool_calls after
+#                 the text; stop_reason tool_use / finish_reason tool_calls
+#     error => {status => 429, type => 'rate_limit_error', message => '..',
+#               headers => {'retry-after-ms' => 0}, code => (openai),
+#               in_stream => 1 (anthropic: 200 stream, message_start then
+#               an `error` event)}   status defaults from the type
+#     hang => seconds   alone: log (status 0), sleep, close without a
+#                       response; with text/tool_use/error: delay then answer
+#     delay => seconds  this turn's chunk_delay
+#     chunks => [..]    explicit text deltas
+#     abort_after => N  stream: close the connection after N events
+#     usage => {input_tokens, output_tokens}   stop_reason => '...'
+#     headers => {...}  extra response headers
+#   Streams: anthropic event: message_start, content_block_start,
+#   content_block_delta (text_delta | input_json_delta, the first one
+#   empty) x N, content_block_stop (per block), message_delta
+#   (stop_reason, usage), message_stop; openai data: chat.completion.chunk
+#   (role, content deltas, tool_calls deltas, finish_reason, usage chunk if
+#   stream_options.include_usage) then data: [DONE].
+#   Methods: ->key ->base_url (url . '/v1', for OpenCode's baseURL)
+#     ->set_script(\@turns) / ->set_script(\@turns, model => 'm')
+#       replace a script at run time (JSON-able turns only) and reset the
+#       counters; ->set_script(undef) back to the start() script
+#     ->reset_turns  restart every script from its first turn
+#
+# GITHUB
+#   token => 'test-github-token'  (git_token / api_token override per side)
+#   user => 'x-access-token'      the Basic user git must send (undef: any)
+#   root => dir                   bare repositories as root/owner/repo.git
+#                                 (default dir/repos)
+#   git => $github_git_fake       (REST) share that fake's root
+#   repos => ['o/r'] | {'o/r' => {default_branch => 'dev', private => 1}}
+#                                 (REST) repositories known without a bare
+#                                 repo; bare repos under root are known too
+#   anonymous_read => 1           clone/fetch without credentials
+#   login => 'smcp-bot'  web_base => 'https://github.com'
+#   api_base => 'https://api.github.com'  clone_base => web_base
+#   default_branch => 'main'
+#   git: /<owner>/<repo>.git/(info/refs|git-upload-pack|git-receive-pack)
+#     (the .git suffix may be left out) run through the real
+#     `git http-backend` (GIT_PROJECT_ROOT, GIT_HTTP_EXPORT_ALL, REMOTE_USER,
+#     HTTP_GIT_PROTOCOL, ...); needs Authorization: Basic
+#     base64(x-access-token:TOKEN), else 401 + WWW-Authenticate: Basic
+#     realm="GitHub"; unknown repo 404.
+#   REST (Authorization: Bearer TOKEN or token TOKEN, else 401
+#     {"message":"Bad credentials",...}; unknown repo 404 {"message":
+#     "Not Found",...}; /api/v3 prefix accepted):
+#     GET /repos/{o}/{r}          repo JSON (full_name, default_branch,
+#                                 html_url, clone_url, owner, permissions..)
+#     POST /repos/{o}/{r}/pulls   {title, head ('branch'|'owner:branch'),
+#                                 base, body, draft} -> 201 {number, html_url,
+#                                 state "open", head{ref,sha,label},
+#                                 base{..}, ...} + Location; 422 Validation
+#                                 Failed for missing fields, unknown head/base
+#                                 branches (checked when a bare repo exists),
+#                                 no commits between, or a duplicate open PR
+#     GET /repos/{o}/{r}/pulls[?state=open|closed|all&head=o:b&base=b]
+#     GET /repos/{o}/{r}/pulls/{n}   GET /user   GET /rate_limit
+#   Methods (run git in the test process):
+#     ->root ->token ->repo_path('o/r') ->clone_url('o/r')
+#     ->auth_header($token?, $user?)  "Authorization: Basic ..."
+#     ->git_auth_args($token?, $user?)
+#         ('-c', 'http.extraHeader=Authorization: Basic ...')
+#     ->create_repo('o/r', files => {path => content}, branch => 'main',
+#         message => 'Initial commit', empty => 1) -> commit sha; bare repo
+#         with http.receivepack true
+#     ->commit_files('o/r', branch => 'main', files => {path => content|undef
+#         (delete)}, message => .., from => 'main', orphan => 1) -> sha
+#     ->ref_commit('o/r', 'main'|'refs/...') -> sha|undef
+#     ->file_content('o/r', $ref, 'path') -> bytes|undef
+#     ->commit_message('o/r', $ref)  ->files('o/r', $ref)  ->refs('o/r')
+#     ->add_repo('o/r', %attrs)  ->pulls('o/r') -> created PRs
+#
+# parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
+#
+# t/fake/serve.pl runs one fake in the foreground for non-Perl callers.
+
+use strict;
+use warnings;
+
+use Exporter qw(import);
+
+our @EXPORT_OK = qw(start_anthropic start_openai start_github start_github_git
+                    start_github_api parse_sse);
+our %EXPORT_TAGS = (all => \@EXPORT_OK);
+
+our @LIVE;    # fakes started by this process, for END cleanup
+
+sub start_anthropic  { return SMCP::Fakes::Anthropic->_start(@_) }
+sub start_openai     { return SMCP::Fakes::OpenAI->_start(@_) }
+sub start_github     { return SMCP::Fakes::GitHub->_start(kind => 'github', serve_git => 1, serve_api => 1, @_) }
+sub start_github_git { return SMCP::Fakes::GitHub->_start(kind => 'github-git', serve_git => 1, serve_api => 0, @_) }
+sub start_github_api { return SMCP::Fakes::GitHub->_start(kind => 'github-api', serve_git => 0, serve_api => 1, @_) }
+
+# parse_sse($body) -> list of {event => name|undef, data => string,
+# json => decoded data|undef, id => ...}; tolerant of \r\n and \n
+sub parse_sse {
+    my ($body) = @_;
+    my @ev;
+    for my $block (split /\r?\n\r?\n/, $body // '') {
+        my %e;
+        my @data;
+        for my $l (split /\r?\n/, $block) {
+            next if $l =~ /^:/;
+            my ($k, $v) = $l =~ /^([^:]+):? ?(.*)$/ or next;
+            if ($k eq 'data') { push @data, $v }
+            else { $e{$k} = $v }
+        }
+        next unless @data || exists $e{event};
+        $e{data} = join("\n", @data);
+        $e{json} = eval { $SMCP::Fakes::Server::JSON->decode($e{data}) }
+            if length $e{data} && $e{data} ne '[DONE]';
+        push @ev, \%e;
+    }
+    return @ev;
+}
+
+END {
+    my $status = $?;
+    for my $f (@LIVE) {
+        next unless $f->{owner_pid} && $f->{owner_pid} == $$;
+        eval { $f->stop };
+        eval { $f->_remove_dir };
+    }
+    $? = $status;
+}
+
+##############################################################################
+# the HTTP server core
+
+package SMCP::Fakes::Server;
+
+use strict;
+use warnings;
+
+use Digest::SHA qw(sha1_hex);
+use Errno qw(EINTR EAGAIN);
+use Fcntl qw(:flock O_RDWR O_CREAT);
+use File::Path qw(make_path remove_tree);
+use File::Temp qw(tempdir);
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP;
+use POSIX qw(:sys_wait_h);
+use Time::HiRes qw(time sleep);
+
+# output keys in a stable order with the discriminators first, as the real
+# APIs send them ({"type":"message_start","message":{...}})
+my %KEY_RANK = (type => 0, id => 1, object => 2);
+sub _key_order {
+    my ($x, $y) = ($JSON::PP::a, $JSON::PP::b);
+    return ($KEY_RANK{$x} // 9) <=> ($KEY_RANK{$y} // 9) || $x cmp $y;
+}
+our $JSON = JSON::PP->new->allow_nonref(1)->utf8(1)->sort_by(\&_key_order);
+our $JSON_CHARS = JSON::PP->new->canonical(1)->allow_nonref(1);
+
+my %REASON = (
+    100 => 'Continue', 200 => 'OK', 201 => 'Created', 204 => 'No Content',
+    301 => 'Moved Permanently', 302 => 'Found', 304 => 'Not Modified',
+    400 => 'Bad Request', 401 => 'Unauthorized', 403 => 'Forbidden',
+    404 => 'Not Found', 405 => 'Method Not Allowed', 408 => 'Request Timeout',
+    409 => 'Conflict', 413 => 'Payload Too Large', 422 => 'Unprocessable Entity',
+    429 => 'Too Many Requests', 431 => 'Request Header Fields Too Large',
+    500 => 'Internal Server Error', 501 => 'Not Implemented',
+    502 => 'Bad Gateway', 503 => 'Service Unavailable',
+    504 => 'Gateway Timeout', 529 => 'Overloaded',
+);
+
+sub _defaults { return () }
+sub _init { }
+
+sub _start {
+    my ($class, %o) = @_;
+    my $self = bless { $class->_defaults, %o }, $class;
+    $self->{kind} //= lc((split /::/, $class)[-1]);
+    $self->{addr} //= '127.0.0.1';
+    $self->{idle_timeout} //= 30;
+    $self->{keep} = $ENV{SMCP_TEST_KEEP} ? 1 : 0;
+    if ($self->{dir}) {
+        make_path($self->{dir});
+    } else {
+        $self->{dir} = tempdir("smcp-fake-$self->{kind}-XXXXXX", TMPDIR => 1,
+                               CLEANUP => 0);
+        $self->{own_dir} = 1;
+    }
+    $self->{log_file} //= "$self->{dir}/requests.log";
+    open(my $lf, '>>', $self->{log_file}) or die "SMCP::Fakes: $self->{log_file}: $!\n";
+    close $lf;
+    $self->_init;
+
+    my $ls = IO::Socket::INET->new(
+        LocalAddr => $self->{addr}, LocalPort => $self->{port} // 0,
+        Proto => 'tcp', Listen => 128, ReuseAddr => 1,
+    ) or die "SMCP::Fakes: cannot listen on $self->{addr}:"
+             . ($self->{port} // 0) . ": $!\n";
+    $self->{port} = $ls->sockport;
+    $self->{owner_pid} = $$;
+
+    my $pid = fork();
+    die "SMCP::Fakes: fork: $!\n" unless defined $pid;
+    if ($pid == 0) {
+        my $ok = eval { $self->_server_main($ls); 1 };
+        print STDERR "server: $@" unless $ok;
+        POSIX::_exit($ok ? 0 : 1);
+    }
+    close $ls;
+    $self->{pid} = $pid;
+    push @SMCP::Fakes::LIVE, $self;
+    Test::More::diag("fake $self->{kind}: $self->{dir}")
+        if $self->{keep} && $INC{'Test/More.pm'};
+    return $self;
+}
+
+# accessors
+sub pid      { $_[0]{pid} }
+sub port     { $_[0]{port} }
+sub addr     { $_[0]{addr} }
+sub host     { "$_[0]{addr}:$_[0]{port}" }
+sub url      { "http://$_[0]{addr}:$_[0]{port}" }
+sub dir      { $_[0]{dir} }
+sub log_file { $_[0]{log_file} }
+sub kind     { $_[0]{kind} }
+
+sub running {
+    my ($self) = @_;
+    return 0 unless $self->{pid};
+    my $r = waitpid($self->{pid}, WNOHANG);
+    if ($r == $self->{pid} || $r == -1) { delete $self->{pid}; return 0 }
+    return 1;
+}
+
+# stop(): TERM the server (it TERMs its connection children), wait, KILL
+sub stop {
+    my ($self) = @_;
+    return unless $self->{owner_pid} && $self->{owner_pid} == $$;
+    my $pid = delete $self->{pid} or return;
+    kill 'TERM', $pid;
+    my $deadline = time() + 5;
+    while (time() < $deadline) {
+        my $r = waitpid($pid, WNOHANG);
+        return $? if $r == $pid || $r == -1;
+        sleep(0.02);
+    }
+    kill 'KILL', $pid;
+    waitpid($pid, 0);
+    return $?;
+}
+
+sub _remove_dir {
+    my ($self) = @_;
+    return if $self->{keep} || !$self->{own_dir} || !$self->{dir};
+    remove_tree($self->{dir}) if -d $self->{dir};
+}
+
+# requests(%filter) -> list (array ref in scalar context) of logged requests
+#   filter: path => '/v1/messages' | qr/.../, method => 'POST'
+# each: {time, conn, seq, pid, method, target, path, query, version,
+#        headers => {lc name => value}, header_list => [[name, value]...],
+#        body_length, body (JSON/text bodies, as characters), json (decoded
+#        JSON body), status (response status; 0 = none), + per-fake fields}
+sub requests {
+    my ($self, %f) = @_;
+    my @r;
+    if (open(my $fh, '<', $self->{log_file})) {
+        flock($fh, LOCK_SH);
+        while (my $l = <$fh>) {
+            my $e = eval { $JSON->decode($l) } or next;
+            push @r, $e;
+        }
+        close $fh;
+    }
+    @r = grep { _match($_->{path}, $f{path}) } @r if defined $f{path};
+    @r = grep { $_->{method} eq $f{method} } @r if defined $f{method};
+    return wantarray ? @r : \@r;
+}
+
+sub _match {
+    my ($v, $want) = @_;
+    return 0 unless defined $v;
+    return ref $want eq 'Regexp' ? $v =~ $want : $v eq $want;
+}
+
+sub last_request {
+    my ($self, %f) = @_;
+    my @r = $self->requests(%f);
+    return $r[-1];
+}
+
+# wait_requests($n, %filter, timeout => 10) -> true when >= $n logged
+sub wait_requests {
+    my ($self, $n, %f) = @_;
+    my $timeout = delete $f{timeout} // 10;
+    my $deadline = time() + $timeout;
+    while (1) {
+        my @r = $self->requests(%f);
+        return scalar @r if @r >= $n;
+        return 0 if time() >= $deadline;
+        sleep(0.05);
+    }
+}
+
+sub clear_requests {
+    my ($self) = @_;
+    open(my $fh, '+<', $self->{log_file}) or return;
+    flock($fh, LOCK_EX);
+    truncate($fh, 0);
+    close $fh;
+}
+
+##############################################################################
+# server process
+
+sub _server_main {
+    my ($self, $ls) = @_;
+    $0 = "smcp-fake-$self->{kind} $self->{addr}:$self->{port}";
+    open(STDIN, '<', '/dev/null');
+    open(STDOUT, '>>', "$self->{dir}/server.log");
+    open(STDERR, '>&', \*STDOUT);
+    STDOUT->autoflush(1);
+    $SIG{PIPE} = 'IGNORE';
+    my $stop = 0;
+    $SIG{$_} = sub { $stop = 1 } for qw(TERM INT HUP);
+    $SIG{CHLD} = 'DEFAULT';
+    srand($$ ^ int(time() * 1000));
+
+    my %kids;
+    my $sel = IO::Select->new($ls);
+    my $owner = $self->{owner_pid};
+    my $nconn = 0;
+    while (!$stop) {
+        while ((my $k = waitpid(-1, WNOHANG)) > 0) { delete $kids{$k} }
+        last if getppid() != $owner;     # the test process went away
+        my @r = $sel->can_read(0.25);
+        next unless @r;
+        my $c = $ls->accept or next;
+        $nconn++;
+        my $k = fork();
+        if (!defined $k) { close $c; next }
+        if ($k == 0) {
+            $SIG{$_} = 'DEFAULT' for qw(TERM INT HUP);
+            close $ls;
+            srand($$ ^ int(time() * 1000));
+            my $ok = eval { $self->_connection($c, $nconn); 1 };
+            print STDERR "connection $nconn: $@" unless $ok;
+            POSIX::_exit(0);
+        }
+        $kids{$k} = 1;
+        close $c;
+    }
+    close $ls;
+    kill 'TERM', keys %kids;
+    my $deadline = time() + 3;
+    while (%kids && time() < $deadline) {
+        while ((my $k = waitpid(-1, WNOHANG)) > 0) { delete $kids{$k} }
+        sleep(0.02) if %kids;
+    }
+    if (%kids) {
+        kill 'KILL', keys %kids;
+        waitpid($_, 0) for keys %kids;
+    }
+}
+
+sub _connection {
+    my ($self, $c, $cid) = @_;
+    binmode $c;
+    $self->{conn_sock} = $c;
+    my $buf = '';
+    my $seq = 0;
+    while (1) {
+        my $req = $self->_read_request($c, \$buf) or last;
+        $req->{conn} = $cid;
+        $req->{seq} = ++$seq;
+        $req->{peer} = $c->peerhost;
+        if ($req->{bad}) {
+            $self->_reply($c, $req, $req->{bad}, ['Content-Type' => 'text/plain'],
+                          "bad request\n", close => 1);
+            last;
+        }
+        my $keep = $self->_handle($req, $c);
+        last unless $keep && $req->{keep_alive};
+    }
+    close $c;
+}
+
+sub _fill {
+    my ($c, $bufref, $deadline) = @_;
+    my $sel = IO::Select->new($c);
+    while (1) {
+        my $left = $deadline - time();
+        return 0 if $left <= 0;
+        next unless $sel->can_read($left);
+        my $n = sysread($c, $$bufref, 65536, length $$bufref);
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            return 0;
+        }
+        return $n > 0 ? 1 : 0;
+    }
+}
+
+sub _read_line {
+    my ($c, $bufref, $deadline) = @_;
+    while ((my $i = index($$bufref, "\n")) < 0) {
+        return undef if length $$bufref > 65536;
+        _fill($c, $bufref, $deadline) or return undef;
+    }
+    my $i = index($$bufref, "\n");
+    my $l = substr($$bufref, 0, $i + 1, '');
+    $l =~ s/\r?\n\z//;
+    return $l;
+}
+
+sub _read_exact {
+    my ($c, $bufref, $n, $deadline) = @_;
+    while (length $$bufref < $n) {
+        _fill($c, $bufref, $deadline) or return undef;
+    }
+    return substr($$bufref, 0, $n, '');
+}
+
+# one request from the connection: undef on EOF/idle timeout,
+# {bad => status} on a malformed one
+sub _read_request {
+    my ($self, $c, $bufref) = @_;
+    my $deadline = time() + $self->{idle_timeout};
+    # skip empty lines before the request line (RFC 9112 2.2)
+    my $line;
+    do {
+        $line = _read_line($c, $bufref, $deadline);
+        return undef unless defined $line;
+    } while ($line eq '');
+    my $t0 = time();
+    $deadline = $t0 + 60;
+    my %req = (t0 => $t0, request_line => $line, header_list => [],
+               headers => {}, body => '');
+    if ($line !~ m{^([A-Za-z]+) (\S+) HTTP/(\d)\.(\d)$}) {
+        @req{qw(method target path version bad)} = ('', $line, '', '1.0', 400);
+        return \%req;
+    }
+    @req{qw(method target)} = ($1, $2);
+    $req{version} = "$3.$4";
+    my $hbytes = 0;
+    while (1) {
+        my $h = _read_line($c, $bufref, $deadline);
+        return { %req, bad => 400, path => '' } unless defined $h;
+        last if $h eq '';
+        $hbytes += length $h;
+        return { %req, bad => 431, path => '' } if $hbytes > 65536;
+        my ($k, $v) = $h =~ /^([^:\s]+):[ \t]*(.*?)[ \t]*$/
+            or return { %req, bad => 400, path => '' };
+        push @{ $req{header_list} }, [$k, $v];
+        my $lk = lc $k;
+        $req{headers}{$lk} = exists $req{headers}{$lk}
+            ? "$req{headers}{$lk}, $v" : $v;
+    }
+    my $target = $req{target};
+    $target = $1 // '/' if $target =~ m{^[a-z]+://[^/]+(/.*)?$}i;
+    my ($path, $query) = split /\?/, $target, 2;
+    $req{path} = $path;
+    $req{query} = $query;
+    my $h = $req{headers};
+    my $conn = lc($h->{connection} // '');
+    $req{keep_alive} = $req{version} eq '1.1' ? ($conn !~ /\bclose\b/) : 0;
+
+    my $chunked = ($h->{'transfer-encoding'} // '') =~ /chunked/i;
+    my $cl = $h->{'content-length'};
+    if (defined $cl && $cl !~ /^\d+$/ && !$chunked) {
+        return { %req, bad => 400 };
+    }
+    my $has_body = $chunked || ($cl && $cl > 0);
+    if ($has_body && ($h->{expect} // '') =~ /100-continue/i
+        && $req{version} eq '1.1') {
+        _send_all($c, "HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    if ($chunked) {
+        my $body = '';
+        while (1) {
+            my $sz = _read_line($c, $bufref, $deadline);
+            return { %req, bad => 400 } unless defined $sz;
+            $sz =~ s/;.*//;
+            $sz =~ s/\s+//g;
+            return { %req, bad => 400 } unless $sz =~ /^[0-9a-fA-F]+$/;
+            my $n = hex $sz;
+            if ($n == 0) {
+                # trailer section up to the empty line
+                while (1) {
+                    my $t = _read_line($c, $bufref, $deadline);
+                    return { %req, bad => 400 } unless defined $t;
+                    last if $t eq '';
+                }
+                last;
+            }
+            my $data = _read_exact($c, $bufref, $n, $deadline);
+            return { %req, bad => 400 } unless defined $data;
+            $body .= $data;
+            my $crlf = _read_line($c, $bufref, $deadline);
+            return { %req, bad => 400 } unless defined $crlf && $crlf eq '';
+        }
+        $req{body} = $body;
+        $req{chunked} = 1;
+    } elsif ($cl) {
+        my $data = _read_exact($c, $bufref, $cl, $deadline);
+        return { %req, bad => 400 } unless defined $data;
+        $req{body} = $data;
+    }
+
+    my $ct = $h->{'content-type'} // '';
+    if (length $req{body} && ($ct =~ /json/i || $req{body} =~ /^\s*[\{\[]/)) {
+        $req{json} = eval { $JSON->decode($req{body}) };
+    }
+    return \%req;
+}
+
+sub _send_all {
+    my ($c, $data) = @_;
+    my $off = 0;
+    while ($off < length $data) {
+        my $n = syswrite($c, $data, length($data) - $off, $off);
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            return 0;
+        }
+        $off += $n;
+    }
+    return 1;
+}
+
+sub _http_date {
+    return POSIX::strftime('%a, %d %b %Y %H:%M:%S GMT', gmtime());
+}
+
+# the log line of one request; %x adds/overrides fields
+sub _log {
+    my ($self, $req, %x) = @_;
+    return if $req->{logged}++;
+    my %e = (
+        time        => $req->{t0},
+        logged      => time(),
+        pid         => $$,
+        conn        => $req->{conn},
+        seq         => $req->{seq},
+        peer        => $req->{peer},
+        method      => $req->{method},
+        target      => $req->{target},
+        path        => $req->{path},
+        query       => $req->{query},
+        version     => $req->{version},
+        headers     => $req->{headers},
+        header_list => $req->{header_list},
+        body_length => length($req->{body} // ''),
+        chunked     => $req->{chunked} ? 1 : 0,
+        %x,
+    );
+    my $ct = $req->{headers}{'content-type'} // '';
+    if (length $req->{body}
+        && (defined $req->{json} || $ct =~ m{json|^text/|x-www-form-urlencoded}i)) {
+        my $s = $req->{body};
+        $e{body} = $s if utf8::decode($s);
+    }
+    $e{json} = $req->{json} if defined $req->{json};
+    my $line = $JSON->encode(\%e) . "\n";
+    open(my $fh, '>>', $self->{log_file}) or return;
+    binmode $fh;
+    flock($fh, LOCK_EX);
+    syswrite($fh, $line);
+    close $fh;
+}
+
+# _reply($c, $req, $status, [headers], $body, close => 1, log => {fields})
+# logs the request (unless already logged), sends the whole response;
+# returns true when the connection may be kept
+sub _reply {
+    my ($self, $c, $req, $status, $hdrs, $body, %o) = @_;
+    $self->_log($req, status => $status, %{ $o{log} || {} });
+    $body //= '';
+    utf8::encode($body) if utf8::is_utf8($body);
+    my $keep = $req->{keep_alive} && !$o{close};
+    my $head = "HTTP/1.1 $status " . ($REASON{$status} // 'Unknown') . "\r\n"
+             . "Date: " . _http_date() . "\r\n"
+             . "Server: smcp-fake-$self->{kind}\r\n";
+    my @h = @{ $hdrs || [] };
+    while (my ($k, $v) = splice(@h, 0, 2)) {
+        $head .= "$k: $v\r\n" if defined $v;
+    }
+    $head .= "Content-Length: " . length($body) . "\r\n"
+        unless $status == 204 || $status == 304;
+    $head .= "Connection: " . ($keep ? 'keep-alive' : 'close') . "\r\n\r\n";
+    _send_all($c, $head . ($req->{method} eq 'HEAD' ? '' : $body)) or return 0;
+    return $keep;
+}
+
+sub _json_reply {
+    my ($self, $c, $req, $status, $data, $hdrs, %o) = @_;
+    return $self->_reply($c, $req, $status,
+        ['Content-Type' => 'application/json', @{ $hdrs || [] }],
+        $JSON->encode($data), %o);
+}
+
+# streaming: chunked for HTTP/1.1, close-delimited for HTTP/1.0
+sub _stream_begin {
+    my ($self, $c, $req, $status, $hdrs, %o) = @_;
+    $self->_log($req, status => $status, %{ $o{log} || {} });
+    my $chunked = $req->{version} eq '1.1';
+    my $head = "HTTP/1.1 $status " . ($REASON{$status} // 'Unknown') . "\r\n"
+             . "Date: " . _http_date() . "\r\n"
+             . "Server: smcp-fake-$self->{kind}\r\n";
+    my @h = @{ $hdrs || [] };
+    while (my ($k, $v) = splice(@h, 0, 2)) {
+        $head .= "$k: $v\r\n" if defined $v;
+    }
+    $head .= $chunked ? "Transfer-Encoding: chunked\r\n" : '';
+    $head .= "Connection: " . ($chunked && $req->{keep_alive} ? 'keep-alive' : 'close')
+           . "\r\n\r\n";
+    my $s = { c => $c, chunked => $chunked, ok => 1,
+              head_only => $req->{method} eq 'HEAD' };
+    $s->{ok} = _send_all($c, $head);
+    return $s;
+}
+
+sub _stream_write {
+    my ($s, $data) = @_;
+    return 0 unless $s->{ok};
+    return 1 if $s->{head_only} || !length $data;
+    utf8::encode($data) if utf8::is_utf8($data);
+    $data = sprintf("%x\r\n", length $data) . $data . "\r\n" if $s->{chunked};
+    $s->{ok} = _send_all($s->{c}, $data);
+    return $s->{ok};
+}
+
+# returns true when the connection may be kept
+sub _stream_end {
+    my ($s, $keep) = @_;
+    return 0 unless $s->{ok};
+    return 0 unless $s->{chunked};
+    return 0 if $s->{head_only};
+    $s->{ok} = _send_all($s->{c}, "0\r\n\r\n");
+    return $s->{ok} && $keep;
+}
+
+sub _rand_id {
+    my ($n) = @_;
+    return join('', map { ('0' .. '9', 'a' .. 'z', 'A' .. 'Z')[int rand 62] } 1 .. ($n // 24));
+}
+
+##############################################################################
+# state shared between connection children: small files under dir
+
+sub _state_read {
+    my ($self, $name) = @_;
+    my $f = "$self->{dir}/$name";
+    open(my $fh, '<', $f) or return undef;
+    flock($fh, LOCK_SH);
+    local $/;
+    my $c = <$fh>;
+    close $fh;
+    return eval { $JSON->decode($c) };
+}
+
+sub _state_write {
+    my ($self, $name, $data) = @_;
+    my $f = "$self->{dir}/$name";
+    my $tmp = "$f.tmp.$$";
+    open(my $fh, '>', $tmp) or die "write $tmp: $!";
+    binmode $fh;
+    print $fh $JSON->encode($data);
+    close $fh or die "close $tmp: $!";
+    rename($tmp, $f) or die "rename $tmp: $!";
+}
+
+# _state_update($name, sub { my ($data) = @_; ...; return $new_data })
+# under an exclusive lock; returns what the callback returned second
+sub _state_update {
+    my ($self, $name, $cb) = @_;
+    my $f = "$self->{dir}/$name";
+    sysopen(my $fh, $f, O_RDWR | O_CREAT) or die "open $f: $!";
+    binmode $fh;
+    flock($fh, LOCK_EX) or die "flock $f: $!";
+    local $/;
+    my $c = <$fh>;
+    my $data = length($c // '') ? eval { $JSON->decode($c) } : undef;
+    my ($new, $ret) = $cb->($data);
+    seek($fh, 0, 0);
+    truncate($fh, 0);
+    print $fh $JSON->encode($new);
+    close $fh;
+    return $ret;
+}
+
+##############################################################################
+# scripted turns (the model fakes)
+
+# set_script(\@turns) or set_script(\@turns, model => 'name'): replace the
+# script at run time (JSON-serialisable turns only, no code refs); resets
+# the turn counters.  set_script(undef) returns to the start() options.
+sub set_script {
+    my ($self, $turns, %o) = @_;
+    if (!defined $turns && !defined $o{model}) {
+        unlink "$self->{dir}/script.json";
+    } else {
+        my $cur = $self->_state_read('script.json') // {};
+        if (defined $o{model}) { $cur->{scripts}{ $o{model} } = $turns }
+        else { $cur->{script} = $turns }
+        $self->_state_write('script.json', $cur);
+    }
+    $self->reset_turns;
+}
+
+sub reset_turns {
+    my ($self) = @_;
+    opendir(my $dh, $self->{dir}) or return;
+    unlink map { "$self->{dir}/$_" } grep { /^turn-/ } readdir $dh;
+    closedir $dh;
+}
+
+sub _counter_next {
+    my ($self, $key) = @_;
+    return $self->_state_update('turn-' . sha1_hex($key), sub {
+        my ($n) = @_;
+        $n = 0 unless defined $n && !ref $n;
+        return ($n + 1, $n);
+    });
+}
+
+# ($index, $turn) for a request to $model
+sub _next_turn {
+    my ($self, $model, $json, $req) = @_;
+    my $dyn = $self->_state_read('script.json');
+    my $scripts = $self->{scripts};
+    my $script = $self->{script};
+    if ($dyn) {
+        $scripts = { %{ $scripts || {} }, %{ $dyn->{scripts} || {} } };
+        $script = $dyn->{script} if exists $dyn->{script};
+    }
+    my ($key, $list);
+    if ($scripts && defined $model && exists $scripts->{$model}) {
+        ($key, $list) = ("model:$model", $scripts->{$model});
+    } elsif (defined $script) {
+        ($key, $list) = ('default', $script);
+    } else {
+        return (undef, { text => $self->{text} });
+    }
+    $list = [$list] unless ref $list eq 'ARRAY';
+    $list = [{ text => $self->{text} }] unless @$list;
+    my $i = $self->_counter_next($key);
+    my $turn = $list->[$i <= $#$list ? $i : $#$list];
+    $turn = $turn->($json, $req, $i) if ref $turn eq 'CODE';
+    $turn = { text => $turn } unless ref $turn;
+    return ($i, $turn);
+}
+
+sub _split_text {
+    my ($text, $n) = @_;
+    return () if !defined $text || $text eq '';
+    $n = 1 if !$n || $n < 1;
+    my @w = $text =~ /(\s*\S+|\s+\z)/g;
+    return ($text) unless join('', @w) eq $text;
+    my $per = int((@w + $n - 1) / $n) || 1;
+    my @p;
+    push @p, join('', splice(@w, 0, $per)) while @w;
+    return @p;
+}
+
+sub _split_even {
+    my ($s, $n) = @_;
+    return ('') if $s eq '';
+    $n = 1 if !$n || $n < 1;
+    my $per = int((length($s) + $n - 1) / $n) || 1;
+    my @p;
+    for (my $i = 0; $i < length $s; $i += $per) { push @p, substr($s, $i, $per) }
+    return @p;
+}
+
+sub _count_words {
+    my ($s) = @_;
+    return 0 unless defined $s;
+    my @w = $s =~ /\S+/g;
+    return scalar @w;
+}
+
+# the content of a turn: list of {type => text|tool_use, ...}
+sub _turn_blocks {
+    my ($self, $turn, $id_prefix) = @_;
+    my @b;
+    push @b, { type => 'text', text => $turn->{text} } if defined $turn->{text};
+    my $tu = $turn->{tool_use} // $turn->{tool_calls};
+    if ($tu) {
+        for my $t (ref $tu eq 'ARRAY' ? @$tu : ($tu)) {
+            push @b, { type => 'tool_use', name => $t->{name},
+                       id => $t->{id} // ($id_prefix . _rand_id(24)),
+                       input => $t->{input} // $t->{arguments} // {} };
+        }
+    }
+    push @b, { type => 'text', text => '' } unless @b;
+    return @b;
+}
+
+sub _usage {
+    my ($self, $turn, @blocks) = @_;
+    my $u = $turn->{usage} || {};
+    my $in = $u->{input_tokens} // $u->{prompt_tokens} // $self->{input_tokens} // 12;
+    my $out = $u->{output_tokens} // $u->{completion_tokens};
+    if (!defined $out) {
+        $out = 0;
+        for my $b (@blocks) {
+            $out += $b->{type} eq 'text' ? _count_words($b->{text})
+                  : 5 + int(length($JSON->encode($b->{input})) / 4);
+        }
+        $out = 1 if $out < 1;
+    }
+    return ($in, $out);
+}
+
+# send a prepared list of SSE event strings with the turn's delay
+sub _send_events {
+    my ($self, $c, $req, $status, $hdrs, $events, $turn, %o) = @_;
+    my $delay = $turn->{delay} // $turn->{chunk_delay} // $self->{chunk_delay} // 0;
+    my $abort = $turn->{abort_after};
+    my $s = $self->_stream_begin($c, $req, $status, $hdrs, %o);
+    my $n = 0;
+    for my $ev (@$events) {
+        if (defined $abort && $n >= $abort) {
+            return 0;    # the connection is closed without the last chunk
+        }
+        sleep($delay) if $n && $delay > 0;
+        _stream_write($s, $ev) or return 0;
+        $n++;
+    }
+    return _stream_end($s, $req->{keep_alive});
+}
+
+##############################################################################
+# fake Anthropic Messages API
+
+package SMCP::Fakes::Anthropic;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+use Time::HiRes qw(sleep);
+
+my %ANTHROPIC_STATUS = (
+    invalid_request_error => 400, authentication_error => 401,
+    permission_error => 403, not_found_error => 404, request_too_large => 413,
+    rate_limit_error => 429, api_error => 500, overloaded_error => 529,
+);
+
+sub _defaults {
+    return (kind => 'anthropic', key => 'test-anthropic-key',
+            text => 'Hello from the fake Anthropic API.', deltas => 3,
+            chunk_delay => 0);
+}
+
+sub key { $_[0]{key} }
+sub base_url { $_[0]->url . '/v1' }
+
+sub _key_ok {
+    my ($self, $got) = @_;
+    return 1 unless defined $self->{key};
+    return defined $got && $got eq $self->{key};
+}
+
+sub _err_body {
+    my ($type, $msg) = @_;
+    return { type => 'error', error => { type => $type, message => $msg } };
+}
+
+sub _aerr {
+    my ($self, $c, $req, $status, $type, $msg, $hdrs, %o) = @_;
+    return $self->_json_reply($c, $req, $status, _err_body($type, $msg),
+        ['request-id' => 'req_' . SMCP::Fakes::Server::_rand_id(24),
+         'x-should-retry' => ($status >= 500 || $status == 429 ? 'true' : 'false'),
+         @{ $hdrs || [] }], %o);
+}
+
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
+    }
+    if ($p eq '/v1/messages' || $p eq '/v1/messages/count_tokens') {
+        return $self->_aerr($c, $req, 405, 'invalid_request_error',
+                            "Method $m not allowed") unless $m eq 'POST';
+        return $self->_aerr($c, $req, 401, 'authentication_error',
+                            'invalid x-api-key')
+            unless $self->_key_ok($req->{headers}{'x-api-key'});
+        if ($self->{require_version} && !defined $req->{headers}{'anthropic-version'}) {
+            return $self->_aerr($c, $req, 400, 'invalid_request_error',
+                                'anthropic-version: header is required');
+        }
+        my $j = $req->{json};
+        return $self->_aerr($c, $req, 400, 'invalid_request_error',
+                            'There was an issue with your request body: invalid JSON')
+            unless ref $j eq 'HASH';
+        if ($self->{strict}) {
+            for my $f (qw(model max_tokens messages)) {
+                return $self->_aerr($c, $req, 400, 'invalid_request_error',
+                                    "$f: Field required")
+                    unless defined $j->{$f} || ($f eq 'max_tokens' && $p =~ /count_tokens/);
+            }
+        }
+        if ($p eq '/v1/messages/count_tokens') {
+            return $self->_json_reply($c, $req, 200,
+                { input_tokens => $self->{input_tokens} // 12 });
+        }
+        return $self->_message($req, $c, $j);
+    }
+    return $self->_aerr($c, $req, 404, 'not_found_error', 'Not Found');
+}
+
+sub _message {
+    my ($self, $req, $c, $j) = @_;
+    my $model = $j->{model} // 'claude-fake';
+    my ($i, $turn) = $self->_next_turn($model, $j, $req);
+    my $stream = $j->{stream} ? 1 : 0;
+    my %lx = (turn => $i, model => $model, stream => $stream);
+    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
+    $lx{hang} = $turn->{hang} if $turn->{hang};
+    my $reqid = 'req_' . SMCP::Fakes::Server::_rand_id(24);
+    my @xh = ('request-id' => $reqid, %{ $turn->{headers} || {} });
+
+    if ($turn->{hang} && !$has_answer) {
+        $self->_log($req, status => 0, %lx);
+        sleep($turn->{hang});
+        return 0;
+    }
+
+    if (my $e = $turn->{error}) {
+        my $type = $e->{type} // 'api_error';
+        my $status = $e->{status} // $ANTHROPIC_STATUS{$type} // 500;
+        my $msg = $e->{message} // 'Internal server error';
+        push @xh, %{ $e->{headers} || {} };
+        if ($e->{in_stream} && $stream) {
+            # a 200 stream that fails after message_start (overloaded mid-stream)
+            my @ev = (_ev(message_start => { type => 'message_start',
+                          message => _msg_shell($model, 'msg_' . SMCP::Fakes::Server::_rand_id(24), $self->_usage($turn)) }),
+                      _ev(error => _err_body($type, $msg)));
+            $self->_log($req, status => 200, %lx, error => $type);
+            sleep($turn->{hang}) if $turn->{hang};
+            return $self->_send_events($c, $req, 200,
+                ['Content-Type' => 'text/event-stream; charset=utf-8',
+                 'Cache-Control' => 'no-cache', @xh], \@ev, $turn);
+        }
+        $self->_log($req, status => $status, %lx, error => $type);
+        sleep($turn->{hang}) if $turn->{hang};
+        return $self->_aerr($c, $req, $status, $type, $msg, \@xh);
+    }
+
+    my @blocks = $self->_turn_blocks($turn, 'toolu_');
+    my ($in, $out) = $self->_usage($turn, @blocks);
+    my $has_tool = grep { $_->{type} eq 'tool_use' } @blocks;
+    my $stop = $turn->{stop_reason} // ($has_tool ? 'tool_use' : 'end_turn');
+    my $msgid = 'msg_' . SMCP::Fakes::Server::_rand_id(24);
+
+    $self->_log($req, status => 200, %lx);
+    sleep($turn->{hang}) if $turn->{hang};
+
+    if (!$stream) {
+        my @content = map {
+            $_->{type} eq 'text'
+                ? { type => 'text', text => $_->{text} }
+                : { type => 'tool_use', id => $_->{id}, name => $_->{name},
+                    input => $_->{input} }
+        } @blocks;
+        return $self->_json_reply($c, $req, 200, {
+            id => $msgid, type => 'message', role => 'assistant',
+            model => $model, content => \@content,
+            stop_reason => $stop, stop_sequence => undef,
+            usage => { input_tokens => $in, output_tokens => $out,
+                       cache_creation_input_tokens => 0,
+                       cache_read_input_tokens => 0 },
+        }, \@xh);
+    }
+
+    my $deltas = $turn->{deltas} // $self->{deltas};
+    my @ev;
+    push @ev, _ev(message_start => { type => 'message_start',
+                                     message => _msg_shell($model, $msgid, $in) });
+    my $idx = 0;
+    for my $b (@blocks) {
+        if ($b->{type} eq 'text') {
+            push @ev, _ev(content_block_start => { type => 'content_block_start',
+                index => $idx, content_block => { type => 'text', text => '' } });
+            push @ev, _ev(ping => { type => 'ping' }) if $self->{ping} && $idx == 0;
+            my @pieces = $turn->{chunks} ? @{ $turn->{chunks} }
+                                         : SMCP::Fakes::Server::_split_text($b->{text}, $deltas);
+            for my $piece (@pieces) {
+                push @ev, _ev(content_block_delta => { type => 'content_block_delta',
+                    index => $idx, delta => { type => 'text_delta', text => $piece } });
+            }
+        } else {
+            push @ev, _ev(content_block_start => { type => 'content_block_start',
+                index => $idx, content_block => { type => 'tool_use', id => $b->{id},
+                                                  name => $b->{name}, input => {} } });
+            push @ev, _ev(ping => { type => 'ping' }) if $self->{ping} && $idx == 0;
+            my $js = $SMCP::Fakes::Server::JSON_CHARS->encode($b->{input});
+            for my $piece ('', SMCP::Fakes::Server::_split_even($js, $deltas)) {
+                push @ev, _ev(content_block_delta => { type => 'content_block_delta',
+                    index => $idx, delta => { type => 'input_json_delta',
+                                              partial_json => $piece } });
+            }
+        }
+        push @ev, _ev(content_block_stop => { type => 'content_block_stop', index => $idx });
+        $idx++;
+    }
+    push @ev, _ev(message_delta => { type => 'message_delta',
+        delta => { stop_reason => $stop, stop_sequence => undef },
+        usage => { input_tokens => $in, output_tokens => $out,
+                   cache_creation_input_tokens => 0, cache_read_input_tokens => 0 } });
+    push @ev, _ev(message_stop => { type => 'message_stop' });
+
+    return $self->_send_events($c, $req, 200,
+        ['Content-Type' => 'text/event-stream; charset=utf-8',
+         'Cache-Control' => 'no-cache', @xh], \@ev, $turn, log => {});
+}
+
+sub _msg_shell {
+    my ($model, $id, $in) = @_;
+    return { id => $id, type => 'message', role => 'assistant', model => $model,
+             content => [], stop_reason => undef, stop_sequence => undef,
+             usage => { input_tokens => $in // 12, output_tokens => 1,
+                        cache_creation_input_tokens => 0,
+                        cache_read_input_tokens => 0 } };
+}
+
+sub _ev {
+    my ($name, $data) = @_;
+    return "event: $name\ndata: " . $SMCP::Fakes::Server::JSON->encode($data) . "\n\n";
+}
+
+##############################################################################
+# fake OpenAI-compatible chat completions API
+
+package SMCP::Fakes::OpenAI;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+use Time::HiRes qw(sleep time);
+
+my %OPENAI_STATUS = (
+    invalid_request_error => 400, authentication_error => 401,
+    permission_error => 403, not_found_error => 404,
+    rate_limit_exceeded => 429, insufficient_quota => 429, requests => 429,
+    server_error => 500, api_error => 500,
+);
+
+sub _defaults {
+    return (kind => 'openai', key => 'test-openai-key',
+            text => 'Hello from the fake OpenAI API.', deltas => 3,
+            chunk_delay => 0);
+}
+
+sub key { $_[0]{key} }
+sub base_url { $_[0]->url . '/v1' }
+
+sub _oerr {
+    my ($self, $c, $req, $status, $type, $msg, $code, $hdrs, %o) = @_;
+    return $self->_json_reply($c, $req, $status,
+        { error => { message => $msg, type => $type, param => undef, code => $code } },
+        ['x-request-id' => 'req_' . SMCP::Fakes::Server::_rand_id(24), @{ $hdrs || [] }], %o);
+}
+
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
+    }
+    my $is_chat = $p eq '/v1/chat/completions' || $p eq '/chat/completions';
+    my $is_models = $p eq '/v1/models' || $p eq '/models';
+    if ($is_chat || $is_models) {
+        my ($tok) = ($req->{headers}{authorization} // '') =~ /^Bearer\s+(\S+)\s*$/i;
+        if (defined $self->{key} && !(defined $tok && $tok eq $self->{key})) {
+            my $msg = defined $tok
+                ? 'Incorrect API key provided: ' . _mask($tok)
+                  . '. You can find your API key at https://platform.openai.com/account/api-keys.'
+                : "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).";
+            return $self->_oerr($c, $req, 401, 'invalid_request_error', $msg,
+                                defined $tok ? 'invalid_api_key' : undef);
+        }
+        if ($is_models) {
+            my @ids = @{ $self->{models} || ['gpt-fake'] };
+            return $self->_json_reply($c, $req, 200, { object => 'list',
+                data => [ map { { id => $_, object => 'model', created => 1700000000,
+                                  owned_by => 'smcp-fake' } } @ids ] });
+        }
+        return $self->_oerr($c, $req, 405, 'invalid_request_error',
+                            "Method $m not allowed", undef) unless $m eq 'POST';
+        my $j = $req->{json};
+        return $self->_oerr($c, $req, 400, 'invalid_request_error',
+                            'We could not parse the JSON body of your request.', undef)
+            unless ref $j eq 'HASH';
+        return $self->_chat($req, $c, $j);
+    }
+    return $self->_oerr($c, $req, 404, 'invalid_request_error',
+                        "Invalid URL ($m $p)", undef);
+}
+
+sub _mask {
+    my ($k) = @_;
+    return length $k > 8 ? substr($k, 0, 3) . '*' x 10 . substr($k, -4) : '*' x length $k;
+}
+
+sub _chat {
+    my ($self, $req, $c, $j) = @_;
+    my $model = $j->{model} // 'gpt-fake';
+    my ($i, $turn) = $self->_next_turn($model, $j, $req);
+    my $stream = $j->{stream} ? 1 : 0;
+    my %lx = (turn => $i, model => $model, stream => $stream);
+    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
+    $lx{hang} = $turn->{hang} if $turn->{hang};
+    my @xh = ('x-request-id' => 'req_' . SMCP::Fakes::Server::_rand_id(24),
+              %{ $turn->{headers} || {} });
+
+    if ($turn->{hang} && !$has_answer) {
+        $self->_log($req, status => 0, %lx);
+        sleep($turn->{hang});
+        return 0;
+    }
+    if (my $e = $turn->{error}) {
+        my $type = $e->{type} // 'server_error';
+        my $status = $e->{status} // $OPENAI_STATUS{$type} // 500;
+        push @xh, %{ $e->{headers} || {} };
+        $self->_log($req, status => $status, %lx, error => $type);
+        sleep($turn->{hang}) if $turn->{hang};
+        return $self->_oerr($c, $req, $status, $type,
+                            $e->{message} // 'The server had an error.',
+                            $e->{code}, \@xh);
+    }
+
+    my @blocks = $self->_turn_blocks($turn, 'call_');
+    my ($in, $out) = $self->_usage($turn, @blocks);
+    my @tools = grep { $_->{type} eq 'tool_use' } @blocks;
+    my ($textb) = grep { $_->{type} eq 'text' } @blocks;
+    my $finish = $turn->{finish_reason} // $turn->{stop_reason}
+                 // (@tools ? 'tool_calls' : 'stop');
+    my $id = 'chatcmpl-' . SMCP::Fakes::Server::_rand_id(29);
+    my $created = int(time());
+    my $usage = { prompt_tokens => $in, completion_tokens => $out,
+                  total_tokens => $in + $out };
+
+    $self->_log($req, status => 200, %lx);
+    sleep($turn->{hang}) if $turn->{hang};
+
+    if (!$stream) {
+        my %msg = (role => 'assistant',
+                   content => (defined $turn->{text} || !@tools) ? ($textb ? $textb->{text} : '') : undef,
+                   refusal => undef);
+        $msg{tool_calls} = [ map { { id => $_->{id}, type => 'function',
+            function => { name => $_->{name},
+                          arguments => $SMCP::Fakes::Server::JSON_CHARS->encode($_->{input}) } } } @tools ]
+            if @tools;
+        return $self->_json_reply($c, $req, 200, {
+            id => $id, object => 'chat.completion', created => $created,
+            model => $model, system_fingerprint => 'fp_smcpfake',
+            choices => [ { index => 0, message => \%msg, logprobs => undef,
+                           finish_reason => $finish } ],
+            usage => $usage,
+        }, \@xh);
+    }
+
+    my $deltas = $turn->{deltas} // $self->{deltas};
+    my $chunk = sub {
+        my ($delta, $fin, %x) = @_;
+        return _data({ id => $id, object => 'chat.completion.chunk',
+                       created => $created, model => $model,
+                       system_fingerprint => 'fp_smcpfake',
+                       choices => [ { index => 0, delta => $delta,
+                                      logprobs => undef, finish_reason => $fin } ],
+                       %x });
+    };
+    my @ev;
+    push @ev, $chunk->({ role => 'assistant', content => '', refusal => undef }, undef);
+    if ($textb && length $textb->{text}) {
+        my @pieces = $turn->{chunks} ? @{ $turn->{chunks} }
+                                     : SMCP::Fakes::Server::_split_text($textb->{text}, $deltas);
+        push @ev, $chunk->({ content => $_ }, undef) for @pieces;
+    }
+    my $k = 0;
+    for my $t (@tools) {
+        push @ev, $chunk->({ tool_calls => [ { index => $k, id => $t->{id},
+            type => 'function', function => { name => $t->{name}, arguments => '' } } ] }, undef);
+        my $js = $SMCP::Fakes::Server::JSON_CHARS->encode($t->{input});
+        for my $piece (SMCP::Fakes::Server::_split_even($js, $deltas)) {
+            push @ev, $chunk->({ tool_calls => [ { index => $k,
+                function => { arguments => $piece } } ] }, undef);
+        }
+        $k++;
+    }
+    push @ev, $chunk->({}, $finish);
+    my $so = $j->{stream_options};
+    if ((ref $so eq 'HASH' && $so->{include_usage}) || $self->{always_usage}) {
+        push @ev, _data({ id => $id, object => 'chat.completion.chunk',
+                          created => $created, model => $model,
+                          system_fingerprint => 'fp_smcpfake',
+                          choices => [], usage => $usage });
+    }
+    push @ev, "data: [DONE]\n\n";
+    return $self->_send_events($c, $req, 200,
+        ['Content-Type' => 'text/event-stream; charset=utf-8',
+         'Cache-Control' => 'no-cache', @xh], \@ev, $turn);
+}
+
+sub _data {
+    return 'data: ' . $SMCP::Fakes::Server::JSON->encode($_[0]) . "\n\n";
+}
+
+##############################################################################
+# fake GitHub: git smart HTTP (git http-backend) and the REST API
+
+package SMCP::Fakes::GitHub;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+
+use Digest::SHA qw(sha1_hex);
+use File::Basename qw(dirname);
+use File::Path qw(make_path remove_tree);
+use File::Temp qw(tempdir);
+use JSON::PP ();
+use MIME::Base64 qw(encode_base64 decode_base64);
+use POSIX qw(:sys_wait_h);
+
+sub _defaults {
+    return (kind => 'github', token => 'test-github-token',
+            user => 'x-access-token', login => 'smcp-bot',
+            web_base => 'https://github.com', api_base => 'https://api.github.com',
+            default_branch => 'main');
+}
+
+sub _init {
+    my ($self) = @_;
+    $self->{root} //= $self->{git}->root if ref $self->{git};
+    $self->{root} //= "$self->{dir}/repos";
+    make_path($self->{root});
+    $self->{git_token} //= $self->{token};
+    $self->{api_token} //= $self->{token};
+    my $repos = $self->{repos} // {};
+    $repos = { map { ($_ => {}) } @$repos } if ref $repos eq 'ARRAY';
+    $self->_state_write('repos.json', $repos);
+}
+
+sub root  { $_[0]{root} }
+sub token { $_[0]{token} }
+
+sub _split_repo {
+    my ($name) = @_;
+    my ($o, $r) = $name =~ m{^/?([^/]+)/([^/]+?)(?:\.git)?/?$}
+        or die "SMCP::Fakes: bad repository name '$name' (want owner/repo)\n";
+    return ($o, $r);
+}
+
+sub repo_path {
+    my ($self, $name) = @_;
+    my ($o, $r) = _split_repo($name);
+    return "$self->{root}/$o/$r.git";
+}
+
+sub clone_url {
+    my ($self, $name) = @_;
+    my ($o, $r) = _split_repo($name);
+    return $self->url . "/$o/$r.git";
+}
+
+# the header git needs: "Authorization: Basic base64(user:token)"
+sub auth_header {
+    my ($self, $token, $user) = @_;
+    $token //= $self->{git_token};
+    $user //= $self->{user} // 'x-access-token';
+    return 'Authorization: Basic ' . encode_base64("$user:$token", '');
+}
+
+# ('-c', 'http.extraHeader=Authorization: Basic ...') for git's argv
+sub git_auth_args {
+    my ($self, $token, $user) = @_;
+    return ('-c', 'http.extraHeader=' . $self->auth_header($token, $user));
+}
+
+# add_repo('owner/repo', default_branch => 'main', private => 1): a repository
+# the REST API knows even without a bare repository under root
+sub add_repo {
+    my ($self, $name, %attrs) = @_;
+    my ($o, $r) = _split_repo($name);
+    $self->_state_update('repos.json', sub {
+        my ($d) = @_;
+        $d ||= {};
+        $d->{"$o/$r"} = \%attrs;
+        return ($d, 1);
+    });
+}
+
+# pulls('owner/repo') -> list of the pull requests created (oldest first)
+sub pulls {
+    my ($self, $name) = @_;
+    my ($o, $r) = _split_repo($name);
+    my $d = $self->_state_read('pulls.json') || {};
+    my @p = @{ $d->{"$o/$r"} || [] };
+    return wantarray ? @p : \@p;
+}
+
+##############################################################################
+# git helpers (run in the test process)
+
+my %GIT_ENV = (
+    GIT_CONFIG_NOSYSTEM => 1, GIT_CONFIG_GLOBAL => '/dev/null',
+    GIT_AUTHOR_NAME => 'Fake GitHub', GIT_AUTHOR_EMAIL => 'fake@github.invalid',
+    GIT_COMMITTER_NAME => 'Fake GitHub', GIT_COMMITTER_EMAIL => 'fake@github.invalid',
+    GIT_TERMINAL_PROMPT => 0,
+);
+
+# _git(\%env, @args) -> stdout (chomped); dies on failure unless $env->{_try}
+sub _git {
+    my ($self, $env, @args) = @_;
+    my %env = %{ $env || {} };
+    my $try = delete $env{_try};
+    my $errf = "$self->{dir}/git-helper.err";
+    my $pid = open(my $fh, '-|');
+    die "fork: $!" unless defined $pid;
+    if (!$pid) {
+        %ENV = (%ENV, %GIT_ENV, %env);
+        delete $ENV{$_} for qw(GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE);
+        $ENV{$_} = $env{$_} for grep { /^GIT_(DIR|WORK_TREE|INDEX_FILE)$/ } keys %env;
+        open(STDIN, '<', '/dev/null');
+        open(STDERR, '>', $errf);
+        exec('git', @args) or POSIX::_exit(127);
+    }
+    binmode $fh;
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    my $rc = $?;
+    $out //= '';
+    if ($rc) {
+        return undef if $try;
+        my $err = '';
+        if (open(my $ef, '<', $errf)) { local $/; $err = <$ef> // ''; close $ef }
+        die "SMCP::Fakes: git @args failed ($rc): $err";
+    }
+    return $out;
+}
+
+sub _git_line {
+    my $out = _git(@_);
+    return undef unless defined $out;
+    $out =~ s/\s+\z//;
+    return $out;
+}
+
+# create_repo('owner/repo', files => {path => content}, branch => 'main',
+#             message => 'Initial commit', empty => 1 (no commit))
+# -> the initial commit's sha (undef for an empty repository)
+sub create_repo {
+    my ($self, $name, %o) = @_;
+    my $gd = $self->repo_path($name);
+    die "SMCP::Fakes: repository $gd exists\n" if -e $gd;
+    make_path(dirname($gd));
+    my $branch = $o{branch} // $self->{default_branch} // 'main';
+    $self->_git({}, 'init', '-q', '--bare', "--initial-branch=$branch", $gd);
+    $self->_git({}, '--git-dir', $gd, 'config', 'http.receivepack', 'true');
+    return undef if $o{empty};
+    my (undef, $r) = _split_repo($name);
+    return $self->commit_files($name, branch => $branch,
+        files => $o{files} // { 'README.md' => "# $r\n" },
+        message => $o{message} // 'Initial commit');
+}
+
+# commit_files('owner/repo', branch => 'main', files => {path => content
+# (undef deletes)}, message => '...', from => 'main', orphan => 1)
+# -> new commit sha; a commit made "upstream" on top of the branch; a new
+# branch starts at `from` (default HEAD), or as a root commit with orphan
+sub commit_files {
+    my ($self, $name, %o) = @_;
+    my $gd = $self->repo_path($name);
+    die "SMCP::Fakes: no repository $gd\n" unless -d $gd;
+    my $branch = $o{branch} // 'main';
+    my $ref = $branch =~ m{^refs/} ? $branch : "refs/heads/$branch";
+    my $work = tempdir('commit-XXXXXX', DIR => $self->{dir}, CLEANUP => 0);
+    my %env = (GIT_DIR => $gd, GIT_WORK_TREE => $work,
+               GIT_INDEX_FILE => "$work.index");
+    my $parent = _git_line($self, { %env, _try => 1 }, 'rev-parse', '--verify',
+                           '-q', "$ref^{commit}");
+    $parent = undef if defined $parent && $parent eq '';
+    if (!$parent && !$o{orphan}) {
+        # a new branch starts at `from` (default: the repository's HEAD)
+        $parent = _git_line($self, { %env, _try => 1 }, 'rev-parse', '--verify',
+                            '-q', _full_ref($o{from} // 'HEAD') . '^{commit}');
+        $parent = undef if defined $parent && $parent eq '';
+    }
+    $self->_git(\%env, 'read-tree', $parent ? $parent : '--empty');
+    my (@add, @del);
+    my $files = $o{files} || {};
+    for my $path (sort keys %$files) {
+        my $content = $files->{$path};
+        if (!defined $content) { push @del, $path; next }
+        my $f = "$work/$path";
+        make_path(dirname($f));
+        open(my $fh, '>', $f) or die "write $f: $!";
+        binmode $fh;
+        utf8::encode($content) if utf8::is_utf8($content);
+        print $fh $content;
+        close $fh;
+        push @add, $path;
+    }
+    $self->_git(\%env, 'add', '-f', '--', @add) if @add;
+    $self->_git(\%env, 'rm', '--cached', '-q', '--ignore-unmatch', '--', @del) if @del;
+    my $tree = _git_line($self, \%env, 'write-tree');
+    my $commit = _git_line($self, \%env, 'commit-tree', $tree,
+                           ($parent ? ('-p', $parent) : ()),
+                           '-m', $o{message} // 'Update files');
+    $self->_git(\%env, 'update-ref', $ref, $commit);
+    remove_tree($work);
+    unlink "$work.index";
+    return $commit;
+}
+
+sub _full_ref {
+    my ($ref) = @_;
+    $ref //= 'main';
+    return $ref if $ref =~ m{^refs/} || $ref =~ /^[0-9a-f]{40}$/ || $ref eq 'HEAD';
+    return "refs/heads/$ref";
+}
+
+# ref_commit('owner/repo', 'main' | 'refs/heads/x' | 'refs/tags/v1') -> sha|undef
+sub ref_commit {
+    my ($self, $name, $ref) = @_;
+    my $gd = $self->repo_path($name);
+    return undef unless -d $gd;
+    my $s = _git_line($self, { GIT_DIR => $gd, _try => 1 }, 'rev-parse',
+                      '--verify', '-q', _full_ref($ref) . '^{commit}');
+    return defined $s && length $s ? $s : undef;
+}
+
+# file_content('owner/repo', 'main', 'path/in/repo') -> bytes | undef
+sub file_content {
+    my ($self, $name, $ref, $path) = @_;
+    my $gd = $self->repo_path($name);
+    return undef unless -d $gd;
+    my $sha = $self->ref_commit($name, $ref) or return undef;
+    return $self->_git({ GIT_DIR => $gd, _try => 1 }, 'cat-file', 'blob', "$sha:$path");
+}
+
+# commit_message('owner/repo', 'main') -> full message (trailing newlines removed)
+sub commit_message {
+    my ($self, $name, $ref) = @_;
+    my $gd = $self->repo_path($name);
+    my $sha = $self->ref_commit($name, $ref) or return undef;
+    return _git_line($self, { GIT_DIR => $gd }, 'log', '-1', '--format=%B', $sha);
+}
+
+# files('owner/repo', 'main') -> sorted list of paths in the commit's tree
+sub files {
+    my ($self, $name, $ref) = @_;
+    my $gd = $self->repo_path($name);
+    my $sha = $self->ref_commit($name, $ref) or return ();
+    my $out = $self->_git({ GIT_DIR => $gd }, 'ls-tree', '-r', '--name-only', $sha);
+    return sort split /\n/, $out;
+}
+
+# refs('owner/repo') -> { 'refs/heads/main' => sha, ... }
+sub refs {
+    my ($self, $name) = @_;
+    my $gd = $self->repo_path($name);
+    return {} unless -d $gd;
+    my $out = $self->_git({ GIT_DIR => $gd }, 'for-each-ref',
+                          '--format=%(objectname) %(refname)');
+    my %r = map { my ($s, $n) = split / /, $_, 2; ($n => $s) } split /\n/, $out;
+    return \%r;
+}
+
+##############################################################################
+# request handling (in the connection child)
+
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
+    }
+    if ($self->{serve_api}) {
+        my $ap = $p;
+        $ap =~ s{^/api/v3(?=/)}{};
+        if ($ap =~ m{^/(repos|user|rate_limit)(/|$)} || !$self->{serve_git}) {
+            return $self->_api($req, $c, $ap);
+        }
+    }
+    if ($self->{serve_git} && $p =~ m{^/([^/]+)/([^/]+)(/.*)$}) {
+        return $self->_git_request($req, $c, $1, $2, $3);
+    }
+    return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n");
+}
+
+sub _unescape {
+    my ($s) = @_;
+    $s =~ s/%([0-9A-Fa-f]{2})/chr(hex $1)/ge;
+    return $s;
+}
+
+sub _basic_auth {
+    my ($h) = @_;
+    return () unless defined $h && $h =~ /^Basic\s+(\S+)\s*$/i;
+    my $d = decode_base64($1);
+    my ($u, $p) = split /:/, $d, 2;
+    return ($u, $p);
+}
+
+sub _git_request {
+    my ($self, $req, $c, $owner, $repo, $rest) = @_;
+    ($owner, $repo, $rest) = map { _unescape($_) } ($owner, $repo, $rest);
+    my $q = $req->{query} // '';
+    my $service = $q =~ /(?:^|&)service=(git-[a-z-]+)/ ? $1
+                : $rest =~ m{^/(git-(?:upload|receive)-pack)$} ? $1 : undef;
+    my %lx = (repo => "$owner/" . ($repo =~ s/\.git$//r), service => $service);
+    unless ($rest =~ m{^/(?:info/refs|git-upload-pack|git-receive-pack|HEAD|objects/[\w./-]+)$}
+            && $owner !~ /^\.\.?$/ && $repo !~ /^\.\.?$/) {
+        return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'],
+                             "Not Found\n", log => \%lx);
+    }
+    my ($user, $pass) = _basic_auth($req->{headers}{authorization});
+    my $ok = defined $pass && defined $self->{git_token} && $pass eq $self->{git_token}
+             && (!defined $self->{user} || $user eq $self->{user});
+    $lx{auth} = $ok ? 'ok' : defined $pass ? 'bad' : 'missing';
+    if (!$ok && $self->{anonymous_read} && ($service // '') ne 'git-receive-pack') {
+        $ok = 1;
+        $user = undef;
+    }
+    unless ($ok) {
+        return $self->_reply($c, $req, 401,
+            ['Content-Type' => 'text/plain; charset=UTF-8',
+             'WWW-Authenticate' => 'Basic realm="GitHub"'],
+            "Invalid username or token. Password authentication is not supported for Git operations.\n",
+            log => \%lx);
+    }
+    my $dir = $repo;
+    $dir .= '.git' if $dir !~ /\.git$/ && -d "$self->{root}/$owner/$dir.git";
+    unless (-d "$self->{root}/$owner/$dir") {
+        return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain; charset=UTF-8'],
+                             "Repository not found.\n", log => \%lx);
+    }
+    return $self->_cgi($req, $c, "/$owner/$dir$rest", $user, \%lx);
+}
+
+# run git http-backend for one request and relay its answer
+sub _cgi {
+    my ($self, $req, $c, $path_info, $user, $lx) = @_;
+    my $bodyf = "$self->{dir}/cgi-body.$$.$req->{seq}";
+    open(my $bf, '>', $bodyf) or die "write $bodyf: $!";
+    binmode $bf;
+    print $bf $req->{body};
+    close $bf;
+
+    my %env = (
+        PATH => $ENV{PATH} // '/usr/local/bin:/usr/bin:/bin',
+        HOME => $self->{dir},
+        GIT_CONFIG_NOSYSTEM => 1, GIT_CONFIG_GLOBAL => '/dev/null',
+        GIT_PROJECT_ROOT => $self->{root}, GIT_HTTP_EXPORT_ALL => 1,
+        GATEWAY_INTERFACE => 'CGI/1.1', SERVER_PROTOCOL => "HTTP/$req->{version}",
+        SERVER_SOFTWARE => "smcp-fake-$self->{kind}", SERVER_NAME => $self->{addr},
+        SERVER_PORT => $self->{port}, REMOTE_ADDR => $req->{peer} // '127.0.0.1',
+        REQUEST_METHOD => $req->{method}, SCRIPT_NAME => '',
+        PATH_INFO => $path_info, QUERY_STRING => $req->{query} // '',
+        REQUEST_URI => $req->{target},
+    );
+    if (defined $user) { $env{REMOTE_USER} = $user; $env{AUTH_TYPE} = 'Basic' }
+    my $h = $req->{headers};
+    $env{CONTENT_TYPE} = $h->{'content-type'} if defined $h->{'content-type'};
+    $env{CONTENT_LENGTH} = length $req->{body}
+        if $req->{method} eq 'POST' || length $req->{body};
+    for my $k (keys %$h) {
+        next if $k =~ /^(authorization|content-type|content-length|transfer-encoding|connection|expect|te|trailer|upgrade|proxy-.*)$/;
+        (my $e = uc $k) =~ s/-/_/g;
+        $env{"HTTP_$e"} = $h->{$k};
+    }
+
+    pipe(my $rd, my $wr) or die "pipe: $!";
+    my $pid = fork();
+    die "fork: $!" unless defined $pid;
+    if ($pid == 0) {
+        close $rd;
+        open(STDIN, '<', $bodyf) or POSIX::_exit(126);
+        open(STDOUT, '>&', $wr) or POSIX::_exit(126);
+        open(STDERR, '>>', "$self->{dir}/git-http-backend.log");
+        %ENV = %env;
+        exec('git', 'http-backend') or POSIX::_exit(127);
+    }
+    close $wr;
+    binmode $rd;
+    local $SIG{TERM} = sub { kill 'TERM', $pid; unlink $bodyf; POSIX::_exit(1) };
+
+    my $buf = '';
+    my $hend;
+    while (1) {
+        if ($buf =~ /\r?\n\r?\n/) { $hend = $+[0]; last }
+        my $n = sysread($rd, $buf, 65536, length $buf);
+        last unless $n;
+    }
+    my $keep;
+    if (!defined $hend) {
+        waitpid($pid, 0);
+        my $rc = $?;
+        unlink $bodyf;
+        return $self->_reply($c, $req, 500, ['Content-Type' => 'text/plain'],
+                             "git http-backend failed ($rc)\n",
+                             log => { %$lx, cgi_exit => $rc });
+    }
+    my $head = substr($buf, 0, $hend);
+    my $rest = substr($buf, $hend);
+    my $status = 200;
+    my @hdrs;
+    for my $l (split /\r?\n/, $head) {
+        my ($k, $v) = $l =~ /^([^:]+):\s*(.*)$/ or next;
+        if (lc $k eq 'status') { ($status) = $v =~ /^(\d{3})/; $status //= 500; next }
+        $status = 302 if lc $k eq 'location' && $status == 200;
+        push @hdrs, $k => $v;
+    }
+    my $s = $self->_stream_begin($c, $req, $status, \@hdrs, log => $lx);
+    SMCP::Fakes::Server::_stream_write($s, $rest) if length $rest;
+    while (1) {
+        my $n = sysread($rd, my $chunk, 65536);
+        last unless $n;
+        SMCP::Fakes::Server::_stream_write($s, $chunk) or last;
+    }
+    close $rd;
+    waitpid($pid, 0);
+    unlink $bodyf;
+    return SMCP::Fakes::Server::_stream_end($s, $req->{keep_alive});
+}
+
+##############################################################################
+# REST
+
+sub _now_iso { return POSIX::strftime('%Y-%m-%dT%H:%M:%SZ', gmtime()) }
+
+sub _num_id { return hex(substr(sha1_hex($_[0]), 0, 7)) }
+
+sub _gh_json {
+    my ($self, $c, $req, $status, $data, $hdrs, %o) = @_;
+    return $self->_reply($c, $req, $status,
+        ['Content-Type' => 'application/json; charset=utf-8',
+         'X-GitHub-Media-Type' => 'github.v3; format=json',
+         'X-GitHub-Request-Id' => uc(SMCP::Fakes::Server::_rand_id(8)),
+         'X-RateLimit-Limit' => 5000, 'X-RateLimit-Remaining' => 4999,
+         'X-RateLimit-Resource' => 'core',
+         @{ $hdrs || [] }],
+        $SMCP::Fakes::Server::JSON->encode($data), %o);
+}
+
+sub _gh_error {
+    my ($self, $c, $req, $status, $msg, %x) = @_;
+    my $lx = delete $x{log};
+    return $self->_gh_json($c, $req, $status,
+        { message => $msg, documentation_url => 'https://docs.github.com/rest',
+          status => "$status", %x }, undef, log => $lx);
+}
+
+# {owner, name, full_name, default_branch, private, git_dir} or undef
+sub _repo_info {
+    my ($self, $o, $r) = @_;
+    my $known = $self->_state_read('repos.json') || {};
+    my $attrs = $known->{"$o/$r"};
+    my $gd = "$self->{root}/$o/$r.git";
+    $gd = undef unless -d $gd;
+    return undef unless $attrs || $gd;
+    $attrs ||= {};
+    my $def = $attrs->{default_branch};
+    if (!defined $def && $gd) {
+        my $head = _git_line($self, { GIT_DIR => $gd, _try => 1 },
+                             'symbolic-ref', '-q', 'HEAD');
+        $def = $1 if defined $head && $head =~ m{^refs/heads/(.+)$};
+    }
+    return { owner => $o, name => $r, full_name => "$o/$r",
+             default_branch => $def // $self->{default_branch} // 'main',
+             private => $attrs->{private} ? 1 : 0, git_dir => $gd };
+}
+
+sub _repo_json {
+    my ($self, $info) = @_;
+    my ($o, $r) = @$info{qw(owner name)};
+    my $web = $self->{web_base};
+    my $clone = $self->{clone_base} // $web;
+    my $T = JSON::PP::true;
+    my $F = JSON::PP::false;
+    return {
+        id => _num_id("$o/$r"), node_id => 'R_' . substr(sha1_hex("$o/$r"), 0, 16),
+        name => $r, full_name => "$o/$r",
+        private => $info->{private} ? $T : $F,
+        visibility => $info->{private} ? 'private' : 'public',
+        owner => { login => $o, id => _num_id($o), type => 'User',
+                   html_url => "$web/$o", url => "$self->{api_base}/users/$o" },
+        html_url => "$web/$o/$r", description => undef, fork => $F,
+        url => "$self->{api_base}/repos/$o/$r",
+        clone_url => "$clone/$o/$r.git", git_url => "git://github.com/$o/$r.git",
+        ssh_url => "git\@github.com:$o/$r.git",
+        default_branch => $info->{default_branch},
+        archived => $F, disabled => $F,
+        permissions => { admin => $F, maintain => $F, push => $T, triage => $T, pull => $T },
+        created_at => '2024-01-01T00:00:00Z', updated_at => _now_iso(),
+        pushed_at => _now_iso(),
+    };
+}
+
+sub _api {
+    my ($self, $req, $c, $p) = @_;
+    my $m = $req->{method};
+    my ($tok) = ($req->{headers}{authorization} // '') =~ /^(?:Bearer|token)\s+(\S+)\s*$/i;
+    unless (defined $tok && defined $self->{api_token} && $tok eq $self->{api_token}) {
+        return $self->_gh_error($c, $req, 401, 'Bad credentials',
+                                log => { auth => defined $tok ? 'bad' : 'missing' });
+    }
+    if ($p eq '/user' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_gh_json($c, $req, 200, { login => $self->{login},
+            id => _num_id($self->{login}), type => 'User',
+            html_url => "$self->{web_base}/$self->{login}" });
+    }
+    if ($p eq '/rate_limit') {
+        return $self->_gh_json($c, $req, 200, { resources => { core => {
+            limit => 5000, remaining => 4999, reset => time() + 3600, used => 1 } } });
+    }
+    my ($o, $r, $rest) = $p =~ m{^/repos/([^/]+)/([^/]+?)(?:\.git)?(/.*)?$}
+        or return $self->_gh_error($c, $req, 404, 'Not Found');
+    $rest //= '';
+    $rest =~ s{/$}{};
+    my %lx = (repo => "$o/$r");
+    my $info = $self->_repo_info($o, $r)
+        or return $self->_gh_error($c, $req, 404, 'Not Found', log => \%lx);
+    if ($rest eq '' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_gh_json($c, $req, 200, $self->_repo_json($info), undef, log => \%lx);
+    }
+    if ($rest eq '/pulls' && ($m eq 'GET' || $m eq 'HEAD')) {
+        my %q = map { my ($k, $v) = split /=/, $_, 2; (_unescape($k) => _unescape($v // '')) }
+                split /&/, ($req->{query} // '');
+        my $state = $q{state} // 'open';
+        my @p = $self->pulls("$o/$r");
+        @p = grep { $_->{state} eq $state } @p unless $state eq 'all';
+        @p = grep { $_->{head}{label} eq $q{head} || $_->{head}{ref} eq $q{head} } @p
+            if defined $q{head} && length $q{head};
+        @p = grep { $_->{base}{ref} eq $q{base} } @p if defined $q{base} && length $q{base};
+        return $self->_gh_json($c, $req, 200, \@p, undef, log => \%lx);
+    }
+    if ($rest eq '/pulls' && $m eq 'POST') {
+        return $self->_create_pull($req, $c, $info, \%lx);
+    }
+    if ($rest =~ m{^/pulls/(\d+)$} && ($m eq 'GET' || $m eq 'HEAD')) {
+        my ($pr) = grep { $_->{number} == $1 } $self->pulls("$o/$r");
+        return $pr ? $self->_gh_json($c, $req, 200, $pr, undef, log => \%lx)
+                   : $self->_gh_error($c, $req, 404, 'Not Found', log => \%lx);
+    }
+    return $self->_gh_error($c, $req, 404, 'Not Found', log => \%lx);
+}
+
+sub _create_pull {
+    my ($self, $req, $c, $info, $lx) = @_;
+    my $j = $req->{json};
+    return $self->_gh_error($c, $req, 400, 'Problems parsing JSON', log => $lx)
+        unless ref $j eq 'HASH';
+    my ($o, $r) = @$info{qw(owner name)};
+    my @missing = grep { !defined $j->{$_} || ref $j->{$_} || $j->{$_} eq '' } qw(title head base);
+    if (@missing) {
+        return $self->_gh_error($c, $req, 422, 'Validation Failed', log => $lx,
+            errors => [ map { { resource => 'PullRequest', field => $_,
+                                code => 'missing_field' } } @missing ]);
+    }
+    my ($head_owner, $head_ref) = $j->{head} =~ /^([^:]+):(.+)$/ ? ($1, $2) : ($o, $j->{head});
+    my $base_ref = $j->{base};
+    my ($head_sha, $base_sha);
+    if ($info->{git_dir}) {
+        my $gd = $info->{git_dir};
+        $head_sha = _git_line($self, { GIT_DIR => $gd, _try => 1 }, 'rev-parse',
+                              '--verify', '-q', "refs/heads/$head_ref^{commit}");
+        $base_sha = _git_line($self, { GIT_DIR => $gd, _try => 1 }, 'rev-parse',
+                              '--verify', '-q', "refs/heads/$base_ref^{commit}");
+        my @bad;
+        push @bad, 'head' unless $head_sha;
+        push @bad, 'base' unless $base_sha;
+        if (@bad) {
+            return $self->_gh_error($c, $req, 422, 'Validation Failed', log => $lx,
+                errors => [ map { { resource => 'PullRequest', field => $_,
+                                    code => 'invalid' } } @bad ]);
+        }
+        if ($head_sha eq $base_sha) {
+            return $self->_gh_error($c, $req, 422, 'Validation Failed', log => $lx,
+                errors => [ { resource => 'PullRequest', code => 'custom',
+                              message => "No commits between $base_ref and $head_ref" } ]);
+        }
+    }
+    $head_sha ||= sha1_hex("head:$o/$r:$head_ref");
+    $base_sha ||= sha1_hex("base:$o/$r:$base_ref");
+    my $web = $self->{web_base};
+    my $api = "$self->{api_base}/repos/$o/$r";
+    my $repo_min = { id => _num_id("$o/$r"), name => $r, full_name => "$o/$r",
+                     html_url => "$web/$o/$r", clone_url => "$web/$o/$r.git",
+                     default_branch => $info->{default_branch},
+                     owner => { login => $o, type => 'User' } };
+    my $T = JSON::PP::true;
+    my $F = JSON::PP::false;
+    my $dup;
+    my $pr = $self->_state_update('pulls.json', sub {
+        my ($d) = @_;
+        $d ||= {};
+        my $list = $d->{"$o/$r"} ||= [];
+        ($dup) = grep { $_->{state} eq 'open' && $_->{head}{label} eq "$head_owner:$head_ref"
+                        && $_->{base}{ref} eq $base_ref } @$list;
+        return ($d, undef) if $dup;
+        my $n = 1;
+        for (@$list) { $n = $_->{number} + 1 if $_->{number} >= $n }
+        my $now = _now_iso();
+        my $new = {
+            url => "$api/pulls/$n", id => 1_000_000 + _num_id("$o/$r#$n") % 1_000_000,
+            node_id => 'PR_' . substr(sha1_hex("$o/$r#$n"), 0, 16),
+            html_url => "$web/$o/$r/pull/$n", diff_url => "$web/$o/$r/pull/$n.diff",
+            patch_url => "$web/$o/$r/pull/$n.patch", issue_url => "$api/issues/$n",
+            number => $n, state => 'open', locked => $F,
+            title => $j->{title}, body => $j->{body},
+            draft => $j->{draft} ? $T : $F,
+            user => { login => $self->{login}, type => 'User' },
+            head => { label => "$head_owner:$head_ref", ref => $head_ref,
+                      sha => $head_sha, repo => $repo_min,
+                      user => { login => $head_owner } },
+            base => { label => "$o:$base_ref", ref => $base_ref, sha => $base_sha,
+                      repo => $repo_min, user => { login => $o } },
+            maintainer_can_modify => ($j->{maintainer_can_modify} // 1) ? $T : $F,
+            merged => $F, mergeable => undef, merged_at => undef, closed_at => undef,
+            created_at => $now, updated_at => $now,
+        };
+        push @$list, $new;
+        return ($d, $new);
+    });
+    if ($dup) {
+        return $self->_gh_error($c, $req, 422, 'Validation Failed', log => $lx,
+            errors => [ { resource => 'PullRequest', code => 'custom',
+                          message => "A pull request already exists for $head_owner:$head_ref." } ]);
+    }
+    return $self->_gh_json($c, $req, 201, $pr, ['Location' => $pr->{url}],
+                           log => { %$lx, number => $pr->{number} });
+}
+
+1;
