@@ -37,6 +37,7 @@ typedef struct {
     ngx_int_t                           rc;
     ngx_uint_t                          status;         /* refusal */
     unsigned                            done:1;
+    unsigned                            known:1;        /* run of tenant */
     unsigned                            granted:1;
 } ngx_http_sandbox_mcp_egress_ctx_t;
 
@@ -429,11 +430,13 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
         goto finalize;
     }
 
-    if (!ngx_http_sandbox_mcp_egress_reply_is(reply->element[0], "")
-        && reply->element[0]->type == REDIS_REPLY_STRING
-        && reply->element[0]->len == ctx->tenant.len
-        && ngx_strncmp(reply->element[0]->str, ctx->tenant.data,
-                       ctx->tenant.len) == 0
+    /* audit events go only to a run that exists and is the token's */
+    ctx->known = reply->element[0]->type == REDIS_REPLY_STRING
+                 && reply->element[0]->len == ctx->tenant.len
+                 && ngx_strncmp(reply->element[0]->str, ctx->tenant.data,
+                                ctx->tenant.len) == 0;
+
+    if (ctx->known
         && (ngx_http_sandbox_mcp_egress_reply_is(reply->element[1],
                                                  SMCP_STATUS_STARTED)
             || ngx_http_sandbox_mcp_egress_reply_is(reply->element[1],
@@ -665,7 +668,7 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
 
-    if (ctx == NULL || ctx->run_id.len == 0) {
+    if (ctx == NULL || !ctx->known) {
         return NGX_OK;
     }
 

@@ -1,0 +1,389 @@
+#!/usr/bin/env perl
+# The egress proxy on the host (no containers): every shipped route swaps
+# the sandbox's run token for the real credential, strips every token
+# header, refuses what it must with JSON the agent can read, streams, and
+# records an audit event per request.  (t/egress_sandbox.t repeats the
+# important parts from inside real sandbox containers.)
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use IO::Socket::INET;
+use MIME::Base64 qw(encode_base64);
+use Test::More;
+use Time::HiRes qw(time sleep);
+use SMCP::Test qw(:all);
+use SMCP::Fakes qw(parse_sse);
+
+my $root = repo_root();
+
+sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
+
+# real credentials: unique strings we can grep for anywhere
+my %real = (
+    ANTHROPIC_API_KEY    => 'sk-ant-REAL-' . rnd(),
+    COMPAT_API_KEY       => 'sk-compat-REAL-' . rnd(),
+    OPENAI_API_KEY       => 'sk-openai-REAL-' . rnd(),
+    AZURE_OPENAI_API_KEY => 'azure-REAL-' . rnd(),
+    GOOGLE_API_KEY       => 'goog-REAL-' . rnd(),
+    CF_AIG_TOKEN         => 'cfaig-REAL-' . rnd(),
+    GITHUB_TOKEN         => 'ghp_REAL' . rnd(),
+);
+
+my $t = SMCP::Test->new(workers => 2);
+
+my $anthropic = SMCP::Fakes::start_anthropic(
+    key => $real{ANTHROPIC_API_KEY}, chunk_delay => 0.4, deltas => 4,
+    text => 'streamed through the proxy');
+my $openai = SMCP::Fakes::start_openai(key => $real{OPENAI_API_KEY});
+my $compat = SMCP::Fakes::start_openai(key => $real{COMPAT_API_KEY});
+my $github = SMCP::Fakes::start_github(token => $real{GITHUB_TOKEN});
+$github->create_repo('owner/repo', files => { 'README.md' => "hello\n" });
+
+my $eport = $t->free_port;
+my $echo = $t->free_port;
+my $down = $t->free_port;     # nothing listens there
+
+local @ENV{keys %real} = values %real;
+local $ENV{ANTHROPIC_BASE_URL} = $anthropic->url;
+local $ENV{OPENAI_BASE_URL} = $openai->url;
+local $ENV{COMPAT_BASE_URL} = $compat->url;
+local $ENV{AZURE_OPENAI_BASE_URL} = "http://127.0.0.1:$echo";
+local $ENV{GOOGLE_BASE_URL} = "http://127.0.0.1:$echo";
+local $ENV{CF_AIG_BASE_URL} = "http://127.0.0.1:$echo/v1/acct/gw";
+local $ENV{GITHUB_URL} = $github->url;
+local $ENV{GITHUB_API_URL} = $github->url;
+
+my $routes = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh`;
+is($?, 0, 'egress-routes.sh renders the routes');
+open(my $fh, '>', $t->dir . '/routes.conf') or die $!;
+print $fh $routes;
+close $fh;
+
+# the echo upstream shows which credential headers arrived
+my $echo_body = join ',', map { my $v = $_; $v =~ s/-/_/g; qq{"$_":"\$http_$v"} }
+    qw(authorization x-api-key api-key x-goog-api-key cf-aig-authorization);
+
+$t->start(http => <<"NGINX");
+    server {
+        listen 127.0.0.1:$eport;
+        include %%DIR%%/routes.conf;
+
+        location /down/ {
+            sandbox_mcp_egress down;
+            sandbox_mcp_egress_credential env:COMPAT_API_KEY bearer;
+            proxy_set_header Authorization \$sandbox_mcp_credential;
+            proxy_pass http://127.0.0.1:$down/;
+        }
+    }
+
+    server {
+        listen 127.0.0.1:$echo;
+        default_type application/json;
+        location / {
+            return 200 '{$echo_body,"uri":"\$request_uri"}';
+        }
+    }
+NGINX
+
+# a live run of alice's, and its egress token
+my $run = 'run_' . rnd();
+$t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
+          repository => 'https://github.com/owner/repo');
+my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run,
+                    exp => int(CORE::time()) + 600);
+
+sub egress {
+    my (%o) = @_;
+    return $t->http(port => $eport, method => $o{method} // 'POST',
+                    path => $o{path}, headers => $o{headers} // [],
+                    body => $o{body}, timeout => $o{timeout} // 20);
+}
+
+sub refused_ok {
+    my ($r, $status, $name) = @_;
+    is($r->{status}, $status, "$name: $status");
+    my $j = json_decode($r->{body} // '');
+    ok(ref $j eq 'HASH' && ($j->{type} // '') eq 'error'
+       && ref $j->{error} eq 'HASH' && length($j->{error}{message} // ''),
+       "$name: JSON error body the agent can read")
+        or diag($r->{body});
+    like($r->{headers}{'content-type'} // '', qr{application/json},
+         "$name: application/json");
+}
+
+my $msg = json_encode({ model => 'claude-sonnet-4-5', max_tokens => 64,
+    stream => JSON::PP::true(), messages => [{ role => 'user', content => 'hi' }] });
+
+###############################################################################
+# Anthropic: x-api-key swapped, streaming chunk by chunk
+
+{
+    my $r = egress(path => '/anthropic/v1/messages',
+        headers => [ 'x-api-key' => $tok, 'anthropic-version' => '2023-06-01',
+                     'Content-Type' => 'application/json' ],
+        body => $msg, timeout => 30);
+    is($r->{status}, 200, 'anthropic: 200 through the proxy');
+    like($r->{headers}{'content-type'} // '', qr{text/event-stream},
+         'anthropic: an event stream');
+    my @ev = parse_sse($r->{body});
+    is($ev[0]{event}, 'message_start', 'anthropic: first event message_start');
+    is($ev[-1]{event}, 'message_stop', 'anthropic: last event message_stop');
+
+    my $req = $anthropic->last_request(path => '/v1/messages');
+    is($req->{headers}{'x-api-key'}, $real{ANTHROPIC_API_KEY},
+       'anthropic fake saw the real key');
+    ok(!grep({ index($_->[1], $tok) >= 0 } @{ $req->{header_list} }),
+       'anthropic fake never saw the run token');
+}
+
+# first byte before the upstream finished: events are 0.4 s apart
+{
+    my $sock = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$eport",
+                                     Timeout => 5) or die $!;
+    print $sock "POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\n"
+        . "x-api-key: $tok\r\nContent-Type: application/json\r\n"
+        . "Content-Length: " . length($msg) . "\r\nConnection: close\r\n\r\n"
+        . $msg;
+    my ($first, $buf) = (undef, '');
+    while (1) {
+        my $n = sysread($sock, my $chunk, 65536);
+        last unless $n;
+        $buf .= $chunk;
+        $first //= time() if $buf =~ /event: message_start/;
+    }
+    my $last = time();
+    ok(defined $first, 'streamed: saw the first event');
+    ok(defined $first && $last - $first > 1.0,
+       sprintf('streamed: first event %.2f s before the end (unbuffered)',
+               $last - ($first // $last)));
+}
+
+###############################################################################
+# every provider route: the right header with the real credential
+
+{
+    my $r = egress(path => '/compat/v1/chat/completions',
+                   headers => [ Authorization => "Bearer $tok",
+                                'Content-Type' => 'application/json' ],
+                   body => '{"model":"m","messages":[{"role":"user","content":"hi"}]}');
+    is($r->{status}, 200, 'compat: 200');
+    my $req = $compat->last_request;
+    is($req->{headers}{authorization}, "Bearer $real{COMPAT_API_KEY}",
+       'compat fake saw Bearer <real key>');
+
+    $r = egress(path => '/openai/v1/chat/completions',
+                headers => [ Authorization => "Bearer $tok",
+                             'Content-Type' => 'application/json' ],
+                body => '{"model":"gpt","messages":[{"role":"user","content":"hi"}]}');
+    is($r->{status}, 200, 'openai: 200');
+    is($openai->last_request->{headers}{authorization},
+       "Bearer $real{OPENAI_API_KEY}", 'openai fake saw Bearer <real key>');
+}
+
+for my $case (
+    [ azure => 'api-key', 'api-key', $real{AZURE_OPENAI_API_KEY},
+      '/azure/openai/deployments/d/chat/completions?api-version=2024-10-21' ],
+    [ google => 'x-goog-api-key', 'x-goog-api-key', $real{GOOGLE_API_KEY},
+      '/google/v1beta/models/gemini:streamGenerateContent?alt=sse' ],
+    [ cloudflare => 'cf-aig-authorization', 'cf-aig-authorization',
+      "Bearer $real{CF_AIG_TOKEN}", '/cloudflare/anthropic/v1/messages' ],
+) {
+    my ($route, $sends, $want_header, $want, $path) = @$case;
+    # the sandbox sends its token where its SDK puts the key, plus an
+    # Authorization header for good measure: none may pass
+    my $r = egress(path => $path,
+                   headers => [ $sends => ($sends eq 'cf-aig-authorization'
+                                           ? "Bearer $tok" : $tok),
+                                Authorization => "Bearer $tok" ]);
+    is($r->{status}, 200, "$route: 200");
+    my $j = json_decode($r->{body}) // {};
+    is($j->{$want_header}, $want,
+       "$route: upstream got $want_header = the real credential");
+    for my $h (sort grep { $_ ne $want_header && $_ ne 'uri' } keys %$j) {
+        is($j->{$h}, '', "$route: no $h header upstream");
+    }
+    unlike($r->{body}, qr/\Q$tok\E/, "$route: the run token did not pass");
+    (my $up = $path) =~ s{^/$route}{};
+    $up = "/v1/acct/gw$up" if $route eq 'cloudflare';
+    is($j->{uri}, $up, "$route: path and query passed on");
+}
+
+###############################################################################
+# GitHub: git smart HTTP and the REST allow-list, pinned to the run's repo
+
+{
+    my $basic = 'Basic ' . encode_base64("x-access-token:$tok", '');
+    my $r = egress(method => 'GET',
+                   path => '/github/owner/repo.git/info/refs?service=git-upload-pack',
+                   headers => [ Authorization => $basic ]);
+    is($r->{status}, 200, 'github git: info/refs 200');
+    like($r->{body}, qr/git-upload-pack/, 'github git: smart HTTP advertisement');
+    my $req = $github->last_request;
+    is($req->{auth}, 'ok', 'github fake accepted the injected credential');
+    is($req->{headers}{authorization},
+       'Basic ' . encode_base64("x-access-token:$real{GITHUB_TOKEN}", ''),
+       'github fake saw Basic x-access-token:<real token>');
+
+    # a real git client, from the host, through the proxy
+    my $wd = $t->dir . '/clone';
+    my $out = `git -c 'http.extraHeader=Authorization: $basic' clone -q http://127.0.0.1:$eport/github/owner/repo.git $wd 2>&1`;
+    is($?, 0, 'git clone through the proxy') or diag($out);
+    ok(-f "$wd/README.md", 'the clone has the files');
+    `cd $wd && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m 'via proxy' 2>&1`;
+    $out = `cd $wd && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/smcp-egress 2>&1`;
+    is($?, 0, 'git push through the proxy') or diag($out);
+    ok($github->ref_commit('owner/repo', 'smcp-egress'),
+       'the pushed branch is upstream');
+
+    $r = egress(path => '/github-api/repos/owner/repo/pulls',
+                headers => [ Authorization => "Bearer $tok",
+                             'Content-Type' => 'application/json' ],
+                body => '{"title":"t","head":"smcp-egress","base":"main"}');
+    is($r->{status}, 201, 'github api: pull request created') or diag($r->{body});
+    is($github->last_request->{headers}{authorization},
+       "Bearer $real{GITHUB_TOKEN}", 'github api fake saw Bearer <real token>');
+
+    $r = egress(method => 'GET', path => '/github-api/repos/owner/repo',
+                headers => [ Authorization => "Bearer $tok" ]);
+    is($r->{status}, 200, 'github api: repository lookup');
+
+    refused_ok(egress(method => 'GET',
+                      path => '/github/owner/repo.git/objects/info/packs',
+                      headers => [ Authorization => "Bearer $tok" ]),
+               403, 'git path outside smart HTTP');
+    refused_ok(egress(method => 'GET', path => '/github-api/user',
+                      headers => [ Authorization => "Bearer $tok" ]),
+               403, 'REST path outside the allow-list');
+    refused_ok(egress(method => 'GET',
+                      path => '/github/other/repo.git/info/refs?service=git-upload-pack',
+                      headers => [ Authorization => "Bearer $tok" ]),
+               403, 'another repository (git)');
+    refused_ok(egress(method => 'GET', path => '/github-api/repos/other/repo',
+                      headers => [ Authorization => "Bearer $tok" ]),
+               403, 'another repository (REST)');
+}
+
+###############################################################################
+# refusals
+
+my $n_before = scalar @{ $anthropic->requests };
+
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg),
+           401, 'no token');
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                      scope => 'egress', run => $run,
+                      secret => 'forged-secret-0123456789') ]),
+           401, 'forged token');
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                      scope => 'egress', run => $run, exp => int(CORE::time()) - 5) ]),
+           401, 'expired token');
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                      scope => 'mcp', run => $run) ]),
+           401, 'an MCP token');
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                      scope => 'egress', run => $run, alg => 'none') ]),
+           401, 'alg none');
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                  headers => [ 'x-api-key' => $t->token(sub => 'mallory',
+                      scope => 'egress', run => $run) ]),
+           401, "another tenant's token for the run");
+my $ghost = 'run_' . rnd();
+refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                      scope => 'egress', run => $ghost) ]),
+           401, 'a run that does not exist');
+is($t->redis('EXISTS', "smcp:run:$ghost:events"), 0,
+   'no audit stream is made for a run that does not exist');
+
+for my $st (qw(completed failed cancelled)) {
+    $t->redis('HSET', "smcp:run:$run", status => $st);
+    refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                      headers => [ 'x-api-key' => $tok ]),
+               401, "run $st");
+}
+$t->redis('HSET', "smcp:run:$run", status => 'started');
+is(egress(path => '/compat/v1/chat/completions',
+          headers => [ Authorization => "Bearer $tok",
+                       'Content-Type' => 'application/json' ],
+          body => '{"model":"m","messages":[]}')->{status},
+   200, 'a started run may use egress');
+$t->redis('HSET', "smcp:run:$run", status => 'running');
+
+is(scalar @{ $anthropic->requests }, $n_before,
+   'no refused request reached the upstream');
+
+refused_ok(egress(path => '/nope/v1/x', headers => [ 'x-api-key' => $tok ]),
+           404, 'unknown route');
+refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $tok" ]),
+           502, 'upstream down');
+
+###############################################################################
+# audit: one egress event per request, no secrets, no query strings
+
+{
+    my $ev = $t->redis('XRANGE', "smcp:run:$run:events", '-', '+');
+    my @eg;
+    for my $e (@$ev) {
+        my %f = @{ $e->[1] };
+        push @eg, { %f, json => json_decode($f{data}) } if $f{type} eq 'egress';
+    }
+    ok(@eg >= 10, scalar(@eg) . ' egress audit events recorded');
+    my ($a) = grep { $_->{json}{route} eq 'anthropic' && $_->{json}{granted} } @eg;
+    ok($a, 'an anthropic event');
+    is($a->{json}{method}, 'POST', 'audit: method');
+    is($a->{json}{path}, '/anthropic/v1/messages', 'audit: path');
+    is($a->{json}{status}, 200, 'audit: status');
+    ok($a->{json}{bytesIn} > 0 && $a->{json}{bytesOut} > 0, 'audit: bytes');
+    ok(defined $a->{json}{durationMs}, 'audit: duration');
+    like($a->{ts} // '', qr/^\d{13}$/, 'audit: time (ms)');
+    my ($g) = grep { $_->{json}{path} =~ m{/google/} } @eg;
+    ok($g && $g->{data} !~ /\?/, 'audit: no query string');
+    my ($refused) = grep { !$_->{json}{granted} && $_->{json}{status} == 401 } @eg;
+    ok($refused && $refused->{json}{status} == 401,
+       'audit: refused requests are recorded too');
+    my $all = join "\n", map { $_->{data} } @eg;
+    unlike($all, qr/\Q$tok\E/, 'audit: no token');
+    unlike($all, qr/REAL/, 'audit: no real credential');
+}
+
+###############################################################################
+# Redis away: fail closed, fast, with JSON
+
+{
+    $t->stop_redis;
+    my $t0 = time();
+    my $r = egress(path => '/anthropic/v1/messages', body => $msg,
+                   headers => [ 'x-api-key' => $tok ]);
+    refused_ok($r, 503, 'Redis down');
+    ok(time() - $t0 < 2, 'Redis down: answered at once');
+    $t->start_redis;
+    $t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
+              repository => 'https://github.com/owner/repo');
+    ok(wait_until(10, sub {
+        egress(path => '/compat/v1/chat/completions',
+               headers => [ Authorization => "Bearer $tok" ],
+               body => '{"model":"m","messages":[]}')->{status} == 200 }),
+       'egress works again once Redis is back');
+}
+
+###############################################################################
+# no secret in nginx's logs
+
+{
+    my $logs = $t->read_file('error.log') . $t->read_file('access.log');
+    for my $k (sort keys %real) {
+        unlike($logs, qr/\Q$real{$k}\E/, "logs: no $k");
+    }
+    unlike($logs, qr/\Q$tok\E/, 'logs: no run token');
+}
+
+$_->stop for ($anthropic, $openai, $compat, $github);
+$t->done;
