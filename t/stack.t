@@ -14,6 +14,8 @@ use lib "$FindBin::Bin/lib";
 use File::Temp qw(tempdir);
 use Test::More;
 use SMCP::Test qw(:all);
+use SMCP::Docker qw(docker_available free_subnet bridge_name test_id);
+use SMCP::Fakes;
 
 my $root = repo_root();
 
@@ -34,6 +36,25 @@ local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 local $ENV{SMCP_REDIS_PORT} = $rport;
 local $ENV{SMCP_TENANT} = 'stack-tenant';
 delete local $ENV{PROXY_JWT_SECRET};
+
+# the egress side of `make up`: its own sandbox network, a fake model
+my ($egress, $fake, $eport, $net) = (0);
+if (docker_available() || is_ci()) {
+    $egress = 1;
+    $eport = SMCP::Test::free_port();
+    $net = 'smcp-' . test_id();
+    $fake = SMCP::Fakes::start_anthropic(key => 'sk-ant-REAL-stack-0123456789');
+    $ENV{SMCP_EGRESS} = 'on';
+    $ENV{SMCP_SANDBOX_NET} = $net;
+    $ENV{SMCP_SANDBOX_BRIDGE} = bridge_name();
+    $ENV{SMCP_SANDBOX_SUBNET} = free_subnet();
+    $ENV{SMCP_EGRESS_PORT} = $eport;
+    $ENV{ANTHROPIC_API_KEY} = 'sk-ant-REAL-stack-0123456789';
+    $ENV{ANTHROPIC_BASE_URL} = $fake->url;
+} else {
+    diag('no dockerd: make up without the egress side');
+    $ENV{SMCP_EGRESS} = 'off';
+}
 
 # `make up` also runs `make deps`; .ci/stack is what it calls after that
 my $out = `$root/.ci/stack up 2>&1`;
@@ -91,6 +112,24 @@ isnt($? >> 8, 0, 'smcp-token refuses an unknown scope');
 my $nosecret = `env -u PROXY_JWT_SECRET $root/build/smcp-token --sub x 2>&1`;
 like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it looks');
 
+if ($egress) {
+    my ($gw) = $out =~ m{Egress:\s+http://([\d.]+):\d+};
+    ok($gw, 'prints the egress listener') or diag($out);
+    my $ht = HTTP::Tiny->new(timeout => 10);
+    my $r = $ht->get("http://$gw:$eport/nope");
+    is($r->{status}, 404, 'egress listener up: unknown route 404');
+    my $run = 'run_0123456789abcdef01234567';
+    system("redis-cli -p $rport HSET smcp:run:$run tenant stack-tenant status running >/dev/null");
+    my $etok = `$root/build/smcp-token --sub stack-tenant --scope egress --run $run --ttl 300 --secret-file $state/secret`;
+    chomp $etok;
+    $r = $ht->post("http://$gw:$eport/anthropic/v1/messages", {
+        headers => { 'x-api-key' => $etok, 'content-type' => 'application/json' },
+        content => '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' });
+    is($r->{status}, 200, 'egress: the anthropic route of make up works');
+    is($fake->last_request->{headers}{'x-api-key'}, 'sk-ant-REAL-stack-0123456789',
+       'egress: the upstream got the real key');
+}
+
 # a second `up` is idempotent: same processes, reloaded config
 $out = `$root/.ci/stack up 2>&1`;
 is($?, 0, 'second stack up exits 0') or diag($out);
@@ -102,6 +141,13 @@ $out = `$root/.ci/stack down 2>&1`;
 is($?, 0, 'stack down exits 0') or diag($out);
 ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
 ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
+if ($egress) {
+    my $nets = `docker network ls --format '{{.Name}}'`;
+    unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
+    my $rules = `iptables -S INPUT`;
+    unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
+    $fake->stop;
+}
 
 my $log = SMCP::Test::read_file(undef, "$state/logs/error.log") // '';
 unlike($log, qr/\[(alert|crit|emerg)\]/, 'no alert/crit/emerg in the stack error.log');
