@@ -656,9 +656,10 @@ static ngx_int_t
 ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
 {
     char                                    *data;
+    u_char                                  *q;
     json_t                                  *ev;
     int64_t                                  now, start;
-    ngx_str_t                                key, chan;
+    ngx_str_t                                key, chan, path;
     ngx_time_t                              *tp;
     const char                              *argv[12];
     size_t                                   argl[12];
@@ -678,11 +679,19 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
     now = (int64_t) tp->sec * 1000 + tp->msec;
     start = (int64_t) r->start_sec * 1000 + r->start_msec;
 
+    /* the path as the sandbox sent it (before any rewrite), without the
+     * query string: queries can carry keys */
+    path = r->unparsed_uri;
+    q = ngx_strlchr(path.data, path.data + path.len, '?');
+    if (q) {
+        path.len = q - path.data;
+    }
+
     ev = json_pack("{s:s%, s:s%, s:s%, s:i, s:I, s:I, s:I, s:b}",
                    "route", (char *) lcf->route.data, lcf->route.len,
                    "method", (char *) r->method_name.data,
                    r->method_name.len,
-                   "path", (char *) r->uri.data, r->uri.len,
+                   "path", (char *) path.data, path.len,
                    "status", (int) r->headers_out.status,
                    "bytesIn", (json_int_t) r->request_length,
                    "bytesOut", (json_int_t) r->connection->sent,

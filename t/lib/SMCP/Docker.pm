@@ -712,4 +712,62 @@ END {
     }
 }
 
+##############################################################################
+# named volumes (added for t/egress_sandbox.t)
+#
+#   my $vol = create_volume();           # labelled smcp.test=<test_id()>
+#   ... extra => ['--mount', "type=volume,src=$vol,dst=/workspace"] ...
+#   remove_volume($vol);                 # its containers first, then it
+#
+# Volumes made here are removed at the end of the test file (after the
+# containers using them); those of test runs whose process is gone are
+# swept on the first create_volume().
+
+push @EXPORT_OK, qw(create_volume remove_volume);
+
+my (@VOLUMES, $VOLUMES_SWEPT);
+
+# create_volume(name => N, labels => {k => v}) -> the volume's name
+sub create_volume {
+    my (%o) = @_;
+    unless ($VOLUMES_SWEPT++) {
+        my (undef, $out) = docker('volume', 'ls', '--filter', 'label=smcp.test.pid',
+                                  '--format', '{{.Name}} {{.Label "smcp.test.pid"}}');
+        for my $l (split /\n/, $out) {
+            my ($v, $pid) = split ' ', $l;
+            next unless defined $pid && $pid =~ /^\d+$/;
+            next if $pid == $$ || kill(0, $pid);
+            remove_volume($v);
+        }
+    }
+    my $name = $o{name} // sprintf('%s-v%d', test_id(), ++$SEQ);
+    my @a = ('volume', 'create', '--label', test_label(), '--label', "smcp.test.pid=$$");
+    my $labels = $o{labels} || {};
+    push @a, '--label', "$_=$labels->{$_}" for sort keys %$labels;
+    my $v = _docker_ok({ timeout => 60 }, @a, $name);
+    push @VOLUMES, $v;
+    return $v;
+}
+
+# remove_volume($name): force-removes the containers using it, then the
+# volume; 1 when gone
+sub remove_volume {
+    my ($name) = @_;
+    my (undef, $out) = docker('ps', '-aq', '--filter', "volume=$name");
+    remove_container($_) for split ' ', $out;
+    my ($rc, undef, $err) = docker({ timeout => 60 }, 'volume', 'rm', '-f', $name);
+    @VOLUMES = grep { $_ ne $name } @VOLUMES;
+    return 1 if $rc == 0;
+    Test::More::diag("docker volume rm $name: $err");
+    return 0;
+}
+
+# runs before the END block above (END blocks run last-defined first)
+END {
+    if ($$ == $OWNER && @VOLUMES && !$ENV{SMCP_TEST_KEEP}) {
+        local $?;
+        remove_volume($_) for my @v = @VOLUMES;    # a copy: it shrinks
+    }
+}
+
 1;
