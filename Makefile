@@ -11,6 +11,10 @@ NGX_SRC    ?= /usr/share/nginx/src
 BUILD      := $(CURDIR)/build
 MODULE_SO  := $(BUILD)/ngx_http_sandbox_mcp_module.so
 TOKEN_BIN  := $(BUILD)/smcp-token
+RUNNER_BIN := $(BUILD)/smcp-runner
+RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
+               runner/docker.c runner/logstream.c runner/outcome.c \
+               runner/run.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 
 MODULE_SRCS := config $(wildcard ngx_sandbox_mcp_module/*.[ch] \
@@ -20,12 +24,13 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools deps test static up down token clean docker-ready
+.PHONY: all module tools runner deps test static up down token clean docker-ready
 
-all: module tools
+all: module tools runner
 
 module: $(MODULE_SO)
 tools: $(TOKEN_BIN)
+runner: $(RUNNER_BIN)
 
 # Debian's recipe for out-of-tree dynamic modules: configure a copy of the
 # nginx-dev tree with the packaged nginx's own flags (--with-compat), then
@@ -51,6 +56,13 @@ $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
 	mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -o $@ \
 	    runner/smcp_token.c $(COMMON_SRCS) -ljansson -lcrypto
+
+$(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
+               $(wildcard ngx_sandbox_mcp_module/common/*.h)
+	mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
+	    -Ingx_sandbox_mcp_module/common -Irunner -o $@ \
+	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto
 
 # Upstream nginx sources with the module linked in statically (and the poll
 # event module, which Debian's nginx lacks): proves the same `config` serves

@@ -12,12 +12,27 @@
 #   SMCP_RUN_TOKEN         the run-scoped egress token
 #   SMCP_MODEL             provider/model, e.g. anthropic/claude-sonnet-4-5
 #   SMCP_PROVIDER_BASE_URL the provider's API base through the proxy
-#                          (default $SMCP_EGRESS_URL/<provider>/v1)
+#                          (default $SMCP_EGRESS_URL/<provider>/v1; google:
+#                          .../google/v1beta, azure: .../azure/openai, the
+#                          bases their SDKs expect)
 #   SMCP_REPOSITORY        https://<git host>/<owner>/<repo> (optional)
 #   SMCP_BRANCH            branch to check out (optional)
 #   SMCP_GIT_HOST          the git host the proxy stands in for (github.com)
 #   SMCP_SESSION           OpenCode session id to continue (optional)
 #   SMCP_TASK              the task text (opencode reads it on stdin)
+#   SMCP_TITLE             title of a new OpenCode session (optional; default
+#                          the task's first line, at most 80 characters).
+#                          A session with a title makes OpenCode skip its
+#                          title-generation request to the model.
+#
+# Output (stdout): OpenCode's JSON events, one per line, framed by lifecycle
+# lines {"type":"smcp","step":...}: clone | clone_failed (message) |
+# agent_start | agent_exit (exitCode, and signal when the container was
+# asked to stop) | diff (diff: the run's changes as a unified diff, the
+# last line).  The same diff is left in /workspace/.oc/smcp/diff.
+#
+# Stopping: SIGTERM/SIGINT/SIGHUP are passed on to OpenCode; the script
+# still prints agent_exit and the diff, then exits with OpenCode's status.
 #
 # Layout of the session volume: /workspace/repo is the worktree,
 # /workspace/.oc holds OpenCode's XDG dirs (kept apart from the worktree so
@@ -36,7 +51,12 @@ oc=$ws/.oc
 
 provider=${SMCP_MODEL%%/*}
 model=${SMCP_MODEL#*/}
-base_url=${SMCP_PROVIDER_BASE_URL:-$SMCP_EGRESS_URL/$provider/v1}
+case $provider in
+    google) default_base=$SMCP_EGRESS_URL/google/v1beta ;;
+    azure)  default_base=$SMCP_EGRESS_URL/azure/openai ;;
+    *)      default_base=$SMCP_EGRESS_URL/$provider/v1 ;;
+esac
+base_url=${SMCP_PROVIDER_BASE_URL:-$default_base}
 
 export HOME=${HOME:-/home/sandbox}
 export XDG_CONFIG_HOME=$oc/config XDG_DATA_HOME=$oc/data
@@ -48,19 +68,41 @@ export OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_CLAUDE_CODE=1
 export OPENCODE_DISABLE_EXTERNAL_SKILLS=1
 
 mkdir -p "$repo" "$XDG_CONFIG_HOME/opencode" "$XDG_DATA_HOME" \
-         "$XDG_CACHE_HOME" "$XDG_STATE_HOME" "$HOME"
+         "$XDG_CACHE_HOME" "$XDG_STATE_HOME" "$HOME" "$oc/smcp"
+
+# JSON string literal of stdin's bytes (no jq in the image): control
+# characters escaped, invalid UTF-8 bytes replaced by U+FFFD, so a runner's
+# strict JSON parser accepts any diff or message.  perl-base is Essential
+# in Debian; the bash fallback handles only the control characters.
+# shellcheck disable=SC2016
+json_perl='binmode STDIN; binmode STDOUT; local $/; my $s = <STDIN>;
+$s = "" unless defined $s;
+my %e = ("\"" => "\\\"", "\\" => "\\\\", "\n" => "\\n", "\r" => "\\r", "\t" => "\\t");
+$s =~ s{([\x00-\x1f"\\\x7f])|([\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})|([\x80-\xff])}{defined $1 ? ($e{$1} // sprintf("\\u%04x", ord $1)) : defined $2 ? $2 : "\\ufffd"}ge;
+print "\"", $s, "\"";'
+
+json_stdin() {
+    if command -v perl >/dev/null 2>&1; then
+        perl -e "$json_perl"
+    else
+        local s c i
+        s=$(cat; printf x); s=${s%x}
+        s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; s=${s//$'\r'/\\r}
+        s=${s//$'\t'/\\t}
+        for i in $(seq 1 31); do
+            # shellcheck disable=SC2059
+            printf -v c "\\x$(printf %02x "$i")"
+            s=${s//"$c"/$(printf '\\u%04x' "$i")}
+        done
+        printf '"%s"' "$s"
+    fi
+}
+
+json_str() { printf '%s' "$1" | json_stdin; }
 
 lifecycle() {
     # one JSON line on stdout, beside OpenCode's own events
     printf '{"type":"smcp","step":"%s"%s}\n' "$1" "${2:+,$2}"
-}
-
-json_str() {
-    # a JSON string literal (no jq in the image)
-    local s=$1
-    s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; s=${s//$'\r'/\\r}
-    s=${s//$'\t'/\\t}
-    printf '"%s"' "$s"
 }
 
 # OpenCode: the provider points at the egress route; its "key" is the run
@@ -115,7 +157,7 @@ if [ -n "${SMCP_REPOSITORY:-}" ] && [ ! -d "$repo/.git" ]; then
     lifecycle clone "\"repository\":$(json_str "$SMCP_REPOSITORY")"
     if ! git clone --quiet ${SMCP_BRANCH:+--branch "$SMCP_BRANCH"} \
              "$SMCP_REPOSITORY" "$repo" 2>"$TMPDIR/clone.err"; then
-        lifecycle clone_failed "\"message\":$(json_str "$(tail -c 2000 "$TMPDIR/clone.err")")"
+        lifecycle clone_failed "\"message\":$(tail -c 2000 "$TMPDIR/clone.err" | json_stdin)"
         exit 3
     fi
 elif [ ! -d "$repo/.git" ]; then
@@ -124,21 +166,57 @@ fi
 
 cd "$repo"
 
-args=(run --format json --auto --model "$SMCP_MODEL")
-[ -n "${SMCP_SESSION:-}" ] && args+=(--session "$SMCP_SESSION")
+# the run's diff is taken against where this run started (commits the agent
+# makes are part of it); an empty tree when the repository has no commit yet
+start=$(git rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null \
+        || git hash-object -t tree /dev/null)
 
+args=(run --format json --auto --model "$SMCP_MODEL")
+if [ -n "${SMCP_SESSION:-}" ]; then
+    args+=(--session "$SMCP_SESSION")
+else
+    title=${SMCP_TITLE:-}
+    if [ -z "$title" ]; then
+        # the task's first non-blank line, blanks squeezed, 80 characters
+        title=$(printf '%s\n' "${SMCP_TASK:-}" | sed -n '/[^[:space:]]/{s/[[:space:]]\{1,\}/ /g;s/^ //;s/ $//;p;q}')
+        title=$(LC_ALL=C.UTF-8; printf '%s' "${title:0:80}")
+    fi
+    [ -n "$title" ] && args+=(--title "$title")
+fi
+
+# OpenCode reads the task on stdin until EOF; it runs in the background so
+# a stop signal reaches it (bash as PID 1 would otherwise ignore SIGTERM,
+# and under an init the signal would end only this script)
+printf '%s' "${SMCP_TASK:-}" > "$TMPDIR/smcp-task"
+signal=""
 lifecycle agent_start
-set +e
-printf '%s' "${SMCP_TASK:-}" | opencode "${args[@]}"
-status=$?
-set -e
-lifecycle agent_exit "\"exitCode\":$status"
+opencode "${args[@]}" < "$TMPDIR/smcp-task" &
+agent=$!
+for sig in TERM INT HUP; do
+    # shellcheck disable=SC2064
+    trap "signal=$sig; kill -$sig $agent 2>/dev/null || true" "$sig"
+done
+status=0
+wait "$agent" || status=$?
+# a trapped signal ends `wait` early: wait for OpenCode itself
+while kill -0 "$agent" 2>/dev/null; do
+    status=0
+    wait "$agent" || status=$?
+done
+trap - TERM INT HUP
+lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # the diff, the run's last line: the runner stores it (untrusted input:
-# no external diff drivers, textconv or fsmonitor from the repo's config)
-git add -N . 2>/dev/null || true
-diff=$(git -c core.fsmonitor= diff --no-ext-diff --no-textconv HEAD 2>/dev/null \
-       || git -c core.fsmonitor= diff --no-ext-diff --no-textconv 2>/dev/null || true)
-lifecycle diff "\"diff\":$(json_str "$diff")"
+# no external diff drivers, textconv or fsmonitor from the repo's config).
+# Through a file, not a shell variable: keeps the final newline (git apply
+# needs it) and any byte.
+git -c core.fsmonitor= add -N . >/dev/null 2>&1 || true
+git -c core.fsmonitor= diff --no-ext-diff --no-textconv --no-color "$start" \
+    > "$oc/smcp/diff" 2>/dev/null || true
+{
+    printf '{"type":"smcp","step":"diff","diff":'
+    json_stdin < "$oc/smcp/diff"
+    printf '}\n'
+}
 
 exit $status

@@ -1,0 +1,230 @@
+/*
+ * Configuration: flags first, then the environment, then defaults.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner.h"
+
+
+void
+runner_config_usage(void)
+{
+    fprintf(stderr,
+"usage: smcp-runner [options]\n"
+"  --redis ADDR          host:port or unix:/path     [$SMCP_REDIS, 127.0.0.1:6379]\n"
+"  --prefix STR          Redis key prefix           [$SMCP_REDIS_PREFIX, smcp:]\n"
+"  --name STR            consumer name, stable per host [$SMCP_RUNNER_NAME, hostname]\n"
+"  --secret-file PATH    token signing secret       [$SMCP_SECRET_FILE, else $PROXY_JWT_SECRET]\n"
+"  --docker-socket PATH  Docker Engine API socket   [$SMCP_DOCKER_SOCKET, /var/run/docker.sock]\n"
+"  --image NAME          sandbox image              [$SMCP_SANDBOX_IMAGE, smcp-sandbox:1.18.33]\n"
+"  --network NAME        sandbox network            [$SMCP_SANDBOX_NET, smcp-sandbox]\n"
+"  --egress-url URL      egress listener, as the sandbox sees it [$SMCP_EGRESS_URL]\n"
+"  --dns IP              DNS server of sandboxes (the gateway) [$SMCP_SANDBOX_DNS]\n"
+"  --git-host HOST       git host the proxy stands in for [$SMCP_GIT_HOST, github.com]\n"
+"  --concurrency N       runs at once               [$SMCP_CONCURRENCY, 2]\n"
+"  --memory SIZE         per sandbox, e.g. 2g        [$SMCP_SANDBOX_MEMORY, 2g]\n"
+"  --cpus N              per sandbox                [$SMCP_SANDBOX_CPUS, 1]\n"
+"  --pids N              per sandbox                [$SMCP_SANDBOX_PIDS, 512]\n"
+"  --claim-idle MS       take over runs of a runner silent this long [60000]\n");
+}
+
+
+static const char *
+runner_config_get(int argc, char **argv, const char *flag, const char *env,
+    const char *def)
+{
+    int          i;
+    const char  *v;
+
+    for (i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], flag) == 0) {
+            return argv[i + 1];
+        }
+    }
+
+    v = env ? getenv(env) : NULL;
+
+    return (v && *v) ? v : def;
+}
+
+
+static int
+runner_config_copy(char *dst, size_t size, const char *v, const char *what,
+    char *err, size_t errlen)
+{
+    if (v == NULL) {
+        v = "";
+    }
+
+    if (strlen(v) >= size) {
+        snprintf(err, errlen, "%s is too long", what);
+        return RUNNER_ERR;
+    }
+
+    strcpy(dst, v);
+
+    return RUNNER_OK;
+}
+
+
+static int64_t
+runner_config_size(const char *v)
+{
+    char     *end;
+    int64_t   n;
+
+    n = strtoll(v, &end, 10);
+
+    switch (*end) {
+    case 'k': case 'K': n *= 1024; end++; break;
+    case 'm': case 'M': n *= 1024 * 1024; end++; break;
+    case 'g': case 'G': n *= 1024LL * 1024 * 1024; end++; break;
+    default: break;
+    }
+
+    return (*end == '\0' && n > 0) ? n : -1;
+}
+
+
+int
+runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
+    size_t errlen)
+{
+    int          i;
+    char         host[128], *colon;
+    const char  *v, *known[] = {
+        "--redis", "--prefix", "--name", "--secret-file", "--docker-socket",
+        "--image", "--network", "--egress-url", "--dns", "--git-host",
+        "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
+        NULL };
+    const char **k;
+    double       cpus;
+
+    for (i = 1; i < argc; i += 2) {
+        for (k = known; *k; k++) {
+            if (strcmp(argv[i], *k) == 0) {
+                break;
+            }
+        }
+
+        if (*k == NULL || i + 1 >= argc) {
+            snprintf(err, errlen, "unknown or incomplete option \"%s\"",
+                     argv[i]);
+            return RUNNER_ERR;
+        }
+    }
+
+    memset(cfg, 0, sizeof(*cfg));
+
+    v = runner_config_get(argc, argv, "--redis", "SMCP_REDIS",
+                          "127.0.0.1:6379");
+
+    if (strncmp(v, "unix:", 5) == 0) {
+        if (runner_config_copy(cfg->redis_unix, sizeof(cfg->redis_unix),
+                               v + 5, "--redis", err, errlen) != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
+
+    } else {
+        if (runner_config_copy(cfg->redis_host, sizeof(cfg->redis_host), v,
+                               "--redis", err, errlen) != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
+
+        colon = strrchr(cfg->redis_host, ':');
+        cfg->redis_port = 6379;
+
+        if (colon) {
+            *colon = '\0';
+            cfg->redis_port = atoi(colon + 1);
+        }
+
+        if (cfg->redis_port <= 0 || cfg->redis_port > 65535) {
+            snprintf(err, errlen, "--redis: bad port in \"%s\"", v);
+            return RUNNER_ERR;
+        }
+    }
+
+    if (gethostname(host, sizeof(host)) != 0) {
+        strcpy(host, "runner");
+    }
+
+    host[sizeof(host) - 1] = '\0';
+
+    if (runner_config_copy(cfg->prefix, sizeof(cfg->prefix),
+            runner_config_get(argc, argv, "--prefix", "SMCP_REDIS_PREFIX",
+                              SMCP_DEFAULT_PREFIX), "--prefix", err, errlen)
+        || runner_config_copy(cfg->name, sizeof(cfg->name),
+            runner_config_get(argc, argv, "--name", "SMCP_RUNNER_NAME", host),
+            "--name", err, errlen)
+        || runner_config_copy(cfg->docker_socket, sizeof(cfg->docker_socket),
+            runner_config_get(argc, argv, "--docker-socket",
+                              "SMCP_DOCKER_SOCKET", "/var/run/docker.sock"),
+            "--docker-socket", err, errlen)
+        || runner_config_copy(cfg->image, sizeof(cfg->image),
+            runner_config_get(argc, argv, "--image", "SMCP_SANDBOX_IMAGE",
+                              "smcp-sandbox:1.18.33"), "--image", err, errlen)
+        || runner_config_copy(cfg->network, sizeof(cfg->network),
+            runner_config_get(argc, argv, "--network", "SMCP_SANDBOX_NET",
+                              "smcp-sandbox"), "--network", err, errlen)
+        || runner_config_copy(cfg->egress_url, sizeof(cfg->egress_url),
+            runner_config_get(argc, argv, "--egress-url", "SMCP_EGRESS_URL",
+                              NULL), "--egress-url", err, errlen)
+        || runner_config_copy(cfg->dns, sizeof(cfg->dns),
+            runner_config_get(argc, argv, "--dns", "SMCP_SANDBOX_DNS", NULL),
+            "--dns", err, errlen)
+        || runner_config_copy(cfg->git_host, sizeof(cfg->git_host),
+            runner_config_get(argc, argv, "--git-host", "SMCP_GIT_HOST",
+                              "github.com"), "--git-host", err, errlen))
+    {
+        return RUNNER_ERR;
+    }
+
+    if (cfg->egress_url[0] == '\0') {
+        snprintf(err, errlen, "--egress-url (or $SMCP_EGRESS_URL) is "
+                 "required: the egress listener as sandboxes see it, "
+                 "e.g. http://172.29.0.1:8090");
+        return RUNNER_ERR;
+    }
+
+    cfg->concurrency = atoi(runner_config_get(argc, argv, "--concurrency",
+                                              "SMCP_CONCURRENCY", "2"));
+    cfg->memory = runner_config_size(runner_config_get(argc, argv,
+                                     "--memory", "SMCP_SANDBOX_MEMORY", "2g"));
+    cpus = atof(runner_config_get(argc, argv, "--cpus", "SMCP_SANDBOX_CPUS",
+                                  "1"));
+    cfg->nano_cpus = (int64_t) (cpus * 1e9);
+    cfg->pids = atoll(runner_config_get(argc, argv, "--pids",
+                                        "SMCP_SANDBOX_PIDS", "512"));
+    cfg->claim_idle_ms = atoi(runner_config_get(argc, argv, "--claim-idle",
+                                                "SMCP_CLAIM_IDLE", "60000"));
+    cfg->diff_max = 10 * 1024 * 1024;
+
+    if (cfg->concurrency < 1 || cfg->concurrency > 256 || cfg->memory <= 0
+        || cfg->nano_cpus <= 0 || cfg->pids <= 0 || cfg->claim_idle_ms < 1000)
+    {
+        snprintf(err, errlen, "bad --concurrency, --memory, --cpus, --pids "
+                 "or --claim-idle");
+        return RUNNER_ERR;
+    }
+
+    v = runner_config_get(argc, argv, "--secret-file", "SMCP_SECRET_FILE",
+                          NULL);
+
+    if ((v ? smcp_secret_from_file(v, cfg->secret, &cfg->secret_len,
+                                   err, errlen)
+           : smcp_secret_from_env("PROXY_JWT_SECRET", cfg->secret,
+                                  &cfg->secret_len, err, errlen))
+        != SMCP_OK)
+    {
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}

@@ -1,0 +1,310 @@
+/*
+ * smcp-runner: the loop.  Takes queued runs while it has room
+ * (--concurrency), one thread per run; takes over runs of runners that
+ * went silent; re-attaches to its own runs after a restart.  SIGTERM and
+ * SIGINT only set a flag: the loop stops taking runs and the run threads
+ * detach from their containers, which go on; a restarted runner picks them
+ * up again.
+ */
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "runner.h"
+
+
+runner_config_t        runner_config;
+volatile sig_atomic_t  runner_stop;
+
+static runner_run_t   *runner_runs;         /* threads, active or ended */
+static int             runner_active;
+
+
+static void
+runner_signal(int signo)
+{
+    runner_stop = 1;
+}
+
+
+static int
+runner_has(const char *run_id)
+{
+    runner_run_t  *r;
+
+    for (r = runner_runs; r; r = r->next) {
+        if (strcmp(r->id, run_id) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static void
+runner_spawn(const char *run_id, const char *stream_id, int reattach)
+{
+    runner_run_t  *run;
+
+    if (runner_has(run_id)) {
+        return;
+    }
+
+    run = calloc(1, sizeof(runner_run_t));
+    if (run == NULL) {
+        runner_log("error", run_id, "out of memory");
+        return;
+    }
+
+    snprintf(run->id, sizeof(run->id), "%s", run_id);
+    snprintf(run->stream_id, sizeof(run->stream_id), "%s", stream_id);
+    run->reattach = reattach;
+    run->state = RUNNER_RUN_ACTIVE;
+
+    if (pthread_create(&run->thread, NULL, runner_run_thread, run) != 0) {
+        runner_log("error", run_id, "cannot start a thread: %s",
+                   strerror(errno));
+        free(run);
+        return;
+    }
+
+    run->next = runner_runs;
+    runner_runs = run;
+    runner_active++;
+}
+
+
+/* joins ended threads; runs that must wait are retried a bit later */
+static void
+runner_reap(int *waiting)
+{
+    runner_run_t  **pp, *run;
+
+    *waiting = 0;
+
+    for (pp = &runner_runs; (run = *pp) != NULL; /* void */) {
+
+        if (run->state == RUNNER_RUN_ACTIVE) {
+            pp = &run->next;
+            continue;
+        }
+
+        pthread_join(run->thread, NULL);
+        *pp = run->next;
+        runner_active--;
+
+        if (run->state == RUNNER_RUN_WAIT || run->state == RUNNER_RUN_RETRY)
+        {
+            /* its queue entry stays ours, unacknowledged: read again from
+             * our pending entries */
+            (*waiting)++;
+        }
+
+        free(run);
+    }
+}
+
+
+/* a queue entry: start it, re-attach to it, or let it go */
+static void
+runner_dispatch(redisContext *c, const char *run_id, const char *stream_id)
+{
+    char  status[32], container[80];
+
+    if (run_id[0] == '\0') {
+        runner_store_ack(c, stream_id);
+        return;
+    }
+
+    if (runner_store_hget(c, run_id, "status", status, sizeof(status))
+        != RUNNER_OK)
+    {
+        return;
+    }
+
+    if (strcmp(status, "running") == 0) {
+        runner_store_hget(c, run_id, "container_id", container,
+                          sizeof(container));
+        runner_spawn(run_id, stream_id, container[0] != '\0');
+        return;
+    }
+
+    if (strcmp(status, "started") == 0) {
+        runner_spawn(run_id, stream_id, 0);
+        return;
+    }
+
+    /* finished, cancelled or gone */
+    runner_store_ack(c, stream_id);
+}
+
+
+/* our own unacknowledged entries: runs we had before a restart, and runs
+ * waiting for their session */
+static void
+runner_pending(redisContext *c)
+{
+    char  run_id[SMCP_ID_LEN + 1], stream_id[64], err[RUNNER_ERRLEN];
+    int   n;
+
+    stream_id[0] = '\0';
+
+    for (n = 0; n < 10000 && runner_active < runner_config.concurrency;
+         n++)
+    {
+        if (runner_store_next(c, 0, run_id, stream_id, 1, err, sizeof(err))
+            != RUNNER_OK)
+        {
+            return;
+        }
+
+        runner_dispatch(c, run_id, stream_id);
+    }
+}
+
+
+static redisContext *
+runner_connect_wait(void)
+{
+    redisContext  *c;
+    char           err[RUNNER_ERRLEN];
+    int            delay;
+
+    for (delay = 1; !runner_stop; delay = delay < 8 ? delay * 2 : 8) {
+        c = runner_store_connect(err, sizeof(err));
+
+        if (c && runner_store_init_group(c, err, sizeof(err)) == RUNNER_OK) {
+            return c;
+        }
+
+        if (c) {
+            redisFree(c);
+        }
+
+        runner_log("error", NULL, "%s; retrying in %d s", err, delay);
+        sleep(delay);
+    }
+
+    return NULL;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    redisContext      *c;
+    char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
+    char               stream_id[64];
+    int                waiting, rc, delay;
+    time_t             last_claim, last_pending;
+    struct sigaction   sa;
+
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0
+                     || strcmp(argv[1], "--help") == 0))
+    {
+        runner_config_usage();
+        return 0;
+    }
+
+    if (runner_config_load(&runner_config, argc, argv, err, sizeof(err))
+        != RUNNER_OK)
+    {
+        fprintf(stderr, "smcp-runner: %s\n", err);
+        runner_config_usage();
+        return 2;
+    }
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = runner_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    runner_log("info", NULL, "smcp-runner %s starting: name=%s "
+               "concurrency=%d image=%s network=%s", RUNNER_VERSION,
+               runner_config.name, runner_config.concurrency,
+               runner_config.image, runner_config.network);
+
+    for (delay = 1; !runner_stop
+                    && runner_docker_ping(err, sizeof(err)) != RUNNER_OK;
+         delay = delay < 8 ? delay * 2 : 8)
+    {
+        runner_log("error", NULL, "%s; retrying in %d s", err, delay);
+        sleep(delay);
+    }
+
+    c = runner_connect_wait();
+
+    if (c) {
+        runner_pending(c);
+    }
+
+    last_claim = last_pending = time(NULL);
+
+    while (!runner_stop && c) {
+
+        runner_reap(&waiting);
+
+        if (waiting && time(NULL) - last_pending >= 1) {
+            runner_pending(c);
+            last_pending = time(NULL);
+        }
+
+        if (runner_active >= runner_config.concurrency) {
+            usleep(200 * 1000);
+            continue;
+        }
+
+        if (time(NULL) - last_claim >= 5) {
+            last_claim = time(NULL);
+
+            if (runner_store_autoclaim(c, run_id, stream_id, err,
+                                       sizeof(err)) == RUNNER_OK)
+            {
+                runner_log("info", run_id[0] ? run_id : NULL,
+                           "taking over from a silent runner");
+                runner_dispatch(c, run_id, stream_id);
+                continue;
+            }
+        }
+
+        rc = runner_store_next(c, 1000, run_id, stream_id, 0, err,
+                               sizeof(err));
+
+        if (rc == RUNNER_OK) {
+            runner_dispatch(c, run_id, stream_id);
+
+        } else if (rc == RUNNER_ERR && !runner_stop) {
+            runner_log("error", NULL, "%s; reconnecting", err);
+            redisFree(c);
+            c = runner_connect_wait();
+        }
+    }
+
+    runner_log("info", NULL, "stopping: %d run(s) detach and go on in "
+               "their containers", runner_active);
+
+    while (runner_runs) {
+        runner_reap(&waiting);
+        usleep(100 * 1000);
+    }
+
+    if (c) {
+        redisFree(c);
+    }
+
+    curl_global_cleanup();
+
+    runner_log("info", NULL, "stopped");
+
+    return 0;
+}

@@ -1,0 +1,37 @@
+# Redis for sandbox-mcp: the system of record (runs, events, queue), with
+# an append-only file on the volume at /data.  Build context: any (nothing
+# is copied).
+#
+#   docker build -f runner/redis.Dockerfile -t smcp-redis runner
+#   docker build --build-arg BASE=smcp-base:bookworm ...   (no registry)
+#
+# Debian bookworm's redis-server is Redis 7.0.  It listens on every
+# interface without a password: only ever attach it to a private network
+# (compose: `backend`, never the sandbox networks) and publish no port.
+
+ARG BASE=debian:bookworm-slim
+FROM ${BASE}
+
+LABEL org.opencontainers.image.title="sandbox-mcp redis" \
+      org.opencontainers.image.licenses="BSD-2-Clause"
+
+RUN set -eux; \
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update -qq; \
+    apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+    apt-get clean; \
+    rm -rf /var/lib/apt/lists/*; \
+    mkdir -p /data; \
+    chown redis:redis /data
+
+VOLUME /data
+WORKDIR /data
+USER redis
+EXPOSE 6379
+
+# appendfsync everysec (the default): at most a second of writes lost on a
+# crash of the host; a crash of redis alone loses nothing
+CMD ["redis-server", "--bind", "0.0.0.0", "--port", "6379", \
+     "--protected-mode", "no", "--dir", "/data", \
+     "--appendonly", "yes", "--save", "", \
+     "--daemonize", "no", "--logfile", ""]

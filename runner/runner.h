@@ -1,0 +1,194 @@
+/*
+ * runner: turns queued runs into finished ones.
+ *
+ * It reads run ids from the Redis stream `queue` (consumer group
+ * `runners`), starts one Docker container per run (the OpenCode agent is
+ * the container's main process), follows the container's log stream into
+ * the run's event stream as it happens, and records the outcome.  Several
+ * runners, on one host or many, share one queue.
+ *
+ * Files, one concern each: main.c (flags, signals, the loop), config.c,
+ * log.c, store.c (Redis), docker.c (Engine API over the unix socket),
+ * logstream.c (Docker's multiplexed log frames to lines), run.c (one run
+ * from claim to outcome), outcome.c (what the agent's events add up to).
+ */
+
+#ifndef RUNNER_H
+#define RUNNER_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#include "smcp_keys.h"
+#include "smcp_util.h"
+
+#define RUNNER_OK       0
+#define RUNNER_ERR     -1
+#define RUNNER_AGAIN   -2       /* try later: not an error */
+
+#define RUNNER_ERRLEN   256
+#define RUNNER_VERSION  "0.1.0"
+
+
+typedef struct {
+    char        redis_host[256];
+    int         redis_port;
+    char        redis_unix[256];
+    char        prefix[64];
+    char        name[128];              /* consumer name: stable per host */
+    char        docker_socket[256];
+    char        image[256];
+    char        network[128];
+    char        egress_url[256];        /* as seen from the sandbox */
+    char        dns[64];                /* the sandbox network's gateway */
+    char        git_host[128];
+    int         concurrency;
+    int64_t     memory;                 /* bytes */
+    int64_t     nano_cpus;
+    int64_t     pids;
+    int64_t     diff_max;               /* bytes kept of a run's diff */
+    int         claim_idle_ms;          /* take over a dead runner's runs */
+    unsigned char secret[SMCP_SECRET_MAX];
+    size_t      secret_len;
+} runner_config_t;
+
+
+/* what the agent's events add up to */
+typedef struct {
+    char       *result;                 /* last text event */
+    char       *error;                  /* last error event's message */
+    int64_t     tokens_input;
+    int64_t     tokens_output;
+    int64_t     tokens_reasoning;
+    int64_t     tokens_cache_read;
+    int64_t     tokens_cache_write;
+    double      cost;
+    char       *diff;
+    size_t      diff_len;
+    int         clone_failed;
+    char        oc_session[96];         /* OpenCode's own session id */
+} runner_outcome_t;
+
+
+/* how a run thread ended, for the main loop */
+#define RUNNER_RUN_ACTIVE   0
+#define RUNNER_RUN_DONE     1
+#define RUNNER_RUN_WAIT     2       /* session busy: try again later */
+#define RUNNER_RUN_RETRY    3       /* Redis trouble: try again later */
+
+/* one run, owned by one thread */
+typedef struct runner_run_s {
+    char                 id[SMCP_ID_LEN + 1];
+    char                 stream_id[64];     /* its queue entry */
+    char                 session[SMCP_ID_LEN + 1];
+    char                 container[80];
+    char                 last_ts[48];       /* last stored log timestamp */
+    int                  last_ts_count;     /* lines stored at last_ts */
+    int64_t              deadline_ms;
+    int                  cancelled;
+    int                  deadline_hit;
+    int                  reattach;
+    volatile int         state;
+    runner_outcome_t     out;
+    redisContext        *redis;
+    pthread_t            thread;
+    struct runner_run_s *next;
+} runner_run_t;
+
+
+/* main.c */
+extern runner_config_t        runner_config;
+extern volatile sig_atomic_t  runner_stop;
+
+/* config.c */
+int runner_config_load(runner_config_t *cfg, int argc, char **argv,
+    char *err, size_t errlen);
+void runner_config_usage(void);
+
+/* log.c: one line per event, key=value, never a secret */
+void runner_log(const char *level, const char *run, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* store.c */
+redisContext *runner_store_connect(char *err, size_t errlen);
+int runner_store_init_group(redisContext *c, char *err, size_t errlen);
+int runner_store_next(redisContext *c, int block_ms, char *run_id,
+    char *stream_id, int pending, char *err, size_t errlen);
+int runner_store_autoclaim(redisContext *c, char *run_id, char *stream_id,
+    char *err, size_t errlen);
+int runner_store_touch(redisContext *c, const char *stream_id);
+int runner_store_ack(redisContext *c, const char *stream_id);
+int runner_store_claim(redisContext *c, const char *run_id,
+    char *status, size_t slen, char *err, size_t errlen);
+int runner_store_set_running(redisContext *c, const char *run_id,
+    const char *container, char *status, size_t slen);
+int runner_store_finish(redisContext *c, runner_run_t *run,
+    const char *status, int exit_code, const char *error);
+int runner_store_event(redisContext *c, const char *run_id,
+    const char *type, const char *data, size_t len, const char *dts);
+int runner_store_hget(redisContext *c, const char *run_id,
+    const char *field, char *buf, size_t size);
+json_t *runner_store_run(redisContext *c, const char *run_id);
+int runner_store_last_log_ts(redisContext *c, runner_run_t *run);
+
+/* docker.c */
+int runner_docker_ping(char *err, size_t errlen);
+int runner_docker_volume(const char *name, const char *session,
+    char *err, size_t errlen);
+int runner_docker_create(json_t *spec, const char *name, char *id,
+    size_t idlen, char *err, size_t errlen);
+int runner_docker_start(const char *id, char *err, size_t errlen);
+int runner_docker_kill(const char *id, char *err, size_t errlen);
+int runner_docker_wait(const char *id, int *exit_code, char *err,
+    size_t errlen);
+int runner_docker_remove(const char *id, char *err, size_t errlen);
+int runner_docker_running(const char *id, int *running, char *err,
+    size_t errlen);
+json_t *runner_docker_list(const char *label, char *err, size_t errlen);
+
+typedef int (*runner_line_pt)(void *data, int stream, const char *ts,
+    const char *line, size_t len);
+typedef int (*runner_tick_pt)(void *data);
+
+int runner_docker_follow(const char *id, const char *since,
+    runner_line_pt on_line, runner_tick_pt on_tick, void *data,
+    char *err, size_t errlen);
+
+/* logstream.c */
+typedef struct {
+    unsigned char   hdr[8];
+    size_t          hdr_len;
+    char           *frame;
+    size_t          frame_len;
+    size_t          frame_left;
+    int             stream;
+    char           *line[3];            /* per stream: partial line */
+    size_t          line_len[3];
+    size_t          line_cap[3];
+    char            ts[3][48];
+    runner_line_pt  on_line;
+    void           *data;
+} runner_logstream_t;
+
+void runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
+    void *data);
+int runner_logstream_feed(runner_logstream_t *ls, const char *buf,
+    size_t len);
+void runner_logstream_free(runner_logstream_t *ls);
+
+/* outcome.c */
+void runner_outcome_event(runner_outcome_t *out, json_t *ev);
+void runner_outcome_free(runner_outcome_t *out);
+json_t *runner_outcome_files(const char *diff, size_t len);
+
+/* run.c */
+void *runner_run_thread(void *arg);
+int runner_run_reattach_all(redisContext *c);
+
+#endif /* RUNNER_H */

@@ -1,0 +1,669 @@
+/*
+ * Redis: the queue, run state and events.  Each thread owns its own
+ * connection (hiredis is blocking here: the runner is a daemon with a
+ * thread per run, not an event loop).  Every status change is one Lua
+ * script, one atomic step.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "runner.h"
+
+
+#define RUNNER_KEY(buf, fmt, arg)                                             \
+    snprintf(buf, sizeof(buf), fmt, runner_config.prefix, arg)
+#define RUNNER_QUEUE(buf)                                                     \
+    snprintf(buf, sizeof(buf), SMCP_KEY_QUEUE, runner_config.prefix)
+
+
+static int64_t
+runner_now_ms(void)
+{
+    struct timeval  tv;
+
+    gettimeofday(&tv, NULL);
+
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+
+redisContext *
+runner_store_connect(char *err, size_t errlen)
+{
+    redisContext    *c;
+    struct timeval   tv = { 5, 0 };
+
+    if (runner_config.redis_unix[0]) {
+        c = redisConnectUnixWithTimeout(runner_config.redis_unix, tv);
+
+    } else {
+        c = redisConnectWithTimeout(runner_config.redis_host,
+                                    runner_config.redis_port, tv);
+    }
+
+    if (c == NULL || c->err) {
+        snprintf(err, errlen, "redis: %s",
+                 c ? c->errstr : "out of memory");
+        if (c) {
+            redisFree(c);
+        }
+        return NULL;
+    }
+
+    /* replies may take a blocking read's time plus a margin */
+    tv.tv_sec = 15;
+    redisSetTimeout(c, tv);
+
+    return c;
+}
+
+
+static redisReply *
+runner_store_cmd(redisContext *c, int argc, const char **argv)
+{
+    size_t   lens[64];
+    int      i;
+
+    for (i = 0; i < argc && i < 64; i++) {
+        lens[i] = strlen(argv[i]);
+    }
+
+    return redisCommandArgv(c, argc, argv, lens);
+}
+
+
+int
+runner_store_init_group(redisContext *c, char *err, size_t errlen)
+{
+    char         queue[128];
+    redisReply  *r;
+
+    RUNNER_QUEUE(queue);
+
+    /* from the start of the stream: runs queued before any runner existed
+     * are not lost */
+    r = redisCommand(c, "XGROUP CREATE %s %s 0 MKSTREAM", queue,
+                     SMCP_QUEUE_GROUP);
+
+    if (r == NULL) {
+        snprintf(err, errlen, "redis: %s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)
+    {
+        snprintf(err, errlen, "redis: %s", r->str);
+        freeReplyObject(r);
+        return RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
+/* [[stream, [[id, [field, value...]]...]]] or [id, [field, value...]] */
+static int
+runner_store_entry(redisReply *e, char *run_id, char *stream_id)
+{
+    size_t       i;
+    redisReply  *f;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+        || e->element[0]->type != REDIS_REPLY_STRING
+        || e->element[0]->len >= 64)
+    {
+        return RUNNER_ERR;
+    }
+
+    strcpy(stream_id, e->element[0]->str);
+    run_id[0] = '\0';
+
+    f = e->element[1];
+
+    if (f->type != REDIS_REPLY_ARRAY) {
+        /* deleted from the stream meanwhile */
+        return RUNNER_OK;
+    }
+
+    for (i = 0; i + 1 < f->elements; i += 2) {
+        if (strcmp(f->element[i]->str, "run") == 0
+            && smcp_valid_id(f->element[i + 1]->str, f->element[i + 1]->len,
+                             SMCP_RUN_ID_PREFIX))
+        {
+            strcpy(run_id, f->element[i + 1]->str);
+        }
+    }
+
+    return RUNNER_OK;
+}
+
+
+int
+runner_store_next(redisContext *c, int block_ms, char *run_id,
+    char *stream_id, int pending, char *err, size_t errlen)
+{
+    char         queue[128], block[32];
+    redisReply  *r, *entries;
+    int          rc;
+    const char  *argv[11];
+
+    RUNNER_QUEUE(queue);
+    snprintf(block, sizeof(block), "%d", block_ms);
+
+    argv[0] = "XREADGROUP";
+    argv[1] = "GROUP";
+    argv[2] = SMCP_QUEUE_GROUP;
+    argv[3] = runner_config.name;
+    argv[4] = "COUNT";
+    argv[5] = "1";
+
+    if (pending) {
+        /* our own entries not acknowledged: runs we were running */
+        argv[6] = "STREAMS";
+        argv[7] = queue;
+        argv[8] = stream_id[0] ? stream_id : "0";
+        r = runner_store_cmd(c, 9, argv);
+
+    } else {
+        argv[6] = "BLOCK";
+        argv[7] = block;
+        argv[8] = "STREAMS";
+        argv[9] = queue;
+        argv[10] = ">";
+        r = runner_store_cmd(c, 11, argv);
+    }
+
+    if (r == NULL) {
+        snprintf(err, errlen, "redis: %s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "redis: %s", r->str);
+        freeReplyObject(r);
+        return RUNNER_ERR;
+    }
+
+    rc = RUNNER_AGAIN;
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1
+        && r->element[0]->elements == 2)
+    {
+        entries = r->element[0]->element[1];
+
+        if (entries->elements > 0
+            && runner_store_entry(entries->element[0], run_id, stream_id)
+               == RUNNER_OK)
+        {
+            rc = RUNNER_OK;
+        }
+    }
+
+    freeReplyObject(r);
+
+    return rc;
+}
+
+
+int
+runner_store_autoclaim(redisContext *c, char *run_id, char *stream_id,
+    char *err, size_t errlen)
+{
+    char         queue[128], idle[32];
+    redisReply  *r;
+    int          rc;
+
+    RUNNER_QUEUE(queue);
+    snprintf(idle, sizeof(idle), "%d", runner_config.claim_idle_ms);
+
+    /* entries whose runner went silent (it touches its own entries while
+     * it lives): a runner killed with -9, a host that died */
+    r = redisCommand(c, "XAUTOCLAIM %s %s %s %s 0-0 COUNT 1", queue,
+                     SMCP_QUEUE_GROUP, runner_config.name, idle);
+
+    if (r == NULL) {
+        snprintf(err, errlen, "redis: %s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    rc = RUNNER_AGAIN;
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2
+        && r->element[1]->type == REDIS_REPLY_ARRAY
+        && r->element[1]->elements > 0
+        && runner_store_entry(r->element[1]->element[0], run_id, stream_id)
+           == RUNNER_OK)
+    {
+        rc = RUNNER_OK;
+    }
+
+    freeReplyObject(r);
+
+    return rc;
+}
+
+
+int
+runner_store_touch(redisContext *c, const char *stream_id)
+{
+    char         queue[128];
+    redisReply  *r;
+
+    RUNNER_QUEUE(queue);
+
+    /* resets the entry's idle time: "this run is alive, leave it" */
+    r = redisCommand(c, "XCLAIM %s %s %s 0 %s JUSTID", queue,
+                     SMCP_QUEUE_GROUP, runner_config.name, stream_id);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
+int
+runner_store_ack(redisContext *c, const char *stream_id)
+{
+    char         queue[128];
+    redisReply  *r;
+
+    RUNNER_QUEUE(queue);
+
+    r = redisCommand(c, "XACK %s %s %s", queue, SMCP_QUEUE_GROUP,
+                     stream_id);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * Claim: the run is still `started`, no earlier run of its session is
+ * unfinished (runs of one session are serialised), and no other runner
+ * has it.  Returns "ok", "wait", or the status that stops it.
+ */
+static const char  runner_store_claim_lua[] =
+    "local h = redis.call('HMGET', KEYS[1], 'status', 'session',\n"
+    "                     'claimed_by')\n"
+    "if not h[1] then return 'missing' end\n"
+    "if h[1] ~= 'started' then return h[1] end\n"
+    "if h[3] and h[3] ~= ARGV[2] then return 'claimed' end\n"
+    "if h[2] then\n"
+    "  local ids = redis.call('ZRANGE', ARGV[3] .. 'session:' .. h[2]\n"
+    "                         .. ':runs', 0, -1)\n"
+    "  for _, id in ipairs(ids) do\n"
+    "    if id == ARGV[1] then break end\n"
+    "    local s = redis.call('HGET', ARGV[3] .. 'run:' .. id, 'status')\n"
+    "    if s == 'started' or s == 'running' then return 'wait' end\n"
+    "  end\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2])\n"
+    "return 'ok'\n";
+
+
+static int
+runner_store_status_reply(redisContext *c, redisReply *r, char *status,
+    size_t slen)
+{
+    if (r == NULL) {
+        snprintf(status, slen, "%s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(status, slen, "%s", r->str);
+        freeReplyObject(r);
+        return RUNNER_ERR;
+    }
+
+    snprintf(status, slen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+
+    return strcmp(status, "ok") == 0 ? RUNNER_OK : RUNNER_AGAIN;
+}
+
+
+int
+runner_store_claim(redisContext *c, const char *run_id, char *status,
+    size_t slen, char *err, size_t errlen)
+{
+    char  key[160];
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
+
+    return runner_store_status_reply(c,
+               redisCommand(c, "EVAL %s 1 %s %s %s %s",
+                            runner_store_claim_lua, key, run_id,
+                            runner_config.name, runner_config.prefix),
+               status, slen);
+}
+
+
+/* `running` the moment its container runs, unless cancelled meanwhile */
+static const char  runner_store_running_lua[] =
+    "local st = redis.call('HGET', KEYS[1], 'status')\n"
+    "if st ~= 'started' then return st or 'missing' end\n"
+    "redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1],\n"
+    "           'container_id', ARGV[2])\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',\n"
+    "           'lifecycle', 'data', '{\"status\":\"running\"}', 'ts', ARGV[1])\n"
+    "redis.call('PUBLISH', KEYS[3], 'running')\n"
+    "return 'ok'\n";
+
+
+int
+runner_store_set_running(redisContext *c, const char *run_id,
+    const char *container, char *status, size_t slen)
+{
+    char  key[160], events[160], chan[160], now[32];
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
+    RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
+    RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
+    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+
+    return runner_store_status_reply(c,
+               redisCommand(c, "EVAL %s 3 %s %s %s %s %s %s",
+                            runner_store_running_lua, key, events, chan,
+                            now, container, SMCP_EVENTS_MAXLEN),
+               status, slen);
+}
+
+
+/*
+ * The outcome, once: a run already finished (a cancel before it started)
+ * keeps its status.  ARGV: status, now, maxlen, then field/value pairs.
+ */
+static const char  runner_store_finish_lua[] =
+    "local st = redis.call('HGET', KEYS[1], 'status')\n"
+    "if st == 'completed' or st == 'failed' or st == 'cancelled' then\n"
+    "  return st\n"
+    "end\n"
+    "local fv = {'status', ARGV[1], 'finished_at', ARGV[2]}\n"
+    "local last = #ARGV\n"
+    "if KEYS[4] ~= '' then last = last - 1 end\n"
+    "for i = 4, last do fv[#fv + 1] = ARGV[i] end\n"
+    "redis.call('HSET', KEYS[1], unpack(fv))\n"
+    "if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[#ARGV]) end\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',\n"
+    "           'lifecycle', 'data', cjson.encode({status = ARGV[1]}),\n"
+    "           'ts', ARGV[2])\n"
+    "redis.call('PUBLISH', KEYS[3], ARGV[1])\n"
+    "return 'ok'\n";
+
+
+int
+runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
+    int exit_code, const char *error)
+{
+    char         key[160], events[160], chan[160], diffkey[160], now[32];
+    char         num[8][32], *files_s;
+    const char  *argv[64];
+    size_t       lens[64];
+    int          n, i, rc;
+    json_t      *files;
+    redisReply  *r;
+    runner_outcome_t *o = &run->out;
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run->id);
+    RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run->id);
+    RUNNER_KEY(chan, SMCP_CHAN_RUN, run->id);
+    RUNNER_KEY(diffkey, SMCP_KEY_RUN_DIFF, run->id);
+    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+
+    files = runner_outcome_files(o->diff, o->diff_len);
+    files_s = json_dumps(files, JSON_COMPACT);
+    json_decref(files);
+
+    n = 0;
+    argv[n++] = "EVAL";
+    argv[n++] = runner_store_finish_lua;
+    argv[n++] = "4";
+    argv[n++] = key;
+    argv[n++] = events;
+    argv[n++] = chan;
+    argv[n++] = o->diff ? diffkey : "";
+    argv[n++] = status;
+    argv[n++] = now;
+    argv[n++] = SMCP_EVENTS_MAXLEN;
+
+#define RUNNER_FV(f, v)  argv[n++] = f; argv[n++] = v
+#define RUNNER_FI(f, i, v)                                                    \
+    snprintf(num[i], sizeof(num[i]), "%lld", (long long) (v));                \
+    RUNNER_FV(f, num[i])
+
+    RUNNER_FI("exit_code", 0, exit_code);
+    RUNNER_FI("tokens_input", 1, o->tokens_input);
+    RUNNER_FI("tokens_output", 2, o->tokens_output);
+    RUNNER_FI("tokens_reasoning", 3, o->tokens_reasoning);
+    RUNNER_FI("tokens_cache_read", 4, o->tokens_cache_read);
+    RUNNER_FI("tokens_cache_write", 5, o->tokens_cache_write);
+    snprintf(num[6], sizeof(num[6]), "%.6f", o->cost);
+    RUNNER_FV("cost", num[6]);
+    RUNNER_FV("result", o->result ? o->result : "");
+    RUNNER_FV("error", error ? error : "");
+    RUNNER_FV("files_changed", files_s ? files_s : "[]");
+
+    for (i = 0; i < n; i++) {
+        lens[i] = strlen(argv[i]);
+    }
+
+    /* the diff, last (binary-safe length): the script SETs ARGV[#ARGV] */
+    if (o->diff) {
+        argv[n] = o->diff;
+        lens[n] = o->diff_len;
+        n++;
+    }
+
+#undef RUNNER_FV
+#undef RUNNER_FI
+
+    r = redisCommandArgv(c, n, argv, lens);
+    free(files_s);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    rc = (r->type == REDIS_REPLY_ERROR) ? RUNNER_ERR : RUNNER_OK;
+
+    if (rc != RUNNER_OK) {
+        runner_log("error", run->id, "storing the outcome: %s", r->str);
+    }
+
+    freeReplyObject(r);
+
+    return rc;
+}
+
+
+int
+runner_store_event(redisContext *c, const char *run_id, const char *type,
+    const char *data, size_t len, const char *dts)
+{
+    char         events[160], chan[160], now[32];
+    const char  *argv[14];
+    size_t       lens[14];
+    redisReply  *r;
+    int          i, n, rc;
+
+    RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
+    RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
+    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+
+    n = 0;
+    argv[n++] = "XADD";
+    argv[n++] = events;
+    argv[n++] = "MAXLEN";
+    argv[n++] = "~";
+    argv[n++] = SMCP_EVENTS_MAXLEN;
+    argv[n++] = "*";
+    argv[n++] = "type";
+    argv[n++] = type;
+    argv[n++] = "data";
+    argv[n++] = data;
+    argv[n++] = "ts";
+    argv[n++] = now;
+
+    if (dts) {
+        /* the container log's own timestamp: re-attaching resumes there */
+        argv[n++] = "dts";
+        argv[n++] = dts;
+    }
+
+    for (i = 0; i < n; i++) {
+        lens[i] = strlen(argv[i]);
+    }
+
+    lens[9] = len;
+
+    /* pipelined: the event, then the ping for live watchers */
+    redisAppendCommandArgv(c, n, argv, lens);
+    redisAppendCommand(c, "PUBLISH %s event", chan);
+
+    rc = RUNNER_OK;
+
+    for (i = 0; i < 2; i++) {
+        if (redisGetReply(c, (void **) &r) != REDIS_OK) {
+            return RUNNER_ERR;
+        }
+
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = RUNNER_ERR;
+        }
+
+        freeReplyObject(r);
+    }
+
+    return rc;
+}
+
+
+int
+runner_store_hget(redisContext *c, const char *run_id, const char *field,
+    char *buf, size_t size)
+{
+    char         key[160];
+    redisReply  *r;
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
+
+    r = redisCommand(c, "HGET %s %s", key, field);
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    buf[0] = '\0';
+
+    if (r->type == REDIS_REPLY_STRING) {
+        snprintf(buf, size, "%s", r->str);
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
+json_t *
+runner_store_run(redisContext *c, const char *run_id)
+{
+    char         key[160];
+    size_t       i;
+    json_t      *o;
+    redisReply  *r;
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
+
+    r = redisCommand(c, "HGETALL %s", key);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        if (r) {
+            freeReplyObject(r);
+        }
+        return NULL;
+    }
+
+    o = json_object();
+
+    for (i = 0; i + 1 < r->elements; i += 2) {
+        smcp_utf8_sanitize(r->element[i + 1]->str, r->element[i + 1]->len);
+        json_object_set_new(o, r->element[i]->str,
+                            json_stringn(r->element[i + 1]->str,
+                                         r->element[i + 1]->len));
+    }
+
+    freeReplyObject(r);
+
+    return o;
+}
+
+
+/*
+ * Where to resume following a container's log: the last stored Docker
+ * timestamp, and how many lines at exactly that timestamp were stored
+ * (Docker's `since` is inclusive).
+ */
+int
+runner_store_last_log_ts(redisContext *c, runner_run_t *run)
+{
+    char         events[160];
+    size_t       i, j;
+    redisReply  *r, *f;
+    const char  *dts;
+
+    RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run->id);
+
+    run->last_ts[0] = '\0';
+    run->last_ts_count = 0;
+
+    r = redisCommand(c, "XREVRANGE %s + - COUNT 10000", events);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        if (r) {
+            freeReplyObject(r);
+        }
+        return RUNNER_ERR;
+    }
+
+    for (i = 0; i < r->elements; i++) {
+        f = r->element[i]->element[1];
+        dts = NULL;
+
+        for (j = 0; j + 1 < f->elements; j += 2) {
+            if (strcmp(f->element[j]->str, "dts") == 0) {
+                dts = f->element[j + 1]->str;
+            }
+        }
+
+        if (dts == NULL) {
+            continue;
+        }
+
+        if (run->last_ts[0] == '\0') {
+            snprintf(run->last_ts, sizeof(run->last_ts), "%s", dts);
+        }
+
+        if (strcmp(dts, run->last_ts) != 0) {
+            break;
+        }
+
+        run->last_ts_count++;
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
