@@ -206,6 +206,18 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
                                                 "SMCP_CLAIM_IDLE", "60000"));
     cfg->diff_max = 10 * 1024 * 1024;
 
+    {
+        char  rnd[17];
+
+        if (smcp_random_hex(rnd, 8) != SMCP_OK) {
+            snprintf(err, errlen, "no randomness");
+            return RUNNER_ERR;
+        }
+
+        snprintf(cfg->instance, sizeof(cfg->instance), "%s/%d/%s",
+                 cfg->name, (int) getpid(), rnd);
+    }
+
     if (cfg->concurrency < 1 || cfg->concurrency > 256 || cfg->memory <= 0
         || cfg->nano_cpus <= 0 || cfg->pids <= 0 || cfg->claim_idle_ms < 1000)
     {

@@ -408,8 +408,17 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
                              sizeof(run->container), err, errlen)
         != RUNNER_OK)
     {
-        json_decref(spec);
-        return RUNNER_ERR;
+        /* a container of this run left by a runner that died while
+         * starting it (we hold the claim now): replace it */
+        if (strstr(err, " 409 ") == NULL
+            || runner_docker_remove(name, err, errlen) != RUNNER_OK
+            || runner_docker_create(spec, name, run->container,
+                                    sizeof(run->container), err, errlen)
+               != RUNNER_OK)
+        {
+            json_decref(spec);
+            return RUNNER_ERR;
+        }
     }
 
     json_decref(spec);
@@ -600,7 +609,13 @@ runner_run_thread(void *arg)
                 goto done;
             }
 
-            /* cancelled before it started, or someone else's */
+            if (strcmp(status, "claimed") == 0) {
+                /* another live runner is starting it: not ours to ack */
+                runner_log("info", run->id, "claimed by another runner");
+                goto done;
+            }
+
+            /* cancelled before it started, finished, or gone */
             runner_log("info", run->id, "skipped: %s", status);
             runner_store_ack(run->redis, run->stream_id);
             goto done;
@@ -610,7 +625,6 @@ runner_run_thread(void *arg)
 
         if (rc == RUNNER_ERR) {
             runner_log("error", run->id, "%s", err);
-            snprintf(status, sizeof(status), "%s", "x");
             runner_run_finish(run, -1, err);
             runner_store_ack(run->redis, run->stream_id);
             goto done;

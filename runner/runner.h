@@ -42,6 +42,7 @@ typedef struct {
     char        redis_unix[256];
     char        prefix[64];
     char        name[128];              /* consumer name: stable per host */
+    char        instance[192];          /* name + pid + random: claims */
     char        docker_socket[256];
     char        image[256];
     char        network[128];

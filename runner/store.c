@@ -298,10 +298,13 @@ runner_store_ack(redisContext *c, const char *stream_id)
  */
 static const char  runner_store_claim_lua[] =
     "local h = redis.call('HMGET', KEYS[1], 'status', 'session',\n"
-    "                     'claimed_by')\n"
+    "                     'claimed_by', 'claimed_at')\n"
     "if not h[1] then return 'missing' end\n"
     "if h[1] ~= 'started' then return h[1] end\n"
-    "if h[3] and h[3] ~= ARGV[2] then return 'claimed' end\n"
+    "if h[3] and h[3] ~= ARGV[2] and\n"
+    "   tonumber(ARGV[4]) - tonumber(h[4] or '0') < tonumber(ARGV[5]) then\n"
+    "  return 'claimed'\n"
+    "end\n"
     "if h[2] then\n"
     "  local ids = redis.call('ZRANGE', ARGV[3] .. 'session:' .. h[2]\n"
     "                         .. ':runs', 0, -1)\n"
@@ -311,7 +314,8 @@ static const char  runner_store_claim_lua[] =
     "    if s == 'started' or s == 'running' then return 'wait' end\n"
     "  end\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2])\n"
+    "redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2],\n"
+    "           'claimed_at', ARGV[4])\n"
     "return 'ok'\n";
 
 
@@ -337,18 +341,26 @@ runner_store_status_reply(redisContext *c, redisReply *r, char *status,
 }
 
 
+/*
+ * A claim names this process (not just the consumer: two runners given
+ * the same --name must not both start a run); a claim that never got its
+ * run going (its runner died starting it) goes stale after --claim-idle.
+ */
 int
 runner_store_claim(redisContext *c, const char *run_id, char *status,
     size_t slen, char *err, size_t errlen)
 {
-    char  key[160];
+    char  key[160], now[32], stale[32];
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
+    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+    snprintf(stale, sizeof(stale), "%d", runner_config.claim_idle_ms);
 
     return runner_store_status_reply(c,
-               redisCommand(c, "EVAL %s 1 %s %s %s %s",
+               redisCommand(c, "EVAL %s 1 %s %s %s %s %s %s",
                             runner_store_claim_lua, key, run_id,
-                            runner_config.name, runner_config.prefix),
+                            runner_config.instance, runner_config.prefix,
+                            now, stale),
                status, slen);
 }
 
