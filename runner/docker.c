@@ -336,7 +336,6 @@ typedef struct {
     runner_logstream_t  ls;
     runner_tick_pt      on_tick;
     void               *data;
-    int                 stop;
 } runner_follow_t;
 
 
@@ -359,12 +358,9 @@ runner_docker_follow_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 {
     runner_follow_t  *f = ud;
 
-    /* about once a second, data or not: cancels, deadlines, heartbeats */
-    if (f->on_tick && f->on_tick(f->data) != RUNNER_OK) {
-        f->stop = 1;
-    }
-
-    return 0;
+    /* about once a second, data or not: cancels, deadlines, heartbeats;
+     * non-zero ends the transfer (the runner is stopping: detach) */
+    return (f->on_tick && f->on_tick(f->data) != RUNNER_OK) ? 1 : 0;
 }
 
 
