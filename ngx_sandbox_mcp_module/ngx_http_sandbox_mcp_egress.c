@@ -974,7 +974,7 @@ ngx_http_sandbox_mcp_egress_credential(ngx_conf_t *cf, ngx_command_t *cmd,
     src = value[1];
 
     if (src.len > 4 && ngx_strncmp(src.data, "env:", 4) == 0) {
-        rc = smcp_secret_from_env((char *) src.data + 4, secret, &len,
+        rc = smcp_secret_from_env((char *) src.data + 4, 1, secret, &len,
                                   err, sizeof(err));
 
     } else if (src.len > 5 && ngx_strncmp(src.data, "file:", 5) == 0) {
@@ -985,7 +985,7 @@ ngx_http_sandbox_mcp_egress_credential(ngx_conf_t *cf, ngx_command_t *cmd,
             return NGX_CONF_ERROR;
         }
 
-        rc = smcp_secret_from_file((char *) src.data, secret, &len,
+        rc = smcp_secret_from_file((char *) src.data, 1, secret, &len,
                                    err, sizeof(err));
 
     } else {

@@ -296,8 +296,8 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
         }
 
         rc = smcp_secret_from_file((char *) mcf->secret_file.data,
-                                   mcf->secret, &mcf->secret_len,
-                                   err, sizeof(err));
+                                   SMCP_SECRET_MIN, mcf->secret,
+                                   &mcf->secret_len, err, sizeof(err));
 
     } else {
         if (mcf->secret_env.len == 0) {
@@ -305,8 +305,8 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
         }
 
         rc = smcp_secret_from_env((char *) mcf->secret_env.data,
-                                  mcf->secret, &mcf->secret_len,
-                                  err, sizeof(err));
+                                  SMCP_SECRET_MIN, mcf->secret,
+                                  &mcf->secret_len, err, sizeof(err));
     }
 
     if (rc != SMCP_OK) {
@@ -453,7 +453,7 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_sandbox_mcp_main_conf_t *mcf = conf;
 
     ngx_str_t  *value;
-    u_char     *colon;
+    ngx_url_t   u;
 
     if (mcf->redis.len) {
         return "is duplicate";
@@ -472,33 +472,36 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_OK;
     }
 
-    colon = ngx_strlchr(value[1].data, value[1].data + value[1].len, ':');
+    /*
+     * Resolved here, by the master, at start and reload: a worker that
+     * reconnects must not block in getaddrinfo() (a compose service name
+     * whose container is down goes to the host's resolvers).
+     */
 
-    if (colon == NULL) {
-        mcf->redis_host = value[1];
-        mcf->redis_port = 6379;
-        return NGX_CONF_OK;
-    }
+    ngx_memzero(&u, sizeof(ngx_url_t));
 
-    mcf->redis_port = ngx_atoi(colon + 1, value[1].data + value[1].len
-                                          - colon - 1);
+    u.url = value[1];
+    u.default_port = 6379;
 
-    if (colon == value[1].data || mcf->redis_port < 1
-        || mcf->redis_port > 65535)
-    {
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.naddrs == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid redis address \"%V\" (expected "
-                           "host:port or unix:/path)", &value[1]);
+                           "host:port or unix:/path)%s%s", &value[1],
+                           u.err ? ": " : "", u.err ? u.err : "");
         return NGX_CONF_ERROR;
     }
 
-    mcf->redis_host.len = colon - value[1].data;
-    mcf->redis_host.data = ngx_pnalloc(cf->pool, mcf->redis_host.len + 1);
+    mcf->redis_port = u.port ? u.port : 6379;
+
+    mcf->redis_host.data = ngx_pnalloc(cf->pool, NGX_SOCKADDR_STRLEN + 1);
     if (mcf->redis_host.data == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    ngx_memcpy(mcf->redis_host.data, value[1].data, mcf->redis_host.len);
+    mcf->redis_host.len = ngx_sock_ntop(u.addrs[0].sockaddr,
+                                        u.addrs[0].socklen,
+                                        mcf->redis_host.data,
+                                        NGX_SOCKADDR_STRLEN, 0);
     mcf->redis_host.data[mcf->redis_host.len] = '\0';
 
     return NGX_CONF_OK;

@@ -229,10 +229,11 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     v = runner_config_get(argc, argv, "--secret-file", "SMCP_SECRET_FILE",
                           NULL);
 
-    if ((v ? smcp_secret_from_file(v, cfg->secret, &cfg->secret_len,
-                                   err, errlen)
-           : smcp_secret_from_env("PROXY_JWT_SECRET", cfg->secret,
-                                  &cfg->secret_len, err, errlen))
+    if ((v ? smcp_secret_from_file(v, SMCP_SECRET_MIN, cfg->secret,
+                                   &cfg->secret_len, err, errlen)
+           : smcp_secret_from_env("PROXY_JWT_SECRET", SMCP_SECRET_MIN,
+                                  cfg->secret, &cfg->secret_len, err,
+                                  errlen))
         != SMCP_OK)
     {
         return RUNNER_ERR;

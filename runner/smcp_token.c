@@ -90,9 +90,10 @@ main(int argc, char **argv)
     }
 
     if ((secret_file
-         ? smcp_secret_from_file(secret_file, key, &keylen, err, sizeof(err))
-         : smcp_secret_from_env("PROXY_JWT_SECRET", key, &keylen, err,
-                                sizeof(err)))
+         ? smcp_secret_from_file(secret_file, SMCP_SECRET_MIN, key, &keylen,
+                                 err, sizeof(err))
+         : smcp_secret_from_env("PROXY_JWT_SECRET", SMCP_SECRET_MIN, key,
+                                &keylen, err, sizeof(err)))
         != SMCP_OK)
     {
         fprintf(stderr, "smcp-token: %s\n", err);

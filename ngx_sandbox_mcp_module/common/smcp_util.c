@@ -192,8 +192,8 @@ smcp_iso8601_ms(char *dst, size_t size, int64_t ms)
 
 
 static int
-smcp_secret_check(unsigned char *dst, size_t *len, const char *what,
-    char *err, size_t errlen)
+smcp_secret_check(unsigned char *dst, size_t *len, size_t min,
+    const char *what, char *err, size_t errlen)
 {
     while (*len > 0 && (dst[*len - 1] == '\n' || dst[*len - 1] == '\r'
                         || dst[*len - 1] == ' ' || dst[*len - 1] == '\t'))
@@ -201,9 +201,9 @@ smcp_secret_check(unsigned char *dst, size_t *len, const char *what,
         (*len)--;
     }
 
-    if (*len < SMCP_SECRET_MIN) {
-        snprintf(err, errlen, "secret from %s is shorter than %d bytes",
-                 what, SMCP_SECRET_MIN);
+    if (*len < min || *len == 0) {
+        snprintf(err, errlen, "secret from %s is shorter than %zu bytes",
+                 what, min ? min : 1);
         return SMCP_ERR;
     }
 
@@ -212,8 +212,8 @@ smcp_secret_check(unsigned char *dst, size_t *len, const char *what,
 
 
 int
-smcp_secret_from_file(const char *path, unsigned char *dst, size_t *len,
-    char *err, size_t errlen)
+smcp_secret_from_file(const char *path, size_t min, unsigned char *dst,
+    size_t *len, char *err, size_t errlen)
 {
     FILE    *f;
     size_t   n;
@@ -237,13 +237,13 @@ smcp_secret_from_file(const char *path, unsigned char *dst, size_t *len,
 
     *len = n;
 
-    return smcp_secret_check(dst, len, path, err, errlen);
+    return smcp_secret_check(dst, len, min, path, err, errlen);
 }
 
 
 int
-smcp_secret_from_env(const char *name, unsigned char *dst, size_t *len,
-    char *err, size_t errlen)
+smcp_secret_from_env(const char *name, size_t min, unsigned char *dst,
+    size_t *len, char *err, size_t errlen)
 {
     const char  *v;
     size_t       n;
@@ -264,7 +264,7 @@ smcp_secret_from_env(const char *name, unsigned char *dst, size_t *len,
     memcpy(dst, v, n);
     *len = n;
 
-    return smcp_secret_check(dst, len, name, err, errlen);
+    return smcp_secret_check(dst, len, min, name, err, errlen);
 }
 
 

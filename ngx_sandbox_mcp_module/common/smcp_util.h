@@ -35,17 +35,18 @@ int smcp_valid_id(const char *s, size_t len, const char *prefix);
 void smcp_iso8601_ms(char *dst, size_t size, int64_t ms);
 
 /*
- * The signing secret: read from a file (trailing newlines and spaces
- * stripped) or an environment variable.  Refuses secrets shorter than
- * SMCP_SECRET_MIN bytes.  dst must hold SMCP_SECRET_MAX bytes.
+ * A secret (the signing secret, a provider credential): read from a file
+ * (trailing newlines and spaces stripped) or an environment variable.
+ * Refuses one shorter than min bytes (SMCP_SECRET_MIN for the signing
+ * secret).  dst must hold SMCP_SECRET_MAX bytes.
  */
 #define SMCP_SECRET_MIN  16
 #define SMCP_SECRET_MAX  1024
 
-int smcp_secret_from_file(const char *path, unsigned char *dst, size_t *len,
-    char *err, size_t errlen);
-int smcp_secret_from_env(const char *name, unsigned char *dst, size_t *len,
-    char *err, size_t errlen);
+int smcp_secret_from_file(const char *path, size_t min, unsigned char *dst,
+    size_t *len, char *err, size_t errlen);
+int smcp_secret_from_env(const char *name, size_t min, unsigned char *dst,
+    size_t *len, char *err, size_t errlen);
 
 /*
  * Replaces every byte that is not part of a well-formed UTF-8 sequence with

@@ -13,8 +13,8 @@
 #   SMCP_MODEL             provider/model, e.g. anthropic/claude-sonnet-4-5
 #   SMCP_PROVIDER_BASE_URL the provider's API base through the proxy
 #                          (default $SMCP_EGRESS_URL/<provider>/v1; google:
-#                          .../google/v1beta, azure: .../azure/openai, the
-#                          bases their SDKs expect)
+#                          .../google/v1beta, azure: .../azure/openai/v1,
+#                          the bases their SDKs expect)
 #   SMCP_REPOSITORY        https://<git host>/<owner>/<repo> (optional)
 #   SMCP_BRANCH            branch to check out (optional)
 #   SMCP_GIT_HOST          the git host the proxy stands in for (github.com)
@@ -53,7 +53,7 @@ provider=${SMCP_MODEL%%/*}
 model=${SMCP_MODEL#*/}
 case $provider in
     google) default_base=$SMCP_EGRESS_URL/google/v1beta ;;
-    azure)  default_base=$SMCP_EGRESS_URL/azure/openai ;;
+    azure)  default_base=$SMCP_EGRESS_URL/azure/openai/v1 ;;
     *)      default_base=$SMCP_EGRESS_URL/$provider/v1 ;;
 esac
 base_url=${SMCP_PROVIDER_BASE_URL:-$default_base}
@@ -107,12 +107,16 @@ lifecycle() {
 
 # OpenCode: the provider points at the egress route; its "key" is the run
 # token.  A custom OpenAI-compatible provider needs its package and model
-# declared.
+# declared; an Azure model is a deployment name, unknown to OpenCode's
+# bundled model list, so it is declared too.
 provider_extra=""
-if [ "$provider" = compat ]; then
-    provider_extra=$(printf ',"npm":"@ai-sdk/openai-compatible","name":"compat","models":{%s:{}}' \
-                     "$(json_str "$model")")
-fi
+case $provider in
+    compat)
+        provider_extra=$(printf ',"npm":"@ai-sdk/openai-compatible","name":"compat","models":{%s:{}}' \
+                         "$(json_str "$model")") ;;
+    azure)
+        provider_extra=$(printf ',"models":{%s:{}}' "$(json_str "$model")") ;;
+esac
 
 cat > "$XDG_CONFIG_HOME/opencode/opencode.json" <<JSON
 {
