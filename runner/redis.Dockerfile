@@ -12,7 +12,8 @@
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 
-LABEL org.opencontainers.image.title="sandbox-mcp redis" \
+LABEL smcp.image=redis \
+      org.opencontainers.image.title="sandbox-mcp redis" \
       org.opencontainers.image.licenses="BSD-2-Clause"
 
 RUN set -eux; \

@@ -205,6 +205,7 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
     RUNNER_ENV("SMCP_BRANCH", branch);
     RUNNER_ENV("SMCP_GIT_HOST", runner_config.git_host);
     RUNNER_ENV("SMCP_SESSION", oc_session);
+    RUNNER_ENV("SMCP_TITLE", json_string_value(json_object_get(h, "title")));
 
 #undef RUNNER_ENV
 

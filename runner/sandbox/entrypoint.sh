@@ -54,6 +54,8 @@ model=${SMCP_MODEL#*/}
 case $provider in
     google) default_base=$SMCP_EGRESS_URL/google/v1beta ;;
     azure)  default_base=$SMCP_EGRESS_URL/azure/openai/v1 ;;
+    # OpenCode's provider id for it; the egress route is /cloudflare/
+    cloudflare-ai-gateway) default_base=$SMCP_EGRESS_URL/cloudflare ;;
     *)      default_base=$SMCP_EGRESS_URL/$provider/v1 ;;
 esac
 base_url=${SMCP_PROVIDER_BASE_URL:-$default_base}
