@@ -43,7 +43,8 @@ if (docker_available() || is_ci()) {
     $egress = 1;
     $eport = SMCP::Test::free_port();
     $net = 'smcp-' . test_id();
-    $fake = SMCP::Fakes::start_anthropic(key => 'sk-ant-REAL-stack-0123456789');
+    $fake = SMCP::Fakes::start_anthropic(key => 'sk-ant-REAL-stack-0123456789',
+                                         text => 'stack run done');
     $ENV{SMCP_EGRESS} = 'on';
     $ENV{SMCP_SANDBOX_NET} = $net;
     $ENV{SMCP_SANDBOX_BRIDGE} = bridge_name();
@@ -51,6 +52,7 @@ if (docker_available() || is_ci()) {
     $ENV{SMCP_EGRESS_PORT} = $eport;
     $ENV{ANTHROPIC_API_KEY} = 'sk-ant-REAL-stack-0123456789';
     $ENV{ANTHROPIC_BASE_URL} = $fake->url;
+    $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
 } else {
     diag('no dockerd: make up without the egress side');
     $ENV{SMCP_EGRESS} = 'off';
@@ -128,6 +130,30 @@ if ($egress) {
     is($r->{status}, 200, 'egress: the anthropic route of make up works');
     is($fake->last_request->{headers}{'x-api-key'}, 'sk-ant-REAL-stack-0123456789',
        'egress: the upstream got the real key');
+
+    # the whole stack: a task through the printed URL completes
+    my $call = sub {
+        my ($id, $name, $args) = @_;
+        my $r = post($token, json_encode({ jsonrpc => '2.0', id => $id,
+            method => 'tools/call',
+            params => { name => $name, arguments => $args } }),
+            'Mcp-Session-Id' => $sid);
+        my $j = json_decode($r->{content} // '') // {};
+        return $j->{result}{structuredContent} // {};
+    };
+    my $rt = $call->(10, 'opencode_run_task', { task => 'Say hello.' });
+    like($rt->{runId} // '', qr/^run_[0-9a-f]{24}$/, 'make up: run_task answers');
+    my $res = {};
+    for (1 .. 6) {
+        $res = $call->(11, 'opencode_get_result',
+                       { runId => $rt->{runId}, waitSeconds => 20 });
+        last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
+    }
+    is($res->{status}, 'completed', 'make up: the task completes')
+        or diag(explain($res), `tail -20 $state/logs/runner.log`);
+    is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
+    my $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
 }
 
 # a second `up` is idempotent: same processes, reloaded config
@@ -141,6 +167,9 @@ $out = `$root/.ci/stack down 2>&1`;
 is($?, 0, 'stack down exits 0') or diag($out);
 ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
 ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
+ok(!-f "$state/runner.pid"
+   || !kill(0, (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0),
+   'runner stopped');
 if ($egress) {
     my $nets = `docker network ls --format '{{.Name}}'`;
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
