@@ -29,7 +29,10 @@ runner_config_usage(void)
 "  --memory SIZE         per sandbox, e.g. 2g        [$SMCP_SANDBOX_MEMORY, 2g]\n"
 "  --cpus N              per sandbox                [$SMCP_SANDBOX_CPUS, 1]\n"
 "  --pids N              per sandbox                [$SMCP_SANDBOX_PIDS, 512]\n"
-"  --claim-idle MS       take over runs of a runner silent this long [60000]\n");
+"  --claim-idle MS       take over runs of a runner silent this long [60000]\n"
+"  --egress-container NAME  nginx in a container (compose): each session gets\n"
+"                        its own internal network, which NAME joins as\n"
+"                        \"egress\" [$SMCP_EGRESS_CONTAINER]\n");
 }
 
 
@@ -100,7 +103,7 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         "--redis", "--prefix", "--name", "--secret-file", "--docker-socket",
         "--image", "--network", "--egress-url", "--dns", "--git-host",
         "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
-        NULL };
+        "--egress-container", NULL };
     const char **k;
     double       cpus;
 
@@ -179,6 +182,11 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         || runner_config_copy(cfg->dns, sizeof(cfg->dns),
             runner_config_get(argc, argv, "--dns", "SMCP_SANDBOX_DNS", NULL),
             "--dns", err, errlen)
+        || runner_config_copy(cfg->egress_container,
+            sizeof(cfg->egress_container),
+            runner_config_get(argc, argv, "--egress-container",
+                              "SMCP_EGRESS_CONTAINER", NULL),
+            "--egress-container", err, errlen)
         || runner_config_copy(cfg->git_host, sizeof(cfg->git_host),
             runner_config_get(argc, argv, "--git-host", "SMCP_GIT_HOST",
                               "github.com"), "--git-host", err, errlen))

@@ -179,6 +179,69 @@ runner_docker_volume(const char *name, const char *session, char *err,
 }
 
 
+/*
+ * The compose variant of the network recipe: one internal network per
+ * session (sandboxes of different sessions cannot reach each other), the
+ * host without an address on it (inhibit_ipv4), and the nginx container
+ * joined to it as "egress", its only peer.  Idempotent.
+ */
+int
+runner_docker_session_net(const char *name, const char *session,
+    const char *peer, char *err, size_t errlen)
+{
+    long     st;
+    json_t  *body;
+    char     path[256];
+
+    body = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s, s:s}}",
+                     "Name", name, "Driver", "bridge", "Internal", 1,
+                     "CheckDuplicate", 1,
+                     "Options",
+                         "com.docker.network.bridge.inhibit_ipv4", "true",
+                         "com.docker.network.bridge.enable_icc", "true",
+                     "Labels", "smcp.session", session, "smcp.managed", "1");
+
+    st = runner_docker_call("POST", "/networks/create", body, 30, NULL,
+                            err, errlen);
+    json_decref(body);
+
+    if (st != 201 && st != 409) {
+        return RUNNER_ERR;
+    }
+
+    body = json_pack("{s:s, s:{s:[s]}}", "Container", peer,
+                     "EndpointConfig", "Aliases", "egress");
+
+    snprintf(path, sizeof(path), "/networks/%s/connect", name);
+    st = runner_docker_call("POST", path, body, 30, NULL, err, errlen);
+    json_decref(body);
+
+    /* 403: already connected */
+    return (st == 200 || st == 403) ? RUNNER_OK : RUNNER_ERR;
+}
+
+
+int
+runner_docker_session_net_drop(const char *name, const char *peer,
+    char *err, size_t errlen)
+{
+    long     st;
+    json_t  *body;
+    char     path[256];
+
+    body = json_pack("{s:s, s:b}", "Container", peer, "Force", 1);
+    snprintf(path, sizeof(path), "/networks/%s/disconnect", name);
+    (void) runner_docker_call("POST", path, body, 30, NULL, err, errlen);
+    json_decref(body);
+
+    snprintf(path, sizeof(path), "/networks/%s", name);
+    st = runner_docker_call("DELETE", path, NULL, 30, NULL, err, errlen);
+
+    /* 403: a sandbox is still on it (another run of the session) */
+    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
+}
+
+
 int
 runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
     char *err, size_t errlen)

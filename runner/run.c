@@ -176,10 +176,25 @@ runner_run_tick(void *data)
 }
 
 
+/* the network a session's sandboxes run on */
+static void
+runner_run_network(runner_run_t *run, char *buf, size_t size)
+{
+    if (runner_config.egress_container[0]) {
+        snprintf(buf, size, "smcp-net-%s", run->session);
+
+    } else {
+        snprintf(buf, size, "%s", runner_config.network);
+    }
+}
+
+
 static json_t *
 runner_run_spec(runner_run_t *run, json_t *h, const char *token,
     const char *volume, const char *oc_session)
 {
+    char          net[128];
+
     json_t       *env, *spec, *binds;
     const char   *task, *model, *repo, *branch;
     char          buf[2048];
@@ -221,6 +236,8 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         }
     }
 
+    runner_run_network(run, net, sizeof(net));
+
     binds = json_array();
     snprintf(buf, sizeof(buf), "%s:/workspace", volume);
     json_array_append_new(binds, json_string(buf));
@@ -237,7 +254,7 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         "Labels", "smcp.run", run->id, "smcp.session", run->session,
                   "smcp.runner", runner_config.name,
         "HostConfig",
-            "NetworkMode", runner_config.network,
+            "NetworkMode", net,
             "Dns", runner_config.dns[0]
                    ? json_pack("[s]", runner_config.dns) : json_array(),
             "DnsOptions", "timeout:1", "attempts:1",
@@ -380,6 +397,22 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         free(token);
         json_decref(h);
         return RUNNER_ERR;
+    }
+
+    if (runner_config.egress_container[0]) {
+        char  net[128];
+
+        runner_run_network(run, net, sizeof(net));
+
+        if (runner_docker_session_net(net, session,
+                                      runner_config.egress_container,
+                                      err, errlen)
+            != RUNNER_OK)
+        {
+            free(token);
+            json_decref(h);
+            return RUNNER_ERR;
+        }
     }
 
     /* the OpenCode conversation of the session's earlier runs */
@@ -564,6 +597,14 @@ runner_run_follow(runner_run_t *run)
                                       ? run->out.error : NULL);
 
     runner_docker_remove(run->container, err, sizeof(err));
+
+    if (runner_config.egress_container[0]) {
+        char  net[128];
+
+        runner_run_network(run, net, sizeof(net));
+        runner_docker_session_net_drop(net, runner_config.egress_container,
+                                       err, sizeof(err));
+    }
 }
 
 

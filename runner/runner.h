@@ -48,6 +48,8 @@ typedef struct {
     char        network[128];
     char        egress_url[256];        /* as seen from the sandbox */
     char        dns[64];                /* the sandbox network's gateway */
+    char        egress_container[128];  /* compose: nginx joins each
+                                           session's own network */
     char        git_host[128];
     int         concurrency;
     int64_t     memory;                 /* bytes */
@@ -141,6 +143,10 @@ int runner_store_last_log_ts(redisContext *c, runner_run_t *run);
 /* docker.c */
 int runner_docker_ping(char *err, size_t errlen);
 int runner_docker_volume(const char *name, const char *session,
+    char *err, size_t errlen);
+int runner_docker_session_net(const char *name, const char *session,
+    const char *peer, char *err, size_t errlen);
+int runner_docker_session_net_drop(const char *name, const char *peer,
     char *err, size_t errlen);
 int runner_docker_create(json_t *spec, const char *name, char *id,
     size_t idlen, char *err, size_t errlen);
