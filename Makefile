@@ -3,7 +3,9 @@
 #   make            build the dynamic nginx module and the tools
 #   make deps       install every apt/npm package the build and tests need
 #   make test       deps + build + every test (prove -r t)
-#   make up/down    start/stop the local stack (redis + nginx + module)
+#   make up/down    start/stop the local stack (redis, nginx + module,
+#                   sandbox network, runner)
+#   make sandbox-image   build the sandbox image
 #   make token SUB=alice   mint a bearer token for tenant "alice"
 
 SHELL      := /bin/bash
@@ -24,7 +26,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner deps test static up down token clean docker-ready
+.PHONY: all module tools runner deps test static up down token clean docker-ready sandbox-image
 
 all: module tools runner
 
@@ -79,7 +81,12 @@ docker-ready:
 	.ci/start-dockerd
 	.ci/build-base-image
 
-test: deps all static docker-ready
+# the sandbox image: OpenCode in a locked-down Debian (cached: rebuilt only
+# when its inputs change)
+sandbox-image: docker-ready
+	runner/sandbox/build-image
+
+test: deps all static docker-ready sandbox-image
 	prove -r t
 
 up: deps all
