@@ -498,9 +498,7 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
     char                                     err[128];
     json_t                                  *claims, *run, *scope;
     ngx_int_t                                rc;
-    ngx_str_t                                token, key;
-    const char                              *argv[5];
-    size_t                                   argl[5];
+    ngx_str_t                                token, argv[5];
     ngx_pool_cleanup_t                      *cln;
     ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
     ngx_http_sandbox_mcp_main_conf_t        *mcf;
@@ -615,26 +613,20 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
     cln->handler = ngx_http_sandbox_mcp_egress_cleanup;
     cln->data = ctx;
 
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &key, SMCP_KEY_RUN,
+    ngx_str_set(&argv[0], "HMGET");
+    ngx_str_set(&argv[2], "tenant");
+    ngx_str_set(&argv[3], "status");
+    ngx_str_set(&argv[4], "repository");
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
                                        &ctx->run_id)
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[0] = "HMGET";
-    argl[0] = 5;
-    argv[1] = (char *) key.data;
-    argl[1] = key.len;
-    argv[2] = "tenant";
-    argl[2] = 6;
-    argv[3] = "status";
-    argl[3] = 6;
-    argv[4] = "repository";
-    argl[4] = 10;
-
     ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_egress_checked, ctx, 5, argv, argl);
+                   ngx_http_sandbox_mcp_egress_checked, ctx, 5, argv);
 
     if (ctx->cmd == NULL) {
         ctx->done = 1;
@@ -659,11 +651,8 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
     u_char                                  *q;
     json_t                                  *ev;
     int64_t                                  now, start;
-    ngx_str_t                                key, chan, path;
+    ngx_str_t                                chan, path, argv[12];
     ngx_time_t                              *tp;
-    const char                              *argv[12];
-    size_t                                   argl[12];
-    u_char                                   ts[NGX_INT64_LEN];
     ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
@@ -712,53 +701,40 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
     json_decref(ev);
 
     if (data == NULL
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &key, SMCP_KEY_RUN_EVENTS,
-                                          &ctx->run_id) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_RUN_EVENTS, &ctx->run_id)
+           != NGX_OK
         || ngx_http_sandbox_mcp_redis_key(r->pool, &chan, SMCP_CHAN_RUN,
-                                          &ctx->run_id) != NGX_OK)
+                                          &ctx->run_id)
+           != NGX_OK)
     {
         free(data);
         return NGX_OK;
     }
 
-    argv[0] = "XADD";
-    argl[0] = 4;
-    argv[1] = (char *) key.data;
-    argl[1] = key.len;
-    argv[2] = "MAXLEN";
-    argl[2] = 6;
-    argv[3] = "~";
-    argl[3] = 1;
-    argv[4] = SMCP_EVENTS_MAXLEN;
-    argl[4] = sizeof(SMCP_EVENTS_MAXLEN) - 1;
-    argv[5] = "*";
-    argl[5] = 1;
-    argv[6] = "type";
-    argl[6] = 4;
-    argv[7] = "egress";
-    argl[7] = 6;
-    argv[8] = "data";
-    argl[8] = 4;
-    argv[9] = data;
-    argl[9] = ngx_strlen(data);
-    argv[10] = "ts";
-    argl[10] = 2;
-    argv[11] = (char *) ts;
-    argl[11] = ngx_sprintf(ts, "%L", now) - ts;
+    ngx_str_set(&argv[0], "XADD");
+    ngx_str_set(&argv[2], "MAXLEN");
+    ngx_str_set(&argv[3], "~");
+    ngx_str_set(&argv[4], SMCP_EVENTS_MAXLEN);
+    ngx_str_set(&argv[5], "*");
+    ngx_str_set(&argv[6], "type");
+    ngx_str_set(&argv[7], "egress");
+    ngx_str_set(&argv[8], "data");
+    argv[9].data = (u_char *) data;
+    argv[9].len = ngx_strlen(data);
+    ngx_str_set(&argv[10], "ts");
+    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool, now);
 
-    /* fire and forget: nothing waits for the reply */
-    (void) ngx_http_sandbox_mcp_redis_command(NULL, NULL, 12, argv, argl);
+    /* fire and forget: nothing waits for the replies */
+    (void) ngx_http_sandbox_mcp_redis_command(NULL, NULL, 12, argv);
 
     free(data);
 
-    argv[0] = "PUBLISH";
-    argl[0] = 7;
-    argv[1] = (char *) chan.data;
-    argl[1] = chan.len;
-    argv[2] = "egress";
-    argl[2] = 6;
+    ngx_str_set(&argv[0], "PUBLISH");
+    argv[1] = chan;
+    ngx_str_set(&argv[2], "egress");
 
-    (void) ngx_http_sandbox_mcp_redis_command(NULL, NULL, 3, argv, argl);
+    (void) ngx_http_sandbox_mcp_redis_command(NULL, NULL, 3, argv);
 
     return NGX_OK;
 }

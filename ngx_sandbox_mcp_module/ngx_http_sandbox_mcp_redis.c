@@ -61,6 +61,18 @@ ngx_http_sandbox_mcp_redis_prefix(void)
 }
 
 
+ngx_str_t
+ngx_http_sandbox_mcp_redis_number(ngx_pool_t *pool, int64_t n)
+{
+    ngx_str_t  s;
+
+    s.data = ngx_pnalloc(pool, NGX_INT64_LEN);
+    s.len = s.data ? (size_t) (ngx_sprintf(s.data, "%L", n) - s.data) : 0;
+
+    return s;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_redis_key(ngx_pool_t *pool, ngx_str_t *key,
     const char *fmt, ngx_str_t *arg)
@@ -785,7 +797,7 @@ ngx_http_sandbox_mcp_redis_reply(redisAsyncContext *ac, void *r,
 
     ngx_queue_remove(&cmd->queue);
 
-    if (cmd->data) {
+    if (cmd->handler && cmd->data) {
         cmd->handler(cmd->data, r);
     }
 
@@ -797,11 +809,17 @@ ngx_http_sandbox_mcp_redis_reply(redisAsyncContext *ac, void *r,
 }
 
 
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS  32
+
+
 ngx_http_sandbox_mcp_redis_cmd_t *
 ngx_http_sandbox_mcp_redis_command(
-    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data, int argc,
-    const char **argv, const size_t *argvlen)
+    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
+    ngx_uint_t argc, ngx_str_t *argv)
 {
+    ngx_uint_t                          i;
+    const char                         *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
+    size_t                              al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;
     ngx_http_sandbox_mcp_redis_link_t  *link;
 
@@ -809,8 +827,15 @@ ngx_http_sandbox_mcp_redis_command(
 
     /* fail fast while Redis is away; commands queued during a connect
      * attempt are bounded by the connect timeout */
-    if (link->ac == NULL || (!link->connected && link->failures)) {
+    if (link->ac == NULL || (!link->connected && link->failures)
+        || argc > NGX_HTTP_SANDBOX_MCP_MAX_ARGS)
+    {
         return NULL;
+    }
+
+    for (i = 0; i < argc; i++) {
+        av[i] = argv[i].len ? (const char *) argv[i].data : "";
+        al[i] = argv[i].len;
     }
 
     cmd = ngx_alloc(sizeof(ngx_http_sandbox_mcp_redis_cmd_t),
@@ -819,12 +844,13 @@ ngx_http_sandbox_mcp_redis_command(
         return NULL;
     }
 
+    /* a NULL handler: fire and forget, the reply is dropped */
     cmd->handler = handler;
     cmd->data = data;
     cmd->sent = ngx_current_msec;
 
     if (redisAsyncCommandArgv(link->ac, ngx_http_sandbox_mcp_redis_reply,
-                              cmd, argc, argv, argvlen)
+                              cmd, (int) argc, av, al)
         != REDIS_OK)
     {
         ngx_free(cmd);
@@ -843,33 +869,30 @@ ngx_http_sandbox_mcp_redis_command(
 
 ngx_http_sandbox_mcp_redis_cmd_t *
 ngx_http_sandbox_mcp_redis_script(ngx_http_sandbox_mcp_script_t *script,
-    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data, int nkeys,
-    int argc, const char **argv, const size_t *argvlen)
+    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
+    ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv)
 {
-    int            i;
-    char           nbuf[NGX_INT_T_LEN];
-    const char    *av[32];
-    size_t         al[32];
+    ngx_uint_t  i;
+    ngx_str_t   av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
+    u_char      nbuf[NGX_INT_T_LEN];
 
     /* EVALSHA sha nkeys keys... args... */
 
-    if (argc + 3 > 32) {
+    if (argc + 3 > NGX_HTTP_SANDBOX_MCP_MAX_ARGS) {
         return NULL;
     }
 
-    av[0] = "EVALSHA";
-    al[0] = sizeof("EVALSHA") - 1;
-    av[1] = script->sha1;
-    al[1] = 40;
-    av[2] = nbuf;
-    al[2] = ngx_sprintf((u_char *) nbuf, "%d", nkeys) - (u_char *) nbuf;
+    ngx_str_set(&av[0], "EVALSHA");
+    av[1].data = (u_char *) script->sha1;
+    av[1].len = 40;
+    av[2].data = nbuf;
+    av[2].len = ngx_sprintf(nbuf, "%ui", nkeys) - nbuf;
 
     for (i = 0; i < argc; i++) {
         av[i + 3] = argv[i];
-        al[i + 3] = argvlen[i];
     }
 
-    return ngx_http_sandbox_mcp_redis_command(handler, data, argc + 3, av, al);
+    return ngx_http_sandbox_mcp_redis_command(handler, data, argc + 3, av);
 }
 
 

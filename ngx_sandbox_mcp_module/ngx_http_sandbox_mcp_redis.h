@@ -50,13 +50,14 @@ void ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle);
  * sets to NULL (ngx_http_sandbox_mcp_redis_cancel) if it goes away first.
  */
 ngx_http_sandbox_mcp_redis_cmd_t *ngx_http_sandbox_mcp_redis_command(
-    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data, int argc,
-    const char **argv, const size_t *argvlen);
+    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
+    ngx_uint_t argc, ngx_str_t *argv);
 
+/* EVALSHA script->sha1 nkeys argv...: the first nkeys of argv are keys */
 ngx_http_sandbox_mcp_redis_cmd_t *ngx_http_sandbox_mcp_redis_script(
     ngx_http_sandbox_mcp_script_t *script,
-    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data, int nkeys,
-    int argc, const char **argv, const size_t *argvlen);
+    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
+    ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv);
 
 void ngx_http_sandbox_mcp_redis_cancel(ngx_http_sandbox_mcp_redis_cmd_t *cmd);
 
@@ -65,6 +66,9 @@ ngx_int_t ngx_http_sandbox_mcp_redis_key(ngx_pool_t *pool, ngx_str_t *key,
     const char *fmt, ngx_str_t *arg);
 
 ngx_str_t *ngx_http_sandbox_mcp_redis_prefix(void);
+
+/* a number as a command argument, in the pool (len 0 if out of memory) */
+ngx_str_t ngx_http_sandbox_mcp_redis_number(ngx_pool_t *pool, int64_t n);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_REDIS_H_INCLUDED_ */

@@ -511,50 +511,34 @@ ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_key_t *keys, ngx_uint_t nkeys, ngx_str_t *args,
     ngx_uint_t nargs)
 {
-    ngx_uint_t   i;
-    ngx_str_t    key;
-    const char  *argv[24];
-    size_t       argl[24];
+    ngx_uint_t  i;
+    ngx_str_t   argv[24];
+
+    if (nkeys + nargs > 24) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
 
     for (i = 0; i < nkeys; i++) {
-        if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &key,
-                                           keys[i].fmt, keys[i].arg)
+        if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool,
+                                           &argv[i], keys[i].fmt, keys[i].arg)
             != NGX_OK)
         {
             ngx_http_sandbox_mcp_tool_unavailable(call);
             return;
         }
-
-        argv[i] = (char *) key.data;
-        argl[i] = key.len;
     }
 
     for (i = 0; i < nargs; i++) {
-        argv[nkeys + i] = args[i].len ? (char *) args[i].data : "";
-        argl[nkeys + i] = args[i].len;
+        argv[nkeys + i] = args[i];
     }
 
     call->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, call,
-                                                  (int) nkeys,
-                                                  (int) (nkeys + nargs),
-                                                  argv, argl);
+                                                  nkeys, nkeys + nargs, argv);
 
     if (call->cmd == NULL) {
         ngx_http_sandbox_mcp_tool_unavailable(call);
     }
-}
-
-
-/* a number as a script argument */
-static ngx_str_t
-ngx_http_sandbox_mcp_number(ngx_pool_t *pool, int64_t n)
-{
-    ngx_str_t  s;
-
-    s.data = ngx_pnalloc(pool, NGX_INT64_LEN);
-    s.len = s.data ? (size_t) (ngx_sprintf(s.data, "%L", n) - s.data) : 0;
-
-    return s;
 }
 
 
@@ -1266,7 +1250,7 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     if (session.len) {
         ngx_str_set(&args[3], "0");
     }
-    args[4] = ngx_http_sandbox_mcp_number(pool, ngx_http_sandbox_mcp_now_ms());
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool, ngx_http_sandbox_mcp_now_ms());
     args[5] = task;
     args[6] = repo;
     args[7] = branch;
@@ -1276,7 +1260,7 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     if (json_is_true(v)) {
         ngx_str_set(&args[10], "1");
     }
-    args[11] = ngx_http_sandbox_mcp_number(pool, timeout);
+    args[11] = ngx_http_sandbox_mcp_redis_number(pool, timeout);
     args[12] = ngx_http_sandbox_mcp_events_maxlen;
 
     ngx_http_sandbox_mcp_call_script(call,
@@ -1624,11 +1608,11 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_result_fetch(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_str_t    key;
-    const char  *argv[2];
-    size_t       argl[2];
+    ngx_str_t  argv[2];
 
-    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &key,
+    ngx_str_set(&argv[0], "HGETALL");
+
+    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
                                        SMCP_KEY_RUN, &call->run_id)
         != NGX_OK)
     {
@@ -1637,14 +1621,9 @@ ngx_http_sandbox_mcp_result_fetch(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    argv[0] = "HGETALL";
-    argl[0] = sizeof("HGETALL") - 1;
-    argv[1] = (char *) key.data;
-    argl[1] = key.len;
-
     call->recheck = 0;
     call->cmd = ngx_http_sandbox_mcp_redis_command(
-                    ngx_http_sandbox_mcp_result_reply, call, 2, argv, argl);
+                    ngx_http_sandbox_mcp_result_reply, call, 2, argv);
 
     if (call->cmd == NULL) {
         ngx_http_sandbox_mcp_unwait(call);
@@ -1763,7 +1742,7 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
     keys[3].arg = NULL;
 
     args[0] = call->ctx->tenant;
-    args[1] = ngx_http_sandbox_mcp_number(pool, ngx_http_sandbox_mcp_now_ms());
+    args[1] = ngx_http_sandbox_mcp_redis_number(pool, ngx_http_sandbox_mcp_now_ms());
     args[2] = call->run_id;
     args[3] = ngx_http_sandbox_mcp_events_maxlen;
 
@@ -1955,7 +1934,7 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
     }
 
     args[0] = call->ctx->tenant;
-    args[1] = ngx_http_sandbox_mcp_number(pool, limit);
+    args[1] = ngx_http_sandbox_mcp_redis_number(pool, limit);
     args[2] = cid;
     args[3] = cscore;
     args[4] = status;
@@ -2154,8 +2133,8 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
         ngx_str_null(&args[2]);
 
     } else {
-        args[1] = ngx_http_sandbox_mcp_number(pool, call->offset);
-        args[2] = ngx_http_sandbox_mcp_number(pool, call->offset
+        args[1] = ngx_http_sandbox_mcp_redis_number(pool, call->offset);
+        args[2] = ngx_http_sandbox_mcp_redis_number(pool, call->offset
                                        + NGX_HTTP_SANDBOX_MCP_DIFF_PAGE - 1);
     }
 
@@ -2323,7 +2302,7 @@ ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
 
     args[0] = call->ctx->tenant;
     args[1] = start;
-    args[2] = ngx_http_sandbox_mcp_number(pool, limit);
+    args[2] = ngx_http_sandbox_mcp_redis_number(pool, limit);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_events,

@@ -901,12 +901,9 @@ ngx_http_sandbox_mcp_initialize(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
     json_t                           *params, *client, *pv;
     const char                       *name, *version;
-    ngx_str_t                         key, v;
+    ngx_str_t                         key, v, argv[7];
     ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
-    const char                       *argv[7];
-    size_t                            argl[7];
-    u_char                            now[NGX_INT64_LEN], ttl[NGX_INT64_LEN];
     char                              sid[NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN
                                           + 1];
 
@@ -950,26 +947,21 @@ ngx_http_sandbox_mcp_initialize(ngx_http_sandbox_mcp_ctx_t *ctx)
     name = json_string_value(json_object_get(client, "name"));
     version = json_string_value(json_object_get(client, "version"));
 
-    argv[0] = (char *) key.data;
-    argl[0] = key.len;
-    argv[1] = (char *) ctx->tenant.data;
-    argl[1] = ctx->tenant.len;
-    argv[2] = (char *) ctx->version.data;
-    argl[2] = ctx->version.len;
-    argv[3] = name ? name : "";
-    argl[3] = ngx_strlen(argv[3]);
-    argv[4] = version ? version : "";
-    argl[4] = ngx_strlen(argv[4]);
-    argv[5] = (char *) now;
-    argl[5] = ngx_sprintf(now, "%L", (int64_t) ngx_time() * 1000) - now;
-    argv[6] = (char *) ttl;
-    argl[6] = ngx_sprintf(ttl, "%L", (int64_t) lcf->session_ttl * 1000)
-              - ttl;
+    argv[0] = key;
+    argv[1] = ctx->tenant;
+    argv[2] = ctx->version;
+    argv[3].data = (u_char *) (name ? name : "");
+    argv[3].len = ngx_strlen(argv[3].data);
+    argv[4].data = (u_char *) (version ? version : "");
+    argv[4].len = ngx_strlen(argv[4].data);
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                                (int64_t) ngx_time() * 1000);
+    argv[6] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                        (int64_t) lcf->session_ttl * 1000);
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_session_create,
-                   ngx_http_sandbox_mcp_session_created, ctx, 1, 7,
-                   argv, argl);
+                   ngx_http_sandbox_mcp_session_created, ctx, 1, 7, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -1082,12 +1074,9 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_http_sandbox_mcp_redis_handler_pt handler)
 {
     u_char                           *p;
-    ngx_str_t                         key;
+    ngx_str_t                         key, argv[3];
     ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
-    const char                       *argv[3];
-    size_t                            argl[3];
-    u_char                            ttl[NGX_INT64_LEN];
 
     r = ctx->request;
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
@@ -1114,16 +1103,13 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[0] = (char *) key.data;
-    argl[0] = key.len;
-    argv[1] = (char *) ctx->tenant.data;
-    argl[1] = ctx->tenant.len;
-    argv[2] = (char *) ttl;
-    argl[2] = ngx_sprintf(ttl, "%L", (int64_t) lcf->session_ttl * 1000)
-              - ttl;
+    argv[0] = key;
+    argv[1] = ctx->tenant;
+    argv[2] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                        (int64_t) lcf->session_ttl * 1000);
 
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, ctx, 1,
-                                                 3, argv, argl);
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, ctx, 1, 3,
+                                                 argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
