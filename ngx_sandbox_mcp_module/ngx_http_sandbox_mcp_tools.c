@@ -1250,7 +1250,8 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     if (session.len) {
         ngx_str_set(&args[3], "0");
     }
-    args[4] = ngx_http_sandbox_mcp_redis_number(pool, ngx_http_sandbox_mcp_now_ms());
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool,
+                                                 ngx_http_sandbox_mcp_now_ms());
     args[5] = task;
     args[6] = repo;
     args[7] = branch;
@@ -1742,7 +1743,8 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
     keys[3].arg = NULL;
 
     args[0] = call->ctx->tenant;
-    args[1] = ngx_http_sandbox_mcp_redis_number(pool, ngx_http_sandbox_mcp_now_ms());
+    args[1] = ngx_http_sandbox_mcp_redis_number(pool,
+                                                 ngx_http_sandbox_mcp_now_ms());
     args[2] = call->run_id;
     args[3] = ngx_http_sandbox_mcp_events_maxlen;
 

@@ -372,7 +372,8 @@ static const char  runner_store_running_lua[] =
     "redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1],\n"
     "           'container_id', ARGV[2])\n"
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',\n"
-    "           'lifecycle', 'data', '{\"status\":\"running\"}', 'ts', ARGV[1])\n"
+    "           'lifecycle', 'data', '{\"status\":\"running\"}',\n"
+    "           'ts', ARGV[1])\n"
     "redis.call('PUBLISH', KEYS[3], 'running')\n"
     "return 'ok'\n";
 

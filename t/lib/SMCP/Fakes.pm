@@ -245,7 +245,7 @@ my %REASON = (
     404 => 'Not Found', 405 => 'Method Not Allowed', 408 => 'Request Timeout',
     409 => 'Conflict', 413 => 'Payload Too Large', 422 => 'Unprocessable Entity',
     429 => 'Too Many Requests', 431 => 'Request Header Fields Too Large',
-    500 => 'Internal Server Error', 501 => 'Not Implemented',
+    500 => 'Internal Server Error',
     502 => 'Bad Gateway', 503 => 'Service Unavailable',
     504 => 'Gateway Timeout', 529 => 'Overloaded',
 );
