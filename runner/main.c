@@ -245,6 +245,7 @@ main(int argc, char **argv)
     c = runner_connect_wait();
 
     if (c) {
+        runner_run_reconcile(c);
         runner_pending(c);
     }
 

@@ -243,7 +243,7 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
     json_array_append_new(binds, json_string(buf));
 
     spec = json_pack(
-        "{s:s, s:s, s:s, s:o, s:{s:s, s:s, s:s},"
+        "{s:s, s:s, s:s, s:o, s:{s:s, s:s, s:s, s:s},"
         " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:b,"
         "    s:{s:s, s:s}, s:o, s:[s], s:[s],"
         "    s:{s:s, s:{s:s, s:s}}}}",
@@ -253,6 +253,7 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         "Env", env,
         "Labels", "smcp.run", run->id, "smcp.session", run->session,
                   "smcp.runner", runner_config.name,
+                  "smcp.store", runner_config.store,
         "HostConfig",
             "NetworkMode", net,
             "Dns", runner_config.dns[0]
@@ -278,7 +279,8 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
 }
 
 
-static void
+/* RUNNER_ERR: the outcome could not be stored (Redis away): try later */
+static int
 runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 {
     const char  *status, *error;
@@ -327,11 +329,17 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     }
 
     if (runner_store_finish(run->redis, run, status, exit_code, error)
-        == RUNNER_OK)
+        != RUNNER_OK)
     {
-        runner_log("info", run->id, "%s (exit %d)%s%s", status, exit_code,
-                   error ? ": " : "", error ? error : "");
+        runner_log("error", run->id, "the outcome (%s) could not be stored; "
+                   "will retry", status);
+        return RUNNER_ERR;
     }
+
+    runner_log("info", run->id, "%s (exit %d)%s%s", status, exit_code,
+               error ? ": " : "", error ? error : "");
+
+    return RUNNER_OK;
 }
 
 
@@ -574,7 +582,19 @@ runner_run_follow(runner_run_t *run)
         runner_log("error", run->id, "%s; retrying", err);
         sleep(1 << tries);
 
-        /* resume after the last stored line */
+        /* resume after the last stored line, on a fresh connection if
+         * Redis was the trouble */
+        if (run->redis->err) {
+            redisFree(run->redis);
+            run->redis = runner_store_connect(err, sizeof(err));
+
+            if (run->redis == NULL) {
+                runner_log("error", run->id, "%s", err);
+                run->state = RUNNER_RUN_RETRY;
+                return;
+            }
+        }
+
         runner_store_last_log_ts(run->redis, run);
     }
 
@@ -585,16 +605,34 @@ runner_run_follow(runner_run_t *run)
     if (runner_docker_wait(run->container, &exit_code, err, sizeof(err))
         != RUNNER_OK)
     {
+        running = 0;
         runner_docker_running(run->container, &running, err, sizeof(err));
-        runner_run_finish(run, -1, running == -1
-                          ? "the sandbox container disappeared"
-                          : "the sandbox could not be followed (dockerd "
-                            "unreachable)");
+
+        if (runner_run_finish(run, -1, running == -1
+                              ? "the sandbox container disappeared"
+                              : "the sandbox could not be followed (dockerd "
+                                "unreachable)")
+            != RUNNER_OK)
+        {
+            run->state = RUNNER_RUN_RETRY;
+            return;
+        }
+
+        /* if dockerd comes back, the container must not live on:
+         * reconciliation at start removes what this could not */
+        runner_docker_kill(run->container, err, sizeof(err));
+        runner_docker_remove(run->container, err, sizeof(err));
         return;
     }
 
-    runner_run_finish(run, exit_code, run->out.clone_failed
-                                      ? run->out.error : NULL);
+    if (runner_run_finish(run, exit_code, run->out.clone_failed
+                                          ? run->out.error : NULL)
+        != RUNNER_OK)
+    {
+        /* the container stays: re-attaching replays it and finishes */
+        run->state = RUNNER_RUN_RETRY;
+        return;
+    }
 
     runner_docker_remove(run->container, err, sizeof(err));
 
@@ -605,6 +643,56 @@ runner_run_follow(runner_run_t *run)
         runner_docker_session_net_drop(net, runner_config.egress_container,
                                        err, sizeof(err));
     }
+}
+
+
+/*
+ * At start: containers of runs that ended (or vanished from Redis) are
+ * removed: left behind by a runner that died between the outcome and the
+ * cleanup, or while dockerd was away.
+ */
+void
+runner_run_reconcile(redisContext *c)
+{
+    size_t       i;
+    json_t      *list, *ct, *labels;
+    const char  *id, *run_id;
+    char         status[32], err[RUNNER_ERRLEN], label[400];
+
+    /* only this deployment's containers: another store's runs are not
+     * ours to judge */
+    snprintf(label, sizeof(label), "smcp.store=%s", runner_config.store);
+
+    list = runner_docker_list(label, err, sizeof(err));
+    if (list == NULL) {
+        runner_log("error", NULL, "reconcile: %s", err);
+        return;
+    }
+
+    json_array_foreach(list, i, ct) {
+        id = json_string_value(json_object_get(ct, "Id"));
+        labels = json_object_get(ct, "Labels");
+        run_id = json_string_value(json_object_get(labels, "smcp.run"));
+
+        if (id == NULL || run_id == NULL
+            || runner_store_hget(c, run_id, "status", status, sizeof(status))
+               != RUNNER_OK)
+        {
+            continue;
+        }
+
+        if (status[0] == '\0' || strcmp(status, "completed") == 0
+            || strcmp(status, "failed") == 0
+            || strcmp(status, "cancelled") == 0)
+        {
+            runner_log("info", run_id, "removing the container of an ended "
+                       "run (%.12s)", id);
+            runner_docker_kill(id, err, sizeof(err));
+            runner_docker_remove(id, err, sizeof(err));
+        }
+    }
+
+    json_decref(list);
 }
 
 
@@ -667,8 +755,14 @@ runner_run_thread(void *arg)
 
         if (rc == RUNNER_ERR) {
             runner_log("error", run->id, "%s", err);
-            runner_run_finish(run, -1, err);
-            runner_store_ack(run->redis, run->stream_id);
+
+            if (runner_run_finish(run, -1, err) == RUNNER_OK) {
+                runner_store_ack(run->redis, run->stream_id);
+
+            } else {
+                run->state = RUNNER_RUN_RETRY;
+            }
+
             goto done;
         }
 
@@ -680,15 +774,18 @@ runner_run_thread(void *arg)
 
     runner_run_follow(run);
 
-    if (!runner_stop) {
+    if (!runner_stop && run->state == RUNNER_RUN_ACTIVE && run->redis) {
         runner_store_ack(run->redis, run->stream_id);
     }
 
 done:
 
     runner_outcome_free(&run->out);
-    redisFree(run->redis);
-    run->redis = NULL;
+
+    if (run->redis) {
+        redisFree(run->redis);
+        run->redis = NULL;
+    }
 
     if (run->state == RUNNER_RUN_ACTIVE) {
         run->state = RUNNER_RUN_DONE;

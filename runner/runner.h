@@ -43,6 +43,9 @@ typedef struct {
     char        prefix[64];
     char        name[128];              /* consumer name: stable per host */
     char        instance[192];          /* name + pid + random: claims */
+    char        store[320];             /* redis address + prefix: labels
+                                           the containers of this
+                                           deployment */
     char        docker_socket[256];
     char        image[256];
     char        network[128];
@@ -196,6 +199,6 @@ json_t *runner_outcome_files(const char *diff, size_t len);
 
 /* run.c */
 void *runner_run_thread(void *arg);
-int runner_run_reattach_all(redisContext *c);
+void runner_run_reconcile(redisContext *c);
 
 #endif /* RUNNER_H */
