@@ -232,16 +232,6 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
                  cfg->name, (int) getpid(), rnd);
     }
 
-    /* several deployments may share one Docker engine: each one only
-     * ever touches containers of its own store */
-    if (cfg->redis_unix[0]) {
-        snprintf(cfg->store, sizeof(cfg->store), "unix:%s/%s",
-                 cfg->redis_unix, cfg->prefix);
-
-    } else {
-        snprintf(cfg->store, sizeof(cfg->store), "%s:%d/%s",
-                 cfg->redis_host, cfg->redis_port, cfg->prefix);
-    }
 
     if (cfg->concurrency < 1 || cfg->concurrency > 256 || cfg->memory <= 0
         || cfg->nano_cpus <= 0 || cfg->pids <= 0 || cfg->claim_idle_ms < 1000)

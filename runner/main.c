@@ -180,7 +180,11 @@ runner_connect_wait(void)
     for (delay = 1; !runner_stop; delay = delay < 8 ? delay * 2 : 8) {
         c = runner_store_connect(err, sizeof(err));
 
-        if (c && runner_store_init_group(c, err, sizeof(err)) == RUNNER_OK) {
+        if (c && runner_store_init_group(c, err, sizeof(err)) == RUNNER_OK
+            && runner_store_identity(c, runner_config.store,
+                                     sizeof(runner_config.store),
+                                     err, sizeof(err)) == RUNNER_OK)
+        {
             return c;
         }
 

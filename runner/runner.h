@@ -43,9 +43,8 @@ typedef struct {
     char        prefix[64];
     char        name[128];              /* consumer name: stable per host */
     char        instance[192];          /* name + pid + random: claims */
-    char        store[320];             /* redis address + prefix: labels
-                                           the containers of this
-                                           deployment */
+    char        store[64];              /* the store's identity: labels
+                                           this deployment's containers */
     char        docker_socket[256];
     char        image[256];
     char        network[128];
@@ -124,6 +123,8 @@ void runner_log(const char *level, const char *run, const char *fmt, ...)
 /* store.c */
 redisContext *runner_store_connect(char *err, size_t errlen);
 int runner_store_init_group(redisContext *c, char *err, size_t errlen);
+int runner_store_identity(redisContext *c, char *id, size_t size,
+    char *err, size_t errlen);
 int runner_store_next(redisContext *c, int block_ms, char *run_id,
     char *stream_id, int pending, char *err, size_t errlen);
 int runner_store_autoclaim(redisContext *c, char *run_id, char *stream_id,

@@ -106,6 +106,49 @@ runner_store_init_group(redisContext *c, char *err, size_t errlen)
 }
 
 
+/*
+ * The store's identity: random, made once, kept in Redis.  Several
+ * deployments may share one Docker engine (and reach their Redis by the
+ * same address, e.g. "redis:6379" in every compose project): each runner
+ * only ever judges containers labelled with its own store's identity.
+ */
+int
+runner_store_identity(redisContext *c, char *id, size_t size, char *err,
+    size_t errlen)
+{
+    char         key[128], rnd[33];
+    redisReply  *r;
+
+    snprintf(key, sizeof(key), "%sstore-id", runner_config.prefix);
+
+    if (smcp_random_hex(rnd, 16) != SMCP_OK) {
+        snprintf(err, errlen, "no randomness");
+        return RUNNER_ERR;
+    }
+
+    r = redisCommand(c, "SET %s %s NX", key, rnd);
+    if (r) {
+        freeReplyObject(r);
+    }
+
+    r = redisCommand(c, "GET %s", key);
+
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len >= size) {
+        snprintf(err, errlen, "redis: %s",
+                 r ? "no store id" : c->errstr);
+        if (r) {
+            freeReplyObject(r);
+        }
+        return RUNNER_ERR;
+    }
+
+    snprintf(id, size, "%s", r->str);
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
 /* [[stream, [[id, [field, value...]]...]]] or [id, [field, value...]] */
 static int
 runner_store_entry(redisReply *e, char *run_id, char *stream_id)
