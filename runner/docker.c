@@ -216,8 +216,8 @@ runner_docker_session_net(const char *name, const char *session,
     st = runner_docker_call("POST", path, body, 30, NULL, err, errlen);
     json_decref(body);
 
-    /* 403: already connected */
-    return (st == 200 || st == 403) ? RUNNER_OK : RUNNER_ERR;
+    return (st == 200 || (st == 403 && strstr(err, "already exists")))
+           ? RUNNER_OK : RUNNER_ERR;
 }
 
 

@@ -207,7 +207,7 @@ main(int argc, char **argv)
     char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
     char               stream_id[64];
     int                waiting, rc, delay;
-    time_t             last_claim, last_pending;
+    time_t             last_claim, retry_at;
     struct sigaction   sa;
 
     if (argc > 1 && (strcmp(argv[1], "-h") == 0
@@ -253,15 +253,22 @@ main(int argc, char **argv)
         runner_pending(c);
     }
 
-    last_claim = last_pending = time(NULL);
+    last_claim = time(NULL);
+    retry_at = 0;
 
     while (!runner_stop && c) {
 
         runner_reap(&waiting);
 
-        if (waiting && time(NULL) - last_pending >= 1) {
+        /* runs waiting for their session (or for Redis): read our
+         * pending entries again a second later */
+        if (waiting && retry_at == 0) {
+            retry_at = time(NULL) + 1;
+        }
+
+        if (retry_at && time(NULL) >= retry_at) {
+            retry_at = 0;
             runner_pending(c);
-            last_pending = time(NULL);
         }
 
         if (runner_active >= runner_config.concurrency) {

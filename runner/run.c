@@ -343,6 +343,72 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 }
 
 
+/*
+ * The sandbox goes: its container (killed first when it may still run)
+ * and, in compose mode, the session's network.  Before the outcome is
+ * stored: the session's next run may start the moment it is.
+ */
+static void
+runner_run_release(runner_run_t *run, int kill)
+{
+    char  err[RUNNER_ERRLEN], net[128];
+
+    if (run->container[0]) {
+        if (kill) {
+            runner_docker_kill(run->container, err, sizeof(err));
+        }
+
+        if (runner_docker_remove(run->container, err, sizeof(err))
+            != RUNNER_OK)
+        {
+            /* reconciliation at the next start removes it */
+            runner_log("error", run->id, "%s", err);
+        }
+    }
+
+    if (runner_config.egress_container[0] && run->session[0]) {
+        runner_run_network(run, net, sizeof(net));
+        runner_docker_session_net_drop(net, runner_config.egress_container,
+                                       err, sizeof(err));
+    }
+}
+
+
+/* the outcome, stored come what may: Redis may be away for a while */
+static int
+runner_run_conclude(runner_run_t *run, int exit_code, const char *why)
+{
+    int   delay;
+    char  err[RUNNER_ERRLEN];
+
+    for (delay = 1; /* void */ ; delay = delay < 8 ? delay * 2 : 8) {
+
+        if (run->redis && runner_run_finish(run, exit_code, why) == RUNNER_OK)
+        {
+            return RUNNER_OK;
+        }
+
+        if (runner_stop) {
+            return RUNNER_ERR;
+        }
+
+        sleep(delay);
+
+        if (run->redis == NULL || run->redis->err) {
+            if (run->redis) {
+                redisFree(run->redis);
+            }
+
+            run->redis = runner_store_connect(err, sizeof(err));
+
+            if (run->redis == NULL) {
+                runner_log("error", run->id, "%s", err);
+            }
+        }
+    }
+}
+
+
 static int
 runner_run_start(runner_run_t *run, char *err, size_t errlen)
 {
@@ -459,6 +525,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
                != RUNNER_OK)
         {
             json_decref(spec);
+            runner_run_release(run, 0);
             return RUNNER_ERR;
         }
     }
@@ -466,7 +533,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     json_decref(spec);
 
     if (runner_docker_start(run->container, err, errlen) != RUNNER_OK) {
-        runner_docker_remove(run->container, err + strlen(err), 0);
+        runner_run_release(run, 0);
         return RUNNER_ERR;
     }
 
@@ -476,8 +543,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     {
         /* cancelled while the container was starting */
         runner_log("info", run->id, "not started: the run is %s", status);
-        runner_docker_kill(run->container, err, errlen);
-        runner_docker_remove(run->container, err, errlen);
+        runner_run_release(run, 1);
         return RUNNER_AGAIN;
     }
 
@@ -608,41 +674,18 @@ runner_run_follow(runner_run_t *run)
         running = 0;
         runner_docker_running(run->container, &running, err, sizeof(err));
 
-        if (runner_run_finish(run, -1, running == -1
-                              ? "the sandbox container disappeared"
-                              : "the sandbox could not be followed (dockerd "
-                                "unreachable)")
-            != RUNNER_OK)
-        {
-            run->state = RUNNER_RUN_RETRY;
-            return;
-        }
-
-        /* if dockerd comes back, the container must not live on:
-         * reconciliation at start removes what this could not */
-        runner_docker_kill(run->container, err, sizeof(err));
-        runner_docker_remove(run->container, err, sizeof(err));
+        /* if dockerd comes back, the container must not live on */
+        runner_run_release(run, 1);
+        runner_run_conclude(run, -1, running == -1
+                            ? "the sandbox container disappeared"
+                            : "the sandbox could not be followed (dockerd "
+                              "unreachable)");
         return;
     }
 
-    if (runner_run_finish(run, exit_code, run->out.clone_failed
-                                          ? run->out.error : NULL)
-        != RUNNER_OK)
-    {
-        /* the container stays: re-attaching replays it and finishes */
-        run->state = RUNNER_RUN_RETRY;
-        return;
-    }
-
-    runner_docker_remove(run->container, err, sizeof(err));
-
-    if (runner_config.egress_container[0]) {
-        char  net[128];
-
-        runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net_drop(net, runner_config.egress_container,
-                                       err, sizeof(err));
-    }
+    runner_run_release(run, 0);
+    runner_run_conclude(run, exit_code, run->out.clone_failed
+                                        ? run->out.error : NULL);
 }
 
 
@@ -718,6 +761,16 @@ runner_run_thread(void *arg)
         runner_store_last_log_ts(run->redis, run);
         runner_run_replay(run);
 
+        if (runner_config.egress_container[0] && run->session[0]) {
+            /* an nginx container recreated meanwhile joins again */
+            char  net[128];
+
+            runner_run_network(run, net, sizeof(net));
+            runner_docker_session_net(net, run->session,
+                                      runner_config.egress_container,
+                                      err, sizeof(err));
+        }
+
         runner_log("info", run->id, "re-attached to container %.12s after "
                    "%s", run->container,
                    run->last_ts[0] ? run->last_ts : "(nothing stored)");
@@ -756,11 +809,8 @@ runner_run_thread(void *arg)
         if (rc == RUNNER_ERR) {
             runner_log("error", run->id, "%s", err);
 
-            if (runner_run_finish(run, -1, err) == RUNNER_OK) {
+            if (runner_run_conclude(run, -1, err) == RUNNER_OK) {
                 runner_store_ack(run->redis, run->stream_id);
-
-            } else {
-                run->state = RUNNER_RUN_RETRY;
             }
 
             goto done;

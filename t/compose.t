@@ -1,18 +1,42 @@
 #!/usr/bin/env perl
 # docker-compose.yml for real: the images build (from the locally made
-# Debian base, no registry), the stack starts under a unique project name,
-# the MCP endpoint answers on the published port, runs land in the Redis
-# container, and a sandbox container on the compose `sandbox` network
-# reaches the egress proxy (which swaps its run token for the real key) and
-# nothing else: not the host, not Redis, not the MCP listener, not an
-# outside container, not DNS.
+# Debian base, no registry), the stack (redis, nginx, runner) starts under a
+# unique project name, the MCP endpoint answers on the published port, and
+# tasks submitted through MCP run to the end in sandbox containers the
+# runner (in its container, with the Docker socket) starts on per-session
+# networks:
 #
-# Needs a Docker engine and docker-compose (v1); skipped without them,
-# a failure under CI=true.  The first build of the images takes about a
-# minute (apt in the build); later runs reuse Docker's build cache.
+#   - a task completes with the fake model's text as its result; its
+#     session's network smcp-net-<sessionId> existed with nginx attached
+#     (docker events) and is gone after the run, as is the sandbox; the
+#     session volume smcp-<sessionId> stays; Redis keeps the run across a
+#     restart of its container
+#   - two tasks of two sessions at once (concurrency 2; the fake model
+#     holds both answers until the test lets them go): each sandbox is
+#     alone with nginx (alias `egress`) on its session's internal network;
+#     from inside one sandbox the egress proxy answers (run token in, real
+#     key out) and nothing else is reachable: not the other sandbox, not
+#     the host, not Redis, not the MCP listener, not an outside container,
+#     not DNS; then both complete and both networks are removed
+#   - a second task of one of those sessions, queued meanwhile, runs after
+#     the first one on the session's network made anew, and completes
+#
+# Cleanup (END, and for runs of this file killed earlier, at start): the
+# runner is stopped first, then the sandboxes (label smcp.runner=<project>,
+# the runner's name here) and `docker-compose down -v`, then the session
+# networks smcp-net-<sessionId> and volumes smcp-<sessionId> of the
+# sessions created (known here, from the sandboxes' labels, from nginx's
+# networks and from the stack's Redis).
+#
+# Needs a Docker engine, docker-compose (v1) and the sandbox image (built
+# here with runner/sandbox/build-image when missing or stale); skipped
+# without them, a failure under CI=true.  The first build of the images
+# takes a minute or two (apt in the builds); later runs reuse Docker's
+# build cache.
 #
 # Environment: SMCP_TEST_KEEP=1 leaves the stack up (project name printed),
-# SMCP_TEST_IMAGE (base image, default smcp-base:bookworm).
+# SMCP_TEST_IMAGE (base image, default smcp-base:bookworm),
+# SMCP_SANDBOX_IMAGE (default smcp-sandbox:1.18.33).
 
 use strict;
 use warnings;
@@ -20,7 +44,13 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use File::Path ();
+use File::Spec;
+use File::Temp qw(tempdir);
+use IO::Select;
 use IO::Socket::INET;
+use JSON::PP ();
+use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use SMCP::Docker qw(:all);
@@ -29,9 +59,20 @@ use SMCP::Fakes;
 
 my $t0 = time();
 my $root = repo_root();
+my @timings;
 
 ##############################################################################
 # prerequisites
+
+sub prereq_fail {
+    my ($msg) = @_;
+    if (is_ci()) {
+        plan(tests => 1);
+        fail("prerequisites under CI: $msg");
+        exit 1;
+    }
+    plan(skip_all => $msg);
+}
 
 my $compose_bin = do {
     my $found;
@@ -41,16 +82,20 @@ my $compose_bin = do {
     }
     $found;
 };
-unless ($compose_bin) {
-    my $msg = 'docker-compose missing (apt-get install docker-compose; .ci/install-deps)';
-    if (is_ci()) {
-        plan(tests => 1);
-        fail("prerequisites under CI: $msg");
-        exit 1;
-    }
-    plan(skip_all => $msg);
-}
+prereq_fail('docker-compose missing (apt-get install docker-compose; .ci/install-deps)')
+    unless $compose_bin;
 ensure_docker();
+
+# the sandbox image: the runner does not build or pull it
+my $sandbox_image = $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33';
+{
+    my $t = time();
+    my ($rc, $out, $err) = run_cmd(["$root/runner/sandbox/build-image", $sandbox_image],
+                                   timeout => 900);
+    prereq_fail("sandbox image $sandbox_image: runner/sandbox/build-image failed: $err$out")
+        if $rc != 0;
+    push @timings, sprintf('sandbox image (build-image) %.1f s', time() - $t);
+}
 
 sub rnd_hex { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. $_[0] }
 
@@ -60,28 +105,95 @@ my $base = base_image();
 my $secret = rnd_hex(32);
 my $real_key = 'sk-ant-api03-' . rnd_hex(24) . '-REALKEY';
 my $tenant = 'alice';
+my $nginx_name = "$project-nginx";     # container_name in docker-compose.yml
 
 # compose reads its settings from the environment, for every command
-# (`down` included); provider settings of the caller must not leak in
+# (`down` included); settings of the caller must not leak in
 delete @ENV{ grep { /^(ANTHROPIC|OPENAI|AZURE_OPENAI|GOOGLE|CF_AIG|COMPAT|GITHUB)_/
-                    || /^SMCP_(ALLOWED|PUBLIC|WORKERS|LOG_LEVEL|LISTEN)/ } keys %ENV };
+                    || /^SMCP_(ALLOWED|PUBLIC|WORKERS|LOG_LEVEL|LISTEN|SANDBOX_|GIT_HOST
+                              |CLAIM_IDLE|RUNNER_NAME|CONCURRENCY|REDIS|EGRESS)/x }
+             keys %ENV };
 $ENV{SMCP_BASE_IMAGE} = $base;
 # test-only tags: a real deployment's smcp-*:local built from
 # debian:bookworm-slim is never replaced by an image built on the test base
 $ENV{SMCP_NGINX_IMAGE} = 'smcp-nginx:test';
 $ENV{SMCP_REDIS_IMAGE} = 'smcp-redis:test';
+$ENV{SMCP_RUNNER_IMAGE} = 'smcp-runner:test';
+$ENV{SMCP_SANDBOX_IMAGE} = $sandbox_image;
+# the runner's name is the sandboxes' label smcp.runner: unique per run of
+# this file, so its sandboxes can be found (and swept) by it
+$ENV{SMCP_RUNNER_NAME} = $project;
+$ENV{SMCP_CONCURRENCY} = 2;
+$ENV{SMCP_SANDBOX_MEMORY} = '1g';
+# a run held back by its session's earlier run is at worst picked up by
+# the runner's XAUTOCLAIM after this long (see the second task of session
+# A below): 15 s rather than the default 60 s keeps the test short
+$ENV{SMCP_CLAIM_IDLE} = 15000;
 $ENV{PROXY_JWT_SECRET} = $secret;
 $ENV{COMPOSE_INTERACTIVE_NO_CLI} = 1;
 delete $ENV{COMPOSE_FILE};
-delete $ENV{COMPOSE_PROJECT_NAME};
 
+# COMPOSE_PROJECT_NAME as well as -p: the nginx container's name (and the
+# runner's SMCP_EGRESS_CONTAINER) derive from it
 sub compose_cmd {
     my ($name, $args, %o) = @_;
+    local $ENV{COMPOSE_PROJECT_NAME} = $name;
     return run_cmd([$compose_bin, '--ansi', 'never', '-f', "$root/docker-compose.yml",
                     '-p', $name, @$args], timeout => $o{timeout} // 120,
                    (defined $o{stdin} ? (stdin => $o{stdin}) : ()));
 }
 sub compose { return compose_cmd($project, @_) }
+
+##############################################################################
+# what the runner of a project leaves outside the project: sandbox
+# containers (label smcp.runner=<project>), the networks smcp-net-<session>
+# and the volumes smcp-<session> (both label smcp.session=<session>)
+
+sub uniq { my %s; return grep { !$s{$_}++ } @_ }
+
+# the session ids of a project: its sandboxes' labels, the session networks
+# its nginx is still on, and its Redis (when the container still runs)
+sub project_sessions {
+    my ($p) = @_;
+    my @s;
+    my (undef, $out) = docker('ps', '-a', '--filter', "label=smcp.runner=$p",
+                              '--format', '{{.Label "smcp.session"}}');
+    push @s, split ' ', $out;
+    (undef, $out) = docker('inspect', '--format',
+                           '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}',
+                           "$p-nginx");
+    push @s, map { /^smcp-net-(ses_[0-9a-f]+)$/ ? $1 : () } split ' ', $out;
+    my ($rc, $keys) = compose_cmd($p, ['exec', '-T', 'redis', 'redis-cli', '--raw',
+                                       '--scan', '--pattern', 'smcp:session:ses_*'],
+                                  timeout => 30);
+    push @s, map { /^smcp:session:(ses_[0-9a-f]+)$/ ? $1 : () } split ' ', $keys
+        if $rc == 0;
+    return uniq(grep { /^ses_[0-9a-f]+$/ } @s);
+}
+
+# sandboxes first (the runner is stopped before: it would start more)
+sub remove_sandboxes {
+    my ($p, @sessions) = @_;
+    my @ids;
+    for my $f ("label=smcp.runner=$p", map { "label=smcp.session=$_" } @sessions) {
+        my (undef, $out) = docker('ps', '-aq', '--filter', $f);
+        push @ids, split ' ', $out;
+    }
+    @ids = uniq(@ids);
+    docker({ timeout => 120 }, 'rm', '-f', '-v', @ids) if @ids;
+}
+
+# after `down` (nginx gone from the networks)
+sub remove_session_leftovers {
+    my ($p, @sessions) = @_;
+    for my $s (@sessions) {
+        my ($rc, $out, $err) = docker({ timeout => 60 }, 'network', 'rm', "smcp-net-$s");
+        print STDERR "# docker network rm smcp-net-$s: $err"
+            if $rc != 0 && $err !~ /not found|No such network/i;
+        ($rc, $out, $err) = docker({ timeout => 60 }, 'volume', 'rm', '-f', "smcp-$s");
+        print STDERR "# docker volume rm smcp-$s: $err" if $rc != 0;
+    }
+}
 
 # stacks of earlier runs of this file whose process is gone (a zombie
 # counts as gone: PID 1 may take a while to reap a test killed with -9)
@@ -101,9 +213,16 @@ sub sweep_stale_projects {
                                   '--format', '{{.Label "com.docker.compose.project"}}');
         $seen{$_} = 1 for split ' ', $out;
     }
+    # sandboxes whose runner (and stack) is already gone
+    my (undef, $out) = docker('ps', '-a', '--filter', 'label=smcp.runner',
+                              '--format', '{{.Label "smcp.runner"}}');
+    $seen{$_} = 1 for grep { /^smcpt\d+r[0-9a-f]+$/ } split ' ', $out;
     for my $p (sort keys %seen) {
         my ($pid) = $p =~ /^smcpt(\d+)r[0-9a-f]+$/ or next;
         next if $pid == $$ || pid_alive($pid);
+        compose_cmd($p, ['stop', '-t', '2', 'runner'], timeout => 60);
+        my @sessions = project_sessions($p);
+        remove_sandboxes($p, @sessions);
         # the dead run's own containers still attached to the project's
         # networks would make `down` fail
         my (undef, $nets) = docker('network', 'ls', '-q', '--filter',
@@ -111,30 +230,45 @@ sub sweep_stale_projects {
         for my $net (split ' ', $nets) {
             my (undef, $names) = docker('network', 'inspect', '--format',
                 '{{range .Containers}}{{.Name}} {{end}}', $net);
-            my @strays = grep { !/^\Q$p\E_/ } split ' ', $names;
+            my @strays = grep { !/^\Q$p\E[_-]/ } split ' ', $names;
             docker({ timeout => 60 }, 'rm', '-f', '-v', @strays) if @strays;
         }
-        my ($rc, $out, $err) = compose_cmd($p, ['down', '-v', '--remove-orphans',
-                                                '-t', '1']);
-        diag("swept stale compose project $p" . ($rc ? ": $err" : ''));
+        my ($rc, $o, $err) = compose_cmd($p, ['down', '-v', '--remove-orphans',
+                                              '-t', '1']);
+        remove_session_leftovers($p, @sessions);
+        diag("swept stale compose project $p (" . scalar(@sessions) . ' session(s))'
+             . ($rc ? ": $err" : ''));
+    }
+    # the gate directories of killed runs (see the fake model below)
+    my $tmp = File::Spec->tmpdir;
+    for my $d (glob("$tmp/smcp-compose-gate-*")) {
+        my ($pid) = $d =~ m{/smcp-compose-gate-(\d+)-[^/]+$} or next;
+        File::Path::remove_tree($d) unless $pid == $$ || pid_alive($pid);
     }
 }
 sweep_stale_projects();
 
-my @my_containers;     # removed before `down` (they hold the sandbox network)
+my @my_containers;     # removed before `down`
+my %my_sessions;       # session ids of the runs submitted here
 my $stack_started = 0;
 
 END {
     my $status = $?;
     if ($stack_started && $ENV{SMCP_TEST_KEEP}) {
         print STDERR "# SMCP_TEST_KEEP: compose project $project left up "
-                   . "(docker-compose -p $project down -v)\n";
+                   . "(docker-compose -p $project down -v; sandboxes: label "
+                   . "smcp.runner=$project; networks smcp-net-*, volumes smcp-ses_* of "
+                   . join(' ', sort keys %my_sessions) . ")\n";
     } elsif ($stack_started) {
         if ($status != 0 || !Test::More->builder->is_passing) {
-            my (undef, $logs) = compose(['logs', '--no-color', '--tail', '40'],
+            my (undef, $logs) = compose(['logs', '--no-color', '--tail', '60'],
                                         timeout => 30);
             print STDERR map { "# $_\n" } split /\n/, $logs;
         }
+        # the runner first: it would start what is queued
+        compose(['stop', '-t', '5', 'runner'], timeout => 60);
+        my @sessions = uniq(sort(keys %my_sessions), project_sessions($project));
+        remove_sandboxes($project, @sessions);
         remove_container($_) for @my_containers;
         my ($rc, $out, $err) = compose(['down', '-v', '--remove-orphans', '-t', '5'],
                                        timeout => 120);
@@ -148,21 +282,51 @@ END {
                    : ($kind->[0], 'rm');
             docker({ timeout => 60 }, @rm, @ids);
         }
+        remove_session_leftovers($project, @sessions);
     }
     $? = $status;
 }
 
 ##############################################################################
 # the fake Anthropic API on the host, where nginx's container reaches it
-# through docker0's address (an ordinary network's way out)
+# through docker0's address (an ordinary network's way out).  A task with
+# a marker GATE-<hex> gets its answer ("done <hex>") only once the test
+# opens the gate (the file open-<hex>); the request's arrival is marked
+# (reached-<hex>).  Everything else is answered at once.
+
+my $gate_dir = tempdir("smcp-compose-gate-$$-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+my $test_pid = $$;
+my $gated_turn = sub {
+    my ($json) = @_;
+    my $s = JSON::PP->new->canonical->encode(ref $json ? $json : {});
+    # the latest marker: a continued session's request carries the earlier
+    # runs' tasks too
+    my @g = $s =~ /\bGATE-([0-9a-f]{6,})\b/g;
+    if (my $g = $g[-1]) {
+        if (open(my $fh, '>', "$gate_dir/reached-$g")) { close $fh }
+        my $until = time() + 180;
+        sleep(0.2) until -e "$gate_dir/open-$g" || time() > $until
+                         || !kill(0, $test_pid);
+        return { text => "done $g" };
+    }
+    return { text => 'hello from the fake' };
+};
 
 my $docker0 = { network_gateway('bridge') }->{gateway};
 ok($docker0, "docker0's address is known: " . ($docker0 // '-'))
     or BAIL_OUT('no docker0 address: the fake upstream has nowhere to listen');
 my $anthropic = SMCP::Fakes::start_anthropic(addr => $docker0, key => $real_key,
-                                             text => 'hello from the fake');
+                                             text => 'hello from the fake',
+                                             script => [$gated_turn]);
 $ENV{ANTHROPIC_API_KEY} = $real_key;
 $ENV{ANTHROPIC_BASE_URL} = $anthropic->url;
+
+sub gate_reached { return -e "$gate_dir/reached-$_[0]" }
+sub gate_open {
+    my ($g) = @_;
+    open(my $fh, '>', "$gate_dir/open-$g") or die "gate $g: $!";
+    close $fh;
+}
 
 # the published MCP port
 my $port = do {
@@ -184,7 +348,7 @@ $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
     my $dt = time() - $t;
     is($rc, 0, sprintf('docker-compose build (%.1f s)', $dt))
         or diag(substr("$out$err", -4000));
-    note(sprintf('build took %.1f s', $dt));
+    push @timings, sprintf('docker-compose build %.1f s', $dt);
 
     $t = time();
     $stack_started = 1;    # from here on END takes it down, even half up
@@ -192,10 +356,53 @@ $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
     $dt = time() - $t;
     is($rc, 0, sprintf('docker-compose up -d (%.1f s)', $dt))
         or BAIL_OUT("docker-compose up failed: $out$err");
+    push @timings, sprintf('docker-compose up -d %.1f s', $dt);
 }
 
 my $nginx_id = do { my (undef, $o) = compose(['ps', '-q', 'nginx']); chomp $o; $o };
 my $redis_id = do { my (undef, $o) = compose(['ps', '-q', 'redis']); chomp $o; $o };
+my $runner_id = do { my (undef, $o) = compose(['ps', '-q', 'runner']); chomp $o; $o };
+my $backend_net = "${project}_backend";
+
+is(container_inspect_field($nginx_id, '{{.Name}}'), "/$nginx_name",
+   "the nginx container is named $nginx_name (COMPOSE_PROJECT_NAME-nginx)");
+is(container_inspect_field($nginx_id,
+       '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
+   '... on the backend network only (no shared sandbox network)');
+
+# the runner's container
+{
+    ok($runner_id, 'the runner container exists');
+    is(container_inspect_field($runner_id, '{{.State.Running}}'), 'true', '... and runs');
+    is(container_inspect_field($runner_id,
+           '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
+       '... on the backend network only');
+    is(container_inspect_field($runner_id, '{{json .HostConfig.PortBindings}}'), '{}',
+       '... publishing nothing');
+    like(container_inspect_field($runner_id,
+             '{{range .Mounts}}{{.Source}}:{{.Destination}} {{end}}') // '',
+         qr{^/var/run/docker\.sock:/var/run/docker\.sock $},
+         '... with the Docker socket as its only mount');
+    is(container_inspect_field($runner_id, '{{.Config.User}}|{{.HostConfig.ReadonlyRootfs}}|'
+           . '{{json .HostConfig.CapDrop}}|{{json .HostConfig.SecurityOpt}}'),
+       'root|true|["ALL"]|["no-new-privileges"]',
+       '... as root (the socket), read-only root, no capabilities, no-new-privileges');
+    my %env = map { /^([^=]+)=(.*)$/s ? ($1 => $2) : () }
+              split /\n/, container_inspect_field($runner_id,
+                                                  '{{range .Config.Env}}{{println .}}{{end}}') // '';
+    is($env{SMCP_EGRESS_CONTAINER}, $nginx_name, "... SMCP_EGRESS_CONTAINER=$nginx_name");
+    is($env{SMCP_EGRESS_URL}, 'http://egress:8090', '... SMCP_EGRESS_URL=http://egress:8090');
+    is($env{SMCP_REDIS}, 'redis:6379', '... SMCP_REDIS=redis:6379');
+    is($env{SMCP_SANDBOX_IMAGE}, $sandbox_image, "... SMCP_SANDBOX_IMAGE=$sandbox_image");
+    ok(!exists $env{SMCP_SANDBOX_DNS}, '... no SMCP_SANDBOX_DNS (Docker\'s DNS answers `egress`)');
+    ok(!grep({ index($_, $real_key) >= 0 } values %env),
+       '... and no provider key (only nginx holds them)');
+    my $logs = '';
+    ok(wait_until(30, sub {
+        (undef, $logs) = compose(['logs', '--no-color', 'runner'], timeout => 30);
+        return $logs =~ /starting: name=\Q$project\E concurrency=2/;
+    }, 0.5), 'the runner started (its log)') or diag($logs);
+}
 
 # the harness's client half (HTTP, MCP, JWT) pointed at the published port;
 # nothing of it is started (new() would want a host redis and nginx)
@@ -250,7 +457,7 @@ is($init->{json}{result}{serverInfo}{name}, 'sandbox-mcp', '... from sandbox-mcp
 }
 
 ##############################################################################
-# a run, in the Redis container
+# helpers
 
 sub redis_cli {
     my (@args) = @_;
@@ -266,100 +473,85 @@ sub redis_raw {
     return $rc == 0 ? $out : "ERROR rc=$rc $err";
 }
 
-my $run;
-{
-    my $res = $mcp->call_tool($sid, 'opencode_run_task',
-        { task => 'say hello', title => 'compose test' }, token => $token);
-    $run = ($res->{structuredContent} // {})->{runId};
-    ok($run, 'opencode_run_task gives a runId') or diag(explain($res));
-    is($res->{structuredContent}{status}, 'started', '... status started');
-    $run //= 'none';
-
-    is(redis_raw('HGET', "smcp:run:$run", 'status'), 'started',
-       'the run is in the Redis container (smcp:run:<id> status started)');
-    is(redis_raw('HGET', "smcp:run:$run", 'tenant'), $tenant, '... tenant alice');
-    like(redis_cli('XRANGE', 'smcp:queue', '-', '+'), qr/\Q$run\E/,
-         '... and queued for a runner (smcp:queue)');
-    is(redis_raw('CONFIG', 'GET', 'appendonly'), "appendonly\nyes",
-       'redis runs with appendonly yes');
-    like(redis_raw('CONFIG', 'GET', 'dir'), qr{^dir\n/data$}, '... in /data');
+# opencode_run_task -> structuredContent (its session remembered for END)
+sub run_task {
+    my (%args) = @_;
+    my $res = $mcp->call_tool($sid, 'opencode_run_task', \%args, token => $token);
+    my $sc = ($res // {})->{structuredContent} // {};
+    $my_sessions{ $sc->{sessionId} } = 1 if ($sc->{sessionId} // '') =~ /^ses_[0-9a-f]+$/;
+    diag(explain($res)) unless $sc->{runId};
+    return $sc;
 }
 
-##############################################################################
-# the sandbox
-
-my $sandbox_net = do {
-    my (undef, $out) = docker('network', 'ls', '--format', '{{.Name}}',
-        '--filter', "label=com.docker.compose.project=$project",
-        '--filter', 'label=com.docker.compose.network=sandbox');
-    (split ' ', $out)[0];
-};
-ok($sandbox_net, 'the compose sandbox network exists: ' . ($sandbox_net // '-'))
-    or BAIL_OUT('no sandbox network');
-my $backend_net = "${project}_backend";
-
-is(container_inspect_field($sandbox_net, '{{.Internal}} '
-       . '{{index .Options "com.docker.network.bridge.inhibit_ipv4"}} '
-       . '{{index .Options "com.docker.network.bridge.enable_icc"}}') // '',
-   'true true true', 'sandbox network: internal, inhibit_ipv4, icc on');
-
-# DnsOptions as the runner sets them: without them a lookup of an outside
-# name hangs ~20 s (Docker's resolver cannot forward it) before failing
-my $sb = run_container(sandbox => 1, network => $sandbox_net,
-                       memory => '256m', pids_limit => 128,
-                       dns_options => ['timeout:1', 'attempts:1'],
-                       cmd => ['sleep', 'infinity']);
-push @my_containers, $sb;
-is(container_inspect_field($sb, '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} '
-       . '{{json .HostConfig.CapDrop}} {{json .HostConfig.SecurityOpt}}'),
-   '1000:1000 true ["ALL"] ["no-new-privileges"]',
-   'sandbox: user 1000, read-only root, no capabilities, no-new-privileges');
-
-my $nginx_sandbox_ip = container_ip($nginx_id, $sandbox_net);
-my $nginx_backend_ip = container_ip($nginx_id, $backend_net);
-my $redis_ip = container_ip($redis_id, $backend_net);
-my $backend_gw = { network_gateway($backend_net) }->{gateway};
-my $sandbox_gw = { network_gateway($sandbox_net) }->{gateway};
-note("nginx $nginx_sandbox_ip (sandbox) $nginx_backend_ip (backend), redis $redis_ip, "
-     . "backend gateway " . ($backend_gw // '-') . ', sandbox gateway ' . ($sandbox_gw // '-'));
-
-{
-    my ($rc, $out, $err) = exec_in($sb, ['getent', 'hosts', 'egress'], timeout => 10);
-    like($out, qr/^\Q$nginx_sandbox_ip\E\s+egress/, "'egress' resolves to nginx on the sandbox network")
-        or diag("rc=$rc $out$err");
+# opencode_get_result with waitSeconds until the run ended (or $secs passed)
+sub wait_result {
+    my ($run, $secs) = @_;
+    my $until = time() + $secs;
+    my $sc = {};
+    while (time() < $until) {
+        my $w = int($until - time());
+        $w = 20 if $w > 20;
+        $w = 1 if $w < 1;
+        my $res = $mcp->call_tool($sid, 'opencode_get_result',
+                                  { runId => $run, waitSeconds => $w },
+                                  token => $token, timeout => $w + 15);
+        $sc = ($res // {})->{structuredContent} // { error => $res };
+        last if ($sc->{status} // '') =~ /^(completed|failed|cancelled)$/;
+        sleep(0.5) unless defined $sc->{status};
+    }
+    return $sc;
 }
 
-# the egress proxy: run token in, real key out
-my $egress_tok = $mcp->token(sub => $tenant, scope => 'egress', run => $run,
-                             exp => int(CORE::time()) + 600);
-my $msg = '{"model":"claude-sonnet-4-5","max_tokens":64,'
-        . '"messages":[{"role":"user","content":"hi"}]}';
-{
-    my ($rc, $out, $err) = exec_in($sb, ['curl', '-sS', '--max-time', '20',
-        '-o', '/tmp/body', '-w', '%{http_code}',
-        '-H', "x-api-key: $egress_tok", '-H', 'anthropic-version: 2023-06-01',
-        '-H', 'content-type: application/json', '--data-binary', $msg,
-        'http://egress:8090/anthropic/v1/messages'], timeout => 30);
-    is($out, '200', 'sandbox: POST http://egress:8090/anthropic/v1/messages -> 200')
-        or diag("rc=$rc $out$err");
-    my (undef, $body) = exec_in($sb, ['cat', '/tmp/body']);
-    my $j = json_decode($body);
-    is(ref $j eq 'HASH' ? $j->{content}[0]{text} : undef, 'hello from the fake',
-       "... the fake's answer") or diag($body);
+# the sandbox container of a run (label smcp.run), '' when there is none
+sub sandbox_of {
+    my ($run) = @_;
+    my (undef, $out) = docker('ps', '-aq', '--no-trunc', '--filter', "label=smcp.run=$run");
+    return (split ' ', $out)[0] // '';
+}
 
-    my $req = $anthropic->last_request(path => '/v1/messages');
-    is($req && $req->{headers}{'x-api-key'}, $real_key, 'the fake saw the real key');
-    ok($req && !grep({ index($_->[1], $egress_tok) >= 0 } @{ $req->{header_list} }),
-       '... and never the run token');
+sub network_exists {
+    my ($rc) = docker('network', 'inspect', '--format', '{{.Id}}', $_[0]);
+    return $rc == 0;
+}
 
-    ($rc, $out, $err) = exec_in($sb, ['curl', '-sS', '--max-time', '10', '-o', '/dev/null',
-        '-w', '%{http_code}', '-H', 'x-api-key: not-a-token',
-        '--data-binary', $msg, 'http://egress:8090/anthropic/v1/messages'], timeout => 20);
-    is($out, '401', 'sandbox: a bad token gets 401 from the proxy') or diag("$out$err");
+# names of the networks a container is on, sorted
+sub networks_of {
+    my $o = container_inspect_field($_[0],
+        '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}') // '';
+    return join ' ', sort split ' ', $o;
+}
 
-    ok(wait_until(10, sub { redis_cli('XRANGE', "smcp:run:$run:events", '-', '+')
-                                =~ /egress/ }, 0.5),
-       'the request is audited in the run\'s event stream');
+# network events of the engine, from now on, into a file (streamed: the
+# engine's own event buffer is small and shared with parallel tests)
+my $events_file = "$gate_dir/network-events";
+my $events_pid = fork_child(sub {
+    open(my $out, '>', $events_file) or die "$events_file: $!";
+    $out->autoflush(1);
+    my $pid = open(my $ev, '-|', 'docker', 'events', '--since', int(CORE::time()) - 2,
+                   '--filter', 'type=network', '--format',
+                   '{{.Action}} {{index .Actor.Attributes "name"}} '
+                 . '{{index .Actor.Attributes "container"}}')
+        or die "docker events: $!";
+    # never exit(): that would run the test's END blocks in this copy
+    local $SIG{TERM} = sub { kill 'TERM', $pid; POSIX::_exit(0) };
+    my $sel = IO::Select->new($ev);
+    # until stopped, or the test is gone (killed: then so is this)
+    until (orphaned()) {
+        next unless $sel->can_read(1);
+        my $n = sysread($ev, my $buf, 65536);
+        last unless $n;
+        print $out $buf;
+    }
+    kill 'TERM', $pid;
+}, 'docker events');
+
+# "Action name container" lines of one network, in order
+sub network_events {
+    my ($name) = @_;
+    open(my $fh, '<', $events_file) or return [];
+    my @l = grep { my @f = split ' '; @f >= 2 && $f[1] eq $name } map { chomp; $_ } <$fh>;
+    close $fh;
+    return \@l;
 }
 
 # probe($cid, $host, $port): a TCP connect from inside the container
@@ -373,7 +565,179 @@ sub probe {
     return { connected => ($out =~ /CONNECTED/ ? 1 : 0), out => "rc=$rc $out$err" };
 }
 
-# the things the sandbox must not reach, each with a control showing it is
+##############################################################################
+# a task, start to end: completed with the fake's text, in a sandbox on its
+# session's own network, which is gone afterwards
+
+my ($run0, $ses0);
+{
+    my $t = time();
+    my $rt = run_task(task => 'Say hello.', title => 'compose test');
+    ($run0, $ses0) = ($rt->{runId} // 'none', $rt->{sessionId} // 'none');
+    like($run0, qr/^run_[0-9a-f]{24}$/, 'opencode_run_task gives a runId');
+    like($ses0, qr/^ses_[0-9a-f]{24}$/, '... and a sessionId');
+    is($rt->{status}, 'started', '... status started');
+
+    like(redis_raw('HGET', "smcp:run:$run0", 'status'), qr/^(started|running|completed)$/,
+         'the run is in the Redis container (smcp:run:<id>)');
+    is(redis_raw('HGET', "smcp:run:$run0", 'tenant'), $tenant, '... tenant alice');
+    like(redis_cli('XRANGE', 'smcp:queue', '-', '+'), qr/\Q$run0\E/,
+         '... queued for a runner (smcp:queue)');
+    is(redis_raw('CONFIG', 'GET', 'appendonly'), "appendonly\nyes",
+       'redis runs with appendonly yes');
+    like(redis_raw('CONFIG', 'GET', 'dir'), qr{^dir\n/data$}, '... in /data');
+
+    my $res = wait_result($run0, 180);
+    my $dt = time() - $t;
+    is($res->{status}, 'completed', sprintf('the task completed (%.1f s)', $dt))
+        or diag(explain($res));
+    is($res->{result}, 'hello from the fake', "... with the fake model's text as result");
+    push @timings, sprintf('one task, submit -> completed %.1f s', $dt);
+
+    my $req = $anthropic->last_request(path => '/v1/messages');
+    is($req && $req->{headers}{'x-api-key'}, $real_key,
+       'the fake model saw the real key (added by nginx)');
+    like(redis_cli('XRANGE', "smcp:run:$run0:events", '-', '+'), qr/egress/,
+         "the model request is audited in the run's event stream");
+
+    ok(wait_until(30, sub { !network_exists("smcp-net-$ses0") }, 0.5),
+       "after the run the session's network smcp-net-$ses0 is gone");
+    ok(wait_until(30, sub { sandbox_of($run0) eq '' }, 0.5),
+       '... and so is the sandbox container');
+    is(container_inspect_field("smcp-$ses0", '{{index .Labels "smcp.session"}}'), $ses0,
+       "the session volume smcp-$ses0 stays (the session's workspace)");
+
+    my $ev = [];
+    wait_until(10, sub { $ev = network_events("smcp-net-$ses0");
+                         return grep { /^destroy / } @$ev }, 0.2);
+    my @acts = map { (split ' ', $_)[0] } @$ev;
+    is($acts[0] // '', 'create', "docker events: smcp-net-$ses0 was created")
+        or diag(join "\n", @$ev);
+    ok(grep({ /^connect \S+ \Q$nginx_id\E/ } @$ev), '... nginx was connected to it')
+        or diag(join "\n", @$ev);
+    ok(grep({ /^disconnect \S+ \Q$nginx_id\E/ } @$ev), '... and disconnected after the run')
+        or diag(join "\n", @$ev);
+    is($acts[-1] // '', 'destroy', '... and it was removed last') or diag(join "\n", @$ev);
+    is(container_inspect_field($nginx_id,
+           '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
+       'nginx is back on the backend network only');
+}
+
+##############################################################################
+# two tasks of two sessions at once: each sandbox alone with nginx on its
+# session's network; isolation probed from inside sandbox A while the fake
+# model holds both answers
+
+my %gate = (A => rnd_hex(4), B => rnd_hex(4));
+my (%run, %ses, %sb, %net);
+{
+    my $t = time();
+    for my $x (qw(A B)) {
+        my $rt = run_task(task => "Answer briefly. GATE-$gate{$x}", title => "compose $x");
+        $run{$x} = $rt->{runId} // 'none';
+        $ses{$x} = $rt->{sessionId} // 'none';
+        $net{$x} = "smcp-net-$ses{$x}";
+        like($run{$x}, qr/^run_[0-9a-f]{24}$/, "task $x queued ($run{$x}, $ses{$x})");
+    }
+    isnt($ses{A}, $ses{B}, '... in two sessions');
+
+    my $both = wait_until(150, sub { gate_reached($gate{A}) && gate_reached($gate{B}) }, 0.25);
+    ok($both, sprintf('both sandboxes run at once and wait for the model (%.1f s)', time() - $t))
+        or BAIL_OUT('the two runs did not both reach the model: '
+                    . explain([map { wait_result($run{$_}, 1) } qw(A B)]));
+    push @timings, sprintf('two tasks, submit -> both waiting on the model %.1f s', time() - $t);
+    $sb{$_} = sandbox_of($run{$_}) for qw(A B);
+    push @my_containers, grep { length } values %sb;
+}
+
+for my $x (qw(A B)) {
+    my $n = $net{$x};
+    ok($sb{$x}, "sandbox $x found by its label smcp.run=$run{$x}");
+    is(container_inspect_field($n, '{{.Internal}} '
+           . '{{index .Options "com.docker.network.bridge.inhibit_ipv4"}} '
+           . '{{index .Options "com.docker.network.bridge.enable_icc"}} '
+           . '{{index .Labels "smcp.session"}}') // '',
+       "true true true $ses{$x}",
+       "$n: internal, inhibit_ipv4, icc on, labelled with its session");
+    my $members = container_inspect_field($n, '{{range .Containers}}{{.Name}} {{end}}') // '';
+    is(join(' ', sort split ' ', $members),
+       join(' ', sort($nginx_name, "smcp-$run{$x}")),
+       "... its only members: nginx and sandbox $x");
+    like(container_inspect_field($nginx_id,
+             qq({{with index .NetworkSettings.Networks "$n"}}{{json .Aliases}}{{end}})) // '',
+         qr/"egress"/, '... nginx on it with the alias egress');
+    is(networks_of($sb{$x}), $n, "sandbox $x is on $n only");
+}
+is(networks_of($nginx_id), join(' ', sort($backend_net, $net{A}, $net{B})),
+   'nginx: backend and the two session networks');
+
+my $sa = $sb{A};
+my $nginx_a_ip = container_ip($nginx_id, $net{A});
+my $b_ip = container_ip($sb{B}, $net{B});
+my $nginx_backend_ip = container_ip($nginx_id, $backend_net);
+my $redis_ip = container_ip($redis_id, $backend_net);
+my $backend_gw = { network_gateway($backend_net) }->{gateway};
+my $a_gw = { network_gateway($net{A}) }->{gateway};
+note("sandbox A ", container_ip($sa, $net{A}), ", nginx $nginx_a_ip on A, sandbox B $b_ip, "
+     . "nginx backend $nginx_backend_ip, redis $redis_ip, backend gateway "
+     . ($backend_gw // '-') . ", A's (unheld) gateway " . ($a_gw // '-'));
+
+is(container_inspect_field($sa, '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} '
+       . '{{json .HostConfig.CapDrop}} {{json .HostConfig.SecurityOpt}}'),
+   '1000:1000 true ["ALL"] ["no-new-privileges"]',
+   'sandbox: user 1000, read-only root, no capabilities, no-new-privileges');
+{
+    my $envs = container_inspect_field($sa, '{{range .Config.Env}}{{println .}}{{end}}') // '';
+    like($envs, qr{^SMCP_EGRESS_URL=http://egress:8090$}m,
+         'sandbox: SMCP_EGRESS_URL=http://egress:8090');
+    unlike($envs, qr/\Q$real_key\E|\Q$secret\E/, '... no real key, no signing secret');
+    unlike(container_inspect_field($sa, '{{range .Mounts}}{{.Source}} {{end}}') // '',
+           qr/docker\.sock/, '... and no Docker socket');
+}
+
+{
+    my ($rc, $out, $err) = exec_in($sa, ['getent', 'hosts', 'egress'], timeout => 10);
+    like($out, qr/^\Q$nginx_a_ip\E\s+egress/,
+         "sandbox A: 'egress' resolves to nginx on A's network ($nginx_a_ip)")
+        or diag("rc=$rc $out$err");
+}
+
+# the egress proxy from inside sandbox A, with A's own run token
+my $msg = '{"model":"claude-probe","max_tokens":64,'
+        . '"messages":[{"role":"user","content":"hi"}]}';
+{
+    my $tok = (container_inspect_field($sa, '{{range .Config.Env}}{{println .}}{{end}}')
+               =~ /^SMCP_RUN_TOKEN=(\S+)$/m)[0] // '';
+    ok($tok, 'sandbox A has its run token');
+    my ($rc, $out, $err) = exec_in($sa, ['bash', '-c',
+        'curl -sS --max-time 20 -o /tmp/body -w "%{http_code}" '
+      . '-H "x-api-key: $SMCP_RUN_TOKEN" -H "anthropic-version: 2023-06-01" '
+      . '-H "content-type: application/json" --data-binary "$1" '
+      . 'http://egress:8090/anthropic/v1/messages', 'x', $msg], timeout => 30);
+    is($out, '200', 'sandbox A: POST http://egress:8090/anthropic/v1/messages -> 200')
+        or diag("rc=$rc $out$err");
+    my (undef, $body) = exec_in($sa, ['cat', '/tmp/body']);
+    my $j = json_decode($body);
+    is(ref $j eq 'HASH' ? $j->{content}[0]{text} : undef, 'hello from the fake',
+       "... the fake's answer") or diag($body);
+
+    my $req = $anthropic->last_request(path => '/v1/messages');
+    is($req && $req->{json} && $req->{json}{model}, 'claude-probe', '... (the probe request)');
+    is($req && $req->{headers}{'x-api-key'}, $real_key, 'the fake saw the real key');
+    ok($req && $tok && !grep({ index($_->[1], $tok) >= 0 } @{ $req->{header_list} }),
+       '... and never the run token');
+
+    ($rc, $out, $err) = exec_in($sa, ['curl', '-sS', '--max-time', '10', '-o', '/dev/null',
+        '-w', '%{http_code}', '-H', 'x-api-key: not-a-token',
+        '--data-binary', $msg, 'http://egress:8090/anthropic/v1/messages'], timeout => 20);
+    is($out, '401', 'sandbox A: a bad token gets 401 from the proxy') or diag("$out$err");
+
+    ok(wait_until(10, sub { redis_cli('XRANGE', "smcp:run:$run{A}:events", '-', '+')
+                                =~ /claude-probe|egress/ }, 0.5),
+       'the request is audited in run A\'s event stream');
+}
+
+# the things sandbox A must not reach, each with a control showing it is
 # really there
 my ($host_pid, $host_port) = tcp_listener(addr => '0.0.0.0', port => 0,
                                           reply => "smcp-host-listener\n");
@@ -390,14 +754,28 @@ my $host_ip = do {
     (undef, $a) = run_cmd(['ip', '-4', '-o', 'addr', 'show', 'dev', $dev]) if $dev;
     ($a =~ /inet (\d+\.\d+\.\d+\.\d+)/)[0];
 };
+# a listener in sandbox B (as its user; a port of its own)
+my $b_port = 7777;
+docker('exec', '-d', $sb{B}, 'perl', '-MIO::Socket::INET', '-e',
+       'my $s = IO::Socket::INET->new(LocalAddr => "0.0.0.0", LocalPort => '
+     . $b_port . ', Listen => 5, ReuseAddr => 1) or die $!; '
+     . 'while (my $c = $s->accept) { print $c "sandbox-b\n"; close $c }');
 
 # controls
 {
+    ok(wait_until(15, sub { probe($sb{B}, '127.0.0.1', $b_port)->{connected} }, 0.3),
+       "control: sandbox B listens on :$b_port");
+    my ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'bash', '-c',
+        "exec 3<>/dev/tcp/$b_ip/$b_port && echo CONNECTED"], timeout => 20);
+    like($out, qr/CONNECTED/, "control: nginx (on B's network too) reaches sandbox B at $b_ip:$b_port")
+        or diag("$out$err");
+    ok(probe($sa, $nginx_a_ip, 8090)->{connected},
+       "control: sandbox A reaches the egress listener by address ($nginx_a_ip:8090)");
     ok(probe($outside, $docker0, $host_port)->{connected},
        "control: an ordinary container reaches the host listener ($docker0:$host_port)");
     ok(wait_until(15, sub { probe($outside, $outside_ip, 9418)->{connected} }, 0.3),
        "control: the outside stand-in listens on $outside_ip:9418");
-    my ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'bash', '-c',
+    ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'bash', '-c',
         'exec 3<>/dev/tcp/redis/6379 && echo CONNECTED'], timeout => 20);
     like($out, qr/CONNECTED/, 'control: nginx reaches redis:6379') or diag("$out$err");
     ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'bash', '-c',
@@ -406,68 +784,120 @@ my $host_ip = do {
         or diag("$out$err");
 }
 
-# the sandbox
+# from inside sandbox A
 {
-    my @host_addrs = grep { defined && length } ($docker0, $backend_gw, $sandbox_gw, $host_ip);
-    my %seen;
-    for my $ip (grep { !$seen{$_}++ } @host_addrs) {
-        my $p = probe($sb, $ip, $host_port);
-        ok(!$p->{connected}, "sandbox: the host listener via $ip:$host_port is NOT reachable")
+    my $p = probe($sa, $b_ip, $b_port);
+    ok(!$p->{connected}, "sandbox A: sandbox B ($b_ip:$b_port, another session) is NOT reachable")
+        or diag($p->{out});
+
+    my @host_addrs = grep { defined && length } ($docker0, $backend_gw, $a_gw, $host_ip);
+    for my $ip (uniq(@host_addrs)) {
+        $p = probe($sa, $ip, $host_port);
+        ok(!$p->{connected}, "sandbox A: the host listener via $ip:$host_port is NOT reachable")
             or diag($p->{out});
     }
-    my $p = probe($sb, $docker0, $anthropic->port);
-    ok(!$p->{connected}, 'sandbox: the real upstream (fake on the host) is NOT reachable directly')
+    $p = probe($sa, $docker0, $anthropic->port);
+    ok(!$p->{connected}, 'sandbox A: the real upstream (fake on the host) is NOT reachable directly')
         or diag($p->{out});
 
-    $p = probe($sb, 'redis', 6379);
-    ok(!$p->{connected}, 'sandbox: redis:6379 is NOT reachable') or diag($p->{out});
-    $p = probe($sb, $redis_ip, 6379);
-    ok(!$p->{connected}, "sandbox: redis by its address $redis_ip:6379 is NOT reachable")
+    $p = probe($sa, 'redis', 6379);
+    ok(!$p->{connected}, 'sandbox A: redis:6379 is NOT reachable') or diag($p->{out});
+    $p = probe($sa, $redis_ip, 6379);
+    ok(!$p->{connected}, "sandbox A: redis by its address $redis_ip:6379 is NOT reachable")
         or diag($p->{out});
 
-    $p = probe($sb, 'egress', 8080);
-    ok(!$p->{connected}, 'sandbox: the MCP listener (egress:8080) is NOT reachable')
+    $p = probe($sa, 'egress', 8080);
+    ok(!$p->{connected}, 'sandbox A: the MCP listener (egress:8080) is NOT reachable')
         or diag($p->{out});
-    $p = probe($sb, $nginx_backend_ip, 8080);
-    ok(!$p->{connected}, "sandbox: nor nginx's backend address $nginx_backend_ip:8080")
+    $p = probe($sa, $nginx_backend_ip, 8080);
+    ok(!$p->{connected}, "sandbox A: nor nginx's backend address $nginx_backend_ip:8080")
         or diag($p->{out});
 
-    $p = probe($sb, $outside_ip, 9418);
-    ok(!$p->{connected}, "sandbox: the outside stand-in $outside_ip:9418 is NOT reachable")
+    $p = probe($sa, $outside_ip, 9418);
+    ok(!$p->{connected}, "sandbox A: the outside stand-in $outside_ip:9418 is NOT reachable")
         or diag($p->{out});
 
     my $t = time();
-    my ($rc, $out, $err) = exec_in($sb, ['getent', 'hosts', 'example.com'], timeout => 20);
+    my ($rc, $out, $err) = exec_in($sa, ['getent', 'hosts', 'example.com'], timeout => 20);
     my $dt = time() - $t;
-    isnt($rc, 0, sprintf('sandbox: DNS for an outside name fails (rc %d, %.1f s)', $rc, $dt))
+    isnt($rc, 0, sprintf('sandbox A: DNS for an outside name fails (rc %d, %.1f s)', $rc, $dt))
         or diag("$out$err");
     is($out, '', '... no address');
     cmp_ok($dt, '<', 8, '... within a few seconds');
+    ($rc, $out, $err) = exec_in($sa, ['getent', 'hosts', "smcp-$run{B}"], timeout => 20);
+    is($out, '', "... nor a name of the other session's sandbox");
 
-    # inhibit_ipv4: the host has no address on the sandbox bridge (the
-    # IPAM gateway address, the sandboxes' default route, is held by nobody)
-    my $bridge = 'br-' . substr(container_inspect_field($sandbox_net, '{{.Id}}') // '', 0, 12);
+    # inhibit_ipv4: the host has no address on the session's bridge (the
+    # IPAM gateway address is held by nobody)
+    my $bridge = 'br-' . substr(container_inspect_field($net{A}, '{{.Id}}') // '', 0, 12);
     ($rc, $out, $err) = run_cmd(['ip', '-4', '-o', 'addr', 'show', 'dev', $bridge]);
-    ok($rc == 0 && $out !~ /inet /, "the host has no IPv4 address on $bridge")
+    ok($rc == 0 && $out !~ /inet /, "the host has no IPv4 address on $bridge ($net{A})")
         or diag("rc=$rc $out$err");
+}
+stop_child($host_pid);
+
+# a second task of session A, queued while A runs: it starts once A has
+# ended, on a network smcp-net-<session A> made again for it (its answer
+# needs no gate)
+my $gate_a2 = rnd_hex(4);
+gate_open($gate_a2);
+my $run_a2 = run_task(task => "Once more. GATE-$gate_a2", sessionId => $ses{A})->{runId} // 'none';
+like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a2)");
+
+# let the model answer: both complete, both networks go
+{
+    my $t = time();
+    gate_open($gate{$_}) for qw(A B);
+    for my $x (qw(A B)) {
+        my $res = wait_result($run{$x}, 120);
+        is($res->{status}, 'completed', "task $x completed") or diag(explain($res));
+        is($res->{result}, "done $gate{$x}", "... with its own answer from the fake");
+    }
+    push @timings, sprintf('gates open -> both completed %.1f s', time() - $t);
+    $t = time();
+    my $res = wait_result($run_a2, 120);
+    is($res->{status}, 'completed', "the second task of session A completed")
+        or diag(explain($res));
+    is($res->{result}, "done $gate_a2", '... with its answer');
+    is($res->{sessionId}, $ses{A}, '... in session A');
+    my $a_done = redis_raw('HGET', "smcp:run:$run{A}", 'finished_at');
+    my $a2_claimed = redis_raw('HGET', "smcp:run:$run_a2", 'claimed_at');
+    ok($a_done =~ /^\d+$/ && $a2_claimed =~ /^\d+$/ && $a2_claimed - $a_done < 5000,
+       sprintf('... claimed soon after the first task of session A finished (%s ms)',
+               ($a_done =~ /^\d+$/ && $a2_claimed =~ /^\d+$/)
+               ? $a2_claimed - $a_done : "$a_done/$a2_claimed"));
+    push @timings, sprintf('second task of session A, A completed -> completed %.1f s',
+                           time() - $t);
+    my $ev = network_events($net{A});
+    is(scalar(grep { /^create / } @$ev), 2,
+       "$net{A} was made twice (once per run of the session)") or diag(join "\n", @$ev);
+    for my $x (qw(A B)) {
+        ok(wait_until(30, sub { !network_exists($net{$x}) }, 0.5), "$net{$x} is gone");
+        ok(wait_until(30, sub { sandbox_of($run{$x}) eq '' }, 0.5), "... and sandbox $x");
+    }
+    ok(wait_until(30, sub { sandbox_of($run_a2) eq '' }, 0.5),
+       '... and the sandbox of the second task');
+    is(networks_of($nginx_id), $backend_net, 'nginx is on the backend network only again');
 }
 
 ##############################################################################
-# Redis keeps the run across a restart of its container (AOF on the volume)
+# Redis keeps the runs across a restart of its container (AOF on the volume)
 
 {
     my ($rc, $out, $err) = compose(['restart', 'redis'], timeout => 60);
     is($rc, 0, 'docker-compose restart redis') or diag($err);
     my $res;
     ok(wait_until(20, sub {
-        $res = $mcp->call_tool($sid, 'opencode_get_result', { runId => $run },
+        $res = $mcp->call_tool($sid, 'opencode_get_result', { runId => $run0 },
                                token => $token);
         return ($res->{structuredContent} // {})->{status};
     }, 0.5), 'opencode_get_result answers after the restart (nginx reconnected)')
         or diag(explain($res));
-    is(($res->{structuredContent} // {})->{status}, 'started', '... the run survived');
+    is(($res->{structuredContent} // {})->{status}, 'completed', '... the run survived');
+    is(($res->{structuredContent} // {})->{result}, 'hello from the fake', '... with its result');
 }
 
-stop_child($host_pid);
-note(sprintf('test body took %.1f s', time() - $t0));
+stop_child($events_pid);
+push @timings, sprintf('test body %.1f s', time() - $t0);
+note($_) for @timings;
 done_testing();
