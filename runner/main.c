@@ -207,7 +207,7 @@ main(int argc, char **argv)
     char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
     char               stream_id[64];
     int                waiting, rc, delay;
-    time_t             last_claim, retry_at;
+    time_t             last_claim, last_reconcile, retry_at;
     struct sigaction   sa;
 
     if (argc > 1 && (strcmp(argv[1], "-h") == 0
@@ -253,7 +253,7 @@ main(int argc, char **argv)
         runner_pending(c);
     }
 
-    last_claim = time(NULL);
+    last_claim = last_reconcile = time(NULL);
     retry_at = 0;
 
     while (!runner_stop && c) {
@@ -271,6 +271,12 @@ main(int argc, char **argv)
             runner_pending(c);
         }
 
+        /* sandboxes whose removal failed (dockerd away at the time) */
+        if (time(NULL) - last_reconcile >= 60) {
+            last_reconcile = time(NULL);
+            runner_run_reconcile(c);
+        }
+
         if (runner_active >= runner_config.concurrency) {
             usleep(200 * 1000);
             continue;
@@ -280,7 +286,8 @@ main(int argc, char **argv)
             last_claim = time(NULL);
 
             if (runner_store_autoclaim(c, run_id, stream_id, err,
-                                       sizeof(err)) == RUNNER_OK)
+                                       sizeof(err)) == RUNNER_OK
+                && !runner_has(run_id))
             {
                 runner_log("info", run_id[0] ? run_id : NULL,
                            "taking over from a silent runner");

@@ -23,6 +23,8 @@
 #include "smcp_jwt.h"
 
 
+/* queue entries of live runs are touched this often, and at least three
+ * times within --claim-idle: a live run is never taken over */
 #define RUNNER_TOUCH_MS      10000
 #define RUNNER_GRACE_S       300     /* token outlives the deadline a bit */
 #define RUNNER_FOLLOW_TRIES  5
@@ -138,7 +140,9 @@ runner_run_tick(void *data)
 
     now = runner_run_now_ms();
 
-    if (now - st->last_touch >= RUNNER_TOUCH_MS) {
+    if (now - st->last_touch >= RUNNER_TOUCH_MS
+        || now - st->last_touch >= runner_config.claim_idle_ms / 3)
+    {
         runner_store_touch(run->redis, run->stream_id);
         st->last_touch = now;
     }
@@ -445,7 +449,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     }
 
     now = time(NULL);
-    run->deadline_ms = ((int64_t) now + timeout) * 1000;
+    run->deadline_ms = runner_run_now_ms() + timeout * 1000;
 
     /* the sandbox's only credential: good for this run, while it lives */
     claims = json_pack("{s:s, s:s, s:s, s:I, s:I}", "sub", tenant,
@@ -538,7 +542,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     }
 
     if (runner_store_set_running(run->redis, run->id, run->container,
-                                 status, sizeof(status))
+                                 run->deadline_ms, status, sizeof(status))
         != RUNNER_OK)
     {
         /* cancelled while the container was starting */
@@ -758,6 +762,17 @@ runner_run_thread(void *arg)
                           run->container, sizeof(run->container));
         runner_store_hget(run->redis, run->id, "session", run->session,
                           sizeof(run->session));
+
+        /* the deadline goes on: it was stored when the run started */
+        {
+            char  v[32];
+
+            if (runner_store_hget(run->redis, run->id, "deadline", v,
+                                  sizeof(v)) == RUNNER_OK)
+            {
+                run->deadline_ms = atoll(v);
+            }
+        }
         runner_store_last_log_ts(run->redis, run);
         runner_run_replay(run);
 

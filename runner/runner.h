@@ -134,7 +134,7 @@ int runner_store_ack(redisContext *c, const char *stream_id);
 int runner_store_claim(redisContext *c, const char *run_id,
     char *status, size_t slen, char *err, size_t errlen);
 int runner_store_set_running(redisContext *c, const char *run_id,
-    const char *container, char *status, size_t slen);
+    const char *container, int64_t deadline_ms, char *status, size_t slen);
 int runner_store_finish(redisContext *c, runner_run_t *run,
     const char *status, int exit_code, const char *error);
 int runner_store_event(redisContext *c, const char *run_id,

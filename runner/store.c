@@ -413,7 +413,7 @@ static const char  runner_store_running_lua[] =
     "local st = redis.call('HGET', KEYS[1], 'status')\n"
     "if st ~= 'started' then return st or 'missing' end\n"
     "redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1],\n"
-    "           'container_id', ARGV[2])\n"
+    "           'container_id', ARGV[2], 'deadline', ARGV[4])\n"
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',\n"
     "           'lifecycle', 'data', '{\"status\":\"running\"}',\n"
     "           'ts', ARGV[1])\n"
@@ -423,19 +423,20 @@ static const char  runner_store_running_lua[] =
 
 int
 runner_store_set_running(redisContext *c, const char *run_id,
-    const char *container, char *status, size_t slen)
+    const char *container, int64_t deadline_ms, char *status, size_t slen)
 {
-    char  key[160], events[160], chan[160], now[32];
+    char  key[160], events[160], chan[160], now[32], deadline[32];
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
     snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+    snprintf(deadline, sizeof(deadline), "%lld", (long long) deadline_ms);
 
     return runner_store_status_reply(c,
-               redisCommand(c, "EVAL %s 3 %s %s %s %s %s %s",
+               redisCommand(c, "EVAL %s 3 %s %s %s %s %s %s %s",
                             runner_store_running_lua, key, events, chan,
-                            now, container, SMCP_EVENTS_MAXLEN),
+                            now, container, SMCP_EVENTS_MAXLEN, deadline),
                status, slen);
 }
 
