@@ -21,6 +21,7 @@
 
 runner_config_t        runner_config;
 volatile sig_atomic_t  runner_stop;
+volatile int           runner_release_failed;
 
 static runner_run_t   *runner_runs;         /* threads, active or ended */
 static int             runner_active;
@@ -271,8 +272,10 @@ main(int argc, char **argv)
             runner_pending(c);
         }
 
-        /* sandboxes whose removal failed (dockerd away at the time) */
-        if (time(NULL) - last_reconcile >= 60) {
+        /* sandboxes whose removal failed (dockerd away at the time):
+         * every 5 s while there are some, else every minute */
+        if (time(NULL) - last_reconcile >= (runner_release_failed ? 5 : 60))
+        {
             last_reconcile = time(NULL);
             runner_run_reconcile(c);
         }

@@ -365,8 +365,9 @@ runner_run_release(runner_run_t *run, int kill)
         if (runner_docker_remove(run->container, err, sizeof(err))
             != RUNNER_OK)
         {
-            /* reconciliation at the next start removes it */
+            /* the main loop's reconciliation removes it later */
             runner_log("error", run->id, "%s", err);
+            runner_release_failed = 1;
         }
     }
 
@@ -710,9 +711,12 @@ runner_run_reconcile(redisContext *c)
      * ours to judge */
     snprintf(label, sizeof(label), "smcp.store=%s", runner_config.store);
 
+    runner_release_failed = 0;
+
     list = runner_docker_list(label, err, sizeof(err));
     if (list == NULL) {
         runner_log("error", NULL, "reconcile: %s", err);
+        runner_release_failed = 1;
         return;
     }
 
@@ -735,7 +739,10 @@ runner_run_reconcile(redisContext *c)
             runner_log("info", run_id, "removing the container of an ended "
                        "run (%.12s)", id);
             runner_docker_kill(id, err, sizeof(err));
-            runner_docker_remove(id, err, sizeof(err));
+
+            if (runner_docker_remove(id, err, sizeof(err)) != RUNNER_OK) {
+                runner_release_failed = 1;
+            }
         }
     }
 

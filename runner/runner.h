@@ -110,6 +110,7 @@ typedef struct runner_run_s {
 /* main.c */
 extern runner_config_t        runner_config;
 extern volatile sig_atomic_t  runner_stop;
+extern volatile int           runner_release_failed;    /* reconcile soon */
 
 /* config.c */
 int runner_config_load(runner_config_t *cfg, int argc, char **argv,

@@ -1,0 +1,637 @@
+package SMCP::Stack;
+
+# The whole stack for runner tests, core Perl only: redis + nginx (the
+# module's /mcp, and the egress routes of ngx_sandbox_mcp_module/conf/
+# egress-routes.sh on the sandbox network's gateway), a runner/sandbox-net
+# network, a scripted fake Anthropic and a fake GitHub, the sandbox image,
+# and build/smcp-runner processes started (and stopped) by PID.
+#
+#   use lib 't/lib';
+#   use SMCP::Stack;
+#   my $s = SMCP::Stack->new(
+#       scripts => { 'SCENARIO-X' => [ {tool_use => {...}}, {text => '...'} ] },
+#       repos   => { 'owner/repo' => { 'README.md' => "# x\n" } },
+#   );
+#   my $r = $s->start_runner(concurrency => 2);
+#   my $run = $s->run_task(task => 'SCENARIO-X: do it');   # structuredContent
+#   my $res = $s->wait_done($run->{runId}, 90);
+#   $s->done;
+#
+# Also: ->events (opencode_get_events, all pages), ->stored_events /
+# ->container_events (the Redis stream, with dts), ->run_hash,
+# ->run_containers, ->docker_events(run => ID) (create/die/destroy times,
+# from `docker events` started with the runner), ->stop_runner($r, 'KILL'),
+# ->start_docker_forwarder($path) / ->stop_docker_forwarder (a unix-socket
+# proxy to /var/run/docker.sock for --docker-socket: "Docker goes away"
+# without touching dockerd), SMCP::Stack::four_steps($mark, $d2, $d4) and
+# ->check_events_exact($runId, $what) (the stored events of such a run are
+# exactly the script's: none lost, none twice).
+#
+# The fake model picks the script by the marker (SCENARIO-[A-Z0-9]+) in the
+# latest user text of the conversation, and the step by the number of
+# assistant messages after that user message: a continued session (whose
+# conversation holds earlier runs) and a retried request land on the same
+# step.  A step is a turn of SMCP::Fakes (text, tool_use, error, hang,
+# ...), or a code ref called with (request JSON, step number).  Scripts
+# are fixed at new(): the fake runs in forked processes.
+#
+# Everything the runner makes is removed at the end: containers labelled
+# smcp.runner=<a runner name of this file> (names embed test_id(), so the
+# containers of a test file killed earlier are swept on the next start),
+# and the session volumes (smcp-<sessionId>) of the runs this file queued.
+# Runner processes are stopped by PID (TERM, then KILL).
+
+use strict;
+use warnings;
+
+use Exporter qw(import);
+use IO::Select;
+use IO::Socket::UNIX;
+use JSON::PP;
+use List::Util qw(min);
+use POSIX qw(:sys_wait_h setsid);
+use Socket qw(SOCK_STREAM);
+use Test::More ();
+use Time::HiRes qw(time sleep);
+
+use SMCP::Test qw(json_encode json_decode wait_until);
+use SMCP::Docker qw(ensure_docker run_cmd docker test_id sandbox_net_up fork_child orphaned stop_child);
+use SMCP::Fakes;
+
+our @EXPORT_OK = qw(iso2epoch kinds rhex);
+
+my $JSON = JSON::PP->new->canonical->allow_nonref;
+my @STACKS;
+
+sub rhex { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. ($_[0] // 12) }
+
+sub _prereq_fail {
+    my ($msg) = @_;
+    if (SMCP::Test::is_ci()) {
+        Test::More::plan(tests => 1);
+        Test::More::fail($msg);
+        exit 1;
+    }
+    Test::More::plan(skip_all => $msg);
+}
+
+# new(scripts => {MARK => [steps]}, repos => {'o/r' => {path => content}},
+#     workers => 2, location => '...' (extra /mcp directives),
+#     anthropic => {extra start_anthropic options})
+sub new {
+    my ($class, %o) = @_;
+    my $self = bless { owner => $$, runners => {}, names => {}, sessions => {},
+                       events_pids => {}, t0 => time() }, $class;
+    push @STACKS, $self;
+
+    my $t = $self->{t} = SMCP::Test->new(workers => $o{workers} // 2,
+                                         ($o{location} ? (location => $o{location}) : ()));
+    ensure_docker(root => 1);
+
+    my $root = SMCP::Test::repo_root();
+    $self->{runner_bin} = "$root/build/smcp-runner";
+    _prereq_fail("$self->{runner_bin} missing (run `make`)") unless -x $self->{runner_bin};
+
+    my $image = $self->{image} = $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33';
+    {
+        my $t0 = time();
+        my ($rc, $out, $err) = run_cmd(["$root/runner/sandbox/build-image", $image],
+                                       timeout => 900);
+        _prereq_fail("sandbox image $image: runner/sandbox/build-image failed: $err$out")
+            if $rc != 0;
+        Test::More::note(sprintf('build-image: %.2f s', time() - $t0));
+    }
+    $self->_sweep_stale_runner_containers;
+
+    # the fakes
+    my %real = (
+        ANTHROPIC_API_KEY => 'sk-ant-api03-REAL-' . rhex(),
+        GITHUB_TOKEN      => 'ghp_REAL' . rhex(),
+    );
+    $self->{real} = \%real;
+    my $scripts = $o{scripts} || {};
+    my $dispatch = sub {
+        my ($j) = @_;
+        my $sys = $JSON->encode($j->{system} // '');
+        return { text => 'Runner test' } if $sys =~ /title generator/i;
+        my $msgs = $j->{messages} || [];
+        my ($mark, $at);
+        for my $i (reverse 0 .. $#$msgs) {
+            my $m = $msgs->[$i];
+            next unless ($m->{role} // '') eq 'user';
+            my $c = $m->{content};
+            my $text = ref $c eq 'ARRAY'
+                ? join("\n", map { ($_->{type} // '') eq 'text' ? ($_->{text} // '') : () } @$c)
+                : ($c // '');
+            if ($text =~ /\b(SCENARIO-[A-Z0-9]+)/) { ($mark, $at) = ($1, $i); last }
+        }
+        my $steps = defined $mark ? $scripts->{$mark} : undef;
+        return { text => 'no scenario in the conversation' } unless $steps;
+        my $n = grep { ($_->{role} // '') eq 'assistant' } @{$msgs}[$at + 1 .. $#$msgs];
+        my $step = $steps->[min($n, $#$steps)];
+        $step = $step->($j, $n) if ref $step eq 'CODE';
+        return $step;
+    };
+    $self->{anthropic} = SMCP::Fakes::start_anthropic(key => $real{ANTHROPIC_API_KEY},
+        script => [$dispatch], deltas => 3, %{ $o{anthropic} || {} });
+    $self->{github} = SMCP::Fakes::start_github(token => $real{GITHUB_TOKEN});
+    for my $repo (sort keys %{ $o{repos} || {} }) {
+        $self->{github}->create_repo($repo, files => $o{repos}{$repo});
+    }
+
+    # the sandbox network, the egress routes on its gateway
+    my $eport = $self->{egress_port} = $t->free_port;
+    my $net = $self->{net} = sandbox_net_up(egress_port => $eport);
+    my $gw = $self->{gateway} = $net->{gateway};
+    $self->{egress_url} = "http://$gw:$eport";
+    Test::More::note("sandbox network $net->{name} ($net->{subnet}), egress $self->{egress_url}");
+
+    delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY AZURE_OPENAI_BASE_URL
+                   GOOGLE_API_KEY GOOGLE_BASE_URL CF_AIG_TOKEN CF_AIG_BASE_URL
+                   COMPAT_API_KEY COMPAT_BASE_URL)};
+    $ENV{$_} = $real{$_} for keys %real;
+    $ENV{ANTHROPIC_BASE_URL} = $self->{anthropic}->url;
+    $ENV{GITHUB_URL} = $self->{github}->url;
+    $ENV{GITHUB_API_URL} = $self->{github}->url;
+    my ($rc, $routes, $err) = run_cmd(['bash', "$root/ngx_sandbox_mcp_module/conf/egress-routes.sh"],
+                                      timeout => 30);
+    die "egress-routes.sh failed: $err" if $rc != 0;
+    open(my $fh, '>', $t->dir . '/routes.conf') or die "routes.conf: $!";
+    print $fh $routes;
+    close $fh;
+
+    $t->start(http => "server { listen $gw:$eport; include %%DIR%%/routes.conf; }");
+    $self->{sid} = $t->initialize;
+    die "MCP initialize failed\n" unless $self->{sid};
+    Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));
+    return $self;
+}
+
+sub t { $_[0]{t} }
+sub anthropic { $_[0]{anthropic} }
+sub github { $_[0]{github} }
+sub net { $_[0]{net} }
+sub gateway { $_[0]{gateway} }
+sub egress_url { $_[0]{egress_url} }
+sub image { $_[0]{image} }
+sub sid { $_[0]{sid} }
+sub real { $_[0]{real} }
+
+##############################################################################
+# runner processes
+
+# the default runner name of this file: rt-<test_id()>
+sub runner_name { return 'rt-' . test_id() }
+
+# start_runner(name => N, concurrency => 2, claim_idle => 3000,
+#   docker_socket => PATH, args => [...]) -> { pid, name, log }
+sub start_runner {
+    my ($self, %o) = @_;
+    my $t = $self->{t};
+    my $name = $o{name} // $self->runner_name;
+    $self->{names}{$name} = 1;
+    $self->_watch_docker_events($name);
+    my $log = $t->dir . "/runner-$name.log";
+    my @cmd = ($self->{runner_bin},
+        '--redis', '127.0.0.1:' . $t->redis_port,
+        '--secret-file', $t->secret_file,
+        '--image', $self->{image},
+        '--network', $self->{net}{name},
+        '--egress-url', $self->{egress_url},
+        '--dns', $self->{gateway},
+        '--name', $name,
+        '--concurrency', $o{concurrency} // 2,
+        '--claim-idle', $o{claim_idle} // 3000,
+        '--memory', $o{memory} // '1g',
+        (defined $o{docker_socket} ? ('--docker-socket', $o{docker_socket}) : ()),
+        @{ $o{args} || [] });
+    # the runner needs no upstream credential: only nginx holds them
+    local %ENV = %ENV;
+    delete @ENV{keys %{ $self->{real} }};
+    my ($pid, $guard) = _guarded_exec(\@cmd, $log);
+    my $r = { pid => $pid, guard => $guard, name => $name, log => $log, started => time() };
+    $self->{runners}{$pid} = $r;
+    # up: it logs its start line at once
+    wait_until(5, sub { $self->runner_log($r) =~ /starting/ });
+    return $r;
+}
+
+# stop_runner($r, 'TERM'|'KILL'): signals the runner, waits until it is gone
+sub stop_runner {
+    my ($self, $r, $sig) = @_;
+    my $pid = $r->{pid};
+    return unless $pid && delete $self->{runners}{$pid};
+    kill($sig // 'TERM', $pid);
+    return if _wait_guard($r->{guard}, 10);
+    Test::More::diag("runner $pid did not stop on SIG" . ($sig // 'TERM') . ': KILL');
+    kill 'KILL', $pid;
+    _wait_guard($r->{guard}, 10);
+}
+
+sub runner_alive {
+    my ($self, $r) = @_;
+    my $w = waitpid($r->{guard}, WNOHANG);
+    return 0 if $w == $r->{guard} || $w == -1;
+    return 1;
+}
+
+# a command run by a small guardian process (its own session): the
+# guardian ends when the command ends, and stops the command (TERM, then
+# KILL) when the test process goes away without cleaning up (kill -9).
+# Returns (the command's pid, the guardian's pid).
+sub _guarded_exec {
+    my ($cmd, $out) = @_;
+    my $parent = $$;
+    pipe(my $rd, my $wr) or die "pipe: $!";
+    my $guard = fork();
+    die "fork: $!" unless defined $guard;
+    if ($guard == 0) {
+        close $rd;
+        setsid();
+        $SIG{$_} = 'DEFAULT' for qw(INT HUP PIPE);
+        my $pid = fork();
+        POSIX::_exit(1) unless defined $pid;
+        if ($pid == 0) {
+            close $wr;
+            open(STDIN, '<', '/dev/null');
+            open(STDOUT, '>>', $out) or POSIX::_exit(127);
+            open(STDERR, '>&', \*STDOUT) or POSIX::_exit(127);
+            exec(@$cmd) or POSIX::_exit(127);
+        }
+        syswrite($wr, "$pid\n");
+        close $wr;
+        $SIG{TERM} = sub { kill 'TERM', $pid };
+        while (1) {
+            my $w = waitpid($pid, WNOHANG);
+            POSIX::_exit(0) if $w == $pid || $w == -1;
+            if (getppid() != $parent) {
+                kill 'TERM', $pid;
+                for (1 .. 50) { last if waitpid($pid, WNOHANG) == $pid; sleep(0.1) }
+                kill 'KILL', $pid;
+                waitpid($pid, 0);
+                POSIX::_exit(0);
+            }
+            sleep(0.1);
+        }
+    }
+    close $wr;
+    my $line = <$rd>;
+    close $rd;
+    my ($pid) = ($line // '') =~ /^(\d+)/ or die "could not start @$cmd\n";
+    return ($pid, $guard);
+}
+
+sub _wait_guard {
+    my ($guard, $timeout) = @_;
+    my $deadline = time() + $timeout;
+    while (time() < $deadline) {
+        my $w = waitpid($guard, WNOHANG);
+        return 1 if $w == $guard || $w == -1;
+        sleep(0.02);
+    }
+    return 0;
+}
+
+sub runner_log {
+    my ($self, $r) = @_;
+    return $self->{t}->read_file($r->{log});
+}
+
+# the runner's log, for diag: the last $n lines
+sub runner_log_tail {
+    my ($self, $r, $n) = @_;
+    my @l = split /\n/, $self->runner_log($r);
+    $n //= 40;
+    @l = @l[-$n .. -1] if @l > $n;
+    return join("\n", @l);
+}
+
+##############################################################################
+# docker events of a runner's containers (to time create/die/destroy)
+
+sub _watch_docker_events {
+    my ($self, $name) = @_;
+    return if $self->{events_pids}{$name};
+    my $file = $self->{t}->dir . "/docker-events-$name.jsonl";
+    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--filter',
+        'type=container', '--filter', "label=smcp.runner=$name", '--format', '{{json .}}'],
+        $file);
+    $self->{events_pids}{$name} = [$pid, $file, $guard];
+    sleep(0.3);    # subscribed
+}
+
+# docker_events(run => ID) -> ({action, id, time (epoch float), run}, ...)
+sub docker_events {
+    my ($self, %f) = @_;
+    my @ev;
+    for my $n (sort keys %{ $self->{events_pids} }) {
+        my $c = $self->{t}->read_file($self->{events_pids}{$n}[1]);
+        for my $l (split /\n/, $c) {
+            my $j = json_decode($l) or next;
+            my $attr = $j->{Actor}{Attributes} || {};
+            my $e = { action => $j->{Action} // $j->{status}, id => $j->{id} // $j->{Actor}{ID},
+                      time => ($j->{timeNano} // 0) / 1e9, run => $attr->{'smcp.run'} };
+            next if defined $f{run} && ($e->{run} // '') ne $f{run};
+            push @ev, $e;
+        }
+    }
+    return sort { $a->{time} <=> $b->{time} } @ev;
+}
+
+##############################################################################
+# a Docker socket forwarder (Docker "going away" without touching dockerd)
+
+# start_docker_forwarder($path) -> pid.  Listens on $path, forwards each
+# connection to /var/run/docker.sock; stop it with stop_docker_forwarder
+# (every connection through it is closed at once).
+sub start_docker_forwarder {
+    my ($self, $path) = @_;
+    unlink $path;
+    my $srv = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $path, Listen => 64)
+        or die "forwarder: listen on $path: $!\n";
+    my $pid = fork_child(sub {
+        my $sel = IO::Select->new($srv);
+        my (%peer, %obj);
+        until (orphaned()) {
+            my @ready = $sel->can_read(1);
+            for my $fh (@ready) {
+                next unless $fh == $srv || $obj{"$fh"};
+                if ($fh == $srv) {
+                    my $c = $srv->accept or next;
+                    my $d = IO::Socket::UNIX->new(Type => SOCK_STREAM,
+                                                  Peer => '/var/run/docker.sock');
+                    if (!$d) { close $c; next }
+                    $peer{"$c"} = $d; $peer{"$d"} = $c;
+                    $obj{"$c"} = $c; $obj{"$d"} = $d;
+                    $sel->add($c, $d);
+                    next;
+                }
+                my $p = $peer{"$fh"};
+                my $n = sysread($fh, my $buf, 65536);
+                my $ok = $n;
+                while ($ok && length $buf) {
+                    my $w = syswrite($p, $buf);
+                    if (!defined $w) { $ok = 0; last }
+                    substr($buf, 0, $w, '');
+                }
+                if (!$ok) {
+                    $sel->remove($fh, $p);
+                    delete @obj{"$fh", "$p"};
+                    delete @peer{"$fh", "$p"};
+                    close $fh;
+                    close $p;
+                }
+            }
+        }
+    }, "docker socket forwarder $path");
+    close $srv;
+    return $pid;
+}
+
+sub stop_docker_forwarder {
+    my ($self, $pid, $path) = @_;
+    stop_child($pid);
+    # the socket file stays: connecting to it is refused (ECONNREFUSED)
+}
+
+##############################################################################
+# MCP
+
+sub call {
+    my ($self, $tool, $args, %o) = @_;
+    return $self->{t}->call_tool($self->{sid}, $tool, $args, %o);
+}
+
+# run_task(%args) -> structuredContent (dies without a runId)
+sub run_task {
+    my ($self, %args) = @_;
+    my $res = $self->call('opencode_run_task', \%args);
+    my $sc = SMCP::Test::sc($res);
+    die 'opencode_run_task failed: ' . json_encode($res) . "\n"
+        unless $sc && $sc->{runId};
+    $self->{sessions}{ $sc->{sessionId} } = 1 if $sc->{sessionId};
+    return $sc;
+}
+
+# result($runId, $waitSeconds) -> structuredContent
+sub result {
+    my ($self, $run, $wait) = @_;
+    my $res = $self->call('opencode_get_result',
+        { runId => $run, (defined $wait ? (waitSeconds => $wait) : ()) },
+        timeout => ($wait // 0) + 20);
+    return SMCP::Test::sc($res) // { status => '(no result: ' . json_encode($res) . ')' };
+}
+
+sub terminal { return ($_[0] // '') =~ /^(completed|failed|cancelled)$/ ? 1 : 0 }
+
+# wait_done($runId, $timeout) -> the last structuredContent (terminal, or
+# whatever it was when the time ran out)
+sub wait_done {
+    my ($self, $run, $timeout) = @_;
+    my $deadline = time() + ($timeout // 120);
+    my $r;
+    while (1) {
+        my $left = int($deadline - time());
+        $r = $self->result($run, $left > 30 ? 30 : ($left > 0 ? $left : 0));
+        return $r if terminal($r->{status});
+        return $r if time() >= $deadline;
+        sleep(0.2) if ($r->{status} // '') =~ /^\(no result/;
+    }
+}
+
+# events($runId) -> every event, through opencode_get_events pages
+sub events {
+    my ($self, $run) = @_;
+    my (@ev, $after);
+    for (1 .. 100) {
+        my $sc = SMCP::Test::sc($self->call('opencode_get_events',
+            { runId => $run, limit => 1000, (defined $after ? (after => $after) : ()) }))
+            or last;
+        push @ev, @{ $sc->{events} || [] };
+        last if !@{ $sc->{events} || [] } || @{ $sc->{events} } < 1000;
+        $after = $sc->{nextAfter};
+    }
+    return @ev;
+}
+
+# the run's event stream as stored: ({id, type, data, ts, dts, json}, ...)
+sub stored_events {
+    my ($self, $run) = @_;
+    my $r = $self->{t}->redis('XRANGE', "smcp:run:$run:events", '-', '+') || [];
+    my @ev;
+    for my $e (@$r) {
+        my %f = @{ $e->[1] };
+        push @ev, { id => $e->[0], %f, json => json_decode($f{data} // '') };
+    }
+    return @ev;
+}
+
+sub run_hash {
+    my ($self, $run) = @_;
+    return $self->{t}->redis_hgetall("smcp:run:$run");
+}
+
+# containers of a run (any state): ids
+sub run_containers {
+    my ($self, $run) = @_;
+    my (undef, $out) = docker('ps', '-aq', '--filter', "label=smcp.run=$run");
+    return split ' ', $out;
+}
+
+##############################################################################
+# event helpers
+
+# a kind per event: tool_use:write, text, smcp:agent_exit, ...
+sub kinds {
+    return map {
+        my $j = $_;
+        !ref $j ? '(not json)'
+        : ($j->{type} // '') eq 'smcp' ? "smcp:" . ($j->{step} // '?')
+        : ($j->{type} // '') eq 'tool_use' ? 'tool_use:' . ($j->{part}{tool} // '?')
+        : ($j->{type} // '?')
+    } @_;
+}
+
+sub iso2epoch {
+    my ($s) = @_;
+    my ($y, $mo, $d, $h, $mi, $sec, $frac) =
+        ($s // '') =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(\.\d+)?Z$/ or return undef;
+    require Time::Local;
+    return Time::Local::timegm($sec, $mi, $h, $d, $mo - 1, $y) + ($frac // 0);
+}
+
+##############################################################################
+# four-step scripts and their exact events
+
+# four_steps($mark, $delay2, $delay4): write <mark>-1.txt, write
+# <mark>-2.txt ($delay2 s before the model answers), bash `cat` both,
+# answer "Done with <mark>." ($delay4 s late); files in lower case
+sub four_steps {
+    my ($mark, $delay2, $delay4) = @_;
+    my $f = lc $mark;
+    return [
+        { tool_use => { name => 'write', input => {
+            filePath => "/workspace/repo/$f-1.txt", content => "one\n" } } },
+        { tool_use => { name => 'write', input => {
+            filePath => "/workspace/repo/$f-2.txt", content => "two\n" } },
+          ($delay2 ? (hang => $delay2) : ()) },
+        { tool_use => { name => 'bash', input => {
+            command => "cat $f-1.txt $f-2.txt", description => 'Show both files' } } },
+        { text => "Done with $mark.", ($delay4 ? (hang => $delay4) : ()) },
+    ];
+}
+
+# what OpenCode prints for a four-step script, in order (the agent lines),
+# and the lifecycle events of such a run without a repository
+our @FOUR_STEPS_AGENT = ('step_start', 'tool_use:write', 'step_finish',
+                         'step_start', 'tool_use:write', 'step_finish',
+                         'step_start', 'tool_use:bash', 'step_finish',
+                         'step_start', 'text', 'step_finish');
+our @FOUR_STEPS_LIFECYCLE = ('status:started', 'status:running', 'smcp:agent_start',
+                             'smcp:agent_exit', 'smcp:diff', 'status:completed');
+
+# the events that came from the container's log (they carry its timestamp)
+sub container_events {
+    my ($self, $run) = @_;
+    return grep { defined $_->{dts} } $self->stored_events($run);
+}
+
+# check_events_exact($runId, $what): the stored events of a finished
+# four-step run are exactly what the script implies (none lost, none
+# twice), in log order, and the outcome counts each step_finish once
+sub check_events_exact {
+    my ($self, $id, $what, %o) = @_;
+    my $want_agent = $o{agent} || \@FOUR_STEPS_AGENT;
+    my $want_lc = $o{lifecycle} || \@FOUR_STEPS_LIFECYCLE;
+    my @st = $self->stored_events($id);
+    my @agent = grep { $_->{type} eq 'agent' } @st;
+    Test::More::is_deeply([kinds(map { $_->{json} } @agent)], $want_agent,
+        "$what: the agent events are exactly the script's (none lost, none twice)")
+        or Test::More::diag(join ' ', kinds(map { $_->{json} } @agent));
+    my @lc = map { my $j = $_->{json};
+                   $j->{step} ? "smcp:$j->{step}" : $j->{status} ? "status:$j->{status}" : () }
+             grep { $_->{type} eq 'lifecycle' } @st;
+    Test::More::is_deeply(\@lc, $want_lc,
+        "$what: lifecycle " . join(', ', map { s/^\w+://r } @$want_lc) . ' (once each)')
+        or Test::More::diag(join ' ', @lc);
+    my (%seen, @dup);
+    for my $e (grep { defined $_->{dts} } @st) {
+        push @dup, "$e->{dts} $e->{data}" if $seen{"$e->{dts}\0$e->{data}"}++;
+    }
+    Test::More::is(scalar(@dup), 0, "$what: no two stored events with the same dts and data")
+        or Test::More::diag(join "\n", @dup);
+    my @dts = map { $_->{dts} } grep { defined $_->{dts} } @st;
+    Test::More::is_deeply(\@dts, [sort @dts], "$what: container lines stored in log order");
+    Test::More::is(scalar(grep { $_->{type} eq 'log' } @st), 0, "$what: no stray log lines");
+    my ($in, $out, $cost) = (0, 0, 0);
+    for my $j (map { $_->{json} } @agent) {
+        next unless ($j->{type} // '') eq 'step_finish';
+        $in += $j->{part}{tokens}{input} // 0;
+        $out += $j->{part}{tokens}{output} // 0;
+        $cost += $j->{part}{cost} // 0;
+    }
+    my $h = $self->run_hash($id);
+    Test::More::is($h->{tokens_input}, $in, "$what: tokens_input = the sum over the stored step_finish events");
+    Test::More::is($h->{tokens_output}, $out, "$what: tokens_output likewise");
+    Test::More::ok(abs(($h->{cost} // 0) - $cost) < 1e-5, "$what: cost likewise ($h->{cost} vs $cost)");
+}
+
+##############################################################################
+# cleanup
+
+sub _remove_runner_leftovers {
+    my ($self, $name) = @_;
+    my (undef, $out) = docker('ps', '-aq', '--filter', "label=smcp.runner=$name");
+    my @c = split ' ', $out;
+    docker({ timeout => 120 }, 'rm', '-f', '-v', @c) if @c;
+}
+
+sub _sweep_stale_runner_containers {
+    my ($self) = @_;
+    my (undef, $out) = docker('ps', '-a', '--filter', 'label=smcp.runner',
+                              '--format', '{{.ID}} {{.Label "smcp.runner"}}');
+    my @c;
+    for my $l (split /\n/, $out) {
+        my ($id, $name) = split ' ', $l;
+        next unless defined $name && $name =~ /^rt-.*-(\d+)-[0-9a-f]{4}$/;
+        next if $1 == $$ || kill(0, $1);
+        push @c, $id;
+    }
+    docker({ timeout => 120 }, 'rm', '-f', '-v', @c) if @c;
+}
+
+sub cleanup {
+    my ($self) = @_;
+    return if $self->{cleaned}++ || $self->{owner} != $$;
+    $self->stop_runner($_, 'TERM') for values %{ $self->{runners} };
+    for my $n (keys %{ $self->{events_pids} }) {
+        my ($pid, undef, $guard) = @{ $self->{events_pids}{$n} };
+        kill 'TERM', $pid;
+        _wait_guard($guard, 5) or do { kill 'KILL', $pid; _wait_guard($guard, 5) };
+    }
+    return if $ENV{SMCP_TEST_KEEP};
+    $self->_remove_runner_leftovers($_) for sort keys %{ $self->{names} };
+    for my $ses (sort keys %{ $self->{sessions} }) {
+        my $v = "smcp-$ses";
+        my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
+        docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
+        docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
+    }
+    $_->stop for grep { $_ } @{$self}{qw(anthropic github)};
+}
+
+# done(): everything stopped and removed, nginx logs checked, done_testing
+sub done {
+    my ($self) = @_;
+    $self->cleanup;
+    $self->{t}->done;
+}
+
+# before SMCP::Test's and SMCP::Docker's END blocks (those modules were
+# compiled first, so their END blocks run after this one)
+END {
+    local $?;
+    $_->cleanup for @STACKS;
+}
+
+1;

@@ -1,0 +1,226 @@
+#!/usr/bin/env perl
+# The runner losing its footing mid-run, for real (t/runner.t has the
+# setup's story): MCP through nginx, build/smcp-runner, dockerd, the sandbox
+# image with the real OpenCode; only the model (and GitHub) are fakes.
+#
+#   1. the runner is killed with SIGKILL mid-run and started again (same
+#      --name): the run completes, and the stored agent events are exactly
+#      the ones the model's script implies, none lost, none twice (no two
+#      with the same Docker timestamp and data); a second run of that
+#      runner, whose model hangs, still ends at its deadline
+#   2. Docker goes away for a few seconds: the runner talks to dockerd
+#      through a unix-socket forwarder started here, which is stopped
+#      (closing every connection) and started again; the run ends and the
+#      runner's log names the Docker error.  The real dockerd is never
+#      touched.
+#   3. Docker goes away for longer than the runner retries: the run still
+#      ends (`failed`, a clear error) instead of staying `running`, and its
+#      sandbox does not outlive it once Docker is back (and a restarted
+#      runner's reconciliation removes it in any case)
+#
+# Needs root, Docker, `make` and redis-server; CI=true turns skips into
+# failures.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use SMCP::Stack qw(iso2epoch kinds);
+use SMCP::Test qw(json_encode wait_until);
+
+my $T0 = time();
+my @TIMINGS;
+my $HANG_TIMEOUT = 15;
+my $OUTAGE = 4;           # seconds Docker is away in 2.
+my $LONG_OUTAGE = 36;     # ... and in 3. (the runner retries ~31 s)
+
+my $s = SMCP::Stack->new(scripts => {
+    'SCENARIO-CRASH'  => SMCP::Stack::four_steps('CRASH', 3, 2),
+    'SCENARIO-HANG'   => [ { hang => 150 } ],
+    'SCENARIO-DOCKER' => SMCP::Stack::four_steps('DOCKER', 3, 1),
+    'SCENARIO-LONG'   => [
+        { tool_use => { name => 'write', input => {
+            filePath => '/workspace/repo/long.txt', content => "long\n" } } },
+        { hang => 150 },
+    ],
+});
+my $t = $s->t;
+
+sub agent_data { return map { $_->{data} } grep { ($_->{type} // '') eq 'agent' } @_ }
+
+my $runner;
+sub diag_run {
+    my ($run, $r) = @_;
+    diag("run $run: " . json_encode($s->run_hash($run)));
+    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
+                                grep { $_->{json} } $s->stored_events($run)));
+    diag("runner log:\n" . $s->runner_log_tail($r // $runner));
+}
+
+sub tool_uses_stored {
+    my ($id) = @_;
+    return scalar grep { ($_->{type} // '') eq 'agent' && ($_->{json}{type} // '') eq 'tool_use' }
+                  $s->stored_events($id);
+}
+
+##############################################################################
+# 1. SIGKILL mid-run, restart with the same name
+
+$runner = $s->start_runner(concurrency => 2);
+my $name = $runner->{name};
+
+subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
+    my $t0 = time();
+    my $crash = $s->run_task(task => 'SCENARIO-CRASH: two files, show them, answer', title => 'crash');
+    my $hang = $s->run_task(task => 'SCENARIO-HANG: the model never answers', title => 'hang',
+                            timeoutSeconds => $HANG_TIMEOUT);
+    my $id = $crash->{runId};
+    ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
+       'the first tool call is stored') or diag_run($id);
+    ok(wait_until(30, sub { $s->result($hang->{runId})->{status} eq 'running' }, 0.2),
+       'the hanging run is running too');
+    my $stored_before = () = $s->container_events($id);
+
+    $s->stop_runner($runner, 'KILL');
+    my $killed = time();
+    note(sprintf('runner SIGKILLed %.2f s after run_task, %d events stored', $killed - $t0,
+                 $stored_before));
+    my @cont = $s->run_containers($id);
+    is(scalar(@cont), 1, 'the sandbox goes on without its runner');
+    # the container prints while nobody follows it
+    ok(wait_until(30, sub { (grep { ($_->{body} // '') =~ /SCENARIO-CRASH/ } $s->anthropic->requests) >= 3 }, 0.2),
+       'OpenCode went on (its third model request came while the runner was dead)');
+    is(scalar(() = $s->container_events($id)), $stored_before,
+       'no container line stored meanwhile (egress events are nginx\'s)');
+    is($s->result($id)->{status}, 'running', 'the run is still `running`');
+
+    $runner = $s->start_runner(concurrency => 2, name => $name);
+    my $r = $s->wait_done($id, 90);
+    push @TIMINGS, ['SIGKILL + restart: run_task -> completed', time() - $t0];
+    is($r->{status}, 'completed', 'the run completed') or diag_run($id);
+    is($r->{result}, 'Done with CRASH.', 'result');
+    is_deeply([sort map { $_->{path} } @{ $r->{filesChanged} || [] }], ['crash-1.txt', 'crash-2.txt'],
+              'filesChanged');
+    like($s->runner_log($runner), qr/run=\Q$id\E.*re-attached/, 'runner log: re-attached');
+    $s->check_events_exact($id, 'after the restart');
+    my @bash = grep { ($_->{type} // '') eq 'tool_use' && $_->{part}{tool} eq 'bash' }
+               agent_data($s->events($id));
+    is($bash[0] && $bash[0]{part}{state}{output}, "one\ntwo\n", 'the bash output');
+    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+
+    # the hanging run, re-attached too: its deadline still holds
+    my $hid = $hang->{runId};
+    my $left = $HANG_TIMEOUT + 25 - (time() - $t0);
+    my $h = $s->wait_done($hid, $left > 5 ? $left : 5);
+    is($h->{status}, 'failed', "the re-attached hanging run failed at its deadline ($HANG_TIMEOUT s)")
+        or do {
+            diag("status $h->{status} " . sprintf('%.1f s after run_task', time() - $t0));
+            diag('BUG (see /tmp/helper-bugs.md): a re-attached run has no deadline any more');
+            diag_run($hid);
+        };
+    like($h->{error} // '', qr/deadline/i, '... with the deadline error');
+    if (!SMCP::Stack::terminal($h->{status})) {
+        # end it, so the rest of the file runs on a clean runner
+        $s->call('opencode_cancel_run', { runId => $hid });
+        my $c = $s->wait_done($hid, 30);
+        note("the hanging run, cancelled: $c->{status}");
+    }
+    ok(wait_until(15, sub { !$s->run_containers($hid) }), 'the hanging run\'s container was removed');
+};
+
+$s->stop_runner($runner, 'TERM');
+
+##############################################################################
+# 2. Docker away for a few seconds
+
+my $sock = $t->dir . '/docker.sock';
+my $fwd = $s->start_docker_forwarder($sock);
+my $r2 = $s->start_runner(concurrency => 2, name => "$name-fwd", docker_socket => $sock);
+
+subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
+    my $t0 = time();
+    my $run = $s->run_task(task => 'SCENARIO-DOCKER: two files, show them, answer', title => 'docker');
+    my $id = $run->{runId};
+    ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
+       'the first tool call is stored') or diag_run($id, $r2);
+    $s->stop_docker_forwarder($fwd, $sock);
+    my $down = time();
+    sleep($OUTAGE);
+    $fwd = $s->start_docker_forwarder($sock);
+    note(sprintf('Docker away for %.2f s', time() - $down));
+
+    my $r = $s->wait_done($id, 90);
+    push @TIMINGS, ["Docker away $OUTAGE s: run_task -> $r->{status}", time() - $t0];
+    ok(SMCP::Stack::terminal($r->{status}), "the run ended: $r->{status}")
+        or diag_run($id, $r2);
+    if ($r->{status} eq 'failed') {
+        like($r->{error} // '', qr/docker|sandbox/i, 'failed with a clear error: ' . ($r->{error} // ''));
+    } else {
+        is($r->{status}, 'completed', 'completed');
+        $s->check_events_exact($id, 'across the outage');
+    }
+    my $log = $s->runner_log($r2);
+    my @err = grep { /level=error/ && /docker/i } split /\n/, $log;
+    ok(@err, 'the runner log names the Docker error') or diag($log);
+    note("runner: $_") for @err;
+    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+};
+
+##############################################################################
+# 3. Docker away for longer than the runner retries
+
+subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
+    my $t0 = time();
+    my $run = $s->run_task(task => 'SCENARIO-LONG: write, then the model hangs', title => 'long');
+    my $id = $run->{runId};
+    ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
+       'the first tool call is stored') or diag_run($id, $r2);
+    $s->stop_docker_forwarder($fwd, $sock);
+    my $down = time();
+    my $r = $s->wait_done($id, $LONG_OUTAGE);
+    my $ended = time() - $down;
+    push @TIMINGS, ["Docker away: down -> $r->{status}", $ended];
+    ok(SMCP::Stack::terminal($r->{status}),
+       sprintf('the run ended while Docker was away: %s after %.1f s', $r->{status}, $ended))
+        or diag_run($id, $r2);
+    is($r->{status}, 'failed', 'failed');
+    like($r->{error} // '', qr/docker|dockerd/i, 'a clear error: ' . ($r->{error} // 'null'));
+    sleep($LONG_OUTAGE - (time() - $down)) if time() - $down < $LONG_OUTAGE;
+    $fwd = $s->start_docker_forwarder($sock);
+    note(sprintf('Docker back after %.1f s', time() - $down));
+
+    # the sandbox of a failed run must not go on
+    my $gone = wait_until(20, sub { !$s->run_containers($id) }, 0.5);
+    ok($gone, 'the container of the failed run is gone once Docker is back (runner still running)')
+        or do {
+            my @c = $s->run_containers($id);
+            diag("left: @c " . join(' ', map {
+                SMCP::Docker::container_inspect_field($_, '{{.State.Status}}') // '?' } @c));
+            diag('BUG (see /tmp/helper-bugs.md): the runner gave up on the run while Docker was '
+                 . 'away; its kill/remove failed then and nothing retries them while it runs');
+        };
+    ok($s->runner_alive($r2), 'the runner is still up');
+    note("runner log:\n" . $s->runner_log_tail($r2, 15));
+
+    # a restart of the runner reconciles: containers of ended runs go
+    $s->stop_runner($r2, 'TERM');
+    $r2 = $s->start_runner(concurrency => 2, name => "$name-fwd", docker_socket => $sock);
+    ok(wait_until(20, sub { !$s->run_containers($id) }, 0.5),
+       'after a runner restart the container is gone (reconciliation)')
+        or diag($s->runner_log_tail($r2, 10));
+    if (!$gone) {
+        like($s->runner_log($r2), qr/run=\Q$id\E.*removing the container of an ended run/,
+             'runner log: removing the container of an ended run');
+    }
+};
+
+$s->stop_runner($r2, 'TERM');
+$s->stop_docker_forwarder($fwd, $sock);
+push @TIMINGS, ['total', time() - $T0];
+diag(sprintf('timing %-50s %.2f s', @$_)) for @TIMINGS;
+$s->done;
