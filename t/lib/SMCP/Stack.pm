@@ -85,7 +85,8 @@ sub new {
     push @STACKS, $self;
 
     my $t = $self->{t} = SMCP::Test->new(workers => $o{workers} // 2,
-                                         ($o{location} ? (location => $o{location}) : ()));
+                                         ($o{location} ? (location => $o{location}) : ()),
+                                         ($o{redis_appendonly} ? (redis_appendonly => 1) : ()));
     ensure_docker(root => 1);
 
     my $root = SMCP::Test::repo_root();
