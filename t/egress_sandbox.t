@@ -173,6 +173,36 @@ is(container_inspect_field($cid, '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}
    'sandbox: user 1000, read-only root, no capabilities, no-new-privileges, Dns=[gateway], sandbox network');
 
 # sh($script, @args, {env => .., stdin => ..}) -> (rc, stdout, stderr): bash
+###############################################################################
+# the host's Redis, listening on every address: the sandbox cannot reach it
+
+{
+    my $rport = $t->free_port;
+    my $rdir = $t->dir . '/host-redis';
+    mkdir $rdir;
+    my $rpid = fork_child(sub {
+        exec('redis-server', '--port', $rport, '--bind', '0.0.0.0',
+             '--protected-mode', 'no', '--save', '', '--dir', $rdir,
+             '--logfile', "$rdir/redis.log")
+            or exit 127;
+    });
+    ok(wait_until(10, sub {
+        my $c = IO::Socket::INET->new(PeerAddr => "$gw:$rport", Timeout => 1);
+        return 0 unless $c;
+        print $c "PING\r\n";
+        my $l = <$c>;
+        return defined $l && $l =~ /^\+PONG/;
+    }), "host Redis on 0.0.0.0:$rport answers PING on the gateway address (control)");
+    my ($rc) = exec_in($cid, ['bash', '-c',
+        "exec 3<>/dev/tcp/$gw/$rport && echo PING >&3 && head -c 5 <&3"],
+        timeout => 10);
+    isnt($rc, 0, "sandbox: the host's Redis on $gw:$rport is unreachable");
+    my ($rc2) = exec_in($cid, ['bash', '-c',
+        "exec 3<>/dev/tcp/$gw/$egress_port"], timeout => 10);
+    is($rc2, 0, '... while the egress port on the same address is reachable');
+    stop_child($rpid);
+}
+
 # inside the sandbox, with the container's own environment
 sub sh {
     my ($script, @args) = @_;
