@@ -26,7 +26,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner deps test static up down token clean docker-ready sandbox-image
+.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image
 
 all: module tools runner
 
@@ -88,6 +88,10 @@ sandbox-image: docker-ready
 
 test: deps all static docker-ready sandbox-image
 	prove -r t
+
+# figures: ratios against a baseline measured in the same run
+bench: deps all
+	bench/run
 
 up: deps all
 	.ci/stack up
