@@ -36,8 +36,9 @@ sed "s|@CA_BUNDLE@|$ca|" <<'CONF'
 default_type application/json;
 
 # stream both ways: SSE from model APIs reaches the agent as it comes
+# (each location repeats `proxy_set_header Connection ""`: a location that
+# sets any proxy_set_header inherits none from here)
 proxy_http_version 1.1;
-proxy_set_header Connection "";
 proxy_buffering off;
 proxy_request_buffering off;
 proxy_read_timeout 1h;
@@ -71,6 +72,7 @@ location /$name/ {
     sandbox_mcp_egress $name;
     sandbox_mcp_egress_credential env:$env $format;
     proxy_set_header $header \$sandbox_mcp_credential;
+    proxy_set_header Connection "";
     proxy_pass $url/;
 }
 CONF
@@ -101,6 +103,7 @@ location ~ ^/github/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+?
     sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
     sandbox_mcp_egress_credential env:GITHUB_TOKEN basic;
     proxy_set_header Authorization \$sandbox_mcp_credential;
+    proxy_set_header Connection "";
     rewrite ^/github/(.*)\$ /\$1 break;
     proxy_pass $git_url;
 }
@@ -116,6 +119,7 @@ location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-
     sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
     sandbox_mcp_egress_credential env:GITHUB_TOKEN bearer;
     proxy_set_header Authorization \$sandbox_mcp_credential;
+    proxy_set_header Connection "";
     rewrite ^/github-api/(.*)\$ /\$1 break;
     proxy_pass $api_url;
 }
