@@ -410,23 +410,29 @@ sub _used_ranges {
     return @r;
 }
 
-# a /24 inside 172.29.0.0/16 that no Docker network, host route or address
-# uses (and not handed out before by this process); random among the free
-# ones so test files running in parallel rarely collide (callers retry)
+# a /24 inside 172.16.0.0/12 (172.29.x.0 first) that no Docker network,
+# host route or address uses (and not handed out before by this process);
+# random among the free ones of the first /16 that has any, so test files
+# running in parallel rarely collide (callers retry).  Docker hands whole
+# /16s of the same space to networks created without a subnet (compose,
+# the runner's session networks), so one /16 may be taken entirely.
 sub free_subnet {
     my @used = _used_ranges();
-    my @free;
-    for my $x (0 .. 255) {
-        my $s = _ip2int("172.29.$x.0");
-        my $e = $s + 255;
-        next if $SUBNETS_GIVEN{$x};
-        next if grep { $_->[0] <= $e && $_->[1] >= $s } @used;
-        push @free, $x;
+    for my $b (29, grep { $_ != 29 } 16 .. 31) {
+        my @free;
+        for my $x (0 .. 255) {
+            next if $SUBNETS_GIVEN{"$b.$x"};
+            my $s = _ip2int("172.$b.$x.0");
+            my $e = $s + 255;
+            next if grep { $_->[0] <= $e && $_->[1] >= $s } @used;
+            push @free, $x;
+        }
+        next unless @free;
+        my $x = $free[int(rand(@free))];
+        $SUBNETS_GIVEN{"$b.$x"} = 1;
+        return "172.$b.$x.0/24";
     }
-    die "free_subnet: no free /24 left in 172.29.0.0/16\n" unless @free;
-    my $x = $free[int(rand(@free))];
-    $SUBNETS_GIVEN{$x} = 1;
-    return "172.29.$x.0/24";
+    die "free_subnet: no free /24 left in 172.16.0.0/12\n";
 }
 
 # a bridge interface name (max 15 characters) not in use: smt<8 hex>
