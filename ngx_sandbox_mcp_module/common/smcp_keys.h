@@ -20,8 +20,8 @@
 #define SMCP_KEY_MCP_SESSION        "%smcp:%s"
 
 /* pub/sub channels */
-#define SMCP_CHAN_RUN               "%srun:%s"
-#define SMCP_CHAN_RUN_PATTERN       "%srun:*"
+#define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE
+                                                     <prefix>run:* */
 #define SMCP_CHAN_CANCEL            "%scancel"
 
 #define SMCP_QUEUE_GROUP            "runners"

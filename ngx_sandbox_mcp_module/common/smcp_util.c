@@ -8,6 +8,7 @@
 
 #include <openssl/rand.h>
 
+#include "smcp_keys.h"
 #include "smcp_util.h"
 
 
@@ -151,7 +152,7 @@ smcp_make_id(char *dst, const char *prefix)
     memcpy(dst, prefix, plen);
 
     /* 24 hex digits: 96 random bits */
-    return smcp_random_hex(dst + plen, 12);
+    return smcp_random_hex(dst + plen, SMCP_ID_HEX_LEN / 2);
 }
 
 
@@ -162,7 +163,7 @@ smcp_valid_id(const char *s, size_t len, const char *prefix)
 
     plen = strlen(prefix);
 
-    if (len != plen + 24 || memcmp(s, prefix, plen) != 0) {
+    if (len != plen + SMCP_ID_HEX_LEN || memcmp(s, prefix, plen) != 0) {
         return 0;
     }
 
