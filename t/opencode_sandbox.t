@@ -156,28 +156,11 @@ NGINX
 ##############################################################################
 # helpers
 
-my (@VOLUMES, $VSEQ);
 
+# volumes: SMCP::Docker::create_volume (labelled, removed at the end)
 sub new_volume {
     my (%labels) = @_;
-    my $name = sprintf('%s-v%d', test_id(), ++$VSEQ);
-    my ($rc, $out, $err) = docker('volume', 'create', '--label', test_label(),
-        '--label', "smcp.test.pid=$$", map({ ('--label', "$_=$labels{$_}") } sort keys %labels),
-        $name);
-    die "docker volume create: $err" if $rc;
-    push @VOLUMES, $name;
-    return $name;
-}
-
-END {
-    if (!$ENV{SMCP_TEST_KEEP}) {
-        local $?;
-        for my $v (@VOLUMES) {
-            my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
-            docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
-            docker('volume', 'rm', '-f', $v);
-        }
-    }
+    return create_volume(labels => \%labels);
 }
 
 sub iso2epoch {

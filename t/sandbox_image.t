@@ -167,27 +167,9 @@ SH
 ##############################################################################
 # containers
 
-my (@VOLUMES, $VSEQ);
 
-sub new_volume {
-    my $name = sprintf('%s-v%d', test_id(), ++$VSEQ);
-    my ($rc, $out, $err) = docker('volume', 'create', '--label', test_label(),
-                                  '--label', "smcp.test.pid=$$", $name);
-    die "docker volume create: $err" if $rc;
-    push @VOLUMES, $name;
-    return $name;
-}
-
-END {
-    if (!$ENV{SMCP_TEST_KEEP}) {
-        local $?;
-        for my $v (@VOLUMES) {
-            my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
-            docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
-            docker('volume', 'rm', '-f', $v);
-        }
-    }
-}
+# volumes: SMCP::Docker::create_volume (labelled, removed at the end)
+sub new_volume { return create_volume() }
 
 my $token = 'run-token-' . join('', map { sprintf '%02x', int rand 256 } 1 .. 16);
 my $egress = 'http://192.0.2.1:8090';    # TEST-NET: never reached here
