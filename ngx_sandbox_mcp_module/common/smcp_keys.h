@@ -18,11 +18,19 @@
 #define SMCP_KEY_SESSION_RUNS       "%ssession:%s:runs"
 #define SMCP_KEY_QUEUE              "%squeue"
 #define SMCP_KEY_MCP_SESSION        "%smcp:%s"
+#define SMCP_KEY_TENANT_ACTIVE      "%stenant:%s:active"  /* set: the
+                                                     tenant's started and
+                                                     running runs (quotas) */
+#define SMCP_KEY_SESSIONS           "%ssessions"  /* zset: session ids by
+                                                     idle expiry (ms) */
+#define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
+                                                     (unix seconds) */
 
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE
                                                      <prefix>run:* */
 #define SMCP_CHAN_CANCEL            "%scancel"
+#define SMCP_CHAN_REVOKED           "%srevoked"   /* a jti: "<jti> <exp>" */
 
 #define SMCP_QUEUE_GROUP            "runners"
 
@@ -41,6 +49,10 @@
 
 /* event stream cap (XADD MAXLEN ~) */
 #define SMCP_EVENTS_MAXLEN          "100000"
+
+/* session states (session hash field `state`; absent: active) */
+#define SMCP_SESSION_EXPIRING       "expiring"    /* workspace being removed */
+#define SMCP_SESSION_EXPIRED        "expired"
 
 /* token scopes */
 #define SMCP_SCOPE_MCP              "mcp"
