@@ -8,7 +8,9 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 
+#include "smcp_diff.h"
 #include "smcp_jwt.h"
+#include "smcp_validate.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS   256
@@ -330,42 +332,16 @@ ngx_http_sandbox_mcp_tools_array(void)
 }
 
 
-/* opaque cursors: base64url of a short text */
-
-static ngx_int_t
-ngx_http_sandbox_mcp_cursor_decode(json_t *cursor, u_char *buf, size_t size,
-    size_t *len)
-{
-    const char  *s;
-    size_t       n;
-
-    s = json_string_value(cursor);
-    n = json_string_length(cursor);
-
-    if (s == NULL || n == 0 || n > (size - 3) * 4 / 3
-        || smcp_b64url_decode(buf, len, s, n) != SMCP_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    buf[*len] = '\0';
-
-    return NGX_OK;
-}
-
+/* opaque cursors (common/smcp_validate.c): base64url of a short text */
 
 static json_t *
 ngx_http_sandbox_mcp_cursor_encode(const char *text)
 {
-    size_t  n;
-    char    buf[256];
+    char  buf[SMCP_CURSOR_MAX + 1];
 
-    n = ngx_strlen(text);
-    if (smcp_b64url_encoded_len(n) >= sizeof(buf)) {
+    if (smcp_cursor_encode(buf, text, ngx_strlen(text)) != SMCP_OK) {
         return NULL;
     }
-
-    smcp_b64url_encode(buf, (const unsigned char *) text, n);
 
     return json_string(buf);
 }
@@ -376,9 +352,8 @@ ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     json_t *params, char *err, size_t errlen)
 {
     json_t      *all, *page, *cursor, *next;
-    size_t       i, start, len;
-    ngx_int_t    n;
-    u_char       buf[64];
+    size_t       i, start;
+    uint64_t     n;
     char         text[32];
 
     all = ngx_http_sandbox_mcp_tools_array();
@@ -391,18 +366,18 @@ ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     cursor = json_object_get(params, "cursor");
 
     if (cursor && !json_is_null(cursor)) {
-        if (ngx_http_sandbox_mcp_cursor_decode(cursor, buf, sizeof(buf), &len)
-            != NGX_OK
-            || len < 3 || buf[0] != 't' || buf[1] != ':'
-            || (n = ngx_atoi(buf + 2, len - 2)) == NGX_ERROR
-            || n == 0 || (size_t) n >= json_array_size(all))
+        if (smcp_cursor_number(json_string_value(cursor),
+                               json_string_length(cursor), 't',
+                               json_array_size(all) - 1, &n)
+            != SMCP_OK
+            || n == 0)
         {
             ngx_snprintf((u_char *) err, errlen,
                          "Invalid params: unknown cursor%Z");
             return NULL;
         }
 
-        start = n;
+        start = (size_t) n;
     }
 
     page = json_array();
@@ -896,149 +871,6 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
 /* opencode_run_task */
 
 
-static ngx_uint_t
-ngx_http_sandbox_mcp_valid_branch(ngx_str_t *b)
-{
-    u_char  *p, *last, c;
-
-    /* git check-ref-format, for one branch name */
-
-    if (b->len == 0 || b->len > 255) {
-        return 0;
-    }
-
-    p = b->data;
-    last = p + b->len;
-
-    if (p[0] == '-' || p[0] == '/' || p[0] == '.' || last[-1] == '/'
-        || last[-1] == '.'
-        || (b->len == 1 && p[0] == '@')
-        || (b->len >= 5 && ngx_strncmp(last - 5, ".lock", 5) == 0))
-    {
-        return 0;
-    }
-
-    for ( /* void */ ; p < last; p++) {
-        c = *p;
-
-        if (c < 0x20 || c == 0x7f || c == ' ' || c == '~' || c == '^'
-            || c == ':' || c == '?' || c == '*' || c == '[' || c == '\\')
-        {
-            return 0;
-        }
-
-        if (p + 1 < last) {
-            if ((c == '.' && p[1] == '.') || (c == '/' && p[1] == '/')
-                || (c == '@' && p[1] == '{') || (c == '/' && p[1] == '.'))
-            {
-                return 0;
-            }
-
-            if (c == '.' && p[1] == '/') {
-                return 0;
-            }
-        }
-
-        /* no component may end in ".lock" */
-        if (c == '/' && p - b->data >= 5
-            && ngx_strncmp(p - 5, ".lock", 5) == 0)
-        {
-            return 0;
-        }
-    }
-
-    return 1;
-}
-
-
-static ngx_uint_t
-ngx_http_sandbox_mcp_valid_repository(ngx_str_t *url, ngx_str_t *host)
-{
-    u_char      *p, *last, *seg;
-    ngx_uint_t   segments;
-
-    /* https://<host>/<owner>/<repo>[.git] and nothing else: no userinfo,
-     * port, query or fragment */
-
-    p = url->data;
-    last = p + url->len;
-
-    if (url->len < 8 || ngx_strncmp(p, "https://", 8) != 0) {
-        return 0;
-    }
-
-    p += 8;
-
-    if ((size_t) (last - p) <= host->len
-        || ngx_strncasecmp(p, host->data, host->len) != 0
-        || p[host->len] != '/')
-    {
-        return 0;
-    }
-
-    p += host->len + 1;
-
-    if (last > p && last[-1] == '/') {
-        last--;
-    }
-
-    segments = 0;
-
-    while (p < last) {
-        seg = p;
-
-        while (p < last && *p != '/') {
-            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
-                  || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
-                  || *p == '.'))
-            {
-                return 0;
-            }
-
-            p++;
-        }
-
-        if (p == seg || seg[0] == '.') {
-            return 0;
-        }
-
-        segments++;
-
-        if (p < last) {
-            p++;
-        }
-    }
-
-    return segments == 2;
-}
-
-
-static ngx_uint_t
-ngx_http_sandbox_mcp_valid_model(ngx_str_t *m)
-{
-    u_char      *p;
-    ngx_uint_t   slash;
-
-    slash = 0;
-
-    for (p = m->data; p < m->data + m->len; p++) {
-        if (*p == '/') {
-            slash++;
-            continue;
-        }
-
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
-              || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
-              || *p == '.' || *p == ':' || *p == '@'))
-        {
-            return 0;
-        }
-    }
-
-    return slash >= 1 && m->data[0] != '/' && m->data[m->len - 1] != '/';
-}
-
-
 static void
 ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 {
@@ -1083,6 +915,7 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_key_t        keys[7];
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+    smcp_repo_t                       grant;
     char                              run_id[SMCP_ID_LEN + 1];
     char                              ses_id[SMCP_ID_LEN + 1];
     u_char                            tbuf[128];
@@ -1096,11 +929,13 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
         != NGX_OK
         || ngx_http_sandbox_mcp_arg_string(call, "repository", 0, 512, &repo)
            != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "branch", 0, 255, &branch)
+        || ngx_http_sandbox_mcp_arg_string(call, "branch", 0,
+                                            SMCP_BRANCH_MAX, &branch)
            != NGX_OK
         || ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64, &session)
            != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "model", 0, 200, &model)
+        || ngx_http_sandbox_mcp_arg_string(call, "model", 0,
+                                            SMCP_MODEL_MAX, &model)
            != NGX_OK
         || ngx_http_sandbox_mcp_arg_string(call, "title", 0, 200, &title)
            != NGX_OK)
@@ -1109,7 +944,10 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     }
 
     if (repo.len
-        && !ngx_http_sandbox_mcp_valid_repository(&repo, &lcf->github_host))
+        && smcp_repo_parse((char *) repo.data, repo.len,
+                           (char *) lcf->github_host.data,
+                           lcf->github_host.len, &grant)
+           != SMCP_OK)
     {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'repository' must be "
                                         "an https URL of a repository on %V, "
@@ -1119,7 +957,7 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    if (branch.len && !ngx_http_sandbox_mcp_valid_branch(&branch)) {
+    if (branch.len && !smcp_valid_branch((char *) branch.data, branch.len)) {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' is not a "
                                         "valid git branch name (no spaces, "
                                         "'..', '~^:?*[\\', leading '-' or "
@@ -1147,7 +985,7 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     if (model.len == 0) {
         model = lcf->default_model;
 
-    } else if (!ngx_http_sandbox_mcp_valid_model(&model)) {
+    } else if (!smcp_valid_model((char *) model.data, model.len)) {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'model' must look "
                                         "like provider/model, e.g. "
                                         "anthropic/claude-sonnet-4-5.");
@@ -1827,15 +1665,13 @@ ngx_http_sandbox_mcp_list_reply(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 {
-    size_t        len;
-    u_char       *colon;
-    json_int_t    limit;
-    ngx_int_t     rc;
+    json_int_t                   limit;
+    ngx_int_t                    rc;
     ngx_str_t                    session, status, cid, cscore, args[7];
     ngx_pool_t                  *pool;
     json_t                      *cursor;
     ngx_http_sandbox_mcp_key_t   keys[2];
-    u_char                       buf[128];
+    char                         id[SMCP_ID_LEN + 1], score[20];
 
     pool = call->ctx->request->pool;
 
@@ -1888,13 +1724,9 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 
     if (cursor && !json_is_null(cursor)) {
         /* r:<run id>:<score> */
-        if (ngx_http_sandbox_mcp_cursor_decode(cursor, buf, sizeof(buf), &len)
-            != NGX_OK
-            || len < 4 || buf[0] != 'r' || buf[1] != ':'
-            || (colon = ngx_strlchr(buf + 2, buf + len, ':')) == NULL
-            || !smcp_valid_id((char *) buf + 2, colon - buf - 2,
-                              SMCP_RUN_ID_PREFIX)
-            || ngx_atoof(colon + 1, buf + len - colon - 1) == NGX_ERROR)
+        if (smcp_cursor_run(json_string_value(cursor),
+                            json_string_length(cursor), id, score)
+            != SMCP_OK)
         {
             ngx_http_sandbox_mcp_tool_error(call, "Argument 'cursor' is not "
                                             "a cursor this server gave "
@@ -1902,17 +1734,16 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
             return;
         }
 
-        cid.data = ngx_pnalloc(pool, len);
+        cid.len = SMCP_ID_LEN;
+        cscore.len = ngx_strlen(score);
+        cid.data = ngx_pnalloc(pool, cid.len + cscore.len);
         if (cid.data == NULL) {
             ngx_http_sandbox_mcp_tool_unavailable(call);
             return;
         }
 
-        ngx_memcpy(cid.data, buf, len);
-        cid.data += 2;
-        cid.len = colon - buf - 2;
-        cscore.data = cid.data + cid.len + 1;
-        cscore.len = buf + len - colon - 1;
+        cscore.data = ngx_cpymem(cid.data, id, cid.len);
+        ngx_memcpy(cscore.data, score, cscore.len);
     }
 
     if (session.len) {
@@ -1952,55 +1783,12 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 /* opencode_get_diff */
 
 
-/* the part of a unified diff about one file */
-static ngx_str_t
-ngx_http_sandbox_mcp_diff_section(u_char *diff, size_t len, ngx_str_t *path)
-{
-    u_char     *p, *last, *start, *end;
-    ngx_str_t   s;
-
-    last = diff + len;
-    start = NULL;
-
-    for (p = diff; p < last; p = end) {
-        end = ngx_strlchr(p, last, '\n');
-        end = end ? end + 1 : last;
-
-        if (end - p > 11 && ngx_strncmp(p, "diff --git ", 11) == 0) {
-            if (start) {
-                break;
-            }
-
-            /* "diff --git a/<path> b/<path>" */
-            if ((size_t) (end - p) >= 11 + 2 + path->len + 1
-                && ngx_strncmp(p + 11, "a/", 2) == 0
-                && ngx_strncmp(p + 13, path->data, path->len) == 0
-                && p[13 + path->len] == ' ')
-            {
-                start = p;
-            }
-        }
-    }
-
-    if (start == NULL) {
-        /* the file is not in the diff: nothing changed there */
-        ngx_str_set(&s, "");
-        return s;
-    }
-
-    s.data = start;
-    s.len = p - start;
-
-    return s;
-}
-
-
 static void
 ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
-    size_t       total, keep;
+    size_t       total, keep, off, len;
     u_char      *nl;
     json_t      *next, *diff;
     ngx_str_t    text;
@@ -2022,8 +1810,18 @@ ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
     total = (size_t) reply->element[1]->integer;
 
     if (call->path.len) {
-        text = ngx_http_sandbox_mcp_diff_section(text.data, text.len,
-                                                 &call->path);
+        if (smcp_diff_find((char *) text.data, text.len,
+                           (char *) call->path.data, call->path.len, &off,
+                           &len))
+        {
+            text.data += off;
+            text.len = len;
+
+        } else {
+            /* the file is not in the diff: nothing changed there */
+            text.len = 0;
+        }
+
         total = text.len;
 
         if (call->offset > text.len) {
@@ -2087,13 +1885,11 @@ ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
 {
-    size_t                       len;
-    off_t                        off;
+    uint64_t                     off;
     ngx_str_t                    args[3];
     ngx_pool_t                  *pool;
     json_t                      *cursor;
     ngx_http_sandbox_mcp_key_t   keys[2];
-    u_char                       buf[64];
 
     pool = call->ctx->request->pool;
 
@@ -2108,10 +1904,10 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
     cursor = json_object_get(call->args, "cursor");
 
     if (cursor && !json_is_null(cursor)) {
-        if (ngx_http_sandbox_mcp_cursor_decode(cursor, buf, sizeof(buf), &len)
-            != NGX_OK
-            || len < 3 || buf[0] != 'd' || buf[1] != ':'
-            || (off = ngx_atoof(buf + 2, len - 2)) == NGX_ERROR)
+        if (smcp_cursor_number(json_string_value(cursor),
+                               json_string_length(cursor), 'd',
+                               NGX_MAX_OFF_T_VALUE, &off)
+            != SMCP_OK)
         {
             ngx_http_sandbox_mcp_tool_error(call, "Argument 'cursor' is not "
                                             "a cursor this server gave "
@@ -2219,29 +2015,6 @@ ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
 }
 
 
-static ngx_uint_t
-ngx_http_sandbox_mcp_valid_stream_id(ngx_str_t *id)
-{
-    u_char      *p;
-    ngx_uint_t   dash;
-
-    dash = 0;
-
-    for (p = id->data; p < id->data + id->len; p++) {
-        if (*p == '-' && p > id->data && p[-1] != '-' && dash == 0) {
-            dash++;
-            continue;
-        }
-
-        if (*p < '0' || *p > '9') {
-            return 0;
-        }
-    }
-
-    return id->len > 0 && id->len <= 41 && id->data[id->len - 1] != '-';
-}
-
-
 static void
 ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
 {
@@ -2256,13 +2029,15 @@ ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
 
     /* call->path holds "after" */
     if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "after", 0, 41, &call->path)
+        || ngx_http_sandbox_mcp_arg_string(call, "after", 0,
+                                           SMCP_STREAM_ID_MAX, &call->path)
            != NGX_OK)
     {
         return;
     }
 
-    if (call->path.len && !ngx_http_sandbox_mcp_valid_stream_id(&call->path))
+    if (call->path.len
+        && !smcp_valid_stream_id((char *) call->path.data, call->path.len))
     {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'after' must be an "
                                         "event id such as 1764430000000-0 "

@@ -9,6 +9,7 @@
 #include "ngx_http_sandbox_mcp_scripts.h"
 
 #include "smcp_jwt.h"
+#include "smcp_validate.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN  64
@@ -356,33 +357,6 @@ ngx_http_sandbox_mcp_origin_allowed(ngx_http_request_t *r,
 }
 
 
-static ngx_uint_t
-ngx_http_sandbox_mcp_tenant_valid(const char *s, size_t len)
-{
-    size_t  i;
-    u_char  c;
-
-    /* the tenant is part of Redis key names */
-
-    if (len == 0 || len > 128) {
-        return 0;
-    }
-
-    for (i = 0; i < len; i++) {
-        c = s[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'
-              || c == '@'))
-        {
-            return 0;
-        }
-    }
-
-    return 1;
-}
-
-
 static ngx_int_t
 ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r, const char *reason,
     ngx_uint_t bad_token)
@@ -495,8 +469,7 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
 
     sub = json_object_get(claims, "sub");
 
-    if (!ngx_http_sandbox_mcp_tenant_valid(json_string_value(sub),
-                                           json_string_length(sub)))
+    if (!smcp_valid_tenant(json_string_value(sub), json_string_length(sub)))
     {
         json_decref(claims);
 

@@ -1,0 +1,805 @@
+/*
+ * Unit tests of common/smcp_validate.c and common/smcp_diff.c: what a
+ * tenant or a sandbox sends, hostile cases first (NUL, overlong, non-ASCII,
+ * ".lock", "..", userinfo, ports, quoting).  Prints TAP.
+ */
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "smcp_diff.h"
+#include "smcp_keys.h"
+#include "smcp_validate.h"
+
+
+static int  tests, failed;
+
+
+static void ok(int cond, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+
+static void
+ok(int cond, const char *fmt, ...)
+{
+    va_list  ap;
+
+    tests++;
+
+    if (!cond) {
+        failed++;
+    }
+
+    printf("%sok %d - ", cond ? "" : "not ", tests);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+
+
+/* a printable name for a test input (escapes control and high bytes) */
+static const char *
+show(const char *s, size_t len)
+{
+    static char  buf[8][96];
+    static int   k;
+    char        *b, *p;
+    size_t       i;
+
+    b = buf[k++ % 8];
+    p = b;
+
+    for (i = 0; i < len && p < b + sizeof(buf[0]) - 8; i++) {
+        unsigned char  c = (unsigned char) s[i];
+
+        if (c < 0x20 || c >= 0x7f || c == '\\') {
+            p += sprintf(p, "\\x%02x", c);
+
+        } else {
+            *p++ = (char) c;
+        }
+    }
+
+    if (i < len) {
+        p += sprintf(p, "...(%zu)", len);
+    }
+
+    *p = '\0';
+
+    return b;
+}
+
+
+static void *
+xmalloc(size_t n)
+{
+    void  *p;
+
+    p = malloc(n);
+    if (p == NULL) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+
+    return p;
+}
+
+
+static char *
+repeat(char c, size_t n, const char *tail)
+{
+    char    *s;
+    size_t   t;
+
+    t = strlen(tail);
+    s = xmalloc(n + t + 1);
+    memset(s, c, n);
+    memcpy(s + n, tail, t + 1);
+
+    return s;
+}
+
+
+/* inputs with a length: "a\0b" keeps its NUL */
+typedef struct {
+    const char  *s;
+    size_t       len;
+} in_t;
+
+#define IN(lit)  { lit, sizeof(lit) - 1 }
+
+
+static void
+test_branch(void)
+{
+    static const in_t  good[] = {
+        IN("main"), IN("feature/x-1.2_y"), IN("a/b/c"), IN("v1.0"),
+        IN("a@b"), IN("release-2025"), IN("x.lockx"), IN("lock"),
+    };
+    static const in_t  bad[] = {
+        IN(""), IN("a..b"), IN("-x"), IN("x.lock"), IN("a/x.lock/b"),
+        IN("a.lock/b"), IN("a b"), IN("a~1"), IN("a^b"), IN("a:b"),
+        IN("a?b"), IN("a*b"), IN("a[b"), IN("a\\b"), IN("a/"), IN("/a"),
+        IN("a//b"), IN("a."), IN("a@{b"), IN(".hidden"), IN("a/.b"),
+        IN("a\tb"), IN("a\nb"), IN("a\0b"), IN("\0"), IN("HEAD"), IN("@"),
+        IN("caf\xc3\xa9"), IN("a\x7f"), IN("\xe2\x80\xaemain"), IN(".."),
+        IN("a/../b"), IN("./a"), IN("a/."),
+    };
+
+    size_t  i;
+    char   *s;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ok(smcp_valid_branch(good[i].s, good[i].len), "branch '%s' valid",
+           show(good[i].s, good[i].len));
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(!smcp_valid_branch(bad[i].s, bad[i].len), "branch '%s' refused",
+           show(bad[i].s, bad[i].len));
+    }
+
+    s = repeat('b', SMCP_BRANCH_MAX, "");
+    ok(smcp_valid_branch(s, SMCP_BRANCH_MAX), "branch of 255 bytes valid");
+    free(s);
+
+    s = repeat('b', SMCP_BRANCH_MAX + 1, "");
+    ok(!smcp_valid_branch(s, SMCP_BRANCH_MAX + 1),
+       "branch of 256 bytes refused");
+    free(s);
+}
+
+
+static void
+test_repository(void)
+{
+    static const struct {
+        const char  *url;
+        const char  *owner;
+        const char  *name;
+    } good[] = {
+        { "https://github.com/acme/app", "acme", "app" },
+        { "https://github.com/acme/app.git", "acme", "app" },
+        { "https://github.com/acme/app/", "acme", "app" },
+        { "https://github.com/acme/app.git/", "acme", "app" },
+        { "https://GitHub.COM/Acme/App", "Acme", "App" },
+        { "https://github.com/a-b_c/x.y-z_1", "a-b_c", "x.y-z_1" },
+        { "https://github.com/acme/a..b", "acme", "a..b" },
+    };
+    static const in_t  bad[] = {
+        IN("http://github.com/a/b"), IN("HTTPS://github.com/a/b"),
+        IN("git@github.com:a/b.git"), IN("ssh://git@github.com/a/b"),
+        IN("file:///etc"), IN("https://gitlab.com/a/b"),
+        IN("https://github.com.evil.com/a/b"),
+        IN("https://evil.com/github.com/a/b"),
+        IN("https://user:pass@github.com/a/b"),
+        IN("https://ghp_x@github.com/a/b"),
+        IN("https://github.com@evil.com/a/b"),
+        IN("https://github.com:443/a/b"), IN("https://github.com:/a/b"),
+        IN("https://github.com/a/b?x=1"), IN("https://github.com/a/b#f"),
+        IN("https://github.com/a"), IN("https://github.com/a/"),
+        IN("https://github.com/"), IN("https://github.com"),
+        IN("https://github.com/a/b/c"), IN("https://github.com//b"),
+        IN("https://github.com/a//b"), IN("https://github.com/a/b//"),
+        IN("https://github.com/../b"), IN("https://github.com/a/.."),
+        IN("https://github.com/a/."), IN("https://github.com/.a/b"),
+        IN("https://github.com/a/.git"), IN("https://github.com/a/.b"),
+        IN("https://github.com/a/%2e%2e"), IN("https://github.com/a/b c"),
+        IN("https://github.com/a/b\n"), IN("https://github.com/a/b\0x"),
+        IN("https://github.com/a\0/b"), IN("https://github.com/ac\xc3\xa9/b"),
+        IN("https://github.com/a/b\\c"), IN(""), IN("https://"),
+        IN("https://github.com\\a/b"),
+    };
+
+    size_t       i;
+    char        *s;
+    smcp_repo_t  r;
+    const char  *h = "github.com";
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        memset(&r, 0, sizeof(r));
+        ok(smcp_repo_parse(good[i].url, strlen(good[i].url), h, strlen(h), &r)
+           == SMCP_OK
+           && r.owner_len == strlen(good[i].owner)
+           && memcmp(r.owner, good[i].owner, r.owner_len) == 0
+           && r.name_len == strlen(good[i].name)
+           && memcmp(r.name, good[i].name, r.name_len) == 0,
+           "repository %s -> %s/%s", good[i].url, good[i].owner,
+           good[i].name);
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(smcp_repo_parse(bad[i].s, bad[i].len, h, strlen(h), &r)
+           == SMCP_ERR, "repository '%s' refused",
+           show(bad[i].s, bad[i].len));
+    }
+
+    ok(smcp_repo_parse("https://git.example.org/a/b", 27, "git.example.org",
+                       15, &r) == SMCP_OK, "another configured host");
+    ok(smcp_repo_parse("https://github.com/a/b", 22, "", 0, &r) == SMCP_ERR,
+       "no host configured: nothing accepted");
+
+    s = repeat('o', SMCP_REPO_PART_MAX, "");
+    {
+        char  url[512];
+
+        snprintf(url, sizeof(url), "https://github.com/%s/%s", s, s);
+        ok(smcp_repo_parse(url, strlen(url), h, strlen(h), &r) == SMCP_OK,
+           "owner and name of 100 bytes valid");
+        snprintf(url, sizeof(url), "https://github.com/%so/x", s);
+        ok(smcp_repo_parse(url, strlen(url), h, strlen(h), &r) == SMCP_ERR,
+           "owner of 101 bytes refused");
+        snprintf(url, sizeof(url), "https://github.com/x/%so", s);
+        ok(smcp_repo_parse(url, strlen(url), h, strlen(h), &r) == SMCP_ERR,
+           "name of 101 bytes refused");
+    }
+    free(s);
+}
+
+
+static int
+grant(const char *g, const char *url)
+{
+    smcp_repo_t  r;
+
+    if (smcp_repo_parse(url, strlen(url), "github.com", 10, &r) != SMCP_OK) {
+        return -1;
+    }
+
+    return smcp_grant_match(g, strlen(g), &r);
+}
+
+
+static void
+test_grants(void)
+{
+    static const in_t  good[] = {
+        IN("*"), IN("acme/app"), IN("acme/*"), IN("Acme/App.git"),
+        IN("a-b/c_d.e"),
+    };
+    static const in_t  bad[] = {
+        IN(""), IN("acme"), IN("acme/"), IN("/app"), IN("*/app"),
+        IN("acme/a*"), IN("acme/*/x"), IN("acme/app/x"), IN("a b/c"),
+        IN("acme/app\0"), IN("acme\0/app"), IN("../x"), IN(".x/y"),
+        IN("x/.y"), IN("acme/.git"), IN("**"), IN("*/*"), IN("acme/**"),
+        IN("ac\xc3\xa9/x"), IN("acme/app "), IN(" acme/app"),
+        IN("https://github.com/acme/app"),
+    };
+
+    size_t  i;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ok(smcp_grant_valid(good[i].s, good[i].len), "grant '%s' valid",
+           show(good[i].s, good[i].len));
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(!smcp_grant_valid(bad[i].s, bad[i].len), "grant '%s' refused",
+           show(bad[i].s, bad[i].len));
+    }
+
+    ok(grant("acme/app", "https://github.com/acme/app") == 1,
+       "acme/app grants acme/app");
+    ok(grant("acme/app", "https://github.com/ACME/App") == 1,
+       "... case-insensitively");
+    ok(grant("acme/app", "https://github.com/acme/app.git") == 1,
+       "... with .git in the URL");
+    ok(grant("acme/app.git", "https://github.com/acme/app") == 1,
+       "a grant with .git names the same repository");
+    ok(grant("acme/app", "https://github.com/acme/app-evil") == 0,
+       "acme/app does not grant acme/app-evil");
+    ok(grant("acme/app", "https://github.com/acme/ap") == 0,
+       "acme/app does not grant acme/ap");
+    ok(grant("acme/app", "https://github.com/acme/app.gitx") == 0,
+       "acme/app does not grant acme/app.gitx");
+    ok(grant("acme/app", "https://github.com/evil/app") == 0,
+       "acme/app does not grant evil/app");
+    ok(grant("acme/*", "https://github.com/acme/other") == 1,
+       "acme/* grants acme/other");
+    ok(grant("acme/*", "https://github.com/Acme/other") == 1,
+       "acme/* grants Acme/other");
+    ok(grant("acme/*", "https://github.com/acmex/app") == 0,
+       "acme/* does not grant acmex/app");
+    ok(grant("acme/*", "https://github.com/acm/app") == 0,
+       "acme/* does not grant acm/app");
+    ok(grant("*", "https://github.com/any/thing") == 1, "* grants anything");
+    ok(grant("acme/a*", "https://github.com/acme/ab") == 0,
+       "an invalid grant grants nothing");
+    ok(grant("", "https://github.com/acme/ab") == 0,
+       "an empty grant grants nothing");
+}
+
+
+static void
+test_model(void)
+{
+    static const in_t  good[] = {
+        IN("anthropic/claude-sonnet-4-5"), IN("openai/gpt-5"),
+        IN("openrouter/anthropic/claude-3.5"), IN("a/b:c@d"),
+        IN("compat/qwen3-coder"),
+    };
+    static const in_t  bad[] = {
+        IN(""), IN("x"), IN("/x"), IN("x/"), IN("a//b"), IN("a/../b"),
+        IN("../a"), IN("a/.b"), IN("a b/c"), IN("a/b c"), IN("a/caf\xc3\xa9"),
+        IN("a/b\0"), IN("a\0/b"), IN("a/b\n"), IN("a/b?x"), IN("a/b#x"),
+        IN("a\\b/c"), IN("/"), IN("//"),
+    };
+
+    size_t  i;
+    char   *s;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ok(smcp_valid_model(good[i].s, good[i].len), "model '%s' valid",
+           show(good[i].s, good[i].len));
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(!smcp_valid_model(bad[i].s, bad[i].len), "model '%s' refused",
+           show(bad[i].s, bad[i].len));
+    }
+
+    s = repeat('m', SMCP_MODEL_MAX - 2, "/x");
+    ok(smcp_valid_model(s, SMCP_MODEL_MAX), "model of 200 bytes valid");
+    free(s);
+    s = repeat('m', SMCP_MODEL_MAX - 1, "/x");
+    ok(!smcp_valid_model(s, SMCP_MODEL_MAX + 1), "model of 201 bytes refused");
+    free(s);
+}
+
+
+static void
+test_tenant(void)
+{
+    static const in_t  good[] = {
+        IN("alice"), IN("a@b.c"), IN("A-Z_09"), IN("x"),
+    };
+    static const in_t  bad[] = {
+        IN(""), IN("a:b"), IN("a*"), IN("a b"), IN("\xc3\xa9"), IN("a\0"),
+        IN("a/b"), IN("{x}"), IN("a\nb"), IN("a?"), IN("runs:bob"),
+    };
+
+    size_t  i;
+    char   *s;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ok(smcp_valid_tenant(good[i].s, good[i].len), "tenant '%s' valid",
+           show(good[i].s, good[i].len));
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(!smcp_valid_tenant(bad[i].s, bad[i].len), "tenant '%s' refused",
+           show(bad[i].s, bad[i].len));
+    }
+
+    ok(!smcp_valid_tenant(NULL, 0), "no tenant refused");
+
+    s = repeat('t', SMCP_TENANT_MAX + 1, "");
+    ok(smcp_valid_tenant(s, SMCP_TENANT_MAX), "tenant of 128 bytes valid");
+    ok(!smcp_valid_tenant(s, SMCP_TENANT_MAX + 1),
+       "tenant of 129 bytes refused");
+    free(s);
+}
+
+
+static void
+test_stream_id(void)
+{
+    static const in_t  good[] = {
+        IN("0"), IN("1764430000000-0"), IN("1764430000000"),
+        IN("18446744073709551615-18446744073709551615"),
+    };
+    static const in_t  bad[] = {
+        IN(""), IN("-"), IN("1-"), IN("-1"), IN("1--2"), IN("1-2-3"),
+        IN("18446744073709551616"), IN("1-18446744073709551616"),
+        IN("99999999999999999999999"), IN("+1"), IN(" 1"), IN("1 "),
+        IN("1\0"), IN("a"), IN("1-a"), IN("0x10"), IN("(1"), IN("1-*"),
+        IN("\xd9\xa1"),
+        IN("000000000000000000000000000000000000000001"),
+    };
+
+    size_t  i;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ok(smcp_valid_stream_id(good[i].s, good[i].len),
+           "stream id '%s' valid", show(good[i].s, good[i].len));
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(!smcp_valid_stream_id(bad[i].s, bad[i].len),
+           "stream id '%s' refused", show(bad[i].s, bad[i].len));
+    }
+}
+
+
+static void
+test_cursor(void)
+{
+    size_t    n;
+    uint64_t  v;
+    char      enc[SMCP_CURSOR_MAX + 1], text[SMCP_CURSOR_TEXT_MAX + 1];
+    char      id[SMCP_ID_LEN + 1], score[20], *s;
+    char      raw[200];
+
+    ok(smcp_cursor_encode(enc, "t:5", 3) == SMCP_OK
+       && smcp_cursor_decode(enc, strlen(enc), text, &n) == SMCP_OK
+       && n == 3 && strcmp(text, "t:5") == 0, "cursor round trip");
+
+    ok(smcp_cursor_number(enc, strlen(enc), 't', 10, &v) == SMCP_OK && v == 5,
+       "cursor t:5 -> 5");
+    ok(smcp_cursor_number(enc, strlen(enc), 't', 4, &v) == SMCP_ERR,
+       "cursor t:5 above the maximum 4 refused");
+    ok(smcp_cursor_number(enc, strlen(enc), 'd', 10, &v) == SMCP_ERR,
+       "cursor of another kind refused");
+
+    ok(smcp_cursor_decode("!!garbage!!", 11, text, &n) == SMCP_ERR,
+       "cursor not base64url refused");
+    ok(smcp_cursor_decode("", 0, text, &n) == SMCP_ERR,
+       "empty cursor refused");
+    ok(smcp_cursor_decode(NULL, 0, text, &n) == SMCP_ERR,
+       "absent cursor refused");
+    ok(smcp_cursor_decode("dDo1", 4, text, &n) == SMCP_OK,
+       "cursor dDo1 (t:5) decodes");
+    ok(smcp_cursor_decode("dDo1\0", 5, text, &n) == SMCP_ERR,
+       "cursor with a NUL byte refused");
+    ok(smcp_cursor_decode("dA", 2, text, &n) == SMCP_OK && n == 1,
+       "one-byte cursor decodes");
+    ok(smcp_cursor_decode("dAA", 3, text, &n) == SMCP_ERR,
+       "cursor decoding to a NUL refused");
+
+    s = repeat('A', SMCP_CURSOR_MAX + 4, "");
+    ok(smcp_cursor_decode(s, SMCP_CURSOR_MAX + 4, text, &n) == SMCP_ERR,
+       "overlong cursor refused");
+    free(s);
+
+    memset(raw, 'x', 121);
+    ok(smcp_cursor_encode(enc, raw, 121) == SMCP_ERR,
+       "text over 120 bytes not encoded");
+    ok(smcp_cursor_encode(enc, raw, 120) == SMCP_OK, "text of 120 encoded");
+    ok(smcp_cursor_encode(enc, "a\0b", 3) == SMCP_ERR,
+       "text with NUL not encoded");
+
+#define NUM(text_, kind_, max_, want_ok_, want_v_, name_)                     \
+    do {                                                                      \
+        smcp_cursor_encode(enc, text_, sizeof(text_) - 1);                    \
+        v = 12345;                                                            \
+        ok((smcp_cursor_number(enc, strlen(enc), kind_, max_, &v) == SMCP_OK) \
+           == (want_ok_) && (!(want_ok_) || v == (want_v_)), name_);          \
+    } while (0)
+
+    NUM("d:0", 'd', UINT64_MAX, 1, 0, "d:0 -> 0");
+    NUM("d:65536", 'd', UINT64_MAX, 1, 65536, "d:65536");
+    NUM("d:", 'd', UINT64_MAX, 0, 0, "d: (no number) refused");
+    NUM("d:-1", 'd', UINT64_MAX, 0, 0, "d:-1 refused");
+    NUM("d:+1", 'd', UINT64_MAX, 0, 0, "d:+1 refused");
+    NUM("d:1a", 'd', UINT64_MAX, 0, 0, "d:1a refused");
+    NUM("d:1 ", 'd', UINT64_MAX, 0, 0, "d:1<space> refused");
+    NUM("d:18446744073709551616", 'd', UINT64_MAX, 0, 0,
+        "d: beyond 64 bits refused");
+    NUM("d:18446744073709551615", 'd', UINT64_MAX, 1, UINT64_MAX,
+        "d: 2^64-1 accepted with no maximum");
+    NUM("d5", 'd', UINT64_MAX, 0, 0, "d5 (no colon) refused");
+    NUM("dd:5", 'd', UINT64_MAX, 0, 0, "dd:5 refused");
+
+#define RUN(text_, want_ok_, name_)                                           \
+    do {                                                                      \
+        smcp_cursor_encode(enc, text_, sizeof(text_) - 1);                    \
+        ok((smcp_cursor_run(enc, strlen(enc), id, score) == SMCP_OK)          \
+           == (want_ok_), name_);                                             \
+    } while (0)
+
+    RUN("r:run_0123456789abcdef01234567:1764430000000", 1, "run cursor");
+    ok(strcmp(id, "run_0123456789abcdef01234567") == 0
+       && strcmp(score, "1764430000000") == 0, "run cursor: id and score");
+    RUN("r:run_0123456789abcdef01234567:", 0, "run cursor without score");
+    RUN("r:run_0123456789abcdef0123456:17", 0, "run cursor short id");
+    RUN("r:run_0123456789ABCDEF01234567:17", 0, "run cursor upper-case id");
+    RUN("r:ses_0123456789abcdef01234567:17", 0, "run cursor session id");
+    RUN("r:run_0123456789abcdef01234567:1:2", 0, "run cursor extra colon");
+    RUN("r:run_0123456789abcdef01234567:-1", 0, "run cursor negative");
+    RUN("r:run_0123456789abcdef01234567:12345678901234567890", 0,
+        "run cursor score of 20 digits");
+    RUN("r:run_0123456789abcdef01234567:inf", 0, "run cursor score inf");
+    RUN("t:run_0123456789abcdef01234567:17", 0, "run cursor other kind");
+}
+
+
+/* diffs */
+
+
+static const char  diff_a[] =
+    "diff --git a/a.txt b/a.txt\n"
+    "index 1111111..2222222 100644\n"
+    "--- a/a.txt\n"
+    "+++ b/a.txt\n"
+    "@@ -1,2 +1,2 @@\n"
+    "-old\n"
+    "+new\n"
+    " same\n";
+
+static const char  diff_space[] =
+    "diff --git a/src/big file.txt b/src/big file.txt\n"
+    "--- a/src/big file.txt\t\n"
+    "+++ b/src/big file.txt\t\n"
+    "@@ -0,0 +1,2 @@\n"
+    "+one\n"
+    "+two\n";
+
+static const char  diff_quoted[] =
+    "diff --git \"a/t\\tb\" \"b/t\\tb\"\n"
+    "--- \"a/t\\tb\"\n"
+    "+++ \"b/t\\tb\"\n"
+    "@@ -1 +1 @@\n"
+    "-x\n"
+    "+y\n";
+
+static const char  diff_octal[] =
+    "diff --git \"a/caf\\303\\251\" \"b/caf\\303\\251\"\n"
+    "new file mode 100644\n"
+    "--- /dev/null\n"
+    "+++ \"b/caf\\303\\251\"\n"
+    "@@ -0,0 +1 @@\n"
+    "+\n";
+
+static const char  diff_rename[] =
+    "diff --git a/old name.c b/new.c\n"
+    "similarity index 90%\n"
+    "rename from old name.c\n"
+    "rename to new.c\n"
+    "--- a/old name.c\t\n"
+    "+++ b/new.c\n"
+    "@@ -1 +1 @@\n"
+    "-a\n"
+    "+b\n";
+
+static const char  diff_deleted[] =
+    "diff --git a/gone.c b/gone.c\n"
+    "deleted file mode 100644\n"
+    "--- a/gone.c\n"
+    "+++ /dev/null\n"
+    "@@ -1,3 +0,0 @@\n"
+    "-1\n"
+    "-2\n"
+    "-3\n";
+
+/* hunk lines that look like headers: a deleted line "-- a/other" and an
+ * added line "diff --git ..." (prefixed, so never a header) */
+static const char  diff_tricky[] =
+    "diff --git a/t.md b/t.md\n"
+    "--- a/t.md\n"
+    "+++ b/t.md\n"
+    "@@ -1,2 +1,2 @@\n"
+    "--- a/other\n"
+    "++++ b/other\n"
+    "+diff --git a/evil b/evil\n"
+    " rename from x\n";
+
+static const char  diff_binary[] =
+    "diff --git a/img.png b/img.png\n"
+    "index 1111111..2222222 100644\n"
+    "Binary files a/img.png and b/img.png differ\n";
+
+static const char  diff_last[] =
+    "diff --git a/c.txt b/c.txt\n"
+    "--- a/c.txt\n"
+    "+++ b/c.txt\n"
+    "@@ -1 +1 @@\n"
+    "-b\n"
+    "+c";                       /* no newline at the end */
+
+
+static int
+find(const char *diff, size_t len, const char *path, size_t plen,
+    size_t want_off, size_t want_len)
+{
+    size_t  off, n;
+
+    if (!smcp_diff_find(diff, len, path, plen, &off, &n)) {
+        return want_len == 0;
+    }
+
+    return off == want_off && n == want_len;
+}
+
+
+static void
+test_diff_sections(void)
+{
+    char              *all, *p;
+    size_t             len, o[9], pos;
+    smcp_diff_file_t  *f;
+    int                n;
+
+    const char  *parts[] = {
+        "preamble line\n", diff_a, diff_space, diff_quoted, diff_octal,
+        diff_rename, diff_deleted, diff_tricky, diff_binary, diff_last
+    };
+
+    len = 0;
+    for (n = 0; n < 10; n++) {
+        len += strlen(parts[n]);
+    }
+
+    all = xmalloc(len + 1);
+    p = all;
+
+    for (n = 0; n < 10; n++) {
+        if (n > 0) {
+            o[n - 1] = p - all;
+        }
+
+        p += sprintf(p, "%s", parts[n]);
+    }
+
+#define SECTION(i)  o[i], strlen(parts[(i) + 1])
+
+    ok(find(all, len, "a.txt", 5, SECTION(0)), "diff: a.txt section");
+    ok(find(all, len, "src/big file.txt", 16, SECTION(1)),
+       "diff: a path with a space (tab after the ---/+++ names)");
+    ok(find(all, len, "t\tb", 3, SECTION(2)), "diff: a quoted path (tab)");
+    ok(find(all, len, "caf\xc3\xa9", 5, SECTION(3)),
+       "diff: a quoted path with octal escapes (UTF-8), new file");
+    ok(find(all, len, "old name.c", 10, SECTION(4)),
+       "diff: a rename under its old path");
+    ok(find(all, len, "new.c", 5, SECTION(4)),
+       "diff: a rename under its new path");
+    ok(find(all, len, "gone.c", 6, SECTION(5)), "diff: a deleted file");
+    ok(find(all, len, "t.md", 4, SECTION(6)), "diff: tricky hunk lines");
+    ok(find(all, len, "other", 5, 0, 0),
+       "diff: '--- a/other' inside a hunk is no header");
+    ok(find(all, len, "evil", 4, 0, 0),
+       "diff: '+diff --git' inside a hunk is no section");
+    ok(find(all, len, "x", 1, 0, 0),
+       "diff: ' rename from x' inside a hunk is no rename");
+    ok(find(all, len, "img.png", 7, SECTION(7)), "diff: a binary file");
+    ok(find(all, len, "c.txt", 5, SECTION(8)),
+       "diff: the last section without a final newline");
+    ok(find(all, len, "a.tx", 4, 0, 0) && find(all, len, "a.txt.bak", 9, 0, 0)
+       && find(all, len, "A.txt", 5, 0, 0),
+       "diff: paths match exactly (no prefix, no suffix, case)");
+    ok(find(all, len, "b/a.txt", 7, 0, 0) && find(all, len, "a/a.txt", 7, 0, 0),
+       "diff: the a/ b/ prefixes are not part of the path");
+    ok(find(all, len, "preamble line", 13, 0, 0), "diff: the preamble is none");
+    ok(find(all, len, "", 0, 0, 0), "diff: an empty path finds nothing");
+
+    f = xmalloc(sizeof(smcp_diff_file_t));
+    pos = 0;
+    n = 0;
+
+    while (smcp_diff_next(all, len, &pos, f)) {
+        if (n == 0) {
+            ok(f->additions == 1 && f->deletions == 1,
+               "diff: a.txt counts +1 -1");
+        }
+
+        if (n == 4) {
+            ok(strcmp(f->old_path, "old name.c") == 0
+               && strcmp(f->new_path, "new.c") == 0,
+               "diff: rename paths old name.c -> new.c");
+        }
+
+        if (n == 5) {
+            ok(strcmp(f->old_path, "gone.c") == 0 && f->new_len == 0
+               && f->deletions == 3 && f->additions == 0,
+               "diff: deleted file: no new path, -3");
+        }
+
+        if (n == 3) {
+            ok(f->old_len == 0 && strcmp(f->new_path, "caf\xc3\xa9") == 0,
+               "diff: new file: no old path");
+        }
+
+        if (n == 6) {
+            ok(f->additions == 2 && f->deletions == 1,
+               "diff: hunk lines counted by their first byte");
+        }
+
+        n++;
+    }
+
+    ok(n == 9 && pos == len, "diff: nine sections, the whole diff read");
+
+    free(f);
+    free(all);
+}
+
+
+/* a section whose four path fields are plen bytes long */
+static size_t
+long_section(char *d, const char *path, size_t plen)
+{
+    static const char  *pre[] = { "diff --git a/", " b/", "\n--- a/",
+                                  "\n+++ b/" };
+    char               *p;
+    size_t              i;
+
+    p = d;
+
+    for (i = 0; i < 4; i++) {
+        memcpy(p, pre[i], strlen(pre[i]));
+        p += strlen(pre[i]);
+        memcpy(p, path, plen);
+        p += plen;
+    }
+
+    memcpy(p, "\n@@ -1 +1 @@\n-a\n+b\n", 20);
+
+    return p + 20 - d;
+}
+
+
+static void
+test_diff_hostile(void)
+{
+    char    *d, *path;
+    size_t   off, n, plen;
+    long     r;
+    char     buf[64];
+
+    ok(!smcp_diff_find(NULL, 0, "a", 1, &off, &n), "diff: NULL diff");
+    ok(!smcp_diff_find("", 0, "a", 1, &off, &n), "diff: empty diff");
+    ok(!smcp_diff_find("diff --git ", 11, "a", 1, &off, &n),
+       "diff: a bare header line");
+
+    /* unterminated quote, bad escapes */
+    ok(smcp_diff_unquote("\"a/x", 4, buf, sizeof(buf)) == -1,
+       "unquote: unterminated");
+    ok(smcp_diff_unquote("\"a\\q\"", 5, buf, sizeof(buf)) == -1,
+       "unquote: unknown escape");
+    ok(smcp_diff_unquote("\"a\\000\"", 7, buf, sizeof(buf)) == -1,
+       "unquote: \\000 (NUL) refused");
+    ok(smcp_diff_unquote("\"a\\777\"", 7, buf, sizeof(buf)) == -1,
+       "unquote: \\777 beyond a byte refused");
+    ok(smcp_diff_unquote("\"a\\12\"", 6, buf, sizeof(buf)) == -1,
+       "unquote: short octal refused");
+    ok(smcp_diff_unquote("\"a\\\"", 4, buf, sizeof(buf)) == -1,
+       "unquote: escaped closing quote refused");
+    ok(smcp_diff_unquote("\"a\"b\"", 5, buf, sizeof(buf)) == -1,
+       "unquote: inner quote refused");
+    r = smcp_diff_unquote("\"x\\\\y\\\"z\\n\"", 11, buf, sizeof(buf));
+    ok(r == 6 && memcmp(buf, "x\\y\"z\n", 6) == 0, "unquote: escapes");
+    ok(smcp_diff_unquote("\"abcdef\"", 8, buf, 5) == -1,
+       "unquote: longer than the buffer refused");
+
+    /* a path longer than SMCP_DIFF_PATH_MAX is nobody's */
+    plen = SMCP_DIFF_PATH_MAX + 1;
+    path = xmalloc(plen);
+    memset(path, 'p', plen);
+    d = xmalloc(4 * plen + 200);
+    n = long_section(d, path, plen);
+    ok(!smcp_diff_find(d, n, path, plen, &off, &n),
+       "diff: a path over 4096 bytes is not found (nor overflows)");
+    plen = SMCP_DIFF_PATH_MAX;
+    n = long_section(d, path, plen);
+    ok(smcp_diff_find(d, n, path, plen, &off, &n) && off == 0,
+       "diff: a path of 4096 bytes is found");
+
+    /* a NUL inside a path line */
+    memcpy(d, "diff --git a/x\0y b/x\0y\n@@ -1 +1 @@\n", 36);
+    ok(!smcp_diff_find(d, 36, "x", 1, &off, &n),
+       "diff: a path with NUL is nobody's");
+
+    free(d);
+    free(path);
+}
+
+
+int
+main(void)
+{
+    test_branch();
+    test_repository();
+    test_grants();
+    test_model();
+    test_tenant();
+    test_stream_id();
+    test_cursor();
+    test_diff_sections();
+    test_diff_hostile();
+
+    printf("1..%d\n", tests);
+
+    return failed ? 1 : 0;
+}

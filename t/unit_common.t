@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# C unit tests (t/unit/common.c) of the validators and the diff parser in
+# ngx_sandbox_mcp_module/common/: tenant and sandbox input, hostile cases.
+# Built with the project's warnings and, where the compiler has them,
+# AddressSanitizer and UBSan.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=$top/build/unit-common
+mkdir -p "$top/build"
+san="-fsanitize=address,undefined -fno-omit-frame-pointer"
+echo 'int main(void){return 0;}' >"$top/build/unit-common-probe.c"
+if ! cc $san -o "$top/build/unit-common-probe" \
+        "$top/build/unit-common-probe.c" 2>/dev/null; then
+    san=
+fi
+if ! cc -O1 -g $san -Wall -Wextra -Wno-unused-parameter -Werror \
+        -I"$top/ngx_sandbox_mcp_module/common" \
+        -o "$out" "$top/t/unit/common.c" \
+        "$top"/ngx_sandbox_mcp_module/common/*.c \
+        -ljansson -lcrypto 2>"$top/build/unit-common.log"; then
+    echo "1..1"
+    echo "not ok 1 - the unit tests build"
+    sed 's/^/# /' "$top/build/unit-common.log"
+    exit 1
+fi
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 exec "$out"
