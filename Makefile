@@ -6,7 +6,8 @@
 #   make up/down    start/stop the local stack (redis, nginx + module,
 #                   sandbox network, runner)
 #   make sandbox-image   build the sandbox image
-#   make token SUB=alice   mint a bearer token for tenant "alice"
+#   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
+#                   tenant "alice" (that may name those repositories)
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
@@ -101,8 +102,8 @@ down:
 
 # the secret: $$PROXY_JWT_SECRET, else the one `make up` generated
 token: $(TOKEN_BIN)
-	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds]}" \
-	    $${TTL:+--ttl $$TTL} \
+	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*]}" \
+	    $${TTL:+--ttl $$TTL} $${REPOS:+--repos "$$REPOS"} \
 	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)
 
 clean:

@@ -106,6 +106,8 @@ struct ngx_http_sandbox_mcp_call_s {
 struct ngx_http_sandbox_mcp_ctx_s {
     ngx_http_request_t                 *request;
     ngx_str_t                           tenant;
+    ngx_array_t                        *repos;      /* of ngx_str_t: the
+                                                       token's grants */
     ngx_str_t                           session_id;     /* Mcp-Session-Id */
     ngx_str_t                           version;        /* effective */
     ngx_str_t                           header_version; /* as sent */

@@ -902,94 +902,170 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 }
 
 
-static void
-ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
+/* the arguments of opencode_run_task, validated */
+typedef struct {
+    ngx_str_t                   task;
+    ngx_str_t                   repo;
+    ngx_str_t                   branch;
+    ngx_str_t                   session;
+    ngx_str_t                   model;
+    ngx_str_t                   title;
+    json_int_t                  timeout;
+    ngx_uint_t                  create_pr;
+    u_char                      title_buf[128];
+} ngx_http_sandbox_mcp_task_t;
+
+
+/* is the repository among the token's grants (its "repos" claim)? */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_granted(ngx_http_sandbox_mcp_call_t *call,
+    smcp_repo_t *repo)
 {
-    size_t                            i, n;
-    json_t                           *v;
-    json_int_t                        timeout;
-    ngx_int_t                         rc;
-    ngx_str_t                         task, repo, branch, session, model;
-    ngx_str_t                         title, args[13];
-    ngx_pool_t                       *pool;
-    ngx_http_request_t               *r;
-    ngx_http_sandbox_mcp_key_t        keys[7];
-    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
-    smcp_repo_t                       grant;
-    char                              run_id[SMCP_ID_LEN + 1];
-    char                              ses_id[SMCP_ID_LEN + 1];
-    u_char                            tbuf[128];
+    u_char      *p, *last;
+    ngx_str_t   *g;
+    ngx_uint_t   i, n;
+    u_char       list[256];
 
-    r = call->ctx->request;
-    pool = r->pool;
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+    g = call->ctx->repos ? call->ctx->repos->elts : NULL;
+    n = call->ctx->repos ? call->ctx->repos->nelts : 0;
 
-    if (ngx_http_sandbox_mcp_arg_string(call, "task", 1, lcf->max_task_size,
-                                        &task)
-        != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "repository", 0, 512, &repo)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "branch", 0,
-                                            SMCP_BRANCH_MAX, &branch)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64, &session)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "model", 0,
-                                            SMCP_MODEL_MAX, &model)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "title", 0, 200, &title)
-           != NGX_OK)
-    {
-        return;
+    for (i = 0; i < n; i++) {
+        if (smcp_grant_match((char *) g[i].data, g[i].len, repo)) {
+            return NGX_OK;
+        }
     }
 
-    if (repo.len
-        && smcp_repo_parse((char *) repo.data, repo.len,
-                           (char *) lcf->github_host.data,
-                           lcf->github_host.len, &grant)
-           != SMCP_OK)
+    if (n == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not "
+                                        "granted: this token grants no "
+                                        "repositories (its \"repos\" claim "
+                                        "is missing). Ask for a token "
+                                        "minted with --repos owner/repo.",
+                                        repo->owner_len, repo->owner,
+                                        repo->name_len, repo->name);
+        return NGX_ERROR;
+    }
+
+    p = list;
+    last = list + sizeof(list) - 4;
+
+    for (i = 0; i < n && p < last; i++) {
+        p = ngx_slprintf(p, last, "%s%V", i ? ", " : "", &g[i]);
+    }
+
+    if (i < n || p == last) {
+        p = ngx_cpymem(p, "...", 3);
+    }
+
+    *p = '\0';
+
+    ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not granted "
+                                    "to this token; it may name only: %s.",
+                                    repo->owner_len, repo->owner,
+                                    repo->name_len, repo->name, list);
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    if (ngx_http_sandbox_mcp_arg_string(call, "task", 1, lcf->max_task_size,
+                                        &t->task)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "repository", 0, 512,
+                                           &t->repo)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "branch", 0,
+                                           SMCP_BRANCH_MAX, &t->branch)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64,
+                                           &t->session)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "model", 0,
+                                           SMCP_MODEL_MAX, &t->model)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "title", 0, 200, &t->title)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_task_repository(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    smcp_repo_t  repo;
+
+    if (t->repo.len == 0) {
+        if (t->branch.len) {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' needs "
+                                            "'repository'.");
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (smcp_repo_parse((char *) t->repo.data, t->repo.len,
+                        (char *) lcf->github_host.data, lcf->github_host.len,
+                        &repo)
+        != SMCP_OK)
     {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'repository' must be "
                                         "an https URL of a repository on %V, "
                                         "like https://%V/owner/repo (no "
-                                        "credentials, query or fragment).",
+                                        "credentials, port, query or "
+                                        "fragment).",
                                         &lcf->github_host, &lcf->github_host);
-        return;
+        return NGX_ERROR;
     }
 
-    if (branch.len && !smcp_valid_branch((char *) branch.data, branch.len)) {
+    if (t->branch.len
+        && !smcp_valid_branch((char *) t->branch.data, t->branch.len))
+    {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' is not a "
-                                        "valid git branch name (no spaces, "
-                                        "'..', '~^:?*[\\', leading '-' or "
-                                        "trailing '.lock').");
-        return;
+                                        "valid git branch name (ASCII; no "
+                                        "spaces, '..', '~^:?*[\\', leading "
+                                        "'-' or trailing '.lock').");
+        return NGX_ERROR;
     }
 
-    if (branch.len && repo.len == 0) {
-        ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' needs "
-                                        "'repository'.");
-        return;
-    }
+    return ngx_http_sandbox_mcp_task_granted(call, &repo);
+}
 
-    if (session.len
-        && !smcp_valid_id((char *) session.data, session.len,
+
+static ngx_int_t
+ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    json_t     *v;
+    ngx_int_t   rc;
+
+    if (t->session.len
+        && !smcp_valid_id((char *) t->session.data, t->session.len,
                           SMCP_SESSION_ID_PREFIX))
     {
         ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: sessionIds "
                                         "look like ses_ followed by 24 hex "
                                         "digits (omit it to start a new "
                                         "session).");
-        return;
+        return NGX_ERROR;
     }
 
-    if (model.len == 0) {
-        model = lcf->default_model;
+    if (t->model.len == 0) {
+        t->model = lcf->default_model;
 
-    } else if (!smcp_valid_model((char *) model.data, model.len)) {
+    } else if (!smcp_valid_model((char *) t->model.data, t->model.len)) {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'model' must look "
                                         "like provider/model, e.g. "
                                         "anthropic/claude-sonnet-4-5.");
-        return;
+        return NGX_ERROR;
     }
 
     v = json_object_get(call->args, "createPullRequest");
@@ -997,74 +1073,107 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     if (v && !json_is_null(v) && !json_is_boolean(v)) {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
                                         "must be true or false.");
-        return;
+        return NGX_ERROR;
     }
 
-    if (json_is_true(v) && repo.len == 0) {
+    t->create_pr = json_is_true(v);
+
+    if (t->create_pr && t->repo.len == 0) {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
                                         "needs 'repository'.");
-        return;
+        return NGX_ERROR;
     }
 
     rc = ngx_http_sandbox_mcp_arg_integer(call, "timeoutSeconds", 1,
-                                          lcf->run_timeout_max, &timeout);
+                                          lcf->run_timeout_max, &t->timeout);
     if (rc == NGX_ERROR) {
-        return;
+        return NGX_ERROR;
     }
 
     if (rc == NGX_DECLINED) {
-        timeout = lcf->run_timeout;
+        t->timeout = lcf->run_timeout;
     }
 
-    if (title.len == 0) {
-        /* the task's first line, shortened on a character boundary */
-        n = 0;
+    return NGX_OK;
+}
 
-        for (i = 0; i < task.len && task.data[i] != '\n' && i < 80; i++) {
-            if ((task.data[i] & 0xc0) != 0x80) {
-                n = i;
-            }
-        }
 
-        if (i == task.len || task.data[i] == '\n') {
-            n = i;
-        }
+/* no title: the task's first line, shortened on a character boundary */
+static void
+ngx_http_sandbox_mcp_task_title(ngx_http_sandbox_mcp_task_t *t)
+{
+    size_t  i, n;
 
-        ngx_memcpy(tbuf, task.data, n);
-        title.data = tbuf;
-        title.len = n;
-    }
-
-    if (smcp_make_id(run_id, SMCP_RUN_ID_PREFIX) != SMCP_OK) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
+    if (t->title.len) {
         return;
     }
 
-    call->run_id.len = SMCP_ID_LEN;
+    n = 0;
+
+    for (i = 0; i < t->task.len && t->task.data[i] != '\n' && i < 80; i++) {
+        if ((t->task.data[i] & 0xc0) != 0x80) {
+            n = i;
+        }
+    }
+
+    if (i == t->task.len || t->task.data[i] == '\n') {
+        n = i;
+    }
+
+    ngx_memcpy(t->title_buf, t->task.data, n);
+    t->title.data = t->title_buf;
+    t->title.len = n;
+}
+
+
+/* a new run id in call->run_id, the session's (new or given) in call->path */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_ids(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_task_t *t)
+{
+    ngx_pool_t  *pool;
+    char         id[SMCP_ID_LEN + 1];
+
+    pool = call->ctx->request->pool;
+
     call->run_id.data = ngx_pnalloc(pool, SMCP_ID_LEN);
     call->path.data = ngx_pnalloc(pool, SMCP_ID_LEN);
 
-    if (call->run_id.data == NULL || call->path.data == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
+    if (call->run_id.data == NULL || call->path.data == NULL
+        || smcp_make_id(id, SMCP_RUN_ID_PREFIX) != SMCP_OK)
+    {
+        return NGX_ERROR;
     }
 
-    ngx_memcpy(call->run_id.data, run_id, SMCP_ID_LEN);
+    call->run_id.len = SMCP_ID_LEN;
+    ngx_memcpy(call->run_id.data, id, SMCP_ID_LEN);
 
-    if (session.len == 0) {
-        if (smcp_make_id(ses_id, SMCP_SESSION_ID_PREFIX) != SMCP_OK) {
-            ngx_http_sandbox_mcp_tool_unavailable(call);
-            return;
+    if (t->session.len == 0) {
+        if (smcp_make_id(id, SMCP_SESSION_ID_PREFIX) != SMCP_OK) {
+            return NGX_ERROR;
         }
 
-        ngx_memcpy(call->path.data, ses_id, SMCP_ID_LEN);
+        ngx_memcpy(call->path.data, id, SMCP_ID_LEN);
 
     } else {
-        ngx_memcpy(call->path.data, session.data, SMCP_ID_LEN);
+        ngx_memcpy(call->path.data, t->session.data, SMCP_ID_LEN);
     }
 
-    /* call->path holds the session id for the reply */
     call->path.len = SMCP_ID_LEN;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_task_t *t)
+{
+    ngx_str_t                    args[13];
+    ngx_pool_t                  *pool;
+    ngx_http_sandbox_mcp_key_t   keys[7];
+
+    pool = call->ctx->request->pool;
 
     keys[0].fmt = SMCP_KEY_RUN;
     keys[0].arg = &call->run_id;
@@ -1085,27 +1194,57 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
     args[1] = call->ctx->tenant;
     args[2] = call->path;
     ngx_str_set(&args[3], "1");
-    if (session.len) {
+    if (t->session.len) {
         ngx_str_set(&args[3], "0");
     }
     args[4] = ngx_http_sandbox_mcp_redis_number(pool,
                                                  ngx_http_sandbox_mcp_now_ms());
-    args[5] = task;
-    args[6] = repo;
-    args[7] = branch;
-    args[8] = model;
-    args[9] = title;
+    args[5] = t->task;
+    args[6] = t->repo;
+    args[7] = t->branch;
+    args[8] = t->model;
+    args[9] = t->title;
     ngx_str_set(&args[10], "0");
-    if (json_is_true(v)) {
+    if (t->create_pr) {
         ngx_str_set(&args[10], "1");
     }
-    args[11] = ngx_http_sandbox_mcp_redis_number(pool, timeout);
+    args[11] = ngx_http_sandbox_mcp_redis_number(pool, t->timeout);
     args[12] = ngx_http_sandbox_mcp_events_maxlen;
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
                                      keys, 7, args, 13);
+}
+
+
+/* every check before anything is written: the script checks the rest */
+static void
+ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_task_t       t;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    ngx_memzero(&t, sizeof(ngx_http_sandbox_mcp_task_t));
+
+    if (ngx_http_sandbox_mcp_task_strings(call, lcf, &t) != NGX_OK
+        || ngx_http_sandbox_mcp_task_repository(call, lcf, &t) != NGX_OK
+        || ngx_http_sandbox_mcp_task_options(call, lcf, &t) != NGX_OK)
+    {
+        return;
+    }
+
+    ngx_http_sandbox_mcp_task_title(&t);
+
+    if (ngx_http_sandbox_mcp_task_ids(call, &t) != NGX_OK) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_task_send(call, &t);
 }
 
 

@@ -13,6 +13,7 @@
 
 
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN  64
+#define NGX_HTTP_SANDBOX_MCP_MAX_GRANTS      256
 
 
 static ngx_str_t  ngx_http_sandbox_mcp_versions[] = {
@@ -407,6 +408,60 @@ ngx_http_sandbox_mcp_auth_failed(ngx_int_t *rc, ngx_http_request_t *r,
 
 
 /*
+ * The token's "repos" claim: the repositories the tenant may name.  Absent:
+ * none.  Anything but an array of valid grants refuses the token.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_grants(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *repos)
+{
+    size_t       i;
+    json_t      *v;
+    ngx_str_t   *g;
+    const char  *s;
+
+    if (repos == NULL) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(repos)
+        || json_array_size(repos) > NGX_HTTP_SANDBOX_MCP_MAX_GRANTS)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx->repos = ngx_array_create(r->pool, json_array_size(repos) + 1,
+                                  sizeof(ngx_str_t));
+    if (ctx->repos == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(repos, i, v) {
+        s = json_string_value(v);
+
+        if (s == NULL || !smcp_grant_valid(s, json_string_length(v))) {
+            return NGX_DECLINED;
+        }
+
+        g = ngx_array_push(ctx->repos);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        g->len = json_string_length(v);
+        g->data = ngx_pnalloc(r->pool, g->len);
+        if (g->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(g->data, s, g->len);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * Returns NGX_OK with the tenant set; otherwise the 401 was sent and the
  * return value is NGX_DONE with *rc holding the sender's result.
  */
@@ -416,6 +471,7 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
 {
     u_char                            *p, *last;
     json_t                            *claims, *sub, *scope;
+    ngx_int_t                          rc2;
     const char                        *s;
     ngx_table_elt_t                   *auth;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
@@ -476,6 +532,23 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_auth_failed(rc, r, "token subject "
                                                 "must be 1-128 characters "
                                                 "of A-Z a-z 0-9 . _ - @", 1);
+    }
+
+    rc2 = ngx_http_sandbox_mcp_grants(r, ctx,
+                                      json_object_get(claims, "repos"));
+
+    if (rc2 != NGX_OK) {
+        json_decref(claims);
+
+        if (rc2 == NGX_ERROR) {
+            *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return NGX_DONE;
+        }
+
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "token repos claim "
+                                                "must be an array of "
+                                                "owner/repo, owner/* or *",
+                                                1);
     }
 
     ctx->tenant.len = json_string_length(sub);

@@ -3,7 +3,8 @@
  * secret.
  *
  *   smcp-token --sub alice [--ttl SECONDS] [--scope mcp|ui|egress]
- *              [--run RUNID] [--secret-file FILE]
+ *              [--repos GRANT,...] [--run RUNID]
+ *              [--secret-file FILE]
  *
  * Without --secret-file the secret comes from $PROXY_JWT_SECRET.
  */
@@ -18,6 +19,7 @@
 #include "smcp_jwt.h"
 #include "smcp_keys.h"
 #include "smcp_util.h"
+#include "smcp_validate.h"
 
 
 static void
@@ -25,17 +27,55 @@ smcp_token_usage(void)
 {
     fprintf(stderr,
         "usage: smcp-token --sub TENANT [--ttl SECONDS] [--scope SCOPE]\n"
-        "                  [--run RUNID] [--secret-file FILE]\n"
+        "                  [--repos GRANTS] [--run RUNID] "
+        "[--secret-file FILE]\n"
         "  --ttl      lifetime in seconds (default 2592000 = 30 days)\n"
         "  --scope    mcp (default), ui or egress\n"
+        "  --repos    repositories the tenant may name, comma-separated:\n"
+        "             owner/repo, owner/* or * (default: none)\n"
         "  secret:    --secret-file, else $PROXY_JWT_SECRET\n");
+}
+
+
+/* "acme/app,tools/x" -> ["acme/app", "tools/x"]; NULL if one is invalid */
+static json_t *
+smcp_token_repos(const char *list)
+{
+    json_t      *a;
+    const char  *p, *comma;
+    size_t       n;
+
+    a = json_array();
+
+    for (p = list; a != NULL; p = comma + 1) {
+        comma = strchr(p, ',');
+        n = comma ? (size_t) (comma - p) : strlen(p);
+
+        if (!smcp_grant_valid(p, n)) {
+            fprintf(stderr, "smcp-token: --repos: \"%.*s\" is not owner/repo, "
+                    "owner/* or *\n", (int) (n < 200 ? n : 200), p);
+            json_decref(a);
+            return NULL;
+        }
+
+        if (json_array_append_new(a, json_stringn(p, n)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+
+        if (comma == NULL) {
+            break;
+        }
+    }
+
+    return a;
 }
 
 
 int
 main(int argc, char **argv)
 {
-    const char     *sub, *scope, *run, *secret_file;
+    const char     *sub, *scope, *run, *secret_file, *repos;
     char           *tok, *end, err[256];
     long            ttl;
     int             i;
@@ -47,6 +87,7 @@ main(int argc, char **argv)
     sub = NULL;
     scope = SMCP_SCOPE_MCP;
     run = NULL;
+    repos = NULL;
     secret_file = NULL;
     ttl = 30L * 24 * 3600;
 
@@ -64,6 +105,9 @@ main(int argc, char **argv)
 
         } else if (i + 1 < argc && strcmp(argv[i], "--scope") == 0) {
             scope = argv[++i];
+
+        } else if (i + 1 < argc && strcmp(argv[i], "--repos") == 0) {
+            repos = argv[++i];
 
         } else if (i + 1 < argc && strcmp(argv[i], "--run") == 0) {
             run = argv[++i];
@@ -111,6 +155,12 @@ main(int argc, char **argv)
     {
         fprintf(stderr, "smcp-token: bad claims (not UTF-8?)\n");
         return 1;
+    }
+
+    if (repos
+        && json_object_set_new(claims, "repos", smcp_token_repos(repos)) != 0)
+    {
+        return 2;
     }
 
     if (smcp_jwt_sign(key, keylen, claims, &tok) != SMCP_OK) {

@@ -730,7 +730,11 @@ END {
 # token(%o): HS256 JWT signed with the test secret
 #   sub => tenant (default $t->tenant; undef with exists => omitted)
 #   exp => epoch (default now+3600; undef with exists => omitted)
-#   scope, iat, run, extra => {claims}
+#   scope => default 'mcp' (undef with exists => omitted)
+#   repos => [grants] (default ['*'] for an mcp token; undef with exists =>
+#            omitted: such a token may name no repository)
+#   jti => token id (omitted unless given)
+#   iat, run, extra => {claims}
 #   header => {...} (default {alg=>HS256,typ=>JWT})
 #   alg => 'none'|'HS512'|'RS256' (header alg; signature computed as follows:
 #          none -> empty signature, HS512 -> hmac_sha512, others -> hmac_sha256)
@@ -741,7 +745,10 @@ sub token {
     $claims{sub} = exists $o{sub} ? $o{sub} : $self->{tenant};
     $claims{exp} = exists $o{exp} ? $o{exp} : time_int() + 3600;
     $claims{iat} = exists $o{iat} ? $o{iat} : time_int();
-    $claims{scope} = $o{scope} if defined $o{scope};
+    $claims{scope} = exists $o{scope} ? $o{scope} : 'mcp';
+    $claims{repos} = exists $o{repos} ? $o{repos}
+                   : ($claims{scope} // '') eq 'mcp' ? ['*'] : undef;
+    $claims{jti} = $o{jti} if defined $o{jti};
     $claims{run} = $o{run} if defined $o{run};
     %claims = (%claims, %{ $o{extra} || {} });
     for (keys %claims) { delete $claims{$_} unless defined $claims{$_} }

@@ -1,0 +1,177 @@
+#!/usr/bin/perl
+
+# A hostile tenant gets nothing: repository grants in the token (the
+# "repos" claim), quotas on queued runs, cost caps, retention and session
+# expiry, token scope and revocation, batch limits.  Every refusal leaves
+# Redis as it was.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+use SMCP::Test qw(json_encode json_decode now_ms wait_until);
+
+my $t = SMCP::Test->new(
+    workers  => 2,
+    location => q{
+            sandbox_mcp_run_timeout_max 2h;},
+);
+$t->start;
+
+my $P = 'smcp:';
+
+###############################################################################
+# helpers
+
+sub tool_ok {
+    my ($res, $name) = @_;
+    ok(ref $res eq 'HASH' && !$res->{error} && !$res->{isError}, "$name: ok")
+        or diag(json_encode($res));
+    return SMCP::Test::sc($res) || {};
+}
+
+sub tool_err {
+    my ($res, $re, $name) = @_;
+    ok(ref $res eq 'HASH' && !$res->{error} && $res->{isError}, "$name: isError")
+        or diag(json_encode($res));
+    like(SMCP::Test::result_text($res), $re, "$name: message");
+}
+
+# a call that must be refused and change nothing in Redis
+sub refused {
+    my ($sid, $tool, $args, $re, $name, %o) = @_;
+    my $before = $t->redis_snapshot;
+    my $res = $t->call_tool($sid, $tool, $args, %o);
+    tool_err($res, $re, $name);
+    is_deeply($t->redis_snapshot, $before, "$name: Redis unchanged");
+    return $res;
+}
+
+sub session_for {
+    my ($tok) = @_;
+    my ($sid) = $t->initialize(token => $tok);
+    ok($sid, 'an MCP session') or BAIL_OUT('no MCP session');
+    return $sid;
+}
+
+###############################################################################
+# repository grants: the token's "repos" claim
+
+{
+    my $gh = 'https://github.com';
+    my $tok = $t->token(sub => 'g1', repos => [ 'acme/app', 'tools/*' ]);
+    my $sid = session_for($tok);
+    my %o = (token => $tok);
+
+    for my $repo ("$gh/acme/app", "$gh/ACME/App.git", "$gh/acme/app/",
+                  "$gh/tools/lint", "$gh/Tools/anything.git") {
+        tool_ok($t->call_tool($sid, 'opencode_run_task',
+                              { task => 't', repository => $repo }, %o),
+                "grant acme/app + tools/*: $repo");
+    }
+
+    for my $repo ("$gh/acme/app-evil", "$gh/acme/ap", "$gh/acme/other",
+                  "$gh/evil/app", "$gh/toolsx/lint", "$gh/acme/app.gitx") {
+        refused($sid, 'opencode_run_task', { task => 't', repository => $repo },
+                qr{not granted to this token; it may name only: acme/app, tools/\*},
+                "grant acme/app + tools/*: $repo refused", %o);
+    }
+
+    tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'no repo' }, %o),
+            'a run without a repository needs no grant');
+}
+
+{
+    # no claim: no repository at all
+    my $tok = $t->token(sub => 'g2', repos => undef);
+    my $sid = session_for($tok);
+    refused($sid, 'opencode_run_task',
+            { task => 't', repository => 'https://github.com/acme/app' },
+            qr/grants no repositories/, 'no repos claim: a repository refused',
+            token => $tok);
+    refused($sid, 'opencode_run_task',
+            { task => 't', repository => 'https://github.com/acme/app',
+              createPullRequest => JSON::PP::true },
+            qr/grants no repositories/, 'no repos claim: no pull request either',
+            token => $tok);
+    tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 't' }, token => $tok),
+            'no repos claim: a run without a repository');
+
+    $tok = $t->token(sub => 'g2', repos => []);
+    $sid = session_for($tok);
+    refused($sid, 'opencode_run_task',
+            { task => 't', repository => 'https://github.com/acme/app' },
+            qr/grants no repositories/, 'repos []: a repository refused',
+            token => $tok);
+
+    $tok = $t->token(sub => 'g2', repos => ['*']);
+    $sid = session_for($tok);
+    tool_ok($t->call_tool($sid, 'opencode_run_task',
+                          { task => 't', repository => 'https://github.com/any/thing' },
+                          token => $tok), 'repos [*]: any repository');
+}
+
+{
+    # a claim that is not a list of grants refuses the token itself
+    my @bad = (
+        [ 'acme/app',                  'a string' ],
+        [ { 'acme/app' => 1 },         'an object' ],
+        [ [42],                        'a number inside' ],
+        [ [undef],                     'null inside' ],
+        [ ['acme/a*'],                 'a partial wildcard' ],
+        [ ['../x'],                    'a dot-dot owner' ],
+        [ ['acme/app', 'x'],           'an entry without a slash' ],
+        [ ["acme/app\x{0}"],           'a NUL' ],
+        [ ["acme/\x{e9}"],             'a non-ASCII name' ],
+        [ [('*') x 257],               '257 entries' ],
+    );
+    my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
+    for my $c (@bad) {
+        my ($repos, $name) = @$c;
+        my $r = $t->mcp_post($ping, token => $t->token(sub => 'g3', repos => $repos));
+        is($r->{status}, 401, "repos claim $name: 401");
+        like($r->{headers}{'www-authenticate'} // '', qr/invalid_token/,
+             "repos claim $name: invalid_token");
+    }
+    my $r = $t->mcp_post($t->request_msg('initialize', {
+        protocolVersion => '2025-11-25', capabilities => {},
+        clientInfo => { name => 'x', version => '1' } }),
+        token => $t->token(sub => 'g3', repos => [('acme/*') x 256]));
+    is($r->{status}, 200, 'repos claim with 256 entries accepted');
+}
+
+{
+    # smcp-token --repos
+    my $bin = SMCP::Test::repo_root() . '/build/smcp-token';
+    my $sf = $t->secret_file;
+    my $tok = `$bin --sub g4 --repos 'acme/app,tools/*' --secret-file $sf`;
+    is($? >> 8, 0, 'smcp-token --repos mints a token');
+    chomp $tok;
+    my (undef, $cl) = SMCP::Test::decode_jwt($tok);
+    is_deeply($cl->{repos}, [ 'acme/app', 'tools/*' ], '... with the repos claim');
+    is($cl->{scope}, 'mcp', '... scope mcp');
+    my $sid = session_for($tok);
+    tool_ok($t->call_tool($sid, 'opencode_run_task',
+                          { task => 't', repository => 'https://github.com/tools/x' },
+                          token => $tok), 'the CLI token names a granted repository');
+    refused($sid, 'opencode_run_task',
+            { task => 't', repository => 'https://github.com/acme/x' },
+            qr/not granted/, 'the CLI token: another repository refused', token => $tok);
+
+    $tok = `$bin --sub g4 --secret-file $sf`;
+    chomp $tok;
+    (undef, $cl) = SMCP::Test::decode_jwt($tok);
+    ok(!exists $cl->{repos}, 'without --repos: no repos claim');
+
+    for my $bad ('acme/a*', 'acme', 'acme/app,', ',acme/app', 'a b/c', '../x') {
+        my $out = `$bin --sub g4 --repos '$bad' --secret-file $sf 2>&1`;
+        isnt($? >> 8, 0, "smcp-token --repos '$bad' refused");
+        unlike($out, qr/^[\w-]+\.[\w-]+\.[\w-]+$/m, '... and prints no token');
+    }
+}
+
+$t->done;
