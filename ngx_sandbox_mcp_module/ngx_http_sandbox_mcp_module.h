@@ -122,6 +122,8 @@ struct ngx_http_sandbox_mcp_ctx_s {
     ngx_uint_t                          status;     /* 503 on Redis loss */
 
     unsigned                            batch:1;
+    unsigned                            batch_session:1;   /* negotiated
+                                                              2025-03-26 */
     unsigned                            initialize:1;
     unsigned                            done:1;
 };

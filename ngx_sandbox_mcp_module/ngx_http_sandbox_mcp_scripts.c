@@ -164,18 +164,45 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_cancel = {
 
 
 /*
- * Run diff: a byte range, or the whole diff ("all") for a path filter.
- * KEYS: run, run diff   ARGV: tenant, offset or "all", end offset
- * Returns {bytes, total length}, or nil.
+ * Run diff: a page of the whole diff, or of one file's section.  The
+ * section is found in the run's diff_index (path -> [offset, length],
+ * written by the runner): only that page leaves Redis.  Without a usable
+ * index the whole diff is sent for the module to scan, when it is at most
+ * the scan limit.
+ * KEYS: run, run diff
+ * ARGV: tenant, offset (in the diff or the section), page size, path or "",
+ *       scan limit
+ * Returns {bytes, total (of the diff or the section), how}, how being
+ * "range", "index", "whole" (bytes = the whole diff) or "noindex"; or nil.
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_diff = {
     "run_diff",
-    "if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return nil end\n"
+    "local h = redis.call('HMGET', KEYS[1], 'tenant', 'diff_index')\n"
+    "if h[1] ~= ARGV[1] then return nil end\n"
+    "local off, page = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local total = redis.call('STRLEN', KEYS[2])\n"
-    "if ARGV[2] == 'all' then\n"
-    "  return {redis.call('GET', KEYS[2]) or '', total}\n"
+    "if ARGV[4] == '' then\n"
+    "  return {redis.call('GETRANGE', KEYS[2], off, off + page - 1), total,\n"
+    "          'range'}\n"
     "end\n"
-    "return {redis.call('GETRANGE', KEYS[2], ARGV[2], ARGV[3]), total}\n",
+    "local ok, idx = false, nil\n"
+    "if h[2] then ok, idx = pcall(cjson.decode, h[2]) end\n"
+    "if ok and type(idx) == 'table' then\n"
+    "  local e = idx[ARGV[4]]\n"
+    "  if e == nil then return {'', 0, 'index'} end\n"
+    "  local s = type(e) == 'table' and tonumber(e[1])\n"
+    "  local n = type(e) == 'table' and tonumber(e[2])\n"
+    "  if s and n and s >= 0 and n >= 0 and s % 1 == 0 and n % 1 == 0\n"
+    "     and s + n <= total then\n"
+    "    if off >= n then return {'', n, 'index'} end\n"
+    "    local last = math.min(s + n, s + off + page) - 1\n"
+    "    return {redis.call('GETRANGE', KEYS[2], s + off, last), n, 'index'}\n"
+    "  end\n"
+    "end\n"
+    "if total <= tonumber(ARGV[5]) then\n"
+    "  return {redis.call('GET', KEYS[2]) or '', total, 'whole'}\n"
+    "end\n"
+    "return {'', total, 'noindex'}\n",
     ""
 };
 

@@ -15,6 +15,8 @@
 
 #define NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS   256
 #define NGX_HTTP_SANDBOX_MCP_DIFF_PAGE        65536
+#define NGX_HTTP_SANDBOX_MCP_DIFF_SCAN        (256 * 1024)  /* no index */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_MAX         ((uint64_t) 1 << 40)
 #define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET      "2000"
 #define NGX_HTTP_SANDBOX_MCP_MAX_RUNS         100
 #define NGX_HTTP_SANDBOX_MCP_MAX_EVENTS       1000
@@ -1922,82 +1924,48 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 /* opencode_get_diff */
 
 
-static void
-ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
+/* a page ends after its last newline, else after its last whole character */
+static size_t
+ngx_http_sandbox_mcp_page_end(u_char *p, size_t len)
 {
-    ngx_http_sandbox_mcp_call_t *call = data;
+    size_t  i, n;
 
-    size_t       total, keep, off, len;
-    u_char      *nl;
-    json_t      *next, *diff;
-    ngx_str_t    text;
-    char         cbuf[64];
-
-    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
-        return;
-    }
-
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2
-        || reply->element[0]->type != REDIS_REPLY_STRING)
-    {
-        ngx_http_sandbox_mcp_run_not_found(call);
-        return;
-    }
-
-    text.data = (u_char *) reply->element[0]->str;
-    text.len = reply->element[0]->len;
-    total = (size_t) reply->element[1]->integer;
-
-    if (call->path.len) {
-        if (smcp_diff_find((char *) text.data, text.len,
-                           (char *) call->path.data, call->path.len, &off,
-                           &len))
-        {
-            text.data += off;
-            text.len = len;
-
-        } else {
-            /* the file is not in the diff: nothing changed there */
-            text.len = 0;
-        }
-
-        total = text.len;
-
-        if (call->offset > text.len) {
-            call->offset = text.len;
-        }
-
-        text.data += call->offset;
-        text.len = ngx_min(text.len - call->offset,
-                           NGX_HTTP_SANDBOX_MCP_DIFF_PAGE);
-    }
-
-    keep = text.len;
-
-    if (call->offset + text.len < total) {
-        /* end the page on a line, or at least on a character */
-        nl = text.data + text.len;
-
-        while (nl > text.data && nl[-1] != '\n') {
-            nl--;
-        }
-
-        if (nl > text.data) {
-            keep = nl - text.data;
-
-        } else {
-            while (keep > 0 && (text.data[keep] & 0xc0) == 0x80) {
-                keep--;
-            }
+    for (i = len; i > 0; i--) {
+        if (p[i - 1] == '\n') {
+            return i;
         }
     }
 
-    if (keep == 0 && text.len > 0) {
-        keep = text.len;
+    for (i = len; i > 0 && len - i < 4; i--) {
+        if ((p[i - 1] & 0xc0) != 0x80) {
+            /* the last lead byte: is its sequence complete? */
+            n = p[i - 1] < 0x80 ? 1 : p[i - 1] >= 0xf0 ? 4
+                                    : p[i - 1] >= 0xe0 ? 3 : 2;
+
+            return (i - 1 + n <= len || i == 1) ? len : i - 1;
+        }
     }
 
-    smcp_utf8_sanitize((char *) text.data, keep);
-    diff = json_stringn((char *) text.data, keep);
+    return len;
+}
+
+
+static void
+ngx_http_sandbox_mcp_diff_page(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *text, size_t total)
+{
+    size_t   keep;
+    json_t  *next, *diff;
+    char     cbuf[64];
+
+    keep = text->len;
+
+    if (call->offset + text->len < total) {
+        keep = ngx_http_sandbox_mcp_page_end(text->data, text->len);
+    }
+
+    smcp_utf8_sanitize((char *) text->data, keep);
+    diff = json_stringn((char *) text->data, keep);
 
     next = NULL;
 
@@ -2021,11 +1989,79 @@ ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
 }
 
 
+static ngx_uint_t
+ngx_http_sandbox_mcp_reply_is(redisReply *r, const char *s)
+{
+    return r->type == REDIS_REPLY_STRING && r->len == ngx_strlen(s)
+           && ngx_strncmp(r->str, s, r->len) == 0;
+}
+
+
+static void
+ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    size_t      total, off, len;
+    ngx_str_t   text;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3
+        || reply->element[0]->type != REDIS_REPLY_STRING
+        || reply->element[1]->type != REDIS_REPLY_INTEGER
+        || reply->element[1]->integer < 0)
+    {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    text.data = (u_char *) reply->element[0]->str;
+    text.len = reply->element[0]->len;
+    total = (size_t) reply->element[1]->integer;
+
+    if (ngx_http_sandbox_mcp_reply_is(reply->element[2], "noindex")) {
+        ngx_http_sandbox_mcp_tool_error(call, "The file index of this run's "
+                                        "diff is unavailable and the diff is "
+                                        "too big (%uz bytes) to search for "
+                                        "one file: read the whole diff page "
+                                        "by page (omit 'path').", total);
+        return;
+    }
+
+    if (ngx_http_sandbox_mcp_reply_is(reply->element[2], "whole")) {
+        /* no index, a small diff: the section is searched for here */
+        if (!smcp_diff_find((char *) text.data, text.len,
+                            (char *) call->path.data, call->path.len, &off,
+                            &len))
+        {
+            /* the file is not in the diff: nothing changed there */
+            off = 0;
+            len = 0;
+        }
+
+        total = len;
+        call->offset = ngx_min(call->offset, len);
+
+        text.data += off + call->offset;
+        text.len = ngx_min(len - call->offset,
+                           NGX_HTTP_SANDBOX_MCP_DIFF_PAGE);
+
+    } else if (text.len > NGX_HTTP_SANDBOX_MCP_DIFF_PAGE) {
+        text.len = NGX_HTTP_SANDBOX_MCP_DIFF_PAGE;
+    }
+
+    ngx_http_sandbox_mcp_diff_page(call, &text, total);
+}
+
+
 static void
 ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
 {
     uint64_t                     off;
-    ngx_str_t                    args[3];
+    ngx_str_t                    args[5];
     ngx_pool_t                  *pool;
     json_t                      *cursor;
     ngx_http_sandbox_mcp_key_t   keys[2];
@@ -2033,7 +2069,8 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
     pool = call->ctx->request->pool;
 
     if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "path", 0, 4096, &call->path)
+        || ngx_http_sandbox_mcp_arg_string(call, "path", 0,
+                                           SMCP_DIFF_PATH_MAX, &call->path)
            != NGX_OK)
     {
         return;
@@ -2045,7 +2082,7 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
     if (cursor && !json_is_null(cursor)) {
         if (smcp_cursor_number(json_string_value(cursor),
                                json_string_length(cursor), 'd',
-                               NGX_MAX_OFF_T_VALUE, &off)
+                               NGX_HTTP_SANDBOX_MCP_DIFF_MAX, &off)
             != SMCP_OK)
         {
             ngx_http_sandbox_mcp_tool_error(call, "Argument 'cursor' is not "
@@ -2063,22 +2100,17 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
     keys[1].arg = &call->run_id;
 
     args[0] = call->ctx->tenant;
-
-    if (call->path.len) {
-        /* the file's section is cut from the whole diff */
-        ngx_str_set(&args[1], "all");
-        ngx_str_null(&args[2]);
-
-    } else {
-        args[1] = ngx_http_sandbox_mcp_redis_number(pool, call->offset);
-        args[2] = ngx_http_sandbox_mcp_redis_number(pool, call->offset
-                                       + NGX_HTTP_SANDBOX_MCP_DIFF_PAGE - 1);
-    }
+    args[1] = ngx_http_sandbox_mcp_redis_number(pool, call->offset);
+    args[2] = ngx_http_sandbox_mcp_redis_number(pool,
+                                              NGX_HTTP_SANDBOX_MCP_DIFF_PAGE);
+    args[3] = call->path;
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool,
+                                              NGX_HTTP_SANDBOX_MCP_DIFF_SCAN);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_diff,
                                      ngx_http_sandbox_mcp_diff_reply,
-                                     keys, 2, args, 3);
+                                     keys, 2, args, 5);
 }
 
 

@@ -14,6 +14,7 @@
 
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN  64
 #define NGX_HTTP_SANDBOX_MCP_MAX_GRANTS      256
+#define NGX_HTTP_SANDBOX_MCP_MAX_BATCH       32
 
 
 static ngx_str_t  ngx_http_sandbox_mcp_versions[] = {
@@ -86,6 +87,15 @@ ngx_http_sandbox_mcp_version_supported(ngx_str_t *v)
     }
 
     return 0;
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_is_batch_version(ngx_str_t *v)
+{
+    return v->len == ngx_http_sandbox_mcp_batch_version.len
+           && ngx_strncmp(v->data, ngx_http_sandbox_mcp_batch_version.data,
+                          v->len) == 0;
 }
 
 
@@ -1057,24 +1067,26 @@ ngx_http_sandbox_mcp_session_found(void *data, redisReply *reply)
         return;
     }
 
+    /* the negotiated version, or the spec's fallback */
+    ctx->version.len = reply->len;
+    ctx->version.data = ngx_pnalloc(r->pool, reply->len);
+    if (ctx->version.data == NULL) {
+        ngx_http_sandbox_mcp_finalize(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_memcpy(ctx->version.data, reply->str, reply->len);
+
+    if (!ngx_http_sandbox_mcp_version_supported(&ctx->version)) {
+        ctx->version = ngx_http_sandbox_mcp_batch_version;
+    }
+
+    /* batches belong to the negotiated 2025-03-26 only: no header turns
+     * them on in a later version's session */
+    ctx->batch_session = ngx_http_sandbox_mcp_is_batch_version(&ctx->version);
+
     if (ctx->header_version.len) {
         ctx->version = ctx->header_version;
-
-    } else {
-        /* the negotiated version, or the spec's fallback */
-        ctx->version.len = reply->len;
-        ctx->version.data = ngx_pnalloc(r->pool, reply->len);
-        if (ctx->version.data == NULL) {
-            ngx_http_sandbox_mcp_finalize(ctx,
-                                          NGX_HTTP_INTERNAL_SERVER_ERROR);
-            return;
-        }
-
-        ngx_memcpy(ctx->version.data, reply->str, reply->len);
-
-        if (!ngx_http_sandbox_mcp_version_supported(&ctx->version)) {
-            ctx->version = ngx_http_sandbox_mcp_batch_version;
-        }
     }
 
     rc = ngx_http_sandbox_mcp_dispatch(ctx);
@@ -1222,6 +1234,13 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
             return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
                                NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
                                "Invalid Request: empty batch");
+        }
+
+        if (json_array_size(ctx->body) > NGX_HTTP_SANDBOX_MCP_MAX_BATCH) {
+            return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
+                               "Invalid Request: a batch holds at most 32 "
+                               "messages");
         }
 
         ctx->batch = 1;
@@ -1374,15 +1393,14 @@ ngx_http_sandbox_mcp_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx)
     r = ctx->request;
 
     if (ctx->batch
-        && (ctx->version.len != ngx_http_sandbox_mcp_batch_version.len
-            || ngx_strncmp(ctx->version.data,
-                           ngx_http_sandbox_mcp_batch_version.data,
-                           ctx->version.len) != 0))
+        && !(ctx->batch_session
+             && ngx_http_sandbox_mcp_is_batch_version(&ctx->version)))
     {
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
                                NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
-                               "Invalid Request: batches are only allowed "
-                               "with protocol version 2025-03-26");
+                               "Invalid Request: batches are only allowed in "
+                               "sessions that negotiated protocol version "
+                               "2025-03-26");
     }
 
     n = ctx->batch ? json_array_size(ctx->body) : 1;

@@ -44,11 +44,19 @@ sub tool_err {
 # a call that must be refused and change nothing in Redis
 sub refused {
     my ($sid, $tool, $args, $re, $name, %o) = @_;
+    my $sent = delete $o{sent};
     my $before = $t->redis_snapshot;
+    my $out = $sent ? redis_out_bytes() : 0;
     my $res = $t->call_tool($sid, $tool, $args, %o);
+    $$sent = redis_out_bytes() - $out if $sent;
     tool_err($res, $re, $name);
     is_deeply($t->redis_snapshot, $before, "$name: Redis unchanged");
     return $res;
+}
+
+sub redis_out_bytes {
+    my $info = $t->redis('INFO', 'stats');
+    return $info =~ /total_net_output_bytes:(\d+)/ ? $1 : 0;
 }
 
 sub session_for {
@@ -172,6 +180,123 @@ sub session_for {
         isnt($? >> 8, 0, "smcp-token --repos '$bad' refused");
         unlike($out, qr/^[\w-]+\.[\w-]+\.[\w-]+$/m, '... and prints no token');
     }
+}
+
+###############################################################################
+# amplification: get_diff with a path reads one section, not the whole diff
+
+sub section {
+    my ($old, $new, $body) = @_;
+    return "diff --git a/$old b/$new\n--- a/$old\n+++ b/$new\n$body";
+}
+
+# the whole diff of a path, page by page
+sub diff_pages {
+    my ($sid, $args) = @_;
+    my ($all, $cur, $n, $last) = ('', undef, 0, undef);
+    while ($n++ < 100) {
+        $last = $t->call_tool($sid, 'opencode_get_diff',
+                              { %$args, defined $cur ? (cursor => $cur) : () });
+        my $sc = SMCP::Test::sc($last) or last;
+        my $d = $sc->{diff} // '';
+        utf8::encode($d);
+        $all .= $d;
+        $cur = $sc->{nextCursor} // last;
+    }
+    return ($all, $n, $last);
+}
+
+{
+    my $sid = session_for($t->token);
+    my $run = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'diff' }),
+                      'a run for diffs')->{runId};
+    my $key = "${P}run:$run";
+
+    # ~2 MiB of diff: one small file between two big ones, and a big one
+    my $filler = join('', map { "+line $_ of filler text, filler text\n" } 1 .. 30000);
+    my @parts = (
+        [ 'big1.txt', 'big1.txt', "\@\@ -0,0 +1,30000 \@\@\n$filler" ],
+        [ 'small.c',  'small.c',  "\@\@ -1 +1 \@\@\n-a\n+b\n" ],
+        [ 'old.c',    'new.c',    "\@\@ -1 +1 \@\@\n-x\n+y\n" ],
+        [ 'big2.txt', 'big2.txt', "\@\@ -0,0 +1,30000 \@\@\n$filler" ],
+    );
+    my ($diff, %index, %text) = ('');
+    for my $p (@parts) {
+        my $sec = section(@$p);
+        $index{ $p->[0] } = $index{ $p->[1] } = [ length $diff, length $sec ];
+        $text{ $p->[0] } = $text{ $p->[1] } = $sec;
+        $diff .= $sec;
+    }
+    ok(length($diff) > 2_000_000, 'a diff of ' . length($diff) . ' bytes');
+    $t->redis('SET', "$key:diff", $diff);
+
+    # no index, a big diff: refused, and the diff never left Redis
+    my ($before, $sent);
+    refused($sid, 'opencode_get_diff', { runId => $run, path => 'small.c' },
+            qr/index of this run's diff is unavailable.*too big/,
+            'no diff_index, a 2 MiB diff: a path is refused', sent => \$sent);
+    ok($sent < 64 * 1024, "... Redis sent $sent bytes (not the diff)");
+
+    # with the index: only the section's page leaves Redis
+    $t->redis('HSET', $key, diff_index => json_encode(\%index));
+    $before = redis_out_bytes();
+    my $sc = tool_ok($t->call_tool($sid, 'opencode_get_diff',
+                                   { runId => $run, path => 'small.c' }),
+                     'diff_index: small.c');
+    $sent = redis_out_bytes() - $before;
+    my $d = $sc->{diff} // '';
+    is($d, $text{'small.c'}, '... exactly its section');
+    is($sc->{totalBytes}, length $text{'small.c'}, '... totalBytes = the section');
+    ok(!$sc->{truncated}, '... not truncated');
+    ok($sent < 64 * 1024, "... Redis sent $sent bytes for it");
+
+    for my $p ('old.c', 'new.c') {
+        $sc = tool_ok($t->call_tool($sid, 'opencode_get_diff',
+                                    { runId => $run, path => $p }), "rename: $p");
+        is($sc->{diff}, $text{$p}, "... a rename is found under $p");
+    }
+
+    $before = redis_out_bytes();
+    my ($all, $pages) = diff_pages($sid, { runId => $run, path => 'big2.txt' });
+    $sent = redis_out_bytes() - $before;
+    ok($all eq $text{'big2.txt'}, "big2.txt read in $pages pages from the index");
+    ok($sent < length($text{'big2.txt'}) + 64 * 1024,
+       "... Redis sent $sent bytes for a " . length($text{'big2.txt'})
+       . '-byte section (the whole diff is ' . length($diff) . ')');
+
+    $sc = tool_ok($t->call_tool($sid, 'opencode_get_diff',
+                                { runId => $run, path => 'not/there.c' }),
+                  'a path not in the index');
+    is($sc->{diff}, '', '... empty diff');
+    ok(!$sc->{truncated}, '... not truncated');
+
+    # an index entry that does not fit the diff is not trusted
+    $t->redis('HSET', $key, diff_index => json_encode(
+        { 'small.c' => [ length($diff) - 5, 100 ], 'neg.c' => [ -1, 5 ] }));
+    refused($sid, 'opencode_get_diff', { runId => $run, path => 'small.c' },
+            qr/unavailable/, 'an index entry beyond the diff: not used');
+    $t->redis('HSET', $key, diff_index => 'not json');
+    refused($sid, 'opencode_get_diff', { runId => $run, path => 'small.c' },
+            qr/unavailable/, 'an index that is not JSON: not used');
+
+    # small diffs without an index are still searched
+    my $small = section('a.c', 'a.c', "\@\@ -1 +1 \@\@\n-1\n+2\n")
+              . section('b.c', 'b.c', "\@\@ -1 +1 \@\@\n-3\n+4\n");
+    $t->redis('SET', "$key:diff", $small);
+    $t->redis('HDEL', $key, 'diff_index');
+    $sc = tool_ok($t->call_tool($sid, 'opencode_get_diff',
+                                { runId => $run, path => 'b.c' }),
+                  'no index, a small diff: searched');
+    is($sc->{diff}, section('b.c', 'b.c', "\@\@ -1 +1 \@\@\n-3\n+4\n"),
+       '... the section');
+
+    # the whole diff unfiltered is still paged from Redis
+    $t->redis('SET', "$key:diff", $diff);
+    $before = redis_out_bytes();
+    $sc = tool_ok($t->call_tool($sid, 'opencode_get_diff', { runId => $run }),
+                  'the first page of the whole diff');
+    $sent = redis_out_bytes() - $before;
+    ok($sc->{truncated} && $sent < 2 * 65536, "... one page ($sent bytes sent)");
 }
 
 $t->done;

@@ -367,9 +367,29 @@ sub _decode {
                       session => $sid0326, version => '2025-06-18');
     rpc_error_is($r, 400, -32600,
                  '2025-03-26 session, header 2025-06-18: batch refused');
+    # the header cannot switch batches on in a later version's session
     $r = $t->mcp_post([ { jsonrpc => '2.0', id => 1, method => 'ping' } ],
                       session => $sid, version => '2025-03-26');
-    is($r->{status}, 200, '2025-11-25 session, header 2025-03-26: batch accepted');
+    rpc_error_is($r, 400, -32600,
+                 '2025-11-25 session, header 2025-03-26: batch refused');
+    like($r->{json}{error}{message} // '', qr/negotiated/,
+         '... saying batches need a negotiated 2025-03-26');
+
+    # at most 32 messages
+    my @pings = map { { jsonrpc => '2.0', id => $_, method => 'ping' } } 1 .. 33;
+    $r = $t->mcp_post([ @pings[0 .. 31] ], session => $sid0326);
+    is($r->{status}, 200, 'batch of 32 -> 200');
+    is(ref $r->{json} eq 'ARRAY' ? scalar @{ $r->{json} } : 0, 32, '... 32 answers');
+    $r = $t->mcp_post(\@pings, session => $sid0326);
+    rpc_error_is($r, 400, -32600, 'batch of 33 -> 400 -32600');
+    like($r->{json}{error}{message} // '', qr/at most 32/, '... saying the limit');
+    my @calls = map { { jsonrpc => '2.0', id => $_, method => 'tools/call',
+                        params => { name => 'opencode_run_task',
+                                    arguments => { task => "b$_" } } } } 1 .. 1000;
+    my $before = $t->redis('DBSIZE');
+    $r = $t->mcp_post(\@calls, session => $sid0326);
+    rpc_error_is($r, 400, -32600, 'batch of 1000 run_task calls -> 400 -32600');
+    is($t->redis('DBSIZE'), $before, '... and nothing written');
 }
 
 ###############################################################################
