@@ -2124,7 +2124,7 @@ ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
 
     size_t       i;
     json_t      *events, *ev, *payload, *last;
-    redisReply  *e, *fields, *type, *d;
+    redisReply  *e, *fields, *type, *d, *id;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
         return;
@@ -2136,7 +2136,7 @@ ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
     }
 
     events = json_array();
-    last = NULL;
+    id = NULL;
 
     for (i = 0; events && i < reply->elements; i++) {
         e = reply->element[i];
@@ -2168,11 +2168,16 @@ ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
                        "data", payload ? payload : json_null());
 
         json_array_append_new(events, ev);
-        last = e->element[0]->type == REDIS_REPLY_STRING
-               ? json_stringn(e->element[0]->str, e->element[0]->len) : last;
+
+        if (e->element[0]->type == REDIS_REPLY_STRING) {
+            id = e->element[0];
+        }
     }
 
-    if (last == NULL) {
+    if (id) {
+        last = json_stringn(id->str, id->len);
+
+    } else {
         /* nothing new: reading on starts where this page did */
         last = call->path.len ? json_stringn((char *) call->path.data,
                                              call->path.len)

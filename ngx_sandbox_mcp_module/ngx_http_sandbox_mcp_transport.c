@@ -1444,6 +1444,10 @@ ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
         return;
     }
 
+    if (call->response) {
+        json_decref(call->response);
+    }
+
     call->response = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0",
                                "id", call->id, "result", result);
 }

@@ -299,4 +299,47 @@ sub diff_pages {
     ok($sc->{truncated} && $sent < 2 * 65536, "... one page ($sent bytes sent)");
 }
 
+###############################################################################
+# opencode_get_events frees what it builds: a worker's memory stays flat
+# over 300 pages of 1000 events (the leak of one string per event would
+# add ~25 MB)
+
+sub rss_kb {
+    my ($pid) = @_;
+    open(my $fh, '<', "/proc/$pid/status") or return 0;
+    local $/;
+    my $st = <$fh>;
+    return $st =~ /^VmRSS:\s+(\d+)/m ? $1 : 0;
+}
+
+{
+    my $port = $t->start_nginx(name => 'one', workers => 1);
+    my ($worker) = $t->worker_pids('one');
+    my $sid = session_for($t->token);
+    my $run = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'events' }),
+                      'a run for events')->{runId};
+    my $key = "${P}run:$run:events";
+    $t->redis('XADD', $key, '*', type => 'agent', data => '{}', ts => now_ms())
+        for 1 .. 999;
+    my $body = json_encode($t->request_msg('tools/call', {
+        name => 'opencode_get_events', arguments => { runId => $run, limit => 1000 } }));
+    my $page = sub {
+        return $t->http(method => 'POST', port => $port, body => $body,
+                        headers => $t->mcp_headers(session => $sid));
+    };
+    my $r = $page->();
+    my $j = json_decode($r->{body}) || {};
+    is(scalar @{ $j->{result}{structuredContent}{events} || [] }, 1000,
+       'a page of 1000 events');
+    $page->() for 1 .. 30;
+    my $rss0 = rss_kb($worker);
+    my $fail = 0;
+    for (1 .. 300) { $fail++ if $page->()->{status} != 200 }
+    my $rss1 = rss_kb($worker);
+    is($fail, 0, '300 more pages answered');
+    ok($rss0 > 0 && $rss1 - $rss0 < 8 * 1024,
+       "the worker's memory stays flat: RSS $rss0 kB -> $rss1 kB");
+    $t->stop_nginx('one');
+}
+
 $t->done;
