@@ -162,6 +162,20 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, page_size),
       NULL },
 
+    { ngx_string("sandbox_mcp_max_queued"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_queued),
+      NULL },
+
+    { ngx_string("sandbox_mcp_max_running"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_running),
+      NULL },
+
       ngx_null_command
 };
 
@@ -350,6 +364,8 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->run_timeout_max = NGX_CONF_UNSET;
     conf->ui_token_ttl = NGX_CONF_UNSET;
     conf->page_size = NGX_CONF_UNSET_UINT;
+    conf->max_queued = NGX_CONF_UNSET_UINT;
+    conf->max_running = NGX_CONF_UNSET_UINT;
 
     return conf;
 }
@@ -383,6 +399,8 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_str_value(conf->default_model, prev->default_model,
                              "anthropic/claude-sonnet-4-5");
     ngx_conf_merge_uint_value(conf->page_size, prev->page_size, 100);
+    ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued, 20);
+    ngx_conf_merge_uint_value(conf->max_running, prev->max_running, 4);
 
     if (conf->allowed_hosts == NULL) {
         conf->allowed_hosts = ngx_array_create(cf->pool, 3, sizeof(ngx_str_t));
@@ -410,6 +428,15 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
     if (conf->page_size == 0 || conf->page_size > 1000) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp_page_size must be 1..1000");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->max_queued == 0 || conf->max_queued > 10000
+        || conf->max_running == 0 || conf->max_running > 10000)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_max_queued and "
+                           "sandbox_mcp_max_running must be 1..10000");
         return NGX_CONF_ERROR;
     }
 

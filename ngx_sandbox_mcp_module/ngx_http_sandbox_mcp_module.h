@@ -68,6 +68,8 @@ typedef struct {
     time_t                      ui_token_ttl;
     ngx_str_t                   default_model;
     ngx_uint_t                  page_size;
+    ngx_uint_t                  max_queued;     /* a tenant's started runs */
+    ngx_uint_t                  max_running;    /* ... claimed by runners */
 } ngx_http_sandbox_mcp_loc_conf_t;
 
 

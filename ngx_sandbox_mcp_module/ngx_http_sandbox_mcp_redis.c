@@ -809,7 +809,7 @@ ngx_http_sandbox_mcp_redis_reply(redisAsyncContext *ac, void *r,
 }
 
 
-#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS  32
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS  40
 
 
 ngx_http_sandbox_mcp_redis_cmd_t *

@@ -52,24 +52,39 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_delete = {
 
 /*
  * Run create: run hash, indexes, first event, queue entry, ping - at once.
+ * Every check comes before the first write.
  * KEYS: run, run events, runs:{tenant}, session, session runs, queue,
- *       channel run:{id}
+ *       channel run:{id}, tenant:{tenant}:active
  * ARGV: run id, tenant, session id, new session (0/1), now ms, task,
- *       repository, branch, model, title, create_pr, timeout, events maxlen
- * Returns 1, or 0 when an existing session is unknown to this tenant.
+ *       repository, branch, model, title, create_pr, timeout, events maxlen,
+ *       run key prefix, max queued, max running
+ * Returns 1; 0 when an existing session is unknown to this tenant; -2 when
+ * the tenant has max queued runs started already.
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create = {
     "run_create",
     "if ARGV[4] == '1' then\n"
     "  if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end\n"
-    "  redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5])\n"
     "elseif redis.call('HGET', KEYS[4], 'tenant') ~= ARGV[2] then\n"
     "  return 0\n"
+    "end\n"
+    "local started, gone = 0, {}\n"
+    "for _, id in ipairs(redis.call('SMEMBERS', KEYS[8])) do\n"
+    "  local s = redis.call('HGET', ARGV[14] .. id, 'status')\n"
+    "  if s == 'started' then started = started + 1\n"
+    "  elseif s ~= 'running' then gone[#gone + 1] = id end\n"
+    "end\n"
+    "if started >= tonumber(ARGV[15]) then return -2 end\n"
+    "for _, id in ipairs(gone) do redis.call('SREM', KEYS[8], id) end\n"
+    "if ARGV[4] == '1' then\n"
+    "  redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5])\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],\n"
     "  'task', ARGV[6], 'repository', ARGV[7], 'branch', ARGV[8],\n"
     "  'model', ARGV[9], 'title', ARGV[10], 'create_pr', ARGV[11],\n"
-    "  'timeout', ARGV[12], 'status', 'started', 'created_at', ARGV[5])\n"
+    "  'timeout', ARGV[12], 'status', 'started', 'created_at', ARGV[5],\n"
+    "  'max_running', ARGV[16])\n"
+    "redis.call('SADD', KEYS[8], ARGV[1])\n"
     "redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])\n"
     "redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])\n"
     "redis.call('HSET', KEYS[4], 'last_run', ARGV[1])\n"
@@ -132,9 +147,11 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_list = {
 
 
 /*
- * Run cancel.  A run not yet started is cancelled at once; a running one
- * is flagged and the runners are told; a finished one is left alone.
- * KEYS: run, run events, channel run:{id}, channel cancel
+ * Run cancel.  A run not yet started is cancelled at once (and leaves the
+ * tenant's active set); a running one is flagged and the runners are told;
+ * a finished one is left alone.
+ * KEYS: run, run events, channel run:{id}, channel cancel,
+ *       tenant:{tenant}:active
  * ARGV: tenant, now ms, run id, events maxlen
  * Returns the run hash (HGETALL), or nil.
  */
@@ -148,6 +165,7 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_cancel = {
     "  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',\n"
     "    'type', 'lifecycle', 'data', '{\"status\":\"cancelled\"}',\n"
     "    'ts', ARGV[2])\n"
+    "  redis.call('SREM', KEYS[5], ARGV[3])\n"
     "  redis.call('PUBLISH', KEYS[3], 'cancelled')\n"
     "elseif h[2] == 'running' then\n"
     "  if redis.call('HSETNX', KEYS[1], 'cancel_requested', '1') == 1 then\n"

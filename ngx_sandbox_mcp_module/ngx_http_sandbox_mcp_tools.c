@@ -21,6 +21,12 @@
 #define NGX_HTTP_SANDBOX_MCP_MAX_RUNS         100
 #define NGX_HTTP_SANDBOX_MCP_MAX_EVENTS       1000
 
+/* the run_create script's answers */
+#define NGX_HTTP_SANDBOX_MCP_CREATED           1
+#define NGX_HTTP_SANDBOX_MCP_NO_SESSION        0
+#define NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED   -1
+#define NGX_HTTP_SANDBOX_MCP_QUEUE_FULL        -2
+
 
 typedef enum {
     NGX_HTTP_SANDBOX_MCP_RUN_TASK = 0,
@@ -489,9 +495,9 @@ ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
     ngx_uint_t nargs)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[24];
+    ngx_str_t   argv[32];
 
-    if (nkeys + nargs > 24) {
+    if (nkeys + nargs > 32) {
         ngx_http_sandbox_mcp_tool_unavailable(call);
         return;
     }
@@ -878,13 +884,32 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
-    json_t  *session;
+    json_t                           *session;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
         return;
     }
 
-    if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 1) {
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    if (reply->type == REDIS_REPLY_INTEGER
+        && reply->integer == NGX_HTTP_SANDBOX_MCP_QUEUE_FULL)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
+                                        "start: you already have %ui queued "
+                                        "runs, the limit. Wait until some "
+                                        "start or finish (opencode_list_runs "
+                                        "with status started), or cancel "
+                                        "some with opencode_cancel_run, then "
+                                        "try again.", lcf->max_queued);
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_INTEGER
+        || reply->integer != NGX_HTTP_SANDBOX_MCP_CREATED)
+    {
         ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: %V (omit "
                                         "sessionId to start a new session, "
                                         "or use one returned by "
@@ -1169,11 +1194,11 @@ ngx_http_sandbox_mcp_task_ids(ngx_http_sandbox_mcp_call_t *call,
 
 static void
 ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
-    ngx_http_sandbox_mcp_task_t *t)
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
-    ngx_str_t                    args[13];
+    ngx_str_t                    args[16];
     ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[7];
+    ngx_http_sandbox_mcp_key_t   keys[8];
 
     pool = call->ctx->request->pool;
 
@@ -1191,6 +1216,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     keys[5].arg = NULL;
     keys[6].fmt = SMCP_CHAN_RUN;
     keys[6].arg = &call->run_id;
+    keys[7].fmt = SMCP_KEY_TENANT_ACTIVE;
+    keys[7].arg = &call->ctx->tenant;
 
     args[0] = call->run_id;
     args[1] = call->ctx->tenant;
@@ -1213,10 +1240,20 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[11] = ngx_http_sandbox_mcp_redis_number(pool, t->timeout);
     args[12] = ngx_http_sandbox_mcp_events_maxlen;
 
+    if (ngx_http_sandbox_mcp_redis_key(pool, &args[13], SMCP_KEY_RUN, NULL)
+        != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    args[14] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_queued);
+    args[15] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_running);
+
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
-                                     keys, 7, args, 13);
+                                     keys, 8, args, 16);
 }
 
 
@@ -1246,7 +1283,7 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    ngx_http_sandbox_mcp_task_send(call, &t);
+    ngx_http_sandbox_mcp_task_send(call, lcf, &t);
 }
 
 
@@ -1704,7 +1741,7 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
 {
     ngx_str_t                    args[4];
     ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[4];
+    ngx_http_sandbox_mcp_key_t   keys[5];
 
     pool = call->ctx->request->pool;
 
@@ -1720,6 +1757,8 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
     keys[2].arg = &call->run_id;
     keys[3].fmt = SMCP_CHAN_CANCEL;
     keys[3].arg = NULL;
+    keys[4].fmt = SMCP_KEY_TENANT_ACTIVE;
+    keys[4].arg = &call->ctx->tenant;
 
     args[0] = call->ctx->tenant;
     args[1] = ngx_http_sandbox_mcp_redis_number(pool,
@@ -1730,7 +1769,7 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_cancel,
                                      ngx_http_sandbox_mcp_cancel_reply,
-                                     keys, 4, args, 4);
+                                     keys, 5, args, 4);
 }
 
 
@@ -1900,7 +1939,7 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
         keys[1].arg = NULL;
     }
 
-    if (ngx_http_sandbox_mcp_redis_key(pool, &args[5], "%srun:", NULL)
+    if (ngx_http_sandbox_mcp_redis_key(pool, &args[5], SMCP_KEY_RUN, NULL)
         != NGX_OK)
     {
         ngx_http_sandbox_mcp_tool_unavailable(call);

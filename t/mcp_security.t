@@ -19,6 +19,12 @@ my $t = SMCP::Test->new(
     workers  => 2,
     location => q{
             sandbox_mcp_run_timeout_max 2h;},
+    server => q{
+        location /q {
+            sandbox_mcp;
+            sandbox_mcp_max_queued 3;
+            sandbox_mcp_max_running 2;
+        }},
 );
 $t->start;
 
@@ -58,6 +64,8 @@ sub redis_out_bytes {
     my $info = $t->redis('INFO', 'stats');
     return $info =~ /total_net_output_bytes:(\d+)/ ? $1 : 0;
 }
+
+sub run_hash { return $t->redis_hgetall("${P}run:$_[0]") }
 
 sub session_for {
     my ($tok) = @_;
@@ -180,6 +188,72 @@ sub session_for {
         isnt($? >> 8, 0, "smcp-token --repos '$bad' refused");
         unlike($out, qr/^[\w-]+\.[\w-]+\.[\w-]+$/m, '... and prints no token');
     }
+}
+
+###############################################################################
+# quotas: sandbox_mcp_max_queued started runs per tenant; max_running is
+# stored for the runner
+
+{
+    my $tok = $t->token(sub => 'q1');
+    my $sid = session_for($tok);
+    my %o = (token => $tok, path => '/q');
+    my $active = "${P}tenant:q1:active";
+    my @runs;
+    for my $i (1 .. 3) {
+        my $sc = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => "q$i" }, %o),
+                         "queued run $i of 3");
+        push @runs, $sc->{runId};
+    }
+    is_deeply([ sort @{ $t->redis('SMEMBERS', $active) } ], [ sort @runs ],
+              'the three runs are in tenant:q1:active');
+    is($t->redis('HGET', "${P}run:$runs[0]", 'max_running'), '2',
+       'run hash: max_running from sandbox_mcp_max_running');
+
+    refused($sid, 'opencode_run_task', { task => 'q4' },
+            qr/you already have 3 queued runs, the limit/,
+            'a 4th started run is refused', %o);
+    refused($sid, 'opencode_run_task', { task => 'q4', sessionId =>
+                (run_hash($runs[0])->{session}) },
+            qr/3 queued runs/, '... in an existing session too', %o);
+
+    my $tok2 = $t->token(sub => 'q2');
+    tool_ok($t->call_tool(session_for($tok2), 'opencode_run_task', { task => 'other' },
+                          token => $tok2, path => '/q'),
+            'another tenant is not held back');
+
+    # a cancel of a started run frees its place
+    my $sc = tool_ok($t->call_tool($sid, 'opencode_cancel_run', { runId => $runs[0] }, %o),
+                     'cancel a started run');
+    is($sc->{status}, 'cancelled', '... cancelled');
+    ok(!$t->redis('SISMEMBER', $active, $runs[0]), '... and out of the active set');
+    my $r4 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q4' }, %o),
+                     'then a new run is accepted')->{runId};
+
+    # running runs do not count against the queue; ended or vanished ones
+    # are dropped from the set by the next run_create
+    $t->redis('HSET', "${P}run:$runs[1]", status => 'running');
+    my $r5 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q5' }, %o),
+                     'a running run does not count')->{runId};
+    $t->redis('HSET', "${P}run:$r4", status => 'completed');
+    $t->redis('DEL', "${P}run:$r5");
+    $t->redis('SADD', $active, 'run_' . ('e' x 24));
+    my $r6 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q6' }, %o),
+                     'ended and vanished runs do not count')->{runId};
+    is_deeply([ sort @{ $t->redis('SMEMBERS', $active) } ], [ sort $runs[1], $runs[2], $r6 ],
+              '... and are dropped from the set');
+
+    # a refusal drops nothing either
+    tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q7' }, %o), 'run 7');
+    $t->redis('SADD', $active, 'run_' . ('f' x 24));
+    refused($sid, 'opencode_run_task', { task => 'q8' }, qr/3 queued runs/,
+            'full again: refused, the stale member stays', %o);
+
+    my $tok3 = $t->token(sub => 'q3');
+    my $d = tool_ok($t->call_tool(session_for($tok3), 'opencode_run_task',
+                                  { task => 'd' }, token => $tok3),
+                    'default limits');
+    is(run_hash($d->{runId})->{max_running}, '4', 'max_running defaults to 4');
 }
 
 ###############################################################################
