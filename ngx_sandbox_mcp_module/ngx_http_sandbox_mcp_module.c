@@ -19,6 +19,8 @@ static char *ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static char *ngx_http_sandbox_mcp_usd(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_sandbox_mcp_check_url(ngx_conf_t *cf, void *post,
     void *data);
 
@@ -174,6 +176,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_conf_set_num_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_running),
+      NULL },
+
+    { ngx_string("sandbox_mcp_max_cost_usd"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_sandbox_mcp_usd,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_cost),
       NULL },
 
       ngx_null_command
@@ -366,6 +375,7 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->page_size = NGX_CONF_UNSET_UINT;
     conf->max_queued = NGX_CONF_UNSET_UINT;
     conf->max_running = NGX_CONF_UNSET_UINT;
+    conf->max_cost = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -401,6 +411,7 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_uint_value(conf->page_size, prev->page_size, 100);
     ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued, 20);
     ngx_conf_merge_uint_value(conf->max_running, prev->max_running, 4);
+    ngx_conf_merge_value(conf->max_cost, prev->max_cost, 25000000);
 
     if (conf->allowed_hosts == NULL) {
         conf->allowed_hosts = ngx_array_create(cf->pool, 3, sizeof(ngx_str_t));
@@ -563,6 +574,34 @@ ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
 
         *s = value[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* an amount of US dollars ("25", "2.50"; 0 allowed), kept in micro-USD */
+static char *
+ngx_http_sandbox_mcp_usd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_int_t  *np;
+    ngx_str_t  *value;
+
+    np = (ngx_int_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    *np = ngx_atofp(value[1].data, value[1].len, 6);
+
+    if (*np == NGX_ERROR || *np > (ngx_int_t) 1000000 * 1000000) {
+        return "must be an amount of US dollars (e.g. 25 or 2.50), "
+               "at most 1000000";
     }
 
     return NGX_CONF_OK;

@@ -70,6 +70,7 @@ typedef struct {
     ngx_uint_t                  page_size;
     ngx_uint_t                  max_queued;     /* a tenant's started runs */
     ngx_uint_t                  max_running;    /* ... claimed by runners */
+    ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
 } ngx_http_sandbox_mcp_loc_conf_t;
 
 

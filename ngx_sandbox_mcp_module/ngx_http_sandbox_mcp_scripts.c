@@ -57,7 +57,7 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_delete = {
  *       channel run:{id}, tenant:{tenant}:active
  * ARGV: run id, tenant, session id, new session (0/1), now ms, task,
  *       repository, branch, model, title, create_pr, timeout, events maxlen,
- *       run key prefix, max queued, max running
+ *       run key prefix, max queued, max running, max cost (USD)
  * Returns 1; 0 when an existing session is unknown to this tenant; -2 when
  * the tenant has max queued runs started already.
  */
@@ -83,7 +83,7 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create = {
     "  'task', ARGV[6], 'repository', ARGV[7], 'branch', ARGV[8],\n"
     "  'model', ARGV[9], 'title', ARGV[10], 'create_pr', ARGV[11],\n"
     "  'timeout', ARGV[12], 'status', 'started', 'created_at', ARGV[5],\n"
-    "  'max_running', ARGV[16])\n"
+    "  'max_running', ARGV[16], 'max_cost', ARGV[17])\n"
     "redis.call('SADD', KEYS[8], ARGV[1])\n"
     "redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])\n"
     "redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])\n"

@@ -97,6 +97,8 @@ static void ngx_http_sandbox_mcp_result_fetch(
         "\"cacheRead\":{\"type\":\"integer\"},"                               \
         "\"cacheWrite\":{\"type\":\"integer\"}}},"                            \
     "\"cost\":{\"type\":\"number\",\"description\":\"USD\"},"                 \
+    "\"maxCostUsd\":{\"type\":[\"number\",\"null\"],"                            \
+        "\"description\":\"the run is stopped past this cost (USD)\"},"      \
     "\"timeoutSeconds\":{\"type\":\"integer\"},"                              \
     "\"cancelRequested\":{\"type\":\"boolean\"},"                             \
     "\"watchUrl\":{\"type\":\"string\","                                      \
@@ -133,7 +135,10 @@ static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
       "\"createPullRequest\":{\"type\":\"boolean\",\"description\":"
           "\"Push a branch and open a pull request when done\"},"
       "\"timeoutSeconds\":{\"type\":\"integer\",\"minimum\":1,"
-          "\"description\":\"Deadline for the run\"}},"
+          "\"description\":\"Deadline for the run\"},"
+      "\"maxCostUsd\":{\"type\":\"number\",\"exclusiveMinimum\":0,"
+          "\"description\":\"Stop the run once its model cost passes this "
+          "many US dollars (capped by the server)\"}},"
       "\"required\":[\"task\"],\"additionalProperties\":false}",
 
       "{\"type\":\"object\",\"properties\":{"
@@ -144,7 +149,7 @@ static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
       "\"required\":[\"runId\",\"sessionId\",\"status\",\"watchUrl\"]}",
 
       "task, repository, branch, sessionId, model, title, "
-      "createPullRequest, timeoutSeconds",
+      "createPullRequest, timeoutSeconds, maxCostUsd",
       ngx_http_sandbox_mcp_run_task },
 
     { "opencode_get_result",
@@ -939,7 +944,9 @@ typedef struct {
     ngx_str_t                   title;
     json_int_t                  timeout;
     ngx_uint_t                  create_pr;
+    ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
     u_char                      title_buf[128];
+    u_char                      cost_buf[NGX_INT64_LEN + 2];
 } ngx_http_sandbox_mcp_task_t;
 
 
@@ -1067,6 +1074,63 @@ ngx_http_sandbox_mcp_task_repository(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/* micro-USD as decimal dollars ("25", "2.5"); returns the end (no NUL) */
+static u_char *
+ngx_http_sandbox_mcp_usd(u_char *p, ngx_int_t micro)
+{
+    ngx_int_t  frac;
+
+    p = ngx_sprintf(p, "%i", micro / 1000000);
+    frac = micro % 1000000;
+
+    if (frac) {
+        p = ngx_sprintf(p, ".%06i", frac);
+
+        while (p[-1] == '0') {
+            p--;
+        }
+    }
+
+    return p;
+}
+
+
+/* maxCostUsd: more than 0 and at most sandbox_mcp_max_cost_usd (if set) */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_cost(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    json_t  *v;
+    double   d, max;
+    u_char   buf[NGX_INT64_LEN + 2], *p;
+
+    t->max_cost = lcf->max_cost;
+
+    v = json_object_get(call->args, "maxCostUsd");
+
+    if (v == NULL || json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    d = json_is_number(v) ? json_number_value(v) : -1;
+    max = lcf->max_cost ? lcf->max_cost / 1e6 : 1e6;
+
+    if (!(d * 1e6 >= 1) || d > max) {
+        p = ngx_http_sandbox_mcp_usd(buf, (ngx_int_t) (max * 1e6));
+        *p = '\0';
+
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'maxCostUsd' must be "
+                                        "a number of US dollars more than 0 "
+                                        "and at most %s.", buf);
+        return NGX_ERROR;
+    }
+
+    t->max_cost = (ngx_int_t) (d * 1e6 + 0.5);
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
@@ -1121,7 +1185,7 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         t->timeout = lcf->run_timeout;
     }
 
-    return NGX_OK;
+    return ngx_http_sandbox_mcp_task_cost(call, lcf, t);
 }
 
 
@@ -1196,7 +1260,7 @@ static void
 ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
-    ngx_str_t                    args[16];
+    ngx_str_t                    args[17];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[8];
 
@@ -1249,11 +1313,14 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
 
     args[14] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_queued);
     args[15] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_running);
+    args[16].data = t->cost_buf;
+    args[16].len = ngx_http_sandbox_mcp_usd(t->cost_buf, t->max_cost)
+                   - t->cost_buf;
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
-                                     keys, 8, args, 16);
+                                     keys, 8, args, 17);
 }
 
 
@@ -1333,6 +1400,33 @@ ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable)
 }
 
 
+/* a decimal from Redis as a JSON real; NULL when absent or not a number */
+static json_t *
+ngx_http_sandbox_mcp_json_number(redisReply *v)
+{
+    char    *end;
+    double   d;
+    char     buf[64];
+
+    if (v == NULL || v->type != REDIS_REPLY_STRING || v->len == 0
+        || v->len >= sizeof(buf))
+    {
+        return NULL;
+    }
+
+    ngx_memcpy(buf, v->str, v->len);
+    buf[v->len] = '\0';
+
+    d = strtod(buf, &end);
+
+    if (*end != '\0' || d != d || d > 1e15 || d < -1e15) {
+        return NULL;
+    }
+
+    return json_real(d);
+}
+
+
 static json_t *
 ngx_http_sandbox_mcp_json_time(redisReply *v)
 {
@@ -1378,9 +1472,8 @@ static json_t *
 ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
     redisReply *h)
 {
-    json_t      *files, *exit_code, *cost;
+    json_t      *files, *exit_code, *cost, *max_cost;
     redisReply  *v;
-    char         buf[64];
 
 #define F(name)  ngx_http_sandbox_mcp_field(h, name)
 
@@ -1403,22 +1496,21 @@ ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
     exit_code = (v && v->type == REDIS_REPLY_STRING && v->len)
                 ? json_integer(ngx_http_sandbox_mcp_int(v)) : json_null();
 
-    v = F("cost");
-    if (v && v->type == REDIS_REPLY_STRING && v->len && v->len < sizeof(buf))
-    {
-        ngx_memcpy(buf, v->str, v->len);
-        buf[v->len] = '\0';
-        cost = json_real(strtod(buf, NULL));
+    cost = ngx_http_sandbox_mcp_json_number(F("cost"));
+    max_cost = ngx_http_sandbox_mcp_json_number(F("max_cost"));
 
-    } else {
-        cost = json_real(0);
+    if (max_cost && json_real_value(max_cost) <= 0) {
+        /* "0" or nothing: no cap */
+        json_decref(max_cost);
+        max_cost = NULL;
     }
 
     v = F("status");
 
     return json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
                      " s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
-                     " s:{s:I, s:I, s:I, s:I, s:I}, s:o, s:I, s:b, s:o*}",
+                     " s:{s:I, s:I, s:I, s:I, s:I}, s:o, s:o, s:I, s:b,"
+                     " s:o*}",
         "runId", (char *) call->run_id.data, call->run_id.len,
         "sessionId", ngx_http_sandbox_mcp_json_text(F("session"), 0),
         "status", ngx_http_sandbox_mcp_json_text(v, 0),
@@ -1442,7 +1534,8 @@ ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
             "reasoning", ngx_http_sandbox_mcp_int(F("tokens_reasoning")),
             "cacheRead", ngx_http_sandbox_mcp_int(F("tokens_cache_read")),
             "cacheWrite", ngx_http_sandbox_mcp_int(F("tokens_cache_write")),
-        "cost", cost,
+        "cost", cost ? cost : json_real(0),
+        "maxCostUsd", max_cost ? max_cost : json_null(),
         "timeoutSeconds", ngx_http_sandbox_mcp_int(F("timeout")),
         "cancelRequested", ngx_http_sandbox_mcp_int(F("cancel_requested"))
                            != 0,

@@ -24,6 +24,14 @@ my $t = SMCP::Test->new(
             sandbox_mcp;
             sandbox_mcp_max_queued 3;
             sandbox_mcp_max_running 2;
+        }
+        location /cost {
+            sandbox_mcp;
+            sandbox_mcp_max_cost_usd 2.50;
+        }
+        location /nocap {
+            sandbox_mcp;
+            sandbox_mcp_max_cost_usd 0;
         }},
 );
 $t->start;
@@ -254,6 +262,57 @@ sub session_for {
                                   { task => 'd' }, token => $tok3),
                     'default limits');
     is(run_hash($d->{runId})->{max_running}, '4', 'max_running defaults to 4');
+}
+
+###############################################################################
+# cost caps: maxCostUsd, at most sandbox_mcp_max_cost_usd (also the default)
+
+{
+    my $tok = $t->token(sub => 'c1');
+    my $sid = session_for($tok);
+    my $run = sub {
+        my ($args, $path, $name) = @_;
+        my $sc = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'c', %$args },
+                                       token => $tok, path => $path), $name);
+        return $sc->{runId} // 'run_none';
+    };
+    my $result = sub {
+        return SMCP::Test::sc($t->call_tool($sid, 'opencode_get_result',
+                                            { runId => $_[0] }, token => $tok)) || {};
+    };
+
+    my $r = $run->({}, '/mcp', 'no maxCostUsd');
+    is(run_hash($r)->{max_cost}, '25', 'run hash: max_cost 25 (the default)');
+    is($result->($r)->{maxCostUsd}, 25, 'get_result: maxCostUsd 25');
+
+    $r = $run->({ maxCostUsd => 3.75 }, '/mcp', 'maxCostUsd 3.75');
+    is(run_hash($r)->{max_cost}, '3.75', 'run hash: max_cost 3.75');
+    is($result->($r)->{maxCostUsd}, 3.75, 'get_result: maxCostUsd 3.75');
+
+    $r = $run->({ maxCostUsd => 25 }, '/mcp', 'maxCostUsd at the cap');
+    is(run_hash($r)->{max_cost}, '25', '... stored');
+
+    for my $c ([ 25.01, 'over the cap' ], [ 0, 'zero' ], [ -1, 'negative' ],
+               [ '5', 'a string' ], [ JSON::PP::true, 'a boolean' ],
+               [ 1e300, 'huge' ], [ 0.0000001, 'below a micro-dollar' ]) {
+        refused($sid, 'opencode_run_task', { task => 'c', maxCostUsd => $c->[0] },
+                qr/'maxCostUsd' must be a number of US dollars more than 0 and at most 25\./,
+                "maxCostUsd $c->[1] refused", token => $tok);
+    }
+
+    $r = $run->({}, '/cost', 'sandbox_mcp_max_cost_usd 2.50: default');
+    is(run_hash($r)->{max_cost}, '2.5', '... max_cost 2.5');
+    $r = $run->({ maxCostUsd => 0.000001 }, '/cost', 'a micro-dollar');
+    is(run_hash($r)->{max_cost}, '0.000001', '... max_cost 0.000001');
+    refused($sid, 'opencode_run_task', { task => 'c', maxCostUsd => 2.6 },
+            qr/at most 2\.5\./, 'maxCostUsd over 2.50 refused', token => $tok,
+            path => '/cost');
+
+    $r = $run->({}, '/nocap', 'sandbox_mcp_max_cost_usd 0: default');
+    is(run_hash($r)->{max_cost}, '0', '... max_cost 0 (no cap)');
+    is($result->($r)->{maxCostUsd}, undef, '... get_result: maxCostUsd null');
+    $r = $run->({ maxCostUsd => 1000 }, '/nocap', 'no server cap: 1000 accepted');
+    is(run_hash($r)->{max_cost}, '1000', '... max_cost 1000');
 }
 
 ###############################################################################
