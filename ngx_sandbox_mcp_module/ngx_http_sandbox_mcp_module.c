@@ -185,6 +185,20 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, max_cost),
       NULL },
 
+    { ngx_string("sandbox_mcp_retention"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, retention),
+      NULL },
+
+    { ngx_string("sandbox_mcp_session_idle"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, session_idle),
+      NULL },
+
       ngx_null_command
 };
 
@@ -376,6 +390,8 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->max_queued = NGX_CONF_UNSET_UINT;
     conf->max_running = NGX_CONF_UNSET_UINT;
     conf->max_cost = NGX_CONF_UNSET;
+    conf->retention = NGX_CONF_UNSET;
+    conf->session_idle = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -412,6 +428,9 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued, 20);
     ngx_conf_merge_uint_value(conf->max_running, prev->max_running, 4);
     ngx_conf_merge_value(conf->max_cost, prev->max_cost, 25000000);
+    ngx_conf_merge_sec_value(conf->retention, prev->retention, 30 * 86400);
+    ngx_conf_merge_sec_value(conf->session_idle, prev->session_idle,
+                             7 * 86400);
 
     if (conf->allowed_hosts == NULL) {
         conf->allowed_hosts = ngx_array_create(cf->pool, 3, sizeof(ngx_str_t));
@@ -448,6 +467,13 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp_max_queued and "
                            "sandbox_mcp_max_running must be 1..10000");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->retention == 0 || conf->session_idle == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_retention and "
+                           "sandbox_mcp_session_idle must be more than 0");
         return NGX_CONF_ERROR;
     }
 

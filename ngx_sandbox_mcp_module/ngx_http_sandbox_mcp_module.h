@@ -71,6 +71,8 @@ typedef struct {
     ngx_uint_t                  max_queued;     /* a tenant's started runs */
     ngx_uint_t                  max_running;    /* ... claimed by runners */
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
+    time_t                      retention;      /* ended runs' keys live */
+    time_t                      session_idle;   /* idle sessions expire */
 } ngx_http_sandbox_mcp_loc_conf_t;
 
 

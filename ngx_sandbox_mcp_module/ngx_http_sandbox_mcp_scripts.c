@@ -52,21 +52,27 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_delete = {
 
 /*
  * Run create: run hash, indexes, first event, queue entry, ping - at once.
- * Every check comes before the first write.
+ * Every check comes before the first write.  The run indexes lose entries
+ * older than any run's keys can be (the trim score).
  * KEYS: run, run events, runs:{tenant}, session, session runs, queue,
- *       channel run:{id}, tenant:{tenant}:active
+ *       channel run:{id}, tenant:{tenant}:active, sessions
  * ARGV: run id, tenant, session id, new session (0/1), now ms, task,
  *       repository, branch, model, title, create_pr, timeout, events maxlen,
- *       run key prefix, max queued, max running, max cost (USD)
- * Returns 1; 0 when an existing session is unknown to this tenant; -2 when
- * the tenant has max queued runs started already.
+ *       run key prefix, max queued, max running, max cost (USD),
+ *       retention (s), session idle ttl (s), session idle expiry (ms),
+ *       trim score (ms)
+ * Returns 1; 0 when an existing session is unknown to this tenant; -1 when
+ * it expired (or is expiring); -2 when the tenant has max queued runs
+ * started already.
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create = {
     "run_create",
     "if ARGV[4] == '1' then\n"
     "  if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end\n"
-    "elseif redis.call('HGET', KEYS[4], 'tenant') ~= ARGV[2] then\n"
-    "  return 0\n"
+    "else\n"
+    "  local s = redis.call('HMGET', KEYS[4], 'tenant', 'state')\n"
+    "  if s[1] ~= ARGV[2] then return 0 end\n"
+    "  if s[2] == 'expiring' or s[2] == 'expired' then return -1 end\n"
     "end\n"
     "local started, gone = 0, {}\n"
     "for _, id in ipairs(redis.call('SMEMBERS', KEYS[8])) do\n"
@@ -79,15 +85,20 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_create = {
     "if ARGV[4] == '1' then\n"
     "  redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5])\n"
     "end\n"
+    "redis.call('HSET', KEYS[4], 'last_run', ARGV[1], 'last_active', ARGV[5],\n"
+    "  'idle_ttl', ARGV[19], 'retention', ARGV[18])\n"
+    "redis.call('ZADD', KEYS[9], ARGV[20], ARGV[3])\n"
     "redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],\n"
     "  'task', ARGV[6], 'repository', ARGV[7], 'branch', ARGV[8],\n"
     "  'model', ARGV[9], 'title', ARGV[10], 'create_pr', ARGV[11],\n"
     "  'timeout', ARGV[12], 'status', 'started', 'created_at', ARGV[5],\n"
-    "  'max_running', ARGV[16], 'max_cost', ARGV[17])\n"
+    "  'max_running', ARGV[16], 'max_cost', ARGV[17],\n"
+    "  'retention', ARGV[18])\n"
     "redis.call('SADD', KEYS[8], ARGV[1])\n"
     "redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])\n"
     "redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])\n"
-    "redis.call('HSET', KEYS[4], 'last_run', ARGV[1])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[21])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[21])\n"
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',\n"
     "  'type', 'lifecycle', 'data', '{\"status\":\"started\"}',\n"
     "  'ts', ARGV[5])\n"
@@ -147,17 +158,18 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_list = {
 
 
 /*
- * Run cancel.  A run not yet started is cancelled at once (and leaves the
- * tenant's active set); a running one is flagged and the runners are told;
- * a finished one is left alone.
+ * Run cancel.  A run not yet started is cancelled at once: it leaves the
+ * tenant's active set and its keys expire after its retention.  A running
+ * one is flagged and the runners are told; a finished one is left alone.
  * KEYS: run, run events, channel run:{id}, channel cancel,
- *       tenant:{tenant}:active
- * ARGV: tenant, now ms, run id, events maxlen
+ *       tenant:{tenant}:active, run diff
+ * ARGV: tenant, now ms, run id, events maxlen, retention (s) when the run
+ *       has none
  * Returns the run hash (HGETALL), or nil.
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_cancel = {
     "run_cancel",
-    "local h = redis.call('HMGET', KEYS[1], 'tenant', 'status')\n"
+    "local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'retention')\n"
     "if h[1] ~= ARGV[1] then return nil end\n"
     "if h[2] == 'started' then\n"
     "  redis.call('HSET', KEYS[1], 'status', 'cancelled',\n"
@@ -166,6 +178,10 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_run_cancel = {
     "    'type', 'lifecycle', 'data', '{\"status\":\"cancelled\"}',\n"
     "    'ts', ARGV[2])\n"
     "  redis.call('SREM', KEYS[5], ARGV[3])\n"
+    "  local keep = tonumber(h[3]) or tonumber(ARGV[5])\n"
+    "  for _, k in ipairs({KEYS[1], KEYS[2], KEYS[6]}) do\n"
+    "    redis.call('EXPIRE', k, keep)\n"
+    "  end\n"
     "  redis.call('PUBLISH', KEYS[3], 'cancelled')\n"
     "elseif h[2] == 'running' then\n"
     "  if redis.call('HSETNX', KEYS[1], 'cancel_requested', '1') == 1 then\n"

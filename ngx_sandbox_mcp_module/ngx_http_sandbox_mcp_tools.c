@@ -912,6 +912,17 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         return;
     }
 
+    if (reply->type == REDIS_REPLY_INTEGER
+        && reply->integer == NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
+                                        "longer than %T seconds and its "
+                                        "workspace was removed; start a new "
+                                        "session by omitting sessionId.",
+                                        &call->path, lcf->session_idle);
+        return;
+    }
+
     if (reply->type != REDIS_REPLY_INTEGER
         || reply->integer != NGX_HTTP_SANDBOX_MCP_CREATED)
     {
@@ -1260,11 +1271,13 @@ static void
 ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
-    ngx_str_t                    args[17];
+    int64_t                      now;
+    ngx_str_t                    args[21];
     ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[8];
+    ngx_http_sandbox_mcp_key_t   keys[9];
 
     pool = call->ctx->request->pool;
+    now = ngx_http_sandbox_mcp_now_ms();
 
     keys[0].fmt = SMCP_KEY_RUN;
     keys[0].arg = &call->run_id;
@@ -1282,6 +1295,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     keys[6].arg = &call->run_id;
     keys[7].fmt = SMCP_KEY_TENANT_ACTIVE;
     keys[7].arg = &call->ctx->tenant;
+    keys[8].fmt = SMCP_KEY_SESSIONS;
+    keys[8].arg = NULL;
 
     args[0] = call->run_id;
     args[1] = call->ctx->tenant;
@@ -1290,8 +1305,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     if (t->session.len) {
         ngx_str_set(&args[3], "0");
     }
-    args[4] = ngx_http_sandbox_mcp_redis_number(pool,
-                                                 ngx_http_sandbox_mcp_now_ms());
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool, now);
     args[5] = t->task;
     args[6] = t->repo;
     args[7] = t->branch;
@@ -1316,11 +1330,20 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[16].data = t->cost_buf;
     args[16].len = ngx_http_sandbox_mcp_usd(t->cost_buf, t->max_cost)
                    - t->cost_buf;
+    args[17] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
+    args[18] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_idle);
+    args[19] = ngx_http_sandbox_mcp_redis_number(pool,
+                                       now + (int64_t) lcf->session_idle * 1000);
+
+    /* no run older than this has keys left: its index entries go */
+    args[20] = ngx_http_sandbox_mcp_redis_number(pool,
+                   now - ((int64_t) lcf->retention + lcf->run_timeout_max)
+                         * 1000);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
-                                     keys, 8, args, 17);
+                                     keys, 9, args, 21);
 }
 
 
@@ -1832,11 +1855,14 @@ ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_str_t                    args[4];
-    ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[5];
+    ngx_str_t                         args[5];
+    ngx_pool_t                       *pool;
+    ngx_http_sandbox_mcp_key_t        keys[6];
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     pool = call->ctx->request->pool;
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
 
     if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK) {
         return;
@@ -1852,17 +1878,20 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
     keys[3].arg = NULL;
     keys[4].fmt = SMCP_KEY_TENANT_ACTIVE;
     keys[4].arg = &call->ctx->tenant;
+    keys[5].fmt = SMCP_KEY_RUN_DIFF;
+    keys[5].arg = &call->run_id;
 
     args[0] = call->ctx->tenant;
     args[1] = ngx_http_sandbox_mcp_redis_number(pool,
                                                  ngx_http_sandbox_mcp_now_ms());
     args[2] = call->run_id;
     args[3] = ngx_http_sandbox_mcp_events_maxlen;
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_cancel,
                                      ngx_http_sandbox_mcp_cancel_reply,
-                                     keys, 5, args, 4);
+                                     keys, 6, args, 5);
 }
 
 

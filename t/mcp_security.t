@@ -29,6 +29,12 @@ my $t = SMCP::Test->new(
             sandbox_mcp;
             sandbox_mcp_max_cost_usd 2.50;
         }
+        location /ret {
+            sandbox_mcp;
+            sandbox_mcp_retention 2d;
+            sandbox_mcp_session_idle 1h;
+            sandbox_mcp_run_timeout_max 3h;
+        }
         location /nocap {
             sandbox_mcp;
             sandbox_mcp_max_cost_usd 0;
@@ -313,6 +319,82 @@ sub session_for {
     is($result->($r)->{maxCostUsd}, undef, '... get_result: maxCostUsd null');
     $r = $run->({ maxCostUsd => 1000 }, '/nocap', 'no server cap: 1000 accepted');
     is(run_hash($r)->{max_cost}, '1000', '... max_cost 1000');
+}
+
+###############################################################################
+# retention and session expiry
+
+{
+    my $tok = $t->token(sub => 'r1');
+    my $sid = session_for($tok);
+    my %o = (token => $tok, path => '/ret');
+    my $t0 = now_ms();
+    my $sc = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'r' }, %o),
+                     'a run with sandbox_mcp_retention 2d, session_idle 1h');
+    my ($run, $ses) = ($sc->{runId}, $sc->{sessionId});
+    is(run_hash($run)->{retention}, 172800, 'run hash: retention 172800 s');
+    my $sh = $t->redis_hgetall("${P}session:$ses");
+    is($sh->{retention}, 172800, 'session hash: retention');
+    is($sh->{idle_ttl}, 3600, 'session hash: idle_ttl 3600 s');
+    ok($sh->{last_active} >= $t0 && $sh->{last_active} <= now_ms(),
+       'session hash: last_active = the run_create time (ms)');
+    is($t->redis('ZSCORE', "${P}sessions", $ses), $sh->{last_active} + 3600 * 1000,
+       'sessions zset: last_active + idle_ttl');
+
+    sleep(0.01);
+    my $sc2 = tool_ok($t->call_tool($sid, 'opencode_run_task',
+                                    { task => 'r2', sessionId => $ses }, %o),
+                      'a second run in the session');
+    my $sh2 = $t->redis_hgetall("${P}session:$ses");
+    ok($sh2->{last_active} > $sh->{last_active}, '... bumps last_active');
+    is($sh2->{created_at}, $sh->{created_at}, '... keeps created_at');
+    is($t->redis('ZSCORE', "${P}sessions", $ses), $sh2->{last_active} + 3600 * 1000,
+       '... and the sessions score');
+
+    # defaults
+    my $d = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'd' },
+                                  token => $tok), 'default retention');
+    is(run_hash($d->{runId})->{retention}, 30 * 86400, 'retention defaults to 30d');
+    is($t->redis('HGET', "${P}session:$d->{sessionId}", 'idle_ttl'), 7 * 86400,
+       'session idle defaults to 7d');
+
+    # the cancel of a run not yet started: its keys expire after the retention
+    $t->redis('SET', "${P}run:$run:diff", 'x');
+    tool_ok($t->call_tool($sid, 'opencode_cancel_run', { runId => $run }, %o),
+            'cancel a started run');
+    for my $k ("${P}run:$run", "${P}run:$run:events", "${P}run:$run:diff") {
+        my $ttl = $t->redis('TTL', $k);
+        ok($ttl > 172800 - 60 && $ttl <= 172800, "$k expires in the retention ($ttl s)");
+    }
+    # a running run's cancel sets no expiry
+    $t->redis('HSET', "${P}run:$sc2->{runId}", status => 'running');
+    tool_ok($t->call_tool($sid, 'opencode_cancel_run', { runId => $sc2->{runId} }, %o),
+            'cancel a running run');
+    is($t->redis('TTL', "${P}run:$sc2->{runId}"), -1, '... no expiry (the runner ends it)');
+
+    # index entries older than retention + run_timeout_max are trimmed
+    my $cut = now_ms() - (172800 + 3 * 3600) * 1000;
+    my ($old, $young) = ('run_' . ('1' x 24), 'run_' . ('2' x 24));
+    for my $k ("${P}runs:r1", "${P}session:$ses:runs") {
+        $t->redis('ZADD', $k, $cut - 60_000, $old, $cut + 60_000, $young);
+    }
+    tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'r3', sessionId => $ses }, %o),
+            'a run_create');
+    for my $k ("${P}runs:r1", "${P}session:$ses:runs") {
+        ok(!defined $t->redis('ZSCORE', $k, $old), "$k: an entry older than retention + run_timeout_max trimmed");
+        ok(defined $t->redis('ZSCORE', $k, $young), "$k: a younger one kept");
+    }
+
+    # an expiring or expired session is refused, and says so
+    for my $state ('expiring', 'expired') {
+        $t->redis('HSET', "${P}session:$ses", state => $state);
+        refused($sid, 'opencode_run_task', { task => 'late', sessionId => $ses },
+                qr/^Session expired: \Q$ses\E .*start a new session by omitting sessionId/,
+                "a session in state $state", %o);
+    }
+    refused($sid, 'opencode_run_task', { task => 'x', sessionId => 'ses_' . ('9' x 24) },
+            qr/^Unknown sessionId/, 'an unknown session still says unknown', %o);
+    $t->redis('HDEL', "${P}session:$ses", 'state');
 }
 
 ###############################################################################
