@@ -8,6 +8,7 @@
 #   make sandbox-image   build the sandbox image
 #   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
 #                   tenant "alice" (that may name those repositories)
+#   make revoke JTI=<jti or token>   revoke one token in every worker
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
@@ -27,7 +28,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image
+.PHONY: all module tools runner bench deps test static up down token revoke clean docker-ready sandbox-image
 
 all: module tools runner
 
@@ -58,7 +59,7 @@ $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
               $(wildcard ngx_sandbox_mcp_module/common/*.h)
 	mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -o $@ \
-	    runner/smcp_token.c $(COMMON_SRCS) -ljansson -lcrypto
+	    runner/smcp_token.c $(COMMON_SRCS) -lhiredis -ljansson -lcrypto
 
 $(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
                $(wildcard ngx_sandbox_mcp_module/common/*.h)
@@ -105,6 +106,14 @@ token: $(TOKEN_BIN)
 	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*]}" \
 	    $${TTL:+--ttl $$TTL} $${REPOS:+--repos "$$REPOS"} \
 	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)
+
+# a token revoked at once in every nginx worker (no secret rotation): JTI is
+# the token's jti or the whole token; Redis of `make up` unless REDIS=
+revoke: $(TOKEN_BIN)
+	@$(TOKEN_BIN) --revoke "$${JTI:?usage: make revoke JTI=jti-or-token [REDIS=host:port] [REDIS_PASSWORD_FILE=path]}" \
+	    --redis "$${REDIS:-127.0.0.1:$${SMCP_REDIS_PORT:-6390}}" \
+	    $${REDIS_PREFIX:+--prefix "$$REDIS_PREFIX"} \
+	    $${REDIS_PASSWORD_FILE:+--redis-password-file "$$REDIS_PASSWORD_FILE"}
 
 clean:
 	rm -rf $(BUILD)

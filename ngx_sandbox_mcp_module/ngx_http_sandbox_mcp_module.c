@@ -21,6 +21,8 @@ static char *ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_sandbox_mcp_usd(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_main_conf_t *mcf);
 static char *ngx_http_sandbox_mcp_check_url(ngx_conf_t *cf, void *post,
     void *data);
 
@@ -57,6 +59,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_main_conf_t, redis_timeout),
+      NULL },
+
+    { ngx_string("sandbox_mcp_redis_password"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, redis_password_from),
       NULL },
 
     { ngx_string("sandbox_mcp_secret_file"),
@@ -282,6 +291,8 @@ ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf)
      *     mcf->prefix = { 0, NULL };
      *     mcf->secret_file = { 0, NULL };
      *     mcf->secret_env = { 0, NULL };
+     *     mcf->redis_password_from = { 0, NULL };
+     *     mcf->redis_password = NULL;
      *     mcf->enabled = 0;
      */
 
@@ -296,9 +307,6 @@ static char *
 ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_sandbox_mcp_main_conf_t *mcf = conf;
-
-    char  err[256];
-    int   rc;
 
     if (mcf->redis.len == 0) {
         ngx_str_set(&mcf->redis, "127.0.0.1:6379");
@@ -316,11 +324,77 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_OK;
     }
 
-    /*
-     * The secret is read here, in the master, at configuration time: the
-     * workers get it with the configuration (nginx clears their
-     * environment), and a reload picks up a new one.
-     */
+    return ngx_http_sandbox_mcp_read_secrets(cf, mcf);
+}
+
+
+/* sandbox_mcp_redis_password env:NAME | file:PATH */
+static char *
+ngx_http_sandbox_mcp_read_password(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_main_conf_t *mcf)
+{
+    int         rc;
+    ngx_str_t  *from, name;
+    char        err[256];
+
+    from = &mcf->redis_password_from;
+
+    mcf->redis_password = ngx_pnalloc(cf->pool, SMCP_SECRET_MAX);
+    if (mcf->redis_password == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (from->len > 5 && ngx_strncmp(from->data, "file:", 5) == 0) {
+        name.data = from->data + 5;
+        name.len = from->len - 5;
+
+        if (ngx_conf_full_name(cf->cycle, &name, 1) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        rc = smcp_secret_from_file((char *) name.data, 1, mcf->redis_password,
+                                   &mcf->redis_password_len, err,
+                                   sizeof(err));
+
+    } else if (from->len > 4 && ngx_strncmp(from->data, "env:", 4) == 0) {
+        rc = smcp_secret_from_env((char *) from->data + 4, 1,
+                                  mcf->redis_password,
+                                  &mcf->redis_password_len, err, sizeof(err));
+
+    } else {
+        ngx_snprintf((u_char *) err, sizeof(err), "expected env:NAME or "
+                     "file:PATH%Z");
+        rc = SMCP_ERR;
+    }
+
+    if (rc != SMCP_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_redis_password: %s", err);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The signing secret and the Redis password are read here, in the master,
+ * at configuration time: the workers get them with the configuration
+ * (nginx clears their environment), and a reload picks up new ones.
+ * Neither is ever logged.
+ */
+static char *
+ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_main_conf_t *mcf)
+{
+    int   rc;
+    char  err[256];
+
+    if (mcf->redis_password_from.len
+        && ngx_http_sandbox_mcp_read_password(cf, mcf) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     mcf->secret = ngx_pnalloc(cf->pool, SMCP_SECRET_MAX);
     if (mcf->secret == NULL) {

@@ -43,6 +43,9 @@ typedef struct {
     ngx_str_t                   redis_unix;
     ngx_str_t                   prefix;
     ngx_msec_t                  redis_timeout;
+    ngx_str_t                   redis_password_from;    /* env:N | file:P */
+    u_char                     *redis_password;         /* NULL: no AUTH */
+    size_t                      redis_password_len;
 
     ngx_str_t                   secret_file;
     ngx_str_t                   secret_env;
@@ -113,6 +116,9 @@ struct ngx_http_sandbox_mcp_ctx_s {
     ngx_str_t                           tenant;
     ngx_array_t                        *repos;      /* of ngx_str_t: the
                                                        token's grants */
+    ngx_str_t                           jti;        /* to check in Redis:
+                                                       the worker's revoked
+                                                       set is not loaded */
     ngx_str_t                           session_id;     /* Mcp-Session-Id */
     ngx_str_t                           version;        /* effective */
     ngx_str_t                           header_version; /* as sent */

@@ -12,12 +12,17 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 
+#include "smcp_revoked.h"
+
 
 #define NGX_HTTP_SANDBOX_MCP_BACKOFF_MIN    100
 #define NGX_HTTP_SANDBOX_MCP_BACKOFF_MAX    1000
 
 /* reads per event before yielding to other connections (16 KiB each) */
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST     64
+
+/* revoked token ids a worker keeps */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX    1000000
 
 
 typedef struct {
@@ -33,6 +38,7 @@ typedef struct {
     unsigned                            subscriber:1;
     unsigned                            connected:1;
     unsigned                            in_write:1;
+    unsigned                            auth_failed:1;
 } ngx_http_sandbox_mcp_redis_link_t;
 
 
@@ -52,6 +58,26 @@ static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_sub_link;
 /* long-polls re-read after a connection loss: they fail fast now instead
  * of at the end of their wait, or catch pings missed while unsubscribed */
 static ngx_event_t                        ngx_http_sandbox_mcp_wake_event;
+
+
+/*
+ * The revoked token ids, mirrored from the hash `revoked`: the pub/sub
+ * connection SUBSCRIBEs to the channel `revoked` and, once subscribed, the
+ * whole hash is read (HGETALL on the command connection) and merged in.
+ * Until both happened since the last (re)connect the set is not trusted
+ * ("loaded" is 0) and requests check their token in Redis instead.
+ */
+typedef struct {
+    smcp_revoked_t                     *set;
+    ngx_str_t                           key;        /* <prefix>revoked */
+    ngx_str_t                           channel;
+    ngx_http_sandbox_mcp_redis_cmd_t   *cmd;        /* HGETALL in flight */
+    unsigned                            subscribed:1;
+    unsigned                            loaded:1;
+} ngx_http_sandbox_mcp_revoked_t;
+
+
+static ngx_http_sandbox_mcp_revoked_t     ngx_http_sandbox_mcp_revoked;
 
 
 ngx_str_t *
@@ -449,6 +475,12 @@ ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
         ngx_del_timer(&link->timer);
     }
 
+    if (link->subscriber) {
+        /* revocations published from now on would be missed */
+        ngx_http_sandbox_mcp_revoked.subscribed = 0;
+        ngx_http_sandbox_mcp_revoked.loaded = 0;
+    }
+
     /* not from inside hiredis: on the next turn of the event loop */
     if (!ngx_http_sandbox_mcp_redis_exiting
         && !ngx_http_sandbox_mcp_wake_event.posted)
@@ -469,6 +501,131 @@ ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
 }
 
 
+/* revoked token ids */
+
+
+static void
+ngx_http_sandbox_mcp_redis_revoked_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_revoked_t *rv = data;
+
+    size_t       i;
+    int64_t      now;
+    ngx_int_t    exp;
+    ngx_uint_t   bad;
+    redisReply  *k, *v;
+
+    rv->cmd = NULL;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
+        /* read again when the command connection is back */
+        return;
+    }
+
+    now = ngx_time();
+    bad = 0;
+
+    for (i = 0; i + 1 < reply->elements; i += 2) {
+        k = reply->element[i];
+        v = reply->element[i + 1];
+
+        exp = (v->type == REDIS_REPLY_STRING)
+              ? ngx_atoi((u_char *) v->str, v->len) : NGX_ERROR;
+
+        if (k->type != REDIS_REPLY_STRING || exp == NGX_ERROR
+            || smcp_revoked_add(rv->set, k->str, k->len, exp, now) != SMCP_OK)
+        {
+            bad++;
+        }
+    }
+
+    if (bad) {
+        ngx_log_error(NGX_LOG_WARN, ngx_http_sandbox_mcp_redis_log, 0,
+                      "sandbox_mcp: redis: %ui revoked token entries not "
+                      "kept (malformed, or over %d)", bad,
+                      NGX_HTTP_SANDBOX_MCP_REVOKED_MAX);
+    }
+
+    /* trusted only if no revocation can have been missed meanwhile */
+    rv->loaded = rv->subscribed;
+
+    ngx_log_error(NGX_LOG_INFO, ngx_http_sandbox_mcp_redis_log, 0,
+                  "sandbox_mcp: redis: %uz revoked token ids loaded",
+                  smcp_revoked_count(rv->set));
+}
+
+
+static void
+ngx_http_sandbox_mcp_redis_revoked_load(void)
+{
+    ngx_str_t                        argv[2];
+    ngx_http_sandbox_mcp_revoked_t  *rv;
+
+    rv = &ngx_http_sandbox_mcp_revoked;
+
+    if (rv->set == NULL || !rv->subscribed || rv->loaded || rv->cmd) {
+        return;
+    }
+
+    ngx_str_set(&argv[0], "HGETALL");
+    argv[1] = rv->key;
+
+    /* NULL: the command connection is away; its connect tries again */
+    rv->cmd = ngx_http_sandbox_mcp_redis_command(
+                  ngx_http_sandbox_mcp_redis_revoked_reply, rv, 2, argv);
+}
+
+
+/* a message "<jti> <exp>" on the channel `revoked` */
+static void
+ngx_http_sandbox_mcp_redis_revoked_message(redisReply *msg)
+{
+    size_t       len;
+    int64_t      exp;
+    const char  *jti;
+
+    if (msg->type != REDIS_REPLY_STRING
+        || smcp_revoked_parse(msg->str, msg->len, &jti, &len, &exp)
+           != SMCP_OK
+        || smcp_revoked_add(ngx_http_sandbox_mcp_revoked.set, jti, len, exp,
+                            ngx_time())
+           != SMCP_OK)
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_http_sandbox_mcp_redis_log, 0,
+                      "sandbox_mcp: redis: a revocation message was not "
+                      "kept (malformed, or over %d)",
+                      NGX_HTTP_SANDBOX_MCP_REVOKED_MAX);
+    }
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_redis_revoked(ngx_str_t *jti)
+{
+    ngx_http_sandbox_mcp_revoked_t  *rv;
+
+    rv = &ngx_http_sandbox_mcp_revoked;
+
+    if (rv->set == NULL) {
+        return NGX_AGAIN;
+    }
+
+    if (smcp_revoked_has(rv->set, (char *) jti->data, jti->len, ngx_time())) {
+        return NGX_DECLINED;
+    }
+
+    return rv->loaded ? NGX_OK : NGX_AGAIN;
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_redis_is(redisReply *r, const char *s)
+{
+    return r->type == REDIS_REPLY_STRING && r->len == ngx_strlen(s)
+           && ngx_strncmp(r->str, s, r->len) == 0;
+}
+
+
 static void
 ngx_http_sandbox_mcp_redis_sub_handler(redisAsyncContext *ac, void *r,
     void *privdata)
@@ -480,6 +637,22 @@ ngx_http_sandbox_mcp_redis_sub_handler(redisAsyncContext *ac, void *r,
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements < 3)
     {
+        return;
+    }
+
+    if (reply->elements == 3
+        && ngx_http_sandbox_mcp_redis_is(reply->element[0], "subscribe"))
+    {
+        /* listening: now what was revoked before can be read */
+        ngx_http_sandbox_mcp_revoked.subscribed = 1;
+        ngx_http_sandbox_mcp_redis_revoked_load();
+        return;
+    }
+
+    if (reply->elements == 3
+        && ngx_http_sandbox_mcp_redis_is(reply->element[0], "message"))
+    {
+        ngx_http_sandbox_mcp_redis_revoked_message(reply->element[2]);
         return;
     }
 
@@ -524,7 +697,10 @@ ngx_http_sandbox_mcp_redis_script_loaded(redisAsyncContext *ac, void *r,
 {
     redisReply  *reply = r;
 
-    if (reply && reply->type == REDIS_REPLY_ERROR) {
+    /* NOAUTH: a refused AUTH was logged already */
+    if (reply && reply->type == REDIS_REPLY_ERROR
+        && ngx_strncmp(reply->str, "NOAUTH", 6) != 0)
+    {
         ngx_log_error(NGX_LOG_ALERT, ngx_http_sandbox_mcp_redis_log, 0,
                       "sandbox_mcp: redis: loading script \"%s\" failed: %s",
                       (char *) privdata, reply->str);
@@ -587,6 +763,13 @@ ngx_http_sandbox_mcp_redis_on_connect(const redisAsyncContext *cac,
 
         redisAsyncCommand(ac, ngx_http_sandbox_mcp_redis_sub_handler, NULL,
                           "PSUBSCRIBE %brun:*", prefix->data, prefix->len);
+        redisAsyncCommand(ac, ngx_http_sandbox_mcp_redis_sub_handler, NULL,
+                          "SUBSCRIBE %b",
+                          ngx_http_sandbox_mcp_revoked.channel.data,
+                          ngx_http_sandbox_mcp_revoked.channel.len);
+
+    } else {
+        ngx_http_sandbox_mcp_redis_revoked_load();
     }
 
     ngx_http_sandbox_mcp_redis_arm(link);
@@ -608,6 +791,39 @@ ngx_http_sandbox_mcp_redis_on_disconnect(const redisAsyncContext *ac,
     }
 
     ngx_http_sandbox_mcp_redis_schedule(link);
+}
+
+
+static void
+ngx_http_sandbox_mcp_redis_auth_done(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    redisReply                         *reply = r;
+    ngx_http_sandbox_mcp_redis_link_t  *link = privdata;
+
+    if (reply == NULL) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ERROR) {
+        link->auth_failed = 0;
+        return;
+    }
+
+    /* the reply names no password; neither does this line */
+    if (!link->auth_failed) {
+        ngx_log_error(NGX_LOG_ERR, ngx_http_sandbox_mcp_redis_log, 0,
+                      "sandbox_mcp: redis %s: AUTH refused "
+                      "(sandbox_mcp_redis_password): %s", link->role,
+                      reply->str);
+    }
+
+    /* unusable: fail fast until a reconnect authenticates */
+    link->auth_failed = 1;
+    link->connected = 0;
+    link->failures++;
+
+    redisAsyncDisconnect(ac);
 }
 
 
@@ -680,6 +896,13 @@ ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
     redisAsyncSetDisconnectCallback(ac,
                                     ngx_http_sandbox_mcp_redis_on_disconnect);
 
+    /* AUTH first: every later command of the connection depends on it */
+    if (mcf->redis_password) {
+        redisAsyncCommand(ac, ngx_http_sandbox_mcp_redis_auth_done, link,
+                          "AUTH %b", mcf->redis_password,
+                          mcf->redis_password_len);
+    }
+
     if (!link->subscriber) {
         ngx_http_sandbox_mcp_redis_load_scripts(ac);
     }
@@ -735,6 +958,25 @@ ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
                                       ngx_http_sandbox_mcp_redis_wake_handler;
     ngx_http_sandbox_mcp_wake_event.log = cycle->log;
 
+    ngx_memzero(&ngx_http_sandbox_mcp_revoked,
+                sizeof(ngx_http_sandbox_mcp_revoked_t));
+
+    if (ngx_http_sandbox_mcp_redis_key(cycle->pool,
+                                       &ngx_http_sandbox_mcp_revoked.key,
+                                       SMCP_KEY_REVOKED, NULL)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(cycle->pool,
+                                          &ngx_http_sandbox_mcp_revoked.channel,
+                                          SMCP_CHAN_REVOKED, NULL)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* without it every token is checked in Redis (NGX_AGAIN) */
+    ngx_http_sandbox_mcp_revoked.set =
+                   smcp_revoked_create(NGX_HTTP_SANDBOX_MCP_REVOKED_MAX);
+
     ngx_http_sandbox_mcp_redis_link_init(&ngx_http_sandbox_mcp_cmd_link,
                                          "commands", 0);
     ngx_http_sandbox_mcp_redis_link_init(&ngx_http_sandbox_mcp_sub_link,
@@ -780,6 +1022,9 @@ ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle)
 
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_cmd_link);
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_sub_link);
+
+    smcp_revoked_free(ngx_http_sandbox_mcp_revoked.set);
+    ngx_http_sandbox_mcp_revoked.set = NULL;
 }
 
 

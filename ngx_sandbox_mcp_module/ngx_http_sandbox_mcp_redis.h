@@ -67,6 +67,13 @@ ngx_int_t ngx_http_sandbox_mcp_redis_key(ngx_pool_t *pool, ngx_str_t *key,
 
 ngx_str_t *ngx_http_sandbox_mcp_redis_prefix(void);
 
+/*
+ * Is the token id revoked?  NGX_DECLINED: yes; NGX_OK: no; NGX_AGAIN: the
+ * worker's copy of the revoked set is not up to date (connecting, or
+ * Redis was away): check in Redis.
+ */
+ngx_int_t ngx_http_sandbox_mcp_redis_revoked(ngx_str_t *jti);
+
 /* a number as a command argument, in the pool (len 0 if out of memory) */
 ngx_str_t ngx_http_sandbox_mcp_redis_number(ngx_pool_t *pool, int64_t n);
 

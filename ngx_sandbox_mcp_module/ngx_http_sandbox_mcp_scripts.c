@@ -8,12 +8,24 @@
 
 
 /*
+ * The session scripts also check the token's id against the hash
+ * `revoked` when the worker's copy of it is not up to date (jti not "").
+ */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_CHECK(jti)                               \
+    "if ARGV[" jti "] ~= '' and\n"                                            \
+    "   redis.call('HEXISTS', KEYS[2], ARGV[" jti "]) == 1 then\n"            \
+    "  return redis.status_reply('REVOKED')\n"                                \
+    "end\n"
+
+
+/*
  * MCP session create.
- * KEYS: mcp:{sid}   ARGV: tenant, protocol, client name, client version,
- * now ms, ttl ms
+ * KEYS: mcp:{sid}, revoked   ARGV: tenant, protocol, client name, client
+ * version, now ms, ttl ms, jti or ""
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_create = {
     "session_create",
+    NGX_HTTP_SANDBOX_MCP_REVOKED_CHECK("7")
     "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'tenant', ARGV[1], 'protocol', ARGV[2],\n"
     "  'client_name', ARGV[3], 'client_version', ARGV[4],\n"
@@ -27,10 +39,11 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_create = {
 /*
  * MCP session lookup; refreshes its TTL.  Returns the negotiated protocol
  * version, or nil for an unknown session or one of another tenant.
- * KEYS: mcp:{sid}   ARGV: tenant, ttl ms
+ * KEYS: mcp:{sid}, revoked   ARGV: tenant, ttl ms, jti or ""
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_touch = {
     "session_touch",
+    NGX_HTTP_SANDBOX_MCP_REVOKED_CHECK("3")
     "local h = redis.call('HMGET', KEYS[1], 'tenant', 'protocol')\n"
     "if h[1] ~= ARGV[1] then return nil end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
@@ -40,10 +53,12 @@ ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_touch = {
 
 
 /*
- * MCP session delete.   KEYS: mcp:{sid}   ARGV: tenant
+ * MCP session delete.
+ * KEYS: mcp:{sid}, revoked   ARGV: tenant, (unused), jti or ""
  */
 ngx_http_sandbox_mcp_script_t  ngx_http_sandbox_mcp_script_session_delete = {
     "session_delete",
+    NGX_HTTP_SANDBOX_MCP_REVOKED_CHECK("3")
     "if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end\n"
     "return redis.call('DEL', KEYS[1])\n",
     ""

@@ -9,6 +9,7 @@
 #include "ngx_http_sandbox_mcp_scripts.h"
 
 #include "smcp_jwt.h"
+#include "smcp_revoked.h"
 #include "smcp_validate.h"
 
 
@@ -471,6 +472,107 @@ ngx_http_sandbox_mcp_grants(ngx_http_request_t *r,
 }
 
 
+/* the token's id: refused if revoked; kept in ctx->jti when the worker's
+ * revoked set cannot tell (the session script asks Redis) */
+static ngx_int_t
+ngx_http_sandbox_mcp_jti(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *jti, const char **reason)
+{
+    ngx_int_t  rc;
+    ngx_str_t  id;
+
+    if (jti == NULL) {
+        /* minted before token ids: cannot be revoked one by one */
+        return NGX_OK;
+    }
+
+    id.data = (u_char *) json_string_value(jti);
+    id.len = json_string_length(jti);
+
+    if (!smcp_valid_jti((char *) id.data, id.len)) {
+        *reason = "token id (jti) must be 1-64 characters of A-Z a-z 0-9 - _";
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_sandbox_mcp_redis_revoked(&id);
+
+    if (rc == NGX_DECLINED) {
+        *reason = "token revoked";
+        return NGX_DECLINED;
+    }
+
+    if (rc == NGX_AGAIN) {
+        ctx->jti.data = ngx_pnalloc(r->pool, id.len);
+        if (ctx->jti.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(ctx->jti.data, id.data, id.len);
+        ctx->jti.len = id.len;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The claims of a verified token: scope "mcp", a valid subject (the
+ * tenant), not revoked, valid grants.  NGX_DECLINED with the reason, or
+ * NGX_ERROR (no memory).
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_claims(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *claims, const char **reason)
+{
+    json_t      *sub;
+    ngx_int_t    rc;
+    const char  *scope;
+
+    scope = json_string_value(json_object_get(claims, "scope"));
+
+    if (scope == NULL || ngx_strcmp(scope, SMCP_SCOPE_MCP) != 0) {
+        *reason = "token scope must be \"mcp\"";
+        return NGX_DECLINED;
+    }
+
+    sub = json_object_get(claims, "sub");
+
+    if (!smcp_valid_tenant(json_string_value(sub), json_string_length(sub)))
+    {
+        *reason = "token subject must be 1-128 characters of "
+                  "A-Z a-z 0-9 . _ - @";
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_sandbox_mcp_jti(r, ctx, json_object_get(claims, "jti"),
+                                  reason);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_sandbox_mcp_grants(r, ctx, json_object_get(claims, "repos"));
+
+    if (rc == NGX_DECLINED) {
+        *reason = "token repos claim must be an array of owner/repo, "
+                  "owner/* or *";
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->tenant.len = json_string_length(sub);
+    ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len);
+    if (ctx->tenant.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(ctx->tenant.data, json_string_value(sub), ctx->tenant.len);
+
+    return NGX_OK;
+}
+
+
 /*
  * Returns NGX_OK with the tenant set; otherwise the 401 was sent and the
  * return value is NGX_DONE with *rc holding the sender's result.
@@ -480,9 +582,9 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc)
 {
     u_char                            *p, *last;
-    json_t                            *claims, *sub, *scope;
+    json_t                            *claims;
     ngx_int_t                          rc2;
-    const char                        *s;
+    const char                        *reason;
     ngx_table_elt_t                   *auth;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
     char                               err[128];
@@ -520,58 +622,22 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_auth_failed(rc, r, err, 1);
     }
 
-    scope = json_object_get(claims, "scope");
-    s = json_string_value(scope);
+    reason = "token refused";
+    rc2 = ngx_http_sandbox_mcp_claims(r, ctx, claims, &reason);
 
-    if (scope != NULL && (s == NULL || ngx_strcmp(s, SMCP_SCOPE_MCP) != 0)) {
-        json_decref(claims);
+    json_decref(claims);
 
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "sandbox_mcp: token refused: scope is not \"mcp\"");
-
-        return ngx_http_sandbox_mcp_auth_failed(rc, r, "token scope is "
-                                                "not valid for MCP", 1);
-    }
-
-    sub = json_object_get(claims, "sub");
-
-    if (!smcp_valid_tenant(json_string_value(sub), json_string_length(sub)))
-    {
-        json_decref(claims);
-
-        return ngx_http_sandbox_mcp_auth_failed(rc, r, "token subject "
-                                                "must be 1-128 characters "
-                                                "of A-Z a-z 0-9 . _ - @", 1);
-    }
-
-    rc2 = ngx_http_sandbox_mcp_grants(r, ctx,
-                                      json_object_get(claims, "repos"));
-
-    if (rc2 != NGX_OK) {
-        json_decref(claims);
-
-        if (rc2 == NGX_ERROR) {
-            *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
-            return NGX_DONE;
-        }
-
-        return ngx_http_sandbox_mcp_auth_failed(rc, r, "token repos claim "
-                                                "must be an array of "
-                                                "owner/repo, owner/* or *",
-                                                1);
-    }
-
-    ctx->tenant.len = json_string_length(sub);
-    ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len);
-    if (ctx->tenant.data == NULL) {
-        json_decref(claims);
+    if (rc2 == NGX_ERROR) {
         *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
         return NGX_DONE;
     }
 
-    ngx_memcpy(ctx->tenant.data, json_string_value(sub), ctx->tenant.len);
+    if (rc2 == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "sandbox_mcp: token refused: %s", reason);
 
-    json_decref(claims);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, reason, 1);
+    }
 
     return NGX_OK;
 }
@@ -922,6 +988,28 @@ ngx_http_sandbox_mcp_is_method(json_t *msg, const char *name)
 }
 
 
+/* a session script found the token in the hash `revoked`: 401 */
+static ngx_uint_t
+ngx_http_sandbox_mcp_reply_revoked(ngx_http_sandbox_mcp_ctx_t *ctx,
+    redisReply *reply)
+{
+    if (reply == NULL || reply->type != REDIS_REPLY_STATUS
+        || reply->len != sizeof("REVOKED") - 1
+        || ngx_strncmp(reply->str, "REVOKED", reply->len) != 0)
+    {
+        return 0;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "sandbox_mcp: token refused: token revoked");
+
+    ngx_http_sandbox_mcp_finalize(ctx,
+        ngx_http_sandbox_mcp_unauthorized(ctx->request, "token revoked", 1));
+
+    return 1;
+}
+
+
 static void
 ngx_http_sandbox_mcp_session_created(void *data, redisReply *reply)
 {
@@ -930,6 +1018,10 @@ ngx_http_sandbox_mcp_session_created(void *data, redisReply *reply)
     ngx_int_t  rc;
 
     ctx->cmd = NULL;
+
+    if (ngx_http_sandbox_mcp_reply_revoked(ctx, reply)) {
+        return;
+    }
 
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER
         || reply->integer != 1)
@@ -957,7 +1049,7 @@ ngx_http_sandbox_mcp_initialize(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
     json_t                           *params, *client, *pv;
     const char                       *name, *version;
-    ngx_str_t                         key, v, argv[7];
+    ngx_str_t                         key, v, argv[9];
     ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
     char                              sid[NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN
@@ -995,7 +1087,10 @@ ngx_http_sandbox_mcp_initialize(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &key, SMCP_KEY_MCP_SESSION,
                                        &ctx->session_id)
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_REVOKED,
+                                          NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -1004,20 +1099,21 @@ ngx_http_sandbox_mcp_initialize(ngx_http_sandbox_mcp_ctx_t *ctx)
     version = json_string_value(json_object_get(client, "version"));
 
     argv[0] = key;
-    argv[1] = ctx->tenant;
-    argv[2] = ctx->version;
-    argv[3].data = (u_char *) (name ? name : "");
-    argv[3].len = ngx_strlen(argv[3].data);
-    argv[4].data = (u_char *) (version ? version : "");
+    argv[2] = ctx->tenant;
+    argv[3] = ctx->version;
+    argv[4].data = (u_char *) (name ? name : "");
     argv[4].len = ngx_strlen(argv[4].data);
-    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                (int64_t) ngx_time() * 1000);
+    argv[5].data = (u_char *) (version ? version : "");
+    argv[5].len = ngx_strlen(argv[5].data);
     argv[6] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                                (int64_t) ngx_time() * 1000);
+    argv[7] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                         (int64_t) lcf->session_ttl * 1000);
+    argv[8] = ctx->jti;
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_session_create,
-                   ngx_http_sandbox_mcp_session_created, ctx, 1, 7, argv);
+                   ngx_http_sandbox_mcp_session_created, ctx, 2, 9, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -1037,6 +1133,10 @@ ngx_http_sandbox_mcp_session_found(void *data, redisReply *reply)
 
     r = ctx->request;
     ctx->cmd = NULL;
+
+    if (ngx_http_sandbox_mcp_reply_revoked(ctx, reply)) {
+        return;
+    }
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         if (reply) {
@@ -1107,6 +1207,10 @@ ngx_http_sandbox_mcp_session_deleted(void *data, redisReply *reply)
     r = ctx->request;
     ctx->cmd = NULL;
 
+    if (ngx_http_sandbox_mcp_reply_revoked(ctx, reply)) {
+        return;
+    }
+
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
         ngx_http_sandbox_mcp_finalize(ctx,
                                       ngx_http_sandbox_mcp_send_unavailable(r));
@@ -1132,7 +1236,7 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_http_sandbox_mcp_redis_handler_pt handler)
 {
     u_char                           *p;
-    ngx_str_t                         key, argv[3];
+    ngx_str_t                         argv[5];
     ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
@@ -1154,19 +1258,22 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
         }
     }
 
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &key, SMCP_KEY_MCP_SESSION,
-                                       &ctx->session_id)
-        != NGX_OK)
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
+                                       SMCP_KEY_MCP_SESSION, &ctx->session_id)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_REVOKED,
+                                          NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[0] = key;
-    argv[1] = ctx->tenant;
-    argv[2] = ngx_http_sandbox_mcp_redis_number(r->pool,
+    argv[2] = ctx->tenant;
+    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                         (int64_t) lcf->session_ttl * 1000);
+    argv[4] = ctx->jti;
 
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, ctx, 1, 3,
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, ctx, 2, 5,
                                                  argv);
 
     if (ctx->cmd == NULL) {

@@ -1,25 +1,54 @@
 /*
  * smcp-token: mints an HS256 bearer token with the project's signing
- * secret.
+ * secret, or revokes one.
  *
  *   smcp-token --sub alice [--ttl SECONDS] [--scope mcp|ui|egress]
- *              [--repos GRANT,...] [--run RUNID]
- *              [--secret-file FILE]
+ *              [--repos GRANT,...] [--run RUNID] [--secret-file FILE]
+ *   smcp-token --revoke JTI|TOKEN [--exp EPOCH] [--redis ADDR]
+ *              [--prefix P] [--redis-password-file FILE]
  *
- * Without --secret-file the secret comes from $PROXY_JWT_SECRET.
+ * Without --secret-file the secret comes from $PROXY_JWT_SECRET; without
+ * --redis-password-file the Redis password (if any) from
+ * $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a revocation
+ * writes jti -> exp into the hash <prefix>revoked and publishes
+ * "<jti> <exp>" on the channel <prefix>revoked, in one step.
  */
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 
+#include <hiredis/hiredis.h>
 #include <jansson.h>
 
 #include "smcp_jwt.h"
 #include "smcp_keys.h"
+#include "smcp_revoked.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
+
+
+/* a bare jti has no known expiry: it is remembered this long */
+#define SMCP_TOKEN_REVOKE_DEFAULT  (10L * 365 * 24 * 3600)
+
+
+typedef struct {
+    const char     *sub;
+    const char     *scope;
+    const char     *run;
+    const char     *repos;
+    const char     *secret_file;
+    long            ttl;
+
+    const char     *revoke;
+    const char     *redis;
+    const char     *prefix;
+    const char     *password_file;
+    long            exp;
+} smcp_token_opts_t;
 
 
 static void
@@ -29,11 +58,76 @@ smcp_token_usage(void)
         "usage: smcp-token --sub TENANT [--ttl SECONDS] [--scope SCOPE]\n"
         "                  [--repos GRANTS] [--run RUNID] "
         "[--secret-file FILE]\n"
+        "       smcp-token --revoke JTI|TOKEN [--exp EPOCH] "
+        "[--redis ADDR]\n"
+        "                  [--prefix P] [--redis-password-file FILE]\n"
         "  --ttl      lifetime in seconds (default 2592000 = 30 days)\n"
         "  --scope    mcp (default), ui or egress\n"
         "  --repos    repositories the tenant may name, comma-separated:\n"
         "             owner/repo, owner/* or * (default: none)\n"
-        "  secret:    --secret-file, else $PROXY_JWT_SECRET\n");
+        "  secret:    --secret-file, else $PROXY_JWT_SECRET\n"
+        "  --revoke   a token's jti, or the whole token (its exp is kept);\n"
+        "             a bare jti is kept until --exp (default: 10 years)\n"
+        "  --redis    host:port or unix:/path (default 127.0.0.1:6379)\n"
+        "  --prefix   Redis key prefix (default smcp:)\n"
+        "  password:  --redis-password-file, else $SMCP_REDIS_PASSWORD\n");
+}
+
+
+static int
+smcp_token_number(const char *name, const char *s, long *out)
+{
+    char  *end;
+
+    *out = strtol(s, &end, 10);
+
+    if (*s == '\0' || *end != '\0' || *out <= 0) {
+        fprintf(stderr, "smcp-token: %s takes a positive number\n", name);
+        return SMCP_ERR;
+    }
+
+    return SMCP_OK;
+}
+
+
+/* 1 = took an option and its value, 0 = unknown, -1 = bad value */
+static int
+smcp_token_opt(smcp_token_opts_t *o, const char *name, const char *v)
+{
+    static const struct {
+        const char  *name;
+        size_t       off;
+    } strs[] = {
+        { "--sub", offsetof(smcp_token_opts_t, sub) },
+        { "--scope", offsetof(smcp_token_opts_t, scope) },
+        { "--run", offsetof(smcp_token_opts_t, run) },
+        { "--repos", offsetof(smcp_token_opts_t, repos) },
+        { "--secret-file", offsetof(smcp_token_opts_t, secret_file) },
+        { "--revoke", offsetof(smcp_token_opts_t, revoke) },
+        { "--redis", offsetof(smcp_token_opts_t, redis) },
+        { "--prefix", offsetof(smcp_token_opts_t, prefix) },
+        { "--redis-password-file",
+          offsetof(smcp_token_opts_t, password_file) },
+    };
+
+    size_t  i;
+
+    for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+        if (strcmp(name, strs[i].name) == 0) {
+            *(const char **) ((char *) o + strs[i].off) = v;
+            return 1;
+        }
+    }
+
+    if (strcmp(name, "--ttl") == 0) {
+        return smcp_token_number(name, v, &o->ttl) == SMCP_OK ? 1 : -1;
+    }
+
+    if (strcmp(name, "--exp") == 0) {
+        return smcp_token_number(name, v, &o->exp) == SMCP_OK ? 1 : -1;
+    }
+
+    return 0;
 }
 
 
@@ -72,70 +166,26 @@ smcp_token_repos(const char *list)
 }
 
 
-int
-main(int argc, char **argv)
+static int
+smcp_token_mint(smcp_token_opts_t *o)
 {
-    const char     *sub, *scope, *run, *secret_file, *repos;
-    char           *tok, *end, err[256];
-    long            ttl;
-    int             i;
+    char           *tok, err[256], jti[33];
     size_t          keylen;
     json_t         *claims;
     time_t          now;
     unsigned char   key[SMCP_SECRET_MAX];
 
-    sub = NULL;
-    scope = SMCP_SCOPE_MCP;
-    run = NULL;
-    repos = NULL;
-    secret_file = NULL;
-    ttl = 30L * 24 * 3600;
-
-    for (i = 1; i < argc; i++) {
-        if (i + 1 < argc && strcmp(argv[i], "--sub") == 0) {
-            sub = argv[++i];
-
-        } else if (i + 1 < argc && strcmp(argv[i], "--ttl") == 0) {
-            ttl = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || ttl <= 0) {
-                fprintf(stderr, "smcp-token: --ttl takes a positive number "
-                        "of seconds\n");
-                return 2;
-            }
-
-        } else if (i + 1 < argc && strcmp(argv[i], "--scope") == 0) {
-            scope = argv[++i];
-
-        } else if (i + 1 < argc && strcmp(argv[i], "--repos") == 0) {
-            repos = argv[++i];
-
-        } else if (i + 1 < argc && strcmp(argv[i], "--run") == 0) {
-            run = argv[++i];
-
-        } else if (i + 1 < argc && strcmp(argv[i], "--secret-file") == 0) {
-            secret_file = argv[++i];
-
-        } else {
-            smcp_token_usage();
-            return 2;
-        }
-    }
-
-    if (sub == NULL || *sub == '\0') {
-        smcp_token_usage();
-        return 2;
-    }
-
-    if (strcmp(scope, SMCP_SCOPE_MCP) != 0 && strcmp(scope, SMCP_SCOPE_UI) != 0
-        && strcmp(scope, SMCP_SCOPE_EGRESS) != 0)
+    if (strcmp(o->scope, SMCP_SCOPE_MCP) != 0
+        && strcmp(o->scope, SMCP_SCOPE_UI) != 0
+        && strcmp(o->scope, SMCP_SCOPE_EGRESS) != 0)
     {
         fprintf(stderr, "smcp-token: --scope must be mcp, ui or egress\n");
         return 2;
     }
 
-    if ((secret_file
-         ? smcp_secret_from_file(secret_file, SMCP_SECRET_MIN, key, &keylen,
-                                 err, sizeof(err))
+    if ((o->secret_file
+         ? smcp_secret_from_file(o->secret_file, SMCP_SECRET_MIN, key,
+                                 &keylen, err, sizeof(err))
          : smcp_secret_from_env("PROXY_JWT_SECRET", SMCP_SECRET_MIN, key,
                                 &keylen, err, sizeof(err)))
         != SMCP_OK)
@@ -144,26 +194,36 @@ main(int argc, char **argv)
         return 1;
     }
 
+    if (smcp_random_hex(jti, 16) != SMCP_OK) {
+        fprintf(stderr, "smcp-token: no random bytes for the token id\n");
+        return 1;
+    }
+
     now = time(NULL);
 
-    claims = json_pack("{s:s, s:I, s:I, s:s}", "sub", sub,
+    claims = json_pack("{s:s, s:I, s:I, s:s, s:s}", "sub", o->sub,
                        "iat", (json_int_t) now,
-                       "exp", (json_int_t) (now + ttl), "scope", scope);
+                       "exp", (json_int_t) (now + o->ttl), "scope", o->scope,
+                       "jti", jti);
 
     if (claims == NULL
-        || (run && json_object_set_new(claims, "run", json_string(run)) != 0))
+        || (o->run
+            && json_object_set_new(claims, "run", json_string(o->run)) != 0))
     {
         fprintf(stderr, "smcp-token: bad claims (not UTF-8?)\n");
         return 1;
     }
 
-    if (repos
-        && json_object_set_new(claims, "repos", smcp_token_repos(repos)) != 0)
+    if (o->repos
+        && json_object_set_new(claims, "repos", smcp_token_repos(o->repos))
+           != 0)
     {
+        json_decref(claims);
         return 2;
     }
 
     if (smcp_jwt_sign(key, keylen, claims, &tok) != SMCP_OK) {
+        json_decref(claims);
         fprintf(stderr, "smcp-token: signing failed\n");
         return 1;
     }
@@ -174,4 +234,230 @@ main(int argc, char **argv)
     json_decref(claims);
 
     return 0;
+}
+
+
+/* what to revoke: a bare jti, or a token's jti and exp (not verified:
+ * revoking a forged token harms nobody) */
+static int
+smcp_token_target(smcp_token_opts_t *o, char *jti, long *exp)
+{
+    size_t          n;
+    json_t         *claims, *j, *e;
+    const char     *dot1, *dot2;
+    unsigned char   payload[SMCP_JWT_MAX_LEN];
+
+    dot1 = strchr(o->revoke, '.');
+
+    if (dot1 == NULL) {
+        if (!smcp_valid_jti(o->revoke, strlen(o->revoke))) {
+            fprintf(stderr, "smcp-token: --revoke: not a token id (1-64 of "
+                    "A-Z a-z 0-9 - _) nor a token\n");
+            return SMCP_ERR;
+        }
+
+        strcpy(jti, o->revoke);
+        *exp = o->exp ? o->exp : (long) time(NULL) + SMCP_TOKEN_REVOKE_DEFAULT;
+        return SMCP_OK;
+    }
+
+    dot2 = strchr(dot1 + 1, '.');
+    claims = NULL;
+
+    if (dot2 != NULL && (size_t) (dot2 - dot1) < sizeof(payload) - 8
+        && smcp_b64url_decode(payload, &n, dot1 + 1, dot2 - dot1 - 1)
+           == SMCP_OK)
+    {
+        claims = json_loadb((char *) payload, n, 0, NULL);
+    }
+
+    j = json_object_get(claims, "jti");
+    e = json_object_get(claims, "exp");
+
+    if (!json_is_string(j)
+        || !smcp_valid_jti(json_string_value(j), json_string_length(j))
+        || !json_is_number(e))
+    {
+        json_decref(claims);
+        fprintf(stderr, "smcp-token: --revoke: the token has no usable jti "
+                "and exp (tokens minted before token ids can only be "
+                "refused by rotating the secret)\n");
+        return SMCP_ERR;
+    }
+
+    strcpy(jti, json_string_value(j));
+    *exp = o->exp ? o->exp : (long) json_number_value(e);
+    json_decref(claims);
+
+    return SMCP_OK;
+}
+
+
+static redisContext *
+smcp_token_redis(smcp_token_opts_t *o)
+{
+    char            host[256], err[256];
+    size_t          pwlen;
+    const char     *colon;
+    redisReply     *reply;
+    redisContext   *c;
+    struct timeval  tv = { 3, 0 };
+    unsigned char   pw[SMCP_SECRET_MAX];
+
+    colon = strrchr(o->redis, ':');
+
+    if (strncmp(o->redis, "unix:", 5) == 0) {
+        c = redisConnectUnixWithTimeout(o->redis + 5, tv);
+
+    } else if (colon && colon > o->redis
+               && (size_t) (colon - o->redis) < sizeof(host))
+    {
+        snprintf(host, sizeof(host), "%.*s", (int) (colon - o->redis),
+                 o->redis);
+        c = redisConnectWithTimeout(host, atoi(colon + 1), tv);
+
+    } else {
+        fprintf(stderr, "smcp-token: --redis must be host:port or "
+                "unix:/path\n");
+        return NULL;
+    }
+
+    if (c == NULL || c->err) {
+        fprintf(stderr, "smcp-token: redis %s: %s\n", o->redis,
+                c ? c->errstr : "out of memory");
+        redisFree(c);
+        return NULL;
+    }
+
+    if (o->password_file
+        ? smcp_secret_from_file(o->password_file, 1, pw, &pwlen, err,
+                                sizeof(err)) != SMCP_OK
+        : (getenv("SMCP_REDIS_PASSWORD")
+           && smcp_secret_from_env("SMCP_REDIS_PASSWORD", 1, pw, &pwlen, err,
+                                   sizeof(err)) != SMCP_OK))
+    {
+        fprintf(stderr, "smcp-token: %s\n", err);
+        redisFree(c);
+        return NULL;
+    }
+
+    if (o->password_file || getenv("SMCP_REDIS_PASSWORD")) {
+        reply = redisCommand(c, "AUTH %b", pw, pwlen);
+
+        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+            fprintf(stderr, "smcp-token: redis AUTH refused: %s\n",
+                    reply ? reply->str : c->errstr);
+            freeReplyObject(reply);
+            redisFree(c);
+            return NULL;
+        }
+
+        freeReplyObject(reply);
+    }
+
+    return c;
+}
+
+
+/*
+ * The hash keeps the later expiry of a jti and loses entries past theirs.
+ * KEYS: revoked hash, revoked channel  ARGV: jti, exp, now
+ */
+static const char  smcp_token_revoke_script[] =
+    "local all = redis.call('HGETALL', KEYS[1])\n"
+    "for i = 1, #all, 2 do\n"
+    "  if (tonumber(all[i + 1]) or 0) <= tonumber(ARGV[3]) then\n"
+    "    redis.call('HDEL', KEYS[1], all[i])\n"
+    "  end\n"
+    "end\n"
+    "local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))\n"
+    "if not old or old < tonumber(ARGV[2]) then\n"
+    "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
+    "end\n"
+    "redis.call('PUBLISH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])\n"
+    "return 1\n";
+
+
+static int
+smcp_token_revoke(smcp_token_opts_t *o)
+{
+    long           exp;
+    redisReply    *reply;
+    redisContext  *c;
+    char           jti[SMCP_JTI_MAX + 1], key[256], chan[256];
+
+    if (strlen(o->prefix) > 200) {
+        fprintf(stderr, "smcp-token: --prefix is too long\n");
+        return 2;
+    }
+
+    if (smcp_token_target(o, jti, &exp) != SMCP_OK) {
+        return 2;
+    }
+
+    c = smcp_token_redis(o);
+    if (c == NULL) {
+        return 1;
+    }
+
+    snprintf(key, sizeof(key), SMCP_KEY_REVOKED, o->prefix);
+    snprintf(chan, sizeof(chan), SMCP_CHAN_REVOKED, o->prefix);
+
+    reply = redisCommand(c, "EVAL %s 2 %s %s %s %ld %ld",
+                         smcp_token_revoke_script, key, chan, jti, exp,
+                         (long) time(NULL));
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "smcp-token: revoking failed: %s\n",
+                reply ? reply->str : c->errstr);
+        freeReplyObject(reply);
+        redisFree(c);
+        return 1;
+    }
+
+    printf("revoked %s (kept until %ld)\n", jti, exp);
+
+    freeReplyObject(reply);
+    redisFree(c);
+
+    return 0;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int                i, rc;
+    smcp_token_opts_t  o;
+
+    memset(&o, 0, sizeof(smcp_token_opts_t));
+    o.scope = SMCP_SCOPE_MCP;
+    o.ttl = 30L * 24 * 3600;
+    o.redis = "127.0.0.1:6379";
+    o.prefix = SMCP_DEFAULT_PREFIX;
+
+    for (i = 1; i < argc; i++) {
+        rc = (i + 1 < argc) ? smcp_token_opt(&o, argv[i], argv[i + 1]) : 0;
+
+        if (rc <= 0) {
+            if (rc == 0) {
+                smcp_token_usage();
+            }
+
+            return 2;
+        }
+
+        i++;
+    }
+
+    if (o.revoke) {
+        return smcp_token_revoke(&o);
+    }
+
+    if (o.sub == NULL || *o.sub == '\0') {
+        smcp_token_usage();
+        return 2;
+    }
+
+    return smcp_token_mint(&o);
 }

@@ -164,8 +164,14 @@ ok($sid, 'alice has a session') or diag($ir->{body});
            'unknown scope refused', invalid => 1);
     ok_200($t->mcp_post($ping, session => $sid, token => tok(scope => 'mcp')),
            'scope mcp accepted');
+    is_401($t->mcp_post($ping, session => $sid, token => tok(scope => undef)),
+           'no scope refused (MCP tokens must say scope mcp)', invalid => 1);
+    is_401($t->mcp_post($ping, session => $sid, token => tok(scope => 'MCP')),
+           'scope MCP (wrong case) refused', invalid => 1);
+    is_401($t->mcp_post($ping, session => $sid, token => tok(scope => ['mcp'])),
+           'scope as an array refused', invalid => 1);
     ok_200($t->mcp_post($ping, session => $sid, token => tok()),
-           'no scope accepted');
+           'the default test token (scope mcp) accepted');
     ok_200($t->mcp_post($ping, session => $sid,
                         token => tok(exp => time() + 60, iat => undef)),
            'token without iat accepted');

@@ -81,6 +81,13 @@ sub redis_out_bytes {
 
 sub run_hash { return $t->redis_hgetall("${P}run:$_[0]") }
 
+sub session_for_port {
+    my ($tok, $port) = @_;
+    my ($sid) = $t->initialize(token => $tok, port => $port);
+    ok($sid, 'an MCP session') or BAIL_OUT('no MCP session');
+    return $sid;
+}
+
 sub session_for {
     my ($tok) = @_;
     my ($sid) = $t->initialize(token => $tok);
@@ -515,6 +522,121 @@ sub diff_pages {
 }
 
 ###############################################################################
+# revocation: one token refused by every worker, without a secret rotation
+
+my $bin = SMCP::Test::repo_root() . '/build/smcp-token';
+my $redis_addr = '127.0.0.1:' . $t->redis_port;
+
+sub cli_token {
+    my (@args) = @_;
+    my $sf = $t->secret_file;
+    my $tok = `$bin --sub rv --repos '*' --secret-file $sf @args`;
+    chomp $tok;
+    return $tok;
+}
+
+sub revoke {
+    my (@args) = @_;
+    my $out = `$bin --revoke @args 2>&1`;
+    return ($? >> 8, $out);
+}
+
+# every one of n pings (spread over the workers) gets this status
+sub all_status {
+    my ($tok, $sid, $n) = @_;
+    my %st;
+    for (1 .. $n) {
+        my $r = $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+                             token => $tok, session => $sid);
+        $st{ $r->{status} }++;
+        $st{revoked}++ if ($r->{headers}{'www-authenticate'} // '') =~ /token revoked/;
+    }
+    return \%st;
+}
+
+{
+    my $tok = cli_token();
+    my (undef, $cl) = SMCP::Test::decode_jwt($tok);
+    like($cl->{jti} // '', qr/^[0-9a-f]{32}$/, 'smcp-token puts a random jti in the token');
+    my (undef, $cl2) = SMCP::Test::decode_jwt(cli_token());
+    isnt($cl2->{jti}, $cl->{jti}, '... a new one in every token');
+    my $other = cli_token();
+
+    my $sid = session_for($tok);
+    is_deeply(all_status($tok, $sid, 10), { 200 => 10 }, 'the token works');
+
+    # revoke the whole token: its jti and exp go to Redis and the workers
+    my ($rc, $out) = revoke("'$tok'", '--redis', $redis_addr);
+    is($rc, 0, 'smcp-token --revoke TOKEN') or diag($out);
+    like($out, qr/revoked $cl->{jti}/, '... says which id');
+    is($t->redis('HGET', "${P}revoked", $cl->{jti}), $cl->{exp},
+       'revoked hash: jti -> the token exp');
+
+    my $st;
+    ok(wait_until(3, sub { $st = all_status($tok, $sid, 1); $st->{401} }),
+       'the revoked token is refused');
+    is_deeply(all_status($tok, $sid, 20), { 401 => 20, revoked => 20 },
+              '... by every worker, 20 times in a row ("token revoked")');
+    is_deeply(all_status($other, session_for($other), 5), { 200 => 5 },
+              'another token of the tenant still works');
+
+    # the workers hold the set in memory: no Redis round trip decides
+    $t->redis('HDEL', "${P}revoked", $cl->{jti});
+    is_deeply(all_status($tok, $sid, 10), { 401 => 10, revoked => 10 },
+              'still refused with the hash entry gone (the workers remember)');
+
+    # a bare jti, with --exp
+    my $tok2 = cli_token();
+    my (undef, $c2) = SMCP::Test::decode_jwt($tok2);
+    my $sid2 = session_for($tok2);
+    ($rc, $out) = revoke($c2->{jti}, '--exp', $c2->{exp}, '--redis', $redis_addr);
+    is($rc, 0, 'smcp-token --revoke JTI --exp') or diag($out);
+    ok(wait_until(3, sub { all_status($tok2, $sid2, 1)->{401} }),
+       '... refused too');
+
+    for my $bad ('a/b', '', 'x' x 65, 'not.a.jwt') {
+        ($rc, $out) = revoke("'$bad'", '--redis', $redis_addr);
+        isnt($rc, 0, "smcp-token --revoke '$bad' refused");
+    }
+    ($rc, $out) = revoke('abc', '--redis', '127.0.0.1:1');
+    isnt($rc, 0, 'smcp-token --revoke without a reachable Redis fails');
+
+    # written behind the workers' back (no PUBLISH): read on the next
+    # (re)connect of the pub/sub connection; meanwhile Redis is asked
+    my $tok3 = cli_token();
+    my (undef, $c3) = SMCP::Test::decode_jwt($tok3);
+    my $sid3 = session_for($tok3);
+    $t->redis('HSET', "${P}revoked", $c3->{jti}, $c3->{exp});
+    is_deeply(all_status($tok3, $sid3, 4), { 200 => 4 },
+              'a silent HSET is not seen by workers that trust their set');
+    $t->redis('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    is_deeply(all_status($tok3, $sid3, 10), { 401 => 10, revoked => 10 },
+              'after the pub/sub connections were cut: refused at once');
+    ok(wait_until(5, sub { $t->error_log =~ /revoked token ids loaded/ }),
+       'the workers reloaded the hash');
+    sleep(0.5);
+    $t->redis('HDEL', "${P}revoked", $c3->{jti});
+    is_deeply(all_status($tok3, $sid3, 10), { 401 => 10, revoked => 10 },
+              '... and keep it in memory');
+
+    # a jti that is not an id refuses the token
+    my $r = $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+                         token => $t->token(jti => 'a b'));
+    is($r->{status}, 401, 'a token with a malformed jti: 401');
+
+    # a fresh nginx finds what was revoked before it started
+    my $tok4 = cli_token();
+    my (undef, $c4) = SMCP::Test::decode_jwt($tok4);
+    my $sid4 = session_for($tok4);
+    ($rc, $out) = revoke("'$tok4'", '--redis', $redis_addr);
+    my $port = $t->start_nginx(name => 'fresh');
+    my $r4 = $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+                          token => $tok4, session => $sid4, port => $port);
+    is($r4->{status}, 401, 'a worker started after the revocation refuses it at once');
+    $t->stop_nginx('fresh');
+}
+
+###############################################################################
 # opencode_get_events frees what it builds: a worker's memory stays flat
 # over 300 pages of 1000 events (the leak of one string per event would
 # add ~25 MB)
@@ -555,6 +677,76 @@ sub rss_kb {
     ok($rss0 > 0 && $rss1 - $rss0 < 8 * 1024,
        "the worker's memory stays flat: RSS $rss0 kB -> $rss1 kB");
     $t->stop_nginx('one');
+}
+
+###############################################################################
+# Redis with a password: AUTH first on both connections of every worker,
+# the password never in a log (last: new connections need it from here on)
+
+{
+    my $pw = 'pw-' . join('', map { ('a' .. 'z')[rand 26] } 1 .. 24);
+    my $pwfile = $t->dir . '/redis-password';
+    open(my $fh, '>', $pwfile) or die $!;
+    print $fh "$pw\n";
+    close $fh;
+
+    $t->redis('CONFIG', 'SET', 'requirepass', $pw);
+    my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
+
+    my $port = $t->start_nginx(name => 'auth',
+        http => "sandbox_mcp_redis_password file:$pwfile;");
+    my ($sid, $init) = $t->initialize(port => $port);
+    is($init->{status}, 200, 'sandbox_mcp_redis_password file: initialize works');
+    my $sc = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'pw' },
+                                   port => $port), '... and run_task');
+
+    # revocation through a password-protected Redis
+    my $tok = cli_token();
+    my $sid2 = session_for_port($tok, $port);
+    my ($rc, $out) = revoke("'$tok'", '--redis', $redis_addr);
+    isnt($rc, 0, 'smcp-token --revoke without the password is refused');
+    like($out, qr/NOAUTH|AUTH/, '... saying why');
+    ($rc, $out) = revoke("'$tok'", '--redis', $redis_addr,
+                         '--redis-password-file', $pwfile);
+    is($rc, 0, 'smcp-token --revoke --redis-password-file') or diag($out);
+    ok(wait_until(3, sub {
+        $t->mcp_post($ping, token => $tok, session => $sid2, port => $port)
+            ->{status} == 401 }), '... the token is refused (pub/sub authenticated too)');
+
+    $ENV{SMCP_TEST_REDIS_PW} = $pw;
+    my $port2 = $t->start_nginx(name => 'authenv',
+        http => 'sandbox_mcp_redis_password env:SMCP_TEST_REDIS_PW;');
+    delete $ENV{SMCP_TEST_REDIS_PW};
+    my ($sid3, $init3) = $t->initialize(port => $port2);
+    is($init3->{status}, 200, 'sandbox_mcp_redis_password env: works');
+
+    # a wrong password: fail fast with 503, say AUTH, never the password
+    open($fh, '>', $t->dir . '/wrong-password') or die $!;
+    print $fh "not-$pw";
+    close $fh;
+    my $port3 = $t->start_nginx(name => 'badauth',
+        http => 'sandbox_mcp_redis_password file:' . $t->dir . '/wrong-password;');
+    sleep(0.3);
+    my $r = $t->mcp_post($t->request_msg('initialize', {
+        protocolVersion => '2025-11-25', capabilities => {},
+        clientInfo => { name => 'x', version => '1' } }), port => $port3);
+    is($r->{status}, 503, 'a wrong password: 503');
+    ok($r->{elapsed} < 1, sprintf('... at once (%.3f s)', $r->{elapsed}));
+    ok(wait_until(3, sub { $t->error_log('badauth') =~ /AUTH refused/ }),
+       'error.log says AUTH was refused');
+    my @logs = map { $t->error_log($_) } qw(auth authenv badauth main);
+    ok(!grep({ index($_, $pw) >= 0 } @logs), 'no error.log holds the password');
+
+    # a directive without env: or file:, or naming nothing, stops nginx
+    for my $c ([ 'plain', 'sandbox_mcp_redis_password secret;' ],
+               [ 'env unset', 'sandbox_mcp_redis_password env:SMCP_NO_SUCH_VAR_X;' ],
+               [ 'no file', 'sandbox_mcp_redis_password file:/nonexistent/pw;' ]) {
+        my $ok = eval { $t->start_nginx(name => "bad" . ($c->[0] =~ s/ /_/gr), http => $c->[1]); 1 };
+        ok(!$ok, "sandbox_mcp_redis_password $c->[0]: nginx does not start");
+        like($@ // '', qr/sandbox_mcp_redis_password/, '... and says which directive');
+    }
+
+    $t->stop_nginx($_) for qw(auth authenv badauth);
 }
 
 $t->done;

@@ -1,7 +1,8 @@
 /*
- * Unit tests of common/smcp_validate.c and common/smcp_diff.c: what a
- * tenant or a sandbox sends, hostile cases first (NUL, overlong, non-ASCII,
- * ".lock", "..", userinfo, ports, quoting).  Prints TAP.
+ * Unit tests of common/smcp_validate.c, common/smcp_diff.c and
+ * common/smcp_revoked.c: what a tenant or a sandbox sends, hostile cases
+ * first (NUL, overlong, non-ASCII, ".lock", "..", userinfo, ports,
+ * quoting).  Prints TAP.
  */
 
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 
 #include "smcp_diff.h"
 #include "smcp_keys.h"
+#include "smcp_revoked.h"
 #include "smcp_validate.h"
 
 
@@ -786,6 +788,122 @@ test_diff_hostile(void)
 }
 
 
+static void
+test_revoked(void)
+{
+    static const in_t  good[] = {
+        IN("0123456789abcdef0123456789abcdef"), IN("a"), IN("A-b_9"),
+    };
+    static const in_t  bad[] = {
+        IN(""), IN("a b"), IN("a/b"), IN("a\0"), IN("caf\xc3\xa9"),
+        IN("a:b"), IN("a.b"),
+    };
+    static const in_t  msgs[] = {
+        IN(""), IN("x"), IN("x "), IN(" 1"), IN("x 1a"), IN("x -1"),
+        IN("x 1 "), IN("x  1"), IN("x 1234567890123456789"), IN("x\0 1"),
+        IN("a/b 1"), IN("x 1\n"),
+    };
+
+    size_t           i, n;
+    int64_t          exp;
+    const char      *jti;
+    char             id[32], *s;
+    smcp_revoked_t  *set;
+    int              all;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ok(smcp_valid_jti(good[i].s, good[i].len), "jti '%s' valid",
+           show(good[i].s, good[i].len));
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(!smcp_valid_jti(bad[i].s, bad[i].len), "jti '%s' refused",
+           show(bad[i].s, bad[i].len));
+    }
+
+    s = repeat('j', SMCP_JTI_MAX + 1, "");
+    ok(smcp_valid_jti(s, SMCP_JTI_MAX), "jti of 64 bytes valid");
+    ok(!smcp_valid_jti(s, SMCP_JTI_MAX + 1), "jti of 65 bytes refused");
+    free(s);
+
+    ok(smcp_revoked_parse("abc 1764430000", 14, &jti, &n, &exp) == SMCP_OK
+       && n == 3 && memcmp(jti, "abc", 3) == 0 && exp == 1764430000,
+       "revocation message parsed");
+
+    for (i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
+        ok(smcp_revoked_parse(msgs[i].s, msgs[i].len, &jti, &n, &exp)
+           == SMCP_ERR, "revocation message '%s' refused",
+           show(msgs[i].s, msgs[i].len));
+    }
+
+    set = smcp_revoked_create(5000);
+    ok(set != NULL, "revoked set created");
+
+    ok(smcp_revoked_add(set, "t1", 2, 2000, 1000) == SMCP_OK
+       && smcp_revoked_has(set, "t1", 2, 1000)
+       && !smcp_revoked_has(set, "t1", 2, 2000)
+       && !smcp_revoked_has(set, "t2", 2, 1000)
+       && !smcp_revoked_has(set, "t", 1, 1000)
+       && !smcp_revoked_has(set, "t1x", 3, 1000),
+       "revoked until its expiry, exact ids only");
+    ok(smcp_revoked_add(set, "t1", 2, 3000, 1000) == SMCP_OK
+       && smcp_revoked_has(set, "t1", 2, 2500)
+       && smcp_revoked_count(set) == 1, "a later expiry extends the entry");
+    ok(smcp_revoked_add(set, "old", 3, 900, 1000) == SMCP_OK
+       && !smcp_revoked_has(set, "old", 3, 0)
+       && smcp_revoked_count(set) == 1, "an expired revocation is not kept");
+    ok(smcp_revoked_add(set, "a b", 3, 9000, 1000) == SMCP_ERR
+       && smcp_revoked_add(set, "", 0, 9000, 1000) == SMCP_ERR,
+       "bad ids are refused");
+
+    /* growth: 4000 entries, half of them expiring at 1500 */
+    all = 1;
+
+    for (i = 0; i < 4000; i++) {
+        n = snprintf(id, sizeof(id), "id%zu", i);
+        all &= smcp_revoked_add(set, id, n, i % 2 ? 1500 : 9000, 1000)
+               == SMCP_OK;
+    }
+
+    ok(all, "4000 revocations added");
+
+    for (i = 0, all = 1; i < 4000; i++) {
+        n = snprintf(id, sizeof(id), "id%zu", i);
+        all &= smcp_revoked_has(set, id, n, 1200) == 1;
+        all &= smcp_revoked_has(set, id, n, 1600) == !(i % 2);
+    }
+
+    ok(all, "... all found, the expired ones only until their expiry");
+
+    /* past 1500 the rebuilds leave the expired behind: room for more */
+    for (i = 0, all = 1; i < 2500; i++) {
+        n = snprintf(id, sizeof(id), "new%zu", i);
+        all &= smcp_revoked_add(set, id, n, 9000, 1600) == SMCP_OK;
+    }
+
+    ok(all && smcp_revoked_count(set) <= 5000,
+       "expired entries make room (count %zu of at most 5000)",
+       smcp_revoked_count(set));
+    ok(smcp_revoked_has(set, "new2499", 7, 1600)
+       && smcp_revoked_has(set, "id0", 3, 1600),
+       "... old and new live entries are still there");
+
+    for (i = 0, all = 1; i < 3000; i++) {
+        n = snprintf(id, sizeof(id), "more%zu", i);
+        all &= smcp_revoked_add(set, id, n, 9000, 1600) == SMCP_OK;
+    }
+
+    ok(!all && smcp_revoked_count(set) == 5000,
+       "the set stops at its maximum");
+
+    smcp_revoked_clear(set);
+    ok(smcp_revoked_count(set) == 0 && !smcp_revoked_has(set, "id0", 3, 1600),
+       "cleared");
+
+    smcp_revoked_free(set);
+}
+
+
 int
 main(void)
 {
@@ -798,6 +916,7 @@ main(void)
     test_cursor();
     test_diff_sections();
     test_diff_hostile();
+    test_revoked();
 
     printf("1..%d\n", tests);
 
