@@ -97,7 +97,7 @@ static void ngx_http_sandbox_mcp_result_fetch(
         "\"cacheRead\":{\"type\":\"integer\"},"                               \
         "\"cacheWrite\":{\"type\":\"integer\"}}},"                            \
     "\"cost\":{\"type\":\"number\",\"description\":\"USD\"},"                 \
-    "\"maxCostUsd\":{\"type\":[\"number\",\"null\"],"                            \
+    "\"maxCostUsd\":{\"type\":[\"number\",\"null\"],"                         \
         "\"description\":\"the run is stopped past this cost (USD)\"},"      \
     "\"timeoutSeconds\":{\"type\":\"integer\"},"                              \
     "\"cancelRequested\":{\"type\":\"boolean\"},"                             \
@@ -1333,7 +1333,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[17] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
     args[18] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_idle);
     args[19] = ngx_http_sandbox_mcp_redis_number(pool,
-                                       now + (int64_t) lcf->session_idle * 1000);
+                                      now + (int64_t) lcf->session_idle * 1000);
 
     /* no run older than this has keys left: its index entries go */
     args[20] = ngx_http_sandbox_mcp_redis_number(pool,

@@ -680,6 +680,21 @@ sub rss_kb {
 }
 
 ###############################################################################
+# the new directives refuse nonsense at start
+
+for my $c ([ 'cost_abc',  'sandbox_mcp_max_cost_usd abc;',   qr/sandbox_mcp_max_cost_usd/ ],
+           [ 'cost_neg',  'sandbox_mcp_max_cost_usd -1;',    qr/sandbox_mcp_max_cost_usd/ ],
+           [ 'cost_big',  'sandbox_mcp_max_cost_usd 2000000;', qr/sandbox_mcp_max_cost_usd/ ],
+           [ 'queued_0',  'sandbox_mcp_max_queued 0;',       qr/sandbox_mcp_max_queued/ ],
+           [ 'running_0', 'sandbox_mcp_max_running 0;',      qr/sandbox_mcp_max_running/ ],
+           [ 'ret_0',     'sandbox_mcp_retention 0;',        qr/sandbox_mcp_retention/ ],
+           [ 'idle_0',    'sandbox_mcp_session_idle 0;',     qr/sandbox_mcp_session_idle/ ]) {
+    my $ok = eval { $t->start_nginx(name => "conf_$c->[0]", location => $c->[1]); 1 };
+    ok(!$ok, "'$c->[1]': nginx does not start");
+    like($@ // '', $c->[2], '... and names the directive');
+}
+
+###############################################################################
 # Redis with a password: AUTH first on both connections of every worker,
 # the password never in a log (last: new connections need it from here on)
 

@@ -23,7 +23,8 @@ smcp_casecmp(const char *a, const char *b, size_t n)
     size_t  i;
 
     for (i = 0; i < n; i++) {
-        if (smcp_lower((unsigned char) a[i]) != smcp_lower((unsigned char) b[i]))
+        if (smcp_lower((unsigned char) a[i])
+            != smcp_lower((unsigned char) b[i]))
         {
             return 1;
         }
