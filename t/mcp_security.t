@@ -512,6 +512,13 @@ sub diff_pages {
     is($sc->{diff}, section('b.c', 'b.c', "\@\@ -1 +1 \@\@\n-3\n+4\n"),
        '... the section');
 
+    # pages without a newline end on a whole character
+    my $line = "+" . ("\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80" x 15000) . "\n";
+    $t->redis('SET', "$key:diff", $line);
+    my ($got, $np) = diff_pages($sid, { runId => $run });
+    ok($np >= 3 && $got eq $line,
+       "a 135 KB line of multi-byte characters in $np pages, byte for byte");
+
     # the whole diff unfiltered is still paged from Redis
     $t->redis('SET', "$key:diff", $diff);
     $before = redis_out_bytes();
