@@ -57,17 +57,22 @@ local $ENV{CF_AIG_BASE_URL} = "http://127.0.0.1:$echo/v1/acct/gw";
 local $ENV{GITHUB_URL} = $github->url;
 local $ENV{GITHUB_API_URL} = $github->url;
 
-my $routes = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh`;
-is($?, 0, 'egress-routes.sh renders the routes');
-open(my $fh, '>', $t->dir . '/routes.conf') or die $!;
-print $fh $routes;
-close $fh;
+for my $part ('--http', '') {
+    my $routes = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh $part`;
+    is($?, 0, "egress-routes.sh $part renders the routes");
+    open(my $fh, '>', $t->dir . ($part ? '/routes-http.conf' : '/routes.conf'))
+        or die $!;
+    print $fh $routes;
+    close $fh;
+}
 
 # the echo upstream shows which credential headers arrived
 my $echo_body = join ',', map { my $v = $_; $v =~ s/-/_/g; qq{"$_":"\$http_$v"} }
     qw(authorization x-api-key api-key x-goog-api-key cf-aig-authorization);
 
 $t->start(http => <<"NGINX");
+    include %%DIR%%/routes-http.conf;
+
     server {
         listen 127.0.0.1:$eport;
         include %%DIR%%/routes.conf;
@@ -89,10 +94,10 @@ $t->start(http => <<"NGINX");
     }
 NGINX
 
-# a live run of alice's, and its egress token
+# a live run of alice's that asked for a pull request, and its egress token
 my $run = 'run_' . rnd();
 $t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
-          repository => 'https://github.com/owner/repo');
+          repository => 'https://github.com/owner/repo', create_pr => 1);
 my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run,
                     exp => int(CORE::time()) + 600);
 
@@ -234,15 +239,15 @@ for my $case (
     is($?, 0, 'git clone through the proxy') or diag($out);
     ok(-f "$wd/README.md", 'the clone has the files');
     `cd $wd && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m 'via proxy' 2>&1`;
-    $out = `cd $wd && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/smcp-egress 2>&1`;
-    is($?, 0, 'git push through the proxy') or diag($out);
-    ok($github->ref_commit('owner/repo', 'smcp-egress'),
+    $out = `cd $wd && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/opencode/$run 2>&1`;
+    is($?, 0, 'git push of the run\'s branch through the proxy') or diag($out);
+    ok($github->ref_commit('owner/repo', "opencode/$run"),
        'the pushed branch is upstream');
 
     $r = egress(path => '/github-api/repos/owner/repo/pulls',
                 headers => [ Authorization => "Bearer $tok",
                              'Content-Type' => 'application/json' ],
-                body => '{"title":"t","head":"smcp-egress","base":"main"}');
+                body => qq({"title":"t","head":"opencode/$run","base":"main"}));
     is($r->{status}, 201, 'github api: pull request created') or diag($r->{body});
     is($github->last_request->{headers}{authorization},
        "Bearer $real{GITHUB_TOKEN}", 'github api fake saw Bearer <real token>');
@@ -366,7 +371,7 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
     ok(time() - $t0 < 2, 'Redis down: answered at once');
     $t->start_redis;
     $t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
-              repository => 'https://github.com/owner/repo');
+              repository => 'https://github.com/owner/repo', create_pr => 1);
     ok(wait_until(10, sub {
         egress(path => '/compat/v1/chat/completions',
                headers => [ Authorization => "Bearer $tok" ],
