@@ -100,8 +100,11 @@ render() {
     if [ "$egress" = on ]; then
         /usr/local/lib/smcp/egress-routes.sh > "$routes.tmp" \
             || die "egress-routes.sh failed (a provider key without its base URL?)"
+        /usr/local/lib/smcp/egress-routes.sh --http > "$dir/egress-http.conf" \
+            || die "egress-routes.sh --http failed"
         mv -f "$routes.tmp" "$routes"
         egress_server="# the egress proxy: the sandboxes' only peer
+    include $dir/egress-http.conf;
     server {
         listen $eport;
         include $routes;

@@ -46,6 +46,7 @@ typedef struct {
     ngx_str_t                   credential;     /* formatted header value */
     ngx_http_complex_value_t   *repository;     /* expected owner/repo */
     ngx_uint_t                  push;
+    ngx_str_t                   deny;           /* refusal of the route */
 } ngx_http_sandbox_mcp_egress_loc_conf_t;
 
 
@@ -75,6 +76,8 @@ static char *ngx_http_sandbox_mcp_egress_credential(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_sandbox_mcp_egress_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_sandbox_mcp_egress_token_run(
+    ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data);
 static void ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r);
 
 
@@ -115,6 +118,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, push),
       &ngx_http_sandbox_mcp_egress_push_modes },
+
+    { ngx_string("sandbox_mcp_egress_deny"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, deny),
+      NULL },
 
       ngx_null_command
 };
@@ -170,6 +180,9 @@ static ngx_http_variable_t  ngx_http_sandbox_mcp_egress_vars[] = {
     { ngx_string("sandbox_mcp_tenant"), NULL,
       ngx_http_sandbox_mcp_egress_variable,
       NGX_HTTP_SANDBOX_MCP_VAR_TENANT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("sandbox_mcp_token_run"), NULL,
+      ngx_http_sandbox_mcp_egress_token_run, 0, 0, 0 },
 
       ngx_http_null_variable
 };
@@ -373,6 +386,92 @@ ngx_http_sandbox_mcp_egress_strip(ngx_http_request_t *r)
 
     r->headers_in.headers = headers;
     r->headers_in.authorization = NULL;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The claims of a valid egress token: signature, expiry, scope "egress"
+ * and a run id; NULL and *refusal otherwise.
+ */
+static json_t *
+ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r, ngx_str_t *token,
+    const char **refusal)
+{
+    char                               err[128];
+    json_t                            *claims, *run, *scope;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+
+    if (mcf->secret == NULL
+        || smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token->data,
+                           token->len, ngx_time(), &claims, err, sizeof(err))
+           != SMCP_OK)
+    {
+        *refusal = "egress: sandbox token refused";
+        return NULL;
+    }
+
+    scope = json_object_get(claims, "scope");
+    run = json_object_get(claims, "run");
+
+    if (!json_is_string(scope)
+        || ngx_strcmp(json_string_value(scope), SMCP_SCOPE_EGRESS) != 0
+        || !json_is_string(run)
+        || !smcp_valid_id(json_string_value(run), json_string_length(run),
+                          SMCP_RUN_ID_PREFIX))
+    {
+        json_decref(claims);
+        *refusal = "egress: not a sandbox token";
+        return NULL;
+    }
+
+    return claims;
+}
+
+
+/*
+ * $sandbox_mcp_token_run: the run of a valid egress token, checked without
+ * Redis, so that limit_req (before the access phase) can key on it; not
+ * found for anything else.  Cached for the request.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_egress_token_run(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    json_t      *claims, *run;
+    ngx_str_t    token;
+    const char  *refusal;
+
+    v->not_found = 1;
+
+    if (ngx_http_sandbox_mcp_egress_token(r, &token) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, &refusal);
+    if (claims == NULL) {
+        return NGX_OK;
+    }
+
+    run = json_object_get(claims, "run");
+
+    v->len = json_string_length(run);
+    v->data = ngx_pnalloc(r->pool, v->len);
+
+    if (v->data == NULL) {
+        json_decref(claims);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(v->data, json_string_value(run), v->len);
+    json_decref(claims);
+
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
 
     return NGX_OK;
 }
@@ -583,10 +682,11 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_egress_ctx_t *ctx = data;
 
-    ngx_int_t            rc;
-    redisReply         **e;
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
+    ngx_int_t                                rc;
+    redisReply                             **e;
+    ngx_connection_t                        *c;
+    ngx_http_request_t                      *r;
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     r = ctx->request;
     c = r->connection;
@@ -619,6 +719,15 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
                           "authentication_error",
                           "egress: the token's run is not active (finished, "
                           "cancelled or unknown)");
+        goto finalize;
+    }
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+
+    if (lcf->deny.len) {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
+                                                "permission_error",
+                                                (char *) lcf->deny.data);
         goto finalize;
     }
 
@@ -946,15 +1055,13 @@ ngx_http_sandbox_mcp_egress_copy(ngx_pool_t *pool, ngx_str_t *dst, json_t *s)
 static ngx_int_t
 ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
 {
-    char                                     err[128];
-    json_t                                  *claims, *run, *scope;
+    json_t                                  *claims, *run;
     ngx_int_t                                rc;
     ngx_str_t                                token, argv[6];
     ngx_uint_t                               status;
     const char                              *msg;
     ngx_pool_cleanup_t                      *cln;
     ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
-    ngx_http_sandbox_mcp_main_conf_t        *mcf;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
@@ -969,8 +1076,6 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
         /* re-entered by run_phases: the Redis answer decides */
         return ctx->done ? ctx->rc : NGX_AGAIN;
     }
-
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
     rc = ngx_http_sandbox_mcp_egress_token(r, &token);
 
@@ -987,33 +1092,16 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
         return NGX_DONE;
     }
 
-    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token.data,
-                        token.len, ngx_time(), &claims, err, sizeof(err))
-        != SMCP_OK)
-    {
+    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, &msg);
+
+    if (claims == NULL) {
         rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_UNAUTHORIZED,
-                          "authentication_error",
-                          "egress: sandbox token refused");
+                                                "authentication_error", msg);
         ngx_http_finalize_request(r, rc);
         return NGX_DONE;
     }
 
-    scope = json_object_get(claims, "scope");
     run = json_object_get(claims, "run");
-
-    if (!json_is_string(scope)
-        || ngx_strcmp(json_string_value(scope), SMCP_SCOPE_EGRESS) != 0
-        || !json_is_string(run)
-        || !smcp_valid_id(json_string_value(run), json_string_length(run),
-                          SMCP_RUN_ID_PREFIX))
-    {
-        json_decref(claims);
-        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_UNAUTHORIZED,
-                          "authentication_error",
-                          "egress: not a sandbox token");
-        ngx_http_finalize_request(r, rc);
-        return NGX_DONE;
-    }
 
     ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_egress_ctx_t));
     if (ctx == NULL) {
@@ -1311,6 +1399,7 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
      *
      *     conf->route = { 0, NULL };
      *     conf->credential = { 0, NULL };
+     *     conf->deny = { 0, NULL };
      */
 
     conf->repository = NGX_CONF_UNSET_PTR;
@@ -1332,6 +1421,7 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_ptr_value(conf->repository, prev->repository, NULL);
     ngx_conf_merge_uint_value(conf->push, prev->push,
                               NGX_HTTP_SANDBOX_MCP_PUSH_OFF);
+    ngx_conf_merge_str_value(conf->deny, prev->deny, "");
 
     return NGX_CONF_OK;
 }

@@ -34,6 +34,7 @@ my $eport = $t->free_port;
     local $ENV{GITHUB_TOKEN} = $real;
     local $ENV{GITHUB_URL} = $gh->url;
     local $ENV{GITHUB_API_URL} = $gh->url;
+    local $ENV{SMCP_EGRESS_RATE} = '1000r/s';    # t/egress_limits.t tests it
     delete local @ENV{qw(ANTHROPIC_API_KEY OPENAI_API_KEY AZURE_OPENAI_API_KEY
                          GOOGLE_API_KEY CF_AIG_TOKEN COMPAT_API_KEY)};
     for my $part ('--http', '') {
