@@ -48,6 +48,18 @@
 #
 #   SMCP_CA_BUNDLE      CA certificates for TLS upstreams
 #                       (/etc/ssl/certs/ca-certificates.crt)
+#   SMCP_RESOLVER       DNS servers for the upstream names, "ADDR[:PORT] ..."
+#                       (default: the nameservers of /etc/resolv.conf, or of
+#                       SMCP_RESOLV_CONF; docker-compose: 127.0.0.11)
+#   SMCP_RESOLVER_VALID how long an answer is used (default: its TTL)
+#   SMCP_RESOLVER_IPV6  on: AAAA records too (default off)
+#
+# Upstream names are resolved while nginx runs, not when it starts: a name
+# that does not resolve (yet) is a JSON 502 on its route until it does, and
+# a provider that moves is followed within the answer's TTL.  proxy_pass
+# takes the upstream from a variable for that; TLS still sends the name as
+# SNI and verifies the certificate against it (nginx takes both from the
+# proxy_pass URL).
 #   SMCP_EGRESS_RATE    requests per run (token) and second or minute
 #                       (10r/s); SMCP_EGRESS_BURST above it (40), then 429
 set -euo pipefail
@@ -60,6 +72,35 @@ burst=${SMCP_EGRESS_BURST:-40}
 
 [[ $rate =~ ^[1-9][0-9]*r/[sm]$ ]] || die "SMCP_EGRESS_RATE=$rate: want N r/s or N r/m (10r/s)"
 [[ $burst =~ ^[0-9]+$ ]] || die "SMCP_EGRESS_BURST=$burst: want a number"
+
+# the resolver directive's addresses: IPv6 ones in brackets; link-local
+# ones (with a zone) are not for nginx
+resolvers() {
+    local a out=""
+    if [ -n "${SMCP_RESOLVER:-}" ]; then
+        out=$SMCP_RESOLVER
+    else
+        while read -r key a _; do
+            [ "$key" = nameserver ] || continue
+            case $a in
+                *%*) continue ;;
+                *:*) a="[$a]" ;;
+            esac
+            out="$out $a"
+        done < "${SMCP_RESOLV_CONF:-/etc/resolv.conf}"
+    fi
+    out=${out# }
+    [ -n "$out" ] || die "no DNS server: set SMCP_RESOLVER (no nameserver in ${SMCP_RESOLV_CONF:-/etc/resolv.conf})"
+    [[ $out =~ ^[][0-9A-Za-z.:\ -]+$ ]] || die "SMCP_RESOLVER=$out: want addresses"
+    printf '%s' "$out"
+}
+
+resolver="$(resolvers)"
+[ -n "${SMCP_RESOLVER_VALID:-}" ] && {
+    [[ $SMCP_RESOLVER_VALID =~ ^[0-9]+[smh]?$ ]] || die "SMCP_RESOLVER_VALID=$SMCP_RESOLVER_VALID: want a time (30s)"
+    resolver="$resolver valid=$SMCP_RESOLVER_VALID"
+}
+[ "${SMCP_RESOLVER_IPV6:-off}" = on ] || resolver="$resolver ipv6=off"
 
 if [ "${1:-}" = --http ]; then
     cat <<CONF
@@ -108,12 +149,17 @@ proxy_ssl_verify on;
 proxy_ssl_verify_depth 4;
 proxy_ssl_trusted_certificate @CA_BUNDLE@;
 
+# upstream names, resolved at run time (see the header of the script)
+resolver $resolver;
+resolver_timeout 5s;
+
 # requests per run (egress-routes.sh --http has the zone)
 limit_req zone=smcp_egress_run burst=$burst nodelay;
 limit_req_status 429;
 limit_req_log_level warn;
 
-# the upstream of a route, for the 502 below
+# the upstream of a route: proxy_pass takes it from here (names are
+# resolved per request), and the 502 below names it
 set \$smcp_upstream "";
 
 # no location here sets error_page: they all inherit these
@@ -163,7 +209,7 @@ location ~ "^/$name$allowed\$" {
     proxy_set_header Connection "";
     set \$smcp_upstream "$origin";
     rewrite "^/$name(/.*)\$" "$path\$1" break;
-    proxy_pass $origin;
+    proxy_pass \$smcp_upstream;
 }
 CONF
 }
@@ -213,7 +259,7 @@ location ~ ^/github/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+?
     proxy_set_header Connection "";
     set \$smcp_upstream "$git_origin";
     rewrite ^/github/(.*)\$ "$git_path/\$1" break;
-    proxy_pass $git_origin;
+    proxy_pass \$smcp_upstream;
 }
 
 location /github/ {
@@ -234,7 +280,7 @@ location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-
     proxy_set_header Connection "";
     set \$smcp_upstream "$api_origin";
     rewrite ^/github-api/(.*)\$ "$api_path/\$1" break;
-    proxy_pass $api_origin;
+    proxy_pass \$smcp_upstream;
 }
 
 location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)/pulls\$ {
@@ -249,7 +295,7 @@ location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-
     proxy_set_header Connection "";
     set \$smcp_upstream "$api_origin";
     rewrite ^/github-api/(.*)\$ "$api_path/\$1" break;
-    proxy_pass $api_origin;
+    proxy_pass \$smcp_upstream;
 }
 
 location /github-api/ {
