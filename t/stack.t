@@ -114,7 +114,33 @@ isnt($? >> 8, 0, 'smcp-token refuses an unknown scope');
 my $nosecret = `env -u PROXY_JWT_SECRET $root/build/smcp-token --sub x 2>&1`;
 like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it looks');
 
+sub environ {
+    my ($pid) = @_;
+    open(my $fh, '<', "/proc/$pid/environ") or return undef;
+    local $/;
+    my $e = <$fh>;
+    close $fh;
+    return $e;
+}
+
 if ($egress) {
+    # the egress proxy is an nginx instance of its own, the only holder of
+    # the provider keys
+    my $egress_pid = SMCP::Test::read_file(undef, "$state/egress.pid") // '';
+    chomp $egress_pid;
+    ok($egress_pid =~ /^\d+$/ && kill(0, $egress_pid), 'the egress nginx runs');
+    isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
+    my $key = 'sk-ant-REAL-stack-0123456789';
+    like(environ($egress_pid) // '', qr/\Q$key\E/, '... which holds the provider key');
+    my $menv = environ($nginx_pid);
+    ok(defined $menv && index($menv, $key) < 0, 'the MCP nginx\'s environment holds no provider key');
+    ok(defined $menv && $menv !~ /(^|\0)(ANTHROPIC_API_KEY|GITHUB_TOKEN|PROXY_JWT_SECRET)=/,
+       '... nor any key variable');
+    my $mconf = SMCP::Test::read_file(undef, "$state/nginx.conf");
+    unlike($mconf, qr/sandbox_mcp_egress|\Q$key\E/, '... and its nginx.conf no egress route');
+    like(SMCP::Test::read_file(undef, "$state/egress.conf"), qr/worker_connections 4096/,
+         'egress.conf: its own worker_connections');
+
     my ($gw) = $out =~ m{Egress:\s+http://([\d.]+):\d+};
     ok($gw, 'prints the egress listener') or diag($out);
     my $ht = HTTP::Tiny->new(timeout => 10);
@@ -154,6 +180,11 @@ if ($egress) {
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
     my $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
+
+    my $rpid = SMCP::Test::read_file(undef, "$state/runner.pid") // '';
+    chomp $rpid;
+    my $renv = $rpid =~ /^\d+$/ ? environ($rpid) : undef;
+    ok(defined $renv && index($renv, $key) < 0, 'the runner\'s environment holds no provider key');
 }
 
 # a second `up` is idempotent: same processes, reloaded config
@@ -166,6 +197,10 @@ is($nginx_pid2, $nginx_pid, 'second up keeps the same nginx master');
 $out = `$root/.ci/stack down 2>&1`;
 is($?, 0, 'stack down exits 0') or diag($out);
 ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
+if ($egress) {
+    my $epid = (SMCP::Test::read_file(undef, "$state/egress.pid") =~ /(\d+)/)[0] // 0;
+    ok(!$epid || wait_until(10, sub { !kill(0, $epid) }), 'the egress nginx stopped');
+}
 ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
 ok(!-f "$state/runner.pid"
    || !kill(0, (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0),
@@ -180,6 +215,8 @@ if ($egress) {
 
 my $log = SMCP::Test::read_file(undef, "$state/logs/error.log") // '';
 unlike($log, qr/\[(alert|crit|emerg)\]/, 'no alert/crit/emerg in the stack error.log');
+my $elog = SMCP::Test::read_file(undef, "$state/logs/egress-error.log") // '';
+unlike($elog, qr/\[(alert|crit|emerg)\]/, '... nor in the egress error log');
 unlike($log, qr/\Q$token\E/, 'the token never appears in the log');
 
 done_testing();

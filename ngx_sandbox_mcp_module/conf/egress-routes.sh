@@ -62,6 +62,13 @@
 # proxy_pass URL).
 #   SMCP_EGRESS_RATE    requests per run (token) and second or minute
 #                       (10r/s); SMCP_EGRESS_BURST above it (40), then 429
+#   SMCP_EGRESS_CONN    requests at once per sandbox address (32), then 429
+#   SMCP_EGRESS_HEADER_TIMEOUT  an idle or slow connection is closed after
+#                       this long without a complete request header (10s)
+#
+# The egress proxy runs as its own nginx instance (`make up`,
+# docker-compose): a sandbox that opens thousands of idle connections
+# exhausts at most the egress workers, never the MCP endpoint's.
 set -euo pipefail
 
 die() { echo "egress-routes.sh: $*" >&2; exit 1; }
@@ -69,9 +76,14 @@ die() { echo "egress-routes.sh: $*" >&2; exit 1; }
 ca=${SMCP_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 rate=${SMCP_EGRESS_RATE:-10r/s}
 burst=${SMCP_EGRESS_BURST:-40}
+conn=${SMCP_EGRESS_CONN:-32}
+header_timeout=${SMCP_EGRESS_HEADER_TIMEOUT:-10s}
 
 [[ $rate =~ ^[1-9][0-9]*r/[sm]$ ]] || die "SMCP_EGRESS_RATE=$rate: want N r/s or N r/m (10r/s)"
 [[ $burst =~ ^[0-9]+$ ]] || die "SMCP_EGRESS_BURST=$burst: want a number"
+[[ $conn =~ ^[1-9][0-9]*$ ]] || die "SMCP_EGRESS_CONN=$conn: want a number"
+[[ $header_timeout =~ ^[1-9][0-9]*(ms|s|m)?$ ]] \
+    || die "SMCP_EGRESS_HEADER_TIMEOUT=$header_timeout: want a time (10s)"
 
 # the resolver directive's addresses: IPv6 ones in brackets; link-local
 # ones (with a zone) are not for nginx
@@ -110,6 +122,14 @@ if [ "${1:-}" = --http ]; then
 # token (checked without Redis); requests without one are not counted here
 # (they are refused with 401 in the access phase)
 limit_req_zone \$sandbox_mcp_token_run zone=smcp_egress_run:10m rate=$rate;
+
+# requests at once per sandbox (its address on the sandbox network)
+limit_conn_zone \$binary_remote_addr zone=smcp_egress_addr:10m;
+
+map \$limit_conn_status \$smcp_limited {
+    REJECTED "egress: too many requests at once from this sandbox";
+    default  "egress: too many requests for this run; slow down";
+}
 CONF
     exit 0
 fi
@@ -153,10 +173,23 @@ proxy_ssl_trusted_certificate @CA_BUNDLE@;
 resolver $resolver;
 resolver_timeout 5s;
 
-# requests per run (egress-routes.sh --http has the zone)
+# requests per run, requests at once per sandbox (egress-routes.sh --http
+# has the zones)
 limit_req zone=smcp_egress_run burst=$burst nodelay;
 limit_req_status 429;
 limit_req_log_level warn;
+limit_conn smcp_egress_addr $conn;
+limit_conn_status 429;
+limit_conn_log_level warn;
+
+# idle and slow connections do not stay: a sandbox cannot hold the
+# workers' connections by opening many and sending nothing
+client_header_timeout $header_timeout;
+client_body_timeout 60s;
+send_timeout 60s;
+keepalive_timeout 30s;
+keepalive_requests 1000;
+reset_timedout_connection on;
 
 # the upstream of a route: proxy_pass takes it from here (names are
 # resolved per request), and the 502 below names it
@@ -173,7 +206,7 @@ location @smcp_upstream_down {
 
 location @smcp_rate_limited {
     add_header Retry-After 1 always;
-    return 429 '$(json_error rate_limit_error 'egress: too many requests for this run; slow down')';
+    return 429 '$(json_error rate_limit_error '$smcp_limited')';
 }
 
 location @smcp_too_large {
