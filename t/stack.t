@@ -185,6 +185,22 @@ if ($egress) {
     chomp $rpid;
     my $renv = $rpid =~ /^\d+$/ ? environ($rpid) : undef;
     ok(defined $renv && index($renv, $key) < 0, 'the runner\'s environment holds no provider key');
+
+    # supervised: a crashed runner is restarted, the crash logged
+    my $spid = (SMCP::Test::read_file(undef, "$state/supervisor.pid") =~ /(\d+)/)[0] // 0;
+    ok($spid && kill(0, $spid), 'the runner\'s supervisor runs');
+    kill 'KILL', $rpid;
+    my $new = 0;
+    ok(wait_until(15, sub {
+        $new = (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0;
+        return $new && $new != $rpid && kill(0, $new);
+    }), 'a killed runner is restarted by its supervisor');
+    $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    like($rlog, qr/smcp-runner \(pid $rpid\) killed by signal 9 \(KILL\) after \d+ s; restarting in 1 s/,
+         '... the crash logged with its signal, and the restart');
+    ok(wait_until(10, sub { SMCP::Test::read_file(undef, "$state/logs/runner.log")
+                            =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
+       '... the new runner is up (its start line)');
 }
 
 # a second `up` is idempotent: same processes, reloaded config
@@ -205,6 +221,7 @@ ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
 ok(!-f "$state/runner.pid"
    || !kill(0, (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0),
    'runner stopped');
+ok(!-f "$state/supervisor.pid", '... and its supervisor');
 if ($egress) {
     my $nets = `docker network ls --format '{{.Name}}'`;
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
