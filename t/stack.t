@@ -3,7 +3,11 @@
 #
 # Starts the local stack in a temp state dir on free ports, mints a token
 # with `make token`, drives the printed MCP URL with it, then `make down`
-# stops exactly the processes `make up` started.
+# stops exactly the processes `make up` started.  Also: the egress proxy
+# is an nginx instance of its own and the only one holding provider keys;
+# the runner is supervised (a killed runner comes back, the crash logged);
+# nginx workers are not root, nothing in the state dir is readable by
+# others, Redis runs with its memory cap.
 
 use strict;
 use warnings;
@@ -35,10 +39,11 @@ local $ENV{SMCP_STATE} = $state;
 local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 local $ENV{SMCP_REDIS_PORT} = $rport;
 local $ENV{SMCP_TENANT} = 'stack-tenant';
+local $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
 delete local $ENV{PROXY_JWT_SECRET};
 
 # the egress side of `make up`: its own sandbox network, a fake model
-my ($egress, $fake, $eport, $net) = (0);
+my ($egress, $fake, $gh, $eport, $net) = (0);
 if (docker_available() || is_ci()) {
     $egress = 1;
     $eport = SMCP::Test::free_port();
@@ -52,6 +57,11 @@ if (docker_available() || is_ci()) {
     $ENV{SMCP_EGRESS_PORT} = $eport;
     $ENV{ANTHROPIC_API_KEY} = 'sk-ant-REAL-stack-0123456789';
     $ENV{ANTHROPIC_BASE_URL} = $fake->url;
+    $gh = SMCP::Fakes::start_github(token => 'ghp_REAL_stack_0123456789');
+    $gh->create_repo('owner/repo', files => { 'README.md' => "stack\n" });
+    $ENV{GITHUB_TOKEN} = 'ghp_REAL_stack_0123456789';
+    $ENV{GITHUB_URL} = $gh->url;
+    $ENV{GITHUB_API_URL} = $gh->url;
     $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
 } else {
     diag('no dockerd: make up without the egress side');
@@ -68,11 +78,45 @@ is($url, "http://127.0.0.1:$port/mcp", 'prints the MCP URL');
 like($token // '', qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'prints a bearer token');
 
 ok(-s "$state/secret", 'a secret was generated');
+is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
+{
+    my @open = grep { ((stat $_)[2] & 0004) } split /\n/, `find $state -mindepth 1 2>/dev/null`;
+    is_deeply(\@open, [], 'nothing in the state dir is readable by others (umask 077)');
+}
+{
+    my %cfg = map { $_ } split /\n/, `redis-cli -p $rport CONFIG GET maxmemory*` . "\n"
+                                   . `redis-cli -p $rport CONFIG GET client-output-buffer-limit`;
+    is($cfg{maxmemory}, 536870912, 'redis: maxmemory from SMCP_REDIS_MAXMEMORY (512mb)');
+    is($cfg{'maxmemory-policy'}, 'noeviction', 'redis: maxmemory-policy noeviction');
+    like($cfg{'client-output-buffer-limit'} // '', qr/^normal 67108864 16777216 60 /,
+         'redis: client-output-buffer-limit normal 64mb 16mb 60');
+}
 my $nginx_pid = SMCP::Test::read_file(undef, "$state/nginx.pid") // '';
 my $redis_pid = SMCP::Test::read_file(undef, "$state/redis.pid") // '';
 chomp($nginx_pid, $redis_pid);
 ok($nginx_pid =~ /^\d+$/ && kill(0, $nginx_pid), 'nginx runs');
 ok($redis_pid =~ /^\d+$/ && kill(0, $redis_pid), 'redis-server runs');
+
+# the uids of a master's children (its workers)
+sub worker_uids {
+    my ($master) = @_;
+    my @uids;
+    for my $st (glob '/proc/[0-9]*/status') {
+        open(my $fh, '<', $st) or next;
+        my $c = do { local $/; <$fh> } // '';
+        close $fh;
+        next unless $c =~ /^PPid:\s+\Q$master\E$/m;
+        push @uids, $1 if $c =~ /^Uid:\s+(\d+)/m;
+    }
+    return @uids;
+}
+my $nobody = getpwnam('nobody');
+if ($> == 0) {
+    my @u = worker_uids($nginx_pid);
+    ok(@u && !grep({ $_ != $nobody } @u), 'the MCP nginx workers run as nobody, not root')
+        or diag("uids @u");
+    is((stat "$state/tmp/body")[4], $nobody, '... their temp dir is nobody\'s');
+}
 
 sub post {
     my ($tok, $body, %h) = @_;
@@ -140,6 +184,12 @@ if ($egress) {
     unlike($mconf, qr/sandbox_mcp_egress|\Q$key\E/, '... and its nginx.conf no egress route');
     like(SMCP::Test::read_file(undef, "$state/egress.conf"), qr/worker_connections 4096/,
          'egress.conf: its own worker_connections');
+    if ($> == 0) {
+        my @u = worker_uids($egress_pid);
+        ok(@u && !grep({ $_ != $nobody } @u), 'the egress workers run as nobody')
+            or diag("uids @u");
+        is((stat "$state/tmp/egress/body")[4], $nobody, '... their temp dir is nobody\'s');
+    }
 
     my ($gw) = $out =~ m{Egress:\s+http://([\d.]+):\d+};
     ok($gw, 'prints the egress listener') or diag($out);
@@ -156,6 +206,19 @@ if ($egress) {
     is($r->{status}, 200, 'egress: the anthropic route of make up works');
     is($fake->last_request->{headers}{'x-api-key'}, 'sk-ant-REAL-stack-0123456789',
        'egress: the upstream got the real key');
+
+    # a request body the egress workers (nobody) buffer in their temp dir:
+    # a pull request with a large description
+    system("redis-cli -p $rport HSET smcp:run:$run repository https://github.com/owner/repo create_pr 1 >/dev/null");
+    my $pr = json_encode({ title => 't', head => "opencode/$run", base => 'main',
+                           body => 'x' x 100_000 });
+    $r = $ht->post("http://$gw:$eport/github-api/repos/owner/repo/pulls", {
+        headers => { Authorization => "Bearer $etok", 'content-type' => 'application/json' },
+        content => $pr });
+    is($r->{status}, 422, 'egress: a 100 KB pull request body is read (by nobody) and passed on')
+        or diag("$r->{status} $r->{content}");
+    my $got = $gh->last_request(method => 'POST');
+    is($got && $got->{body_length}, length($pr), '... whole');
 
     # the whole stack: a task through the printed URL completes
     my $call = sub {
@@ -228,6 +291,7 @@ if ($egress) {
     my $rules = `iptables -S INPUT`;
     unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
     $fake->stop;
+    $gh->stop;
 }
 
 my $log = SMCP::Test::read_file(undef, "$state/logs/error.log") // '';
