@@ -41,7 +41,8 @@
 #
 # Environment: SMCP_TEST_KEEP=1 leaves the stack up (project name printed),
 # SMCP_TEST_IMAGE (base image, default smcp-base:bookworm),
-# SMCP_SANDBOX_IMAGE (default smcp-sandbox:1.18.33).
+# SMCP_SANDBOX_IMAGE (default smcp-sandbox:1.18.33), SMCP_TEST_TAG (tag of
+# the three images built here, default test).
 
 use strict;
 use warnings;
@@ -122,9 +123,11 @@ delete @ENV{ grep { /^(ANTHROPIC|OPENAI|AZURE_OPENAI|GOOGLE|CF_AIG|COMPAT|GITHUB
 $ENV{SMCP_BASE_IMAGE} = $base;
 # test-only tags: a real deployment's smcp-*:local built from
 # debian:bookworm-slim is never replaced by an image built on the test base
-$ENV{SMCP_NGINX_IMAGE} = 'smcp-nginx:test';
-$ENV{SMCP_REDIS_IMAGE} = 'smcp-redis:test';
-$ENV{SMCP_RUNNER_IMAGE} = 'smcp-runner:test';
+# (SMCP_TEST_TAG: another tag, for parallel runs of different trees)
+my $tag = ($ENV{SMCP_TEST_TAG} // '') =~ /^([\w.-]+)$/ ? $1 : 'test';
+$ENV{SMCP_NGINX_IMAGE} = "smcp-nginx:$tag";
+$ENV{SMCP_REDIS_IMAGE} = "smcp-redis:$tag";
+$ENV{SMCP_RUNNER_IMAGE} = "smcp-runner:$tag";
 $ENV{SMCP_SANDBOX_IMAGE} = $sandbox_image;
 # the runner's name is the sandboxes' label smcp.runner: unique per run of
 # this file, so its sandboxes can be found (and swept) by it

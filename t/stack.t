@@ -40,6 +40,25 @@ local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 local $ENV{SMCP_REDIS_PORT} = $rport;
 local $ENV{SMCP_TENANT} = 'stack-tenant';
 local $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
+
+# nginx through a wrapper that records the environment each instance is
+# started with (a running nginx master overwrites /proc/PID/environ with
+# its process title, so that cannot tell)
+my $envdir = tempdir('smcp-stack-env-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+{
+    open(my $fh, '>', "$envdir/nginx") or die $!;
+    print $fh <<"SH";
+#!/bin/sh
+conf=x
+prev=
+for a in "\$@"; do [ "\$prev" = -c ] && conf=\$(basename "\$a"); prev=\$a; done
+case " \$* " in *" -t "*|*" -s "*) ;; *) env > "$envdir/\$conf.env" ;; esac
+exec /usr/sbin/nginx "\$@"
+SH
+    close $fh;
+    chmod 0755, "$envdir/nginx";
+}
+local $ENV{SMCP_NGINX} = "$envdir/nginx";
 delete local $ENV{PROXY_JWT_SECRET};
 
 # the egress side of `make up`: its own sandbox network, a fake model
@@ -84,8 +103,8 @@ is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
     is_deeply(\@open, [], 'nothing in the state dir is readable by others (umask 077)');
 }
 {
-    my %cfg = map { $_ } split /\n/, `redis-cli -p $rport CONFIG GET maxmemory*` . "\n"
-                                   . `redis-cli -p $rport CONFIG GET client-output-buffer-limit`;
+    my %cfg = split /\n/, `redis-cli -p $rport CONFIG GET maxmemory*`
+                        . `redis-cli -p $rport CONFIG GET client-output-buffer-limit`;
     is($cfg{maxmemory}, 536870912, 'redis: maxmemory from SMCP_REDIS_MAXMEMORY (512mb)');
     is($cfg{'maxmemory-policy'}, 'noeviction', 'redis: maxmemory-policy noeviction');
     like($cfg{'client-output-buffer-limit'} // '', qr/^normal 67108864 16777216 60 /,
@@ -175,11 +194,13 @@ if ($egress) {
     ok($egress_pid =~ /^\d+$/ && kill(0, $egress_pid), 'the egress nginx runs');
     isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
     my $key = 'sk-ant-REAL-stack-0123456789';
-    like(environ($egress_pid) // '', qr/\Q$key\E/, '... which holds the provider key');
-    my $menv = environ($nginx_pid);
-    ok(defined $menv && index($menv, $key) < 0, 'the MCP nginx\'s environment holds no provider key');
-    ok(defined $menv && $menv !~ /(^|\0)(ANTHROPIC_API_KEY|GITHUB_TOKEN|PROXY_JWT_SECRET)=/,
-       '... nor any key variable');
+    my $eenv = SMCP::Test::read_file(undef, "$envdir/egress.conf.env");
+    like($eenv, qr/^ANTHROPIC_API_KEY=\Q$key\E$/m, '... started with the provider key');
+    my $menv = SMCP::Test::read_file(undef, "$envdir/nginx.conf.env");
+    ok(length($menv) && index($menv, $key) < 0,
+       'the MCP nginx was started without the provider key in its environment');
+    unlike($menv, qr/^(ANTHROPIC_API_KEY|GITHUB_TOKEN|PROXY_JWT_SECRET)=/m,
+           '... nor any key variable');
     my $mconf = SMCP::Test::read_file(undef, "$state/nginx.conf");
     unlike($mconf, qr/sandbox_mcp_egress|\Q$key\E/, '... and its nginx.conf no egress route');
     like(SMCP::Test::read_file(undef, "$state/egress.conf"), qr/worker_connections 4096/,
@@ -241,7 +262,10 @@ if ($egress) {
     is($res->{status}, 'completed', 'make up: the task completes')
         or diag(explain($res), `tail -20 $state/logs/runner.log`);
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
-    my $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    # (the run's status is stored before its log line is written)
+    my $rlog = '';
+    wait_until(5, sub { $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+                        $rlog =~ /run=\Q$rt->{runId}\E msg="completed/ });
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
 
     my $rpid = SMCP::Test::read_file(undef, "$state/runner.pid") // '';
