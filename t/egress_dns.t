@@ -122,7 +122,7 @@ $gh->create_repo('owner/repo', files => { 'README.md' => "ghe\n" });
 
 sub run_ok {
     my ($cmd, $name) = @_;
-    my $out = `$cmd 2>&1`;
+    my $out = `( $cmd ) 2>&1`;
     is($?, 0, $name) or diag($out);
 }
 my $ec = '-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';
