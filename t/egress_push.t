@@ -5,6 +5,10 @@
 # the routes of egress-routes.sh to the fake GitHub (real git
 # http-backend); every refused write leaves the fake's repository exactly
 # as it was, and is answered with JSON the agent can read.
+#
+# SMCP_TEST_POLL=1 runs it on the static nginx under `use poll;` (the body
+# of a push is read from a Redis callback: level-triggered events check
+# that path too).
 
 use strict;
 use warnings;
@@ -13,6 +17,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use IO::Compress::Gzip qw(gzip);
+use IO::Socket::INET;
 use MIME::Base64 qw(encode_base64);
 use Test::More;
 use SMCP::Test qw(:all);
@@ -23,7 +28,8 @@ my $root = repo_root();
 sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
 
 my $real = 'ghp_REAL' . rnd();
-my $t = SMCP::Test->new(workers => 2);
+my $t = SMCP::Test->new(workers => 2,
+                        $ENV{SMCP_TEST_POLL} ? (need_static => 1, poll => 1) : ());
 
 my $gh = SMCP::Fakes::start_github(token => $real);
 my $base = $gh->create_repo('owner/repo', files => { 'README.md' => "hello\n" });
@@ -213,10 +219,32 @@ $before = state();
                           headers => [ Authorization => $yes->{basic} ]),
                    403, "info/refs$q");
     }
+    # bodies that arrive after the run check (the body handler runs later)
+    my $main = pkt("$head $one refs/heads/main\0 report-status\n") . '0000';
+    my $r = $t->http(port => $eport, method => 'POST', path => $rp,
+                     headers => [ Authorization => $yes->{basic}, @ct ],
+                     body_parts => [ substr($main, 0, 10), substr($main, 10, 50),
+                                     substr($main, 60) ], part_delay => 0.3);
+    is($r->{status}, 403, 'a body sent in parts: checked once it is all there (main: 403)');
+    $r = $t->http(port => $eport, method => 'POST', path => $rp,
+                  headers => [ Authorization => $yes->{basic}, @ct ],
+                  body_parts => [ '00', '00' ], part_delay => 0.3);
+    is($r->{status}, 200, '... an empty list in parts reaches git');
+
+    # a pusher that goes away in the middle of its body
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$eport") or die $!;
+    print $s "POST $rp HTTP/1.1\r\nHost: x\r\nAuthorization: $yes->{basic}\r\n"
+           . "Content-Length: 100000\r\n\r\n" . substr($cmd_ok, 0, 40);
+    sleep(0.3);
+    close $s;
+    is(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
+              headers => [ Authorization => $yes->{basic} ])->{status},
+       200, 'a pusher gone mid-body: the proxy goes on');
+
     is(state(), $before, 'hand-made refusals changed nothing upstream');
 
     # git's probe before a large push: an empty command list passes
-    my $r = egress(path => $rp, body => '0000',
+    $r = egress(path => $rp, body => '0000',
                    headers => [ Authorization => $yes->{basic}, @ct ]);
     is($r->{status}, 200, 'an empty command list (git\'s probe) reaches git');
     is(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
