@@ -1,36 +1,51 @@
 #!/bin/bash
 # Entry point of the nginx image (ngx_sandbox_mcp_module/Dockerfile): renders
 # /run/smcp/nginx.conf (the target of the image's /etc/nginx/nginx.conf
-# symlink; /run may be a tmpfs under a read-only root) and the egress routes
-# from the environment, then runs the command (default
-# `nginx -g 'daemon off;'`).  Rendered at every start, so a restarted
-# container picks up changed settings.  SMCP_RENDER_CONF=no renders nothing
-# (run nginx with your own `-c FILE`).
+# symlink; /run may be a tmpfs under a read-only root) from the environment,
+# then runs the command (default `nginx -g 'daemon off;'`).  Rendered at
+# every start, so a restarted container picks up changed settings.
+# SMCP_RENDER_CONF=no renders nothing (run nginx with your own `-c FILE`).
+#
+# One image, two roles (SMCP_ROLE), run as two containers (docker-compose:
+# services `nginx` and `egress`):
+#   mcp      the MCP endpoint (/mcp).  Holds no provider key and no GitHub
+#            token: give this container none.
+#   egress   the sandboxes' egress proxy, its own nginx instance with its
+#            own workers, connection limits and short timeouts (a sandbox
+#            flooding it cannot take /mcp down), and the only container that
+#            holds the provider keys.
 #
 # Settings (environment, with defaults):
+#   SMCP_ROLE=mcp                mcp | egress
 #   PROXY_JWT_SECRET             signing secret (>= the module's minimum
 #                                length); read by the nginx master at start
 #   PROXY_JWT_SECRET_FILE        or: a file holding it (a Docker secret);
 #                                wins over PROXY_JWT_SECRET
 #   SMCP_REDIS=redis:6379        host:port or unix:/path of Redis
 #   SMCP_REDIS_PREFIX            key prefix (module default smcp:)
+#   SMCP_WORKERS=auto            worker_processes
+#   SMCP_LOG_LEVEL=notice        error_log level
+# mcp:
 #   SMCP_MCP_PORT=8080           the MCP listener
 #   SMCP_MCP_ADDR=auto           address it binds, besides 127.0.0.1: `auto`
 #                                is the container's address on the network
-#                                with the default route (compose: `backend`),
-#                                so sandboxes on the internal networks cannot
-#                                reach the MCP endpoint; `*` binds all
+#                                with the default route (compose: `backend`);
+#                                `*` binds all
 #   SMCP_ALLOWED_HOSTS="localhost 127.0.0.1"   Host header check (DNS
 #                                rebinding): add the name clients use
 #   SMCP_ALLOWED_ORIGINS         default: http(s)://<allowed host>:<any port>
 #   SMCP_PUBLIC_URL              base of watchUrl links (default: from Host)
-#   SMCP_EGRESS=on               the egress listener (off: MCP only)
+# egress:
 #   SMCP_EGRESS_PORT=8090        the egress listener, on every interface: the
 #                                sandbox networks (also those the runner
 #                                connects later) reach it by the alias
 #                                `egress`
-#   SMCP_WORKERS=auto            worker_processes
-#   SMCP_LOG_LEVEL=notice        error_log level
+#   SMCP_EGRESS_CONNECTIONS=4096 worker_connections
+#   SMCP_RESOLVER                DNS for the upstream names (default: this
+#                                container's /etc/resolv.conf; compose:
+#                                Docker's 127.0.0.11)
+#   SMCP_EGRESS_RATE, SMCP_EGRESS_BURST, SMCP_EGRESS_CONN,
+#   SMCP_EGRESS_HEADER_TIMEOUT   see egress-routes.sh
 #   provider keys and base URLs (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
 #   OPENAI_*, AZURE_OPENAI_*, GOOGLE_*, CF_AIG_*, COMPAT_*, GITHUB_TOKEN,
 #   GITHUB_URL, GITHUB_API_URL): a route per provider whose key is set, see
@@ -39,8 +54,6 @@
 set -euo pipefail
 
 dir=/run/smcp
-conf=$dir/nginx.conf
-routes=$dir/egress-routes.conf
 
 die() { echo "smcp-nginx-entrypoint: $*" >&2; exit 1; }
 
@@ -54,27 +67,26 @@ default_route_addr() {
         print $s->sockhost, "\n";' 2>/dev/null
 }
 
-render() {
-    local secret_conf redis mcp_port mcp_addr hosts egress eport
-    local listens origins public prefix egress_server
+# the directives both roles share
+common_http() {
+    cat <<CONF
+    access_log /dev/stdout;
+    server_tokens off;
 
-    if [ -n "${PROXY_JWT_SECRET_FILE:-}" ]; then
-        [ -r "$PROXY_JWT_SECRET_FILE" ] \
-            || die "PROXY_JWT_SECRET_FILE=$PROXY_JWT_SECRET_FILE is not readable"
-        secret_conf="sandbox_mcp_secret_file $PROXY_JWT_SECRET_FILE;"
-    elif [ -n "${PROXY_JWT_SECRET:-}" ]; then
-        secret_conf="sandbox_mcp_secret_env PROXY_JWT_SECRET;"
-    else
-        die "set PROXY_JWT_SECRET (or PROXY_JWT_SECRET_FILE): the secret that signs every token"
-    fi
+    sandbox_mcp_redis $redis;
+    $prefix
+    $secret_conf
+    # REDIS-PASSWORD: sandbox_mcp_redis_password file:/run/secrets/...;
+    # (coming with the other helpers' work; not wired yet)
+CONF
+}
 
-    mkdir -p "$dir"
-    redis=${SMCP_REDIS:-redis:6379}
+render_mcp() {
+    local mcp_port mcp_addr hosts listens origins public
+
     mcp_port=${SMCP_MCP_PORT:-8080}
     mcp_addr=${SMCP_MCP_ADDR:-auto}
     hosts=${SMCP_ALLOWED_HOSTS:-localhost 127.0.0.1}
-    egress=${SMCP_EGRESS:-on}
-    eport=${SMCP_EGRESS_PORT:-8090}
 
     case $mcp_addr in
         auto)
@@ -93,23 +105,10 @@ render() {
         && origins="sandbox_mcp_allowed_origins $SMCP_ALLOWED_ORIGINS;"
     public=""
     [ -n "${SMCP_PUBLIC_URL:-}" ] && public="sandbox_mcp_public_url $SMCP_PUBLIC_URL;"
-    prefix=""
-    [ -n "${SMCP_REDIS_PREFIX:-}" ] && prefix="sandbox_mcp_redis_prefix $SMCP_REDIS_PREFIX;"
 
-    egress_server=""
-    if [ "$egress" = on ]; then
-        /usr/local/lib/smcp/egress-routes.sh > "$routes.tmp" \
-            || die "egress-routes.sh failed (a provider key without its base URL?)"
-        mv -f "$routes.tmp" "$routes"
-        egress_server="# the egress proxy: the sandboxes' only peer
-    server {
-        listen $eport;
-        include $routes;
-    }"
-    fi
-
-    cat > "$conf.tmp" <<CONF
+    cat <<CONF
 # generated by smcp-nginx-entrypoint at container start: edits are lost
+# role mcp: /mcp only; no provider key, no GitHub token
 load_module modules/ngx_http_sandbox_mcp_module.so;
 user www-data;
 worker_processes ${SMCP_WORKERS:-auto};
@@ -117,12 +116,7 @@ pid /run/nginx.pid;
 error_log stderr ${SMCP_LOG_LEVEL:-notice};
 events { worker_connections 1024; }
 http {
-    access_log /dev/stdout;
-    server_tokens off;
-
-    sandbox_mcp_redis $redis;
-    $prefix
-    $secret_conf
+$(common_http)
 
     # the MCP endpoint: the published port (backend network) and loopback
     server {
@@ -137,16 +131,79 @@ http {
             return 404;
         }
     }
-
-    $egress_server
 }
 CONF
+}
+
+render_egress() {
+    local eport conns
+
+    eport=${SMCP_EGRESS_PORT:-8090}
+    conns=${SMCP_EGRESS_CONNECTIONS:-4096}
+    [[ $conns =~ ^[1-9][0-9]*$ ]] || die "SMCP_EGRESS_CONNECTIONS=$conns: want a number"
+
+    /usr/local/lib/smcp/egress-routes.sh > "$dir/egress-routes.conf.tmp" \
+        || die "egress-routes.sh failed (a provider key without its base URL?)"
+    /usr/local/lib/smcp/egress-routes.sh --http > "$dir/egress-http.conf.tmp" \
+        || die "egress-routes.sh --http failed"
+    mv -f "$dir/egress-routes.conf.tmp" "$dir/egress-routes.conf"
+    mv -f "$dir/egress-http.conf.tmp" "$dir/egress-http.conf"
+
+    cat <<CONF
+# generated by smcp-nginx-entrypoint at container start: edits are lost
+# role egress: the sandboxes' only peer, an nginx instance of its own
+load_module modules/ngx_http_sandbox_mcp_module.so;
+user www-data;
+worker_processes ${SMCP_WORKERS:-auto};
+worker_rlimit_nofile $(( conns * 2 + 64 ));
+pid /run/nginx.pid;
+error_log stderr ${SMCP_LOG_LEVEL:-notice};
+events { worker_connections $conns; }
+http {
+$(common_http)
+
+    include $dir/egress-http.conf;
+
+    server {
+        listen $eport;
+        include $dir/egress-routes.conf;
+    }
+}
+CONF
+}
+
+render() {
+    local conf=$dir/nginx.conf
+
+    if [ -n "${PROXY_JWT_SECRET_FILE:-}" ]; then
+        [ -r "$PROXY_JWT_SECRET_FILE" ] \
+            || die "PROXY_JWT_SECRET_FILE=$PROXY_JWT_SECRET_FILE is not readable"
+        secret_conf="sandbox_mcp_secret_file $PROXY_JWT_SECRET_FILE;"
+    elif [ -n "${PROXY_JWT_SECRET:-}" ]; then
+        secret_conf="sandbox_mcp_secret_env PROXY_JWT_SECRET;"
+    else
+        die "set PROXY_JWT_SECRET (or PROXY_JWT_SECRET_FILE): the secret that signs every token"
+    fi
+
+    mkdir -p "$dir"
+    redis=${SMCP_REDIS:-redis:6379}
+    prefix=""
+    [ -n "${SMCP_REDIS_PREFIX:-}" ] && prefix="sandbox_mcp_redis_prefix $SMCP_REDIS_PREFIX;"
+
+    case ${SMCP_ROLE:-mcp} in
+        mcp) render_mcp > "$conf.tmp" ;;
+        egress) render_egress > "$conf.tmp" ;;
+        *) die "SMCP_ROLE=${SMCP_ROLE}: mcp or egress" ;;
+    esac
     mv -f "$conf.tmp" "$conf"
 }
 
 if [ "${SMCP_RENDER_CONF:-yes}" != no ]; then
     render
-    echo "smcp-nginx-entrypoint: rendered $conf (MCP ${SMCP_MCP_PORT:-8080}, egress ${SMCP_EGRESS:-on}:${SMCP_EGRESS_PORT:-8090})" >&2
+    case ${SMCP_ROLE:-mcp} in
+        mcp) echo "smcp-nginx-entrypoint: rendered $dir/nginx.conf (role mcp, port ${SMCP_MCP_PORT:-8080})" >&2 ;;
+        *) echo "smcp-nginx-entrypoint: rendered $dir/nginx.conf (role egress, port ${SMCP_EGRESS_PORT:-8090})" >&2 ;;
+    esac
 fi
 
 exec "$@"

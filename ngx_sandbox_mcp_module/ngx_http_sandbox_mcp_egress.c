@@ -11,6 +11,7 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 
 #include "smcp_jwt.h"
+#include "smcp_pktline.h"
 
 
 typedef enum {
@@ -21,10 +22,31 @@ typedef enum {
 } ngx_http_sandbox_mcp_cred_format_e;
 
 
+/* sandbox_mcp_egress_push: what writes a location carries */
+#define NGX_HTTP_SANDBOX_MCP_PUSH_OFF           0
+#define NGX_HTTP_SANDBOX_MCP_PUSH_GIT           1
+#define NGX_HTTP_SANDBOX_MCP_PUSH_PULL_REQUEST  2
+
+/* what a request is, for the write rules */
+#define NGX_HTTP_SANDBOX_MCP_KIND_READ          0
+#define NGX_HTTP_SANDBOX_MCP_KIND_ADVERTISE     1   /* receive-pack refs */
+#define NGX_HTTP_SANDBOX_MCP_KIND_PUSH          2   /* git-receive-pack */
+#define NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST  3   /* POST .../pulls */
+
+/* the command list of a push is read from the first this many bytes */
+#define NGX_HTTP_SANDBOX_MCP_PUSH_HEAD          (64 * 1024)
+#define NGX_HTTP_SANDBOX_MCP_PULL_REQUEST_MAX   (1024 * 1024)
+
+/* the one branch a run may write: opencode/<runId> */
+#define NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX      "opencode/"
+
+
 typedef struct {
     ngx_str_t                   route;
     ngx_str_t                   credential;     /* formatted header value */
     ngx_http_complex_value_t   *repository;     /* expected owner/repo */
+    ngx_uint_t                  push;
+    ngx_str_t                   deny;           /* refusal of the route */
 } ngx_http_sandbox_mcp_egress_loc_conf_t;
 
 
@@ -36,6 +58,7 @@ typedef struct {
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;
     ngx_int_t                           rc;
     ngx_uint_t                          status;         /* refusal */
+    ngx_uint_t                          kind;
     unsigned                            done:1;
     unsigned                            known:1;        /* run of tenant */
     unsigned                            granted:1;
@@ -53,6 +76,17 @@ static char *ngx_http_sandbox_mcp_egress_credential(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_sandbox_mcp_egress_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_sandbox_mcp_egress_token_run(
+    ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data);
+static void ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r);
+
+
+static ngx_conf_enum_t  ngx_http_sandbox_mcp_egress_push_modes[] = {
+    { ngx_string("off"), NGX_HTTP_SANDBOX_MCP_PUSH_OFF },
+    { ngx_string("git"), NGX_HTTP_SANDBOX_MCP_PUSH_GIT },
+    { ngx_string("pull_request"), NGX_HTTP_SANDBOX_MCP_PUSH_PULL_REQUEST },
+    { ngx_null_string, 0 }
+};
 
 
 static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
@@ -76,6 +110,20 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
       ngx_http_set_complex_value_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, repository),
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_push"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, push),
+      &ngx_http_sandbox_mcp_egress_push_modes },
+
+    { ngx_string("sandbox_mcp_egress_deny"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, deny),
       NULL },
 
       ngx_null_command
@@ -132,6 +180,9 @@ static ngx_http_variable_t  ngx_http_sandbox_mcp_egress_vars[] = {
     { ngx_string("sandbox_mcp_tenant"), NULL,
       ngx_http_sandbox_mcp_egress_variable,
       NGX_HTTP_SANDBOX_MCP_VAR_TENANT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("sandbox_mcp_token_run"), NULL,
+      ngx_http_sandbox_mcp_egress_token_run, 0, 0, 0 },
 
       ngx_http_null_variable
 };
@@ -340,6 +391,92 @@ ngx_http_sandbox_mcp_egress_strip(ngx_http_request_t *r)
 }
 
 
+/*
+ * The claims of a valid egress token: signature, expiry, scope "egress"
+ * and a run id; NULL and *refusal otherwise.
+ */
+static json_t *
+ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r, ngx_str_t *token,
+    const char **refusal)
+{
+    char                               err[128];
+    json_t                            *claims, *run, *scope;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+
+    if (mcf->secret == NULL
+        || smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token->data,
+                           token->len, ngx_time(), &claims, err, sizeof(err))
+           != SMCP_OK)
+    {
+        *refusal = "egress: sandbox token refused";
+        return NULL;
+    }
+
+    scope = json_object_get(claims, "scope");
+    run = json_object_get(claims, "run");
+
+    if (!json_is_string(scope)
+        || ngx_strcmp(json_string_value(scope), SMCP_SCOPE_EGRESS) != 0
+        || !json_is_string(run)
+        || !smcp_valid_id(json_string_value(run), json_string_length(run),
+                          SMCP_RUN_ID_PREFIX))
+    {
+        json_decref(claims);
+        *refusal = "egress: not a sandbox token";
+        return NULL;
+    }
+
+    return claims;
+}
+
+
+/*
+ * $sandbox_mcp_token_run: the run of a valid egress token, checked without
+ * Redis, so that limit_req (before the access phase) can key on it; not
+ * found for anything else.  Cached for the request.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_egress_token_run(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    json_t      *claims, *run;
+    ngx_str_t    token;
+    const char  *refusal;
+
+    v->not_found = 1;
+
+    if (ngx_http_sandbox_mcp_egress_token(r, &token) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, &refusal);
+    if (claims == NULL) {
+        return NGX_OK;
+    }
+
+    run = json_object_get(claims, "run");
+
+    v->len = json_string_length(run);
+    v->data = ngx_pnalloc(r->pool, v->len);
+
+    if (v->data == NULL) {
+        json_decref(claims);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(v->data, json_string_value(run), v->len);
+    json_decref(claims);
+
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_sandbox_mcp_egress_cleanup(void *data)
 {
@@ -406,22 +543,157 @@ ngx_http_sandbox_mcp_egress_repo_matches(redisReply *url, ngx_str_t *want)
 }
 
 
+/* no Content-Encoding, or identity: the body is what it says */
+static ngx_uint_t
+ngx_http_sandbox_mcp_egress_identity(ngx_http_request_t *r)
+{
+    u_char           *p, *last;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    for (part = &r->headers_in.headers.part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+
+            if (h[i].key.len != sizeof("Content-Encoding") - 1
+                || ngx_strncasecmp(h[i].key.data,
+                                   (u_char *) "Content-Encoding",
+                                   sizeof("Content-Encoding") - 1)
+                   != 0)
+            {
+                continue;
+            }
+
+            p = h[i].value.data;
+            last = p + h[i].value.len;
+
+            while (p < last && (*p == ' ' || *p == '\t')) {
+                p++;
+            }
+
+            while (last > p && (last[-1] == ' ' || last[-1] == '\t')) {
+                last--;
+            }
+
+            if (last - p != sizeof("identity") - 1
+                || ngx_strncasecmp(p, (u_char *) "identity",
+                                   sizeof("identity") - 1)
+                   != 0)
+            {
+                return 0;
+            }
+        }
+    }
+
+    return 1;
+}
+
+
+/*
+ * What a request is, for the write rules of its location: git smart HTTP
+ * (info/refs of a service, upload-pack, receive-pack) or the pull request
+ * API.  NULL, or the refusal (*status) of a request no route carries.
+ */
+static const char *
+ngx_http_sandbox_mcp_egress_classify(ngx_http_request_t *r,
+    ngx_uint_t push, ngx_uint_t *kind, ngx_uint_t *status)
+{
+    ngx_str_t  *uri;
+
+    *kind = NGX_HTTP_SANDBOX_MCP_KIND_READ;
+    *status = NGX_HTTP_FORBIDDEN;
+    uri = &r->uri;
+
+#define ngx_http_sandbox_mcp_ends_with(s)                                     \
+    (uri->len >= sizeof(s) - 1                                                \
+     && ngx_strncmp(uri->data + uri->len - (sizeof(s) - 1), s,                \
+                    sizeof(s) - 1) == 0)
+
+#define ngx_http_sandbox_mcp_args_are(s)                                      \
+    (r->args.len == sizeof(s) - 1                                             \
+     && ngx_strncmp(r->args.data, s, sizeof(s) - 1) == 0)
+
+    switch (push) {
+
+    case NGX_HTTP_SANDBOX_MCP_PUSH_GIT:
+
+        if (ngx_http_sandbox_mcp_ends_with("/info/refs")) {
+
+            if (ngx_http_sandbox_mcp_args_are("service=git-upload-pack")) {
+                return NULL;
+            }
+
+            if (ngx_http_sandbox_mcp_args_are("service=git-receive-pack")) {
+                *kind = NGX_HTTP_SANDBOX_MCP_KIND_ADVERTISE;
+                return NULL;
+            }
+
+            return "egress: info/refs is served for ?service=git-upload-pack "
+                   "or ?service=git-receive-pack only (smart HTTP)";
+        }
+
+        if (ngx_http_sandbox_mcp_ends_with("/git-upload-pack")) {
+            return NULL;
+        }
+
+        if (ngx_http_sandbox_mcp_ends_with("/git-receive-pack")) {
+            *kind = NGX_HTTP_SANDBOX_MCP_KIND_PUSH;
+            break;
+        }
+
+        return "egress: only git smart HTTP is allowed";
+
+    case NGX_HTTP_SANDBOX_MCP_PUSH_PULL_REQUEST:
+
+        if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+            return NULL;
+        }
+
+        *kind = NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST;
+        break;
+
+    default:
+        return NULL;
+    }
+
+#undef ngx_http_sandbox_mcp_ends_with
+#undef ngx_http_sandbox_mcp_args_are
+
+    if (r->method != NGX_HTTP_POST) {
+        *status = NGX_HTTP_NOT_ALLOWED;
+        return "egress: method not allowed here";
+    }
+
+    /* the body is checked as sent: no other coding than identity */
+    if (!ngx_http_sandbox_mcp_egress_identity(r)) {
+        *status = NGX_HTTP_UNSUPPORTED_MEDIA_TYPE;
+        return "egress: pushes and pull requests are accepted without "
+               "Content-Encoding only";
+    }
+
+    return NULL;
+}
+
+
 static void
 ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_egress_ctx_t *ctx = data;
 
-    ngx_int_t            rc;
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
+    ngx_int_t                                rc;
+    redisReply                             **e;
+    ngx_connection_t                        *c;
+    ngx_http_request_t                      *r;
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     r = ctx->request;
     c = r->connection;
     ctx->cmd = NULL;
-    ctx->done = 1;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 3)
+        || reply->elements != 4)
     {
         rc = ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
@@ -430,48 +702,336 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
         goto finalize;
     }
 
+    e = reply->element;
+
     /* audit events go only to a run that exists and is the token's */
-    ctx->known = reply->element[0]->type == REDIS_REPLY_STRING
-                 && reply->element[0]->len == ctx->tenant.len
-                 && ngx_strncmp(reply->element[0]->str, ctx->tenant.data,
+    ctx->known = e[0]->type == REDIS_REPLY_STRING
+                 && e[0]->len == ctx->tenant.len
+                 && ngx_strncmp(e[0]->str, ctx->tenant.data,
                                 ctx->tenant.len) == 0;
 
-    if (ctx->known
-        && (ngx_http_sandbox_mcp_egress_reply_is(reply->element[1],
-                                                 SMCP_STATUS_STARTED)
-            || ngx_http_sandbox_mcp_egress_reply_is(reply->element[1],
-                                                    SMCP_STATUS_RUNNING)))
+    if (!ctx->known
+        || !(ngx_http_sandbox_mcp_egress_reply_is(e[1], SMCP_STATUS_STARTED)
+             || ngx_http_sandbox_mcp_egress_reply_is(e[1],
+                                                     SMCP_STATUS_RUNNING)))
     {
-        if (ctx->repository.len
-            && !ngx_http_sandbox_mcp_egress_repo_matches(reply->element[2],
-                                                         &ctx->repository))
-        {
-            rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_UNAUTHORIZED,
+                          "authentication_error",
+                          "egress: the token's run is not active (finished, "
+                          "cancelled or unknown)");
+        goto finalize;
+    }
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+
+    if (lcf->deny.len) {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
+                                                "permission_error",
+                                                (char *) lcf->deny.data);
+        goto finalize;
+    }
+
+    if (ctx->repository.len
+        && !ngx_http_sandbox_mcp_egress_repo_matches(e[2], &ctx->repository))
+    {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
                           "permission_error",
                           "egress: this run may only reach its own "
                           "repository");
+        goto finalize;
+    }
+
+    if (ctx->kind != NGX_HTTP_SANDBOX_MCP_KIND_READ
+        && !ngx_http_sandbox_mcp_egress_reply_is(e[3], "1"))
+    {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
+                          "permission_error",
+                          "egress: this run did not ask for a pull request "
+                          "(createPr): it may read the repository but not "
+                          "push or open pull requests");
+        goto finalize;
+    }
+
+    if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PUSH
+        || ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST)
+    {
+        /* the body decides; ctx->done stays 0 while it is read */
+        rc = ngx_http_read_client_request_body(r,
+                                            ngx_http_sandbox_mcp_egress_body);
+
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
             goto finalize;
         }
 
-        /* granted: resume the phases where the access check stopped */
-        ctx->granted = 1;
-        ctx->rc = NGX_OK;
-
-        ngx_http_core_run_phases(r);
+        ngx_http_finalize_request(r, NGX_DONE);
         ngx_http_run_posted_requests(c);
         return;
     }
 
-    rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_UNAUTHORIZED,
-                          "authentication_error",
-                          "egress: the token's run is not active (finished, "
-                          "cancelled or unknown)");
+    /* granted: resume the phases where the access check stopped */
+    ctx->done = 1;
+    ctx->granted = 1;
+    ctx->rc = NGX_OK;
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+    return;
 
 finalize:
 
+    ctx->done = 1;
     ctx->rc = NGX_DONE;
     ngx_http_finalize_request(r, rc);
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The first bytes of the request body, in memory or in its temporary
+ * file: up to size into buf.  Returns the bytes copied (*total: the whole
+ * body's length) or NGX_ERROR.
+ */
+static ssize_t
+ngx_http_sandbox_mcp_egress_body_head(ngx_http_request_t *r, u_char *buf,
+    size_t size, off_t *total)
+{
+    off_t         len;
+    size_t        n, want;
+    ssize_t       got;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    n = 0;
+    *total = 0;
+
+    if (r->request_body == NULL) {
+        return 0;
+    }
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+        len = b->in_file ? b->file_last - b->file_pos : b->last - b->pos;
+        *total += len;
+
+        want = (size_t) ngx_min((off_t) (size - n), len);
+
+        if (want == 0) {
+            continue;
+        }
+
+        if (b->in_file) {
+            got = ngx_read_file(b->file, buf + n, want, b->file_pos);
+            if (got != (ssize_t) want) {
+                return NGX_ERROR;
+            }
+
+        } else {
+            ngx_memcpy(buf + n, b->pos, want);
+        }
+
+        n += want;
+    }
+
+    return n;
+}
+
+
+/* the command list of a push: only the run's branch, never a delete */
+static ngx_uint_t
+ngx_http_sandbox_mcp_egress_check_push(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, char *err, size_t errlen)
+{
+    u_char    *buf, *p;
+    off_t      total;
+    ssize_t    n;
+    unsigned   ncommands;
+    ngx_int_t  rc;
+    u_char     ref[sizeof("refs/heads/" NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX)
+                   + SMCP_ID_LEN];
+    char       why[256];
+
+    buf = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_PUSH_HEAD);
+    if (buf == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = ngx_http_sandbox_mcp_egress_body_head(r, buf,
+                                           NGX_HTTP_SANDBOX_MCP_PUSH_HEAD,
+                                           &total);
+    if (n == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_cpymem(ref, "refs/heads/" NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX,
+                   sizeof("refs/heads/" NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX)
+                   - 1);
+    p = ngx_cpymem(p, ctx->run_id.data, ctx->run_id.len);
+
+    rc = smcp_pkt_check_push(buf, n, (char *) ref, p - ref, &ncommands,
+                             why, sizeof(why));
+
+    if (rc == SMCP_OK) {
+        return NGX_OK;
+    }
+
+    if (rc == SMCP_PKT_MORE) {
+        ngx_snprintf((u_char *) err, errlen, "egress: push refused: %s%Z",
+                     total > n ? "its command list is too long"
+                               : "malformed push: the command list does not "
+                                 "end");
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    ngx_snprintf((u_char *) err, errlen, "egress: push refused: %s%Z", why);
+
+    return (rc == SMCP_PKT_BAD) ? NGX_HTTP_BAD_REQUEST : NGX_HTTP_FORBIDDEN;
+}
+
+
+/*
+ * A pull request: its head must be the run's branch, "opencode/<runId>"
+ * or "<owner>:opencode/<runId>" with the repository's owner.
+ */
+static ngx_uint_t
+ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, char *err, size_t errlen)
+{
+    u_char        *buf, *slash;
+    off_t          total;
+    size_t         len, olen, blen;
+    json_t        *body, *head;
+    ssize_t        n;
+    const char    *h, *msg;
+    json_error_t   jerr;
+
+    buf = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_PULL_REQUEST_MAX);
+    if (buf == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = ngx_http_sandbox_mcp_egress_body_head(r, buf,
+                                       NGX_HTTP_SANDBOX_MCP_PULL_REQUEST_MAX,
+                                       &total);
+    if (n == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (total > n) {
+        ngx_snprintf((u_char *) err, errlen, "egress: a pull request body "
+                     "is limited to %uz bytes%Z",
+                     (size_t) NGX_HTTP_SANDBOX_MCP_PULL_REQUEST_MAX);
+        return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
+    }
+
+    body = json_loadb((char *) buf, n, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (!json_is_object(body)) {
+        json_decref(body);
+        ngx_snprintf((u_char *) err, errlen, "egress: a pull request body "
+                     "must be one JSON object (without duplicate keys)%Z");
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    head = json_object_get(body, "head");
+    h = json_string_value(head);
+    len = json_string_length(head);
+
+    blen = sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1 + ctx->run_id.len;
+    slash = ngx_strlchr(ctx->repository.data,
+                        ctx->repository.data + ctx->repository.len, '/');
+    olen = slash ? (size_t) (slash - ctx->repository.data) : 0;
+
+    msg = NULL;
+
+    if (json_object_get(body, "head_repo")) {
+        msg = "egress: head_repo is refused: a pull request's head is the "
+              "run's branch in the run's repository";
+
+    } else if (h == NULL
+               || !((len == blen)
+                    || (olen && len == olen + 1 + blen && h[olen] == ':'
+                        && ngx_strncasecmp((u_char *) h,
+                                           ctx->repository.data, olen)
+                           == 0)))
+    {
+        msg = "";
+
+    } else {
+        h += len - blen;
+
+        if (ngx_strncmp(h, NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX,
+                        sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1)
+            != 0
+            || ngx_strncmp(h + sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1,
+                           ctx->run_id.data, ctx->run_id.len)
+               != 0)
+        {
+            msg = "";
+        }
+    }
+
+    json_decref(body);
+
+    if (msg == NULL) {
+        return NGX_OK;
+    }
+
+    if (*msg) {
+        ngx_snprintf((u_char *) err, errlen, "%s%Z", msg);
+
+    } else {
+        ngx_snprintf((u_char *) err, errlen, "egress: a pull request's head "
+                     "must be the run's branch "
+                     NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX "%V%Z", &ctx->run_id);
+    }
+
+    return NGX_HTTP_FORBIDDEN;
+}
+
+
+/* the body of a push or a pull request is read: it decides */
+static void
+ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
+{
+    char                                err[512];
+    const char                         *type;
+    ngx_int_t                           rc;
+    ngx_uint_t                          status;
+    ngx_http_sandbox_mcp_egress_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
+
+    if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PUSH) {
+        status = ngx_http_sandbox_mcp_egress_check_push(r, ctx, err,
+                                                         sizeof(err));
+    } else {
+        status = ngx_http_sandbox_mcp_egress_check_pull(r, ctx, err,
+                                                         sizeof(err));
+    }
+
+    ctx->done = 1;
+
+    if (status == NGX_OK) {
+        ctx->granted = 1;
+        ctx->rc = NGX_OK;
+
+        r->write_event_handler = ngx_http_core_run_phases;
+        ngx_http_core_run_phases(r);
+        return;
+    }
+
+    ctx->rc = NGX_DONE;
+
+    if (status == NGX_HTTP_INTERNAL_SERVER_ERROR) {
+        ngx_http_finalize_request(r, status);
+        return;
+    }
+
+    type = (status == NGX_HTTP_FORBIDDEN) ? "permission_error"
+                                          : "invalid_request_error";
+
+    rc = ngx_http_sandbox_mcp_egress_refuse(r, status, type, err);
+    ngx_http_finalize_request(r, rc);
 }
 
 
@@ -495,13 +1055,13 @@ ngx_http_sandbox_mcp_egress_copy(ngx_pool_t *pool, ngx_str_t *dst, json_t *s)
 static ngx_int_t
 ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
 {
-    char                                     err[128];
-    json_t                                  *claims, *run, *scope;
+    json_t                                  *claims, *run;
     ngx_int_t                                rc;
-    ngx_str_t                                token, argv[5];
+    ngx_str_t                                token, argv[6];
+    ngx_uint_t                               status;
+    const char                              *msg;
     ngx_pool_cleanup_t                      *cln;
     ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
-    ngx_http_sandbox_mcp_main_conf_t        *mcf;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
@@ -516,8 +1076,6 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
         /* re-entered by run_phases: the Redis answer decides */
         return ctx->done ? ctx->rc : NGX_AGAIN;
     }
-
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
     rc = ngx_http_sandbox_mcp_egress_token(r, &token);
 
@@ -534,33 +1092,16 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
         return NGX_DONE;
     }
 
-    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token.data,
-                        token.len, ngx_time(), &claims, err, sizeof(err))
-        != SMCP_OK)
-    {
+    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, &msg);
+
+    if (claims == NULL) {
         rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_UNAUTHORIZED,
-                          "authentication_error",
-                          "egress: sandbox token refused");
+                                                "authentication_error", msg);
         ngx_http_finalize_request(r, rc);
         return NGX_DONE;
     }
 
-    scope = json_object_get(claims, "scope");
     run = json_object_get(claims, "run");
-
-    if (!json_is_string(scope)
-        || ngx_strcmp(json_string_value(scope), SMCP_SCOPE_EGRESS) != 0
-        || !json_is_string(run)
-        || !smcp_valid_id(json_string_value(run), json_string_length(run),
-                          SMCP_RUN_ID_PREFIX))
-    {
-        json_decref(claims);
-        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_UNAUTHORIZED,
-                          "authentication_error",
-                          "egress: not a sandbox token");
-        ngx_http_finalize_request(r, rc);
-        return NGX_DONE;
-    }
 
     ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_egress_ctx_t));
     if (ctx == NULL) {
@@ -605,6 +1146,19 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
         return NGX_DONE;
     }
 
+    msg = ngx_http_sandbox_mcp_egress_classify(r, lcf->push, &ctx->kind,
+                                               &status);
+    if (msg) {
+        ctx->done = 1;
+        ctx->rc = NGX_DONE;
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, status,
+                          (status == NGX_HTTP_FORBIDDEN) ? "permission_error"
+                                                    : "invalid_request_error",
+                          msg);
+        ngx_http_finalize_request(r, rc);
+        return NGX_DONE;
+    }
+
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -617,6 +1171,7 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
     ngx_str_set(&argv[2], "tenant");
     ngx_str_set(&argv[3], "status");
     ngx_str_set(&argv[4], "repository");
+    ngx_str_set(&argv[5], "create_pr");
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
                                        &ctx->run_id)
@@ -626,7 +1181,7 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_egress_checked, ctx, 5, argv);
+                   ngx_http_sandbox_mcp_egress_checked, ctx, 6, argv);
 
     if (ctx->cmd == NULL) {
         ctx->done = 1;
@@ -844,9 +1399,11 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
      *
      *     conf->route = { 0, NULL };
      *     conf->credential = { 0, NULL };
+     *     conf->deny = { 0, NULL };
      */
 
     conf->repository = NGX_CONF_UNSET_PTR;
+    conf->push = NGX_CONF_UNSET_UINT;
 
     return conf;
 }
@@ -862,6 +1419,9 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_str_value(conf->route, prev->route, "");
     ngx_conf_merge_str_value(conf->credential, prev->credential, "");
     ngx_conf_merge_ptr_value(conf->repository, prev->repository, NULL);
+    ngx_conf_merge_uint_value(conf->push, prev->push,
+                              NGX_HTTP_SANDBOX_MCP_PUSH_OFF);
+    ngx_conf_merge_str_value(conf->deny, prev->deny, "");
 
     return NGX_CONF_OK;
 }

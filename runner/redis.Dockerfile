@@ -31,8 +31,16 @@ USER redis
 EXPOSE 6379
 
 # appendfsync everysec (the default): at most a second of writes lost on a
-# crash of the host; a crash of redis alone loses nothing
+# crash of the host; a crash of redis alone loses nothing.  Memory is
+# capped, and at the cap writes fail (noeviction) instead of runs
+# silently vanishing; a client that does not read its replies (a huge
+# XRANGE, a stuck subscriber) is cut off past 64 MB (16 MB for 60 s).
+# docker-compose.yml passes the same arguments (SMCP_REDIS_MAXMEMORY).
+# REDIS-PASSWORD: `--requirepass` from a secret file (coming with the
+# other helpers' work; not wired yet).
 CMD ["redis-server", "--bind", "0.0.0.0", "--port", "6379", \
      "--protected-mode", "no", "--dir", "/data", \
      "--appendonly", "yes", "--save", "", \
+     "--maxmemory", "1gb", "--maxmemory-policy", "noeviction", \
+     "--client-output-buffer-limit", "normal 64mb 16mb 60", \
      "--daemonize", "no", "--logfile", ""]

@@ -1,23 +1,28 @@
 #!/usr/bin/env perl
 # docker-compose.yml for real: the images build (from the locally made
-# Debian base, no registry), the stack (redis, nginx, runner) starts under a
-# unique project name, the MCP endpoint answers on the published port, and
-# tasks submitted through MCP run to the end in sandbox containers the
-# runner (in its container, with the Docker socket) starts on per-session
-# networks:
+# Debian base, no registry), the stack (redis, nginx for /mcp, egress, runner)
+# starts under a unique project name, the MCP endpoint answers on the
+# published port, and tasks submitted through MCP run to the end in sandbox
+# containers the runner (in its container, with the Docker socket) starts
+# on per-session networks:
 #
+#   - the MCP container (nginx) holds no provider key; the egress container
+#     (its own nginx instance) does; Redis runs with its memory cap; the
+#     runner restarts by policy
 #   - a task completes with the fake model's text as its result; its
-#     session's network smcp-net-<sessionId> existed with nginx attached
-#     (docker events) and is gone after the run, as is the sandbox; the
-#     session volume smcp-<sessionId> stays; Redis keeps the run across a
-#     restart of its container
+#     session's network smcp-net-<sessionId> existed with the egress
+#     container attached (docker events; the MCP container never) and is
+#     gone after the run, as is the sandbox; the session volume
+#     smcp-<sessionId> stays; Redis keeps the run across a restart of its
+#     container
 #   - two tasks of two sessions at once (concurrency 2; the fake model
 #     holds both answers until the test lets them go): each sandbox is
-#     alone with nginx (alias `egress`) on its session's internal network;
-#     from inside one sandbox the egress proxy answers (run token in, real
-#     key out) and nothing else is reachable: not the other sandbox, not
-#     the host, not Redis, not the MCP listener, not an outside container,
-#     not DNS; then both complete and both networks are removed
+#     alone with the egress container (alias `egress`) on its session's
+#     internal network; from inside one sandbox the egress proxy answers
+#     (run token in, real key out) and nothing else is reachable: not the
+#     other sandbox, not the host, not Redis, not the MCP listener, not an
+#     outside container, not DNS; then both complete and both networks are
+#     removed
 #   - a second task of one of those sessions, queued meanwhile, runs after
 #     the first one on the session's network made anew, and completes
 #
@@ -36,7 +41,8 @@
 #
 # Environment: SMCP_TEST_KEEP=1 leaves the stack up (project name printed),
 # SMCP_TEST_IMAGE (base image, default smcp-base:bookworm),
-# SMCP_SANDBOX_IMAGE (default smcp-sandbox:1.18.33).
+# SMCP_SANDBOX_IMAGE (default smcp-sandbox:1.18.33), SMCP_TEST_TAG (tag of
+# the three images built here, default test).
 
 use strict;
 use warnings;
@@ -106,6 +112,7 @@ my $secret = rnd_hex(32);
 my $real_key = 'sk-ant-api03-' . rnd_hex(24) . '-REALKEY';
 my $tenant = 'alice';
 my $nginx_name = "$project-nginx";     # container_name in docker-compose.yml
+my $egress_name = "$project-egress";   # ... the runner's SMCP_EGRESS_CONTAINER
 
 # compose reads its settings from the environment, for every command
 # (`down` included); settings of the caller must not leak in
@@ -116,9 +123,11 @@ delete @ENV{ grep { /^(ANTHROPIC|OPENAI|AZURE_OPENAI|GOOGLE|CF_AIG|COMPAT|GITHUB
 $ENV{SMCP_BASE_IMAGE} = $base;
 # test-only tags: a real deployment's smcp-*:local built from
 # debian:bookworm-slim is never replaced by an image built on the test base
-$ENV{SMCP_NGINX_IMAGE} = 'smcp-nginx:test';
-$ENV{SMCP_REDIS_IMAGE} = 'smcp-redis:test';
-$ENV{SMCP_RUNNER_IMAGE} = 'smcp-runner:test';
+# (SMCP_TEST_TAG: another tag, for parallel runs of different trees)
+my $tag = ($ENV{SMCP_TEST_TAG} // '') =~ /^([\w.-]+)$/ ? $1 : 'test';
+$ENV{SMCP_NGINX_IMAGE} = "smcp-nginx:$tag";
+$ENV{SMCP_REDIS_IMAGE} = "smcp-redis:$tag";
+$ENV{SMCP_RUNNER_IMAGE} = "smcp-runner:$tag";
 $ENV{SMCP_SANDBOX_IMAGE} = $sandbox_image;
 # the runner's name is the sandboxes' label smcp.runner: unique per run of
 # this file, so its sandboxes can be found (and swept) by it
@@ -152,7 +161,8 @@ sub compose { return compose_cmd($project, @_) }
 sub uniq { my %s; return grep { !$s{$_}++ } @_ }
 
 # the session ids of a project: its sandboxes' labels, the session networks
-# its nginx is still on, and its Redis (when the container still runs)
+# its egress container is still on, and its Redis (when the container still
+# runs)
 sub project_sessions {
     my ($p) = @_;
     my @s;
@@ -161,7 +171,7 @@ sub project_sessions {
     push @s, split ' ', $out;
     (undef, $out) = docker('inspect', '--format',
                            '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}',
-                           "$p-nginx");
+                           "$p-egress");
     push @s, map { /^smcp-net-(ses_[0-9a-f]+)$/ ? $1 : () } split ' ', $out;
     my ($rc, $keys) = compose_cmd($p, ['exec', '-T', 'redis', 'redis-cli', '--raw',
                                        '--scan', '--pattern', 'smcp:session:ses_*'],
@@ -183,7 +193,7 @@ sub remove_sandboxes {
     docker({ timeout => 120 }, 'rm', '-f', '-v', @ids) if @ids;
 }
 
-# after `down` (nginx gone from the networks)
+# after `down` (the egress container gone from the networks)
 sub remove_session_leftovers {
     my ($p, @sessions) = @_;
     for my $s (@sessions) {
@@ -288,7 +298,7 @@ END {
 }
 
 ##############################################################################
-# the fake Anthropic API on the host, where nginx's container reaches it
+# the fake Anthropic API on the host, where the egress container reaches it
 # through docker0's address (an ordinary network's way out).  A task with
 # a marker GATE-<hex> gets its answer ("done <hex>") only once the test
 # opens the gate (the file open-<hex>); the request's arrival is marked
@@ -360,6 +370,7 @@ $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 }
 
 my $nginx_id = do { my (undef, $o) = compose(['ps', '-q', 'nginx']); chomp $o; $o };
+my $egress_id = do { my (undef, $o) = compose(['ps', '-q', 'egress']); chomp $o; $o };
 my $redis_id = do { my (undef, $o) = compose(['ps', '-q', 'redis']); chomp $o; $o };
 my $runner_id = do { my (undef, $o) = compose(['ps', '-q', 'runner']); chomp $o; $o };
 my $backend_net = "${project}_backend";
@@ -369,6 +380,32 @@ is(container_inspect_field($nginx_id, '{{.Name}}'), "/$nginx_name",
 is(container_inspect_field($nginx_id,
        '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
    '... on the backend network only (no shared sandbox network)');
+is(container_inspect_field($egress_id, '{{.Name}}'), "/$egress_name",
+   "the egress container is named $egress_name (COMPOSE_PROJECT_NAME-egress)");
+is(container_inspect_field($egress_id,
+       '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
+   '... on the backend network only');
+is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}',
+   '... publishing nothing');
+
+# only the egress container holds the provider key: not the MCP one (its
+# environment, its master's, its rendered configuration)
+{
+    my $env = container_inspect_field($nginx_id, '{{range .Config.Env}}{{println .}}{{end}}') // '';
+    unlike($env, qr/\Q$real_key\E/, 'the MCP container\'s environment holds no provider key');
+    unlike($env, qr/^(ANTHROPIC|OPENAI|AZURE_OPENAI|GOOGLE|CF_AIG|COMPAT|GITHUB)_\w+=/m,
+           '... nor any provider variable');
+    like($env, qr/^SMCP_ROLE=mcp$/m, '... SMCP_ROLE=mcp');
+    my ($rc, $out) = compose(['exec', '-T', 'nginx', 'bash', '-c',
+        'tr "\\0" "\\n" < /proc/1/environ; cat /run/smcp/nginx.conf'], timeout => 30);
+    is($rc, 0, '... (its master\'s environment and nginx.conf read)');
+    unlike($out, qr/\Q$real_key\E/, '... its nginx master has no provider key, nor its configuration');
+    unlike($out, qr/sandbox_mcp_egress/, '... which has no egress route');
+    $env = container_inspect_field($egress_id, '{{range .Config.Env}}{{println .}}{{end}}') // '';
+    like($env, qr/^ANTHROPIC_API_KEY=\Q$real_key\E$/m, 'the egress container holds it');
+    like($env, qr/^SMCP_ROLE=egress$/m, '... SMCP_ROLE=egress');
+    like($env, qr/^SMCP_RESOLVER=127\.0\.0\.11$/m, '... resolving upstreams with Docker\'s DNS');
+}
 
 # the runner's container
 {
@@ -390,13 +427,15 @@ is(container_inspect_field($nginx_id,
     my %env = map { /^([^=]+)=(.*)$/s ? ($1 => $2) : () }
               split /\n/, container_inspect_field($runner_id,
                                                   '{{range .Config.Env}}{{println .}}{{end}}') // '';
-    is($env{SMCP_EGRESS_CONTAINER}, $nginx_name, "... SMCP_EGRESS_CONTAINER=$nginx_name");
+    is($env{SMCP_EGRESS_CONTAINER}, $egress_name, "... SMCP_EGRESS_CONTAINER=$egress_name");
     is($env{SMCP_EGRESS_URL}, 'http://egress:8090', '... SMCP_EGRESS_URL=http://egress:8090');
     is($env{SMCP_REDIS}, 'redis:6379', '... SMCP_REDIS=redis:6379');
     is($env{SMCP_SANDBOX_IMAGE}, $sandbox_image, "... SMCP_SANDBOX_IMAGE=$sandbox_image");
     ok(!exists $env{SMCP_SANDBOX_DNS}, '... no SMCP_SANDBOX_DNS (Docker\'s DNS answers `egress`)');
     ok(!grep({ index($_, $real_key) >= 0 } values %env),
-       '... and no provider key (only nginx holds them)');
+       '... and no provider key (only the egress container holds them)');
+    is(container_inspect_field($runner_id, '{{.HostConfig.RestartPolicy.Name}}'), 'unless-stopped',
+       '... restarted by Docker when it exits (restart: unless-stopped)');
     my $logs = '';
     ok(wait_until(30, sub {
         (undef, $logs) = compose(['logs', '--no-color', 'runner'], timeout => 30);
@@ -451,7 +490,7 @@ is($init->{json}{result}{serverInfo}{name}, 'sandbox-mcp', '... from sandbox-mcp
     is($out, "127.0.0.1:$port\n", 'nginx publishes 8080 on 127.0.0.1');
     is(container_inspect_field($nginx_id, '{{json .HostConfig.PortBindings}}'),
        qq({"8080/tcp":[{"HostIp":"127.0.0.1","HostPort":"$port"}]}),
-       '... and nothing else (the egress port is not published)');
+       '... and nothing else');
     is(container_inspect_field($redis_id, '{{json .HostConfig.PortBindings}}'), '{}',
        'redis publishes nothing');
 }
@@ -586,6 +625,13 @@ my ($run0, $ses0);
     is(redis_raw('CONFIG', 'GET', 'appendonly'), "appendonly\nyes",
        'redis runs with appendonly yes');
     like(redis_raw('CONFIG', 'GET', 'dir'), qr{^dir\n/data$}, '... in /data');
+    is(redis_raw('CONFIG', 'GET', 'maxmemory'), "maxmemory\n1073741824",
+       '... maxmemory 1gb (SMCP_REDIS_MAXMEMORY)');
+    is(redis_raw('CONFIG', 'GET', 'maxmemory-policy'), "maxmemory-policy\nnoeviction",
+       '... maxmemory-policy noeviction');
+    like(redis_raw('CONFIG', 'GET', 'client-output-buffer-limit'),
+         qr/^client-output-buffer-limit\nnormal 67108864 16777216 60 /,
+         '... client-output-buffer-limit normal 64mb 16mb 60');
 
     my $res = wait_result($run0, 180);
     my $dt = time() - $t;
@@ -596,7 +642,7 @@ my ($run0, $ses0);
 
     my $req = $anthropic->last_request(path => '/v1/messages');
     is($req && $req->{headers}{'x-api-key'}, $real_key,
-       'the fake model saw the real key (added by nginx)');
+       'the fake model saw the real key (added by the egress proxy)');
     like(redis_cli('XRANGE', "smcp:run:$run0:events", '-', '+'), qr/egress/,
          "the model request is audited in the run's event stream");
 
@@ -613,19 +659,20 @@ my ($run0, $ses0);
     my @acts = map { (split ' ', $_)[0] } @$ev;
     is($acts[0] // '', 'create', "docker events: smcp-net-$ses0 was created")
         or diag(join "\n", @$ev);
-    ok(grep({ /^connect \S+ \Q$nginx_id\E/ } @$ev), '... nginx was connected to it')
+    ok(grep({ /^connect \S+ \Q$egress_id\E/ } @$ev), '... the egress container was connected to it')
         or diag(join "\n", @$ev);
-    ok(grep({ /^disconnect \S+ \Q$nginx_id\E/ } @$ev), '... and disconnected after the run')
+    ok(grep({ /^disconnect \S+ \Q$egress_id\E/ } @$ev), '... and disconnected after the run')
         or diag(join "\n", @$ev);
+    ok(!grep({ /\Q$nginx_id\E/ } @$ev), '... the MCP container never') or diag(join "\n", @$ev);
     is($acts[-1] // '', 'destroy', '... and it was removed last') or diag(join "\n", @$ev);
-    is(container_inspect_field($nginx_id,
+    is(container_inspect_field($egress_id,
            '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
-       'nginx is back on the backend network only');
+       'the egress container is back on the backend network only');
 }
 
 ##############################################################################
-# two tasks of two sessions at once: each sandbox alone with nginx on its
-# session's network; isolation probed from inside sandbox A while the fake
+# two tasks of two sessions at once: each sandbox alone with the egress
+# container on its session's network; isolation probed from inside sandbox A while the fake
 # model holds both answers
 
 my %gate = (A => rnd_hex(4), B => rnd_hex(4));
@@ -661,24 +708,25 @@ for my $x (qw(A B)) {
        "$n: internal, inhibit_ipv4, icc on, labelled with its session");
     my $members = container_inspect_field($n, '{{range .Containers}}{{.Name}} {{end}}') // '';
     is(join(' ', sort split ' ', $members),
-       join(' ', sort($nginx_name, "smcp-$run{$x}")),
-       "... its only members: nginx and sandbox $x");
-    like(container_inspect_field($nginx_id,
+       join(' ', sort($egress_name, "smcp-$run{$x}")),
+       "... its only members: the egress container and sandbox $x");
+    like(container_inspect_field($egress_id,
              qq({{with index .NetworkSettings.Networks "$n"}}{{json .Aliases}}{{end}})) // '',
-         qr/"egress"/, '... nginx on it with the alias egress');
+         qr/"egress"/, '... the egress container on it with the alias egress');
     is(networks_of($sb{$x}), $n, "sandbox $x is on $n only");
 }
-is(networks_of($nginx_id), join(' ', sort($backend_net, $net{A}, $net{B})),
-   'nginx: backend and the two session networks');
+is(networks_of($egress_id), join(' ', sort($backend_net, $net{A}, $net{B})),
+   'egress: backend and the two session networks');
+is(networks_of($nginx_id), $backend_net, 'the MCP container: backend only');
 
 my $sa = $sb{A};
-my $nginx_a_ip = container_ip($nginx_id, $net{A});
+my $egress_a_ip = container_ip($egress_id, $net{A});
 my $b_ip = container_ip($sb{B}, $net{B});
 my $nginx_backend_ip = container_ip($nginx_id, $backend_net);
 my $redis_ip = container_ip($redis_id, $backend_net);
 my $backend_gw = { network_gateway($backend_net) }->{gateway};
 my $a_gw = { network_gateway($net{A}) }->{gateway};
-note("sandbox A ", container_ip($sa, $net{A}), ", nginx $nginx_a_ip on A, sandbox B $b_ip, "
+note("sandbox A ", container_ip($sa, $net{A}), ", egress $egress_a_ip on A, sandbox B $b_ip, "
      . "nginx backend $nginx_backend_ip, redis $redis_ip, backend gateway "
      . ($backend_gw // '-') . ", A's (unheld) gateway " . ($a_gw // '-'));
 
@@ -697,8 +745,8 @@ is(container_inspect_field($sa, '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}
 
 {
     my ($rc, $out, $err) = exec_in($sa, ['getent', 'hosts', 'egress'], timeout => 10);
-    like($out, qr/^\Q$nginx_a_ip\E\s+egress/,
-         "sandbox A: 'egress' resolves to nginx on A's network ($nginx_a_ip)")
+    like($out, qr/^\Q$egress_a_ip\E\s+egress/,
+         "sandbox A: 'egress' resolves to the egress container on A's network ($egress_a_ip)")
         or diag("rc=$rc $out$err");
 }
 
@@ -765,12 +813,12 @@ docker('exec', '-d', $sb{B}, 'perl', '-MIO::Socket::INET', '-e',
 {
     ok(wait_until(15, sub { probe($sb{B}, '127.0.0.1', $b_port)->{connected} }, 0.3),
        "control: sandbox B listens on :$b_port");
-    my ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'bash', '-c',
+    my ($rc, $out, $err) = compose(['exec', '-T', 'egress', 'bash', '-c',
         "exec 3<>/dev/tcp/$b_ip/$b_port && echo CONNECTED"], timeout => 20);
-    like($out, qr/CONNECTED/, "control: nginx (on B's network too) reaches sandbox B at $b_ip:$b_port")
+    like($out, qr/CONNECTED/, "control: egress (on B's network too) reaches sandbox B at $b_ip:$b_port")
         or diag("$out$err");
-    ok(probe($sa, $nginx_a_ip, 8090)->{connected},
-       "control: sandbox A reaches the egress listener by address ($nginx_a_ip:8090)");
+    ok(probe($sa, $egress_a_ip, 8090)->{connected},
+       "control: sandbox A reaches the egress listener by address ($egress_a_ip:8090)");
     ok(probe($outside, $docker0, $host_port)->{connected},
        "control: an ordinary container reaches the host listener ($docker0:$host_port)");
     ok(wait_until(15, sub { probe($outside, $outside_ip, 9418)->{connected} }, 0.3),
@@ -807,10 +855,10 @@ docker('exec', '-d', $sb{B}, 'perl', '-MIO::Socket::INET', '-e',
         or diag($p->{out});
 
     $p = probe($sa, 'egress', 8080);
-    ok(!$p->{connected}, 'sandbox A: the MCP listener (egress:8080) is NOT reachable')
+    ok(!$p->{connected}, 'sandbox A: nothing but the egress listener on egress (egress:8080)')
         or diag($p->{out});
     $p = probe($sa, $nginx_backend_ip, 8080);
-    ok(!$p->{connected}, "sandbox A: nor nginx's backend address $nginx_backend_ip:8080")
+    ok(!$p->{connected}, "sandbox A: the MCP listener ($nginx_backend_ip:8080) is NOT reachable")
         or diag($p->{out});
 
     $p = probe($sa, $outside_ip, 9418);
@@ -877,7 +925,8 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
     }
     ok(wait_until(30, sub { sandbox_of($run_a2) eq '' }, 0.5),
        '... and the sandbox of the second task');
-    is(networks_of($nginx_id), $backend_net, 'nginx is on the backend network only again');
+    is(networks_of($egress_id), $backend_net, 'the egress container is on the backend network only again');
+    is(networks_of($nginx_id), $backend_net, '... the MCP container still is');
 }
 
 ##############################################################################

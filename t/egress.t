@@ -56,18 +56,24 @@ local $ENV{GOOGLE_BASE_URL} = "http://127.0.0.1:$echo";
 local $ENV{CF_AIG_BASE_URL} = "http://127.0.0.1:$echo/v1/acct/gw";
 local $ENV{GITHUB_URL} = $github->url;
 local $ENV{GITHUB_API_URL} = $github->url;
+local $ENV{SMCP_EGRESS_RATE} = '1000r/s';    # t/egress_limits.t tests it
 
-my $routes = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh`;
-is($?, 0, 'egress-routes.sh renders the routes');
-open(my $fh, '>', $t->dir . '/routes.conf') or die $!;
-print $fh $routes;
-close $fh;
+for my $part ('--http', '') {
+    my $routes = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh $part`;
+    is($?, 0, "egress-routes.sh $part renders the routes");
+    open(my $fh, '>', $t->dir . ($part ? '/routes-http.conf' : '/routes.conf'))
+        or die $!;
+    print $fh $routes;
+    close $fh;
+}
 
 # the echo upstream shows which credential headers arrived
 my $echo_body = join ',', map { my $v = $_; $v =~ s/-/_/g; qq{"$_":"\$http_$v"} }
     qw(authorization x-api-key api-key x-goog-api-key cf-aig-authorization);
 
 $t->start(http => <<"NGINX");
+    include %%DIR%%/routes-http.conf;
+
     server {
         listen 127.0.0.1:$eport;
         include %%DIR%%/routes.conf;
@@ -89,10 +95,10 @@ $t->start(http => <<"NGINX");
     }
 NGINX
 
-# a live run of alice's, and its egress token
+# a live run of alice's that asked for a pull request, and its egress token
 my $run = 'run_' . rnd();
 $t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
-          repository => 'https://github.com/owner/repo');
+          repository => 'https://github.com/owner/repo', create_pr => 1);
 my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run,
                     exp => int(CORE::time()) + 600);
 
@@ -234,15 +240,15 @@ for my $case (
     is($?, 0, 'git clone through the proxy') or diag($out);
     ok(-f "$wd/README.md", 'the clone has the files');
     `cd $wd && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m 'via proxy' 2>&1`;
-    $out = `cd $wd && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/smcp-egress 2>&1`;
-    is($?, 0, 'git push through the proxy') or diag($out);
-    ok($github->ref_commit('owner/repo', 'smcp-egress'),
+    $out = `cd $wd && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/opencode/$run 2>&1`;
+    is($?, 0, 'git push of the run\'s branch through the proxy') or diag($out);
+    ok($github->ref_commit('owner/repo', "opencode/$run"),
        'the pushed branch is upstream');
 
     $r = egress(path => '/github-api/repos/owner/repo/pulls',
                 headers => [ Authorization => "Bearer $tok",
                              'Content-Type' => 'application/json' ],
-                body => '{"title":"t","head":"smcp-egress","base":"main"}');
+                body => qq({"title":"t","head":"opencode/$run","base":"main"}));
     is($r->{status}, 201, 'github api: pull request created') or diag($r->{body});
     is($github->last_request->{headers}{authorization},
        "Bearer $real{GITHUB_TOKEN}", 'github api fake saw Bearer <real token>');
@@ -326,6 +332,97 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
            502, 'upstream down');
 
 ###############################################################################
+# allow-lists: per provider, only the inference endpoints OpenCode uses;
+# files, batches, fine-tunes, vector stores, model lists: 403, and never
+# upstream
+
+{
+    my %auth = (
+        anthropic  => [ 'x-api-key' => $tok ],
+        openai     => [ Authorization => "Bearer $tok" ],
+        compat     => [ Authorization => "Bearer $tok" ],
+        azure      => [ 'api-key' => $tok ],
+        google     => [ 'x-goog-api-key' => $tok ],
+        cloudflare => [ 'cf-aig-authorization' => "Bearer $tok" ],
+    );
+    my @up = ($anthropic, $openai, $compat);
+    my @n0 = map { scalar @{ $_->requests } } @up;
+    my $echo_n0 = () = $t->read_file('access.log') =~ /^.*" 200 .*$/mg;
+
+    for my $c (
+        [ anthropic => GET => '/v1/files' ], [ anthropic => POST => '/v1/files' ],
+        [ anthropic => POST => '/v1/messages/batches' ], [ anthropic => GET => '/v1/models' ],
+        [ anthropic => POST => '/v1/messages/x' ], [ anthropic => POST => '/v1/complete' ],
+        [ anthropic => POST => '/v1/messages/../files' ],
+        [ anthropic => POST => '/v1/messages%2F..%2Ffiles' ],
+        [ anthropic => POST => '/v1/files?x=/v1/messages' ],
+        [ openai => POST => '/v1/files' ], [ openai => POST => '/v1/batches' ],
+        [ openai => POST => '/v1/fine_tuning/jobs' ], [ openai => POST => '/v1/vector_stores' ],
+        [ openai => GET => '/v1/models' ], [ openai => POST => '/v1/embeddings' ],
+        [ openai => POST => '/v1/responses/x/cancel' ], [ openai => POST => '/v1/assistants' ],
+        [ compat => GET => '/v1/models' ], [ compat => POST => '/v1/embeddings' ],
+        [ compat => POST => '/v1/files' ],
+        [ azure => POST => '/openai/files?api-version=2024-10-21' ],
+        [ azure => POST => '/openai/deployments/d/embeddings?api-version=2024-10-21' ],
+        [ azure => POST => '/openai/v1/files' ], [ azure => POST => '/openai/v1/fine_tuning/jobs' ],
+        [ google => POST => '/v1beta/files' ], [ google => POST => '/upload/v1beta/files' ],
+        [ google => GET => '/v1beta/models' ], [ google => POST => '/v1beta/cachedContents' ],
+        [ google => POST => '/v1beta/models/gemini:embedContent' ],
+        [ google => POST => '/v1beta/tunedModels' ],
+        [ cloudflare => POST => '/openai/files' ], [ cloudflare => POST => '/anthropic/v1/files' ],
+        [ cloudflare => POST => '/openai/batches' ], [ cloudflare => POST => '/' ],
+    ) {
+        my ($route, $method, $path) = @$c;
+        refused_ok(egress(method => $method, path => "/$route$path",
+                          headers => $auth{$route}, body => '{}'),
+                   403, "$route: $method $path");
+    }
+    refused_ok(egress(method => 'GET', path => '/anthropic/v1/messages',
+                      headers => $auth{anthropic}), 405, 'anthropic: GET /v1/messages');
+    refused_ok(egress(path => '/openai/v1/files', body => '{}'),
+               401, 'a refused endpoint without a token: 401 first');
+
+    is_deeply([ map { scalar @{ $_->requests } } @up ], \@n0,
+              'no refused endpoint reached a model upstream');
+    my $echo_n = () = $t->read_file('access.log') =~ /^.*" 200 .*$/mg;
+    is($echo_n, $echo_n0, '... nor the echo upstream');
+
+    # what an allowed route passes on is what was matched
+    my $r = egress(path => '/anthropic/v1/x/../messages', body => $msg,
+                   headers => [ @{ $auth{anthropic} }, 'Content-Type' => 'application/json' ]);
+    is($r->{status}, 200, 'anthropic: /v1/x/../messages is /v1/messages');
+    is($anthropic->last_request->{path}, '/v1/messages', '... and upstream saw /v1/messages');
+    for my $ok ('/v1/messages', '/v1/messages/count_tokens') {
+        my $r = egress(path => "/anthropic$ok", body => $msg,
+                       headers => [ @{ $auth{anthropic} }, 'Content-Type' => 'application/json' ]);
+        isnt($r->{status}, 403, "anthropic: POST $ok is allowed");
+    }
+    for my $ok ('/openai/v1/responses', '/openai/deployments/dep/responses',
+                '/openai/v1/chat/completions', '/openai/responses') {
+        my $r = egress(path => "/azure$ok", headers => $auth{azure}, body => '{}');
+        is($r->{status}, 200, "azure: POST $ok");
+        is((json_decode($r->{body}) // {})->{uri}, $ok, "... upstream $ok");
+    }
+    for my $ok ('/v1/models/gemini-2.5-pro:generateContent', '/v1beta/models/g:countTokens') {
+        is(egress(path => "/google$ok", headers => $auth{google}, body => '{}')->{status},
+           200, "google: POST $ok");
+    }
+    for my $ok ('/openai/responses', '/compat/chat/completions',
+                '/google-ai-studio/v1beta/models/g:streamGenerateContent',
+                '/azure-openai/res/dep/chat/completions', '/workers-ai/v1/chat/completions') {
+        my $r = egress(path => "/cloudflare$ok", headers => $auth{cloudflare}, body => '{}');
+        is($r->{status}, 200, "cloudflare: POST $ok");
+        is((json_decode($r->{body}) // {})->{uri}, "/v1/acct/gw$ok", "... upstream /v1/acct/gw$ok");
+    }
+
+    # a refusal of the allow-list is audited, as not granted
+    my $ev = $t->redis('XRANGE', "smcp:run:$run:events", '-', '+');
+    my @d = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    ok((grep { $_->{path} eq '/openai/v1/batches' && $_->{status} == 403 && !$_->{granted} } @d),
+       'audit: a refused endpoint is recorded (403, not granted)');
+}
+
+###############################################################################
 # audit: one egress event per request, no secrets, no query strings
 
 {
@@ -366,7 +463,7 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
     ok(time() - $t0 < 2, 'Redis down: answered at once');
     $t->start_redis;
     $t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
-              repository => 'https://github.com/owner/repo');
+              repository => 'https://github.com/owner/repo', create_pr => 1);
     ok(wait_until(10, sub {
         egress(path => '/compat/v1/chat/completions',
                headers => [ Authorization => "Bearer $tok" ],

@@ -106,14 +106,21 @@ delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY
     open(my $fh, '>', $t->dir . '/routes.conf') or die "routes.conf: $!";
     print $fh $out;
     close $fh;
+    ($rc, $out, $err) = run_cmd(['bash', $ROUTES_SH, '--http'], timeout => 30);
+    is($rc, 0, 'egress-routes.sh --http renders') or diag($err);
+    open($fh, '>', $t->dir . '/routes-http.conf') or die "routes-http.conf: $!";
+    print $fh $out;
+    close $fh;
 }
-$t->start(http => "server { listen $gw:$egress_port; include %%DIR%%/routes.conf; }");
+$t->start(http => "include %%DIR%%/routes-http.conf;\n"
+                . "server { listen $gw:$egress_port; include %%DIR%%/routes.conf; }");
 
 # a live run of alice on owner/repo, and its egress token
 my $run_id = 'run_' . rhex(12);
 my $RUN_KEY = "smcp:run:$run_id";
 $t->redis('HSET', $RUN_KEY, tenant => 'alice', status => 'running',
-          repository => 'https://github.com/owner/repo', createdAt => int(time() * 1000));
+          repository => 'https://github.com/owner/repo', create_pr => 1,
+          createdAt => int(time() * 1000));
 my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run_id, exp => int(time()) + 600);
 my $TOK_BASIC = encode_base64("x-access-token:$tok", '');
 my %BAD_TOK = (
@@ -140,6 +147,7 @@ my $cid = create_container(
         HOME            => '/home/sandbox',
         SMCP_EGRESS_URL => $EGRESS,
         SMCP_RUN_TOKEN  => $tok,
+        SMCP_RUN_ID     => $run_id,
         SMCP_MODEL      => 'anthropic/claude-sonnet-4-5',
         SMCP_GIT_HOST   => 'github.com',
     },
@@ -421,15 +429,15 @@ printf 'changed in the sandbox\n' > CHANGED.md
 printf 'int main(void) { return 1; }\n' > src/main.c
 git add -A
 git commit --quiet -m 'Change from the sandbox'
-git push --quiet origin HEAD:refs/heads/smcp-test
+git push --quiet origin HEAD:refs/heads/opencode/$SMCP_RUN_ID
 git rev-parse HEAD
 SH
-    is($rc, 0, '... commit and git push origin HEAD:refs/heads/smcp-test') or diag("$out$err");
+    is($rc, 0, '... commit and git push origin HEAD:refs/heads/opencode/<runId>') or diag("$out$err");
     ($head_sha) = $out =~ /^([0-9a-f]{40})$/m;
     ok($head_sha && $head_sha ne $base_sha, '... a new commit');
-    is($gh->ref_commit('owner/repo', 'smcp-test'), $head_sha,
-       'the fake\'s bare repository has branch smcp-test at the pushed commit');
-    is($gh->file_content('owner/repo', 'smcp-test', 'CHANGED.md'), "changed in the sandbox\n",
+    is($gh->ref_commit('owner/repo', "opencode/$run_id"), $head_sha,
+       'the fake\'s bare repository has branch opencode/<runId> at the pushed commit');
+    is($gh->file_content('owner/repo', "opencode/$run_id", 'CHANGED.md'), "changed in the sandbox\n",
        '... with the new file');
     is($gh->ref_commit('owner/repo', 'main'), $base_sha, '... main untouched');
 
@@ -448,7 +456,7 @@ SH
     $r = curl_in('POST', '/github-api/repos/owner/repo/pulls',
                  ['"Authorization: Bearer $SMCP_RUN_TOKEN"', '"Accept: application/vnd.github+json"',
                   '"content-type: application/json"'],
-                 $JS->encode({ title => 'Change from the sandbox', head => 'smcp-test',
+                 $JS->encode({ title => 'Change from the sandbox', head => "opencode/$run_id",
                                base => 'main', body => 'Opened through the egress proxy.' }));
     is($r->{status}, 201, 'REST: POST /github-api/repos/owner/repo/pulls: 201') or diag(explain $r);
     is(ref $r->{json} eq 'HASH' ? $r->{json}{head}{sha} : '', $head_sha, '... the PR heads the pushed commit');

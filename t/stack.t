@@ -3,7 +3,11 @@
 #
 # Starts the local stack in a temp state dir on free ports, mints a token
 # with `make token`, drives the printed MCP URL with it, then `make down`
-# stops exactly the processes `make up` started.
+# stops exactly the processes `make up` started.  Also: the egress proxy
+# is an nginx instance of its own and the only one holding provider keys;
+# the runner is supervised (a killed runner comes back, the crash logged);
+# nginx workers are not root, nothing in the state dir is readable by
+# others, Redis runs with its memory cap.
 
 use strict;
 use warnings;
@@ -35,10 +39,30 @@ local $ENV{SMCP_STATE} = $state;
 local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 local $ENV{SMCP_REDIS_PORT} = $rport;
 local $ENV{SMCP_TENANT} = 'stack-tenant';
+local $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
+
+# nginx through a wrapper that records the environment each instance is
+# started with (a running nginx master overwrites /proc/PID/environ with
+# its process title, so that cannot tell)
+my $envdir = tempdir('smcp-stack-env-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+{
+    open(my $fh, '>', "$envdir/nginx") or die $!;
+    print $fh <<"SH";
+#!/bin/sh
+conf=x
+prev=
+for a in "\$@"; do [ "\$prev" = -c ] && conf=\$(basename "\$a"); prev=\$a; done
+case " \$* " in *" -t "*|*" -s "*) ;; *) env > "$envdir/\$conf.env" ;; esac
+exec /usr/sbin/nginx "\$@"
+SH
+    close $fh;
+    chmod 0755, "$envdir/nginx";
+}
+local $ENV{SMCP_NGINX} = "$envdir/nginx";
 delete local $ENV{PROXY_JWT_SECRET};
 
 # the egress side of `make up`: its own sandbox network, a fake model
-my ($egress, $fake, $eport, $net) = (0);
+my ($egress, $fake, $gh, $eport, $net) = (0);
 if (docker_available() || is_ci()) {
     $egress = 1;
     $eport = SMCP::Test::free_port();
@@ -52,6 +76,11 @@ if (docker_available() || is_ci()) {
     $ENV{SMCP_EGRESS_PORT} = $eport;
     $ENV{ANTHROPIC_API_KEY} = 'sk-ant-REAL-stack-0123456789';
     $ENV{ANTHROPIC_BASE_URL} = $fake->url;
+    $gh = SMCP::Fakes::start_github(token => 'ghp_REAL_stack_0123456789');
+    $gh->create_repo('owner/repo', files => { 'README.md' => "stack\n" });
+    $ENV{GITHUB_TOKEN} = 'ghp_REAL_stack_0123456789';
+    $ENV{GITHUB_URL} = $gh->url;
+    $ENV{GITHUB_API_URL} = $gh->url;
     $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
 } else {
     diag('no dockerd: make up without the egress side');
@@ -68,11 +97,45 @@ is($url, "http://127.0.0.1:$port/mcp", 'prints the MCP URL');
 like($token // '', qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'prints a bearer token');
 
 ok(-s "$state/secret", 'a secret was generated');
+is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
+{
+    my @open = grep { ((stat $_)[2] & 0004) } split /\n/, `find $state -mindepth 1 2>/dev/null`;
+    is_deeply(\@open, [], 'nothing in the state dir is readable by others (umask 077)');
+}
+{
+    my %cfg = split /\n/, `redis-cli -p $rport CONFIG GET maxmemory*`
+                        . `redis-cli -p $rport CONFIG GET client-output-buffer-limit`;
+    is($cfg{maxmemory}, 536870912, 'redis: maxmemory from SMCP_REDIS_MAXMEMORY (512mb)');
+    is($cfg{'maxmemory-policy'}, 'noeviction', 'redis: maxmemory-policy noeviction');
+    like($cfg{'client-output-buffer-limit'} // '', qr/^normal 67108864 16777216 60 /,
+         'redis: client-output-buffer-limit normal 64mb 16mb 60');
+}
 my $nginx_pid = SMCP::Test::read_file(undef, "$state/nginx.pid") // '';
 my $redis_pid = SMCP::Test::read_file(undef, "$state/redis.pid") // '';
 chomp($nginx_pid, $redis_pid);
 ok($nginx_pid =~ /^\d+$/ && kill(0, $nginx_pid), 'nginx runs');
 ok($redis_pid =~ /^\d+$/ && kill(0, $redis_pid), 'redis-server runs');
+
+# the uids of a master's children (its workers)
+sub worker_uids {
+    my ($master) = @_;
+    my @uids;
+    for my $st (glob '/proc/[0-9]*/status') {
+        open(my $fh, '<', $st) or next;
+        my $c = do { local $/; <$fh> } // '';
+        close $fh;
+        next unless $c =~ /^PPid:\s+\Q$master\E$/m;
+        push @uids, $1 if $c =~ /^Uid:\s+(\d+)/m;
+    }
+    return @uids;
+}
+my $nobody = getpwnam('nobody');
+if ($> == 0) {
+    my @u = worker_uids($nginx_pid);
+    ok(@u && !grep({ $_ != $nobody } @u), 'the MCP nginx workers run as nobody, not root')
+        or diag("uids @u");
+    is((stat "$state/tmp/body")[4], $nobody, '... their temp dir is nobody\'s');
+}
 
 sub post {
     my ($tok, $body, %h) = @_;
@@ -114,7 +177,41 @@ isnt($? >> 8, 0, 'smcp-token refuses an unknown scope');
 my $nosecret = `env -u PROXY_JWT_SECRET $root/build/smcp-token --sub x 2>&1`;
 like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it looks');
 
+sub environ {
+    my ($pid) = @_;
+    open(my $fh, '<', "/proc/$pid/environ") or return undef;
+    local $/;
+    my $e = <$fh>;
+    close $fh;
+    return $e;
+}
+
 if ($egress) {
+    # the egress proxy is an nginx instance of its own, the only holder of
+    # the provider keys
+    my $egress_pid = SMCP::Test::read_file(undef, "$state/egress.pid") // '';
+    chomp $egress_pid;
+    ok($egress_pid =~ /^\d+$/ && kill(0, $egress_pid), 'the egress nginx runs');
+    isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
+    my $key = 'sk-ant-REAL-stack-0123456789';
+    my $eenv = SMCP::Test::read_file(undef, "$envdir/egress.conf.env");
+    like($eenv, qr/^ANTHROPIC_API_KEY=\Q$key\E$/m, '... started with the provider key');
+    my $menv = SMCP::Test::read_file(undef, "$envdir/nginx.conf.env");
+    ok(length($menv) && index($menv, $key) < 0,
+       'the MCP nginx was started without the provider key in its environment');
+    unlike($menv, qr/^(ANTHROPIC_API_KEY|GITHUB_TOKEN|PROXY_JWT_SECRET)=/m,
+           '... nor any key variable');
+    my $mconf = SMCP::Test::read_file(undef, "$state/nginx.conf");
+    unlike($mconf, qr/sandbox_mcp_egress|\Q$key\E/, '... and its nginx.conf no egress route');
+    like(SMCP::Test::read_file(undef, "$state/egress.conf"), qr/worker_connections 4096/,
+         'egress.conf: its own worker_connections');
+    if ($> == 0) {
+        my @u = worker_uids($egress_pid);
+        ok(@u && !grep({ $_ != $nobody } @u), 'the egress workers run as nobody')
+            or diag("uids @u");
+        is((stat "$state/tmp/egress/body")[4], $nobody, '... their temp dir is nobody\'s');
+    }
+
     my ($gw) = $out =~ m{Egress:\s+http://([\d.]+):\d+};
     ok($gw, 'prints the egress listener') or diag($out);
     my $ht = HTTP::Tiny->new(timeout => 10);
@@ -130,6 +227,19 @@ if ($egress) {
     is($r->{status}, 200, 'egress: the anthropic route of make up works');
     is($fake->last_request->{headers}{'x-api-key'}, 'sk-ant-REAL-stack-0123456789',
        'egress: the upstream got the real key');
+
+    # a request body the egress workers (nobody) buffer in their temp dir:
+    # a pull request with a large description
+    system("redis-cli -p $rport HSET smcp:run:$run repository https://github.com/owner/repo create_pr 1 >/dev/null");
+    my $pr = json_encode({ title => 't', head => "opencode/$run", base => 'main',
+                           body => 'x' x 100_000 });
+    $r = $ht->post("http://$gw:$eport/github-api/repos/owner/repo/pulls", {
+        headers => { Authorization => "Bearer $etok", 'content-type' => 'application/json' },
+        content => $pr });
+    is($r->{status}, 422, 'egress: a 100 KB pull request body is read (by nobody) and passed on')
+        or diag("$r->{status} $r->{content}");
+    my $got = $gh->last_request(method => 'POST');
+    is($got && $got->{body_length}, length($pr), '... whole');
 
     # the whole stack: a task through the printed URL completes
     my $call = sub {
@@ -152,8 +262,32 @@ if ($egress) {
     is($res->{status}, 'completed', 'make up: the task completes')
         or diag(explain($res), `tail -20 $state/logs/runner.log`);
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
-    my $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    # (the run's status is stored before its log line is written)
+    my $rlog = '';
+    wait_until(5, sub { $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+                        $rlog =~ /run=\Q$rt->{runId}\E msg="completed/ });
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
+
+    my $rpid = SMCP::Test::read_file(undef, "$state/runner.pid") // '';
+    chomp $rpid;
+    my $renv = $rpid =~ /^\d+$/ ? environ($rpid) : undef;
+    ok(defined $renv && index($renv, $key) < 0, 'the runner\'s environment holds no provider key');
+
+    # supervised: a crashed runner is restarted, the crash logged
+    my $spid = (SMCP::Test::read_file(undef, "$state/supervisor.pid") =~ /(\d+)/)[0] // 0;
+    ok($spid && kill(0, $spid), 'the runner\'s supervisor runs');
+    kill 'KILL', $rpid;
+    my $new = 0;
+    ok(wait_until(15, sub {
+        $new = (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0;
+        return $new && $new != $rpid && kill(0, $new);
+    }), 'a killed runner is restarted by its supervisor');
+    $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    like($rlog, qr/smcp-runner \(pid $rpid\) killed by signal 9 \(KILL\) after \d+ s; restarting in 1 s/,
+         '... the crash logged with its signal, and the restart');
+    ok(wait_until(10, sub { SMCP::Test::read_file(undef, "$state/logs/runner.log")
+                            =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
+       '... the new runner is up (its start line)');
 }
 
 # a second `up` is idempotent: same processes, reloaded config
@@ -166,20 +300,28 @@ is($nginx_pid2, $nginx_pid, 'second up keeps the same nginx master');
 $out = `$root/.ci/stack down 2>&1`;
 is($?, 0, 'stack down exits 0') or diag($out);
 ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
+if ($egress) {
+    my $epid = (SMCP::Test::read_file(undef, "$state/egress.pid") =~ /(\d+)/)[0] // 0;
+    ok(!$epid || wait_until(10, sub { !kill(0, $epid) }), 'the egress nginx stopped');
+}
 ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
 ok(!-f "$state/runner.pid"
    || !kill(0, (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0),
    'runner stopped');
+ok(!-f "$state/supervisor.pid", '... and its supervisor');
 if ($egress) {
     my $nets = `docker network ls --format '{{.Name}}'`;
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
     my $rules = `iptables -S INPUT`;
     unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
     $fake->stop;
+    $gh->stop;
 }
 
 my $log = SMCP::Test::read_file(undef, "$state/logs/error.log") // '';
 unlike($log, qr/\[(alert|crit|emerg)\]/, 'no alert/crit/emerg in the stack error.log');
+my $elog = SMCP::Test::read_file(undef, "$state/logs/egress-error.log") // '';
+unlike($elog, qr/\[(alert|crit|emerg)\]/, '... nor in the egress error log');
 unlike($log, qr/\Q$token\E/, 'the token never appears in the log');
 
 done_testing();

@@ -1,48 +1,166 @@
 #!/usr/bin/env bash
 # Prints the egress routes (nginx location blocks, to go inside the egress
-# server{}) for every provider whose credential is in the environment.
-# `make up` and the tests render the egress server with it, so the routes
-# that are tested are the routes that ship.
+# server{}) for every provider whose credential is in the environment;
+# `egress-routes.sh --http` prints what they need at the http{} level.
+# `make up`, docker-compose and the tests render the egress server with it,
+# so the routes that are tested are the routes that ship.
+#
+#   http {
+#       include egress-http.conf;        # egress-routes.sh --http
+#       server {
+#           listen ...;
+#           include egress-routes.conf;  # egress-routes.sh
+#       }
+#   }
 #
 # A route is: a path prefix the sandbox talks to, the upstream base URL,
-# and how the real credential is sent.  Adding a provider is configuration:
-# copy a block.  Credentials are read by the nginx master from the
-# environment (env:NAME) at start and reload; the sandbox never sees them.
+# how the real credential is sent, and the endpoints the agent may call:
+# the inference endpoints OpenCode uses, nothing else (no files, batches,
+# fine-tunes, vector stores, model lists: those get a JSON 403).  Adding a
+# provider is configuration: copy a block.  Credentials are read by the
+# nginx master from the environment (env:NAME) at start and reload; the
+# sandbox never sees them.
 #
-#   provider            credential env         base URL env (default)
-#   /anthropic/         ANTHROPIC_API_KEY      ANTHROPIC_BASE_URL (https://api.anthropic.com)
-#   /openai/            OPENAI_API_KEY         OPENAI_BASE_URL (https://api.openai.com)
-#   /azure/             AZURE_OPENAI_API_KEY   AZURE_OPENAI_BASE_URL (https://RESOURCE.openai.azure.com)
-#   /google/            GOOGLE_API_KEY         GOOGLE_BASE_URL (https://generativelanguage.googleapis.com)
-#   /cloudflare/        CF_AIG_TOKEN           CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY)
-#   /compat/            COMPAT_API_KEY         COMPAT_BASE_URL (any OpenAI-compatible server)
-#   /github/            GITHUB_TOKEN           GITHUB_URL (https://github.com): git smart HTTP only
-#   /github-api/        GITHUB_TOKEN           GITHUB_API_URL (https://api.github.com): repo lookup, pull requests
+#   route        credential env         base URL env (default)
+#                allowed (POST unless said)
+#   /anthropic/  ANTHROPIC_API_KEY      ANTHROPIC_BASE_URL (https://api.anthropic.com)
+#                /v1/messages, /v1/messages/count_tokens
+#   /openai/     OPENAI_API_KEY         OPENAI_BASE_URL (https://api.openai.com)
+#                /v1/responses, /v1/chat/completions
+#   /azure/      AZURE_OPENAI_API_KEY   AZURE_OPENAI_BASE_URL (https://RESOURCE.openai.azure.com)
+#                /openai/v1/{responses,chat/completions},
+#                /openai/deployments/D/{responses,chat/completions},
+#                /openai/responses
+#   /google/     GOOGLE_API_KEY         GOOGLE_BASE_URL (https://generativelanguage.googleapis.com)
+#                /v1beta|v1/models/M:{streamGenerateContent,generateContent,countTokens}
+#   /cloudflare/ CF_AIG_TOKEN           CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY)
+#                the provider paths under the gateway: anthropic/v1/messages
+#                (+ count_tokens), openai/{responses,chat/completions},
+#                compat/chat/completions, workers-ai/v1/chat/completions,
+#                google-ai-studio/v1beta|v1/models/M:..., azure-openai/R/D/chat/completions
+#   /compat/     COMPAT_API_KEY         COMPAT_BASE_URL (any OpenAI-compatible server)
+#                /v1/chat/completions
+#   /github/     GITHUB_TOKEN           GITHUB_URL (https://github.com)
+#                git smart HTTP of the run's repository; pushes: see below
+#   /github-api/ GITHUB_TOKEN           GITHUB_API_URL (https://api.github.com; GitHub
+#                                       Enterprise: https://HOST/api/v3)
+#                GET the run's repository, GET/POST its pulls
 #
 #   SMCP_CA_BUNDLE      CA certificates for TLS upstreams
 #                       (/etc/ssl/certs/ca-certificates.crt)
+#   SMCP_RESOLVER       DNS servers for the upstream names, "ADDR[:PORT] ..."
+#                       (default: the nameservers of /etc/resolv.conf, or of
+#                       SMCP_RESOLV_CONF; docker-compose: 127.0.0.11)
+#   SMCP_RESOLVER_VALID how long an answer is used (default: its TTL)
+#   SMCP_RESOLVER_IPV6  on: AAAA records too (default off)
+#
+# Upstream names are resolved while nginx runs, not when it starts: a name
+# that does not resolve (yet) is a JSON 502 on its route until it does, and
+# a provider that moves is followed within the answer's TTL.  proxy_pass
+# takes the upstream from a variable for that; TLS still sends the name as
+# SNI and verifies the certificate against it (nginx takes both from the
+# proxy_pass URL).
+#   SMCP_EGRESS_RATE    requests per run (token) and second or minute
+#                       (10r/s); SMCP_EGRESS_BURST above it (40), then 429
+#   SMCP_EGRESS_CONN    requests at once per sandbox address (32), then 429
+#   SMCP_EGRESS_HEADER_TIMEOUT  an idle or slow connection is closed after
+#                       this long without a complete request header (10s)
+#
+# The egress proxy runs as its own nginx instance (`make up`,
+# docker-compose): a sandbox that opens thousands of idle connections
+# exhausts at most the egress workers, never the MCP endpoint's.
 set -euo pipefail
 
-# strip a trailing slash: proxy_pass gets "<base>/"
-base() { local v=${1%/}; printf '%s' "$v"; }
+die() { echo "egress-routes.sh: $*" >&2; exit 1; }
 
 ca=${SMCP_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+rate=${SMCP_EGRESS_RATE:-10r/s}
+burst=${SMCP_EGRESS_BURST:-40}
+conn=${SMCP_EGRESS_CONN:-32}
+header_timeout=${SMCP_EGRESS_HEADER_TIMEOUT:-10s}
 
-# Upstream host names are resolved when nginx starts or reloads: reload
-# nginx now and then on long-lived hosts (provider addresses move).
+[[ $rate =~ ^[1-9][0-9]*r/[sm]$ ]] || die "SMCP_EGRESS_RATE=$rate: want N r/s or N r/m (10r/s)"
+[[ $burst =~ ^[0-9]+$ ]] || die "SMCP_EGRESS_BURST=$burst: want a number"
+[[ $conn =~ ^[1-9][0-9]*$ ]] || die "SMCP_EGRESS_CONN=$conn: want a number"
+[[ $header_timeout =~ ^[1-9][0-9]*(ms|s|m)?$ ]] \
+    || die "SMCP_EGRESS_HEADER_TIMEOUT=$header_timeout: want a time (10s)"
 
-sed "s|@CA_BUNDLE@|$ca|" <<'CONF'
+# the resolver directive's addresses: IPv6 ones in brackets; link-local
+# ones (with a zone) are not for nginx
+resolvers() {
+    local a out=""
+    if [ -n "${SMCP_RESOLVER:-}" ]; then
+        out=$SMCP_RESOLVER
+    else
+        while read -r key a _; do
+            [ "$key" = nameserver ] || continue
+            case $a in
+                *%*) continue ;;
+                *:*) a="[$a]" ;;
+            esac
+            out="$out $a"
+        done < "${SMCP_RESOLV_CONF:-/etc/resolv.conf}"
+    fi
+    out=${out# }
+    [ -n "$out" ] || die "no DNS server: set SMCP_RESOLVER (no nameserver in ${SMCP_RESOLV_CONF:-/etc/resolv.conf})"
+    [[ $out =~ ^[][0-9A-Za-z.:\ -]+$ ]] || die "SMCP_RESOLVER=$out: want addresses"
+    printf '%s' "$out"
+}
+
+resolver="$(resolvers)"
+[ -n "${SMCP_RESOLVER_VALID:-}" ] && {
+    [[ $SMCP_RESOLVER_VALID =~ ^[0-9]+[smh]?$ ]] || die "SMCP_RESOLVER_VALID=$SMCP_RESOLVER_VALID: want a time (30s)"
+    resolver="$resolver valid=$SMCP_RESOLVER_VALID"
+}
+[ "${SMCP_RESOLVER_IPV6:-off}" = on ] || resolver="$resolver ipv6=off"
+
+if [ "${1:-}" = --http ]; then
+    cat <<CONF
+# generated by ngx_sandbox_mcp_module/conf/egress-routes.sh --http
+
+# requests per run: \$sandbox_mcp_token_run is the run of a valid egress
+# token (checked without Redis); requests without one are not counted here
+# (they are refused with 401 in the access phase)
+limit_req_zone \$sandbox_mcp_token_run zone=smcp_egress_run:10m rate=$rate;
+
+# requests at once per sandbox (its address on the sandbox network)
+limit_conn_zone \$binary_remote_addr zone=smcp_egress_addr:10m;
+
+map \$limit_conn_status \$smcp_limited {
+    REJECTED "egress: too many requests at once from this sandbox";
+    default  "egress: too many requests for this run; slow down";
+}
+CONF
+    exit 0
+fi
+
+# split_url NAME URL: $origin (scheme://host[:port]) and $path (no trailing
+# slash); nothing nginx's configuration parser or rewrite could misread
+split_url() {
+    local url=${2%/}
+    [[ $url =~ ^(https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]+)?)(/[A-Za-z0-9._~%/-]*)?$ ]] \
+        || die "$1: not a base URL the egress proxy can use: $2"
+    origin=${BASH_REMATCH[1]}
+    path=${BASH_REMATCH[4]}
+}
+
+json_error() {
+    printf '{"type":"error","error":{"type":"%s","message":"%s"}}' "$1" "$2"
+}
+
+sed "s|@CA_BUNDLE@|$ca|" <<CONF
 # generated by ngx_sandbox_mcp_module/conf/egress-routes.sh
 default_type application/json;
 
 # stream both ways: SSE from model APIs reaches the agent as it comes
-# (each location repeats `proxy_set_header Connection ""`: a location that
+# (each location repeats \`proxy_set_header Connection ""\`: a location that
 # sets any proxy_set_header inherits none from here)
 proxy_http_version 1.1;
 proxy_buffering off;
 proxy_request_buffering off;
 proxy_read_timeout 1h;
 proxy_send_timeout 1h;
+proxy_redirect off;
 client_max_body_size 64m;
 
 # TLS upstreams are verified: the real keys go only to the real hosts
@@ -51,81 +169,170 @@ proxy_ssl_verify on;
 proxy_ssl_verify_depth 4;
 proxy_ssl_trusted_certificate @CA_BUNDLE@;
 
+# upstream names, resolved at run time (see the header of the script)
+resolver $resolver;
+resolver_timeout 5s;
+
+# requests per run, requests at once per sandbox (egress-routes.sh --http
+# has the zones)
+limit_req zone=smcp_egress_run burst=$burst nodelay;
+limit_req_status 429;
+limit_req_log_level warn;
+limit_conn smcp_egress_addr $conn;
+limit_conn_status 429;
+limit_conn_log_level warn;
+
+# idle and slow connections do not stay: a sandbox cannot hold the
+# workers' connections by opening many and sending nothing
+client_header_timeout $header_timeout;
+client_body_timeout 60s;
+send_timeout 60s;
+keepalive_timeout 30s;
+keepalive_requests 1000;
+reset_timedout_connection on;
+
+# the upstream of a route: proxy_pass takes it from here (names are
+# resolved per request), and the 502 below names it
+set \$smcp_upstream "";
+
+# no location here sets error_page: they all inherit these
+error_page 413 = @smcp_too_large;
+error_page 429 = @smcp_rate_limited;
 error_page 502 504 = @smcp_upstream_down;
 
 location @smcp_upstream_down {
-    return 502 '{"type":"error","error":{"type":"api_error","message":"egress: upstream unreachable"}}';
+    return 502 '$(json_error api_error 'egress: the upstream $smcp_upstream cannot be reached (connection refused or timed out, or its name does not resolve)')';
+}
+
+location @smcp_rate_limited {
+    add_header Retry-After 1 always;
+    return 429 '$(json_error rate_limit_error '$smcp_limited')';
+}
+
+location @smcp_too_large {
+    return 413 '$(json_error request_too_large 'egress: request body too large')';
 }
 
 location / {
-    return 404 '{"type":"error","error":{"type":"not_found_error","message":"egress: unknown route"}}';
+    return 404 '$(json_error not_found_error 'egress: unknown route')';
 }
 CONF
 
-# route NAME CRED_ENV FORMAT HEADER BASE_URL
+# route NAME CRED_ENV FORMAT HEADER BASE_URL ALLOWED WHAT
+#   ALLOWED: a regex of the paths under /NAME the agent may POST to;
+#   WHAT: the same in words, for the refusal of everything else
 route() {
-    local name=$1 env=$2 format=$3 header=$4 url
-    url=$(base "$5")
+    local name=$1 env=$2 format=$3 header=$4 url=$5 allowed=$6 what=$7
+    split_url "$name" "$url"
     cat <<CONF
 
+# $name: POST $what
 location /$name/ {
+    sandbox_mcp_egress $name;
+    sandbox_mcp_egress_deny "egress: $name: only POST $what is allowed";
+}
+
+location ~ "^/$name$allowed\$" {
+    if (\$request_method != POST) {
+        return 405 '$(json_error invalid_request_error "egress: $name: only POST is allowed here")';
+    }
     sandbox_mcp_egress $name;
     sandbox_mcp_egress_credential env:$env $format;
     proxy_set_header $header \$sandbox_mcp_credential;
     proxy_set_header Connection "";
-    proxy_pass $url/;
+    set \$smcp_upstream "$origin";
+    rewrite "^/$name(/.*)\$" "$path\$1" break;
+    proxy_pass \$smcp_upstream;
 }
 CONF
 }
 
+oai='/(responses|chat/completions)'
+gem='/v1(beta)?/models/[A-Za-z0-9._-]+:(streamGenerateContent|generateContent|countTokens)'
+
 [ -n "${ANTHROPIC_API_KEY:-}" ] && route anthropic ANTHROPIC_API_KEY raw x-api-key \
-    "${ANTHROPIC_BASE_URL:-https://api.anthropic.com}"
+    "${ANTHROPIC_BASE_URL:-https://api.anthropic.com}" \
+    '/v1/messages(/count_tokens)?' '/v1/messages and /v1/messages/count_tokens'
 [ -n "${OPENAI_API_KEY:-}" ] && route openai OPENAI_API_KEY bearer Authorization \
-    "${OPENAI_BASE_URL:-https://api.openai.com}"
+    "${OPENAI_BASE_URL:-https://api.openai.com}" \
+    "/v1$oai" '/v1/responses and /v1/chat/completions'
 [ -n "${AZURE_OPENAI_API_KEY:-}" ] && route azure AZURE_OPENAI_API_KEY raw api-key \
-    "${AZURE_OPENAI_BASE_URL:?set AZURE_OPENAI_BASE_URL (https://RESOURCE.openai.azure.com)}"
+    "${AZURE_OPENAI_BASE_URL:?set AZURE_OPENAI_BASE_URL (https://RESOURCE.openai.azure.com)}" \
+    "/openai(/v1|/deployments/[A-Za-z0-9._-]+)?$oai" \
+    '/openai/v1/{responses,chat/completions}, /openai/deployments/DEPLOYMENT/{responses,chat/completions} and /openai/responses'
 [ -n "${GOOGLE_API_KEY:-}" ] && route google GOOGLE_API_KEY raw x-goog-api-key \
-    "${GOOGLE_BASE_URL:-https://generativelanguage.googleapis.com}"
+    "${GOOGLE_BASE_URL:-https://generativelanguage.googleapis.com}" \
+    "$gem" '/v1beta/models/MODEL:{streamGenerateContent,generateContent,countTokens} (or /v1/...)'
 [ -n "${CF_AIG_TOKEN:-}" ] && route cloudflare CF_AIG_TOKEN bearer cf-aig-authorization \
-    "${CF_AIG_BASE_URL:?set CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY)}"
+    "${CF_AIG_BASE_URL:?set CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY)}" \
+    "/(anthropic/v1/messages(/count_tokens)?|openai$oai|(compat|workers-ai/v1)/chat/completions|google-ai-studio$gem|azure-openai/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+/chat/completions)" \
+    'the inference endpoints of its providers (anthropic/v1/messages, openai/responses, openai/chat/completions, compat/chat/completions, workers-ai/v1/chat/completions, google-ai-studio/v1beta/models/MODEL:generateContent, azure-openai/RESOURCE/DEPLOYMENT/chat/completions)'
 [ -n "${COMPAT_API_KEY:-}" ] && route compat COMPAT_API_KEY bearer Authorization \
-    "${COMPAT_BASE_URL:?set COMPAT_BASE_URL (the OpenAI-compatible server)}"
+    "${COMPAT_BASE_URL:?set COMPAT_BASE_URL (the OpenAI-compatible server)}" \
+    '/v1/chat/completions' '/v1/chat/completions'
 
 if [ -n "${GITHUB_TOKEN:-}" ]; then
-    git_url=$(base "${GITHUB_URL:-https://github.com}")
-    api_url=$(base "${GITHUB_API_URL:-https://api.github.com}")
+    split_url github "${GITHUB_URL:-https://github.com}"
+    git_origin=$origin git_path=$path
+    split_url github-api "${GITHUB_API_URL:-https://api.github.com}"
+    api_origin=$origin api_path=$path
     cat <<CONF
 
-# git smart HTTP: clone, fetch and push of the run's own repository only
-# (named captures: the rewrite below resets \$1..\$9)
-location ~ ^/github/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+?)(\.git)?/(info/refs|git-upload-pack|git-receive-pack)\$ {
+# git smart HTTP on the run's own repository: clone and fetch; a push
+# (receive-pack) only when the run asked for a pull request, and then only
+# of its own branch opencode/<runId>: the module reads the push's command
+# list before anything goes upstream (named captures: the rewrite below
+# resets \$1..\$9)
+location ~ ^/github/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+?)(\\.git)?/(info/refs|git-upload-pack|git-receive-pack)\$ {
     sandbox_mcp_egress github;
     sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
+    sandbox_mcp_egress_push git;
     sandbox_mcp_egress_credential env:GITHUB_TOKEN basic;
     proxy_set_header Authorization \$sandbox_mcp_credential;
     proxy_set_header Connection "";
-    rewrite ^/github/(.*)\$ /\$1 break;
-    proxy_pass $git_url;
+    set \$smcp_upstream "$git_origin";
+    rewrite ^/github/(.*)\$ "$git_path/\$1" break;
+    proxy_pass \$smcp_upstream;
 }
 
 location /github/ {
-    return 403 '{"type":"error","error":{"type":"permission_error","message":"egress: only git smart HTTP (info/refs, git-upload-pack, git-receive-pack) is allowed"}}';
+    return 403 '$(json_error permission_error 'egress: only git smart HTTP (info/refs, git-upload-pack, git-receive-pack) is allowed')';
 }
 
-# REST: what opening a pull request needs, on the run's own repository
-location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)(/pulls)?\$ {
-    limit_except GET POST { deny all; }
+# REST on the run's own repository: the repository lookup, and pull
+# requests (listing; opening one when the run asked for it, with the run's
+# branch as its head)
+location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)\$ {
+    if (\$request_method !~ ^(GET|HEAD)\$) {
+        return 405 '$(json_error invalid_request_error 'egress: github-api: only GET is allowed here')';
+    }
     sandbox_mcp_egress github-api;
     sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
     sandbox_mcp_egress_credential env:GITHUB_TOKEN bearer;
     proxy_set_header Authorization \$sandbox_mcp_credential;
     proxy_set_header Connection "";
-    rewrite ^/github-api/(.*)\$ /\$1 break;
-    proxy_pass $api_url;
+    set \$smcp_upstream "$api_origin";
+    rewrite ^/github-api/(.*)\$ "$api_path/\$1" break;
+    proxy_pass \$smcp_upstream;
+}
+
+location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)/pulls\$ {
+    if (\$request_method !~ ^(GET|HEAD|POST)\$) {
+        return 405 '$(json_error invalid_request_error 'egress: github-api: only GET and POST are allowed here')';
+    }
+    sandbox_mcp_egress github-api;
+    sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
+    sandbox_mcp_egress_push pull_request;
+    sandbox_mcp_egress_credential env:GITHUB_TOKEN bearer;
+    proxy_set_header Authorization \$sandbox_mcp_credential;
+    proxy_set_header Connection "";
+    set \$smcp_upstream "$api_origin";
+    rewrite ^/github-api/(.*)\$ "$api_path/\$1" break;
+    proxy_pass \$smcp_upstream;
 }
 
 location /github-api/ {
-    return 403 '{"type":"error","error":{"type":"permission_error","message":"egress: only repository lookup and pull requests are allowed"}}';
+    return 403 '$(json_error permission_error 'egress: only the repository lookup and its pull requests are allowed')';
 }
 CONF
 fi

@@ -160,8 +160,15 @@ sub new {
     open(my $fh, '>', $t->dir . '/routes.conf') or die "routes.conf: $!";
     print $fh $routes;
     close $fh;
+    ($rc, $routes, $err) = run_cmd(['bash', "$root/ngx_sandbox_mcp_module/conf/egress-routes.sh",
+                                    '--http'], timeout => 30);
+    die "egress-routes.sh --http failed: $err" if $rc != 0;
+    open($fh, '>', $t->dir . '/routes-http.conf') or die "routes-http.conf: $!";
+    print $fh $routes;
+    close $fh;
 
-    $t->start(http => "server { listen $gw:$eport; include %%DIR%%/routes.conf; }");
+    $t->start(http => "include %%DIR%%/routes-http.conf;\n"
+                    . "server { listen $gw:$eport; include %%DIR%%/routes.conf; }");
     $self->{sid} = $t->initialize;
     die "MCP initialize failed\n" unless $self->{sid};
     Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));

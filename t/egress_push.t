@@ -1,0 +1,331 @@
+#!/usr/bin/env perl
+# Writes through the egress proxy: a run may push and open a pull request
+# only when it asked for one (run hash create_pr = "1"), and then only its
+# own branch opencode/<runId>.  A real git client pushes through nginx with
+# the routes of egress-routes.sh to the fake GitHub (real git
+# http-backend); every refused write leaves the fake's repository exactly
+# as it was, and is answered with JSON the agent can read.
+#
+# SMCP_TEST_POLL=1 runs it on the static nginx under `use poll;` (the body
+# of a push is read from a Redis callback: level-triggered events check
+# that path too).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use IO::Compress::Gzip qw(gzip);
+use IO::Socket::INET;
+use MIME::Base64 qw(encode_base64);
+use Test::More;
+use SMCP::Test qw(:all);
+use SMCP::Fakes;
+
+my $root = repo_root();
+
+sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
+
+my $real = 'ghp_REAL' . rnd();
+my $t = SMCP::Test->new(workers => 2,
+                        $ENV{SMCP_TEST_POLL} ? (need_static => 1, poll => 1) : ());
+
+my $gh = SMCP::Fakes::start_github(token => $real);
+my $base = $gh->create_repo('owner/repo', files => { 'README.md' => "hello\n" });
+$gh->create_repo('other/repo', files => { 'README.md' => "other\n" });
+
+my $eport = $t->free_port;
+{
+    local $ENV{GITHUB_TOKEN} = $real;
+    local $ENV{GITHUB_URL} = $gh->url;
+    local $ENV{GITHUB_API_URL} = $gh->url;
+    local $ENV{SMCP_EGRESS_RATE} = '1000r/s';    # t/egress_limits.t tests it
+    delete local @ENV{qw(ANTHROPIC_API_KEY OPENAI_API_KEY AZURE_OPENAI_API_KEY
+                         GOOGLE_API_KEY CF_AIG_TOKEN COMPAT_API_KEY)};
+    for my $part ('--http', '') {
+        my $out = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh $part`;
+        is($?, 0, "egress-routes.sh $part renders") or BAIL_OUT('no routes');
+        open(my $fh, '>', $t->dir . ($part ? '/routes-http.conf' : '/routes.conf'))
+            or die $!;
+        print $fh $out;
+        close $fh;
+    }
+    $t->start(http => <<"NGINX");
+    include %%DIR%%/routes-http.conf;
+    server {
+        listen 127.0.0.1:$eport;
+        include %%DIR%%/routes.conf;
+    }
+NGINX
+}
+
+# two live runs on owner/repo: one asked for a pull request, one did not
+my %run;
+for my $pr (1, 0) {
+    my $id = 'run_' . rnd();
+    $t->redis('HSET', "smcp:run:$id", tenant => 'alice', status => 'running',
+              repository => 'https://github.com/owner/repo', create_pr => $pr);
+    my $tok = $t->token(sub => 'alice', scope => 'egress', run => $id,
+                        exp => int(time()) + 600);
+    $run{$pr} = { id => $id, tok => $tok, branch => "opencode/$id",
+                  basic => 'Basic ' . encode_base64("x-access-token:$tok", '') };
+}
+my ($yes, $no) = @run{1, 0};
+
+sub egress {
+    my (%o) = @_;
+    return $t->http(port => $eport, method => $o{method} // 'POST',
+                    path => $o{path}, headers => $o{headers} // [],
+                    body => $o{body}, timeout => 20);
+}
+
+sub refused_ok {
+    my ($r, $status, $name, $re) = @_;
+    is($r->{status}, $status, "$name: $status");
+    my $j = json_decode($r->{body} // '');
+    ok(ref $j eq 'HASH' && ($j->{type} // '') eq 'error'
+       && length($j->{error}{message} // ''),
+       "$name: a JSON error the agent can read") or diag($r->{body});
+    like($j->{error}{message} // '', $re, "$name: says why") if $re;
+}
+
+# the fake's refs and pull requests, to show a refusal changed nothing
+sub state { return json_encode([ $gh->refs('owner/repo'), [ $gh->pulls('owner/repo') ] ]) }
+
+my $url = "http://127.0.0.1:$eport/github/owner/repo.git";
+my $wd = $t->dir . '/clone';
+
+sub git {
+    my ($who, $cmd) = @_;
+    my $out = `cd $wd && git -c 'http.extraHeader=Authorization: $who->{basic}' $cmd 2>&1`;
+    return ($? >> 8, $out);
+}
+
+# reads work for both runs
+for my $who ($no, $yes) {
+    my $d = $t->dir . "/clone-$who->{id}";
+    my $out = `git -c 'http.extraHeader=Authorization: $who->{basic}' clone -q $url $d 2>&1`;
+    is($?, 0, "clone through the proxy (create_pr " . ($who == $yes ? 1 : 0) . ')')
+        or diag($out);
+}
+`git -c 'http.extraHeader=Authorization: $yes->{basic}' clone -q $url $wd 2>&1`;
+`cd $wd && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m one`;
+my $one = `cd $wd && git rev-parse HEAD`;
+chomp $one;
+
+###############################################################################
+# refused pushes: nothing changes upstream
+
+my $before = state();
+my @refused = (
+    [ $yes, "push -q origin HEAD:refs/heads/main", 'push to main' ],
+    [ $yes, "push -q --force origin HEAD~0:main", 'force push to main' ],
+    [ $yes, "push -q origin HEAD:refs/heads/feature", 'push to another branch' ],
+    [ $yes, "push -q origin HEAD:refs/tags/v1", 'push of a tag' ],
+    [ $yes, "push -q origin HEAD:refs/heads/$yes->{branch} HEAD:refs/heads/other",
+      'the run\'s branch and another in one push' ],
+    [ $yes, "push -q origin HEAD:refs/heads/$no->{branch}", 'another run\'s branch' ],
+    [ $no, "push -q origin HEAD:refs/heads/$no->{branch}", 'create_pr 0: its own branch' ],
+    [ $yes, "push -q http://127.0.0.1:$eport/github/other/repo.git HEAD:refs/heads/$yes->{branch}",
+      'another repository' ],
+);
+for my $c (@refused) {
+    my ($who, $cmd, $name) = @$c;
+    my ($rc, $out) = git($who, $cmd);
+    isnt($rc, 0, "$name: git push fails");
+    like($out, qr/403/, "$name: with 403") or diag($out);
+    is(state(), $before, "$name: the repository is unchanged");
+}
+
+###############################################################################
+# the run's own branch: created, updated, force-pushed
+
+{
+    my ($rc, $out) = git($yes, "push -q origin HEAD:refs/heads/$yes->{branch}");
+    is($rc, 0, 'push of the run\'s branch opencode/<runId>') or diag($out);
+    is($gh->ref_commit('owner/repo', $yes->{branch}), $one, '... upstream at the commit');
+    is($gh->ref_commit('owner/repo', 'main'), $base, '... main untouched');
+
+    `cd $wd && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m two`;
+    ($rc, $out) = git($yes, "push -q origin HEAD:refs/heads/$yes->{branch}");
+    is($rc, 0, 'a fast-forward of it') or diag($out);
+
+    `cd $wd && git -c user.name=t -c user.email=t\@t commit -q --amend --allow-empty -m two-b`;
+    my $amended = `cd $wd && git rev-parse HEAD`;
+    chomp $amended;
+    ($rc, $out) = git($yes, "push -q --force origin HEAD:refs/heads/$yes->{branch}");
+    is($rc, 0, 'a force push of the run\'s own branch') or diag($out);
+    is($gh->ref_commit('owner/repo', $yes->{branch}), $amended, '... upstream at the amended commit');
+
+    $before = state();
+    ($rc, $out) = git($yes, "push -q origin :refs/heads/$yes->{branch}");
+    isnt($rc, 0, 'delete of the run\'s branch: git push fails');
+    is(state(), $before, '... the branch is still there');
+}
+
+###############################################################################
+# hand-made receive-pack requests
+
+sub pkt { my $s = shift; return sprintf('%04x', length($s) + 4) . $s }
+
+my $zero = '0' x 40;
+my $head = $gh->ref_commit('owner/repo', $yes->{branch});
+my $cmd_ok = pkt("$head $one refs/heads/$yes->{branch}\0 report-status\n") . '0000';
+my $rp = '/github/owner/repo.git/git-receive-pack';
+my @ct = ('Content-Type' => 'application/x-git-receive-pack-request');
+
+$before = state();
+{
+    my $gz;
+    gzip(\$cmd_ok, \$gz);
+    refused_ok(egress(path => $rp, body => $gz,
+                      headers => [ Authorization => $yes->{basic}, @ct,
+                                   'Content-Encoding' => 'gzip' ]),
+               415, 'a gzip-encoded push', qr/Content-Encoding/);
+    refused_ok(egress(path => $rp, body => $cmd_ok,
+                      headers => [ Authorization => $yes->{basic}, @ct,
+                                   'Content-Encoding' => 'identity, gzip' ]),
+               415, 'a push with two codings');
+    refused_ok(egress(path => $rp, body => $cmd_ok,
+                      headers => [ Authorization => $no->{basic}, @ct ]),
+               403, 'POST git-receive-pack of a create_pr 0 run', qr/pull request/);
+    refused_ok(egress(path => $rp,
+                      body => pkt("push-cert\0 report-status\n")
+                              . pkt("certificate version 0.1\n") . pkt("push-cert-end\n") . '0000',
+                      headers => [ Authorization => $yes->{basic}, @ct ]),
+               403, 'a signed push (push-cert)', qr/push-cert/);
+    refused_ok(egress(path => $rp, body => "0032$head $one",
+                      headers => [ Authorization => $yes->{basic}, @ct ]),
+               400, 'a truncated command list');
+    refused_ok(egress(path => $rp, body => "zzzz$head",
+                      headers => [ Authorization => $yes->{basic}, @ct ]),
+               400, 'not pkt-lines', qr/malformed/);
+    refused_ok(egress(path => $rp, body => pkt("$head $zero refs/heads/$yes->{branch}\0 report-status\n") . '0000',
+                      headers => [ Authorization => $yes->{basic}, @ct ]),
+               403, 'a delete command', qr/delet/);
+    refused_ok(egress(path => $rp,
+                      body => pkt("shallow $one\n") . pkt("$zero $one refs/heads/main\0 report-status\n") . '0000',
+                      headers => [ Authorization => $yes->{basic}, @ct ]),
+               403, 'main behind a shallow line', qr{refs/heads/main});
+    refused_ok(egress(method => 'GET', path => $rp,
+                      headers => [ Authorization => $yes->{basic} ]),
+               405, 'GET git-receive-pack');
+    refused_ok(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
+                      headers => [ Authorization => $no->{basic} ]),
+               403, 'receive-pack refs of a create_pr 0 run');
+    for my $q ('', '?service=git-upload-pack&service=git-receive-pack', '?service=git-receive-pack&x=1') {
+        refused_ok(egress(method => 'GET', path => "/github/owner/repo.git/info/refs$q",
+                          headers => [ Authorization => $yes->{basic} ]),
+                   403, "info/refs$q");
+    }
+    # bodies that arrive after the run check (the body handler runs later)
+    my $main = pkt("$head $one refs/heads/main\0 report-status\n") . '0000';
+    my $r = $t->http(port => $eport, method => 'POST', path => $rp,
+                     headers => [ Authorization => $yes->{basic}, @ct ],
+                     body_parts => [ substr($main, 0, 10), substr($main, 10, 50),
+                                     substr($main, 60) ], part_delay => 0.3);
+    is($r->{status}, 403, 'a body sent in parts: checked once it is all there (main: 403)');
+    $r = $t->http(port => $eport, method => 'POST', path => $rp,
+                  headers => [ Authorization => $yes->{basic}, @ct ],
+                  body_parts => [ '00', '00' ], part_delay => 0.3);
+    is($r->{status}, 200, '... an empty list in parts reaches git');
+
+    # a pusher that goes away in the middle of its body
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$eport") or die $!;
+    print $s "POST $rp HTTP/1.1\r\nHost: x\r\nAuthorization: $yes->{basic}\r\n"
+           . "Content-Length: 100000\r\n\r\n" . substr($cmd_ok, 0, 40);
+    sleep(0.3);
+    close $s;
+    is(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
+              headers => [ Authorization => $yes->{basic} ])->{status},
+       200, 'a pusher gone mid-body: the proxy goes on');
+
+    is(state(), $before, 'hand-made refusals changed nothing upstream');
+
+    # git's probe before a large push: an empty command list passes
+    $r = egress(path => $rp, body => '0000',
+                   headers => [ Authorization => $yes->{basic}, @ct ]);
+    is($r->{status}, 200, 'an empty command list (git\'s probe) reaches git');
+    is(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
+              headers => [ Authorization => $yes->{basic} ])->{status},
+       200, 'receive-pack refs of a create_pr 1 run: 200');
+    is(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-upload-pack',
+              headers => [ Authorization => $no->{basic} ])->{status},
+       200, 'upload-pack refs of a create_pr 0 run: 200');
+}
+
+###############################################################################
+# pull requests
+
+{
+    my $pulls = '/github-api/repos/owner/repo/pulls';
+    my @h = (Authorization => "Bearer $yes->{tok}", 'Content-Type' => 'application/json');
+    $before = state();
+    for my $c (
+        [ { title => 't', head => 'main', base => 'main' }, 403, 'head main' ],
+        [ { title => 't', head => 'feature', base => 'main' }, 403, 'head another branch' ],
+        [ { title => 't', head => $no->{branch}, base => 'main' }, 403, 'head another run\'s branch' ],
+        [ { title => 't', head => "evil:$yes->{branch}", base => 'main' }, 403, 'head of another owner' ],
+        [ { title => 't', head => "$yes->{branch}x", base => 'main' }, 403, 'head with a suffix' ],
+        [ { title => 't', base => 'main' }, 403, 'no head' ],
+        [ { title => 't', head => $yes->{branch}, head_repo => 'evil/repo', base => 'main' },
+          403, 'head_repo' ],
+    ) {
+        my ($body, $status, $name) = @$c;
+        refused_ok(egress(path => $pulls, headers => \@h, body => json_encode($body)),
+                   $status, "pull request: $name");
+    }
+    refused_ok(egress(path => $pulls, headers => \@h,
+                      body => qq({"title":"t","head":"main","head":"$yes->{branch}","base":"main"})),
+               400, 'pull request: duplicate head keys');
+    refused_ok(egress(path => $pulls, headers => \@h, body => 'title=t&head=x'),
+               400, 'pull request: not JSON');
+    my $gz;
+    my $ok_body = json_encode({ title => 't', head => $yes->{branch}, base => 'main' });
+    gzip(\$ok_body, \$gz);
+    refused_ok(egress(path => $pulls, headers => [ @h, 'Content-Encoding' => 'gzip' ], body => $gz),
+               415, 'pull request: gzip');
+    refused_ok(egress(path => $pulls,
+                      headers => [ Authorization => "Bearer $no->{tok}", 'Content-Type' => 'application/json' ],
+                      body => json_encode({ title => 't', head => $no->{branch}, base => 'main' })),
+               403, 'pull request of a create_pr 0 run', qr/pull request/);
+    refused_ok(egress(method => 'DELETE', path => '/github-api/repos/owner/repo',
+                      headers => \@h), 405, 'DELETE the repository');
+    is(state(), $before, 'refused pull requests changed nothing upstream');
+
+    is(egress(method => 'GET', path => $pulls,
+              headers => [ Authorization => "Bearer $no->{tok}" ])->{status},
+       200, 'listing pull requests: allowed for a create_pr 0 run');
+
+    my $r = egress(path => $pulls, headers => \@h,
+                   body => json_encode({ title => 'from the run', head => $yes->{branch}, base => 'main' }));
+    is($r->{status}, 201, 'pull request with head opencode/<runId>: 201') or diag($r->{body});
+    my @p = $gh->pulls('owner/repo');
+    is(scalar(@p), 1, '... the fake has it');
+    is($p[0]{head}{ref}, $yes->{branch}, '... headed by the run\'s branch');
+
+    # owner:branch passes the proxy (the fake answers 422: already open)
+    $r = egress(path => $pulls, headers => \@h,
+                body => json_encode({ title => 'again', head => "owner:$yes->{branch}", base => 'main' }));
+    is($r->{status}, 422, 'head owner:opencode/<runId> reaches GitHub (422 from it: a duplicate)');
+    like($r->{body}, qr/Validation Failed/, '... GitHub\'s own answer');
+}
+
+###############################################################################
+# audit and logs
+
+{
+    my $ev = $t->redis('XRANGE', "smcp:run:$yes->{id}:events", '-', '+');
+    my @eg = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    ok((grep { $_->{path} =~ /git-receive-pack$/ && !$_->{granted} && $_->{status} == 403 } @eg),
+       'audit: a refused push is recorded as not granted');
+    ok((grep { $_->{path} =~ /git-receive-pack$/ && $_->{granted} && $_->{status} == 200 } @eg),
+       'audit: the accepted push is recorded as granted');
+    my $logs = $t->read_file('error.log') . $t->read_file('access.log');
+    unlike($logs, qr/\Q$real\E/, 'logs: no GitHub token');
+    unlike($logs, qr/\Q$yes->{tok}\E/, 'logs: no run token');
+}
+
+$gh->stop;
+$t->done;
