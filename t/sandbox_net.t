@@ -44,6 +44,9 @@ my $egress_port = do {
 ##############################################################################
 # the network and its rules
 
+# a small per-sandbox connection limit, so the test can reach it
+my $CONNLIMIT = 8;
+$ENV{SMCP_EGRESS_CONNLIMIT} = $CONNLIMIT;
 my $net = sandbox_net_up(egress_port => $egress_port);
 my ($name, $bridge, $gw, $subnet) = @{$net}{qw(name bridge gateway subnet)};
 note("sandbox network $name bridge $bridge subnet $subnet gateway $gw egress port $egress_port");
@@ -68,6 +71,9 @@ sub rules_ok {
     my ($v4, $v6) = sandbox_net_rules($name);
     my $c = qq(-m comment --comment "smcp:$name");
     is_deeply($v4, [
+        "-A INPUT -d $gw/32 -i $bridge -p tcp -m tcp --dport $egress_port "
+        . "--tcp-flags FIN,SYN,RST,ACK SYN -m connlimit --connlimit-above $CONNLIMIT "
+        . "--connlimit-mask 32 --connlimit-saddr $c -j REJECT --reject-with tcp-reset",
         "-A INPUT -d $gw/32 -i $bridge -p tcp -m tcp --dport $egress_port $c -j ACCEPT",
         "-A INPUT -i $bridge -p tcp $c -j REJECT --reject-with tcp-reset",
         "-A INPUT -i $bridge $c -j REJECT --reject-with icmp-port-unreachable",
@@ -78,7 +84,7 @@ sub rules_ok {
     my (undef, $all) = run_cmd(['iptables', '-w', '-S', 'INPUT']);
     my @all = grep { /^-A / } split /\n/, $all;
     my @idx = grep { index($all[$_], qq(--comment "smcp:$name")) >= 0 } 0 .. $#all;
-    ok(@idx == 3 && $idx[2] - $idx[0] == 2, "$what: rules are adjacent in INPUT");
+    ok(@idx == 4 && $idx[3] - $idx[0] == 3, "$what: rules are adjacent in INPUT");
 }
 
 rules_ok('first up');
@@ -96,8 +102,9 @@ rules_ok('first up');
                                  $subnet, $egress_port + 1]);
     is($rc, 0, 'up with another egress port') or diag($err);
     my ($v4) = sandbox_net_rules($name);
-    ok(@$v4 == 3 && $v4->[0] =~ /--dport ${\($egress_port + 1)} /,
-       'the ACCEPT rule follows the port, still three rules')
+    ok(@$v4 == 4 && $v4->[0] =~ /--dport ${\($egress_port + 1)} /
+       && $v4->[1] =~ /--dport ${\($egress_port + 1)} .* -j ACCEPT$/,
+       'the connection limit and ACCEPT rules follow the port, still four rules')
         or diag(join("\n", @$v4));
     ($rc, $out, $err) = run_cmd([sandbox_net_script(), 'up', $name, $bridge,
                                  $subnet, $egress_port]);
@@ -380,6 +387,28 @@ sub reject_counter {
         return $1 if /icmp-port-unreachable/ && /-c (\d+) \d+/;
     }
     return -1;
+}
+
+##############################################################################
+# one sandbox cannot hold the egress listener's connections
+
+{
+    # open 3 x the limit at once, in one process that keeps them open
+    my ($rc, $out, $err) = exec_in($sb1, ['bash', '-c', <<'SH', 'x', $gw, $egress_port,
+ok=0; refused=0
+for i in $(seq "$3"); do
+    if exec {fd}<>"/dev/tcp/$1/$2" 2>/dev/null; then ok=$((ok + 1)); else refused=$((refused + 1)); fi
+done
+echo "ok=$ok refused=$refused"
+SH
+        3 * $CONNLIMIT], timeout => 30);
+    my ($n_ok, $n_ref) = $out =~ /ok=(\d+) refused=(\d+)/;
+    is($n_ok, $CONNLIMIT, "a sandbox opening ${\(3 * $CONNLIMIT)} connections to the "
+       . "egress port at once gets $CONNLIMIT (SMCP_EGRESS_CONNLIMIT)") or diag("$out$err");
+    is($n_ref, 2 * $CONNLIMIT, '... the others are reset at once') or diag("$out$err");
+    my $p = probe($sb2, $gw, $egress_port);
+    ok($p->{connected}, "... while another sandbox still reaches the egress listener")
+        or diag($p->{out});
 }
 
 ##############################################################################
