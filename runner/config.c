@@ -2,6 +2,7 @@
  * Configuration: flags first, then the environment, then defaults.
  */
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,14 @@ runner_config_usage(void)
 "                        silent this long (60000)\n"
 "  --egress-container NAME  $SMCP_EGRESS_CONTAINER: nginx runs in a\n"
 "                        container (compose): each session gets its own\n"
-"                        internal network, which NAME joins as \"egress\"\n");
+"                        internal network, which NAME joins as \"egress\"\n"
+"  --max-line SIZE       $SMCP_MAX_LINE: longer log lines are cut, with a\n"
+"                        warning event (256k)\n"
+"  --diff-max SIZE       $SMCP_DIFF_MAX: bytes kept of a run's diff (10m)\n"
+"  --max-event-bytes SIZE  $SMCP_MAX_EVENT_BYTES: a run's stored events;\n"
+"                        later output is not stored (64m)\n"
+"  --max-result SIZE     $SMCP_MAX_RESULT: bytes kept of a run's result\n"
+"                        (256k)\n");
 }
 
 
@@ -84,18 +92,24 @@ static int64_t
 runner_config_size(const char *v)
 {
     char     *end;
-    int64_t   n;
+    int64_t   n, mult;
 
     n = strtoll(v, &end, 10);
+    mult = 1;
 
     switch (*end) {
-    case 'k': case 'K': n *= 1024; end++; break;
-    case 'm': case 'M': n *= 1024 * 1024; end++; break;
-    case 'g': case 'G': n *= 1024LL * 1024 * 1024; end++; break;
+    case 'k': case 'K': mult = 1024; end++; break;
+    case 'm': case 'M': mult = 1024 * 1024; end++; break;
+    case 'g': case 'G': mult = 1024LL * 1024 * 1024; end++; break;
+    case 't': case 'T': mult = 1024LL * 1024 * 1024 * 1024; end++; break;
     default: break;
     }
 
-    return (*end == '\0' && n > 0) ? n : -1;
+    if (*end != '\0' || n <= 0 || n > INT64_MAX / mult) {
+        return -1;
+    }
+
+    return n * mult;
 }
 
 
@@ -109,7 +123,8 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         "--redis", "--prefix", "--name", "--secret-file", "--docker-socket",
         "--image", "--network", "--egress-url", "--dns", "--git-host",
         "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
-        "--egress-container", NULL };
+        "--egress-container", "--max-line", "--diff-max",
+        "--max-event-bytes", "--max-result", NULL };
     const char **k;
     double       cpus;
 
@@ -218,7 +233,15 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
                                         "SMCP_SANDBOX_PIDS", "512"));
     cfg->claim_idle_ms = atoi(runner_config_get(argc, argv, "--claim-idle",
                                                 "SMCP_CLAIM_IDLE", "60000"));
-    cfg->diff_max = 10 * 1024 * 1024;
+    cfg->diff_max = runner_config_size(runner_config_get(argc, argv,
+                                       "--diff-max", "SMCP_DIFF_MAX", "10m"));
+    cfg->max_line = runner_config_size(runner_config_get(argc, argv,
+                                       "--max-line", "SMCP_MAX_LINE", "256k"));
+    cfg->max_event_bytes = runner_config_size(runner_config_get(argc, argv,
+                               "--max-event-bytes", "SMCP_MAX_EVENT_BYTES",
+                               "64m"));
+    cfg->max_result = runner_config_size(runner_config_get(argc, argv,
+                          "--max-result", "SMCP_MAX_RESULT", "256k"));
 
     {
         char  rnd[17];
@@ -238,6 +261,18 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     {
         snprintf(err, errlen, "bad --concurrency, --memory, --cpus, --pids "
                  "or --claim-idle");
+        return RUNNER_ERR;
+    }
+
+    /* lines are held whole in memory: a few per run */
+    if (cfg->max_line < 1024 || cfg->max_line > 64 * 1024 * 1024
+        || cfg->diff_max < 1024 || cfg->diff_max > 256 * 1024 * 1024
+        || cfg->max_event_bytes < 1024 || cfg->max_result < 1024
+        || cfg->max_result > 64 * 1024 * 1024)
+    {
+        snprintf(err, errlen, "bad --max-line (1k..64m), --diff-max "
+                 "(1k..256m), --max-event-bytes (1k..) or --max-result "
+                 "(1k..64m)");
         return RUNNER_ERR;
     }
 

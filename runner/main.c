@@ -21,7 +21,7 @@
 
 runner_config_t        runner_config;
 volatile sig_atomic_t  runner_stop;
-volatile int           runner_release_failed;
+atomic_int             runner_release_failed;
 
 static runner_run_t   *runner_runs;         /* threads, active or ended */
 static int             runner_active;
@@ -67,11 +67,13 @@ runner_spawn(const char *run_id, const char *stream_id, int reattach)
     snprintf(run->id, sizeof(run->id), "%s", run_id);
     snprintf(run->stream_id, sizeof(run->stream_id), "%s", stream_id);
     run->reattach = reattach;
-    run->state = RUNNER_RUN_ACTIVE;
+    atomic_init(&run->state, RUNNER_RUN_ACTIVE);
+    pthread_mutex_init(&run->stop_lock, NULL);
 
     if (pthread_create(&run->thread, NULL, runner_run_thread, run) != 0) {
         runner_log("error", run_id, "cannot start a thread: %s",
                    strerror(errno));
+        pthread_mutex_destroy(&run->stop_lock);
         free(run);
         return;
     }
@@ -87,12 +89,15 @@ static void
 runner_reap(int *waiting)
 {
     runner_run_t  **pp, *run;
+    int             state;
 
     *waiting = 0;
 
     for (pp = &runner_runs; (run = *pp) != NULL; /* void */) {
 
-        if (run->state == RUNNER_RUN_ACTIVE) {
+        state = atomic_load(&run->state);
+
+        if (state == RUNNER_RUN_ACTIVE) {
             pp = &run->next;
             continue;
         }
@@ -101,13 +106,13 @@ runner_reap(int *waiting)
         *pp = run->next;
         runner_active--;
 
-        if (run->state == RUNNER_RUN_WAIT || run->state == RUNNER_RUN_RETRY)
-        {
+        if (state == RUNNER_RUN_WAIT || state == RUNNER_RUN_RETRY) {
             /* its queue entry stays ours, unacknowledged: read again from
              * our pending entries */
             (*waiting)++;
         }
 
+        pthread_mutex_destroy(&run->stop_lock);
         free(run);
     }
 }
