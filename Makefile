@@ -66,7 +66,7 @@ $(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
 	mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
 	    -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD) -o $@ \
-	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto
+	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
 
 # the runner's Redis scripts, kept as files (t/runner_scripts.t runs them
 # against redis-server) and embedded as C strings, comment lines left out

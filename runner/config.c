@@ -18,6 +18,9 @@ runner_config_usage(void)
 "usage: smcp-runner [options]   (flag, else environment, else default)\n"
 "  --redis ADDR          $SMCP_REDIS: host:port or unix:/path\n"
 "                        (127.0.0.1:6379)\n"
+"  --redis-password-file PATH  $SMCP_REDIS_PASSWORD_FILE: Redis requires\n"
+"                        a password (AUTH after every connect); else\n"
+"                        $SMCP_REDIS_PASSWORD\n"
 "  --prefix STR          $SMCP_REDIS_PREFIX: key prefix (smcp:)\n"
 "  --name STR            $SMCP_RUNNER_NAME: consumer name, keep it stable\n"
 "                        per host: restarts re-attach by it (hostname)\n"
@@ -113,6 +116,36 @@ runner_config_size(const char *v)
 }
 
 
+/* the Redis password: a file (flag, else environment), else the
+ * environment's value; none is fine */
+static int
+runner_config_password(runner_config_t *cfg, int argc, char **argv,
+    char *err, size_t errlen)
+{
+    const char  *v;
+
+    v = runner_config_get(argc, argv, "--redis-password-file",
+                          "SMCP_REDIS_PASSWORD_FILE", NULL);
+
+    if (v) {
+        return smcp_secret_from_file(v, 1, cfg->redis_password,
+                                     &cfg->redis_password_len, err, errlen)
+               == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+    }
+
+    v = getenv("SMCP_REDIS_PASSWORD");
+
+    if (v && *v) {
+        return smcp_secret_from_env("SMCP_REDIS_PASSWORD", 1,
+                                    cfg->redis_password,
+                                    &cfg->redis_password_len, err, errlen)
+               == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
 int
 runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     size_t errlen)
@@ -124,7 +157,7 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         "--image", "--network", "--egress-url", "--dns", "--git-host",
         "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
         "--egress-container", "--max-line", "--diff-max",
-        "--max-event-bytes", "--max-result", NULL };
+        "--max-event-bytes", "--max-result", "--redis-password-file", NULL };
     const char **k;
     double       cpus;
 
@@ -273,6 +306,10 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         snprintf(err, errlen, "bad --max-line (1k..64m), --diff-max "
                  "(1k..256m), --max-event-bytes (1k..) or --max-result "
                  "(1k..64m)");
+        return RUNNER_ERR;
+    }
+
+    if (runner_config_password(cfg, argc, argv, err, errlen) != RUNNER_OK) {
         return RUNNER_ERR;
     }
 

@@ -13,6 +13,7 @@
  * the container's log from the last stored line.
  */
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,10 @@ runner_run_sleep(int64_t ms)
  * The sandbox must stop (cancel, deadline, a limit): the first reason
  * wins; the watchdog kills the container, the run ends with the reason.
  */
+static void runner_run_stop(runner_run_t *run, int why, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+
+
 static void
 runner_run_stop(runner_run_t *run, int why, const char *fmt, ...)
 {
@@ -98,23 +103,67 @@ runner_run_stopped(runner_run_t *run, char *msg, size_t size)
  * the run's queue entry touched, sees cancels, the deadline and the
  * limits, and kills the sandbox when the run must stop.
  */
+/* the run's spend cap: `max_cost` (USD text; absent or "0": none) */
+static double
+runner_run_max_cost(redisReply *v)
+{
+    char    *end;
+    double   max;
+
+    if (v->type != REDIS_REPLY_STRING || v->len == 0 || v->len > 32) {
+        return 0;
+    }
+
+    max = strtod(v->str, &end);
+
+    return (*end == '\0' && isfinite(max) && max > 0) ? max : 0;
+}
+
+
 static void
 runner_run_check(runner_run_t *run, redisContext *c, int64_t now)
 {
-    char  v[16];
-
-    if (c && runner_store_hget(c, run->id, "cancel_requested", v, sizeof(v))
-             == RUNNER_OK
-        && strcmp(v, "1") == 0)
-    {
-        runner_run_stop(run, RUNNER_STOP_CANCEL, "cancelled");
-    }
+    char         key[160];
+    double       cost, max;
+    redisReply  *r;
 
     if (run->deadline_ms && now >= run->deadline_ms) {
         runner_run_stop(run, RUNNER_STOP_DEADLINE, "deadline exceeded: the "
                         "run took longer than its timeoutSeconds and was "
                         "stopped");
     }
+
+    if (c == NULL) {
+        return;
+    }
+
+    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config.prefix, run->id);
+
+    r = redisCommand(c, "HMGET %s cancel_requested max_cost", key);
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        if (r) {
+            freeReplyObject(r);
+        }
+        return;
+    }
+
+    if (r->element[0]->type == REDIS_REPLY_STRING
+        && strcmp(r->element[0]->str, "1") == 0)
+    {
+        runner_run_stop(run, RUNNER_STOP_CANCEL, "cancelled");
+    }
+
+    max = runner_run_max_cost(r->element[1]);
+    cost = atomic_load(&run->cost_micros) / 1e6;
+
+    if (max > 0 && cost > max) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
+                        "has cost $%.6f, over its max_cost of $%.6f; the "
+                        "sandbox was stopped", cost, max);
+    }
+
+    freeReplyObject(r);
 }
 
 
@@ -203,6 +252,7 @@ static void
 runner_run_watch_start(runner_run_t *run)
 {
     atomic_store(&run->watch_end, 0);
+    atomic_store(&run->cost_micros, (long long) llround(run->out.cost * 1e6));
 
     if (pthread_create(&run->watchdog, NULL, runner_run_watchdog, run) != 0)
     {
@@ -435,6 +485,8 @@ runner_run_line(void *data, int stream, const char *ts, const char *line,
 
         if (rc == RUNNER_OK && json_is_object(ev)) {
             runner_outcome_event(&run->out, ev);
+            atomic_store(&run->cost_micros,
+                         (long long) llround(run->out.cost * 1e6));
         }
     }
 

@@ -65,6 +65,8 @@ typedef struct {
     int         claim_idle_ms;          /* take over a dead runner's runs */
     unsigned char secret[SMCP_SECRET_MAX];
     size_t      secret_len;
+    unsigned char redis_password[SMCP_SECRET_MAX];  /* AUTH; never logged */
+    size_t      redis_password_len;
 } runner_config_t;
 
 
@@ -122,6 +124,7 @@ typedef struct runner_run_s {
     int                  watching;
     atomic_int           watch_end;         /* the run thread: stop now */
     atomic_llong         killed_at;         /* ms: the sandbox was killed */
+    atomic_llong         cost_micros;       /* the outcome's cost so far */
     pthread_mutex_t      stop_lock;
     int                  stop;              /* RUNNER_STOP_* */
     char                 stop_error[256];
@@ -243,6 +246,8 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
 void runner_outcome_event(runner_outcome_t *out, json_t *ev);
 void runner_outcome_free(runner_outcome_t *out);
 json_t *runner_outcome_files(const char *diff, size_t len);
+json_t *runner_outcome_diff_walk(const char *diff, size_t len,
+    json_t **index);
 
 /* run.c: a run taken this many times (claims, re-attaches, less clean
  * detaches) crashed its runners: it is failed */

@@ -31,6 +31,42 @@ runner_now_ms(void)
 }
 
 
+/* AUTH with the configured password (its bytes, never in an error) */
+static int
+runner_store_auth(redisContext *c, char *err, size_t errlen)
+{
+    const char  *argv[2];
+    size_t       lens[2];
+    redisReply  *r;
+    int          rc;
+
+    argv[0] = "AUTH";
+    lens[0] = 4;
+    argv[1] = (const char *) runner_config.redis_password;
+    lens[1] = runner_config.redis_password_len;
+
+    r = redisCommandArgv(c, 2, argv, lens);
+
+    if (r == NULL) {
+        snprintf(err, errlen, "redis: AUTH: %s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    rc = RUNNER_OK;
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* the server's words ("WRONGPASS invalid username-password
+         * pair"), never the password */
+        snprintf(err, errlen, "redis: AUTH refused: %.100s", r->str);
+        rc = RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return rc;
+}
+
+
 redisContext *
 runner_store_connect(char *err, size_t errlen)
 {
@@ -57,6 +93,13 @@ runner_store_connect(char *err, size_t errlen)
     /* replies may take a blocking read's time plus a margin */
     tv.tv_sec = 15;
     redisSetTimeout(c, tv);
+
+    if (runner_config.redis_password_len
+        && runner_store_auth(c, err, errlen) != RUNNER_OK)
+    {
+        redisFree(c);
+        return NULL;
+    }
 
     return c;
 }
@@ -470,17 +513,52 @@ runner_store_set_running(redisContext *c, const char *run_id,
 }
 
 
-/* the outcome, once (runner/scripts/finish.lua) */
+/* the tenant's active set and the session's keys, from the run hash */
+static void
+runner_store_run_keys(redisContext *c, runner_run_t *run, char *active,
+    size_t alen, char *session, size_t slen)
+{
+    char         key[160];
+    redisReply  *r;
+
+    active[0] = session[0] = '\0';
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run->id);
+
+    r = redisCommand(c, "HGET %s tenant", key);
+
+    if (r && r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= 256) {
+        snprintf(active, alen, SMCP_KEY_TENANT_ACTIVE, runner_config.prefix,
+                 r->str);
+    }
+
+    if (r) {
+        freeReplyObject(r);
+    }
+
+    if (run->session[0]) {
+        snprintf(session, slen, SMCP_KEY_SESSION, runner_config.prefix,
+                 run->session);
+    }
+}
+
+
+/*
+ * The outcome, once (runner/scripts/finish.lua): the run hash, its diff
+ * and the diff's index, the last event; the run leaves its tenant's
+ * active set, its keys get their retention, its session is bumped.
+ */
 int
 runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     int exit_code, const char *error)
 {
     char         key[160], events[160], chan[160], diffkey[160], now[32];
-    char         num[8][32], *files_s;
+    char         active[400], session[160], sessions[160], num[8][32];
+    char        *files_s, *index_s;
     const char  *argv[64];
     size_t       lens[64];
     int          n, i, rc;
-    json_t      *files;
+    json_t      *files, *index;
     redisReply  *r;
     runner_outcome_t *o = &run->out;
 
@@ -488,23 +566,36 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run->id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run->id);
     RUNNER_KEY(diffkey, SMCP_KEY_RUN_DIFF, run->id);
+    snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
+             runner_config.prefix);
     snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
 
-    files = runner_outcome_files(o->diff, o->diff_len);
+    runner_store_run_keys(c, run, active, sizeof(active), session,
+                          sizeof(session));
+
+    index = NULL;
+    files = runner_outcome_diff_walk(o->diff, o->diff_len, &index);
     files_s = json_dumps(files, JSON_COMPACT);
+    index_s = json_dumps(index, JSON_COMPACT);
     json_decref(files);
+    json_decref(index);
 
     n = 0;
     argv[n++] = "EVAL";
     argv[n++] = runner_lua_finish;
-    argv[n++] = "4";
+    argv[n++] = "7";
     argv[n++] = key;
     argv[n++] = events;
     argv[n++] = chan;
     argv[n++] = o->diff ? diffkey : "";
+    argv[n++] = active;
+    argv[n++] = session;
+    argv[n++] = sessions;
     argv[n++] = status;
     argv[n++] = now;
     argv[n++] = SMCP_EVENTS_MAXLEN;
+    argv[n++] = run->id;
+    argv[n++] = run->session;
 
 #define RUNNER_FV(f, v)  argv[n++] = f; argv[n++] = v
 #define RUNNER_FI(f, i, v)                                                    \
@@ -522,6 +613,8 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     RUNNER_FV("result", o->result ? o->result : "");
     RUNNER_FV("error", error ? error : "");
     RUNNER_FV("files_changed", files_s ? files_s : "[]");
+    RUNNER_FV("diff_index", index_s ? index_s : "{}");
+    RUNNER_FV("diff_truncated", o->diff_truncated ? "1" : "0");
 
     for (i = 0; i < n; i++) {
         lens[i] = strlen(argv[i]);
@@ -539,6 +632,7 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
 
     r = redisCommandArgv(c, n, argv, lens);
     free(files_s);
+    free(index_s);
 
     if (r == NULL) {
         return RUNNER_ERR;

@@ -268,11 +268,14 @@ trap - TERM INT HUP
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # the diff, the run's last line: the runner stores it (untrusted input:
-# no external diff drivers, textconv or fsmonitor from the repo's config).
+# no external diff drivers, textconv or fsmonitor from the repo's config;
+# the a/ b/ prefixes the runner's diff index reads, whatever
+# diff.noprefix or diff.mnemonicPrefix say).
 # Through a file, not a shell variable: keeps the final newline (git apply
 # needs it) and any byte.
 git -c core.fsmonitor= add -N . >/dev/null 2>&1 || true
-git -c core.fsmonitor= diff --no-ext-diff --no-textconv --no-color "$start" \
+git -c core.fsmonitor= diff --no-ext-diff --no-textconv --no-color \
+    --src-prefix=a/ --dst-prefix=b/ "$start" \
     > "$oc/smcp/diff" 2>/dev/null || true
 diff_line "$oc/smcp/diff"
 

@@ -496,6 +496,98 @@ test_outcome_clamp(void)
 }
 
 
+/* the diff, file by file: files_changed and the index of sections */
+static void
+test_diff_index(void)
+{
+    json_t       *files, *index, *f, *span;
+    const char   *d, *path;
+    size_t        i, len, off, total;
+    int           spans_ok;
+    const char   *want[][3] = {
+        { "x.txt", "2", "1" }, { "new name.txt", "1", "1" },
+        { "t\tab", "1", "0" }, { "gone", "0", "1" }, { "bin.png", "0", "0" },
+    };
+
+    d = "diff --git a/x.txt b/x.txt\nindex 1..2 100644\n--- a/x.txt\n"
+        "+++ b/x.txt\n@@ -1 +1,2 @@\n-old\n+new\n+++more\n"
+        "diff --git a/old name.txt b/new name.txt\nsimilarity index 90%\n"
+        "rename from old name.txt\nrename to new name.txt\n"
+        "--- a/old name.txt\t\n+++ b/new name.txt\t\n@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git \"a/t\\tab\" \"b/t\\tab\"\nnew file mode 100644\n"
+        "--- /dev/null\n+++ \"b/t\\tab\"\n@@ -0,0 +1 @@\n+t\n"
+        "diff --git a/gone b/gone\ndeleted file mode 100644\n--- a/gone\n"
+        "+++ /dev/null\n@@ -1 +0,0 @@\n--- a/x\n"
+        "diff --git a/bin.png b/bin.png\nindex 1..2 100644\n"
+        "Binary files a/bin.png and b/bin.png differ\n";
+    len = strlen(d);
+
+    index = NULL;
+    files = runner_outcome_diff_walk(d, len, &index);
+
+    ok(json_array_size(files) == 5, "five files in the diff");
+
+    for (i = 0; i < 5 && i < json_array_size(files); i++) {
+        f = json_array_get(files, i);
+        path = json_string_value(json_object_get(f, "path"));
+
+        ok(path && strcmp(path, want[i][0]) == 0
+           && json_integer_value(json_object_get(f, "additions"))
+              == atoi(want[i][1])
+           && json_integer_value(json_object_get(f, "deletions"))
+              == atoi(want[i][2]),
+           want[i][0]);
+    }
+
+    ok(json_object_size(index) == 6, "the index: six paths (a rename "
+       "under both)");
+    ok(json_equal(json_object_get(index, "old name.txt"),
+                  json_object_get(index, "new name.txt"))
+       && json_object_get(index, "old name.txt") != NULL,
+       "the rename: the same section under its old and new path");
+
+    spans_ok = 1;
+    total = 0;
+
+    for (i = 0; i < 5; i++) {
+        span = json_object_get(index, want[i][0]);
+        off = json_integer_value(json_array_get(span, 0));
+        total += json_integer_value(json_array_get(span, 1));
+
+        if (span == NULL || off >= len
+            || strncmp(d + off, "diff --git ", 11) != 0)
+        {
+            spans_ok = 0;
+        }
+    }
+
+    ok(spans_ok && total == len, "every section starts at its \"diff "
+       "--git\" line; together they are the whole diff");
+
+    span = json_object_get(index, "t\tab");
+    off = json_integer_value(json_array_get(span, 0));
+    ok(span && strncmp(d + off, "diff --git \"a/t\\tab\"", 20) == 0
+       && json_integer_value(json_array_get(span, 1)) == 97,
+       "a C-quoted path: unquoted, its section exact");
+
+    json_decref(files);
+    json_decref(index);
+
+    /* hostile: no newline at all, a lone header, garbage */
+    files = runner_outcome_diff_walk("diff --git a/z b/z", 18, &index);
+    ok(json_array_size(files) == 1 && json_object_get(index, "z"),
+       "a header alone, no newline: one file");
+    json_decref(files);
+    json_decref(index);
+
+    files = runner_outcome_diff_walk("\0\0+x\n-y\n", 9, &index);
+    ok(json_array_size(files) == 0 && json_object_size(index) == 0,
+       "lines before any header: no file");
+    json_decref(files);
+    json_decref(index);
+}
+
+
 /* runner_log: nothing from a message can end its line or its msg="" */
 static void
 test_log_escape(void)
@@ -559,6 +651,7 @@ main(void)
     test_ts_cmp();
     test_log_escape();
     test_outcome_clamp();
+    test_diff_index();
 
     printf("1..%d\n", tests);
 
