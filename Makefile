@@ -16,7 +16,7 @@ TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
-               runner/run.c
+               runner/run.c runner/workspace.c runner/janitor.c
 RUNNER_LUA := $(wildcard runner/scripts/*.lua)
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 

@@ -49,7 +49,13 @@ runner_config_usage(void)
 "  --max-event-bytes SIZE  $SMCP_MAX_EVENT_BYTES: a run's stored events;\n"
 "                        later output is not stored (64m)\n"
 "  --max-result SIZE     $SMCP_MAX_RESULT: bytes kept of a run's result\n"
-"                        (256k)\n");
+"                        (256k)\n"
+"  --workspace-limit SIZE  $SMCP_WORKSPACE_LIMIT: a session's volume;\n"
+"                        a run past it is stopped (10g)\n"
+"  --workspace-inodes N  $SMCP_WORKSPACE_INODES: files in a session's\n"
+"                        volume (1000000)\n"
+"  --janitor-interval S  $SMCP_JANITOR_INTERVAL: idle sessions are\n"
+"                        expired this often (60)\n");
 }
 
 
@@ -157,7 +163,9 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         "--image", "--network", "--egress-url", "--dns", "--git-host",
         "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
         "--egress-container", "--max-line", "--diff-max",
-        "--max-event-bytes", "--max-result", "--redis-password-file", NULL };
+        "--max-event-bytes", "--max-result", "--redis-password-file",
+        "--workspace-limit", "--workspace-inodes", "--janitor-interval",
+        NULL };
     const char **k;
     double       cpus;
 
@@ -275,6 +283,15 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
                                "64m"));
     cfg->max_result = runner_config_size(runner_config_get(argc, argv,
                           "--max-result", "SMCP_MAX_RESULT", "256k"));
+    cfg->workspace_limit = runner_config_size(runner_config_get(argc, argv,
+                               "--workspace-limit", "SMCP_WORKSPACE_LIMIT",
+                               "10g"));
+    cfg->workspace_inodes = runner_config_size(runner_config_get(argc, argv,
+                                "--workspace-inodes", "SMCP_WORKSPACE_INODES",
+                                "1000000"));
+    cfg->janitor_interval = atoi(runner_config_get(argc, argv,
+                                 "--janitor-interval",
+                                 "SMCP_JANITOR_INTERVAL", "60"));
 
     {
         char  rnd[17];
@@ -306,6 +323,14 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         snprintf(err, errlen, "bad --max-line (1k..64m), --diff-max "
                  "(1k..256m), --max-event-bytes (1k..) or --max-result "
                  "(1k..64m)");
+        return RUNNER_ERR;
+    }
+
+    if (cfg->workspace_limit <= 0 || cfg->workspace_inodes <= 0
+        || cfg->janitor_interval < 1 || cfg->janitor_interval > 86400)
+    {
+        snprintf(err, errlen, "bad --workspace-limit, --workspace-inodes or "
+                 "--janitor-interval (1..86400)");
         return RUNNER_ERR;
     }
 

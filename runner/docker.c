@@ -222,6 +222,63 @@ runner_docker_volume(const char *name, const char *session, char *err,
 }
 
 
+/* where the engine keeps a volume's files (host side) */
+int
+runner_docker_volume_mountpoint(const char *name, char *buf, size_t size,
+    char *err, size_t errlen)
+{
+    long         st;
+    json_t      *out;
+    char         path[256];
+    const char  *mp;
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
+    snprintf(path, sizeof(path), "/volumes/%s", name);
+    st = runner_docker_call("GET", path, NULL, 30, &out, err, errlen);
+
+    mp = json_string_value(json_object_get(out, "Mountpoint"));
+
+    if (st != 200 || mp == NULL || mp[0] != '/' || strlen(mp) >= size) {
+        if (st == 200) {
+            snprintf(err, errlen, "docker: volume %s has no usable "
+                     "Mountpoint", name);
+        }
+        json_decref(out);
+        return RUNNER_ERR;
+    }
+
+    strcpy(buf, mp);
+    json_decref(out);
+
+    return RUNNER_OK;
+}
+
+
+/* RUNNER_AGAIN: in use by a container */
+int
+runner_docker_volume_remove(const char *name, char *err, size_t errlen)
+{
+    long  st;
+    char  path[256];
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
+    snprintf(path, sizeof(path), "/volumes/%s", name);
+    st = runner_docker_call("DELETE", path, NULL, 60, NULL, err, errlen);
+
+    if (st == 409) {
+        return RUNNER_AGAIN;
+    }
+
+    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
+}
+
+
 /*
  * The compose variant of the network recipe: one internal network per
  * session (sandboxes of different sessions cannot reach each other), the

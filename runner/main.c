@@ -212,8 +212,9 @@ main(int argc, char **argv)
     redisContext      *c;
     char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
     char               stream_id[64];
-    int                waiting, rc, delay;
+    int                waiting, rc, delay, janitor_up;
     time_t             last_claim, last_reconcile, retry_at;
+    pthread_t          janitor;
     struct sigaction   sa;
 
     if (argc > 1 && (strcmp(argv[1], "-h") == 0
@@ -238,6 +239,7 @@ main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    janitor_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "concurrency=%d image=%s network=%s", RUNNER_VERSION,
@@ -257,6 +259,14 @@ main(int argc, char **argv)
     if (c) {
         runner_run_reconcile(c);
         runner_pending(c);
+
+        if (pthread_create(&janitor, NULL, runner_janitor_thread, NULL) == 0)
+        {
+            janitor_up = 1;
+
+        } else {
+            runner_log("error", NULL, "cannot start the janitor thread");
+        }
     }
 
     last_claim = last_reconcile = time(NULL);
@@ -323,6 +333,10 @@ main(int argc, char **argv)
     while (runner_runs) {
         runner_reap(&waiting);
         usleep(100 * 1000);
+    }
+
+    if (janitor_up) {
+        pthread_join(janitor, NULL);
     }
 
     if (c) {

@@ -33,6 +33,7 @@
 #define RUNNER_WAIT_S        10      /* one Docker wait; waits are looped */
 #define RUNNER_KILL_RETRY_MS 2000
 #define RUNNER_KILL_GRACE_MS 30000   /* a killed sandbox's log ends by then */
+#define RUNNER_WS_CHECK_MS   5000    /* the workspace is measured this often */
 
 
 static int64_t
@@ -120,11 +121,26 @@ runner_run_max_cost(redisReply *v)
 }
 
 
+/* the cost so far against the cap (max: its value in the run hash) */
+static void
+runner_run_check_cost(runner_run_t *run, redisReply *max_cost, double cost)
+{
+    double  max;
+
+    max = runner_run_max_cost(max_cost);
+
+    if (max > 0 && cost > max) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
+                        "has cost $%.6f, over its max_cost of $%.6f; the "
+                        "sandbox was stopped", cost, max);
+    }
+}
+
+
 static void
 runner_run_check(runner_run_t *run, redisContext *c, int64_t now)
 {
     char         key[160];
-    double       cost, max;
     redisReply  *r;
 
     if (run->deadline_ms && now >= run->deadline_ms) {
@@ -154,14 +170,8 @@ runner_run_check(runner_run_t *run, redisContext *c, int64_t now)
         runner_run_stop(run, RUNNER_STOP_CANCEL, "cancelled");
     }
 
-    max = runner_run_max_cost(r->element[1]);
-    cost = atomic_load(&run->cost_micros) / 1e6;
-
-    if (max > 0 && cost > max) {
-        runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
-                        "has cost $%.6f, over its max_cost of $%.6f; the "
-                        "sandbox was stopped", cost, max);
-    }
+    runner_run_check_cost(run, r->element[1],
+                          atomic_load(&run->cost_micros) / 1e6);
 
     freeReplyObject(r);
 }
@@ -198,16 +208,103 @@ runner_run_kill(runner_run_t *run, int64_t now, int64_t *last_try)
 }
 
 
+/* the session's workspace, measured from the host every few seconds */
+typedef struct {
+    char        mountpoint[512];
+    int         off;
+    int64_t     next;
+} runner_ws_watch_t;
+
+static atomic_int  runner_run_ws_warned;
+
+
+static void
+runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
+{
+    int              rc;
+    int64_t          took;
+    char             err[RUNNER_ERRLEN], volume[128];
+    runner_usage_t   u;
+
+    if (w->off || now < w->next || run->session[0] == '\0') {
+        return;
+    }
+
+    w->next = now + RUNNER_WS_CHECK_MS;
+
+    if (w->mountpoint[0] == '\0') {
+        snprintf(volume, sizeof(volume), "smcp-%s", run->session);
+
+        if (runner_docker_volume_mountpoint(volume, w->mountpoint,
+                                            sizeof(w->mountpoint), err,
+                                            sizeof(err)) != RUNNER_OK)
+        {
+            runner_log("error", run->id, "workspace: %s", err);
+            return;
+        }
+    }
+
+    rc = runner_workspace_usage(w->mountpoint, runner_config.workspace_limit,
+                                runner_config.workspace_inodes, &u, err,
+                                sizeof(err));
+    took = runner_run_now_ms() - now;
+
+    if (rc == RUNNER_AGAIN) {
+        w->next = now + 300;        /* another run's walk: soon */
+        return;
+    }
+
+    if (rc == RUNNER_ERR) {
+        w->off = 1;
+
+        if (atomic_exchange(&runner_run_ws_warned, 1) == 0) {
+            runner_log("warn", NULL, "workspace limits are not enforced: "
+                       "%s (a runner in a container needs the engine's "
+                       "volumes directory mounted, read-only, at the same "
+                       "path)", err);
+        }
+
+        return;
+    }
+
+    /* a big tree is walked less often: a tenth of the time at most */
+    if (took * 10 > RUNNER_WS_CHECK_MS) {
+        w->next = now + took * 10;
+    }
+
+    if (u.too_deep) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
+                        "the session's workspace nests more than %d "
+                        "directories deep; the sandbox was stopped",
+                        RUNNER_WS_DEPTH);
+
+    } else if (u.bytes > runner_config.workspace_limit) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
+                        "the session's workspace holds more than %lld bytes "
+                        "(--workspace-limit); the sandbox was stopped",
+                        (long long) runner_config.workspace_limit);
+
+    } else if (u.inodes > runner_config.workspace_inodes) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
+                        "the session's workspace holds more than %lld files "
+                        "(--workspace-inodes); the sandbox was stopped",
+                        (long long) runner_config.workspace_inodes);
+    }
+}
+
+
 static void *
 runner_run_watchdog(void *arg)
 {
-    runner_run_t  *run = arg;
-    redisContext  *c;
-    int64_t        now, last_touch, last_check, last_connect, last_kill;
-    char           err[RUNNER_ERRLEN];
+    runner_run_t       *run = arg;
+    redisContext       *c;
+    int64_t             now, last_touch, last_check, last_connect, last_kill;
+    char                err[RUNNER_ERRLEN];
+    runner_ws_watch_t   ws;
 
     c = NULL;
     last_touch = last_check = last_connect = last_kill = 0;
+    memset(&ws, 0, sizeof(ws));
 
     while (!atomic_load(&run->watch_end) && !runner_stop) {
         now = runner_run_now_ms();
@@ -234,6 +331,8 @@ runner_run_watchdog(void *arg)
             last_check = now;
             runner_run_check(run, (c && !c->err) ? c : NULL, now);
         }
+
+        runner_run_workspace(run, &ws, now);
 
         runner_run_kill(run, now, &last_kill);
 
@@ -645,10 +744,21 @@ static int
 runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 {
     const char  *status, *error;
-    char         msg[512], stopmsg[256];
+    char         msg[512], stopmsg[256], key[160];
+    redisReply  *r;
 
     status = "completed";
     error = NULL;
+
+    /* a run that spent past its cap says so, however it ended (its agent
+     * may have finished before the watchdog looked) */
+    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config.prefix, run->id);
+    r = redisCommand(run->redis, "HGET %s max_cost", key);
+
+    if (r) {
+        runner_run_check_cost(run, r, run->out.cost);
+        freeReplyObject(r);
+    }
 
     switch (runner_run_stopped(run, stopmsg, sizeof(stopmsg))) {
 
@@ -683,9 +793,6 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     }
 
     if (run->out.oc_session[0] && run->session[0]) {
-        char         key[160];
-        redisReply  *r;
-
         snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config.prefix,
                  run->session);
         r = redisCommand(run->redis, "HSET %s opencode_session %s", key,
@@ -1227,6 +1334,8 @@ runner_run_reconcile(redisContext *c)
         run_id = json_string_value(json_object_get(labels, "smcp.run"));
 
         if (id == NULL || run_id == NULL
+            || !runner_docker_valid_id(id)
+            || !smcp_valid_id(run_id, strlen(run_id), SMCP_RUN_ID_PREFIX)
             || runner_store_hget(c, run_id, "status", status, sizeof(status))
                != RUNNER_OK)
         {

@@ -63,6 +63,9 @@ typedef struct {
     int64_t     max_event_bytes;        /* a run's stored events */
     int64_t     max_result;             /* bytes kept of a run's result */
     int         claim_idle_ms;          /* take over a dead runner's runs */
+    int64_t     workspace_limit;        /* bytes of a session's volume */
+    int64_t     workspace_inodes;
+    int         janitor_interval;       /* s between idle-session passes */
     unsigned char secret[SMCP_SECRET_MAX];
     size_t      secret_len;
     unsigned char redis_password[SMCP_SECRET_MAX];  /* AUTH; never logged */
@@ -182,6 +185,9 @@ int runner_store_last_log_ts(redisContext *c, runner_run_t *run);
 int runner_docker_ping(char *err, size_t errlen);
 int runner_docker_volume(const char *name, const char *session,
     char *err, size_t errlen);
+int runner_docker_volume_mountpoint(const char *name, char *buf,
+    size_t size, char *err, size_t errlen);
+int runner_docker_volume_remove(const char *name, char *err, size_t errlen);
 int runner_docker_session_net(const char *name, const char *session,
     const char *peer, char *err, size_t errlen);
 int runner_docker_session_net_drop(const char *name, const char *peer,
@@ -248,6 +254,22 @@ void runner_outcome_free(runner_outcome_t *out);
 json_t *runner_outcome_files(const char *diff, size_t len);
 json_t *runner_outcome_diff_walk(const char *diff, size_t len,
     json_t **index);
+
+/* workspace.c */
+#define RUNNER_WS_DEPTH  128        /* directories open in one walk */
+
+typedef struct {
+    int64_t     bytes;              /* allocated (st_blocks) */
+    int64_t     inodes;
+    int         too_deep;
+} runner_usage_t;
+
+int runner_workspace_usage(const char *root, int64_t max_bytes,
+    int64_t max_inodes, runner_usage_t *u, char *err, size_t errlen);
+
+/* janitor.c: idle sessions expired, by any number of runners at once */
+void *runner_janitor_thread(void *arg);
+int runner_janitor_pass(redisContext *c, int *expired);
 
 /* run.c: a run taken this many times (claims, re-attaches, less clean
  * detaches) crashed its runners: it is failed */

@@ -9,11 +9,17 @@
 #   1. max_running 1: three runs of the tenant queued at once, a runner
 #      with room for three: they run one after the other; the tenant's
 #      active set is empty at the end
-#   2. max_cost: the model's usage costs $3 a step, the cap is $1: the
-#      sandbox is stopped, the run `failed` naming the cap and the cost
+#   2. max_cost: the model's usage costs $0.45 a step, the cap is $0.2:
+#      the sandbox is stopped, the run `failed` naming the cap and the cost
 #   3. the finish: a run renaming a file (git mv) gets diff_index with the
 #      section under the old and the new path; its keys expire after its
 #      `retention`; its session's `sessions` score is last_active + idle_ttl
+#   4. --workspace-limit 50m: a run writing 80 MB into its workspace is
+#      stopped, `failed` naming the limit
+#   5. the janitor (--janitor-interval, two runners at once): a session due
+#      in `sessions` with a run going is left alone; once its run ended,
+#      and for an idle one, the volume goes, the session is `expired` once
+#      (one runner's log says so), its keys live its `retention`
 #
 # Needs root, Docker, `make` and redis-server; CI=true turns skips into
 # failures.  Uses $SMCP_SANDBOX_IMAGE.
@@ -39,7 +45,13 @@ my $s = SMCP::Stack->new(
         'SCENARIO-COST' => [
             { tool_use => { name => 'bash', input => { command => 'echo costly',
                                                        description => 'Spend' } },
-              usage => { input_tokens => 1000000, output_tokens => 10 } },
+              usage => { input_tokens => 150000, output_tokens => 10 } },
+            { hang => 150 },
+        ],
+        'SCENARIO-DISK' => [
+            { tool_use => { name => 'bash', input => {
+                command => 'dd if=/dev/zero of=/workspace/repo/big.bin bs=1M count=80 '
+                           . '2>/dev/null; echo wrote', description => 'Fill' } } },
             { hang => 150 },
         ],
         'SCENARIO-RENAME' => [
@@ -70,7 +82,8 @@ sub diag_run {
 
 my @one = map { $s->run_task(task => "SCENARIO-ONE: run $_", title => "one $_") } 1 .. 3;
 $t->redis('HSET', "smcp:run:$_->{runId}", max_running => 1) for @one;
-my $runner = $s->start_runner(concurrency => 3);
+my @RUNNER_ARGS = ('--workspace-limit', '50m', '--janitor-interval', '2');
+my $runner = $s->start_runner(concurrency => 3, args => \@RUNNER_ARGS);
 
 subtest 'max_running 1: one run at a time' => sub {
     my $t0 = time();
@@ -98,7 +111,7 @@ subtest 'max_running 1: one run at a time' => sub {
 # 2 and 3 at once
 
 my $cost = $s->run_task(task => 'SCENARIO-COST: spend', title => 'cost', timeoutSeconds => 120);
-$t->redis('HSET', "smcp:run:$cost->{runId}", max_cost => '1.0');
+$t->redis('HSET', "smcp:run:$cost->{runId}", max_cost => '0.2');
 my $ren = $s->run_task(task => 'SCENARIO-RENAME: rename README.md',
                        repository => 'https://github.com/owner/repo', title => 'rename');
 $t->redis('HSET', "smcp:run:$ren->{runId}", retention => 120);
@@ -108,9 +121,9 @@ subtest 'max_cost: the sandbox is stopped' => sub {
     my $id = $cost->{runId};
     my $r = $s->wait_done($id, 90);
     is($r->{status}, 'failed', 'failed') or diag_run($id, $runner);
-    like($r->{error} // '', qr/spend cap exceeded: the run has cost \$3\.\d+, over its max_cost of \$1\.0+/,
+    like($r->{error} // '', qr/spend cap exceeded: the run has cost \$0\.4\d+, over its max_cost of \$0\.20+/,
          'the error names the cost and the cap: ' . ($r->{error} // 'null'));
-    ok($r->{cost} > 1, "cost $r->{cost} recorded");
+    ok($r->{cost} > 0.2, "cost $r->{cost} recorded");
     my @req = grep { ($_->{body} // '') =~ /SCENARIO-COST/ } $s->anthropic->requests;
     ok(@req <= 2, 'the model was asked at most twice (' . scalar(@req) . ')');
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
@@ -150,6 +163,63 @@ subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
     is($t->redis('ZSCORE', 'smcp:sessions', $ren->{sessionId}), $ses->{last_active} + 3600 * 1000,
        'sessions: scored last_active + idle_ttl');
     ok(!$t->redis('SISMEMBER', "smcp:tenant:$tenant:active", $id), 'the run left the active set');
+};
+
+##############################################################################
+# 4. the workspace limit (and a session due while its run goes on)
+
+my $disk = $s->run_task(task => 'SCENARIO-DISK: fill the workspace', title => 'disk',
+                        timeoutSeconds => 120);
+$t->redis('HSET', "smcp:session:$disk->{sessionId}", retention => 300);
+$t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $disk->{sessionId});
+
+subtest '--workspace-limit 50m: 80 MB written' => sub {
+    my $id = $disk->{runId};
+    my $r = $s->wait_done($id, 90);
+    is($r->{status}, 'failed', 'failed') or diag_run($id, $runner);
+    like($r->{error} // '', qr/workspace limit exceeded: .*more than 52428800 bytes/,
+         'the error names the limit: ' . ($r->{error} // 'null'));
+    my @tu = grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
+    like($tu[0] && $tu[0]{json}{part}{state}{output} // '', qr/wrote/, 'the file was written');
+    my $h = $s->run_hash($id);
+    note(sprintf('stopped %.1f s after it started', ($h->{finished_at} - $h->{started_at}) / 1000));
+    ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
+    like($s->runner_log($runner), qr/run=\Q$id\E.*workspace limit exceeded/, 'runner log');
+    unlike($s->runner_log($runner), qr/janitor: session \Q$disk->{sessionId}\E expired.*\n(?s:.*)run=\Q$id\E.*running in container/,
+           'the janitor did not expire the session before its run went');
+};
+
+##############################################################################
+# 5. the janitor, two runners at once
+
+subtest 'the janitor' => sub {
+    my $t0 = time();
+    my $r2 = $s->start_runner(name => $s->runner_name . '-b', concurrency => 1,
+                              args => ['--janitor-interval', '1']);
+    my $idle = $one[0]{sessionId};
+    my (undef, $v) = SMCP::Docker::docker('volume', 'ls', '-q', '--filter', "name=smcp-$idle");
+    like($v, qr/smcp-\Q$idle\E/, 'an idle session with its volume');
+    $t->redis('HSET', "smcp:session:$idle", retention => 300);
+    $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $idle);
+    for my $ses ($idle, $disk->{sessionId}) {
+        ok(wait_until(30, sub {
+            ($t->redis_hgetall("smcp:session:$ses")->{state} // '') eq 'expired' }, 0.2),
+           "session $ses expired") or diag($s->runner_log_tail($runner, 10));
+        my (undef, $vol) = SMCP::Docker::docker('volume', 'ls', '-q', '--filter', "name=smcp-$ses");
+        unlike($vol, qr/\Q$ses\E/, '... its volume is gone');
+        my $ttl = $t->redis('TTL', "smcp:session:$ses");
+        ok($ttl > 280 && $ttl <= 300, "... its keys live its retention ($ttl s)");
+        is($t->redis('ZSCORE', 'smcp:sessions', $ses), undef, '... out of sessions');
+        my $logs = $s->runner_log($runner) . $s->runner_log($r2);
+        my $n = () = $logs =~ /janitor: session \Q$ses\E expired/g;
+        is($n, 1, '... expired once, by one of the two runners');
+    }
+    push @TIMINGS, ['janitor: two sessions expired', time() - $t0];
+    my $other = $one[1]{sessionId};
+    is($t->redis_hgetall("smcp:session:$other")->{state}, undef,
+       'a session not due is left alone');
+    ok($s->runner_alive($r2), 'the second runner is up');
+    $s->stop_runner($r2, 'TERM');
 };
 
 ##############################################################################

@@ -10,8 +10,10 @@
 #   finish.lua  the outcome once; the run leaves the active set; its keys
 #               expire after `retention`; the session's last_active and its
 #               `sessions` score (last_active + idle_ttl) bumped
-#   janitor_begin.lua / janitor_end.lua   an idle session expired once,
-#               however many runners try at once
+#   janitor_begin.lua / janitor_end.lua   an idle session (due in
+#               `sessions`, no started or running run) marked `expiring` by
+#               one runner at a time (a dead runner's mark taken over when
+#               stale), then `expired`, its keys kept `retention` more
 #
 # And the runner with a Redis that wants a password (--redis-password-file,
 # $SMCP_REDIS_PASSWORD): AUTH on every connect, the password never logged
@@ -217,6 +219,82 @@ subtest 'finish: no retention, no idle_ttl, expiring or missing sessions' => sub
     run('run_j', status => 'running');
     is(finish('run_j', 'completed', {}), 'ok', 'a run without tenant or session');
     is($t->redis('EXISTS', ''), 0, '... and no key named ""');
+};
+
+##############################################################################
+
+# janitor_begin / janitor_end (session, instance, [now]) as the runner calls them
+sub jbegin {
+    my ($ses, $inst, $at) = @_;
+    return script('janitor_begin',
+        [ "${P}session:$ses", "${P}session:$ses:runs", "${P}sessions" ],
+        [ $ses, $at // $now, $inst, $P, 600000 ]);
+}
+
+sub jend {
+    my ($ses, $inst, $at) = @_;
+    return script('janitor_end',
+        [ "${P}session:$ses", "${P}session:$ses:runs", "${P}sessions" ],
+        [ $ses, $at // $now, $inst, 2592000 ]);
+}
+
+subtest 'janitor: an idle session expires once' => sub {
+    my $ses = 'ses_j1';
+    $t->redis('HSET', "${P}session:$ses", tenant => 'dave', idle_ttl => 60, retention => 300);
+    $t->redis('ZADD', "${P}session:$ses:runs", 1, 'run_j1', 2, 'run_j2');
+    run('run_j1', tenant => 'dave', session => $ses, status => 'completed');
+    run('run_j2', tenant => 'dave', session => $ses, status => 'running');
+    is(jbegin($ses, 'a/1/x'), 'not due', 'not in sessions: not due');
+    $t->redis('ZADD', "${P}sessions", $now + 1000, $ses);
+    is(jbegin($ses, 'a/1/x'), 'not due', 'scored in the future: not due');
+    $t->redis('ZADD', "${P}sessions", $now - 1000, $ses);
+    is(jbegin($ses, 'a/1/x'), 'busy', 'due, with a running run: busy');
+    $t->redis('HSET', "${P}run:run_j2", status => 'started');
+    is(jbegin($ses, 'a/1/x'), 'busy', '... with a started run: busy');
+    is(hash("${P}session:$ses")->{state}, undef, '... and left alone');
+    $t->redis('HSET', "${P}run:run_j2", status => 'cancelled');
+
+    is(jbegin($ses, 'a/1/x'), 'ok', 'due, no run going: ok (runner a)');
+    my $h = hash("${P}session:$ses");
+    is($h->{state}, 'expiring', 'state expiring');
+    is($h->{expiring_by}, 'a/1/x', 'marked by runner a');
+    is(jbegin($ses, 'b/2/y'), 'taken', 'runner b at the same time: taken');
+    is(jend($ses, 'b/2/y'), 'taken', 'runner b cannot end it either');
+    is(jbegin($ses, 'a/1/x'), 'ok', 'runner a again (its volume was in use): ok');
+    is(jend($ses, 'a/1/x', $now + 10), 'ok', 'runner a ends it');
+    $h = hash("${P}session:$ses");
+    is($h->{state}, 'expired', 'state expired');
+    is($h->{expired_at}, $now + 10, 'expired_at');
+    ok(!exists $h->{expiring_by} && !exists $h->{expiring_at}, 'the mark is gone');
+    my ($t1, $t2) = map { $t->redis('TTL', $_) } "${P}session:$ses", "${P}session:$ses:runs";
+    ok($t1 > 290 && $t1 <= 300 && $t2 > 290 && $t2 <= 300,
+       "the session's keys live its retention (300 s): $t1, $t2");
+    is($t->redis('ZSCORE', "${P}sessions", $ses), undef, 'out of sessions');
+    is(jbegin($ses, 'b/2/y'), 'not due', 'runner b, afterwards: not due');
+
+    $t->redis('ZADD', "${P}sessions", $now - 1000, $ses);
+    is(jbegin($ses, 'b/2/y'), 'expired', 'an expired session found due again: dropped');
+    is($t->redis('ZSCORE', "${P}sessions", $ses), undef, '... from sessions');
+};
+
+subtest 'janitor: a dead runner\'s mark, orphans, the default retention' => sub {
+    my $ses = 'ses_j2';
+    $t->redis('HSET', "${P}session:$ses", tenant => 'dave');
+    $t->redis('ZADD', "${P}sessions", $now - 1000, $ses);
+    is(jbegin($ses, 'a/1/x'), 'ok', 'runner a marks it, then dies');
+    is(jbegin($ses, 'b/2/y', $now + 1000), 'taken', 'runner b, soon after: taken');
+    is(jbegin($ses, 'b/2/y', $now + 600001), 'ok', 'runner b, once the mark is stale: ok');
+    is(hash("${P}session:$ses")->{expiring_by}, 'b/2/y', '... the mark is b\'s');
+    is(jend($ses, 'a/1/x'), 'taken', 'runner a back: cannot end it');
+    is(jend($ses, 'b/2/y'), 'ok', 'runner b ends it');
+    my $ttl = $t->redis('TTL', "${P}session:$ses");
+    ok($ttl > 2592000 - 10 && $ttl <= 2592000, "no retention field: 30 days ($ttl s)");
+
+    $t->redis('ZADD', "${P}sessions", $now - 1000, 'ses_j3');
+    is(jbegin('ses_j3', 'a/1/x'), 'orphan', 'due, its hash gone: orphan (its volume goes)');
+    is(jend('ses_j3', 'a/1/x'), 'ok', '... then it leaves sessions');
+    is($t->redis('ZSCORE', "${P}sessions", 'ses_j3'), undef, '... gone');
+    is($t->redis('EXISTS', "${P}session:ses_j3"), 0, '... no hash made');
 };
 
 ##############################################################################

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # C unit tests of the runner (t/unit/runner.c): Docker log frames as a
 # hostile sandbox shapes them, log escaping, agent events clamped, the diff
-# index.  Built with the project's warnings.
+# index, the workspace walk.  Built with the project's warnings.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$top/build/unit-runner-tests
@@ -10,6 +10,7 @@ if ! cc -O1 -g -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE \
         -pthread -I"$top/ngx_sandbox_mcp_module/common" -I"$top/runner" \
         -o "$out" "$top/t/unit/runner.c" "$top/runner/logstream.c" \
         "$top/runner/outcome.c" "$top/runner/log.c" \
+        "$top/runner/workspace.c" \
         "$top"/ngx_sandbox_mcp_module/common/*.c \
         -ljansson -lcrypto -lhiredis 2>"$top/build/unit-runner-tests.log"; then
     echo "1..1"

@@ -5,9 +5,11 @@
  * events may add up to.  Prints TAP.
  */
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runner.h"
@@ -588,6 +590,81 @@ test_diff_index(void)
 }
 
 
+/* the workspace walk: counted, bounded, no symlink followed */
+static void
+test_workspace(void)
+{
+    char             root[64], path[4096], block[4096], err[256];
+    int              i, fd, rc;
+    size_t           n;
+    runner_usage_t   u;
+
+    strcpy(root, "/tmp/smcp-unit-ws-XXXXXX");
+    if (mkdtemp(root) == NULL) {
+        ok(0, "mkdtemp");
+        return;
+    }
+
+    memset(block, 'w', sizeof(block));
+
+    /* 10 files of 4 KiB, a directory, a symlink to /, a fifo */
+    for (i = 0; i < 10; i++) {
+        snprintf(path, sizeof(path), "%s/f%d", root, i);
+        fd = open(path, O_WRONLY | O_CREAT, 0644);
+        n = write(fd, block, sizeof(block));
+        close(fd);
+        (void) n;
+    }
+
+    snprintf(path, sizeof(path), "%s/d", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/d/root", root);
+    rc = symlink("/", path);
+    snprintf(path, sizeof(path), "%s/d/fifo", root);
+    mkfifo(path, 0644);
+    (void) rc;
+
+    rc = runner_workspace_usage(root, 0, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.inodes == 14 && !u.too_deep,
+       "14 inodes: the root, 10 files, a directory, a symlink (not "
+       "followed), a fifo (not opened)");
+    ok(u.bytes >= 10 * 4096 && u.bytes < 10 * 4096 + 64 * 1024,
+       "bytes: what the files take");
+
+    rc = runner_workspace_usage(root, 0, 5, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.inodes == 6, "--workspace-inodes 5: the walk "
+       "ends at the sixth");
+
+    rc = runner_workspace_usage(root, 8192, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.bytes > 8192 && u.inodes < 10,
+       "a byte limit: the walk ends once past it");
+
+    /* deeper than the walk goes */
+    n = snprintf(path, sizeof(path), "%s/d", root);
+    for (i = 0; i < RUNNER_WS_DEPTH + 2 && n + 3 < sizeof(path); i++) {
+        n += snprintf(path + n, sizeof(path) - n, "/x");
+        mkdir(path, 0755);
+    }
+
+    rc = runner_workspace_usage(root, 0, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.too_deep, "a tree deeper than the walk: "
+       "too deep");
+
+    snprintf(path, sizeof(path), "%s/d/root", root);
+    rc = runner_workspace_usage(path, 0, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_ERR, "a root that is a symlink: refused");
+
+    rc = runner_workspace_usage("/nonexistent/smcp", 0, 0, &u, err,
+                                sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "/nonexistent/smcp") != NULL,
+       "a root that is not there: an error naming it");
+
+    snprintf(path, sizeof(path), "rm -rf '%s'", root);
+    rc = system(path);
+    (void) rc;
+}
+
+
 /* runner_log: nothing from a message can end its line or its msg="" */
 static void
 test_log_escape(void)
@@ -652,6 +729,7 @@ main(void)
     test_log_escape();
     test_outcome_clamp();
     test_diff_index();
+    test_workspace();
 
     printf("1..%d\n", tests);
 
