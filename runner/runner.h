@@ -8,12 +8,12 @@
  * runners, on one host or many, share one queue.
  *
  * Files, one concern each: main.c (flags, signals, the loop), config.c,
- * log.c, store.c (Redis; its scripts are runner/scripts/*.lua, embedded
- * at build), docker.c (Engine API over the unix socket), logstream.c
- * (Docker's multiplexed log frames to lines), run.c (one run from claim
- * to outcome, and its watchdog), outcome.c (what the agent's events add
- * up to), workspace.c (a session volume's size), janitor.c (idle
- * sessions expired).
+ * log.c, store.c (Redis; its scripts are the .lua files in
+ * runner/scripts, embedded at build), docker.c (Engine API over the unix
+ * socket), logstream.c (Docker's multiplexed log frames to lines), run.c
+ * (one run from claim to outcome, and its watchdog), outcome.c (what the
+ * agent's events add up to), workspace.c (a session volume's size),
+ * janitor.c (idle sessions expired).
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
