@@ -2,6 +2,7 @@
  * Configuration: flags first, then the environment, then defaults.
  */
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,9 @@ runner_config_usage(void)
 "usage: smcp-runner [options]   (flag, else environment, else default)\n"
 "  --redis ADDR          $SMCP_REDIS: host:port or unix:/path\n"
 "                        (127.0.0.1:6379)\n"
+"  --redis-password-file PATH  $SMCP_REDIS_PASSWORD_FILE: Redis requires\n"
+"                        a password (AUTH after every connect); else\n"
+"                        $SMCP_REDIS_PASSWORD\n"
 "  --prefix STR          $SMCP_REDIS_PREFIX: key prefix (smcp:)\n"
 "  --name STR            $SMCP_RUNNER_NAME: consumer name, keep it stable\n"
 "                        per host: restarts re-attach by it (hostname)\n"
@@ -38,7 +42,20 @@ runner_config_usage(void)
 "                        silent this long (60000)\n"
 "  --egress-container NAME  $SMCP_EGRESS_CONTAINER: nginx runs in a\n"
 "                        container (compose): each session gets its own\n"
-"                        internal network, which NAME joins as \"egress\"\n");
+"                        internal network, which NAME joins as \"egress\"\n"
+"  --max-line SIZE       $SMCP_MAX_LINE: longer log lines are cut, with a\n"
+"                        warning event (256k)\n"
+"  --diff-max SIZE       $SMCP_DIFF_MAX: bytes kept of a run's diff (10m)\n"
+"  --max-event-bytes SIZE  $SMCP_MAX_EVENT_BYTES: a run's stored events;\n"
+"                        later output is not stored (64m)\n"
+"  --max-result SIZE     $SMCP_MAX_RESULT: bytes kept of a run's result\n"
+"                        (256k)\n"
+"  --workspace-limit SIZE  $SMCP_WORKSPACE_LIMIT: a session's volume;\n"
+"                        a run past it is stopped (10g)\n"
+"  --workspace-inodes N  $SMCP_WORKSPACE_INODES: files in a session's\n"
+"                        volume (1000000)\n"
+"  --janitor-interval S  $SMCP_JANITOR_INTERVAL: idle sessions are\n"
+"                        expired this often (60)\n");
 }
 
 
@@ -84,18 +101,54 @@ static int64_t
 runner_config_size(const char *v)
 {
     char     *end;
-    int64_t   n;
+    int64_t   n, mult;
 
     n = strtoll(v, &end, 10);
+    mult = 1;
 
     switch (*end) {
-    case 'k': case 'K': n *= 1024; end++; break;
-    case 'm': case 'M': n *= 1024 * 1024; end++; break;
-    case 'g': case 'G': n *= 1024LL * 1024 * 1024; end++; break;
+    case 'k': case 'K': mult = 1024; end++; break;
+    case 'm': case 'M': mult = 1024 * 1024; end++; break;
+    case 'g': case 'G': mult = 1024LL * 1024 * 1024; end++; break;
+    case 't': case 'T': mult = 1024LL * 1024 * 1024 * 1024; end++; break;
     default: break;
     }
 
-    return (*end == '\0' && n > 0) ? n : -1;
+    if (*end != '\0' || n <= 0 || n > INT64_MAX / mult) {
+        return -1;
+    }
+
+    return n * mult;
+}
+
+
+/* the Redis password: a file (flag, else environment), else the
+ * environment's value; none is fine */
+static int
+runner_config_password(runner_config_t *cfg, int argc, char **argv,
+    char *err, size_t errlen)
+{
+    const char  *v;
+
+    v = runner_config_get(argc, argv, "--redis-password-file",
+                          "SMCP_REDIS_PASSWORD_FILE", NULL);
+
+    if (v) {
+        return smcp_secret_from_file(v, 1, cfg->redis_password,
+                                     &cfg->redis_password_len, err, errlen)
+               == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+    }
+
+    v = getenv("SMCP_REDIS_PASSWORD");
+
+    if (v && *v) {
+        return smcp_secret_from_env("SMCP_REDIS_PASSWORD", 1,
+                                    cfg->redis_password,
+                                    &cfg->redis_password_len, err, errlen)
+               == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
 }
 
 
@@ -109,7 +162,10 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         "--redis", "--prefix", "--name", "--secret-file", "--docker-socket",
         "--image", "--network", "--egress-url", "--dns", "--git-host",
         "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
-        "--egress-container", NULL };
+        "--egress-container", "--max-line", "--diff-max",
+        "--max-event-bytes", "--max-result", "--redis-password-file",
+        "--workspace-limit", "--workspace-inodes", "--janitor-interval",
+        NULL };
     const char **k;
     double       cpus;
 
@@ -218,7 +274,24 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
                                         "SMCP_SANDBOX_PIDS", "512"));
     cfg->claim_idle_ms = atoi(runner_config_get(argc, argv, "--claim-idle",
                                                 "SMCP_CLAIM_IDLE", "60000"));
-    cfg->diff_max = 10 * 1024 * 1024;
+    cfg->diff_max = runner_config_size(runner_config_get(argc, argv,
+                                       "--diff-max", "SMCP_DIFF_MAX", "10m"));
+    cfg->max_line = runner_config_size(runner_config_get(argc, argv,
+                                       "--max-line", "SMCP_MAX_LINE", "256k"));
+    cfg->max_event_bytes = runner_config_size(runner_config_get(argc, argv,
+                               "--max-event-bytes", "SMCP_MAX_EVENT_BYTES",
+                               "64m"));
+    cfg->max_result = runner_config_size(runner_config_get(argc, argv,
+                          "--max-result", "SMCP_MAX_RESULT", "256k"));
+    cfg->workspace_limit = runner_config_size(runner_config_get(argc, argv,
+                               "--workspace-limit", "SMCP_WORKSPACE_LIMIT",
+                               "10g"));
+    cfg->workspace_inodes = runner_config_size(runner_config_get(argc, argv,
+                                "--workspace-inodes", "SMCP_WORKSPACE_INODES",
+                                "1000000"));
+    cfg->janitor_interval = atoi(runner_config_get(argc, argv,
+                                 "--janitor-interval",
+                                 "SMCP_JANITOR_INTERVAL", "60"));
 
     {
         char  rnd[17];
@@ -238,6 +311,30 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     {
         snprintf(err, errlen, "bad --concurrency, --memory, --cpus, --pids "
                  "or --claim-idle");
+        return RUNNER_ERR;
+    }
+
+    /* lines are held whole in memory: a few per run */
+    if (cfg->max_line < 1024 || cfg->max_line > 64 * 1024 * 1024
+        || cfg->diff_max < 1024 || cfg->diff_max > 256 * 1024 * 1024
+        || cfg->max_event_bytes < 1024 || cfg->max_result < 1024
+        || cfg->max_result > 64 * 1024 * 1024)
+    {
+        snprintf(err, errlen, "bad --max-line (1k..64m), --diff-max "
+                 "(1k..256m), --max-event-bytes (1k..) or --max-result "
+                 "(1k..64m)");
+        return RUNNER_ERR;
+    }
+
+    if (cfg->workspace_limit <= 0 || cfg->workspace_inodes <= 0
+        || cfg->janitor_interval < 1 || cfg->janitor_interval > 86400)
+    {
+        snprintf(err, errlen, "bad --workspace-limit, --workspace-inodes or "
+                 "--janitor-interval (1..86400)");
+        return RUNNER_ERR;
+    }
+
+    if (runner_config_password(cfg, argc, argv, err, errlen) != RUNNER_OK) {
         return RUNNER_ERR;
     }
 

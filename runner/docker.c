@@ -72,9 +72,43 @@ runner_docker_handle(const char *method, const char *path, long timeout)
 }
 
 
+/* a 64-hex container id, as Docker makes them */
+int
+runner_docker_valid_id(const char *id)
+{
+    size_t  n;
+
+    n = strspn(id, "0123456789abcdef");
+
+    return n == 64 && id[64] == '\0';
+}
+
+
+/* what goes into an API path: an id or one of our names, nothing that
+ * could change the path or its query */
+static int
+runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
+{
+    size_t  n;
+
+    n = strspn(ref, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789_.-");
+
+    if (n == 0 || n > 128 || ref[n] != '\0' || ref[0] == '.'
+        || ref[0] == '-')
+    {
+        snprintf(err, errlen, "docker: refusing a malformed name or id");
+        return 0;
+    }
+
+    return 1;
+}
+
+
 /*
- * One request; returns the HTTP status (0 when dockerd was not reached)
- * and, when out is given, the parsed JSON answer.
+ * One request; returns the HTTP status (0 when dockerd was not reached,
+ * -1 when the answer did not come within timeout seconds) and, when out
+ * is given, the parsed JSON answer.
  */
 static long
 runner_docker_call(const char *method, const char *path, json_t *body,
@@ -117,7 +151,12 @@ runner_docker_call(const char *method, const char *path, json_t *body,
     cc = curl_easy_perform(h);
     status = 0;
 
-    if (cc != CURLE_OK) {
+    if (cc == CURLE_OPERATION_TIMEDOUT) {
+        snprintf(err, errlen, "docker: %s %s: no answer within %ld s",
+                 method, path, timeout);
+        status = -1;
+
+    } else if (cc != CURLE_OK) {
         snprintf(err, errlen, "docker: %s (is dockerd running at %s?)",
                  curl_easy_strerror(cc), runner_config.docker_socket);
 
@@ -167,6 +206,10 @@ runner_docker_volume(const char *name, const char *session, char *err,
     long     st;
     json_t  *body;
 
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
     /* idempotent: an existing volume is returned as it is */
     body = json_pack("{s:s, s:{s:s, s:s}}", "Name", name, "Labels",
                      "smcp.session", session, "smcp.managed", "1");
@@ -176,6 +219,63 @@ runner_docker_volume(const char *name, const char *session, char *err,
     json_decref(body);
 
     return (st == 201 || st == 200) ? RUNNER_OK : RUNNER_ERR;
+}
+
+
+/* where the engine keeps a volume's files (host side) */
+int
+runner_docker_volume_mountpoint(const char *name, char *buf, size_t size,
+    char *err, size_t errlen)
+{
+    long         st;
+    json_t      *out;
+    char         path[256];
+    const char  *mp;
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
+    snprintf(path, sizeof(path), "/volumes/%s", name);
+    st = runner_docker_call("GET", path, NULL, 30, &out, err, errlen);
+
+    mp = json_string_value(json_object_get(out, "Mountpoint"));
+
+    if (st != 200 || mp == NULL || mp[0] != '/' || strlen(mp) >= size) {
+        if (st == 200) {
+            snprintf(err, errlen, "docker: volume %s has no usable "
+                     "Mountpoint", name);
+        }
+        json_decref(out);
+        return RUNNER_ERR;
+    }
+
+    strcpy(buf, mp);
+    json_decref(out);
+
+    return RUNNER_OK;
+}
+
+
+/* RUNNER_AGAIN: in use by a container */
+int
+runner_docker_volume_remove(const char *name, char *err, size_t errlen)
+{
+    long  st;
+    char  path[256];
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
+    snprintf(path, sizeof(path), "/volumes/%s", name);
+    st = runner_docker_call("DELETE", path, NULL, 60, NULL, err, errlen);
+
+    if (st == 409) {
+        return RUNNER_AGAIN;
+    }
+
+    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
 }
 
 
@@ -192,6 +292,10 @@ runner_docker_session_net(const char *name, const char *session,
     long     st;
     json_t  *body;
     char     path[256];
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
 
     body = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s, s:s}}",
                      "Name", name, "Driver", "bridge", "Internal", 1,
@@ -229,6 +333,10 @@ runner_docker_session_net_drop(const char *name, const char *peer,
     json_t  *body;
     char     path[256];
 
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
     body = json_pack("{s:s, s:b}", "Container", peer, "Force", 1);
     snprintf(path, sizeof(path), "/networks/%s/disconnect", name);
     (void) runner_docker_call("POST", path, body, 30, NULL, err, errlen);
@@ -251,6 +359,10 @@ runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
     char         path[256];
     const char  *s;
 
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
     snprintf(path, sizeof(path), "/containers/create?name=%s", name);
 
     st = runner_docker_call("POST", path, spec, 60, &out, err, errlen);
@@ -261,10 +373,17 @@ runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
     }
 
     s = json_string_value(json_object_get(out, "Id"));
-    snprintf(id, idlen, "%s", s ? s : "");
+
+    if (s == NULL || !runner_docker_valid_id(s) || strlen(s) >= idlen) {
+        snprintf(err, errlen, "docker: create answered no container id");
+        json_decref(out);
+        return RUNNER_ERR;
+    }
+
+    strcpy(id, s);
     json_decref(out);
 
-    return id[0] ? RUNNER_OK : RUNNER_ERR;
+    return RUNNER_OK;
 }
 
 
@@ -273,6 +392,10 @@ runner_docker_start(const char *id, char *err, size_t errlen)
 {
     long  st;
     char  path[256];
+
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_ERR;
+    }
 
     snprintf(path, sizeof(path), "/containers/%s/start", id);
     st = runner_docker_call("POST", path, NULL, 60, NULL, err, errlen);
@@ -287,6 +410,10 @@ runner_docker_kill(const char *id, char *err, size_t errlen)
     long  st;
     char  path[256];
 
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
     snprintf(path, sizeof(path), "/containers/%s/kill", id);
     st = runner_docker_call("POST", path, NULL, 30, NULL, err, errlen);
 
@@ -295,17 +422,27 @@ runner_docker_kill(const char *id, char *err, size_t errlen)
 }
 
 
+/* RUNNER_AGAIN: still running after timeout seconds */
 int
-runner_docker_wait(const char *id, int *exit_code, char *err, size_t errlen)
+runner_docker_wait(const char *id, long timeout, int *exit_code, char *err,
+    size_t errlen)
 {
     long     st;
     json_t  *out;
     char     path[256];
 
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
     snprintf(path, sizeof(path),
              "/containers/%s/wait?condition=not-running", id);
 
-    st = runner_docker_call("POST", path, NULL, 0, &out, err, errlen);
+    st = runner_docker_call("POST", path, NULL, timeout, &out, err, errlen);
+
+    if (st == -1) {
+        return RUNNER_AGAIN;
+    }
 
     if (st != 200) {
         json_decref(out);
@@ -325,6 +462,10 @@ runner_docker_remove(const char *id, char *err, size_t errlen)
     long  st;
     char  path[256];
 
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_ERR;
+    }
+
     /* the session's volume stays: the next run of the session needs it */
     snprintf(path, sizeof(path), "/containers/%s?force=1", id);
     st = runner_docker_call("DELETE", path, NULL, 60, NULL, err, errlen);
@@ -340,6 +481,10 @@ runner_docker_running(const char *id, int *running, char *err,
     long     st;
     json_t  *out;
     char     path[256];
+
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_ERR;
+    }
 
     snprintf(path, sizeof(path), "/containers/%s/json", id);
     st = runner_docker_call("GET", path, NULL, 30, &out, err, errlen);
@@ -436,6 +581,10 @@ runner_docker_follow(const char *id, const char *since, runner_line_pt on_line,
     long              status;
     char              path[512];
     runner_follow_t   f;
+
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_ERR;
+    }
 
     snprintf(path, sizeof(path), "/containers/%s/logs?follow=1&stdout=1"
              "&stderr=1&timestamps=1%s%s", id, since ? "&since=" : "",

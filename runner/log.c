@@ -1,5 +1,9 @@
 /*
  * Structured log lines on stderr: time, level, run, message.
+ *
+ * Messages carry text from outside (an agent's error, Docker's and Redis's
+ * answers): quotes, backslashes and every byte that is not printable ASCII
+ * are escaped, so no message can end its line or its msg="..." early.
  */
 
 #include <stdarg.h>
@@ -12,24 +16,87 @@
 #include "runner.h"
 
 
+/* src[0..len) escaped into dst (NUL-terminated, whole escapes only) */
+size_t
+runner_log_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t          i, n, k;
+    unsigned char   c;
+    char            esc[8];
+
+    if (size == 0) {
+        return 0;
+    }
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        c = (unsigned char) src[i];
+
+        switch (c) {
+        case '"':  strcpy(esc, "\\\""); break;
+        case '\\': strcpy(esc, "\\\\"); break;
+        case '\n': strcpy(esc, "\\n"); break;
+        case '\r': strcpy(esc, "\\r"); break;
+        case '\t': strcpy(esc, "\\t"); break;
+        default:
+            if (c < 0x20 || c >= 0x7f) {
+                snprintf(esc, sizeof(esc), "\\x%02x", c);
+
+            } else {
+                esc[0] = (char) c;
+                esc[1] = '\0';
+            }
+        }
+
+        k = strlen(esc);
+
+        if (n + k >= size) {
+            break;
+        }
+
+        memcpy(dst + n, esc, k);
+        n += k;
+    }
+
+    dst[n] = '\0';
+
+    return n;
+}
+
+
 void
 runner_log(const char *level, const char *run, const char *fmt, ...)
 {
     va_list         ap;
     struct timeval  tv;
     struct tm       tm;
-    char            ts[32], msg[1024];
+    int             n;
+    char            ts[32], msg[1024], out[4096], rid[2 * SMCP_ID_LEN + 1];
 
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
     strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+
+    if (n < 0) {
+        n = 0;
+
+    } else if ((size_t) n >= sizeof(msg)) {
+        n = sizeof(msg) - 1;
+    }
+
+    runner_log_escape(out, sizeof(out), msg, n);
+
+    if (run) {
+        runner_log_escape(rid, sizeof(rid), run, strlen(run));
+    }
 
     /* one write per line: lines of concurrent runs do not interleave */
     fprintf(stderr, "%s.%03dZ level=%s pid=%d%s%s msg=\"%s\"\n", ts,
             (int) (tv.tv_usec / 1000), level, (int) getpid(),
-            run ? " run=" : "", run ? run : "", msg);
+            run ? " run=" : "", run ? rid : "", out);
 }

@@ -1,11 +1,17 @@
 /*
- * Docker's multiplexed log stream (no TTY) to lines.
+ * Docker's multiplexed log stream (no TTY) to lines, as the bytes come.
  *
  * A frame is an 8-byte header [stream, 0, 0, 0, big-endian uint32 size]
  * and its payload.  With timestamps=1 every payload starts with an
  * RFC 3339 timestamp and a space.  Lines over 16 KiB come in several
  * frames, each with the same timestamp, only the last ending in '\n':
  * they are put back together per stream.
+ *
+ * Everything in a payload comes from the sandbox: any byte (NUL too), any
+ * length.  Nothing is allocated for a frame: its payload is consumed as it
+ * arrives, and a line keeps at most max_line bytes (the sandbox's diff
+ * line on stdout: max_diff); the rest is counted, dropped, and reported
+ * with the line (`cut`).
  */
 
 #include <stdlib.h>
@@ -14,7 +20,7 @@
 #include "runner.h"
 
 
-#define RUNNER_LINE_MAX  (64 * 1024 * 1024)
+#define RUNNER_LINE_DEFAULT  (256 * 1024)
 
 
 void
@@ -24,6 +30,16 @@ runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
     memset(ls, 0, sizeof(*ls));
     ls->on_line = on_line;
     ls->data = data;
+
+    ls->max_line = runner_config.max_line > 0
+                   ? (size_t) runner_config.max_line : RUNNER_LINE_DEFAULT;
+    ls->max_diff = (runner_config.diff_max > 0
+                    ? (size_t) runner_config.diff_max : 10 * 1024 * 1024)
+                   + RUNNER_DIFF_SLACK;
+
+    if (ls->max_diff < ls->max_line) {
+        ls->max_diff = ls->max_line;
+    }
 }
 
 
@@ -35,10 +51,24 @@ runner_logstream_free(runner_logstream_t *ls)
     for (i = 0; i < 3; i++) {
         free(ls->line[i]);
         ls->line[i] = NULL;
+        ls->line_cap[i] = 0;
+    }
+}
+
+
+/* the cap of the line in progress on stream s */
+static size_t
+runner_logstream_cap(runner_logstream_t *ls, int s)
+{
+    size_t  plen = sizeof(RUNNER_DIFF_PREFIX) - 1;
+
+    if (s == 1 && ls->line_len[s] >= plen
+        && memcmp(ls->line[s], RUNNER_DIFF_PREFIX, plen) == 0)
+    {
+        return ls->max_diff;
     }
 
-    free(ls->frame);
-    ls->frame = NULL;
+    return ls->max_line;
 }
 
 
@@ -46,32 +76,55 @@ static int
 runner_logstream_append(runner_logstream_t *ls, int s, const char *p,
     size_t n)
 {
-    size_t   cap;
+    size_t   cap, room, want, ncap;
     char    *np;
 
-    if (ls->line_len[s] + n + 1 > ls->line_cap[s]) {
-        cap = ls->line_cap[s] ? ls->line_cap[s] : 4096;
+    ls->open[s] = 1;
 
-        while (cap < ls->line_len[s] + n + 1) {
-            cap *= 2;
+    while (n > 0) {
+        /* the diff prefix decides the cap: fill up to it first */
+        cap = runner_logstream_cap(ls, s);
+        room = cap > ls->line_len[s] ? cap - ls->line_len[s] : 0;
+
+        if (room == 0 || ls->cut[s]) {
+            ls->cut[s] += n;
+            return RUNNER_OK;
         }
 
-        if (cap > RUNNER_LINE_MAX) {
-            return RUNNER_ERR;
+        want = n < room ? n : room;
+
+        if (ls->line_len[s] < sizeof(RUNNER_DIFF_PREFIX) - 1
+            && ls->line_len[s] + want >= sizeof(RUNNER_DIFF_PREFIX) - 1)
+        {
+            want = sizeof(RUNNER_DIFF_PREFIX) - 1 - ls->line_len[s];
         }
 
-        np = realloc(ls->line[s], cap);
-        if (np == NULL) {
-            return RUNNER_ERR;
+        if (ls->line_len[s] + want + 1 > ls->line_cap[s]) {
+            ncap = ls->line_cap[s] ? ls->line_cap[s] : 4096;
+
+            while (ncap < ls->line_len[s] + want + 1) {
+                ncap *= 2;
+            }
+
+            if (ncap > cap + 1) {
+                ncap = cap + 1;
+            }
+
+            np = realloc(ls->line[s], ncap);
+            if (np == NULL) {
+                return RUNNER_ERR;
+            }
+
+            ls->line[s] = np;
+            ls->line_cap[s] = ncap;
         }
 
-        ls->line[s] = np;
-        ls->line_cap[s] = cap;
+        memcpy(ls->line[s] + ls->line_len[s], p, want);
+        ls->line_len[s] += want;
+        ls->line[s][ls->line_len[s]] = '\0';
+        p += want;
+        n -= want;
     }
-
-    memcpy(ls->line[s] + ls->line_len[s], p, n);
-    ls->line_len[s] += n;
-    ls->line[s][ls->line_len[s]] = '\0';
 
     return RUNNER_OK;
 }
@@ -82,41 +135,89 @@ runner_logstream_emit(runner_logstream_t *ls, int s)
 {
     int  rc;
 
-    rc = ls->on_line(ls->data, s, ls->ts[s], ls->line[s], ls->line_len[s]);
+    rc = ls->on_line(ls->data, s, ls->ts[s], ls->line[s] ? ls->line[s] : "",
+                     ls->line_len[s], ls->cut[s]);
+
     ls->line_len[s] = 0;
+    ls->cut[s] = 0;
+    ls->open[s] = 0;
+
+    /* a huge line's buffer goes with it */
+    if (ls->line_cap[s] > 64 * 1024) {
+        free(ls->line[s]);
+        ls->line[s] = NULL;
+        ls->line_cap[s] = 0;
+    }
 
     return rc;
 }
 
 
-static int
-runner_logstream_frame(runner_logstream_t *ls, int s, const char *p,
-    size_t n)
+/* the timestamp ends: it is the line's when no line is in progress */
+static void
+runner_logstream_ts(runner_logstream_t *ls, int s)
 {
-    const char  *sp, *nl, *end;
-    size_t       tlen;
+    if (!ls->open[s]) {
+        memcpy(ls->ts[s], ls->tsbuf, ls->ts_len);
+        ls->ts[s][ls->ts_len] = '\0';
+    }
+
+    ls->in_ts = 0;
+    ls->ts_len = 0;
+}
+
+
+/* payload bytes of the current frame */
+static int
+runner_logstream_payload(runner_logstream_t *ls, const char *p, size_t n)
+{
+    int          s = ls->stream;
+    const char  *end, *nl, *sp;
+    size_t       k;
 
     end = p + n;
 
-    /* the timestamp of this frame */
-    sp = memchr(p, ' ', n);
-
-    if (sp && sp - p < (long) sizeof(ls->ts[s])) {
-        tlen = sp - p;
-
-        if (ls->line_len[s] == 0) {
-            memcpy(ls->ts[s], p, tlen);
-            ls->ts[s][tlen] = '\0';
+    if (ls->in_ts) {
+        k = (size_t) (end - p);
+        if (k > sizeof(ls->tsbuf) - 1 - ls->ts_len) {
+            k = sizeof(ls->tsbuf) - 1 - ls->ts_len;
         }
 
-        p = sp + 1;
+        sp = memchr(p, ' ', k);
+
+        if (sp) {
+            memcpy(ls->tsbuf + ls->ts_len, p, sp - p);
+            ls->ts_len += sp - p;
+            runner_logstream_ts(ls, s);
+            p = sp + 1;
+
+        } else {
+            memcpy(ls->tsbuf + ls->ts_len, p, k);
+            ls->ts_len += k;
+            p += k;
+
+            if (ls->ts_len < sizeof(ls->tsbuf) - 1) {
+                return RUNNER_OK;           /* the rest comes later */
+            }
+
+            /* no timestamp after all: those bytes are the line's */
+            ls->in_ts = 0;
+            ls->ts_len = 0;
+
+            if (runner_logstream_append(ls, s, ls->tsbuf,
+                                        sizeof(ls->tsbuf) - 1)
+                != RUNNER_OK)
+            {
+                return RUNNER_ERR;
+            }
+        }
     }
 
     while (p < end) {
         nl = memchr(p, '\n', end - p);
 
         if (nl == NULL) {
-            /* the rest of this line comes in the next frame */
+            /* the rest of this line comes in this frame or the next */
             return runner_logstream_append(ls, s, p, end - p);
         }
 
@@ -133,6 +234,25 @@ runner_logstream_frame(runner_logstream_t *ls, int s, const char *p,
 }
 
 
+/* a frame ended while its timestamp was still being read */
+static int
+runner_logstream_frame_end(runner_logstream_t *ls)
+{
+    size_t  n;
+
+    if (!ls->in_ts) {
+        return RUNNER_OK;
+    }
+
+    n = ls->ts_len;
+    ls->in_ts = 0;
+    ls->ts_len = 0;
+
+    return n ? runner_logstream_append(ls, ls->stream, ls->tsbuf, n)
+             : RUNNER_OK;
+}
+
+
 int
 runner_logstream_feed(runner_logstream_t *ls, const char *buf, size_t len)
 {
@@ -141,9 +261,13 @@ runner_logstream_feed(runner_logstream_t *ls, const char *buf, size_t len)
 
     if (buf == NULL) {
         /* end of stream: lines without a final newline */
+        if (ls->hdr_len == 8 && runner_logstream_frame_end(ls) != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
+
         for (s = 0; s < 3; s++) {
-            if (ls->line_len[s] && runner_logstream_emit(ls, s) != RUNNER_OK)
-            {
+            if (ls->open[s] && runner_logstream_emit(ls, s) != RUNNER_OK) {
                 return RUNNER_ERR;
             }
         }
@@ -165,41 +289,83 @@ runner_logstream_feed(runner_logstream_t *ls, const char *buf, size_t len)
                 return RUNNER_OK;
             }
 
-            ls->stream = ls->hdr[0] <= 2 ? ls->hdr[0] : 1;
-            ls->frame_left = ((size_t) ls->hdr[4] << 24)
-                             | ((size_t) ls->hdr[5] << 16)
-                             | ((size_t) ls->hdr[6] << 8) | ls->hdr[7];
-            ls->frame_len = 0;
+            /* 1 stdout, 2 stderr; anything else is kept apart as stderr
+             * (never read as the agent's events) */
+            ls->stream = (ls->hdr[0] == 1) ? 1 : 2;
+            ls->frame_left = ((uint64_t) ls->hdr[4] << 24)
+                             | ((uint64_t) ls->hdr[5] << 16)
+                             | ((uint64_t) ls->hdr[6] << 8) | ls->hdr[7];
+            ls->in_ts = 1;
+            ls->ts_len = 0;
 
-            if (ls->frame_left > RUNNER_LINE_MAX) {
-                return RUNNER_ERR;
-            }
-
-            free(ls->frame);
-            ls->frame = malloc(ls->frame_left + 1);
-            if (ls->frame == NULL) {
-                return RUNNER_ERR;
+            if (ls->frame_left == 0) {
+                ls->hdr_len = 0;
+                ls->in_ts = 0;
+                continue;
             }
         }
 
-        n = ls->frame_left < len ? ls->frame_left : len;
-        memcpy(ls->frame + ls->frame_len, buf, n);
-        ls->frame_len += n;
+        n = ls->frame_left < len ? (size_t) ls->frame_left : len;
+
+        if (runner_logstream_payload(ls, buf, n) != RUNNER_OK) {
+            return RUNNER_ERR;
+        }
+
         ls->frame_left -= n;
         buf += n;
         len -= n;
 
         if (ls->frame_left == 0) {
-            s = ls->stream;
             ls->hdr_len = 0;
 
-            if (runner_logstream_frame(ls, s, ls->frame, ls->frame_len)
-                != RUNNER_OK)
-            {
+            if (runner_logstream_frame_end(ls) != RUNNER_OK) {
                 return RUNNER_ERR;
             }
         }
     }
 
     return RUNNER_OK;
+}
+
+
+/*
+ * Docker's timestamps in order: RFC 3339 with trailing zeros of the
+ * fraction trimmed (".1Z" is later than ".09Z", "05Z" than "04.9Z"), so
+ * not comparable as strings.
+ */
+int
+runner_logstream_ts_cmp(const char *a, const char *b)
+{
+    size_t  na, nb, k;
+    int     cmp;
+    long    fa, fb;
+    char    fr[10];
+
+    na = strcspn(a, ".Z+");
+    nb = strcspn(b, ".Z+");
+
+    cmp = memcmp(a, b, na < nb ? na : nb);
+    if (cmp != 0 || na != nb) {
+        return cmp ? cmp : (na < nb ? -1 : 1);
+    }
+
+    fa = fb = 0;
+
+    if (a[na] == '.') {
+        memset(fr, '0', 9);
+        fr[9] = '\0';
+        k = strspn(a + na + 1, "0123456789");
+        memcpy(fr, a + na + 1, k < 9 ? k : 9);
+        fa = atol(fr);
+    }
+
+    if (b[nb] == '.') {
+        memset(fr, '0', 9);
+        fr[9] = '\0';
+        k = strspn(b + nb + 1, "0123456789");
+        memcpy(fr, b + nb + 1, k < 9 ? k : 9);
+        fb = atol(fr);
+    }
+
+    return (fa > fb) - (fa < fb);
 }

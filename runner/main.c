@@ -21,7 +21,7 @@
 
 runner_config_t        runner_config;
 volatile sig_atomic_t  runner_stop;
-volatile int           runner_release_failed;
+atomic_int             runner_release_failed;
 
 static runner_run_t   *runner_runs;         /* threads, active or ended */
 static int             runner_active;
@@ -67,11 +67,13 @@ runner_spawn(const char *run_id, const char *stream_id, int reattach)
     snprintf(run->id, sizeof(run->id), "%s", run_id);
     snprintf(run->stream_id, sizeof(run->stream_id), "%s", stream_id);
     run->reattach = reattach;
-    run->state = RUNNER_RUN_ACTIVE;
+    atomic_init(&run->state, RUNNER_RUN_ACTIVE);
+    pthread_mutex_init(&run->stop_lock, NULL);
 
     if (pthread_create(&run->thread, NULL, runner_run_thread, run) != 0) {
         runner_log("error", run_id, "cannot start a thread: %s",
                    strerror(errno));
+        pthread_mutex_destroy(&run->stop_lock);
         free(run);
         return;
     }
@@ -87,12 +89,15 @@ static void
 runner_reap(int *waiting)
 {
     runner_run_t  **pp, *run;
+    int             state;
 
     *waiting = 0;
 
     for (pp = &runner_runs; (run = *pp) != NULL; /* void */) {
 
-        if (run->state == RUNNER_RUN_ACTIVE) {
+        state = atomic_load(&run->state);
+
+        if (state == RUNNER_RUN_ACTIVE) {
             pp = &run->next;
             continue;
         }
@@ -101,13 +106,13 @@ runner_reap(int *waiting)
         *pp = run->next;
         runner_active--;
 
-        if (run->state == RUNNER_RUN_WAIT || run->state == RUNNER_RUN_RETRY)
-        {
+        if (state == RUNNER_RUN_WAIT || state == RUNNER_RUN_RETRY) {
             /* its queue entry stays ours, unacknowledged: read again from
              * our pending entries */
             (*waiting)++;
         }
 
+        pthread_mutex_destroy(&run->stop_lock);
         free(run);
     }
 }
@@ -207,8 +212,9 @@ main(int argc, char **argv)
     redisContext      *c;
     char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
     char               stream_id[64];
-    int                waiting, rc, delay;
+    int                waiting, rc, delay, janitor_up;
     time_t             last_claim, last_reconcile, retry_at;
+    pthread_t          janitor;
     struct sigaction   sa;
 
     if (argc > 1 && (strcmp(argv[1], "-h") == 0
@@ -233,6 +239,7 @@ main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    janitor_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "concurrency=%d image=%s network=%s", RUNNER_VERSION,
@@ -252,6 +259,14 @@ main(int argc, char **argv)
     if (c) {
         runner_run_reconcile(c);
         runner_pending(c);
+
+        if (pthread_create(&janitor, NULL, runner_janitor_thread, NULL) == 0)
+        {
+            janitor_up = 1;
+
+        } else {
+            runner_log("error", NULL, "cannot start the janitor thread");
+        }
     }
 
     last_claim = last_reconcile = time(NULL);
@@ -318,6 +333,10 @@ main(int argc, char **argv)
     while (runner_runs) {
         runner_reap(&waiting);
         usleep(100 * 1000);
+    }
+
+    if (janitor_up) {
+        pthread_join(janitor, NULL);
     }
 
     if (c) {

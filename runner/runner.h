@@ -8,9 +8,15 @@
  * runners, on one host or many, share one queue.
  *
  * Files, one concern each: main.c (flags, signals, the loop), config.c,
- * log.c, store.c (Redis), docker.c (Engine API over the unix socket),
- * logstream.c (Docker's multiplexed log frames to lines), run.c (one run
- * from claim to outcome), outcome.c (what the agent's events add up to).
+ * log.c, store.c (Redis; its scripts are the .lua files in
+ * runner/scripts, embedded at build), docker.c (Engine API over the unix
+ * socket), logstream.c (Docker's multiplexed log frames to lines), run.c
+ * (one run from claim to outcome, and its watchdog), outcome.c (what the
+ * agent's events add up to), workspace.c (a session volume's size),
+ * janitor.c (idle sessions expired).
+ *
+ * Everything a sandbox prints, and every id read back from Redis, is
+ * hostile input: bounded, validated, escaped before it is logged.
  */
 
 #ifndef RUNNER_H
@@ -18,6 +24,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -58,9 +65,17 @@ typedef struct {
     int64_t     nano_cpus;
     int64_t     pids;
     int64_t     diff_max;               /* bytes kept of a run's diff */
+    int64_t     max_line;               /* longer log lines are cut */
+    int64_t     max_event_bytes;        /* a run's stored events */
+    int64_t     max_result;             /* bytes kept of a run's result */
     int         claim_idle_ms;          /* take over a dead runner's runs */
+    int64_t     workspace_limit;        /* bytes of a session's volume */
+    int64_t     workspace_inodes;
+    int         janitor_interval;       /* s between idle-session passes */
     unsigned char secret[SMCP_SECRET_MAX];
     size_t      secret_len;
+    unsigned char redis_password[SMCP_SECRET_MAX];  /* AUTH; never logged */
+    size_t      redis_password_len;
 } runner_config_t;
 
 
@@ -76,6 +91,7 @@ typedef struct {
     double      cost;
     char       *diff;
     size_t      diff_len;
+    int         diff_truncated;
     int         clone_failed;
     char        oc_session[96];         /* OpenCode's own session id */
 } runner_outcome_t;
@@ -87,7 +103,14 @@ typedef struct {
 #define RUNNER_RUN_WAIT     2       /* session busy: try again later */
 #define RUNNER_RUN_RETRY    3       /* Redis trouble: try again later */
 
-/* one run, owned by one thread */
+/* why a run's sandbox is stopped before its agent is done */
+#define RUNNER_STOP_NONE      0
+#define RUNNER_STOP_CANCEL    1
+#define RUNNER_STOP_DEADLINE  2
+#define RUNNER_STOP_LIMIT     3     /* a limit: the message says which */
+
+/* one run, owned by one thread; its watchdog shares what is atomic and
+ * what stop_lock guards */
 typedef struct runner_run_s {
     char                 id[SMCP_ID_LEN + 1];
     char                 stream_id[64];     /* its queue entry */
@@ -96,13 +119,25 @@ typedef struct runner_run_s {
     char                 last_ts[48];       /* last stored log timestamp */
     int                  last_ts_count;     /* lines stored at last_ts */
     int64_t              deadline_ms;
-    int                  cancelled;
-    int                  deadline_hit;
     int                  reattach;
-    volatile int         state;
+    int                  diff_marker;       /* the diff's marker is stored */
+    int64_t              event_bytes;       /* stored, of the budget */
+    int                  budget_hit;        /* later output is not stored */
+    atomic_int           state;
     runner_outcome_t     out;
     redisContext        *redis;
     pthread_t            thread;
+
+    /* the watchdog: cancel, deadline and limits, whatever the log does */
+    pthread_t            watchdog;
+    int                  watching;
+    atomic_int           watch_end;         /* the run thread: stop now */
+    atomic_llong         killed_at;         /* ms: the sandbox was killed */
+    atomic_llong         cost_micros;       /* the outcome's cost so far */
+    pthread_mutex_t      stop_lock;
+    int                  stop;              /* RUNNER_STOP_* */
+    char                 stop_error[256];
+
     struct runner_run_s *next;
 } runner_run_t;
 
@@ -110,16 +145,20 @@ typedef struct runner_run_s {
 /* main.c */
 extern runner_config_t        runner_config;
 extern volatile sig_atomic_t  runner_stop;
-extern volatile int           runner_release_failed;    /* reconcile soon */
+extern atomic_int             runner_release_failed;    /* reconcile soon */
 
 /* config.c */
 int runner_config_load(runner_config_t *cfg, int argc, char **argv,
     char *err, size_t errlen);
 void runner_config_usage(void);
 
-/* log.c: one line per event, key=value, never a secret */
+/* log.c: one line per event, key=value, never a secret; the message is
+ * escaped (quotes, backslashes, anything but printable ASCII): text from a
+ * sandbox cannot forge a line */
 void runner_log(const char *level, const char *run, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+size_t runner_log_escape(char *dst, size_t size, const char *src,
+    size_t len);
 
 /* store.c */
 redisContext *runner_store_connect(char *err, size_t errlen);
@@ -139,7 +178,10 @@ int runner_store_set_running(redisContext *c, const char *run_id,
 int runner_store_finish(redisContext *c, runner_run_t *run,
     const char *status, int exit_code, const char *error);
 int runner_store_event(redisContext *c, const char *run_id,
-    const char *type, const char *data, size_t len, const char *dts);
+    const char *type, const char *data, size_t len, const char *dts,
+    size_t count);
+int runner_store_attempts(redisContext *c, const char *run_id, int delta,
+    long long *n);
 int runner_store_hget(redisContext *c, const char *run_id,
     const char *field, char *buf, size_t size);
 json_t *runner_store_run(redisContext *c, const char *run_id);
@@ -149,6 +191,9 @@ int runner_store_last_log_ts(redisContext *c, runner_run_t *run);
 int runner_docker_ping(char *err, size_t errlen);
 int runner_docker_volume(const char *name, const char *session,
     char *err, size_t errlen);
+int runner_docker_volume_mountpoint(const char *name, char *buf,
+    size_t size, char *err, size_t errlen);
+int runner_docker_volume_remove(const char *name, char *err, size_t errlen);
 int runner_docker_session_net(const char *name, const char *session,
     const char *peer, char *err, size_t errlen);
 int runner_docker_session_net_drop(const char *name, const char *peer,
@@ -157,47 +202,84 @@ int runner_docker_create(json_t *spec, const char *name, char *id,
     size_t idlen, char *err, size_t errlen);
 int runner_docker_start(const char *id, char *err, size_t errlen);
 int runner_docker_kill(const char *id, char *err, size_t errlen);
-int runner_docker_wait(const char *id, int *exit_code, char *err,
-    size_t errlen);
+int runner_docker_wait(const char *id, long timeout, int *exit_code,
+    char *err, size_t errlen);
 int runner_docker_remove(const char *id, char *err, size_t errlen);
 int runner_docker_running(const char *id, int *running, char *err,
     size_t errlen);
 json_t *runner_docker_list(const char *label, char *err, size_t errlen);
+int runner_docker_valid_id(const char *id);
 
+/* a log line: its bytes (any byte but '\n', NUL included), and how many
+ * more the line had beyond its cap (cut off, not delivered) */
 typedef int (*runner_line_pt)(void *data, int stream, const char *ts,
-    const char *line, size_t len);
+    const char *line, size_t len, size_t cut);
 typedef int (*runner_tick_pt)(void *data);
 
 int runner_docker_follow(const char *id, const char *since,
     runner_line_pt on_line, runner_tick_pt on_tick, void *data,
     char *err, size_t errlen);
 
-/* logstream.c */
+/* logstream.c: a streaming parser; memory per stream is bounded by the
+ * line caps, whatever size a frame declares */
+#define RUNNER_DIFF_PREFIX    "{\"type\":\"smcp\",\"step\":\"diff\","
+#define RUNNER_DIFF_SLACK     4096
+
 typedef struct {
     unsigned char   hdr[8];
     size_t          hdr_len;
-    char           *frame;
-    size_t          frame_len;
-    size_t          frame_left;
+    uint64_t        frame_left;         /* payload bytes still to come */
     int             stream;
-    char           *line[3];            /* per stream: partial line */
+    int             in_ts;              /* reading the frame's timestamp */
+    char            tsbuf[48];
+    size_t          ts_len;
+    char           *line[3];            /* per stream: the line so far */
     size_t          line_len[3];
     size_t          line_cap[3];
-    char            ts[3][48];
+    size_t          cut[3];             /* bytes over the cap, dropped */
+    int             open[3];            /* a line is in progress */
+    char            ts[3][48];          /* its timestamp (first frame's) */
+    size_t          max_line;
+    size_t          max_diff;           /* the sandbox's diff line (stdout) */
     runner_line_pt  on_line;
     void           *data;
 } runner_logstream_t;
 
+/* caps from runner_config (defaults when unset) */
 void runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
     void *data);
 int runner_logstream_feed(runner_logstream_t *ls, const char *buf,
     size_t len);
 void runner_logstream_free(runner_logstream_t *ls);
+/* Docker's timestamps in time order (<0, 0, >0) */
+int runner_logstream_ts_cmp(const char *a, const char *b);
 
 /* outcome.c */
 void runner_outcome_event(runner_outcome_t *out, json_t *ev);
 void runner_outcome_free(runner_outcome_t *out);
 json_t *runner_outcome_files(const char *diff, size_t len);
+json_t *runner_outcome_diff_walk(const char *diff, size_t len,
+    json_t **index);
+
+/* workspace.c */
+#define RUNNER_WS_DEPTH  128        /* directories open in one walk */
+
+typedef struct {
+    int64_t     bytes;              /* allocated (st_blocks) */
+    int64_t     inodes;
+    int         too_deep;
+} runner_usage_t;
+
+int runner_workspace_usage(const char *root, int64_t max_bytes,
+    int64_t max_inodes, runner_usage_t *u, char *err, size_t errlen);
+
+/* janitor.c: idle sessions expired, by any number of runners at once */
+void *runner_janitor_thread(void *arg);
+int runner_janitor_pass(redisContext *c, int *expired);
+
+/* run.c: a run taken this many times (claims, re-attaches, less clean
+ * detaches) crashed its runners: it is failed */
+#define RUNNER_MAX_ATTEMPTS  3
 
 /* run.c */
 void *runner_run_thread(void *arg);

@@ -11,6 +11,7 @@
 #include <sys/time.h>
 
 #include "runner.h"
+#include "runner_scripts.h"
 
 
 #define RUNNER_KEY(buf, fmt, arg)                                             \
@@ -27,6 +28,42 @@ runner_now_ms(void)
     gettimeofday(&tv, NULL);
 
     return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+
+/* AUTH with the configured password (its bytes, never in an error) */
+static int
+runner_store_auth(redisContext *c, char *err, size_t errlen)
+{
+    const char  *argv[2];
+    size_t       lens[2];
+    redisReply  *r;
+    int          rc;
+
+    argv[0] = "AUTH";
+    lens[0] = 4;
+    argv[1] = (const char *) runner_config.redis_password;
+    lens[1] = runner_config.redis_password_len;
+
+    r = redisCommandArgv(c, 2, argv, lens);
+
+    if (r == NULL) {
+        snprintf(err, errlen, "redis: AUTH: %s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    rc = RUNNER_OK;
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* the server's words ("WRONGPASS invalid username-password
+         * pair"), never the password */
+        snprintf(err, errlen, "redis: AUTH refused: %.100s", r->str);
+        rc = RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return rc;
 }
 
 
@@ -56,6 +93,13 @@ runner_store_connect(char *err, size_t errlen)
     /* replies may take a blocking read's time plus a margin */
     tv.tv_sec = 15;
     redisSetTimeout(c, tv);
+
+    if (runner_config.redis_password_len
+        && runner_store_auth(c, err, errlen) != RUNNER_OK)
+    {
+        redisFree(c);
+        return NULL;
+    }
 
     return c;
 }
@@ -334,34 +378,6 @@ runner_store_ack(redisContext *c, const char *stream_id)
 }
 
 
-/*
- * Claim: the run is still `started`, no earlier run of its session is
- * unfinished (runs of one session are serialised), and no other runner
- * has it.  Returns "ok", "wait", or the status that stops it.
- */
-static const char  runner_store_claim_lua[] =
-    "local h = redis.call('HMGET', KEYS[1], 'status', 'session',\n"
-    "                     'claimed_by', 'claimed_at')\n"
-    "if not h[1] then return 'missing' end\n"
-    "if h[1] ~= 'started' then return h[1] end\n"
-    "if h[3] and h[3] ~= ARGV[2] and\n"
-    "   tonumber(ARGV[4]) - tonumber(h[4] or '0') < tonumber(ARGV[5]) then\n"
-    "  return 'claimed'\n"
-    "end\n"
-    "if h[2] then\n"
-    "  local ids = redis.call('ZRANGE', ARGV[3] .. 'session:' .. h[2]\n"
-    "                         .. ':runs', 0, -1)\n"
-    "  for _, id in ipairs(ids) do\n"
-    "    if id == ARGV[1] then break end\n"
-    "    local s = redis.call('HGET', ARGV[3] .. 'run:' .. id, 'status')\n"
-    "    if s == 'started' or s == 'running' then return 'wait' end\n"
-    "  end\n"
-    "end\n"
-    "redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2],\n"
-    "           'claimed_at', ARGV[4])\n"
-    "return 'ok'\n";
-
-
 static int
 runner_store_status_reply(redisContext *c, redisReply *r, char *status,
     size_t slen)
@@ -385,42 +401,98 @@ runner_store_status_reply(redisContext *c, redisReply *r, char *status,
 
 
 /*
- * A claim names this process (not just the consumer: two runners given
- * the same --name must not both start a run); a claim that never got its
- * run going (its runner died starting it) goes stale after --claim-idle.
+ * Claim (runner/scripts/claim.lua): the run is still `started`, earlier
+ * runs of its session have ended, the tenant is under its running limit,
+ * no other runner has it.  A claim names this process (not just the
+ * consumer: two runners given the same --name must not both start a run);
+ * a claim that never got its run going (its runner died starting it) goes
+ * stale after --claim-idle.  The keys come from the run hash.
  */
 int
 runner_store_claim(redisContext *c, const char *run_id, char *status,
     size_t slen, char *err, size_t errlen)
 {
-    char  key[160], now[32], stale[32];
+    char         key[160], active[400], runs[160], now[32], stale[32];
+    const char  *argv[11];
+    redisReply  *r;
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
     snprintf(stale, sizeof(stale), "%d", runner_config.claim_idle_ms);
 
-    return runner_store_status_reply(c,
-               redisCommand(c, "EVAL %s 1 %s %s %s %s %s %s",
-                            runner_store_claim_lua, key, run_id,
-                            runner_config.instance, runner_config.prefix,
-                            now, stale),
-               status, slen);
+    active[0] = runs[0] = '\0';
+
+    r = redisCommand(c, "HMGET %s tenant session", key);
+    if (r == NULL) {
+        snprintf(status, slen, "%s", c->errstr);
+        return RUNNER_ERR;
+    }
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        if (r->element[0]->type == REDIS_REPLY_STRING
+            && r->element[0]->len > 0 && r->element[0]->len <= 256)
+        {
+            snprintf(active, sizeof(active), SMCP_KEY_TENANT_ACTIVE,
+                     runner_config.prefix, r->element[0]->str);
+        }
+
+        if (r->element[1]->type == REDIS_REPLY_STRING
+            && smcp_valid_id(r->element[1]->str, r->element[1]->len,
+                             SMCP_SESSION_ID_PREFIX))
+        {
+            RUNNER_KEY(runs, SMCP_KEY_SESSION_RUNS, r->element[1]->str);
+        }
+    }
+
+    freeReplyObject(r);
+
+    argv[0] = "EVAL";
+    argv[1] = runner_lua_claim;
+    argv[2] = "3";
+    argv[3] = key;
+    argv[4] = active;
+    argv[5] = runs;
+    argv[6] = run_id;
+    argv[7] = runner_config.instance;
+    argv[8] = runner_config.prefix;
+    argv[9] = now;
+    argv[10] = stale;
+
+    return runner_store_status_reply(c, runner_store_cmd(c, 11, argv),
+                                     status, slen);
 }
 
 
-/* `running` the moment its container runs, unless cancelled meanwhile */
-static const char  runner_store_running_lua[] =
-    "local st = redis.call('HGET', KEYS[1], 'status')\n"
-    "if st ~= 'started' then return st or 'missing' end\n"
-    "redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1],\n"
-    "           'container_id', ARGV[2], 'deadline', ARGV[4])\n"
-    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',\n"
-    "           'lifecycle', 'data', '{\"status\":\"running\"}',\n"
-    "           'ts', ARGV[1])\n"
-    "redis.call('PUBLISH', KEYS[3], 'running')\n"
-    "return 'ok'\n";
+/* the times runners took the run (claims, re-attaches), less clean
+ * detaches: *n the new count */
+int
+runner_store_attempts(redisContext *c, const char *run_id, int delta,
+    long long *n)
+{
+    char         key[160];
+    redisReply  *r;
+    int          rc;
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
+
+    r = redisCommand(c, "HINCRBY %s attempts %d", key, delta);
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    rc = (r->type == REDIS_REPLY_INTEGER) ? RUNNER_OK : RUNNER_ERR;
+
+    if (rc == RUNNER_OK && n) {
+        *n = r->integer;
+    }
+
+    freeReplyObject(r);
+
+    return rc;
+}
 
 
+/* `running` the moment its container runs (runner/scripts/running.lua) */
 int
 runner_store_set_running(redisContext *c, const char *run_id,
     const char *container, int64_t deadline_ms, char *status, size_t slen)
@@ -435,44 +507,58 @@ runner_store_set_running(redisContext *c, const char *run_id,
 
     return runner_store_status_reply(c,
                redisCommand(c, "EVAL %s 3 %s %s %s %s %s %s %s",
-                            runner_store_running_lua, key, events, chan,
+                            runner_lua_running, key, events, chan,
                             now, container, SMCP_EVENTS_MAXLEN, deadline),
                status, slen);
 }
 
 
+/* the tenant's active set and the session's keys, from the run hash */
+static void
+runner_store_run_keys(redisContext *c, runner_run_t *run, char *active,
+    size_t alen, char *session, size_t slen)
+{
+    char         key[160];
+    redisReply  *r;
+
+    active[0] = session[0] = '\0';
+
+    RUNNER_KEY(key, SMCP_KEY_RUN, run->id);
+
+    r = redisCommand(c, "HGET %s tenant", key);
+
+    if (r && r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= 256) {
+        snprintf(active, alen, SMCP_KEY_TENANT_ACTIVE, runner_config.prefix,
+                 r->str);
+    }
+
+    if (r) {
+        freeReplyObject(r);
+    }
+
+    if (run->session[0]) {
+        snprintf(session, slen, SMCP_KEY_SESSION, runner_config.prefix,
+                 run->session);
+    }
+}
+
+
 /*
- * The outcome, once: a run already finished (a cancel before it started)
- * keeps its status.  ARGV: status, now, maxlen, then field/value pairs.
+ * The outcome, once (runner/scripts/finish.lua): the run hash, its diff
+ * and the diff's index, the last event; the run leaves its tenant's
+ * active set, its keys get their retention, its session is bumped.
  */
-static const char  runner_store_finish_lua[] =
-    "local st = redis.call('HGET', KEYS[1], 'status')\n"
-    "if st == 'completed' or st == 'failed' or st == 'cancelled' then\n"
-    "  return st\n"
-    "end\n"
-    "local fv = {'status', ARGV[1], 'finished_at', ARGV[2]}\n"
-    "local last = #ARGV\n"
-    "if KEYS[4] ~= '' then last = last - 1 end\n"
-    "for i = 4, last do fv[#fv + 1] = ARGV[i] end\n"
-    "redis.call('HSET', KEYS[1], unpack(fv))\n"
-    "if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[#ARGV]) end\n"
-    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',\n"
-    "           'lifecycle', 'data', cjson.encode({status = ARGV[1]}),\n"
-    "           'ts', ARGV[2])\n"
-    "redis.call('PUBLISH', KEYS[3], ARGV[1])\n"
-    "return 'ok'\n";
-
-
 int
 runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     int exit_code, const char *error)
 {
     char         key[160], events[160], chan[160], diffkey[160], now[32];
-    char         num[8][32], *files_s;
+    char         active[400], session[160], sessions[160], num[8][32];
+    char        *files_s, *index_s;
     const char  *argv[64];
     size_t       lens[64];
     int          n, i, rc;
-    json_t      *files;
+    json_t      *files, *index;
     redisReply  *r;
     runner_outcome_t *o = &run->out;
 
@@ -480,23 +566,36 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run->id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run->id);
     RUNNER_KEY(diffkey, SMCP_KEY_RUN_DIFF, run->id);
+    snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
+             runner_config.prefix);
     snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
 
-    files = runner_outcome_files(o->diff, o->diff_len);
+    runner_store_run_keys(c, run, active, sizeof(active), session,
+                          sizeof(session));
+
+    index = NULL;
+    files = runner_outcome_diff_walk(o->diff, o->diff_len, &index);
     files_s = json_dumps(files, JSON_COMPACT);
+    index_s = json_dumps(index, JSON_COMPACT);
     json_decref(files);
+    json_decref(index);
 
     n = 0;
     argv[n++] = "EVAL";
-    argv[n++] = runner_store_finish_lua;
-    argv[n++] = "4";
+    argv[n++] = runner_lua_finish;
+    argv[n++] = "7";
     argv[n++] = key;
     argv[n++] = events;
     argv[n++] = chan;
     argv[n++] = o->diff ? diffkey : "";
+    argv[n++] = active;
+    argv[n++] = session;
+    argv[n++] = sessions;
     argv[n++] = status;
     argv[n++] = now;
     argv[n++] = SMCP_EVENTS_MAXLEN;
+    argv[n++] = run->id;
+    argv[n++] = run->session;
 
 #define RUNNER_FV(f, v)  argv[n++] = f; argv[n++] = v
 #define RUNNER_FI(f, i, v)                                                    \
@@ -514,6 +613,8 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     RUNNER_FV("result", o->result ? o->result : "");
     RUNNER_FV("error", error ? error : "");
     RUNNER_FV("files_changed", files_s ? files_s : "[]");
+    RUNNER_FV("diff_index", index_s ? index_s : "{}");
+    RUNNER_FV("diff_truncated", o->diff_truncated ? "1" : "0");
 
     for (i = 0; i < n; i++) {
         lens[i] = strlen(argv[i]);
@@ -531,6 +632,7 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
 
     r = redisCommandArgv(c, n, argv, lens);
     free(files_s);
+    free(index_s);
 
     if (r == NULL) {
         return RUNNER_ERR;
@@ -548,18 +650,20 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
 }
 
 
+/* an event; `count` more bytes in the run's event_bytes (pipelined) */
 int
 runner_store_event(redisContext *c, const char *run_id, const char *type,
-    const char *data, size_t len, const char *dts)
+    const char *data, size_t len, const char *dts, size_t count)
 {
-    char         events[160], chan[160], now[32];
+    char         events[160], chan[160], key[160], now[32];
     const char  *argv[14];
     size_t       lens[14];
     redisReply  *r;
-    int          i, n, rc;
+    int          i, n, rc, replies;
 
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
+    RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
 
     n = 0;
@@ -588,13 +692,21 @@ runner_store_event(redisContext *c, const char *run_id, const char *type,
 
     lens[9] = len;
 
-    /* pipelined: the event, then the ping for live watchers */
+    /* pipelined: the event, its bytes counted, the ping for watchers */
     redisAppendCommandArgv(c, n, argv, lens);
+    replies = 2;
+
+    if (count) {
+        redisAppendCommand(c, "HINCRBY %s event_bytes %lld", key,
+                           (long long) count);
+        replies++;
+    }
+
     redisAppendCommand(c, "PUBLISH %s event", chan);
 
     rc = RUNNER_OK;
 
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < replies; i++) {
         if (redisGetReply(c, (void **) &r) != REDIS_OK) {
             return RUNNER_ERR;
         }
@@ -672,55 +784,91 @@ runner_store_run(redisContext *c, const char *run_id)
 /*
  * Where to resume following a container's log: the last stored Docker
  * timestamp, and how many lines at exactly that timestamp were stored
- * (Docker's `since` is inclusive).
+ * (Docker's `since` is inclusive).  Read backwards a page at a time.
  */
 int
 runner_store_last_log_ts(redisContext *c, runner_run_t *run)
 {
-    char         events[160];
+    char         events[160], from[80];
     size_t       i, j;
-    redisReply  *r, *f;
+    redisReply  *r, *f, *e;
     const char  *dts;
+    int          pages;
 
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run->id);
 
     run->last_ts[0] = '\0';
     run->last_ts_count = 0;
+    strcpy(from, "+");
 
-    r = redisCommand(c, "XREVRANGE %s + - COUNT 10000", events);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        if (r) {
-            freeReplyObject(r);
-        }
-        return RUNNER_ERR;
-    }
+    /* lines stored at one timestamp are few; events without dts (egress,
+     * warnings) may be many: a bounded look back */
+    for (pages = 0; pages < 1000; pages++) {
+        r = redisCommand(c, "XREVRANGE %s %s - COUNT 100", events, from);
 
-    for (i = 0; i < r->elements; i++) {
-        f = r->element[i]->element[1];
-        dts = NULL;
-
-        for (j = 0; j + 1 < f->elements; j += 2) {
-            if (strcmp(f->element[j]->str, "dts") == 0) {
-                dts = f->element[j + 1]->str;
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+            if (r) {
+                freeReplyObject(r);
             }
+            return RUNNER_ERR;
         }
 
-        if (dts == NULL) {
-            continue;
+        if (r->elements == 0) {
+            freeReplyObject(r);
+            return RUNNER_OK;
         }
 
-        if (run->last_ts[0] == '\0') {
-            snprintf(run->last_ts, sizeof(run->last_ts), "%s", dts);
+        for (i = 0; i < r->elements; i++) {
+            e = r->element[i];
+
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+                || e->element[1]->type != REDIS_REPLY_ARRAY)
+            {
+                continue;
+            }
+
+            f = e->element[1];
+            dts = NULL;
+
+            for (j = 0; j + 1 < f->elements; j += 2) {
+                if (f->element[j]->type == REDIS_REPLY_STRING
+                    && f->element[j + 1]->type == REDIS_REPLY_STRING
+                    && strcmp(f->element[j]->str, "dts") == 0
+                    && f->element[j + 1]->len < sizeof(run->last_ts))
+                {
+                    dts = f->element[j + 1]->str;
+                }
+            }
+
+            if (dts == NULL) {
+                continue;
+            }
+
+            if (run->last_ts[0] == '\0') {
+                strcpy(run->last_ts, dts);
+            }
+
+            if (strcmp(dts, run->last_ts) != 0) {
+                freeReplyObject(r);
+                return RUNNER_OK;
+            }
+
+            run->last_ts_count++;
         }
 
-        if (strcmp(dts, run->last_ts) != 0) {
-            break;
+        e = r->element[r->elements - 1];
+
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+            || e->element[0]->type != REDIS_REPLY_STRING
+            || e->element[0]->len > 60)
+        {
+            freeReplyObject(r);
+            return RUNNER_ERR;
         }
 
-        run->last_ts_count++;
+        snprintf(from, sizeof(from), "(%s", e->element[0]->str);
+        freeReplyObject(r);
     }
-
-    freeReplyObject(r);
 
     return RUNNER_OK;
 }

@@ -24,12 +24,16 @@
 #                          the task's first line, at most 80 characters).
 #                          A session with a title makes OpenCode skip its
 #                          title-generation request to the model.
+#   SMCP_DIFF_MAX          bytes the diff line may take, newline included
+#                          (default 10485760): a longer diff is cut at a
+#                          line boundary and marked "truncated":true
 #
 # Output (stdout): OpenCode's JSON events, one per line, framed by lifecycle
 # lines {"type":"smcp","step":...}: clone | clone_failed (message) |
 # agent_start | agent_exit (exitCode, and signal when the container was
 # asked to stop) | diff (diff: the run's changes as a unified diff, the
-# last line).  The same diff is left in /workspace/.oc/smcp/diff.
+# last line; truncated: true when it was cut to fit SMCP_DIFF_MAX).  The
+# whole diff is left in /workspace/.oc/smcp/diff.
 #
 # Stopping: SIGTERM/SIGINT/SIGHUP are passed on to OpenCode; the script
 # still prints agent_exit and the diff, then exits with OpenCode's status.
@@ -101,6 +105,57 @@ json_stdin() {
 }
 
 json_str() { printf '%s' "$1" | json_stdin; }
+
+# the diff line from the diff on stdin: whole diff lines, encoded as
+# json_stdin does, as many as fit in SMCP_DIFF_MAX bytes (newline
+# included); read in bounded chunks, so a huge diff costs no memory
+# shellcheck disable=SC2016
+diff_perl='binmode STDIN; binmode STDOUT;
+my $max = ($ENV{SMCP_DIFF_MAX} // "") =~ /^([0-9]{1,12})$/ ? $1 : 10485760;
+my %e = ("\"" => "\\\"", "\\" => "\\\\", "\n" => "\\n", "\r" => "\\r", "\t" => "\\t");
+sub enc { my $s = shift;
+$s =~ s{([\x00-\x1f"\\\x7f])|([\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})|([\x80-\xff])}{defined $1 ? ($e{$1} // sprintf("\\u%04x", ord $1)) : defined $2 ? $2 : "\\ufffd"}ge;
+return $s }
+my ($pre, $end, $tend) = (q({"type":"smcp","step":"diff","diff":"), qq("}\n), qq(","truncated":true}\n));
+my $room = $max - length($pre) - length($tend);
+my ($out, $pend, $cut) = ("", "", 0);
+READ: while (1) {
+    my $n = read(STDIN, my $buf, 65536);
+    $pend .= $buf if $n;
+    while ((my $i = index($pend, "\n")) >= 0) {
+        my $x = enc(substr($pend, 0, $i + 1, ""));
+        if (length($out) + length($x) > $room) { $cut = 1; last READ }
+        $out .= $x;
+    }
+    if (!$n) {
+        if (length $pend) {
+            my $x = enc($pend);
+            if (length($out) + length($x) > $room) { $cut = 1 } else { $out .= $x }
+        }
+        last;
+    }
+    if (length($pend) > $max) { $cut = 1; last }
+}
+print $pre, $out, $cut ? $tend : $end;'
+
+diff_line() {
+    if command -v perl >/dev/null 2>&1; then
+        perl -e "$diff_perl" < "$1"
+        return
+    fi
+    # no perl: the raw diff cut so that even escaped it fits (6 bytes per
+    # byte at worst), at a line boundary
+    local max=${SMCP_DIFF_MAX:-10485760} size limit
+    size=$(wc -c < "$1")
+    limit=$(( (max - 100) / 6 ))
+    if [ "$size" -le "$limit" ]; then
+        printf '{"type":"smcp","step":"diff","diff":%s}\n' "$(json_stdin < "$1")"
+    else
+        head -c "$limit" "$1" | sed '$d' > "$TMPDIR/smcp-diff-cut"
+        printf '{"type":"smcp","step":"diff","diff":%s,"truncated":true}\n' \
+            "$(json_stdin < "$TMPDIR/smcp-diff-cut")"
+    fi
+}
 
 lifecycle() {
     # one JSON line on stdout, beside OpenCode's own events
@@ -213,16 +268,15 @@ trap - TERM INT HUP
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # the diff, the run's last line: the runner stores it (untrusted input:
-# no external diff drivers, textconv or fsmonitor from the repo's config).
+# no external diff drivers, textconv or fsmonitor from the repo's config;
+# the a/ b/ prefixes the runner's diff index reads, whatever
+# diff.noprefix or diff.mnemonicPrefix say).
 # Through a file, not a shell variable: keeps the final newline (git apply
 # needs it) and any byte.
 git -c core.fsmonitor= add -N . >/dev/null 2>&1 || true
-git -c core.fsmonitor= diff --no-ext-diff --no-textconv --no-color "$start" \
+git -c core.fsmonitor= diff --no-ext-diff --no-textconv --no-color \
+    --src-prefix=a/ --dst-prefix=b/ "$start" \
     > "$oc/smcp/diff" 2>/dev/null || true
-{
-    printf '{"type":"smcp","step":"diff","diff":'
-    json_stdin < "$oc/smcp/diff"
-    printf '}\n'
-}
+diff_line "$oc/smcp/diff"
 
 exit $status

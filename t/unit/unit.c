@@ -15,7 +15,7 @@
 /* the runner's globals this code reads */
 runner_config_t        runner_config;
 volatile sig_atomic_t  runner_stop;
-volatile int           runner_release_failed;
+atomic_int             runner_release_failed;
 
 static int  tests, failed;
 
@@ -44,7 +44,8 @@ typedef struct {
 
 
 static int
-collect(void *data, int stream, const char *ts, const char *line, size_t len)
+collect(void *data, int stream, const char *ts, const char *line, size_t len,
+    size_t cut)
 {
     lines_t  *l = data;
 

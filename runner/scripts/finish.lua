@@ -1,0 +1,55 @@
+-- The outcome of a run, once: a run already ended (cancelled before it
+-- started) keeps its status.
+--
+-- KEYS[1] run:{id}   KEYS[2] run:{id}:events   KEYS[3] channel run:{id}
+-- KEYS[4] run:{id}:diff ('' when there is no diff)
+-- KEYS[5] tenant:{tenant}:active ('' when unknown)
+-- KEYS[6] session:{session} ('' when unknown)   KEYS[7] sessions
+-- ARGV: status, now (ms), events maxlen, run id, session id, then
+-- field/value pairs for the run hash, then (when KEYS[4] is given) the
+-- diff.
+--
+-- The run leaves its tenant's active set; its keys expire `retention`
+-- seconds later (a field of the run hash; absent: kept); its session was
+-- active now, and is due to expire `idle_ttl` seconds later (the session
+-- hash's field; absent: the sessions index is left alone).
+--
+-- Returns 'ok', or the status the run already had.
+if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
+
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == 'completed' or st == 'failed' or st == 'cancelled' then
+  return st
+end
+
+local fv = {'status', ARGV[1], 'finished_at', ARGV[2]}
+local last = #ARGV
+if KEYS[4] ~= '' then last = last - 1 end
+for i = 6, last do fv[#fv + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fv))
+if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[#ARGV]) end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',
+           'lifecycle', 'data', cjson.encode({status = ARGV[1]}),
+           'ts', ARGV[2])
+redis.call('PUBLISH', KEYS[3], ARGV[1])
+
+local retention = tonumber(redis.call('HGET', KEYS[1], 'retention') or '')
+if retention and retention >= 1 then
+  retention = math.floor(retention)
+  redis.call('EXPIRE', KEYS[1], retention)
+  redis.call('EXPIRE', KEYS[2], retention)
+  if KEYS[4] ~= '' then redis.call('EXPIRE', KEYS[4], retention) end
+end
+
+if KEYS[6] ~= '' then
+  local s = redis.call('HMGET', KEYS[6], 'tenant', 'state', 'idle_ttl')
+  if s[1] and not s[2] then
+    redis.call('HSET', KEYS[6], 'last_active', ARGV[2])
+    local ttl = tonumber(s[3] or '')
+    if ttl and ttl >= 1 then
+      redis.call('ZADD', KEYS[7], tonumber(ARGV[2]) + ttl * 1000, ARGV[5])
+    end
+  end
+end
+
+return 'ok'

@@ -1,0 +1,737 @@
+/*
+ * Unit tests of the runner's hostile-input paths: Docker's log frames as
+ * a sandbox can shape them (NUL bytes, lines split anywhere, huge lines,
+ * absurd frame sizes, odd stream ids), log line escaping, and what agent
+ * events may add up to.  Prints TAP.
+ */
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runner.h"
+
+
+/* the runner's globals this code reads */
+runner_config_t        runner_config;
+volatile sig_atomic_t  runner_stop;
+atomic_int             runner_release_failed;
+
+static int  tests, failed;
+
+
+static void
+ok(int cond, const char *name)
+{
+    tests++;
+
+    if (!cond) {
+        failed++;
+    }
+
+    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
+}
+
+
+/* lines as the logstream delivers them */
+
+#define MAX_LINES  64
+
+typedef struct {
+    int      n;
+    int      stream[MAX_LINES];
+    char     ts[MAX_LINES][48];
+    char    *line[MAX_LINES];
+    size_t   len[MAX_LINES];
+    size_t   cut[MAX_LINES];
+} lines_t;
+
+
+static int
+collect(void *data, int stream, const char *ts, const char *line, size_t len,
+    size_t cut)
+{
+    lines_t  *l = data;
+
+    if (l->n < MAX_LINES) {
+        l->stream[l->n] = stream;
+        snprintf(l->ts[l->n], sizeof(l->ts[0]), "%s", ts);
+        l->line[l->n] = malloc(len + 1);
+        memcpy(l->line[l->n], line, len);
+        l->line[l->n][len] = '\0';
+        l->len[l->n] = len;
+        l->cut[l->n] = cut;
+        l->n++;
+    }
+
+    return RUNNER_OK;
+}
+
+
+static void
+lines_free(lines_t *l)
+{
+    int  i;
+
+    for (i = 0; i < l->n; i++) {
+        free(l->line[i]);
+    }
+
+    memset(l, 0, sizeof(*l));
+}
+
+
+/* a frame header for a payload of len bytes */
+static void
+header(unsigned char *dst, int stream, uint32_t len)
+{
+    dst[0] = (unsigned char) stream;
+    dst[1] = dst[2] = dst[3] = 0;
+    dst[4] = (unsigned char) (len >> 24);
+    dst[5] = (unsigned char) (len >> 16);
+    dst[6] = (unsigned char) (len >> 8);
+    dst[7] = (unsigned char) len;
+}
+
+
+static size_t
+frame(char *dst, int stream, const char *payload, size_t len)
+{
+    header((unsigned char *) dst, stream, (uint32_t) len);
+    memcpy(dst + 8, payload, len);
+
+    return len + 8;
+}
+
+
+static void
+test_nul(void)
+{
+    char                 buf[256];
+    size_t               n, i;
+    lines_t              l;
+    runner_logstream_t   ls;
+    const char           p[] = "2026-11-29T10:00:00.1Z A\0B\0\0C\n";
+
+    /* "A\0B\0\0C": six bytes, three of them NUL */
+    n = frame(buf, 1, p, sizeof(p) - 1);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+    runner_logstream_feed(&ls, buf, n);
+    runner_logstream_feed(&ls, NULL, 0);
+    runner_logstream_free(&ls);
+
+    ok(l.n == 1 && l.len[0] == 6 && memcmp(l.line[0], "A\0B\0\0C", 6) == 0
+       && l.cut[0] == 0, "NUL bytes: the line is delivered whole (6 bytes)");
+    lines_free(&l);
+
+    /* a line of NULs only, fed a byte at a time */
+    memset(buf + 100, 0, 40);
+    memcpy(buf + 100, "2026-11-29T10:00:00.2Z ", 23);
+    buf[100 + 39] = '\n';
+    n = frame(buf, 1, buf + 100, 40);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+    for (i = 0; i < n; i++) {
+        runner_logstream_feed(&ls, buf + i, 1);
+    }
+    runner_logstream_free(&ls);
+
+    ok(l.n == 1 && l.len[0] == 16
+       && memcmp(l.line[0], "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16) == 0,
+       "a line of 16 NUL bytes, fed bytewise");
+    lines_free(&l);
+}
+
+
+/*
+ * One line split over two frames at every position, the stream fed in
+ * pieces cut at every position: always the same line, same timestamp.
+ */
+static void
+test_splits(void)
+{
+    char                 buf[512], p1[256], p2[256];
+    size_t               n, k, cutpos, len1, len2, tl;
+    int                  all_ok, lines_ok;
+    lines_t              l;
+    runner_logstream_t   ls;
+    const char          *ts = "2026-11-29T10:00:00.123456789Z ";
+    const char           line[] = "{\"type\":\"text\",\"x\":\"a\0b\"} tail";
+    size_t               ll = sizeof(line) - 1;
+
+    tl = strlen(ts);
+    all_ok = 1;
+    lines_ok = 1;
+
+    for (k = 0; k <= ll; k++) {
+        memcpy(p1, ts, tl);
+        memcpy(p1 + tl, line, k);
+        len1 = tl + k;
+
+        memcpy(p2, ts, tl);
+        memcpy(p2 + tl, line + k, ll - k);
+        p2[tl + ll - k] = '\n';
+        len2 = tl + ll - k + 1;
+
+        n = frame(buf, 1, p1, len1);
+        n += frame(buf + n, 1, p2, len2);
+        n += frame(buf + n, 2, "2026-11-29T10:00:01Z err\n", 25);
+
+        for (cutpos = 0; cutpos <= n; cutpos++) {
+            memset(&l, 0, sizeof(l));
+            runner_logstream_init(&ls, collect, &l);
+            runner_logstream_feed(&ls, buf, cutpos);
+            runner_logstream_feed(&ls, buf + cutpos, n - cutpos);
+            runner_logstream_feed(&ls, NULL, 0);
+            runner_logstream_free(&ls);
+
+            if (l.n != 2 || l.len[0] != ll || memcmp(l.line[0], line, ll)
+                || strcmp(l.ts[0], "2026-11-29T10:00:00.123456789Z")
+                || l.stream[0] != 1 || l.cut[0] != 0)
+            {
+                all_ok = 0;
+            }
+
+            if (l.n != 2 || l.stream[1] != 2 || strcmp(l.line[1], "err")) {
+                lines_ok = 0;
+            }
+
+            lines_free(&l);
+        }
+    }
+
+    ok(all_ok, "a line split over two frames at every byte, the stream "
+       "fed in two pieces cut at every byte: the same line and timestamp");
+    ok(lines_ok, "... and the stderr line after it");
+}
+
+
+/* a 70 MB line in 16 KiB frames: cut to --max-line, counted, the line
+ * after it intact, memory bounded by the cap */
+static void
+test_huge_line(void)
+{
+    char                *chunk, buf[256];
+    size_t               i, n, tl, total, maxcap;
+    lines_t              l;
+    runner_logstream_t   ls;
+    const char          *ts = "2026-11-29T10:00:02.5Z ";
+
+    runner_config.max_line = 256 * 1024;
+    runner_config.diff_max = 10 * 1024 * 1024;
+
+    tl = strlen(ts);
+    chunk = malloc(8 + tl + 16384);
+    header((unsigned char *) chunk, 1, (uint32_t) (tl + 16384));
+    memcpy(chunk + 8, ts, tl);
+    memset(chunk + 8 + tl, 'A', 16384);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+
+    total = 0;
+    maxcap = 0;
+
+    for (i = 0; total < 70000000; i++) {
+        runner_logstream_feed(&ls, chunk, 8 + tl + 16384);
+        total += 16384;
+
+        if (ls.line_cap[1] > maxcap) {
+            maxcap = ls.line_cap[1];
+        }
+    }
+
+    n = frame(buf, 1, "2026-11-29T10:00:02.5Z AAA\n", 27);
+    n += frame(buf + n, 1, "2026-11-29T10:00:03Z next\n", 26);
+    runner_logstream_feed(&ls, buf, n);
+    runner_logstream_free(&ls);
+    free(chunk);
+
+    total += 3;
+
+    ok(l.n == 2 && l.len[0] == 256 * 1024 && l.cut[0] == total - 256 * 1024,
+       "a 70 MB line: 256 KiB kept, the rest counted as cut");
+    ok(l.n == 2 && l.line[0][0] == 'A' && l.line[0][l.len[0] - 1] == 'A'
+       && strcmp(l.ts[0], "2026-11-29T10:00:02.5Z") == 0,
+       "... the kept part is the line's start, with its timestamp");
+    ok(maxcap <= 256 * 1024 + 1, "... memory held for it: at most the cap");
+    ok(l.n == 2 && strcmp(l.line[1], "next") == 0 && l.cut[1] == 0,
+       "... and the next line is intact");
+    lines_free(&l);
+}
+
+
+/* the sandbox's diff line may be longer than --max-line, up to
+ * --diff-max; other stdout and stderr lines may not */
+static void
+test_diff_line(void)
+{
+    char                *p, *buf;
+    size_t               n, len, pl;
+    lines_t              l;
+    runner_logstream_t   ls;
+    const char          *ts = "2026-11-29T10:00:04Z ";
+
+    runner_config.max_line = 1024;
+    runner_config.diff_max = 100000;
+
+    len = 50000;
+    pl = strlen(ts);
+    p = malloc(pl + len + 1);
+    buf = malloc(3 * (pl + len + 1 + 8));
+
+    memcpy(p, ts, pl);
+    memset(p + pl, 'x', len);
+    memcpy(p + pl, RUNNER_DIFF_PREFIX, sizeof(RUNNER_DIFF_PREFIX) - 1);
+    p[pl + len] = '\n';
+
+    n = frame(buf, 1, p, pl + len + 1);
+    n += frame(buf + n, 2, p, pl + len + 1);
+    p[pl] = '[';
+    n += frame(buf + n, 1, p, pl + len + 1);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+    runner_logstream_feed(&ls, buf, n);
+    runner_logstream_free(&ls);
+
+    ok(l.n == 3 && l.len[0] == len && l.cut[0] == 0,
+       "the diff line on stdout: 50 KB kept whole (--diff-max 100000)");
+    ok(l.n == 3 && l.len[1] == 1024 && l.cut[1] == len - 1024,
+       "the same line on stderr: cut at --max-line");
+    ok(l.n == 3 && l.len[2] == 1024 && l.cut[2] == len - 1024,
+       "another stdout line: cut at --max-line");
+    lines_free(&l);
+
+    /* a diff line over --diff-max + slack is cut too */
+    free(p);
+    free(buf);
+    len = 100000 + RUNNER_DIFF_SLACK + 10;
+    p = malloc(pl + len + 1);
+    buf = malloc(pl + len + 1 + 8);
+    memcpy(p, ts, pl);
+    memset(p + pl, 'x', len);
+    memcpy(p + pl, RUNNER_DIFF_PREFIX, sizeof(RUNNER_DIFF_PREFIX) - 1);
+    p[pl + len] = '\n';
+    n = frame(buf, 1, p, pl + len + 1);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+    runner_logstream_feed(&ls, buf, n);
+    runner_logstream_free(&ls);
+
+    ok(l.n == 1 && l.len[0] == 100000 + RUNNER_DIFF_SLACK && l.cut[0] == 10,
+       "a diff line over --diff-max plus the slack is cut there");
+    lines_free(&l);
+    free(p);
+    free(buf);
+
+    runner_config.max_line = 256 * 1024;
+    runner_config.diff_max = 10 * 1024 * 1024;
+}
+
+
+/* a frame declaring 4 GiB: nothing allocated for it; its bytes are a line
+ * like any other; odd stream ids are stderr */
+static void
+test_frames(void)
+{
+    char                 buf[256];
+    unsigned char        hdr[8];
+    size_t               n;
+    lines_t              l;
+    runner_logstream_t   ls;
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+
+    header(hdr, 1, 0xffffffffu);
+    runner_logstream_feed(&ls, (char *) hdr, 8);
+    runner_logstream_feed(&ls, "2026-11-29T10:00:05Z short\nand more", 35);
+
+    ok(l.n == 1 && strcmp(l.line[0], "short") == 0 && ls.line_cap[1] < 65536
+       && ls.frame_left == 0xffffffffu - 35,
+       "a frame declaring 4 GiB: its lines come as they arrive, "
+       "no 4 GiB buffer");
+    runner_logstream_feed(&ls, NULL, 0);
+    ok(l.n == 2 && strcmp(l.line[1], "and more") == 0,
+       "... and what it held at the end of the stream");
+    runner_logstream_free(&ls);
+    lines_free(&l);
+
+    /* stream ids 0, 3 and 255: delivered as stderr (never the agent's) */
+    n = frame(buf, 0, "2026-11-29T10:00:06Z zero\n", 26);
+    n += frame(buf + n, 3, "2026-11-29T10:00:06Z three\n", 27);
+    n += frame(buf + n, 255, "2026-11-29T10:00:06Z {\"type\":\"text\"}\n", 37);
+    n += frame(buf + n, 1, "", 0);
+    n += frame(buf + n, 1, "2026-11-29T10:00:07Z out\n", 25);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+    runner_logstream_feed(&ls, buf, n);
+    runner_logstream_free(&ls);
+
+    ok(l.n == 4 && l.stream[0] == 2 && l.stream[1] == 2 && l.stream[2] == 2
+       && strcmp(l.line[2], "{\"type\":\"text\"}") == 0,
+       "stream ids 0, 3, 255: stderr");
+    ok(l.n == 4 && l.stream[3] == 1 && strcmp(l.line[3], "out") == 0,
+       "an empty frame changes nothing; stdout after it");
+    lines_free(&l);
+
+    /* no timestamp: 47 bytes without a space are the line's */
+    memset(buf + 100, 'z', 60);
+    buf[160] = '\n';
+    n = frame(buf, 1, buf + 100, 61);
+
+    memset(&l, 0, sizeof(l));
+    runner_logstream_init(&ls, collect, &l);
+    runner_logstream_feed(&ls, buf, n);
+    runner_logstream_free(&ls);
+
+    ok(l.n == 1 && l.len[0] == 60, "a frame without a timestamp: every "
+       "byte is the line's");
+    lines_free(&l);
+}
+
+
+/* Docker's timestamps: trailing zeros of the fraction trimmed */
+static void
+test_ts_cmp(void)
+{
+    ok(runner_logstream_ts_cmp("2026-11-29T10:00:00.1Z",
+                               "2026-11-29T10:00:00.10001Z") < 0,
+       "timestamps: .1 before .10001 (a string compare says otherwise)");
+    ok(runner_logstream_ts_cmp("2026-11-29T10:00:00Z",
+                               "2026-11-29T10:00:00.5Z") < 0,
+       "timestamps: a whole second before .5");
+    ok(runner_logstream_ts_cmp("2026-11-29T10:00:00.5Z",
+                               "2026-11-29T10:00:00.500Z") == 0,
+       "timestamps: .5 = .500");
+    ok(runner_logstream_ts_cmp("2026-11-29T10:00:01.000000001Z",
+                               "2026-11-29T10:00:00.999999999Z") > 0,
+       "timestamps: the next second after .999999999");
+}
+
+
+/* hostile step_finish events and strings: ignored or bounded */
+static void
+test_outcome_clamp(void)
+{
+    runner_outcome_t   o;
+    json_t            *ev;
+    char              *big;
+    size_t             i, n;
+    int                valid;
+
+#define EV(s)  ev = json_loads(s, 0, NULL); runner_outcome_event(&o, ev);     \
+               json_decref(ev)
+#define STEP(tok, cost)                                                       \
+    EV("{\"type\":\"step_finish\",\"part\":{\"tokens\":" tok ",\"cost\":"  \
+       cost "}}")
+
+    memset(&o, 0, sizeof(o));
+    runner_config.max_result = 256 * 1024;
+
+    STEP("{\"input\":10,\"output\":5,\"reasoning\":1,"
+         "\"cache\":{\"read\":2,\"write\":3}}", "0.5");
+    STEP("{\"input\":-1000000,\"output\":5}", "0.1");
+    STEP("{\"input\":1,\"output\":999999999999}", "0.1");
+    STEP("{\"input\":1,\"output\":2.5}", "0.1");
+    STEP("{\"input\":1,\"cache\":{\"read\":-1}}", "0.1");
+    STEP("{\"input\":1}", "-5");
+    STEP("{\"input\":1}", "1e300");
+    STEP("{\"input\":1}", "\"5\"");
+    STEP("{\"input\":1}", "1000.5");
+    STEP("{\"input\":1,\"output\":1}", "0.25");
+
+    ok(o.tokens_input == 11 && o.tokens_output == 6
+       && o.tokens_reasoning == 1 && o.tokens_cache_read == 2
+       && o.tokens_cache_write == 3,
+       "tokens: steps with negative, absurd or fractional counts ignored");
+    ok(o.cost > 0.749 && o.cost < 0.751,
+       "cost: negative, absurd, non-numeric steps ignored (0.75)");
+
+    for (i = 0; i < 200; i++) {
+        STEP("{\"input\":1000000000,\"output\":1000000000}", "1000");
+    }
+    ok(o.tokens_input == 11 + 200 * 1000000000LL && o.cost < 200001,
+       "the most a step may count, 200 times: summed, no overflow");
+
+    /* a 300 KiB result of two-byte characters: cut at a character */
+    n = 300 * 1024;
+    big = malloc(n + 64);
+    strcpy(big, "{\"type\":\"text\",\"part\":{\"text\":\"x");
+    for (i = strlen(big); i < n; i += 2) {
+        memcpy(big + i, "\xc3\xa9", 2);
+    }
+    strcpy(big + i, "\"}}");
+    EV(big);
+    free(big);
+
+    valid = o.result != NULL && json_string(o.result) != NULL;
+    ok(o.result && strlen(o.result) <= 256 * 1024 + 80
+       && strstr(o.result, "[... truncated: ") != NULL,
+       "a 300 KiB result: capped at --max-result, with a marker");
+    ok(valid, "... still valid UTF-8 (cut at a character)");
+
+    big = malloc(20000);
+    strcpy(big, "{\"type\":\"error\",\"error\":{\"name\":\"");
+    memset(big + strlen(big), 'e', 10000);
+    strcpy(big + 10000, "\"}}");
+    EV(big);
+    free(big);
+    ok(o.error && strlen(o.error) < 4200, "an error message: bounded (4 KiB)");
+
+    EV("{\"type\":\"text\",\"sessionID\":\"ses_../../x\",\"part\":{}}");
+    ok(o.oc_session[0] == '\0', "an OpenCode session id with odd "
+       "characters is not kept");
+
+    runner_outcome_free(&o);
+#undef STEP
+#undef EV
+}
+
+
+/* the diff, file by file: files_changed and the index of sections */
+static void
+test_diff_index(void)
+{
+    json_t       *files, *index, *f, *span;
+    const char   *d, *path;
+    size_t        i, len, off, total;
+    int           spans_ok;
+    const char   *want[][3] = {
+        { "x.txt", "2", "1" }, { "new name.txt", "1", "1" },
+        { "t\tab", "1", "0" }, { "gone", "0", "1" }, { "bin.png", "0", "0" },
+    };
+
+    d = "diff --git a/x.txt b/x.txt\nindex 1..2 100644\n--- a/x.txt\n"
+        "+++ b/x.txt\n@@ -1 +1,2 @@\n-old\n+new\n+++more\n"
+        "diff --git a/old name.txt b/new name.txt\nsimilarity index 90%\n"
+        "rename from old name.txt\nrename to new name.txt\n"
+        "--- a/old name.txt\t\n+++ b/new name.txt\t\n@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git \"a/t\\tab\" \"b/t\\tab\"\nnew file mode 100644\n"
+        "--- /dev/null\n+++ \"b/t\\tab\"\n@@ -0,0 +1 @@\n+t\n"
+        "diff --git a/gone b/gone\ndeleted file mode 100644\n--- a/gone\n"
+        "+++ /dev/null\n@@ -1 +0,0 @@\n--- a/x\n"
+        "diff --git a/bin.png b/bin.png\nindex 1..2 100644\n"
+        "Binary files a/bin.png and b/bin.png differ\n";
+    len = strlen(d);
+
+    index = NULL;
+    files = runner_outcome_diff_walk(d, len, &index);
+
+    ok(json_array_size(files) == 5, "five files in the diff");
+
+    for (i = 0; i < 5 && i < json_array_size(files); i++) {
+        f = json_array_get(files, i);
+        path = json_string_value(json_object_get(f, "path"));
+
+        ok(path && strcmp(path, want[i][0]) == 0
+           && json_integer_value(json_object_get(f, "additions"))
+              == atoi(want[i][1])
+           && json_integer_value(json_object_get(f, "deletions"))
+              == atoi(want[i][2]),
+           want[i][0]);
+    }
+
+    ok(json_object_size(index) == 6, "the index: six paths (a rename "
+       "under both)");
+    ok(json_equal(json_object_get(index, "old name.txt"),
+                  json_object_get(index, "new name.txt"))
+       && json_object_get(index, "old name.txt") != NULL,
+       "the rename: the same section under its old and new path");
+
+    spans_ok = 1;
+    total = 0;
+
+    for (i = 0; i < 5; i++) {
+        span = json_object_get(index, want[i][0]);
+        off = json_integer_value(json_array_get(span, 0));
+        total += json_integer_value(json_array_get(span, 1));
+
+        if (span == NULL || off >= len
+            || strncmp(d + off, "diff --git ", 11) != 0)
+        {
+            spans_ok = 0;
+        }
+    }
+
+    ok(spans_ok && total == len, "every section starts at its \"diff "
+       "--git\" line; together they are the whole diff");
+
+    span = json_object_get(index, "t\tab");
+    off = json_integer_value(json_array_get(span, 0));
+    ok(span && strncmp(d + off, "diff --git \"a/t\\tab\"", 20) == 0
+       && json_integer_value(json_array_get(span, 1)) == 97,
+       "a C-quoted path: unquoted, its section exact");
+
+    json_decref(files);
+    json_decref(index);
+
+    /* hostile: no newline at all, a lone header, garbage */
+    files = runner_outcome_diff_walk("diff --git a/z b/z", 18, &index);
+    ok(json_array_size(files) == 1 && json_object_get(index, "z"),
+       "a header alone, no newline: one file");
+    json_decref(files);
+    json_decref(index);
+
+    files = runner_outcome_diff_walk("\0\0+x\n-y\n", 9, &index);
+    ok(json_array_size(files) == 0 && json_object_size(index) == 0,
+       "lines before any header: no file");
+    json_decref(files);
+    json_decref(index);
+}
+
+
+/* the workspace walk: counted, bounded, no symlink followed */
+static void
+test_workspace(void)
+{
+    char             root[64], path[4096], block[4096], err[256];
+    int              i, fd, rc;
+    size_t           n;
+    runner_usage_t   u;
+
+    strcpy(root, "/tmp/smcp-unit-ws-XXXXXX");
+    if (mkdtemp(root) == NULL) {
+        ok(0, "mkdtemp");
+        return;
+    }
+
+    memset(block, 'w', sizeof(block));
+
+    /* 10 files of 4 KiB, a directory, a symlink to /, a fifo */
+    for (i = 0; i < 10; i++) {
+        snprintf(path, sizeof(path), "%s/f%d", root, i);
+        fd = open(path, O_WRONLY | O_CREAT, 0644);
+        n = write(fd, block, sizeof(block));
+        close(fd);
+        (void) n;
+    }
+
+    snprintf(path, sizeof(path), "%s/d", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/d/root", root);
+    rc = symlink("/", path);
+    snprintf(path, sizeof(path), "%s/d/fifo", root);
+    mkfifo(path, 0644);
+    (void) rc;
+
+    rc = runner_workspace_usage(root, 0, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.inodes == 14 && !u.too_deep,
+       "14 inodes: the root, 10 files, a directory, a symlink (not "
+       "followed), a fifo (not opened)");
+    ok(u.bytes >= 10 * 4096 && u.bytes < 10 * 4096 + 64 * 1024,
+       "bytes: what the files take");
+
+    rc = runner_workspace_usage(root, 0, 5, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.inodes == 6, "--workspace-inodes 5: the walk "
+       "ends at the sixth");
+
+    rc = runner_workspace_usage(root, 8192, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.bytes > 8192 && u.inodes < 10,
+       "a byte limit: the walk ends once past it");
+
+    /* deeper than the walk goes */
+    n = snprintf(path, sizeof(path), "%s/d", root);
+    for (i = 0; i < RUNNER_WS_DEPTH + 2 && n + 3 < sizeof(path); i++) {
+        n += snprintf(path + n, sizeof(path) - n, "/x");
+        mkdir(path, 0755);
+    }
+
+    rc = runner_workspace_usage(root, 0, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_OK && u.too_deep, "a tree deeper than the walk: "
+       "too deep");
+
+    snprintf(path, sizeof(path), "%s/d/root", root);
+    rc = runner_workspace_usage(path, 0, 0, &u, err, sizeof(err));
+    ok(rc == RUNNER_ERR, "a root that is a symlink: refused");
+
+    rc = runner_workspace_usage("/nonexistent/smcp", 0, 0, &u, err,
+                                sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "/nonexistent/smcp") != NULL,
+       "a root that is not there: an error naming it");
+
+    snprintf(path, sizeof(path), "rm -rf '%s'", root);
+    rc = system(path);
+    (void) rc;
+}
+
+
+/* runner_log: nothing from a message can end its line or its msg="" */
+static void
+test_log_escape(void)
+{
+    char    out[256], line[2048];
+    FILE   *f;
+    int     fd, saved, nl;
+    size_t  n, i;
+
+    runner_log_escape(out, sizeof(out), "a\"b\\c\nd\re\tf\x01g\x7f\xc3\xa9",
+                      16);
+    ok(strcmp(out, "a\\\"b\\\\c\\nd\\re\\tf\\x01g\\x7f\\xc3\\xa9") == 0,
+       "escaped: quote, backslash, newline, CR, tab, control, DEL, "
+       "non-ASCII");
+
+    runner_log_escape(out, sizeof(out), "x\0y", 3);
+    ok(strcmp(out, "x\\x00y") == 0, "escaped: NUL");
+
+    n = runner_log_escape(out, 8, "\x01\x02\x03", 3);
+    ok(n == 4 && strcmp(out, "\\x01") == 0, "a full buffer: whole escapes "
+       "only");
+
+    /* the line itself, through stderr */
+    f = tmpfile();
+    fd = fileno(f);
+    fflush(stderr);
+    saved = dup(2);
+    dup2(fd, 2);
+
+    runner_log("info", "run_0123456789abcdef01234567", "agent said: %s",
+               "done\"\n2026-01-01T00:00:00.000Z level=crit pid=1 "
+               "msg=\"forged");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+
+    rewind(f);
+    n = fread(line, 1, sizeof(line) - 1, f);
+    line[n] = '\0';
+    fclose(f);
+
+    for (nl = 0, i = 0; i < n; i++) {
+        nl += line[i] == '\n';
+    }
+
+    ok(nl == 1 && line[n - 1] == '\n', "a hostile message: one log line");
+    ok(strstr(line, "msg=\"agent said: done\\\"\\n2026-01-01T00:00:00.000Z "
+                    "level=crit pid=1 msg=\\\"forged\"\n") != NULL,
+       "... its quotes and newline escaped inside msg=\"...\"");
+}
+
+
+int
+main(void)
+{
+    test_nul();
+    test_splits();
+    test_huge_line();
+    test_diff_line();
+    test_frames();
+    test_ts_cmp();
+    test_log_escape();
+    test_outcome_clamp();
+    test_diff_index();
+    test_workspace();
+
+    printf("1..%d\n", tests);
+
+    return failed ? 1 : 0;
+}

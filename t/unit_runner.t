@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# C unit tests of the runner (t/unit/runner.c): Docker log frames as a
+# hostile sandbox shapes them, log escaping, agent events clamped, the diff
+# index, the workspace walk.  Built with the project's warnings.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=$top/build/unit-runner-tests
+mkdir -p "$top/build"
+if ! cc -O1 -g -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE \
+        -pthread -I"$top/ngx_sandbox_mcp_module/common" -I"$top/runner" \
+        -o "$out" "$top/t/unit/runner.c" "$top/runner/logstream.c" \
+        "$top/runner/outcome.c" "$top/runner/log.c" \
+        "$top/runner/workspace.c" \
+        "$top"/ngx_sandbox_mcp_module/common/*.c \
+        -ljansson -lcrypto -lhiredis 2>"$top/build/unit-runner-tests.log"; then
+    echo "1..1"
+    echo "not ok 1 - the runner unit tests build"
+    sed 's/^/# /' "$top/build/unit-runner-tests.log"
+    exit 1
+fi
+exec "$out"
