@@ -128,7 +128,8 @@ revoke: $(TOKEN_BIN)
 	@$(TOKEN_BIN) --revoke "$${JTI:?usage: make revoke JTI=jti-or-token [REDIS=host:port] [REDIS_PASSWORD_FILE=path]}" \
 	    --redis "$${REDIS:-127.0.0.1:$${SMCP_REDIS_PORT:-6390}}" \
 	    $${REDIS_PREFIX:+--prefix "$$REDIS_PREFIX"} \
-	    $${REDIS_PASSWORD_FILE:+--redis-password-file "$$REDIS_PASSWORD_FILE"}
+	    $$(pw=$${REDIS_PASSWORD_FILE:-$${SMCP_STATE:-$(BUILD)/stack}/redis-password}; \
+	       [ -f "$$pw" ] && echo --redis-password-file "$$pw")
 
 clean:
 	rm -rf $(BUILD)

@@ -23,6 +23,8 @@
 #                                wins over PROXY_JWT_SECRET
 #   SMCP_REDIS=redis:6379        host:port or unix:/path of Redis
 #   SMCP_REDIS_PREFIX            key prefix (module default smcp:)
+#   SMCP_REDIS_PASSWORD          Redis's password, when it has one (read
+#                                by the nginx master at start; never logged)
 #   SMCP_WORKERS=auto            worker_processes
 #   SMCP_LOG_LEVEL=notice        error_log level
 # mcp:
@@ -76,8 +78,7 @@ common_http() {
     sandbox_mcp_redis $redis;
     $prefix
     $secret_conf
-    # REDIS-PASSWORD: sandbox_mcp_redis_password file:/run/secrets/...;
-    # (coming with the other helpers' work; not wired yet)
+    $password_conf
 CONF
 }
 
@@ -189,6 +190,9 @@ render() {
     redis=${SMCP_REDIS:-redis:6379}
     prefix=""
     [ -n "${SMCP_REDIS_PREFIX:-}" ] && prefix="sandbox_mcp_redis_prefix $SMCP_REDIS_PREFIX;"
+    password_conf=""
+    [ -n "${SMCP_REDIS_PASSWORD:-}" ] \
+        && password_conf="sandbox_mcp_redis_password env:SMCP_REDIS_PASSWORD;"
 
     case ${SMCP_ROLE:-mcp} in
         mcp) render_mcp > "$conf.tmp" ;;

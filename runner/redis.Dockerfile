@@ -36,8 +36,7 @@ EXPOSE 6379
 # silently vanishing; a client that does not read its replies (a huge
 # XRANGE, a stuck subscriber) is cut off past 64 MB (16 MB for 60 s).
 # docker-compose.yml passes the same arguments (SMCP_REDIS_MAXMEMORY).
-# REDIS-PASSWORD: `--requirepass` from a secret file (coming with the
-# other helpers' work; not wired yet).
+# docker-compose.yml adds --requirepass when SMCP_REDIS_PASSWORD is set.
 CMD ["redis-server", "--bind", "0.0.0.0", "--port", "6379", \
      "--protected-mode", "no", "--dir", "/data", \
      "--appendonly", "yes", "--save", "", \

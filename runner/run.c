@@ -131,7 +131,7 @@ runner_run_check_cost(runner_run_t *run, redisReply *max_cost, double cost)
 
     if (max > 0 && cost > max) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
-                        "has cost $%.6f, over its max_cost of $%.6f; the "
+                        "has cost $%.6f, over its maxCostUsd of $%.6f; the "
                         "sandbox was stopped", cost, max);
     }
 }

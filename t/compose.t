@@ -139,6 +139,9 @@ $ENV{SMCP_SANDBOX_MEMORY} = '1g';
 # A below): 15 s rather than the default 60 s keeps the test short
 $ENV{SMCP_CLAIM_IDLE} = 15000;
 $ENV{PROXY_JWT_SECRET} = $secret;
+# Redis with a password: redis, both nginx instances and the runner get it
+my $redis_password = join '', map { sprintf '%02x', int(rand(256)) } 1 .. 16;
+$ENV{SMCP_REDIS_PASSWORD} = $redis_password;
 $ENV{COMPOSE_INTERACTIVE_NO_CLI} = 1;
 delete $ENV{COMPOSE_FILE};
 
@@ -493,6 +496,10 @@ is($init->{json}{result}{serverInfo}{name}, 'sandbox-mcp', '... from sandbox-mcp
        '... and nothing else');
     is(container_inspect_field($redis_id, '{{json .HostConfig.PortBindings}}'), '{}',
        'redis publishes nothing');
+    my (undef, $noauth, $e) = compose(['exec', '-T', 'redis', 'env', 'REDISCLI_AUTH=',
+                                       'redis-cli', 'PING'], timeout => 30);
+    like("$noauth$e", qr/NOAUTH/, 'redis requires its password (SMCP_REDIS_PASSWORD)')
+        or diag("$noauth$e");
 }
 
 ##############################################################################

@@ -1,15 +1,15 @@
 #!/usr/bin/env perl
 # The limits the runner enforces, end to end (t/runner.t has the setup's
 # story: MCP through nginx, build/smcp-runner, dockerd, the sandbox image
-# with the real OpenCode; only the model and GitHub are fakes).  The run
-# and session fields the module will write (max_running, max_cost,
-# retention, idle_ttl) are set here straight in Redis, before the runner
-# needs them:
+# with the real OpenCode; only the model and GitHub are fakes).  The limits
+# come from where users set them: nginx's sandbox_mcp_max_running 1,
+# sandbox_mcp_retention 300s, sandbox_mcp_session_idle 1h, and run_task's
+# maxCostUsd; only "a session is due now" is forced (its `sessions` score):
 #
 #   1. max_running 1: three runs of the tenant queued at once, a runner
 #      with room for three: they run one after the other; the tenant's
 #      active set is empty at the end
-#   2. max_cost: the model's usage costs $0.45 a step, the cap is $0.2:
+#   2. maxCostUsd 0.2: the model's usage costs $0.45 a step:
 #      the sandbox is stopped, the run `failed` naming the cap and the cost
 #   3. the finish: a run renaming a file (git mv) gets diff_index with the
 #      section under the old and the new path; its keys expire after its
@@ -64,6 +64,8 @@ my $s = SMCP::Stack->new(
         ],
     },
     repos => { 'owner/repo' => { 'README.md' => "# Demo\n", 'keep.txt' => "k\n" } },
+    location => 'sandbox_mcp_max_running 1; sandbox_mcp_retention 300s; '
+              . 'sandbox_mcp_session_idle 1h;',
 );
 my $t = $s->t;
 my $tenant = $t->tenant;
@@ -81,7 +83,6 @@ sub diag_run {
 # 1. the tenant's running limit
 
 my @one = map { $s->run_task(task => "SCENARIO-ONE: run $_", title => "one $_") } 1 .. 3;
-$t->redis('HSET', "smcp:run:$_->{runId}", max_running => 1) for @one;
 my @RUNNER_ARGS = ('--workspace-limit', '50m', '--janitor-interval', '2');
 my $runner = $s->start_runner(concurrency => 3, args => \@RUNNER_ARGS);
 
@@ -110,18 +111,16 @@ subtest 'max_running 1: one run at a time' => sub {
 ##############################################################################
 # 2 and 3 at once
 
-my $cost = $s->run_task(task => 'SCENARIO-COST: spend', title => 'cost', timeoutSeconds => 120);
-$t->redis('HSET', "smcp:run:$cost->{runId}", max_cost => '0.2');
+my $cost = $s->run_task(task => 'SCENARIO-COST: spend', title => 'cost', timeoutSeconds => 120,
+                        maxCostUsd => 0.2);
 my $ren = $s->run_task(task => 'SCENARIO-RENAME: rename README.md',
                        repository => 'https://github.com/owner/repo', title => 'rename');
-$t->redis('HSET', "smcp:run:$ren->{runId}", retention => 120);
-$t->redis('HSET', "smcp:session:$ren->{sessionId}", idle_ttl => 3600);
 
-subtest 'max_cost: the sandbox is stopped' => sub {
+subtest 'maxCostUsd: the sandbox is stopped' => sub {
     my $id = $cost->{runId};
     my $r = $s->wait_done($id, 90);
     is($r->{status}, 'failed', 'failed') or diag_run($id, $runner);
-    like($r->{error} // '', qr/spend cap exceeded: the run has cost \$0\.4\d+, over its max_cost of \$0\.20+/,
+    like($r->{error} // '', qr/spend cap exceeded: the run has cost \$0\.4\d+, over its maxCostUsd of \$0\.20+/,
          'the error names the cost and the cap: ' . ($r->{error} // 'null'));
     ok($r->{cost} > 0.2, "cost $r->{cost} recorded");
     my @req = grep { ($_->{body} // '') =~ /SCENARIO-COST/ } $s->anthropic->requests;
@@ -155,7 +154,7 @@ subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
               'filesChanged: the new paths');
     for my $k ("run:$id", "run:$id:events", "run:$id:diff") {
         my $ttl = $t->redis('TTL', "smcp:$k");
-        ok($ttl > 100 && $ttl <= 120, "$k expires after retention 120 ($ttl s)");
+        ok($ttl > 280 && $ttl <= 300, "$k expires after retention 300 ($ttl s)");
     }
     my $ses = $t->redis_hgetall("smcp:session:$ren->{sessionId}");
     ok($ses->{last_active} && $ses->{last_active} >= $h->{finished_at},
@@ -170,7 +169,6 @@ subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
 
 my $disk = $s->run_task(task => 'SCENARIO-DISK: fill the workspace', title => 'disk',
                         timeoutSeconds => 120);
-$t->redis('HSET', "smcp:session:$disk->{sessionId}", retention => 300);
 $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $disk->{sessionId});
 
 subtest '--workspace-limit 50m: 80 MB written' => sub {
@@ -199,7 +197,6 @@ subtest 'the janitor' => sub {
     my $idle = $one[0]{sessionId};
     my (undef, $v) = SMCP::Docker::docker('volume', 'ls', '-q', '--filter', "name=smcp-$idle");
     like($v, qr/smcp-\Q$idle\E/, 'an idle session with its volume');
-    $t->redis('HSET', "smcp:session:$idle", retention => 300);
     $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $idle);
     for my $ses ($idle, $disk->{sessionId}) {
         ok(wait_until(30, sub {

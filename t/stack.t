@@ -103,6 +103,19 @@ is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
     is_deeply(\@open, [], 'nothing in the state dir is readable by others (umask 077)');
 }
 {
+    # Redis has a password (make up made it): nothing talks to it without
+    my $pw = SMCP::Test::read_file(undef, "$state/redis-password") // '';
+    like($pw, qr/^[0-9a-f]{48}$/, 'a Redis password was generated');
+    is(sprintf('%o', (stat "$state/redis-password")[2] & 07777), '600', '... mode 600');
+    my $noauth = `REDISCLI_AUTH= redis-cli -p $rport PING 2>&1`;
+    like($noauth, qr/NOAUTH/, 'redis: PING without the password is refused (NOAUTH)')
+        or diag($noauth);
+    unlike(`ps -eo args`, qr/\Q$pw\E/, '... and the password is on no command line')
+        if length $pw;
+    like($out, qr/^  Redis: .*redis-password/m, 'make up says where the password is');
+    $ENV{REDISCLI_AUTH} = $pw;
+}
+{
     my %cfg = split /\n/, `redis-cli -p $rport CONFIG GET maxmemory*`
                         . `redis-cli -p $rport CONFIG GET client-output-buffer-limit`;
     is($cfg{maxmemory}, 536870912, 'redis: maxmemory from SMCP_REDIS_MAXMEMORY (512mb)');
