@@ -572,9 +572,14 @@ runner_docker_follow_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 }
 
 
+/*
+ * The container's log from `since` on, as lines: followed while it runs
+ * (follow 1), or read once as it stands (follow 0).
+ */
 int
-runner_docker_follow(const char *id, const char *since, runner_line_pt on_line,
-    runner_tick_pt on_tick, void *data, char *err, size_t errlen)
+runner_docker_follow(const char *id, const char *since, int follow,
+    runner_line_pt on_line, runner_tick_pt on_tick, void *data, char *err,
+    size_t errlen)
 {
     CURL             *h;
     CURLcode          cc;
@@ -586,9 +591,9 @@ runner_docker_follow(const char *id, const char *since, runner_line_pt on_line,
         return RUNNER_ERR;
     }
 
-    snprintf(path, sizeof(path), "/containers/%s/logs?follow=1&stdout=1"
-             "&stderr=1&timestamps=1%s%s", id, since ? "&since=" : "",
-             since ? since : "");
+    snprintf(path, sizeof(path), "/containers/%s/logs?follow=%d&stdout=1"
+             "&stderr=1&timestamps=1%s%s", id, follow ? 1 : 0,
+             since ? "&since=" : "", since ? since : "");
 
     h = runner_docker_handle("GET", path, 0);
     if (h == NULL) {

@@ -1219,6 +1219,35 @@ runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
 
 
 /*
+ * The log of an exited container, read once more from the last line done
+ * with: Docker's follower loses lines across json-file rotations (a
+ * reader slower than the writer can miss whole files and the end of the
+ * log, seen on 20.10 with 200 MB written at once), while the files of an
+ * exited container read back whole.  Lines already done with are skipped.
+ */
+static void
+runner_run_catch_up(runner_run_t *run, runner_follow_state_t *st)
+{
+    char  err[RUNNER_ERRLEN], since[64];
+
+    since[0] = '\0';
+
+    if (run->last_ts[0]) {
+        runner_run_since(run->last_ts, since, sizeof(since));
+        st->skip = run->last_ts_count;
+    }
+
+    if (runner_docker_follow(run->container, since[0] ? since : NULL, 0,
+                             runner_run_line, runner_run_tick, st,
+                             err, sizeof(err))
+        != RUNNER_OK && !runner_stop)
+    {
+        runner_log("error", run->id, "reading the end of the log: %s", err);
+    }
+}
+
+
+/*
  * Follows the log into the event stream until it ends, then waits for the
  * exit: RUNNER_OK (exit_code set), RUNNER_AGAIN (the runner is stopping:
  * detach), RUNNER_ERR (Docker lost the sandbox: *why says how).
@@ -1242,7 +1271,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
             st.skip = run->last_ts_count;
         }
 
-        if (runner_docker_follow(run->container, since[0] ? since : NULL,
+        if (runner_docker_follow(run->container, since[0] ? since : NULL, 1,
                                  runner_run_line, runner_run_tick, &st,
                                  err, sizeof(err))
             == RUNNER_OK)
@@ -1284,6 +1313,10 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
     }
 
     rc = runner_run_wait(run, exit_code, err, sizeof(err));
+
+    if (rc == RUNNER_OK) {
+        runner_run_catch_up(run, &st);
+    }
 
     if (rc != RUNNER_ERR) {
         return rc;

@@ -216,7 +216,7 @@ typedef int (*runner_line_pt)(void *data, int stream, const char *ts,
     const char *line, size_t len, size_t cut);
 typedef int (*runner_tick_pt)(void *data);
 
-int runner_docker_follow(const char *id, const char *since,
+int runner_docker_follow(const char *id, const char *since, int follow,
     runner_line_pt on_line, runner_tick_pt on_tick, void *data,
     char *err, size_t errlen);
 

@@ -1,0 +1,373 @@
+#!/usr/bin/env perl
+# A hostile agent, end to end: MCP through nginx, build/smcp-runner,
+# dockerd, the sandbox image with the real OpenCode; only the model and
+# GitHub are fakes.  The scripted model has OpenCode's bash tool do what a
+# hostile agent would, from inside its sandbox:
+#
+#   git     push to main, force-push main, delete a branch, push another
+#           branch and its own run branch (the run did not ask for a pull
+#           request), clone, read and push another repository
+#   pr      the same with createPullRequest: only its own branch
+#           opencode/<runId> is written
+#   api     provider endpoints outside inference (models, files, batches),
+#           the pull-request API with another head, another repository's
+#           API, unknown routes
+#   conns   3000 connections to the egress listener, held
+#   flood   200 MB of output
+#   disk    400 MB written into the workspace (limit 100 MB)
+#   bomb    a fork bomb
+#
+# Asserted: every attempt is refused and nothing was pushed or read (the
+# fake GitHub's refs and request log), the runner stays up, every run ends
+# within its deadline, Redis memory stays bounded by the event budget, /mcp
+# keeps answering promptly throughout (a monitor pings it every 0.25 s),
+# and the host stays healthy (its process count and free disk).
+#
+# Needs root, Docker, `make` and redis-server; CI=true turns skips into
+# failures.  Uses $SMCP_SANDBOX_IMAGE.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use SMCP::Docker qw(fork_child orphaned stop_child);
+use SMCP::Stack qw(kinds);
+use SMCP::Test qw(json_encode json_decode wait_until);
+
+my $T0 = time();
+my @TIMINGS;
+my $BUDGET_MB = 16;         # --max-event-bytes
+my $DISK_MB = 100;          # --workspace-limit
+my $BOMB_DEADLINE = 40;
+
+##############################################################################
+# what the agent runs
+
+# r CMD...: runs a command, says ALLOWED or REFUSED (and git's first line)
+my $R = <<'SH';
+r() {
+    if o=$("$@" 2>&1); then
+        echo "ALLOWED: $*"
+    else
+        echo "REFUSED: $* :: $(printf '%s\n' "$o" | grep -m1 -E 'error|fatal|denied|403|rejected' || printf '%s\n' "$o" | head -1)"
+    fi
+}
+cd /workspace/repo
+SH
+
+my $GIT = $R . <<'SH';
+git commit -q --allow-empty -m 'hostile commit'
+r git push origin HEAD:refs/heads/main
+r git push -f origin HEAD:refs/heads/main
+git checkout -q --orphan evil && git commit -q --allow-empty -m evil
+r git push -f origin evil:refs/heads/main
+r git push origin :refs/heads/keep
+r git push origin HEAD:refs/heads/feature
+r git push origin HEAD:refs/heads/opencode/$SMCP_RUN_ID
+r git push origin HEAD:refs/tags/v9
+r git clone -q https://github.com/acme/secret /tmp/secret
+r git ls-remote https://github.com/acme/secret
+r git push https://github.com/acme/secret HEAD:refs/heads/main
+echo git-done
+SH
+
+my $PR = $R . <<'SH';
+git checkout -q -b work && echo change > change.txt && git add change.txt
+git commit -q -m 'the run change'
+r git push origin HEAD:refs/heads/opencode/$SMCP_RUN_ID
+r git push origin HEAD:refs/heads/main
+r git push -f origin HEAD:refs/heads/main
+r git push origin :refs/heads/keep
+r git push origin HEAD:refs/heads/opencode/run_000000000000000000000000
+r git push origin HEAD:refs/heads/opencode/$SMCP_RUN_ID HEAD:refs/heads/feature
+r git push https://github.com/acme/secret HEAD:refs/heads/opencode/$SMCP_RUN_ID
+echo pr-done
+SH
+
+# req METHOD PATH [BODY]: one HTTP/1.1 request to the egress listener with
+# the run token where SDKs put keys; prints the status line
+my $REQ = <<'SH';
+hp=${SMCP_EGRESS_URL#http://}
+req() {
+    exec 3<>"/dev/tcp/${hp%%:*}/${hp##*:}" || { echo "$1 $2 -> connect failed"; return; }
+    printf '%s %s HTTP/1.1\r\nHost: %s\r\nx-api-key: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+        "$1" "$2" "$hp" "$SMCP_RUN_TOKEN" "$SMCP_RUN_TOKEN" "${#3}" "$3" >&3
+    read -r st <&3
+    echo "$1 $2 -> ${st%$'\r'}"
+    exec 3<&-
+}
+SH
+
+my $API = $REQ . <<'SH';
+req GET /anthropic/v1/models
+req POST /anthropic/v1/files '{}'
+req GET /anthropic/v1/files
+req POST /anthropic/v1/messages/batches '{"requests":[]}'
+req POST /anthropic/v1/../v1/files '{}'
+req POST /anthropic/v1/messages%2F..%2Ffiles '{}'
+req POST /github-api/repos/acme/app/pulls '{"title":"x","head":"main","base":"keep"}'
+req GET /github-api/repos/acme/secret
+req DELETE /github-api/repos/acme/app
+req GET /github-api/user
+req POST /openai/v1/files '{}'
+req GET /
+echo api-done
+SH
+
+my $CONNS = <<'SH';
+hp=${SMCP_EGRESS_URL#http://}
+n=0
+for i in $(seq 3000); do
+    exec {fd}<>"/dev/tcp/${hp%%:*}/${hp##*:}" 2>/dev/null && n=$((n + 1))
+done
+echo "held $n of 3000"
+sleep 20
+echo released
+SH
+
+my $FLOOD = q{yes "$(printf '%0999d' 0)" | head -c 200000000 > /proc/1/fd/1; echo flooded};
+my $DISK = q{dd if=/dev/zero of=/workspace/repo/fill bs=1M count=400 2>&1 | tail -1; echo filled};
+my $BOMB = q{bomb() { bomb | bomb & }; bomb; echo bombed};
+
+sub bash_step {
+    my ($cmd, $what) = @_;
+    return { tool_use => { name => 'bash', input => { command => $cmd,
+                                                      description => $what } } };
+}
+
+my $s = SMCP::Stack->new(
+    scripts => {
+        'SCENARIO-GIT'   => [ bash_step($GIT, 'Push'), { text => 'git done' } ],
+        'SCENARIO-PR'    => [ bash_step($PR, 'Push'), { text => 'pr done' } ],
+        'SCENARIO-API'   => [ bash_step($API, 'Call'), { text => 'api done' } ],
+        'SCENARIO-CONNS' => [ bash_step($CONNS, 'Connect'), { text => 'conns done' } ],
+        'SCENARIO-FLOOD' => [ bash_step($FLOOD, 'Print'), { text => 'flood done' } ],
+        'SCENARIO-DISK'  => [ bash_step($DISK, 'Fill'), { hang => 150 } ],
+        'SCENARIO-BOMB'  => [ bash_step($BOMB, 'Fork'), { hang => 150 } ],
+    },
+    repos => {
+        'acme/app'    => { 'README.md' => "# app\n" },
+        'acme/secret' => { 'SECRET.md' => "the other tenant's code\n" },
+    },
+);
+my $t = $s->t;
+my $gh = $s->github;
+$gh->commit_files('acme/app', branch => 'keep', from => 'main',
+                  files => { 'keep.txt' => "keep\n" }, message => 'keep');
+my %REFS = (app => $gh->refs('acme/app'), secret => $gh->refs('acme/secret'));
+my $runner = $s->start_runner(concurrency => 4, args => [
+    '--max-event-bytes', "${BUDGET_MB}m", '--workspace-limit', "${DISK_MB}m"]);
+
+##############################################################################
+# the monitors: /mcp latency, Redis memory, host processes and disk
+
+my $mon_log = $t->dir . '/monitor.log';
+my $mon = fork_child(sub {
+    delete $t->{redis_conn};        # the parent's socket is the parent's
+    open(my $fh, '>>', $mon_log) or die;
+    $fh->autoflush(1);
+    until (orphaned()) {
+        my $t0 = time();
+        my $res = $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+                               session => $s->sid, timeout => 10);
+        printf $fh "mcp %.4f %s\n", time() - $t0, $res->{status} // 0;
+        my $info = $t->redis('INFO', 'memory') // '';
+        my ($mem) = $info =~ /^used_memory:(\d+)/m;
+        printf $fh "redis %d\n", $mem // -1;
+        my $procs = () = glob '/proc/[0-9]*';
+        printf $fh "procs %d\n", $procs;
+        sleep(0.25);
+    }
+}, 'monitor');
+
+sub monitor {
+    my ($what) = @_;
+    my @l = split /\n/, SMCP::Test::read_file(undef, $mon_log) // '';
+    return map { /^$what (\S+)(?: (\S+))?/ ? [$1, $2] : () } @l;
+}
+
+sub df_avail {
+    my ($path) = @_;
+    my $out = `df -Pk $path 2>/dev/null`;
+    my ($kb) = $out =~ /\n\S+\s+\d+\s+\d+\s+(\d+)/;
+    return ($kb // 0) * 1024;
+}
+
+my $disk0 = df_avail('/var/lib/docker');
+my $procs0 = () = glob '/proc/[0-9]*';
+my $mem0 = ($t->redis('INFO', 'memory') // '') =~ /^used_memory:(\d+)/m ? $1 : 0;
+
+sub diag_run {
+    my ($run) = @_;
+    my $h = $s->run_hash($run);
+    diag("run $run: " . json_encode({ map { ($_ => $h->{$_}) }
+                                      grep { $_ ne 'task' } keys %$h }));
+    diag("runner log:\n" . $s->runner_log_tail($runner));
+}
+
+# the output of the run's bash tool call(s)
+sub tool_output {
+    my ($id) = @_;
+    return join "\n", map { $_->{json}{part}{state}{output} // '' }
+        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
+}
+
+sub run_and_wait {
+    my ($t0, $id, $timeout, $what) = @_;
+    my $r = $s->wait_done($id, $timeout);
+    push @TIMINGS, ["$what: run_task -> $r->{status}", time() - $t0];
+    return $r;
+}
+
+my $repo = 'https://github.com/acme/app';
+
+##############################################################################
+# 1. git, pull requests, APIs, connections: four sandboxes at once
+
+my $t1 = time();
+my $git = $s->run_task(task => 'SCENARIO-GIT: push everywhere', repository => $repo,
+                       title => 'git');
+my $pr = $s->run_task(task => 'SCENARIO-PR: push everywhere', repository => $repo,
+                      title => 'pr', createPullRequest => JSON::PP::true);
+my $api = $s->run_task(task => 'SCENARIO-API: call everything', title => 'api');
+my $conns = $s->run_task(task => 'SCENARIO-CONNS: hold the egress', title => 'conns');
+
+subtest 'git: nothing is written, no other repository is read' => sub {
+    my $r = run_and_wait($t1, $git->{runId}, 150, 'git');
+    is($r->{status}, 'completed', 'the run completed') or diag_run($git->{runId});
+    my $out = tool_output($git->{runId});
+    like($out, qr/git-done/, 'the agent ran every attempt') or diag($out);
+    my @allowed = $out =~ /^ALLOWED: (.*)$/mg;
+    is_deeply(\@allowed, [], 'no push, clone or ls-remote was allowed')
+        or diag($out);
+    my $n = () = $out =~ /^REFUSED: /mg;
+    is($n, 10, 'ten attempts refused') or diag($out);
+    # (the pr run, at the same time, may write its own branch)
+    my %app = %{ $gh->refs('acme/app') };
+    delete $app{"refs/heads/opencode/$pr->{runId}"};
+    is_deeply(\%app, $REFS{app}, 'acme/app: every ref as it was');
+    ok(!exists $app{"refs/heads/opencode/$git->{runId}"}, '... no branch of this run');
+    is_deeply($gh->refs('acme/secret'), $REFS{secret}, 'acme/secret: every ref as it was');
+};
+
+subtest 'pr: only the run\'s own branch is written' => sub {
+    my $r = run_and_wait($t1, $pr->{runId}, 150, 'pr');
+    is($r->{status}, 'completed', 'the run completed') or diag_run($pr->{runId});
+    my $out = tool_output($pr->{runId});
+    like($out, qr/pr-done/, 'the agent ran every attempt') or diag($out);
+    my @allowed = $out =~ /^ALLOWED: (.*)$/mg;
+    is_deeply(\@allowed, ["git push origin HEAD:refs/heads/opencode/$pr->{runId}"],
+              'only the push of opencode/<runId> was allowed') or diag($out);
+    my $refs = $gh->refs('acme/app');
+    my %want = (%{ $REFS{app} },
+                "refs/heads/opencode/$pr->{runId}" => $refs->{"refs/heads/opencode/$pr->{runId}"});
+    ok($refs->{"refs/heads/opencode/$pr->{runId}"}, 'acme/app has the run\'s branch');
+    is_deeply($refs, \%want, '... and every other ref as it was');
+    is_deeply($gh->refs('acme/secret'), $REFS{secret}, 'acme/secret: every ref as it was');
+};
+
+subtest 'api: nothing outside inference and the run\'s own repository' => sub {
+    my $r = run_and_wait($t1, $api->{runId}, 150, 'api');
+    is($r->{status}, 'completed', 'the run completed') or diag_run($api->{runId});
+    my $out = tool_output($api->{runId});
+    like($out, qr/api-done/, 'the agent made every request') or diag($out);
+    my @st = $out =~ /-> HTTP\/1\.1 (\d+)/g;
+    is(scalar(@st), 12, 'twelve answers') or diag($out);
+    is_deeply([grep { $_ < 400 } @st], [], 'none of them a success') or diag($out);
+    my @model = grep { ($_->{path} // '') ne '/v1/messages' } $s->anthropic->requests;
+    is_deeply([map { "$_->{method} $_->{path}" } @model], [],
+              'the model API saw nothing but /v1/messages');
+    my @gh = grep { ($_->{path} // '') =~ m{^/(?:api/v3/)?(?:repos|user)} } $gh->requests;
+    is_deeply([map { "$_->{method} $_->{path}" } @gh], [], 'GitHub\'s API saw nothing');
+};
+
+subtest 'conns: 3000 connections to the egress listener' => sub {
+    my $r = run_and_wait($t1, $conns->{runId}, 150, 'conns');
+    is($r->{status}, 'completed', 'the run completed') or diag_run($conns->{runId});
+    my $out = tool_output($conns->{runId});
+    my ($held) = $out =~ /held (\d+) of 3000/;
+    ok(defined $held && $held <= 64, 'the sandbox held at most 64 ('
+       . ($held // 'none') . ')') or diag($out);
+};
+
+##############################################################################
+# 2. 200 MB of output and a full workspace
+
+my $t2 = time();
+my $flood = $s->run_task(task => 'SCENARIO-FLOOD: print 200 MB', title => 'flood');
+my $disk = $s->run_task(task => 'SCENARIO-DISK: fill the disk', title => 'disk',
+                        timeoutSeconds => 120);
+
+subtest '200 MB of output' => sub {
+    my $r = run_and_wait($t2, $flood->{runId}, 240, 'flood');
+    is($r->{status}, 'completed', 'the run completed') or diag_run($flood->{runId});
+    is($r->{result}, 'flood done', 'with the agent\'s answer');
+    my $h = $s->run_hash($flood->{runId});
+    ok($h->{event_bytes} <= $BUDGET_MB * 1024 * 1024 + 300 * 1024,
+       "event_bytes $h->{event_bytes} within the budget (${BUDGET_MB} MiB)");
+    my $len = $t->redis('XLEN', "smcp:run:$flood->{runId}:events");
+    ok($len < 30000, "the stream holds $len events, not 200000");
+};
+
+subtest 'a full workspace' => sub {
+    my $r = run_and_wait($t2, $disk->{runId}, 150, 'disk');
+    is($r->{status}, 'failed', 'the run failed') or diag_run($disk->{runId});
+    like($r->{error} // '', qr/workspace limit exceeded/, 'saying why: '
+         . ($r->{error} // 'null'));
+};
+
+##############################################################################
+# 3. a fork bomb
+
+my $t3 = time();
+my $bomb = $s->run_task(task => 'SCENARIO-BOMB: fork', title => 'bomb',
+                        timeoutSeconds => $BOMB_DEADLINE);
+
+subtest 'a fork bomb' => sub {
+    my $r = run_and_wait($t3, $bomb->{runId}, $BOMB_DEADLINE + 90, 'bomb');
+    is($r->{status}, 'failed', 'the run failed') or diag_run($bomb->{runId});
+    like($r->{error} // '', qr/deadline/, 'at its deadline');
+    my $h = $s->run_hash($bomb->{runId});
+    my $took = ($h->{finished_at} - $h->{created_at}) / 1000;
+    ok($took < $BOMB_DEADLINE + 30, sprintf('within its deadline (%.1f s for %d s)',
+                                            $took, $BOMB_DEADLINE));
+    ok(wait_until(30, sub { !$s->run_containers($bomb->{runId}) }), 'its sandbox is gone');
+};
+
+##############################################################################
+# the whole time
+
+stop_child($mon);
+my @mcp = monitor('mcp');
+my @slow = grep { $_->[0] > 1 || ($_->[1] // 0) != 200 } @mcp;
+ok(@mcp > 50, scalar(@mcp) . ' /mcp pings during the attacks');
+is(scalar(@slow), 0, '/mcp answered every ping with 200 within 1 s')
+    or diag(join ', ', map { "$_->[0] s ($_->[1])" } @slow[0 .. ($#slow > 9 ? 9 : $#slow)]);
+my ($max) = sort { $b <=> $a } map { $_->[0] } @mcp;
+note(sprintf('/mcp ping: slowest %.3f s', $max // 0));
+
+my ($mem_max) = sort { $b <=> $a } map { $_->[0] } monitor('redis');
+ok(($mem_max // 0) - $mem0 < 4 * $BUDGET_MB * 1024 * 1024,
+   sprintf('Redis memory stayed bounded: %.1f MB at most (%.1f MB before; budget %d MiB a run)',
+           ($mem_max // 0) / 1e6, $mem0 / 1e6, $BUDGET_MB));
+
+my ($procs_max) = sort { $b <=> $a } map { $_->[0] } monitor('procs');
+ok(($procs_max // 0) - $procs0 < 2000,
+   "host processes stayed bounded: $procs_max at most ($procs0 before)");
+my $disk1 = df_avail('/var/lib/docker');
+ok($disk0 - $disk1 < 1024 * 1024 * 1024,
+   sprintf('host disk: %.0f MB less free than before (the sandboxes\' logs and volumes)',
+           ($disk0 - $disk1) / 1e6));
+
+ok($s->runner_alive($runner), 'the runner is up');
+my @bad = grep { /level=(crit)/ } split /\n/, $s->runner_log($runner);
+is(scalar(@bad), 0, 'no critical line in the runner log') or diag(join "\n", @bad);
+$s->stop_runner($runner, 'TERM');
+push @TIMINGS, ['total', time() - $T0];
+diag(sprintf('timing %-45s %.2f s', @$_)) for @TIMINGS;
+$s->done;
