@@ -419,10 +419,12 @@ is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}
        '... on the backend network only');
     is(container_inspect_field($runner_id, '{{json .HostConfig.PortBindings}}'), '{}',
        '... publishing nothing');
-    like(container_inspect_field($runner_id,
-             '{{range .Mounts}}{{.Source}}:{{.Destination}} {{end}}') // '',
-         qr{^/var/run/docker\.sock:/var/run/docker\.sock $},
-         '... with the Docker socket as its only mount');
+    is(join(' ', sort split ' ', container_inspect_field($runner_id,
+             '{{range .Mounts}}{{.Source}}:{{.Destination}}:{{.RW}} {{end}}') // ''),
+       '/var/lib/docker/volumes:/var/lib/docker/volumes:false '
+       . '/var/run/docker.sock:/var/run/docker.sock:true',
+       '... with the Docker socket and, read-only, the volumes (workspace limit) as its '
+       . 'only mounts');
     is(container_inspect_field($runner_id, '{{.Config.User}}|{{.HostConfig.ReadonlyRootfs}}|'
            . '{{json .HostConfig.CapDrop}}|{{json .HostConfig.SecurityOpt}}'),
        'root|true|["ALL"]|["no-new-privileges"]',
