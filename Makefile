@@ -7,6 +7,10 @@
 #                   sandbox network, runner)
 #   make sandbox-image   build the sandbox image
 #   make token SUB=alice   mint a bearer token for tenant "alice"
+#   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
+#   make fuzz-ci    run each harness briefly; fail on any crash or report
+#   make test-asan  the unit, MCP, egress and runner tests against ASan and
+#                   UBSan builds (build/asan/)
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
@@ -26,7 +30,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image
+.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build test-asan asan
 
 all: module tools runner
 
@@ -107,3 +111,40 @@ token: $(TOKEN_BIN)
 
 clean:
 	rm -rf $(BUILD)
+
+
+# ---------------------------------------------------------------------------
+# Fuzzing: libFuzzer harnesses (fuzz/*.c) linking the real sources, built
+# with Debian's clang under ASan and UBSan.  Seeds in fuzz/corpus/<harness>/
+# (read only), what the fuzzer learns in build/fuzz/corpus/<harness>/,
+# crashes in build/fuzz/crashes/<harness>/ (copy them to
+# fuzz/regress/<harness>/: t/fuzz_regress.t runs them in `make test`).
+
+FUZZ_CC        ?= clang
+FUZZ_SECONDS   ?= 60
+FUZZ_CI_SECONDS ?= 20
+# every fuzz/*.c but the driver is a harness; a " * links: FILE..." line in
+# its opening comment names the project sources it needs besides common/
+FUZZ_HARNESSES ?= $(filter-out driver,$(basename $(notdir $(wildcard fuzz/*.c))))
+FUZZ_DIR       := $(BUILD)/fuzz
+FUZZ_SAN       := -fsanitize=fuzzer,address,undefined \
+                  -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_BINS      := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
+
+fuzz-build: $(FUZZ_BINS)
+
+$(FUZZ_DIR)/%: fuzz/%.c fuzz/fuzz.h $(COMMON_SRCS) runner/runner.h \
+               $(wildcard runner/*.c ngx_sandbox_mcp_module/common/*.h)
+	mkdir -p $(FUZZ_DIR)
+	$(FUZZ_CC) -g -O1 $(FUZZ_SAN) $(WARN) -D_GNU_SOURCE \
+	    -Ingx_sandbox_mcp_module/common -Irunner -Ifuzz -o $@ \
+	    fuzz/$*.c $(shell sed -n 's/^ \* links: //p' fuzz/$*.c) \
+	    $(COMMON_SRCS) -ljansson -lcrypto
+
+# make fuzz [FUZZ_SECONDS=60] [FUZZ_HARNESSES="jwt utf8"]
+fuzz: $(FUZZ_BINS)
+	@fuzz/run $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
+# bounded: a crash, a leak, a timeout or any sanitizer report fails
+fuzz-ci: $(FUZZ_BINS)
+	@fuzz/run $(FUZZ_CI_SECONDS) $(FUZZ_HARNESSES)
