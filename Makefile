@@ -30,7 +30,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build test-asan asan
+.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan test-asan
 
 all: module tools runner
 
@@ -146,5 +146,58 @@ fuzz: $(FUZZ_BINS)
 	@fuzz/run $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
 
 # bounded: a crash, a leak, a timeout or any sanitizer report fails
-fuzz-ci: $(FUZZ_BINS)
+fuzz-ci: deps $(FUZZ_BINS)
 	@fuzz/run $(FUZZ_CI_SECONDS) $(FUZZ_HARNESSES)
+
+
+
+# ---------------------------------------------------------------------------
+# The tests against ASan+UBSan builds (clang, build/asan/): the runner, the
+# token tool, the unit tests and a static nginx with the module built in
+# (t/lib/SMCP/Test.pm and Stack.pm take them from SMCP_TEST_*).  A report
+# fails the run: in nginx's error.log (workers' stderr goes there) or
+# stderr.log (the master's), in a runner's log (SMCP::Test checks them
+# all), or in a unit test (it exits non-zero).
+
+ASAN_DIR    := $(BUILD)/asan
+ASAN_CC     ?= clang
+ASAN_SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
+ASAN_RUNNER := $(ASAN_DIR)/smcp-runner
+ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
+ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
+UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
+# unit tests, the MCP endpoint (own tests, the SDK client, poll), the
+# egress proxy, the runner end to end (Docker, the sandbox image)
+ASAN_TESTS  ?= t/unit.t $(wildcard t/mcp_*.t) t/sdk_client.t t/poll.t \
+               $(wildcard t/egress*.t t/runner*.t)
+# ASan reports end the process; UBSan's go on (each one in the log, every
+# log checked) except in the unit tests, built not to recover; leaks are
+# reported at exit.  The suppression files hold nginx core's only.
+ASAN_ENV    := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
+               LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-nginx.supp \
+               UBSAN_OPTIONS=print_stacktrace=1:suppressions=$(UBSAN_SUPP) \
+               SMCP_TEST_NGINX=$(ASAN_NGX) SMCP_TEST_RUNNER=$(ASAN_RUNNER) \
+               SMCP_TEST_TOKEN_TOOL=$(ASAN_TOKEN) SMCP_UNIT_CC=$(ASAN_CC) \
+               SMCP_UNIT_CFLAGS="$(ASAN_SAN) -fno-sanitize-recover=undefined" \
+               SMCP_UNIT_OUT=$(ASAN_DIR)/unit-tests
+
+asan: $(ASAN_RUNNER) $(ASAN_TOKEN) $(ASAN_NGX)
+
+$(ASAN_RUNNER): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
+                $(wildcard ngx_sandbox_mcp_module/common/*.h)
+	mkdir -p $(ASAN_DIR)
+	$(ASAN_CC) -O1 -g $(ASAN_SAN) $(WARN) -D_GNU_SOURCE -pthread \
+	    -Ingx_sandbox_mcp_module/common -Irunner -o $@ \
+	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto
+
+$(ASAN_TOKEN): runner/smcp_token.c $(COMMON_SRCS) \
+               $(wildcard ngx_sandbox_mcp_module/common/*.h)
+	mkdir -p $(ASAN_DIR)
+	$(ASAN_CC) -O1 -g $(ASAN_SAN) $(WARN) -Ingx_sandbox_mcp_module/common \
+	    -o $@ runner/smcp_token.c $(COMMON_SRCS) -ljansson -lcrypto
+
+$(ASAN_NGX): $(MODULE_SRCS)
+	.ci/build-static-nginx --asan $(ASAN_DIR)/nginx-static
+
+test-asan: deps asan docker-ready sandbox-image
+	$(ASAN_ENV) prove $(ASAN_TESTS)
