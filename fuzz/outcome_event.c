@@ -18,12 +18,7 @@
 
 #include "runner.h"
 #include "fuzz.h"
-
-
-/* the runner's globals (main.c) */
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-volatile int           runner_release_failed;
+#include "runner_globals.h"
 
 
 static void
@@ -63,8 +58,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t     *p, *end, *nl;
     runner_outcome_t   out;
 
-    /* the first byte picks the diff limit: cut diffs too */
-    runner_config.diff_max = size ? (data[0] & 0x7f) * 8 : 1024;
+    /* the first byte picks the diff limit (1-1017: cut diffs too; 0 may
+     * mean "the default") */
+    runner_config.diff_max = size ? 1 + (data[0] & 0x7f) * 8 : 1024;
 
     memset(&out, 0, sizeof(out));
 

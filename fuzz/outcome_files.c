@@ -14,12 +14,7 @@
 
 #include "runner.h"
 #include "fuzz.h"
-
-
-/* the runner's globals (main.c) */
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-volatile int           runner_release_failed;
+#include "runner_globals.h"
 
 
 int
