@@ -133,7 +133,7 @@ FUZZ_BINS      := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
 
 fuzz-build: $(FUZZ_BINS)
 
-$(FUZZ_DIR)/%: fuzz/%.c fuzz/fuzz.h $(COMMON_SRCS) runner/runner.h \
+$(FUZZ_DIR)/%: fuzz/%.c $(wildcard fuzz/*.h) $(COMMON_SRCS) runner/runner.h \
                $(wildcard runner/*.c ngx_sandbox_mcp_module/common/*.h)
 	mkdir -p $(FUZZ_DIR)
 	$(FUZZ_CC) -g -O1 $(FUZZ_SAN) $(WARN) -D_GNU_SOURCE \
@@ -148,7 +148,6 @@ fuzz: $(FUZZ_BINS)
 # bounded: a crash, a leak, a timeout or any sanitizer report fails
 fuzz-ci: deps $(FUZZ_BINS)
 	@fuzz/run $(FUZZ_CI_SECONDS) $(FUZZ_HARNESSES)
-
 
 
 # ---------------------------------------------------------------------------
