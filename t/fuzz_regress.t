@@ -47,15 +47,17 @@ sub slurp {
     return <$fh> // '';
 }
 
-# runs the harness over files; returns (ok, the interesting part of stderr)
+# runs the harness over files (a hang counts: 120 s at most); returns
+# (ok, the interesting part of stderr)
 sub run_harness {
     my ($bin, @files) = @_;
     my $log = "$bin.run.log";
-    my $rc = system(join(' ', map { quotemeta } $bin, @files)
+    my $rc = system(join(' ', map { quotemeta } 'timeout', '120', $bin, @files)
                     . ' 2>' . quotemeta($log));
     my $err = slurp($log);
     my @lines = grep { /SUMMARY|runtime error|ERROR: |invariant broken|driver:/ }
                 split /\n/, $err;
+    push @lines, 'timed out after 120 s' if ($rc >> 8) == 124;
     # the last input named before the report is the one that caused it
     return ($rc == 0 && $err !~ /Sanitizer|runtime error|invariant broken/,
             join("\n", @lines[-($#lines < 7 ? $#lines + 1 : 8) .. -1]));
