@@ -30,7 +30,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan test-asan
+.PHONY: all module tools runner bench deps test static up down token clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan
 
 all: module tools runner
 
@@ -183,20 +183,12 @@ ASAN_ENV    := ASAN_OPTIONS=$(ASAN_OPTS) \
                SMCP_UNIT_CFLAGS="$(ASAN_SAN) -fno-sanitize-recover=undefined" \
                SMCP_UNIT_OUT=$(ASAN_DIR)/unit-tests
 
-asan: $(ASAN_RUNNER) $(ASAN_TOKEN) $(ASAN_NGX)
+asan: asan-tools $(ASAN_NGX)
 
-$(ASAN_RUNNER): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
-                $(wildcard ngx_sandbox_mcp_module/common/*.h)
-	mkdir -p $(ASAN_DIR)
-	$(ASAN_CC) -O1 -g $(ASAN_SAN) $(WARN) -D_GNU_SOURCE -pthread \
-	    -Ingx_sandbox_mcp_module/common -Irunner -o $@ \
-	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto
-
-$(ASAN_TOKEN): runner/smcp_token.c $(COMMON_SRCS) \
-               $(wildcard ngx_sandbox_mcp_module/common/*.h)
-	mkdir -p $(ASAN_DIR)
-	$(ASAN_CC) -O1 -g $(ASAN_SAN) $(WARN) -Ingx_sandbox_mcp_module/common \
-	    -o $@ runner/smcp_token.c $(COMMON_SRCS) -lhiredis -ljansson -lcrypto
+# the runner and the token tool by their own rules, into build/asan/
+asan-tools:
+	$(MAKE) --no-print-directory runner tools BUILD=$(ASAN_DIR) \
+	    CC=$(ASAN_CC) CFLAGS="-O1 -g $(ASAN_SAN)"
 
 $(ASAN_NGX): $(MODULE_SRCS)
 	.ci/build-static-nginx --asan $(ASAN_DIR)/nginx-static
