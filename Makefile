@@ -9,6 +9,10 @@
 #   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
 #                   tenant "alice" (that may name those repositories)
 #   make revoke JTI=<jti or token>   revoke one token in every worker
+#   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
+#   make fuzz-ci    run each harness briefly; fail on any crash or report
+#   make test-asan  the unit, MCP, egress and runner tests against ASan and
+#                   UBSan builds (build/asan/)
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
@@ -29,7 +33,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token revoke clean docker-ready sandbox-image
+.PHONY: all module tools runner bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan
 
 all: module tools runner
 
@@ -133,3 +137,87 @@ revoke: $(TOKEN_BIN)
 
 clean:
 	rm -rf $(BUILD)
+
+
+# ---------------------------------------------------------------------------
+# Fuzzing: libFuzzer harnesses (fuzz/*.c) linking the real sources, built
+# with Debian's clang under ASan and UBSan.  Seeds in fuzz/corpus/<harness>/
+# (read only), what the fuzzer learns in build/fuzz/corpus/<harness>/,
+# crashes in build/fuzz/crashes/<harness>/ (copy them to
+# fuzz/regress/<harness>/: t/fuzz_regress.t runs them in `make test`).
+
+FUZZ_CC        ?= clang
+FUZZ_SECONDS   ?= 60
+FUZZ_CI_SECONDS ?= 20
+# every fuzz/*.c but the driver is a harness; a " * links: FILE..." line in
+# its opening comment names the project sources it needs besides common/
+FUZZ_HARNESSES ?= $(filter-out driver,$(basename $(notdir $(wildcard fuzz/*.c))))
+FUZZ_DIR       := $(BUILD)/fuzz
+FUZZ_SAN       := -fsanitize=fuzzer,address,undefined \
+                  -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_BINS      := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
+
+fuzz-build: $(FUZZ_BINS)
+
+$(FUZZ_DIR)/%: fuzz/%.c $(wildcard fuzz/*.h) $(COMMON_SRCS) runner/runner.h \
+               $(wildcard runner/*.c ngx_sandbox_mcp_module/common/*.h)
+	mkdir -p $(FUZZ_DIR)
+	$(FUZZ_CC) -g -O1 $(FUZZ_SAN) $(WARN) -D_GNU_SOURCE \
+	    -Ingx_sandbox_mcp_module/common -Irunner -Ifuzz -o $@ \
+	    fuzz/$*.c $(shell sed -n 's/^ \* links: //p' fuzz/$*.c) \
+	    $(COMMON_SRCS) -ljansson -lcrypto
+
+# make fuzz [FUZZ_SECONDS=60] [FUZZ_HARNESSES="jwt utf8"]
+fuzz: $(FUZZ_BINS)
+	@fuzz/run $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
+# bounded: a crash, a leak, a timeout or any sanitizer report fails
+fuzz-ci: deps $(FUZZ_BINS)
+	@fuzz/run $(FUZZ_CI_SECONDS) $(FUZZ_HARNESSES)
+
+
+# ---------------------------------------------------------------------------
+# The tests against ASan+UBSan builds (clang, build/asan/): the runner, the
+# token tool, the unit tests and a static nginx with the module built in
+# (t/lib/SMCP/Test.pm and Stack.pm take them from SMCP_TEST_*).  A report
+# fails the run: in nginx's error.log (workers' stderr goes there) or
+# stderr.log (the master's), in a runner's log (SMCP::Test checks them
+# all), or in a unit test (it exits non-zero).
+
+ASAN_DIR    := $(BUILD)/asan
+ASAN_CC     ?= clang
+ASAN_SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
+ASAN_RUNNER := $(ASAN_DIR)/smcp-runner
+ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
+ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
+UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
+# unit tests, the MCP endpoint (own tests, the SDK client, poll), the
+# egress proxy, the runner end to end (Docker, the sandbox image)
+ASAN_TESTS  ?= t/unit.t $(wildcard t/mcp_*.t) t/sdk_client.t t/poll.t \
+               $(wildcard t/egress*.t t/runner*.t)
+# ASan reports end the process; UBSan's go on (each one in the log, every
+# log checked) except in the unit tests, built not to recover; leaks are
+# reported at exit.  The suppression files hold nginx core's only.  A 16 MB
+# quarantine (256 by default) keeps a worker's RSS meaningful for the
+# tests that watch it (t/mcp_security.t of issue 7).
+ASAN_OPTS   := halt_on_error=1:detect_leaks=1:abort_on_error=0:quarantine_size_mb=16
+ASAN_ENV    := ASAN_OPTIONS=$(ASAN_OPTS) \
+               LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-nginx.supp \
+               UBSAN_OPTIONS=print_stacktrace=1:suppressions=$(UBSAN_SUPP) \
+               SMCP_TEST_NGINX=$(ASAN_NGX) SMCP_TEST_RUNNER=$(ASAN_RUNNER) \
+               SMCP_TEST_TOKEN_TOOL=$(ASAN_TOKEN) SMCP_UNIT_CC=$(ASAN_CC) \
+               SMCP_UNIT_CFLAGS="$(ASAN_SAN) -fno-sanitize-recover=undefined" \
+               SMCP_UNIT_OUT=$(ASAN_DIR)/unit-tests
+
+asan: asan-tools $(ASAN_NGX)
+
+# the runner and the token tool by their own rules, into build/asan/
+asan-tools:
+	$(MAKE) --no-print-directory runner tools BUILD=$(ASAN_DIR) \
+	    CC=$(ASAN_CC) CFLAGS="-O1 -g $(ASAN_SAN)"
+
+$(ASAN_NGX): $(MODULE_SRCS)
+	.ci/build-static-nginx --asan $(ASAN_DIR)/nginx-static
+
+test-asan: deps asan docker-ready sandbox-image
+	$(ASAN_ENV) prove $(ASAN_TESTS)

@@ -189,9 +189,9 @@ ok($sid, 'alice has a session') or diag($ir->{body});
     is($t->redis('EXISTS', "${P}mcp:$sid"), 1, 'session still exists');
 
     # the token CLI mints tokens the module accepts
-    my $cli = SMCP::Test::repo_root() . '/build/smcp-token';
+    my $cli = SMCP::Test::token_tool_path();
     SKIP: {
-        skip 'build/smcp-token not built', 2 unless -x $cli;
+        skip "$cli not built", 2 unless -x $cli;
         my $ct = `$cli --sub alice --ttl 300 --secret-file @{[ $t->secret_file ]}`;
         chomp $ct;
         push @tokens_used, $ct;

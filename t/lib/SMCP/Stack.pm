@@ -40,6 +40,10 @@ package SMCP::Stack;
 # containers of a test file killed earlier are swept on the next start),
 # and the session volumes (smcp-<sessionId>) of the runs this file queued.
 # Runner processes are stopped by PID (TERM, then KILL).
+#
+# SMCP_TEST_RUNNER=PATH runs that runner binary instead of
+# build/smcp-runner (make test-asan); the runners' logs are checked for
+# sanitizer reports with the nginx logs.
 
 use strict;
 use warnings;
@@ -90,8 +94,8 @@ sub new {
     ensure_docker(root => 1);
 
     my $root = SMCP::Test::repo_root();
-    $self->{runner_bin} = "$root/build/smcp-runner";
-    _prereq_fail("$self->{runner_bin} missing (run `make`)") unless -x $self->{runner_bin};
+    $self->{runner_bin} = $ENV{SMCP_TEST_RUNNER} || "$root/build/smcp-runner";
+    _prereq_fail("runner $self->{runner_bin} missing (run `make`)") unless -x $self->{runner_bin};
 
     my $image = $self->{image} = $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33';
     {
@@ -200,6 +204,7 @@ sub start_runner {
     $self->{names}{$name} = 1;
     $self->_watch_docker_events($name);
     my $log = $t->dir . "/runner-$name.log";
+    $t->watch_log($log);
     my @cmd = ($self->{runner_bin},
         '--redis', '127.0.0.1:' . $t->redis_port,
         '--secret-file', $t->secret_file,

@@ -21,6 +21,10 @@ package SMCP::Test;
 # Environment: SMCP_TEST_KEEP=1 keeps the temp dir (its path is printed),
 # CI=true turns "module not built" / "redis-server missing" skips into
 # failures, SMCP_TEST_VERBOSE=1 prints requests and responses as diag.
+# Other binaries (make test-asan): SMCP_TEST_NGINX=PATH runs every nginx
+# instance from that binary, which has the module built in (no
+# load_module: static mode); SMCP_TEST_TOKEN_TOOL=PATH is the token tool
+# token_tool_path() returns (SMCP::Stack reads SMCP_TEST_RUNNER).
 
 use strict;
 use warnings;
@@ -42,7 +46,7 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decode
                     repo_root module_path static_nginx_path is_ci
-                    wait_until now_ms);
+                    token_tool_path wait_until now_ms);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -58,7 +62,12 @@ sub repo_root {
 }
 
 sub module_path { return repo_root() . '/build/ngx_http_sandbox_mcp_module.so' }
-sub static_nginx_path { return repo_root() . '/build/nginx-static/sbin/nginx' }
+sub static_nginx_path {
+    return $ENV{SMCP_TEST_NGINX} || repo_root() . '/build/nginx-static/sbin/nginx';
+}
+sub token_tool_path {
+    return $ENV{SMCP_TEST_TOKEN_TOOL} || repo_root() . '/build/smcp-token';
+}
 
 sub json_encode { return $JSON->encode($_[0]) }
 
@@ -146,9 +155,10 @@ sub new {
         reqid        => 0,
         pids         => {},   # pid => description, everything we started
         log_allow    => [],
+        watched_logs => [],   # other processes' logs: sanitizer reports
     }, $class;
 
-    $self->{static} = 1 if $opts{need_static};
+    $self->{static} = 1 if $opts{need_static} || $ENV{SMCP_TEST_NGINX};
 
     # prerequisites: skip (or fail under CI) with a clear message
     my $nginx = $self->{static} ? static_nginx_path() : '/usr/sbin/nginx';
@@ -647,16 +657,30 @@ sub _all_log_dirs {
 # allow_log(qr/.../): an [alert]/[crit]/[emerg] line matching it is expected
 sub allow_log { my ($self, $re) = @_; push @{ $self->{log_allow} }, $re }
 
+# watch_log($path): the log of another process (the runner) is checked
+# for sanitizer reports too
+sub watch_log {
+    my ($self, $path) = @_;
+    push @{ $self->{watched_logs} }, $path
+        unless grep { $_ eq $path } @{ $self->{watched_logs} };
+}
+
+my $SANITIZER_RE = qr/AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:/;
+
 # the lines of all error logs that indicate trouble
 sub bad_log_lines {
     my ($self) = @_;
     my @bad;
+    for my $f (@{ $self->{watched_logs} }) {
+        push @bad, map { "$f: $_" } grep { /$SANITIZER_RE/ }
+                                    split /\n/, $self->read_file($f);
+    }
     for my $d ($self->_all_log_dirs) {
         for my $f ("$d/error.log", "$d/stderr.log") {
             for my $l (split /\n/, $self->read_file($f)) {
                 next unless $l =~ /\[(alert|crit|emerg)\]/
                     || $l =~ /exited on signal/
-                    || $l =~ /AddressSanitizer|LeakSanitizer|runtime error:/;
+                    || $l =~ $SANITIZER_RE;
                 next if grep { $l =~ $_ } @{ $self->{log_allow} };
                 push @bad, "$f: $l";
             }

@@ -1,0 +1,98 @@
+#!/usr/bin/env perl
+# The fuzz harnesses (fuzz/*.c) as regression tests: each one built with
+# ASan and UBSan around fuzz/driver.c instead of libFuzzer (clang if there
+# is one, else cc), then run once over its seeds (fuzz/corpus/<harness>/)
+# and once per input that crashed it (fuzz/regress/<harness>/).  A
+# sanitizer report, a leak or a broken invariant of the harness fails.
+#
+# Needs only a C compiler with the sanitizers (no libFuzzer, no Docker):
+# `make fuzz` finds the inputs, this file keeps them found.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use File::Basename qw(basename);
+use File::Path qw(make_path);
+use Test::More;
+
+use SMCP::Test qw(repo_root is_ci);
+
+my $root = repo_root();
+my $out = "$root/build/fuzz-regress";
+make_path($out);
+
+my ($cc) = grep { `command -v $_ 2>/dev/null` } qw(clang cc);
+if (!$cc) {
+    plan(skip_all => 'no C compiler') unless is_ci();
+    fail('a C compiler under CI');
+    done_testing();
+    exit 1;
+}
+
+my @common = glob("$root/ngx_sandbox_mcp_module/common/*.c");
+my @harnesses = grep { basename($_) ne 'driver.c' } glob("$root/fuzz/*.c");
+ok(@harnesses >= 6, scalar(@harnesses) . ' harnesses in fuzz/');
+
+# halt on the first report; leaks count (LeakSanitizer at exit)
+local $ENV{ASAN_OPTIONS} = 'halt_on_error=1:detect_leaks=1:abort_on_error=0';
+local $ENV{UBSAN_OPTIONS} = 'print_stacktrace=1:halt_on_error=1';
+
+sub slurp {
+    my ($f) = @_;
+    open(my $fh, '<', $f) or return '';
+    local $/;
+    return <$fh> // '';
+}
+
+# runs the harness over files (a hang counts: 120 s at most); returns
+# (ok, the interesting part of stderr)
+sub run_harness {
+    my ($bin, @files) = @_;
+    my $log = "$bin.run.log";
+    my $rc = system(join(' ', map { quotemeta } 'timeout', '120', $bin, @files)
+                    . ' 2>' . quotemeta($log));
+    my $err = slurp($log);
+    my @lines = grep { /SUMMARY|runtime error|ERROR: |invariant broken|driver:/ }
+                split /\n/, $err;
+    push @lines, 'timed out after 120 s' if ($rc >> 8) == 124;
+    # the last input named before the report is the one that caused it
+    return ($rc == 0 && $err !~ /Sanitizer|runtime error|invariant broken/,
+            join("\n", @lines[-($#lines < 7 ? $#lines + 1 : 8) .. -1]));
+}
+
+for my $src (@harnesses) {
+    my $h = basename($src, '.c');
+    my ($links) = slurp($src) =~ /^ \* links: (.*)$/m;
+    my @links = map { "$root/$_" } split ' ', $links // '';
+    my $bin = "$out/$h";
+
+    my @cmd = ($cc, '-g', '-O1', '-fsanitize=address,undefined',
+               '-fno-sanitize-recover=undefined', '-fno-omit-frame-pointer',
+               '-Wall', '-Wextra', '-Wno-unused-parameter', '-Werror',
+               '-D_GNU_SOURCE', "-I$root/ngx_sandbox_mcp_module/common",
+               "-I$root/runner", "-I$root/fuzz", '-o', $bin,
+               $src, "$root/fuzz/driver.c", @links, @common,
+               '-ljansson', '-lcrypto');
+    my $cmd = join(' ', map { quotemeta } @cmd) . " 2>" . quotemeta("$bin.build.log");
+    if (!ok(system($cmd) == 0, "$h: builds with ASan and UBSan ($cc)")) {
+        diag(slurp("$bin.build.log"));
+        next;
+    }
+
+    my @seeds = sort glob("$root/fuzz/corpus/$h/*");
+    ok(@seeds > 0, "$h: has seeds in fuzz/corpus/$h/");
+    if (@seeds) {
+        my ($ok, $why) = run_harness($bin, @seeds);
+        ok($ok, "$h: its " . scalar(@seeds) . " seeds run clean") or diag($why);
+    }
+
+    for my $f (sort glob("$root/fuzz/regress/$h/*")) {
+        my ($ok, $why) = run_harness($bin, $f);
+        ok($ok, "$h: regress/" . basename($f)) or diag($why);
+    }
+}
+
+done_testing();
