@@ -35,21 +35,9 @@ typedef struct {
 } fuzz_lines_t;
 
 
-/* the callback; RUNNER_DIFF_PREFIX: the runner.h of issue 7 (a line's cut
- * bytes too); the #else goes once that is merged */
-#ifdef RUNNER_DIFF_PREFIX
-
 static int
 fuzz_on_line(void *data, int stream, const char *ts, const char *line,
     size_t len, size_t cut)
-
-#else
-
-static int
-fuzz_on_line(void *data, int stream, const char *ts, const char *line,
-    size_t len)
-
-#endif
 {
     size_t         tslen;
     fuzz_lines_t  *l = data;
@@ -71,7 +59,6 @@ fuzz_on_line(void *data, int stream, const char *ts, const char *line,
     l->hash = fuzz_hash(l->hash, line, len);
     l->lines++;
 
-#ifdef RUNNER_DIFF_PREFIX
     fuzz_check(len <= FUZZ_MAX_LINE
                || (stream == 1 && len <= FUZZ_DIFF_MAX + RUNNER_DIFF_SLACK
                    && memcmp(line, RUNNER_DIFF_PREFIX,
@@ -80,7 +67,6 @@ fuzz_on_line(void *data, int stream, const char *ts, const char *line,
     fuzz_check(cut == 0 || len >= FUZZ_MAX_LINE,
                "only a full line is cut");
     l->hash = fuzz_hash(l->hash, &cut, sizeof(cut));
-#endif
 
     l->bytes += len;
 
@@ -99,9 +85,7 @@ fuzz_feed(const uint8_t *data, size_t size, uint64_t seed, fuzz_lines_t *l)
     memset(l, 0, sizeof(*l));
     l->hash = FUZZ_HASH_INIT;
 
-#ifdef RUNNER_DIFF_PREFIX
     runner_config.max_line = FUZZ_MAX_LINE;
-#endif
     runner_config.diff_max = FUZZ_DIFF_MAX;
 
     runner_logstream_init(&ls, fuzz_on_line, l);

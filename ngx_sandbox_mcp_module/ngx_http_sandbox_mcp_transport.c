@@ -923,7 +923,8 @@ ngx_http_sandbox_mcp_read_body(ngx_http_request_t *r, ngx_str_t *body,
 
             p += n;
 
-        } else {
+        } else if (b->last > b->pos) {
+            /* (an empty body's buffer may have no memory at all) */
             p = ngx_cpymem(p, b->pos, b->last - b->pos);
         }
     }

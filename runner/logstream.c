@@ -167,12 +167,40 @@ runner_logstream_ts(runner_logstream_t *ls, int s)
 }
 
 
+/* bytes of stream s's lines: each newline ends one */
+static int
+runner_logstream_lines(runner_logstream_t *ls, int s, const char *p,
+    const char *end)
+{
+    const char  *nl;
+
+    while (p < end) {
+        nl = memchr(p, '\n', end - p);
+
+        if (nl == NULL) {
+            /* the rest of this line comes in this frame or the next */
+            return runner_logstream_append(ls, s, p, end - p);
+        }
+
+        if (runner_logstream_append(ls, s, p, nl - p) != RUNNER_OK
+            || runner_logstream_emit(ls, s) != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
+
+        p = nl + 1;
+    }
+
+    return RUNNER_OK;
+}
+
+
 /* payload bytes of the current frame */
 static int
 runner_logstream_payload(runner_logstream_t *ls, const char *p, size_t n)
 {
     int          s = ls->stream;
-    const char  *end, *nl, *sp;
+    const char  *end, *sp;
     size_t       k;
 
     end = p + n;
@@ -200,12 +228,12 @@ runner_logstream_payload(runner_logstream_t *ls, const char *p, size_t n)
                 return RUNNER_OK;           /* the rest comes later */
             }
 
-            /* no timestamp after all: those bytes are the line's */
+            /* no timestamp after all: those bytes are lines' bytes */
             ls->in_ts = 0;
             ls->ts_len = 0;
 
-            if (runner_logstream_append(ls, s, ls->tsbuf,
-                                        sizeof(ls->tsbuf) - 1)
+            if (runner_logstream_lines(ls, s, ls->tsbuf,
+                                       ls->tsbuf + sizeof(ls->tsbuf) - 1)
                 != RUNNER_OK)
             {
                 return RUNNER_ERR;
@@ -213,24 +241,7 @@ runner_logstream_payload(runner_logstream_t *ls, const char *p, size_t n)
         }
     }
 
-    while (p < end) {
-        nl = memchr(p, '\n', end - p);
-
-        if (nl == NULL) {
-            /* the rest of this line comes in this frame or the next */
-            return runner_logstream_append(ls, s, p, end - p);
-        }
-
-        if (runner_logstream_append(ls, s, p, nl - p) != RUNNER_OK
-            || runner_logstream_emit(ls, s) != RUNNER_OK)
-        {
-            return RUNNER_ERR;
-        }
-
-        p = nl + 1;
-    }
-
-    return RUNNER_OK;
+    return runner_logstream_lines(ls, s, p, end);
 }
 
 
@@ -248,8 +259,8 @@ runner_logstream_frame_end(runner_logstream_t *ls)
     ls->in_ts = 0;
     ls->ts_len = 0;
 
-    return n ? runner_logstream_append(ls, ls->stream, ls->tsbuf, n)
-             : RUNNER_OK;
+    /* a frame too short for a timestamp: its bytes are lines' bytes */
+    return runner_logstream_lines(ls, ls->stream, ls->tsbuf, ls->tsbuf + n);
 }
 
 

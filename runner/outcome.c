@@ -290,10 +290,15 @@ runner_outcome_path(const char *p, size_t n, const char *prefix)
             n--;
         }
 
-        s = strndup(p, n);
+        /* bytes, NUL included: n of them (strndup would stop at a NUL
+         * and leave the buffer shorter than n) */
+        s = malloc(n + 1);
         if (s == NULL) {
             return NULL;
         }
+
+        memcpy(s, p, n);
+        s[n] = '\0';
     }
 
     if (prefix && strncmp(s, prefix, 2) == 0 && n > 2) {

@@ -183,7 +183,7 @@ sub session_for {
 
 {
     # smcp-token --repos
-    my $bin = SMCP::Test::repo_root() . '/build/smcp-token';
+    my $bin = SMCP::Test::token_tool_path();
     my $sf = $t->secret_file;
     my $tok = `$bin --sub g4 --repos 'acme/app,tools/*' --secret-file $sf`;
     is($? >> 8, 0, 'smcp-token --repos mints a token');
@@ -531,7 +531,7 @@ sub diff_pages {
 ###############################################################################
 # revocation: one token refused by every worker, without a secret rotation
 
-my $bin = SMCP::Test::repo_root() . '/build/smcp-token';
+my $bin = SMCP::Test::token_tool_path();
 my $redis_addr = '127.0.0.1:' . $t->redis_port;
 
 sub cli_token {

@@ -4,9 +4,12 @@
 # index, the workspace walk.  Built with the project's warnings.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-out=$top/build/unit-runner-tests
-mkdir -p "$top/build"
-if ! cc -O1 -g -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE \
+# make test-asan sets SMCP_UNIT_CC, SMCP_UNIT_CFLAGS (the sanitizers) and
+# SMCP_UNIT_OUT (where that build goes; -runner is added here)
+out=${SMCP_UNIT_OUT:+$SMCP_UNIT_OUT-runner}
+out=${out:-$top/build/unit-runner-tests}
+mkdir -p "$top/build" "$(dirname "$out")"
+if ! ${SMCP_UNIT_CC:-cc} -O1 -g ${SMCP_UNIT_CFLAGS:-} -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE \
         -pthread -I"$top/ngx_sandbox_mcp_module/common" -I"$top/runner" \
         -o "$out" "$top/t/unit/runner.c" "$top/runner/logstream.c" \
         "$top/runner/outcome.c" "$top/runner/log.c" \

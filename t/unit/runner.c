@@ -474,7 +474,12 @@ test_outcome_clamp(void)
     EV(big);
     free(big);
 
-    valid = o.result != NULL && json_string(o.result) != NULL;
+    {
+        json_t  *js = o.result ? json_string(o.result) : NULL;
+
+        valid = js != NULL;
+        json_decref(js);
+    }
     ok(o.result && strlen(o.result) <= 256 * 1024 + 80
        && strstr(o.result, "[... truncated: ") != NULL,
        "a 300 KiB result: capped at --max-result, with a marker");
