@@ -8,6 +8,7 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 
+#include "smcp_jsonrpc.h"
 #include "smcp_jwt.h"
 #include "smcp_revoked.h"
 #include "smcp_validate.h"
@@ -15,7 +16,6 @@
 
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN  64
 #define NGX_HTTP_SANDBOX_MCP_MAX_GRANTS      256
-#define NGX_HTTP_SANDBOX_MCP_MAX_BATCH       32
 
 
 static ngx_str_t  ngx_http_sandbox_mcp_versions[] = {
@@ -935,49 +935,6 @@ ngx_http_sandbox_mcp_read_body(ngx_http_request_t *r, ngx_str_t *body,
 }
 
 
-/*
- * A JSON-RPC message: a request (method + id), a notification (method, no
- * id) or a response (result/error + id).  Returns 1 for a well-formed one.
- */
-static ngx_uint_t
-ngx_http_sandbox_mcp_valid_message(json_t *msg)
-{
-    json_t  *v, *id, *params;
-
-    if (!json_is_object(msg)) {
-        return 0;
-    }
-
-    v = json_object_get(msg, "jsonrpc");
-    if (!json_is_string(v) || ngx_strcmp(json_string_value(v), "2.0") != 0) {
-        return 0;
-    }
-
-    id = json_object_get(msg, "id");
-    if (id && !json_is_string(id) && !json_is_integer(id)) {
-        return 0;
-    }
-
-    v = json_object_get(msg, "method");
-
-    if (v == NULL) {
-        return id != NULL && (json_object_get(msg, "result")
-                              || json_object_get(msg, "error"));
-    }
-
-    if (!json_is_string(v)) {
-        return 0;
-    }
-
-    params = json_object_get(msg, "params");
-    if (params && !json_is_object(params) && !json_is_array(params)) {
-        return 0;
-    }
-
-    return 1;
-}
-
-
 static ngx_uint_t
 ngx_http_sandbox_mcp_is_method(json_t *msg, const char *name)
 {
@@ -1300,9 +1257,9 @@ static ngx_int_t
 ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx)
 {
+    int                               batch;
     ngx_int_t                         rc;
     ngx_str_t                         body;
-    json_error_t                      jerr;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
@@ -1327,38 +1284,38 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->body = json_loadb((char *) body.data, body.len,
-                           JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    switch (smcp_jsonrpc_parse((char *) body.data, body.len, &ctx->body,
+                               &batch))
+    {
+    case SMCP_JSONRPC_OK:
+        break;
 
-    if (ctx->body == NULL) {
+    case SMCP_JSONRPC_PARSE_ERROR:
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
                                            NGX_HTTP_SANDBOX_MCP_PARSE_ERROR,
                                            "Parse error: the body is not "
                                            "valid JSON");
-    }
 
-    if (json_is_array(ctx->body)) {
-        if (json_array_size(ctx->body) == 0) {
-            return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+    case SMCP_JSONRPC_EMPTY_BATCH:
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
                                NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
                                "Invalid Request: empty batch");
-        }
 
-        if (json_array_size(ctx->body) > NGX_HTTP_SANDBOX_MCP_MAX_BATCH) {
-            return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+    case SMCP_JSONRPC_BATCH_TOO_LONG:
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
                                NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
                                "Invalid Request: a batch holds at most 32 "
                                "messages");
-        }
 
-        ctx->batch = 1;
-
-    } else if (!ngx_http_sandbox_mcp_valid_message(ctx->body)) {
+    default: /* SMCP_JSONRPC_INVALID */
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
                                NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
                                "Invalid Request: not a JSON-RPC 2.0 message");
+    }
 
-    } else if (ngx_http_sandbox_mcp_is_method(ctx->body, "initialize")) {
+    ctx->batch = batch;
+
+    if (!batch && ngx_http_sandbox_mcp_is_method(ctx->body, "initialize")) {
         ctx->initialize = 1;
 
         if (json_object_get(ctx->body, "id") == NULL) {
@@ -1422,7 +1379,7 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
     lcf = ngx_http_get_module_loc_conf(ctx->request,
                                        ngx_http_sandbox_mcp_module);
 
-    if (!ngx_http_sandbox_mcp_valid_message(msg)) {
+    if (!smcp_jsonrpc_valid(msg)) {
         call->id = json_null();
         ngx_http_sandbox_mcp_call_error(call,
                                         NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,

@@ -436,7 +436,8 @@ main(int argc, char **argv)
     o.redis = "127.0.0.1:6379";
     o.prefix = SMCP_DEFAULT_PREFIX;
 
-    for (i = 1; i < argc; i++) {
+    /* every option takes a value: argv holds pairs */
+    for (i = 1; i < argc; i += 2) {
         rc = (i + 1 < argc) ? smcp_token_opt(&o, argv[i], argv[i + 1]) : 0;
 
         if (rc <= 0) {
@@ -446,8 +447,6 @@ main(int argc, char **argv)
 
             return 2;
         }
-
-        i++;
     }
 
     if (o.revoke) {

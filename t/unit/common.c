@@ -1,6 +1,7 @@
 /*
- * Unit tests of common/smcp_validate.c, common/smcp_diff.c and
- * common/smcp_revoked.c: what a tenant or a sandbox sends, hostile cases
+ * Unit tests of common/smcp_validate.c, common/smcp_diff.c,
+ * common/smcp_revoked.c and common/smcp_jsonrpc.c: what a tenant or a
+ * sandbox sends, hostile cases
  * first (NUL, overlong, non-ASCII, ".lock", "..", userinfo, ports,
  * quoting).  Prints TAP.
  */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "smcp_diff.h"
+#include "smcp_jsonrpc.h"
 #include "smcp_keys.h"
 #include "smcp_revoked.h"
 #include "smcp_validate.h"
@@ -904,6 +906,84 @@ test_revoked(void)
 }
 
 
+/* the JSON-RPC envelope of a request body */
+static void
+test_jsonrpc(void)
+{
+    static const struct {
+        const char  *body;
+        int          rc;
+        int          batch;
+        const char  *what;
+    } cases[] = {
+        { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
+          SMCP_JSONRPC_OK, 0, "a request" },
+        { "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}",
+          SMCP_JSONRPC_OK, 0, "a notification" },
+        { "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}",
+          SMCP_JSONRPC_OK, 0, "a response" },
+        { "[{\"jsonrpc\":\"2.0\",\"method\":\"x\"},1]",
+          SMCP_JSONRPC_OK, 1, "a batch (its members are checked one by one)" },
+        { "", SMCP_JSONRPC_PARSE_ERROR, 0, "an empty body" },
+        { "{\"jsonrpc\":\"2.0\",", SMCP_JSONRPC_PARSE_ERROR, 0,
+          "cut JSON" },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\",\"id\":2}",
+          SMCP_JSONRPC_PARSE_ERROR, 0, "a duplicate key" },
+        { "[]", SMCP_JSONRPC_EMPTY_BATCH, 0, "an empty batch" },
+        { "{\"jsonrpc\":\"2.0\\u0000x\",\"id\":1,\"method\":\"a\"}",
+          SMCP_JSONRPC_PARSE_ERROR, 0,
+          "\"2.0\" followed by a NUL (\\u0000 is not read)" },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\\u0000\"}",
+          SMCP_JSONRPC_PARSE_ERROR, 0, "a method holding a NUL" },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"a\"}",
+          SMCP_JSONRPC_INVALID, 0, "a fractional id" },
+        { "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"a\"}",
+          SMCP_JSONRPC_INVALID, 0, "an object id" },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\",\"params\":1}",
+          SMCP_JSONRPC_INVALID, 0, "scalar params" },
+        { "{\"jsonrpc\":\"2.0\",\"result\":{}}", SMCP_JSONRPC_INVALID, 0,
+          "a response without an id" },
+        { "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"a\"}",
+          SMCP_JSONRPC_INVALID, 0, "jsonrpc 1.0" },
+        { "\"2.0\"", SMCP_JSONRPC_INVALID, 0, "a string" },
+    };
+
+    int      rc, batch;
+    char     buf[1024], *p;
+    size_t   i;
+    json_t  *j;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rc = smcp_jsonrpc_parse(cases[i].body, strlen(cases[i].body), &j,
+                                &batch);
+        ok(rc == cases[i].rc && batch == cases[i].batch
+           && (rc == SMCP_JSONRPC_OK) == (j != NULL),
+           "jsonrpc: %s (%d)", cases[i].what, rc);
+        json_decref(j);
+    }
+
+    /* 32 messages, then 33 */
+    for (i = 32; i <= 33; i++) {
+        p = buf;
+        *p++ = '[';
+
+        while (p - buf < (long) (i * 2)) {
+            *p++ = '1';
+            *p++ = ',';
+        }
+
+        p[-1] = ']';
+        *p = '\0';
+
+        rc = smcp_jsonrpc_parse(buf, strlen(buf), &j, &batch);
+        ok(i == 32 ? rc == SMCP_JSONRPC_OK && batch
+                   : rc == SMCP_JSONRPC_BATCH_TOO_LONG && j == NULL,
+           "jsonrpc: a batch of %zu %s", i, i == 32 ? "is read" : "is refused");
+        json_decref(j);
+    }
+}
+
+
 int
 main(void)
 {
@@ -917,6 +997,7 @@ main(void)
     test_diff_sections();
     test_diff_hostile();
     test_revoked();
+    test_jsonrpc();
 
     printf("1..%d\n", tests);
 
