@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "runner.h"
@@ -23,17 +22,6 @@
 #define RUNNER_JANITOR_BATCH      100
 #define RUNNER_JANITOR_STALE      (10 * 60 * 1000)
 #define RUNNER_SESSION_RETENTION  "2592000"         /* 30 days */
-
-
-static int64_t
-runner_janitor_now_ms(void)
-{
-    struct timeval  tv;
-
-    gettimeofday(&tv, NULL);
-
-    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 
 /* one of the scripts, on one session: its answer in status */
@@ -51,7 +39,7 @@ runner_janitor_script(redisContext *c, const char *lua, const char *id,
              id);
     snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
              runner_config.prefix);
-    snprintf(now, sizeof(now), "%lld", (long long) runner_janitor_now_ms());
+    snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
     snprintf(stale, sizeof(stale), "%d", RUNNER_JANITOR_STALE);
 
     n = 0;
@@ -153,7 +141,7 @@ runner_janitor_pass(redisContext *c, int *expired)
 
     snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
              runner_config.prefix);
-    snprintf(now, sizeof(now), "%lld", (long long) runner_janitor_now_ms());
+    snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
 
     r = redisCommand(c, "ZRANGEBYSCORE %s -inf %s LIMIT 0 %d", sessions, now,
                      RUNNER_JANITOR_BATCH);
@@ -194,10 +182,10 @@ runner_janitor_thread(void *arg)
     char           err[RUNNER_ERRLEN];
 
     c = NULL;
-    next = runner_janitor_now_ms() + 1000;
+    next = smcp_now_ms() + 1000;
 
     while (!runner_stop) {
-        now = runner_janitor_now_ms();
+        now = smcp_now_ms();
 
         if (now < next) {
             usleep(200 * 1000);

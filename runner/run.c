@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "runner.h"
@@ -34,17 +33,6 @@
 #define RUNNER_KILL_RETRY_MS 2000
 #define RUNNER_KILL_GRACE_MS 30000   /* a killed sandbox's log ends by then */
 #define RUNNER_WS_CHECK_MS   5000    /* the workspace is measured this often */
-
-
-static int64_t
-runner_run_now_ms(void)
-{
-    struct timeval  tv;
-
-    gettimeofday(&tv, NULL);
-
-    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 
 /* sleeps, unless the runner is stopping */
@@ -247,7 +235,7 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
     rc = runner_workspace_usage(w->mountpoint, runner_config.workspace_limit,
                                 runner_config.workspace_inodes, &u, err,
                                 sizeof(err));
-    took = runner_run_now_ms() - now;
+    took = smcp_now_ms() - now;
 
     if (rc == RUNNER_AGAIN) {
         w->next = now + 300;        /* another run's walk: soon */
@@ -307,7 +295,7 @@ runner_run_watchdog(void *arg)
     memset(&ws, 0, sizeof(ws));
 
     while (!atomic_load(&run->watch_end) && !runner_stop) {
-        now = runner_run_now_ms();
+        now = smcp_now_ms();
 
         if ((c == NULL || c->err) && now - last_connect >= 2000) {
             last_connect = now;
@@ -623,7 +611,7 @@ runner_run_tick(void *data)
     /* a killed sandbox's log ends; if it does not, stop reading it */
     killed = atomic_load(&st->run->killed_at);
 
-    if (killed && runner_run_now_ms() - killed > RUNNER_KILL_GRACE_MS) {
+    if (killed && smcp_now_ms() - killed > RUNNER_KILL_GRACE_MS) {
         return RUNNER_ERR;
     }
 
@@ -920,7 +908,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     }
 
     now = time(NULL);
-    run->deadline_ms = runner_run_now_ms() + timeout * 1000;
+    run->deadline_ms = smcp_now_ms() + timeout * 1000;
 
     /* the sandbox's only credential: good for this run, while it lives */
     claims = json_pack("{s:s, s:s, s:s, s:I, s:I}", "sub", tenant,

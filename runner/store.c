@@ -20,17 +20,6 @@
     snprintf(buf, sizeof(buf), SMCP_KEY_QUEUE, runner_config.prefix)
 
 
-static int64_t
-runner_now_ms(void)
-{
-    struct timeval  tv;
-
-    gettimeofday(&tv, NULL);
-
-    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-
 /* AUTH with the configured password (its bytes, never in an error) */
 static int
 runner_store_auth(redisContext *c, char *err, size_t errlen)
@@ -417,7 +406,7 @@ runner_store_claim(redisContext *c, const char *run_id, char *status,
     redisReply  *r;
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
-    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+    snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
     snprintf(stale, sizeof(stale), "%d", runner_config.claim_idle_ms);
 
     active[0] = runs[0] = '\0';
@@ -502,7 +491,7 @@ runner_store_set_running(redisContext *c, const char *run_id,
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
-    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+    snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
     snprintf(deadline, sizeof(deadline), "%lld", (long long) deadline_ms);
 
     return runner_store_status_reply(c,
@@ -568,7 +557,7 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     RUNNER_KEY(diffkey, SMCP_KEY_RUN_DIFF, run->id);
     snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
              runner_config.prefix);
-    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+    snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
 
     runner_store_run_keys(c, run, active, sizeof(active), session,
                           sizeof(session));
@@ -664,7 +653,7 @@ runner_store_event(redisContext *c, const char *run_id, const char *type,
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
-    snprintf(now, sizeof(now), "%lld", (long long) runner_now_ms());
+    snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
 
     n = 0;
     argv[n++] = "XADD";

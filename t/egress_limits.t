@@ -32,22 +32,6 @@ my $real = 'sk-compat-REAL-' . rnd();
 my $t = SMCP::Test->new(workers => 2);
 my $compat = SMCP::Fakes::start_openai(key => $real);
 
-# render_routes($name, %env): $name-http.conf and $name.conf in the test dir
-sub render_routes {
-    my ($name, %env) = @_;
-    local @ENV{keys %env} = values %env;
-    delete local @ENV{qw(ANTHROPIC_API_KEY OPENAI_API_KEY AZURE_OPENAI_API_KEY
-                         GOOGLE_API_KEY CF_AIG_TOKEN GITHUB_TOKEN)};
-    for my $part ('--http', '') {
-        my $out = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh $part 2>&1`;
-        die "egress-routes.sh $part: $out" if $?;
-        open(my $fh, '>', $t->dir . "/$name" . ($part ? '-http.conf' : '.conf'))
-            or die $!;
-        print $fh $out;
-        close $fh;
-    }
-}
-
 # bad settings are refused by the script, not by nginx at start
 for my $bad ([ SMCP_EGRESS_RATE => '10' ], [ SMCP_EGRESS_RATE => '1r/s; evil' ],
              [ SMCP_EGRESS_BURST => 'x' ], [ SMCP_EGRESS_CONN => '0' ],
@@ -57,10 +41,13 @@ for my $bad ([ SMCP_EGRESS_RATE => '10' ], [ SMCP_EGRESS_RATE => '1r/s; evil' ],
     isnt($?, 0, "egress-routes.sh refuses $bad->[0]=$bad->[1]");
 }
 
-# the key: in the environment of the routes script and of nginx's master
+# the key: in the environment of the routes script and of nginx's master;
+# the routes of the other providers left out
 $ENV{COMPAT_API_KEY} = $real;
+my %NO_KEYS = map { ($_ => undef) } qw(ANTHROPIC_API_KEY OPENAI_API_KEY
+    AZURE_OPENAI_API_KEY GOOGLE_API_KEY CF_AIG_TOKEN GITHUB_TOKEN);
 my $eport = $t->free_port;
-render_routes('routes', COMPAT_BASE_URL => $compat->url,
+$t->render_routes(%NO_KEYS, name => 'routes', COMPAT_BASE_URL => $compat->url,
               SMCP_EGRESS_RATE => '2r/s', SMCP_EGRESS_BURST => 3);
 $t->start(http => <<"NGINX");
     include %%DIR%%/routes-http.conf;
@@ -134,7 +121,7 @@ is(scalar(@{ $compat->requests }), 6, 'upstream: exactly the granted requests (5
 
 # routes with 2 requests at once per address and a 3 s header timeout
 my $slow = SMCP::Fakes::start_openai(key => $real, chunk_delay => 0.6, deltas => 4);
-render_routes('conn', COMPAT_BASE_URL => $slow->url, SMCP_EGRESS_RATE => '1000r/s',
+$t->render_routes(%NO_KEYS, name => 'conn', COMPAT_BASE_URL => $slow->url, SMCP_EGRESS_RATE => '1000r/s',
               SMCP_EGRESS_CONN => 2, SMCP_EGRESS_HEADER_TIMEOUT => '3s');
 my $d = $t->dir;
 
@@ -231,7 +218,7 @@ sub mcp_prompt {
 # 1024 connections, the harness's default; a header timeout long enough
 # to see it)
 {
-    render_routes('ctl', COMPAT_BASE_URL => $slow->url, SMCP_EGRESS_HEADER_TIMEOUT => '30s');
+    $t->render_routes(%NO_KEYS, name => 'ctl', COMPAT_BASE_URL => $slow->url, SMCP_EGRESS_HEADER_TIMEOUT => '30s');
     my $shared_egress = $t->free_port;
     my $shared = $t->start_nginx(name => 'shared', workers => 1, http => <<"NGINX");
     include $d/ctl-http.conf;

@@ -23,7 +23,6 @@ use Test::More;
 use SMCP::Test qw(:all);
 use SMCP::Fakes;
 
-my $root = repo_root();
 
 sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
 
@@ -43,14 +42,8 @@ my $eport = $t->free_port;
     local $ENV{SMCP_EGRESS_RATE} = '1000r/s';    # t/egress_limits.t tests it
     delete local @ENV{qw(ANTHROPIC_API_KEY OPENAI_API_KEY AZURE_OPENAI_API_KEY
                          GOOGLE_API_KEY CF_AIG_TOKEN COMPAT_API_KEY)};
-    for my $part ('--http', '') {
-        my $out = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh $part`;
-        is($?, 0, "egress-routes.sh $part renders") or BAIL_OUT('no routes');
-        open(my $fh, '>', $t->dir . ($part ? '/routes-http.conf' : '/routes.conf'))
-            or die $!;
-        print $fh $out;
-        close $fh;
-    }
+    ok(eval { $t->render_routes }, 'egress-routes.sh renders the routes')
+        or BAIL_OUT("no routes: $@");
     $t->start(http => <<"NGINX");
     include %%DIR%%/routes-http.conf;
     server {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/time.h>
 
 #include <openssl/rand.h>
 
@@ -174,6 +175,17 @@ smcp_valid_id(const char *s, size_t len, const char *prefix)
     }
 
     return 1;
+}
+
+
+int64_t
+smcp_now_ms(void)
+{
+    struct timeval  tv;
+
+    gettimeofday(&tv, NULL);
+
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 

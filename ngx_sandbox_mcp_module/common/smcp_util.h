@@ -34,6 +34,10 @@ int smcp_valid_id(const char *s, size_t len, const char *prefix);
 /* milliseconds since the epoch to "2026-11-29T15:44:37.123Z" (dst >= 32) */
 void smcp_iso8601_ms(char *dst, size_t size, int64_t ms);
 
+/* the wall clock, in milliseconds since the epoch (outside nginx: the
+ * module has ngx_timeofday()) */
+int64_t smcp_now_ms(void);
+
 /*
  * A secret (the signing secret, a provider credential): read from a file
  * (trailing newlines and spaces stripped) or an environment variable.

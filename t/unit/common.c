@@ -16,32 +16,7 @@
 #include "smcp_keys.h"
 #include "smcp_revoked.h"
 #include "smcp_validate.h"
-
-
-static int  tests, failed;
-
-
-static void ok(int cond, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-
-static void
-ok(int cond, const char *fmt, ...)
-{
-    va_list  ap;
-
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - ", cond ? "" : "not ", tests);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
+#include "tap.h"
 
 
 /* a printable name for a test input (escapes control and high bytes) */
@@ -999,7 +974,5 @@ main(void)
     test_revoked();
     test_jsonrpc();
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return tap_done();
 }

@@ -12,9 +12,8 @@
 #include <string.h>
 
 #include "smcp_pktline.h"
+#include "tap.h"
 
-
-static int  tests, failed;
 
 #define REF      "refs/heads/opencode/run_0123456789abcdef01234567"
 #define OLD      "1111111111111111111111111111111111111111"
@@ -24,19 +23,6 @@ static int  tests, failed;
                  "222222222222222222222222"
 #define OLD256   "1111111111111111111111111111111111111111" \
                  "111111111111111111111111"
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 /* appends one pkt-line holding len bytes of s */
@@ -320,7 +306,5 @@ main(int argc, char **argv)
     test_cases();
     test_fuzz(iterations);
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return tap_done();
 }

@@ -13,27 +13,13 @@
 #include <unistd.h>
 
 #include "runner.h"
+#include "tap.h"
 
 
 /* the runner's globals this code reads */
 runner_config_t        runner_config;
 volatile sig_atomic_t  runner_stop;
 atomic_int             runner_release_failed;
-
-static int  tests, failed;
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 /* lines as the logstream delivers them */
@@ -736,7 +722,5 @@ main(void)
     test_diff_index();
     test_workspace();
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return tap_done();
 }

@@ -10,27 +10,13 @@
 
 #include "runner.h"
 #include "smcp_jwt.h"
+#include "tap.h"
 
 
 /* the runner's globals this code reads */
 runner_config_t        runner_config;
 volatile sig_atomic_t  runner_stop;
 atomic_int             runner_release_failed;
-
-static int  tests, failed;
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 /* log framing */
@@ -332,7 +318,5 @@ main(void)
     test_outcome();
     test_common();
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return tap_done();
 }

@@ -158,18 +158,7 @@ sub new {
     $ENV{ANTHROPIC_BASE_URL} = $self->{anthropic}->url;
     $ENV{GITHUB_URL} = $self->{github}->url;
     $ENV{GITHUB_API_URL} = $self->{github}->url;
-    my ($rc, $routes, $err) = run_cmd(['bash', "$root/ngx_sandbox_mcp_module/conf/egress-routes.sh"],
-                                      timeout => 30);
-    die "egress-routes.sh failed: $err" if $rc != 0;
-    open(my $fh, '>', $t->dir . '/routes.conf') or die "routes.conf: $!";
-    print $fh $routes;
-    close $fh;
-    ($rc, $routes, $err) = run_cmd(['bash', "$root/ngx_sandbox_mcp_module/conf/egress-routes.sh",
-                                    '--http'], timeout => 30);
-    die "egress-routes.sh --http failed: $err" if $rc != 0;
-    open($fh, '>', $t->dir . '/routes-http.conf') or die "routes-http.conf: $!";
-    print $fh $routes;
-    close $fh;
+    $t->render_routes;
 
     $t->start(http => "include %%DIR%%/routes-http.conf;\n"
                     . "server { listen $gw:$eport; include %%DIR%%/routes.conf; }");

@@ -221,6 +221,31 @@ sub secret { $_[0]{secret} }
 sub secret_file { $_[0]{secret_file} }
 sub tenant { $_[0]{tenant} }
 
+# $t->render_routes(%o): the egress routes that ship (ngx_sandbox_mcp_module/
+# conf/egress-routes.sh), rendered into DIR/NAME-http.conf (the http{}
+# part: zones, resolver) and DIR/NAME.conf (the locations), for
+# `include %%DIR%%/routes-http.conf;` and a server's `include
+# %%DIR%%/routes.conf;`.  name => 'routes', dir => the test dir; every
+# other key is an environment variable for the script (undef: unset it).
+# Dies with the script's message.
+sub render_routes {
+    my ($self, %o) = @_;
+    my $name = delete $o{name} // 'routes';
+    my $dir = delete $o{dir} // $self->{dir};
+    my $script = repo_root() . '/ngx_sandbox_mcp_module/conf/egress-routes.sh';
+    local @ENV{keys %o} = values %o;
+    delete local @ENV{grep { !defined $o{$_} } keys %o};
+    for my $part ('--http', '') {
+        my $out = `bash $script $part 2>&1`;
+        die "egress-routes.sh $part: $out" if $?;
+        my $file = "$dir/$name" . ($part ? '-http.conf' : '.conf');
+        open(my $fh, '>', $file) or die "$file: $!";
+        print $fh $out;
+        close $fh;
+    }
+    return 1;
+}
+
 sub _which {
     my ($name) = @_;
     for my $d (split /:/, ($ENV{PATH} // '') . ':/usr/sbin:/usr/bin:/sbin:/bin') {
