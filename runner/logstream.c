@@ -339,6 +339,26 @@ runner_logstream_feed(runner_logstream_t *ls, const char *buf, size_t len)
 }
 
 
+/* the nanoseconds of a timestamp's fraction (".1" -> 100000000) */
+static long
+runner_logstream_nanos(const char *ts, size_t n)
+{
+    size_t  k;
+    char    fr[10];
+
+    if (ts[n] != '.') {
+        return 0;
+    }
+
+    memset(fr, '0', 9);
+    fr[9] = '\0';
+    k = strspn(ts + n + 1, "0123456789");
+    memcpy(fr, ts + n + 1, k < 9 ? k : 9);
+
+    return atol(fr);
+}
+
+
 /*
  * Docker's timestamps in order: RFC 3339 with trailing zeros of the
  * fraction trimmed (".1Z" is later than ".09Z", "05Z" than "04.9Z"), so
@@ -347,10 +367,9 @@ runner_logstream_feed(runner_logstream_t *ls, const char *buf, size_t len)
 int
 runner_logstream_ts_cmp(const char *a, const char *b)
 {
-    size_t  na, nb, k;
+    size_t  na, nb;
     int     cmp;
     long    fa, fb;
-    char    fr[10];
 
     na = strcspn(a, ".Z+");
     nb = strcspn(b, ".Z+");
@@ -360,23 +379,8 @@ runner_logstream_ts_cmp(const char *a, const char *b)
         return cmp ? cmp : (na < nb ? -1 : 1);
     }
 
-    fa = fb = 0;
-
-    if (a[na] == '.') {
-        memset(fr, '0', 9);
-        fr[9] = '\0';
-        k = strspn(a + na + 1, "0123456789");
-        memcpy(fr, a + na + 1, k < 9 ? k : 9);
-        fa = atol(fr);
-    }
-
-    if (b[nb] == '.') {
-        memset(fr, '0', 9);
-        fr[9] = '\0';
-        k = strspn(b + nb + 1, "0123456789");
-        memcpy(fr, b + nb + 1, k < 9 ? k : 9);
-        fb = atol(fr);
-    }
+    fa = runner_logstream_nanos(a, na);
+    fb = runner_logstream_nanos(b, nb);
 
     return (fa > fb) - (fa < fb);
 }
