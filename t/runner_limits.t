@@ -211,6 +211,9 @@ subtest 'the janitor' => sub {
         my $logs = $s->runner_log($runner) . $s->runner_log($r2);
         my $n = () = $logs =~ /janitor: session \Q$ses\E expired/g;
         is($n, 1, '... expired once, by one of the two runners');
+        my $res = $s->call('opencode_run_task', { task => 'go on', sessionId => $ses });
+        ok($res->{isError} && SMCP::Test::result_text($res) =~ /Session expired/,
+           '... and a run in it is refused: ' . (SMCP::Test::result_text($res) // ''));
     }
     push @TIMINGS, ['janitor: two sessions expired', time() - $t0];
     my $other = $one[1]{sessionId};
