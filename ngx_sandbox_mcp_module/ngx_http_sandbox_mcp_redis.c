@@ -1,7 +1,7 @@
 /*
  * hiredis async driven by nginx's event loop.  The rules followed here were
- * each seen to break something when skipped; see docs/ and
- * ../shared/notes/nginx.md.
+ * each seen to break something when skipped (each is noted where it is
+ * followed).
  */
 
 #include <sys/socket.h>

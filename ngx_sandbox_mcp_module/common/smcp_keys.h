@@ -1,7 +1,7 @@
 /*
  * Redis key layout and run statuses shared by the nginx module and the
  * runner.  Every key is "<prefix><name>"; the prefix is configurable
- * (default "smcp:").  See docs/ and ../shared/DESIGN.md.
+ * (default "smcp:").  See docs/contracts.md.
  */
 
 #ifndef SMCP_KEYS_H
