@@ -103,14 +103,7 @@ delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY
     }
     unlike($out, qr/\Q$_\E/, '... naming credentials, not holding them')
         for values %REAL;
-    open(my $fh, '>', $t->dir . '/routes.conf') or die "routes.conf: $!";
-    print $fh $out;
-    close $fh;
-    ($rc, $out, $err) = run_cmd(['bash', $ROUTES_SH, '--http'], timeout => 30);
-    is($rc, 0, 'egress-routes.sh --http renders') or diag($err);
-    open($fh, '>', $t->dir . '/routes-http.conf') or die "routes-http.conf: $!";
-    print $fh $out;
-    close $fh;
+    ok(eval { $t->render_routes }, '... written for nginx') or diag($@);
 }
 $t->start(http => "include %%DIR%%/routes-http.conf;\n"
                 . "server { listen $gw:$egress_port; include %%DIR%%/routes.conf; }");

@@ -140,13 +140,10 @@ local @ENV{keys %real} = values %real;
 local $ENV{ANTHROPIC_BASE_URL} = $anthropic->url;
 local $ENV{GITHUB_URL} = $github->url;
 local $ENV{GITHUB_API_URL} = $github->url;
-my $routes = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh`;
-is($?, 0, 'egress-routes.sh renders the routes');
-open(my $fh, '>', $t->dir . '/routes.conf') or die $!;
-print $fh $routes;
-close $fh;
+ok(eval { $t->render_routes }, 'egress-routes.sh renders the routes') or diag($@);
 
 $t->start(http => <<"NGINX");
+    include %%DIR%%/routes-http.conf;
     server {
         listen $gw:$eport;
         include %%DIR%%/routes.conf;
