@@ -20,7 +20,16 @@
 #define SMCP_KEY_MCP_SESSION        "%smcp:%s"
 #define SMCP_KEY_TENANT_ACTIVE      "%stenant:%s:active"  /* set: the
                                                      tenant's started and
-                                                     running runs (quotas) */
+                                                     running runs (quotas);
+                                                     replaced by the two
+                                                     below (issue 8) */
+#define SMCP_KEY_TENANT_STARTED     "%stenant:%s:started" /* set: runs not
+                                                     yet claimed */
+#define SMCP_KEY_TENANT_CLAIMED     "%stenant:%s:claimed" /* set: runs a
+                                                     runner holds */
+#define SMCP_KEY_SESSION_ACTIVE     "%ssession:%s:active" /* zset: the
+                                                     session's unfinished
+                                                     runs by created_at */
 #define SMCP_KEY_SESSIONS           "%ssessions"  /* zset: session ids by
                                                      idle expiry (ms) */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
