@@ -24,11 +24,7 @@ use Time::HiRes qw(time sleep);
 use SMCP::Test qw(:all);
 use SMCP::Fakes;
 
-my $root = repo_root();
-
-sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
-
-my $real = 'sk-compat-REAL-' . rnd();
+my $real = 'sk-compat-REAL-' . rhex();
 my $t = SMCP::Test->new(workers => 2);
 my $compat = SMCP::Fakes::start_openai(key => $real);
 
@@ -37,7 +33,7 @@ for my $bad ([ SMCP_EGRESS_RATE => '10' ], [ SMCP_EGRESS_RATE => '1r/s; evil' ],
              [ SMCP_EGRESS_BURST => 'x' ], [ SMCP_EGRESS_CONN => '0' ],
              [ SMCP_EGRESS_HEADER_TIMEOUT => '1s; x' ]) {
     local $ENV{$bad->[0]} = $bad->[1];
-    my $out = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh --http 2>&1`;
+    my $out = `${\egress_routes_script()} --http 2>&1`;
     isnt($?, 0, "egress-routes.sh refuses $bad->[0]=$bad->[1]");
 }
 
@@ -58,12 +54,7 @@ $t->start(http => <<"NGINX");
 NGINX
 
 my (%tok, %id);
-for my $who (qw(a b)) {
-    $id{$who} = 'run_' . rnd();
-    $t->redis('HSET', "smcp:run:$id{$who}", tenant => 'alice', status => 'running');
-    $tok{$who} = $t->token(sub => 'alice', scope => 'egress', run => $id{$who},
-                           exp => int(time()) + 600);
-}
+($id{$_}, $tok{$_}) = $t->live_run() for qw(a b);
 my $forged = $t->token(sub => 'alice', scope => 'egress', run => $id{a},
                        secret => 'not-the-secret-0123456789');
 my $expired = $t->token(sub => 'alice', scope => 'egress', run => $id{a},

@@ -156,6 +156,9 @@ package SMCP::Fakes;
 #     ->add_repo('o/r', %attrs)  ->pulls('o/r') -> created PRs
 #
 # parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
+# scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
+#     code ref) for start_anthropic that plays one script per task
+#     (exportable)
 #
 # t/fake/serve.pl runs one fake in the foreground for non-Perl callers.
 
@@ -165,7 +168,7 @@ use warnings;
 use Exporter qw(import);
 
 our @EXPORT_OK = qw(start_anthropic start_openai start_github start_github_git
-                    start_github_api parse_sse);
+                    start_github_api parse_sse scenario_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our @LIVE;    # fakes started by this process, for END cleanup
@@ -197,6 +200,42 @@ sub parse_sse {
         push @ev, \%e;
     }
     return @ev;
+}
+
+# scenario_script({'SCENARIO-X' => [steps]}, title => TEXT) -> a code ref,
+# the one step of start_anthropic(script => [...]) that plays a script per
+# task.  The script is picked by the marker (SCENARIO-[A-Z0-9]+) in the
+# latest user text of the conversation, the step by the number of
+# assistant messages after that user message: a continued session (whose
+# conversation holds earlier runs) and a retried request land on the same
+# step.  A step is a turn (text, tool_use, error, hang, ...), or a code ref
+# called with (request JSON, step number).  OpenCode's title generator is
+# answered TEXT (default "Test run").
+sub scenario_script {
+    my ($scripts, %o) = @_;
+    my $title = $o{title} // 'Test run';
+    return sub {
+        my ($j) = @_;
+        my $sys = $SMCP::Fakes::Server::JSON_CHARS->encode($j->{system} // '');
+        return { text => $title } if $sys =~ /title generator/i;
+        my $msgs = $j->{messages} || [];
+        my ($mark, $at);
+        for my $i (reverse 0 .. $#$msgs) {
+            my $m = $msgs->[$i];
+            next unless ($m->{role} // '') eq 'user';
+            my $c = $m->{content};
+            my $text = ref $c eq 'ARRAY'
+                ? join("\n", map { ($_->{type} // '') eq 'text' ? ($_->{text} // '') : () } @$c)
+                : ($c // '');
+            if ($text =~ /\b(SCENARIO-[A-Z0-9]+)/) { ($mark, $at) = ($1, $i); last }
+        }
+        my $steps = defined $mark ? $scripts->{$mark} : undef;
+        return { text => 'no scenario in the conversation' } unless $steps;
+        my $n = grep { ($_->{role} // '') eq 'assistant' } @{$msgs}[$at + 1 .. $#$msgs];
+        my $step = $steps->[$n < $#$steps ? $n : $#$steps];
+        $step = $step->($j, $n) if ref $step eq 'CODE';
+        return $step;
+    };
 }
 
 END {
