@@ -391,8 +391,7 @@ egress_error_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bear
     }
 
     # a refusal of the allow-list is audited, as not granted
-    my $ev = $t->redis('XRANGE', "smcp:run:$run:events", '-', '+');
-    my @d = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    my @d = map { $_->{json} } $t->run_events($run);
     ok((grep { $_->{path} eq '/openai/v1/batches' && $_->{status} == 403 && !$_->{granted} } @d),
        'audit: a refused endpoint is recorded (403, not granted)');
 }

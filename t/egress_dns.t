@@ -83,7 +83,7 @@ sub reads { my @r = $t->read_file($dlog) =~ /read \Q$hosts\E/g; return scalar @r
 
 my %names = map { $_ => '127.0.0.1' } qw(tls.smcp.test wrong.smcp.test ghe.smcp.test);
 hosts(%names);
-my $dpid = $t->_spawn('dnsmasq', "$dir/dnsmasq.out", $dnsmasq, '--keep-in-foreground',
+my $dpid = $t->spawn('dnsmasq', "$dir/dnsmasq.out", $dnsmasq, '--keep-in-foreground',
     '--conf-file=/dev/null', '--no-resolv', '--no-hosts', "--addn-hosts=$hosts",
     '--listen-address=127.0.0.1', '--bind-interfaces', "--port=$dport",
     '--local-ttl=1', '--user=' . getpwuid($>), '--pid-file=', "--log-facility=$dlog",
@@ -141,12 +141,7 @@ ok(eval { $t->render_routes(
 
 my $echo = q({"sni":"$ssl_server_name","host":"$http_host","uri":"$request_uri","auth":"$http_authorization"});
 my $started = eval {
-    $t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen 127.0.0.1:$eport;
-        include %%DIR%%/routes.conf;
-    }
+    $t->start(http => egress_server_conf("127.0.0.1:$eport") . <<"NGINX");
     server {
         listen 127.0.0.1:$tport ssl;
         ssl_certificate %%DIR%%/tls.crt;

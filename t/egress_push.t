@@ -42,13 +42,7 @@ my $eport = $t->free_port;
                          GOOGLE_API_KEY CF_AIG_TOKEN COMPAT_API_KEY)};
     ok(eval { $t->render_routes }, 'egress-routes.sh renders the routes')
         or BAIL_OUT("no routes: $@");
-    $t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen 127.0.0.1:$eport;
-        include %%DIR%%/routes.conf;
-    }
-NGINX
+    $t->start(http => egress_server_conf("127.0.0.1:$eport"));
 }
 
 # two live runs on owner/repo: one asked for a pull request, one did not
@@ -294,8 +288,7 @@ $before = state();
 # audit and logs
 
 {
-    my $ev = $t->redis('XRANGE', "smcp:run:$yes->{id}:events", '-', '+');
-    my @eg = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    my @eg = map { $_->{json} } $t->run_events($yes->{id});
     ok((grep { $_->{path} =~ /git-receive-pack$/ && !$_->{granted} && $_->{status} == 403 } @eg),
        'audit: a refused push is recorded as not granted');
     ok((grep { $_->{path} =~ /git-receive-pack$/ && $_->{granted} && $_->{status} == 200 } @eg),

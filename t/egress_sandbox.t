@@ -32,7 +32,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Test qw(json_decode json_encode wait_until rhex slurp free_port
-                  egress_routes_script egress_error_ok);
+                  egress_routes_script egress_error_ok egress_server_conf);
 use SMCP::Docker qw(:all);
 use SMCP::Fakes qw(parse_sse);
 
@@ -93,8 +93,7 @@ delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY
         for values %REAL;
     ok(eval { $t->render_routes }, '... written for nginx') or diag($@);
 }
-$t->start(http => "include %%DIR%%/routes-http.conf;\n"
-                . "server { listen $gw:$egress_port; include %%DIR%%/routes.conf; }");
+$t->start(http => egress_server_conf("$gw:$egress_port"));
 
 # a live run of alice on owner/repo, and its egress token
 my ($run_id, $tok) = $t->live_run(repository => 'https://github.com/owner/repo',
@@ -442,7 +441,7 @@ for my $f ($ant, $oai, $gh) {
     like($out, qr{^/workspace/\.oc/config/opencode/opencode\.json$}m,
          '... while the same grep finds the run token in the OpenCode config (control)')
         or diag("rc=$rc $out$err");
-    ok(scalar(() = $out =~ m{^/workspace/repo/}mg) == 0, '... and not in the worktree');
+    is(scalar(() = $out =~ m{^/workspace/repo/}mg), 0, '... and not in the worktree');
 
     my %seen;
     ($rc, $seen{env}) = exec_in($cid, ['env']);

@@ -39,7 +39,7 @@ use Time::HiRes qw(time sleep);
 use SMCP::Docker qw(:all);
 use SMCP::Events qw(kinds);
 use SMCP::Fakes;
-use SMCP::Test qw(json_decode json_encode wait_until rhex iso2epoch);
+use SMCP::Test qw(json_decode json_encode wait_until rhex iso2epoch egress_server_conf);
 
 ensure_docker(root => 1);
 
@@ -119,13 +119,7 @@ local $ENV{GITHUB_URL} = $github->url;
 local $ENV{GITHUB_API_URL} = $github->url;
 ok(eval { $t->render_routes }, 'egress-routes.sh renders the routes') or diag($@);
 
-$t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen $gw:$eport;
-        include %%DIR%%/routes.conf;
-    }
-NGINX
+$t->start(http => egress_server_conf("$gw:$eport"));
 
 ##############################################################################
 # helpers

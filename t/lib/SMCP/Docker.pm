@@ -41,8 +41,8 @@ our @EXPORT_OK = qw(
     sandbox_image ensure_sandbox_image
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
-    exec_in container_ip container_inspect_field
-    create_network remove_network network_gateway free_subnet
+    exec_in probe_tcp container_ip container_inspect_field
+    create_network remove_network network_gateway free_subnet host_ip
     sandbox_net_up sandbox_net_down sandbox_net_rules sandbox_net_script
     bridge_name fork_child orphaned tcp_listener stop_child cleanup
 );
@@ -280,6 +280,36 @@ sub exec_in {
     return docker({ timeout => $t + 15, stdin => $o{stdin} }, @a);
 }
 
+# probe_tcp($id, $host, $port, timeout => S (3), read => S (2)): a TCP
+# connect from inside the container with bash's /dev/tcp, then what the
+# peer sends within `read` seconds -> {connected, refused, reply, rc,
+# elapsed (the connect and read, timed inside), out (everything, for
+# diag)}
+my $PROBE_SH = <<'SH';
+s=$EPOCHREALTIME
+out=$(timeout "$3" bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 7; echo CONNECTED; [ "$3" = 0 ] || timeout "$3" cat <&3' x "$1" "$2" "$4" 2>&1)
+rc=$?
+e=$EPOCHREALTIME
+printf 'rc=%s start=%s end=%s\n%s\n' "$rc" "$s" "$e" "$out"
+SH
+
+sub probe_tcp {
+    my ($id, $host, $port, %o) = @_;
+    my $t = $o{timeout} // 3;
+    my ($rc, $out, $err) = exec_in($id, ['bash', '-c', $PROBE_SH, 'probe', $host, $port,
+                                         $t, $o{read} // 2], timeout => $t + 10);
+    my %r = (out => "rc=$rc $out$err", rc => -1, connected => 0, elapsed => 0, reply => '',
+             refused => 0);
+    if ($out =~ /^rc=(\d+) start=([\d.]+) end=([\d.]+)\n(.*)\z/s) {
+        @r{qw(rc elapsed)} = ($1, $3 - $2);
+        my $o = $4;
+        $r{connected} = $o =~ s/^CONNECTED\n//m ? 1 : 0;
+        $r{reply} = $o;
+        $r{refused} = $o =~ /Connection refused/ ? 1 : 0;
+    }
+    return \%r;
+}
+
 # a field of `docker inspect` via a Go template, e.g. '{{.State.Status}}'
 sub container_inspect_field {
     my ($id, $format) = @_;
@@ -430,6 +460,15 @@ sub network_gateway {
         ($gw) = $a =~ /inet (\d+\.\d+\.\d+\.\d+)/;
     }
     return (subnet => $subnet, gateway => $gw);
+}
+
+# the host's IPv4 address on the interface of its default route (undef
+# when there is none)
+sub host_ip {
+    my (undef, $r) = run_cmd(['ip', '-4', '-o', 'route', 'show', 'default'], timeout => 10);
+    my ($dev) = $r =~ /\bdev (\S+)/ or return undef;
+    my (undef, $a) = run_cmd(['ip', '-4', '-o', 'addr', 'show', 'dev', $dev], timeout => 10);
+    return ($a =~ /inet (\d+\.\d+\.\d+\.\d+)/)[0];
 }
 
 # sandbox_net_up(egress_port => P, name => N, bridge => B, subnet => CIDR)

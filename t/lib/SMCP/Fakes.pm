@@ -340,6 +340,9 @@ sub port     { $_[0]{port} }
 sub addr     { $_[0]{addr} }
 sub host     { "$_[0]{addr}:$_[0]{port}" }
 sub url      { "http://$_[0]{addr}:$_[0]{port}" }
+# the model APIs': the key they accept, the base URL an SDK is given
+sub key      { $_[0]{key} }
+sub base_url { $_[0]->url . '/v1' }
 sub dir      { $_[0]{dir} }
 sub log_file { $_[0]{log_file} }
 sub kind     { $_[0]{kind} }
@@ -973,9 +976,6 @@ sub _defaults {
             chunk_delay => 0);
 }
 
-sub key { $_[0]{key} }
-sub base_url { $_[0]->url . '/v1' }
-
 sub _key_ok {
     my ($self, $got) = @_;
     return 1 unless defined $self->{key};
@@ -1173,9 +1173,6 @@ sub _defaults {
             text => 'Hello from the fake OpenAI API.', deltas => 3,
             chunk_delay => 0);
 }
-
-sub key { $_[0]{key} }
-sub base_url { $_[0]->url . '/v1' }
 
 sub _oerr {
     my ($self, $c, $req, $status, $type, $msg, $code, $hdrs, %o) = @_;

@@ -118,8 +118,7 @@ sub new {
     $ENV{GITHUB_API_URL} = $self->{github}->url;
     $t->render_routes;
 
-    $t->start(http => "include %%DIR%%/routes-http.conf;\n"
-                    . "server { listen $gw:$eport; include %%DIR%%/routes.conf; }");
+    $t->start(http => SMCP::Test::egress_server_conf("$gw:$eport"));
     $self->{sid} = $t->initialize;
     die "MCP initialize failed\n" unless $self->{sid};
     Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));

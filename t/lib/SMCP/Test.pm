@@ -49,8 +49,8 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     token_tool_path wait_until now_ms
                     rhex slurp iso_ms iso2epoch free_port run_cmd
                     egress_routes_script prereq_fail require_prereqs
-                    skip_or_fail is_pong tool_ok tool_err egress_error_ok
-                    which_bin);
+                    skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
+                    which_bin egress_server_conf);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -281,7 +281,9 @@ sub wait_until {
 #                         %%EVENTS%% %%REDIS_PORT%% %%REDIS_TIMEOUT%%
 #                         %%REDIS_ADDR%% %%REDIS_SOCKET%% %%SECRET_CONF%%
 #                         %%SECRET_FILE%% %%HTTP%% %%SERVER%% %%LOCATION%%
-#                         %%PORT%% %%LISTEN%% %%MODULE_PATH%% %%REPO%%)
+#                         %%PORT%% %%LISTEN%% %%MODULE_PATH%% %%REPO%%
+#                         %%TEMP_PATHS%%: the *_temp_path directives, in
+#                         the instance's dir)
 #   redis_appendonly => 1 persist across restarts (appendonly yes)
 #   tenant     => 'alice' default tenant for tokens
 #   need_static => 1      skip (or fail under CI) when the static binary
@@ -329,7 +331,7 @@ sub new {
     Test::More::diag("test dir: $self->{dir}") if $keep;
 
     # the shared secret for HS256, written without a trailing newline
-    $self->{secret} = unpack('H*', join('', map { chr(int(rand(256))) } 1..32));
+    $self->{secret} = rhex(32);
     $self->{secret_file} = "$self->{dir}/secret";
     _write_file($self->{secret_file}, $self->{secret});
     chmod 0600, $self->{secret_file};
@@ -342,6 +344,16 @@ sub new {
 
     push @INSTANCES, $self;
     return $self;
+}
+
+# SMCP::Test->client(port => P, secret => S, tenant => T): the client
+# half alone (HTTP, MCP, tokens) for an endpoint started elsewhere (a
+# compose stack); starts nothing, stops nothing
+sub client {
+    my ($class, %o) = @_;
+    return bless { workers => 0, tenant => 'alice', %o, reqid => 0, nginx => {},
+                   pids => {}, log_allow => [], watched_logs => [], owner_pid => 0 },
+                 $class;
 }
 
 sub dir { $_[0]{dir} }
@@ -374,6 +386,15 @@ sub render_routes {
         close $fh;
     }
     return 1;
+}
+
+# egress_server_conf($listen, name => 'routes'): the http{} lines of an
+# egress proxy serving the routes of render_routes() on $listen
+sub egress_server_conf {
+    my ($listen, %o) = @_;
+    my $n = $o{name} // 'routes';
+    return "    include %%DIR%%/$n-http.conf;\n"
+         . "    server {\n        listen $listen;\n        include %%DIR%%/$n.conf;\n    }\n";
 }
 
 # which_bin($name): the path of an executable on PATH (or in the sbin and
@@ -431,7 +452,9 @@ sub _port_open {
     return 1;
 }
 
-sub _spawn {
+# $t->spawn($desc, $logfile, @cmd) -> pid: a daemon of this test (its own
+# session, stdout and stderr appended to $logfile), stopped at the end
+sub spawn {
     my ($self, $desc, $out, @cmd) = @_;
     my $pid = fork();
     die "fork: $!" unless defined $pid;
@@ -446,8 +469,9 @@ sub _spawn {
     return $pid;
 }
 
-# stop one of our processes by PID: signal, wait up to $timeout, then KILL
-sub _stop_pid {
+# $t->stop_pid($pid, $sig, $timeout): stop one of our processes by PID:
+# signal, wait up to $timeout, then KILL; returns its wait status
+sub stop_pid {
     my ($self, $pid, $sig, $timeout) = @_;
     return unless $pid && $self->{pids}{$pid};
     $sig //= 'TERM';
@@ -500,7 +524,7 @@ databases 1
 unixsocket $rdir/redis.sock
 unixsocketperm 777
 EOF
-    my $pid = $self->_spawn('redis-server', "$rdir/stdout.log",
+    my $pid = $self->spawn('redis-server', "$rdir/stdout.log",
                             $self->{redis_bin}, $conf);
     $self->{redis_pid} = $pid;
 
@@ -525,7 +549,7 @@ sub stop_redis {
     my $pid = delete $self->{redis_pid} or return;
     delete $self->{redis_conn};
     kill 'CONT', $pid;
-    $self->_stop_pid($pid, $o{signal} // 'TERM', 10);
+    $self->stop_pid($pid, $o{signal} // 'TERM', 10);
     # the port must be closed before we return
     wait_until(5, sub { !_port_open($self->{redis_port}) });
 }
@@ -626,11 +650,7 @@ events {
 
 http {
     access_log %%DIR%%/access.log;
-    client_body_temp_path %%DIR%%/client_body_temp;
-    proxy_temp_path %%DIR%%/proxy_temp;
-    fastcgi_temp_path %%DIR%%/fastcgi_temp;
-    uwsgi_temp_path %%DIR%%/uwsgi_temp;
-    scgi_temp_path %%DIR%%/scgi_temp;
+    %%TEMP_PATHS%%
 
     sandbox_mcp_redis %%REDIS_ADDR%%;
     sandbox_mcp_redis_timeout %%REDIS_TIMEOUT%%;
@@ -684,6 +704,8 @@ sub render_conf {
         LISTEN        => $o{listen} // $self->{listen} // '',
         MODULE_PATH   => module_path(),
         REPO          => repo_root(),
+        TEMP_PATHS    => join("\n    ", map { "${_}_temp_path $dir/${_}_temp;" }
+                                        qw(client_body proxy fastcgi uwsgi scgi)),
     );
     # two passes: the extra snippets may use placeholders too (%%DIR%%)
     for (1 .. 3) {
@@ -714,7 +736,7 @@ sub start_nginx {
     my $conf = $self->render_conf(%o, dir => $dir, port => $port);
     _write_file("$dir/nginx.conf", $conf);
 
-    my $pid = $self->_spawn("nginx $name", "$dir/stderr.log",
+    my $pid = $self->spawn("nginx $name", "$dir/stderr.log",
         $self->{nginx_bin}, '-p', "$dir/", '-c', "$dir/nginx.conf",
         '-e', "$dir/error.log");
 
@@ -789,7 +811,7 @@ sub reload {
 sub stop_nginx {
     my ($self, $name) = @_;
     my $i = delete $self->{nginx}{ $name // 'main' } or return;
-    $self->_stop_pid($i->{pid}, 'TERM', 10);
+    $self->stop_pid($i->{pid}, 'TERM', 10);
     push @{ $self->{stopped_nginx} }, $i;
 }
 
@@ -870,7 +892,7 @@ sub shutdown {
     }
     $self->stop_redis;
     for my $pid (keys %{ $self->{pids} }) {
-        $self->_stop_pid($pid, 'TERM', 5);
+        $self->stop_pid($pid, 'TERM', 5);
     }
 }
 
@@ -1358,6 +1380,13 @@ sub is_pong {
     my ($r) = @_;
     return ($r->{status} // 0) == 200 && ref $r->{json} eq 'HASH'
         && ref $r->{json}{result} eq 'HASH' && !%{ $r->{json}{result} } ? 1 : 0;
+}
+
+# pong_ok($r, $name): one test, is_pong($r)
+sub pong_ok {
+    my ($r, $name) = @_;
+    Test::More::ok(is_pong($r), $name)
+        or Test::More::diag("HTTP $r->{status}: $r->{body}");
 }
 
 # $t->diff_pages($sid, {runId, path?}, %o) -> the structuredContent of
