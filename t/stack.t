@@ -195,6 +195,10 @@ sub environ {
     return $e;
 }
 
+if (!$egress) {
+    like($out, qr/^  Egress:   off$/m, 'prints Egress: off') or diag($out);
+}
+
 if ($egress) {
     # the egress proxy is an nginx instance of its own, the only holder of
     # the provider keys
@@ -221,8 +225,12 @@ if ($egress) {
         is((stat "$state/tmp/egress/body")[4], $nobody, '... their temp dir is nobody\'s');
     }
 
-    my ($gw) = $out =~ m{Egress:\s+http://([\d.]+):\d+};
-    ok($gw, 'prints the egress listener') or diag($out);
+    # the summary's Egress line: the listener once, on the gateway (the
+    # subnet's first address), its network and the instance's pid
+    (my $gw = $ENV{SMCP_SANDBOX_SUBNET}) =~ s{\.0/24$}{.1};
+    my ($line) = $out =~ /^  Egress: +(.*)$/m;
+    is($line, "http://$gw:$eport (sandbox network $net, nginx pid $egress_pid)",
+       'prints the egress listener, once') or diag($out);
     my $ht = HTTP::Tiny->new(timeout => 10);
     my $r = $ht->get("http://$gw:$eport/nope");
     is($r->{status}, 404, 'egress listener up: unknown route 404');
