@@ -20,6 +20,7 @@ use warnings;
 use Exporter qw(import);
 
 our @EXPORT_OK = qw(kinds agent_data step_totals describe_events);
+our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 # kinds(@json) -> a word per event: tool_use:write, text, smcp:agent_exit,
 # ... ('(not json)' for what is not a decoded object)

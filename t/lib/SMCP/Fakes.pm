@@ -874,6 +874,26 @@ sub _next_turn {
     return ($i, $turn);
 }
 
+# the start of a model turn, the same for every model API: the script's
+# next turn, whether the request streams, the fields of its log line and
+# the response headers (a request id under $id_header, the turn's own);
+# a turn that only hangs is logged and slept here and returns ()
+sub _turn_start {
+    my ($self, $req, $j, $model, $id_header) = @_;
+    my ($i, $turn) = $self->_next_turn($model, $j, $req);
+    my $stream = $j->{stream} ? 1 : 0;
+    my %lx = (turn => $i, model => $model, stream => $stream);
+    $lx{hang} = $turn->{hang} if $turn->{hang};
+    my @xh = ($id_header => 'req_' . _rand_id(24), %{ $turn->{headers} || {} });
+    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
+    if ($turn->{hang} && !$has_answer) {
+        $self->_log($req, status => 0, %lx);
+        sleep($turn->{hang});
+        return ();
+    }
+    return ($turn, $stream, \%lx, \@xh);
+}
+
 sub _split_text {
     my ($text, $n) = @_;
     return () if !defined $text || $text eq '';
@@ -1034,19 +1054,10 @@ sub _handle {
 sub _message {
     my ($self, $req, $c, $j) = @_;
     my $model = $j->{model} // 'claude-fake';
-    my ($i, $turn) = $self->_next_turn($model, $j, $req);
-    my $stream = $j->{stream} ? 1 : 0;
-    my %lx = (turn => $i, model => $model, stream => $stream);
-    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
-    $lx{hang} = $turn->{hang} if $turn->{hang};
-    my $reqid = 'req_' . SMCP::Fakes::Server::_rand_id(24);
-    my @xh = ('request-id' => $reqid, %{ $turn->{headers} || {} });
-
-    if ($turn->{hang} && !$has_answer) {
-        $self->_log($req, status => 0, %lx);
-        sleep($turn->{hang});
-        return 0;
-    }
+    my ($turn, $stream, $lx, $xh) = $self->_turn_start($req, $j, $model, 'request-id')
+        or return 0;
+    my %lx = %$lx;
+    my @xh = @$xh;
 
     if (my $e = $turn->{error}) {
         my $type = $e->{type} // 'api_error';
@@ -1225,19 +1236,10 @@ sub _mask {
 sub _chat {
     my ($self, $req, $c, $j) = @_;
     my $model = $j->{model} // 'gpt-fake';
-    my ($i, $turn) = $self->_next_turn($model, $j, $req);
-    my $stream = $j->{stream} ? 1 : 0;
-    my %lx = (turn => $i, model => $model, stream => $stream);
-    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
-    $lx{hang} = $turn->{hang} if $turn->{hang};
-    my @xh = ('x-request-id' => 'req_' . SMCP::Fakes::Server::_rand_id(24),
-              %{ $turn->{headers} || {} });
-
-    if ($turn->{hang} && !$has_answer) {
-        $self->_log($req, status => 0, %lx);
-        sleep($turn->{hang});
-        return 0;
-    }
+    my ($turn, $stream, $lx, $xh) = $self->_turn_start($req, $j, $model, 'x-request-id')
+        or return 0;
+    my %lx = %$lx;
+    my @xh = @$xh;
     if (my $e = $turn->{error}) {
         my $type = $e->{type} // 'server_error';
         my $status = $e->{status} // $OPENAI_STATUS{$type} // 500;
