@@ -452,7 +452,7 @@ sub show_events {
 }
 
 # timing($what, $seconds): a figure for the record, printed (diag) by
-# done() with the whole file's time
+# done() with the whole file's time (nothing when none was recorded)
 sub timing {
     my ($self, $what, $secs) = @_;
     push @{ $self->{timings} }, [$what, $secs];
@@ -460,7 +460,8 @@ sub timing {
 
 sub _print_timings {
     my ($self) = @_;
-    my @t = (@{ $self->{timings} || [] }, ['total', time() - $self->{t0}]);
+    return unless $self->{timings};
+    my @t = (@{ $self->{timings} }, ['total', time() - $self->{t0}]);
     my ($w) = sort { $b <=> $a } map { length $_->[0] } @t;
     Test::More::diag(sprintf("timing %-${w}s %.2f s", @$_)) for @t;
 }
