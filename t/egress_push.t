@@ -24,9 +24,7 @@ use SMCP::Test qw(:all);
 use SMCP::Fakes;
 
 
-sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
-
-my $real = 'ghp_REAL' . rnd();
+my $real = 'ghp_REAL' . rhex();
 my $t = SMCP::Test->new(workers => 2,
                         $ENV{SMCP_TEST_POLL} ? (need_static => 1, poll => 1) : ());
 
@@ -44,23 +42,14 @@ my $eport = $t->free_port;
                          GOOGLE_API_KEY CF_AIG_TOKEN COMPAT_API_KEY)};
     ok(eval { $t->render_routes }, 'egress-routes.sh renders the routes')
         or BAIL_OUT("no routes: $@");
-    $t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen 127.0.0.1:$eport;
-        include %%DIR%%/routes.conf;
-    }
-NGINX
+    $t->start(http => egress_server_conf("127.0.0.1:$eport"));
 }
 
 # two live runs on owner/repo: one asked for a pull request, one did not
 my %run;
 for my $pr (1, 0) {
-    my $id = 'run_' . rnd();
-    $t->redis('HSET', "smcp:run:$id", tenant => 'alice', status => 'running',
-              repository => 'https://github.com/owner/repo', create_pr => $pr);
-    my $tok = $t->token(sub => 'alice', scope => 'egress', run => $id,
-                        exp => int(time()) + 600);
+    my ($id, $tok) = $t->live_run(repository => 'https://github.com/owner/repo',
+                                  create_pr => $pr);
     $run{$pr} = { id => $id, tok => $tok, branch => "opencode/$id",
                   basic => 'Basic ' . encode_base64("x-access-token:$tok", '') };
 }
@@ -71,16 +60,6 @@ sub egress {
     return $t->http(port => $eport, method => $o{method} // 'POST',
                     path => $o{path}, headers => $o{headers} // [],
                     body => $o{body}, timeout => 20);
-}
-
-sub refused_ok {
-    my ($r, $status, $name, $re) = @_;
-    is($r->{status}, $status, "$name: $status");
-    my $j = json_decode($r->{body} // '');
-    ok(ref $j eq 'HASH' && ($j->{type} // '') eq 'error'
-       && length($j->{error}{message} // ''),
-       "$name: a JSON error the agent can read") or diag($r->{body});
-    like($j->{error}{message} // '', $re, "$name: says why") if $re;
 }
 
 # the fake's refs and pull requests, to show a refusal changed nothing
@@ -172,45 +151,45 @@ $before = state();
 {
     my $gz;
     gzip(\$cmd_ok, \$gz);
-    refused_ok(egress(path => $rp, body => $gz,
-                      headers => [ Authorization => $yes->{basic}, @ct,
-                                   'Content-Encoding' => 'gzip' ]),
-               415, 'a gzip-encoded push', qr/Content-Encoding/);
-    refused_ok(egress(path => $rp, body => $cmd_ok,
-                      headers => [ Authorization => $yes->{basic}, @ct,
-                                   'Content-Encoding' => 'identity, gzip' ]),
-               415, 'a push with two codings');
-    refused_ok(egress(path => $rp, body => $cmd_ok,
-                      headers => [ Authorization => $no->{basic}, @ct ]),
-               403, 'POST git-receive-pack of a create_pr 0 run', qr/pull request/);
-    refused_ok(egress(path => $rp,
-                      body => pkt("push-cert\0 report-status\n")
-                              . pkt("certificate version 0.1\n") . pkt("push-cert-end\n") . '0000',
-                      headers => [ Authorization => $yes->{basic}, @ct ]),
-               403, 'a signed push (push-cert)', qr/push-cert/);
-    refused_ok(egress(path => $rp, body => "0032$head $one",
-                      headers => [ Authorization => $yes->{basic}, @ct ]),
-               400, 'a truncated command list');
-    refused_ok(egress(path => $rp, body => "zzzz$head",
-                      headers => [ Authorization => $yes->{basic}, @ct ]),
-               400, 'not pkt-lines', qr/malformed/);
-    refused_ok(egress(path => $rp, body => pkt("$head $zero refs/heads/$yes->{branch}\0 report-status\n") . '0000',
-                      headers => [ Authorization => $yes->{basic}, @ct ]),
-               403, 'a delete command', qr/delet/);
-    refused_ok(egress(path => $rp,
-                      body => pkt("shallow $one\n") . pkt("$zero $one refs/heads/main\0 report-status\n") . '0000',
-                      headers => [ Authorization => $yes->{basic}, @ct ]),
-               403, 'main behind a shallow line', qr{refs/heads/main});
-    refused_ok(egress(method => 'GET', path => $rp,
-                      headers => [ Authorization => $yes->{basic} ]),
-               405, 'GET git-receive-pack');
-    refused_ok(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
-                      headers => [ Authorization => $no->{basic} ]),
-               403, 'receive-pack refs of a create_pr 0 run');
+    egress_error_ok(egress(path => $rp, body => $gz,
+                           headers => [ Authorization => $yes->{basic}, @ct,
+                                        'Content-Encoding' => 'gzip' ]),
+                    415, 'a gzip-encoded push', message => qr/Content-Encoding/);
+    egress_error_ok(egress(path => $rp, body => $cmd_ok,
+                           headers => [ Authorization => $yes->{basic}, @ct,
+                                        'Content-Encoding' => 'identity, gzip' ]),
+                    415, 'a push with two codings');
+    egress_error_ok(egress(path => $rp, body => $cmd_ok,
+                           headers => [ Authorization => $no->{basic}, @ct ]),
+                    403, 'POST git-receive-pack of a create_pr 0 run', message => qr/pull request/);
+    egress_error_ok(egress(path => $rp,
+                           body => pkt("push-cert\0 report-status\n")
+                                   . pkt("certificate version 0.1\n") . pkt("push-cert-end\n") . '0000',
+                           headers => [ Authorization => $yes->{basic}, @ct ]),
+                    403, 'a signed push (push-cert)', message => qr/push-cert/);
+    egress_error_ok(egress(path => $rp, body => "0032$head $one",
+                           headers => [ Authorization => $yes->{basic}, @ct ]),
+                    400, 'a truncated command list');
+    egress_error_ok(egress(path => $rp, body => "zzzz$head",
+                           headers => [ Authorization => $yes->{basic}, @ct ]),
+                    400, 'not pkt-lines', message => qr/malformed/);
+    egress_error_ok(egress(path => $rp, body => pkt("$head $zero refs/heads/$yes->{branch}\0 report-status\n") . '0000',
+                           headers => [ Authorization => $yes->{basic}, @ct ]),
+                    403, 'a delete command', message => qr/delet/);
+    egress_error_ok(egress(path => $rp,
+                           body => pkt("shallow $one\n") . pkt("$zero $one refs/heads/main\0 report-status\n") . '0000',
+                           headers => [ Authorization => $yes->{basic}, @ct ]),
+                    403, 'main behind a shallow line', message => qr{refs/heads/main});
+    egress_error_ok(egress(method => 'GET', path => $rp,
+                           headers => [ Authorization => $yes->{basic} ]),
+                    405, 'GET git-receive-pack');
+    egress_error_ok(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
+                           headers => [ Authorization => $no->{basic} ]),
+                    403, 'receive-pack refs of a create_pr 0 run');
     for my $q ('', '?service=git-upload-pack&service=git-receive-pack', '?service=git-receive-pack&x=1') {
-        refused_ok(egress(method => 'GET', path => "/github/owner/repo.git/info/refs$q",
-                          headers => [ Authorization => $yes->{basic} ]),
-                   403, "info/refs$q");
+        egress_error_ok(egress(method => 'GET', path => "/github/owner/repo.git/info/refs$q",
+                               headers => [ Authorization => $yes->{basic} ]),
+                        403, "info/refs$q");
     }
     # bodies that arrive after the run check (the body handler runs later)
     my $main = pkt("$head $one refs/heads/main\0 report-status\n") . '0000';
@@ -266,25 +245,25 @@ $before = state();
           403, 'head_repo' ],
     ) {
         my ($body, $status, $name) = @$c;
-        refused_ok(egress(path => $pulls, headers => \@h, body => json_encode($body)),
-                   $status, "pull request: $name");
+        egress_error_ok(egress(path => $pulls, headers => \@h, body => json_encode($body)),
+                        $status, "pull request: $name");
     }
-    refused_ok(egress(path => $pulls, headers => \@h,
-                      body => qq({"title":"t","head":"main","head":"$yes->{branch}","base":"main"})),
-               400, 'pull request: duplicate head keys');
-    refused_ok(egress(path => $pulls, headers => \@h, body => 'title=t&head=x'),
-               400, 'pull request: not JSON');
+    egress_error_ok(egress(path => $pulls, headers => \@h,
+                           body => qq({"title":"t","head":"main","head":"$yes->{branch}","base":"main"})),
+                    400, 'pull request: duplicate head keys');
+    egress_error_ok(egress(path => $pulls, headers => \@h, body => 'title=t&head=x'),
+                    400, 'pull request: not JSON');
     my $gz;
     my $ok_body = json_encode({ title => 't', head => $yes->{branch}, base => 'main' });
     gzip(\$ok_body, \$gz);
-    refused_ok(egress(path => $pulls, headers => [ @h, 'Content-Encoding' => 'gzip' ], body => $gz),
-               415, 'pull request: gzip');
-    refused_ok(egress(path => $pulls,
-                      headers => [ Authorization => "Bearer $no->{tok}", 'Content-Type' => 'application/json' ],
-                      body => json_encode({ title => 't', head => $no->{branch}, base => 'main' })),
-               403, 'pull request of a create_pr 0 run', qr/pull request/);
-    refused_ok(egress(method => 'DELETE', path => '/github-api/repos/owner/repo',
-                      headers => \@h), 405, 'DELETE the repository');
+    egress_error_ok(egress(path => $pulls, headers => [ @h, 'Content-Encoding' => 'gzip' ], body => $gz),
+                    415, 'pull request: gzip');
+    egress_error_ok(egress(path => $pulls,
+                           headers => [ Authorization => "Bearer $no->{tok}", 'Content-Type' => 'application/json' ],
+                           body => json_encode({ title => 't', head => $no->{branch}, base => 'main' })),
+                    403, 'pull request of a create_pr 0 run', message => qr/pull request/);
+    egress_error_ok(egress(method => 'DELETE', path => '/github-api/repos/owner/repo',
+                           headers => \@h), 405, 'DELETE the repository');
     is(state(), $before, 'refused pull requests changed nothing upstream');
 
     is(egress(method => 'GET', path => $pulls,
@@ -309,8 +288,7 @@ $before = state();
 # audit and logs
 
 {
-    my $ev = $t->redis('XRANGE', "smcp:run:$yes->{id}:events", '-', '+');
-    my @eg = map { my %f = @{ $_->[1] }; json_decode($f{data}) } @$ev;
+    my @eg = map { $_->{json} } $t->run_events($yes->{id});
     ok((grep { $_->{path} =~ /git-receive-pack$/ && !$_->{granted} && $_->{status} == 403 } @eg),
        'audit: a refused push is recorded as not granted');
     ok((grep { $_->{path} =~ /git-receive-pack$/ && $_->{granted} && $_->{status} == 200 } @eg),

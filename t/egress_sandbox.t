@@ -31,18 +31,13 @@ use MIME::Base64 qw(encode_base64);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Test qw(repo_root wait_until);
+use SMCP::Test qw(json_decode json_encode wait_until rhex slurp free_port
+                  egress_routes_script egress_error_ok egress_server_conf);
 use SMCP::Docker qw(:all);
 use SMCP::Fakes qw(parse_sse);
 
 my $T0 = time();
-my $REPO = repo_root();
-my $ROUTES_SH = "$REPO/ngx_sandbox_mcp_module/conf/egress-routes.sh";
-my $ENTRYPOINT = "$REPO/runner/sandbox/entrypoint.sh";
-my $JS = JSON::PP->new->utf8->canonical;
-
-sub jdec { my $v = eval { $JS->decode($_[0] // '') }; return $v }
-sub rhex { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. $_[0] }
+my $ENTRYPOINT = SMCP::Test::repo_root() . '/runner/sandbox/entrypoint.sh';
 
 # nginx + redis (skips when the module is not built), then Docker
 my $t = SMCP::Test->new(workers => 2);
@@ -51,14 +46,7 @@ ensure_docker(root => 1);
 ##############################################################################
 # the network, the fakes, the routes, nginx
 
-my $egress_port = do {
-    my $s = IO::Socket::INET->new(LocalAddr => '0.0.0.0', LocalPort => 0,
-                                  Proto => 'tcp', Listen => 1, ReuseAddr => 1)
-        or die "bind: $!";
-    my $p = $s->sockport;
-    close $s;
-    $p;
-};
+my $egress_port = free_port('0.0.0.0');
 my $net = sandbox_net_up(egress_port => $egress_port);
 my $gw = $net->{gateway};
 my $EGRESS = "http://$gw:$egress_port";
@@ -96,7 +84,7 @@ delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY
     GITHUB_API_URL    => $gh->url,
 );
 {
-    my ($rc, $out, $err) = run_cmd(['bash', $ROUTES_SH], timeout => 30);
+    my ($rc, $out, $err) = run_cmd(['bash', egress_routes_script()], timeout => 30);
     is($rc, 0, 'egress-routes.sh renders the routes') or diag($err);
     for my $r (qw(anthropic compat github github-api)) {
         like($out, qr/^\s*sandbox_mcp_egress \Q$r\E;/m, "... with the $r route");
@@ -105,16 +93,12 @@ delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY
         for values %REAL;
     ok(eval { $t->render_routes }, '... written for nginx') or diag($@);
 }
-$t->start(http => "include %%DIR%%/routes-http.conf;\n"
-                . "server { listen $gw:$egress_port; include %%DIR%%/routes.conf; }");
+$t->start(http => egress_server_conf("$gw:$egress_port"));
 
 # a live run of alice on owner/repo, and its egress token
-my $run_id = 'run_' . rhex(12);
+my ($run_id, $tok) = $t->live_run(repository => 'https://github.com/owner/repo',
+                                  create_pr => 1, createdAt => int(time() * 1000));
 my $RUN_KEY = "smcp:run:$run_id";
-$t->redis('HSET', $RUN_KEY, tenant => 'alice', status => 'running',
-          repository => 'https://github.com/owner/repo', create_pr => 1,
-          createdAt => int(time() * 1000));
-my $tok = $t->token(sub => 'alice', scope => 'egress', run => $run_id, exp => int(time()) + 600);
 my $TOK_BASIC = encode_base64("x-access-token:$tok", '');
 my %BAD_TOK = (
     forged  => $t->token(sub => 'alice', scope => 'egress', run => $run_id,
@@ -232,7 +216,7 @@ sub curl_in {
         for (split /\r?\n/, $2) {
             $r{headers}{lc $1} = $2 if /^([^:\s]+):\s*(.*?)\s*$/;
         }
-        $r{json} = jdec($r{body});
+        $r{json} = json_decode($r{body});
     }
     return \%r;
 }
@@ -250,20 +234,11 @@ sub headers_with {
     return @hits;
 }
 
-sub slurp {
-    my ($f) = @_;
-    open(my $fh, '<', $f) or return '';
-    local $/;
-    my $c = <$fh>;
-    close $fh;
-    return $c // '';
-}
-
 ##############################################################################
 # a) + b) model APIs through the proxy, streamed chunk by chunk
 
 {
-    my $body = $JS->encode({ model => 'claude-sonnet-4-5', max_tokens => 64, stream => JSON::PP::true,
+    my $body = json_encode({ model => 'claude-sonnet-4-5', max_tokens => 64, stream => JSON::PP::true,
                              messages => [{ role => 'user', content => 'hello' }] });
     my $script = <<'SH';
 curl -sS -N --max-time 30 -D /tmp/sse.head \
@@ -315,10 +290,10 @@ SH
 }
 
 {
-    my $body = $JS->encode({ model => 'qwen3-coder', stream => JSON::PP::true,
+    my $body = json_encode({ model => 'qwen3-coder', stream => JSON::PP::true,
                              messages => [{ role => 'user', content => 'hello' }] });
     my $r = curl_in('POST', '/compat/v1/chat/completions',
-                    ['"Authorization: Bearer $SMCP_RUN_TOKEN"', '"content-type: application/json"'],
+                            ['"Authorization: Bearer $SMCP_RUN_TOKEN"', '"content-type: application/json"'],
                     $body);
     is($r->{status}, 200, 'compat: chat completion through the proxy: 200') or diag(explain $r);
     like($r->{headers}{'content-type'} // '', qr{text/event-stream}, '... streamed');
@@ -337,61 +312,43 @@ SH
 
 my %fake_count = map { $_->kind => scalar(@{ $_->requests }) } $ant, $oai, $gh;
 
-sub refused {
-    my ($what, $r, $status, $type) = @_;
-    is($r->{status}, $status, "c) $what: $status") or diag(explain $r);
-    my $j = $r->{json};
-    ok(ref $j eq 'HASH' && ($j->{type} // '') eq 'error' && ref $j->{error} eq 'HASH'
-       && join(',', sort keys %$j) eq 'error,type'
-       && join(',', sort keys %{ $j->{error} }) eq 'message,type'
-       && !ref $j->{error}{type} && !ref $j->{error}{message}
-       && length $j->{error}{message},
-       '... body {"type":"error","error":{"type","message"}}') or diag($r->{body});
-    is($j->{error}{type}, $type, "... error type $type") if ref $j eq 'HASH' && defined $type;
-    like($r->{headers}{'content-type'} // '', qr{^application/json}, '... application/json');
-}
-
 {
-    my $msg = $JS->encode({ model => 'claude-sonnet-4-5', max_tokens => 8,
+    my $msg = json_encode({ model => 'claude-sonnet-4-5', max_tokens => 8,
                             messages => [{ role => 'user', content => 'x' }] });
     my @ct = ('"content-type: application/json"');
-    refused('no token', curl_in('POST', '/anthropic/v1/messages', \@ct, $msg),
-            401, 'authentication_error');
-    refused('forged token (another secret)',
-            curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $TOK"', @ct], $msg,
-                    { TOK => $BAD_TOK{forged} }), 401, 'authentication_error');
-    refused('expired token',
-            curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $TOK"', @ct], $msg,
-                    { TOK => $BAD_TOK{expired} }), 401, 'authentication_error');
-    refused('token of scope mcp',
-            curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $TOK"', @ct], $msg,
-                    { TOK => $BAD_TOK{mcp} }), 401, 'authentication_error');
+    egress_error_ok(curl_in('POST', '/anthropic/v1/messages', \@ct, $msg),
+                    401, 'c) no token', type => 'authentication_error');
+    egress_error_ok(curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $TOK"', @ct], $msg,
+                            { TOK => $BAD_TOK{forged} }),
+                    401, 'c) forged token (another secret)', type => 'authentication_error');
+    egress_error_ok(curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $TOK"', @ct], $msg,
+                            { TOK => $BAD_TOK{expired} }),
+                    401, 'c) expired token', type => 'authentication_error');
+    egress_error_ok(curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $TOK"', @ct], $msg,
+                            { TOK => $BAD_TOK{mcp} }),
+                    401, 'c) token of scope mcp', type => 'authentication_error');
 
     $t->redis('HSET', $RUN_KEY, status => 'completed');
-    refused('the run completed: the same valid token',
-            curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $SMCP_RUN_TOKEN"', @ct], $msg),
-            401, 'authentication_error');
-    refused('... and for git',
-            curl_in('GET', '/github/owner/repo.git/info/refs?service=git-upload-pack',
-                    ['"Authorization: Basic $(printf x-access-token:%s "$SMCP_RUN_TOKEN" | base64 -w0)"']),
-            401);
+    egress_error_ok(curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $SMCP_RUN_TOKEN"', @ct], $msg),
+                    401, 'c) the run completed: the same valid token', type => 'authentication_error');
+    egress_error_ok(curl_in('GET', '/github/owner/repo.git/info/refs?service=git-upload-pack',
+                            ['"Authorization: Basic $(printf x-access-token:%s "$SMCP_RUN_TOKEN" | base64 -w0)"']),
+                    401, 'c) ... and for git');
     $t->redis('HSET', $RUN_KEY, status => 'running');
 
-    refused('unknown route /nope',
-            curl_in('GET', '/nope', ['"Authorization: Bearer $SMCP_RUN_TOKEN"']), 404);
-    refused('git path outside smart HTTP (objects/info/packs)',
-            curl_in('GET', '/github/owner/repo.git/objects/info/packs',
-                    ['"Authorization: Bearer $SMCP_RUN_TOKEN"']), 403, 'permission_error');
-    refused('another repository (other/repo info/refs)',
-            curl_in('GET', '/github/other/repo.git/info/refs?service=git-upload-pack',
-                    ['"Authorization: Basic $(printf x-access-token:%s "$SMCP_RUN_TOKEN" | base64 -w0)"']),
-            403, 'permission_error');
-    refused('another repository through the REST route',
-            curl_in('GET', '/github-api/repos/other/repo',
-                    ['"Authorization: Bearer $SMCP_RUN_TOKEN"']), 403, 'permission_error');
-    refused('REST path outside the allow-list (/github-api/user)',
-            curl_in('GET', '/github-api/user', ['"Authorization: Bearer $SMCP_RUN_TOKEN"']),
-            403, 'permission_error');
+    egress_error_ok(curl_in('GET', '/nope', ['"Authorization: Bearer $SMCP_RUN_TOKEN"']),
+                    404, 'c) unknown route /nope');
+    egress_error_ok(curl_in('GET', '/github/owner/repo.git/objects/info/packs',
+                            ['"Authorization: Bearer $SMCP_RUN_TOKEN"']),
+                    403, 'c) git path outside smart HTTP (objects/info/packs)', type => 'permission_error');
+    egress_error_ok(curl_in('GET', '/github/other/repo.git/info/refs?service=git-upload-pack',
+                            ['"Authorization: Basic $(printf x-access-token:%s "$SMCP_RUN_TOKEN" | base64 -w0)"']),
+                    403, 'c) another repository (other/repo info/refs)', type => 'permission_error');
+    egress_error_ok(curl_in('GET', '/github-api/repos/other/repo',
+                            ['"Authorization: Bearer $SMCP_RUN_TOKEN"']),
+                    403, 'c) another repository through the REST route', type => 'permission_error');
+    egress_error_ok(curl_in('GET', '/github-api/user', ['"Authorization: Bearer $SMCP_RUN_TOKEN"']),
+                    403, 'c) REST path outside the allow-list (/github-api/user)', type => 'permission_error');
 
     my $r = curl_in('POST', '/anthropic/v1/messages', ['"x-api-key: $SMCP_RUN_TOKEN"', @ct], $msg);
     is($r->{status}, 200, 'the run is running again: the token works again') or diag(explain $r);
@@ -449,7 +406,7 @@ SH
     $r = curl_in('POST', '/github-api/repos/owner/repo/pulls',
                  ['"Authorization: Bearer $SMCP_RUN_TOKEN"', '"Accept: application/vnd.github+json"',
                   '"content-type: application/json"'],
-                 $JS->encode({ title => 'Change from the sandbox', head => "opencode/$run_id",
+                 json_encode({ title => 'Change from the sandbox', head => "opencode/$run_id",
                                base => 'main', body => 'Opened through the egress proxy.' }));
     is($r->{status}, 201, 'REST: POST /github-api/repos/owner/repo/pulls: 201') or diag(explain $r);
     is(ref $r->{json} eq 'HASH' ? $r->{json}{head}{sha} : '', $head_sha, '... the PR heads the pushed commit');
@@ -484,7 +441,7 @@ for my $f ($ant, $oai, $gh) {
     like($out, qr{^/workspace/\.oc/config/opencode/opencode\.json$}m,
          '... while the same grep finds the run token in the OpenCode config (control)')
         or diag("rc=$rc $out$err");
-    ok(scalar(() = $out =~ m{^/workspace/repo/}mg) == 0, '... and not in the worktree');
+    is(scalar(() = $out =~ m{^/workspace/repo/}mg), 0, '... and not in the worktree');
 
     my %seen;
     ($rc, $seen{env}) = exec_in($cid, ['env']);
@@ -502,7 +459,7 @@ for my $f ($ant, $oai, $gh) {
          '... and so does /proc/1/environ');
     like($seen{'/proc/1/environ'}, qr/(^|\0)XDG_CONFIG_HOME=\/workspace\/\.oc\/config\0/,
          '... (the entry script\'s environment)');
-    my $oc = jdec($seen{'opencode.json'});
+    my $oc = json_decode($seen{'opencode.json'});
     my $p = ref $oc eq 'HASH' ? $oc->{provider}{anthropic}{options} : undef;
     is_deeply($p, { baseURL => "$EGRESS/anthropic/v1", apiKey => $tok },
               'the OpenCode config points at the egress route with the run token')
@@ -521,14 +478,11 @@ for my $f ($ant, $oai, $gh) {
 {
     my @events;
     wait_until(5, sub {
-        my $x = $t->redis('XRANGE', "$RUN_KEY:events", '-', '+') || [];
-        @events = ();
-        for my $e (@$x) {
-            my %f = @{ $e->[1] };
-            next unless ($f{type} // '') eq 'egress';
-            push @events, { id => $e->[0], raw => join("\0", @{ $e->[1] }), fields => \%f,
-                            data => jdec($f{data}) };
-        }
+        @events = map {
+            my $e = $_;
+            { fields => $e, data => $e->{json},
+              raw => join("\0", map { ($_, $e->{$_} // '') } grep { $_ ne 'json' } sort keys %$e) }
+        } $t->run_events($run_id, type => 'egress');
         return grep({ ($_->{data}{route} // '') eq 'github-api'
                       && ($_->{data}{method} // '') eq 'POST' } @events) ? 1 : 0;
     });

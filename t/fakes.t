@@ -19,24 +19,22 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Fakes qw(parse_sse);
+use SMCP::Test qw(json_encode json_decode skip_or_fail);
 
 my $T0 = time();
 delete @ENV{qw(http_proxy HTTP_PROXY https_proxy HTTPS_PROXY all_proxy ALL_PROXY)};
 $ENV{no_proxy} = $ENV{NO_PROXY} = '127.0.0.1,localhost';
 $SIG{PIPE} = 'IGNORE';
 
-my $JS = JSON::PP->new->utf8->canonical;
 my $ua = HTTP::Tiny->new(timeout => 15, keep_alive => 1);
 
 sub post_json {
     my ($url, $body, %h) = @_;
     return $ua->request('POST', $url, {
         headers => { 'content-type' => 'application/json', %h },
-        content => ref $body ? $JS->encode($body) : $body,
+        content => ref $body ? json_encode($body) : $body,
     });
 }
-
-sub jdec { my $v = eval { $JS->decode($_[0] // '') }; return $v }
 
 # a raw HTTP exchange on one connection: sends $raw, reads until the server
 # closes (the last request carries Connection: close)
@@ -91,7 +89,7 @@ for my $case (['wrong key', 'x-api-key' => 'sk-ant-sandbox'], ['missing key']) {
     my $r = post_json($ant->url . '/v1/messages', $msg_req,
                       'anthropic-version' => '2023-06-01', @h);
     is($r->{status}, 401, "anthropic $name -> 401");
-    is_deeply(jdec($r->{content}), { type => 'error', error => {
+    is_deeply(json_decode($r->{content}), { type => 'error', error => {
         type => 'authentication_error', message => 'invalid x-api-key' } },
         "anthropic $name -> error shape");
 }
@@ -103,7 +101,7 @@ for my $case (['wrong key', 'x-api-key' => 'sk-ant-sandbox'], ['missing key']) {
     my $r = $ua->request('POST', $ant->url . '/v1/messages', {
         headers => { 'content-type' => 'application/json', 'x-api-key' => 'sk-ant-real',
                      'anthropic-version' => '2023-06-01' },
-        content => $JS->encode($msg_req),
+        content => json_encode($msg_req),
         data_callback => sub {
             $buf .= $_[0];
             my $n = () = $buf =~ /\n\n/g;
@@ -153,7 +151,7 @@ for my $case (['wrong key', 'x-api-key' => 'sk-ant-sandbox'], ['missing key']) {
     like($start->{json}{content_block}{id}, qr/^toolu_/, 'tool_use: id');
     my $js = join('', map { $_->{json}{delta}{partial_json} }
                       grep { ($_->{json}{delta}{type} // '') eq 'input_json_delta' } @ev);
-    is_deeply(jdec($js), { filePath => '/workspace/a.txt', content => "hi\n" },
+    is_deeply(json_decode($js), { filePath => '/workspace/a.txt', content => "hi\n" },
               'tool_use: input_json_delta concatenates to the input');
     my ($md) = grep { $_->{event} eq 'message_delta' } @ev;
     is($md->{json}{delta}{stop_reason}, 'tool_use', 'tool_use: stop_reason');
@@ -164,7 +162,7 @@ for my $case (['wrong key', 'x-api-key' => 'sk-ant-sandbox'], ['missing key']) {
     my $r = post_json($ant->url . '/v1/messages', $msg_req, 'x-api-key' => 'sk-ant-real');
     is($r->{status}, 429, 'error turn: status');
     is($r->{headers}{'retry-after-ms'}, '0', 'error turn: extra header');
-    is_deeply(jdec($r->{content}), { type => 'error', error => {
+    is_deeply(json_decode($r->{content}), { type => 'error', error => {
         type => 'rate_limit_error', message => 'slow down' } }, 'error turn: shape');
 
     my %nons = (%$msg_req, stream => JSON::PP::false);
@@ -172,7 +170,7 @@ for my $case (['wrong key', 'x-api-key' => 'sk-ant-sandbox'], ['missing key']) {
         $r = post_json($ant->url . '/v1/messages', \%nons, 'x-api-key' => 'sk-ant-real');
         is($r->{status}, 200, "non-stream $i: 200");
         like($r->{headers}{'content-type'}, qr{^application/json}, "non-stream $i: JSON");
-        my $m = jdec($r->{content});
+        my $m = json_decode($r->{content});
         is($m->{type}, 'message', "non-stream $i: type message");
         is_deeply($m->{content}, [ { type => 'text', text => 'final answer' } ],
                   "non-stream $i: content (last turn repeats)");
@@ -192,7 +190,7 @@ for my $case (['wrong key', 'x-api-key' => 'sk-ant-sandbox'], ['missing key']) {
     is($msgs[0]{headers}{'x-api-key'}, 'sk-ant-sandbox', 'log: headers (lower-case names)');
     is($msgs[2]{headers}{'anthropic-version'}, '2023-06-01', 'log: anthropic-version');
     is($msgs[2]{json}{model}, 'claude-sonnet-4-5', 'log: JSON body decoded');
-    is($msgs[2]{body_length}, length($JS->encode($msg_req)), 'log: body length');
+    is($msgs[2]{body_length}, length(json_encode($msg_req)), 'log: body length');
     ok($msgs[2]{time} && $msgs[2]{method} eq 'POST', 'log: time, method');
     ok(grep({ $_->[0] eq 'x-api-key' } @{ $msgs[2]{header_list} }), 'log: header_list');
     is(ref(scalar $ant->requests), 'ARRAY', 'requests in scalar context: array ref');
@@ -243,7 +241,7 @@ my $ant2 = SMCP::Fakes::start_anthropic(
 {
     my $r = post_json($ant2->url . '/v1/messages', { model => 'small-model', stream => 0 },
                       'x-api-key' => 'k2');
-    is(jdec($r->{content})->{content}[0]{text}, 'A title', 'per-model script');
+    is(json_decode($r->{content})->{content}[0]{text}, 'A title', 'per-model script');
 
     my $t0 = time();
     my $short = HTTP::Tiny->new(timeout => 1);
@@ -252,7 +250,7 @@ my $ant2 = SMCP::Fakes::start_anthropic(
     is($r->{status}, 599, 'hang: the client times out');
     $r = post_json($ant2->url . '/v1/messages', { model => 'big' }, 'x-api-key' => 'k2');
     my $dt = time() - $t0;
-    is(jdec($r->{content})->{content}[0]{text}, 'after the hang',
+    is(json_decode($r->{content})->{content}[0]{text}, 'after the hang',
        'hang: another connection is served meanwhile');
     cmp_ok($dt, '<', 2.5, 'hang: without waiting for the hung one');
     my ($hung) = grep { $_->{hang} } $ant2->requests;
@@ -261,9 +259,9 @@ my $ant2 = SMCP::Fakes::start_anthropic(
     $ant2->set_script([ { text => 'new script' }, { tool_use => { name => 'bash',
                                                                    input => { command => 'ls' } } } ]);
     $r = post_json($ant2->url . '/v1/messages', { model => 'big' }, 'x-api-key' => 'k2');
-    is(jdec($r->{content})->{content}[0]{text}, 'new script', 'set_script: first turn');
+    is(json_decode($r->{content})->{content}[0]{text}, 'new script', 'set_script: first turn');
     $r = post_json($ant2->url . '/v1/messages', { model => 'big' }, 'x-api-key' => 'k2');
-    is(jdec($r->{content})->{content}[0]{name}, 'bash', 'set_script: second turn');
+    is(json_decode($r->{content})->{content}[0]{name}, 'bash', 'set_script: second turn');
 
     $ant2->set_script([ { text => 'partial answer here', abort_after => 3 } ]);
     $r = post_json($ant2->url . '/v1/messages', { model => 'big', stream => 1 }, 'x-api-key' => 'k2');
@@ -288,7 +286,7 @@ my $oai = SMCP::Fakes::start_openai(
     my $r = post_json($oai->url . '/v1/chat/completions', $req,
                       authorization => 'Bearer sk-sandbox');
     is($r->{status}, 401, 'openai wrong key -> 401');
-    my $e = jdec($r->{content});
+    my $e = json_decode($r->{content});
     is($e->{error}{code}, 'invalid_api_key', 'openai 401: error.code');
     is($e->{error}{type}, 'invalid_request_error', 'openai 401: error.type');
     ok(exists $e->{error}{param} && exists $e->{error}{message}, 'openai 401: shape');
@@ -316,12 +314,12 @@ my $oai = SMCP::Fakes::start_openai(
     my @tc = map { @{ $_->{json}{choices}[0]{delta}{tool_calls} || [] } }
              grep { $_->{json} && @{ $_->{json}{choices} } } @ev;
     is($tc[0]{function}{name}, 'read', 'openai stream: tool call name');
-    is_deeply(jdec(join('', map { $_->{function}{arguments} } @tc)), { filePath => '/x' },
+    is_deeply(json_decode(join('', map { $_->{function}{arguments} } @tc)), { filePath => '/x' },
               'openai stream: tool call arguments');
 
     $r = post_json($oai->url . '/v1/chat/completions', { %$req, stream => JSON::PP::false },
                    authorization => 'Bearer sk-openai-real');
-    my $c = jdec($r->{content});
+    my $c = json_decode($r->{content});
     is($c->{object}, 'chat.completion', 'openai non-stream: object');
     is($c->{choices}[0]{message}{content}, 'plain', 'openai non-stream: content');
     is($c->{choices}[0]{finish_reason}, 'stop', 'openai non-stream: finish_reason');
@@ -336,10 +334,7 @@ my $oai = SMCP::Fakes::start_openai(
 SKIP: {
     my $has_git = system('git --version >/dev/null 2>&1') == 0
         && -x (`git --exec-path 2>/dev/null` =~ s/\s+$//r) . '/git-http-backend';
-    if (!$has_git) {
-        fail('git and git-http-backend present under CI') if ($ENV{CI} // '') =~ /^(1|true|yes)$/i;
-        skip 'git or git-http-backend missing', 1;
-    }
+    skip_or_fail('git or git-http-backend missing', 1) unless $has_git;
 
     my $gh = SMCP::Fakes::start_github_git(token => 'ghs_real');
     my $sha0 = $gh->create_repo('acme/widgets',
@@ -436,7 +431,7 @@ SKIP: {
     my %auth = (authorization => 'Bearer ghs_real', accept => 'application/vnd.github+json');
     $r = $ua->get($api->url . '/repos/acme/widgets', { headers => \%auth });
     is($r->{status}, 200, 'REST: repo lookup');
-    my $repo = jdec($r->{content});
+    my $repo = json_decode($r->{content});
     is($repo->{full_name}, 'acme/widgets', 'REST: full_name');
     is($repo->{default_branch}, 'main', 'REST: default_branch');
     is($repo->{html_url}, 'https://github.com/acme/widgets', 'REST: html_url');
@@ -449,17 +444,17 @@ SKIP: {
     for my $h ({ authorization => 'Bearer ghs_sandbox' }, {}) {
         $r = $ua->get($api->url . '/repos/acme/widgets', { headers => $h });
         is($r->{status}, 401, 'REST: bad credentials -> 401');
-        is(jdec($r->{content})->{message}, 'Bad credentials', 'REST: 401 message');
+        is(json_decode($r->{content})->{message}, 'Bad credentials', 'REST: 401 message');
     }
     $r = $ua->get($api->url . '/repos/acme/nope', { headers => \%auth });
     is($r->{status}, 404, 'REST: unknown repo -> 404');
-    is(jdec($r->{content})->{message}, 'Not Found', 'REST: 404 message');
+    is(json_decode($r->{content})->{message}, 'Not Found', 'REST: 404 message');
 
     $r = post_json($api->url . '/repos/acme/widgets/pulls',
                    { title => 'Add new.txt', head => 'feature', base => 'main', body => 'desc' },
                    %auth);
     is($r->{status}, 201, 'REST: PR created');
-    my $pr = jdec($r->{content});
+    my $pr = json_decode($r->{content});
     is($pr->{number}, 1, 'PR number');
     is($pr->{html_url}, 'https://github.com/acme/widgets/pull/1', 'PR html_url');
     is($pr->{state}, 'open', 'PR state');
@@ -473,13 +468,13 @@ SKIP: {
     $r = post_json($api->url . '/repos/acme/widgets/pulls',
                    { title => 'x', head => 'no-such-branch', base => 'main' }, %auth);
     is($r->{status}, 422, 'REST: unknown head -> 422');
-    is(jdec($r->{content})->{message}, 'Validation Failed', 'REST: 422 message');
+    is(json_decode($r->{content})->{message}, 'Validation Failed', 'REST: 422 message');
     $r = $ua->get($api->url . '/repos/acme/widgets/pulls', { headers => \%auth });
-    my $list = jdec($r->{content});
+    my $list = json_decode($r->{content});
     is(scalar(@$list), 1, 'REST: PR list');
     is($list->[0]{title}, 'Add new.txt', 'REST: PR list title');
     $r = $ua->get($api->url . '/repos/acme/widgets/pulls/1', { headers => \%auth });
-    is(jdec($r->{content})->{body}, 'desc', 'REST: get one PR');
+    is(json_decode($r->{content})->{body}, 'desc', 'REST: get one PR');
     is(scalar(my @p = $api->pulls('acme/widgets')), 1, 'pulls() helper');
     my ($post) = $api->requests(path => '/repos/acme/widgets/pulls', method => 'POST');
     is($post->{json}{head}, 'feature', 'REST: request body logged');

@@ -18,19 +18,14 @@ use File::Basename qw(basename);
 use File::Path qw(make_path);
 use Test::More;
 
-use SMCP::Test qw(repo_root is_ci);
+use SMCP::Test qw(repo_root slurp require_prereqs which_bin);
 
 my $root = repo_root();
 my $out = "$root/build/fuzz-regress";
 make_path($out);
 
-my ($cc) = grep { `command -v $_ 2>/dev/null` } qw(clang cc);
-if (!$cc) {
-    plan(skip_all => 'no C compiler') unless is_ci();
-    fail('a C compiler under CI');
-    done_testing();
-    exit 1;
-}
+my ($cc) = grep { which_bin($_) } qw(clang cc);
+require_prereqs('a C compiler (clang or cc)') unless $cc;
 
 my @common = glob("$root/ngx_sandbox_mcp_module/common/*.c");
 my @harnesses = grep { basename($_) ne 'driver.c' } glob("$root/fuzz/*.c");
@@ -39,13 +34,6 @@ ok(@harnesses >= 6, scalar(@harnesses) . ' harnesses in fuzz/');
 # halt on the first report; leaks count (LeakSanitizer at exit)
 local $ENV{ASAN_OPTIONS} = 'halt_on_error=1:detect_leaks=1:abort_on_error=0';
 local $ENV{UBSAN_OPTIONS} = 'print_stacktrace=1:halt_on_error=1';
-
-sub slurp {
-    my ($f) = @_;
-    open(my $fh, '<', $f) or return '';
-    local $/;
-    return <$fh> // '';
-}
 
 # runs the harness over files (a hang counts: 120 s at most); returns
 # (ok, the interesting part of stderr)

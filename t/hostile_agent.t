@@ -36,11 +36,9 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(fork_child orphaned stop_child);
-use SMCP::Stack qw(kinds);
-use SMCP::Test qw(json_encode json_decode wait_until);
+use SMCP::Stack qw(bash_step);
+use SMCP::Test qw(json_decode slurp wait_until);
 
-my $T0 = time();
-my @TIMINGS;
 my $BUDGET_MB = 16;         # --max-event-bytes
 my $DISK_MB = 100;          # --workspace-limit
 my $BOMB_DEADLINE = 40;
@@ -134,12 +132,6 @@ my $FLOOD = q{yes "$(printf '%0999d' 0)" | head -c 200000000 > /proc/1/fd/1; ech
 my $DISK = q{dd if=/dev/zero of=/workspace/repo/fill bs=1M count=400 2>&1 | tail -1; echo filled};
 my $BOMB = q{bomb() { bomb | bomb & }; bomb; echo bombed};
 
-sub bash_step {
-    my ($cmd, $what) = @_;
-    return { tool_use => { name => 'bash', input => { command => $cmd,
-                                                      description => $what } } };
-}
-
 my $s = SMCP::Stack->new(
     scripts => {
         'SCENARIO-GIT'   => [ bash_step($GIT, 'Push'), { text => 'git done' } ],
@@ -187,7 +179,7 @@ my $mon = fork_child(sub {
 
 sub monitor {
     my ($what) = @_;
-    my @l = split /\n/, SMCP::Test::read_file(undef, $mon_log) // '';
+    my @l = split /\n/, slurp($mon_log);
     return map { /^$what (\S+)(?: (\S+))?/ ? [$1, $2] : () } @l;
 }
 
@@ -202,14 +194,6 @@ my $disk0 = df_avail('/var/lib/docker');
 my $procs0 = () = glob '/proc/[0-9]*';
 my $mem0 = ($t->redis('INFO', 'memory') // '') =~ /^used_memory:(\d+)/m ? $1 : 0;
 
-sub diag_run {
-    my ($run) = @_;
-    my $h = $s->run_hash($run);
-    diag("run $run: " . json_encode({ map { ($_ => $h->{$_}) }
-                                      grep { $_ ne 'task' } keys %$h }));
-    diag("runner log:\n" . $s->runner_log_tail($runner));
-}
-
 # the output of the run's bash tool call(s)
 sub tool_output {
     my ($id) = @_;
@@ -220,7 +204,7 @@ sub tool_output {
 sub run_and_wait {
     my ($t0, $id, $timeout, $what) = @_;
     my $r = $s->wait_done($id, $timeout);
-    push @TIMINGS, ["$what: run_task -> $r->{status}", time() - $t0];
+    $s->timing("$what: run_task -> $r->{status}", time() - $t0);
     return $r;
 }
 
@@ -239,7 +223,7 @@ my $conns = $s->run_task(task => 'SCENARIO-CONNS: hold the egress', title => 'co
 
 subtest 'git: nothing is written, no other repository is read' => sub {
     my $r = run_and_wait($t1, $git->{runId}, 150, 'git');
-    is($r->{status}, 'completed', 'the run completed') or diag_run($git->{runId});
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($git->{runId}, $runner);
     my $out = tool_output($git->{runId});
     like($out, qr/git-done/, 'the agent ran every attempt') or diag($out);
     my @allowed = $out =~ /^ALLOWED: (.*)$/mg;
@@ -257,7 +241,7 @@ subtest 'git: nothing is written, no other repository is read' => sub {
 
 subtest 'pr: only the run\'s own branch is written' => sub {
     my $r = run_and_wait($t1, $pr->{runId}, 150, 'pr');
-    is($r->{status}, 'completed', 'the run completed') or diag_run($pr->{runId});
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($pr->{runId}, $runner);
     my $out = tool_output($pr->{runId});
     like($out, qr/pr-done/, 'the agent ran every attempt') or diag($out);
     my @allowed = $out =~ /^ALLOWED: (.*)$/mg;
@@ -273,7 +257,7 @@ subtest 'pr: only the run\'s own branch is written' => sub {
 
 subtest 'api: nothing outside inference and the run\'s own repository' => sub {
     my $r = run_and_wait($t1, $api->{runId}, 150, 'api');
-    is($r->{status}, 'completed', 'the run completed') or diag_run($api->{runId});
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($api->{runId}, $runner);
     my $out = tool_output($api->{runId});
     like($out, qr/api-done/, 'the agent made every request') or diag($out);
     my @st = $out =~ /-> HTTP\/1\.1 (\d+)/g;
@@ -288,7 +272,7 @@ subtest 'api: nothing outside inference and the run\'s own repository' => sub {
 
 subtest 'conns: 3000 connections to the egress listener' => sub {
     my $r = run_and_wait($t1, $conns->{runId}, 150, 'conns');
-    is($r->{status}, 'completed', 'the run completed') or diag_run($conns->{runId});
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($conns->{runId}, $runner);
     my $out = tool_output($conns->{runId});
     my ($held) = $out =~ /held (\d+) of 3000/;
     ok(defined $held && $held <= 64, 'the sandbox held at most 64 ('
@@ -305,7 +289,7 @@ my $disk = $s->run_task(task => 'SCENARIO-DISK: fill the disk', title => 'disk',
 
 subtest '200 MB of output' => sub {
     my $r = run_and_wait($t2, $flood->{runId}, 240, 'flood');
-    is($r->{status}, 'completed', 'the run completed') or diag_run($flood->{runId});
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($flood->{runId}, $runner);
     is($r->{result}, 'flood done', 'with the agent\'s answer');
     my $h = $s->run_hash($flood->{runId});
     ok($h->{event_bytes} <= $BUDGET_MB * 1024 * 1024 + 300 * 1024,
@@ -316,7 +300,7 @@ subtest '200 MB of output' => sub {
 
 subtest 'a full workspace' => sub {
     my $r = run_and_wait($t2, $disk->{runId}, 150, 'disk');
-    is($r->{status}, 'failed', 'the run failed') or diag_run($disk->{runId});
+    is($r->{status}, 'failed', 'the run failed') or $s->diag_run($disk->{runId}, $runner);
     like($r->{error} // '', qr/workspace limit exceeded/, 'saying why: '
          . ($r->{error} // 'null'));
 };
@@ -330,7 +314,7 @@ my $bomb = $s->run_task(task => 'SCENARIO-BOMB: fork', title => 'bomb',
 
 subtest 'a fork bomb' => sub {
     my $r = run_and_wait($t3, $bomb->{runId}, $BOMB_DEADLINE + 90, 'bomb');
-    is($r->{status}, 'failed', 'the run failed') or diag_run($bomb->{runId});
+    is($r->{status}, 'failed', 'the run failed') or $s->diag_run($bomb->{runId}, $runner);
     like($r->{error} // '', qr/deadline/, 'at its deadline');
     my $h = $s->run_hash($bomb->{runId});
     my $took = ($h->{finished_at} - $h->{created_at}) / 1000;
@@ -368,6 +352,4 @@ ok($s->runner_alive($runner), 'the runner is up');
 my @bad = grep { /level=(crit)/ } split /\n/, $s->runner_log($runner);
 is(scalar(@bad), 0, 'no critical line in the runner log') or diag(join "\n", @bad);
 $s->stop_runner($runner, 'TERM');
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-45s %.2f s', @$_)) for @TIMINGS;
 $s->done;

@@ -12,7 +12,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(json_encode json_decode b64url);
+use SMCP::Test qw(json_encode json_decode b64url pong_ok);
 
 my $t = SMCP::Test->new(
     workers => 2,
@@ -60,12 +60,6 @@ sub is_401 {
             unlike($wa, qr/error=/, 'no error= when no token was sent');
         }
     };
-}
-
-sub ok_200 {
-    my ($r, $name) = @_;
-    ok($r->{status} == 200 && ref $r->{json} eq 'HASH' && !$r->{json}{error}, $name)
-        or diag("HTTP $r->{status}: $r->{body}");
 }
 
 # a valid session for alice
@@ -162,7 +156,7 @@ ok($sid, 'alice has a session') or diag($ir->{body});
            'scope egress refused on /mcp', invalid => 1);
     is_401($t->mcp_post($ping, session => $sid, token => tok(scope => 'admin')),
            'unknown scope refused', invalid => 1);
-    ok_200($t->mcp_post($ping, session => $sid, token => tok(scope => 'mcp')),
+    pong_ok($t->mcp_post($ping, session => $sid, token => tok(scope => 'mcp')),
            'scope mcp accepted');
     is_401($t->mcp_post($ping, session => $sid, token => tok(scope => undef)),
            'no scope refused (MCP tokens must say scope mcp)', invalid => 1);
@@ -170,12 +164,12 @@ ok($sid, 'alice has a session') or diag($ir->{body});
            'scope MCP (wrong case) refused', invalid => 1);
     is_401($t->mcp_post($ping, session => $sid, token => tok(scope => ['mcp'])),
            'scope as an array refused', invalid => 1);
-    ok_200($t->mcp_post($ping, session => $sid, token => tok()),
+    pong_ok($t->mcp_post($ping, session => $sid, token => tok()),
            'the default test token (scope mcp) accepted');
-    ok_200($t->mcp_post($ping, session => $sid,
+    pong_ok($t->mcp_post($ping, session => $sid,
                         token => tok(exp => time() + 60, iat => undef)),
            'token without iat accepted');
-    ok_200($t->mcp_post($ping, session => $sid, token => undef,
+    pong_ok($t->mcp_post($ping, session => $sid, token => undef,
                         headers => [ Authorization => 'bearer ' . tok() ]),
            'auth scheme is case-insensitive ("bearer")');
 
@@ -196,7 +190,7 @@ ok($sid, 'alice has a session') or diag($ir->{body});
         chomp $ct;
         push @tokens_used, $ct;
         like($ct, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'smcp-token printed a JWT');
-        ok_200($t->mcp_post($ping, session => $sid, token => $ct),
+        pong_ok($t->mcp_post($ping, session => $sid, token => $ct),
                'smcp-token token accepted');
     }
 }
@@ -213,7 +207,7 @@ ok($sid, 'alice has a session') or diag($ir->{body});
     my ($esid, $r) = $t->initialize(port => $port2, token => $etok);
     ok($esid, 'sandbox_mcp_secret_env: a token signed with the env secret works')
         or diag($r->{body});
-    ok_200($t->mcp_post($ping, session => $esid, port => $port2, token => $etok),
+    pong_ok($t->mcp_post($ping, session => $esid, port => $port2, token => $etok),
            '... for later requests too');
     is_401($t->mcp_post($ping, session => $esid, port => $port2, token => tok()),
            'sandbox_mcp_secret_env: a token signed with the file secret', invalid => 1);
@@ -274,7 +268,7 @@ ok($sid, 'alice has a session') or diag($ir->{body});
 
     for my $h ("localhost:$port", 'localhost', "127.0.0.1:$port", '127.0.0.1',
                "[::1]:$port", '[::1]') {
-        ok_200($t->mcp_post($ping, session => $sid, host => $h), "Host $h allowed");
+        pong_ok($t->mcp_post($ping, session => $sid, host => $h), "Host $h allowed");
     }
 
     for my $o ('http://evil.example.com', "http://evil.example.com:$port",
@@ -289,14 +283,14 @@ ok($sid, 'alice has a session') or diag($ir->{body});
 
     for my $o ("http://localhost:$port", 'http://localhost:3000', 'http://localhost',
                "http://127.0.0.1:$port", 'https://127.0.0.1', "http://[::1]:$port") {
-        ok_200($t->mcp_post($ping, session => $sid, origin => $o), "Origin $o allowed");
+        pong_ok($t->mcp_post($ping, session => $sid, origin => $o), "Origin $o allowed");
     }
-    ok_200($t->mcp_post($ping, session => $sid), 'no Origin allowed');
+    pong_ok($t->mcp_post($ping, session => $sid), 'no Origin allowed');
 
     # explicit lists on /strict
     my ($ssid) = $t->initialize(path => '/strict', token => tok());
     ok($ssid, 'session on /strict');
-    ok_200($t->mcp_post($ping, session => $ssid, path => '/strict',
+    pong_ok($t->mcp_post($ping, session => $ssid, path => '/strict',
                         host => 'mcp.example.com', origin => 'https://app.example.com'),
            'configured host and origin allowed');
     $r = $t->mcp_post($ping, session => $ssid, path => '/strict', host => 'localhost');
@@ -328,7 +322,7 @@ ok($bob_sid, 'bob has a session');
         headers => [ Authorization => "Bearer $bob_tok", 'Mcp-Session-Id' => $sid ]);
     is($r->{status}, 404, "bob cannot DELETE alice's MCP session");
     is($t->redis('EXISTS', "${P}mcp:$sid"), 1, "alice's session kept");
-    ok_200($t->mcp_post($ping, session => $sid), 'alice still uses it');
+    pong_ok($t->mcp_post($ping, session => $sid), 'alice still uses it');
 }
 
 # alice starts a run

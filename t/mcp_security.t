@@ -13,7 +13,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(json_encode json_decode now_ms wait_until);
+use SMCP::Test qw(json_encode json_decode now_ms wait_until tool_ok tool_err);
 
 my $t = SMCP::Test->new(
     workers  => 2,
@@ -47,20 +47,6 @@ my $P = 'smcp:';
 ###############################################################################
 # helpers
 
-sub tool_ok {
-    my ($res, $name) = @_;
-    ok(ref $res eq 'HASH' && !$res->{error} && !$res->{isError}, "$name: ok")
-        or diag(json_encode($res));
-    return SMCP::Test::sc($res) || {};
-}
-
-sub tool_err {
-    my ($res, $re, $name) = @_;
-    ok(ref $res eq 'HASH' && !$res->{error} && $res->{isError}, "$name: isError")
-        or diag(json_encode($res));
-    like(SMCP::Test::result_text($res), $re, "$name: message");
-}
-
 # a call that must be refused and change nothing in Redis
 sub refused {
     my ($sid, $tool, $args, $re, $name, %o) = @_;
@@ -78,8 +64,6 @@ sub redis_out_bytes {
     my $info = $t->redis('INFO', 'stats');
     return $info =~ /total_net_output_bytes:(\d+)/ ? $1 : 0;
 }
-
-sub run_hash { return $t->redis_hgetall("${P}run:$_[0]") }
 
 sub session_for_port {
     my ($tok, $port) = @_;
@@ -235,7 +219,7 @@ sub session_for {
             qr/you already have 3 queued runs, the limit/,
             'a 4th started run is refused', %o);
     refused($sid, 'opencode_run_task', { task => 'q4', sessionId =>
-                (run_hash($runs[0])->{session}) },
+                ($t->run_hash($runs[0])->{session}) },
             qr/3 queued runs/, '... in an existing session too', %o);
 
     my $tok2 = $t->token(sub => 'q2');
@@ -274,7 +258,7 @@ sub session_for {
     my $d = tool_ok($t->call_tool(session_for($tok3), 'opencode_run_task',
                                   { task => 'd' }, token => $tok3),
                     'default limits');
-    is(run_hash($d->{runId})->{max_running}, '4', 'max_running defaults to 4');
+    is($t->run_hash($d->{runId})->{max_running}, '4', 'max_running defaults to 4');
 }
 
 ###############################################################################
@@ -295,15 +279,15 @@ sub session_for {
     };
 
     my $r = $run->({}, '/mcp', 'no maxCostUsd');
-    is(run_hash($r)->{max_cost}, '25', 'run hash: max_cost 25 (the default)');
+    is($t->run_hash($r)->{max_cost}, '25', 'run hash: max_cost 25 (the default)');
     is($result->($r)->{maxCostUsd}, 25, 'get_result: maxCostUsd 25');
 
     $r = $run->({ maxCostUsd => 3.75 }, '/mcp', 'maxCostUsd 3.75');
-    is(run_hash($r)->{max_cost}, '3.75', 'run hash: max_cost 3.75');
+    is($t->run_hash($r)->{max_cost}, '3.75', 'run hash: max_cost 3.75');
     is($result->($r)->{maxCostUsd}, 3.75, 'get_result: maxCostUsd 3.75');
 
     $r = $run->({ maxCostUsd => 25 }, '/mcp', 'maxCostUsd at the cap');
-    is(run_hash($r)->{max_cost}, '25', '... stored');
+    is($t->run_hash($r)->{max_cost}, '25', '... stored');
 
     for my $c ([ 25.01, 'over the cap' ], [ 0, 'zero' ], [ -1, 'negative' ],
                [ '5', 'a string' ], [ JSON::PP::true, 'a boolean' ],
@@ -314,18 +298,18 @@ sub session_for {
     }
 
     $r = $run->({}, '/cost', 'sandbox_mcp_max_cost_usd 2.50: default');
-    is(run_hash($r)->{max_cost}, '2.5', '... max_cost 2.5');
+    is($t->run_hash($r)->{max_cost}, '2.5', '... max_cost 2.5');
     $r = $run->({ maxCostUsd => 0.000001 }, '/cost', 'a micro-dollar');
-    is(run_hash($r)->{max_cost}, '0.000001', '... max_cost 0.000001');
+    is($t->run_hash($r)->{max_cost}, '0.000001', '... max_cost 0.000001');
     refused($sid, 'opencode_run_task', { task => 'c', maxCostUsd => 2.6 },
             qr/at most 2\.5\./, 'maxCostUsd over 2.50 refused', token => $tok,
             path => '/cost');
 
     $r = $run->({}, '/nocap', 'sandbox_mcp_max_cost_usd 0: default');
-    is(run_hash($r)->{max_cost}, '0', '... max_cost 0 (no cap)');
+    is($t->run_hash($r)->{max_cost}, '0', '... max_cost 0 (no cap)');
     is($result->($r)->{maxCostUsd}, undef, '... get_result: maxCostUsd null');
     $r = $run->({ maxCostUsd => 1000 }, '/nocap', 'no server cap: 1000 accepted');
-    is(run_hash($r)->{max_cost}, '1000', '... max_cost 1000');
+    is($t->run_hash($r)->{max_cost}, '1000', '... max_cost 1000');
 }
 
 ###############################################################################
@@ -339,7 +323,7 @@ sub session_for {
     my $sc = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'r' }, %o),
                      'a run with sandbox_mcp_retention 2d, session_idle 1h');
     my ($run, $ses) = ($sc->{runId}, $sc->{sessionId});
-    is(run_hash($run)->{retention}, 172800, 'run hash: retention 172800 s');
+    is($t->run_hash($run)->{retention}, 172800, 'run hash: retention 172800 s');
     my $sh = $t->redis_hgetall("${P}session:$ses");
     is($sh->{retention}, 172800, 'session hash: retention');
     is($sh->{idle_ttl}, 3600, 'session hash: idle_ttl 3600 s');
@@ -361,7 +345,7 @@ sub session_for {
     # defaults
     my $d = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'd' },
                                   token => $tok), 'default retention');
-    is(run_hash($d->{runId})->{retention}, 30 * 86400, 'retention defaults to 30d');
+    is($t->run_hash($d->{runId})->{retention}, 30 * 86400, 'retention defaults to 30d');
     is($t->redis('HGET', "${P}session:$d->{sessionId}", 'idle_ttl'), 7 * 86400,
        'session idle defaults to 7d');
 
@@ -410,22 +394,6 @@ sub session_for {
 sub section {
     my ($old, $new, $body) = @_;
     return "diff --git a/$old b/$new\n--- a/$old\n+++ b/$new\n$body";
-}
-
-# the whole diff of a path, page by page
-sub diff_pages {
-    my ($sid, $args) = @_;
-    my ($all, $cur, $n, $last) = ('', undef, 0, undef);
-    while ($n++ < 100) {
-        $last = $t->call_tool($sid, 'opencode_get_diff',
-                              { %$args, defined $cur ? (cursor => $cur) : () });
-        my $sc = SMCP::Test::sc($last) or last;
-        my $d = $sc->{diff} // '';
-        utf8::encode($d);
-        $all .= $d;
-        $cur = $sc->{nextCursor} // last;
-    }
-    return ($all, $n, $last);
 }
 
 {
@@ -479,9 +447,10 @@ sub diff_pages {
     }
 
     $before = redis_out_bytes();
-    my ($all, $pages) = diff_pages($sid, { runId => $run, path => 'big2.txt' });
+    my @pages = $t->diff_pages($sid, { runId => $run, path => 'big2.txt' });
     $sent = redis_out_bytes() - $before;
-    ok($all eq $text{'big2.txt'}, "big2.txt read in $pages pages from the index");
+    ok(join('', map { $_->{diff} } @pages) eq $text{'big2.txt'},
+       'big2.txt read in ' . scalar(@pages) . ' pages from the index');
     ok($sent < length($text{'big2.txt'}) + 64 * 1024,
        "... Redis sent $sent bytes for a " . length($text{'big2.txt'})
        . '-byte section (the whole diff is ' . length($diff) . ')');
@@ -515,9 +484,9 @@ sub diff_pages {
     # pages without a newline end on a whole character
     my $line = "+" . ("\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80" x 15000) . "\n";
     $t->redis('SET', "$key:diff", $line);
-    my ($got, $np) = diff_pages($sid, { runId => $run });
-    ok($np >= 3 && $got eq $line,
-       "a 135 KB line of multi-byte characters in $np pages, byte for byte");
+    @pages = $t->diff_pages($sid, { runId => $run });
+    ok(@pages >= 3 && join('', map { $_->{diff} } @pages) eq $line,
+       'a 135 KB line of multi-byte characters in ' . scalar(@pages) . ' pages, byte for byte');
 
     # the whole diff unfiltered is still paged from Redis
     $t->redis('SET', "$key:diff", $diff);

@@ -14,8 +14,8 @@ use lib "$FindBin::Bin/lib";
 use Digest::SHA qw(hmac_sha256);
 use Test::More;
 use Time::HiRes qw(time sleep);
-use Time::Local qw(timegm);
-use SMCP::Test qw(json_encode json_decode b64url b64url_decode now_ms);
+use SMCP::Test qw(json_encode json_decode b64url b64url_decode now_ms iso_ms
+                  tool_ok tool_err);
 
 my $t = SMCP::Test->new(
     workers  => 2,
@@ -53,46 +53,7 @@ my ($bob_sid) = $t->initialize(token => $bob_tok);
 
 sub call { my ($name, $args, %o) = @_; return scalar $t->call_tool($sid, $name, $args, %o) }
 
-# a successful tool result: structuredContent + its JSON copy as text
-sub tool_ok {
-    my ($res, $name) = @_;
-    my $sc;
-    subtest "$name: tool result ok" => sub {
-        ok(ref $res eq 'HASH' && !$res->{error}, 'a result, not a JSON-RPC error')
-            or diag(json_encode($res));
-        ok(!SMCP::Test::is_error_result($res), 'isError not set')
-            or diag(SMCP::Test::result_text($res));
-        $sc = SMCP::Test::sc($res);
-        is(ref $sc, 'HASH', 'structuredContent object');
-        my @text = grep { ($_->{type} // '') eq 'text' } @{ $res->{content} || [] };
-        ok(@text >= 1, 'a text content block');
-        my $copy = @text ? SMCP::Test::json_decode_text($text[0]{text}) : undef;
-        is_deeply($copy, $sc, 'text content is the JSON of structuredContent');
-    };
-    return $sc || {};
-}
-
-sub tool_err {
-    my ($res, $re, $name) = @_;
-    subtest "$name: isError" => sub {
-        ok(ref $res eq 'HASH' && !$res->{error}, 'a tool result, not a JSON-RPC error')
-            or diag(json_encode($res));
-        ok(SMCP::Test::is_error_result($res), 'isError true');
-        my $txt = SMCP::Test::result_text($res);
-        ok(length $txt > 5, "message: $txt");
-        like($txt, $re, "message mentions $re") if $re;
-    };
-}
-
 sub dbsize { return $t->redis('DBSIZE') }
-
-sub iso_ms {
-    my ($s) = @_;
-    return undef unless defined $s
-        && $s =~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,3})\d*)?Z$/;
-    my $ms = defined $7 ? substr("${7}00", 0, 3) : 0;
-    return timegm($6, $5, $4, $3, $2 - 1, $1) * 1000 + $ms;
-}
 
 sub queue_entries_for {
     my ($run) = @_;
@@ -102,8 +63,6 @@ sub queue_entries_for {
         ($f{run} // '') eq $run;
     } @$x;
 }
-
-sub run_hash { return $t->redis_hgetall("${P}run:$_[0]") }
 
 ###############################################################################
 # run_task validation: isError + nothing written
@@ -212,7 +171,7 @@ my $ses1 = $sc1->{sessionId} // 'ses_missing';
         is($r->{status}, 401, 'the watchUrl token is refused on /mcp');
     }
 
-    my $h = run_hash($run1);
+    my $h = $t->run_hash($run1);
     is($h->{tenant}, 'alice', 'run hash: tenant');
     is($h->{session}, $ses1, 'run hash: session');
     is($h->{task}, $args1->{task}, 'run hash: task');
@@ -249,7 +208,7 @@ my $run2 = $sc2->{runId} // 'run_missing2';
 {
     is($sc2->{sessionId}, $ses1, 'same sessionId returned');
     isnt($run2, $run1, 'a new runId');
-    my $h = run_hash($run2);
+    my $h = $t->run_hash($run2);
     is($h->{session}, $ses1, 'run 2 in session 1');
     is($h->{model}, 'test/model-x', 'model defaults to sandbox_mcp_default_model');
     is($h->{timeout}, '1800', 'timeout defaults to sandbox_mcp_run_timeout (30m)');
@@ -266,7 +225,7 @@ my $sc3 = tool_ok(call('opencode_run_task', { task => 'y' x 1024, timeoutSeconds
                   'run_task at max task size and max timeout');
 my $run3 = $sc3->{runId} // 'run_missing3';
 isnt($sc3->{sessionId}, $ses1, 'no sessionId -> a new session');
-is(run_hash($run3)->{timeout}, '7200', 'timeoutSeconds 7200 accepted');
+is($t->run_hash($run3)->{timeout}, '7200', 'timeoutSeconds 7200 accepted');
 $runs{$run3} = {};
 
 # defaults of /defaults: watchUrl from the Host of the request
@@ -316,7 +275,7 @@ $runs{$run3} = {};
     is($sc->{repository}, $args1->{repository}, 'repository');
     is($sc->{branch}, $args1->{branch}, 'branch');
     is($sc->{model}, 'openai/gpt-5', 'model');
-    is(iso_ms($sc->{createdAt}), run_hash($run1)->{created_at}, 'createdAt ISO-8601 of created_at');
+    is(iso_ms($sc->{createdAt}), $t->run_hash($run1)->{created_at}, 'createdAt ISO-8601 of created_at');
     ok(!defined $sc->{startedAt}, 'startedAt null');
     ok(!defined $sc->{finishedAt}, 'finishedAt null');
     is(ref $sc->{tokens}, 'HASH', 'tokens object');
@@ -452,16 +411,19 @@ $runs{$run3} = {};
     my $p = $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
         arguments => { runId => $rc, waitSeconds => 20 } }), session => $sid);
     sleep(0.5);
+    my $t_cancel = now_ms();
     my $sc = tool_ok(call('opencode_cancel_run', { runId => $rc }), 'cancel started run');
+    my $t_answer = now_ms();
     is($sc->{status}, 'cancelled', 'started run cancelled at once');
     is($sc->{runId}, $rc, 'cancel returns the run');
-    ok(defined $sc->{finishedAt}, 'finishedAt set in the answer');
-    my $h = run_hash($rc);
+    my $h = $t->run_hash($rc);
     is($h->{status}, 'cancelled', 'Redis status cancelled');
-    ok($h->{finished_at} && $h->{finished_at} >= now_ms() - 10000, 'Redis finished_at set');
+    ok(($h->{finished_at} // 0) >= $t_cancel && $h->{finished_at} <= $t_answer,
+       'Redis finished_at: the time of the cancel');
+    is(iso_ms($sc->{finishedAt}), $h->{finished_at}, 'finishedAt in the answer: finished_at');
     $sc = tool_ok(call('opencode_get_result', { runId => $rc }), 'get_result cancelled');
     is($sc->{status}, 'cancelled', 'get_result shows cancelled');
-    ok(defined $sc->{finishedAt}, 'get_result finishedAt set');
+    is(iso_ms($sc->{finishedAt}), $h->{finished_at}, 'get_result finishedAt: finished_at');
     my $r = $t->mcp_finish($p, 25);
     my $lp = SMCP::Test::sc($r->{json} && $r->{json}{result}) || {};
     is($lp->{status}, 'cancelled', 'long-poll woken by the cancel');
@@ -477,21 +439,21 @@ $runs{$run3} = {};
     $subc->subscribe("${P}cancel");
     $sc = tool_ok(call('opencode_cancel_run', { runId => $rr }), 'cancel running run');
     is($sc->{status}, 'running', 'running run stays running until the runner stops it');
-    $h = run_hash($rr);
+    $h = $t->run_hash($rr);
     is($h->{cancel_requested}, '1', 'cancel_requested=1 in Redis');
     is($h->{status}, 'running', 'Redis status still running');
     my $msg = $subc->next_message(3);
     is_deeply($msg, [ "${P}cancel", $rr ], 'run id published on smcp:cancel');
 
     # terminal -> unchanged, no publish
-    my $before = run_hash($run1);
+    my $before = $t->run_hash($run1);
     $sc = tool_ok(call('opencode_cancel_run', { runId => $run1 }), 'cancel completed run');
     is($sc->{status}, 'completed', 'completed run stays completed');
-    is_deeply(run_hash($run1), $before, 'completed run hash unchanged');
-    $before = run_hash($rc);
+    is_deeply($t->run_hash($run1), $before, 'completed run hash unchanged');
+    $before = $t->run_hash($rc);
     $sc = tool_ok(call('opencode_cancel_run', { runId => $rc }), 'cancel cancelled run');
     is($sc->{status}, 'cancelled', 'cancelled stays cancelled');
-    is_deeply(run_hash($rc), $before, 'cancelled run hash unchanged');
+    is_deeply($t->run_hash($rc), $before, 'cancelled run hash unchanged');
     is($subc->next_message(0.7), undef, 'no cancel message for terminal runs');
     $subc->close;
 
@@ -521,7 +483,7 @@ $runs{$run3} = {};
     my $total = $t->redis('ZCARD', "${P}runs:alice");
     is($total, scalar keys %runs, "runs:alice holds all $total runs");
 
-    my %created = map { $_ => run_hash($_)->{created_at} } keys %runs;
+    my %created = map { $_ => $t->run_hash($_)->{created_at} } keys %runs;
 
     # default: newest first, limit 10
     my $sc = tool_ok(call('opencode_list_runs', {}), 'list_runs');
@@ -561,14 +523,14 @@ $runs{$run3} = {};
     }
 
     # filters
-    my @failed = grep { (run_hash($_)->{status} // '') eq 'failed' } keys %runs;
+    my @failed = grep { ($t->run_hash($_)->{status} // '') eq 'failed' } keys %runs;
     $sc = tool_ok(call('opencode_list_runs', { status => 'failed', limit => 100 }),
                   'list_runs status failed');
     is_deeply([ sort map { $_->{runId} } @{ $sc->{runs} || [] } ], [ sort @failed ],
               'status filter');
     ok(!grep({ $_->{status} ne 'failed' } @{ $sc->{runs} || [] }), 'all failed');
 
-    my @started = grep { (run_hash($_)->{status} // '') eq 'started' } keys %runs;
+    my @started = grep { ($t->run_hash($_)->{status} // '') eq 'started' } keys %runs;
     my (@pg, $cur);
     for (1 .. 50) {
         my $s = SMCP::Test::sc(call('opencode_list_runs', { status => 'started', limit => 2,
@@ -579,7 +541,7 @@ $runs{$run3} = {};
     }
     is_deeply([ sort @pg ], [ sort @started ], 'status filter with paging (limit 2)');
 
-    my @s1 = grep { (run_hash($_)->{session} // '') eq $ses1 } keys %runs;
+    my @s1 = grep { ($t->run_hash($_)->{session} // '') eq $ses1 } keys %runs;
     $sc = tool_ok(call('opencode_list_runs', { sessionId => $ses1, limit => 100 }),
                   'list_runs sessionId');
     is_deeply([ sort map { $_->{runId} } @{ $sc->{runs} || [] } ], [ sort @s1 ],
@@ -621,30 +583,14 @@ $runs{$run3} = {};
     ok(length($diff) > 2 * 65536, 'test diff is over two 64 KiB pages (' . length($diff) . ' bytes)');
     $t->redis('SET', "${P}run:$run1:diff", $diff);
 
-    my $page = sub {
-        my ($args) = @_;
-        my ($all, $cur, $n, $trunc_ok) = ('', undef, 0, 1);
-        while (1) {
-            my $res = call('opencode_get_diff', { %$args, defined $cur ? (cursor => $cur) : () });
-            my $s = SMCP::Test::sc($res);
-            if (!$s) { diag(json_encode($res)); last }
-            my $d = $s->{diff} // '';
-            utf8::encode($d);
-            ok(length($d) <= 65536, "page $n within 64 KiB (" . length($d) . ')') if $n < 5;
-            $all .= $d;
-            $cur = $s->{nextCursor};
-            $trunc_ok = 0 if (defined $cur ? 1 : 0) != ($s->{truncated} ? 1 : 0);
-            $n++;
-            last unless defined $cur;
-            last if $n > 50;
-        }
-        return ($all, $n, $trunc_ok);
-    };
-
-    my ($all, $n, $tr) = $page->({ runId => $run1 });
+    my @pages = $t->diff_pages($sid, { runId => $run1 });
+    my $n = @pages;
     ok($n >= 3, "diff came in $n pages");
-    ok($all eq $diff, 'pages concatenate to the original diff');
-    ok($tr, 'truncated is true exactly when a nextCursor is given');
+    ok(!grep({ length($_->{diff}) > 65536 } @pages), 'every page within 64 KiB ('
+       . join(', ', map { length $_->{diff} } @pages) . ')');
+    ok(join('', map { $_->{diff} } @pages) eq $diff, 'pages concatenate to the original diff');
+    ok(!grep({ (defined $_->{nextCursor} ? 1 : 0) != ($_->{truncated} ? 1 : 0) } @pages),
+       'truncated is true exactly when a nextCursor is given');
 
     my $sc = tool_ok(call('opencode_get_diff', { runId => $run1, path => 'c.txt' }),
                      'get_diff path');
@@ -661,13 +607,13 @@ $runs{$run3} = {};
     utf8::encode($d);
     is($d, $a, 'first file section');
 
-    ($all, $n) = $page->({ runId => $run1, path => 'src/big file.txt' });
-    ok($all eq $big, "big file section paged ($n pages) and complete");
+    @pages = $t->diff_pages($sid, { runId => $run1, path => 'src/big file.txt' });
+    ok(join('', map { $_->{diff} } @pages) eq $big,
+       'big file section paged (' . scalar(@pages) . ' pages) and complete');
 
-    my $res = call('opencode_get_diff', { runId => $run1, path => 'no/such/file' });
-    ok(SMCP::Test::is_error_result($res)
-       || ((SMCP::Test::sc($res) || {})->{diff} // 'x') eq '',
-       'unknown path: empty diff or isError');
+    $sc = tool_ok(call('opencode_get_diff', { runId => $run1, path => 'no/such/file' }),
+                  'get_diff of a path not in the diff');
+    is($sc->{diff}, '', 'unknown path: an empty diff');
 
     $sc = tool_ok(call('opencode_get_diff', { runId => $run2 }), 'get_diff without a diff');
     is($sc->{diff}, '', 'no diff -> empty string');

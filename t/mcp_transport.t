@@ -12,7 +12,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(json_encode json_decode);
+use SMCP::Test qw(json_encode json_decode pong_ok rhex);
 
 my $t = SMCP::Test->new(
     workers => 2,
@@ -51,13 +51,6 @@ sub rpc_error_is {
            && defined $j->{error}{message} && length $j->{error}{message},
            'error message present');
     };
-}
-
-sub ping_ok {
-    my ($r, $name) = @_;
-    my $ok = $r->{status} == 200 && ref $r->{json} eq 'HASH'
-        && ref $r->{json}{result} eq 'HASH' && !%{ $r->{json}{result} };
-    ok($ok, $name) or diag("HTTP $r->{status}: $r->{body}");
 }
 
 ###############################################################################
@@ -127,26 +120,26 @@ my $sid0618 = $sid{'2025-06-18'};
 {
     my $r = $t->mcp_post({ jsonrpc => '2.0', id => 7, method => 'ping' },
                          session => $sid);
-    ping_ok($r, 'ping -> {}');
+    pong_ok($r, 'ping -> {}');
     is($r->{json}{id}, 7, 'integer id echoed');
     like($r->{headers}{'content-type'} // '', qr{^application/json}, 'ping Content-Type');
 
     $r = $t->mcp_post({ jsonrpc => '2.0', id => 'abc-1', method => 'ping' },
                       session => $sid);
-    ping_ok($r, 'ping with string id');
+    pong_ok($r, 'ping with string id');
     is($r->{json}{id}, 'abc-1', 'string id echoed');
 
     $r = $t->mcp_post({ jsonrpc => '2.0', id => 0, method => 'ping' },
                       session => $sid);
-    ping_ok($r, 'ping with id 0');
+    pong_ok($r, 'ping with id 0');
     ok(defined $r->{json}{id} && $r->{json}{id} eq '0', 'id 0 echoed');
 
     $r = $t->mcp_post({ jsonrpc => '2.0', id => 8, method => 'ping' },
                       session => $sid, version => '2025-11-25');
-    ping_ok($r, 'ping with MCP-Protocol-Version 2025-11-25');
+    pong_ok($r, 'ping with MCP-Protocol-Version 2025-11-25');
     $r = $t->mcp_post({ jsonrpc => '2.0', id => 9, method => 'ping' },
                       session => $sid, version => '2025-03-26');
-    ping_ok($r, 'any supported MCP-Protocol-Version is accepted');
+    pong_ok($r, 'any supported MCP-Protocol-Version is accepted');
 }
 
 ###############################################################################
@@ -183,7 +176,7 @@ my $sid0618 = $sid{'2025-06-18'};
     }
     my $r = $t->mcp_post($ping, session => $sid,
         accept => 'text/event-stream, application/json;q=0.9');
-    ping_ok($r, 'Accept listing both in another order is fine');
+    pong_ok($r, 'Accept listing both in another order is fine');
 
     for my $ct ('text/plain', undef, 'application/x-www-form-urlencoded') {
         $r = $t->mcp_post($ping, session => $sid, content_type => $ct);
@@ -191,7 +184,7 @@ my $sid0618 = $sid{'2025-06-18'};
     }
     $r = $t->mcp_post($ping, session => $sid,
                       content_type => 'application/json; charset=utf-8');
-    ping_ok($r, 'Content-Type application/json; charset=utf-8 accepted');
+    pong_ok($r, 'Content-Type application/json; charset=utf-8 accepted');
 
     # default max body 1m
     my $big = json_encode({ jsonrpc => '2.0', id => 1, method => 'ping',
@@ -202,7 +195,7 @@ my $sid0618 = $sid{'2025-06-18'};
     my $almost = json_encode({ jsonrpc => '2.0', id => 1, method => 'ping',
                                params => { pad => 'x' x (1024 * 1000) } });
     $r = $t->mcp_post($almost, session => $sid);
-    ping_ok($r, 'body just under 1m is accepted');
+    pong_ok($r, 'body just under 1m is accepted');
 
     # sandbox_mcp_max_body 1k on /paged
     my ($psid) = $t->initialize(path => '/paged');
@@ -214,7 +207,7 @@ my $sid0618 = $sid{'2025-06-18'};
     $r = $t->mcp_post(json_encode({ jsonrpc => '2.0', id => 1, method => 'ping',
                                     params => { pad => 'x' x 500 } }),
                       session => $psid, path => '/paged');
-    ping_ok($r, 'sandbox_mcp_max_body 1k: 0.5k body accepted');
+    pong_ok($r, 'sandbox_mcp_max_body 1k: 0.5k body accepted');
 }
 
 ###############################################################################
@@ -258,7 +251,7 @@ my $sid0618 = $sid{'2025-06-18'};
         headers => [ @{ $t->mcp_headers(session => $sid) },
                      'Transfer-Encoding' => 'chunked' ]);
     _decode($r);
-    ping_ok($r, 'chunked request body');
+    pong_ok($r, 'chunked request body');
     is($r->{json}{id}, 77, '... id 77');
 
     # a body arriving in three pieces
@@ -280,7 +273,7 @@ my $sid0618 = $sid{'2025-06-18'};
         body_parts => [ substr($big, 0, 100_000), substr($big, 100_000) ],
         part_delay => 0.2);
     _decode($r);
-    ping_ok($r, 'a 300 KB body in two delayed pieces');
+    pong_ok($r, 'a 300 KB body in two delayed pieces');
 }
 
 sub _decode {
@@ -300,7 +293,7 @@ sub _decode {
            && !defined $r->{json}{id}, 'parse error has id null');
     }
     my $r = $t->mcp_post('', session => $sid);
-    ok($r->{status} == 400, 'empty body -> 400') or diag("HTTP $r->{status}");
+    is($r->{status}, 400, 'empty body -> 400');
 
     for my $bad (
         '42', '"str"', 'null', 'true', '{}',
@@ -413,24 +406,23 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     $r = $t->mcp_post($t->request_msg('tools/list'));
     rpc_error_is($r, 400, -32000, 'tools/list without session -> 400');
 
-    my $unknown = join '', map { sprintf '%02x', int rand 256 } 1 .. 32;
+    my $unknown = rhex(32);
     $r = $t->mcp_post($ping, session => $unknown);
     rpc_error_is($r, 404, -32001, 'unknown session -> 404 -32001');
     like($r->{json}{error}{message} // '', qr/Session not found/i,
          '"Session not found"');
 
     $r = $t->mcp_post($ping, session => 'not-hex-at-all');
-    ok($r->{status} == 404 || $r->{status} == 400,
-       'malformed session id -> 404 (or 400)') or diag("HTTP $r->{status}");
+    is($r->{status}, 404, 'malformed session id -> 404');
 
     # a key that exists in Redis but is not a session: still 404
     $r = $t->mcp_post($ping, session => "../run:x");
-    ok($r->{status} == 404 || $r->{status} == 400, 'path-like session id refused');
+    is($r->{status}, 404, 'path-like session id refused: 404');
 
     # DELETE
     my ($s2) = $t->initialize;
     ok($s2, 'another session');
-    ping_ok($t->mcp_post($ping, session => $s2), 'it works');
+    pong_ok($t->mcp_post($ping, session => $s2), 'it works');
     $r = $t->http(method => 'DELETE', path => '/mcp',
         headers => [ Authorization => 'Bearer ' . $t->token,
                      'Mcp-Session-Id' => $s2 ]);
@@ -457,7 +449,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     my $ttl = $t->redis('TTL', "${P}mcp:$s4");
     ok($ttl > 0 && $ttl <= 100, "sandbox_mcp_session_ttl 100s ($ttl)");
     $t->redis('EXPIRE', "${P}mcp:$s4", 5);
-    ping_ok($t->mcp_post($ping, session => $s4, path => '/paged'), 'ping on /paged');
+    pong_ok($t->mcp_post($ping, session => $s4, path => '/paged'), 'ping on /paged');
     $ttl = $t->redis('TTL', "${P}mcp:$s4");
     ok($ttl > 50, "session TTL refreshed on use ($ttl)");
 }
@@ -537,7 +529,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     is($r->{json}{error}{code}, -32602, 'non-string cursor -> -32602');
 
     # the session of /mcp works on /paged too (same Redis)
-    ping_ok($t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+    pong_ok($t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
                          session => $sid, path => '/paged'),
             'session usable on another location');
 }
@@ -570,14 +562,14 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
 {
     my $port2 = $t->start_nginx(name => 'second', workers => 1, listen => '');
     my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
-    ping_ok($t->mcp_post($ping, session => $sid, port => $port2),
+    pong_ok($t->mcp_post($ping, session => $sid, port => $port2),
             'session from instance 1 works on instance 2');
     my $r = $t->rpc($sid, 'tools/list', {}, port => $port2);
     is(scalar @{ $r->{json}{result}{tools} || [] }, 6, 'tools/list on instance 2');
 
     my ($s5) = $t->initialize(port => $port2);
     ok($s5, 'session created on instance 2');
-    ping_ok($t->mcp_post($ping, session => $s5), 'and used on instance 1');
+    pong_ok($t->mcp_post($ping, session => $s5), 'and used on instance 1');
 
     $r = $t->http(method => 'DELETE', path => '/mcp', port => $port2,
         headers => [ Authorization => 'Bearer ' . $t->token,
@@ -601,7 +593,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     $s6 //= 'none';
     is($t->redis('EXISTS', "other:mcp:$s6"), 1, 'stored under sandbox_mcp_redis_prefix other:');
     is($t->redis('EXISTS', "${P}mcp:$s6"), 0, 'not under smcp:');
-    ping_ok($t->mcp_post($ping, session => $s6, port => $port3), 'ping on the prefixed instance');
+    pong_ok($t->mcp_post($ping, session => $s6, port => $port3), 'ping on the prefixed instance');
     $r = $t->mcp_post($ping, session => $sid, port => $port3);
     is($r->{status}, 404, 'a smcp: session is unknown under other:');
     my ($res) = $t->call_tool($s6, 'opencode_run_task', { task => 'prefixed' }, port => $port3);
@@ -617,7 +609,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
 
 {
     ok($t->reload, 'nginx reloaded (new workers)');
-    ping_ok($t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
+    pong_ok($t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' },
                          session => $sid), 'session survives a reload');
 }
 

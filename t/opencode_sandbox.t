@@ -31,44 +31,32 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use JSON::PP;
-use List::Util qw(min first);
 use MIME::Base64 qw(encode_base64);
 use POSIX qw(strftime);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(:all);
+use SMCP::Events qw(kinds);
 use SMCP::Fakes;
-use SMCP::Test qw(json_decode json_encode wait_until);
+use SMCP::Test qw(json_decode json_encode wait_until rhex iso2epoch egress_server_conf);
 
 ensure_docker(root => 1);
 
-my $root = SMCP::Docker::_repo_root();
-my $image = $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33';
-{
-    my $t0 = time();
-    my ($rc, $out, $err) = run_cmd(["$root/runner/sandbox/build-image", $image], timeout => 900);
-    if ($rc != 0) {
-        my $msg = "sandbox image $image: runner/sandbox/build-image failed: $err$out";
-        if (SMCP::Test::is_ci()) { plan(tests => 1); fail($msg); exit 1 }
-        plan(skip_all => $msg);
-    }
-    diag(sprintf('build-image: %.2f s', time() - $t0));
-}
+my ($image, $build_secs) = ensure_sandbox_image();
+diag(sprintf('build-image: %.2f s', $build_secs));
 
 my $t = SMCP::Test->new(workers => 2);
 my $JSON = JSON::PP->new->canonical->allow_nonref;
 
-sub rnd { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. 12 }
-
 my %real = (
-    ANTHROPIC_API_KEY => 'sk-ant-api03-REAL-' . rnd() . '-' . rnd(),
-    GITHUB_TOKEN      => 'ghp_REAL' . rnd(),
+    ANTHROPIC_API_KEY => 'sk-ant-api03-REAL-' . rhex() . '-' . rhex(),
+    GITHUB_TOKEN      => 'ghp_REAL' . rhex(),
 );
 
 ##############################################################################
 # the fake model: one script per scenario, chosen by a marker in the task,
-# the step by the number of assistant messages so far
+# the step by the number of assistant messages since
 
 my $hello = "hello from the sandbox\n";
 my $test_sh = <<'SH';
@@ -110,20 +98,9 @@ my %SCRIPTS = (
     ],
 );
 
-my $script = sub {
-    my ($j) = @_;
-    my $sys = $JSON->encode($j->{system} // '');
-    return { text => 'Sandbox test run' } if $sys =~ /title generator/i;
-    my $msgs = $JSON->encode($j->{messages} // []);
-    my @marks = $msgs =~ /(SCENARIO-[A-Z]+)/g;    # the latest task's
-    my $scenario = $marks[-1];
-    my $steps = $SCRIPTS{$scenario // ''} or return { text => 'no scenario' };
-    my $n = grep { ($_->{role} // '') eq 'assistant' } @{ $j->{messages} || [] };
-    return $steps->[min($n, $#$steps)];
-};
-
 my $anthropic = SMCP::Fakes::start_anthropic(key => $real{ANTHROPIC_API_KEY},
-                                             script => [$script], deltas => 3);
+    script => [SMCP::Fakes::scenario_script(\%SCRIPTS, title => 'Sandbox test run')],
+    deltas => 3);
 my $github = SMCP::Fakes::start_github(token => $real{GITHUB_TOKEN});
 $github->create_repo('owner/repo', files => { 'README.md' => "# Demo\n\nA repository.\n" });
 
@@ -142,13 +119,7 @@ local $ENV{GITHUB_URL} = $github->url;
 local $ENV{GITHUB_API_URL} = $github->url;
 ok(eval { $t->render_routes }, 'egress-routes.sh renders the routes') or diag($@);
 
-$t->start(http => <<"NGINX");
-    include %%DIR%%/routes-http.conf;
-    server {
-        listen $gw:$eport;
-        include %%DIR%%/routes.conf;
-    }
-NGINX
+$t->start(http => egress_server_conf("$gw:$eport"));
 
 ##############################################################################
 # helpers
@@ -158,24 +129,6 @@ NGINX
 sub new_volume {
     my (%labels) = @_;
     return create_volume(labels => \%labels);
-}
-
-sub iso2epoch {
-    my ($s) = @_;
-    my ($y, $mo, $d, $h, $mi, $sec, $frac) =
-        ($s // '') =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(\.\d+)?Z$/ or return undef;
-    require Time::Local;
-    return Time::Local::timegm($sec, $mi, $h, $d, $mo - 1, $y) + ($frac // 0);
-}
-
-# a live run: the run hash and its egress token
-sub new_run {
-    my (%f) = @_;
-    my $id = 'run_' . rnd();
-    $t->redis('HSET', "smcp:run:$id", tenant => 'alice', status => 'running', %f);
-    my $tok = $t->token(sub => 'alice', scope => 'egress', run => $id,
-                        exp => int(CORE::time()) + 900);
-    return ($id, $tok);
 }
 
 # run one sandbox to its end: (exit code, stdout lines, info)
@@ -264,29 +217,12 @@ sub record_shapes {
     }
 }
 
-sub egress_events {
-    my ($run) = @_;
-    my $ev = $t->redis('XRANGE', "smcp:run:$run:events", '-', '+') || [];
-    my @eg;
-    for my $e (@$ev) {
-        my %f = @{ $e->[1] };
-        push @eg, { %f, json => json_decode($f{data}) } if ($f{type} // '') eq 'egress';
-    }
-    return @eg;
-}
-
-sub kinds {
-    return map { $_->{type} eq 'smcp' ? "smcp:$_->{step}"
-               : $_->{type} eq 'tool_use' ? "tool_use:$_->{part}{tool}"
-               : $_->{type} } @_;
-}
-
 my @timings;
 
 ##############################################################################
 # 1. no repository: write, write, bash, answer
 
-my ($run1, $tok1) = new_run();
+my ($run1, $tok1) = $t->live_run();
 my $task1 = "SCENARIO-WRITE: write hello.txt and test.sh, run test.sh, report.";
 my ($exit1, $ev1, $i1) = run_sandbox(run => $run1, token => $tok1, task => $task1);
 push @timings, ['no repository (write, write, bash, text)', $i1];
@@ -399,7 +335,7 @@ my @req1 = grep { ($_->{body} // '') =~ /SCENARIO-WRITE/ } $anthropic->requests;
     unlike($i1->{logs}, qr/REAL/, 'logs: no real key');
     my ($mounts) = ($tar // '') =~ /(^\S+ \/tmp tmpfs [^\n]*)/m;
     note("inside the run: $mounts") if $mounts;
-    my @eg = egress_events($run1);
+    my @eg = $t->run_events($run1, type => 'egress');
     is(scalar(grep { $_->{json}{route} eq 'anthropic' && $_->{json}{status} == 200 } @eg), 4,
        'audit: four anthropic egress events, status 200');
     unlike(join("\n", map { $_->{data} } @eg), qr/REAL|\Q$tok1\E/, 'audit: no key, no token');
@@ -410,7 +346,7 @@ my @req1 = grep { ($_->{body} // '') =~ /SCENARIO-WRITE/ } $anthropic->requests;
 
 my ($session1) = map { $_->{sessionID} } grep { $_->{type} eq 'text' } @$ev1;
 {
-    my ($run, $tok) = new_run();
+    my ($run, $tok) = $t->live_run();
     my ($exit, $ev, $i) = run_sandbox(run => $run, token => $tok, volume => $i1->{volume},
         task => 'SCENARIO-CONTINUE: are the files still there?',
         env => { SMCP_SESSION => $session1 });
@@ -437,7 +373,7 @@ my ($session1) = map { $_->{sessionID} } grep { $_->{type} eq 'text' } @$ev1;
 ##############################################################################
 # 2. a repository cloned through the proxy: read, edit, commit, answer
 
-my ($run2, $tok2) = new_run(repository => 'https://github.com/owner/repo');
+my ($run2, $tok2) = $t->live_run(repository => 'https://github.com/owner/repo');
 my $start_sha = $github->ref_commit('owner/repo', 'main');
 my ($exit2, $ev2, $i2) = run_sandbox(run => $run2, token => $tok2,
     task => 'SCENARIO-CLONE: note in README.md that the agent edited it; commit.',
@@ -477,7 +413,7 @@ record_shapes(@$ev2);
     my $tar = volume_tar($i2->{cid});
     unlike($tar // '', qr/\Q$real{GITHUB_TOKEN}\E|\Q$real{ANTHROPIC_API_KEY}\E/,
            'volume: no real credential');
-    my @eg = egress_events($run2);
+    my @eg = $t->run_events($run2, type => 'egress');
     ok(scalar(grep { $_->{json}{route} eq 'github' && $_->{json}{status} == 200 } @eg) >= 2,
        'audit: github egress events');
 }
@@ -485,7 +421,7 @@ record_shapes(@$ev2);
 ##############################################################################
 # 3. a run that is no longer live: 401 from the proxy, an error event
 
-my ($run3, $tok3) = new_run();
+my ($run3, $tok3) = $t->live_run();
 $t->redis('HSET', "smcp:run:$run3", status => 'cancelled');
 my $before = scalar(my @x = $anthropic->requests);
 my ($exit3, $ev3, $i3) = run_sandbox(run => $run3, token => $tok3,
@@ -504,7 +440,7 @@ record_shapes(@$ev3);
     is($ae && $ae->{exitCode}, 1, 'agent_exit: exitCode 1');
     is($ev[-1]{step}, 'diff', 'the diff line still comes last');
     is(scalar(my @y = $anthropic->requests), $before, 'the fake saw no request');
-    my @eg = egress_events($run3);
+    my @eg = $t->run_events($run3, type => 'egress');
     ok(scalar(grep { !$_->{json}{granted} && $_->{json}{status} == 401 } @eg),
        'audit: the refused request');
 }
@@ -514,7 +450,7 @@ record_shapes(@$ev3);
 # OpenCode gets SIGTERM from the entry script, which still reports
 
 {
-    my ($run, $tok) = new_run();
+    my ($run, $tok) = $t->live_run();
     my $vol = new_volume('smcp.run' => $run);
     my $cid = create_container(
         sandbox => 1, image => $image, network => $net->{name}, dns => [$gw],

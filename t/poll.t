@@ -13,7 +13,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(json_encode json_decode now_ms wait_until);
+use SMCP::Test qw(json_encode json_decode now_ms wait_until is_pong pong_ok tool_ok);
 
 my $t = SMCP::Test->new(
     need_static      => 1,
@@ -30,20 +30,6 @@ my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
 like($t->read_file('nginx.conf'), qr/use poll;/, 'config uses poll');
 unlike($t->read_file('nginx.conf'), qr/load_module/, 'no load_module line');
 
-sub is_ping_ok {
-    my ($r) = @_;
-    return $r->{status} == 200 && ref $r->{json} eq 'HASH'
-        && ref $r->{json}{result} eq 'HASH';
-}
-
-sub sc_ok {
-    my ($res, $name) = @_;
-    my $sc = SMCP::Test::sc($res);
-    ok(ref $sc eq 'HASH' && !SMCP::Test::is_error_result($res), $name)
-        or diag(json_encode($res));
-    return $sc || {};
-}
-
 my ($sid, $ir) = $t->initialize;
 like($sid // '', qr/^[0-9a-f]{64}$/, 'initialize under poll') or diag($ir->{body});
 is($t->redis('EXISTS', "${P}mcp:" . ($sid // 'x')), 1, 'session in Redis');
@@ -55,7 +41,7 @@ is($t->redis('EXISTS', "${P}mcp:" . ($sid // 'x')), 1, 'session in Redis');
     for my $i (1 .. 60) {
         my $r = $t->mcp_post({ jsonrpc => '2.0', id => $i, method => 'ping' },
                              session => $sid, timeout => 5);
-        $bad++ unless is_ping_ok($r);
+        $bad++ unless is_pong($r);
     }
     is($bad, 0, '60 sequential requests all answered');
     ok(time() - $t0 < 15, sprintf('... quickly (%.2f s)', time() - $t0));
@@ -71,7 +57,7 @@ is($t->redis('EXISTS', "${P}mcp:" . ($sid // 'x')), 1, 'session in Redis');
 # run_task, Redis records
 my $res = $t->call_tool($sid, 'opencode_run_task',
                         { task => 'poll flow', title => 'poll' });
-my $sc = sc_ok($res, 'run_task');
+my $sc = tool_ok($res, 'run_task');
 my $run = $sc->{runId} // 'run_000000000000000000000000';
 is($sc->{status}, 'started', 'started');
 is($t->redis('HGET', "${P}run:$run", 'status'), 'started', 'run hash in Redis');
@@ -80,7 +66,7 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
 # get_result long-poll woken by PUBLISH
 {
     my $t0 = time();
-    my $s = sc_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+    my $s = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
                                        { runId => $run, waitSeconds => 1 }),
                   'long-poll expiring');
     my $el = time() - $t0;
@@ -124,12 +110,12 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
     for my $i (1 .. 4) {
         $t->call_tool($sid, 'opencode_run_task', { task => "more $i" });
     }
-    my $s = sc_ok(scalar $t->call_tool($sid, 'opencode_list_runs', { limit => 3 }),
+    my $s = tool_ok(scalar $t->call_tool($sid, 'opencode_list_runs', { limit => 3 }),
                   'list_runs');
     is(scalar @{ $s->{runs} || [] }, 3, 'limit 3');
     ok(defined $s->{nextCursor}, 'nextCursor');
     my @all = map { $_->{runId} } @{ $s->{runs} || [] };
-    my $s2 = sc_ok(scalar $t->call_tool($sid, 'opencode_list_runs',
+    my $s2 = tool_ok(scalar $t->call_tool($sid, 'opencode_list_runs',
                    { limit => 3, cursor => $s->{nextCursor} }), 'list_runs page 2');
     push @all, map { $_->{runId} } @{ $s2->{runs} || [] };
     is(scalar @all, 5, 'five runs over two pages');
@@ -147,12 +133,12 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
     ok($r->{elapsed} < 1, sprintf('fast (%.3f s)', $r->{elapsed}));
     $t->start_redis;
     my $t0 = time();
-    my $ok = wait_until(10, sub { is_ping_ok($t->mcp_post($ping, session => $sid, timeout => 5)) },
+    my $ok = wait_until(10, sub { is_pong($t->mcp_post($ping, session => $sid, timeout => 5)) },
                         0.1);
     ok($ok, sprintf('recovered after Redis restart (%.2f s)', time() - $t0));
     ok(time() - $t0 < 5, 'within 5 s');
     my $bad = 0;
-    for (1 .. 20) { $bad++ unless is_ping_ok($t->mcp_post($ping, session => $sid, timeout => 5)) }
+    for (1 .. 20) { $bad++ unless is_pong($t->mcp_post($ping, session => $sid, timeout => 5)) }
     is($bad, 0, '20 requests after recovery');
     is_deeply([ $t->worker_pids ], \@w, 'same worker PIDs');
 
@@ -174,7 +160,7 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
 # reload under poll
 {
     ok($t->reload, 'reload');
-    ok(is_ping_ok($t->mcp_post($ping, session => $sid)), 'serving after reload');
+    pong_ok($t->mcp_post($ping, session => $sid), 'serving after reload');
 }
 
 # a worker must not spin at 100% CPU under poll (no-op delWrite)

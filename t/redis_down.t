@@ -14,7 +14,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(json_encode json_decode now_ms wait_until);
+use SMCP::Test qw(json_encode json_decode now_ms wait_until is_pong);
 
 my $t = SMCP::Test->new(
     workers          => 2,
@@ -37,12 +37,6 @@ $run //= 'run_000000000000000000000000';
 my @workers = $t->worker_pids;
 is(scalar @workers, 2, "two workers (@workers)");
 
-sub is_ping_ok {
-    my ($r) = @_;
-    return $r->{status} == 200 && ref $r->{json} eq 'HASH'
-        && ref $r->{json}{result} eq 'HASH';
-}
-
 sub check_503 {
     my ($r, $name) = @_;
     subtest $name => sub {
@@ -63,7 +57,7 @@ sub recovery_time {
     my $t0 = time();
     my $ok = wait_until($limit, sub {
         my $r = $t->mcp_post($ping, session => $sid, timeout => 5, %o);
-        return is_ping_ok($r);
+        return is_pong($r);
     }, 0.1);
     return $ok ? time() - $t0 : undef;
 }
@@ -127,7 +121,7 @@ sub recovery_time {
 
     my $bad = 0;
     for my $i (1 .. 30) {
-        $bad++ unless is_ping_ok($t->mcp_post($ping, session => $sid));
+        $bad++ unless is_pong($t->mcp_post($ping, session => $sid));
     }
     is($bad, 0, '30 requests over both workers succeed after recovery');
 

@@ -29,11 +29,11 @@ use JSON::PP;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Stack qw(iso2epoch kinds);
-use SMCP::Test qw(json_encode wait_until);
+use SMCP::Events qw(agent_data kinds step_totals);
+use SMCP::Stack;
+use SMCP::Test qw(json_encode wait_until iso_ms iso2epoch);
 
 my $T0 = time();
-my @TIMINGS;
 
 ##############################################################################
 # the scripts of the fake model
@@ -80,20 +80,10 @@ my $s = SMCP::Stack->new(
     } },
 );
 my $t = $s->t;
-push @TIMINGS, ['stack up (redis, nginx, fakes, network)', time() - $T0];
+$s->timing('stack up (redis, nginx, fakes, network)', time() - $T0);
 
 my $runner = $s->start_runner(concurrency => 2);
 ok($s->runner_alive($runner), 'the runner is up');
-
-sub agent_data { return map { $_->{data} } grep { ($_->{type} // '') eq 'agent' } @_ }
-
-sub diag_run {
-    my ($run) = @_;
-    diag("run $run: " . json_encode($s->run_hash($run)));
-    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
-                                grep { $_->{json} } $s->stored_events($run)));
-    diag("runner log:\n" . $s->runner_log_tail($runner));
-}
 
 ##############################################################################
 # 1. end to end
@@ -127,9 +117,9 @@ subtest 'end to end: clone, write, write, bash, answer' => sub {
         and note("live: $live->{tools} tool call(s) at " . sprintf('%.1f s', $live->{t}));
 
     my $res = $s->wait_done($id, 120);
-    push @TIMINGS, ['end-to-end run (run_task -> completed)', time() - $t0];
+    $s->timing('end-to-end run (run_task -> completed)', time() - $t0);
     is($res->{status}, 'completed', 'get_result (waitSeconds): completed')
-        or diag_run($id);
+        or $s->diag_run($id, $runner);
     is($res->{result}, $reply_e2e, 'result: the scripted reply');
     is($res->{error}, undef, 'no error') or diag($res->{error});
     is($res->{exitCode}, 0, 'exitCode 0');
@@ -137,12 +127,18 @@ subtest 'end to end: clone, write, write, bash, answer' => sub {
               'filesChanged: the two files') or diag(json_encode($res->{filesChanged}));
     my ($fa) = grep { $_->{path} eq 'alpha.txt' } @{ $res->{filesChanged} || [] };
     is($fa && $fa->{additions}, 1, 'filesChanged: alpha.txt +1');
-    ok($res->{tokens}{input} > 0 && $res->{tokens}{output} > 0, 'tokens: input and output > 0')
-        or diag(json_encode($res->{tokens}));
-    ok(($res->{cost} // 0) > 0, "cost > 0 ($res->{cost})");
+    # the outcome counts the stored step_finish events, each once
+    my ($in, $out, $cost) = step_totals(map { $_->{json} } $s->stored_events($id));
+    ok($in > 0 && $out > 0, "the steps used tokens ($in in, $out out)");
+    is($res->{tokens}{input}, $in, 'tokens.input: the sum over the stored step_finish events');
+    is($res->{tokens}{output}, $out, 'tokens.output: likewise');
+    ok(abs(($res->{cost} // 0) - $cost) < 1e-5 && $cost > 0,
+       "cost: likewise ($res->{cost} vs $cost)");
+    my $h = $s->run_hash($id);
+    is(iso_ms($res->{createdAt}), $h->{created_at}, 'createdAt: created_at of the run hash');
+    is(iso_ms($res->{startedAt}), $h->{started_at}, 'startedAt: started_at');
+    is(iso_ms($res->{finishedAt}), $h->{finished_at}, 'finishedAt: finished_at');
     my ($st, $ft, $ct) = map { iso2epoch($res->{$_}) } qw(startedAt finishedAt createdAt);
-    ok($st && $ft && $ct, 'createdAt, startedAt, finishedAt set')
-        or diag(join ' ', map { "$_=" . ($res->{$_} // 'null') } qw(createdAt startedAt finishedAt));
     ok($st && $ft && $ct <= $st && $st <= $ft, 'createdAt <= startedAt <= finishedAt');
     is($res->{repository}, 'https://github.com/owner/repo', 'repository');
 
@@ -179,8 +175,7 @@ subtest 'end to end: clone, write, write, bash, answer' => sub {
     ok($bash_t && $ft && $bash_t <= $ft - 2,
        sprintf('the bash tool_use was stored %.2f s before the run finished (the answer took 3 s)',
                ($ft // 0) - ($bash_t // 0)));
-    my $h = $s->run_hash($id);
-    ok($h->{container_id}, 'run hash: container_id');
+    like($h->{container_id} // '', qr/^[0-9a-f]{64}$/, 'run hash: container_id');
     is($h->{claimed_by} && ($h->{claimed_by} =~ m{^\Q$runner->{name}\E/} ? 1 : 0), 1,
        'run hash: claimed_by names the runner') or diag($h->{claimed_by});
     my @dts = grep { defined } map { $_->{dts} } $s->stored_events($id);
@@ -227,12 +222,15 @@ subtest 'concurrency 2: sessions in parallel, runs of one session in order' => s
         return SMCP::Stack::terminal($st{a}) && SMCP::Stack::terminal($st{b})
             && SMCP::Stack::terminal($st{c});
     }, 0.25);
-    push @TIMINGS, ['A+C in parallel, then B (run_task -> all done)', time() - $t0];
+    $s->timing('A+C in parallel, then B (run_task -> all done)', time() - $t0);
     ok($both, 'A and C were `running` at the same time');
     ok(!$b_early, 'B stayed `started` while A was not finished') or diag($b_early);
 
     my %r = map { ($_->[0] => $s->wait_done($_->[1]{runId}, 10)) } (['a', $a], ['b', $b], ['c', $c]);
-    is($r{$_}{status}, 'completed', "run $_: completed") or diag_run($r{$_}{runId}) for qw(a b c);
+    for (qw(a b c)) {
+        is($r{$_}{status}, 'completed', "run $_: completed")
+            or $s->diag_run($r{$_}{runId}, $runner);
+    }
     is($r{a}{result}, $reply_a, 'A: result');
     is($r{b}{result}, $reply_b, 'B: result');
     is($r{c}{result}, $reply_c, 'C: result');
@@ -282,6 +280,4 @@ unlike($log, qr/\Q$s->real->{ANTHROPIC_API_KEY}\E|\Q$s->real->{GITHUB_TOKEN}\E/,
 note("runner log:\n$log") if $ENV{SMCP_TEST_VERBOSE};
 
 $s->stop_runner($runner, 'TERM');
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-50s %.2f s', @$_)) for @TIMINGS;
 $s->done;

@@ -30,11 +30,10 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Stack qw(iso2epoch kinds);
-use SMCP::Test qw(json_encode wait_until);
+use SMCP::Events qw(agent_data);
+use SMCP::Stack;
+use SMCP::Test qw(wait_until);
 
-my $T0 = time();
-my @TIMINGS;
 my $HANG_TIMEOUT = 15;
 my $OUTAGE = 4;           # seconds Docker is away in 2.
 my $LONG_OUTAGE = 36;     # ... and in 3. (the runner retries ~31 s)
@@ -51,16 +50,7 @@ my $s = SMCP::Stack->new(scripts => {
 });
 my $t = $s->t;
 
-sub agent_data { return map { $_->{data} } grep { ($_->{type} // '') eq 'agent' } @_ }
-
 my $runner;
-sub diag_run {
-    my ($run, $r) = @_;
-    diag("run $run: " . json_encode($s->run_hash($run)));
-    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
-                                grep { $_->{json} } $s->stored_events($run)));
-    diag("runner log:\n" . $s->runner_log_tail($r // $runner));
-}
 
 sub tool_uses_stored {
     my ($id) = @_;
@@ -81,7 +71,7 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
                             timeoutSeconds => $HANG_TIMEOUT);
     my $id = $crash->{runId};
     ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
-       'the first tool call is stored') or diag_run($id);
+       'the first tool call is stored') or $s->diag_run($id, $runner);
     ok(wait_until(30, sub { $s->result($hang->{runId})->{status} eq 'running' }, 0.2),
        'the hanging run is running too');
     my $stored_before = () = $s->container_events($id);
@@ -101,8 +91,8 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
 
     $runner = $s->start_runner(concurrency => 2, name => $name);
     my $r = $s->wait_done($id, 90);
-    push @TIMINGS, ['SIGKILL + restart: run_task -> completed', time() - $t0];
-    is($r->{status}, 'completed', 'the run completed') or diag_run($id);
+    $s->timing('SIGKILL + restart: run_task -> completed', time() - $t0);
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
     is($r->{result}, 'Done with CRASH.', 'result');
     is_deeply([sort map { $_->{path} } @{ $r->{filesChanged} || [] }], ['crash-1.txt', 'crash-2.txt'],
               'filesChanged');
@@ -120,8 +110,8 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     is($h->{status}, 'failed', "the re-attached hanging run failed at its deadline ($HANG_TIMEOUT s)")
         or do {
             diag("status $h->{status} " . sprintf('%.1f s after run_task', time() - $t0));
-            diag('BUG (see /tmp/helper-bugs.md): a re-attached run has no deadline any more');
-            diag_run($hid);
+            diag('BUG: a re-attached run has no deadline any more');
+            $s->diag_run($hid, $runner);
         };
     like($h->{error} // '', qr/deadline/i, '... with the deadline error');
     if (!SMCP::Stack::terminal($h->{status})) {
@@ -147,7 +137,7 @@ subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
     my $run = $s->run_task(task => 'SCENARIO-DOCKER: two files, show them, answer', title => 'docker');
     my $id = $run->{runId};
     ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
-       'the first tool call is stored') or diag_run($id, $r2);
+       'the first tool call is stored') or $s->diag_run($id, $r2);
     $s->stop_docker_forwarder($fwd, $sock);
     my $down = time();
     sleep($OUTAGE);
@@ -155,9 +145,9 @@ subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
     note(sprintf('Docker away for %.2f s', time() - $down));
 
     my $r = $s->wait_done($id, 90);
-    push @TIMINGS, ["Docker away $OUTAGE s: run_task -> $r->{status}", time() - $t0];
+    $s->timing("Docker away $OUTAGE s: run_task -> $r->{status}", time() - $t0);
     ok(SMCP::Stack::terminal($r->{status}), "the run ended: $r->{status}")
-        or diag_run($id, $r2);
+        or $s->diag_run($id, $r2);
     if ($r->{status} eq 'failed') {
         like($r->{error} // '', qr/docker|sandbox/i, 'failed with a clear error: ' . ($r->{error} // ''));
     } else {
@@ -179,15 +169,15 @@ subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
     my $run = $s->run_task(task => 'SCENARIO-LONG: write, then the model hangs', title => 'long');
     my $id = $run->{runId};
     ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
-       'the first tool call is stored') or diag_run($id, $r2);
+       'the first tool call is stored') or $s->diag_run($id, $r2);
     $s->stop_docker_forwarder($fwd, $sock);
     my $down = time();
     my $r = $s->wait_done($id, $LONG_OUTAGE);
     my $ended = time() - $down;
-    push @TIMINGS, ["Docker away: down -> $r->{status}", $ended];
+    $s->timing("Docker away: down -> $r->{status}", $ended);
     ok(SMCP::Stack::terminal($r->{status}),
        sprintf('the run ended while Docker was away: %s after %.1f s', $r->{status}, $ended))
-        or diag_run($id, $r2);
+        or $s->diag_run($id, $r2);
     is($r->{status}, 'failed', 'failed');
     like($r->{error} // '', qr/docker|dockerd/i, 'a clear error: ' . ($r->{error} // 'null'));
     sleep($LONG_OUTAGE - (time() - $down)) if time() - $down < $LONG_OUTAGE;
@@ -201,7 +191,7 @@ subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
             my @c = $s->run_containers($id);
             diag("left: @c " . join(' ', map {
                 SMCP::Docker::container_inspect_field($_, '{{.State.Status}}') // '?' } @c));
-            diag('BUG (see /tmp/helper-bugs.md): the runner gave up on the run while Docker was '
+            diag('BUG: the runner gave up on the run while Docker was '
                  . 'away; its kill/remove failed then and nothing retries them while it runs');
         };
     ok($s->runner_alive($r2), 'the runner is still up');
@@ -221,6 +211,4 @@ subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
 
 $s->stop_runner($r2, 'TERM');
 $s->stop_docker_forwarder($fwd, $sock);
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-50s %.2f s', @$_)) for @TIMINGS;
 $s->done;

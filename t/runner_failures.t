@@ -22,11 +22,10 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Stack qw(iso2epoch kinds);
-use SMCP::Test qw(json_encode wait_until);
+use SMCP::Events qw(agent_data);
+use SMCP::Stack;
+use SMCP::Test qw(json_encode wait_until iso_ms);
 
-my $T0 = time();
-my @TIMINGS;
 my $AUTH_MSG = 'invalid x-api-key (scripted refusal 4711)';
 my $TIMEOUT = 20;
 
@@ -44,16 +43,6 @@ my $s = SMCP::Stack->new(scripts => {
 my $t = $s->t;
 my $runner = $s->start_runner(concurrency => 3);
 
-sub agent_data { return map { $_->{data} } grep { ($_->{type} // '') eq 'agent' } @_ }
-
-sub diag_run {
-    my ($run) = @_;
-    diag("run $run: " . json_encode($s->run_hash($run)));
-    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
-                                grep { $_->{json} } $s->stored_events($run)));
-    diag("runner log:\n" . $s->runner_log_tail($runner));
-}
-
 my $t0 = time();
 my $auth = $s->run_task(task => 'SCENARIO-AUTH: the provider refuses the key', title => 'auth');
 my $hang = $s->run_task(task => 'SCENARIO-HANG: the model never answers', title => 'hang',
@@ -66,14 +55,16 @@ my $cancel = $s->run_task(task => 'SCENARIO-CANCEL: write, then wait for the mod
 
 subtest 'the model answers 401' => sub {
     my $r = $s->wait_done($auth->{runId}, 90);
-    push @TIMINGS, ['401 (run_task -> failed)', time() - $t0];
-    is($r->{status}, 'failed', 'failed') or diag_run($auth->{runId});
+    $s->timing('401 (run_task -> failed)', time() - $t0);
+    is($r->{status}, 'failed', 'failed') or $s->diag_run($auth->{runId}, $runner);
     like($r->{error} // '', qr/\Q$AUTH_MSG\E/, "error: the provider's message")
         or diag('error: ' . ($r->{error} // 'null'));
     isnt($r->{exitCode}, 0, 'exitCode not 0 (' . ($r->{exitCode} // 'null') . ')');
-    ok($r->{startedAt} && $r->{finishedAt}, 'startedAt and finishedAt set');
+    my $h = $s->run_hash($auth->{runId});
+    is(iso_ms($r->{startedAt}), $h->{started_at}, 'startedAt: started_at of the run hash');
+    is(iso_ms($r->{finishedAt}), $h->{finished_at}, 'finishedAt: finished_at');
     my @err = grep { ($_->{type} // '') eq 'error' } agent_data($s->events($auth->{runId}));
-    ok(@err, 'get_events: the agent\'s error event') or diag_run($auth->{runId});
+    ok(@err, 'get_events: the agent\'s error event') or $s->diag_run($auth->{runId}, $runner);
     my @req = grep { ($_->{body} // '') =~ /SCENARIO-AUTH/ } $s->anthropic->requests;
     ok(@req >= 1, 'the fake model was asked (' . scalar(@req) . ' request(s)) and said 401');
     ok(!grep({ $_->{status} != 401 } @req), 'every answer was the 401');
@@ -86,7 +77,7 @@ subtest 'opencode_cancel_run mid-run' => sub {
     my $id = $cancel->{runId};
     my $seen = wait_until(90, sub {
         scalar grep { ($_->{type} // '') eq 'tool_use' } agent_data($s->events($id)) }, 0.3);
-    ok($seen, 'the write tool call is stored (the run is mid-way)') or diag_run($id);
+    ok($seen, 'the write tool call is stored (the run is mid-way)') or $s->diag_run($id, $runner);
     ok(wait_until(30, sub { grep { ($_->{body} // '') =~ /SCENARIO-CANCEL/ && !$_->{status} }
                             $s->anthropic->requests }), 'the model is hanging');
     is($s->result($id)->{status}, 'running', 'status running before the cancel');
@@ -100,14 +91,14 @@ subtest 'opencode_cancel_run mid-run' => sub {
     my $r = $s->wait_done($id, 60);
     my @left = $s->run_containers($id);    # at once
     my $dt = time() - $tc;
-    push @TIMINGS, ['cancel_run -> cancelled', $dt];
+    $s->timing('cancel_run -> cancelled', $dt);
     is($r->{status}, 'cancelled', sprintf('cancelled (%.2f s after the cancel)', $dt))
-        or diag_run($id);
+        or $s->diag_run($id, $runner);
     is(scalar(@left), 0, 'the container is gone (docker ps -a) when the status says cancelled')
         or diag("still there: @left " . join(' ', map {
             SMCP::Docker::container_inspect_field($_, '{{.State.Status}}') // '?' } @left));
     if (@left) {
-        diag('BUG (see /tmp/helper-bugs.md): the run is `cancelled` while its container '
+        diag('BUG: the run is `cancelled` while its container '
              . 'still exists; the runner removes it only after storing the outcome');
     }
     # the same, from Docker's own clock
@@ -123,7 +114,7 @@ subtest 'opencode_cancel_run mid-run' => sub {
     ok($destroy && $destroy->{time} <= $fin + 0.001,
        sprintf('docker: the container was destroyed before the run was marked cancelled '
                . '(destroy - finished_at = %+.4f s)', $destroy ? $destroy->{time} - $fin : 0))
-        or diag('BUG (see /tmp/helper-bugs.md): the runner stores the outcome before it '
+        or diag('BUG: the runner stores the outcome before it '
                 . 'removes the container; docker events: ' . json_encode(\@de));
     is($r->{error}, 'cancelled', 'error: cancelled');
     ok($r->{cancelRequested}, 'cancelRequested');
@@ -139,8 +130,8 @@ subtest 'opencode_cancel_run mid-run' => sub {
 subtest "the model hangs: timeoutSeconds $TIMEOUT" => sub {
     my $id = $hang->{runId};
     my $r = $s->wait_done($id, $TIMEOUT + 90);
-    push @TIMINGS, ["deadline (run_task -> failed, timeout $TIMEOUT s)", time() - $t0];
-    is($r->{status}, 'failed', 'failed') or diag_run($id);
+    $s->timing("deadline (run_task -> failed, timeout $TIMEOUT s)", time() - $t0);
+    is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/deadline/i, 'error mentions the deadline')
         or diag('error: ' . ($r->{error} // 'null'));
     is($r->{timeoutSeconds}, $TIMEOUT, "timeoutSeconds $TIMEOUT");
@@ -172,6 +163,4 @@ my (undef, $out) = SMCP::Docker::docker('ps', '-aq', '--filter', 'label=smcp.run
 is($out, '', 'no container of the runner left');
 note("runner log:\n" . $s->runner_log($runner)) if $ENV{SMCP_TEST_VERBOSE};
 $s->stop_runner($runner, 'TERM');
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-50s %.2f s', @$_)) for @TIMINGS;
 $s->done;

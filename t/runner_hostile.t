@@ -32,11 +32,9 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Stack qw(kinds);
-use SMCP::Test qw(json_encode json_decode wait_until);
+use SMCP::Stack qw(bash_step);
+use SMCP::Test qw(json_decode wait_until);
 
-my $T0 = time();
-my @TIMINGS;
 my $DEADLINE = 25;
 
 # bash commands the "agent" runs in the sandbox
@@ -54,20 +52,14 @@ my $FLOOD = q{for i in $(seq 3000); do printf '%01000d\n' $i; done > /proc/1/fd/
 my $ENDLESS = 'echo endless-start > /proc/1/fd/1; while :; do head -c 500000 /dev/zero '
             . '| tr "\0" B; sleep 0.1; done > /proc/1/fd/1';
 
-sub bash_step {
-    my ($cmd) = @_;
-    return { tool_use => { name => 'bash', input => { command => $cmd,
-                                                      description => 'Write to the log' } } };
-}
-
 my $s = SMCP::Stack->new(scripts => {
-    'SCENARIO-HUGE'     => [ bash_step($HUGE), { text => 'Huge done.' } ],
-    'SCENARIO-DEADLINE' => [ bash_step($ENDLESS), { hang => 150 } ],
-    'SCENARIO-CANCEL'   => [ bash_step($ENDLESS), { hang => 150 } ],
+    'SCENARIO-HUGE'     => [ bash_step($HUGE, 'Write to the log'), { text => 'Huge done.' } ],
+    'SCENARIO-DEADLINE' => [ bash_step($ENDLESS, 'Write to the log'), { hang => 150 } ],
+    'SCENARIO-CANCEL'   => [ bash_step($ENDLESS, 'Write to the log'), { hang => 150 } ],
     'SCENARIO-BUDGET'   => [
         { tool_use => { name => 'write', input => {
             filePath => '/workspace/repo/budget.txt', content => "kept\n" } } },
-        bash_step($FLOOD),
+        bash_step($FLOOD, 'Write to the log'),
         { text => 'Budget done.' },
     ],
     'SCENARIO-LOOP'     => [ { hang => 150 } ],
@@ -76,28 +68,9 @@ my $t = $s->t;
 my $BUDGET = 1024 * 1024;
 my $runner = $s->start_runner(concurrency => 4, args => ['--max-event-bytes', '1m']);
 
-sub diag_run {
-    my ($run) = @_;
-    my $h = $s->run_hash($run);
-    diag("run $run: " . json_encode({ map { ($_ => $h->{$_}) } grep { $_ ne 'task' } keys %$h }));
-    diag('events: ' . join(' ', map { "$_->{type}:" . (length($_->{data} // '') > 100
-                                                       ? length($_->{data}) . 'B' : $_->{data} // '') }
-                                $s->stored_events($run)));
-    diag("runner log:\n" . $s->runner_log_tail($runner));
-}
-
 sub endless_started {
     my ($id) = @_;
     return scalar grep { ($_->{data} // '') eq 'endless-start' } $s->stored_events($id);
-}
-
-sub show_events {
-    my ($id) = @_;
-    return join "\n", map {
-        my $d = $_->{data} // '';
-        sprintf('%s %s %dB %s', $_->{type}, $_->{dts} // '-', length($d),
-                substr($d, 0, 60) =~ s/([^\x20-\x7e])/sprintf('\\x%02x', ord $1)/ger)
-    } $s->stored_events($id);
 }
 
 ##############################################################################
@@ -112,14 +85,14 @@ my $budget = $s->run_task(task => 'SCENARIO-BUDGET: 3 MB of output', title => 'b
 subtest 'a 70 MB line and a line with NUL bytes' => sub {
     my $id = $huge->{runId};
     my $r = $s->wait_done($id, 150);
-    push @TIMINGS, ['70 MB line: run_task -> done', time() - $t0];
-    is($r->{status}, 'completed', 'the run completed') or diag_run($id);
+    $s->timing('70 MB line: run_task -> done', time() - $t0);
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
     is($r->{result}, 'Huge done.', 'with the agent\'s answer');
     ok($s->runner_alive($runner), 'the runner is up');
 
     my @ev = $s->stored_events($id);
     my @big = grep { $_->{type} eq 'log' && ($_->{data} // '') =~ /^A{1000}/ } @ev;
-    is(scalar(@big), 1, 'the huge line is stored once') or diag(show_events($id));
+    is(scalar(@big), 1, 'the huge line is stored once') or diag($s->show_events($id));
     is(length($big[0]{data} // ''), 256 * 1024, '... cut to --max-line (256 KiB)')
         if @big;
     ok(defined($big[0]{dts}), '... with its Docker timestamp') if @big;
@@ -155,12 +128,12 @@ subtest "an endless line while the deadline ($DEADLINE s) passes" => sub {
     my $r = $s->wait_done($id, $DEADLINE + 60);
     my $h = $s->run_hash($id);
     my $ran = (($h->{finished_at} // 0) - ($h->{created_at} // 0)) / 1000;
-    push @TIMINGS, ["endless line: run_task -> $r->{status}", $ran];
-    is($r->{status}, 'failed', 'failed') or diag_run($id);
+    $s->timing("endless line: run_task -> $r->{status}", $ran);
+    is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/deadline/i, 'at its deadline: ' . ($r->{error} // 'null'));
     ok($ran < $DEADLINE + 15, sprintf('%.1f s after run_task', $ran));
     ok(endless_started($id), 'the line before the endless one is stored')
-        or diag(show_events($id));
+        or diag($s->show_events($id));
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
     like($s->runner_log($runner), qr/run=\Q$id\E.*deadline reached/, 'runner log: deadline reached');
 };
@@ -168,15 +141,15 @@ subtest "an endless line while the deadline ($DEADLINE s) passes" => sub {
 subtest 'an endless line while the run is cancelled' => sub {
     my $id = $cancel->{runId};
     ok(wait_until(90, sub { endless_started($id) }, 0.3), 'the line is streaming')
-        or diag_run($id);
+        or $s->diag_run($id, $runner);
     sleep(3);
     my $tc = time();
     $s->call('opencode_cancel_run', { runId => $id });
     my $r = $s->wait_done($id, 40);
     my $dt = time() - $tc;
-    push @TIMINGS, ['endless line: cancel -> cancelled', $dt];
+    $s->timing('endless line: cancel -> cancelled', $dt);
     is($r->{status}, 'cancelled', sprintf('cancelled, %.1f s after the cancel', $dt))
-        or diag_run($id);
+        or $s->diag_run($id, $runner);
     ok($dt < 15, 'within seconds');
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
 };
@@ -202,7 +175,7 @@ subtest 'forged step_finish lines' => sub {
 subtest "3 MB of output against --max-event-bytes $BUDGET" => sub {
     my $id = $budget->{runId};
     my $r = $s->wait_done($id, 120);
-    is($r->{status}, 'completed', 'completed') or diag_run($id);
+    is($r->{status}, 'completed', 'completed') or $s->diag_run($id, $runner);
     is($r->{result}, 'Budget done.', 'the result, from a line after the budget');
     my @ev = $s->stored_events($id);
     my @w = grep { ($_->{json}{warning} // '') eq 'output budget exceeded' } @ev;
@@ -245,7 +218,7 @@ subtest 'a run that kills its runner on every take' => sub {
                            timeoutSeconds => 300);
     my $id = $run->{runId};
     ok(wait_until(60, sub { ($s->run_hash($id)->{status} // '') eq 'running' }, 0.2),
-       'running') or diag_run($id);
+       'running') or $s->diag_run($id, $lr);
     for my $take (1 .. 3) {
         is($s->run_hash($id)->{attempts}, $take, "take $take: attempts $take");
         $s->stop_runner($lr, 'KILL');
@@ -256,8 +229,8 @@ subtest 'a run that kills its runner on every take' => sub {
                       0.2), 'the restarted runner re-attached') or diag($s->runner_log_tail($lr, 10));
     }
     my $r = $s->wait_done($id, 60);
-    push @TIMINGS, ['crash loop: run_task -> failed', time() - $t0];
-    is($r->{status}, 'failed', 'failed on the 4th take') or diag_run($id);
+    $s->timing('crash loop: run_task -> failed', time() - $t0);
+    is($r->{status}, 'failed', 'failed on the 4th take') or $s->diag_run($id, $lr);
     like($r->{error} // '', qr/crashed its runner 3 times/, 'error: ' . ($r->{error} // 'null'));
     is($s->run_hash($id)->{attempts}, 4, 'attempts 4');
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'its sandbox is removed');
@@ -266,6 +239,4 @@ subtest 'a run that kills its runner on every take' => sub {
 
 ##############################################################################
 
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-50s %.2f s', @$_)) for @TIMINGS;
 $s->done;

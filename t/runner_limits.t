@@ -33,11 +33,9 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Stack qw(kinds);
-use SMCP::Test qw(json_encode json_decode wait_until);
-
-my $T0 = time();
-my @TIMINGS;
+use SMCP::Events qw(step_totals);
+use SMCP::Stack;
+use SMCP::Test qw(json_decode wait_until);
 
 my $s = SMCP::Stack->new(
     scripts => {
@@ -70,15 +68,6 @@ my $s = SMCP::Stack->new(
 my $t = $s->t;
 my $tenant = $t->tenant;
 
-sub diag_run {
-    my ($run, $r) = @_;
-    my $h = $s->run_hash($run);
-    diag("run $run: " . json_encode({ map { ($_ => $h->{$_}) } grep { $_ ne 'task' } keys %$h }));
-    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
-                                grep { $_->{json} } $s->stored_events($run)));
-    diag("runner log:\n" . $s->runner_log_tail($r)) if $r;
-}
-
 ##############################################################################
 # 1. the tenant's running limit
 
@@ -95,11 +84,11 @@ subtest 'max_running 1: one run at a time' => sub {
         $max = $n if $n > $max;
         return !grep { !SMCP::Stack::terminal($_) } @st;
     }, 0.1);
-    push @TIMINGS, ['max_running 1: three runs done', time() - $t0];
+    $s->timing('max_running 1: three runs done', time() - $t0);
     is($max, 1, 'never more than one running');
     my @h = map { $s->run_hash($_->{runId}) } @one;
     is_deeply([map { $_->{status} } @h], [qw(completed completed completed)], 'all completed')
-        or diag_run($_->{runId}, $runner) for @one;
+        or do { $s->diag_run($_->{runId}, $runner) for @one };
     my @order = sort { $a->{started_at} <=> $b->{started_at} } @h;
     ok($order[1]{started_at} >= $order[0]{finished_at}
        && $order[2]{started_at} >= $order[1]{finished_at},
@@ -119,10 +108,12 @@ my $ren = $s->run_task(task => 'SCENARIO-RENAME: rename README.md',
 subtest 'maxCostUsd: the sandbox is stopped' => sub {
     my $id = $cost->{runId};
     my $r = $s->wait_done($id, 90);
-    is($r->{status}, 'failed', 'failed') or diag_run($id, $runner);
+    is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/spend cap exceeded: the run has cost \$0\.4\d+, over its maxCostUsd of \$0\.20+/,
          'the error names the cost and the cap: ' . ($r->{error} // 'null'));
-    ok($r->{cost} > 0.2, "cost $r->{cost} recorded");
+    my (undef, undef, $spent) = step_totals(map { $_->{json} } $s->stored_events($id));
+    ok($spent > 0.2 && abs(($r->{cost} // 0) - $spent) < 1e-5,
+       "cost $r->{cost}: the sum over the stored step_finish events ($spent)");
     my @req = grep { ($_->{body} // '') =~ /SCENARIO-COST/ } $s->anthropic->requests;
     ok(@req <= 2, 'the model was asked at most twice (' . scalar(@req) . ')');
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
@@ -134,7 +125,7 @@ subtest 'maxCostUsd: the sandbox is stopped' => sub {
 subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
     my $id = $ren->{runId};
     my $r = $s->wait_done($id, 120);
-    is($r->{status}, 'completed', 'completed') or diag_run($id, $runner);
+    is($r->{status}, 'completed', 'completed') or $s->diag_run($id, $runner);
     my $h = $s->run_hash($id);
     my $diff = $t->redis('GET', "smcp:run:$id:diff") // '';
     my $idx = json_decode($h->{diff_index} // '') || {};
@@ -174,7 +165,7 @@ $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $disk->{sessionId}
 subtest '--workspace-limit 50m: 80 MB written' => sub {
     my $id = $disk->{runId};
     my $r = $s->wait_done($id, 90);
-    is($r->{status}, 'failed', 'failed') or diag_run($id, $runner);
+    is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/workspace limit exceeded: .*more than 52428800 bytes/,
          'the error names the limit: ' . ($r->{error} // 'null'));
     my $h = $s->run_hash($id);
@@ -215,7 +206,7 @@ subtest 'the janitor' => sub {
         ok($res->{isError} && SMCP::Test::result_text($res) =~ /Session expired/,
            '... and a run in it is refused: ' . (SMCP::Test::result_text($res) // ''));
     }
-    push @TIMINGS, ['janitor: two sessions expired', time() - $t0];
+    $s->timing('janitor: two sessions expired', time() - $t0);
     my $other = $one[1]{sessionId};
     is($t->redis_hgetall("smcp:session:$other")->{state}, undef,
        'a session not due is left alone');
@@ -229,6 +220,4 @@ ok($s->runner_alive($runner), 'the runner is still up');
 my @bad = grep { /level=(error|crit)/ } split /\n/, $s->runner_log($runner);
 is(scalar(@bad), 0, 'no error in the runner log') or diag(join "\n", @bad);
 $s->stop_runner($runner, 'TERM');
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-50s %.2f s', @$_)) for @TIMINGS;
 $s->done;

@@ -333,7 +333,7 @@ subtest 'the runner and a Redis password' => sub {
         }
         local $ENV{SMCP_REDIS_PASSWORD} = $name eq 'env' ? $pw : '';
         my $log = $t->dir . "/runner-$name.log";
-        my $pid = $t->_spawn("runner $name", $log, @base, '--name', "rt-pw-$name-$$", @$args);
+        my $pid = $t->spawn("runner $name", $log, @base, '--name', "rt-pw-$name-$$", @$args);
         $run{$name} = { pid => $pid, log => $log };
     }
 
@@ -349,7 +349,7 @@ subtest 'the runner and a Redis password' => sub {
     ok(wait_until(10, sub { (() = $c->cmd('CLIENT', 'LIST') =~ /cmd=xreadgroup/g) >= 2 }),
        'both runners with the password (file, environment) read the queue');
     for my $name (sort keys %run) {
-        $t->_stop_pid($run{$name}{pid}, 'TERM', 10);
+        $t->stop_pid($run{$name}{pid}, 'TERM', 10);
         my $log = $t->read_file($run{$name}{log});
         unlike($log, qr/\Q$pw\E|pw-[a-z]{20}/, "runner $name: the password is not in its log");
     }

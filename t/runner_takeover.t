@@ -22,11 +22,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Stack qw(kinds);
-use SMCP::Test qw(json_encode wait_until);
-
-my $T0 = time();
-my @TIMINGS;
+use SMCP::Stack;
+use SMCP::Test qw(wait_until);
 
 my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-SHARE'  => SMCP::Stack::four_steps('SHARE', 4, 4),
@@ -34,14 +31,6 @@ my $s = SMCP::Stack->new(scripts => {
 });
 my $base = $s->runner_name;
 my %R;
-
-sub diag_run {
-    my ($run) = @_;
-    diag("run $run: " . json_encode($s->run_hash($run)));
-    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
-                                grep { $_->{json} } $s->stored_events($run)));
-    diag("runner $_ log:\n" . $s->runner_log_tail($R{$_}, 20)) for sort keys %R;
-}
 
 ##############################################################################
 # 1. x (concurrency 1: busy with the run, it looks for nothing else) runs
@@ -53,12 +42,12 @@ subtest 'a live runner keeps its run' => sub {
     my $run = $s->run_task(task => 'SCENARIO-SHARE: two files, show them, answer', title => 'share');
     my $id = $run->{runId};
     ok(wait_until(60, sub { $s->result($id)->{status} eq 'running' }, 0.1), 'running')
-        or diag_run($id);
+        or $s->diag_run($id, @R{sort keys %R});
     like($s->run_hash($id)->{claimed_by} // '', qr{^\Q$R{x}{name}\E/}, 'claimed by runner x');
     $R{y} = $s->start_runner(name => "$base-y", claim_idle => 3000, concurrency => 2);
     my $r = $s->wait_done($id, 90);
-    push @TIMINGS, ['one run, two runners: run_task -> completed', time() - $t0];
-    is($r->{status}, 'completed', 'completed') or diag_run($id);
+    $s->timing('one run, two runners: run_task -> completed', time() - $t0);
+    is($r->{status}, 'completed', 'completed') or $s->diag_run($id, @R{sort keys %R});
     my $h = $s->run_hash($id);
     my $ran = ($h->{finished_at} - $h->{started_at}) / 1000;
     ok($ran > 8, sprintf('it ran %.1f s, well past --claim-idle (3 s)', $ran));
@@ -66,7 +55,7 @@ subtest 'a live runner keeps its run' => sub {
     is(scalar(@foreign), 0, 'runner y left the live run of runner x alone')
         or do {
             diag(join "\n", @foreign);
-            diag('BUG (see /tmp/helper-bugs.md): a live run is taken over: its runner touches '
+            diag('BUG: a live run is taken over: its runner touches '
                  . 'its queue entry every 10 s, whatever --claim-idle is');
         };
     $s->check_events_exact($id, 'one follower');
@@ -82,7 +71,7 @@ subtest 'a dead runner\'s run is taken over' => sub {
     my $run = $s->run_task(task => 'SCENARIO-ORPHAN: two files, show them, answer', title => 'orphan');
     my $id = $run->{runId};
     ok(wait_until(60, sub { grep { ($_->{json}{type} // '') eq 'tool_use' } $s->container_events($id) },
-                  0.1), 'the first tool call is stored') or diag_run($id);
+                  0.1), 'the first tool call is stored') or $s->diag_run($id, @R{sort keys %R});
     like($s->run_hash($id)->{claimed_by} // '', qr{^\Q$R{x}{name}\E/}, 'claimed by runner x');
     $s->stop_runner(delete $R{x}, 'KILL');
     my $killed = time();
@@ -92,8 +81,8 @@ subtest 'a dead runner\'s run is taken over' => sub {
     my $took = wait_until(30, sub { $s->runner_log($R{z}) =~ /run=\Q$id\E.*re-attached/ }, 0.2);
     ok($took, sprintf('runner z re-attached to it, %.1f s after the kill', time() - $killed));
     my $r = $s->wait_done($id, 90);
-    push @TIMINGS, ['SIGKILL, take-over by another: run_task -> completed', time() - $t0];
-    is($r->{status}, 'completed', 'completed') or diag_run($id);
+    $s->timing('SIGKILL, take-over by another: run_task -> completed', time() - $t0);
+    is($r->{status}, 'completed', 'completed') or $s->diag_run($id, @R{sort keys %R});
     is($r->{result}, 'Done with ORPHAN.', 'result');
     $s->check_events_exact($id, 'after the take-over');
     ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
@@ -105,6 +94,4 @@ for my $k (sort keys %R) {
     ok($s->runner_alive($R{$k}), "runner $k is still up");
     $s->stop_runner($R{$k}, 'TERM');
 }
-push @TIMINGS, ['total', time() - $T0];
-diag(sprintf('timing %-55s %.2f s', @$_)) for @TIMINGS;
 $s->done;

@@ -34,12 +34,13 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(:all);
+use SMCP::Test qw(repo_root rhex wait_until);
 
 ensure_docker(root => 1);
 
-my $root = SMCP::Docker::_repo_root();
+my $root = repo_root();
 my $build = "$root/runner/sandbox/build-image";
-my $image = $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33';
+my $image = sandbox_image();
 my $version = '1.18.33';
 my $JSON = JSON::PP->new->canonical;
 
@@ -171,7 +172,7 @@ SH
 # volumes: SMCP::Docker::create_volume (labelled, removed at the end)
 sub new_volume { return create_volume() }
 
-my $token = 'run-token-' . join('', map { sprintf '%02x', int rand 256 } 1 .. 16);
+my $token = 'run-token-' . rhex(16);
 my $egress = 'http://192.0.2.1:8090';    # TEST-NET: never reached here
 
 # the locked-down sandbox: volume at /workspace, no network
@@ -458,14 +459,8 @@ my $task = "\n   Fix   the   bug \x{e9}\n\nSecond line \"quoted\" \$HOME `x`\n";
                  SMCP_RUN_TOKEN => $token, SMCP_TASK => 'wait', PATH => $path,
                  FAKE_MODE => 'sleep' }));
     start_container($cid);
-    my $ready = 0;
-    my $until = time() + 30;
-    while (time() < $until) {
-        my (undef, $out) = docker('logs', $cid);
-        if ($out =~ /fake agent/) { $ready = 1; last }
-        sleep(0.1);
-    }
-    ok($ready, 'the stand-in agent is running');
+    ok(wait_until(30, sub { (docker('logs', $cid))[1] =~ /fake agent/ }, 0.1),
+       'the stand-in agent is running');
     sleep(0.3);    # its trap is set
     my $t = time();
     my ($rc, $o, $e) = docker({ timeout => 60 }, 'stop', '-t', '20', $cid);

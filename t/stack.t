@@ -23,17 +23,13 @@ use SMCP::Fakes;
 
 my $root = repo_root();
 
-if (!-x "$root/build/smcp-token" || !-f module_path()) {
-    plan(skip_all => 'build first (make)') unless is_ci();
-    fail('build/smcp-token and the module are built');
-    done_testing();
-    exit;
-}
+require_prereqs('build/smcp-token and the module (run `make`)')
+    unless -x "$root/build/smcp-token" && -f module_path();
 
 my $state = tempdir('smcp-stack-XXXXXX', TMPDIR => 1,
                     CLEANUP => !$ENV{SMCP_TEST_KEEP});
-my $port = SMCP::Test::free_port();
-my $rport = SMCP::Test::free_port();
+my $port = free_port();
+my $rport = free_port();
 
 local $ENV{SMCP_STATE} = $state;
 local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
@@ -65,7 +61,7 @@ delete local $ENV{PROXY_JWT_SECRET};
 my ($egress, $fake, $gh, $eport, $net) = (0);
 if (docker_available() || is_ci()) {
     $egress = 1;
-    $eport = SMCP::Test::free_port();
+    $eport = free_port();
     $net = 'smcp-' . test_id();
     $fake = SMCP::Fakes::start_anthropic(key => 'sk-ant-REAL-stack-0123456789',
                                          text => 'stack run done');
@@ -104,7 +100,7 @@ is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
 }
 {
     # Redis has a password (make up made it): nothing talks to it without
-    my $pw = SMCP::Test::read_file(undef, "$state/redis-password") // '';
+    my $pw = slurp("$state/redis-password");
     like($pw, qr/^[0-9a-f]{48}$/, 'a Redis password was generated');
     is(sprintf('%o', (stat "$state/redis-password")[2] & 07777), '600', '... mode 600');
     my $noauth = `REDISCLI_AUTH= redis-cli -p $rport PING 2>&1`;
@@ -123,8 +119,8 @@ is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
     like($cfg{'client-output-buffer-limit'} // '', qr/^normal 67108864 16777216 60 /,
          'redis: client-output-buffer-limit normal 64mb 16mb 60');
 }
-my $nginx_pid = SMCP::Test::read_file(undef, "$state/nginx.pid") // '';
-my $redis_pid = SMCP::Test::read_file(undef, "$state/redis.pid") // '';
+my $nginx_pid = slurp("$state/nginx.pid");
+my $redis_pid = slurp("$state/redis.pid");
 chomp($nginx_pid, $redis_pid);
 ok($nginx_pid =~ /^\d+$/ && kill(0, $nginx_pid), 'nginx runs');
 ok($redis_pid =~ /^\d+$/ && kill(0, $redis_pid), 'redis-server runs');
@@ -199,24 +195,28 @@ sub environ {
     return $e;
 }
 
+if (!$egress) {
+    like($out, qr/^  Egress:   off$/m, 'prints Egress: off') or diag($out);
+}
+
 if ($egress) {
     # the egress proxy is an nginx instance of its own, the only holder of
     # the provider keys
-    my $egress_pid = SMCP::Test::read_file(undef, "$state/egress.pid") // '';
+    my $egress_pid = slurp("$state/egress.pid");
     chomp $egress_pid;
     ok($egress_pid =~ /^\d+$/ && kill(0, $egress_pid), 'the egress nginx runs');
     isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
     my $key = 'sk-ant-REAL-stack-0123456789';
-    my $eenv = SMCP::Test::read_file(undef, "$envdir/egress.conf.env");
+    my $eenv = slurp("$envdir/egress.conf.env");
     like($eenv, qr/^ANTHROPIC_API_KEY=\Q$key\E$/m, '... started with the provider key');
-    my $menv = SMCP::Test::read_file(undef, "$envdir/nginx.conf.env");
+    my $menv = slurp("$envdir/nginx.conf.env");
     ok(length($menv) && index($menv, $key) < 0,
        'the MCP nginx was started without the provider key in its environment');
     unlike($menv, qr/^(ANTHROPIC_API_KEY|GITHUB_TOKEN|PROXY_JWT_SECRET)=/m,
            '... nor any key variable');
-    my $mconf = SMCP::Test::read_file(undef, "$state/nginx.conf");
+    my $mconf = slurp("$state/nginx.conf");
     unlike($mconf, qr/sandbox_mcp_egress|\Q$key\E/, '... and its nginx.conf no egress route');
-    like(SMCP::Test::read_file(undef, "$state/egress.conf"), qr/worker_connections 4096/,
+    like(slurp("$state/egress.conf"), qr/worker_connections 4096/,
          'egress.conf: its own worker_connections');
     if ($> == 0) {
         my @u = worker_uids($egress_pid);
@@ -225,8 +225,12 @@ if ($egress) {
         is((stat "$state/tmp/egress/body")[4], $nobody, '... their temp dir is nobody\'s');
     }
 
-    my ($gw) = $out =~ m{Egress:\s+http://([\d.]+):\d+};
-    ok($gw, 'prints the egress listener') or diag($out);
+    # the summary's Egress line: the listener once, on the gateway (the
+    # subnet's first address), its network and the instance's pid
+    (my $gw = $ENV{SMCP_SANDBOX_SUBNET}) =~ s{\.0/24$}{.1};
+    my ($line) = $out =~ /^  Egress: +(.*)$/m;
+    is($line, "http://$gw:$eport (sandbox network $net, nginx pid $egress_pid)",
+       'prints the egress listener, once') or diag($out);
     my $ht = HTTP::Tiny->new(timeout => 10);
     my $r = $ht->get("http://$gw:$eport/nope");
     is($r->{status}, 404, 'egress listener up: unknown route 404');
@@ -277,28 +281,28 @@ if ($egress) {
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
     # (the run's status is stored before its log line is written)
     my $rlog = '';
-    wait_until(5, sub { $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    wait_until(5, sub { $rlog = slurp("$state/logs/runner.log");
                         $rlog =~ /run=\Q$rt->{runId}\E msg="completed/ });
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
 
-    my $rpid = SMCP::Test::read_file(undef, "$state/runner.pid") // '';
+    my $rpid = slurp("$state/runner.pid");
     chomp $rpid;
     my $renv = $rpid =~ /^\d+$/ ? environ($rpid) : undef;
     ok(defined $renv && index($renv, $key) < 0, 'the runner\'s environment holds no provider key');
 
     # supervised: a crashed runner is restarted, the crash logged
-    my $spid = (SMCP::Test::read_file(undef, "$state/supervisor.pid") =~ /(\d+)/)[0] // 0;
+    my $spid = (slurp("$state/supervisor.pid") =~ /(\d+)/)[0] // 0;
     ok($spid && kill(0, $spid), 'the runner\'s supervisor runs');
     kill 'KILL', $rpid;
     my $new = 0;
     ok(wait_until(15, sub {
-        $new = (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0;
+        $new = (slurp("$state/runner.pid") =~ /(\d+)/)[0] // 0;
         return $new && $new != $rpid && kill(0, $new);
     }), 'a killed runner is restarted by its supervisor');
-    $rlog = SMCP::Test::read_file(undef, "$state/logs/runner.log");
+    $rlog = slurp("$state/logs/runner.log");
     like($rlog, qr/smcp-runner \(pid $rpid\) killed by signal 9 \(KILL\) after \d+ s; restarting in 1 s/,
          '... the crash logged with its signal, and the restart');
-    ok(wait_until(10, sub { SMCP::Test::read_file(undef, "$state/logs/runner.log")
+    ok(wait_until(10, sub { slurp("$state/logs/runner.log")
                             =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
        '... the new runner is up (its start line)');
 }
@@ -306,7 +310,7 @@ if ($egress) {
 # a second `up` is idempotent: same processes, reloaded config
 $out = `$root/.ci/stack up 2>&1`;
 is($?, 0, 'second stack up exits 0') or diag($out);
-my $nginx_pid2 = SMCP::Test::read_file(undef, "$state/nginx.pid") // '';
+my $nginx_pid2 = slurp("$state/nginx.pid");
 chomp $nginx_pid2;
 is($nginx_pid2, $nginx_pid, 'second up keeps the same nginx master');
 
@@ -314,12 +318,12 @@ $out = `$root/.ci/stack down 2>&1`;
 is($?, 0, 'stack down exits 0') or diag($out);
 ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
 if ($egress) {
-    my $epid = (SMCP::Test::read_file(undef, "$state/egress.pid") =~ /(\d+)/)[0] // 0;
+    my $epid = (slurp("$state/egress.pid") =~ /(\d+)/)[0] // 0;
     ok(!$epid || wait_until(10, sub { !kill(0, $epid) }), 'the egress nginx stopped');
 }
 ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
 ok(!-f "$state/runner.pid"
-   || !kill(0, (SMCP::Test::read_file(undef, "$state/runner.pid") =~ /(\d+)/)[0] // 0),
+   || !kill(0, (slurp("$state/runner.pid") =~ /(\d+)/)[0] // 0),
    'runner stopped');
 ok(!-f "$state/supervisor.pid", '... and its supervisor');
 if ($egress) {
@@ -331,9 +335,9 @@ if ($egress) {
     $gh->stop;
 }
 
-my $log = SMCP::Test::read_file(undef, "$state/logs/error.log") // '';
+my $log = slurp("$state/logs/error.log");
 unlike($log, qr/\[(alert|crit|emerg)\]/, 'no alert/crit/emerg in the stack error.log');
-my $elog = SMCP::Test::read_file(undef, "$state/logs/egress-error.log") // '';
+my $elog = slurp("$state/logs/egress-error.log");
 unlike($elog, qr/\[(alert|crit|emerg)\]/, '... nor in the egress error log');
 unlike($log, qr/\Q$token\E/, 'the token never appears in the log');
 

@@ -14,7 +14,7 @@ use File::Temp qw(tempdir);
 use POSIX qw(:sys_wait_h setsid);
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(repo_root wait_until);
+use SMCP::Test qw(repo_root slurp wait_until);
 
 my $sup = repo_root() . '/.ci/supervise';
 my $dir = tempdir('smcp-supervise-XXXXXX', TMPDIR => 1, CLEANUP => 1);
@@ -40,7 +40,6 @@ sub start {
     return ($pid, $pidf, $log);
 }
 
-sub slurp { open(my $fh, '<', $_[0]) or return ''; local $/; my $c = <$fh>; return $c // '' }
 sub child_pid { my $p = slurp($_[0]); chomp $p; return $p =~ /^\d+$/ ? $p : 0 }
 sub reaped { my ($pid) = @_; return waitpid($pid, WNOHANG) == $pid }
 

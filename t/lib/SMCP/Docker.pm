@@ -25,10 +25,8 @@ package SMCP::Docker;
 use strict;
 use warnings;
 
-use Cwd qw(abs_path);
 use Exporter qw(import);
-use File::Basename qw(basename dirname);
-use File::Temp qw(tempfile);
+use File::Basename qw(basename);
 use IO::Select;
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
@@ -36,12 +34,15 @@ use Socket qw(SHUT_WR);
 use Test::More ();
 use Time::HiRes qw(time sleep);
 
+use SMCP::Test qw(repo_root run_cmd prereq_fail which_bin);
+
 our @EXPORT_OK = qw(
     docker_available ensure_docker ensure_dockerd ensure_base_image base_image
+    sandbox_image ensure_sandbox_image
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
-    exec_in container_ip container_inspect_field
-    create_network remove_network network_gateway free_subnet
+    exec_in probe_tcp container_ip container_inspect_field
+    create_network remove_network network_gateway free_subnet host_ip
     sandbox_net_up sandbox_net_down sandbox_net_rules sandbox_net_script
     bridge_name fork_child orphaned tcp_listener stop_child cleanup
 );
@@ -51,10 +52,7 @@ my $OWNER = $$;
 my $SEQ = 0;
 my (%CHILDREN, @SANDBOX_NETS, %SUBNETS_GIVEN, $TEST_ID, $PARENT);
 
-sub _repo_root { return abs_path(dirname(abs_path(__FILE__)) . '/../../..') }
-sub sandbox_net_script { return _repo_root() . '/runner/sandbox-net' }
-
-sub _is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
+sub sandbox_net_script { return repo_root() . '/runner/sandbox-net' }
 
 sub base_image { return $ENV{SMCP_TEST_IMAGE} // 'smcp-base:bookworm' }
 
@@ -74,72 +72,7 @@ sub test_id {
 sub test_label { return 'smcp.test=' . test_id() }
 
 ##############################################################################
-# running commands
-
-# run_cmd([cmd...], timeout => S, stdin => STRING) -> (exit code, stdout,
-# stderr).  The exit code is 128+signal when the command was killed, 124
-# when it ran out of time (it is then killed), 127 when it could not start.
-sub run_cmd {
-    my ($cmd, %o) = @_;
-    my $timeout = $o{timeout} // 120;
-    my ($ofh, $ofile) = tempfile('smcp-docker-XXXXXX', TMPDIR => 1, UNLINK => 1);
-    my ($efh, $efile) = tempfile('smcp-docker-XXXXXX', TMPDIR => 1, UNLINK => 1);
-    my ($ifh, $ifile);
-    if (defined $o{stdin}) {
-        ($ifh, $ifile) = tempfile('smcp-docker-XXXXXX', TMPDIR => 1, UNLINK => 1);
-        binmode $ifh;
-        print $ifh $o{stdin};
-        close $ifh;
-    }
-    my $pid = fork();
-    die "fork: $!" unless defined $pid;
-    if ($pid == 0) {
-        POSIX::setpgid(0, 0);
-        open(STDIN, '<', $ifile // '/dev/null') or POSIX::_exit(127);
-        open(STDOUT, '>&', $ofh) or POSIX::_exit(127);
-        open(STDERR, '>&', $efh) or POSIX::_exit(127);
-        { no warnings 'exec'; exec { $cmd->[0] } @$cmd; }
-        print STDERR "exec $cmd->[0]: $!\n";
-        POSIX::_exit(127);
-    }
-    my $deadline = time() + $timeout;
-    my ($rc, $timed_out);
-    while (1) {
-        my $r = waitpid($pid, WNOHANG);
-        if ($r == $pid) { $rc = $?; last }
-        if ($r == -1) { $rc = -1; last }
-        if (time() >= $deadline) {
-            $timed_out = 1;
-            kill 'TERM', -$pid;
-            my $d2 = time() + 3;
-            while (time() < $d2 && waitpid($pid, WNOHANG) == 0) { sleep(0.05) }
-            kill 'KILL', -$pid;
-            waitpid($pid, 0);
-            last;
-        }
-        sleep(0.01);
-    }
-    my $out = _slurp($ofile);
-    my $err = _slurp($efile);
-    close $ofh;
-    close $efh;
-    my $code = $timed_out ? 124
-             : $rc == -1 ? 127
-             : ($rc & 127) ? 128 + ($rc & 127)
-             : $rc >> 8;
-    $err .= "(timed out after ${timeout}s)\n" if $timed_out;
-    return ($code, $out, $err);
-}
-
-sub _slurp {
-    my ($f) = @_;
-    open(my $fh, '<', $f) or return '';
-    binmode $fh;
-    local $/;
-    my $c = <$fh>;
-    close $fh;
-    return $c // '';
-}
+# running commands (run_cmd: SMCP::Test's, exported here too)
 
 # docker(@args) -> (rc, stdout, stderr); docker({timeout => S}, @args)
 sub docker {
@@ -170,7 +103,7 @@ sub docker_available {
 # start dockerd when nothing answers; returns (1) or (0, message)
 sub ensure_dockerd {
     return (1) if docker_available();
-    my $script = _repo_root() . '/.ci/start-dockerd';
+    my $script = repo_root() . '/.ci/start-dockerd';
     my ($rc, $out, $err) = run_cmd([$script], timeout => 60);
     return (1) if $rc == 0 && docker_available();
     return (0, "no Docker engine ($script failed: $err$out)");
@@ -180,10 +113,26 @@ sub ensure_dockerd {
 sub ensure_base_image {
     my ($image) = @_;
     $image //= base_image();
-    my $script = _repo_root() . '/.ci/build-base-image';
+    my $script = repo_root() . '/.ci/build-base-image';
     my ($rc, $out, $err) = run_cmd([$script, $image], timeout => 900);
     return (1) if $rc == 0;
     return (0, "no base image $image ($script failed: $err$out)");
+}
+
+# the sandbox image the runner starts: $SMCP_SANDBOX_IMAGE, or the tag
+# runner/sandbox/build-image makes by default
+sub sandbox_image { return $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33' }
+
+# ensure_sandbox_image() -> (image, seconds it took): built (or found up to
+# date) by runner/sandbox/build-image, or prereq_fail with its message
+sub ensure_sandbox_image {
+    my $image = sandbox_image();
+    my $t0 = time();
+    my ($rc, $out, $err) = run_cmd([repo_root() . '/runner/sandbox/build-image', $image],
+                                   timeout => 900);
+    prereq_fail("sandbox image $image: runner/sandbox/build-image failed: $err$out")
+        if $rc != 0;
+    return ($image, time() - $t0);
 }
 
 # ensure_docker(root => 1, image => 1|NAME): the engine (and, unless
@@ -193,7 +142,7 @@ sub ensure_docker {
     my @missing;
     if ($o{root} && $> != 0) {
         push @missing, 'root (iptables, dockerd)';
-    } elsif (!_which('dockerd') && !docker_available()) {
+    } elsif (!which_bin('dockerd') && !docker_available()) {
         push @missing, 'dockerd (apt-get install docker.io; .ci/install-deps)';
     } else {
         my ($ok, $msg) = ensure_dockerd();
@@ -204,37 +153,12 @@ sub ensure_docker {
             push @missing, $msg unless $ok;
         }
     }
-    if (@missing) {
-        my $msg = join('; ', @missing);
-        if (_is_ci()) {
-            Test::More::plan(tests => 1);
-            Test::More::fail("Docker prerequisites under CI: $msg");
-            exit 1;
-        }
-        Test::More::plan(skip_all => $msg);
-    }
-    _install_signal_handlers();
+    prereq_fail(join('; ', @missing)) if @missing;
+    SMCP::Test::install_signal_handlers();
     sweep_stale();
     Test::More::diag('SMCP_TEST_KEEP: leaving everything labelled ' . test_label())
         if $ENV{SMCP_TEST_KEEP};
     return 1;
-}
-
-sub _which {
-    my ($name) = @_;
-    for my $d (split(/:/, $ENV{PATH} // ''), qw(/usr/sbin /usr/bin /sbin /bin)) {
-        next unless length $d;
-        return "$d/$name" if -x "$d/$name";
-    }
-    return undef;
-}
-
-sub _install_signal_handlers {
-    $SIG{PIPE} = 'IGNORE';
-    for my $sig (qw(INT TERM HUP)) {
-        $SIG{$sig} = sub { print STDERR "# caught SIG$sig, cleaning up\n"; exit 1 }
-            unless ref $SIG{$sig};
-    }
 }
 
 ##############################################################################
@@ -354,6 +278,36 @@ sub exec_in {
     push @a, 'timeout', '-k', '2', $t unless $o{no_timeout};
     push @a, @$cmd;
     return docker({ timeout => $t + 15, stdin => $o{stdin} }, @a);
+}
+
+# probe_tcp($id, $host, $port, timeout => S (3), read => S (2)): a TCP
+# connect from inside the container with bash's /dev/tcp, then what the
+# peer sends within `read` seconds -> {connected, refused, reply, rc,
+# elapsed (the connect and read, timed inside), out (everything, for
+# diag)}
+my $PROBE_SH = <<'SH';
+s=$EPOCHREALTIME
+out=$(timeout "$3" bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 7; echo CONNECTED; [ "$3" = 0 ] || timeout "$3" cat <&3' x "$1" "$2" "$4" 2>&1)
+rc=$?
+e=$EPOCHREALTIME
+printf 'rc=%s start=%s end=%s\n%s\n' "$rc" "$s" "$e" "$out"
+SH
+
+sub probe_tcp {
+    my ($id, $host, $port, %o) = @_;
+    my $t = $o{timeout} // 3;
+    my ($rc, $out, $err) = exec_in($id, ['bash', '-c', $PROBE_SH, 'probe', $host, $port,
+                                         $t, $o{read} // 2], timeout => $t + 10);
+    my %r = (out => "rc=$rc $out$err", rc => -1, connected => 0, elapsed => 0, reply => '',
+             refused => 0);
+    if ($out =~ /^rc=(\d+) start=([\d.]+) end=([\d.]+)\n(.*)\z/s) {
+        @r{qw(rc elapsed)} = ($1, $3 - $2);
+        my $o = $4;
+        $r{connected} = $o =~ s/^CONNECTED\n//m ? 1 : 0;
+        $r{reply} = $o;
+        $r{refused} = $o =~ /Connection refused/ ? 1 : 0;
+    }
+    return \%r;
 }
 
 # a field of `docker inspect` via a Go template, e.g. '{{.State.Status}}'
@@ -506,6 +460,15 @@ sub network_gateway {
         ($gw) = $a =~ /inet (\d+\.\d+\.\d+\.\d+)/;
     }
     return (subnet => $subnet, gateway => $gw);
+}
+
+# the host's IPv4 address on the interface of its default route (undef
+# when there is none)
+sub host_ip {
+    my (undef, $r) = run_cmd(['ip', '-4', '-o', 'route', 'show', 'default'], timeout => 10);
+    my ($dev) = $r =~ /\bdev (\S+)/ or return undef;
+    my (undef, $a) = run_cmd(['ip', '-4', '-o', 'addr', 'show', 'dev', $dev], timeout => 10);
+    return ($a =~ /inet (\d+\.\d+\.\d+\.\d+)/)[0];
 }
 
 # sandbox_net_up(egress_port => P, name => N, bridge => B, subnet => CIDR)

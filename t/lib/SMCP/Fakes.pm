@@ -156,6 +156,9 @@ package SMCP::Fakes;
 #     ->add_repo('o/r', %attrs)  ->pulls('o/r') -> created PRs
 #
 # parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
+# scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
+#     code ref) for start_anthropic that plays one script per task
+#     (exportable)
 #
 # t/fake/serve.pl runs one fake in the foreground for non-Perl callers.
 
@@ -165,7 +168,7 @@ use warnings;
 use Exporter qw(import);
 
 our @EXPORT_OK = qw(start_anthropic start_openai start_github start_github_git
-                    start_github_api parse_sse);
+                    start_github_api parse_sse scenario_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our @LIVE;    # fakes started by this process, for END cleanup
@@ -197,6 +200,42 @@ sub parse_sse {
         push @ev, \%e;
     }
     return @ev;
+}
+
+# scenario_script({'SCENARIO-X' => [steps]}, title => TEXT) -> a code ref,
+# the one step of start_anthropic(script => [...]) that plays a script per
+# task.  The script is picked by the marker (SCENARIO-[A-Z0-9]+) in the
+# latest user text of the conversation, the step by the number of
+# assistant messages after that user message: a continued session (whose
+# conversation holds earlier runs) and a retried request land on the same
+# step.  A step is a turn (text, tool_use, error, hang, ...), or a code ref
+# called with (request JSON, step number).  OpenCode's title generator is
+# answered TEXT (default "Test run").
+sub scenario_script {
+    my ($scripts, %o) = @_;
+    my $title = $o{title} // 'Test run';
+    return sub {
+        my ($j) = @_;
+        my $sys = $SMCP::Fakes::Server::JSON_CHARS->encode($j->{system} // '');
+        return { text => $title } if $sys =~ /title generator/i;
+        my $msgs = $j->{messages} || [];
+        my ($mark, $at);
+        for my $i (reverse 0 .. $#$msgs) {
+            my $m = $msgs->[$i];
+            next unless ($m->{role} // '') eq 'user';
+            my $c = $m->{content};
+            my $text = ref $c eq 'ARRAY'
+                ? join("\n", map { ($_->{type} // '') eq 'text' ? ($_->{text} // '') : () } @$c)
+                : ($c // '');
+            if ($text =~ /\b(SCENARIO-[A-Z0-9]+)/) { ($mark, $at) = ($1, $i); last }
+        }
+        my $steps = defined $mark ? $scripts->{$mark} : undef;
+        return { text => 'no scenario in the conversation' } unless $steps;
+        my $n = grep { ($_->{role} // '') eq 'assistant' } @{$msgs}[$at + 1 .. $#$msgs];
+        my $step = $steps->[$n < $#$steps ? $n : $#$steps];
+        $step = $step->($j, $n) if ref $step eq 'CODE';
+        return $step;
+    };
 }
 
 END {
@@ -301,6 +340,9 @@ sub port     { $_[0]{port} }
 sub addr     { $_[0]{addr} }
 sub host     { "$_[0]{addr}:$_[0]{port}" }
 sub url      { "http://$_[0]{addr}:$_[0]{port}" }
+# the model APIs': the key they accept, the base URL an SDK is given
+sub key      { $_[0]{key} }
+sub base_url { $_[0]->url . '/v1' }
 sub dir      { $_[0]{dir} }
 sub log_file { $_[0]{log_file} }
 sub kind     { $_[0]{kind} }
@@ -832,6 +874,26 @@ sub _next_turn {
     return ($i, $turn);
 }
 
+# the start of a model turn, the same for every model API: the script's
+# next turn, whether the request streams, the fields of its log line and
+# the response headers (a request id under $id_header, the turn's own);
+# a turn that only hangs is logged and slept here and returns ()
+sub _turn_start {
+    my ($self, $req, $j, $model, $id_header) = @_;
+    my ($i, $turn) = $self->_next_turn($model, $j, $req);
+    my $stream = $j->{stream} ? 1 : 0;
+    my %lx = (turn => $i, model => $model, stream => $stream);
+    $lx{hang} = $turn->{hang} if $turn->{hang};
+    my @xh = ($id_header => 'req_' . _rand_id(24), %{ $turn->{headers} || {} });
+    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
+    if ($turn->{hang} && !$has_answer) {
+        $self->_log($req, status => 0, %lx);
+        sleep($turn->{hang});
+        return ();
+    }
+    return ($turn, $stream, \%lx, \@xh);
+}
+
 sub _split_text {
     my ($text, $n) = @_;
     return () if !defined $text || $text eq '';
@@ -934,9 +996,6 @@ sub _defaults {
             chunk_delay => 0);
 }
 
-sub key { $_[0]{key} }
-sub base_url { $_[0]->url . '/v1' }
-
 sub _key_ok {
     my ($self, $got) = @_;
     return 1 unless defined $self->{key};
@@ -995,19 +1054,10 @@ sub _handle {
 sub _message {
     my ($self, $req, $c, $j) = @_;
     my $model = $j->{model} // 'claude-fake';
-    my ($i, $turn) = $self->_next_turn($model, $j, $req);
-    my $stream = $j->{stream} ? 1 : 0;
-    my %lx = (turn => $i, model => $model, stream => $stream);
-    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
-    $lx{hang} = $turn->{hang} if $turn->{hang};
-    my $reqid = 'req_' . SMCP::Fakes::Server::_rand_id(24);
-    my @xh = ('request-id' => $reqid, %{ $turn->{headers} || {} });
-
-    if ($turn->{hang} && !$has_answer) {
-        $self->_log($req, status => 0, %lx);
-        sleep($turn->{hang});
-        return 0;
-    }
+    my ($turn, $stream, $lx, $xh) = $self->_turn_start($req, $j, $model, 'request-id')
+        or return 0;
+    my %lx = %$lx;
+    my @xh = @$xh;
 
     if (my $e = $turn->{error}) {
         my $type = $e->{type} // 'api_error';
@@ -1135,9 +1185,6 @@ sub _defaults {
             chunk_delay => 0);
 }
 
-sub key { $_[0]{key} }
-sub base_url { $_[0]->url . '/v1' }
-
 sub _oerr {
     my ($self, $c, $req, $status, $type, $msg, $code, $hdrs, %o) = @_;
     return $self->_json_reply($c, $req, $status,
@@ -1189,19 +1236,10 @@ sub _mask {
 sub _chat {
     my ($self, $req, $c, $j) = @_;
     my $model = $j->{model} // 'gpt-fake';
-    my ($i, $turn) = $self->_next_turn($model, $j, $req);
-    my $stream = $j->{stream} ? 1 : 0;
-    my %lx = (turn => $i, model => $model, stream => $stream);
-    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
-    $lx{hang} = $turn->{hang} if $turn->{hang};
-    my @xh = ('x-request-id' => 'req_' . SMCP::Fakes::Server::_rand_id(24),
-              %{ $turn->{headers} || {} });
-
-    if ($turn->{hang} && !$has_answer) {
-        $self->_log($req, status => 0, %lx);
-        sleep($turn->{hang});
-        return 0;
-    }
+    my ($turn, $stream, $lx, $xh) = $self->_turn_start($req, $j, $model, 'x-request-id')
+        or return 0;
+    my %lx = %$lx;
+    my @xh = @$xh;
     if (my $e = $turn->{error}) {
         my $type = $e->{type} // 'server_error';
         my $status = $e->{status} // $OPENAI_STATUS{$type} // 500;

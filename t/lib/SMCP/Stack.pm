@@ -18,7 +18,9 @@ package SMCP::Stack;
 #   $s->done;
 #
 # Also: ->events (opencode_get_events, all pages), ->stored_events /
-# ->container_events (the Redis stream, with dts), ->run_hash,
+# ->container_events (the Redis stream, with dts), ->run_hash, ->diag_run
+# ($runId, @runners: the run, its events and the runners' logs as diag),
+# ->timing($what, $seconds) (printed by ->done), bash_step($cmd, $what),
 # ->run_containers, ->docker_events(run => ID) (create/die/destroy times,
 # from `docker events` started with the runner), ->stop_runner($r, 'KILL'),
 # ->start_docker_forwarder($path) / ->stop_docker_forwarder (a unix-socket
@@ -27,13 +29,10 @@ package SMCP::Stack;
 # ->check_events_exact($runId, $what) (the stored events of such a run are
 # exactly the script's: none lost, none twice).
 #
-# The fake model picks the script by the marker (SCENARIO-[A-Z0-9]+) in the
-# latest user text of the conversation, and the step by the number of
-# assistant messages after that user message: a continued session (whose
-# conversation holds earlier runs) and a retried request land on the same
-# step.  A step is a turn of SMCP::Fakes (text, tool_use, error, hang,
-# ...), or a code ref called with (request JSON, step number).  Scripts
-# are fixed at new(): the fake runs in forked processes.
+# The fake model plays SMCP::Fakes::scenario_script(scripts): the script
+# by the marker (SCENARIO-[A-Z0-9]+) of the latest task, the step by the
+# assistant messages since.  Scripts are fixed at new(): the fake runs in
+# forked processes.
 #
 # Everything the runner makes is removed at the end: containers labelled
 # smcp.runner=<a runner name of this file> (names embed test_id(), so the
@@ -51,33 +50,20 @@ use warnings;
 use Exporter qw(import);
 use IO::Select;
 use IO::Socket::UNIX;
-use JSON::PP;
-use List::Util qw(min);
 use POSIX qw(:sys_wait_h setsid);
 use Socket qw(SOCK_STREAM);
 use Test::More ();
 use Time::HiRes qw(time sleep);
 
-use SMCP::Test qw(json_encode json_decode wait_until);
-use SMCP::Docker qw(ensure_docker run_cmd docker test_id sandbox_net_up fork_child orphaned stop_child);
+use SMCP::Test qw(json_encode json_decode wait_until rhex prereq_fail);
+use SMCP::Docker qw(ensure_docker ensure_sandbox_image docker test_id sandbox_net_up
+                    fork_child orphaned stop_child);
+use SMCP::Events qw(kinds step_totals describe_events);
 use SMCP::Fakes;
 
-our @EXPORT_OK = qw(iso2epoch kinds rhex);
+our @EXPORT_OK = qw(bash_step);
 
-my $JSON = JSON::PP->new->canonical->allow_nonref;
 my @STACKS;
-
-sub rhex { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. ($_[0] // 12) }
-
-sub _prereq_fail {
-    my ($msg) = @_;
-    if (SMCP::Test::is_ci()) {
-        Test::More::plan(tests => 1);
-        Test::More::fail($msg);
-        exit 1;
-    }
-    Test::More::plan(skip_all => $msg);
-}
 
 # new(scripts => {MARK => [steps]}, repos => {'o/r' => {path => content}},
 #     workers => 2, location => '...' (extra /mcp directives),
@@ -95,17 +81,11 @@ sub new {
 
     my $root = SMCP::Test::repo_root();
     $self->{runner_bin} = $ENV{SMCP_TEST_RUNNER} || "$root/build/smcp-runner";
-    _prereq_fail("runner $self->{runner_bin} missing (run `make`)") unless -x $self->{runner_bin};
+    prereq_fail("runner $self->{runner_bin} missing (run `make`)") unless -x $self->{runner_bin};
 
-    my $image = $self->{image} = $ENV{SMCP_SANDBOX_IMAGE} // 'smcp-sandbox:1.18.33';
-    {
-        my $t0 = time();
-        my ($rc, $out, $err) = run_cmd(["$root/runner/sandbox/build-image", $image],
-                                       timeout => 900);
-        _prereq_fail("sandbox image $image: runner/sandbox/build-image failed: $err$out")
-            if $rc != 0;
-        Test::More::note(sprintf('build-image: %.2f s', time() - $t0));
-    }
+    (my $image, my $secs) = ensure_sandbox_image();
+    $self->{image} = $image;
+    Test::More::note(sprintf('build-image: %.2f s', $secs));
     $self->_sweep_stale_runner_containers;
 
     # the fakes
@@ -114,31 +94,9 @@ sub new {
         GITHUB_TOKEN      => 'ghp_REAL' . rhex(),
     );
     $self->{real} = \%real;
-    my $scripts = $o{scripts} || {};
-    my $dispatch = sub {
-        my ($j) = @_;
-        my $sys = $JSON->encode($j->{system} // '');
-        return { text => 'Runner test' } if $sys =~ /title generator/i;
-        my $msgs = $j->{messages} || [];
-        my ($mark, $at);
-        for my $i (reverse 0 .. $#$msgs) {
-            my $m = $msgs->[$i];
-            next unless ($m->{role} // '') eq 'user';
-            my $c = $m->{content};
-            my $text = ref $c eq 'ARRAY'
-                ? join("\n", map { ($_->{type} // '') eq 'text' ? ($_->{text} // '') : () } @$c)
-                : ($c // '');
-            if ($text =~ /\b(SCENARIO-[A-Z0-9]+)/) { ($mark, $at) = ($1, $i); last }
-        }
-        my $steps = defined $mark ? $scripts->{$mark} : undef;
-        return { text => 'no scenario in the conversation' } unless $steps;
-        my $n = grep { ($_->{role} // '') eq 'assistant' } @{$msgs}[$at + 1 .. $#$msgs];
-        my $step = $steps->[min($n, $#$steps)];
-        $step = $step->($j, $n) if ref $step eq 'CODE';
-        return $step;
-    };
+    my $script = SMCP::Fakes::scenario_script($o{scripts} || {}, title => 'Runner test');
     $self->{anthropic} = SMCP::Fakes::start_anthropic(key => $real{ANTHROPIC_API_KEY},
-        script => [$dispatch], deltas => 3, %{ $o{anthropic} || {} });
+        script => [$script], deltas => 3, %{ $o{anthropic} || {} });
     $self->{github} = SMCP::Fakes::start_github(token => $real{GITHUB_TOKEN});
     for my $repo (sort keys %{ $o{repos} || {} }) {
         $self->{github}->create_repo($repo, files => $o{repos}{$repo});
@@ -160,8 +118,7 @@ sub new {
     $ENV{GITHUB_API_URL} = $self->{github}->url;
     $t->render_routes;
 
-    $t->start(http => "include %%DIR%%/routes-http.conf;\n"
-                    . "server { listen $gw:$eport; include %%DIR%%/routes.conf; }");
+    $t->start(http => SMCP::Test::egress_server_conf("$gw:$eport"));
     $self->{sid} = $t->initialize;
     die "MCP initialize failed\n" unless $self->{sid};
     Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));
@@ -457,21 +414,9 @@ sub events {
 }
 
 # the run's event stream as stored: ({id, type, data, ts, dts, json}, ...)
-sub stored_events {
-    my ($self, $run) = @_;
-    my $r = $self->{t}->redis('XRANGE', "smcp:run:$run:events", '-', '+') || [];
-    my @ev;
-    for my $e (@$r) {
-        my %f = @{ $e->[1] };
-        push @ev, { id => $e->[0], %f, json => json_decode($f{data} // '') };
-    }
-    return @ev;
-}
+sub stored_events { return $_[0]{t}->run_events($_[1]) }
 
-sub run_hash {
-    my ($self, $run) = @_;
-    return $self->{t}->redis_hgetall("smcp:run:$run");
-}
+sub run_hash { return $_[0]{t}->run_hash($_[1]) }
 
 # containers of a run (any state): ids
 sub run_containers {
@@ -481,29 +426,56 @@ sub run_containers {
 }
 
 ##############################################################################
-# event helpers
+# diagnostics and timings
 
-# a kind per event: tool_use:write, text, smcp:agent_exit, ...
-sub kinds {
-    return map {
-        my $j = $_;
-        !ref $j ? '(not json)'
-        : ($j->{type} // '') eq 'smcp' ? "smcp:" . ($j->{step} // '?')
-        : ($j->{type} // '') eq 'tool_use' ? 'tool_use:' . ($j->{part}{tool} // '?')
-        : ($j->{type} // '?')
-    } @_;
+# diag_run($runId, @runners): the run hash (but the task), its stored
+# events (kind of each JSON one, the data or its size for the others) and
+# the last lines of each runner's log, as diag
+sub diag_run {
+    my ($self, $run, @runners) = @_;
+    my $h = $self->run_hash($run);
+    Test::More::diag("run $run: " . json_encode({ map { ($_ => $h->{$_}) }
+                                                  grep { $_ ne 'task' } keys %$h }));
+    Test::More::diag('events: ' . join(' ', map {
+        my $d = $_->{data} // '';
+        "$_->{type}:" . (ref $_->{json} ? join('', kinds($_->{json}))
+                         : length($d) > 100 ? length($d) . 'B' : $d)
+    } $self->stored_events($run)));
+    my $n = @runners > 1 ? 20 : 40;
+    Test::More::diag("runner $_->{name} log:\n" . $self->runner_log_tail($_, $n)) for @runners;
 }
 
-sub iso2epoch {
-    my ($s) = @_;
-    my ($y, $mo, $d, $h, $mi, $sec, $frac) =
-        ($s // '') =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(\.\d+)?Z$/ or return undef;
-    require Time::Local;
-    return Time::Local::timegm($sec, $mi, $h, $d, $mo - 1, $y) + ($frac // 0);
+# show_events($runId): describe_events() of its stored events
+sub show_events {
+    my ($self, $run) = @_;
+    return describe_events($self->stored_events($run));
+}
+
+# timing($what, $seconds): a figure for the record, printed (diag) by
+# done() with the whole file's time (nothing when none was recorded)
+sub timing {
+    my ($self, $what, $secs) = @_;
+    push @{ $self->{timings} }, [$what, $secs];
+}
+
+sub _print_timings {
+    my ($self) = @_;
+    return unless $self->{timings};
+    my @t = (@{ $self->{timings} }, ['total', time() - $self->{t0}]);
+    my ($w) = sort { $b <=> $a } map { length $_->[0] } @t;
+    Test::More::diag(sprintf("timing %-${w}s %.2f s", @$_)) for @t;
 }
 
 ##############################################################################
-# four-step scripts and their exact events
+# script steps: bash commands, four-step scripts and their exact events
+
+# bash_step($cmd, $what): a model turn that has OpenCode run $cmd with
+# its bash tool
+sub bash_step {
+    my ($cmd, $what) = @_;
+    return { tool_use => { name => 'bash', input => {
+        command => $cmd, description => $what // 'Run a command' } } };
+}
 
 # four_steps($mark, $delay2, $delay4): write <mark>-1.txt, write
 # <mark>-2.txt ($delay2 s before the model answers), bash `cat` both,
@@ -565,13 +537,7 @@ sub check_events_exact {
     my @dts = map { $_->{dts} } grep { defined $_->{dts} } @st;
     Test::More::is_deeply(\@dts, [sort @dts], "$what: container lines stored in log order");
     Test::More::is(scalar(grep { $_->{type} eq 'log' } @st), 0, "$what: no stray log lines");
-    my ($in, $out, $cost) = (0, 0, 0);
-    for my $j (map { $_->{json} } @agent) {
-        next unless ($j->{type} // '') eq 'step_finish';
-        $in += $j->{part}{tokens}{input} // 0;
-        $out += $j->{part}{tokens}{output} // 0;
-        $cost += $j->{part}{cost} // 0;
-    }
+    my ($in, $out, $cost) = step_totals(map { $_->{json} } @agent);
     my $h = $self->run_hash($id);
     Test::More::is($h->{tokens_input}, $in, "$what: tokens_input = the sum over the stored step_finish events");
     Test::More::is($h->{tokens_output}, $out, "$what: tokens_output likewise");
@@ -622,9 +588,11 @@ sub cleanup {
     $_->stop for grep { $_ } @{$self}{qw(anthropic github)};
 }
 
-# done(): everything stopped and removed, nginx logs checked, done_testing
+# done(): the timings printed, everything stopped and removed, nginx logs
+# checked, done_testing
 sub done {
     my ($self) = @_;
+    $self->_print_timings;
     $self->cleanup;
     $self->{t}->done;
 }

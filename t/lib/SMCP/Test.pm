@@ -46,7 +46,11 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decode
                     repo_root module_path static_nginx_path is_ci
-                    token_tool_path wait_until now_ms);
+                    token_tool_path wait_until now_ms
+                    rhex slurp iso_ms iso2epoch free_port run_cmd
+                    egress_routes_script prereq_fail require_prereqs
+                    skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
+                    which_bin egress_server_conf);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -69,6 +73,11 @@ sub token_tool_path {
     return $ENV{SMCP_TEST_TOKEN_TOOL} || repo_root() . '/build/smcp-token';
 }
 
+# the script that prints the egress routes that ship
+sub egress_routes_script {
+    return repo_root() . '/ngx_sandbox_mcp_module/conf/egress-routes.sh';
+}
+
 sub json_encode { return $JSON->encode($_[0]) }
 
 sub json_decode {
@@ -87,6 +96,140 @@ sub json_decode_text {
 }
 
 sub now_ms { return int(time() * 1000) }
+
+# rhex($n): $n random bytes as hex (default 12: 24 hex digits), for
+# unique names and recognisable fake credentials
+sub rhex { return join '', map { sprintf '%02x', int(rand(256)) } 1 .. ($_[0] // 12) }
+
+# slurp($path): a file's bytes, '' when it cannot be read
+sub slurp {
+    my ($path) = @_;
+    open(my $fh, '<', $path) or return '';
+    binmode $fh;
+    local $/;
+    my $c = <$fh>;
+    close $fh;
+    return $c // '';
+}
+
+# iso_ms('2025-01-02T03:04:05.678Z') -> epoch milliseconds, exactly (the
+# precision of the ISO-8601 times the tools print); undef when not such a
+# time.  iso2epoch(): epoch seconds with the whole fraction (Docker's
+# nanosecond timestamps).
+sub iso_ms {
+    my ($s) = @_;
+    my @f = ($s // '') =~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?Z$/
+        or return undef;
+    my $ms = defined $f[6] ? substr("$f[6]00", 0, 3) : 0;
+    require Time::Local;
+    return Time::Local::timegm(@f[5, 4, 3, 2], $f[1] - 1, $f[0]) * 1000 + $ms;
+}
+
+sub iso2epoch {
+    my ($s) = @_;
+    my @f = ($s // '') =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(\.\d+)?Z$/
+        or return undef;
+    require Time::Local;
+    return Time::Local::timegm(@f[5, 4, 3, 2], $f[1] - 1, $f[0]) + ($f[6] // 0);
+}
+
+##############################################################################
+# prerequisites: a skip outside CI, a failure under CI=true
+
+# prereq_fail($msg): plan skip_all, or under CI one failed test and exit
+sub prereq_fail {
+    my ($msg) = @_;
+    if (is_ci()) {
+        Test::More::plan(tests => 1);
+        Test::More::fail("prerequisites present under CI: $msg");
+        exit 1;
+    }
+    Test::More::plan(skip_all => $msg);
+}
+
+# require_prereqs(@missing): prereq_fail('missing ...') unless empty
+sub require_prereqs {
+    my (@missing) = @_;
+    prereq_fail('missing ' . join(', ', @missing)) if @missing;
+}
+
+# inside a SKIP block: skip $n tests (a failure first, under CI)
+sub skip_or_fail {
+    my ($why, $n) = @_;
+    Test::More::fail("present under CI: $why") if is_ci();
+    no warnings 'exiting';
+    Test::More::skip($why, $n);
+}
+
+# a test file killed with INT, TERM or HUP still stops what it started
+# (exit runs the END blocks); SIGPIPE is ignored (a peer closing early)
+sub install_signal_handlers {
+    $SIG{PIPE} = 'IGNORE';
+    for my $sig (qw(INT TERM HUP)) {
+        $SIG{$sig} = sub { print STDERR "# caught SIG$sig, cleaning up\n"; exit 1 }
+            unless ref $SIG{$sig};
+    }
+}
+
+##############################################################################
+# commands
+
+# run_cmd([cmd...], timeout => S, stdin => STRING, dir => DIR) -> (exit
+# code, stdout, stderr).  The exit code is 128+signal when the command was
+# killed, 124 when it ran out of time (it is then killed, its process
+# group with it), 127 when it could not start.
+sub run_cmd {
+    my ($cmd, %o) = @_;
+    my $timeout = $o{timeout} // 120;
+    my ($ofh, $ofile) = File::Temp::tempfile('smcp-cmd-XXXXXX', TMPDIR => 1, UNLINK => 1);
+    my ($efh, $efile) = File::Temp::tempfile('smcp-cmd-XXXXXX', TMPDIR => 1, UNLINK => 1);
+    my ($ifh, $ifile);
+    if (defined $o{stdin}) {
+        ($ifh, $ifile) = File::Temp::tempfile('smcp-cmd-XXXXXX', TMPDIR => 1, UNLINK => 1);
+        binmode $ifh;
+        print $ifh $o{stdin};
+        close $ifh;
+    }
+    my $pid = fork();
+    die "fork: $!" unless defined $pid;
+    if ($pid == 0) {
+        POSIX::setpgid(0, 0);
+        chdir $o{dir} or POSIX::_exit(127) if defined $o{dir};
+        open(STDIN, '<', $ifile // '/dev/null') or POSIX::_exit(127);
+        open(STDOUT, '>&', $ofh) or POSIX::_exit(127);
+        open(STDERR, '>&', $efh) or POSIX::_exit(127);
+        { no warnings 'exec'; exec { $cmd->[0] } @$cmd; }
+        print STDERR "exec $cmd->[0]: $!\n";
+        POSIX::_exit(127);
+    }
+    my $deadline = time() + $timeout;
+    my ($rc, $timed_out);
+    while (1) {
+        my $r = waitpid($pid, WNOHANG);
+        if ($r == $pid) { $rc = $?; last }
+        if ($r == -1) { $rc = -1; last }
+        if (time() >= $deadline) {
+            $timed_out = 1;
+            kill 'TERM', -$pid;
+            my $d2 = time() + 3;
+            while (time() < $d2 && waitpid($pid, WNOHANG) == 0) { sleep(0.05) }
+            kill 'KILL', -$pid;
+            waitpid($pid, 0);
+            last;
+        }
+        sleep(0.01);
+    }
+    my $out = slurp($ofile);
+    my $err = slurp($efile);
+    close $ofh;
+    close $efh;
+    my $code = $timed_out ? 124
+             : $rc == -1 ? 127
+             : ($rc & 127) ? 128 + ($rc & 127)
+             : $rc >> 8;
+    $err .= "(timed out after ${timeout}s)\n" if $timed_out;
+    return ($code, $out, $err);
+}
 
 sub b64url {
     my ($s) = @_;
@@ -138,7 +281,9 @@ sub wait_until {
 #                         %%EVENTS%% %%REDIS_PORT%% %%REDIS_TIMEOUT%%
 #                         %%REDIS_ADDR%% %%REDIS_SOCKET%% %%SECRET_CONF%%
 #                         %%SECRET_FILE%% %%HTTP%% %%SERVER%% %%LOCATION%%
-#                         %%PORT%% %%LISTEN%% %%MODULE_PATH%% %%REPO%%)
+#                         %%PORT%% %%LISTEN%% %%MODULE_PATH%% %%REPO%%
+#                         %%TEMP_PATHS%%: the *_temp_path directives, in
+#                         the instance's dir)
 #   redis_appendonly => 1 persist across restarts (appendonly yes)
 #   tenant     => 'alice' default tenant for tokens
 #   need_static => 1      skip (or fail under CI) when the static binary
@@ -173,20 +318,12 @@ sub new {
             unless -f module_path();
         push @missing, "nginx binary $nginx" unless -x $nginx;
     }
-    my $redis = _which('redis-server');
+    my $redis = which_bin('redis-server');
     push @missing, "redis-server (apt-get install redis-server)"
         unless $redis;
     $self->{redis_bin} = $redis;
 
-    if (@missing) {
-        my $msg = 'missing ' . join(', ', @missing);
-        if (is_ci()) {
-            Test::More::plan(tests => 1);
-            Test::More::fail("prerequisites present under CI: $msg");
-            exit 1;
-        }
-        Test::More::plan(skip_all => $msg);
-    }
+    require_prereqs(@missing);
 
     my $keep = $ENV{SMCP_TEST_KEEP} ? 1 : 0;
     $self->{dir} = tempdir('smcp-test-XXXXXX', TMPDIR => 1, CLEANUP => 0);
@@ -194,7 +331,7 @@ sub new {
     Test::More::diag("test dir: $self->{dir}") if $keep;
 
     # the shared secret for HS256, written without a trailing newline
-    $self->{secret} = unpack('H*', join('', map { chr(int(rand(256))) } 1..32));
+    $self->{secret} = rhex(32);
     $self->{secret_file} = "$self->{dir}/secret";
     _write_file($self->{secret_file}, $self->{secret});
     chmod 0600, $self->{secret_file};
@@ -203,15 +340,20 @@ sub new {
     $self->{port} = $self->free_port;
     $self->{owner_pid} = $$;
 
-    # a killed test file still stops its daemons (END runs on exit)
-    $SIG{PIPE} = 'IGNORE';
-    for my $sig (qw(INT TERM HUP)) {
-        $SIG{$sig} = sub { print STDERR "# caught SIG$sig, cleaning up\n"; exit 1 }
-            unless ref $SIG{$sig};
-    }
+    install_signal_handlers();
 
     push @INSTANCES, $self;
     return $self;
+}
+
+# SMCP::Test->client(port => P, secret => S, tenant => T): the client
+# half alone (HTTP, MCP, tokens) for an endpoint started elsewhere (a
+# compose stack); starts nothing, stops nothing
+sub client {
+    my ($class, %o) = @_;
+    return bless { workers => 0, tenant => 'alice', %o, reqid => 0, nginx => {},
+                   pids => {}, log_allow => [], watched_logs => [], owner_pid => 0 },
+                 $class;
 }
 
 sub dir { $_[0]{dir} }
@@ -246,7 +388,18 @@ sub render_routes {
     return 1;
 }
 
-sub _which {
+# egress_server_conf($listen, name => 'routes'): the http{} lines of an
+# egress proxy serving the routes of render_routes() on $listen
+sub egress_server_conf {
+    my ($listen, %o) = @_;
+    my $n = $o{name} // 'routes';
+    return "    include %%DIR%%/$n-http.conf;\n"
+         . "    server {\n        listen $listen;\n        include %%DIR%%/$n.conf;\n    }\n";
+}
+
+# which_bin($name): the path of an executable on PATH (or in the sbin and
+# bin directories), undef when there is none
+sub which_bin {
     my ($name) = @_;
     for my $d (split /:/, ($ENV{PATH} // '') . ':/usr/sbin:/usr/bin:/sbin:/bin') {
         next unless length $d;
@@ -263,25 +416,23 @@ sub _write_file {
     close $fh or die "close $path: $!";
 }
 
+# $t->read_file($path): slurp(), a relative path in the test dir
 sub read_file {
     my ($self, $path) = @_;
     $path = "$self->{dir}/$path" unless $path =~ m{^/};
-    open(my $fh, '<', $path) or return '';
-    binmode $fh;
-    local $/;
-    my $c = <$fh>;
-    close $fh;
-    return $c // '';
+    return slurp($path);
 }
 
 my %USED_PORTS;
 
-# a free TCP port on 127.0.0.1 (bind port 0), never the same twice per file
+# a free TCP port (bind port 0), never the same twice per file: on
+# 127.0.0.1, or on $addr ('0.0.0.0': every address, for a listener that
+# binds an address made later).  $t->free_port, or free_port($addr).
 sub free_port {
-    my ($self) = @_;
+    my $addr = ref $_[0] ? $_[1] : $_[0];
     for (1 .. 50) {
         my $s = IO::Socket::INET->new(
-            LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp',
+            LocalAddr => $addr // '127.0.0.1', LocalPort => 0, Proto => 'tcp',
             Listen => 1, ReuseAddr => 1,
         ) or die "cannot bind a port: $!";
         my $p = $s->sockport;
@@ -301,7 +452,9 @@ sub _port_open {
     return 1;
 }
 
-sub _spawn {
+# $t->spawn($desc, $logfile, @cmd) -> pid: a daemon of this test (its own
+# session, stdout and stderr appended to $logfile), stopped at the end
+sub spawn {
     my ($self, $desc, $out, @cmd) = @_;
     my $pid = fork();
     die "fork: $!" unless defined $pid;
@@ -316,8 +469,9 @@ sub _spawn {
     return $pid;
 }
 
-# stop one of our processes by PID: signal, wait up to $timeout, then KILL
-sub _stop_pid {
+# $t->stop_pid($pid, $sig, $timeout): stop one of our processes by PID:
+# signal, wait up to $timeout, then KILL; returns its wait status
+sub stop_pid {
     my ($self, $pid, $sig, $timeout) = @_;
     return unless $pid && $self->{pids}{$pid};
     $sig //= 'TERM';
@@ -370,7 +524,7 @@ databases 1
 unixsocket $rdir/redis.sock
 unixsocketperm 777
 EOF
-    my $pid = $self->_spawn('redis-server', "$rdir/stdout.log",
+    my $pid = $self->spawn('redis-server', "$rdir/stdout.log",
                             $self->{redis_bin}, $conf);
     $self->{redis_pid} = $pid;
 
@@ -395,7 +549,7 @@ sub stop_redis {
     my $pid = delete $self->{redis_pid} or return;
     delete $self->{redis_conn};
     kill 'CONT', $pid;
-    $self->_stop_pid($pid, $o{signal} // 'TERM', 10);
+    $self->stop_pid($pid, $o{signal} // 'TERM', 10);
     # the port must be closed before we return
     wait_until(5, sub { !_port_open($self->{redis_port}) });
 }
@@ -496,11 +650,7 @@ events {
 
 http {
     access_log %%DIR%%/access.log;
-    client_body_temp_path %%DIR%%/client_body_temp;
-    proxy_temp_path %%DIR%%/proxy_temp;
-    fastcgi_temp_path %%DIR%%/fastcgi_temp;
-    uwsgi_temp_path %%DIR%%/uwsgi_temp;
-    scgi_temp_path %%DIR%%/scgi_temp;
+    %%TEMP_PATHS%%
 
     sandbox_mcp_redis %%REDIS_ADDR%%;
     sandbox_mcp_redis_timeout %%REDIS_TIMEOUT%%;
@@ -554,6 +704,8 @@ sub render_conf {
         LISTEN        => $o{listen} // $self->{listen} // '',
         MODULE_PATH   => module_path(),
         REPO          => repo_root(),
+        TEMP_PATHS    => join("\n    ", map { "${_}_temp_path $dir/${_}_temp;" }
+                                        qw(client_body proxy fastcgi uwsgi scgi)),
     );
     # two passes: the extra snippets may use placeholders too (%%DIR%%)
     for (1 .. 3) {
@@ -584,7 +736,7 @@ sub start_nginx {
     my $conf = $self->render_conf(%o, dir => $dir, port => $port);
     _write_file("$dir/nginx.conf", $conf);
 
-    my $pid = $self->_spawn("nginx $name", "$dir/stderr.log",
+    my $pid = $self->spawn("nginx $name", "$dir/stderr.log",
         $self->{nginx_bin}, '-p', "$dir/", '-c', "$dir/nginx.conf",
         '-e', "$dir/error.log");
 
@@ -659,7 +811,7 @@ sub reload {
 sub stop_nginx {
     my ($self, $name) = @_;
     my $i = delete $self->{nginx}{ $name // 'main' } or return;
-    $self->_stop_pid($i->{pid}, 'TERM', 10);
+    $self->stop_pid($i->{pid}, 'TERM', 10);
     push @{ $self->{stopped_nginx} }, $i;
 }
 
@@ -740,7 +892,7 @@ sub shutdown {
     }
     $self->stop_redis;
     for my $pid (keys %{ $self->{pids} }) {
-        $self->_stop_pid($pid, 'TERM', 5);
+        $self->stop_pid($pid, 'TERM', 5);
     }
 }
 
@@ -828,7 +980,8 @@ sub decode_jwt {
 # HTTP (raw sockets: we control Host, methods, framing)
 
 # http(%o) -> {status, reason, headers => {lc name => value}, header_list,
-#              body, elapsed, raw}  (status 0 + error on connection failure)
+#              body, elapsed, raw, sent (bytes of the request), t0 (when
+#              it was sent)}  (status 0 + error on connection failure)
 #   method => 'POST', path => '/mcp', headers => [name => value, ...] or {},
 #   body => string, port => P (default main instance), host => Host value
 #   (default 127.0.0.1:PORT; undef omits), timeout => seconds (default 30),
@@ -887,7 +1040,10 @@ sub http_start {
         sleep($o{part_delay} // 0.3);
         _write_all($s, $part);
     }
-    return { sock => $s, t0 => $t0, method => $method, keep => $o{keep} };
+    my $sent = length $req;
+    $sent += length $_ for @parts;
+    return { sock => $s, t0 => $t0, method => $method, keep => $o{keep},
+             sent => $sent };
 }
 
 sub _write_all {
@@ -960,6 +1116,8 @@ sub http_finish {
     $r->{timed_out} = $timed_out;
     $r->{closed} = $p->{closed};
     $r->{raw} = $buf;
+    $r->{sent} = $p->{sent};
+    $r->{t0} = $p->{t0};
     Test::More::diag("<<< ($elapsed s) $buf") if $ENV{SMCP_TEST_VERBOSE};
     return $r;
 }
@@ -1178,6 +1336,135 @@ sub result_text {
 sub is_error_result {
     my ($res) = @_;
     return ref $res eq 'HASH' && $res->{isError} ? 1 : 0;
+}
+
+# tool_ok($res, $name) -> structuredContent ({} when missing): one subtest,
+# a successful tool result whose text content is the JSON of its
+# structuredContent
+sub tool_ok {
+    my ($res, $name) = @_;
+    my $sc;
+    Test::More::subtest("$name: tool result ok" => sub {
+        Test::More::ok(ref $res eq 'HASH' && !$res->{error},
+                       'a result, not a JSON-RPC error')
+            or Test::More::diag(json_encode($res));
+        Test::More::ok(!is_error_result($res), 'isError not set')
+            or Test::More::diag(result_text($res));
+        $sc = sc($res);
+        Test::More::is(ref $sc, 'HASH', 'structuredContent object');
+        my @text = grep { ($_->{type} // '') eq 'text' } @{ $res->{content} || [] };
+        Test::More::ok(@text >= 1, 'a text content block');
+        my $copy = @text ? json_decode_text($text[0]{text}) : undef;
+        Test::More::is_deeply($copy, $sc, 'text content is the JSON of structuredContent');
+    });
+    return $sc || {};
+}
+
+# tool_err($res, qr/message/, $name): one subtest, a tool result with
+# isError (not a JSON-RPC error) whose text says $re
+sub tool_err {
+    my ($res, $re, $name) = @_;
+    Test::More::subtest("$name: isError" => sub {
+        Test::More::ok(ref $res eq 'HASH' && !$res->{error},
+                       'a tool result, not a JSON-RPC error')
+            or Test::More::diag(json_encode($res));
+        Test::More::ok(is_error_result($res), 'isError true');
+        my $txt = result_text($res);
+        Test::More::ok(length $txt > 5, "message: $txt");
+        Test::More::like($txt, $re, "message mentions $re") if $re;
+    });
+}
+
+# is_pong($r): the response to a JSON-RPC ping: 200, an empty result
+sub is_pong {
+    my ($r) = @_;
+    return ($r->{status} // 0) == 200 && ref $r->{json} eq 'HASH'
+        && ref $r->{json}{result} eq 'HASH' && !%{ $r->{json}{result} } ? 1 : 0;
+}
+
+# pong_ok($r, $name): one test, is_pong($r)
+sub pong_ok {
+    my ($r, $name) = @_;
+    Test::More::ok(is_pong($r), $name)
+        or Test::More::diag("HTTP $r->{status}: $r->{body}");
+}
+
+# $t->diff_pages($sid, {runId, path?}, %o) -> the structuredContent of
+# every opencode_get_diff page, cursor after cursor (diff as bytes), until
+# one has no nextCursor or no structuredContent (100 pages at most)
+sub diff_pages {
+    my ($self, $sid, $args, %o) = @_;
+    my ($cur, @pages);
+    while (@pages < 100) {
+        my $res = $self->call_tool($sid, 'opencode_get_diff',
+                                   { %$args, defined $cur ? (cursor => $cur) : () }, %o);
+        my $sc = sc($res) or do { Test::More::diag(json_encode($res)); last };
+        utf8::encode($sc->{diff}) if defined $sc->{diff};
+        push @pages, $sc;
+        $cur = $sc->{nextCursor} // last;
+    }
+    return @pages;
+}
+
+##############################################################################
+# runs in Redis, as the module and the runner write them
+
+# $t->run_hash($id) -> {field => value} of run:{id}
+sub run_hash {
+    my ($self, $id) = @_;
+    return $self->redis_hgetall("smcp:run:$id");
+}
+
+# $t->run_events($id, type => T) -> the stored events of run:{id}:events
+# in order: ({id, type, data, ts, dts?, json (data decoded)}, ...); with
+# type only those of that type
+sub run_events {
+    my ($self, $id, %o) = @_;
+    my $x = $self->redis('XRANGE', "smcp:run:$id:events", '-', '+') || [];
+    my @ev;
+    for my $e (@$x) {
+        my %f = @{ $e->[1] };
+        next if defined $o{type} && ($f{type} // '') ne $o{type};
+        push @ev, { id => $e->[0], %f, json => json_decode($f{data} // '') };
+    }
+    return @ev;
+}
+
+# $t->live_run(%fields) -> ($runId, $egressToken): a run hash as the egress
+# proxy reads it (tenant $t->tenant, status running, %fields) and the
+# sandbox's token for it (scope egress, 15 minutes)
+sub live_run {
+    my ($self, %f) = @_;
+    my $id = 'run_' . rhex();
+    $self->redis('HSET', "smcp:run:$id", tenant => $self->{tenant},
+                 status => 'running', %f);
+    my $tok = $self->token(sub => $self->{tenant}, scope => 'egress', run => $id,
+                           exp => time_int() + 900);
+    return ($id, $tok);
+}
+
+# egress_error_ok($r, $status, $name, type => T, message => qr//): the
+# egress proxy's refusal, as the agent reads it: the status, a JSON body
+# exactly {"type":"error","error":{"type":...,"message":...}} with a
+# message, application/json
+sub egress_error_ok {
+    my ($r, $status, $name, %o) = @_;
+    Test::More::is($r->{status}, $status, "$name: $status");
+    my $j = json_decode($r->{body} // '');
+    my $e = ref $j eq 'HASH' ? $j->{error} : undef;
+    Test::More::ok(ref $e eq 'HASH' && ($j->{type} // '') eq 'error'
+                   && join(',', sort keys %$j) eq 'error,type'
+                   && join(',', sort keys %$e) eq 'message,type'
+                   && !ref $e->{type} && !ref $e->{message}
+                   && length($e->{message} // ''),
+                   "$name: a JSON error the agent can read")
+        or Test::More::diag($r->{body});
+    Test::More::is($e && $e->{type}, $o{type}, "$name: error type $o{type}")
+        if defined $o{type};
+    Test::More::like($e && $e->{message} // '', $o{message}, "$name: says why")
+        if $o{message};
+    Test::More::like($r->{headers}{'content-type'} // '', qr{^application/json},
+                     "$name: application/json");
 }
 
 ##############################################################################
