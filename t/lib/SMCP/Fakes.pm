@@ -18,7 +18,36 @@ package SMCP::Fakes;
 # START FUNCTIONS (each returns an object; dies if it cannot listen)
 #   SMCP::Fakes::start_anthropic(%o)   POST /v1/messages (+ /count_tokens)
 #   SMCP::Fakes::start_openai(%o)      POST /v1/chat/completions (and
-#                                      /chat/completions), GET /v1/models
+#                                      /chat/completions), POST /v1/responses
+#                                      (and /responses), GET /v1/models
+#   SMCP::Fakes::start_azure(%o)       Azure OpenAI: POST /openai/v1/{responses,
+#                                      chat/completions} (api-version optional:
+#                                      v1|preview|latest), POST /openai/
+#                                      deployments/D/{responses,chat/completions}
+#                                      and /openai/responses (api-version
+#                                      required, else 404 Resource not found);
+#                                      key in header api-key; log fields
+#                                      deployment, api_version
+#   SMCP::Fakes::start_gemini(%o)      Google Gemini: POST /v1beta/models/M:
+#                                      {streamGenerateContent,generateContent,
+#                                      countTokens} (and /v1/); key in
+#                                      x-goog-api-key or ?key= (missing 403
+#                                      PERMISSION_DENIED, wrong 400
+#                                      API_KEY_INVALID); log field sse
+#   SMCP::Fakes::start_cloudflare(%o)  Cloudflare AI Gateway: /v1/ACCOUNT/
+#                                      GATEWAY/VENDOR/...: anthropic/v1/messages
+#                                      (+ /count_tokens), openai/{responses,
+#                                      chat/completions}, compat/chat/completions,
+#                                      workers-ai/v1/chat/completions,
+#                                      google-ai-studio/v1beta/models/M:...,
+#                                      azure-openai/R/D/chat/completions, each
+#                                      answered by the fake of that protocol
+#                                      (same script, counters and log; vendor
+#                                      keys not checked); options account,
+#                                      gateway, token (cf-aig-authorization:
+#                                      Bearer TOKEN, else 401 code 2009); log
+#                                      fields provider, provider_path;
+#                                      ->base_url is url/v1/ACCOUNT/GATEWAY
 #   SMCP::Fakes::start_github(%o)      git smart HTTP + REST on one port
 #   SMCP::Fakes::start_github_git(%o)  git smart HTTP only
 #   SMCP::Fakes::start_github_api(%o)  REST only
@@ -52,8 +81,10 @@ package SMCP::Fakes;
 #   ->wait_requests($n, %filter, timeout => 10)  true once >= $n logged
 #   ->clear_requests                             truncates the log
 #
-# MODEL FAKES (anthropic, openai)
-#   key => 'test-anthropic-key' | 'test-openai-key'   the accepted key
+# MODEL FAKES (anthropic, openai, azure, gemini; cloudflare passes its
+# options on)
+#   key => 'test-anthropic-key' | 'test-openai-key' | 'test-azure-key' |
+#       'test-google-key'   the accepted key
 #       (anthropic: header x-api-key; openai: Authorization: Bearer KEY);
 #       key => undef accepts any.  A wrong/missing key gets 401 with the
 #       provider's error JSON and consumes no turn:
@@ -100,7 +131,18 @@ package SMCP::Fakes;
 #   empty) x N, content_block_stop (per block), message_delta
 #   (stop_reason, usage), message_stop; openai data: chat.completion.chunk
 #   (role, content deltas, tool_calls deltas, finish_reason, usage chunk if
-#   stream_options.include_usage) then data: [DONE].
+#   stream_options.include_usage) then data: [DONE]; openai /v1/responses
+#   (stream: true): event: response.created, response.in_progress, per
+#   output item response.output_item.added, (text) content_part.added,
+#   output_text.delta x N, output_text.done, content_part.done, (tool)
+#   function_call_arguments.delta x N, function_call_arguments.done, then
+#   response.output_item.done; response.completed (usage); without stream
+#   the response object.  gemini: with alt=sse data: {candidates:[{content:
+#   {parts:[{text}|{functionCall:{name,args}}],role:model}}]} per text
+#   piece / call, the last with finishReason STOP and usageMetadata;
+#   without alt=sse the same chunks as one JSON array; generateContent one
+#   response.  Error turns: gemini's type is the status name
+#   (RESOURCE_EXHAUSTED, ...), azure's and openai's as openai.
 #   Methods: ->key ->base_url (url . '/v1', for OpenCode's baseURL)
 #     ->set_script(\@turns) / ->set_script(\@turns, model => 'm')
 #       replace a script at run time (JSON-able turns only) and reset the
