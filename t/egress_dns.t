@@ -216,15 +216,15 @@ my $chat = '/compat/v1/chat/completions';
 # TLS through a resolved name: SNI and verification
 
 {
-    my $r = egress('/openai/v1/chat/completions');
+    my $r = egress('/openai/v1/responses');
     is($r->{status}, 200, 'TLS upstream by name, verified against the test CA');
     my $j = json_decode($r->{body}) // {};
     is($j->{sni}, 'tls.smcp.test', '... SNI is the upstream name');
     is($j->{host}, "tls.smcp.test:$tport", '... so is Host');
     is($j->{auth}, "Bearer $real", '... with the real key');
-    is($j->{uri}, '/v1/chat/completions', '... at the path');
+    is($j->{uri}, '/v1/responses', '... at the path');
 
-    $r = egress('/google/v1beta/models/g:generateContent');
+    $r = egress('/google/v1beta/models/g:streamGenerateContent');
     is($r->{status}, 502, 'a certificate for another name: 502');
     like($t->error_log, qr/upstream SSL certificate does not match "wrong\.smcp\.test"/,
          '... the name check refused it');

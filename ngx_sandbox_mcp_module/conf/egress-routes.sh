@@ -15,31 +15,35 @@
 #
 # A route is: a path prefix the sandbox talks to, the upstream base URL,
 # how the real credential is sent, and the endpoints the agent may call:
-# the inference endpoints OpenCode uses, nothing else (no files, batches,
-# fine-tunes, vector stores, model lists: those get a JSON 403).  Adding a
-# provider is configuration: copy a block.  Credentials are read by the
-# nginx master from the environment (env:NAME) at start and reload; the
-# sandbox never sees them.
+# exactly the inference endpoints OpenCode 1.18.33 calls for that provider
+# (seen in full runs, t/providers.t and t/opencode_sandbox.t), nothing
+# else (no files, batches, fine-tunes, vector stores, model lists, token
+# counts, other API flavours: those get a JSON 403).  Adding a provider is
+# configuration: copy a block.  Credentials are read by the nginx master
+# from the environment (env:NAME) at start and reload; the sandbox never
+# sees them.
 #
 #   route        credential env         base URL env (default)
-#                allowed (POST unless said)
+#                allowed (POST), what OpenCode uses it for
 #   /anthropic/  ANTHROPIC_API_KEY      ANTHROPIC_BASE_URL (https://api.anthropic.com)
-#                /v1/messages, /v1/messages/count_tokens
+#                /v1/messages (streamed)
 #   /openai/     OPENAI_API_KEY         OPENAI_BASE_URL (https://api.openai.com)
-#                /v1/responses, /v1/chat/completions
+#                /v1/responses (the Responses API, streamed)
 #   /azure/      AZURE_OPENAI_API_KEY   AZURE_OPENAI_BASE_URL (https://RESOURCE.openai.azure.com)
-#                /openai/v1/{responses,chat/completions},
-#                /openai/deployments/D/{responses,chat/completions},
-#                /openai/responses
+#                /openai/v1/responses (Azure's v1 API, the deployment as
+#                the model, no api-version; header api-key)
 #   /google/     GOOGLE_API_KEY         GOOGLE_BASE_URL (https://generativelanguage.googleapis.com)
-#                /v1beta|v1/models/M:{streamGenerateContent,generateContent,countTokens}
-#   /cloudflare/ CF_AIG_TOKEN           CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY)
-#                the provider paths under the gateway: anthropic/v1/messages
-#                (+ count_tokens), openai/{responses,chat/completions},
-#                compat/chat/completions, workers-ai/v1/chat/completions,
-#                google-ai-studio/v1beta|v1/models/M:..., azure-openai/R/D/chat/completions
+#                /v1beta/models/MODEL:streamGenerateContent (?alt=sse)
+#   /cloudflare/ CF_AIG_TOKEN           CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT_ID/GATEWAY_ID)
+#                the vendors' endpoints under the gateway, as Cloudflare's
+#                guide for OpenCode points OpenCode's providers at them:
+#                anthropic/v1/messages, openai/responses,
+#                google-ai-studio/v1beta/models/MODEL:streamGenerateContent;
+#                the gateway token goes in cf-aig-authorization (an
+#                authenticated gateway paying with unified billing or
+#                keys stored in the gateway; no vendor key is sent)
 #   /compat/     COMPAT_API_KEY         COMPAT_BASE_URL (any OpenAI-compatible server)
-#                /v1/chat/completions
+#                /v1/chat/completions (streamed)
 #   /github/     GITHUB_TOKEN           GITHUB_URL (https://github.com)
 #                git smart HTTP of the run's repository; pushes: see below
 #   /github-api/ GITHUB_TOKEN           GITHUB_API_URL (https://api.github.com; GitHub
@@ -247,26 +251,24 @@ location ~ "^/$name$allowed\$" {
 CONF
 }
 
-oai='/(responses|chat/completions)'
-gem='/v1(beta)?/models/[A-Za-z0-9._-]+:(streamGenerateContent|generateContent|countTokens)'
+gem='/models/[A-Za-z0-9._-]+:streamGenerateContent'
 
 [ -n "${ANTHROPIC_API_KEY:-}" ] && route anthropic ANTHROPIC_API_KEY raw x-api-key \
     "${ANTHROPIC_BASE_URL:-https://api.anthropic.com}" \
-    '/v1/messages(/count_tokens)?' '/v1/messages and /v1/messages/count_tokens'
+    '/v1/messages' '/v1/messages'
 [ -n "${OPENAI_API_KEY:-}" ] && route openai OPENAI_API_KEY bearer Authorization \
     "${OPENAI_BASE_URL:-https://api.openai.com}" \
-    "/v1$oai" '/v1/responses and /v1/chat/completions'
+    '/v1/responses' '/v1/responses'
 [ -n "${AZURE_OPENAI_API_KEY:-}" ] && route azure AZURE_OPENAI_API_KEY raw api-key \
     "${AZURE_OPENAI_BASE_URL:?set AZURE_OPENAI_BASE_URL (https://RESOURCE.openai.azure.com)}" \
-    "/openai(/v1|/deployments/[A-Za-z0-9._-]+)?$oai" \
-    '/openai/v1/{responses,chat/completions}, /openai/deployments/DEPLOYMENT/{responses,chat/completions} and /openai/responses'
+    '/openai/v1/responses' '/openai/v1/responses'
 [ -n "${GOOGLE_API_KEY:-}" ] && route google GOOGLE_API_KEY raw x-goog-api-key \
     "${GOOGLE_BASE_URL:-https://generativelanguage.googleapis.com}" \
-    "$gem" '/v1beta/models/MODEL:{streamGenerateContent,generateContent,countTokens} (or /v1/...)'
+    "/v1beta$gem" '/v1beta/models/MODEL:streamGenerateContent'
 [ -n "${CF_AIG_TOKEN:-}" ] && route cloudflare CF_AIG_TOKEN bearer cf-aig-authorization \
-    "${CF_AIG_BASE_URL:?set CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY)}" \
-    "/(anthropic/v1/messages(/count_tokens)?|openai$oai|(compat|workers-ai/v1)/chat/completions|google-ai-studio$gem|azure-openai/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+/chat/completions)" \
-    'the inference endpoints of its providers (anthropic/v1/messages, openai/responses, openai/chat/completions, compat/chat/completions, workers-ai/v1/chat/completions, google-ai-studio/v1beta/models/MODEL:generateContent, azure-openai/RESOURCE/DEPLOYMENT/chat/completions)'
+    "${CF_AIG_BASE_URL:?set CF_AIG_BASE_URL (https://gateway.ai.cloudflare.com/v1/ACCOUNT_ID/GATEWAY_ID)}" \
+    "/(anthropic/v1/messages|openai/responses|google-ai-studio/v1beta$gem)" \
+    'anthropic/v1/messages, openai/responses and google-ai-studio/v1beta/models/MODEL:streamGenerateContent'
 [ -n "${COMPAT_API_KEY:-}" ] && route compat COMPAT_API_KEY bearer Authorization \
     "${COMPAT_BASE_URL:?set COMPAT_BASE_URL (the OpenAI-compatible server)}" \
     '/v1/chat/completions' '/v1/chat/completions'

@@ -11,10 +11,14 @@
 #   SMCP_EGRESS_URL        http://<gateway>:<port>, the egress listener
 #   SMCP_RUN_TOKEN         the run-scoped egress token
 #   SMCP_MODEL             provider/model, e.g. anthropic/claude-sonnet-4-5
+#                          (cloudflare-ai-gateway/VENDOR/MODEL: VENDOR's
+#                          model through Cloudflare AI Gateway; VENDOR one
+#                          of anthropic, openai, google-ai-studio)
 #   SMCP_PROVIDER_BASE_URL the provider's API base through the proxy
 #                          (default $SMCP_EGRESS_URL/<provider>/v1; google:
 #                          .../google/v1beta, azure: .../azure/openai/v1,
-#                          the bases their SDKs expect)
+#                          the bases their SDKs expect; Cloudflare:
+#                          .../cloudflare/<the gateway's path for VENDOR>)
 #   SMCP_REPOSITORY        https://<git host>/<owner>/<repo> (optional)
 #   SMCP_BRANCH            branch to check out (optional)
 #   SMCP_GIT_HOST          the git host the proxy stands in for (github.com)
@@ -55,11 +59,35 @@ oc=$ws/.oc
 
 provider=${SMCP_MODEL%%/*}
 model=${SMCP_MODEL#*/}
+# the model as OpenCode is told (differs only for the gateway)
+oc_model=$SMCP_MODEL
+gateway_unsupported=""
 case $provider in
     google) default_base=$SMCP_EGRESS_URL/google/v1beta ;;
     azure)  default_base=$SMCP_EGRESS_URL/azure/openai/v1 ;;
-    # OpenCode's provider id for it; the egress route is /cloudflare/
-    cloudflare-ai-gateway) default_base=$SMCP_EGRESS_URL/cloudflare ;;
+    # Cloudflare AI Gateway the way Cloudflare's guide for OpenCode sets it
+    # up: the vendor's own OpenCode provider, pointed at the gateway's
+    # endpoint for that vendor (the egress route /cloudflare/ is the
+    # gateway, https://gateway.ai.cloudflare.com/v1/ACCOUNT/GATEWAY, and
+    # sends the gateway token).  OpenCode's cloudflare-ai-gateway provider
+    # would send "anthropic/claude-..." as the model name to the vendor's
+    # endpoint, or, without a base URL, talk to gateway.ai.cloudflare.com
+    # itself.
+    cloudflare-ai-gateway)
+        vendor=${model%%/*}
+        model=${model#*/}
+        case $vendor in
+            anthropic) provider=anthropic
+                       default_base=$SMCP_EGRESS_URL/cloudflare/anthropic/v1 ;;
+            openai)    provider=openai
+                       default_base=$SMCP_EGRESS_URL/cloudflare/openai ;;
+            google-ai-studio)
+                       provider=google
+                       default_base=$SMCP_EGRESS_URL/cloudflare/google-ai-studio/v1beta ;;
+            *)         gateway_unsupported=$vendor
+                       default_base=$SMCP_EGRESS_URL/cloudflare ;;
+        esac
+        oc_model=$provider/$model ;;
     *)      default_base=$SMCP_EGRESS_URL/$provider/v1 ;;
 esac
 base_url=${SMCP_PROVIDER_BASE_URL:-$default_base}
@@ -181,8 +209,8 @@ cat > "$XDG_CONFIG_HOME/opencode/opencode.json" <<JSON
   "autoupdate": false,
   "share": "disabled",
   "snapshot": false,
-  "model": $(json_str "$SMCP_MODEL"),
-  "small_model": $(json_str "$SMCP_MODEL"),
+  "model": $(json_str "$oc_model"),
+  "small_model": $(json_str "$oc_model"),
   "provider": {
     $(json_str "$provider"): {
       "options": {
@@ -214,6 +242,14 @@ if [ $# -gt 0 ]; then
     exec "$@"
 fi
 
+# a model this sandbox cannot configure: the run fails saying why (an
+# error line as OpenCode prints them; the runner takes its message)
+if [ -n "$gateway_unsupported" ]; then
+    printf '{"type":"error","error":{"name":"ConfigError","data":{"message":%s}}}\n' \
+        "$(json_str "model $SMCP_MODEL: Cloudflare AI Gateway vendor '$gateway_unsupported' is not supported (anthropic, openai, google-ai-studio)")"
+    exit 2
+fi
+
 if [ -n "${SMCP_REPOSITORY:-}" ] && [ ! -d "$repo/.git" ]; then
     lifecycle clone "\"repository\":$(json_str "$SMCP_REPOSITORY")"
     if ! git clone --quiet ${SMCP_BRANCH:+--branch "$SMCP_BRANCH"} \
@@ -232,7 +268,7 @@ cd "$repo"
 start=$(git rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null \
         || git hash-object -t tree /dev/null)
 
-args=(run --format json --auto --model "$SMCP_MODEL")
+args=(run --format json --auto --model "$oc_model")
 if [ -n "${SMCP_SESSION:-}" ]; then
     args+=(--session "$SMCP_SESSION")
 else

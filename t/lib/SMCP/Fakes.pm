@@ -18,7 +18,36 @@ package SMCP::Fakes;
 # START FUNCTIONS (each returns an object; dies if it cannot listen)
 #   SMCP::Fakes::start_anthropic(%o)   POST /v1/messages (+ /count_tokens)
 #   SMCP::Fakes::start_openai(%o)      POST /v1/chat/completions (and
-#                                      /chat/completions), GET /v1/models
+#                                      /chat/completions), POST /v1/responses
+#                                      (and /responses), GET /v1/models
+#   SMCP::Fakes::start_azure(%o)       Azure OpenAI: POST /openai/v1/{responses,
+#                                      chat/completions} (api-version optional:
+#                                      v1|preview|latest), POST /openai/
+#                                      deployments/D/{responses,chat/completions}
+#                                      and /openai/responses (api-version
+#                                      required, else 404 Resource not found);
+#                                      key in header api-key; log fields
+#                                      deployment, api_version
+#   SMCP::Fakes::start_gemini(%o)      Google Gemini: POST /v1beta/models/M:
+#                                      {streamGenerateContent,generateContent,
+#                                      countTokens} (and /v1/); key in
+#                                      x-goog-api-key or ?key= (missing 403
+#                                      PERMISSION_DENIED, wrong 400
+#                                      API_KEY_INVALID); log field sse
+#   SMCP::Fakes::start_cloudflare(%o)  Cloudflare AI Gateway: /v1/ACCOUNT/
+#                                      GATEWAY/VENDOR/...: anthropic/v1/messages
+#                                      (+ /count_tokens), openai/{responses,
+#                                      chat/completions}, compat/chat/completions,
+#                                      workers-ai/v1/chat/completions,
+#                                      google-ai-studio/v1beta/models/M:...,
+#                                      azure-openai/R/D/chat/completions, each
+#                                      answered by the fake of that protocol
+#                                      (same script, counters and log; vendor
+#                                      keys not checked); options account,
+#                                      gateway, token (cf-aig-authorization:
+#                                      Bearer TOKEN, else 401 code 2009); log
+#                                      fields provider, provider_path;
+#                                      ->base_url is url/v1/ACCOUNT/GATEWAY
 #   SMCP::Fakes::start_github(%o)      git smart HTTP + REST on one port
 #   SMCP::Fakes::start_github_git(%o)  git smart HTTP only
 #   SMCP::Fakes::start_github_api(%o)  REST only
@@ -52,8 +81,10 @@ package SMCP::Fakes;
 #   ->wait_requests($n, %filter, timeout => 10)  true once >= $n logged
 #   ->clear_requests                             truncates the log
 #
-# MODEL FAKES (anthropic, openai)
-#   key => 'test-anthropic-key' | 'test-openai-key'   the accepted key
+# MODEL FAKES (anthropic, openai, azure, gemini; cloudflare passes its
+# options on)
+#   key => 'test-anthropic-key' | 'test-openai-key' | 'test-azure-key' |
+#       'test-google-key'   the accepted key
 #       (anthropic: header x-api-key; openai: Authorization: Bearer KEY);
 #       key => undef accepts any.  A wrong/missing key gets 401 with the
 #       provider's error JSON and consumes no turn:
@@ -100,7 +131,18 @@ package SMCP::Fakes;
 #   empty) x N, content_block_stop (per block), message_delta
 #   (stop_reason, usage), message_stop; openai data: chat.completion.chunk
 #   (role, content deltas, tool_calls deltas, finish_reason, usage chunk if
-#   stream_options.include_usage) then data: [DONE].
+#   stream_options.include_usage) then data: [DONE]; openai /v1/responses
+#   (stream: true): event: response.created, response.in_progress, per
+#   output item response.output_item.added, (text) content_part.added,
+#   output_text.delta x N, output_text.done, content_part.done, (tool)
+#   function_call_arguments.delta x N, function_call_arguments.done, then
+#   response.output_item.done; response.completed (usage); without stream
+#   the response object.  gemini: with alt=sse data: {candidates:[{content:
+#   {parts:[{text}|{functionCall:{name,args}}],role:model}}]} per text
+#   piece / call, the last with finishReason STOP and usageMetadata;
+#   without alt=sse the same chunks as one JSON array; generateContent one
+#   response.  Error turns: gemini's type is the status name
+#   (RESOURCE_EXHAUSTED, ...), azure's and openai's as openai.
 #   Methods: ->key ->base_url (url . '/v1', for OpenCode's baseURL)
 #     ->set_script(\@turns) / ->set_script(\@turns, model => 'm')
 #       replace a script at run time (JSON-able turns only) and reset the
@@ -167,7 +209,8 @@ use warnings;
 
 use Exporter qw(import);
 
-our @EXPORT_OK = qw(start_anthropic start_openai start_github start_github_git
+our @EXPORT_OK = qw(start_anthropic start_openai start_azure start_gemini
+                    start_cloudflare start_github start_github_git
                     start_github_api parse_sse scenario_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
@@ -175,6 +218,9 @@ our @LIVE;    # fakes started by this process, for END cleanup
 
 sub start_anthropic  { return SMCP::Fakes::Anthropic->_start(@_) }
 sub start_openai     { return SMCP::Fakes::OpenAI->_start(@_) }
+sub start_azure      { return SMCP::Fakes::Azure->_start(@_) }
+sub start_gemini     { return SMCP::Fakes::Gemini->_start(@_) }
+sub start_cloudflare { return SMCP::Fakes::Cloudflare->_start(@_) }
 sub start_github     { return SMCP::Fakes::GitHub->_start(kind => 'github', serve_git => 1, serve_api => 1, @_) }
 sub start_github_git { return SMCP::Fakes::GitHub->_start(kind => 'github-git', serve_git => 1, serve_api => 0, @_) }
 sub start_github_api { return SMCP::Fakes::GitHub->_start(kind => 'github-api', serve_git => 0, serve_api => 1, @_) }
@@ -675,6 +721,7 @@ sub _log {
         header_list => $req->{header_list},
         body_length => length($req->{body} // ''),
         chunked     => $req->{chunked} ? 1 : 0,
+        %{ $req->{log_extra} || {} },
         %x,
     );
     my $ct = $req->{headers}{'content-type'} // '';
@@ -1199,8 +1246,9 @@ sub _handle {
         return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
     }
     my $is_chat = $p eq '/v1/chat/completions' || $p eq '/chat/completions';
+    my $is_resp = $p eq '/v1/responses' || $p eq '/responses';
     my $is_models = $p eq '/v1/models' || $p eq '/models';
-    if ($is_chat || $is_models) {
+    if ($is_chat || $is_resp || $is_models) {
         my ($tok) = ($req->{headers}{authorization} // '') =~ /^Bearer\s+(\S+)\s*$/i;
         if (defined $self->{key} && !(defined $tok && $tok eq $self->{key})) {
             my $msg = defined $tok
@@ -1222,7 +1270,7 @@ sub _handle {
         return $self->_oerr($c, $req, 400, 'invalid_request_error',
                             'We could not parse the JSON body of your request.', undef)
             unless ref $j eq 'HASH';
-        return $self->_chat($req, $c, $j);
+        return $is_resp ? $self->_responses($req, $c, $j) : $self->_chat($req, $c, $j);
     }
     return $self->_oerr($c, $req, 404, 'invalid_request_error',
                         "Invalid URL ($m $p)", undef);
@@ -1233,23 +1281,38 @@ sub _mask {
     return length $k > 8 ? substr($k, 0, 3) . '*' x 10 . substr($k, -4) : '*' x length $k;
 }
 
-sub _chat {
-    my ($self, $req, $c, $j) = @_;
-    my $model = $j->{model} // 'gpt-fake';
-    my ($turn, $stream, $lx, $xh) = $self->_turn_start($req, $j, $model, 'x-request-id')
-        or return 0;
-    my %lx = %$lx;
-    my @xh = @$xh;
+# the turn of a generation request of the OpenAI-shaped APIs (chat,
+# responses, and the Azure, Gemini and gateway fakes built on them):
+# (turn, \%log_fields, \@headers, model), or (undef, $keep) when the turn
+# was a hang or an error and is answered already.  %o: model => (a
+# deployment's, over the body's), log => {...} (more log fields)
+sub _turn_or_answer {
+    my ($self, $req, $c, $j, $default_model, %o) = @_;
+    my $model = $o{model} // $j->{model} // $default_model;
+    my ($turn, $stream, $lxr, $xhr) = $self->_turn_start($req, $j, $model, 'x-request-id')
+        or return (undef, 0);
+    my %lx = (%$lxr, %{ $o{log} || {} });
+    my @xh = @$xhr;
     if (my $e = $turn->{error}) {
         my $type = $e->{type} // 'server_error';
         my $status = $e->{status} // $OPENAI_STATUS{$type} // 500;
         push @xh, %{ $e->{headers} || {} };
         $self->_log($req, status => $status, %lx, error => $type);
         sleep($turn->{hang}) if $turn->{hang};
-        return $self->_oerr($c, $req, $status, $type,
-                            $e->{message} // 'The server had an error.',
-                            $e->{code}, \@xh);
+        return (undef, $self->_oerr($c, $req, $status, $type,
+                                    $e->{message} // 'The server had an error.',
+                                    $e->{code}, \@xh));
     }
+    return ($turn, \%lx, \@xh, $model);
+}
+
+sub _chat {
+    my ($self, $req, $c, $j, %o) = @_;
+    my ($turn, $lxr, $xhr, $model) = $self->_turn_or_answer($req, $c, $j, 'gpt-fake', %o);
+    return $lxr unless $turn;
+    my %lx = %$lxr;
+    my @xh = @$xhr;
+    my $stream = $lx{stream};
 
     my @blocks = $self->_turn_blocks($turn, 'call_');
     my ($in, $out) = $self->_usage($turn, @blocks);
@@ -1326,6 +1389,390 @@ sub _chat {
 
 sub _data {
     return 'data: ' . $SMCP::Fakes::Server::JSON->encode($_[0]) . "\n\n";
+}
+
+# OpenAI Responses API (POST /v1/responses): a response object, or with
+# stream: true SSE events (event: TYPE, data: {type, sequence_number, ...}):
+# response.created, response.in_progress, per output item
+# response.output_item.added, (message) response.content_part.added,
+# response.output_text.delta x N, response.output_text.done,
+# response.content_part.done, (function call)
+# response.function_call_arguments.delta x N, ...arguments.done, then
+# response.output_item.done; last response.completed with the usage
+sub _responses {
+    my ($self, $req, $c, $j, %o) = @_;
+    my ($turn, $lxr, $xhr, $model) = $self->_turn_or_answer($req, $c, $j, 'gpt-fake', %o);
+    return $lxr unless $turn;
+    my %lx = %$lxr;
+    my @xh = @$xhr;
+    my $rand = \&SMCP::Fakes::Server::_rand_id;
+
+    my @blocks = $self->_turn_blocks($turn, 'call_');
+    my ($in, $out) = $self->_usage($turn, @blocks);
+    my @items;
+    for my $b (@blocks) {
+        if ($b->{type} eq 'text') {
+            next if $b->{text} eq '' && @blocks > 1;
+            push @items, { type => 'message', id => 'msg_' . $rand->(32),
+                status => 'completed', role => 'assistant',
+                content => [ { type => 'output_text', text => $b->{text},
+                               annotations => [], logprobs => [] } ] };
+        } else {
+            push @items, { type => 'function_call', id => 'fc_' . $rand->(32),
+                call_id => $b->{id}, name => $b->{name},
+                arguments => $SMCP::Fakes::Server::JSON_CHARS->encode($b->{input}),
+                status => 'completed' };
+        }
+    }
+    my $usage = { input_tokens => $in, input_tokens_details => { cached_tokens => 0 },
+                  output_tokens => $out,
+                  output_tokens_details => { reasoning_tokens => 0 },
+                  total_tokens => $in + $out };
+    my ($rid, $created) = ('resp_' . $rand->(40), int(time()));
+    my $response = sub {
+        my ($status, $output, $u) = @_;
+        return { id => $rid, object => 'response', created_at => $created,
+                 status => $status, error => undef, incomplete_details => undef,
+                 model => $model, output => $output, usage => $u,
+                 parallel_tool_calls => JSON::PP::true, store => JSON::PP::false,
+                 service_tier => 'default', metadata => {} };
+    };
+
+    $self->_log($req, status => 200, %lx);
+    sleep($turn->{hang}) if $turn->{hang};
+
+    return $self->_json_reply($c, $req, 200, $response->('completed', \@items, $usage), \@xh)
+        unless $lx{stream};
+
+    my $deltas = $turn->{deltas} // $self->{deltas};
+    my $seq = 0;
+    my @ev;
+    my $ev = sub {
+        my ($type, %d) = @_;
+        push @ev, "event: $type\ndata: " . $SMCP::Fakes::Server::JSON->encode(
+            { type => $type, sequence_number => $seq++, %d }) . "\n\n";
+    };
+    $ev->('response.created', response => $response->('in_progress', [], undef));
+    $ev->('response.in_progress', response => $response->('in_progress', [], undef));
+    my $k = 0;
+    for my $item (@items) {
+        my %at = (output_index => $k, item_id => $item->{id});
+        if ($item->{type} eq 'message') {
+            my $text = $item->{content}[0]{text};
+            $ev->('response.output_item.added', output_index => $k,
+                  item => { %$item, status => 'in_progress', content => [] });
+            $ev->('response.content_part.added', %at, content_index => 0,
+                  part => { type => 'output_text', text => '', annotations => [] });
+            my @pieces = $turn->{chunks} ? @{ $turn->{chunks} }
+                                         : SMCP::Fakes::Server::_split_text($text, $deltas);
+            $ev->('response.output_text.delta', %at, content_index => 0,
+                  delta => $_, logprobs => []) for @pieces;
+            $ev->('response.output_text.done', %at, content_index => 0,
+                  text => $text, logprobs => []);
+            $ev->('response.content_part.done', %at, content_index => 0,
+                  part => $item->{content}[0]);
+        } else {
+            $ev->('response.output_item.added', output_index => $k,
+                  item => { %$item, status => 'in_progress', arguments => '' });
+            $ev->('response.function_call_arguments.delta', %at, delta => $_)
+                for SMCP::Fakes::Server::_split_even($item->{arguments}, $deltas);
+            $ev->('response.function_call_arguments.done', %at,
+                  arguments => $item->{arguments});
+        }
+        $ev->('response.output_item.done', output_index => $k, item => $item);
+        $k++;
+    }
+    $ev->('response.completed', response => $response->('completed', \@items, $usage));
+    return $self->_send_events($c, $req, 200,
+        ['Content-Type' => 'text/event-stream; charset=utf-8',
+         'Cache-Control' => 'no-cache', @xh], \@ev, $turn);
+}
+
+##############################################################################
+# fake Azure OpenAI: the OpenAI fake behind Azure's paths and key header
+
+package SMCP::Fakes::Azure;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::OpenAI');
+
+sub _defaults {
+    return (kind => 'azure', key => 'test-azure-key',
+            text => 'Hello from the fake Azure OpenAI API.', deltas => 3,
+            chunk_delay => 0);
+}
+
+# what OpenCode's baseURL for Azure's v1 API is: {resource}/openai/v1
+sub base_url { $_[0]->url . '/openai/v1' }
+
+sub _aerr {
+    my ($self, $c, $req, $status, $code, $msg) = @_;
+    return $self->_json_reply($c, $req, $status,
+        { error => { code => $code, message => $msg } },
+        ['apim-request-id' => SMCP::Fakes::Server::_rand_id(32)]);
+}
+
+# /openai/v1/{responses,chat/completions} (the v1 API: api-version
+# optional, v1 or preview; the deployment is the body's model),
+# /openai/deployments/D/{responses,chat/completions} and /openai/responses
+# (api-version required; the deployment is in the path)
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
+    }
+    my ($ver) = ($req->{query} // '') =~ /(?:^|&)api-version=([^&]*)/;
+    my ($v1, $dep, $what);
+    if ($p =~ m{^/openai/v1/(responses|chat/completions)$}) {
+        ($v1, $what) = (1, $1);
+    } elsif ($p =~ m{^/openai/deployments/([A-Za-z0-9._-]+)/(responses|chat/completions)$}) {
+        ($dep, $what) = ($1, $2);
+    } elsif ($p eq '/openai/responses') {
+        $what = 'responses';
+    }
+    return $self->_aerr($c, $req, 404, '404', 'Resource not found')
+        if !$what || (!$v1 && !length($ver // ''))
+           || ($v1 && defined $ver && $ver !~ /^(v1|preview|latest)$/);
+    return $self->_aerr($c, $req, 401, '401',
+        'Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource.')
+        if defined $self->{key} && ($req->{headers}{'api-key'} // '') ne $self->{key};
+    return $self->_aerr($c, $req, 405, '405', "Method $m not allowed") unless $m eq 'POST';
+    my $j = $req->{json};
+    return $self->_aerr($c, $req, 400, 'invalid_request_error',
+                        'We could not parse the JSON body of your request.')
+        unless ref $j eq 'HASH';
+    my %o = (log => { deployment => $dep // $j->{model}, api_version => $ver },
+             (defined $dep ? (model => $dep) : ()));
+    return $what eq 'responses' ? $self->_responses($req, $c, $j, %o)
+                                : $self->_chat($req, $c, $j, %o);
+}
+
+##############################################################################
+# fake Google Gemini API (generativelanguage.googleapis.com)
+
+package SMCP::Fakes::Gemini;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+use Time::HiRes qw(sleep);
+
+my %GOOGLE_STATUS = (
+    INVALID_ARGUMENT => 400, FAILED_PRECONDITION => 400, PERMISSION_DENIED => 403,
+    NOT_FOUND => 404, RESOURCE_EXHAUSTED => 429, INTERNAL => 500,
+    UNAVAILABLE => 503, DEADLINE_EXCEEDED => 504,
+);
+
+sub _defaults {
+    return (kind => 'google', key => 'test-google-key',
+            text => 'Hello from the fake Gemini API.', deltas => 3,
+            chunk_delay => 0);
+}
+
+sub key { $_[0]{key} }
+sub base_url { $_[0]->url . '/v1beta' }
+
+sub _gerr {
+    my ($self, $c, $req, $status, $gstatus, $msg, $hdrs, %o) = @_;
+    return $self->_json_reply($c, $req, $status,
+        { error => { code => $status, message => $msg, status => $gstatus } },
+        $hdrs, %o);
+}
+
+# POST /v1beta/models/M:{streamGenerateContent,generateContent,countTokens}
+# (and /v1/...); the key in x-goog-api-key or ?key=; streamGenerateContent
+# answers SSE with ?alt=sse, else a JSON array
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
+    }
+    my ($ver, $model, $verb) =
+        $p =~ m{^/(v1beta|v1)/models/([A-Za-z0-9._-]+):(streamGenerateContent|generateContent|countTokens)$}
+        or return $self->_gerr($c, $req, 404, 'NOT_FOUND', "Method not found: $p");
+    my %q = map { my ($k, $v) = split /=/, $_, 2; ($k => $v // '') }
+            split /&/, $req->{query} // '';
+    my $key = $req->{headers}{'x-goog-api-key'} // $q{key};
+    if (defined $self->{key} && !(defined $key && $key eq $self->{key})) {
+        return $self->_gerr($c, $req, 403, 'PERMISSION_DENIED',
+            "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.")
+            unless defined $key;
+        return $self->_json_reply($c, $req, 400, { error => { code => 400,
+            message => 'API key not valid. Please pass a valid API key.',
+            status => 'INVALID_ARGUMENT',
+            details => [ { '@type' => 'type.googleapis.com/google.rpc.ErrorInfo',
+                           reason => 'API_KEY_INVALID', domain => 'googleapis.com',
+                           metadata => { service => 'generativelanguage.googleapis.com' } } ] } });
+    }
+    return $self->_gerr($c, $req, 405, 'INVALID_ARGUMENT', "Method $m not allowed")
+        unless $m eq 'POST';
+    my $j = $req->{json};
+    return $self->_gerr($c, $req, 400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.')
+        unless ref $j eq 'HASH';
+    if ($verb eq 'countTokens') {
+        return $self->_json_reply($c, $req, 200,
+            { totalTokens => $self->{input_tokens} // 12 });
+    }
+    return $self->_generate($req, $c, $j, $model,
+                            $verb eq 'streamGenerateContent', ($q{alt} // '') eq 'sse');
+}
+
+sub _generate {
+    my ($self, $req, $c, $j, $model, $stream, $sse) = @_;
+    my ($i, $turn) = $self->_next_turn($model, $j, $req);
+    my %lx = (turn => $i, model => $model, stream => $stream ? 1 : 0, sse => $sse ? 1 : 0);
+    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
+    $lx{hang} = $turn->{hang} if $turn->{hang};
+    my @xh = %{ $turn->{headers} || {} };
+
+    if ($turn->{hang} && !$has_answer) {
+        $self->_log($req, status => 0, %lx);
+        sleep($turn->{hang});
+        return 0;
+    }
+    if (my $e = $turn->{error}) {
+        my $type = $e->{type} // 'INTERNAL';
+        my $status = $e->{status} // $GOOGLE_STATUS{$type} // 500;
+        push @xh, %{ $e->{headers} || {} };
+        $self->_log($req, status => $status, %lx, error => $type);
+        sleep($turn->{hang}) if $turn->{hang};
+        return $self->_gerr($c, $req, $status, $type,
+                            $e->{message} // 'An internal error has occurred.', \@xh);
+    }
+
+    my @blocks = $self->_turn_blocks($turn, '');
+    my ($in, $out) = $self->_usage($turn, @blocks);
+    my $usage = { promptTokenCount => $in, candidatesTokenCount => $out,
+                  totalTokenCount => $in + $out };
+    my $rid = SMCP::Fakes::Server::_rand_id(22);
+    my $chunk = sub {
+        my ($parts, $last) = @_;
+        return { candidates => [ { content => { parts => $parts, role => 'model' },
+                                   index => 0,
+                                   ($last ? (finishReason => $turn->{finish_reason} // 'STOP') : ()) } ],
+                 ($last ? (usageMetadata => $usage) : ()),
+                 modelVersion => $model, responseId => $rid };
+    };
+    my @parts;
+    for my $b (@blocks) {
+        if ($b->{type} eq 'text') {
+            push @parts, { text => $b->{text} } if $b->{text} ne '' || @blocks == 1;
+        } else {
+            push @parts, { functionCall => { name => $b->{name}, args => $b->{input} } };
+        }
+    }
+
+    $self->_log($req, status => 200, %lx);
+    sleep($turn->{hang}) if $turn->{hang};
+
+    return $self->_json_reply($c, $req, 200, $chunk->(\@parts, 1), \@xh) unless $stream;
+
+    # text parts in pieces, one chunk each; function calls whole; the last
+    # chunk carries finishReason and usageMetadata
+    my $deltas = $turn->{deltas} // $self->{deltas};
+    my @chunks;
+    for my $part (@parts) {
+        if (defined $part->{text}) {
+            my @pieces = $turn->{chunks} ? @{ $turn->{chunks} }
+                                         : SMCP::Fakes::Server::_split_text($part->{text}, $deltas);
+            push @chunks, [ { text => $_ } ] for (@pieces ? @pieces : (''));
+        } else {
+            push @chunks, [ $part ];
+        }
+    }
+    my @data = map { $chunk->($chunks[$_], $_ == $#chunks) } 0 .. $#chunks;
+    my $enc = $SMCP::Fakes::Server::JSON;
+    my @ev = $sse
+        ? (map { 'data: ' . $enc->encode($_) . "\r\n\r\n" } @data)
+        : (map { ($_ ? ",\r\n" : '[') . $enc->encode($data[$_]) . ($_ == $#data ? ']' : '') } 0 .. $#data);
+    return $self->_send_events($c, $req, 200,
+        ['Content-Type' => $sse ? 'text/event-stream' : 'application/json; charset=UTF-8', @xh],
+        \@ev, $turn);
+}
+
+##############################################################################
+# fake Cloudflare AI Gateway: /v1/ACCOUNT/GATEWAY/PROVIDER/..., the
+# gateway token in cf-aig-authorization, the provider's own protocol
+# behind it (the other model fakes, sharing this fake's script and log)
+
+package SMCP::Fakes::Cloudflare;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+
+sub _defaults {
+    return (kind => 'cloudflare', account => 'test-account', gateway => 'test-gateway',
+            token => 'test-cf-aig-token', text => 'Hello through the fake AI Gateway.',
+            deltas => 3, chunk_delay => 0);
+}
+
+sub token { $_[0]{token} }
+sub key { $_[0]{token} }
+sub base_url { $_[0]->url . "/v1/$_[0]{account}/$_[0]{gateway}" }
+
+# the protocol fakes behind the gateway: same state dir, log and scripts;
+# provider keys are not checked (the gateway pays: unified billing or
+# keys stored in the gateway)
+sub _init {
+    my ($self) = @_;
+    my %base = map { ($_ => $self->{$_}) } grep { !/^(kind|key|token)$/ } keys %$self;
+    $self->{via} = {
+        anthropic          => bless({ %base, kind => 'anthropic', key => undef }, 'SMCP::Fakes::Anthropic'),
+        openai             => bless({ %base, kind => 'openai', key => undef }, 'SMCP::Fakes::OpenAI'),
+        'google-ai-studio' => bless({ %base, kind => 'google', key => undef }, 'SMCP::Fakes::Gemini'),
+    };
+}
+
+sub _cferr {
+    my ($self, $c, $req, $status, $code, $msg) = @_;
+    return $self->_json_reply($c, $req, $status, { success => JSON::PP::false,
+        result => [], messages => [], error => [ { code => $code, message => $msg } ] });
+}
+
+# anthropic/v1/messages(/count_tokens), openai/{responses,chat/completions},
+# compat/chat/completions, workers-ai/v1/chat/completions,
+# google-ai-studio/v1beta/models/M:..., azure-openai/RESOURCE/DEPLOYMENT/
+# chat/completions; logged with provider and provider_path
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
+    }
+    my ($acct, $gw, $prov, $rest) = $p =~ m{^/v1/([^/]+)/([^/]+)/([^/]+)(/.*)?$}
+        or return $self->_cferr($c, $req, 404, 7000, 'No route for that URI');
+    return $self->_cferr($c, $req, 400, 2001, 'Please configure AI Gateway in the Cloudflare dashboard')
+        unless $acct eq $self->{account} && $gw eq $self->{gateway};
+    my ($tok) = ($req->{headers}{'cf-aig-authorization'} // '') =~ /^Bearer\s+(\S+)\s*$/i;
+    return $self->_cferr($c, $req, 401, 2009, 'Unauthorized')
+        if defined $self->{token} && !(defined $tok && $tok eq $self->{token});
+    $rest //= '';
+    $req->{log_extra} = { path => $p, provider => $prov, provider_path => $rest };
+    my $v = $self->{via};
+    if ($prov eq 'anthropic' || $prov eq 'google-ai-studio') {
+        $req->{path} = $rest;
+        my $keep = $v->{$prov}->_handle($req, $c);
+        $req->{path} = $p;
+        return $keep;
+    }
+    my $oai = $v->{openai};
+    my ($dep) = $prov eq 'azure-openai'
+        ? $rest =~ m{^/[A-Za-z0-9._-]+/([A-Za-z0-9._-]+)/chat/completions$} : ();
+    my $what = $prov eq 'openai' && $rest =~ m{^/(responses|chat/completions)$} ? $1
+             : $prov eq 'compat' && $rest eq '/chat/completions' ? 'chat/completions'
+             : $prov eq 'workers-ai' && $rest eq '/v1/chat/completions' ? 'chat/completions'
+             : $dep ? 'chat/completions' : undef;
+    return $self->_cferr($c, $req, 404, 7000, "No route for that URI") unless $what;
+    return $self->_cferr($c, $req, 405, 7001, "Method $m not allowed") unless $m eq 'POST';
+    my $j = $req->{json};
+    return $self->_cferr($c, $req, 400, 2008, 'Invalid JSON body') unless ref $j eq 'HASH';
+    return $what eq 'responses'
+        ? $oai->_responses($req, $c, $j)
+        : $oai->_chat($req, $c, $j, ($dep ? (model => $dep) : ()));
 }
 
 ##############################################################################

@@ -67,7 +67,11 @@ my @STACKS;
 
 # new(scripts => {MARK => [steps]}, repos => {'o/r' => {path => content}},
 #     workers => 2, location => '...' (extra /mcp directives),
-#     anthropic => {extra start_anthropic options})
+#     anthropic => {extra start_anthropic options},
+#     egress_env => {NAME => value} (more routes: other providers' keys and
+#                   base URLs, e.g. OPENAI_API_KEY, OPENAI_BASE_URL, in the
+#                   environment egress-routes.sh and nginx see; never in
+#                   the runner's))
 sub new {
     my ($class, %o) = @_;
     my $self = bless { owner => $$, runners => {}, names => {}, sessions => {},
@@ -113,6 +117,8 @@ sub new {
                    GOOGLE_API_KEY GOOGLE_BASE_URL CF_AIG_TOKEN CF_AIG_BASE_URL
                    COMPAT_API_KEY COMPAT_BASE_URL)};
     $ENV{$_} = $real{$_} for keys %real;
+    $self->{egress_env} = { %{ $o{egress_env} || {} } };
+    $ENV{$_} = $self->{egress_env}{$_} for keys %{ $self->{egress_env} };
     $ENV{ANTHROPIC_BASE_URL} = $self->{anthropic}->url;
     $ENV{GITHUB_URL} = $self->{github}->url;
     $ENV{GITHUB_API_URL} = $self->{github}->url;
@@ -166,7 +172,7 @@ sub start_runner {
         @{ $o{args} || [] });
     # the runner needs no upstream credential: only nginx holds them
     local %ENV = %ENV;
-    delete @ENV{keys %{ $self->{real} }};
+    delete @ENV{keys %{ $self->{real} }, keys %{ $self->{egress_env} || {} }};
     my ($pid, $guard) = _guarded_exec(\@cmd, $log);
     my $r = { pid => $pid, guard => $guard, name => $name, log => $log, started => time() };
     $self->{runners}{$pid} = $r;
