@@ -49,8 +49,8 @@ use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(docker);
 use SMCP::Fakes;
-use SMCP::Stack qw(kinds rhex);
-use SMCP::Test qw(json_encode json_decode wait_until);
+use SMCP::Stack;
+use SMCP::Test qw(json_encode json_decode rhex wait_until);
 
 my $T0 = time();
 
@@ -167,13 +167,7 @@ ok($s->runner_alive($runner), 'the runner is up');
 my $secrets = join '|', map { quotemeta } values %real, $s->real->{ANTHROPIC_API_KEY};
 my $SECRET = qr/$secrets/;
 
-sub diag_run {
-    my ($run) = @_;
-    diag("run $run: " . json_encode($s->run_hash($run)));
-    diag('events: ' . join(' ', map { "$_->{type}:" . join('', kinds($_->{json})) }
-                                grep { $_->{json} } $s->stored_events($run)));
-    diag("runner log:\n" . $s->runner_log_tail($runner));
-}
+sub diag_run { $s->diag_run($_[0], $runner) }
 
 # a command in a throw-away container on a session volume (read-only, no
 # network): (exit code, stdout)
