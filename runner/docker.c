@@ -61,7 +61,7 @@ runner_docker_handle(const char *method, const char *path, long timeout)
     snprintf(url, sizeof(url), RUNNER_DOCKER_API "%s", path);
 
     curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH,
-                     runner_config.docker_socket);
+                     runner_config->docker_socket);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -158,7 +158,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
 
     } else if (cc != CURLE_OK) {
         snprintf(err, errlen, "docker: %s (is dockerd running at %s?)",
-                 curl_easy_strerror(cc), runner_config.docker_socket);
+                 curl_easy_strerror(cc), runner_config->docker_socket);
 
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);

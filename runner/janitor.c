@@ -21,7 +21,6 @@
 
 #define RUNNER_JANITOR_BATCH      100
 #define RUNNER_JANITOR_STALE      (10 * 60 * 1000)
-#define RUNNER_SESSION_RETENTION  "2592000"         /* 30 days */
 
 
 /* one of the scripts, on one session: its answer in status */
@@ -34,11 +33,11 @@ runner_janitor_script(redisContext *c, const char *lua, const char *id,
     int          n;
     redisReply  *r;
 
-    snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config.prefix, id);
-    snprintf(runs, sizeof(runs), SMCP_KEY_SESSION_RUNS, runner_config.prefix,
+    snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config->prefix, id);
+    snprintf(runs, sizeof(runs), SMCP_KEY_SESSION_RUNS, runner_config->prefix,
              id);
     snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
-             runner_config.prefix);
+             runner_config->prefix);
     snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
     snprintf(stale, sizeof(stale), "%d", RUNNER_JANITOR_STALE);
 
@@ -51,7 +50,7 @@ runner_janitor_script(redisContext *c, const char *lua, const char *id,
     argv[n++] = sessions;
     argv[n++] = id;
     argv[n++] = now;
-    argv[n++] = runner_config.instance;
+    argv[n++] = runner_config->instance;
     argv[n++] = extra;
 
     if (lua == runner_lua_janitor_begin) {
@@ -81,10 +80,10 @@ static int
 runner_janitor_session(redisContext *c, const char *id)
 {
     int   rc;
-    char  status[128], err[RUNNER_ERRLEN], name[128];
+    char  status[128], err[RUNNER_ERRLEN], name[128], keep[32];
 
     if (runner_janitor_script(c, runner_lua_janitor_begin, id,
-                              runner_config.prefix, status, sizeof(status))
+                              runner_config->prefix, status, sizeof(status))
         != RUNNER_OK)
     {
         runner_log("error", NULL, "janitor: session %s: %s", id, status);
@@ -106,14 +105,15 @@ runner_janitor_session(redisContext *c, const char *id)
         return 0;
     }
 
-    if (runner_config.egress_container[0]) {
+    if (runner_config->egress_container[0]) {
         snprintf(name, sizeof(name), "smcp-net-%s", id);
-        runner_docker_session_net_drop(name, runner_config.egress_container,
+        runner_docker_session_net_drop(name, runner_config->egress_container,
                                        err, sizeof(err));
     }
 
-    if (runner_janitor_script(c, runner_lua_janitor_end, id,
-                              RUNNER_SESSION_RETENTION, status,
+    snprintf(keep, sizeof(keep), "%d", SMCP_DEFAULT_RETENTION);
+
+    if (runner_janitor_script(c, runner_lua_janitor_end, id, keep, status,
                               sizeof(status))
         != RUNNER_OK || strcmp(status, "ok") != 0)
     {
@@ -140,7 +140,7 @@ runner_janitor_pass(redisContext *c, int *expired)
     *expired = 0;
 
     snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
-             runner_config.prefix);
+             runner_config->prefix);
     snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
 
     r = redisCommand(c, "ZRANGEBYSCORE %s -inf %s LIMIT 0 %d", sessions, now,
@@ -153,7 +153,7 @@ runner_janitor_pass(redisContext *c, int *expired)
         return RUNNER_ERR;
     }
 
-    for (i = 0; i < r->elements && !runner_stop; i++) {
+    for (i = 0; i < r->elements && !atomic_load(&runner_stop); i++) {
         e = r->element[i];
 
         /* it names a Docker volume: only a session id */
@@ -184,7 +184,7 @@ runner_janitor_thread(void *arg)
     c = NULL;
     next = smcp_now_ms() + 1000;
 
-    while (!runner_stop) {
+    while (!atomic_load(&runner_stop)) {
         now = smcp_now_ms();
 
         if (now < next) {
@@ -192,7 +192,7 @@ runner_janitor_thread(void *arg)
             continue;
         }
 
-        next = now + runner_config.janitor_interval * 1000LL;
+        next = now + runner_config->janitor_interval * 1000LL;
 
         if (c == NULL || c->err) {
             if (c) {

@@ -20,9 +20,6 @@
 #include "runner.h"
 
 
-#define RUNNER_LINE_DEFAULT  (256 * 1024)
-
-
 void
 runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
     void *data)
@@ -31,11 +28,8 @@ runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
     ls->on_line = on_line;
     ls->data = data;
 
-    ls->max_line = runner_config.max_line > 0
-                   ? (size_t) runner_config.max_line : RUNNER_LINE_DEFAULT;
-    ls->max_diff = (runner_config.diff_max > 0
-                    ? (size_t) runner_config.diff_max : 10 * 1024 * 1024)
-                   + RUNNER_DIFF_SLACK;
+    ls->max_line = (size_t) runner_config->max_line;
+    ls->max_diff = (size_t) runner_config->diff_max + RUNNER_DIFF_SLACK;
 
     if (ls->max_diff < ls->max_line) {
         ls->max_diff = ls->max_line;

@@ -19,9 +19,11 @@
 #include "runner.h"
 
 
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-atomic_int             runner_release_failed;
+static runner_config_t  runner_config_data;
+
+const runner_config_t  *runner_config = &runner_config_data;
+atomic_int              runner_stop;
+atomic_int              runner_release_failed;
 
 static runner_run_t   *runner_runs;         /* threads, active or ended */
 static int             runner_active;
@@ -30,7 +32,8 @@ static int             runner_active;
 static void
 runner_signal(int signo)
 {
-    runner_stop = 1;
+    /* lock-free: safe in a handler */
+    atomic_store(&runner_stop, 1);
 }
 
 
@@ -162,7 +165,7 @@ runner_pending(redisContext *c)
 
     stream_id[0] = '\0';
 
-    for (n = 0; n < 10000 && runner_active < runner_config.concurrency;
+    for (n = 0; n < 10000 && runner_active < runner_config->concurrency;
          n++)
     {
         if (runner_store_next(c, 0, run_id, stream_id, 1, err, sizeof(err))
@@ -183,13 +186,11 @@ runner_connect_wait(void)
     char           err[RUNNER_ERRLEN];
     int            delay;
 
-    for (delay = 1; !runner_stop; delay = delay < 8 ? delay * 2 : 8) {
+    for (delay = 1; !atomic_load(&runner_stop); delay = delay < 8 ? delay * 2 : 8) {
         c = runner_store_connect(err, sizeof(err));
 
         if (c && runner_store_init_group(c, err, sizeof(err)) == RUNNER_OK
-            && runner_store_identity(c, runner_config.store,
-                                     sizeof(runner_config.store),
-                                     err, sizeof(err)) == RUNNER_OK)
+            && runner_store_identity(c, err, sizeof(err)) == RUNNER_OK)
         {
             return c;
         }
@@ -217,18 +218,15 @@ main(int argc, char **argv)
     pthread_t          janitor;
     struct sigaction   sa;
 
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0
-                     || strcmp(argv[1], "--help") == 0))
-    {
-        runner_config_usage();
-        return 0;
+    rc = runner_config_load(&runner_config_data, argc, argv, err,
+                            sizeof(err));
+
+    if (rc == RUNNER_AGAIN) {
+        return 0;                   /* --help */
     }
 
-    if (runner_config_load(&runner_config, argc, argv, err, sizeof(err))
-        != RUNNER_OK)
-    {
-        fprintf(stderr, "smcp-runner: %s\n", err);
-        runner_config_usage();
+    if (rc != RUNNER_OK) {
+        fprintf(stderr, "smcp-runner: %s (--help lists the options)\n", err);
         return 2;
     }
 
@@ -243,10 +241,10 @@ main(int argc, char **argv)
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "concurrency=%d image=%s network=%s", RUNNER_VERSION,
-               runner_config.name, runner_config.concurrency,
-               runner_config.image, runner_config.network);
+               runner_config->name, runner_config->concurrency,
+               runner_config->image, runner_config->network);
 
-    for (delay = 1; !runner_stop
+    for (delay = 1; !atomic_load(&runner_stop)
                     && runner_docker_ping(err, sizeof(err)) != RUNNER_OK;
          delay = delay < 8 ? delay * 2 : 8)
     {
@@ -272,7 +270,7 @@ main(int argc, char **argv)
     last_claim = last_reconcile = time(NULL);
     retry_at = 0;
 
-    while (!runner_stop && c) {
+    while (!atomic_load(&runner_stop) && c) {
 
         runner_reap(&waiting);
 
@@ -289,13 +287,13 @@ main(int argc, char **argv)
 
         /* sandboxes whose removal failed (dockerd away at the time):
          * every 5 s while there are some, else every minute */
-        if (time(NULL) - last_reconcile >= (runner_release_failed ? 5 : 60))
+        if (time(NULL) - last_reconcile >= (atomic_load(&runner_release_failed) ? 5 : 60))
         {
             last_reconcile = time(NULL);
             runner_run_reconcile(c);
         }
 
-        if (runner_active >= runner_config.concurrency) {
+        if (runner_active >= runner_config->concurrency) {
             usleep(200 * 1000);
             continue;
         }
@@ -320,7 +318,7 @@ main(int argc, char **argv)
         if (rc == RUNNER_OK) {
             runner_dispatch(c, run_id, stream_id);
 
-        } else if (rc == RUNNER_ERR && !runner_stop) {
+        } else if (rc == RUNNER_ERR && !atomic_load(&runner_stop)) {
             runner_log("error", NULL, "%s; reconnecting", err);
             redisFree(c);
             c = runner_connect_wait();

@@ -21,7 +21,6 @@
 #define RUNNER_STEP_COST_MAX    1000.0          /* USD for one step */
 #define RUNNER_TOTAL_MAX        (INT64_MAX / 2)
 #define RUNNER_ERROR_MAX        4096
-#define RUNNER_RESULT_DEFAULT   (256 * 1024)
 
 
 /* s, at most max bytes of it (cut at a character), a marker when cut */
@@ -131,15 +130,11 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
 {
     const char  *type, *s;
     json_t      *part, *err, *data;
-    size_t       max_result;
 
     type = json_string_value(json_object_get(ev, "type"));
     if (type == NULL) {
         return;
     }
-
-    max_result = runner_config.max_result > 0
-                 ? (size_t) runner_config.max_result : RUNNER_RESULT_DEFAULT;
 
     /* the conversation to continue next time (opencode run --session) */
     s = json_string_value(json_object_get(ev, "sessionID"));
@@ -155,7 +150,8 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
     if (strcmp(type, "text") == 0) {
         s = json_string_value(json_object_get(part, "text"));
         if (s && *s) {
-            runner_outcome_set(&out->result, s, max_result);
+            runner_outcome_set(&out->result, s,
+                               (size_t) runner_config->max_result);
         }
 
     } else if (strcmp(type, "step_finish") == 0) {
@@ -187,10 +183,9 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
             out->diff_truncated = json_is_true(json_object_get(ev,
                                                                "truncated"));
 
-            if (runner_config.diff_max > 0
-                && out->diff_len > (size_t) runner_config.diff_max)
+            if (out->diff_len > (size_t) runner_config->diff_max)
             {
-                out->diff_len = runner_config.diff_max;
+                out->diff_len = runner_config->diff_max;
                 out->diff_truncated = 1;
             }
 

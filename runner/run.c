@@ -39,7 +39,7 @@
 static void
 runner_run_sleep(int64_t ms)
 {
-    for ( /* void */ ; ms > 0 && !runner_stop; ms -= 100) {
+    for ( /* void */ ; ms > 0 && !atomic_load(&runner_stop); ms -= 100) {
         usleep(100 * 1000);
     }
 }
@@ -141,7 +141,7 @@ runner_run_check(runner_run_t *run, redisContext *c, int64_t now)
         return;
     }
 
-    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config.prefix, run->id);
+    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config->prefix, run->id);
 
     r = redisCommand(c, "HMGET %s cancel_requested max_cost", key);
 
@@ -232,8 +232,8 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
         }
     }
 
-    rc = runner_workspace_usage(w->mountpoint, runner_config.workspace_limit,
-                                runner_config.workspace_inodes, &u, err,
+    rc = runner_workspace_usage(w->mountpoint, runner_config->workspace_limit,
+                                runner_config->workspace_inodes, &u, err,
                                 sizeof(err));
     took = smcp_now_ms() - now;
 
@@ -266,17 +266,17 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
                         "directories deep; the sandbox was stopped",
                         RUNNER_WS_DEPTH);
 
-    } else if (u.bytes > runner_config.workspace_limit) {
+    } else if (u.bytes > runner_config->workspace_limit) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
                         "the session's workspace holds more than %lld bytes "
                         "(--workspace-limit); the sandbox was stopped",
-                        (long long) runner_config.workspace_limit);
+                        (long long) runner_config->workspace_limit);
 
-    } else if (u.inodes > runner_config.workspace_inodes) {
+    } else if (u.inodes > runner_config->workspace_inodes) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
                         "the session's workspace holds more than %lld files "
                         "(--workspace-inodes); the sandbox was stopped",
-                        (long long) runner_config.workspace_inodes);
+                        (long long) runner_config->workspace_inodes);
     }
 }
 
@@ -294,7 +294,7 @@ runner_run_watchdog(void *arg)
     last_touch = last_check = last_connect = last_kill = 0;
     memset(&ws, 0, sizeof(ws));
 
-    while (!atomic_load(&run->watch_end) && !runner_stop) {
+    while (!atomic_load(&run->watch_end) && !atomic_load(&runner_stop)) {
         now = smcp_now_ms();
 
         if ((c == NULL || c->err) && now - last_connect >= 2000) {
@@ -309,7 +309,7 @@ runner_run_watchdog(void *arg)
 
         if (c && !c->err
             && (now - last_touch >= RUNNER_TOUCH_MS
-                || now - last_touch >= runner_config.claim_idle_ms / 3))
+                || now - last_touch >= runner_config->claim_idle_ms / 3))
         {
             runner_store_touch(c, run->stream_id);
             last_touch = now;
@@ -383,10 +383,10 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
         return RUNNER_OK;
     }
 
-    if (run->event_bytes + (int64_t) len > runner_config.max_event_bytes) {
+    if (run->event_bytes + (int64_t) len > runner_config->max_event_bytes) {
         snprintf(warn, sizeof(warn), "{\"warning\":\"output budget "
                  "exceeded\",\"limit\":%lld,\"stored\":%lld}",
-                 (long long) runner_config.max_event_bytes,
+                 (long long) runner_config->max_event_bytes,
                  (long long) run->event_bytes);
 
         if (runner_store_event(run->redis, run->id, "lifecycle", warn,
@@ -400,7 +400,7 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
         run->budget_hit = 1;
         runner_log("info", run->id, "output budget of %lld bytes reached: "
                    "later output is not stored",
-                   (long long) runner_config.max_event_bytes);
+                   (long long) runner_config->max_event_bytes);
 
         return RUNNER_OK;
     }
@@ -558,10 +558,10 @@ runner_run_line(void *data, int stream, const char *ts, const char *line,
     ev = (stream == 1 && cut == 0) ? json_loadb(copy, len, 0, NULL) : NULL;
     type = runner_run_type(ev, &is_diff);
 
-    if (!is_diff && len > (size_t) runner_config.max_line) {
+    if (!is_diff && len > (size_t) runner_config->max_line) {
         /* a diff-sized line that is not the diff */
-        cut += len - runner_config.max_line;
-        len = runner_config.max_line;
+        cut += len - runner_config->max_line;
+        len = runner_config->max_line;
     }
 
     if (is_diff) {
@@ -603,7 +603,7 @@ runner_run_tick(void *data)
     runner_follow_state_t  *st = data;
     int64_t                 killed;
 
-    if (runner_stop) {
+    if (atomic_load(&runner_stop)) {
         /* detach: the container goes on; a restart re-attaches */
         return RUNNER_ERR;
     }
@@ -623,11 +623,11 @@ runner_run_tick(void *data)
 static void
 runner_run_network(runner_run_t *run, char *buf, size_t size)
 {
-    if (runner_config.egress_container[0]) {
+    if (runner_config->egress_container[0]) {
         snprintf(buf, size, "smcp-net-%s", run->session);
 
     } else {
-        snprintf(buf, size, "%s", runner_config.network);
+        snprintf(buf, size, "%s", runner_config->network);
     }
 }
 
@@ -655,19 +655,19 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         json_array_append_new(env, json_string(buf));                         \
     }
 
-    RUNNER_ENV("SMCP_EGRESS_URL", runner_config.egress_url);
+    RUNNER_ENV("SMCP_EGRESS_URL", runner_config->egress_url);
     RUNNER_ENV("SMCP_RUN_TOKEN", token);
     RUNNER_ENV("SMCP_RUN_ID", run->id);
     RUNNER_ENV("SMCP_MODEL", model);
     RUNNER_ENV("SMCP_REPOSITORY", repo);
     RUNNER_ENV("SMCP_BRANCH", branch);
-    RUNNER_ENV("SMCP_GIT_HOST", runner_config.git_host);
+    RUNNER_ENV("SMCP_GIT_HOST", runner_config->git_host);
     RUNNER_ENV("SMCP_SESSION", oc_session);
     RUNNER_ENV("SMCP_TITLE", json_string_value(json_object_get(h, "title")));
 
     /* the diff line the sandbox prints stays within what is kept */
     snprintf(buf, sizeof(buf), "SMCP_DIFF_MAX=%lld",
-             (long long) runner_config.diff_max);
+             (long long) runner_config->diff_max);
     json_array_append_new(env, json_string(buf));
 
 #undef RUNNER_ENV
@@ -695,23 +695,23 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:b,"
         "    s:{s:s, s:s}, s:o, s:[s], s:[s],"
         "    s:{s:s, s:{s:s, s:s}}}}",
-        "Image", runner_config.image,
+        "Image", runner_config->image,
         "User", "1000:1000",
         "WorkingDir", "/workspace",
         "Env", env,
         "Labels", "smcp.run", run->id, "smcp.session", run->session,
-                  "smcp.runner", runner_config.name,
-                  "smcp.store", runner_config.store,
+                  "smcp.runner", runner_config->name,
+                  "smcp.store", runner_store_id(),
         "HostConfig",
             "NetworkMode", net,
-            "Dns", runner_config.dns[0]
-                   ? json_pack("[s]", runner_config.dns) : json_array(),
+            "Dns", runner_config->dns[0]
+                   ? json_pack("[s]", runner_config->dns) : json_array(),
             "DnsOptions", "timeout:1", "attempts:1",
             "Init", 1,
-            "Memory", (json_int_t) runner_config.memory,
-            "MemorySwap", (json_int_t) runner_config.memory,
-            "NanoCpus", (json_int_t) runner_config.nano_cpus,
-            "PidsLimit", (json_int_t) runner_config.pids,
+            "Memory", (json_int_t) runner_config->memory,
+            "MemorySwap", (json_int_t) runner_config->memory,
+            "NanoCpus", (json_int_t) runner_config->nano_cpus,
+            "PidsLimit", (json_int_t) runner_config->pids,
             "ReadonlyRootfs", 1,
             "Tmpfs",
                 "/tmp", "rw,nosuid,nodev,exec,size=1g,mode=1777",
@@ -740,7 +740,7 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 
     /* a run that spent past its cap says so, however it ended (its agent
      * may have finished before the watchdog looked) */
-    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config.prefix, run->id);
+    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config->prefix, run->id);
     r = redisCommand(run->redis, "HGET %s max_cost", key);
 
     if (r) {
@@ -781,7 +781,7 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     }
 
     if (run->out.oc_session[0] && run->session[0]) {
-        snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config.prefix,
+        snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config->prefix,
                  run->session);
         r = redisCommand(run->redis, "HSET %s opencode_session %s", key,
                          run->out.oc_session);
@@ -825,13 +825,13 @@ runner_run_release(runner_run_t *run, int kill)
         {
             /* the main loop's reconciliation removes it later */
             runner_log("error", run->id, "%s", err);
-            runner_release_failed = 1;
+            atomic_store(&runner_release_failed, 1);
         }
     }
 
-    if (runner_config.egress_container[0] && run->session[0]) {
+    if (runner_config->egress_container[0] && run->session[0]) {
         runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net_drop(net, runner_config.egress_container,
+        runner_docker_session_net_drop(net, runner_config->egress_container,
                                        err, sizeof(err));
     }
 }
@@ -851,7 +851,7 @@ runner_run_conclude(runner_run_t *run, int exit_code, const char *why)
             return RUNNER_OK;
         }
 
-        if (runner_stop) {
+        if (atomic_load(&runner_stop)) {
             return RUNNER_ERR;
         }
 
@@ -904,7 +904,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     snprintf(run->session, sizeof(run->session), "%s", session);
 
     if (timeout <= 0) {
-        timeout = 3600;
+        timeout = SMCP_DEFAULT_RUN_TIMEOUT;
     }
 
     now = time(NULL);
@@ -917,7 +917,8 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
                        "exp", (json_int_t) (now + timeout + RUNNER_GRACE_S));
 
     if (claims == NULL
-        || smcp_jwt_sign(runner_config.secret, runner_config.secret_len,
+        || smcp_jwt_sign(runner_config->secret.data,
+                         runner_config->secret.len,
                          claims, &token) != SMCP_OK)
     {
         json_decref(claims);
@@ -936,13 +937,13 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
-    if (runner_config.egress_container[0]) {
+    if (runner_config->egress_container[0]) {
         char  net[128];
 
         runner_run_network(run, net, sizeof(net));
 
         if (runner_docker_session_net(net, session,
-                                      runner_config.egress_container,
+                                      runner_config->egress_container,
                                       err, errlen)
             != RUNNER_OK)
         {
@@ -954,7 +955,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
 
     /* the OpenCode conversation of the session's earlier runs */
     oc_session[0] = '\0';
-    snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config.prefix,
+    snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config->prefix,
              session);
     r = redisCommand(run->redis, "HGET %s opencode_session", key);
     if (r && r->type == REDIS_REPLY_STRING && r->len < sizeof(oc_session)) {
@@ -1056,7 +1057,7 @@ runner_run_replay(runner_run_t *run)
     json_t      *ev;
     const char  *step;
 
-    snprintf(key, sizeof(key), SMCP_KEY_RUN_EVENTS, runner_config.prefix,
+    snprintf(key, sizeof(key), SMCP_KEY_RUN_EVENTS, runner_config->prefix,
              run->id);
     strcpy(from, "-");
 
@@ -1155,7 +1156,7 @@ runner_run_reconnect(runner_run_t *run)
     int   delay;
     char  err[RUNNER_ERRLEN];
 
-    for (delay = 1; !runner_stop; delay = delay < 8 ? delay * 2 : 8) {
+    for (delay = 1; !atomic_load(&runner_stop); delay = delay < 8 ? delay * 2 : 8) {
 
         if (run->redis) {
             redisFree(run->redis);
@@ -1184,7 +1185,7 @@ runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
 
     for (fails = 0; /* void */ ; /* void */) {
 
-        if (runner_stop) {
+        if (atomic_load(&runner_stop)) {
             return RUNNER_AGAIN;
         }
 
@@ -1228,7 +1229,7 @@ runner_run_catch_up(runner_run_t *run, runner_follow_state_t *st)
     if (runner_docker_follow(run->container, since[0] ? since : NULL, 0,
                              runner_run_line, runner_run_tick, st,
                              err, sizeof(err))
-        != RUNNER_OK && !runner_stop)
+        != RUNNER_OK && !atomic_load(&runner_stop))
     {
         runner_log("error", run->id, "reading the end of the log: %s", err);
     }
@@ -1267,7 +1268,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
             break;
         }
 
-        if (runner_stop) {
+        if (atomic_load(&runner_stop)) {
             return RUNNER_AGAIN;
         }
 
@@ -1296,7 +1297,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
          * not stored on purpose are not read twice either) */
     }
 
-    if (runner_stop) {
+    if (atomic_load(&runner_stop)) {
         return RUNNER_AGAIN;
     }
 
@@ -1338,14 +1339,14 @@ runner_run_reconcile(redisContext *c)
 
     /* only this deployment's containers: another store's runs are not
      * ours to judge */
-    snprintf(label, sizeof(label), "smcp.store=%s", runner_config.store);
+    snprintf(label, sizeof(label), "smcp.store=%s", runner_store_id());
 
-    runner_release_failed = 0;
+    atomic_store(&runner_release_failed, 0);
 
     list = runner_docker_list(label, err, sizeof(err));
     if (list == NULL) {
         runner_log("error", NULL, "reconcile: %s", err);
-        runner_release_failed = 1;
+        atomic_store(&runner_release_failed, 1);
         return;
     }
 
@@ -1372,7 +1373,7 @@ runner_run_reconcile(redisContext *c)
             runner_docker_kill(id, err, sizeof(err));
 
             if (runner_docker_remove(id, err, sizeof(err)) != RUNNER_OK) {
-                runner_release_failed = 1;
+                atomic_store(&runner_release_failed, 1);
             }
         }
     }
@@ -1452,11 +1453,11 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
     runner_store_last_log_ts(run->redis, run);
     runner_run_replay(run);
 
-    if (runner_config.egress_container[0]) {
+    if (runner_config->egress_container[0]) {
         /* an nginx container recreated meanwhile joins again */
         runner_run_network(run, net, sizeof(net));
         runner_docker_session_net(net, run->session,
-                                  runner_config.egress_container,
+                                  runner_config->egress_container,
                                   err, errlen);
     }
 
@@ -1584,7 +1585,7 @@ runner_run_thread(void *arg)
     if (runner_run_conclude(run, exit_code,
                             rc == RUNNER_ERR ? why
                             : run->out.clone_failed ? run->out.error : NULL)
-        == RUNNER_OK && !runner_stop)
+        == RUNNER_OK && !atomic_load(&runner_stop))
     {
         runner_store_ack(run->redis, run->stream_id);
     }

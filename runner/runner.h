@@ -27,11 +27,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
+#include "smcp_defaults.h"
 #include "smcp_keys.h"
 #include "smcp_util.h"
 
@@ -44,38 +46,49 @@
 
 
 typedef struct {
-    char        redis_host[256];
-    int         redis_port;
-    char        redis_unix[256];
-    char        prefix[64];
-    char        name[128];              /* consumer name: stable per host */
-    char        instance[192];          /* name + pid + random: claims */
-    char        store[64];              /* the store's identity: labels
-                                           this deployment's containers */
-    char        docker_socket[256];
-    char        image[256];
-    char        network[128];
-    char        egress_url[256];        /* as seen from the sandbox */
-    char        dns[64];                /* the sandbox network's gateway */
-    char        egress_container[128];  /* compose: nginx joins each
-                                           session's own network */
-    char        git_host[128];
-    int         concurrency;
-    int64_t     memory;                 /* bytes */
-    int64_t     nano_cpus;
-    int64_t     pids;
-    int64_t     diff_max;               /* bytes kept of a run's diff */
-    int64_t     max_line;               /* longer log lines are cut */
-    int64_t     max_event_bytes;        /* a run's stored events */
-    int64_t     max_result;             /* bytes kept of a run's result */
-    int         claim_idle_ms;          /* take over a dead runner's runs */
-    int64_t     workspace_limit;        /* bytes of a session's volume */
-    int64_t     workspace_inodes;
-    int         janitor_interval;       /* s between idle-session passes */
-    unsigned char secret[SMCP_SECRET_MAX];
-    size_t      secret_len;
-    unsigned char redis_password[SMCP_SECRET_MAX];  /* AUTH; never logged */
-    size_t      redis_password_len;
+    unsigned char   data[SMCP_SECRET_MAX];
+    size_t          len;
+} runner_secret_t;
+
+
+/*
+ * The configuration (config.c's option table): loaded once, before any
+ * thread starts, and never written again; everything else reads it
+ * through the const pointer runner_config.  What is found out while
+ * running (the store's identity) lives with whoever finds it.
+ */
+typedef struct {
+    char             redis_host[256];
+    int              redis_port;
+    char             redis_unix[256];
+    runner_secret_t  redis_password;        /* AUTH; never logged */
+    char             prefix[64];
+    char             name[128];             /* consumer name: stable per
+                                               host */
+    char             instance[192];         /* name + pid + random: claims */
+    char             docker_socket[256];
+    char             image[256];
+    char             network[128];
+    char             egress_url[256];       /* as seen from the sandbox */
+    char             dns[64];               /* the sandbox network's gateway */
+    char             egress_container[128]; /* compose: nginx joins each
+                                               session's own network */
+    char             git_host[128];
+    int              concurrency;
+    int64_t          memory;                /* bytes */
+    int64_t          nano_cpus;
+    int64_t          pids;
+    int64_t          diff_max;              /* bytes kept of a run's diff */
+    int64_t          max_line;              /* longer log lines are cut */
+    int64_t          max_event_bytes;       /* a run's stored events */
+    int64_t          max_result;            /* bytes kept of a run's result */
+    int              claim_idle_ms;         /* take over a dead runner's
+                                               runs */
+    int64_t          workspace_limit;       /* bytes of a session's volume */
+    int64_t          workspace_inodes;
+    int              janitor_interval;      /* s between idle-session
+                                               passes */
+    runner_secret_t  secret;                /* signs the run tokens */
 } runner_config_t;
 
 
@@ -142,15 +155,16 @@ typedef struct runner_run_s {
 } runner_run_t;
 
 
-/* main.c */
-extern runner_config_t        runner_config;
-extern volatile sig_atomic_t  runner_stop;
-extern atomic_int             runner_release_failed;    /* reconcile soon */
+/* main.c: the globals every thread reads */
+extern const runner_config_t  *runner_config;
+extern atomic_int              runner_stop;     /* SIGTERM, SIGINT */
+extern atomic_int              runner_release_failed;   /* reconcile soon */
 
 /* config.c */
 int runner_config_load(runner_config_t *cfg, int argc, char **argv,
     char *err, size_t errlen);
-void runner_config_usage(void);
+void runner_config_usage(FILE *f);
+void runner_config_markdown(FILE *f);
 
 /* log.c: one line per event, key=value, never a secret; the message is
  * escaped (quotes, backslashes, anything but printable ASCII): text from a
@@ -163,8 +177,8 @@ size_t runner_log_escape(char *dst, size_t size, const char *src,
 /* store.c */
 redisContext *runner_store_connect(char *err, size_t errlen);
 int runner_store_init_group(redisContext *c, char *err, size_t errlen);
-int runner_store_identity(redisContext *c, char *id, size_t size,
-    char *err, size_t errlen);
+int runner_store_identity(redisContext *c, char *err, size_t errlen);
+const char *runner_store_id(void);
 int runner_store_next(redisContext *c, int block_ms, char *run_id,
     char *stream_id, int pending, char *err, size_t errlen);
 int runner_store_autoclaim(redisContext *c, char *run_id, char *stream_id,

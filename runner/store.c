@@ -15,9 +15,9 @@
 
 
 #define RUNNER_KEY(buf, fmt, arg)                                             \
-    snprintf(buf, sizeof(buf), fmt, runner_config.prefix, arg)
+    snprintf(buf, sizeof(buf), fmt, runner_config->prefix, arg)
 #define RUNNER_QUEUE(buf)                                                     \
-    snprintf(buf, sizeof(buf), SMCP_KEY_QUEUE, runner_config.prefix)
+    snprintf(buf, sizeof(buf), SMCP_KEY_QUEUE, runner_config->prefix)
 
 
 /* AUTH with the configured password (its bytes, never in an error) */
@@ -31,8 +31,8 @@ runner_store_auth(redisContext *c, char *err, size_t errlen)
 
     argv[0] = "AUTH";
     lens[0] = 4;
-    argv[1] = (const char *) runner_config.redis_password;
-    lens[1] = runner_config.redis_password_len;
+    argv[1] = (const char *) runner_config->redis_password.data;
+    lens[1] = runner_config->redis_password.len;
 
     r = redisCommandArgv(c, 2, argv, lens);
 
@@ -62,12 +62,12 @@ runner_store_connect(char *err, size_t errlen)
     redisContext    *c;
     struct timeval   tv = { 5, 0 };
 
-    if (runner_config.redis_unix[0]) {
-        c = redisConnectUnixWithTimeout(runner_config.redis_unix, tv);
+    if (runner_config->redis_unix[0]) {
+        c = redisConnectUnixWithTimeout(runner_config->redis_unix, tv);
 
     } else {
-        c = redisConnectWithTimeout(runner_config.redis_host,
-                                    runner_config.redis_port, tv);
+        c = redisConnectWithTimeout(runner_config->redis_host,
+                                    runner_config->redis_port, tv);
     }
 
     if (c == NULL || c->err) {
@@ -83,7 +83,7 @@ runner_store_connect(char *err, size_t errlen)
     tv.tv_sec = 15;
     redisSetTimeout(c, tv);
 
-    if (runner_config.redis_password_len
+    if (runner_config->redis_password.len
         && runner_store_auth(c, err, errlen) != RUNNER_OK)
     {
         redisFree(c);
@@ -144,15 +144,27 @@ runner_store_init_group(redisContext *c, char *err, size_t errlen)
  * deployments may share one Docker engine (and reach their Redis by the
  * same address, e.g. "redis:6379" in every compose project): each runner
  * only ever judges containers labelled with its own store's identity.
+ * Read at the first connect, before any run thread starts, and kept: a
+ * Redis found with another identity later (wiped, replaced) is logged,
+ * and this process goes on labelling and judging by the first.
  */
+static char  runner_store_ident[64];
+
+
+const char *
+runner_store_id(void)
+{
+    return runner_store_ident;
+}
+
+
 int
-runner_store_identity(redisContext *c, char *id, size_t size, char *err,
-    size_t errlen)
+runner_store_identity(redisContext *c, char *err, size_t errlen)
 {
     char         key[128], rnd[33];
     redisReply  *r;
 
-    snprintf(key, sizeof(key), "%sstore-id", runner_config.prefix);
+    snprintf(key, sizeof(key), "%sstore-id", runner_config->prefix);
 
     if (smcp_random_hex(rnd, 16) != SMCP_OK) {
         snprintf(err, errlen, "no randomness");
@@ -166,7 +178,9 @@ runner_store_identity(redisContext *c, char *id, size_t size, char *err,
 
     r = redisCommand(c, "GET %s", key);
 
-    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len >= size) {
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len == 0
+        || r->len >= sizeof(runner_store_ident))
+    {
         snprintf(err, errlen, "redis: %s",
                  r ? "no store id" : c->errstr);
         if (r) {
@@ -175,7 +189,15 @@ runner_store_identity(redisContext *c, char *id, size_t size, char *err,
         return RUNNER_ERR;
     }
 
-    snprintf(id, size, "%s", r->str);
+    if (runner_store_ident[0] == '\0') {
+        memcpy(runner_store_ident, r->str, r->len);
+
+    } else if (strcmp(runner_store_ident, r->str) != 0) {
+        runner_log("warn", NULL, "the store's identity changed (Redis was "
+                   "emptied or replaced): this runner keeps labelling its "
+                   "sandboxes with the one it started with");
+    }
+
     freeReplyObject(r);
 
     return RUNNER_OK;
@@ -234,7 +256,7 @@ runner_store_next(redisContext *c, int block_ms, char *run_id,
     argv[0] = "XREADGROUP";
     argv[1] = "GROUP";
     argv[2] = SMCP_QUEUE_GROUP;
-    argv[3] = runner_config.name;
+    argv[3] = runner_config->name;
     argv[4] = "COUNT";
     argv[5] = "1";
 
@@ -295,12 +317,12 @@ runner_store_autoclaim(redisContext *c, char *run_id, char *stream_id,
     int          rc;
 
     RUNNER_QUEUE(queue);
-    snprintf(idle, sizeof(idle), "%d", runner_config.claim_idle_ms);
+    snprintf(idle, sizeof(idle), "%d", runner_config->claim_idle_ms);
 
     /* entries whose runner went silent (it touches its own entries while
      * it lives): a runner killed with -9, a host that died */
     r = redisCommand(c, "XAUTOCLAIM %s %s %s %s 0-0 COUNT 1", queue,
-                     SMCP_QUEUE_GROUP, runner_config.name, idle);
+                     SMCP_QUEUE_GROUP, runner_config->name, idle);
 
     if (r == NULL) {
         snprintf(err, errlen, "redis: %s", c->errstr);
@@ -334,7 +356,7 @@ runner_store_touch(redisContext *c, const char *stream_id)
 
     /* resets the entry's idle time: "this run is alive, leave it" */
     r = redisCommand(c, "XCLAIM %s %s %s 0 %s JUSTID", queue,
-                     SMCP_QUEUE_GROUP, runner_config.name, stream_id);
+                     SMCP_QUEUE_GROUP, runner_config->name, stream_id);
 
     if (r == NULL) {
         return RUNNER_ERR;
@@ -407,7 +429,7 @@ runner_store_claim(redisContext *c, const char *run_id, char *status,
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
-    snprintf(stale, sizeof(stale), "%d", runner_config.claim_idle_ms);
+    snprintf(stale, sizeof(stale), "%d", runner_config->claim_idle_ms);
 
     active[0] = runs[0] = '\0';
 
@@ -422,7 +444,7 @@ runner_store_claim(redisContext *c, const char *run_id, char *status,
             && r->element[0]->len > 0 && r->element[0]->len <= 256)
         {
             snprintf(active, sizeof(active), SMCP_KEY_TENANT_ACTIVE,
-                     runner_config.prefix, r->element[0]->str);
+                     runner_config->prefix, r->element[0]->str);
         }
 
         if (r->element[1]->type == REDIS_REPLY_STRING
@@ -442,8 +464,8 @@ runner_store_claim(redisContext *c, const char *run_id, char *status,
     argv[4] = active;
     argv[5] = runs;
     argv[6] = run_id;
-    argv[7] = runner_config.instance;
-    argv[8] = runner_config.prefix;
+    argv[7] = runner_config->instance;
+    argv[8] = runner_config->prefix;
     argv[9] = now;
     argv[10] = stale;
 
@@ -517,7 +539,7 @@ runner_store_run_keys(redisContext *c, runner_run_t *run, char *active,
     r = redisCommand(c, "HGET %s tenant", key);
 
     if (r && r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= 256) {
-        snprintf(active, alen, SMCP_KEY_TENANT_ACTIVE, runner_config.prefix,
+        snprintf(active, alen, SMCP_KEY_TENANT_ACTIVE, runner_config->prefix,
                  r->str);
     }
 
@@ -526,7 +548,7 @@ runner_store_run_keys(redisContext *c, runner_run_t *run, char *active,
     }
 
     if (run->session[0]) {
-        snprintf(session, slen, SMCP_KEY_SESSION, runner_config.prefix,
+        snprintf(session, slen, SMCP_KEY_SESSION, runner_config->prefix,
                  run->session);
     }
 }
@@ -556,7 +578,7 @@ runner_store_finish(redisContext *c, runner_run_t *run, const char *status,
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run->id);
     RUNNER_KEY(diffkey, SMCP_KEY_RUN_DIFF, run->id);
     snprintf(sessions, sizeof(sessions), SMCP_KEY_SESSIONS,
-             runner_config.prefix);
+             runner_config->prefix);
     snprintf(now, sizeof(now), "%lld", (long long) smcp_now_ms());
 
     runner_store_run_keys(c, run, active, sizeof(active), session,

@@ -17,9 +17,11 @@
 
 
 /* the runner's globals this code reads */
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-atomic_int             runner_release_failed;
+static runner_config_t  config;    /* what the tests set */
+
+const runner_config_t  *runner_config = &config;
+atomic_int              runner_stop;
+atomic_int              runner_release_failed;
 
 
 /* lines as the logstream delivers them */
@@ -209,8 +211,8 @@ test_huge_line(void)
     runner_logstream_t   ls;
     const char          *ts = "2026-11-29T10:00:02.5Z ";
 
-    runner_config.max_line = 256 * 1024;
-    runner_config.diff_max = 10 * 1024 * 1024;
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
 
     tl = strlen(ts);
     chunk = malloc(8 + tl + 16384);
@@ -264,8 +266,8 @@ test_diff_line(void)
     runner_logstream_t   ls;
     const char          *ts = "2026-11-29T10:00:04Z ";
 
-    runner_config.max_line = 1024;
-    runner_config.diff_max = 100000;
+    config.max_line = 1024;
+    config.diff_max = 100000;
 
     len = 50000;
     pl = strlen(ts);
@@ -318,8 +320,8 @@ test_diff_line(void)
     free(p);
     free(buf);
 
-    runner_config.max_line = 256 * 1024;
-    runner_config.diff_max = 10 * 1024 * 1024;
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
 }
 
 
@@ -422,7 +424,7 @@ test_outcome_clamp(void)
        cost "}}")
 
     memset(&o, 0, sizeof(o));
-    runner_config.max_result = 256 * 1024;
+    config.max_result = 256 * 1024;
 
     STEP("{\"input\":10,\"output\":5,\"reasoning\":1,"
          "\"cache\":{\"read\":2,\"write\":3}}", "0.5");
@@ -708,9 +710,110 @@ test_log_escape(void)
 }
 
 
+/* the option table: flag, else environment, else default; bad values
+ * refused with what was wrong; README's table is the table's */
+static void
+test_config(void)
+{
+    int               rc;
+    long              n;
+    char              err[RUNNER_ERRLEN], *md, *readme;
+    size_t            mdlen;
+    FILE             *f;
+    runner_config_t   c;
+    char             *argv[8];
+
+    setenv("PROXY_JWT_SECRET", "0123456789abcdef0123", 1);
+    setenv("SMCP_EGRESS_URL", "http://10.0.0.1:8090", 1);
+    setenv("SMCP_CONCURRENCY", "7", 1);
+    unsetenv("SMCP_REDIS");
+
+    argv[0] = "smcp-runner";
+    argv[1] = "--concurrency";
+    argv[2] = "3";
+    argv[3] = "--max-line=1m";
+    argv[4] = NULL;
+
+    rc = runner_config_load(&c, 4, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.concurrency == 3 && c.max_line == 1024 * 1024,
+       "config: flags (--flag VALUE, --flag=VALUE) win over the "
+       "environment");
+    ok(strcmp(c.egress_url, "http://10.0.0.1:8090") == 0
+       && c.secret.len == 20, "config: the environment over the default");
+    ok(strcmp(c.redis_host, "127.0.0.1") == 0 && c.redis_port == 6379
+       && c.diff_max == 10 * 1024 * 1024 && c.nano_cpus == 1000000000
+       && strcmp(c.prefix, "smcp:") == 0 && c.claim_idle_ms == 60000,
+       "config: the defaults");
+
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.concurrency == 7, "config: $SMCP_CONCURRENCY");
+
+    argv[1] = "--concurrency";
+    argv[2] = "2x";
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--concurrency \"2x\": not a number "
+                                  "from 1 to 256"), "config: %s", err);
+
+    rc = runner_config_load(&c, 2, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "option \"--concurrency\" needs a "
+                                  "value"), "config: %s", err);
+
+    argv[1] = "--bogus";
+    rc = runner_config_load(&c, 2, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "unknown option \"--bogus\""),
+       "config: %s", err);
+
+    setenv("SMCP_DIFF_MAX", "1g", 1);
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "$SMCP_DIFF_MAX \"1g\"")
+       && strstr(err, "from 1k to 256m"), "config: %s", err);
+    unsetenv("SMCP_DIFF_MAX");
+
+    unsetenv("SMCP_EGRESS_URL");
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--egress-url (or $SMCP_EGRESS_URL) "
+                                  "is required"), "config: %s", err);
+
+    setenv("SMCP_REDIS", "unix:/run/redis.sock", 1);
+    argv[1] = "--egress-url";
+    argv[2] = "http://x";
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && strcmp(c.redis_unix, "/run/redis.sock") == 0,
+       "config: --redis unix:/path");
+    unsetenv("SMCP_REDIS");
+
+    f = open_memstream(&md, &mdlen);
+    runner_config_markdown(f);
+    fclose(f);
+
+    readme = NULL;
+    f = fopen(SMCP_TOP "/README.md", "r");
+
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        n = ftell(f);
+        rewind(f);
+        readme = calloc(1, n + 1);
+        n = (long) fread(readme, 1, n, f);
+        fclose(f);
+    }
+
+    ok(readme && strstr(readme, md) != NULL, "README's table of the "
+       "runner's options is `smcp-runner --help=markdown`");
+
+    free(readme);
+    free(md);
+}
+
+
 int
 main(void)
 {
+    /* the runner's defaults */
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
+    config.max_result = 256 * 1024;
+
     test_nul();
     test_splits();
     test_huge_line();
@@ -721,6 +824,7 @@ main(void)
     test_outcome_clamp();
     test_diff_index();
     test_workspace();
+    test_config();
 
     return tap_done();
 }
