@@ -94,7 +94,7 @@ runner_logstream_append(runner_logstream_t *ls, int s, const char *p,
         }
 
         if (ls->line_len[s] + want + 1 > ls->line_cap[s]) {
-            ncap = ls->line_cap[s] ? ls->line_cap[s] : 4096;
+            ncap = ls->line_cap[s] ? ls->line_cap[s] : RUNNER_LINE_FIRST;
 
             while (ncap < ls->line_len[s] + want + 1) {
                 ncap *= 2;
@@ -137,7 +137,7 @@ runner_logstream_emit(runner_logstream_t *ls, int s)
     ls->open[s] = 0;
 
     /* a huge line's buffer goes with it */
-    if (ls->line_cap[s] > 64 * 1024) {
+    if (ls->line_cap[s] > RUNNER_LINE_KEEP) {
         free(ls->line[s]);
         ls->line[s] = NULL;
         ls->line_cap[s] = 0;
