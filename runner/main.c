@@ -29,6 +29,14 @@ static runner_run_t   *runner_runs;         /* threads, active or ended */
 static int             runner_active;
 
 
+/* when the main loop last did what it does now and then */
+typedef struct {
+    time_t      last_claim;         /* looked for silent runners' runs */
+    time_t      last_reconcile;     /* looked for ended runs' containers */
+    time_t      retry_at;           /* reads its pending entries again */
+} runner_timers_t;
+
+
 static void
 runner_signal(int signo)
 {
@@ -209,15 +217,82 @@ runner_connect_wait(void)
 }
 
 
+/* one turn of the loop: a queue entry taken, or the reasons to wait
+ * seen to; the connection may be replaced */
+static runner_store_t *
+runner_turn(runner_store_t *st, runner_timers_t *tm)
+{
+    int     rc, waiting;
+    char    err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
+    char    stream_id[RUNNER_STREAM_ID_SIZE];
+    time_t  now;
+
+    runner_reap(&waiting);
+    now = time(NULL);
+
+    /* runs waiting for their turn (or for Redis): read our pending
+     * entries again a second later */
+    if (waiting && tm->retry_at == 0) {
+        tm->retry_at = now + RUNNER_WAITING_RETRY_S;
+    }
+
+    if (tm->retry_at && now >= tm->retry_at) {
+        tm->retry_at = 0;
+        runner_pending(st);
+    }
+
+    /* sandboxes whose removal failed (dockerd away at the time):
+     * every few seconds while there are some, else every minute */
+    if (now - tm->last_reconcile >= (atomic_load(&runner_release_failed)
+                                     ? RUNNER_RECONCILE_FAILED_S
+                                     : RUNNER_RECONCILE_S))
+    {
+        tm->last_reconcile = now;
+        runner_run_reconcile(st);
+    }
+
+    if (runner_active >= runner_config->concurrency) {
+        usleep(RUNNER_IDLE_MS * 1000);
+        return st;
+    }
+
+    if (now - tm->last_claim >= RUNNER_AUTOCLAIM_S) {
+        tm->last_claim = now;
+
+        if (runner_store_autoclaim(st, run_id, stream_id, err, sizeof(err))
+            == RUNNER_OK && !runner_has(run_id))
+        {
+            runner_log("info", run_id[0] ? run_id : NULL,
+                       "taking over from a silent runner");
+            runner_dispatch(st, run_id, stream_id);
+            return st;
+        }
+    }
+
+    rc = runner_store_next(st, RUNNER_BLOCK_MS, run_id, stream_id, 0, err,
+                           sizeof(err));
+
+    if (rc == RUNNER_OK) {
+        runner_dispatch(st, run_id, stream_id);
+
+    } else if (rc == RUNNER_ERR && !atomic_load(&runner_stop)) {
+        runner_log("error", NULL, "%s; reconnecting", err);
+        runner_store_close(st);
+        st = runner_connect_wait();
+    }
+
+    return st;
+}
+
+
 int
 main(int argc, char **argv)
 {
-    runner_store_t    *st;
-    char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
-    char               stream_id[RUNNER_STREAM_ID_SIZE];
-    int                waiting, rc, delay, janitor_up;
-    time_t             last_claim, last_reconcile, retry_at;
+    int                rc, delay, waiting, janitor_up;
+    char               err[RUNNER_ERRLEN];
     pthread_t          janitor;
+    runner_store_t    *st;
+    runner_timers_t    tm;
     struct sigaction   sa;
 
     rc = runner_config_load(&runner_config_data, argc, argv, err,
@@ -269,64 +344,11 @@ main(int argc, char **argv)
         }
     }
 
-    last_claim = last_reconcile = time(NULL);
-    retry_at = 0;
+    tm.last_claim = tm.last_reconcile = time(NULL);
+    tm.retry_at = 0;
 
     while (!atomic_load(&runner_stop) && st) {
-
-        runner_reap(&waiting);
-
-        /* runs waiting for their session (or for Redis): read our
-         * pending entries again a second later */
-        if (waiting && retry_at == 0) {
-            retry_at = time(NULL) + RUNNER_WAITING_RETRY_S;
-        }
-
-        if (retry_at && time(NULL) >= retry_at) {
-            retry_at = 0;
-            runner_pending(st);
-        }
-
-        /* sandboxes whose removal failed (dockerd away at the time):
-         * every few seconds while there are some, else every minute */
-        if (time(NULL) - last_reconcile
-            >= (atomic_load(&runner_release_failed)
-                ? RUNNER_RECONCILE_FAILED_S : RUNNER_RECONCILE_S))
-        {
-            last_reconcile = time(NULL);
-            runner_run_reconcile(st);
-        }
-
-        if (runner_active >= runner_config->concurrency) {
-            usleep(RUNNER_IDLE_MS * 1000);
-            continue;
-        }
-
-        if (time(NULL) - last_claim >= RUNNER_AUTOCLAIM_S) {
-            last_claim = time(NULL);
-
-            if (runner_store_autoclaim(st, run_id, stream_id, err,
-                                       sizeof(err)) == RUNNER_OK
-                && !runner_has(run_id))
-            {
-                runner_log("info", run_id[0] ? run_id : NULL,
-                           "taking over from a silent runner");
-                runner_dispatch(st, run_id, stream_id);
-                continue;
-            }
-        }
-
-        rc = runner_store_next(st, RUNNER_BLOCK_MS, run_id, stream_id, 0,
-                               err, sizeof(err));
-
-        if (rc == RUNNER_OK) {
-            runner_dispatch(st, run_id, stream_id);
-
-        } else if (rc == RUNNER_ERR && !atomic_load(&runner_stop)) {
-            runner_log("error", NULL, "%s; reconnecting", err);
-            runner_store_close(st);
-            st = runner_connect_wait();
-        }
+        st = runner_turn(st, &tm);
     }
 
     runner_log("info", NULL, "stopping: %d run(s) detach and go on in "

@@ -10,6 +10,7 @@
  * type, and its elements' types, are checked before use.
  */
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -716,41 +717,50 @@ runner_store_autoclaim(runner_store_t *st, char *run_id, char *stream_id,
 }
 
 
-/* resets the entry's idle time: "this run is alive, leave it" */
-int
-runner_store_touch(runner_store_t *st, const char *stream_id)
+/*
+ * One of our queue entries: touched (XCLAIM to ourselves, JUSTID: resets
+ * its idle time, "this run is alive, leave it"), or acknowledged (XACK).
+ */
+static int
+runner_store_entry_cmd(runner_store_t *st, int touch, const char *stream_id)
 {
+    int          n;
     char         queue[RUNNER_KEY_MAX];
     const char  *argv[7];
 
     RUNNER_KEY0(queue, SMCP_KEY_QUEUE);
 
-    argv[0] = "XCLAIM";
-    argv[1] = queue;
-    argv[2] = SMCP_QUEUE_GROUP;
-    argv[3] = runner_config->name;
-    argv[4] = "0";
-    argv[5] = stream_id;
-    argv[6] = "JUSTID";
+    n = 0;
+    argv[n++] = touch ? "XCLAIM" : "XACK";
+    argv[n++] = queue;
+    argv[n++] = SMCP_QUEUE_GROUP;
 
-    return runner_store_do(st, 7, argv);
+    if (touch) {
+        argv[n++] = runner_config->name;
+        argv[n++] = "0";
+    }
+
+    argv[n++] = stream_id;
+
+    if (touch) {
+        argv[n++] = "JUSTID";
+    }
+
+    return runner_store_do(st, n, argv);
+}
+
+
+int
+runner_store_touch(runner_store_t *st, const char *stream_id)
+{
+    return runner_store_entry_cmd(st, 1, stream_id);
 }
 
 
 int
 runner_store_ack(runner_store_t *st, const char *stream_id)
 {
-    char         queue[RUNNER_KEY_MAX];
-    const char  *argv[4];
-
-    RUNNER_KEY0(queue, SMCP_KEY_QUEUE);
-
-    argv[0] = "XACK";
-    argv[1] = queue;
-    argv[2] = SMCP_QUEUE_GROUP;
-    argv[3] = stream_id;
-
-    return runner_store_do(st, 4, argv);
+    return runner_store_entry_cmd(st, 0, stream_id);
 }
 
 
@@ -1605,61 +1615,42 @@ runner_store_events_page(runner_store_t *st, const char *run_id,
 }
 
 
-/*
- * Where to resume following a container's log: the last stored Docker
- * timestamp, and how many lines at exactly that timestamp were stored
- * (Docker's `since` is inclusive).  Read backwards a page at a time.
- */
-int
-runner_store_last_log_ts(runner_store_t *st, runner_run_t *run)
+/* an event entry, handed over: RUNNER_OK goes on, RUNNER_AGAIN stops */
+typedef int (*runner_entry_pt)(void *data, redisReply *entry);
+
+
+/* the run's stored events a page at a time, forward or backward, at most
+ * pages of them, each entry to on_entry */
+static int
+runner_store_events_each(runner_store_t *st, const char *run_id,
+    int forward, int pages, runner_entry_pt on_entry, void *data)
 {
     char         from[RUNNER_STREAM_ID_SIZE + 1];   /* "(" and an id */
     size_t       i;
-    redisReply  *r, *dts;
-    int          pages;
+    redisReply  *r;
 
-    run->last_ts[0] = '\0';
-    run->last_ts_count = 0;
-    strcpy(from, "+");
+    strcpy(from, forward ? "-" : "+");
 
-    /* lines stored at one timestamp are few; events without dts (egress,
-     * warnings) may be many: a bounded look back */
-    for (pages = 0; pages < RUNNER_EVENTS_LOOKBACK; pages++) {
-        r = runner_store_events_page(st, run->id, 0, from);
+    for ( /* void */ ; pages > 0; pages--) {
+        r = runner_store_events_page(st, run_id, forward, from);
 
         if (r == NULL) {
             return RUNNER_ERR;
         }
 
-        if (r->elements == 0) {
-            freeReplyObject(r);
-            return RUNNER_OK;
-        }
-
         for (i = 0; i < r->elements; i++) {
-            dts = runner_store_entry_field(r->element[i], "dts");
-
-            if (dts == NULL || dts->len >= sizeof(run->last_ts)
-                || memchr(dts->str, '\0', dts->len) != NULL)
-            {
-                continue;
-            }
-
-            if (run->last_ts[0] == '\0') {
-                memcpy(run->last_ts, dts->str, dts->len + 1);
-            }
-
-            if (strcmp(dts->str, run->last_ts) != 0) {
+            if (on_entry(data, r->element[i]) != RUNNER_OK) {
                 freeReplyObject(r);
                 return RUNNER_OK;
             }
-
-            run->last_ts_count++;
         }
 
-        if (runner_store_page_after(r, from, sizeof(from)) != RUNNER_OK) {
+        if (r->elements == 0
+            || runner_store_page_after(r, from, sizeof(from)) != RUNNER_OK)
+        {
+            i = r->elements;
             freeReplyObject(r);
-            return RUNNER_ERR;
+            return i == 0 ? RUNNER_OK : RUNNER_ERR;
         }
 
         freeReplyObject(r);
@@ -1669,47 +1660,90 @@ runner_store_last_log_ts(runner_store_t *st, runner_run_t *run)
 }
 
 
-/* the run's stored events in order, a page at a time: each one's data
- * to on_event, with whether it came from the container log (dts) */
+/* an entry, newest first: the last stored log timestamp, and how many
+ * lines have it */
+static int
+runner_store_last_ts_entry(void *data, redisReply *e)
+{
+    runner_run_t  *run = data;
+    redisReply    *dts;
+
+    dts = runner_store_entry_field(e, "dts");
+
+    if (dts == NULL || dts->len >= sizeof(run->last_ts)
+        || memchr(dts->str, '\0', dts->len) != NULL)
+    {
+        return RUNNER_OK;
+    }
+
+    if (run->last_ts[0] == '\0') {
+        memcpy(run->last_ts, dts->str, dts->len + 1);
+    }
+
+    if (strcmp(dts->str, run->last_ts) != 0) {
+        return RUNNER_AGAIN;
+    }
+
+    run->last_ts_count++;
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * Where to resume following a container's log: the last stored Docker
+ * timestamp, and how many lines at exactly that timestamp were stored
+ * (Docker's `since` is inclusive).  Read backwards a page at a time:
+ * lines stored at one timestamp are few; events without dts (egress,
+ * warnings) may be many, so the look back is bounded.
+ */
+int
+runner_store_last_log_ts(runner_store_t *st, runner_run_t *run)
+{
+    run->last_ts[0] = '\0';
+    run->last_ts_count = 0;
+
+    return runner_store_events_each(st, run->id, 0, RUNNER_EVENTS_LOOKBACK,
+                                    runner_store_last_ts_entry, run);
+}
+
+
+typedef struct {
+    runner_event_pt   on_event;
+    void             *data;
+} runner_replay_t;
+
+
+static int
+runner_store_replay_entry(void *data, redisReply *e)
+{
+    runner_replay_t  *rp = data;
+    redisReply       *d;
+
+    d = runner_store_entry_field(e, "data");
+
+    if (d) {
+        rp->on_event(rp->data, d->str, d->len,
+                     runner_store_entry_field(e, "dts") != NULL);
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* the run's stored events in order: each one's data to on_event, with
+ * whether it came from the container log (dts) */
 int
 runner_store_replay(runner_store_t *st, const char *run_id,
     runner_event_pt on_event, void *data)
 {
-    char         from[RUNNER_STREAM_ID_SIZE + 1];   /* "(" and an id */
-    size_t       i;
-    redisReply  *r, *d;
+    runner_replay_t  rp;
 
-    strcpy(from, "-");
+    rp.on_event = on_event;
+    rp.data = data;
 
-    for ( ;; ) {
-        r = runner_store_events_page(st, run_id, 1, from);
-
-        if (r == NULL) {
-            return RUNNER_ERR;
-        }
-
-        if (r->elements == 0) {
-            freeReplyObject(r);
-            return RUNNER_OK;
-        }
-
-        for (i = 0; i < r->elements; i++) {
-            d = runner_store_entry_field(r->element[i], "data");
-
-            if (d) {
-                on_event(data, d->str, d->len,
-                         runner_store_entry_field(r->element[i], "dts")
-                         != NULL);
-            }
-        }
-
-        if (runner_store_page_after(r, from, sizeof(from)) != RUNNER_OK) {
-            freeReplyObject(r);
-            return RUNNER_ERR;
-        }
-
-        freeReplyObject(r);
-    }
+    return runner_store_events_each(st, run_id, 1, INT_MAX,
+                                    runner_store_replay_entry, &rp);
 }
 
 

@@ -533,7 +533,7 @@ test_diff_index(void)
               == atoi(want[i][1])
            && json_integer_value(json_object_get(f, "deletions"))
               == atoi(want[i][2]),
-           want[i][0]);
+           "%s", want[i][0]);
     }
 
     ok(json_object_size(index) == 6, "the index: six paths (a rename "
