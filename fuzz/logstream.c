@@ -85,8 +85,8 @@ fuzz_feed(const uint8_t *data, size_t size, uint64_t seed, fuzz_lines_t *l)
     memset(l, 0, sizeof(*l));
     l->hash = FUZZ_HASH_INIT;
 
-    runner_config.max_line = FUZZ_MAX_LINE;
-    runner_config.diff_max = FUZZ_DIFF_MAX;
+    config.max_line = FUZZ_MAX_LINE;
+    config.diff_max = FUZZ_DIFF_MAX;
 
     runner_logstream_init(&ls, fuzz_on_line, l);
 

@@ -60,7 +60,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* the first byte picks the diff limit (1-1017: cut diffs too; 0 may
      * mean "the default") */
-    runner_config.diff_max = size ? 1 + (data[0] & 0x7f) * 8 : 1024;
+    config.diff_max = size ? 1 + (data[0] & 0x7f) * 8 : 1024;
+    config.max_result = 256 * 1024;
 
     memset(&out, 0, sizeof(out));
 
@@ -97,7 +98,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == len,
                "OpenCode's session id: short, [A-Za-z0-9_-]");
 
-    fuzz_check(out.diff_len <= (size_t) runner_config.diff_max,
+    fuzz_check(out.diff_len <= (size_t) config.diff_max,
                "the diff is cut at diff_max");
     fuzz_check(out.diff == NULL ? out.diff_len == 0
                                 : strlen(out.diff) == out.diff_len,

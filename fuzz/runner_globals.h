@@ -6,8 +6,10 @@
 #ifndef SMCP_FUZZ_RUNNER_GLOBALS_H
 #define SMCP_FUZZ_RUNNER_GLOBALS_H
 
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-atomic_int             runner_release_failed;
+static runner_config_t  config;    /* what the tests set */
+
+const runner_config_t  *runner_config = &config;
+atomic_int              runner_stop;
+atomic_int              runner_release_failed;
 
 #endif /* SMCP_FUZZ_RUNNER_GLOBALS_H */

@@ -1,8 +1,14 @@
 /*
- * Configuration: flags first, then the environment, then defaults.
+ * Configuration: one table of options (flag, environment name, default,
+ * help text), read by getopt_long: the flag, else the environment, else
+ * the default.  The same table prints the usage and README's table
+ * (--help=markdown).  Loaded once, before any thread starts; never written
+ * again.
  */
 
-#include <stdint.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,110 +17,287 @@
 #include "runner.h"
 
 
-void
-runner_config_usage(void)
+/* option types */
+#define RUNNER_OPT_STRING    0      /* into a char array of `size` */
+#define RUNNER_OPT_INT       1      /* an int, min..max */
+#define RUNNER_OPT_COUNT     2      /* an int64_t, min..max */
+#define RUNNER_OPT_SIZE      3      /* an int64_t with k, m, g or t */
+#define RUNNER_OPT_CPUS      4      /* a decimal number of CPUs */
+#define RUNNER_OPT_REDIS     5      /* host:port or unix:/path */
+#define RUNNER_OPT_SECRET    6      /* a file; else env_value's value */
+
+/* option flags */
+#define RUNNER_OPT_REQUIRED  0x01
+#define RUNNER_OPT_HOSTNAME  0x02   /* default: the host name */
+
+#define RUNNER_OPT_WRAP      72     /* help text column */
+
+
+typedef struct {
+    const char  *flag;              /* without its dashes */
+    const char  *arg;               /* what it takes, for the usage */
+    const char  *env;
+    const char  *def;               /* NULL: none */
+    const char  *help;
+    int          type;
+    unsigned     flags;
+    size_t       offset;            /* of its field in runner_config_t */
+    size_t       size;              /* RUNNER_OPT_STRING: the field's size */
+    int64_t      min;               /* numbers; RUNNER_OPT_SECRET: bytes */
+    int64_t      max;
+    const char  *env_value;         /* RUNNER_OPT_SECRET: the value itself */
+} runner_option_t;
+
+
+#define RUNNER_F(field)      offsetof(runner_config_t, field)
+#define RUNNER_S(field)      RUNNER_F(field), sizeof(((runner_config_t *) 0)->field)
+#define RUNNER_KB            1024LL
+#define RUNNER_MB            (1024 * RUNNER_KB)
+#define RUNNER_GB            (1024 * RUNNER_MB)
+
+
+static const runner_option_t  runner_options[] = {
+
+    { "redis", "ADDR", "SMCP_REDIS", SMCP_DEFAULT_REDIS,
+      "Redis: host:port or unix:/path",
+      RUNNER_OPT_REDIS, 0, 0, 0, 0, 0, NULL },
+
+    { "redis-password-file", "PATH", "SMCP_REDIS_PASSWORD_FILE", NULL,
+      "Redis requires a password (AUTH after every connect; never logged)",
+      RUNNER_OPT_SECRET, 0, RUNNER_F(redis_password), 0, 1, 0,
+      "SMCP_REDIS_PASSWORD" },
+
+    { "prefix", "STR", "SMCP_REDIS_PREFIX", SMCP_DEFAULT_PREFIX,
+      "key prefix",
+      RUNNER_OPT_STRING, 0, RUNNER_S(prefix), 0, 0, NULL },
+
+    { "name", "STR", "SMCP_RUNNER_NAME", NULL,
+      "consumer name: keep it stable per host, restarts re-attach by it",
+      RUNNER_OPT_STRING, RUNNER_OPT_HOSTNAME, RUNNER_S(name), 0, 0, NULL },
+
+    { "secret-file", "PATH", "SMCP_SECRET_FILE", NULL,
+      "the token signing secret",
+      RUNNER_OPT_SECRET, RUNNER_OPT_REQUIRED, RUNNER_F(secret), 0,
+      SMCP_SECRET_MIN, 0, "PROXY_JWT_SECRET" },
+
+    { "docker-socket", "PATH", "SMCP_DOCKER_SOCKET", "/var/run/docker.sock",
+      "the Docker engine's socket",
+      RUNNER_OPT_STRING, 0, RUNNER_S(docker_socket), 0, 0, NULL },
+
+    { "image", "NAME", "SMCP_SANDBOX_IMAGE", "smcp-sandbox:1.18.33",
+      "the sandbox image (built beforehand)",
+      RUNNER_OPT_STRING, 0, RUNNER_S(image), 0, 0, NULL },
+
+    { "network", "NAME", "SMCP_SANDBOX_NET", "smcp-sandbox",
+      "the sandbox network",
+      RUNNER_OPT_STRING, 0, RUNNER_S(network), 0, 0, NULL },
+
+    { "egress-url", "URL", "SMCP_EGRESS_URL", NULL,
+      "the egress listener as sandboxes see it, e.g. http://172.29.0.1:8090",
+      RUNNER_OPT_STRING, RUNNER_OPT_REQUIRED, RUNNER_S(egress_url), 0, 0,
+      NULL },
+
+    { "dns", "IP", "SMCP_SANDBOX_DNS", NULL,
+      "the sandboxes' DNS server: the sandbox network's gateway",
+      RUNNER_OPT_STRING, 0, RUNNER_S(dns), 0, 0, NULL },
+
+    { "git-host", "HOST", "SMCP_GIT_HOST", SMCP_DEFAULT_GIT_HOST,
+      "the git host the egress proxy stands in for",
+      RUNNER_OPT_STRING, 0, RUNNER_S(git_host), 0, 0, NULL },
+
+    { "concurrency", "N", "SMCP_CONCURRENCY", "2",
+      "runs at once",
+      RUNNER_OPT_INT, 0, RUNNER_F(concurrency), 0, 1, 256, NULL },
+
+    { "memory", "SIZE", "SMCP_SANDBOX_MEMORY", "2g",
+      "memory of a sandbox",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(memory), 0, 6 * RUNNER_MB, INT64_MAX,
+      NULL },
+
+    { "cpus", "N", "SMCP_SANDBOX_CPUS", "1",
+      "CPUs of a sandbox, a decimal number",
+      RUNNER_OPT_CPUS, 0, RUNNER_F(nano_cpus), 0, 0, 0, NULL },
+
+    { "pids", "N", "SMCP_SANDBOX_PIDS", "512",
+      "processes of a sandbox",
+      RUNNER_OPT_COUNT, 0, RUNNER_F(pids), 0, 1, INT32_MAX, NULL },
+
+    { "claim-idle", "MS", "SMCP_CLAIM_IDLE", "60000",
+      "take over the runs of a runner silent this long",
+      RUNNER_OPT_INT, 0, RUNNER_F(claim_idle_ms), 0, 1000, 86400000, NULL },
+
+    { "egress-container", "NAME", "SMCP_EGRESS_CONTAINER", NULL,
+      "nginx runs in a container (compose): each session gets its own "
+      "internal network, which NAME joins as \"egress\"",
+      RUNNER_OPT_STRING, 0, RUNNER_S(egress_container), 0, 0, NULL },
+
+    { "max-line", "SIZE", "SMCP_MAX_LINE", "256k",
+      "longer log lines are cut, with a warning event",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(max_line), 0, RUNNER_KB, 64 * RUNNER_MB,
+      NULL },
+
+    { "diff-max", "SIZE", "SMCP_DIFF_MAX", "10m",
+      "bytes kept of a run's diff",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(diff_max), 0, RUNNER_KB, 256 * RUNNER_MB,
+      NULL },
+
+    { "max-event-bytes", "SIZE", "SMCP_MAX_EVENT_BYTES", "64m",
+      "a run's stored events; later output is not stored",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(max_event_bytes), 0, RUNNER_KB,
+      INT64_MAX, NULL },
+
+    { "max-result", "SIZE", "SMCP_MAX_RESULT", "256k",
+      "bytes kept of a run's result",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(max_result), 0, RUNNER_KB, 64 * RUNNER_MB,
+      NULL },
+
+    { "workspace-limit", "SIZE", "SMCP_WORKSPACE_LIMIT", "10g",
+      "bytes of a session's volume: a run past it is stopped",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(workspace_limit), 0, 1, INT64_MAX, NULL },
+
+    { "workspace-inodes", "N", "SMCP_WORKSPACE_INODES", "1000000",
+      "files in a session's volume: a run past it is stopped",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(workspace_inodes), 0, 1, INT64_MAX,
+      NULL },
+
+    { "janitor-interval", "S", "SMCP_JANITOR_INTERVAL", "60",
+      "idle sessions are expired this often",
+      RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
+};
+
+#define RUNNER_NOPTIONS  (sizeof(runner_options) / sizeof(runner_options[0]))
+
+
+/* help text wrapped at RUNNER_OPT_WRAP, each line indented */
+static void
+runner_config_wrap(FILE *f, const char *text, const char *indent)
 {
-    fprintf(stderr,
-"usage: smcp-runner [options]   (flag, else environment, else default)\n"
-"  --redis ADDR          $SMCP_REDIS: host:port or unix:/path\n"
-"                        (127.0.0.1:6379)\n"
-"  --redis-password-file PATH  $SMCP_REDIS_PASSWORD_FILE: Redis requires\n"
-"                        a password (AUTH after every connect); else\n"
-"                        $SMCP_REDIS_PASSWORD\n"
-"  --prefix STR          $SMCP_REDIS_PREFIX: key prefix (smcp:)\n"
-"  --name STR            $SMCP_RUNNER_NAME: consumer name, keep it stable\n"
-"                        per host: restarts re-attach by it (hostname)\n"
-"  --secret-file PATH    $SMCP_SECRET_FILE: the token signing secret\n"
-"                        (else $PROXY_JWT_SECRET)\n"
-"  --docker-socket PATH  $SMCP_DOCKER_SOCKET (/var/run/docker.sock)\n"
-"  --image NAME          $SMCP_SANDBOX_IMAGE (smcp-sandbox:1.18.33)\n"
-"  --network NAME        $SMCP_SANDBOX_NET (smcp-sandbox)\n"
-"  --egress-url URL      $SMCP_EGRESS_URL: the egress listener as the\n"
-"                        sandbox sees it (required)\n"
-"  --dns IP              $SMCP_SANDBOX_DNS: sandbox DNS, the gateway\n"
-"  --git-host HOST       $SMCP_GIT_HOST: git host the proxy stands in\n"
-"                        for (github.com)\n"
-"  --concurrency N       $SMCP_CONCURRENCY: runs at once (2)\n"
-"  --memory SIZE         $SMCP_SANDBOX_MEMORY: per sandbox (2g)\n"
-"  --cpus N              $SMCP_SANDBOX_CPUS: per sandbox (1)\n"
-"  --pids N              $SMCP_SANDBOX_PIDS: per sandbox (512)\n"
-"  --claim-idle MS       $SMCP_CLAIM_IDLE: take over the runs of a runner\n"
-"                        silent this long (60000)\n"
-"  --egress-container NAME  $SMCP_EGRESS_CONTAINER: nginx runs in a\n"
-"                        container (compose): each session gets its own\n"
-"                        internal network, which NAME joins as \"egress\"\n"
-"  --max-line SIZE       $SMCP_MAX_LINE: longer log lines are cut, with a\n"
-"                        warning event (256k)\n"
-"  --diff-max SIZE       $SMCP_DIFF_MAX: bytes kept of a run's diff (10m)\n"
-"  --max-event-bytes SIZE  $SMCP_MAX_EVENT_BYTES: a run's stored events;\n"
-"                        later output is not stored (64m)\n"
-"  --max-result SIZE     $SMCP_MAX_RESULT: bytes kept of a run's result\n"
-"                        (256k)\n"
-"  --workspace-limit SIZE  $SMCP_WORKSPACE_LIMIT: a session's volume;\n"
-"                        a run past it is stopped (10g)\n"
-"  --workspace-inodes N  $SMCP_WORKSPACE_INODES: files in a session's\n"
-"                        volume (1000000)\n"
-"  --janitor-interval S  $SMCP_JANITOR_INTERVAL: idle sessions are\n"
-"                        expired this often (60)\n");
-}
+    size_t       col, w;
+    const char  *p, *sp;
 
+    fputs(indent, f);
+    col = strlen(indent);
 
-static const char *
-runner_config_get(int argc, char **argv, const char *flag, const char *env,
-    const char *def)
-{
-    int          i;
-    const char  *v;
-
-    for (i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], flag) == 0) {
-            return argv[i + 1];
+    for (p = text; *p; p = sp) {
+        while (*p == ' ') {
+            p++;
         }
+
+        sp = strchr(p, ' ');
+        if (sp == NULL) {
+            sp = p + strlen(p);
+        }
+
+        w = sp - p;
+
+        if (col > strlen(indent) && col + 1 + w > RUNNER_OPT_WRAP) {
+            fprintf(f, "\n%s", indent);
+            col = strlen(indent);
+
+        } else if (col > strlen(indent)) {
+            fputc(' ', f);
+            col++;
+        }
+
+        fwrite(p, 1, w, f);
+        col += w;
     }
 
-    v = env ? getenv(env) : NULL;
-
-    return (v && *v) ? v : def;
+    fputc('\n', f);
 }
 
 
-static int
-runner_config_copy(char *dst, size_t size, const char *v, const char *what,
-    char *err, size_t errlen)
+/* where an option's value comes from, as text */
+static void
+runner_config_source(const runner_option_t *o, char *buf, size_t size,
+    int md)
 {
-    if (v == NULL) {
-        v = "";
-    }
+    const char  *q = md ? "`" : "$";
+    const char  *e = md ? "`" : "";
 
-    if (strlen(v) >= size) {
-        snprintf(err, errlen, "%s is too long", what);
-        return RUNNER_ERR;
-    }
-
-    strcpy(dst, v);
-
-    return RUNNER_OK;
+    snprintf(buf, size, "%s%s%s%s%s%s%s", q, o->env, e,
+             o->env_value ? ", else " : "", o->env_value ? q : "",
+             o->env_value ? o->env_value : "", o->env_value ? e : "");
 }
 
 
+void
+runner_config_usage(FILE *f)
+{
+    size_t                  i;
+    char                    text[512], src[128];
+    const runner_option_t  *o;
+
+    fprintf(f, "usage: smcp-runner [options]\n"
+               "Each option: the flag, else the environment, else the "
+               "default.\n"
+               "  -h, --help[=markdown]   this text (or README's table)\n");
+
+    for (i = 0; i < RUNNER_NOPTIONS; i++) {
+        o = &runner_options[i];
+        runner_config_source(o, src, sizeof(src), 0);
+
+        snprintf(text, sizeof(text), "%s: %s%s%s%s%s", src, o->help,
+                 (o->flags & RUNNER_OPT_REQUIRED) ? " (required)" : "",
+                 o->def ? " (" : "", o->def ? o->def : "", o->def ? ")" : "");
+
+        if (o->flags & RUNNER_OPT_HOSTNAME) {
+            strcat(text, " (the host name)");
+        }
+
+        fprintf(f, "  --%s %s\n", o->flag, o->arg);
+        runner_config_wrap(f, text, "        ");
+    }
+}
+
+
+/* README's table of the options */
+void
+runner_config_markdown(FILE *f)
+{
+    size_t                  i;
+    char                    src[128];
+    const runner_option_t  *o;
+
+    fprintf(f, "| flag | environment | default | |\n|---|---|---|---|\n");
+
+    for (i = 0; i < RUNNER_NOPTIONS; i++) {
+        o = &runner_options[i];
+        runner_config_source(o, src, sizeof(src), 1);
+
+        fprintf(f, "| `--%s %s` | %s | %s%s%s | %s |\n", o->flag, o->arg,
+                src, o->def ? "`" : "",
+                o->def ? o->def
+                : (o->flags & RUNNER_OPT_REQUIRED) ? "required"
+                : (o->flags & RUNNER_OPT_HOSTNAME) ? "the host name" : "—",
+                o->def ? "`" : "", o->help);
+    }
+}
+
+
+/* "64m" and the like: > 0, at most INT64_MAX; -1 when it is not one */
 static int64_t
-runner_config_size(const char *v)
+runner_config_size(const char *v, int suffix)
 {
     char     *end;
     int64_t   n, mult;
 
+    if (*v < '0' || *v > '9') {
+        return -1;
+    }
+
     n = strtoll(v, &end, 10);
     mult = 1;
 
-    switch (*end) {
-    case 'k': case 'K': mult = 1024; end++; break;
-    case 'm': case 'M': mult = 1024 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024LL * 1024 * 1024; end++; break;
-    case 't': case 'T': mult = 1024LL * 1024 * 1024 * 1024; end++; break;
+    switch (suffix ? *end : '\0') {
+    case 'k': case 'K': mult = RUNNER_KB; end++; break;
+    case 'm': case 'M': mult = RUNNER_MB; end++; break;
+    case 'g': case 'G': mult = RUNNER_GB; end++; break;
+    case 't': case 'T': mult = 1024 * RUNNER_GB; end++; break;
     default: break;
     }
 
-    if (*end != '\0' || n <= 0 || n > INT64_MAX / mult) {
+    if (*end != '\0' || n < 0 || n > INT64_MAX / mult) {
         return -1;
     }
 
@@ -122,234 +305,327 @@ runner_config_size(const char *v)
 }
 
 
-/* the Redis password: a file (flag, else environment), else the
- * environment's value; none is fine */
-static int
-runner_config_password(runner_config_t *cfg, int argc, char **argv,
-    char *err, size_t errlen)
+/* n as the shortest size text: "64m", "1k", "1000" */
+static void
+runner_config_size_text(int64_t n, char *buf, size_t size)
 {
-    const char  *v;
+    int          i;
+    const char  *units = "kmgt";
 
-    v = runner_config_get(argc, argv, "--redis-password-file",
-                          "SMCP_REDIS_PASSWORD_FILE", NULL);
-
-    if (v) {
-        return smcp_secret_from_file(v, 1, cfg->redis_password,
-                                     &cfg->redis_password_len, err, errlen)
-               == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+    for (i = -1; i < 3 && n >= RUNNER_KB && n % RUNNER_KB == 0; i++) {
+        n /= RUNNER_KB;
     }
 
-    v = getenv("SMCP_REDIS_PASSWORD");
+    snprintf(buf, size, "%" PRId64 "%.*s", n, i >= 0 ? 1 : 0,
+             i >= 0 ? units + i : "");
+}
 
-    if (v && *v) {
-        return smcp_secret_from_env("SMCP_REDIS_PASSWORD", 1,
-                                    cfg->redis_password,
-                                    &cfg->redis_password_len, err, errlen)
-               == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+
+/* host:port or unix:/path */
+static int
+runner_config_redis(runner_config_t *cfg, const char *v, char *err,
+    size_t errlen)
+{
+    int64_t   port;
+    char     *colon;
+
+    if (strncmp(v, "unix:", 5) == 0) {
+        if (v[5] == '\0' || strlen(v + 5) >= sizeof(cfg->redis_unix)) {
+            snprintf(err, errlen, "--redis: a bad socket path");
+            return RUNNER_ERR;
+        }
+
+        strcpy(cfg->redis_unix, v + 5);
+        return RUNNER_OK;
+    }
+
+    if (strlen(v) >= sizeof(cfg->redis_host)) {
+        snprintf(err, errlen, "--redis is too long");
+        return RUNNER_ERR;
+    }
+
+    strcpy(cfg->redis_host, v);
+    cfg->redis_port = SMCP_DEFAULT_REDIS_PORT;
+    colon = strrchr(cfg->redis_host, ':');
+
+    if (colon) {
+        *colon = '\0';
+        port = runner_config_size(colon + 1, 0);
+
+        if (port < 1 || port > 65535) {
+            snprintf(err, errlen, "--redis: bad port in \"%s\"", v);
+            return RUNNER_ERR;
+        }
+
+        cfg->redis_port = (int) port;
+    }
+
+    if (cfg->redis_host[0] == '\0') {
+        snprintf(err, errlen, "--redis: no host in \"%s\"", v);
+        return RUNNER_ERR;
     }
 
     return RUNNER_OK;
 }
 
 
+/* a secret: the file v names, else the environment's value, if any */
+static int
+runner_config_secret(const runner_option_t *o, runner_secret_t *s,
+    const char *v, char *err, size_t errlen)
+{
+    const char  *ev;
+
+    if (v) {
+        return smcp_secret_from_file(v, o->min, s->data, &s->len, err,
+                                     errlen) == SMCP_OK ? RUNNER_OK
+                                                        : RUNNER_ERR;
+    }
+
+    ev = getenv(o->env_value);
+
+    if ((ev == NULL || *ev == '\0') && !(o->flags & RUNNER_OPT_REQUIRED)) {
+        return RUNNER_OK;
+    }
+
+    if (smcp_secret_from_env(o->env_value, o->min, s->data, &s->len, err,
+                             errlen) != SMCP_OK)
+    {
+        if (ev == NULL || *ev == '\0') {
+            snprintf(err, errlen, "--%s (or $%s, or $%s) is required: %s",
+                     o->flag, o->env, o->env_value, o->help);
+        }
+
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* a number option's value, in range; what: where it came from */
+static int
+runner_config_number(runner_config_t *cfg, const runner_option_t *o,
+    const char *v, const char *what, char *err, size_t errlen)
+{
+    char     *end, lo[32], hi[32];
+    double    cpus;
+    int64_t   n;
+    char     *field = (char *) cfg + o->offset;
+
+    if (o->type == RUNNER_OPT_CPUS) {
+        cpus = strtod(v, &end);
+
+        if (*v == '\0' || *end != '\0' || !(cpus >= 0.01 && cpus <= 1024)) {
+            snprintf(err, errlen, "%s \"%s\": not a number of CPUs from "
+                     "0.01 to 1024", what, v);
+            return RUNNER_ERR;
+        }
+
+        *(int64_t *) field = (int64_t) (cpus * 1e9);
+        return RUNNER_OK;
+    }
+
+    n = runner_config_size(v, o->type == RUNNER_OPT_SIZE);
+
+    if (n < o->min || n > o->max) {
+        if (o->type == RUNNER_OPT_SIZE) {
+            runner_config_size_text(o->min, lo, sizeof(lo));
+            runner_config_size_text(o->max, hi, sizeof(hi));
+
+        } else {
+            snprintf(lo, sizeof(lo), "%" PRId64, o->min);
+            snprintf(hi, sizeof(hi), "%" PRId64, o->max);
+        }
+
+        snprintf(err, errlen, "%s \"%s\": not a %s %s %s%s%s", what, v,
+                 o->type == RUNNER_OPT_SIZE ? "size (k, m, g, t: KiB...)"
+                                            : "number",
+                 o->max == INT64_MAX ? "of at least" : "from", lo,
+                 o->max == INT64_MAX ? "" : " to ",
+                 o->max == INT64_MAX ? "" : hi);
+        return RUNNER_ERR;
+    }
+
+    if (o->type == RUNNER_OPT_INT) {
+        *(int *) field = (int) n;
+
+    } else {
+        *(int64_t *) field = n;
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* one option's value (flag, else environment, else default) into cfg */
+static int
+runner_config_set(runner_config_t *cfg, const runner_option_t *o,
+    const char *v, const char *what, char *err, size_t errlen)
+{
+    char  host[128];
+
+    if (v == NULL && o->type != RUNNER_OPT_SECRET) {
+        if (o->flags & RUNNER_OPT_REQUIRED) {
+            snprintf(err, errlen, "--%s (or $%s) is required: %s", o->flag,
+                     o->env, o->help);
+            return RUNNER_ERR;
+        }
+
+        if (!(o->flags & RUNNER_OPT_HOSTNAME)) {
+            return RUNNER_OK;
+        }
+
+        if (gethostname(host, sizeof(host)) != 0) {
+            strcpy(host, "runner");
+        }
+
+        host[sizeof(host) - 1] = '\0';
+        v = host;
+    }
+
+    switch (o->type) {
+
+    case RUNNER_OPT_STRING:
+        if (strlen(v) >= o->size) {
+            snprintf(err, errlen, "%s is too long (at most %zu bytes)",
+                     what, o->size - 1);
+            return RUNNER_ERR;
+        }
+
+        strcpy((char *) cfg + o->offset, v);
+        return RUNNER_OK;
+
+    case RUNNER_OPT_REDIS:
+        return runner_config_redis(cfg, v, err, errlen);
+
+    case RUNNER_OPT_SECRET:
+        return runner_config_secret(o, (runner_secret_t *) ((char *) cfg
+                                                            + o->offset),
+                                    v, err, errlen);
+
+    default:
+        return runner_config_number(cfg, o, v, what, err, errlen);
+    }
+}
+
+
+/* the flags given: vals[i] for runner_options[i]; RUNNER_AGAIN: --help */
+static int
+runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
+    char *err, size_t errlen)
+{
+    int            i, c, idx;
+    struct option  longopts[RUNNER_NOPTIONS + 2];
+
+    for (i = 0; i < (int) RUNNER_NOPTIONS; i++) {
+        longopts[i].name = runner_options[i].flag;
+        longopts[i].has_arg = required_argument;
+        longopts[i].flag = NULL;
+        longopts[i].val = 0;
+    }
+
+    longopts[i] = (struct option) { "help", optional_argument, NULL, 'h' };
+    longopts[i + 1] = (struct option) { NULL, 0, NULL, 0 };
+
+    optind = 0;                     /* glibc: start over */
+    opterr = 0;
+
+    while ((c = getopt_long(argc, argv, ":h", longopts, &idx)) != -1) {
+        switch (c) {
+
+        case 0:
+            vals[idx] = optarg;
+            break;
+
+        case 'h':
+            *markdown = (optarg && strcmp(optarg, "markdown") == 0);
+            return RUNNER_AGAIN;
+
+        case ':':
+            snprintf(err, errlen, "option \"%s\" needs a value",
+                     argv[optind - 1]);
+            return RUNNER_ERR;
+
+        default:
+            snprintf(err, errlen, "unknown option \"%s\"", argv[optind - 1]);
+            return RUNNER_ERR;
+        }
+    }
+
+    if (optind < argc) {
+        snprintf(err, errlen, "unexpected argument \"%s\"", argv[optind]);
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * RUNNER_OK (cfg filled), RUNNER_ERR (err says why), RUNNER_AGAIN (--help:
+ * printed on stdout).
+ */
 int
 runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     size_t errlen)
 {
-    int          i;
-    char         host[128], *colon;
-    const char  *v, *known[] = {
-        "--redis", "--prefix", "--name", "--secret-file", "--docker-socket",
-        "--image", "--network", "--egress-url", "--dns", "--git-host",
-        "--concurrency", "--memory", "--cpus", "--pids", "--claim-idle",
-        "--egress-container", "--max-line", "--diff-max",
-        "--max-event-bytes", "--max-result", "--redis-password-file",
-        "--workspace-limit", "--workspace-inodes", "--janitor-interval",
-        NULL };
-    const char **k;
-    double       cpus;
+    int                     rc, markdown;
+    size_t                  i;
+    char                    rnd[17];
+    char                    what[64];
+    const char             *vals[RUNNER_NOPTIONS], *v;
+    const runner_option_t  *o;
 
-    for (i = 1; i < argc; i += 2) {
-        for (k = known; *k; k++) {
-            if (strcmp(argv[i], *k) == 0) {
-                break;
+    memset(cfg, 0, sizeof(*cfg));
+    memset(vals, 0, sizeof(vals));
+    markdown = 0;
+
+    rc = runner_config_flags(argc, argv, vals, &markdown, err, errlen);
+
+    if (rc == RUNNER_AGAIN) {
+        if (markdown) {
+            runner_config_markdown(stdout);
+
+        } else {
+            runner_config_usage(stdout);
+        }
+
+        return RUNNER_AGAIN;
+    }
+
+    if (rc != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    for (i = 0; i < RUNNER_NOPTIONS; i++) {
+        o = &runner_options[i];
+        v = vals[i];
+        snprintf(what, sizeof(what), "--%s", o->flag);
+
+        if (v == NULL) {
+            v = getenv(o->env);
+            snprintf(what, sizeof(what), "$%s", o->env);
+
+            if (v == NULL || *v == '\0') {
+                v = o->def;
+                snprintf(what, sizeof(what), "--%s's default", o->flag);
             }
         }
 
-        if (*k == NULL || i + 1 >= argc) {
-            snprintf(err, errlen, "unknown or incomplete option \"%s\"",
-                     argv[i]);
+        if (runner_config_set(cfg, o, v, what, err, errlen) != RUNNER_OK) {
             return RUNNER_ERR;
         }
     }
 
-    memset(cfg, 0, sizeof(*cfg));
-
-    v = runner_config_get(argc, argv, "--redis", "SMCP_REDIS",
-                          "127.0.0.1:6379");
-
-    if (strncmp(v, "unix:", 5) == 0) {
-        if (runner_config_copy(cfg->redis_unix, sizeof(cfg->redis_unix),
-                               v + 5, "--redis", err, errlen) != RUNNER_OK)
-        {
-            return RUNNER_ERR;
-        }
-
-    } else {
-        if (runner_config_copy(cfg->redis_host, sizeof(cfg->redis_host), v,
-                               "--redis", err, errlen) != RUNNER_OK)
-        {
-            return RUNNER_ERR;
-        }
-
-        colon = strrchr(cfg->redis_host, ':');
-        cfg->redis_port = 6379;
-
-        if (colon) {
-            *colon = '\0';
-            cfg->redis_port = atoi(colon + 1);
-        }
-
-        if (cfg->redis_port <= 0 || cfg->redis_port > 65535) {
-            snprintf(err, errlen, "--redis: bad port in \"%s\"", v);
-            return RUNNER_ERR;
-        }
-    }
-
-    if (gethostname(host, sizeof(host)) != 0) {
-        strcpy(host, "runner");
-    }
-
-    host[sizeof(host) - 1] = '\0';
-
-    if (runner_config_copy(cfg->prefix, sizeof(cfg->prefix),
-            runner_config_get(argc, argv, "--prefix", "SMCP_REDIS_PREFIX",
-                              SMCP_DEFAULT_PREFIX), "--prefix", err, errlen)
-        || runner_config_copy(cfg->name, sizeof(cfg->name),
-            runner_config_get(argc, argv, "--name", "SMCP_RUNNER_NAME", host),
-            "--name", err, errlen)
-        || runner_config_copy(cfg->docker_socket, sizeof(cfg->docker_socket),
-            runner_config_get(argc, argv, "--docker-socket",
-                              "SMCP_DOCKER_SOCKET", "/var/run/docker.sock"),
-            "--docker-socket", err, errlen)
-        || runner_config_copy(cfg->image, sizeof(cfg->image),
-            runner_config_get(argc, argv, "--image", "SMCP_SANDBOX_IMAGE",
-                              "smcp-sandbox:1.18.33"), "--image", err, errlen)
-        || runner_config_copy(cfg->network, sizeof(cfg->network),
-            runner_config_get(argc, argv, "--network", "SMCP_SANDBOX_NET",
-                              "smcp-sandbox"), "--network", err, errlen)
-        || runner_config_copy(cfg->egress_url, sizeof(cfg->egress_url),
-            runner_config_get(argc, argv, "--egress-url", "SMCP_EGRESS_URL",
-                              NULL), "--egress-url", err, errlen)
-        || runner_config_copy(cfg->dns, sizeof(cfg->dns),
-            runner_config_get(argc, argv, "--dns", "SMCP_SANDBOX_DNS", NULL),
-            "--dns", err, errlen)
-        || runner_config_copy(cfg->egress_container,
-            sizeof(cfg->egress_container),
-            runner_config_get(argc, argv, "--egress-container",
-                              "SMCP_EGRESS_CONTAINER", NULL),
-            "--egress-container", err, errlen)
-        || runner_config_copy(cfg->git_host, sizeof(cfg->git_host),
-            runner_config_get(argc, argv, "--git-host", "SMCP_GIT_HOST",
-                              "github.com"), "--git-host", err, errlen))
-    {
+    /* this process, in claims: a restart is another claimant */
+    if (smcp_random_hex(rnd, 8) != SMCP_OK) {
+        snprintf(err, errlen, "no randomness");
         return RUNNER_ERR;
     }
 
-    if (cfg->egress_url[0] == '\0') {
-        snprintf(err, errlen, "--egress-url (or $SMCP_EGRESS_URL) is "
-                 "required: the egress listener as sandboxes see it, "
-                 "e.g. http://172.29.0.1:8090");
-        return RUNNER_ERR;
-    }
-
-    cfg->concurrency = atoi(runner_config_get(argc, argv, "--concurrency",
-                                              "SMCP_CONCURRENCY", "2"));
-    cfg->memory = runner_config_size(runner_config_get(argc, argv,
-                                     "--memory", "SMCP_SANDBOX_MEMORY", "2g"));
-    cpus = atof(runner_config_get(argc, argv, "--cpus", "SMCP_SANDBOX_CPUS",
-                                  "1"));
-    cfg->nano_cpus = (int64_t) (cpus * 1e9);
-    cfg->pids = atoll(runner_config_get(argc, argv, "--pids",
-                                        "SMCP_SANDBOX_PIDS", "512"));
-    cfg->claim_idle_ms = atoi(runner_config_get(argc, argv, "--claim-idle",
-                                                "SMCP_CLAIM_IDLE", "60000"));
-    cfg->diff_max = runner_config_size(runner_config_get(argc, argv,
-                                       "--diff-max", "SMCP_DIFF_MAX", "10m"));
-    cfg->max_line = runner_config_size(runner_config_get(argc, argv,
-                                       "--max-line", "SMCP_MAX_LINE", "256k"));
-    cfg->max_event_bytes = runner_config_size(runner_config_get(argc, argv,
-                               "--max-event-bytes", "SMCP_MAX_EVENT_BYTES",
-                               "64m"));
-    cfg->max_result = runner_config_size(runner_config_get(argc, argv,
-                          "--max-result", "SMCP_MAX_RESULT", "256k"));
-    cfg->workspace_limit = runner_config_size(runner_config_get(argc, argv,
-                               "--workspace-limit", "SMCP_WORKSPACE_LIMIT",
-                               "10g"));
-    cfg->workspace_inodes = runner_config_size(runner_config_get(argc, argv,
-                                "--workspace-inodes", "SMCP_WORKSPACE_INODES",
-                                "1000000"));
-    cfg->janitor_interval = atoi(runner_config_get(argc, argv,
-                                 "--janitor-interval",
-                                 "SMCP_JANITOR_INTERVAL", "60"));
-
-    {
-        char  rnd[17];
-
-        if (smcp_random_hex(rnd, 8) != SMCP_OK) {
-            snprintf(err, errlen, "no randomness");
-            return RUNNER_ERR;
-        }
-
-        snprintf(cfg->instance, sizeof(cfg->instance), "%s/%d/%s",
-                 cfg->name, (int) getpid(), rnd);
-    }
-
-
-    if (cfg->concurrency < 1 || cfg->concurrency > 256 || cfg->memory <= 0
-        || cfg->nano_cpus <= 0 || cfg->pids <= 0 || cfg->claim_idle_ms < 1000)
-    {
-        snprintf(err, errlen, "bad --concurrency, --memory, --cpus, --pids "
-                 "or --claim-idle");
-        return RUNNER_ERR;
-    }
-
-    /* lines are held whole in memory: a few per run */
-    if (cfg->max_line < 1024 || cfg->max_line > 64 * 1024 * 1024
-        || cfg->diff_max < 1024 || cfg->diff_max > 256 * 1024 * 1024
-        || cfg->max_event_bytes < 1024 || cfg->max_result < 1024
-        || cfg->max_result > 64 * 1024 * 1024)
-    {
-        snprintf(err, errlen, "bad --max-line (1k..64m), --diff-max "
-                 "(1k..256m), --max-event-bytes (1k..) or --max-result "
-                 "(1k..64m)");
-        return RUNNER_ERR;
-    }
-
-    if (cfg->workspace_limit <= 0 || cfg->workspace_inodes <= 0
-        || cfg->janitor_interval < 1 || cfg->janitor_interval > 86400)
-    {
-        snprintf(err, errlen, "bad --workspace-limit, --workspace-inodes or "
-                 "--janitor-interval (1..86400)");
-        return RUNNER_ERR;
-    }
-
-    if (runner_config_password(cfg, argc, argv, err, errlen) != RUNNER_OK) {
-        return RUNNER_ERR;
-    }
-
-    v = runner_config_get(argc, argv, "--secret-file", "SMCP_SECRET_FILE",
-                          NULL);
-
-    if ((v ? smcp_secret_from_file(v, SMCP_SECRET_MIN, cfg->secret,
-                                   &cfg->secret_len, err, errlen)
-           : smcp_secret_from_env("PROXY_JWT_SECRET", SMCP_SECRET_MIN,
-                                  cfg->secret, &cfg->secret_len, err,
-                                  errlen))
-        != SMCP_OK)
-    {
-        return RUNNER_ERR;
-    }
+    snprintf(cfg->instance, sizeof(cfg->instance), "%s/%d/%s", cfg->name,
+             (int) getpid(), rnd);
 
     return RUNNER_OK;
 }

@@ -1,6 +1,13 @@
 /*
- * The Docker Engine API (v1.41) over its unix socket, with libcurl.  Each
- * call uses its own easy handle: calls come from several run threads.
+ * The Docker Engine API over its unix socket, with libcurl.  Each call uses
+ * its own easy handle: calls come from several run threads.
+ *
+ * Every call returns what happened: the HTTP status of the answer, or
+ * RUNNER_DOCKER_DOWN (dockerd not reached), RUNNER_DOCKER_TIMEOUT (no
+ * answer in time), RUNNER_DOCKER_INVALID (refused before asking, or an
+ * answer without what it must hold); err says it in words, for the log.
+ * The caller decides what a status means to it: nothing here or there
+ * reads the words.
  */
 
 #include <stdio.h>
@@ -10,9 +17,6 @@
 #include <curl/curl.h>
 
 #include "runner.h"
-
-
-#define RUNNER_DOCKER_API  "http://localhost/v1.41"
 
 
 typedef struct {
@@ -29,7 +33,7 @@ runner_docker_collect(char *ptr, size_t size, size_t nmemb, void *ud)
     char          *p;
 
     /* API answers are small; cap them anyway */
-    if (b->len + n > 16 * 1024 * 1024) {
+    if (b->len + n > RUNNER_DOCKER_ANSWER_MAX) {
         return 0;
     }
 
@@ -61,11 +65,12 @@ runner_docker_handle(const char *method, const char *path, long timeout)
     snprintf(url, sizeof(url), RUNNER_DOCKER_API "%s", path);
 
     curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH,
-                     runner_config.docker_socket);
+                     runner_config->docker_socket);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 5L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT,
+                     (long) RUNNER_DOCKER_CONNECT_S);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout);
 
     return h;
@@ -80,7 +85,7 @@ runner_docker_valid_id(const char *id)
 
     n = strspn(id, "0123456789abcdef");
 
-    return n == 64 && id[64] == '\0';
+    return n == RUNNER_CONTAINER_ID_LEN && id[n] == '\0';
 }
 
 
@@ -94,8 +99,8 @@ runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
     n = strspn(ref, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                     "0123456789_.-");
 
-    if (n == 0 || n > 128 || ref[n] != '\0' || ref[0] == '.'
-        || ref[0] == '-')
+    if (n == 0 || n > RUNNER_DOCKER_REF_MAX || ref[n] != '\0'
+        || ref[0] == '.' || ref[0] == '-')
     {
         snprintf(err, errlen, "docker: refusing a malformed name or id");
         return 0;
@@ -106,9 +111,8 @@ runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
 
 
 /*
- * One request; returns the HTTP status (0 when dockerd was not reached,
- * -1 when the answer did not come within timeout seconds) and, when out
- * is given, the parsed JSON answer.
+ * One request: the HTTP status (or RUNNER_DOCKER_DOWN, _TIMEOUT) and,
+ * when out is given, the parsed JSON answer (NULL when there is none).
  */
 static long
 runner_docker_call(const char *method, const char *path, json_t *body,
@@ -130,7 +134,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
     h = runner_docker_handle(method, path, timeout);
     if (h == NULL) {
         snprintf(err, errlen, "docker: out of memory");
-        return 0;
+        return RUNNER_DOCKER_DOWN;
     }
 
     payload = NULL;
@@ -149,16 +153,16 @@ runner_docker_call(const char *method, const char *path, json_t *body,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 
     cc = curl_easy_perform(h);
-    status = 0;
+    status = RUNNER_DOCKER_DOWN;
 
     if (cc == CURLE_OPERATION_TIMEDOUT) {
         snprintf(err, errlen, "docker: %s %s: no answer within %ld s",
                  method, path, timeout);
-        status = -1;
+        status = RUNNER_DOCKER_TIMEOUT;
 
     } else if (cc != CURLE_OK) {
         snprintf(err, errlen, "docker: %s (is dockerd running at %s?)",
-                 curl_easy_strerror(cc), runner_config.docker_socket);
+                 curl_easy_strerror(cc), runner_config->docker_socket);
 
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -166,6 +170,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
         j = b.data ? json_loads(b.data, 0, NULL) : NULL;
 
         if (status >= 400) {
+            /* Docker's words, for the log only */
             msg = json_string_value(json_object_get(j, "message"));
             snprintf(err, errlen, "docker: %s %s: %ld %s", method, path,
                      status, msg ? msg : "");
@@ -188,113 +193,109 @@ runner_docker_call(const char *method, const char *path, json_t *body,
 }
 
 
-int
-runner_docker_ping(char *err, size_t errlen)
+/* a call on one object: /<what>/<ref><rest> */
+static long
+runner_docker_on(const char *method, const char *what, const char *ref,
+    const char *rest, json_t *body, long timeout, json_t **out, char *err,
+    size_t errlen)
 {
-    long  st;
+    char  path[512];
 
-    st = runner_docker_call("GET", "/_ping", NULL, 5, NULL, err, errlen);
+    if (out) {
+        *out = NULL;
+    }
 
-    return st == 200 ? RUNNER_OK : RUNNER_ERR;
+    if (!runner_docker_ref_ok(ref, err, errlen)) {
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    snprintf(path, sizeof(path), "/%s/%s%s", what, ref, rest);
+
+    return runner_docker_call(method, path, body, timeout, out, err, errlen);
 }
 
 
-int
-runner_docker_volume(const char *name, const char *session, char *err,
-    size_t errlen)
+/* 200: dockerd answers */
+long
+runner_docker_ping(char *err, size_t errlen)
+{
+    return runner_docker_call("GET", "/_ping", NULL, RUNNER_DOCKER_CONNECT_S,
+                              NULL, err, errlen);
+}
+
+
+/* 201 (made) or 200 (it existed): a session's volume */
+long
+runner_docker_volume_create(const char *name, const char *session,
+    char *err, size_t errlen)
 {
     long     st;
     json_t  *body;
 
     if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_ERR;
+        return RUNNER_DOCKER_INVALID;
     }
 
-    /* idempotent: an existing volume is returned as it is */
     body = json_pack("{s:s, s:{s:s, s:s}}", "Name", name, "Labels",
                      "smcp.session", session, "smcp.managed", "1");
 
-    st = runner_docker_call("POST", "/volumes/create", body, 30, NULL,
-                            err, errlen);
+    st = runner_docker_call("POST", "/volumes/create", body,
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
     json_decref(body);
 
-    return (st == 201 || st == 200) ? RUNNER_OK : RUNNER_ERR;
+    return st;
 }
 
 
-/* where the engine keeps a volume's files (host side) */
-int
+/* 200 with buf set: where the engine keeps a volume's files (host side) */
+long
 runner_docker_volume_mountpoint(const char *name, char *buf, size_t size,
     char *err, size_t errlen)
 {
     long         st;
     json_t      *out;
-    char         path[256];
     const char  *mp;
 
-    if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_ERR;
-    }
-
-    snprintf(path, sizeof(path), "/volumes/%s", name);
-    st = runner_docker_call("GET", path, NULL, 30, &out, err, errlen);
+    st = runner_docker_on("GET", "volumes", name, "", NULL,
+                          RUNNER_DOCKER_QUICK_S, &out, err, errlen);
 
     mp = json_string_value(json_object_get(out, "Mountpoint"));
 
-    if (st != 200 || mp == NULL || mp[0] != '/' || strlen(mp) >= size) {
-        if (st == 200) {
-            snprintf(err, errlen, "docker: volume %s has no usable "
-                     "Mountpoint", name);
-        }
-        json_decref(out);
-        return RUNNER_ERR;
+    if (st == 200 && (mp == NULL || mp[0] != '/' || strlen(mp) >= size)) {
+        snprintf(err, errlen, "docker: volume %s has no usable Mountpoint",
+                 name);
+        st = RUNNER_DOCKER_INVALID;
+
+    } else if (st == 200) {
+        strcpy(buf, mp);
     }
 
-    strcpy(buf, mp);
     json_decref(out);
 
-    return RUNNER_OK;
+    return st;
 }
 
 
-/* RUNNER_AGAIN: in use by a container */
-int
+/* 204 (removed), 404 (none), 409 (in use by a container) */
+long
 runner_docker_volume_remove(const char *name, char *err, size_t errlen)
 {
-    long  st;
-    char  path[256];
-
-    if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_ERR;
-    }
-
-    snprintf(path, sizeof(path), "/volumes/%s", name);
-    st = runner_docker_call("DELETE", path, NULL, 60, NULL, err, errlen);
-
-    if (st == 409) {
-        return RUNNER_AGAIN;
-    }
-
-    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
+    return runner_docker_on("DELETE", "volumes", name, "", NULL,
+                            RUNNER_DOCKER_SLOW_S, NULL, err, errlen);
 }
 
 
-/*
- * The compose variant of the network recipe: one internal network per
- * session (sandboxes of different sessions cannot reach each other), the
- * host without an address on it (inhibit_ipv4), and the nginx container
- * joined to it as "egress", its only peer.  Idempotent.
- */
-int
-runner_docker_session_net(const char *name, const char *session,
-    const char *peer, char *err, size_t errlen)
+/* 201 (made), 409 (it exists): an internal network of a session, the
+ * host without an address on it */
+long
+runner_docker_network_create(const char *name, const char *session,
+    char *err, size_t errlen)
 {
     long     st;
     json_t  *body;
-    char     path[256];
 
     if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_ERR;
+        return RUNNER_DOCKER_INVALID;
     }
 
     body = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s, s:s}}",
@@ -305,52 +306,96 @@ runner_docker_session_net(const char *name, const char *session,
                          "com.docker.network.bridge.enable_icc", "true",
                      "Labels", "smcp.session", session, "smcp.managed", "1");
 
-    st = runner_docker_call("POST", "/networks/create", body, 30, NULL,
-                            err, errlen);
+    st = runner_docker_call("POST", "/networks/create", body,
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
     json_decref(body);
 
-    if (st != 201 && st != 409) {
-        return RUNNER_ERR;
-    }
-
-    body = json_pack("{s:s, s:{s:[s]}}", "Container", peer,
-                     "EndpointConfig", "Aliases", "egress");
-
-    snprintf(path, sizeof(path), "/networks/%s/connect", name);
-    st = runner_docker_call("POST", path, body, 30, NULL, err, errlen);
-    json_decref(body);
-
-    return (st == 200 || (st == 403 && strstr(err, "already exists")))
-           ? RUNNER_OK : RUNNER_ERR;
+    return st;
 }
 
 
-int
-runner_docker_session_net_drop(const char *name, const char *peer,
+/* 200 (joined), 403 (not allowed: it may be on it already), 404 */
+long
+runner_docker_network_connect(const char *name, const char *container,
+    const char *alias, char *err, size_t errlen)
+{
+    long     st;
+    json_t  *body;
+
+    body = json_pack("{s:s, s:{s:[s]}}", "Container", container,
+                     "EndpointConfig", "Aliases", alias);
+
+    st = runner_docker_on("POST", "networks", name, "/connect", body,
+                          RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
+    json_decref(body);
+
+    return st;
+}
+
+
+/* 200 with *member set: whether the container (name or id) is on the
+ * network */
+long
+runner_docker_network_member(const char *name, const char *container,
+    int *member, char *err, size_t errlen)
+{
+    long         st;
+    json_t      *out, *ct;
+    const char  *id, *cname;
+
+    *member = 0;
+
+    st = runner_docker_on("GET", "networks", name, "", NULL,
+                          RUNNER_DOCKER_QUICK_S, &out, err, errlen);
+
+    if (st == 200) {
+        /* {"Containers": {id: {"Name": name, ...}}} */
+        json_object_foreach(json_object_get(out, "Containers"), id, ct) {
+            cname = json_string_value(json_object_get(ct, "Name"));
+
+            if (strcmp(id, container) == 0
+                || (cname && strcmp(cname, container) == 0))
+            {
+                *member = 1;
+            }
+        }
+    }
+
+    json_decref(out);
+
+    return st;
+}
+
+
+/* 200 (left), 404 (no such network or container), 403 */
+long
+runner_docker_network_disconnect(const char *name, const char *container,
     char *err, size_t errlen)
 {
     long     st;
     json_t  *body;
-    char     path[256];
 
-    if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_ERR;
-    }
+    body = json_pack("{s:s, s:b}", "Container", container, "Force", 1);
 
-    body = json_pack("{s:s, s:b}", "Container", peer, "Force", 1);
-    snprintf(path, sizeof(path), "/networks/%s/disconnect", name);
-    (void) runner_docker_call("POST", path, body, 30, NULL, err, errlen);
+    st = runner_docker_on("POST", "networks", name, "/disconnect", body,
+                          RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
     json_decref(body);
 
-    snprintf(path, sizeof(path), "/networks/%s", name);
-    st = runner_docker_call("DELETE", path, NULL, 30, NULL, err, errlen);
-
-    /* 403: a sandbox is still on it (another run of the session) */
-    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
+    return st;
 }
 
 
-int
+/* 204 (removed), 404 (none), 403 (a container is still on it) */
+long
+runner_docker_network_remove(const char *name, char *err, size_t errlen)
+{
+    return runner_docker_on("DELETE", "networks", name, "", NULL,
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
+}
+
+
+/* 201 with id set, 409 (the name is taken), 404 (no such image) */
+long
 runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
     char *err, size_t errlen)
 {
@@ -360,159 +405,114 @@ runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
     const char  *s;
 
     if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_ERR;
+        return RUNNER_DOCKER_INVALID;
     }
 
     snprintf(path, sizeof(path), "/containers/create?name=%s", name);
 
-    st = runner_docker_call("POST", path, spec, 60, &out, err, errlen);
-
-    if (st != 201) {
-        json_decref(out);
-        return RUNNER_ERR;
-    }
+    st = runner_docker_call("POST", path, spec, RUNNER_DOCKER_SLOW_S, &out,
+                            err, errlen);
 
     s = json_string_value(json_object_get(out, "Id"));
 
-    if (s == NULL || !runner_docker_valid_id(s) || strlen(s) >= idlen) {
+    if (st == 201 && (s == NULL || !runner_docker_valid_id(s)
+                      || strlen(s) >= idlen))
+    {
         snprintf(err, errlen, "docker: create answered no container id");
-        json_decref(out);
-        return RUNNER_ERR;
+        st = RUNNER_DOCKER_INVALID;
+
+    } else if (st == 201) {
+        strcpy(id, s);
     }
 
-    strcpy(id, s);
     json_decref(out);
 
-    return RUNNER_OK;
+    return st;
 }
 
 
-int
+/* 204 (started), 304 (it was running) */
+long
 runner_docker_start(const char *id, char *err, size_t errlen)
 {
-    long  st;
-    char  path[256];
-
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_ERR;
-    }
-
-    snprintf(path, sizeof(path), "/containers/%s/start", id);
-    st = runner_docker_call("POST", path, NULL, 60, NULL, err, errlen);
-
-    return (st == 204 || st == 304) ? RUNNER_OK : RUNNER_ERR;
+    return runner_docker_on("POST", "containers", id, "/start", NULL,
+                            RUNNER_DOCKER_SLOW_S, NULL, err, errlen);
 }
 
 
-int
+/* 204 (killed), 409 (not running), 404 (none) */
+long
 runner_docker_kill(const char *id, char *err, size_t errlen)
 {
-    long  st;
-    char  path[256];
-
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_ERR;
-    }
-
-    snprintf(path, sizeof(path), "/containers/%s/kill", id);
-    st = runner_docker_call("POST", path, NULL, 30, NULL, err, errlen);
-
-    /* 409: not running any more */
-    return (st == 204 || st == 409) ? RUNNER_OK : RUNNER_ERR;
+    return runner_docker_on("POST", "containers", id, "/kill", NULL,
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
 }
 
 
-/* RUNNER_AGAIN: still running after timeout seconds */
-int
+/* 200 with *exit_code set (it is not running), RUNNER_DOCKER_TIMEOUT
+ * (still running after timeout seconds), 404 */
+long
 runner_docker_wait(const char *id, long timeout, int *exit_code, char *err,
     size_t errlen)
 {
     long     st;
     json_t  *out;
-    char     path[256];
 
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_ERR;
+    st = runner_docker_on("POST", "containers", id,
+                          "/wait?condition=not-running", NULL, timeout, &out,
+                          err, errlen);
+
+    if (st == 200) {
+        *exit_code = (int) json_integer_value(json_object_get(out,
+                                                              "StatusCode"));
     }
 
-    snprintf(path, sizeof(path),
-             "/containers/%s/wait?condition=not-running", id);
-
-    st = runner_docker_call("POST", path, NULL, timeout, &out, err, errlen);
-
-    if (st == -1) {
-        return RUNNER_AGAIN;
-    }
-
-    if (st != 200) {
-        json_decref(out);
-        return RUNNER_ERR;
-    }
-
-    *exit_code = (int) json_integer_value(json_object_get(out, "StatusCode"));
     json_decref(out);
 
-    return RUNNER_OK;
+    return st;
 }
 
 
-int
+/* 204 (removed, killed first), 404 (none); the session's volume stays */
+long
 runner_docker_remove(const char *id, char *err, size_t errlen)
 {
-    long  st;
-    char  path[256];
-
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_ERR;
-    }
-
-    /* the session's volume stays: the next run of the session needs it */
-    snprintf(path, sizeof(path), "/containers/%s?force=1", id);
-    st = runner_docker_call("DELETE", path, NULL, 60, NULL, err, errlen);
-
-    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
+    return runner_docker_on("DELETE", "containers", id, "?force=1", NULL,
+                            RUNNER_DOCKER_SLOW_S, NULL, err, errlen);
 }
 
 
-int
+/* 200 with *running set, 404 (no such container) */
+long
 runner_docker_running(const char *id, int *running, char *err,
     size_t errlen)
 {
     long     st;
     json_t  *out;
-    char     path[256];
 
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_ERR;
+    *running = 0;
+
+    st = runner_docker_on("GET", "containers", id, "/json", NULL,
+                          RUNNER_DOCKER_QUICK_S, &out, err, errlen);
+
+    if (st == 200) {
+        *running = json_is_true(json_object_get(json_object_get(out,
+                                                                "State"),
+                                                "Running"));
     }
 
-    snprintf(path, sizeof(path), "/containers/%s/json", id);
-    st = runner_docker_call("GET", path, NULL, 30, &out, err, errlen);
-
-    if (st == 404) {
-        *running = -1;
-        json_decref(out);
-        return RUNNER_OK;
-    }
-
-    if (st != 200) {
-        json_decref(out);
-        return RUNNER_ERR;
-    }
-
-    *running = json_is_true(json_object_get(json_object_get(out, "State"),
-                                            "Running"));
     json_decref(out);
 
-    return RUNNER_OK;
+    return st;
 }
 
 
-json_t *
-runner_docker_list(const char *label, char *err, size_t errlen)
+/* 200 with *list set (an array): the containers with this label */
+long
+runner_docker_list(const char *label, json_t **list, char *err,
+    size_t errlen)
 {
     long     st;
-    json_t  *out;
     char     path[512], *esc, filters[256];
     CURL    *h;
 
@@ -527,14 +527,79 @@ runner_docker_list(const char *label, char *err, size_t errlen)
         curl_easy_cleanup(h);
     }
 
-    st = runner_docker_call("GET", path, NULL, 30, &out, err, errlen);
+    st = runner_docker_call("GET", path, NULL, RUNNER_DOCKER_QUICK_S, list,
+                            err, errlen);
 
-    if (st != 200 || !json_is_array(out)) {
-        json_decref(out);
-        return NULL;
+    if (st == 200 && !json_is_array(*list)) {
+        snprintf(err, errlen, "docker: the container list is no array");
+        st = RUNNER_DOCKER_INVALID;
     }
 
-    return out;
+    if (st != 200) {
+        json_decref(*list);
+        *list = NULL;
+    }
+
+    return st;
+}
+
+
+/*
+ * The session network recipe (compose): one internal network per session
+ * (sandboxes of different sessions cannot reach each other), the nginx
+ * container joined to it as "egress", its only peer.  Idempotent.  Built
+ * on the calls above, deciding on their statuses.
+ */
+int
+runner_docker_session_net(const char *name, const char *session,
+    const char *peer, char *err, size_t errlen)
+{
+    int   member;
+    long  st;
+
+    st = runner_docker_network_create(name, session, err, errlen);
+
+    /* 409: it exists (another run of the session made it) */
+    if (st != 201 && st != 409) {
+        return RUNNER_ERR;
+    }
+
+    st = runner_docker_network_connect(name, peer, "egress", err, errlen);
+
+    if (st == 200) {
+        return RUNNER_OK;
+    }
+
+    /* 403: refused, as when the peer is on it already: is it? */
+    if (st == 403
+        && runner_docker_network_member(name, peer, &member, err, errlen)
+           == 200
+        && member)
+    {
+        return RUNNER_OK;
+    }
+
+    return RUNNER_ERR;
+}
+
+
+/* the peer leaves, the network goes: RUNNER_AGAIN while a sandbox is
+ * still on it (another run of the session) */
+int
+runner_docker_session_net_drop(const char *name, const char *peer,
+    char *err, size_t errlen)
+{
+    long  st;
+
+    (void) runner_docker_network_disconnect(name, peer, err, errlen);
+
+    st = runner_docker_network_remove(name, err, errlen);
+
+    if (st == 403) {
+        return RUNNER_AGAIN;
+    }
+
+    return (st == 204 || st == 404) ? RUNNER_OK : RUNNER_ERR;
 }
 
 
@@ -574,9 +639,12 @@ runner_docker_follow_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 
 /*
  * The container's log from `since` on, as lines: followed while it runs
- * (follow 1), or read once as it stands (follow 0).
+ * (follow 1), or read once as it stands (follow 0).  200 when the log was
+ * read to its end; RUNNER_DOCKER_CUT when the transfer stopped before
+ * (on_tick or on_line said stop, or the connection broke); else the
+ * status the request got.
  */
-int
+long
 runner_docker_follow(const char *id, const char *since, int follow,
     runner_line_pt on_line, runner_tick_pt on_tick, void *data, char *err,
     size_t errlen)
@@ -588,7 +656,7 @@ runner_docker_follow(const char *id, const char *since, int follow,
     runner_follow_t   f;
 
     if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_ERR;
+        return RUNNER_DOCKER_INVALID;
     }
 
     snprintf(path, sizeof(path), "/containers/%s/logs?follow=%d&stdout=1"
@@ -598,7 +666,7 @@ runner_docker_follow(const char *id, const char *since, int follow,
     h = runner_docker_handle("GET", path, 0);
     if (h == NULL) {
         snprintf(err, errlen, "docker: out of memory");
-        return RUNNER_ERR;
+        return RUNNER_DOCKER_DOWN;
     }
 
     memset(&f, 0, sizeof(f));
@@ -615,7 +683,7 @@ runner_docker_follow(const char *id, const char *since, int follow,
 
     cc = curl_easy_perform(h);
 
-    status = 0;
+    status = RUNNER_DOCKER_DOWN;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(h);
 
@@ -626,8 +694,7 @@ runner_docker_follow(const char *id, const char *since, int follow,
     if (cc != CURLE_OK || status != 200) {
         snprintf(err, errlen, "docker: following the log of %.12s: %s "
                  "(HTTP %ld)", id, curl_easy_strerror(cc), status);
-        return RUNNER_ERR;
     }
 
-    return RUNNER_OK;
+    return (cc != CURLE_OK && status == 200) ? RUNNER_DOCKER_CUT : status;
 }

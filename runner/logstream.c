@@ -20,9 +20,6 @@
 #include "runner.h"
 
 
-#define RUNNER_LINE_DEFAULT  (256 * 1024)
-
-
 void
 runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
     void *data)
@@ -31,11 +28,8 @@ runner_logstream_init(runner_logstream_t *ls, runner_line_pt on_line,
     ls->on_line = on_line;
     ls->data = data;
 
-    ls->max_line = runner_config.max_line > 0
-                   ? (size_t) runner_config.max_line : RUNNER_LINE_DEFAULT;
-    ls->max_diff = (runner_config.diff_max > 0
-                    ? (size_t) runner_config.diff_max : 10 * 1024 * 1024)
-                   + RUNNER_DIFF_SLACK;
+    ls->max_line = (size_t) runner_config->max_line;
+    ls->max_diff = (size_t) runner_config->diff_max + RUNNER_DIFF_SLACK;
 
     if (ls->max_diff < ls->max_line) {
         ls->max_diff = ls->max_line;
@@ -100,7 +94,7 @@ runner_logstream_append(runner_logstream_t *ls, int s, const char *p,
         }
 
         if (ls->line_len[s] + want + 1 > ls->line_cap[s]) {
-            ncap = ls->line_cap[s] ? ls->line_cap[s] : 4096;
+            ncap = ls->line_cap[s] ? ls->line_cap[s] : RUNNER_LINE_FIRST;
 
             while (ncap < ls->line_len[s] + want + 1) {
                 ncap *= 2;
@@ -143,7 +137,7 @@ runner_logstream_emit(runner_logstream_t *ls, int s)
     ls->open[s] = 0;
 
     /* a huge line's buffer goes with it */
-    if (ls->line_cap[s] > 64 * 1024) {
+    if (ls->line_cap[s] > RUNNER_LINE_KEEP) {
         free(ls->line[s]);
         ls->line[s] = NULL;
         ls->line_cap[s] = 0;

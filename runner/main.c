@@ -19,18 +19,29 @@
 #include "runner.h"
 
 
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-atomic_int             runner_release_failed;
+static runner_config_t  runner_config_data;
+
+const runner_config_t  *runner_config = &runner_config_data;
+atomic_int              runner_stop;
+atomic_int              runner_release_failed;
 
 static runner_run_t   *runner_runs;         /* threads, active or ended */
 static int             runner_active;
 
 
+/* when the main loop last did what it does now and then */
+typedef struct {
+    time_t      last_claim;         /* looked for silent runners' runs */
+    time_t      last_reconcile;     /* looked for ended runs' containers */
+    time_t      retry_at;           /* reads its pending entries again */
+} runner_timers_t;
+
+
 static void
 runner_signal(int signo)
 {
-    runner_stop = 1;
+    /* lock-free: safe in a handler */
+    atomic_store(&runner_stop, 1);
 }
 
 
@@ -120,83 +131,83 @@ runner_reap(int *waiting)
 
 /* a queue entry: start it, re-attach to it, or let it go */
 static void
-runner_dispatch(redisContext *c, const char *run_id, const char *stream_id)
+runner_dispatch(runner_store_t *st, const char *run_id, const char *stream_id)
 {
-    char  status[32], container[80];
+    char  status[RUNNER_NUM_MAX], container[RUNNER_CONTAINER_SIZE];
 
     if (run_id[0] == '\0') {
-        runner_store_ack(c, stream_id);
+        runner_store_ack(st, stream_id);
         return;
     }
 
-    if (runner_store_hget(c, run_id, "status", status, sizeof(status))
+    if (runner_store_hget(st, run_id, "status", status, sizeof(status))
         != RUNNER_OK)
     {
         return;
     }
 
-    if (strcmp(status, "running") == 0) {
-        runner_store_hget(c, run_id, "container_id", container,
+    if (strcmp(status, SMCP_STATUS_RUNNING) == 0) {
+        runner_store_hget(st, run_id, "container_id", container,
                           sizeof(container));
         runner_spawn(run_id, stream_id, container[0] != '\0');
         return;
     }
 
-    if (strcmp(status, "started") == 0) {
+    if (strcmp(status, SMCP_STATUS_STARTED) == 0) {
         runner_spawn(run_id, stream_id, 0);
         return;
     }
 
     /* finished, cancelled or gone */
-    runner_store_ack(c, stream_id);
+    runner_store_ack(st, stream_id);
 }
 
 
 /* our own unacknowledged entries: runs we had before a restart, and runs
  * waiting for their session */
 static void
-runner_pending(redisContext *c)
+runner_pending(runner_store_t *st)
 {
-    char  run_id[SMCP_ID_LEN + 1], stream_id[64], err[RUNNER_ERRLEN];
+    char  run_id[SMCP_ID_LEN + 1], stream_id[RUNNER_STREAM_ID_SIZE];
+    char  err[RUNNER_ERRLEN];
     int   n;
 
     stream_id[0] = '\0';
 
-    for (n = 0; n < 10000 && runner_active < runner_config.concurrency;
+    for (n = 0; n < RUNNER_PENDING_MAX
+                && runner_active < runner_config->concurrency;
          n++)
     {
-        if (runner_store_next(c, 0, run_id, stream_id, 1, err, sizeof(err))
+        if (runner_store_next(st, 0, run_id, stream_id, 1, err, sizeof(err))
             != RUNNER_OK)
         {
             return;
         }
 
-        runner_dispatch(c, run_id, stream_id);
+        runner_dispatch(st, run_id, stream_id);
     }
 }
 
 
-static redisContext *
+static runner_store_t *
 runner_connect_wait(void)
 {
-    redisContext  *c;
+    runner_store_t  *st;
     char           err[RUNNER_ERRLEN];
     int            delay;
 
-    for (delay = 1; !runner_stop; delay = delay < 8 ? delay * 2 : 8) {
-        c = runner_store_connect(err, sizeof(err));
+    for (delay = 1; !atomic_load(&runner_stop);
+         delay = delay < RUNNER_BACKOFF_MAX_S ? delay * 2 : delay)
+    {
+        st = runner_store_connect(1, err, sizeof(err));
 
-        if (c && runner_store_init_group(c, err, sizeof(err)) == RUNNER_OK
-            && runner_store_identity(c, runner_config.store,
-                                     sizeof(runner_config.store),
-                                     err, sizeof(err)) == RUNNER_OK)
+        if (st && runner_store_init_group(st, err, sizeof(err)) == RUNNER_OK
+            && runner_store_identity(st, err, sizeof(err)) == RUNNER_OK)
         {
-            return c;
+            return st;
         }
 
-        if (c) {
-            redisFree(c);
-        }
+        runner_store_close(st);
 
         runner_log("error", NULL, "%s; retrying in %d s", err, delay);
         sleep(delay);
@@ -206,29 +217,93 @@ runner_connect_wait(void)
 }
 
 
+/* one turn of the loop: a queue entry taken, or the reasons to wait
+ * seen to; the connection may be replaced */
+static runner_store_t *
+runner_turn(runner_store_t *st, runner_timers_t *tm)
+{
+    int     rc, waiting;
+    char    err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
+    char    stream_id[RUNNER_STREAM_ID_SIZE];
+    time_t  now;
+
+    runner_reap(&waiting);
+    now = time(NULL);
+
+    /* runs waiting for their turn (or for Redis): read our pending
+     * entries again a second later */
+    if (waiting && tm->retry_at == 0) {
+        tm->retry_at = now + RUNNER_WAITING_RETRY_S;
+    }
+
+    if (tm->retry_at && now >= tm->retry_at) {
+        tm->retry_at = 0;
+        runner_pending(st);
+    }
+
+    /* sandboxes whose removal failed (dockerd away at the time):
+     * every few seconds while there are some, else every minute */
+    if (now - tm->last_reconcile >= (atomic_load(&runner_release_failed)
+                                     ? RUNNER_RECONCILE_FAILED_S
+                                     : RUNNER_RECONCILE_S))
+    {
+        tm->last_reconcile = now;
+        runner_run_reconcile(st);
+    }
+
+    if (runner_active >= runner_config->concurrency) {
+        usleep(RUNNER_IDLE_MS * 1000);
+        return st;
+    }
+
+    if (now - tm->last_claim >= RUNNER_AUTOCLAIM_S) {
+        tm->last_claim = now;
+
+        if (runner_store_autoclaim(st, run_id, stream_id, err, sizeof(err))
+            == RUNNER_OK && !runner_has(run_id))
+        {
+            runner_log("info", run_id[0] ? run_id : NULL,
+                       "taking over from a silent runner");
+            runner_dispatch(st, run_id, stream_id);
+            return st;
+        }
+    }
+
+    rc = runner_store_next(st, RUNNER_BLOCK_MS, run_id, stream_id, 0, err,
+                           sizeof(err));
+
+    if (rc == RUNNER_OK) {
+        runner_dispatch(st, run_id, stream_id);
+
+    } else if (rc == RUNNER_ERR && !atomic_load(&runner_stop)) {
+        runner_log("error", NULL, "%s; reconnecting", err);
+        runner_store_close(st);
+        st = runner_connect_wait();
+    }
+
+    return st;
+}
+
+
 int
 main(int argc, char **argv)
 {
-    redisContext      *c;
-    char               err[RUNNER_ERRLEN], run_id[SMCP_ID_LEN + 1];
-    char               stream_id[64];
-    int                waiting, rc, delay, janitor_up;
-    time_t             last_claim, last_reconcile, retry_at;
+    int                rc, delay, waiting, janitor_up;
+    char               err[RUNNER_ERRLEN];
     pthread_t          janitor;
+    runner_store_t    *st;
+    runner_timers_t    tm;
     struct sigaction   sa;
 
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0
-                     || strcmp(argv[1], "--help") == 0))
-    {
-        runner_config_usage();
-        return 0;
+    rc = runner_config_load(&runner_config_data, argc, argv, err,
+                            sizeof(err));
+
+    if (rc == RUNNER_AGAIN) {
+        return 0;                   /* --help */
     }
 
-    if (runner_config_load(&runner_config, argc, argv, err, sizeof(err))
-        != RUNNER_OK)
-    {
-        fprintf(stderr, "smcp-runner: %s\n", err);
-        runner_config_usage();
+    if (rc != RUNNER_OK) {
+        fprintf(stderr, "smcp-runner: %s (--help lists the options)\n", err);
         return 2;
     }
 
@@ -243,22 +318,22 @@ main(int argc, char **argv)
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "concurrency=%d image=%s network=%s", RUNNER_VERSION,
-               runner_config.name, runner_config.concurrency,
-               runner_config.image, runner_config.network);
+               runner_config->name, runner_config->concurrency,
+               runner_config->image, runner_config->network);
 
-    for (delay = 1; !runner_stop
-                    && runner_docker_ping(err, sizeof(err)) != RUNNER_OK;
-         delay = delay < 8 ? delay * 2 : 8)
+    for (delay = 1; !atomic_load(&runner_stop)
+                    && runner_docker_ping(err, sizeof(err)) != 200;
+         delay = delay < RUNNER_BACKOFF_MAX_S ? delay * 2 : delay)
     {
         runner_log("error", NULL, "%s; retrying in %d s", err, delay);
         sleep(delay);
     }
 
-    c = runner_connect_wait();
+    st = runner_connect_wait();
 
-    if (c) {
-        runner_run_reconcile(c);
-        runner_pending(c);
+    if (st) {
+        runner_run_reconcile(st);
+        runner_pending(st);
 
         if (pthread_create(&janitor, NULL, runner_janitor_thread, NULL) == 0)
         {
@@ -269,62 +344,11 @@ main(int argc, char **argv)
         }
     }
 
-    last_claim = last_reconcile = time(NULL);
-    retry_at = 0;
+    tm.last_claim = tm.last_reconcile = time(NULL);
+    tm.retry_at = 0;
 
-    while (!runner_stop && c) {
-
-        runner_reap(&waiting);
-
-        /* runs waiting for their session (or for Redis): read our
-         * pending entries again a second later */
-        if (waiting && retry_at == 0) {
-            retry_at = time(NULL) + 1;
-        }
-
-        if (retry_at && time(NULL) >= retry_at) {
-            retry_at = 0;
-            runner_pending(c);
-        }
-
-        /* sandboxes whose removal failed (dockerd away at the time):
-         * every 5 s while there are some, else every minute */
-        if (time(NULL) - last_reconcile >= (runner_release_failed ? 5 : 60))
-        {
-            last_reconcile = time(NULL);
-            runner_run_reconcile(c);
-        }
-
-        if (runner_active >= runner_config.concurrency) {
-            usleep(200 * 1000);
-            continue;
-        }
-
-        if (time(NULL) - last_claim >= 5) {
-            last_claim = time(NULL);
-
-            if (runner_store_autoclaim(c, run_id, stream_id, err,
-                                       sizeof(err)) == RUNNER_OK
-                && !runner_has(run_id))
-            {
-                runner_log("info", run_id[0] ? run_id : NULL,
-                           "taking over from a silent runner");
-                runner_dispatch(c, run_id, stream_id);
-                continue;
-            }
-        }
-
-        rc = runner_store_next(c, 1000, run_id, stream_id, 0, err,
-                               sizeof(err));
-
-        if (rc == RUNNER_OK) {
-            runner_dispatch(c, run_id, stream_id);
-
-        } else if (rc == RUNNER_ERR && !runner_stop) {
-            runner_log("error", NULL, "%s; reconnecting", err);
-            redisFree(c);
-            c = runner_connect_wait();
-        }
+    while (!atomic_load(&runner_stop) && st) {
+        st = runner_turn(st, &tm);
     }
 
     runner_log("info", NULL, "stopping: %d run(s) detach and go on in "
@@ -332,17 +356,14 @@ main(int argc, char **argv)
 
     while (runner_runs) {
         runner_reap(&waiting);
-        usleep(100 * 1000);
+        usleep(RUNNER_TICK_MS * 1000);
     }
 
     if (janitor_up) {
         pthread_join(janitor, NULL);
     }
 
-    if (c) {
-        redisFree(c);
-    }
-
+    runner_store_close(st);
     curl_global_cleanup();
 
     runner_log("info", NULL, "stopped");

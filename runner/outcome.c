@@ -1,7 +1,7 @@
 /*
  * What a run's OpenCode events add up to: the result (last text), the
  * error (last error event), tokens and cost (summed over step_finish), and
- * the files the diff touches.
+ * what the diff adds up to.
  */
 
 #include <math.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runner.h"
+#include "smcp_diff.h"
 
 
 /*
@@ -17,11 +18,7 @@
  * the same log): a step_finish whose counts no real step has is ignored
  * whole, and every string is bounded.
  */
-#define RUNNER_STEP_TOKENS_MAX  1000000000LL    /* tokens in one step */
-#define RUNNER_STEP_COST_MAX    1000.0          /* USD for one step */
 #define RUNNER_TOTAL_MAX        (INT64_MAX / 2)
-#define RUNNER_ERROR_MAX        4096
-#define RUNNER_RESULT_DEFAULT   (256 * 1024)
 
 
 /* s, at most max bytes of it (cut at a character), a marker when cut */
@@ -131,15 +128,11 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
 {
     const char  *type, *s;
     json_t      *part, *err, *data;
-    size_t       max_result;
 
     type = json_string_value(json_object_get(ev, "type"));
     if (type == NULL) {
         return;
     }
-
-    max_result = runner_config.max_result > 0
-                 ? (size_t) runner_config.max_result : RUNNER_RESULT_DEFAULT;
 
     /* the conversation to continue next time (opencode run --session) */
     s = json_string_value(json_object_get(ev, "sessionID"));
@@ -155,7 +148,8 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
     if (strcmp(type, "text") == 0) {
         s = json_string_value(json_object_get(part, "text"));
         if (s && *s) {
-            runner_outcome_set(&out->result, s, max_result);
+            runner_outcome_set(&out->result, s,
+                               (size_t) runner_config->max_result);
         }
 
     } else if (strcmp(type, "step_finish") == 0) {
@@ -187,10 +181,9 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
             out->diff_truncated = json_is_true(json_object_get(ev,
                                                                "truncated"));
 
-            if (runner_config.diff_max > 0
-                && out->diff_len > (size_t) runner_config.diff_max)
+            if (out->diff_len > (size_t) runner_config->diff_max)
             {
-                out->diff_len = runner_config.diff_max;
+                out->diff_len = runner_config->diff_max;
                 out->diff_truncated = 1;
             }
 
@@ -217,279 +210,106 @@ runner_outcome_free(runner_outcome_t *out)
 
 
 /*
- * The diff, one file section at a time (git diff's output, the sandbox's
- * and so hostile: every length checked).  A section starts at a line
- * "diff --git "; its header (up to the first "@@" line) names the paths:
- * "--- a/P", "+++ b/P" (/dev/null for a side that does not exist),
- * "rename from P" / "rename to P", else the "diff --git a/P b/P" line;
- * paths may be C-quoted.  In hunks, lines starting with '+' and '-' are
- * counted.
+ * The diff's summary, one walk of common/smcp_diff.c (the parser the
+ * module's opencode_get_diff uses): each section the parser can name is
+ * a file of files_changed, an entry of the index (a rename or copy under
+ * both its paths) and a part of the stat; a section it cannot name is in
+ * none of them.  Paths are text: a path that is not UTF-8 is repaired for
+ * JSON (and then found only by the module's own search).
  */
-
-typedef struct {
-    size_t      start;              /* offset of "diff --git " */
-    char       *old_path;
-    char       *new_path;
-    char       *git_path;           /* from the "diff --git" line */
-    int64_t     add, del;
-    int         in_hunk;
-} runner_diff_file_t;
-
-
-/* a path as git prints it: C-quoted or not, a/ or b/ prefix dropped */
-static char *
-runner_outcome_path(const char *p, size_t n, const char *prefix)
+int
+runner_outcome_diff(const char *diff, size_t len, runner_diff_t *d)
 {
-    char    *s, *d;
-    size_t   i, k;
-    int      v;
+    char              *path;
+    size_t             pos, plen;
+    int64_t            files, add, del;
+    json_t            *span;
+    const char        *p;
+    smcp_diff_file_t  *f;
 
-    if (n >= 2 && p[0] == '"' && p[n - 1] == '"') {
-        s = malloc(n);
-        if (s == NULL) {
-            return NULL;
-        }
+    d->files = json_array();
+    d->index = json_object();
+    d->stat[0] = '\0';
 
-        d = s;
+    f = malloc(sizeof(smcp_diff_file_t));
+    path = malloc(SMCP_DIFF_PATH_MAX + 1);
 
-        for (i = 1; i + 1 < n; i++) {
-            if (p[i] != '\\' || i + 2 >= n) {
-                *d++ = p[i];
-                continue;
-            }
-
-            i++;
-
-            switch (p[i]) {
-            case 'a': *d++ = '\a'; break;
-            case 'b': *d++ = '\b'; break;
-            case 't': *d++ = '\t'; break;
-            case 'n': *d++ = '\n'; break;
-            case 'v': *d++ = '\v'; break;
-            case 'f': *d++ = '\f'; break;
-            case 'r': *d++ = '\r'; break;
-            case '0': case '1': case '2': case '3':
-                for (v = 0, k = 0; k < 3 && i + 1 < n && p[i] >= '0'
-                                   && p[i] <= '7'; k++, i++)
-                {
-                    v = v * 8 + (p[i] - '0');
-                }
-                i--;
-                *d++ = (char) v;
-                break;
-            default: *d++ = p[i];
-            }
-        }
-
-        *d = '\0';
-        n = d - s;
-
-    } else {
-        /* git ends a path with a space in it with a tab (for patch) */
-        if (n > 0 && p[n - 1] == '\t') {
-            n--;
-        }
-
-        /* bytes, NUL included: n of them (strndup would stop at a NUL
-         * and leave the buffer shorter than n) */
-        s = malloc(n + 1);
-        if (s == NULL) {
-            return NULL;
-        }
-
-        memcpy(s, p, n);
-        s[n] = '\0';
+    if (d->files == NULL || d->index == NULL || f == NULL || path == NULL) {
+        free(f);
+        free(path);
+        runner_outcome_diff_free(d);
+        return RUNNER_ERR;
     }
 
-    if (prefix && strncmp(s, prefix, 2) == 0 && n > 2) {
-        memmove(s, s + 2, n - 1);
-        n -= 2;
-    }
+    files = add = del = 0;
+    pos = 0;
 
-    /* a path is text: no NUL inside, valid UTF-8 for JSON */
-    s[strnlen(s, n)] = '\0';
-    smcp_utf8_sanitize(s, strlen(s));
+    while (smcp_diff_next(diff, len, &pos, f)) {
+        p = smcp_diff_path_of(f, &plen);
 
-    return s;
-}
+        if (p == NULL) {
+            continue;
+        }
 
+        memcpy(path, p, plen + 1);
+        smcp_utf8_sanitize(path, plen);
 
-static void
-runner_outcome_replace(char **dst, char *s)
-{
-    free(*dst);
-    *dst = s;
-}
+        json_array_append_new(d->files,
+            json_pack("{s:s, s:I, s:I}", "path", path,
+                      "additions", (json_int_t) f->additions,
+                      "deletions", (json_int_t) f->deletions));
 
+        span = json_pack("[I, I]", (json_int_t) f->offset,
+                         (json_int_t) f->length);
+        json_object_set(d->index, path, span);
 
-/* "a/P b/P": the same path twice, so spaces in it are no trouble */
-static char *
-runner_outcome_git_path(const char *p, size_t n)
-{
-    size_t       half;
-    const char  *q;
-
-    if (n > 5 && (n - 5) % 2 == 0 && strncmp(p, "a/", 2) == 0) {
-        half = (n - 5) / 2;
-
-        if (strncmp(p + 2 + half, " b/", 3) == 0
-            && memcmp(p + 2, p + 5 + half, half) == 0)
+        if (f->old_len && (f->old_len != plen
+                           || memcmp(f->old_path, p, plen) != 0))
         {
-            return runner_outcome_path(p + 2, half, NULL);
-        }
-    }
-
-    /* different paths (a rename): the last " b/" */
-    for (q = p + n - 3; q > p; q--) {
-        if (q[0] == ' ' && q[1] == 'b' && q[2] == '/') {
-            return runner_outcome_path(q + 3, p + n - q - 3, NULL);
-        }
-    }
-
-    return NULL;
-}
-
-
-/* a header line of the current section */
-static void
-runner_outcome_header(runner_diff_file_t *f, const char *p, size_t n)
-{
-#define RUNNER_IS(s)  (n > sizeof(s) - 1 && memcmp(p, s, sizeof(s) - 1) == 0)
-#define RUNNER_REST(s)  p + sizeof(s) - 1, n - (sizeof(s) - 1)
-
-    if (RUNNER_IS("--- ")) {
-        runner_outcome_replace(&f->old_path,
-            (n == 13 && memcmp(p, "--- /dev/null", 13) == 0)
-            ? NULL : runner_outcome_path(RUNNER_REST("--- "), "a/"));
-
-    } else if (RUNNER_IS("+++ ")) {
-        runner_outcome_replace(&f->new_path,
-            (n == 13 && memcmp(p, "+++ /dev/null", 13) == 0)
-            ? NULL : runner_outcome_path(RUNNER_REST("+++ "), "b/"));
-
-    } else if (RUNNER_IS("rename from ") || RUNNER_IS("copy from ")) {
-        runner_outcome_replace(&f->old_path,
-            runner_outcome_path(p[0] == 'r' ? p + 12 : p + 10,
-                                n - (p[0] == 'r' ? 12 : 10), NULL));
-
-    } else if (RUNNER_IS("rename to ") || RUNNER_IS("copy to ")) {
-        runner_outcome_replace(&f->new_path,
-            runner_outcome_path(p[0] == 'r' ? p + 10 : p + 8,
-                                n - (p[0] == 'r' ? 10 : 8), NULL));
-
-    }
-
-#undef RUNNER_REST
-#undef RUNNER_IS
-}
-
-
-/* the section ends at end: its file, its place in the index */
-static void
-runner_outcome_section(runner_diff_file_t *f, size_t end, json_t *files,
-    json_t *index)
-{
-    const char  *path, *other;
-    json_t      *span;
-
-    path = f->new_path ? f->new_path : f->old_path ? f->old_path
-                       : f->git_path ? f->git_path : "?";
-    other = (f->old_path && f->new_path && strcmp(f->old_path, f->new_path))
-            ? f->old_path : NULL;
-
-    json_array_append_new(files, json_pack("{s:s, s:I, s:I}", "path", path,
-                                           "additions", (json_int_t) f->add,
-                                           "deletions", (json_int_t) f->del));
-
-    if (index) {
-        span = json_pack("[I, I]", (json_int_t) f->start,
-                         (json_int_t) (end - f->start));
-        json_object_set(index, path, span);
-
-        if (other) {
-            json_object_set(index, other, span);
+            memcpy(path, f->old_path, f->old_len + 1);
+            smcp_utf8_sanitize(path, f->old_len);
+            json_object_set(d->index, path, span);
         }
 
         json_decref(span);
+
+        files++;
+        add += f->additions;
+        del += f->deletions;
     }
 
-    free(f->old_path);
-    free(f->new_path);
-    free(f->git_path);
-    memset(f, 0, sizeof(*f));
+    smcp_diff_stat(d->stat, sizeof(d->stat), files, add, del);
+
+    free(f);
+    free(path);
+
+    return RUNNER_OK;
 }
 
 
-/*
- * [{path, additions, deletions}] from a unified diff, and (index not NULL)
- * {path: [offset, length]} of each file's section; a rename or copy is
- * listed under both its paths.
- */
-json_t *
-runner_outcome_diff_walk(const char *diff, size_t len, json_t **index)
+void
+runner_outcome_diff_free(runner_diff_t *d)
 {
-    json_t              *files, *idx;
-    const char          *p, *end, *nl;
-    size_t               n;
-    int                  open;
-    runner_diff_file_t   f;
-
-    files = json_array();
-    idx = index ? json_object() : NULL;
-    memset(&f, 0, sizeof(f));
-    open = 0;
-
-    end = diff ? diff + len : NULL;
-
-    for (p = diff; p && p < end; p = nl + 1) {
-        nl = memchr(p, '\n', end - p);
-        if (nl == NULL) {
-            nl = end;
-        }
-
-        n = nl - p;
-
-        if (n > 11 && memcmp(p, "diff --git ", 11) == 0) {
-            if (open) {
-                runner_outcome_section(&f, p - diff, files, idx);
-            }
-
-            open = 1;
-            f.start = p - diff;
-            f.git_path = runner_outcome_git_path(p + 11, n - 11);
-
-        } else if (open && !f.in_hunk && n >= 2 && memcmp(p, "@@", 2) == 0) {
-            f.in_hunk = 1;
-
-        } else if (open && !f.in_hunk) {
-            runner_outcome_header(&f, p, n);
-
-        } else if (open && n > 0 && p[0] == '+') {
-            f.add++;
-
-        } else if (open && n > 0 && p[0] == '-') {
-            f.del++;
-        }
-
-        if (nl == end) {
-            break;
-        }
-    }
-
-    if (open) {
-        runner_outcome_section(&f, len, files, idx);
-    }
-
-    if (index) {
-        *index = idx;
-    }
-
-    return files;
+    json_decref(d->files);
+    json_decref(d->index);
+    d->files = NULL;
+    d->index = NULL;
 }
 
 
+/* files_changed alone */
 json_t *
 runner_outcome_files(const char *diff, size_t len)
 {
-    return runner_outcome_diff_walk(diff, len, NULL);
+    json_t         *files;
+    runner_diff_t   d;
+
+    if (runner_outcome_diff(diff, len, &d) != RUNNER_OK) {
+        return json_array();
+    }
+
+    files = json_incref(d.files);
+    runner_outcome_diff_free(&d);
+
+    return files;
 }

@@ -24,23 +24,14 @@
 #include "smcp_jwt.h"
 
 
-/* queue entries of live runs are touched this often, and at least three
- * times within --claim-idle: a live run is never taken over */
-#define RUNNER_TOUCH_MS      10000
-#define RUNNER_GRACE_S       300     /* token outlives the deadline a bit */
-#define RUNNER_FOLLOW_TRIES  5
-#define RUNNER_WAIT_S        10      /* one Docker wait; waits are looped */
-#define RUNNER_KILL_RETRY_MS 2000
-#define RUNNER_KILL_GRACE_MS 30000   /* a killed sandbox's log ends by then */
-#define RUNNER_WS_CHECK_MS   5000    /* the workspace is measured this often */
-
-
 /* sleeps, unless the runner is stopping */
 static void
 runner_run_sleep(int64_t ms)
 {
-    for ( /* void */ ; ms > 0 && !runner_stop; ms -= 100) {
-        usleep(100 * 1000);
+    for ( /* void */ ; ms > 0 && !atomic_load(&runner_stop);
+         ms -= RUNNER_TICK_MS)
+    {
+        usleep(RUNNER_TICK_MS * 1000);
     }
 }
 
@@ -92,31 +83,10 @@ runner_run_stopped(runner_run_t *run, char *msg, size_t size)
  * the run's queue entry touched, sees cancels, the deadline and the
  * limits, and kills the sandbox when the run must stop.
  */
-/* the run's spend cap: `max_cost` (USD text; absent or "0": none) */
-static double
-runner_run_max_cost(redisReply *v)
-{
-    char    *end;
-    double   max;
-
-    if (v->type != REDIS_REPLY_STRING || v->len == 0 || v->len > 32) {
-        return 0;
-    }
-
-    max = strtod(v->str, &end);
-
-    return (*end == '\0' && isfinite(max) && max > 0) ? max : 0;
-}
-
-
-/* the cost so far against the cap (max: its value in the run hash) */
+/* the cost so far against the cap (`max_cost`; 0: none) */
 static void
-runner_run_check_cost(runner_run_t *run, redisReply *max_cost, double cost)
+runner_run_check_cost(runner_run_t *run, double max, double cost)
 {
-    double  max;
-
-    max = runner_run_max_cost(max_cost);
-
     if (max > 0 && cost > max) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
                         "has cost $%.6f, over its maxCostUsd of $%.6f; the "
@@ -126,10 +96,10 @@ runner_run_check_cost(runner_run_t *run, redisReply *max_cost, double cost)
 
 
 static void
-runner_run_check(runner_run_t *run, redisContext *c, int64_t now)
+runner_run_check(runner_run_t *run, runner_store_t *st, int64_t now)
 {
-    char         key[160];
-    redisReply  *r;
+    int     cancel;
+    double  max_cost;
 
     if (run->deadline_ms && now >= run->deadline_ms) {
         runner_run_stop(run, RUNNER_STOP_DEADLINE, "deadline exceeded: the "
@@ -137,31 +107,18 @@ runner_run_check(runner_run_t *run, redisContext *c, int64_t now)
                         "stopped");
     }
 
-    if (c == NULL) {
-        return;
-    }
-
-    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config.prefix, run->id);
-
-    r = redisCommand(c, "HMGET %s cancel_requested max_cost", key);
-
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        if (r) {
-            freeReplyObject(r);
-        }
-        return;
-    }
-
-    if (r->element[0]->type == REDIS_REPLY_STRING
-        && strcmp(r->element[0]->str, "1") == 0)
+    if (st == NULL
+        || runner_store_limits(st, run->id, &cancel, &max_cost) != RUNNER_OK)
     {
+        return;
+    }
+
+    if (cancel) {
         runner_run_stop(run, RUNNER_STOP_CANCEL, "cancelled");
     }
 
-    runner_run_check_cost(run, r->element[1],
+    runner_run_check_cost(run, max_cost,
                           atomic_load(&run->cost_micros) / 1e6);
-
-    freeReplyObject(r);
 }
 
 
@@ -169,6 +126,7 @@ static void
 runner_run_kill(runner_run_t *run, int64_t now, int64_t *last_try)
 {
     int   why;
+    long  st;
     char  err[RUNNER_ERRLEN], msg[256];
 
     why = runner_run_stopped(run, msg, sizeof(msg));
@@ -187,7 +145,10 @@ runner_run_kill(runner_run_t *run, int64_t now, int64_t *last_try)
 
     *last_try = now;
 
-    if (runner_docker_kill(run->container, err, sizeof(err)) != RUNNER_OK) {
+    st = runner_docker_kill(run->container, err, sizeof(err));
+
+    /* 409: it is not running any more; 404: it is gone */
+    if (st != 204 && st != 409 && st != 404) {
         runner_log("error", run->id, "%s", err);
         return;
     }
@@ -225,20 +186,20 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
 
         if (runner_docker_volume_mountpoint(volume, w->mountpoint,
                                             sizeof(w->mountpoint), err,
-                                            sizeof(err)) != RUNNER_OK)
+                                            sizeof(err)) != 200)
         {
             runner_log("error", run->id, "workspace: %s", err);
             return;
         }
     }
 
-    rc = runner_workspace_usage(w->mountpoint, runner_config.workspace_limit,
-                                runner_config.workspace_inodes, &u, err,
+    rc = runner_workspace_usage(w->mountpoint, runner_config->workspace_limit,
+                                runner_config->workspace_inodes, &u, err,
                                 sizeof(err));
     took = smcp_now_ms() - now;
 
     if (rc == RUNNER_AGAIN) {
-        w->next = now + 300;        /* another run's walk: soon */
+        w->next = now + RUNNER_WS_BUSY_MS;  /* another run's walk: soon */
         return;
     }
 
@@ -255,9 +216,9 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
         return;
     }
 
-    /* a big tree is walked less often: a tenth of the time at most */
-    if (took * 10 > RUNNER_WS_CHECK_MS) {
-        w->next = now + took * 10;
+    /* a big tree is walked less often: a share of the time at most */
+    if (took * RUNNER_WS_SHARE > RUNNER_WS_CHECK_MS) {
+        w->next = now + took * RUNNER_WS_SHARE;
     }
 
     if (u.too_deep) {
@@ -266,17 +227,17 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
                         "directories deep; the sandbox was stopped",
                         RUNNER_WS_DEPTH);
 
-    } else if (u.bytes > runner_config.workspace_limit) {
+    } else if (u.bytes > runner_config->workspace_limit) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
                         "the session's workspace holds more than %lld bytes "
                         "(--workspace-limit); the sandbox was stopped",
-                        (long long) runner_config.workspace_limit);
+                        (long long) runner_config->workspace_limit);
 
-    } else if (u.inodes > runner_config.workspace_inodes) {
+    } else if (u.inodes > runner_config->workspace_inodes) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
                         "the session's workspace holds more than %lld files "
                         "(--workspace-inodes); the sandbox was stopped",
-                        (long long) runner_config.workspace_inodes);
+                        (long long) runner_config->workspace_inodes);
     }
 }
 
@@ -285,51 +246,47 @@ static void *
 runner_run_watchdog(void *arg)
 {
     runner_run_t       *run = arg;
-    redisContext       *c;
+    runner_store_t     *st;
     int64_t             now, last_touch, last_check, last_connect, last_kill;
     char                err[RUNNER_ERRLEN];
     runner_ws_watch_t   ws;
 
-    c = NULL;
+    st = NULL;
     last_touch = last_check = last_connect = last_kill = 0;
     memset(&ws, 0, sizeof(ws));
 
-    while (!atomic_load(&run->watch_end) && !runner_stop) {
+    while (!atomic_load(&run->watch_end) && !atomic_load(&runner_stop)) {
         now = smcp_now_ms();
 
-        if ((c == NULL || c->err) && now - last_connect >= 2000) {
+        /* never waits for Redis: the deadline and kills go on without */
+        if (runner_store_lost(st) && now - last_connect >= RUNNER_RECONNECT_MS)
+        {
             last_connect = now;
-
-            if (c) {
-                redisFree(c);
-            }
-
-            c = runner_store_connect(err, sizeof(err));
+            runner_store_close(st);
+            st = runner_store_connect(0, err, sizeof(err));
         }
 
-        if (c && !c->err
+        if (!runner_store_lost(st)
             && (now - last_touch >= RUNNER_TOUCH_MS
-                || now - last_touch >= runner_config.claim_idle_ms / 3))
+                || now - last_touch >= runner_config->claim_idle_ms / 3))
         {
-            runner_store_touch(c, run->stream_id);
+            runner_store_touch(st, run->stream_id);
             last_touch = now;
         }
 
-        if (now - last_check >= 1000) {
+        if (now - last_check >= RUNNER_CHECK_MS) {
             last_check = now;
-            runner_run_check(run, (c && !c->err) ? c : NULL, now);
+            runner_run_check(run, runner_store_lost(st) ? NULL : st, now);
         }
 
         runner_run_workspace(run, &ws, now);
 
         runner_run_kill(run, now, &last_kill);
 
-        usleep(100 * 1000);
+        usleep(RUNNER_TICK_MS * 1000);
     }
 
-    if (c) {
-        redisFree(c);
-    }
+    runner_store_close(st);
 
     return NULL;
 }
@@ -383,33 +340,33 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
         return RUNNER_OK;
     }
 
-    if (run->event_bytes + (int64_t) len > runner_config.max_event_bytes) {
+    if (run->event_bytes + (int64_t) len > runner_config->max_event_bytes) {
         snprintf(warn, sizeof(warn), "{\"warning\":\"output budget "
                  "exceeded\",\"limit\":%lld,\"stored\":%lld}",
-                 (long long) runner_config.max_event_bytes,
+                 (long long) runner_config->max_event_bytes,
                  (long long) run->event_bytes);
 
-        if (runner_store_event(run->redis, run->id, "lifecycle", warn,
+        if (runner_store_event(run->store, run->id, "lifecycle", warn,
                                strlen(warn), NULL, 0) != RUNNER_OK)
         {
             runner_log("error", run->id, "storing an event failed: %s",
-                       run->redis->err ? run->redis->errstr : "error reply");
+                       runner_store_error(run->store));
             return RUNNER_ERR;
         }
 
         run->budget_hit = 1;
         runner_log("info", run->id, "output budget of %lld bytes reached: "
                    "later output is not stored",
-                   (long long) runner_config.max_event_bytes);
+                   (long long) runner_config->max_event_bytes);
 
         return RUNNER_OK;
     }
 
-    if (runner_store_event(run->redis, run->id, type, data, len, dts, len)
+    if (runner_store_event(run->store, run->id, type, data, len, dts, len)
         != RUNNER_OK)
     {
         runner_log("error", run->id, "storing an event failed: %s",
-                   run->redis->err ? run->redis->errstr : "error reply");
+                   runner_store_error(run->store));
         return RUNNER_ERR;
     }
 
@@ -558,10 +515,10 @@ runner_run_line(void *data, int stream, const char *ts, const char *line,
     ev = (stream == 1 && cut == 0) ? json_loadb(copy, len, 0, NULL) : NULL;
     type = runner_run_type(ev, &is_diff);
 
-    if (!is_diff && len > (size_t) runner_config.max_line) {
+    if (!is_diff && len > (size_t) runner_config->max_line) {
         /* a diff-sized line that is not the diff */
-        cut += len - runner_config.max_line;
-        len = runner_config.max_line;
+        cut += len - runner_config->max_line;
+        len = runner_config->max_line;
     }
 
     if (is_diff) {
@@ -603,7 +560,7 @@ runner_run_tick(void *data)
     runner_follow_state_t  *st = data;
     int64_t                 killed;
 
-    if (runner_stop) {
+    if (atomic_load(&runner_stop)) {
         /* detach: the container goes on; a restart re-attaches */
         return RUNNER_ERR;
     }
@@ -623,11 +580,11 @@ runner_run_tick(void *data)
 static void
 runner_run_network(runner_run_t *run, char *buf, size_t size)
 {
-    if (runner_config.egress_container[0]) {
+    if (runner_config->egress_container[0]) {
         snprintf(buf, size, "smcp-net-%s", run->session);
 
     } else {
-        snprintf(buf, size, "%s", runner_config.network);
+        snprintf(buf, size, "%s", runner_config->network);
     }
 }
 
@@ -636,11 +593,9 @@ static json_t *
 runner_run_spec(runner_run_t *run, json_t *h, const char *token,
     const char *volume, const char *oc_session)
 {
-    char          net[128];
-
+    char          net[128], buf[RUNNER_SANDBOX_ENV_MAX];
     json_t       *env, *spec, *binds;
     const char   *task, *model, *repo, *branch;
-    char          buf[2048];
 
     task = json_string_value(json_object_get(h, "task"));
     model = json_string_value(json_object_get(h, "model"));
@@ -655,19 +610,19 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         json_array_append_new(env, json_string(buf));                         \
     }
 
-    RUNNER_ENV("SMCP_EGRESS_URL", runner_config.egress_url);
+    RUNNER_ENV("SMCP_EGRESS_URL", runner_config->egress_url);
     RUNNER_ENV("SMCP_RUN_TOKEN", token);
     RUNNER_ENV("SMCP_RUN_ID", run->id);
     RUNNER_ENV("SMCP_MODEL", model);
     RUNNER_ENV("SMCP_REPOSITORY", repo);
     RUNNER_ENV("SMCP_BRANCH", branch);
-    RUNNER_ENV("SMCP_GIT_HOST", runner_config.git_host);
+    RUNNER_ENV("SMCP_GIT_HOST", runner_config->git_host);
     RUNNER_ENV("SMCP_SESSION", oc_session);
     RUNNER_ENV("SMCP_TITLE", json_string_value(json_object_get(h, "title")));
 
     /* the diff line the sandbox prints stays within what is kept */
     snprintf(buf, sizeof(buf), "SMCP_DIFF_MAX=%lld",
-             (long long) runner_config.diff_max);
+             (long long) runner_config->diff_max);
     json_array_append_new(env, json_string(buf));
 
 #undef RUNNER_ENV
@@ -695,33 +650,33 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:b,"
         "    s:{s:s, s:s}, s:o, s:[s], s:[s],"
         "    s:{s:s, s:{s:s, s:s}}}}",
-        "Image", runner_config.image,
-        "User", "1000:1000",
+        "Image", runner_config->image,
+        "User", RUNNER_SANDBOX_USER,
         "WorkingDir", "/workspace",
         "Env", env,
         "Labels", "smcp.run", run->id, "smcp.session", run->session,
-                  "smcp.runner", runner_config.name,
-                  "smcp.store", runner_config.store,
+                  "smcp.runner", runner_config->name,
+                  "smcp.store", runner_store_id(),
         "HostConfig",
             "NetworkMode", net,
-            "Dns", runner_config.dns[0]
-                   ? json_pack("[s]", runner_config.dns) : json_array(),
+            "Dns", runner_config->dns[0]
+                   ? json_pack("[s]", runner_config->dns) : json_array(),
             "DnsOptions", "timeout:1", "attempts:1",
             "Init", 1,
-            "Memory", (json_int_t) runner_config.memory,
-            "MemorySwap", (json_int_t) runner_config.memory,
-            "NanoCpus", (json_int_t) runner_config.nano_cpus,
-            "PidsLimit", (json_int_t) runner_config.pids,
+            "Memory", (json_int_t) runner_config->memory,
+            "MemorySwap", (json_int_t) runner_config->memory,
+            "NanoCpus", (json_int_t) runner_config->nano_cpus,
+            "PidsLimit", (json_int_t) runner_config->pids,
             "ReadonlyRootfs", 1,
             "Tmpfs",
-                "/tmp", "rw,nosuid,nodev,exec,size=1g,mode=1777",
-                "/home/sandbox",
-                "rw,nosuid,nodev,exec,size=256m,uid=1000,gid=1000,mode=0700",
+                "/tmp", RUNNER_SANDBOX_TMP,
+                "/home/sandbox", RUNNER_SANDBOX_HOME,
             "Binds", binds,
             "CapDrop", "ALL",
             "SecurityOpt", "no-new-privileges",
             "LogConfig", "Type", "json-file", "Config",
-                "max-size", "50m", "max-file", "5");
+                "max-size", RUNNER_SANDBOX_LOG_SIZE,
+                "max-file", RUNNER_SANDBOX_LOG_FILES);
 
     return spec;
 }
@@ -731,43 +686,43 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
 static int
 runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 {
-    const char  *status, *error;
-    char         msg[512], stopmsg[256], key[160];
-    redisReply  *r;
+    int             cancel, rc;
+    double          max_cost;
+    const char     *status, *error;
+    char            msg[512], stopmsg[256];
+    runner_diff_t   diff;
 
-    status = "completed";
+    status = SMCP_STATUS_COMPLETED;
     error = NULL;
 
     /* a run that spent past its cap says so, however it ended (its agent
      * may have finished before the watchdog looked) */
-    snprintf(key, sizeof(key), SMCP_KEY_RUN, runner_config.prefix, run->id);
-    r = redisCommand(run->redis, "HGET %s max_cost", key);
-
-    if (r) {
-        runner_run_check_cost(run, r, run->out.cost);
-        freeReplyObject(r);
+    if (runner_store_limits(run->store, run->id, &cancel, &max_cost)
+        == RUNNER_OK)
+    {
+        runner_run_check_cost(run, max_cost, run->out.cost);
     }
 
     switch (runner_run_stopped(run, stopmsg, sizeof(stopmsg))) {
 
     case RUNNER_STOP_CANCEL:
-        status = "cancelled";
+        status = SMCP_STATUS_CANCELLED;
         error = "cancelled";
         break;
 
     case RUNNER_STOP_DEADLINE:
     case RUNNER_STOP_LIMIT:
-        status = "failed";
+        status = SMCP_STATUS_FAILED;
         error = stopmsg;
         break;
 
     default:
         if (why) {
-            status = "failed";
+            status = SMCP_STATUS_FAILED;
             error = why;
 
         } else if (exit_code != 0) {
-            status = "failed";
+            status = SMCP_STATUS_FAILED;
 
             if (run->out.error) {
                 error = run->out.error;
@@ -781,18 +736,22 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     }
 
     if (run->out.oc_session[0] && run->session[0]) {
-        snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config.prefix,
-                 run->session);
-        r = redisCommand(run->redis, "HSET %s opencode_session %s", key,
-                         run->out.oc_session);
-        if (r) {
-            freeReplyObject(r);
-        }
+        runner_store_set_oc_session(run->store, run->session,
+                                    run->out.oc_session);
     }
 
-    if (runner_store_finish(run->redis, run, status, exit_code, error)
+    if (runner_outcome_diff(run->out.diff, run->out.diff_len, &diff)
         != RUNNER_OK)
     {
+        runner_log("error", run->id, "out of memory");
+        return RUNNER_ERR;
+    }
+
+    rc = runner_store_finish(run->store, run, status, exit_code, error,
+                             &diff);
+    runner_outcome_diff_free(&diff);
+
+    if (rc != RUNNER_OK) {
         runner_log("error", run->id, "the outcome (%s) could not be stored; "
                    "will retry", status);
         return RUNNER_ERR;
@@ -813,25 +772,27 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 static void
 runner_run_release(runner_run_t *run, int kill)
 {
+    long  st;
     char  err[RUNNER_ERRLEN], net[128];
 
     if (run->container[0]) {
         if (kill) {
-            runner_docker_kill(run->container, err, sizeof(err));
+            (void) runner_docker_kill(run->container, err, sizeof(err));
         }
 
-        if (runner_docker_remove(run->container, err, sizeof(err))
-            != RUNNER_OK)
-        {
+        st = runner_docker_remove(run->container, err, sizeof(err));
+
+        /* 404: gone already */
+        if (st != 204 && st != 404) {
             /* the main loop's reconciliation removes it later */
             runner_log("error", run->id, "%s", err);
-            runner_release_failed = 1;
+            atomic_store(&runner_release_failed, 1);
         }
     }
 
-    if (runner_config.egress_container[0] && run->session[0]) {
+    if (runner_config->egress_container[0] && run->session[0]) {
         runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net_drop(net, runner_config.egress_container,
+        runner_docker_session_net_drop(net, runner_config->egress_container,
                                        err, sizeof(err));
     }
 }
@@ -844,27 +805,25 @@ runner_run_conclude(runner_run_t *run, int exit_code, const char *why)
     int   delay;
     char  err[RUNNER_ERRLEN];
 
-    for (delay = 1; /* void */ ; delay = delay < 8 ? delay * 2 : 8) {
-
-        if (run->redis && runner_run_finish(run, exit_code, why) == RUNNER_OK)
+    for (delay = 1; /* void */ ;
+         delay = delay < RUNNER_BACKOFF_MAX_S ? delay * 2 : delay)
+    {
+        if (run->store && runner_run_finish(run, exit_code, why) == RUNNER_OK)
         {
             return RUNNER_OK;
         }
 
-        if (runner_stop) {
+        if (atomic_load(&runner_stop)) {
             return RUNNER_ERR;
         }
 
         sleep(delay);
 
-        if (run->redis == NULL || run->redis->err) {
-            if (run->redis) {
-                redisFree(run->redis);
-            }
+        if (runner_store_lost(run->store)) {
+            runner_store_close(run->store);
+            run->store = runner_store_connect(1, err, sizeof(err));
 
-            run->redis = runner_store_connect(err, sizeof(err));
-
-            if (run->redis == NULL) {
+            if (run->store == NULL) {
                 runner_log("error", run->id, "%s", err);
             }
         }
@@ -872,18 +831,114 @@ runner_run_conclude(runner_run_t *run, int exit_code, const char *why)
 }
 
 
+/* the sandbox's only credential: good for this run, while it lives */
+static char *
+runner_run_token(runner_run_t *run, const char *tenant, int64_t timeout)
+{
+    char    *token;
+    time_t   now;
+    json_t  *claims;
+
+    now = time(NULL);
+    token = NULL;
+
+    claims = json_pack("{s:s, s:s, s:s, s:I, s:I}", "sub", tenant,
+                       "scope", SMCP_SCOPE_EGRESS, "run", run->id,
+                       "iat", (json_int_t) now,
+                       "exp", (json_int_t) (now + timeout
+                                            + RUNNER_TOKEN_GRACE_S));
+
+    if (claims == NULL
+        || smcp_jwt_sign(runner_config->secret.data,
+                         runner_config->secret.len, claims, &token)
+           != SMCP_OK)
+    {
+        token = NULL;
+    }
+
+    json_decref(claims);
+
+    return token;
+}
+
+
+/* the session's volume and (compose) network */
+static int
+runner_run_session(runner_run_t *run, const char *volume, char *err,
+    size_t errlen)
+{
+    long  st;
+    char  net[128];
+
+    st = runner_docker_volume_create(volume, run->session, err, errlen);
+
+    /* 201: made; 200: it was there (an earlier run of the session) */
+    if (st != 201 && st != 200) {
+        return RUNNER_ERR;
+    }
+
+    if (runner_config->egress_container[0]) {
+        runner_run_network(run, net, sizeof(net));
+
+        return runner_docker_session_net(net, run->session,
+                                         runner_config->egress_container,
+                                         err, errlen);
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* the container, made and started: RUNNER_OK with run->container set */
+static int
+runner_run_container(runner_run_t *run, json_t *spec, char *err,
+    size_t errlen)
+{
+    long  st;
+    char  name[96];
+
+    snprintf(name, sizeof(name), "smcp-%s", run->id);
+
+    st = runner_docker_create(spec, name, run->container,
+                              sizeof(run->container), err, errlen);
+
+    if (st == 409) {
+        /* the name is taken: a container of this run left by a runner
+         * that died while starting it (we hold the claim now) */
+        st = runner_docker_remove(name, err, errlen);
+
+        if (st == 204 || st == 404) {
+            st = runner_docker_create(spec, name, run->container,
+                                      sizeof(run->container), err, errlen);
+        }
+    }
+
+    if (st != 201) {
+        return RUNNER_ERR;
+    }
+
+    st = runner_docker_start(run->container, err, errlen);
+
+    /* 304: it was running already */
+    return (st == 204 || st == 304) ? RUNNER_OK : RUNNER_ERR;
+}
+
+
+/*
+ * The run's sandbox, running: RUNNER_OK; RUNNER_AGAIN when the run was
+ * cancelled meanwhile (its container gone); RUNNER_ERR (err says why).
+ */
 static int
 runner_run_start(runner_run_t *run, char *err, size_t errlen)
 {
-    json_t        *h, *claims, *spec;
-    char          *token, volume[128], name[96], status[64], key[160];
-    char           oc_session[96];
-    redisReply    *r;
+    int            rc;
+    json_t        *h, *spec;
+    char          *token, volume[128], status[RUNNER_ERRLEN];
+    char           oc_session[sizeof(run->out.oc_session)];
     const char    *tenant, *session;
     int64_t        timeout;
-    time_t         now;
 
-    h = runner_store_run(run->redis, run->id);
+    h = runner_store_run(run->store, run->id);
     if (h == NULL) {
         snprintf(err, errlen, "the run vanished from Redis");
         return RUNNER_ERR;
@@ -904,109 +959,66 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     snprintf(run->session, sizeof(run->session), "%s", session);
 
     if (timeout <= 0) {
-        timeout = 3600;
+        timeout = SMCP_DEFAULT_RUN_TIMEOUT;
     }
 
-    now = time(NULL);
     run->deadline_ms = smcp_now_ms() + timeout * 1000;
 
-    /* the sandbox's only credential: good for this run, while it lives */
-    claims = json_pack("{s:s, s:s, s:s, s:I, s:I}", "sub", tenant,
-                       "scope", SMCP_SCOPE_EGRESS, "run", run->id,
-                       "iat", (json_int_t) now,
-                       "exp", (json_int_t) (now + timeout + RUNNER_GRACE_S));
-
-    if (claims == NULL
-        || smcp_jwt_sign(runner_config.secret, runner_config.secret_len,
-                         claims, &token) != SMCP_OK)
-    {
-        json_decref(claims);
+    token = runner_run_token(run, tenant, timeout);
+    if (token == NULL) {
         json_decref(h);
         snprintf(err, errlen, "cannot sign the run token");
         return RUNNER_ERR;
     }
 
-    json_decref(claims);
-
     snprintf(volume, sizeof(volume), "smcp-%s", session);
 
-    if (runner_docker_volume(volume, session, err, errlen) != RUNNER_OK) {
-        free(token);
-        json_decref(h);
-        return RUNNER_ERR;
-    }
-
-    if (runner_config.egress_container[0]) {
-        char  net[128];
-
-        runner_run_network(run, net, sizeof(net));
-
-        if (runner_docker_session_net(net, session,
-                                      runner_config.egress_container,
-                                      err, errlen)
-            != RUNNER_OK)
-        {
-            free(token);
-            json_decref(h);
-            return RUNNER_ERR;
-        }
-    }
-
     /* the OpenCode conversation of the session's earlier runs */
-    oc_session[0] = '\0';
-    snprintf(key, sizeof(key), SMCP_KEY_SESSION, runner_config.prefix,
-             session);
-    r = redisCommand(run->redis, "HGET %s opencode_session", key);
-    if (r && r->type == REDIS_REPLY_STRING && r->len < sizeof(oc_session)) {
-        strcpy(oc_session, r->str);
-    }
-    if (r) {
-        freeReplyObject(r);
+    spec = NULL;
+
+    if (runner_run_session(run, volume, err, errlen) == RUNNER_OK
+        && runner_store_oc_session(run->store, session, oc_session,
+                                   sizeof(oc_session)) == RUNNER_OK)
+    {
+        spec = runner_run_spec(run, h, token, volume, oc_session);
+
+        if (spec == NULL) {
+            snprintf(err, errlen, "cannot build the container spec");
+        }
+
+    } else if (!runner_store_lost(run->store)) {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
     }
 
-    spec = runner_run_spec(run, h, token, volume, oc_session);
     free(token);
     json_decref(h);
 
     if (spec == NULL) {
-        snprintf(err, errlen, "cannot build the container spec");
         return RUNNER_ERR;
     }
 
-    snprintf(name, sizeof(name), "smcp-%s", run->id);
-
-    if (runner_docker_create(spec, name, run->container,
-                             sizeof(run->container), err, errlen)
-        != RUNNER_OK)
-    {
-        /* a container of this run left by a runner that died while
-         * starting it (we hold the claim now): replace it */
-        if (strstr(err, " 409 ") == NULL
-            || runner_docker_remove(name, err, errlen) != RUNNER_OK
-            || runner_docker_create(spec, name, run->container,
-                                    sizeof(run->container), err, errlen)
-               != RUNNER_OK)
-        {
-            json_decref(spec);
-            runner_run_release(run, 0);
-            return RUNNER_ERR;
-        }
-    }
-
+    rc = runner_run_container(run, spec, err, errlen);
     json_decref(spec);
 
-    if (runner_docker_start(run->container, err, errlen) != RUNNER_OK) {
+    if (rc != RUNNER_OK) {
         runner_run_release(run, 0);
         return RUNNER_ERR;
     }
 
-    if (runner_store_set_running(run->redis, run->id, run->container,
-                                 run->deadline_ms, status, sizeof(status))
-        != RUNNER_OK)
-    {
+    rc = runner_store_set_running(run->store, run->id, run->container,
+                                  run->deadline_ms, status, sizeof(status));
+
+    if (rc != RUNNER_OK) {
+        runner_run_release(run, 1);
+
+        if (rc == RUNNER_ERR) {
+            snprintf(err, errlen, "the run could not be marked running: %.200s",
+                     status);
+            return RUNNER_ERR;
+        }
+
         /* cancelled while the container was starting */
         runner_log("info", run->id, "not started: the run is %s", status);
-        runner_run_release(run, 1);
         return RUNNER_AGAIN;
     }
 
@@ -1017,104 +1029,32 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
 }
 
 
-/* a stored event's field, or NULL */
-static redisReply *
-runner_run_field(redisReply *e, const char *name)
-{
-    size_t       j;
-    redisReply  *f;
-
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
-        || e->element[1]->type != REDIS_REPLY_ARRAY)
-    {
-        return NULL;
-    }
-
-    f = e->element[1];
-
-    for (j = 0; j + 1 < f->elements; j += 2) {
-        if (f->element[j]->type == REDIS_REPLY_STRING
-            && f->element[j + 1]->type == REDIS_REPLY_STRING
-            && strcmp(f->element[j]->str, name) == 0)
-        {
-            return f->element[j + 1];
-        }
-    }
-
-    return NULL;
-}
-
-
-/* a re-attached run: the outcome so far, from the stored events, a page
- * at a time */
+/* a stored event of a re-attached run: counted in the outcome so far;
+ * the runner's own diff marker and budget warning (no dts) noted */
 static void
-runner_run_replay(runner_run_t *run)
+runner_run_replayed(void *data, const char *json, size_t len, int from_log)
 {
-    char         key[160], from[80];
-    size_t       i;
-    redisReply  *r, *d, *e;
-    json_t      *ev;
-    const char  *step;
+    runner_run_t  *run = data;
+    json_t        *ev;
+    const char    *s;
 
-    snprintf(key, sizeof(key), SMCP_KEY_RUN_EVENTS, runner_config.prefix,
-             run->id);
-    strcpy(from, "-");
+    ev = json_loadb(json, len, 0, NULL);
 
-    for ( ;; ) {
-        r = redisCommand(run->redis, "XRANGE %s %s + COUNT 100", key, from);
+    if (json_is_object(ev)) {
+        runner_outcome_event(&run->out, ev);
 
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-            break;
+        s = json_string_value(json_object_get(ev, "step"));
+        if (s && strcmp(s, "diff") == 0 && !from_log) {
+            run->diff_marker = 1;
         }
 
-        for (i = 0; i < r->elements; i++) {
-            e = r->element[i];
-            d = runner_run_field(e, "data");
-
-            if (d == NULL) {
-                continue;
-            }
-
-            ev = json_loadb(d->str, d->len, 0, NULL);
-
-            if (json_is_object(ev)) {
-                runner_outcome_event(&run->out, ev);
-
-                step = json_string_value(json_object_get(ev, "step"));
-                if (step && strcmp(step, "diff") == 0
-                    && runner_run_field(e, "dts") == NULL)
-                {
-                    run->diff_marker = 1;
-                }
-
-                step = json_string_value(json_object_get(ev, "warning"));
-                if (step && strcmp(step, "output budget exceeded") == 0
-                    && runner_run_field(e, "dts") == NULL)
-                {
-                    run->budget_hit = 1;
-                }
-            }
-
-            json_decref(ev);
+        s = json_string_value(json_object_get(ev, "warning"));
+        if (s && strcmp(s, "output budget exceeded") == 0 && !from_log) {
+            run->budget_hit = 1;
         }
-
-        e = r->element[r->elements - 1];
-
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
-            || e->element[0]->type != REDIS_REPLY_STRING
-            || e->element[0]->len > 60)
-        {
-            break;
-        }
-
-        /* exclusive: after the last one read */
-        snprintf(from, sizeof(from), "(%s", e->element[0]->str);
-        freeReplyObject(r);
     }
 
-    if (r) {
-        freeReplyObject(r);
-    }
+    json_decref(ev);
 }
 
 
@@ -1155,15 +1095,13 @@ runner_run_reconnect(runner_run_t *run)
     int   delay;
     char  err[RUNNER_ERRLEN];
 
-    for (delay = 1; !runner_stop; delay = delay < 8 ? delay * 2 : 8) {
+    for (delay = 1; !atomic_load(&runner_stop);
+         delay = delay < RUNNER_BACKOFF_MAX_S ? delay * 2 : delay)
+    {
+        runner_store_close(run->store);
+        run->store = runner_store_connect(1, err, sizeof(err));
 
-        if (run->redis) {
-            redisFree(run->redis);
-        }
-
-        run->redis = runner_store_connect(err, sizeof(err));
-
-        if (run->redis) {
+        if (run->store) {
             return RUNNER_OK;
         }
 
@@ -1180,28 +1118,32 @@ runner_run_reconnect(runner_run_t *run)
 static int
 runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
 {
-    int  rc, fails;
+    int   fails;
+    long  st;
 
     for (fails = 0; /* void */ ; /* void */) {
 
-        if (runner_stop) {
+        if (atomic_load(&runner_stop)) {
             return RUNNER_AGAIN;
         }
 
-        rc = runner_docker_wait(run->container, RUNNER_WAIT_S, exit_code,
+        st = runner_docker_wait(run->container, RUNNER_WAIT_S, exit_code,
                                 err, errlen);
 
-        if (rc == RUNNER_OK) {
+        if (st == 200) {
             return RUNNER_OK;
         }
 
-        if (rc == RUNNER_ERR && ++fails >= 2) {
+        /* still running: wait on */
+        if (st == RUNNER_DOCKER_TIMEOUT) {
+            continue;
+        }
+
+        if (++fails >= 2) {
             return RUNNER_ERR;
         }
 
-        if (rc == RUNNER_ERR) {
-            runner_run_sleep(1000);
-        }
+        runner_run_sleep(RUNNER_CHECK_MS);
     }
 }
 
@@ -1228,7 +1170,7 @@ runner_run_catch_up(runner_run_t *run, runner_follow_state_t *st)
     if (runner_docker_follow(run->container, since[0] ? since : NULL, 0,
                              runner_run_line, runner_run_tick, st,
                              err, sizeof(err))
-        != RUNNER_OK && !runner_stop)
+        != 200 && !atomic_load(&runner_stop))
     {
         runner_log("error", run->id, "reading the end of the log: %s", err);
     }
@@ -1262,12 +1204,12 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
         if (runner_docker_follow(run->container, since[0] ? since : NULL, 1,
                                  runner_run_line, runner_run_tick, &st,
                                  err, sizeof(err))
-            == RUNNER_OK)
+            == 200)
         {
             break;
         }
 
-        if (runner_stop) {
+        if (atomic_load(&runner_stop)) {
             return RUNNER_AGAIN;
         }
 
@@ -1278,9 +1220,9 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
 
         /* a fresh connection if Redis was the trouble (that does not
          * count as a try) */
-        if (run->redis->err) {
-            runner_log("error", run->id, "redis: %s; reconnecting",
-                       run->redis->errstr);
+        if (runner_store_lost(run->store)) {
+            runner_log("error", run->id, "%s; reconnecting",
+                       runner_store_error(run->store));
 
             if (runner_run_reconnect(run) != RUNNER_OK) {
                 return RUNNER_AGAIN;
@@ -1288,7 +1230,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
 
         } else {
             runner_log("error", run->id, "%s; retrying", err);
-            runner_run_sleep(1000 << tries);
+            runner_run_sleep(RUNNER_CHECK_MS << tries);
             tries++;
         }
 
@@ -1296,7 +1238,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
          * not stored on purpose are not read twice either) */
     }
 
-    if (runner_stop) {
+    if (atomic_load(&runner_stop)) {
         return RUNNER_AGAIN;
     }
 
@@ -1312,12 +1254,10 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
 
     runner_log("error", run->id, "%s", err);
 
-    running = 0;
-    runner_docker_running(run->container, &running, err, sizeof(err));
-
-    *why = (running == -1) ? "the sandbox container disappeared"
-                           : "the sandbox could not be followed (dockerd "
-                             "unreachable)";
+    *why = (runner_docker_running(run->container, &running, err,
+                                  sizeof(err)) == 404)
+           ? "the sandbox container disappeared"
+           : "the sandbox could not be followed (dockerd unreachable)";
 
     return RUNNER_ERR;
 }
@@ -1329,23 +1269,23 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
  * cleanup, or while dockerd was away.
  */
 void
-runner_run_reconcile(redisContext *c)
+runner_run_reconcile(runner_store_t *st)
 {
+    long         rc;
     size_t       i;
     json_t      *list, *ct, *labels;
     const char  *id, *run_id;
-    char         status[32], err[RUNNER_ERRLEN], label[400];
+    char         status[RUNNER_NUM_MAX], err[RUNNER_ERRLEN], label[400];
 
     /* only this deployment's containers: another store's runs are not
      * ours to judge */
-    snprintf(label, sizeof(label), "smcp.store=%s", runner_config.store);
+    snprintf(label, sizeof(label), "smcp.store=%s", runner_store_id());
 
-    runner_release_failed = 0;
+    atomic_store(&runner_release_failed, 0);
 
-    list = runner_docker_list(label, err, sizeof(err));
-    if (list == NULL) {
+    if (runner_docker_list(label, &list, err, sizeof(err)) != 200) {
         runner_log("error", NULL, "reconcile: %s", err);
-        runner_release_failed = 1;
+        atomic_store(&runner_release_failed, 1);
         return;
     }
 
@@ -1357,22 +1297,24 @@ runner_run_reconcile(redisContext *c)
         if (id == NULL || run_id == NULL
             || !runner_docker_valid_id(id)
             || !smcp_valid_id(run_id, strlen(run_id), SMCP_RUN_ID_PREFIX)
-            || runner_store_hget(c, run_id, "status", status, sizeof(status))
+            || runner_store_hget(st, run_id, "status", status, sizeof(status))
                != RUNNER_OK)
         {
             continue;
         }
 
-        if (status[0] == '\0' || strcmp(status, "completed") == 0
-            || strcmp(status, "failed") == 0
-            || strcmp(status, "cancelled") == 0)
+        if (status[0] == '\0' || strcmp(status, SMCP_STATUS_COMPLETED) == 0
+            || strcmp(status, SMCP_STATUS_FAILED) == 0
+            || strcmp(status, SMCP_STATUS_CANCELLED) == 0)
         {
             runner_log("info", run_id, "removing the container of an ended "
                        "run (%.12s)", id);
-            runner_docker_kill(id, err, sizeof(err));
+            (void) runner_docker_kill(id, err, sizeof(err));
 
-            if (runner_docker_remove(id, err, sizeof(err)) != RUNNER_OK) {
-                runner_release_failed = 1;
+            rc = runner_docker_remove(id, err, sizeof(err));
+
+            if (rc != 204 && rc != 404) {
+                atomic_store(&runner_release_failed, 1);
             }
         }
     }
@@ -1406,12 +1348,12 @@ runner_run_crashed(runner_run_t *run, long long attempts, char *err,
 static int
 runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
 {
-    char       v[32], net[128];
+    char       v[RUNNER_NUM_MAX], net[128];
     long long  attempts;
 
-    runner_store_hget(run->redis, run->id, "container_id", run->container,
+    runner_store_hget(run->store, run->id, "container_id", run->container,
                       sizeof(run->container));
-    runner_store_hget(run->redis, run->id, "session", run->session,
+    runner_store_hget(run->store, run->id, "session", run->session,
                       sizeof(run->session));
 
     /* they go into Docker API paths */
@@ -1429,7 +1371,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
-    if (runner_store_attempts(run->redis, run->id, 1, &attempts)
+    if (runner_store_attempts(run->store, run->id, 1, &attempts)
         == RUNNER_OK
         && runner_run_crashed(run, attempts, err, errlen))
     {
@@ -1437,26 +1379,31 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
     }
 
     /* the deadline goes on: it was stored when the run started */
-    if (runner_store_hget(run->redis, run->id, "deadline", v, sizeof(v))
+    if (runner_store_hget(run->store, run->id, "deadline", v, sizeof(v))
         == RUNNER_OK)
     {
         run->deadline_ms = atoll(v);
     }
 
-    if (runner_store_hget(run->redis, run->id, "event_bytes", v, sizeof(v))
+    if (runner_store_hget(run->store, run->id, "event_bytes", v, sizeof(v))
         == RUNNER_OK)
     {
         run->event_bytes = atoll(v);
     }
 
-    runner_store_last_log_ts(run->redis, run);
-    runner_run_replay(run);
+    if (runner_store_last_log_ts(run->store, run) != RUNNER_OK
+        || runner_store_replay(run->store, run->id, runner_run_replayed, run)
+           != RUNNER_OK)
+    {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
 
-    if (runner_config.egress_container[0]) {
+    if (runner_config->egress_container[0]) {
         /* an nginx container recreated meanwhile joins again */
         runner_run_network(run, net, sizeof(net));
         runner_docker_session_net(net, run->session,
-                                  runner_config.egress_container,
+                                  runner_config->egress_container,
                                   err, errlen);
     }
 
@@ -1473,15 +1420,18 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
 static int
 runner_run_begin(runner_run_t *run)
 {
-    char       err[RUNNER_ERRLEN], status[64];
+    char       err[RUNNER_ERRLEN], status[RUNNER_ERRLEN];
     int        rc;
     long long  attempts;
 
-    rc = runner_store_claim(run->redis, run->id, status, sizeof(status),
-                            err, sizeof(err));
+    rc = runner_store_claim(run->store, run->id, status, sizeof(status));
 
-    if (rc == RUNNER_AGAIN && strcmp(status, "wait") == 0) {
-        /* an earlier run of the session is still going */
+    if (rc == RUNNER_AGAIN
+        && (strcmp(status, "wait") == 0 || strcmp(status, "limit") == 0
+            || strcmp(status, "unlisted") == 0))
+    {
+        /* an earlier run of the session is still going, or the tenant
+         * has its runs running: its turn comes */
         atomic_store(&run->state, RUNNER_RUN_WAIT);
         return RUNNER_ERR;
     }
@@ -1501,11 +1451,11 @@ runner_run_begin(runner_run_t *run)
 
         /* cancelled before it started, finished, or gone */
         runner_log("info", run->id, "skipped: %s", status);
-        runner_store_ack(run->redis, run->stream_id);
+        runner_store_ack(run->store, run->stream_id);
         return RUNNER_ERR;
     }
 
-    if (runner_store_attempts(run->redis, run->id, 0, &attempts) == RUNNER_OK
+    if (runner_store_attempts(run->store, run->id, 0, &attempts) == RUNNER_OK
         && runner_run_crashed(run, attempts, err, sizeof(err)))
     {
         rc = RUNNER_ERR;
@@ -1518,14 +1468,14 @@ runner_run_begin(runner_run_t *run)
         runner_log("error", run->id, "%s", err);
 
         if (runner_run_conclude(run, -1, err) == RUNNER_OK) {
-            runner_store_ack(run->redis, run->stream_id);
+            runner_store_ack(run->store, run->stream_id);
         }
 
         return RUNNER_ERR;
     }
 
     if (rc == RUNNER_AGAIN) {
-        runner_store_ack(run->redis, run->stream_id);
+        runner_store_ack(run->store, run->stream_id);
         return RUNNER_ERR;
     }
 
@@ -1541,8 +1491,8 @@ runner_run_thread(void *arg)
     const char    *why;
     int            rc, exit_code;
 
-    run->redis = runner_store_connect(err, sizeof(err));
-    if (run->redis == NULL) {
+    run->store = runner_store_connect(1, err, sizeof(err));
+    if (run->store == NULL) {
         runner_log("error", run->id, "%s", err);
         atomic_store(&run->state, RUNNER_RUN_RETRY);
         return NULL;
@@ -1554,7 +1504,7 @@ runner_run_thread(void *arg)
             runner_run_release(run, 1);
 
             if (runner_run_conclude(run, -1, err) == RUNNER_OK) {
-                runner_store_ack(run->redis, run->stream_id);
+                runner_store_ack(run->store, run->stream_id);
             }
 
             goto done;
@@ -1574,7 +1524,7 @@ runner_run_thread(void *arg)
     if (rc == RUNNER_AGAIN) {
         /* detached cleanly: the container goes on, and this take does not
          * count as a crash */
-        runner_store_attempts(run->redis, run->id, -1, NULL);
+        runner_store_attempts(run->store, run->id, -1, NULL);
         goto done;
     }
 
@@ -1584,19 +1534,17 @@ runner_run_thread(void *arg)
     if (runner_run_conclude(run, exit_code,
                             rc == RUNNER_ERR ? why
                             : run->out.clone_failed ? run->out.error : NULL)
-        == RUNNER_OK && !runner_stop)
+        == RUNNER_OK && !atomic_load(&runner_stop))
     {
-        runner_store_ack(run->redis, run->stream_id);
+        runner_store_ack(run->store, run->stream_id);
     }
 
 done:
 
     runner_outcome_free(&run->out);
 
-    if (run->redis) {
-        redisFree(run->redis);
-        run->redis = NULL;
-    }
+    runner_store_close(run->store);
+    run->store = NULL;
 
     if (atomic_load(&run->state) == RUNNER_RUN_ACTIVE) {
         atomic_store(&run->state, RUNNER_RUN_DONE);

@@ -7,10 +7,11 @@
  * the run's event stream as it happens, and records the outcome.  Several
  * runners, on one host or many, share one queue.
  *
- * Files, one concern each: main.c (flags, signals, the loop), config.c,
- * log.c, store.c (Redis; its scripts are the .lua files in
- * runner/scripts, embedded at build), docker.c (Engine API over the unix
- * socket), logstream.c (Docker's multiplexed log frames to lines), run.c
+ * Files, one concern each: main.c (signals, the loop), config.c (the
+ * option table), log.c, store.c (every Redis call; its scripts are the
+ * .lua files in runner/scripts, embedded at build), docker.c (Engine API
+ * over the unix socket: HTTP statuses back to the caller), logstream.c
+ * (Docker's multiplexed log frames to lines), run.c
  * (one run from claim to outcome, and its watchdog), outcome.c (what the
  * agent's events add up to), workspace.c (a session volume's size),
  * janitor.c (idle sessions expired).
@@ -23,17 +24,19 @@
 #define RUNNER_H
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
-#include <hiredis/hiredis.h>
 #include <jansson.h>
 
+#include "smcp_defaults.h"
+#include "smcp_diff.h"
 #include "smcp_keys.h"
 #include "smcp_util.h"
+#include "smcp_validate.h"
 
 #define RUNNER_OK       0
 #define RUNNER_ERR     -1
@@ -43,40 +46,140 @@
 #define RUNNER_VERSION  "0.1.0"
 
 
+/*
+ * Limits and intervals: fixed, in one place.  What an operator may change
+ * is config.c's option table; what the module and the runner share is
+ * common/smcp_defaults.h.
+ */
+
+/* Redis */
+#define RUNNER_REDIS_CONNECT_S       5      /* connect timeout */
+#define RUNNER_REDIS_REPLY_S         15     /* a reply: a blocking read's
+                                               time plus a margin */
+#define RUNNER_REDIS_LOADING_POLL_MS 200    /* Redis loading its dataset */
+#define RUNNER_STORE_ARGS            64     /* arguments of one command */
+#define RUNNER_KEY_MAX               512    /* a key name: prefix, tenant */
+#define RUNNER_NUM_MAX               64     /* a number field as text */
+#define RUNNER_STREAM_ID_SIZE        (SMCP_STREAM_ID_MAX + 1)
+#define RUNNER_EVENTS_PAGE           100    /* events read at once */
+#define RUNNER_PRUNE_MAX             100    /* run set members checked */
+#define RUNNER_CLAIM_TRIES           3      /* a claim, after clearing a
+                                               set of ended runs */
+#define RUNNER_EVENTS_LOOKBACK       1000   /* pages looked back for the
+                                               last log line */
+#define RUNNER_BACKOFF_MAX_S         8      /* reconnects: 1, 2, 4, 8 s */
+
+/* the main loop */
+#define RUNNER_BLOCK_MS              1000   /* one read of the queue */
+#define RUNNER_PENDING_MAX           10000  /* own pending entries read */
+#define RUNNER_AUTOCLAIM_S           5      /* silent runners looked for */
+#define RUNNER_RECONCILE_S           60     /* ended runs' containers */
+#define RUNNER_RECONCILE_FAILED_S    5      /* ... while a removal failed */
+#define RUNNER_WAITING_RETRY_S       1      /* runs waiting for their turn */
+#define RUNNER_IDLE_MS               200    /* nothing to do */
+
+/* a run */
+#define RUNNER_TOUCH_MS              10000  /* its queue entry; at least
+                                               three times in --claim-idle */
+#define RUNNER_TOKEN_GRACE_S         300    /* the token outlives the
+                                               deadline a bit */
+#define RUNNER_FOLLOW_TRIES          5
+#define RUNNER_WAIT_S                10     /* one Docker wait, looped */
+#define RUNNER_TICK_MS               100    /* the watchdog's and sleeps' */
+#define RUNNER_CHECK_MS              1000   /* cancel, cost, deadline */
+#define RUNNER_RECONNECT_MS          2000   /* the watchdog's Redis */
+#define RUNNER_KILL_RETRY_MS         2000
+#define RUNNER_KILL_GRACE_MS         30000  /* a killed sandbox's log ends */
+#define RUNNER_WS_CHECK_MS           5000   /* the workspace measured */
+#define RUNNER_WS_BUSY_MS            300    /* another run's walk */
+#define RUNNER_WS_SHARE              10     /* a walk: 1/10 of the time */
+#define RUNNER_WS_DEPTH              128    /* directories open in a walk */
+#define RUNNER_MAX_ATTEMPTS          3      /* takes (claims, re-attaches,
+                                               less clean detaches) that
+                                               crashed runners: failed */
+#define RUNNER_ERROR_MAX             4096   /* bytes of a run's error */
+#define RUNNER_STEP_TOKENS_MAX       1000000000LL   /* tokens in a step */
+#define RUNNER_STEP_COST_MAX         1000.0         /* USD for a step */
+
+/* a log line's buffer */
+#define RUNNER_LINE_FIRST            4096   /* its first size (it doubles) */
+#define RUNNER_LINE_KEEP             (64 * 1024)    /* kept between lines
+                                               up to this size */
+
+/* the sandbox */
+#define RUNNER_SANDBOX_USER          "1000:1000"
+#define RUNNER_SANDBOX_TMP           "rw,nosuid,nodev,exec,size=1g,mode=1777"
+#define RUNNER_SANDBOX_HOME          "rw,nosuid,nodev,exec,size=256m," \
+                                     "uid=1000,gid=1000,mode=0700"
+#define RUNNER_SANDBOX_LOG_SIZE      "50m"  /* json-file: 5 files of it */
+#define RUNNER_SANDBOX_LOG_FILES     "5"
+#define RUNNER_SANDBOX_ENV_MAX       2048   /* one environment entry */
+
+/* Docker */
+#define RUNNER_DOCKER_API            "http://localhost/v1.41"
+#define RUNNER_DOCKER_CONNECT_S      5
+#define RUNNER_DOCKER_QUICK_S        30     /* most calls */
+#define RUNNER_DOCKER_SLOW_S         60     /* create, start, remove */
+#define RUNNER_DOCKER_ANSWER_MAX     (16 * 1024 * 1024)  /* one answer */
+#define RUNNER_DOCKER_REF_MAX        128    /* a name or id in a path */
+#define RUNNER_CONTAINER_ID_LEN      64     /* hex digits of a container id */
+#define RUNNER_CONTAINER_SIZE        80     /* a buffer for one */
+
+/* the janitor */
+#define RUNNER_JANITOR_BATCH         100    /* sessions per look */
+#define RUNNER_JANITOR_STALE_MS      (10 * 60 * 1000)   /* a dead runner's
+                                               mark is taken over */
+
+
 typedef struct {
-    char        redis_host[256];
-    int         redis_port;
-    char        redis_unix[256];
-    char        prefix[64];
-    char        name[128];              /* consumer name: stable per host */
-    char        instance[192];          /* name + pid + random: claims */
-    char        store[64];              /* the store's identity: labels
-                                           this deployment's containers */
-    char        docker_socket[256];
-    char        image[256];
-    char        network[128];
-    char        egress_url[256];        /* as seen from the sandbox */
-    char        dns[64];                /* the sandbox network's gateway */
-    char        egress_container[128];  /* compose: nginx joins each
-                                           session's own network */
-    char        git_host[128];
-    int         concurrency;
-    int64_t     memory;                 /* bytes */
-    int64_t     nano_cpus;
-    int64_t     pids;
-    int64_t     diff_max;               /* bytes kept of a run's diff */
-    int64_t     max_line;               /* longer log lines are cut */
-    int64_t     max_event_bytes;        /* a run's stored events */
-    int64_t     max_result;             /* bytes kept of a run's result */
-    int         claim_idle_ms;          /* take over a dead runner's runs */
-    int64_t     workspace_limit;        /* bytes of a session's volume */
-    int64_t     workspace_inodes;
-    int         janitor_interval;       /* s between idle-session passes */
-    unsigned char secret[SMCP_SECRET_MAX];
-    size_t      secret_len;
-    unsigned char redis_password[SMCP_SECRET_MAX];  /* AUTH; never logged */
-    size_t      redis_password_len;
+    unsigned char   data[SMCP_SECRET_MAX];
+    size_t          len;
+} runner_secret_t;
+
+
+/*
+ * The configuration (config.c's option table): loaded once, before any
+ * thread starts, and never written again; everything else reads it
+ * through the const pointer runner_config.  What is found out while
+ * running (the store's identity) lives with whoever finds it.
+ */
+typedef struct {
+    char             redis_host[256];
+    int              redis_port;
+    char             redis_unix[256];
+    runner_secret_t  redis_password;        /* AUTH; never logged */
+    char             prefix[64];
+    char             name[128];             /* consumer name: stable per
+                                               host */
+    char             instance[192];         /* name + pid + random: claims */
+    char             docker_socket[256];
+    char             image[256];
+    char             network[128];
+    char             egress_url[256];       /* as seen from the sandbox */
+    char             dns[64];               /* the sandbox network's gateway */
+    char             egress_container[128]; /* compose: nginx joins each
+                                               session's own network */
+    char             git_host[128];
+    int              concurrency;
+    int64_t          memory;                /* bytes */
+    int64_t          nano_cpus;
+    int64_t          pids;
+    int64_t          diff_max;              /* bytes kept of a run's diff */
+    int64_t          max_line;              /* longer log lines are cut */
+    int64_t          max_event_bytes;       /* a run's stored events */
+    int64_t          max_result;            /* bytes kept of a run's result */
+    int              claim_idle_ms;         /* take over a dead runner's
+                                               runs */
+    int64_t          workspace_limit;       /* bytes of a session's volume */
+    int64_t          workspace_inodes;
+    int              janitor_interval;      /* s between idle-session
+                                               passes */
+    runner_secret_t  secret;                /* signs the run tokens */
 } runner_config_t;
+
+
+/* a Redis connection (store.c), one thread's own */
+typedef struct runner_store_s  runner_store_t;
 
 
 /* what the agent's events add up to */
@@ -97,10 +200,19 @@ typedef struct {
 } runner_outcome_t;
 
 
+/* what a diff adds up to (common/smcp_diff.c's sections): they agree */
+typedef struct {
+    json_t     *files;                  /* [{path, additions, deletions}] */
+    json_t     *index;                  /* {path: [offset, length]} */
+    char        stat[SMCP_DIFF_STAT_MAX];   /* git's --shortstat, or "" */
+} runner_diff_t;
+
+
 /* how a run thread ended, for the main loop */
 #define RUNNER_RUN_ACTIVE   0
 #define RUNNER_RUN_DONE     1
-#define RUNNER_RUN_WAIT     2       /* session busy: try again later */
+#define RUNNER_RUN_WAIT     2       /* not its turn (its session, its
+                                       tenant's limit): try again later */
 #define RUNNER_RUN_RETRY    3       /* Redis trouble: try again later */
 
 /* why a run's sandbox is stopped before its agent is done */
@@ -113,9 +225,9 @@ typedef struct {
  * what stop_lock guards */
 typedef struct runner_run_s {
     char                 id[SMCP_ID_LEN + 1];
-    char                 stream_id[64];     /* its queue entry */
+    char                 stream_id[RUNNER_STREAM_ID_SIZE];  /* in queue */
     char                 session[SMCP_ID_LEN + 1];
-    char                 container[80];
+    char                 container[RUNNER_CONTAINER_SIZE];
     char                 last_ts[48];       /* last stored log timestamp */
     int                  last_ts_count;     /* lines stored at last_ts */
     int64_t              deadline_ms;
@@ -125,7 +237,7 @@ typedef struct runner_run_s {
     int                  budget_hit;        /* later output is not stored */
     atomic_int           state;
     runner_outcome_t     out;
-    redisContext        *redis;
+    runner_store_t      *store;             /* the run thread's */
     pthread_t            thread;
 
     /* the watchdog: cancel, deadline and limits, whatever the log does */
@@ -142,15 +254,16 @@ typedef struct runner_run_s {
 } runner_run_t;
 
 
-/* main.c */
-extern runner_config_t        runner_config;
-extern volatile sig_atomic_t  runner_stop;
-extern atomic_int             runner_release_failed;    /* reconcile soon */
+/* main.c: the globals every thread reads */
+extern const runner_config_t  *runner_config;
+extern atomic_int              runner_stop;     /* SIGTERM, SIGINT */
+extern atomic_int              runner_release_failed;   /* reconcile soon */
 
 /* config.c */
 int runner_config_load(runner_config_t *cfg, int argc, char **argv,
     char *err, size_t errlen);
-void runner_config_usage(void);
+void runner_config_usage(FILE *f);
+void runner_config_markdown(FILE *f);
 
 /* log.c: one line per event, key=value, never a secret; the message is
  * escaped (quotes, backslashes, anything but printable ASCII): text from a
@@ -160,55 +273,106 @@ void runner_log(const char *level, const char *run, const char *fmt, ...)
 size_t runner_log_escape(char *dst, size_t size, const char *src,
     size_t len);
 
-/* store.c */
-redisContext *runner_store_connect(char *err, size_t errlen);
-int runner_store_init_group(redisContext *c, char *err, size_t errlen);
-int runner_store_identity(redisContext *c, char *id, size_t size,
-    char *err, size_t errlen);
-int runner_store_next(redisContext *c, int block_ms, char *run_id,
+/*
+ * store.c: every Redis call of the runner.  A connection is one thread's
+ * own; RUNNER_ERR with runner_store_lost() true means it broke (close it,
+ * connect again).  wait: a Redis loading its dataset is waited for.
+ */
+
+/* a stored event's data, and whether it came from the container's log */
+typedef void (*runner_event_pt)(void *data, const char *json, size_t len,
+    int from_log);
+
+runner_store_t *runner_store_connect(int wait, char *err, size_t errlen);
+void runner_store_close(runner_store_t *st);
+int runner_store_lost(runner_store_t *st);
+const char *runner_store_error(runner_store_t *st);
+int runner_store_init_group(runner_store_t *st, char *err, size_t errlen);
+int runner_store_identity(runner_store_t *st, char *err, size_t errlen);
+const char *runner_store_id(void);
+int runner_store_next(runner_store_t *st, int block_ms, char *run_id,
     char *stream_id, int pending, char *err, size_t errlen);
-int runner_store_autoclaim(redisContext *c, char *run_id, char *stream_id,
-    char *err, size_t errlen);
-int runner_store_touch(redisContext *c, const char *stream_id);
-int runner_store_ack(redisContext *c, const char *stream_id);
-int runner_store_claim(redisContext *c, const char *run_id,
-    char *status, size_t slen, char *err, size_t errlen);
-int runner_store_set_running(redisContext *c, const char *run_id,
+int runner_store_autoclaim(runner_store_t *st, char *run_id,
+    char *stream_id, char *err, size_t errlen);
+int runner_store_touch(runner_store_t *st, const char *stream_id);
+int runner_store_ack(runner_store_t *st, const char *stream_id);
+int runner_store_claim(runner_store_t *st, const char *run_id,
+    char *status, size_t slen);
+int runner_store_set_running(runner_store_t *st, const char *run_id,
     const char *container, int64_t deadline_ms, char *status, size_t slen);
-int runner_store_finish(redisContext *c, runner_run_t *run,
-    const char *status, int exit_code, const char *error);
-int runner_store_event(redisContext *c, const char *run_id,
+int runner_store_finish(runner_store_t *st, runner_run_t *run,
+    const char *status, int exit_code, const char *error,
+    const runner_diff_t *diff);
+int runner_store_event(runner_store_t *st, const char *run_id,
     const char *type, const char *data, size_t len, const char *dts,
     size_t count);
-int runner_store_attempts(redisContext *c, const char *run_id, int delta,
-    long long *n);
-int runner_store_hget(redisContext *c, const char *run_id,
+int runner_store_attempts(runner_store_t *st, const char *run_id,
+    int delta, long long *n);
+int runner_store_hget(runner_store_t *st, const char *run_id,
     const char *field, char *buf, size_t size);
-json_t *runner_store_run(redisContext *c, const char *run_id);
-int runner_store_last_log_ts(redisContext *c, runner_run_t *run);
+int runner_store_limits(runner_store_t *st, const char *run_id,
+    int *cancel, double *max_cost);
+json_t *runner_store_run(runner_store_t *st, const char *run_id);
+int runner_store_oc_session(runner_store_t *st, const char *session,
+    char *buf, size_t size);
+int runner_store_set_oc_session(runner_store_t *st, const char *session,
+    const char *oc);
+int runner_store_last_log_ts(runner_store_t *st, runner_run_t *run);
+int runner_store_replay(runner_store_t *st, const char *run_id,
+    runner_event_pt on_event, void *data);
+int runner_store_sessions_due(runner_store_t *st, int64_t now,
+    char ids[][SMCP_ID_LEN + 1], int max, int *n);
+int runner_store_janitor_begin(runner_store_t *st, const char *id,
+    char *status, size_t slen);
+int runner_store_janitor_end(runner_store_t *st, const char *id,
+    char *status, size_t slen);
 
-/* docker.c */
-int runner_docker_ping(char *err, size_t errlen);
-int runner_docker_volume(const char *name, const char *session,
+/*
+ * docker.c: each call returns the HTTP status of Docker's answer, or one
+ * of these; the caller decides what it means (err: words for the log).
+ */
+#define RUNNER_DOCKER_DOWN      0   /* dockerd not reached */
+#define RUNNER_DOCKER_TIMEOUT  -1   /* no answer within the call's time */
+#define RUNNER_DOCKER_INVALID  -2   /* refused before asking, or an answer
+                                       without what it must hold */
+#define RUNNER_DOCKER_CUT      -3   /* a log transfer stopped early */
+
+long runner_docker_ping(char *err, size_t errlen);
+long runner_docker_volume_create(const char *name, const char *session,
     char *err, size_t errlen);
-int runner_docker_volume_mountpoint(const char *name, char *buf,
+long runner_docker_volume_mountpoint(const char *name, char *buf,
     size_t size, char *err, size_t errlen);
-int runner_docker_volume_remove(const char *name, char *err, size_t errlen);
+long runner_docker_volume_remove(const char *name, char *err,
+    size_t errlen);
+long runner_docker_network_create(const char *name, const char *session,
+    char *err, size_t errlen);
+long runner_docker_network_connect(const char *name, const char *container,
+    const char *alias, char *err, size_t errlen);
+long runner_docker_network_member(const char *name, const char *container,
+    int *member, char *err, size_t errlen);
+long runner_docker_network_disconnect(const char *name,
+    const char *container, char *err, size_t errlen);
+long runner_docker_network_remove(const char *name, char *err,
+    size_t errlen);
+long runner_docker_create(json_t *spec, const char *name, char *id,
+    size_t idlen, char *err, size_t errlen);
+long runner_docker_start(const char *id, char *err, size_t errlen);
+long runner_docker_kill(const char *id, char *err, size_t errlen);
+long runner_docker_wait(const char *id, long timeout, int *exit_code,
+    char *err, size_t errlen);
+long runner_docker_remove(const char *id, char *err, size_t errlen);
+long runner_docker_running(const char *id, int *running, char *err,
+    size_t errlen);
+long runner_docker_list(const char *label, json_t **list, char *err,
+    size_t errlen);
+int runner_docker_valid_id(const char *id);
+
+/* the session network (compose), made of the calls above: RUNNER_OK,
+ * RUNNER_ERR; the drop RUNNER_AGAIN while a sandbox is still on it */
 int runner_docker_session_net(const char *name, const char *session,
     const char *peer, char *err, size_t errlen);
 int runner_docker_session_net_drop(const char *name, const char *peer,
     char *err, size_t errlen);
-int runner_docker_create(json_t *spec, const char *name, char *id,
-    size_t idlen, char *err, size_t errlen);
-int runner_docker_start(const char *id, char *err, size_t errlen);
-int runner_docker_kill(const char *id, char *err, size_t errlen);
-int runner_docker_wait(const char *id, long timeout, int *exit_code,
-    char *err, size_t errlen);
-int runner_docker_remove(const char *id, char *err, size_t errlen);
-int runner_docker_running(const char *id, int *running, char *err,
-    size_t errlen);
-json_t *runner_docker_list(const char *label, char *err, size_t errlen);
-int runner_docker_valid_id(const char *id);
 
 /* a log line: its bytes (any byte but '\n', NUL included), and how many
  * more the line had beyond its cap (cut off, not delivered) */
@@ -216,7 +380,7 @@ typedef int (*runner_line_pt)(void *data, int stream, const char *ts,
     const char *line, size_t len, size_t cut);
 typedef int (*runner_tick_pt)(void *data);
 
-int runner_docker_follow(const char *id, const char *since, int follow,
+long runner_docker_follow(const char *id, const char *since, int follow,
     runner_line_pt on_line, runner_tick_pt on_tick, void *data,
     char *err, size_t errlen);
 
@@ -257,12 +421,12 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
 /* outcome.c */
 void runner_outcome_event(runner_outcome_t *out, json_t *ev);
 void runner_outcome_free(runner_outcome_t *out);
+
+int runner_outcome_diff(const char *diff, size_t len, runner_diff_t *d);
+void runner_outcome_diff_free(runner_diff_t *d);
 json_t *runner_outcome_files(const char *diff, size_t len);
-json_t *runner_outcome_diff_walk(const char *diff, size_t len,
-    json_t **index);
 
 /* workspace.c */
-#define RUNNER_WS_DEPTH  128        /* directories open in one walk */
 
 typedef struct {
     int64_t     bytes;              /* allocated (st_blocks) */
@@ -275,14 +439,9 @@ int runner_workspace_usage(const char *root, int64_t max_bytes,
 
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
-int runner_janitor_pass(redisContext *c, int *expired);
-
-/* run.c: a run taken this many times (claims, re-attaches, less clean
- * detaches) crashed its runners: it is failed */
-#define RUNNER_MAX_ATTEMPTS  3
 
 /* run.c */
 void *runner_run_thread(void *arg);
-void runner_run_reconcile(redisContext *c);
+void runner_run_reconcile(runner_store_t *st);
 
 #endif /* RUNNER_H */

@@ -8,11 +8,13 @@
 #
 #   1. max_running 1: three runs of the tenant queued at once, a runner
 #      with room for three: they run one after the other; the tenant's
-#      active set is empty at the end
+#      started and claimed sets are empty at the end
 #   2. maxCostUsd 0.2: the model's usage costs $0.45 a step:
 #      the sandbox is stopped, the run `failed` naming the cap and the cost
-#   3. the finish: a run renaming a file (git mv) gets diff_index with the
-#      section under the old and the new path; its keys expire after its
+#   3. the finish: a run renaming a file (git mv) and editing it gets
+#      filesChanged with the new path, diff_stat, and diff_index with the
+#      section under the old and the new path (get_diff finds it by
+#      either); its keys expire after its
 #      `retention`; its session's `sessions` score is last_active + idle_ttl
 #   4. --workspace-limit 50m: a run writing 80 MB into its workspace is
 #      stopped, `failed` naming the limit
@@ -93,8 +95,10 @@ subtest 'max_running 1: one run at a time' => sub {
     ok($order[1]{started_at} >= $order[0]{finished_at}
        && $order[2]{started_at} >= $order[1]{finished_at},
        'each started after the one before finished');
-    is_deeply($t->redis('SMEMBERS', "smcp:tenant:$tenant:active"), [],
-              'the tenant\'s active set is empty again');
+    is_deeply([map { $t->redis('SCARD', "smcp:tenant:$tenant:$_") } qw(started claimed)], [0, 0],
+              'the tenant\'s started and claimed sets are empty again');
+    is_deeply([map { $t->redis('EXISTS', "smcp:session:$_->{sessionId}:active") } @one],
+              [0, 0, 0], '... and so are the sessions\' active sets');
 };
 
 ##############################################################################
@@ -143,6 +147,17 @@ subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
         if $o2 > $off;
     is_deeply([sort map { $_->{path} } @{ $r->{filesChanged} }], [qw(DOCS.md new.txt)],
               'filesChanged: the new paths');
+    my ($fd) = grep { $_->{path} eq 'DOCS.md' } @{ $r->{filesChanged} };
+    is_deeply($fd, { path => 'DOCS.md', additions => 1, deletions => 0 },
+              'filesChanged: the renamed file, +1');
+    is($h->{diff_stat}, '2 files changed, 2 insertions(+)', 'diff_stat: git\'s wording');
+    is($r->{diffStat}, $h->{diff_stat}, '... returned as diffStat');
+    for my $p (qw(DOCS.md README.md)) {
+        my $g = SMCP::Test::sc($s->call('opencode_get_diff', { runId => $id, path => $p }));
+        is($g->{diff}, $sec, "get_diff with path $p (the rename's "
+           . ($p eq 'DOCS.md' ? 'new' : 'old') . " path): its section")
+            or diag(json_encode($g));
+    }
     for my $k ("run:$id", "run:$id:events", "run:$id:diff") {
         my $ttl = $t->redis('TTL', "smcp:$k");
         ok($ttl > 280 && $ttl <= 300, "$k expires after retention 300 ($ttl s)");
@@ -152,7 +167,10 @@ subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
        'session: last_active, at the finish');
     is($t->redis('ZSCORE', 'smcp:sessions', $ren->{sessionId}), $ses->{last_active} + 3600 * 1000,
        'sessions: scored last_active + idle_ttl');
-    ok(!$t->redis('SISMEMBER', "smcp:tenant:$tenant:active", $id), 'the run left the active set');
+    ok(!$t->redis('SISMEMBER', "smcp:tenant:$tenant:claimed", $id)
+       && !$t->redis('SISMEMBER', "smcp:tenant:$tenant:started", $id)
+       && !defined $t->redis('ZSCORE', "smcp:session:$ren->{sessionId}:active", $id),
+       'the run left the tenant\'s sets and its session\'s active set');
 };
 
 ##############################################################################

@@ -1,23 +1,31 @@
 #!/usr/bin/env perl
 # The runner's Redis scripts (runner/scripts/*.lua, the very files the
 # runner embeds) run straight against redis-server, key by key: the
-# contract of docs/contracts.md, "Limits, quotas and expiry".
+# contract of docs/contracts.md, "Keys every script is handed" (every key a
+# script touches comes in KEYS, as the runner builds them from the run
+# hash; none is built inside Lua).
 #
-#   claim.lua   the run still `started`, no other live claim, earlier runs
-#               of the session ended, the tenant under `max_running`
-#               (claimed members of tenant:{t}:active; ended or vanished
-#               members dropped); `attempts` counted
-#   finish.lua  the outcome once; the run leaves the active set; its keys
-#               expire after `retention`; the session's last_active and its
-#               `sessions` score (last_active + idle_ttl) bumped
+#   claim.lua    the run still `started`, no other live claim, the first of
+#                its session's unfinished runs (session:{id}:active), the
+#                tenant's claimed runs (tenant:{t}:claimed) under
+#                `max_running`; on ok it moves from tenant:{t}:started to
+#                tenant:{t}:claimed; `attempts` counted
+#   running.lua  `running` once the container runs; a run cancelled meanwhile
+#                leaves the session's and the tenant's sets
+#   finish.lua   the outcome once; the run leaves session:{id}:active and
+#                both tenant sets; its keys expire after `retention`; the
+#                session's last_active and its `sessions` score (last_active
+#                + idle_ttl) bumped
 #   janitor_begin.lua / janitor_end.lua   an idle session (due in
-#               `sessions`, no started or running run) marked `expiring` by
-#               one runner at a time (a dead runner's mark taken over when
-#               stale), then `expired`, its keys kept `retention` more
+#                `sessions`, session:{id}:active empty) marked `expiring` by
+#                one runner at a time (a dead runner's mark taken over when
+#                stale), then `expired`, its keys kept `retention` more
 #
-# And the runner with a Redis that wants a password (--redis-password-file,
-# $SMCP_REDIS_PASSWORD): AUTH on every connect, the password never logged
-# (needs Docker: the runner pings dockerd first).
+# And the runner itself against that Redis (needs Docker: the runner pings
+# dockerd first): a Redis that wants a password (--redis-password-file,
+# $SMCP_REDIS_PASSWORD: AUTH on every connect, the password never logged);
+# scripts lost to SCRIPT FLUSH loaded again (NOSCRIPT), a Redis loading its
+# dataset waited for (LOADING).
 #
 # Needs redis-server (and `make`); CI=true turns skips into failures.
 
@@ -53,15 +61,17 @@ sub hash { return $t->redis_hgetall(@_) }
 my $STALE = 60000;
 my $now = int(time() * 1000);
 
-# claim(run, instance, [now]) with the keys the runner passes
+# claim(run, instance, [now]) with the keys the runner passes (from the
+# run hash: its session and tenant)
 sub claim {
     my ($id, $inst, $at) = @_;
     my $h = hash("${P}run:$id");
     return script('claim',
         [ "${P}run:$id",
-          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:active" : '',
-          defined $h->{session} ? "${P}session:$h->{session}:runs" : '' ],
-        [ $id, $inst, $P, $at // $now, $STALE ]);
+          defined $h->{session} ? "${P}session:$h->{session}:active" : '',
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:started" : '',
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:claimed" : '' ],
+        [ $id, $inst, $at // $now, $STALE ]);
 }
 
 sub run {
@@ -70,23 +80,37 @@ sub run {
     $t->redis('HSET', "${P}run:$id", %f) if %f;
 }
 
+# a run as run_create leaves it: `started`, in session:{id}:active (scored
+# by created_at) and tenant:{t}:started
+sub created {
+    my ($id, %f) = @_;
+    my $at = $f{created_at} //= $now;
+    run($id, status => 'started', %f);
+    $t->redis('ZADD', "${P}session:$f{session}:active", $at, $id) if $f{session};
+    $t->redis('SADD', "${P}tenant:$f{tenant}:started", $id) if $f{tenant};
+}
+
+sub members { return [ sort @{ $t->redis('SMEMBERS', $_[0]) // [] } ] }
+
 ##############################################################################
 
 subtest 'claim: status, other claims, attempts' => sub {
     is(claim('run_missing', 'r1/1/a'), 'missing', 'no run: missing');
-    run('run_a', tenant => 'alice', session => 'ses_1', status => 'started');
-    $t->redis('ZADD', "${P}session:ses_1:runs", 1, 'run_a');
+    created('run_a', tenant => 'alice', session => 'ses_1');
     is(claim('run_a', 'r1/1/a'), 'ok', 'a started run: ok');
     my $h = hash("${P}run:run_a");
     is($h->{claimed_by}, 'r1/1/a', 'claimed_by: the runner process');
     is($h->{claimed_at}, $now, 'claimed_at: now');
     is($h->{attempts}, 1, 'attempts 1');
-    is($t->redis('SISMEMBER', "${P}tenant:alice:active", 'run_a'), 1,
-       'in the tenant\'s active set');
+    is_deeply(members("${P}tenant:alice:started"), [], 'it left the tenant\'s started set');
+    is_deeply(members("${P}tenant:alice:claimed"), ['run_a'], '... for its claimed set');
+    is($t->redis('ZSCORE', "${P}session:ses_1:active", 'run_a'), $now,
+       'it stays in its session\'s active set');
     is(claim('run_a', 'r2/2/b'), 'claimed', 'another runner, while the claim is fresh: claimed');
     is(hash("${P}run:run_a")->{attempts}, 1, '... attempts unchanged');
     is(claim('run_a', 'r2/2/b', $now + $STALE + 1), 'ok', 'once the claim is stale: ok');
     is(hash("${P}run:run_a")->{attempts}, 2, '... attempts 2');
+    is_deeply(members("${P}tenant:alice:claimed"), ['run_a'], '... claimed once');
     $t->redis('HSET', "${P}run:run_a", status => 'running');
     is(claim('run_a', 'r1/1/a'), 'running', 'a running run: running');
     $t->redis('HSET', "${P}run:run_a", status => 'cancelled');
@@ -94,50 +118,51 @@ subtest 'claim: status, other claims, attempts' => sub {
 };
 
 subtest 'claim: runs of a session in order' => sub {
-    run('run_b1', tenant => 'alice', session => 'ses_2', status => 'started');
-    run('run_b2', tenant => 'alice', session => 'ses_2', status => 'started');
-    $t->redis('ZADD', "${P}session:ses_2:runs", 1, 'run_b1', 2, 'run_b2');
-    is(claim('run_b2', 'r1/1/a'), 'wait', 'the earlier run is started: wait');
+    my $act = "${P}session:ses_2:active";
+    created('run_b1', tenant => 'alice', session => 'ses_2', created_at => 1);
+    created('run_b2', tenant => 'alice', session => 'ses_2', created_at => 2);
+    is(claim('run_b2', 'r1/1/a'), 'wait', 'an earlier run is unfinished: wait');
+    is(hash("${P}run:run_b2")->{attempts}, undef, '... no attempt counted');
+    ok($t->redis('SISMEMBER', "${P}tenant:alice:started", 'run_b2'), '... still started');
+    is(claim('run_b1', 'r1/1/a'), 'ok', 'the first: ok');
     $t->redis('HSET', "${P}run:run_b1", status => 'running');
     is(claim('run_b2', 'r1/1/a'), 'wait', 'the earlier run is running: wait');
-    is(hash("${P}run:run_b2")->{attempts}, undef, '... no attempt counted');
-    $t->redis('HSET', "${P}run:run_b1", status => 'failed');
-    is(claim('run_b2', 'r1/1/a'), 'ok', 'the earlier run ended: ok');
+    $t->redis('ZREM', $act, 'run_b1');      # as its finish does
+    is(claim('run_b2', 'r1/1/a'), 'ok', 'the earlier run left the active set: ok');
+
+    my $tie = "${P}session:ses_3:active";
+    created('run_c2', tenant => 'alice', session => 'ses_3', created_at => 5);
+    created('run_c1', tenant => 'alice', session => 'ses_3', created_at => 5);
+    is(claim('run_c2', 'r1/1/a'), 'wait', 'the same created_at: the lower id first');
+    is(claim('run_c1', 'r1/1/a'), 'ok', '... run_c1: ok');
+
+    run('run_u', tenant => 'alice', session => 'ses_4', status => 'started');
+    is(claim('run_u', 'r1/1/a'), 'unlisted',
+       'a run missing from its session\'s active set: unlisted');
+    is(hash("${P}run:run_u")->{claimed_by}, undef, '... not claimed');
+    ok(!$t->redis('SISMEMBER', "${P}tenant:alice:claimed", 'run_u'), '... not in claimed');
 };
 
 subtest 'claim: the tenant\'s running limit' => sub {
-    my $act = "${P}tenant:bob:active";
-    run('run_r1', tenant => 'bob', status => 'running', claimed_by => 'x/1/a',
-        claimed_at => $now - 10 * $STALE);
-    run('run_r2', tenant => 'bob', status => 'started', claimed_by => 'x/1/a',
-        claimed_at => $now - 1000);
-    run('run_r3', tenant => 'bob', status => 'started');
-    run('run_r4', tenant => 'bob', status => 'started', claimed_by => 'x/1/a',
-        claimed_at => $now - 2 * $STALE);
-    run('run_r5', tenant => 'bob', status => 'completed', claimed_by => 'x/1/a',
-        claimed_at => $now - 1000);
-    run('run_r6');
-    $t->redis('SADD', $act, map { "run_r$_" } 1 .. 6);
-    run('run_x', tenant => 'bob', status => 'started', max_running => 2);
-    $t->redis('SADD', $act, 'run_x');
+    my ($started, $claimed) = ("${P}tenant:bob:started", "${P}tenant:bob:claimed");
+    $t->redis('SADD', $claimed, 'run_r1', 'run_r2');
+    created('run_x', tenant => 'bob', session => 'ses_x', max_running => 2);
+    is(claim('run_x', 'r1/1/a'), 'limit', 'max_running 2, two claimed: limit');
+    is(hash("${P}run:run_x")->{claimed_by}, undef, '... not claimed');
+    is_deeply(members($started), ['run_x'], '... still started');
+    is_deeply(members($claimed), [qw(run_r1 run_r2)], '... the claimed set as it was');
+    $t->redis('SREM', $claimed, 'run_r1');  # as its finish does
+    is(claim('run_x', 'r1/1/a'), 'ok', 'one of them finished: ok');
+    is_deeply(members($started), [], 'run_x left the started set');
+    is_deeply(members($claimed), [qw(run_r2 run_x)], '... for the claimed set');
+    is(claim('run_x', 'r2/2/b', $now + $STALE + 1), 'ok',
+       'a stale claim taken over with the set full: itself aside, ok');
 
-    is(claim('run_x', 'r1/1/a'), 'wait',
-       'max_running 2; one running, one freshly claimed: wait');
-    is_deeply([sort @{ $t->redis('SMEMBERS', $act) }],
-              [qw(run_r1 run_r2 run_r3 run_r4 run_x)],
-              'the ended and the vanished members are dropped; unclaimed and '
-              . 'stale-claimed started runs stay (not counted)');
-    is(hash("${P}run:run_x")->{claimed_by}, undef, 'not claimed');
-    $t->redis('HSET', "${P}run:run_r1", status => 'completed');
-    is(claim('run_x', 'r1/1/a'), 'ok', 'the running one ended: ok');
-    ok(!$t->redis('SISMEMBER', $act, 'run_r1'), '... and left the set');
-    ok($t->redis('SISMEMBER', $act, 'run_x'), 'the claimed run is a member');
-
-    run('run_y', tenant => 'bob', status => 'started', max_running => 2);
-    is(claim('run_y', 'r1/1/a'), 'wait', 'now x and r2 are claimed: the next waits');
-    run('run_z', tenant => 'bob', status => 'started');
+    created('run_y', tenant => 'bob', session => 'ses_y', max_running => 2);
+    is(claim('run_y', 'r1/1/a'), 'limit', 'now x and r2 are claimed: the next waits');
+    created('run_z', tenant => 'bob', session => 'ses_z');
     is(claim('run_z', 'r1/1/a'), 'ok', 'a run without max_running: no limit');
-    run('run_w', tenant => 'bob', status => 'started', max_running => '0');
+    created('run_w', tenant => 'bob', session => 'ses_w', max_running => '0');
     is(claim('run_w', 'r1/1/a'), 'ok', 'max_running 0: no limit');
 
     run('run_n', status => 'started');
@@ -147,40 +172,89 @@ subtest 'claim: the tenant\'s running limit' => sub {
 
 ##############################################################################
 
+# running(run, [container]) with the keys the runner passes
+sub running {
+    my ($id, $ct) = @_;
+    my $h = hash("${P}run:$id");
+    return script('running',
+        [ "${P}run:$id", "${P}run:$id:events", "${P}run:$id",
+          defined $h->{session} ? "${P}session:$h->{session}:active" : '',
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:started" : '',
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:claimed" : '' ],
+        [ $now, $ct // ('c' x 64), 100000, $now + 60000, $id ]);
+}
+
+subtest 'running: once its container runs, unless cancelled meanwhile' => sub {
+    created('run_s', tenant => 'frank', session => 'ses_s');
+    is(claim('run_s', 'r1/1/a'), 'ok', 'claimed');
+    is(running('run_s'), 'ok', 'running: ok');
+    my $h = hash("${P}run:run_s");
+    is_deeply([@$h{qw(status started_at container_id deadline)}],
+              ['running', $now, 'c' x 64, $now + 60000],
+              'status, started_at, container_id, deadline');
+    my $ev = $t->redis('XRANGE', "${P}run:run_s:events", '-', '+');
+    my %last = @{ $ev->[-1][1] };
+    is($last{data}, '{"status":"running"}', 'the event');
+    is(running('run_s'), 'running', 'again: running (nothing changed)');
+    ok($t->redis('SISMEMBER', "${P}tenant:frank:claimed", 'run_s'), '... still claimed');
+
+    created('run_k', tenant => 'frank', session => 'ses_k');
+    is(claim('run_k', 'r1/1/a'), 'ok', 'another one claimed');
+    $t->redis('HSET', "${P}run:run_k", status => 'cancelled');
+    $t->redis('ZREM', "${P}session:ses_k:active", 'run_k');   # as the cancel does
+    $t->redis('SREM', "${P}tenant:frank:started", 'run_k');
+    is(running('run_k'), 'cancelled', 'cancelled while its sandbox started: cancelled');
+    ok(!$t->redis('SISMEMBER', "${P}tenant:frank:claimed", 'run_k'),
+       '... and it left the tenant\'s claimed set');
+    is(hash("${P}run:run_k")->{container_id}, undef, '... nothing written');
+    is(running('run_gone'), 'missing', 'a run that is gone: missing');
+};
+
+##############################################################################
+
 # finish(run, status, {fields}, diff) with the keys the runner passes
 sub finish {
     my ($id, $status, $fields, $diff, $at) = @_;
     my $h = hash("${P}run:$id");
     my $ses = $h->{session} // '';
+    my $ten = $h->{tenant};
     return script('finish',
         [ "${P}run:$id", "${P}run:$id:events", "${P}run:$id",
           defined $diff ? "${P}run:$id:diff" : '',
-          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:active" : '',
+          $ses ne '' ? "${P}session:$ses:active" : '',
+          defined $ten ? "${P}tenant:$ten:started" : '',
+          defined $ten ? "${P}tenant:$ten:claimed" : '',
           $ses ne '' ? "${P}session:$ses" : '', "${P}sessions" ],
         [ $status, $at // $now, 100000, $id, $ses, %{ $fields || {} },
           defined $diff ? ($diff) : () ]);
 }
 
-subtest 'finish: outcome, active set, retention, session' => sub {
-    run('run_f', tenant => 'carol', session => 'ses_f', status => 'running',
-        retention => 100);
-    $t->redis('SADD', "${P}tenant:carol:active", 'run_f', 'run_other');
+subtest 'finish: outcome, the run sets, retention, session' => sub {
+    created('run_f', tenant => 'carol', session => 'ses_f', retention => 100);
+    is(claim('run_f', 'r1/1/a'), 'ok', 'claimed');
+    $t->redis('HSET', "${P}run:run_f", status => 'running');
+    $t->redis('SADD', "${P}tenant:carol:claimed", 'run_other');
+    $t->redis('ZADD', "${P}session:ses_f:active", $now + 1, 'run_next');
     $t->redis('DEL', "${P}session:ses_f");
     $t->redis('HSET', "${P}session:ses_f", tenant => 'carol', idle_ttl => 3600);
     my $idx = '{"a.txt":[0,40]}';
-    is(finish('run_f', 'completed', { result => 'done', diff_index => $idx },
+    is(finish('run_f', 'completed', { result => 'done', diff_index => $idx,
+                                      diff_stat => '1 file changed, 1 insertion(+)' },
               "diff --git a/a.txt b/a.txt\n+x\n"), 'ok', 'finish: ok');
     my $h = hash("${P}run:run_f");
     is($h->{status}, 'completed', 'status');
     is($h->{finished_at}, $now, 'finished_at');
     is($h->{result}, 'done', 'the fields given');
     is($h->{diff_index}, $idx, 'diff_index');
+    is($h->{diff_stat}, '1 file changed, 1 insertion(+)', 'diff_stat');
     is($t->redis('GET', "${P}run:run_f:diff"), "diff --git a/a.txt b/a.txt\n+x\n", 'the diff');
     my $ev = $t->redis('XRANGE', "${P}run:run_f:events", '-', '+');
     my %last = @{ $ev->[-1][1] };
     is($last{data}, '{"status":"completed"}', 'the last event: the status');
-    is_deeply($t->redis('SMEMBERS', "${P}tenant:carol:active"), ['run_other'],
-              'the run left the tenant\'s active set');
+    is_deeply(members("${P}tenant:carol:claimed"), ['run_other'],
+              'the run left the tenant\'s claimed set');
+    is_deeply($t->redis('ZRANGE', "${P}session:ses_f:active", 0, -1), ['run_next'],
+              '... and its session\'s active set: the next run is first now');
     for my $k ("run:run_f", "run:run_f:events", "run:run_f:diff") {
         my $ttl = $t->redis('TTL', "$P$k");
         ok($ttl > 90 && $ttl <= 100, "$k expires after the retention ($ttl s)");
@@ -190,11 +264,18 @@ subtest 'finish: outcome, active set, retention, session' => sub {
     is($t->redis('ZSCORE', "${P}sessions", 'ses_f'), $now + 3600 * 1000,
        'sessions: scored last_active + idle_ttl');
 
+    $t->redis('SADD', "${P}tenant:carol:started", 'run_f');
+    $t->redis('SADD', "${P}tenant:carol:claimed", 'run_f');
+    $t->redis('ZADD', "${P}session:ses_f:active", 1, 'run_f');
     is(finish('run_f', 'failed', { result => 'again' }, undef, $now + 5000), 'completed',
        'a second finish: the status it has');
     is(hash("${P}run:run_f")->{result}, 'done', '... nothing changed');
     is($t->redis('ZSCORE', "${P}sessions", 'ses_f'), $now + 3600 * 1000,
        '... the session not bumped again');
+    ok(!$t->redis('SISMEMBER', "${P}tenant:carol:started", 'run_f')
+       && !$t->redis('SISMEMBER', "${P}tenant:carol:claimed", 'run_f')
+       && !defined $t->redis('ZSCORE', "${P}session:ses_f:active", 'run_f'),
+       '... but the run leaves the sets all the same');
 };
 
 subtest 'finish: no retention, no idle_ttl, expiring or missing sessions' => sub {
@@ -227,8 +308,8 @@ subtest 'finish: no retention, no idle_ttl, expiring or missing sessions' => sub
 sub jbegin {
     my ($ses, $inst, $at) = @_;
     return script('janitor_begin',
-        [ "${P}session:$ses", "${P}session:$ses:runs", "${P}sessions" ],
-        [ $ses, $at // $now, $inst, $P, 600000 ]);
+        [ "${P}session:$ses", "${P}session:$ses:active", "${P}sessions" ],
+        [ $ses, $at // $now, $inst, 600000 ]);
 }
 
 sub jend {
@@ -242,17 +323,14 @@ subtest 'janitor: an idle session expires once' => sub {
     my $ses = 'ses_j1';
     $t->redis('HSET', "${P}session:$ses", tenant => 'dave', idle_ttl => 60, retention => 300);
     $t->redis('ZADD', "${P}session:$ses:runs", 1, 'run_j1', 2, 'run_j2');
-    run('run_j1', tenant => 'dave', session => $ses, status => 'completed');
-    run('run_j2', tenant => 'dave', session => $ses, status => 'running');
+    $t->redis('ZADD', "${P}session:$ses:active", 2, 'run_j2');
     is(jbegin($ses, 'a/1/x'), 'not due', 'not in sessions: not due');
     $t->redis('ZADD', "${P}sessions", $now + 1000, $ses);
     is(jbegin($ses, 'a/1/x'), 'not due', 'scored in the future: not due');
     $t->redis('ZADD', "${P}sessions", $now - 1000, $ses);
-    is(jbegin($ses, 'a/1/x'), 'busy', 'due, with a running run: busy');
-    $t->redis('HSET', "${P}run:run_j2", status => 'started');
-    is(jbegin($ses, 'a/1/x'), 'busy', '... with a started run: busy');
+    is(jbegin($ses, 'a/1/x'), 'busy', 'due, with an unfinished run (session:{id}:active): busy');
     is(hash("${P}session:$ses")->{state}, undef, '... and left alone');
-    $t->redis('HSET', "${P}run:run_j2", status => 'cancelled');
+    $t->redis('ZREM', "${P}session:$ses:active", 'run_j2');   # its finish
 
     is(jbegin($ses, 'a/1/x'), 'ok', 'due, no run going: ok (runner a)');
     my $h = hash("${P}session:$ses");
@@ -354,6 +432,156 @@ subtest 'the runner and a Redis password' => sub {
         unlike($log, qr/\Q$pw\E|pw-[a-z]{20}/, "runner $name: the password is not in its log");
     }
     $c->cmd('CONFIG', 'SET', 'requirepass', '');
+};
+
+##############################################################################
+# the runner's scripts go by EVALSHA: lost ones (SCRIPT FLUSH, a failover)
+# are loaded again, and a Redis loading its dataset is waited for
+
+subtest 'the runner and lost scripts, a Redis loading its dataset' => sub {
+    my $bin = $ENV{SMCP_TEST_RUNNER} || repo_root() . '/build/smcp-runner';
+    plan skip_all => "$bin missing (run `make`)" unless -x $bin;
+    plan skip_all => 'no dockerd (the runner pings it first)'
+        unless -S '/var/run/docker.sock';
+    $t->redis('FLUSHALL');
+    my $log = $t->dir . '/runner-scripts.log';
+    my $pid = $t->_spawn('runner scripts', $log, $bin,
+        '--redis', '127.0.0.1:' . $t->redis_port, '--name', "rt-lua-$$",
+        '--secret-file', $t->secret_file, '--egress-url', 'http://127.0.0.1:9',
+        '--image', 'smcp-sandbox:none', '--network', 'none',
+        '--janitor-interval', 1);
+    my $reading = sub {
+        my $c = eval { $t->redis_connect(timeout => 1) } or return 0;
+        return (eval { $c->cmd('CLIENT', 'LIST') } // '') =~ /cmd=xreadgroup/;
+    };
+    ok(wait_until(20, $reading), 'the runner reads the queue')
+        or diag($t->read_file($log));
+
+    # a run another runner has just claimed: the claim script says so
+    my $n = 0;
+    my $skip = sub {
+        my $id = sprintf('run_%024x', ++$n);
+        run($id, tenant => 'erin', session => 'ses_' . ('e' x 24),
+            status => 'started', claimed_by => 'other/1/x',
+            claimed_at => int(time() * 1000));
+        $t->redis('XADD', "${P}queue", '*', run => $id);
+        return wait_until(20, sub { $t->read_file($log) =~ /run=$id msg="claimed by another runner"/ });
+    };
+
+    # an expired session found due: the janitor's script drops it
+    my $expired = sub {
+        my ($ses) = @_;
+        $t->redis('HSET', "${P}session:$ses", tenant => 'erin', state => 'expired');
+        $t->redis('ZADD', "${P}sessions", int(time() * 1000) - 1000, $ses);
+        return wait_until(20, sub { !defined $t->redis('ZSCORE', "${P}sessions", $ses) });
+    };
+    ok($expired->('ses_' . ('1' x 24)), 'the janitor runs its scripts')
+        or diag($t->read_file($log));
+
+    $t->redis('SCRIPT', 'FLUSH');
+    ok($expired->('ses_' . ('2' x 24)),
+       'after SCRIPT FLUSH: the janitor\'s script still runs, on its connection')
+        or diag($t->read_file($log));
+    like($t->read_file($log), qr/lost the script janitor_begin \(NOSCRIPT\): loading it again/,
+         '... loaded again on NOSCRIPT, and the log says so');
+    ok($skip->(), '... and the claim script (a new connection loads them all)')
+        or diag($t->read_file($log));
+
+    # a dataset that takes seconds to load (key-load-delay: us per key)
+    $t->redis('EVAL', "for i = 1, 50000 do redis.call('SET', 'fill:' .. i, 'x') end", 0);
+    $t->redis('SAVE');
+    $t->stop_redis;
+    my $rdir = $t->dir . '/redis';
+    my $slow = $t->_spawn('redis-server loading', "$rdir/stdout.log",
+        'redis-server', "$rdir/redis.conf", '--dbfilename', 'dump.rdb',
+        '--key-load-delay', 100, '--loading-process-events-interval-bytes', 1024);
+    my $loading = wait_until(10, sub {
+        my $c = eval { $t->redis_connect(timeout => 1) } or return 0;
+        my $r = eval { $c->cmd('PING') };
+        return !defined $r && ($@ // '') =~ /LOADING/;
+    }, 0.05);
+    ok($loading, 'Redis restarted, loading its dataset (LOADING)');
+    ok(wait_until(20, sub { $t->read_file($log) =~
+                            /redis is loading its dataset into memory \(LOADING\): waiting for it/ }),
+       'the runner says it waits for Redis to load')
+        or diag($t->read_file($log));
+    ok(wait_until(30, sub { $t->read_file($log) =~ /redis has loaded its dataset: going on/ }),
+       '... and when it is loaded')
+        or diag($t->read_file($log));
+    ok(wait_until(20, $reading), 'the runner reads the queue again');
+    ok($skip->(), 'its scripts run');
+    unlike($t->read_file($log), qr/level=(crit|alert)/, 'no alert in its log');
+
+    $t->_stop_pid($pid, 'TERM', 10);
+    $t->_stop_pid($slow, 'TERM', 10);
+    unlink("$rdir/dump.rdb");
+    $t->start_redis;
+};
+
+##############################################################################
+# the runner repairs what a missed status change leaves in the run sets,
+# and lists runs queued before session:{id}:active existed
+
+subtest 'the runner and stale run sets, unlisted runs' => sub {
+    my $bin = $ENV{SMCP_TEST_RUNNER} || repo_root() . '/build/smcp-runner';
+    plan skip_all => "$bin missing (run `make`)" unless -x $bin;
+    plan skip_all => 'no dockerd (the runner pings it first)'
+        unless -S '/var/run/docker.sock';
+    require SMCP::Docker;
+    $t->redis('FLUSHALL');
+    my $tn = "gina$$";
+    my @ses = map { sprintf('ses_%016x%08x', $$, $_) } 1 .. 3;
+    my @run = map { sprintf('run_%016x%08x', $$, $_) } 1 .. 4;
+    my $at = int(time() * 1000);
+
+    # 1. the tenant's claimed set holds a run that ended: max_running 1
+    run($run[3], tenant => $tn, status => 'completed');
+    $t->redis('SADD', "${P}tenant:$tn:claimed", $run[3]);
+    created($run[0], tenant => $tn, session => $ses[0], max_running => 1,
+            created_at => $at);
+    # 2. its session's active set holds an earlier run that is gone
+    $t->redis('ZADD', "${P}session:$ses[1]:active", 1, 'run_' . ('0' x 24));
+    created($run[1], tenant => $tn, session => $ses[1], created_at => $at);
+    # 3. a run an older nginx queued: in session:{id}:runs only, after an
+    #    earlier unfinished run of its session
+    run($run[2], tenant => $tn, session => $ses[2], status => 'started',
+        created_at => $at);
+    run('run_' . ('1' x 24), tenant => $tn, session => $ses[2], status => 'running',
+        created_at => $at - 5);
+    $t->redis('ZADD', "${P}session:$ses[2]:runs", $at - 5, 'run_' . ('1' x 24), $at, $run[2]);
+
+    my $log = $t->dir . '/runner-sets.log';
+    my $pid = $t->_spawn('runner sets', $log, $bin,
+        '--redis', '127.0.0.1:' . $t->redis_port, '--name', "rt-sets-$$",
+        '--secret-file', $t->secret_file, '--egress-url', 'http://127.0.0.1:9',
+        '--image', "smcp-sandbox:none-$$", '--network', 'none', '--concurrency', 3);
+    $t->redis('XADD', "${P}queue", '*', run => $_) for @run[0 .. 2];
+
+    ok(wait_until(30, sub { hash("${P}run:$run[0]")->{claimed_by} }),
+       'a claimed set holding an ended run: the run is claimed all the same')
+        or diag($t->read_file($log));
+    like($t->read_file($log), qr/run=$run[3] msg="dropped from ${P}tenant:$tn:claimed: the run ended"/,
+         '... the ended run dropped, and the log says so');
+    ok(wait_until(30, sub { hash("${P}run:$run[1]")->{claimed_by} }),
+       'an active set holding a run that is gone: the next run is claimed')
+        or diag($t->read_file($log));
+    ok(wait_until(20, sub {
+           my $a = $t->redis('ZRANGE', "${P}session:$ses[2]:active", 0, -1, 'WITHSCORES');
+           @$a == 4 && $a->[0] eq 'run_' . ('1' x 24) && $a->[2] eq $run[2];
+       }), 'an unlisted run: its session\'s unfinished runs listed, by created_at')
+        or diag(json_encode($t->redis('ZRANGE', "${P}session:$ses[2]:active", 0, -1)));
+    is(hash("${P}run:$run[2]")->{claimed_by}, undef, '... and it waits for the earlier one');
+    $t->redis('HSET', "${P}run:run_" . ('1' x 24), status => 'completed');
+    ok(wait_until(30, sub { hash("${P}run:$run[2]")->{claimed_by} }),
+       'the earlier one ended: the run is claimed')
+        or diag($t->read_file($log));
+
+    ok(wait_until(30, sub { !grep { (hash("${P}run:$_")->{status} // '') eq 'started' } @run[0 .. 2] }),
+       'the runs ended (the image does not exist)');
+    is_deeply([map { $t->redis('EXISTS', "${P}tenant:$tn:$_") } qw(started claimed)], [0, 0],
+              '... the tenant\'s sets are empty');
+    $t->_stop_pid($pid, 'TERM', 10);
+    SMCP::Docker::remove_volume("smcp-$_") for @ses;
 };
 
 $t->done;

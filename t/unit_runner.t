@@ -10,10 +10,10 @@ out=${SMCP_UNIT_OUT:+$SMCP_UNIT_OUT-runner}
 out=${out:-$top/build/unit-runner-tests}
 mkdir -p "$top/build" "$(dirname "$out")"
 if ! ${SMCP_UNIT_CC:-cc} -O1 -g ${SMCP_UNIT_CFLAGS:-} -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE \
-        -pthread -I"$top/ngx_sandbox_mcp_module/common" -I"$top/runner" \
+        -pthread -DSMCP_TOP="\"$top\"" -I"$top/ngx_sandbox_mcp_module/common" -I"$top/runner" \
         -o "$out" "$top/t/unit/runner.c" "$top/runner/logstream.c" \
         "$top/runner/outcome.c" "$top/runner/log.c" \
-        "$top/runner/workspace.c" \
+        "$top/runner/workspace.c" "$top/runner/config.c" \
         "$top"/ngx_sandbox_mcp_module/common/*.c \
         -ljansson -lcrypto -lhiredis 2>"$top/build/unit-runner-tests.log"; then
     echo "1..1"

@@ -2,9 +2,11 @@
  * Unified diff sections.  A section starts at a line "diff --git "; its
  * paths come from, in order of trust, "rename/copy from|to" lines, the
  * "--- a/" and "+++ b/" lines, and the "diff --git a/X b/X" line itself
- * (read when both sides are equal, or quoted).
+ * (read when both sides are equal, or quoted).  Its hunks are read by
+ * their "@@ -a,b +c,d @@" lines: b old and d new lines each.
  */
 
+#include <stdio.h>
 #include <string.h>
 
 #include "smcp_diff.h"
@@ -221,15 +223,22 @@ smcp_diff_header_line(const char *p, const char *eol, smcp_diff_file_t *f)
 {
     static const struct {
         const char  *start;
-        const char  *prefix;
+        const char  *prefix;        /* a path follows; NULL: none */
         int          new_side;
+        unsigned     flag;
     } fields[] = {
-        { "--- ", "a/", 0 },
-        { "+++ ", "b/", 1 },
-        { "rename from ", "", 0 },
-        { "rename to ", "", 1 },
-        { "copy from ", "", 0 },
-        { "copy to ", "", 1 },
+        { "--- ", "a/", 0, 0 },
+        { "+++ ", "b/", 1, 0 },
+        { "rename from ", "", 0, SMCP_DIFF_RENAME },
+        { "rename to ", "", 1, SMCP_DIFF_RENAME },
+        { "copy from ", "", 0, SMCP_DIFF_COPY },
+        { "copy to ", "", 1, SMCP_DIFF_COPY },
+        { "new file mode ", NULL, 0, SMCP_DIFF_NEW },
+        { "deleted file mode ", NULL, 0, SMCP_DIFF_DELETED },
+        { "old mode ", NULL, 0, SMCP_DIFF_MODE },
+        { "new mode ", NULL, 0, SMCP_DIFF_MODE },
+        { "Binary files ", NULL, 0, SMCP_DIFF_BINARY },
+        { "GIT binary patch", NULL, 0, SMCP_DIFF_BINARY },
     };
 
     size_t  i, n;
@@ -237,6 +246,12 @@ smcp_diff_header_line(const char *p, const char *eol, smcp_diff_file_t *f)
     for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         if (!smcp_diff_starts(p, eol, fields[i].start)) {
             continue;
+        }
+
+        f->flags |= fields[i].flag;
+
+        if (fields[i].prefix == NULL) {
+            return;
         }
 
         n = strlen(fields[i].start);
@@ -255,11 +270,110 @@ smcp_diff_header_line(const char *p, const char *eol, smcp_diff_file_t *f)
 }
 
 
+/* a decimal count of a hunk line; -1 when there is none */
+static int64_t
+smcp_diff_count(const char **p, const char *eol)
+{
+    int64_t  n;
+
+    if (*p >= eol || **p < '0' || **p > '9') {
+        return -1;
+    }
+
+    for (n = 0; *p < eol && **p >= '0' && **p <= '9'; (*p)++) {
+        if (n > (INT64_MAX - 9) / 10) {
+            return -1;
+        }
+
+        n = n * 10 + (**p - '0');
+    }
+
+    return n;
+}
+
+
+/* one side of "@@ -a,b +c,d @@": its length (b or d; 1 when absent) */
+static int64_t
+smcp_diff_range(const char **p, const char *eol, char sign)
+{
+    if (*p >= eol || **p != sign) {
+        return -1;
+    }
+
+    (*p)++;
+
+    if (smcp_diff_count(p, eol) < 0) {
+        return -1;
+    }
+
+    if (*p < eol && **p == ',') {
+        (*p)++;
+        return smcp_diff_count(p, eol);
+    }
+
+    return 1;
+}
+
+
+/* "@@ -a[,b] +c[,d] @@...": the old and new lines of the hunk; both
+ * INT64_MAX (to the next hunk or section) when the line cannot be read */
+static void
+smcp_diff_hunk(const char *p, const char *eol, int64_t *old_left,
+    int64_t *new_left)
+{
+    int64_t      o, n;
+    const char  *q;
+
+    q = p + 3;
+    n = -1;
+    o = smcp_diff_range(&q, eol, '-');
+
+    if (o >= 0 && q < eol && *q == ' ') {
+        q++;
+        n = smcp_diff_range(&q, eol, '+');
+    }
+
+    if (o < 0 || n < 0 || eol - q < 3 || memcmp(q, " @@", 3) != 0) {
+        o = n = INT64_MAX;
+    }
+
+    *old_left = o;
+    *new_left = n;
+}
+
+
+/* a line of a hunk: counted while the hunk has lines left of its kind */
+static void
+smcp_diff_hunk_line(const char *q, const char *eol, smcp_diff_file_t *f,
+    int64_t *old_left, int64_t *new_left)
+{
+    char  c;
+
+    c = (q < eol) ? q[0] : ' ';     /* an empty line: context */
+
+    if (c == '+' && *new_left > 0) {
+        f->additions++;
+        (*new_left)--;
+
+    } else if (c == '-' && *old_left > 0) {
+        f->deletions++;
+        (*old_left)--;
+
+    } else if (c == ' ') {
+        *old_left -= (*old_left > 0);
+        *new_left -= (*new_left > 0);
+    }
+
+    /* '\' ("\ No newline at end of file") and past the hunk: nothing */
+}
+
+
 int
 smcp_diff_next(const char *diff, size_t len, size_t *pos,
     smcp_diff_file_t *f)
 {
     int          hunk;
+    int64_t      old_left, new_left;
     const char  *p, *q, *end, *eol;
 
     if (diff == NULL || *pos >= len) {
@@ -286,10 +400,12 @@ smcp_diff_next(const char *diff, size_t len, size_t *pos,
     f->old_path[0] = f->new_path[0] = '\0';
     f->old_len = f->new_len = 0;
     f->additions = f->deletions = 0;
+    f->flags = 0;
 
     smcp_diff_git_line(p + sizeof(SMCP_DIFF_GIT) - 1, eol, f);
 
     hunk = 0;
+    old_left = new_left = 0;
 
     for (q = eol < end ? eol + 1 : end; q < end; q = eol + 1) {
         eol = smcp_diff_eol(q, end);
@@ -300,15 +416,13 @@ smcp_diff_next(const char *diff, size_t len, size_t *pos,
 
         if (smcp_diff_starts(q, eol, "@@ ")) {
             hunk = 1;
+            smcp_diff_hunk(q, eol, &old_left, &new_left);
 
         } else if (!hunk) {
             smcp_diff_header_line(q, eol, f);
 
-        } else if (q[0] == '+') {
-            f->additions++;
-
-        } else if (q[0] == '-') {
-            f->deletions++;
+        } else {
+            smcp_diff_hunk_line(q, eol, f, &old_left, &new_left);
         }
 
         if (eol == end) {
@@ -321,6 +435,56 @@ smcp_diff_next(const char *diff, size_t len, size_t *pos,
     *pos = q - diff;
 
     return 1;
+}
+
+
+const char *
+smcp_diff_path_of(const smcp_diff_file_t *f, size_t *len)
+{
+    if (f->new_len) {
+        *len = f->new_len;
+        return f->new_path;
+    }
+
+    if (f->old_len) {
+        *len = f->old_len;
+        return f->old_path;
+    }
+
+    *len = 0;
+
+    return NULL;
+}
+
+
+void
+smcp_diff_stat(char *buf, size_t size, int64_t files, int64_t additions,
+    int64_t deletions)
+{
+    int  n;
+
+    if (size == 0) {
+        return;
+    }
+
+    buf[0] = '\0';
+
+    if (files <= 0) {
+        return;
+    }
+
+    n = snprintf(buf, size, "%lld file%s changed", (long long) files,
+                 files == 1 ? "" : "s");
+
+    if (n > 0 && (size_t) n < size && (additions || deletions == 0)) {
+        n += snprintf(buf + n, size - n, ", %lld insertion%s(+)",
+                      (long long) additions, additions == 1 ? "" : "s");
+    }
+
+    if (n > 0 && (size_t) n < size && (deletions || additions == 0)) {
+        (void) snprintf(buf + n, size - n, ", %lld deletion%s(-)",
+                        (long long) deletions, deletions == 1 ? "" : "s");
+    }
 }
 
 

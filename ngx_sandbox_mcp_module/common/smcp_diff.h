@@ -1,7 +1,8 @@
 /*
  * Unified diffs as git writes them ("diff --git" sections): one parser for
  * the module (a file's section for opencode_get_diff) and the runner
- * (files changed, the diff index).  Plain C, no nginx.
+ * (files changed, the diff index, the stat), so they agree by
+ * construction.  Plain C, no nginx.
  *
  * The diff comes out of a sandbox: it is hostile.  The parser never reads
  * past len, never allocates, and gives up on a path it cannot read (too
@@ -18,6 +19,15 @@
 
 
 #define SMCP_DIFF_PATH_MAX  4096
+#define SMCP_DIFF_STAT_MAX  96      /* "N files changed, ..." and its NUL */
+
+/* what a section says of its file (extended header lines) */
+#define SMCP_DIFF_NEW       0x01    /* new file mode */
+#define SMCP_DIFF_DELETED   0x02    /* deleted file mode */
+#define SMCP_DIFF_RENAME    0x04    /* rename from / rename to */
+#define SMCP_DIFF_COPY      0x08    /* copy from / copy to */
+#define SMCP_DIFF_BINARY    0x10    /* "Binary files ..." or a binary patch */
+#define SMCP_DIFF_MODE      0x20    /* old mode / new mode */
 
 
 /* one file's section */
@@ -32,8 +42,12 @@ typedef struct {
     size_t      old_len;
     size_t      new_len;
 
-    int64_t     additions;          /* '+' and '-' lines of its hunks */
+    /* the '+' and '-' lines of its hunks, each hunk as long as its "@@ -a,b
+     * +c,d @@" line says (a line past it is no content, whatever its first
+     * byte); a hunk line that cannot be read counts on to the next hunk */
+    int64_t     additions;
     int64_t     deletions;
+    unsigned    flags;              /* SMCP_DIFF_* */
 } smcp_diff_file_t;
 
 
@@ -43,6 +57,21 @@ typedef struct {
  */
 int smcp_diff_next(const char *diff, size_t len, size_t *pos,
     smcp_diff_file_t *file);
+
+/*
+ * The path a section is known by (filesChanged, the diff index): the new
+ * path, else the old one (a deleted file); NULL when neither could be
+ * read.
+ */
+const char *smcp_diff_path_of(const smcp_diff_file_t *file, size_t *len);
+
+/*
+ * git's --shortstat wording, without its leading space: "3 files changed,
+ * 10 insertions(+), 2 deletions(-)" (singulars for 1; a side with 0 left
+ * out unless both are 0); "" for no file.
+ */
+void smcp_diff_stat(char *buf, size_t size, int64_t files,
+    int64_t additions, int64_t deletions);
 
 /*
  * The section about path (either side of a rename or copy): returns 1 with

@@ -32,6 +32,8 @@
                                                      runs by created_at */
 #define SMCP_KEY_SESSIONS           "%ssessions"  /* zset: session ids by
                                                      idle expiry (ms) */
+#define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
+                                                     store identity */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
 

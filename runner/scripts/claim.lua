@@ -1,56 +1,50 @@
 -- Claim a queued run for one runner process, atomically.
 --
--- KEYS[1] run:{id}   KEYS[2] tenant:{tenant}:active ('' when unknown)
--- KEYS[3] session:{session}:runs ('' when unknown)
--- ARGV: run id, runner instance, key prefix, now (ms), stale claim (ms)
+-- KEYS[1] run:{id}
+-- KEYS[2] session:{session}:active   ('' when the run has no session)
+-- KEYS[3] tenant:{tenant}:started    ('' when the run has no tenant)
+-- KEYS[4] tenant:{tenant}:claimed    ('' when the run has no tenant)
+-- ARGV: run id, runner instance, now (ms), stale claim (ms)
 --
 -- The run must still be `started`; no other live runner may hold it (a
 -- claim older than the stale age was left by a runner that died starting
--- it); every earlier run of its session must have ended (runs of a session
--- are serialised); and the tenant may not have `max_running` runs claimed
--- already (members of the active set claimed and started or running;
--- members whose run is gone or ended are dropped).
+-- it); it must be the first of its session's unfinished runs (runs of a
+-- session are serialised: the lowest score of session:{id}:active, ties
+-- by id); and the tenant's claimed runs, itself aside, must be fewer than
+-- the run's `max_running` (absent or < 1: no limit).  On ok the run moves
+-- from the tenant's started set to its claimed set.
 --
--- Returns 'ok' (claimed; `attempts` counts it), 'wait', 'claimed', or the
+-- Returns 'ok' (claimed; `attempts` counts it), 'unlisted' (the run is not
+-- in its session's active set: queued by an older nginx), 'wait' (an
+-- earlier run of its session is unfinished), 'limit' (the tenant has
+-- max_running runs claimed), 'claimed' (another runner holds it), or the
 -- status that stops it ('missing', 'running', 'completed', ...).
 local h = redis.call('HMGET', KEYS[1], 'status', 'claimed_by', 'claimed_at',
                      'max_running')
 if not h[1] then return 'missing' end
 if h[1] ~= 'started' then return h[1] end
 
-local now, stale = tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, stale = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 if h[2] and h[2] ~= ARGV[2] and now - tonumber(h[3] or '0') < stale then
   return 'claimed'
 end
 
-if KEYS[3] ~= '' then
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    if id == ARGV[1] then break end
-    local s = redis.call('HGET', ARGV[3] .. 'run:' .. id, 'status')
-    if s == 'started' or s == 'running' then return 'wait' end
-  end
+if KEYS[2] ~= '' then
+  local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
+  if not rank then return 'unlisted' end
+  if rank > 0 then return 'wait' end
 end
 
 local max = tonumber(h[4] or '')
-if KEYS[2] ~= '' and max and max >= 1 then
-  local n = 0
-  for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-    if id ~= ARGV[1] then
-      local r = redis.call('HMGET', ARGV[3] .. 'run:' .. id, 'status',
-                           'claimed_by', 'claimed_at')
-      if r[1] ~= 'started' and r[1] ~= 'running' then
-        redis.call('SREM', KEYS[2], id)
-      elseif r[2] and (r[1] == 'running'
-                       or now - tonumber(r[3] or '0') < stale) then
-        n = n + 1
-      end
-    end
-  end
-  if n >= max then return 'wait' end
+if KEYS[4] ~= '' and max and max >= 1 then
+  local n = redis.call('SCARD', KEYS[4])
+            - redis.call('SISMEMBER', KEYS[4], ARGV[1])
+  if n >= max then return 'limit' end
 end
 
-if KEYS[2] ~= '' then redis.call('SADD', KEYS[2], ARGV[1]) end
-redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2], 'claimed_at', ARGV[4])
+if KEYS[3] ~= '' then redis.call('SREM', KEYS[3], ARGV[1]) end
+if KEYS[4] ~= '' then redis.call('SADD', KEYS[4], ARGV[1]) end
+redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2], 'claimed_at', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 return 'ok'

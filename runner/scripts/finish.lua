@@ -2,20 +2,25 @@
 -- started) keeps its status.
 --
 -- KEYS[1] run:{id}   KEYS[2] run:{id}:events   KEYS[3] channel run:{id}
--- KEYS[4] run:{id}:diff ('' when there is no diff)
--- KEYS[5] tenant:{tenant}:active ('' when unknown)
--- KEYS[6] session:{session} ('' when unknown)   KEYS[7] sessions
+-- KEYS[4] run:{id}:diff               ('' when there is no diff)
+-- KEYS[5] session:{session}:active    KEYS[6] tenant:{tenant}:started
+-- KEYS[7] tenant:{tenant}:claimed     KEYS[8] session:{session}
+--                                     (each '' when unknown)
+-- KEYS[9] sessions
 -- ARGV: status, now (ms), events maxlen, run id, session id, then
 -- field/value pairs for the run hash, then (when KEYS[4] is given) the
 -- diff.
 --
--- The run leaves its tenant's active set; its keys expire `retention`
--- seconds later (a field of the run hash; absent: kept); its session was
--- active now, and is due to expire `idle_ttl` seconds later (the session
--- hash's field; absent: the sessions index is left alone).
+-- The run leaves its session's active set and both of its tenant's sets
+-- (also when it had ended already); its keys expire `retention` seconds
+-- later (a field of the run hash; absent: kept); its session was active
+-- now, and is due to expire `idle_ttl` seconds later (the session hash's
+-- field; absent: the sessions index is left alone).
 --
 -- Returns 'ok', or the status the run already had.
-if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
+if KEYS[5] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
+if KEYS[6] ~= '' then redis.call('SREM', KEYS[6], ARGV[4]) end
+if KEYS[7] ~= '' then redis.call('SREM', KEYS[7], ARGV[4]) end
 
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'completed' or st == 'failed' or st == 'cancelled' then
@@ -41,13 +46,13 @@ if retention and retention >= 1 then
   if KEYS[4] ~= '' then redis.call('EXPIRE', KEYS[4], retention) end
 end
 
-if KEYS[6] ~= '' then
-  local s = redis.call('HMGET', KEYS[6], 'tenant', 'state', 'idle_ttl')
+if KEYS[8] ~= '' then
+  local s = redis.call('HMGET', KEYS[8], 'tenant', 'state', 'idle_ttl')
   if s[1] and not s[2] then
-    redis.call('HSET', KEYS[6], 'last_active', ARGV[2])
+    redis.call('HSET', KEYS[8], 'last_active', ARGV[2])
     local ttl = tonumber(s[3] or '')
     if ttl and ttl >= 1 then
-      redis.call('ZADD', KEYS[7], tonumber(ARGV[2]) + ttl * 1000, ARGV[5])
+      redis.call('ZADD', KEYS[9], tonumber(ARGV[2]) + ttl * 1000, ARGV[5])
     end
   end
 end

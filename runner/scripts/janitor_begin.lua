@@ -1,12 +1,13 @@
 -- An idle session is to expire: mark it `expiring`, atomically, once.
 --
--- KEYS[1] session:{id}   KEYS[2] session:{id}:runs   KEYS[3] sessions
--- ARGV: session id, now (ms), runner instance, key prefix, stale (ms)
+-- KEYS[1] session:{id}   KEYS[2] session:{id}:active   KEYS[3] sessions
+-- ARGV: session id, now (ms), runner instance, stale (ms)
 --
 -- It must still be due (its `sessions` score at or before now), and have
--- no `started` or `running` run.  Another runner's `expiring` mark younger
--- than the stale age means that runner is at it.  run_create refuses an
--- expiring session, so no run can start on it meanwhile.
+-- no unfinished run (session:{id}:active empty).  Another runner's
+-- `expiring` mark younger than the stale age means that runner is at it.
+-- run_create refuses an expiring session, so no run can start on it
+-- meanwhile.
 --
 -- Returns 'ok' (marked by this runner: remove the volume, then end it),
 -- 'orphan' (due, but its hash is gone: remove the volume, then end it),
@@ -21,14 +22,11 @@ if h[2] == 'expired' then
   return 'expired'
 end
 if h[2] == 'expiring' and h[3] ~= ARGV[3]
-   and tonumber(ARGV[2]) - tonumber(h[4] or '0') < tonumber(ARGV[5]) then
+   and tonumber(ARGV[2]) - tonumber(h[4] or '0') < tonumber(ARGV[4]) then
   return 'taken'
 end
 
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local s = redis.call('HGET', ARGV[4] .. 'run:' .. id, 'status')
-  if s == 'started' or s == 'running' then return 'busy' end
-end
+if redis.call('ZCARD', KEYS[2]) > 0 then return 'busy' end
 
 if not h[1] then return 'orphan' end
 

@@ -17,9 +17,11 @@
 
 
 /* the runner's globals this code reads */
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-atomic_int             runner_release_failed;
+static runner_config_t  config;    /* what the tests set */
+
+const runner_config_t  *runner_config = &config;
+atomic_int              runner_stop;
+atomic_int              runner_release_failed;
 
 
 /* lines as the logstream delivers them */
@@ -209,8 +211,8 @@ test_huge_line(void)
     runner_logstream_t   ls;
     const char          *ts = "2026-11-29T10:00:02.5Z ";
 
-    runner_config.max_line = 256 * 1024;
-    runner_config.diff_max = 10 * 1024 * 1024;
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
 
     tl = strlen(ts);
     chunk = malloc(8 + tl + 16384);
@@ -264,8 +266,8 @@ test_diff_line(void)
     runner_logstream_t   ls;
     const char          *ts = "2026-11-29T10:00:04Z ";
 
-    runner_config.max_line = 1024;
-    runner_config.diff_max = 100000;
+    config.max_line = 1024;
+    config.diff_max = 100000;
 
     len = 50000;
     pl = strlen(ts);
@@ -318,8 +320,8 @@ test_diff_line(void)
     free(p);
     free(buf);
 
-    runner_config.max_line = 256 * 1024;
-    runner_config.diff_max = 10 * 1024 * 1024;
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
 }
 
 
@@ -422,7 +424,7 @@ test_outcome_clamp(void)
        cost "}}")
 
     memset(&o, 0, sizeof(o));
-    runner_config.max_result = 256 * 1024;
+    config.max_result = 256 * 1024;
 
     STEP("{\"input\":10,\"output\":5,\"reasoning\":1,"
          "\"cache\":{\"read\":2,\"write\":3}}", "0.5");
@@ -493,6 +495,7 @@ test_outcome_clamp(void)
 static void
 test_diff_index(void)
 {
+    runner_diff_t  sum;
     json_t       *files, *index, *f, *span;
     const char   *d, *path;
     size_t        i, len, off, total;
@@ -515,8 +518,9 @@ test_diff_index(void)
         "Binary files a/bin.png and b/bin.png differ\n";
     len = strlen(d);
 
-    index = NULL;
-    files = runner_outcome_diff_walk(d, len, &index);
+    runner_outcome_diff(d, len, &sum);
+    files = sum.files;
+    index = sum.index;
 
     ok(json_array_size(files) == 5, "five files in the diff");
 
@@ -563,21 +567,200 @@ test_diff_index(void)
        && json_integer_value(json_array_get(span, 1)) == 97,
        "a C-quoted path: unquoted, its section exact");
 
-    json_decref(files);
-    json_decref(index);
+    ok(strcmp(sum.stat, "5 files changed, 4 insertions(+), 3 deletions(-)")
+       == 0, "the stat: %s", sum.stat);
+
+    runner_outcome_diff_free(&sum);
 
     /* hostile: no newline at all, a lone header, garbage */
-    files = runner_outcome_diff_walk("diff --git a/z b/z", 18, &index);
-    ok(json_array_size(files) == 1 && json_object_get(index, "z"),
-       "a header alone, no newline: one file");
-    json_decref(files);
-    json_decref(index);
+    runner_outcome_diff("diff --git a/z b/z", 18, &sum);
+    ok(json_array_size(sum.files) == 1 && json_object_get(sum.index, "z")
+       && strcmp(sum.stat, "1 file changed, 0 insertions(+), 0 deletions(-)")
+          == 0,
+       "a header alone, no newline: one file, no line");
+    runner_outcome_diff_free(&sum);
 
-    files = runner_outcome_diff_walk("\0\0+x\n-y\n", 9, &index);
-    ok(json_array_size(files) == 0 && json_object_size(index) == 0,
-       "lines before any header: no file");
-    json_decref(files);
-    json_decref(index);
+    runner_outcome_diff("\0\0+x\n-y\n", 9, &sum);
+    ok(json_array_size(sum.files) == 0 && json_object_size(sum.index) == 0
+       && sum.stat[0] == '\0', "lines before any header: no file, no stat");
+    runner_outcome_diff_free(&sum);
+
+    runner_outcome_diff("diff --git a b\n@@ -1 +1 @@\n-a\n+b\n", 34,
+                        &sum);
+    ok(json_array_size(sum.files) == 0 && json_object_size(sum.index) == 0
+       && sum.stat[0] == '\0', "a section without a path it can read: in "
+       "none of files, index, stat");
+    runner_outcome_diff_free(&sum);
+}
+
+
+/* one section through common/smcp_diff.c: its paths, counts and flags */
+static int
+diff_one(const char *d, const char *old_path, const char *new_path,
+    int64_t add, int64_t del, unsigned flags)
+{
+    int                rc;
+    size_t             pos;
+    smcp_diff_file_t  *f;
+
+    f = malloc(sizeof(smcp_diff_file_t));
+    pos = 0;
+
+    rc = smcp_diff_next(d, strlen(d), &pos, f)
+         && strcmp(f->old_path, old_path) == 0
+         && strcmp(f->new_path, new_path) == 0
+         && f->additions == add && f->deletions == del
+         && f->flags == flags && pos == strlen(d)
+         && f->length == strlen(d);
+
+    if (!rc) {
+        printf("# old \"%s\" new \"%s\" +%lld -%lld flags %#x\n",
+               f->old_path, f->new_path, (long long) f->additions,
+               (long long) f->deletions, f->flags);
+    }
+
+    free(f);
+
+    return rc;
+}
+
+
+/*
+ * The one diff parser (common/smcp_diff.c), on what `git diff` prints:
+ * renames and copies with edits, binary files, mode changes, quoted
+ * paths, and hunk lines whose content starts like a header ("++", "--").
+ */
+static void
+test_diff_parser(void)
+{
+    char           stat[SMCP_DIFF_STAT_MAX];
+    runner_diff_t  sum;
+    const char    *d;
+
+    ok(diff_one("diff --git a/f.sql b/f.sql\nindex 9d42dad..1a6509a 100644\n"
+                "--- a/f.sql\n+++ b/f.sql\n@@ -1,3 +1,4 @@\n a\n"
+                "--- old comment\n+++ new\n b\n+-- more\n",
+                "f.sql", "f.sql", 2, 1, 0),
+       "parser: lines whose content starts with \"--\" and \"++\" are "
+       "counted: +2 -1");
+
+    ok(diff_one("diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n"
+                "---- x\n++++ y\n a\n@@ -9 +9 @@\n-b\n+c\n",
+                "f", "f", 2, 2, 0),
+       "parser: two hunks, header-looking lines in both: +2 -2");
+
+    ok(diff_one("diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n"
+                "+b\n\\ No newline at end of file\n+c\n-d\n",
+                "f", "f", 1, 1, 0),
+       "parser: lines past a hunk's length are no content");
+
+    ok(diff_one("diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n"
+                "-a\n\n+b\n", "f", "f", 1, 1, 0),
+       "parser: an empty hunk line is context");
+
+    ok(diff_one("diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -x +y @@\n-a\n"
+                "+b\n+c\n", "f", "f", 2, 1, 0),
+       "parser: a hunk line it cannot read: counted to the next hunk");
+
+    ok(diff_one("diff --git a/old.c b/src/new.c\nsimilarity index 88%\n"
+                "rename from old.c\nrename to src/new.c\n"
+                "index 1111111..2222222 100644\n--- a/old.c\n"
+                "+++ b/src/new.c\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n",
+                "old.c", "src/new.c", 1, 1, SMCP_DIFF_RENAME),
+       "parser: a rename with an edit");
+
+    ok(diff_one("diff --git a/a.txt b/b.txt\nsimilarity index 100%\n"
+                "rename from a.txt\nrename to b.txt\n",
+                "a.txt", "b.txt", 0, 0, SMCP_DIFF_RENAME),
+       "parser: a pure rename (no hunk)");
+
+    ok(diff_one("diff --git a/lib.c b/lib2.c\nsimilarity index 95%\n"
+                "copy from lib.c\ncopy to lib2.c\n--- a/lib.c\n"
+                "+++ b/lib2.c\n@@ -1 +1,2 @@\n x\n+y\n",
+                "lib.c", "lib2.c", 1, 0, SMCP_DIFF_COPY),
+       "parser: a copy with an edit");
+
+    ok(diff_one("diff --git a/img.png b/img.png\nnew file mode 100644\n"
+                "index 0000000..1111111\n"
+                "Binary files /dev/null and b/img.png differ\n",
+                "img.png", "img.png", 0, 0,
+                SMCP_DIFF_NEW | SMCP_DIFF_BINARY),
+       "parser: a new binary file");
+
+    ok(diff_one("diff --git a/b.bin b/b.bin\nindex 1111111..2222222 100644\n"
+                "GIT binary patch\nliteral 5\nMcmZ?wbYNg)0007N0RR91\n\n"
+                "literal 3\nKcmZ>Y0000\n\n", "b.bin", "b.bin", 0, 0,
+                SMCP_DIFF_BINARY),
+       "parser: a binary patch (--binary)");
+
+    ok(diff_one("diff --git a/run.sh b/run.sh\nold mode 100644\n"
+                "new mode 100755\n", "run.sh", "run.sh", 0, 0,
+                SMCP_DIFF_MODE),
+       "parser: a mode change alone");
+
+    ok(diff_one("diff --git a/x.sh b/y.sh\nold mode 100644\nnew mode 100755\n"
+                "similarity index 90%\nrename from x.sh\nrename to y.sh\n"
+                "--- a/x.sh\n+++ b/y.sh\n@@ -1 +1 @@\n-a\n+b\n",
+                "x.sh", "y.sh", 1, 1, SMCP_DIFF_MODE | SMCP_DIFF_RENAME),
+       "parser: a mode change, a rename and an edit");
+
+    ok(diff_one("diff --git a/gone.txt b/gone.txt\ndeleted file mode 100644\n"
+                "--- a/gone.txt\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-- b\n",
+                "gone.txt", "", 0, 2, SMCP_DIFF_DELETED),
+       "parser: a deleted file: no new path");
+
+    ok(diff_one("diff --git \"a/caf\\303\\251 \\\"q\\\".txt\" "
+                "\"b/caf\\303\\251 \\\"q\\\".txt\"\n"
+                "new file mode 100644\n--- /dev/null\n"
+                "+++ \"b/caf\\303\\251 \\\"q\\\".txt\"\n@@ -0,0 +1 @@\n+x\n",
+                "", "caf\xc3\xa9 \"q\".txt", 1, 0, SMCP_DIFF_NEW),
+       "parser: a new file at a quoted path (octal UTF-8, quotes): no old "
+       "path");
+
+    ok(diff_one("diff --git \"a/t\\tx\" \"b/n\\\\y\"\n"
+                "similarity index 50%\nrename from \"t\\tx\"\n"
+                "rename to \"n\\\\y\"\n",
+                "t\tx", "n\\y", 0, 0, SMCP_DIFF_RENAME),
+       "parser: a rename between quoted paths (tab, backslash)");
+
+    /* the stat: git's --shortstat wording */
+    smcp_diff_stat(stat, sizeof(stat), 3, 10, 2);
+    ok(strcmp(stat, "3 files changed, 10 insertions(+), 2 deletions(-)") == 0,
+       "stat: %s", stat);
+    smcp_diff_stat(stat, sizeof(stat), 1, 1, 1);
+    ok(strcmp(stat, "1 file changed, 1 insertion(+), 1 deletion(-)") == 0,
+       "stat: %s", stat);
+    smcp_diff_stat(stat, sizeof(stat), 2, 5, 0);
+    ok(strcmp(stat, "2 files changed, 5 insertions(+)") == 0,
+       "stat: %s", stat);
+    smcp_diff_stat(stat, sizeof(stat), 1, 0, 3);
+    ok(strcmp(stat, "1 file changed, 3 deletions(-)") == 0, "stat: %s", stat);
+    smcp_diff_stat(stat, sizeof(stat), 1, 0, 0);
+    ok(strcmp(stat, "1 file changed, 0 insertions(+), 0 deletions(-)") == 0,
+       "stat: %s (a binary file or a mode change)", stat);
+    smcp_diff_stat(stat, sizeof(stat), 0, 0, 0);
+    ok(stat[0] == '\0', "stat: no file, no stat");
+
+    /* files, index and stat agree: a rename with an edit, a new file */
+    d = "diff --git a/README.md b/DOCS.md\nsimilarity index 80%\n"
+        "rename from README.md\nrename to DOCS.md\n--- a/README.md\n"
+        "+++ b/DOCS.md\n@@ -1 +1,2 @@\n # x\n+more\n"
+        "diff --git a/new.txt b/new.txt\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+new\n";
+
+    runner_outcome_diff(d, strlen(d), &sum);
+    ok(json_array_size(sum.files) == 2
+       && strcmp(json_string_value(json_object_get(json_array_get(sum.files,
+                                                                  0),
+                                                   "path")),
+                 "DOCS.md") == 0
+       && json_object_size(sum.index) == 3
+       && json_equal(json_object_get(sum.index, "DOCS.md"),
+                     json_object_get(sum.index, "README.md"))
+       && strcmp(sum.stat, "2 files changed, 2 insertions(+)") == 0,
+       "a rename: filesChanged names the new path, the index both, the "
+       "stat counts it once: %s", sum.stat);
+    runner_outcome_diff_free(&sum);
 }
 
 
@@ -708,9 +891,110 @@ test_log_escape(void)
 }
 
 
+/* the option table: flag, else environment, else default; bad values
+ * refused with what was wrong; README's table is the table's */
+static void
+test_config(void)
+{
+    int               rc;
+    long              n;
+    char              err[RUNNER_ERRLEN], *md, *readme;
+    size_t            mdlen;
+    FILE             *f;
+    runner_config_t   c;
+    char             *argv[8];
+
+    setenv("PROXY_JWT_SECRET", "0123456789abcdef0123", 1);
+    setenv("SMCP_EGRESS_URL", "http://10.0.0.1:8090", 1);
+    setenv("SMCP_CONCURRENCY", "7", 1);
+    unsetenv("SMCP_REDIS");
+
+    argv[0] = "smcp-runner";
+    argv[1] = "--concurrency";
+    argv[2] = "3";
+    argv[3] = "--max-line=1m";
+    argv[4] = NULL;
+
+    rc = runner_config_load(&c, 4, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.concurrency == 3 && c.max_line == 1024 * 1024,
+       "config: flags (--flag VALUE, --flag=VALUE) win over the "
+       "environment");
+    ok(strcmp(c.egress_url, "http://10.0.0.1:8090") == 0
+       && c.secret.len == 20, "config: the environment over the default");
+    ok(strcmp(c.redis_host, "127.0.0.1") == 0 && c.redis_port == 6379
+       && c.diff_max == 10 * 1024 * 1024 && c.nano_cpus == 1000000000
+       && strcmp(c.prefix, "smcp:") == 0 && c.claim_idle_ms == 60000,
+       "config: the defaults");
+
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.concurrency == 7, "config: $SMCP_CONCURRENCY");
+
+    argv[1] = "--concurrency";
+    argv[2] = "2x";
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--concurrency \"2x\": not a number "
+                                  "from 1 to 256"), "config: %s", err);
+
+    rc = runner_config_load(&c, 2, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "option \"--concurrency\" needs a "
+                                  "value"), "config: %s", err);
+
+    argv[1] = "--bogus";
+    rc = runner_config_load(&c, 2, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "unknown option \"--bogus\""),
+       "config: %s", err);
+
+    setenv("SMCP_DIFF_MAX", "1g", 1);
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "$SMCP_DIFF_MAX \"1g\"")
+       && strstr(err, "from 1k to 256m"), "config: %s", err);
+    unsetenv("SMCP_DIFF_MAX");
+
+    unsetenv("SMCP_EGRESS_URL");
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--egress-url (or $SMCP_EGRESS_URL) "
+                                  "is required"), "config: %s", err);
+
+    setenv("SMCP_REDIS", "unix:/run/redis.sock", 1);
+    argv[1] = "--egress-url";
+    argv[2] = "http://x";
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && strcmp(c.redis_unix, "/run/redis.sock") == 0,
+       "config: --redis unix:/path");
+    unsetenv("SMCP_REDIS");
+
+    f = open_memstream(&md, &mdlen);
+    runner_config_markdown(f);
+    fclose(f);
+
+    readme = NULL;
+    f = fopen(SMCP_TOP "/README.md", "r");
+
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        n = ftell(f);
+        rewind(f);
+        readme = calloc(1, n + 1);
+        n = (long) fread(readme, 1, n, f);
+        fclose(f);
+    }
+
+    ok(readme && strstr(readme, md) != NULL, "README's table of the "
+       "runner's options is `smcp-runner --help=markdown`");
+
+    free(readme);
+    free(md);
+}
+
+
 int
 main(void)
 {
+    /* the runner's defaults */
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
+    config.max_result = 256 * 1024;
+
     test_nul();
     test_splits();
     test_huge_line();
@@ -720,7 +1004,9 @@ main(void)
     test_log_escape();
     test_outcome_clamp();
     test_diff_index();
+    test_diff_parser();
     test_workspace();
+    test_config();
 
     return tap_done();
 }

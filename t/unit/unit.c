@@ -14,9 +14,11 @@
 
 
 /* the runner's globals this code reads */
-runner_config_t        runner_config;
-volatile sig_atomic_t  runner_stop;
-atomic_int             runner_release_failed;
+static runner_config_t  config;    /* what the tests set */
+
+const runner_config_t  *runner_config = &config;
+atomic_int              runner_stop;
+atomic_int              runner_release_failed;
 
 
 /* log framing */
@@ -176,7 +178,8 @@ test_outcome(void)
     const char       *diff;
 
     memset(&o, 0, sizeof(o));
-    runner_config.diff_max = 1024;
+    config.diff_max = 1024;
+    config.max_result = 256 * 1024;
 
 #define EV(s)  ev = json_loads(s, 0, NULL); runner_outcome_event(&o, ev);     \
                json_decref(ev)
@@ -314,6 +317,11 @@ test_common(void)
 int
 main(void)
 {
+    /* the runner's defaults */
+    config.max_line = 256 * 1024;
+    config.diff_max = 10 * 1024 * 1024;
+    config.max_result = 256 * 1024;
+
     test_logstream();
     test_outcome();
     test_common();

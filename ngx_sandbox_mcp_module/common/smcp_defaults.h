@@ -1,0 +1,32 @@
+/*
+ * Defaults both the nginx module and the runner rely on: written once
+ * here.  Each side's own defaults live with it (the module's directives,
+ * the runner's option table in runner/config.c).
+ */
+
+#ifndef SMCP_DEFAULTS_H
+#define SMCP_DEFAULTS_H
+
+#define SMCP_XSTR(x)                SMCP_STR(x)
+#define SMCP_STR(x)                 #x
+
+/* where Redis is when nothing says */
+#define SMCP_DEFAULT_REDIS_HOST     "127.0.0.1"
+#define SMCP_DEFAULT_REDIS_PORT     6379
+#define SMCP_DEFAULT_REDIS                                                    \
+    SMCP_DEFAULT_REDIS_HOST ":" SMCP_XSTR(SMCP_DEFAULT_REDIS_PORT)
+
+/* a run's timeout (s): sandbox_mcp_run_timeout, and the runner's for a
+ * run hash without `timeout` */
+#define SMCP_DEFAULT_RUN_TIMEOUT    3600
+
+/* how long ended runs' and expired sessions' keys live (s):
+ * sandbox_mcp_retention, and the janitor's for a session hash without
+ * `retention` */
+#define SMCP_DEFAULT_RETENTION      (30 * 86400)
+
+/* the git host the egress proxy stands in for: sandbox_mcp_github_host,
+ * the runner's --git-host */
+#define SMCP_DEFAULT_GIT_HOST       "github.com"
+
+#endif /* SMCP_DEFAULTS_H */
