@@ -445,7 +445,7 @@ subtest 'the runner and lost scripts, a Redis loading its dataset' => sub {
         unless -S '/var/run/docker.sock';
     $t->redis('FLUSHALL');
     my $log = $t->dir . '/runner-scripts.log';
-    my $pid = $t->_spawn('runner scripts', $log, $bin,
+    my $pid = $t->spawn('runner scripts', $log, $bin,
         '--redis', '127.0.0.1:' . $t->redis_port, '--name', "rt-lua-$$",
         '--secret-file', $t->secret_file, '--egress-url', 'http://127.0.0.1:9',
         '--image', 'smcp-sandbox:none', '--network', 'none',
@@ -492,7 +492,7 @@ subtest 'the runner and lost scripts, a Redis loading its dataset' => sub {
     $t->redis('SAVE');
     $t->stop_redis;
     my $rdir = $t->dir . '/redis';
-    my $slow = $t->_spawn('redis-server loading', "$rdir/stdout.log",
+    my $slow = $t->spawn('redis-server loading', "$rdir/stdout.log",
         'redis-server', "$rdir/redis.conf", '--dbfilename', 'dump.rdb',
         '--key-load-delay', 100, '--loading-process-events-interval-bytes', 1024);
     my $loading = wait_until(10, sub {
@@ -512,8 +512,8 @@ subtest 'the runner and lost scripts, a Redis loading its dataset' => sub {
     ok($skip->(), 'its scripts run');
     unlike($t->read_file($log), qr/level=(crit|alert)/, 'no alert in its log');
 
-    $t->_stop_pid($pid, 'TERM', 10);
-    $t->_stop_pid($slow, 'TERM', 10);
+    $t->stop_pid($pid, 'TERM', 10);
+    $t->stop_pid($slow, 'TERM', 10);
     unlink("$rdir/dump.rdb");
     $t->start_redis;
 };
@@ -551,7 +551,7 @@ subtest 'the runner and stale run sets, unlisted runs' => sub {
     $t->redis('ZADD', "${P}session:$ses[2]:runs", $at - 5, 'run_' . ('1' x 24), $at, $run[2]);
 
     my $log = $t->dir . '/runner-sets.log';
-    my $pid = $t->_spawn('runner sets', $log, $bin,
+    my $pid = $t->spawn('runner sets', $log, $bin,
         '--redis', '127.0.0.1:' . $t->redis_port, '--name', "rt-sets-$$",
         '--secret-file', $t->secret_file, '--egress-url', 'http://127.0.0.1:9',
         '--image', "smcp-sandbox:none-$$", '--network', 'none', '--concurrency', 3);
@@ -580,7 +580,7 @@ subtest 'the runner and stale run sets, unlisted runs' => sub {
        'the runs ended (the image does not exist)');
     is_deeply([map { $t->redis('EXISTS', "${P}tenant:$tn:$_") } qw(started claimed)], [0, 0],
               '... the tenant\'s sets are empty');
-    $t->_stop_pid($pid, 'TERM', 10);
+    $t->stop_pid($pid, 'TERM', 10);
     SMCP::Docker::remove_volume("smcp-$_") for @ses;
 };
 
