@@ -1,0 +1,19 @@
+# Sourced by nginx's configure (auto/make) after it wrote its Makefile:
+# the rules that make the module's generated headers (see `config`).
+# smcp-embed is built with the build's compiler and jansson; its inputs are
+# listed as wildcards, so a new script or tool needs no new configure.
+
+SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
+SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
+
+cat << END                                                  >> $NGX_MAKEFILE
+
+$NGX_OBJS/smcp-embed:	$SMCP_EMBED_SRC
+	\$(CC) -o $NGX_OBJS/smcp-embed $SMCP_EMBED_SRC -ljansson
+
+$NGX_OBJS/ngx_http_sandbox_mcp_lua.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_SCRIPTS_DIR $SMCP_SCRIPTS_DIR/*.lua
+	$NGX_OBJS/smcp-embed lua $NGX_OBJS/ngx_http_sandbox_mcp_lua.h \\
+		$SMCP_SCRIPTS_DIR
+
+END
