@@ -3,7 +3,11 @@
  */
 
 #include "ngx_http_sandbox_mcp_module.h"
+#include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_revoked.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
+#include "ngx_http_sandbox_mcp_waiter.h"
 
 
 static ngx_int_t ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle);
@@ -261,9 +265,20 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_http_sandbox_mcp_tools_init_worker();
+    /* the Redis layer first; the layers above listen to it; then connect */
 
-    return ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf);
+    if (ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf,
+                                               ngx_http_sandbox_mcp_scripts)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_revoked_init_worker(cycle) != NGX_OK
+        || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_sandbox_mcp_redis_start();
+
+    return NGX_OK;
 }
 
 
@@ -271,6 +286,8 @@ static void
 ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle)
 {
     ngx_http_sandbox_mcp_redis_exit_worker(cycle);
+    ngx_http_sandbox_mcp_waiter_exit_worker(cycle);
+    ngx_http_sandbox_mcp_revoked_exit_worker(cycle);
 }
 
 

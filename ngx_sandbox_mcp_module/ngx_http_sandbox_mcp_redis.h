@@ -1,12 +1,15 @@
 /*
  * Redis for nginx workers: hiredis async on nginx's own event loop.
  *
- * Each worker holds two connections: one for commands and one that
- * PSUBSCRIBEs to the run channels.  A worker never blocks: commands are
- * queued and answered through callbacks; a command that waits longer than
- * sandbox_mcp_redis_timeout marks the connection broken (Redis answers in
- * order, so the oldest pending command is the one to watch), which fails
- * every pending command at once and reconnects with backoff.
+ * Each worker holds two connections: one for commands and one for pub/sub.
+ * A worker never blocks: commands are queued and answered through
+ * callbacks; a command that waits longer than sandbox_mcp_redis_timeout
+ * marks the connection broken (Redis answers in order, so the oldest
+ * pending command is the one to watch), which fails every pending command
+ * at once and reconnects with backoff.
+ *
+ * This layer calls nothing above it: pub/sub messages and connection
+ * events go to the listeners the layers above register.
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_REDIS_H_INCLUDED_
@@ -40,8 +43,39 @@ typedef struct {
 } ngx_http_sandbox_mcp_script_t;
 
 
+/* what listeners hear */
+typedef enum {
+    NGX_HTTP_SANDBOX_MCP_REDIS_READY = 0,   /* commands can be served */
+    NGX_HTTP_SANDBOX_MCP_REDIS_LOST,        /* the command connection was
+                                               lost: pending commands
+                                               failed */
+    NGX_HTTP_SANDBOX_MCP_REDIS_UNSUBSCRIBED,  /* the pub/sub connection was
+                                               lost: messages from now on
+                                               are missed */
+    NGX_HTTP_SANDBOX_MCP_REDIS_SUBSCRIBED,  /* this listener's channel is
+                                               listened to (again) */
+    NGX_HTTP_SANDBOX_MCP_REDIS_MESSAGE      /* a message on it */
+} ngx_http_sandbox_mcp_redis_event_e;
+
+
+/*
+ * A listener hears every event but MESSAGE and SUBSCRIBED, which only the
+ * listener of that channel (or pattern) hears, with the channel and the
+ * message.  LOST and UNSUBSCRIBED come from inside hiredis: a listener
+ * only sets flags or posts events then, it sends no command.
+ */
+typedef void (*ngx_http_sandbox_mcp_redis_listener_pt)(
+    ngx_http_sandbox_mcp_redis_event_e event, ngx_str_t *channel,
+    ngx_str_t *message);
+
+
+/* the worker's connections: init (no I/O), listeners, then start */
 ngx_int_t ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
-    ngx_http_sandbox_mcp_main_conf_t *mcf);
+    ngx_http_sandbox_mcp_main_conf_t *mcf,
+    ngx_http_sandbox_mcp_script_t **scripts);
+ngx_int_t ngx_http_sandbox_mcp_redis_listen(ngx_str_t *channel,
+    ngx_uint_t pattern, ngx_http_sandbox_mcp_redis_listener_pt listener);
+void ngx_http_sandbox_mcp_redis_start(void);
 void ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle);
 
 /*
@@ -66,13 +100,6 @@ ngx_int_t ngx_http_sandbox_mcp_redis_key(ngx_pool_t *pool, ngx_str_t *key,
     const char *fmt, ngx_str_t *arg);
 
 ngx_str_t *ngx_http_sandbox_mcp_redis_prefix(void);
-
-/*
- * Is the token id revoked?  NGX_DECLINED: yes; NGX_OK: no; NGX_AGAIN: the
- * worker's copy of the revoked set is not up to date (connecting, or
- * Redis was away): check in Redis.
- */
-ngx_int_t ngx_http_sandbox_mcp_redis_revoked(ngx_str_t *jti);
 
 /* a number as a command argument, in the pool (len 0 if out of memory) */
 ngx_str_t ngx_http_sandbox_mcp_redis_number(ngx_pool_t *pool, int64_t n);

@@ -1,0 +1,55 @@
+/*
+ * The module's defaults and limits, in one place: directive defaults, the
+ * bounds of what a tenant or a sandbox may send, page sizes and the
+ * worker's own limits.  What the runner shares (the run timeout, the event
+ * stream cap) comes from common/smcp_defaults.h; the bounds and defaults
+ * of tool arguments a client sees (limit, title length ...) are the
+ * tools' schemas (tools/NAME.json), read from there.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_DEFAULTS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_DEFAULTS_H_INCLUDED_
+
+
+/* Redis connections (per worker) */
+#define NGX_HTTP_SANDBOX_MCP_BACKOFF_MIN        100     /* ms, reconnect */
+#define NGX_HTTP_SANDBOX_MCP_BACKOFF_MAX        1000
+#define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
+                                                           each) per event
+                                                           before yielding */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           40      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        1000000 /* revoked token ids
+                                                           a worker keeps */
+
+/* /mcp requests */
+#define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN     64      /* hex: 256 bits */
+#define NGX_HTTP_SANDBOX_MCP_MAX_GRANTS         256     /* a token's repos */
+#define NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX        512     /* an error text */
+
+/* long-polls */
+#define NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS     256
+
+/* tools */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_PAGE          65536   /* get_diff page */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_SCAN          (256 * 1024)  /* a diff
+                                                           without an index
+                                                           searched here at
+                                                           most */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_MAX           ((uint64_t) 1 << 40)
+                                                        /* cursor bound */
+#define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET        "2000"  /* index entries
+                                                           one list page
+                                                           reads at most */
+#define NGX_HTTP_SANDBOX_MCP_MAX_RUNS           100
+#define NGX_HTTP_SANDBOX_MCP_MAX_EVENTS         1000
+
+/* egress */
+#define NGX_HTTP_SANDBOX_MCP_PUSH_HEAD          (64 * 1024)   /* a push's
+                                                           command list is
+                                                           read from these
+                                                           first bytes */
+#define NGX_HTTP_SANDBOX_MCP_PULL_REQUEST_MAX   (1024 * 1024) /* a pull
+                                                           request's body */
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_DEFAULTS_H_INCLUDED_ */
