@@ -30,12 +30,14 @@ STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 # the generator that embeds them (and the tool definitions) into C headers
 SCRIPTS_DIR := ngx_sandbox_mcp_module/common/scripts
 SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua)
+TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
+                          ngx_sandbox_mcp_module/tools/include/*.json)
 EMBED_SRC   := ngx_sandbox_mcp_module/common/embed/smcp_embed.c
 EMBED_BIN   := $(BUILD)/smcp-embed
 
 MODULE_SRCS := config config.make $(wildcard ngx_sandbox_mcp_module/*.[ch] \
                                  ngx_sandbox_mcp_module/common/*.[ch]) \
-               $(SCRIPTS_LUA) $(EMBED_SRC)
+               $(SCRIPTS_LUA) $(TOOLS_JSON) $(EMBED_SRC)
 COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 
 CFLAGS     ?= -O2 -g

@@ -5,6 +5,7 @@
 
 SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
 SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
+SMCP_TOOLS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/tools"
 
 cat << END                                                  >> $NGX_MAKEFILE
 
@@ -15,5 +16,11 @@ $NGX_OBJS/ngx_http_sandbox_mcp_lua.h:	$NGX_OBJS/smcp-embed \\
 		$SMCP_SCRIPTS_DIR $SMCP_SCRIPTS_DIR/*.lua
 	$NGX_OBJS/smcp-embed lua $NGX_OBJS/ngx_http_sandbox_mcp_lua.h \\
 		$SMCP_SCRIPTS_DIR
+
+$NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_TOOLS_DIR $SMCP_TOOLS_DIR/*.json \\
+		$SMCP_TOOLS_DIR/include $SMCP_TOOLS_DIR/include/*.json
+	$NGX_OBJS/smcp-embed tools \\
+		$NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h $SMCP_TOOLS_DIR
 
 END

@@ -1,6 +1,9 @@
 /*
  * Tool arguments: each checked (type, size, shape) before anything is
- * written, with a message a model can act on.
+ * written, with a message a model can act on.  What the tool's schema says
+ * of an argument (required, maxLength, enum, minimum, maximum, default) is
+ * read from the schema (tools/NAME.json): the client and the check see
+ * the same bounds.
  */
 
 #include "ngx_http_sandbox_mcp_args.h"
@@ -9,13 +12,59 @@
 #include "smcp_validate.h"
 
 
+/* one of the schema's enum, if it has one */
+static ngx_int_t
+ngx_http_sandbox_mcp_arg_enum(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, json_t *values, ngx_str_t *s)
+{
+    u_char      *p, *last;
+    size_t       i;
+    json_t      *v;
+    u_char       list[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
+
+    json_array_foreach(values, i, v) {
+        if (json_string_length(v) == s->len
+            && ngx_strncmp(json_string_value(v), s->data, s->len) == 0)
+        {
+            return NGX_OK;
+        }
+    }
+
+    p = list;
+    last = list + sizeof(list) - 1;
+
+    json_array_foreach(values, i, v) {
+        p = ngx_slprintf(p, last, "%s%s", i ? ", " : "",
+                         json_string_value(v));
+    }
+
+    *p = '\0';
+
+    ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must be one of %s.",
+                                    name, list);
+    return NGX_ERROR;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
-    const char *name, ngx_uint_t required, size_t max, ngx_str_t *out)
+    const char *name, size_t max, ngx_str_t *out)
 {
-    json_t  *v;
+    json_t      *v, *schema, *n;
+    ngx_uint_t   required;
 
     ngx_str_null(out);
+
+    schema = ngx_http_sandbox_mcp_tool_property(call, name);
+    required = ngx_http_sandbox_mcp_tool_required(call, name);
+
+    n = json_object_get(schema, "maxLength");
+
+    if (json_is_integer(n) && json_integer_value(n) >= 0
+        && (size_t) json_integer_value(n) < max)
+    {
+        max = (size_t) json_integer_value(n);
+    }
 
     v = json_object_get(call->args, name);
 
@@ -57,22 +106,45 @@ ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
+    n = json_object_get(schema, "enum");
+
+    if (json_is_array(n) && out->len) {
+        return ngx_http_sandbox_mcp_arg_enum(call, name, n, out);
+    }
+
     return NGX_OK;
 }
 
 
-/* returns NGX_DECLINED when absent */
 ngx_int_t
 ngx_http_sandbox_mcp_arg_integer(ngx_http_sandbox_mcp_call_t *call,
-    const char *name, json_int_t min, json_int_t max, json_int_t *out)
+    const char *name, json_int_t max, json_int_t *out)
 {
-    json_t  *v;
-    double   d;
+    json_t      *v, *schema, *n;
+    double       d;
+    json_int_t   min;
+
+    schema = ngx_http_sandbox_mcp_tool_property(call, name);
+
+    n = json_object_get(schema, "minimum");
+    min = json_is_integer(n) ? json_integer_value(n) : -max;
+
+    n = json_object_get(schema, "maximum");
+    if (json_is_integer(n) && json_integer_value(n) < max) {
+        max = json_integer_value(n);
+    }
 
     v = json_object_get(call->args, name);
 
     if (v == NULL || json_is_null(v)) {
-        return NGX_DECLINED;
+        n = json_object_get(schema, "default");
+
+        if (!json_is_integer(n)) {
+            return NGX_DECLINED;
+        }
+
+        *out = json_integer_value(n);
+        return NGX_OK;
     }
 
     if (json_is_integer(v)) {
@@ -105,7 +177,9 @@ ngx_http_sandbox_mcp_arg_integer(ngx_http_sandbox_mcp_call_t *call,
 ngx_int_t
 ngx_http_sandbox_mcp_arg_run_id(ngx_http_sandbox_mcp_call_t *call)
 {
-    if (ngx_http_sandbox_mcp_arg_string(call, "runId", 1, 64, &call->run_id)
+    if (ngx_http_sandbox_mcp_arg_string(call, "runId",
+                                        NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
+                                        &call->run_id)
         != NGX_OK)
     {
         return NGX_ERROR;

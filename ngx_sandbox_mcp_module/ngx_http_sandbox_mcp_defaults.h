@@ -40,8 +40,12 @@
 #define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET        "2000"  /* index entries
                                                            one list page
                                                            reads at most */
-#define NGX_HTTP_SANDBOX_MCP_MAX_RUNS           100
-#define NGX_HTTP_SANDBOX_MCP_MAX_EVENTS         1000
+
+/* tool arguments: bounds before their shape is checked (the bounds a
+ * client sees are in the tools' schemas) */
+#define NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX         64      /* runId, sessionId */
+#define NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX     512     /* a repository URL */
+#define NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX     16
 
 /* egress */
 #define NGX_HTTP_SANDBOX_MCP_PUSH_HEAD          (64 * 1024)   /* a push's

@@ -7,6 +7,7 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
+#include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 
 
@@ -339,6 +340,10 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
 
     if (!mcf->enabled) {
         return NGX_CONF_OK;
+    }
+
+    if (ngx_http_sandbox_mcp_tools_init(cf) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     return ngx_http_sandbox_mcp_read_secrets(cf, mcf);

@@ -160,7 +160,7 @@ ngx_http_sandbox_mcp_get_diff(ngx_http_sandbox_mcp_call_t *call)
     pool = call->ctx->request->pool;
 
     if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "path", 0,
+        || ngx_http_sandbox_mcp_arg_string(call, "path",
                                            SMCP_DIFF_PATH_MAX, &call->path)
            != NGX_OK)
     {

@@ -92,7 +92,6 @@ ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
 {
     u_char                      *p;
     json_int_t                   limit;
-    ngx_int_t                    rc;
     ngx_str_t                    start, args[3];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[2];
@@ -101,7 +100,7 @@ ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
 
     /* call->path holds "after" */
     if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "after", 0,
+        || ngx_http_sandbox_mcp_arg_string(call, "after",
                                            SMCP_STREAM_ID_MAX, &call->path)
            != NGX_OK)
     {
@@ -117,15 +116,13 @@ ngx_http_sandbox_mcp_get_events(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    rc = ngx_http_sandbox_mcp_arg_integer(call, "limit", 1,
-                                          NGX_HTTP_SANDBOX_MCP_MAX_EVENTS,
-                                          &limit);
-    if (rc == NGX_ERROR) {
+    /* the schema's bounds and default (tools/opencode_get_events.json) */
+    if (ngx_http_sandbox_mcp_arg_integer(call, "limit",
+                                         NGX_HTTP_SANDBOX_MCP_ARG_ANY_INT,
+                                         &limit)
+        != NGX_OK)
+    {
         return;
-    }
-
-    if (rc == NGX_DECLINED) {
-        limit = 100;
     }
 
     if (call->path.len) {

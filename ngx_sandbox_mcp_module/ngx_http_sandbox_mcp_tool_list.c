@@ -84,7 +84,6 @@ void
 ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 {
     json_int_t                   limit;
-    ngx_int_t                    rc;
     ngx_str_t                    session, status, cid, cscore, args[7];
     ngx_pool_t                  *pool;
     json_t                      *cursor;
@@ -93,9 +92,13 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 
     pool = call->ctx->request->pool;
 
-    if (ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64, &session)
+    if (ngx_http_sandbox_mcp_arg_string(call, "sessionId",
+                                        NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
+                                        &session)
         != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "status", 0, 16, &status)
+        || ngx_http_sandbox_mcp_arg_string(call, "status",
+                                           NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX,
+                                           &status)
            != NGX_OK)
     {
         return;
@@ -111,28 +114,13 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    if (status.len
-        && !(status.len == 7 && ngx_strncmp(status.data, "started", 7) == 0)
-        && !(status.len == 7 && ngx_strncmp(status.data, "running", 7) == 0)
-        && !(status.len == 9 && ngx_strncmp(status.data, "completed", 9) == 0)
-        && !(status.len == 6 && ngx_strncmp(status.data, "failed", 6) == 0)
-        && !(status.len == 9 && ngx_strncmp(status.data, "cancelled", 9) == 0))
+    /* the schema's bounds and default (tools/opencode_list_runs.json) */
+    if (ngx_http_sandbox_mcp_arg_integer(call, "limit",
+                                         NGX_HTTP_SANDBOX_MCP_ARG_ANY_INT,
+                                         &limit)
+        != NGX_OK)
     {
-        ngx_http_sandbox_mcp_tool_error(call, "Argument 'status' must be one "
-                                        "of started, running, completed, "
-                                        "failed, cancelled.");
         return;
-    }
-
-    rc = ngx_http_sandbox_mcp_arg_integer(call, "limit", 1,
-                                          NGX_HTTP_SANDBOX_MCP_MAX_RUNS,
-                                          &limit);
-    if (rc == NGX_ERROR) {
-        return;
-    }
-
-    if (rc == NGX_DECLINED) {
-        limit = 10;
     }
 
     ngx_str_null(&cid);

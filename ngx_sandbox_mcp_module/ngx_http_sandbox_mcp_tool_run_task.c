@@ -154,22 +154,26 @@ static ngx_int_t
 ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
-    if (ngx_http_sandbox_mcp_arg_string(call, "task", 1, lcf->max_task_size,
+    if (ngx_http_sandbox_mcp_arg_string(call, "task", lcf->max_task_size,
                                         &t->task)
         != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "repository", 0, 512,
+        || ngx_http_sandbox_mcp_arg_string(call, "repository",
+                                           NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX,
                                            &t->repo)
            != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "branch", 0,
+        || ngx_http_sandbox_mcp_arg_string(call, "branch",
                                            SMCP_BRANCH_MAX, &t->branch)
            != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "sessionId", 0, 64,
+        || ngx_http_sandbox_mcp_arg_string(call, "sessionId",
+                                           NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
                                            &t->session)
            != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "model", 0,
+        || ngx_http_sandbox_mcp_arg_string(call, "model",
                                            SMCP_MODEL_MAX, &t->model)
            != NGX_OK
-        || ngx_http_sandbox_mcp_arg_string(call, "title", 0, 200, &t->title)
+        || ngx_http_sandbox_mcp_arg_string(call, "title",
+                                           NGX_HTTP_SANDBOX_MCP_ARG_ANY_SIZE,
+                                           &t->title)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -324,7 +328,7 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_sandbox_mcp_arg_integer(call, "timeoutSeconds", 1,
+    rc = ngx_http_sandbox_mcp_arg_integer(call, "timeoutSeconds",
                                           lcf->run_timeout_max, &t->timeout);
     if (rc == NGX_ERROR) {
         return NGX_ERROR;

@@ -17,295 +17,175 @@
 
 #include "smcp_validate.h"
 
-
-typedef enum {
-    NGX_HTTP_SANDBOX_MCP_RUN_TASK = 0,
-    NGX_HTTP_SANDBOX_MCP_GET_RESULT,
-    NGX_HTTP_SANDBOX_MCP_LIST_RUNS,
-    NGX_HTTP_SANDBOX_MCP_CANCEL_RUN,
-    NGX_HTTP_SANDBOX_MCP_GET_DIFF,
-    NGX_HTTP_SANDBOX_MCP_GET_EVENTS
-} ngx_http_sandbox_mcp_tool_e;
+#include "ngx_http_sandbox_mcp_tools_json.h"
 
 
+/*
+ * A tool: its definition (tools/NAME.json: name, title, description,
+ * input and output schema, annotations), embedded at build by smcp-embed
+ * (checked there: a definition that does not parse stops the build), and
+ * the function that starts a call of it.  The definitions are parsed once,
+ * by the master, with the configuration.
+ */
 typedef struct {
-    const char                  *name;
-    const char                  *title;
-    const char                  *description;
-    const char                  *input_schema;
-    const char                  *output_schema;
-    const char                  *arguments;     /* accepted, for messages */
+    const char                  *definition;
     void                       (*start)(ngx_http_sandbox_mcp_call_t *call);
+
+    json_t                      *json;          /* the definition */
+    const char                  *name;
+    json_t                      *properties;    /* of its inputSchema */
+    json_t                      *required;
+    char                        *accepted;      /* "a, b, c", for messages */
 } ngx_http_sandbox_mcp_tool_t;
 
 
-/* schemas: JSON Schema 2020-12 */
-
-#define NGX_HTTP_SANDBOX_MCP_TS                                               \
-    "{\"type\":[\"string\",\"null\"],\"description\":\"ISO-8601 time\"}"
-
-#define NGX_HTTP_SANDBOX_MCP_RUN_SCHEMA                                       \
-    "{\"type\":\"object\",\"properties\":{"                                   \
-    "\"runId\":{\"type\":\"string\"},"                                        \
-    "\"sessionId\":{\"type\":\"string\"},"                                    \
-    "\"status\":{\"type\":\"string\",\"enum\":[\"started\",\"running\","      \
-        "\"completed\",\"failed\",\"cancelled\"]},"                           \
-    "\"title\":{\"type\":\"string\"},"                                        \
-    "\"task\":{\"type\":\"string\"},"                                         \
-    "\"repository\":{\"type\":[\"string\",\"null\"]},"                        \
-    "\"branch\":{\"type\":[\"string\",\"null\"]},"                            \
-    "\"model\":{\"type\":\"string\"},"                                        \
-    "\"createdAt\":" NGX_HTTP_SANDBOX_MCP_TS ","                              \
-    "\"startedAt\":" NGX_HTTP_SANDBOX_MCP_TS ","                              \
-    "\"finishedAt\":" NGX_HTTP_SANDBOX_MCP_TS ","                             \
-    "\"result\":{\"type\":[\"string\",\"null\"],"                             \
-        "\"description\":\"the agent's final text\"},"                        \
-    "\"error\":{\"type\":[\"string\",\"null\"]},"                             \
-    "\"exitCode\":{\"type\":[\"integer\",\"null\"]},"                         \
-    "\"filesChanged\":{\"type\":\"array\",\"items\":{\"type\":\"object\","    \
-        "\"properties\":{\"path\":{\"type\":\"string\"},"                     \
-        "\"additions\":{\"type\":\"integer\"},"                               \
-        "\"deletions\":{\"type\":\"integer\"}}}},"                            \
-    "\"diffStat\":{\"type\":[\"string\",\"null\"]},"                          \
-    "\"pullRequestUrl\":{\"type\":[\"string\",\"null\"]},"                    \
-    "\"tokens\":{\"type\":\"object\",\"properties\":{"                        \
-        "\"input\":{\"type\":\"integer\"},\"output\":{\"type\":\"integer\"}," \
-        "\"reasoning\":{\"type\":\"integer\"},"                               \
-        "\"cacheRead\":{\"type\":\"integer\"},"                               \
-        "\"cacheWrite\":{\"type\":\"integer\"}}},"                            \
-    "\"cost\":{\"type\":\"number\",\"description\":\"USD\"},"                 \
-    "\"maxCostUsd\":{\"type\":[\"number\",\"null\"],"                         \
-        "\"description\":\"the run is stopped past this cost (USD)\"},"      \
-    "\"timeoutSeconds\":{\"type\":\"integer\"},"                              \
-    "\"cancelRequested\":{\"type\":\"boolean\"},"                             \
-    "\"watchUrl\":{\"type\":\"string\","                                      \
-        "\"description\":\"signed link to watch the run live\"}},"            \
-    "\"required\":[\"runId\",\"sessionId\",\"status\",\"watchUrl\"]}"
-
-
+/* in the order of tools/list */
 static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
-
-    { "opencode_run_task",
-      "Run a coding task in a sandbox",
-      "Start the OpenCode coding agent on a task in an isolated sandbox and "
-      "return at once with a runId (fire-and-forget). The agent can clone a "
-      "GitHub repository, edit many files, run tests and builds, and open a "
-      "pull request; runs take minutes to hours. Check back with "
-      "opencode_get_result (use waitSeconds to long-poll) or give the "
-      "watchUrl to a person. Pass sessionId from an earlier run to continue "
-      "in the same workspace and conversation.",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"task\":{\"type\":\"string\",\"minLength\":1,"
-          "\"description\":\"What the agent should do, in plain language\"},"
-      "\"repository\":{\"type\":\"string\",\"description\":"
-          "\"https URL of a GitHub repository to clone, e.g. "
-          "https://github.com/owner/repo\"},"
-      "\"branch\":{\"type\":\"string\",\"description\":"
-          "\"Branch to check out (default: the repository's default)\"},"
-      "\"sessionId\":{\"type\":\"string\",\"description\":"
-          "\"Continue an earlier run's session (same workspace and "
-          "conversation)\"},"
-      "\"model\":{\"type\":\"string\",\"description\":"
-          "\"provider/model, e.g. anthropic/claude-sonnet-4-5\"},"
-      "\"title\":{\"type\":\"string\",\"maxLength\":200},"
-      "\"createPullRequest\":{\"type\":\"boolean\",\"description\":"
-          "\"Push a branch and open a pull request when done\"},"
-      "\"timeoutSeconds\":{\"type\":\"integer\",\"minimum\":1,"
-          "\"description\":\"Deadline for the run\"},"
-      "\"maxCostUsd\":{\"type\":\"number\",\"exclusiveMinimum\":0,"
-          "\"description\":\"Stop the run once its model cost passes this "
-          "many US dollars (capped by the server)\"}},"
-      "\"required\":[\"task\"],\"additionalProperties\":false}",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"},"
-      "\"sessionId\":{\"type\":\"string\"},"
-      "\"status\":{\"type\":\"string\"},"
-      "\"watchUrl\":{\"type\":\"string\"}},"
-      "\"required\":[\"runId\",\"sessionId\",\"status\",\"watchUrl\"]}",
-
-      "task, repository, branch, sessionId, model, title, "
-      "createPullRequest, timeoutSeconds, maxCostUsd",
-      ngx_http_sandbox_mcp_run_task },
-
-    { "opencode_get_result",
-      "Get a run's status and result",
-      "Get the status and outcome of a run: result text, error, files "
-      "changed, pull request URL, tokens and cost. With waitSeconds the "
-      "call waits (bounded) until the run finishes, so polling can be slow "
-      "and cheap. Statuses: started, running, completed, failed, "
-      "cancelled.",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"},"
-      "\"waitSeconds\":{\"type\":\"number\",\"minimum\":0,\"description\":"
-          "\"Wait up to this long for the run to finish (capped by the "
-          "server)\"}},"
-      "\"required\":[\"runId\"],\"additionalProperties\":false}",
-
-      NGX_HTTP_SANDBOX_MCP_RUN_SCHEMA,
-
-      "runId, waitSeconds",
-      ngx_http_sandbox_mcp_get_result },
-
-    { "opencode_list_runs",
-      "List runs",
-      "List your runs, newest first, optionally only those of one session "
-      "or with one status. Pages with limit and the returned nextCursor.",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"sessionId\":{\"type\":\"string\"},"
-      "\"status\":{\"type\":\"string\",\"enum\":[\"started\",\"running\","
-          "\"completed\",\"failed\",\"cancelled\"]},"
-      "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":100,"
-          "\"default\":10},"
-      "\"cursor\":{\"type\":\"string\"}},"
-      "\"additionalProperties\":false}",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runs\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
-          "\"properties\":{\"runId\":{\"type\":\"string\"},"
-          "\"sessionId\":{\"type\":\"string\"},"
-          "\"status\":{\"type\":\"string\"},"
-          "\"title\":{\"type\":\"string\"},"
-          "\"createdAt\":" NGX_HTTP_SANDBOX_MCP_TS ","
-          "\"finishedAt\":" NGX_HTTP_SANDBOX_MCP_TS "}}},"
-      "\"nextCursor\":{\"type\":\"string\"}},"
-      "\"required\":[\"runs\"]}",
-
-      "sessionId, status, limit, cursor",
-      ngx_http_sandbox_mcp_list_runs },
-
-    { "opencode_cancel_run",
-      "Cancel a run",
-      "Cancel a run. A run still waiting for a sandbox is cancelled at "
-      "once; a running one is stopped by its runner and shows cancelled "
-      "once its processes are gone. Finished runs are left as they are.",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"}},"
-      "\"required\":[\"runId\"],\"additionalProperties\":false}",
-
-      NGX_HTTP_SANDBOX_MCP_RUN_SCHEMA,
-
-      "runId",
-      ngx_http_sandbox_mcp_cancel_run },
-
-    { "opencode_get_diff",
-      "Get a run's diff",
-      "Get the unified diff of the changes a run made (available once it "
-      "finished), optionally for one file, in pages of 64 KiB.",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"},"
-      "\"path\":{\"type\":\"string\",\"description\":"
-          "\"Only this file's part of the diff\"},"
-      "\"cursor\":{\"type\":\"string\"}},"
-      "\"required\":[\"runId\"],\"additionalProperties\":false}",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"},"
-      "\"path\":{\"type\":[\"string\",\"null\"]},"
-      "\"diff\":{\"type\":\"string\"},"
-      "\"totalBytes\":{\"type\":\"integer\"},"
-      "\"truncated\":{\"type\":\"boolean\",\"description\":"
-          "\"more follows: call again with nextCursor\"},"
-      "\"nextCursor\":{\"type\":\"string\"}},"
-      "\"required\":[\"runId\",\"diff\",\"truncated\"]}",
-
-      "runId, path, cursor",
-      ngx_http_sandbox_mcp_get_diff },
-
-    { "opencode_get_events",
-      "Get a run's event log",
-      "Read a run's event log (agent steps, tool calls, text, lifecycle "
-      "and egress events) in order; pass nextAfter as after to read on.",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"},"
-      "\"after\":{\"type\":\"string\",\"description\":"
-          "\"Event id to read after (nextAfter of the previous page)\"},"
-      "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000,"
-          "\"default\":100}},"
-      "\"required\":[\"runId\"],\"additionalProperties\":false}",
-
-      "{\"type\":\"object\",\"properties\":{"
-      "\"runId\":{\"type\":\"string\"},"
-      "\"events\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
-          "\"properties\":{\"id\":{\"type\":\"string\"},"
-          "\"type\":{\"type\":\"string\"},"
-          "\"time\":" NGX_HTTP_SANDBOX_MCP_TS ","
-          "\"data\":{}}}},"
-      "\"nextAfter\":{\"type\":[\"string\",\"null\"]}},"
-      "\"required\":[\"runId\",\"events\"]}",
-
-      "runId, after, limit",
-      ngx_http_sandbox_mcp_get_events }
+    { smcp_tool_opencode_run_task, ngx_http_sandbox_mcp_run_task,
+      NULL, NULL, NULL, NULL, NULL },
+    { smcp_tool_opencode_get_result, ngx_http_sandbox_mcp_get_result,
+      NULL, NULL, NULL, NULL, NULL },
+    { smcp_tool_opencode_list_runs, ngx_http_sandbox_mcp_list_runs,
+      NULL, NULL, NULL, NULL, NULL },
+    { smcp_tool_opencode_cancel_run, ngx_http_sandbox_mcp_cancel_run,
+      NULL, NULL, NULL, NULL, NULL },
+    { smcp_tool_opencode_get_diff, ngx_http_sandbox_mcp_get_diff,
+      NULL, NULL, NULL, NULL, NULL },
+    { smcp_tool_opencode_get_events, ngx_http_sandbox_mcp_get_events,
+      NULL, NULL, NULL, NULL, NULL }
 };
 
 #define NGX_HTTP_SANDBOX_MCP_NTOOLS                                           \
     (sizeof(ngx_http_sandbox_mcp_tools) / sizeof(ngx_http_sandbox_mcp_tool_t))
 
 
-static json_t      *ngx_http_sandbox_mcp_tools_json;
+/* every definition, for tools/list */
+static json_t  *ngx_http_sandbox_mcp_tools_json;
 
 
-static json_t *
-ngx_http_sandbox_mcp_tools_array(void)
+/* the names of the properties, "a, b, c" (malloc'd: kept for good) */
+static char *
+ngx_http_sandbox_mcp_tool_accepted(json_t *properties)
 {
-    json_t                       *tools, *tool, *in, *out;
+    char        *s, *p;
+    size_t       len;
+    json_t      *v;
+    const char  *key;
+
+    len = 1;
+
+    json_object_foreach(properties, key, v) {
+        len += ngx_strlen(key) + 2;
+    }
+
+    s = malloc(len);
+    if (s == NULL) {
+        return NULL;
+    }
+
+    p = s;
+
+    json_object_foreach(properties, key, v) {
+        p = (char *) ngx_sprintf((u_char *) p, "%s%s", p == s ? "" : ", ",
+                                 key);
+    }
+
+    *p = '\0';
+
+    return s;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_tool_parse(ngx_conf_t *cf, ngx_http_sandbox_mcp_tool_t *t)
+{
+    json_t        *in;
+    json_error_t   err;
+
+    t->json = json_loads(t->definition, 0, &err);
+
+    if (t->json == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp: a tool definition does not parse: "
+                           "%s", err.text);
+        return NGX_ERROR;
+    }
+
+    in = json_object_get(t->json, "inputSchema");
+
+    t->name = json_string_value(json_object_get(t->json, "name"));
+    t->properties = json_object_get(in, "properties");
+    t->required = json_object_get(in, "required");
+    t->accepted = ngx_http_sandbox_mcp_tool_accepted(t->properties);
+
+    if (t->name == NULL || t->accepted == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp: a tool definition is incomplete");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_tools_init(ngx_conf_t *cf)
+{
+    json_t                       *all;
     ngx_uint_t                    i;
-    json_error_t                  err;
     ngx_http_sandbox_mcp_tool_t  *t;
 
     if (ngx_http_sandbox_mcp_tools_json) {
-        return ngx_http_sandbox_mcp_tools_json;
+        /* parsed at an earlier configuration: the same, built in */
+        return NGX_OK;
     }
 
-    tools = json_array();
-    if (tools == NULL) {
-        return NULL;
+    all = json_array();
+    if (all == NULL) {
+        return NGX_ERROR;
     }
 
     for (i = 0; i < NGX_HTTP_SANDBOX_MCP_NTOOLS; i++) {
         t = &ngx_http_sandbox_mcp_tools[i];
 
-        in = json_loads(t->input_schema, 0, &err);
-        out = json_loads(t->output_schema, 0, &err);
-
-        if (in == NULL || out == NULL) {
-            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                          "sandbox_mcp: bad schema of %s: %s", t->name,
-                          err.text);
-            json_decref(in);
-            json_decref(out);
-            json_decref(tools);
-            return NULL;
-        }
-
-        tool = json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:b, s:b, s:b}}",
-                         "name", t->name, "title", t->title,
-                         "description", t->description,
-                         "inputSchema", in, "outputSchema", out,
-                         "annotations",
-                             "readOnlyHint",
-                             (i != NGX_HTTP_SANDBOX_MCP_RUN_TASK
-                              && i != NGX_HTTP_SANDBOX_MCP_CANCEL_RUN),
-                             "idempotentHint",
-                             (i != NGX_HTTP_SANDBOX_MCP_RUN_TASK),
-                             "openWorldHint",
-                             (i == NGX_HTTP_SANDBOX_MCP_RUN_TASK));
-
-        if (tool == NULL || json_array_append_new(tools, tool) != 0) {
-            json_decref(tools);
-            return NULL;
+        if (ngx_http_sandbox_mcp_tool_parse(cf, t) != NGX_OK
+            || json_array_append(all, t->json) != 0)
+        {
+            json_decref(all);
+            return NGX_ERROR;
         }
     }
 
-    ngx_http_sandbox_mcp_tools_json = tools;
+    ngx_http_sandbox_mcp_tools_json = all;
 
-    return tools;
+    return NGX_OK;
+}
+
+
+json_t *
+ngx_http_sandbox_mcp_tool_property(ngx_http_sandbox_mcp_call_t *call,
+    const char *name)
+{
+    return json_object_get(ngx_http_sandbox_mcp_tools[call->tool].properties,
+                           name);
+}
+
+
+ngx_uint_t
+ngx_http_sandbox_mcp_tool_required(ngx_http_sandbox_mcp_call_t *call,
+    const char *name)
+{
+    size_t   i;
+    json_t  *v;
+
+    json_array_foreach(ngx_http_sandbox_mcp_tools[call->tool].required, i, v)
+    {
+        if (ngx_strcmp(json_string_value(v), name) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -331,7 +211,7 @@ ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     uint64_t     n;
     char         text[32];
 
-    all = ngx_http_sandbox_mcp_tools_array();
+    all = ngx_http_sandbox_mcp_tools_json;
     if (all == NULL) {
         ngx_snprintf((u_char *) err, errlen, "Internal error%Z");
         return NULL;
@@ -510,34 +390,21 @@ ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/* every argument is a property of the tool's inputSchema */
 static ngx_int_t
 ngx_http_sandbox_mcp_args_known(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_tool_t *tool)
 {
-    size_t       n;
-    const char  *key, *p;
     json_t      *v;
+    const char  *key;
 
     json_object_foreach(call->args, key, v) {
-        n = ngx_strlen(key);
 
-        /* is key one of the comma-separated names? */
-        for (p = tool->arguments; p; p = ngx_strchr(p, ',')) {
-            while (*p == ',' || *p == ' ') {
-                p++;
-            }
-
-            if (ngx_strncmp(p, key, n) == 0 && (p[n] == ',' || p[n] == '\0'))
-            {
-                break;
-            }
-        }
-
-        if (p == NULL) {
+        if (json_object_get(tool->properties, key) == NULL) {
             ngx_http_sandbox_mcp_tool_error(call, "Unknown argument '%*s' "
                                             "for %s; accepted: %s.",
-                                            ngx_min(n, 64), key,
-                                            tool->name, tool->arguments);
+                                            ngx_min(ngx_strlen(key), 64), key,
+                                            tool->name, tool->accepted);
             return NGX_ERROR;
         }
     }

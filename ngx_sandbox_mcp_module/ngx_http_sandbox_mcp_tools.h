@@ -17,11 +17,20 @@ typedef struct {
 } ngx_http_sandbox_mcp_key_t;
 
 
+/* the tools' definitions parsed, with the configuration */
+ngx_int_t ngx_http_sandbox_mcp_tools_init(ngx_conf_t *cf);
+
 /* tools/list (NULL: err says why) and tools/call */
 json_t *ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     json_t *params, char *err, size_t errlen);
 void ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
     json_t *params);
+
+/* the schema of an argument of the call's tool (NULL: none); required? */
+json_t *ngx_http_sandbox_mcp_tool_property(ngx_http_sandbox_mcp_call_t *call,
+    const char *name);
+ngx_uint_t ngx_http_sandbox_mcp_tool_required(
+    ngx_http_sandbox_mcp_call_t *call, const char *name);
 
 /*
  * A tool's answer, each ending the call: its structuredContent (NULL: an

@@ -358,6 +358,11 @@ embed_expand(const char *path, const char *dir, json_t *v, int depth)
     snprintf(file, sizeof(file), "%s/include/%s", dir, name);
 
     sub = json_load_file(file, JSON_REJECT_DUPLICATES, &err);
+
+    if (sub == NULL && err.line < 1) {
+        embed_fail(path, "$include \"%s\": %s", name, err.text);
+    }
+
     if (sub == NULL) {
         embed_fail(file, "line %d, column %d: %s", err.line, err.column,
                    err.text);
