@@ -20,15 +20,16 @@ ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r, const char *reason,
 {
     u_char     *p;
     ngx_str_t   v;
-    char        msg[256];
+    char        msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
 
-    v.data = ngx_pnalloc(r->pool, 256);
+    v.data = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX);
     if (v.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (bad_token) {
-        p = ngx_snprintf(v.data, 256, "Bearer realm=\"sandbox-mcp\", "
+        p = ngx_snprintf(v.data, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX,
+                         "Bearer realm=\"sandbox-mcp\", "
                          "error=\"invalid_token\", "
                          "error_description=\"%s\"", reason);
 
@@ -232,7 +233,7 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     const char                        *reason;
     ngx_table_elt_t                   *auth;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
-    char                               err[128];
+    char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 

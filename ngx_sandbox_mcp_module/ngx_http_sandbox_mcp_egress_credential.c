@@ -5,6 +5,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_credential.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 
 
 typedef enum {
@@ -22,7 +23,7 @@ ngx_http_sandbox_mcp_egress_cred_read(ngx_conf_t *cf, ngx_str_t *from,
 {
     int        rc;
     ngx_str_t  src;
-    char       err[256];
+    char       err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     src = *from;
 

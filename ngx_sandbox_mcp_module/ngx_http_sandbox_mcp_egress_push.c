@@ -206,7 +206,7 @@ ngx_http_sandbox_mcp_egress_check_push(ngx_http_request_t *r,
     ngx_int_t  rc;
     u_char     ref[sizeof("refs/heads/" NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX)
                    + SMCP_ID_LEN];
-    char       why[256];
+    char       why[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     buf = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_PUSH_HEAD);
     if (buf == NULL) {
@@ -351,7 +351,7 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
 void
 ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
 {
-    char                                err[512];
+    char                                err[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
     const char                         *type;
     ngx_int_t                           rc;
     ngx_uint_t                          status;

@@ -4,6 +4,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_token.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 
 #include "smcp_jwt.h"
 
@@ -193,7 +194,7 @@ json_t *
 ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r, ngx_str_t *token,
     const char **refusal)
 {
-    char                               err[128];
+    char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
     json_t                            *claims, *run, *scope;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
 

@@ -28,6 +28,41 @@ ngx_http_sandbox_mcp_is_method(json_t *msg, const char *name)
 }
 
 
+/* a body that is no JSON-RPC message we take: 400 saying why */
+static ngx_int_t
+ngx_http_sandbox_mcp_bad_body(ngx_http_request_t *r, ngx_int_t rc)
+{
+    u_char  msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
+
+    switch (rc) {
+
+    case SMCP_JSONRPC_PARSE_ERROR:
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                           NGX_HTTP_SANDBOX_MCP_PARSE_ERROR,
+                                           "Parse error: the body is not "
+                                           "valid JSON");
+
+    case SMCP_JSONRPC_EMPTY_BATCH:
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
+                               "Invalid Request: empty batch");
+
+    case SMCP_JSONRPC_BATCH_TOO_LONG:
+        ngx_snprintf(msg, sizeof(msg), "Invalid Request: a batch holds at "
+                     "most %d messages%Z", SMCP_JSONRPC_MAX_BATCH);
+
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
+                               (char *) msg);
+
+    default: /* SMCP_JSONRPC_INVALID */
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
+                               "Invalid Request: not a JSON-RPC 2.0 message");
+    }
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx)
@@ -57,33 +92,10 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    switch (smcp_jsonrpc_parse((char *) body.data, body.len, &ctx->body,
-                               &batch))
-    {
-    case SMCP_JSONRPC_OK:
-        break;
-
-    case SMCP_JSONRPC_PARSE_ERROR:
-        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
-                                           NGX_HTTP_SANDBOX_MCP_PARSE_ERROR,
-                                           "Parse error: the body is not "
-                                           "valid JSON");
-
-    case SMCP_JSONRPC_EMPTY_BATCH:
-        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
-                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
-                               "Invalid Request: empty batch");
-
-    case SMCP_JSONRPC_BATCH_TOO_LONG:
-        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
-                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
-                               "Invalid Request: a batch holds at most 32 "
-                               "messages");
-
-    default: /* SMCP_JSONRPC_INVALID */
-        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
-                               NGX_HTTP_SANDBOX_MCP_INVALID_REQUEST,
-                               "Invalid Request: not a JSON-RPC 2.0 message");
+    rc = smcp_jsonrpc_parse((char *) body.data, body.len, &ctx->body,
+                            &batch);
+    if (rc != SMCP_JSONRPC_OK) {
+        return ngx_http_sandbox_mcp_bad_body(r, rc);
     }
 
     ctx->batch = batch;
@@ -137,7 +149,7 @@ static void
 ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
     json_t *msg)
 {
-    char                              err[128];
+    char                              err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
     json_t                           *params, *result;
     const char                       *method;
     ngx_http_sandbox_mcp_ctx_t       *ctx;
@@ -292,7 +304,7 @@ ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
 {
     u_char   *p;
     va_list   args;
-    u_char    msg[512];
+    u_char    msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
 
     va_start(args, fmt);
     p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);

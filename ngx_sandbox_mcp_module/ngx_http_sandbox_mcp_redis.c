@@ -11,9 +11,6 @@
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 
-#define NGX_HTTP_SANDBOX_MCP_LISTENERS  4
-
-
 typedef struct {
     ngx_http_sandbox_mcp_redis_conn_t   c;          /* first: hiredis's
                                                        ev.data */
@@ -50,7 +47,7 @@ static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_cmd_link;
 static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_sub_link;
 
 static ngx_http_sandbox_mcp_redis_listener_t
-    ngx_http_sandbox_mcp_redis_listeners[NGX_HTTP_SANDBOX_MCP_LISTENERS];
+    ngx_http_sandbox_mcp_redis_listeners[NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS];
 static ngx_uint_t                         ngx_http_sandbox_mcp_redis_nlisteners;
 
 
@@ -134,7 +131,7 @@ ngx_http_sandbox_mcp_redis_listen(ngx_str_t *channel, ngx_uint_t pattern,
     ngx_http_sandbox_mcp_redis_listener_t  *l;
 
     if (ngx_http_sandbox_mcp_redis_nlisteners
-        == NGX_HTTP_SANDBOX_MCP_LISTENERS)
+        == NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS)
     {
         return NGX_ERROR;
     }
@@ -774,7 +771,7 @@ ngx_http_sandbox_mcp_redis_script(ngx_http_sandbox_mcp_script_t *script,
 
     ngx_str_set(&av[0], "EVALSHA");
     av[1].data = (u_char *) script->sha1;
-    av[1].len = 40;
+    av[1].len = sizeof(script->sha1) - 1;
     av[2].data = nbuf;
     av[2].len = ngx_sprintf(nbuf, "%ui", nkeys) - nbuf;
 

@@ -33,7 +33,7 @@ typedef struct {
     json_int_t                  timeout;
     ngx_uint_t                  create_pr;
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
-    u_char                      title_buf[128];
+    u_char                      title_buf[NGX_HTTP_SANDBOX_MCP_AUTO_TITLE];
     u_char                      cost_buf[NGX_INT64_LEN + 2];
 } ngx_http_sandbox_mcp_task_t;
 
@@ -107,7 +107,7 @@ ngx_http_sandbox_mcp_task_granted(ngx_http_sandbox_mcp_call_t *call,
     u_char      *p, *last;
     ngx_str_t   *g;
     ngx_uint_t   i, n;
-    u_char       list[256];
+    u_char       list[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
 
     g = call->ctx->repos ? call->ctx->repos->elts : NULL;
     n = call->ctx->repos ? call->ctx->repos->nelts : 0;
@@ -354,7 +354,11 @@ ngx_http_sandbox_mcp_task_title(ngx_http_sandbox_mcp_task_t *t)
 
     n = 0;
 
-    for (i = 0; i < t->task.len && t->task.data[i] != '\n' && i < 80; i++) {
+    for (i = 0;
+         i < t->task.len && t->task.data[i] != '\n'
+         && i < NGX_HTTP_SANDBOX_MCP_AUTO_TITLE;
+         i++)
+    {
         if ((t->task.data[i] & 0xc0) != 0x80) {
             n = i;
         }

@@ -18,6 +18,7 @@
 #include "smcp_validate.h"
 
 #include "ngx_http_sandbox_mcp_tools_json.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 
 
 /*
@@ -296,7 +297,7 @@ ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
 {
     u_char   *p;
     va_list   args;
-    u_char    msg[512];
+    u_char    msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
 
     /* nginx's formats: %V, %uz, %L, %*s ... */
     va_start(args, fmt);
@@ -360,9 +361,10 @@ ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
     ngx_uint_t nargs)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[32];
+    ngx_str_t   argv[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
 
-    if (nkeys + nargs > 32) {
+    /* the Redis layer adds EVALSHA, the script and the number of keys */
+    if (nkeys + nargs + 3 > NGX_HTTP_SANDBOX_MCP_MAX_ARGS) {
         ngx_http_sandbox_mcp_tool_unavailable(call);
         return;
     }
