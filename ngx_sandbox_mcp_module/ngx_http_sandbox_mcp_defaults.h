@@ -49,6 +49,11 @@
                                                            each) per event
                                                            before yielding */
 #define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           40      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_LOADING_PROBE      100     /* ms: while Redis
+                                                           loads its
+                                                           dataset, the
+                                                           scripts are tried
+                                                           this often */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS    4       /* layers that hear
                                                            pub/sub */
 #define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        1000000 /* revoked token ids
@@ -75,9 +80,15 @@
                                                            most */
 #define NGX_HTTP_SANDBOX_MCP_DIFF_MAX           ((uint64_t) 1 << 40)
                                                         /* cursor bound */
-#define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET        "2000"  /* index entries
+#define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET        2000    /* index entries
                                                            one list page
                                                            reads at most */
+#define NGX_HTTP_SANDBOX_MCP_LIST_SCAN          20      /* ... per run
+                                                           asked, with a
+                                                           status filter */
+#define NGX_HTTP_SANDBOX_MCP_LIST_TIES          16      /* read beyond: runs
+                                                           of the cursor's
+                                                           millisecond */
 
 /* tool arguments: bounds before their shape is checked (the bounds a
  * client sees are in the tools' schemas) */

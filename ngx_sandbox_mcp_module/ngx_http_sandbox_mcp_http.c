@@ -4,6 +4,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_redis.h"
 
 
 ngx_table_elt_t *
@@ -185,9 +186,8 @@ ngx_http_sandbox_mcp_send_unavailable(ngx_http_request_t *r)
     }
 
     return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                           NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
-                                           "Storage unavailable: Redis is "
-                                           "not reachable; retry shortly");
+                                    NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
+                                    ngx_http_sandbox_mcp_redis_unavailable());
 }
 
 

@@ -7,6 +7,7 @@
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_session.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
@@ -329,8 +330,8 @@ ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call)
     }
 
     ngx_http_sandbox_mcp_call_error(call, NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
-                                    "Storage unavailable: Redis is not "
-                                    "reachable; retry shortly");
+                                    "%s",
+                                    ngx_http_sandbox_mcp_redis_unavailable());
 }
 
 

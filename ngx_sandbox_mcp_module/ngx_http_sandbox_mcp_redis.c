@@ -1,28 +1,13 @@
 /*
  * The worker's two Redis connections (commands, pub/sub): connect with
- * backoff, AUTH, command timeouts, scripts, and the delivery of pub/sub
- * messages and connection events to the listeners of the layers above.
+ * backoff, AUTH, command timeouts, and the delivery of pub/sub messages and
+ * connection events to the listeners of the layers above.  The commands
+ * themselves: ngx_http_sandbox_mcp_redis_command.c.
  */
 
-#include <openssl/sha.h>
-
 #include "ngx_http_sandbox_mcp_redis.h"
-#include "ngx_http_sandbox_mcp_redis_event.h"
+#include "ngx_http_sandbox_mcp_redis_link.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
-
-
-typedef struct {
-    ngx_http_sandbox_mcp_redis_conn_t   c;          /* first: hiredis's
-                                                       ev.data */
-    ngx_event_t                         reconnect;
-    ngx_event_t                         timer;      /* connect / command */
-    ngx_queue_t                         pending;
-    ngx_msec_t                          backoff;
-    ngx_msec_t                          connect_start;
-    ngx_uint_t                          failures;
-    unsigned                            subscriber:1;
-    unsigned                            auth_failed:1;
-} ngx_http_sandbox_mcp_redis_link_t;
 
 
 typedef struct {
@@ -38,12 +23,11 @@ static void ngx_http_sandbox_mcp_redis_schedule(
     ngx_http_sandbox_mcp_redis_link_t *link);
 
 
-static ngx_http_sandbox_mcp_main_conf_t  *ngx_http_sandbox_mcp_redis_conf;
-static ngx_log_t                         *ngx_http_sandbox_mcp_redis_log;
-static ngx_uint_t                         ngx_http_sandbox_mcp_redis_exiting;
-static ngx_http_sandbox_mcp_script_t    **ngx_http_sandbox_mcp_redis_scripts;
+ngx_http_sandbox_mcp_main_conf_t         *ngx_http_sandbox_mcp_redis_conf;
+ngx_log_t                                *ngx_http_sandbox_mcp_redis_log;
+ngx_uint_t                                ngx_http_sandbox_mcp_redis_exiting;
 
-static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_cmd_link;
+ngx_http_sandbox_mcp_redis_link_t         ngx_http_sandbox_mcp_cmd_link;
 static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_sub_link;
 
 static ngx_http_sandbox_mcp_redis_listener_t
@@ -148,7 +132,7 @@ ngx_http_sandbox_mcp_redis_listen(ngx_str_t *channel, ngx_uint_t pattern,
 
 
 /* an event every listener hears */
-static void
+void
 ngx_http_sandbox_mcp_redis_notify(ngx_http_sandbox_mcp_redis_event_e event)
 {
     ngx_uint_t  i;
@@ -275,7 +259,7 @@ ngx_http_sandbox_mcp_redis_subscribe(redisAsyncContext *ac)
 /* command timeouts */
 
 
-static void
+void
 ngx_http_sandbox_mcp_redis_arm(ngx_http_sandbox_mcp_redis_link_t *link)
 {
     ngx_msec_t                         at, now, timeout;
@@ -368,6 +352,10 @@ ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
         ngx_del_timer(&link->timer);
     }
 
+    if (!link->subscriber) {
+        ngx_http_sandbox_mcp_redis_commands_lost();
+    }
+
     ngx_http_sandbox_mcp_redis_notify(link->subscriber
                                       ? NGX_HTTP_SANDBOX_MCP_REDIS_UNSUBSCRIBED
                                       : NGX_HTTP_SANDBOX_MCP_REDIS_LOST);
@@ -382,39 +370,6 @@ ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
 
     link->backoff = ngx_min(link->backoff * 2,
                             NGX_HTTP_SANDBOX_MCP_BACKOFF_MAX);
-}
-
-
-static void
-ngx_http_sandbox_mcp_redis_script_loaded(redisAsyncContext *ac, void *r,
-    void *privdata)
-{
-    redisReply  *reply = r;
-
-    /* NOAUTH: a refused AUTH was logged already */
-    if (reply && reply->type == REDIS_REPLY_ERROR
-        && ngx_strncmp(reply->str, "NOAUTH", 6) != 0)
-    {
-        ngx_log_error(NGX_LOG_ALERT, ngx_http_sandbox_mcp_redis_log, 0,
-                      "sandbox_mcp: redis: loading script \"%s\" failed: %s",
-                      (char *) privdata, reply->str);
-    }
-}
-
-
-static void
-ngx_http_sandbox_mcp_redis_load_scripts(redisAsyncContext *ac)
-{
-    ngx_http_sandbox_mcp_script_t  **s;
-
-    /* queued before any EVALSHA of this connection: Redis runs commands
-     * in order, so every later EVALSHA finds its script */
-
-    for (s = ngx_http_sandbox_mcp_redis_scripts; *s; s++) {
-        redisAsyncCommand(ac, ngx_http_sandbox_mcp_redis_script_loaded,
-                          (void *) (*s)->name, "SCRIPT LOAD %s",
-                          (*s)->source);
-    }
 }
 
 
@@ -608,21 +563,12 @@ ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
     ngx_http_sandbox_mcp_main_conf_t *mcf,
     ngx_http_sandbox_mcp_script_t **scripts)
 {
-    ngx_http_sandbox_mcp_script_t  **s;
-    unsigned char                    md[SHA_DIGEST_LENGTH];
-
     ngx_http_sandbox_mcp_redis_conf = mcf;
     ngx_http_sandbox_mcp_redis_log = cycle->log;
     ngx_http_sandbox_mcp_redis_exiting = 0;
-    ngx_http_sandbox_mcp_redis_scripts = scripts;
     ngx_http_sandbox_mcp_redis_nlisteners = 0;
 
-    for (s = scripts; *s; s++) {
-        SHA1((const unsigned char *) (*s)->source,
-             ngx_strlen((*s)->source), md);
-        ngx_hex_dump((u_char *) (*s)->sha1, md, SHA_DIGEST_LENGTH);
-        (*s)->sha1[40] = '\0';
-    }
+    ngx_http_sandbox_mcp_redis_commands_init(cycle, scripts);
 
     ngx_http_sandbox_mcp_redis_link_init(&ngx_http_sandbox_mcp_cmd_link,
                                          "commands", 0);
@@ -668,123 +614,11 @@ ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle)
     /* without this every reload logs "open socket left in connection" */
     ngx_http_sandbox_mcp_redis_exiting = 1;
 
+    ngx_http_sandbox_mcp_redis_commands_lost();
+
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_cmd_link);
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_sub_link);
 }
 
 
-/* commands */
 
-
-static void
-ngx_http_sandbox_mcp_redis_reply(redisAsyncContext *ac, void *r,
-    void *privdata)
-{
-    ngx_http_sandbox_mcp_redis_cmd_t   *cmd = privdata;
-    ngx_http_sandbox_mcp_redis_link_t  *link;
-
-    link = &ngx_http_sandbox_mcp_cmd_link;
-
-    ngx_queue_remove(&cmd->queue);
-
-    if (cmd->handler && cmd->data) {
-        cmd->handler(cmd->data, r);
-    }
-
-    ngx_free(cmd);
-
-    if (link->c.ac == ac && link->c.connected) {
-        ngx_http_sandbox_mcp_redis_arm(link);
-    }
-}
-
-
-ngx_http_sandbox_mcp_redis_cmd_t *
-ngx_http_sandbox_mcp_redis_command(
-    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
-    ngx_uint_t argc, ngx_str_t *argv)
-{
-    ngx_uint_t                          i;
-    const char                         *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
-    size_t                              al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
-    ngx_http_sandbox_mcp_redis_cmd_t   *cmd;
-    ngx_http_sandbox_mcp_redis_link_t  *link;
-
-    link = &ngx_http_sandbox_mcp_cmd_link;
-
-    /* fail fast while Redis is away; commands queued during a connect
-     * attempt are bounded by the connect timeout */
-    if (link->c.ac == NULL || (!link->c.connected && link->failures)
-        || argc > NGX_HTTP_SANDBOX_MCP_MAX_ARGS)
-    {
-        return NULL;
-    }
-
-    for (i = 0; i < argc; i++) {
-        av[i] = argv[i].len ? (const char *) argv[i].data : "";
-        al[i] = argv[i].len;
-    }
-
-    cmd = ngx_alloc(sizeof(ngx_http_sandbox_mcp_redis_cmd_t),
-                    ngx_http_sandbox_mcp_redis_log);
-    if (cmd == NULL) {
-        return NULL;
-    }
-
-    /* a NULL handler: fire and forget, the reply is dropped */
-    cmd->handler = handler;
-    cmd->data = data;
-    cmd->sent = ngx_current_msec;
-
-    if (redisAsyncCommandArgv(link->c.ac, ngx_http_sandbox_mcp_redis_reply,
-                              cmd, (int) argc, av, al)
-        != REDIS_OK)
-    {
-        ngx_free(cmd);
-        return NULL;
-    }
-
-    ngx_queue_insert_tail(&link->pending, &cmd->queue);
-
-    if (!link->timer.timer_set) {
-        ngx_http_sandbox_mcp_redis_arm(link);
-    }
-
-    return cmd;
-}
-
-
-ngx_http_sandbox_mcp_redis_cmd_t *
-ngx_http_sandbox_mcp_redis_script(ngx_http_sandbox_mcp_script_t *script,
-    ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
-    ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv)
-{
-    ngx_uint_t  i;
-    ngx_str_t   av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
-    u_char      nbuf[NGX_INT_T_LEN];
-
-    /* EVALSHA sha nkeys keys... args... */
-
-    if (argc + 3 > NGX_HTTP_SANDBOX_MCP_MAX_ARGS) {
-        return NULL;
-    }
-
-    ngx_str_set(&av[0], "EVALSHA");
-    av[1].data = (u_char *) script->sha1;
-    av[1].len = sizeof(script->sha1) - 1;
-    av[2].data = nbuf;
-    av[2].len = ngx_sprintf(nbuf, "%ui", nkeys) - nbuf;
-
-    for (i = 0; i < argc; i++) {
-        av[i + 3] = argv[i];
-    }
-
-    return ngx_http_sandbox_mcp_redis_command(handler, data, argc + 3, av);
-}
-
-
-void
-ngx_http_sandbox_mcp_redis_cancel(ngx_http_sandbox_mcp_redis_cmd_t *cmd)
-{
-    cmd->data = NULL;
-}

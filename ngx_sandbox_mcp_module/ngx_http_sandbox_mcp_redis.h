@@ -20,22 +20,30 @@
 
 
 /*
- * Called exactly once per command: with the reply, or with NULL when the
- * connection was lost before it came.  The reply is freed after the call.
+ * Called exactly once per command: with the reply, or with NULL when Redis
+ * could not serve it (the connection was lost before it came, or Redis is
+ * loading its dataset: ngx_http_sandbox_mcp_redis_unavailable() says
+ * which).  The reply is freed after the call.
  */
 typedef void (*ngx_http_sandbox_mcp_redis_handler_pt)(void *data,
     redisReply *reply);
 
 
-struct ngx_http_sandbox_mcp_redis_cmd_s {
-    ngx_queue_t                             queue;
-    ngx_msec_t                              sent;
-    ngx_http_sandbox_mcp_redis_handler_pt   handler;
-    void                                   *data;   /* NULL: owner gone */
-};
+/*
+ * One reply of n commands sent at once (ngx_http_sandbox_mcp_redis_each):
+ * called n times, in order (i from 0), each reply NULL when the connection
+ * was lost before it came.
+ */
+typedef void (*ngx_http_sandbox_mcp_redis_each_pt)(void *data, ngx_uint_t i,
+    redisReply *reply);
 
 
-/* a Lua script sent with EVALSHA; loaded on every (re)connect */
+/*
+ * A Lua script sent with EVALSHA; loaded (SCRIPT LOAD) on every connect,
+ * once Redis has loaded its dataset, and whenever Redis answers NOSCRIPT
+ * (restarted, SCRIPT FLUSH, a failover): the command that met NOSCRIPT is
+ * sent once more.
+ */
 typedef struct {
     const char                             *name;
     const char                             *source;
@@ -93,7 +101,16 @@ ngx_http_sandbox_mcp_redis_cmd_t *ngx_http_sandbox_mcp_redis_script(
     ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
     ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv);
 
+/* n commands, pipelined: command k has argc[k] arguments, which follow
+ * those of command k - 1 in argv */
+ngx_http_sandbox_mcp_redis_cmd_t *ngx_http_sandbox_mcp_redis_each(
+    ngx_http_sandbox_mcp_redis_each_pt handler, void *data, ngx_uint_t n,
+    ngx_uint_t *argc, ngx_str_t *argv);
+
 void ngx_http_sandbox_mcp_redis_cancel(ngx_http_sandbox_mcp_redis_cmd_t *cmd);
+
+/* why Redis cannot serve commands: the text of a 503 for a client */
+const char *ngx_http_sandbox_mcp_redis_unavailable(void);
 
 /* builds "<prefix><fmt args>" in the pool */
 ngx_int_t ngx_http_sandbox_mcp_redis_key(ngx_pool_t *pool, ngx_str_t *key,

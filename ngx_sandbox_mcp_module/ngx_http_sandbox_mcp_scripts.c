@@ -19,7 +19,6 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(session_create);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(session_touch);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(session_delete);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_create);
-NGX_HTTP_SANDBOX_MCP_SCRIPT(run_list);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_cancel);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_diff);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
@@ -30,7 +29,6 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_session_touch,
     &ngx_http_sandbox_mcp_script_session_delete,
     &ngx_http_sandbox_mcp_script_run_create,
-    &ngx_http_sandbox_mcp_script_run_list,
     &ngx_http_sandbox_mcp_script_run_cancel,
     &ngx_http_sandbox_mcp_script_run_diff,
     &ngx_http_sandbox_mcp_script_run_events,

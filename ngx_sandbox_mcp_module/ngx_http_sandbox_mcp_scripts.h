@@ -19,8 +19,6 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_create;
 extern ngx_http_sandbox_mcp_script_t
-    ngx_http_sandbox_mcp_script_run_list;
-extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_cancel;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_diff;

@@ -418,31 +418,23 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[21];
+    ngx_str_t                    args[23];
     ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[9];
+    ngx_http_sandbox_mcp_key_t   keys[] = {
+        { SMCP_KEY_RUN, &call->run_id },
+        { SMCP_KEY_RUN_EVENTS, &call->run_id },
+        { SMCP_KEY_TENANT_RUNS, &call->ctx->tenant },
+        { SMCP_KEY_SESSION, &call->path },
+        { SMCP_KEY_SESSION_RUNS, &call->path },
+        { SMCP_KEY_SESSION_ACTIVE, &call->path },
+        { SMCP_KEY_TENANT_STARTED, &call->ctx->tenant },
+        { SMCP_KEY_SESSIONS, NULL },
+        { SMCP_KEY_QUEUE, NULL },
+        { SMCP_CHAN_RUN, &call->run_id }
+    };
 
     pool = call->ctx->request->pool;
     now = ngx_http_sandbox_mcp_now_ms();
-
-    keys[0].fmt = SMCP_KEY_RUN;
-    keys[0].arg = &call->run_id;
-    keys[1].fmt = SMCP_KEY_RUN_EVENTS;
-    keys[1].arg = &call->run_id;
-    keys[2].fmt = SMCP_KEY_TENANT_RUNS;
-    keys[2].arg = &call->ctx->tenant;
-    keys[3].fmt = SMCP_KEY_SESSION;
-    keys[3].arg = &call->path;
-    keys[4].fmt = SMCP_KEY_SESSION_RUNS;
-    keys[4].arg = &call->path;
-    keys[5].fmt = SMCP_KEY_QUEUE;
-    keys[5].arg = NULL;
-    keys[6].fmt = SMCP_CHAN_RUN;
-    keys[6].arg = &call->run_id;
-    keys[7].fmt = SMCP_KEY_TENANT_ACTIVE;
-    keys[7].arg = &call->ctx->tenant;
-    keys[8].fmt = SMCP_KEY_SESSIONS;
-    keys[8].arg = NULL;
 
     args[0] = call->run_id;
     args[1] = call->ctx->tenant;
@@ -463,33 +455,30 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     }
     args[11] = ngx_http_sandbox_mcp_redis_number(pool, t->timeout);
     args[12] = ngx_http_sandbox_mcp_events_maxlen;
-
-    if (ngx_http_sandbox_mcp_redis_key(pool, &args[13], SMCP_KEY_RUN, NULL)
-        != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
-
-    args[14] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_queued);
-    args[15] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_running);
-    args[16].data = t->cost_buf;
-    args[16].len = ngx_http_sandbox_mcp_usd(t->cost_buf, t->max_cost)
+    args[13] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_queued);
+    args[14] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_running);
+    args[15].data = t->cost_buf;
+    args[15].len = ngx_http_sandbox_mcp_usd(t->cost_buf, t->max_cost)
                    - t->cost_buf;
-    args[17] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
-    args[18] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_idle);
-    args[19] = ngx_http_sandbox_mcp_redis_number(pool,
+    args[16] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
+    args[17] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_idle);
+    args[18] = ngx_http_sandbox_mcp_redis_number(pool,
                                       now + (int64_t) lcf->session_idle * 1000);
 
     /* no run older than this has keys left: its index entries go */
-    args[20] = ngx_http_sandbox_mcp_redis_number(pool,
+    args[19] = ngx_http_sandbox_mcp_redis_number(pool,
                    now - ((int64_t) lcf->retention + lcf->run_timeout_max)
                          * 1000);
+
+    ngx_str_set(&args[20], SMCP_STATUS_STARTED);
+    ngx_str_set(&args[21], SMCP_SESSION_EXPIRING);
+    ngx_str_set(&args[22], SMCP_SESSION_EXPIRED);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
-                                     keys, 9, args, 21);
+                                     keys, sizeof(keys) / sizeof(keys[0]),
+                                     args, sizeof(args) / sizeof(args[0]));
 }
 
 
