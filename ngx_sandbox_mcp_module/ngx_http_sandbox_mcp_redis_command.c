@@ -337,9 +337,9 @@ ngx_http_sandbox_mcp_redis_command(
     ngx_http_sandbox_mcp_redis_handler_pt handler, void *data,
     ngx_uint_t argc, ngx_str_t *argv)
 {
-    const char                        *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
-    size_t                             al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
     ngx_http_sandbox_mcp_redis_cmd_t  *cmd;
+    size_t                             al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
+    const char                        *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
 
     if (!ngx_http_sandbox_mcp_redis_usable()
         || ngx_http_sandbox_mcp_redis_args(argc, argv, av, al) != NGX_OK)
@@ -375,9 +375,9 @@ ngx_http_sandbox_mcp_redis_each(ngx_http_sandbox_mcp_redis_each_pt handler,
     void *data, ngx_uint_t n, ngx_uint_t *argc, ngx_str_t *argv)
 {
     ngx_uint_t                         k;
-    const char                        *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
-    size_t                             al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
     ngx_http_sandbox_mcp_redis_cmd_t  *cmd;
+    size_t                             al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
+    const char                        *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
 
     if (n == 0 || !ngx_http_sandbox_mcp_redis_usable()) {
         return NULL;
@@ -429,10 +429,10 @@ ngx_http_sandbox_mcp_redis_script(ngx_http_sandbox_mcp_script_t *script,
     ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv)
 {
     ngx_uint_t                         i;
-    const char                        *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
-    size_t                             al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
     ngx_http_sandbox_mcp_redis_cmd_t  *cmd;
     u_char                             nbuf[NGX_INT_T_LEN];
+    size_t                             al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
+    const char                        *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
 
     /* EVALSHA sha nkeys keys... args..., kept formatted: NOSCRIPT sends it
      * again */

@@ -25,7 +25,8 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;
 
-/* NULL-terminated: loaded on every connect */
+/* NULL-terminated: the scripts the Redis layer loads (on every connect,
+ * once Redis has loaded its dataset, after a NOSCRIPT) */
 extern ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[];
 
 

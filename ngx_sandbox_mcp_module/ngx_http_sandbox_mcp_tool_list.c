@@ -191,8 +191,8 @@ ngx_http_sandbox_mcp_list_runs_reply(void *data, ngx_uint_t i,
 static void
 ngx_http_sandbox_mcp_list_read(ngx_http_sandbox_mcp_list_t *l)
 {
-    ngx_uint_t                    i, k, *argc;
     ngx_str_t                    *argv, *a;
+    ngx_uint_t                    i, k, *argc;
     ngx_pool_t                   *pool;
     ngx_http_sandbox_mcp_call_t  *call;
 

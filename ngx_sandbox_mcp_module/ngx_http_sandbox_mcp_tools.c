@@ -69,8 +69,8 @@ static char *
 ngx_http_sandbox_mcp_tool_accepted(json_t *properties)
 {
     char        *s, *p;
-    size_t       len;
     json_t      *v;
+    size_t       len;
     const char  *key;
 
     len = 1;

@@ -171,8 +171,8 @@ ngx_http_sandbox_mcp_waiter_listener(ngx_http_sandbox_mcp_redis_event_e ev,
 ngx_int_t
 ngx_http_sandbox_mcp_waiter_init_worker(ngx_cycle_t *cycle)
 {
-    ngx_uint_t  i;
     ngx_str_t   any;
+    ngx_uint_t  i;
 
     for (i = 0; i < NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS; i++) {
         ngx_queue_init(&ngx_http_sandbox_mcp_waiters[i]);
