@@ -26,8 +26,18 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
 RUNNER_LUA := $(wildcard runner/scripts/*.lua)
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 
-MODULE_SRCS := config $(wildcard ngx_sandbox_mcp_module/*.[ch] \
-                                 ngx_sandbox_mcp_module/common/*.[ch])
+# the Redis scripts module and runner share (one NAME.lua per script) and
+# the generator that embeds them (and the tool definitions) into C headers
+SCRIPTS_DIR := ngx_sandbox_mcp_module/common/scripts
+SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua)
+TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
+                          ngx_sandbox_mcp_module/tools/include/*.json)
+EMBED_SRC   := ngx_sandbox_mcp_module/common/embed/smcp_embed.c
+EMBED_BIN   := $(BUILD)/smcp-embed
+
+MODULE_SRCS := config config.make $(wildcard ngx_sandbox_mcp_module/*.[ch] \
+                                 ngx_sandbox_mcp_module/common/*.[ch]) \
+               $(SCRIPTS_LUA) $(TOOLS_JSON) $(EMBED_SRC)
 COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 
 CFLAGS     ?= -O2 -g
@@ -44,7 +54,7 @@ runner: $(RUNNER_BIN)
 # Debian's recipe for out-of-tree dynamic modules: configure a copy of the
 # nginx-dev tree with the packaged nginx's own flags (--with-compat), then
 # build only the modules.
-$(BUILD)/nginx-obj/Makefile: config
+$(BUILD)/nginx-obj/Makefile: config config.make
 	rm -rf $(BUILD)/nginx-src $(BUILD)/nginx-obj
 	mkdir -p $(BUILD)
 	cp -a $(NGX_SRC) $(BUILD)/nginx-src
@@ -73,6 +83,17 @@ $(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
 	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
 	    -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD) -o $@ \
 	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
+
+# smcp-embed: data files (Lua scripts, tool definitions) checked and
+# embedded as C strings; nginx's build makes its own copy (config.make)
+$(EMBED_BIN): $(EMBED_SRC)
+	mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ljansson
+
+# the shared scripts as C strings (smcp_lua_NAME), for the runner and the
+# tools: every $(SCRIPTS_DIR)/*.lua, checked for its KEYS/ARGV header
+$(BUILD)/smcp_scripts.h: $(EMBED_BIN) $(SCRIPTS_DIR) $(SCRIPTS_LUA)
+	$(EMBED_BIN) lua $@ $(SCRIPTS_DIR)
 
 # the runner's Redis scripts, kept as files (t/runner_scripts.t runs them
 # against redis-server) and embedded as C strings, comment lines left out

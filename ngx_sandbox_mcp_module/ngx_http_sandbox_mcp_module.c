@@ -3,7 +3,13 @@
  */
 
 #include "ngx_http_sandbox_mcp_module.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
+#include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_revoked.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
+#include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_waiter.h"
 
 
 static ngx_int_t ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle);
@@ -261,9 +267,20 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_http_sandbox_mcp_tools_init_worker();
+    /* the Redis layer first; the layers above listen to it; then connect */
 
-    return ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf);
+    if (ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf,
+                                               ngx_http_sandbox_mcp_scripts)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_revoked_init_worker(cycle) != NGX_OK
+        || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_sandbox_mcp_redis_start();
+
+    return NGX_OK;
 }
 
 
@@ -271,6 +288,8 @@ static void
 ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle)
 {
     ngx_http_sandbox_mcp_redis_exit_worker(cycle);
+    ngx_http_sandbox_mcp_waiter_exit_worker(cycle);
+    ngx_http_sandbox_mcp_revoked_exit_worker(cycle);
 }
 
 
@@ -309,19 +328,24 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_sandbox_mcp_main_conf_t *mcf = conf;
 
     if (mcf->redis.len == 0) {
-        ngx_str_set(&mcf->redis, "127.0.0.1:6379");
-        ngx_str_set(&mcf->redis_host, "127.0.0.1");
-        mcf->redis_port = 6379;
+        ngx_str_set(&mcf->redis, SMCP_DEFAULT_REDIS);
+        ngx_str_set(&mcf->redis_host, SMCP_DEFAULT_REDIS_HOST);
+        mcf->redis_port = SMCP_DEFAULT_REDIS_PORT;
     }
 
     if (mcf->prefix.data == NULL) {
         ngx_str_set(&mcf->prefix, SMCP_DEFAULT_PREFIX);
     }
 
-    ngx_conf_init_msec_value(mcf->redis_timeout, 3000);
+    ngx_conf_init_msec_value(mcf->redis_timeout,
+                             NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT);
 
     if (!mcf->enabled) {
         return NGX_CONF_OK;
+    }
+
+    if (ngx_http_sandbox_mcp_tools_init(cf) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     return ngx_http_sandbox_mcp_read_secrets(cf, mcf);
@@ -335,7 +359,7 @@ ngx_http_sandbox_mcp_read_password(ngx_conf_t *cf,
 {
     int         rc;
     ngx_str_t  *from, name;
-    char        err[256];
+    char        err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     from = &mcf->redis_password_from;
 
@@ -388,7 +412,7 @@ ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
     ngx_http_sandbox_mcp_main_conf_t *mcf)
 {
     int   rc;
-    char  err[256];
+    char  err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     if (mcf->redis_password_from.len
         && ngx_http_sandbox_mcp_read_password(cf, mcf) != NGX_CONF_OK)
@@ -412,7 +436,7 @@ ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
 
     } else {
         if (mcf->secret_env.len == 0) {
-            ngx_str_set(&mcf->secret_env, "PROXY_JWT_SECRET");
+            ngx_str_set(&mcf->secret_env, SMCP_SECRET_ENV);
         }
 
         rc = smcp_secret_from_env((char *) mcf->secret_env.data,
@@ -471,57 +495,42 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
 }
 
 
-static char *
-ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
-    void *child)
+/* sandbox_mcp_allowed_hosts' default: the loopback names */
+static ngx_int_t
+ngx_http_sandbox_mcp_default_hosts(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_loc_conf_t *conf)
 {
-    ngx_http_sandbox_mcp_loc_conf_t *prev = parent;
-    ngx_http_sandbox_mcp_loc_conf_t *conf = child;
+    ngx_str_t   *s;
+    ngx_uint_t   n;
 
-    ngx_str_t  *s;
+    static ngx_str_t  hosts[] = {
+        ngx_string("localhost"),
+        ngx_string("127.0.0.1"),
+        ngx_string("[::1]")
+    };
 
-    ngx_conf_merge_value(conf->enable, prev->enable, 0);
-    ngx_conf_merge_ptr_value(conf->allowed_hosts, prev->allowed_hosts, NULL);
-    ngx_conf_merge_ptr_value(conf->allowed_origins, prev->allowed_origins,
-                             NULL);
-    ngx_conf_merge_size_value(conf->max_body, prev->max_body, 1024 * 1024);
-    ngx_conf_merge_sec_value(conf->session_ttl, prev->session_ttl, 86400);
-    ngx_conf_merge_str_value(conf->github_host, prev->github_host,
-                             "github.com");
-    ngx_conf_merge_str_value(conf->public_url, prev->public_url, "");
-    ngx_conf_merge_sec_value(conf->max_wait, prev->max_wait, 60);
-    ngx_conf_merge_size_value(conf->max_task_size, prev->max_task_size,
-                              64 * 1024);
-    ngx_conf_merge_sec_value(conf->run_timeout, prev->run_timeout, 3600);
-    ngx_conf_merge_sec_value(conf->run_timeout_max, prev->run_timeout_max,
-                             86400);
-    ngx_conf_merge_sec_value(conf->ui_token_ttl, prev->ui_token_ttl, 86400);
-    ngx_conf_merge_str_value(conf->default_model, prev->default_model,
-                             "anthropic/claude-sonnet-4-5");
-    ngx_conf_merge_uint_value(conf->page_size, prev->page_size, 100);
-    ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued, 20);
-    ngx_conf_merge_uint_value(conf->max_running, prev->max_running, 4);
-    ngx_conf_merge_value(conf->max_cost, prev->max_cost, 25000000);
-    ngx_conf_merge_sec_value(conf->retention, prev->retention, 30 * 86400);
-    ngx_conf_merge_sec_value(conf->session_idle, prev->session_idle,
-                             7 * 86400);
+    n = sizeof(hosts) / sizeof(ngx_str_t);
 
+    conf->allowed_hosts = ngx_array_create(cf->pool, n, sizeof(ngx_str_t));
     if (conf->allowed_hosts == NULL) {
-        conf->allowed_hosts = ngx_array_create(cf->pool, 3, sizeof(ngx_str_t));
-        if (conf->allowed_hosts == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        s = ngx_array_push_n(conf->allowed_hosts, 3);
-        if (s == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_str_set(&s[0], "localhost");
-        ngx_str_set(&s[1], "127.0.0.1");
-        ngx_str_set(&s[2], "[::1]");
+        return NGX_ERROR;
     }
 
+    s = ngx_array_push_n(conf->allowed_hosts, n);
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(s, hosts, sizeof(hosts));
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_check_limits(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_loc_conf_t *conf)
+{
     if (conf->run_timeout > conf->run_timeout_max) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp_run_timeout is above "
@@ -529,18 +538,24 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_ERROR;
     }
 
-    if (conf->page_size == 0 || conf->page_size > 1000) {
+    if (conf->page_size == 0
+        || conf->page_size > NGX_HTTP_SANDBOX_MCP_PAGE_SIZE_LIMIT)
+    {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "sandbox_mcp_page_size must be 1..1000");
+                           "sandbox_mcp_page_size must be 1..%d",
+                           NGX_HTTP_SANDBOX_MCP_PAGE_SIZE_LIMIT);
         return NGX_CONF_ERROR;
     }
 
-    if (conf->max_queued == 0 || conf->max_queued > 10000
-        || conf->max_running == 0 || conf->max_running > 10000)
+    if (conf->max_queued == 0
+        || conf->max_queued > NGX_HTTP_SANDBOX_MCP_RUNS_LIMIT
+        || conf->max_running == 0
+        || conf->max_running > NGX_HTTP_SANDBOX_MCP_RUNS_LIMIT)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp_max_queued and "
-                           "sandbox_mcp_max_running must be 1..10000");
+                           "sandbox_mcp_max_running must be 1..%d",
+                           NGX_HTTP_SANDBOX_MCP_RUNS_LIMIT);
         return NGX_CONF_ERROR;
     }
 
@@ -551,13 +566,67 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_ERROR;
     }
 
-    if (conf->max_wait > 3600) {
+    if (conf->max_wait > NGX_HTTP_SANDBOX_MCP_MAX_WAIT_LIMIT) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "sandbox_mcp_max_wait must be at most 1h");
+                           "sandbox_mcp_max_wait must be at most %ds",
+                           NGX_HTTP_SANDBOX_MCP_MAX_WAIT_LIMIT);
         return NGX_CONF_ERROR;
     }
 
     return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child)
+{
+    ngx_http_sandbox_mcp_loc_conf_t *prev = parent;
+    ngx_http_sandbox_mcp_loc_conf_t *conf = child;
+
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_ptr_value(conf->allowed_hosts, prev->allowed_hosts, NULL);
+    ngx_conf_merge_ptr_value(conf->allowed_origins, prev->allowed_origins,
+                             NULL);
+    ngx_conf_merge_size_value(conf->max_body, prev->max_body,
+                              NGX_HTTP_SANDBOX_MCP_MAX_BODY);
+    ngx_conf_merge_sec_value(conf->session_ttl, prev->session_ttl,
+                             NGX_HTTP_SANDBOX_MCP_SESSION_TTL);
+    ngx_conf_merge_str_value(conf->github_host, prev->github_host,
+                             NGX_HTTP_SANDBOX_MCP_GITHUB_HOST);
+    ngx_conf_merge_str_value(conf->public_url, prev->public_url, "");
+    ngx_conf_merge_sec_value(conf->max_wait, prev->max_wait,
+                             NGX_HTTP_SANDBOX_MCP_MAX_WAIT);
+    ngx_conf_merge_size_value(conf->max_task_size, prev->max_task_size,
+                              NGX_HTTP_SANDBOX_MCP_MAX_TASK_SIZE);
+    ngx_conf_merge_sec_value(conf->run_timeout, prev->run_timeout,
+                             NGX_HTTP_SANDBOX_MCP_RUN_TIMEOUT);
+    ngx_conf_merge_sec_value(conf->run_timeout_max, prev->run_timeout_max,
+                             NGX_HTTP_SANDBOX_MCP_RUN_TIMEOUT_MAX);
+    ngx_conf_merge_sec_value(conf->ui_token_ttl, prev->ui_token_ttl,
+                             NGX_HTTP_SANDBOX_MCP_UI_TOKEN_TTL);
+    ngx_conf_merge_str_value(conf->default_model, prev->default_model,
+                             NGX_HTTP_SANDBOX_MCP_DEFAULT_MODEL);
+    ngx_conf_merge_uint_value(conf->page_size, prev->page_size,
+                              NGX_HTTP_SANDBOX_MCP_PAGE_SIZE);
+    ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued,
+                              NGX_HTTP_SANDBOX_MCP_MAX_QUEUED);
+    ngx_conf_merge_uint_value(conf->max_running, prev->max_running,
+                              NGX_HTTP_SANDBOX_MCP_MAX_RUNNING);
+    ngx_conf_merge_value(conf->max_cost, prev->max_cost,
+                         NGX_HTTP_SANDBOX_MCP_MAX_COST);
+    ngx_conf_merge_sec_value(conf->retention, prev->retention,
+                             NGX_HTTP_SANDBOX_MCP_RETENTION);
+    ngx_conf_merge_sec_value(conf->session_idle, prev->session_idle,
+                             NGX_HTTP_SANDBOX_MCP_SESSION_IDLE);
+
+    if (conf->allowed_hosts == NULL
+        && ngx_http_sandbox_mcp_default_hosts(cf, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_check_limits(cf, conf);
 }
 
 
@@ -619,7 +688,7 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_memzero(&u, sizeof(ngx_url_t));
 
     u.url = value[1];
-    u.default_port = 6379;
+    u.default_port = SMCP_DEFAULT_REDIS_PORT;
 
     if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.naddrs == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -629,7 +698,7 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    mcf->redis_port = u.port ? u.port : 6379;
+    mcf->redis_port = u.port ? u.port : SMCP_DEFAULT_REDIS_PORT;
 
     mcf->redis_host.data = ngx_pnalloc(cf->pool, NGX_SOCKADDR_STRLEN + 1);
     if (mcf->redis_host.data == NULL) {
@@ -699,7 +768,9 @@ ngx_http_sandbox_mcp_usd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     *np = ngx_atofp(value[1].data, value[1].len, 6);
 
-    if (*np == NGX_ERROR || *np > (ngx_int_t) 1000000 * 1000000) {
+    if (*np == NGX_ERROR
+        || *np > (ngx_int_t) NGX_HTTP_SANDBOX_MCP_COST_LIMIT * 1000000)
+    {
         return "must be an amount of US dollars (e.g. 25 or 2.50), "
                "at most 1000000";
     }

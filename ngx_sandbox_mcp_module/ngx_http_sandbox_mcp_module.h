@@ -2,7 +2,9 @@
  * ngx_sandbox_mcp_module: an MCP server (Streamable HTTP) inside nginx,
  * backed by Redis, that hands coding tasks to OpenCode sandboxes.
  *
- * Types shared by the module's files.
+ * The module's private common header: the configuration, the request
+ * context and the JSON-RPC call, which every file of the module shares.
+ * Each file's functions are declared in its own header.
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_MODULE_H_INCLUDED_
@@ -100,9 +102,11 @@ struct ngx_http_sandbox_mcp_call_s {
     ngx_str_t                           path;       /* get_diff filter */
     size_t                              offset;     /* get_diff page */
 
-    /* long-poll (opencode_get_result waitSeconds) */
+    /* long-poll (opencode_get_result waitSeconds): see the waiter */
     ngx_event_t                         wait;
     ngx_queue_t                         waiter;
+    void                              (*wake)(ngx_http_sandbox_mcp_call_t
+                                              *call);
 
     unsigned                            pending:1;
     unsigned                            waiting:1;
@@ -138,30 +142,6 @@ struct ngx_http_sandbox_mcp_ctx_s {
     unsigned                            initialize:1;
     unsigned                            done:1;
 };
-
-
-/* transport (ngx_http_sandbox_mcp_transport.c) */
-ngx_int_t ngx_http_sandbox_mcp_handler(ngx_http_request_t *r);
-void ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call);
-void ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
-    ngx_int_t code, const char *fmt, ...);
-void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
-    json_t *result);
-void ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call);
-ngx_int_t ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r,
-    void *data, json_t *json);
-ngx_int_t ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, json_t *json);
-
-/* tools (ngx_http_sandbox_mcp_tools.c) */
-json_t *ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
-    json_t *params, char *err, size_t errlen);
-void ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
-    json_t *params);
-void ngx_http_sandbox_mcp_tools_cleanup(ngx_http_sandbox_mcp_call_t *call);
-void ngx_http_sandbox_mcp_tools_run_event(ngx_str_t *run_id);
-void ngx_http_sandbox_mcp_tools_wake_all(void);
-void ngx_http_sandbox_mcp_tools_init_worker(void);
 
 
 extern ngx_module_t  ngx_http_sandbox_mcp_module;

@@ -19,15 +19,14 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_create;
 extern ngx_http_sandbox_mcp_script_t
-    ngx_http_sandbox_mcp_script_run_list;
-extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_cancel;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_diff;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;
 
-/* NULL-terminated: loaded on every connect */
+/* NULL-terminated: the scripts the Redis layer loads (on every connect,
+ * once Redis has loaded its dataset, after a NOSCRIPT) */
 extern ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[];
 
 

@@ -196,31 +196,39 @@ sub session_for {
 }
 
 ###############################################################################
-# quotas: sandbox_mcp_max_queued started runs per tenant; max_running is
-# stored for the runner
+# quotas: sandbox_mcp_max_queued started runs per tenant (the set
+# tenant:{t}:started, kept by the scripts that change a status: run_create
+# adds, the runner's claim moves a run to tenant:{t}:claimed, the cancel of
+# a started run and the runner's finish remove); max_running is stored for
+# the runner
 
 {
     my $tok = $t->token(sub => 'q1');
     my $sid = session_for($tok);
     my %o = (token => $tok, path => '/q');
-    my $active = "${P}tenant:q1:active";
+    my $started = "${P}tenant:q1:started";
+    my $claimed = "${P}tenant:q1:claimed";
     my @runs;
     for my $i (1 .. 3) {
         my $sc = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => "q$i" }, %o),
                          "queued run $i of 3");
         push @runs, $sc->{runId};
     }
-    is_deeply([ sort @{ $t->redis('SMEMBERS', $active) } ], [ sort @runs ],
-              'the three runs are in tenant:q1:active');
+    is_deeply([ sort @{ $t->redis('SMEMBERS', $started) } ], [ sort @runs ],
+              'the three runs are in tenant:q1:started');
+    my $ses0 = run_hash($runs[0])->{session};
+    is_deeply($t->redis('ZRANGE', "${P}session:$ses0:active", 0, -1), [ $runs[0] ],
+              "... and each in its session's active set");
     is($t->redis('HGET', "${P}run:$runs[0]", 'max_running'), '2',
        'run hash: max_running from sandbox_mcp_max_running');
 
     refused($sid, 'opencode_run_task', { task => 'q4' },
             qr/you already have 3 queued runs, the limit/,
             'a 4th started run is refused', %o);
-    refused($sid, 'opencode_run_task', { task => 'q4', sessionId =>
-                ($t->run_hash($runs[0])->{session}) },
+    refused($sid, 'opencode_run_task', { task => 'q4', sessionId => $ses0 },
             qr/3 queued runs/, '... in an existing session too', %o);
+    is_deeply($t->redis('ZRANGE', "${P}session:$ses0:active", 0, -1), [ $runs[0] ],
+              '... which wrote nothing to the session');
 
     my $tok2 = $t->token(sub => 'q2');
     tool_ok($t->call_tool(session_for($tok2), 'opencode_run_task', { task => 'other' },
@@ -231,28 +239,31 @@ sub session_for {
     my $sc = tool_ok($t->call_tool($sid, 'opencode_cancel_run', { runId => $runs[0] }, %o),
                      'cancel a started run');
     is($sc->{status}, 'cancelled', '... cancelled');
-    ok(!$t->redis('SISMEMBER', $active, $runs[0]), '... and out of the active set');
+    ok(!$t->redis('SISMEMBER', $started, $runs[0]), '... out of the started set');
+    is_deeply($t->redis('ZRANGE', "${P}session:$ses0:active", 0, -1), [],
+              "... and out of its session's active set");
     my $r4 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q4' }, %o),
                      'then a new run is accepted')->{runId};
 
-    # running runs do not count against the queue; ended or vanished ones
-    # are dropped from the set by the next run_create
+    # a run a runner claimed (moved to the claimed set, as the runner's
+    # claim script does) does not count against the queue
+    $t->redis('SMOVE', $started, $claimed, $runs[1]);
     $t->redis('HSET', "${P}run:$runs[1]", status => 'running');
     my $r5 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q5' }, %o),
-                     'a running run does not count')->{runId};
-    $t->redis('HSET', "${P}run:$r4", status => 'completed');
-    $t->redis('DEL', "${P}run:$r5");
-    $t->redis('SADD', $active, 'run_' . ('e' x 24));
-    my $r6 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q6' }, %o),
-                     'ended and vanished runs do not count')->{runId};
-    is_deeply([ sort @{ $t->redis('SMEMBERS', $active) } ], [ sort $runs[1], $runs[2], $r6 ],
-              '... and are dropped from the set');
+                     'a claimed run does not count')->{runId};
+    is_deeply([ sort @{ $t->redis('SMEMBERS', $started) } ], [ sort $runs[2], $r4, $r5 ],
+              '... the started set');
 
-    # a refusal drops nothing either
-    tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q7' }, %o), 'run 7');
-    $t->redis('SADD', $active, 'run_' . ('f' x 24));
-    refused($sid, 'opencode_run_task', { task => 'q8' }, qr/3 queued runs/,
-            'full again: refused, the stale member stays', %o);
+    # the sets are the count: a member is a started run whatever its hash
+    # says (the runner's finish removes it)
+    $t->redis('HSET', "${P}run:$r4", status => 'completed');
+    refused($sid, 'opencode_run_task', { task => 'q6' }, qr/3 queued runs/,
+            'full: refused', %o);
+    $t->redis('SREM', $started, $r4);
+    my $r6 = tool_ok($t->call_tool($sid, 'opencode_run_task', { task => 'q6' }, %o),
+                     'once it left the set, a new run is accepted')->{runId};
+    is_deeply([ sort @{ $t->redis('SMEMBERS', $started) } ], [ sort $runs[2], $r5, $r6 ],
+              '... the started set');
 
     my $tok3 = $t->token(sub => 'q3');
     my $d = tool_ok($t->call_tool(session_for($tok3), 'opencode_run_task',

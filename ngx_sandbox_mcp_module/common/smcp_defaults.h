@@ -1,7 +1,8 @@
 /*
- * Defaults both the nginx module and the runner rely on: written once
- * here.  Each side's own defaults live with it (the module's directives,
- * the runner's option table in runner/config.c).
+ * Defaults the nginx module and the runner share, written once.  Each
+ * side's own defaults are in its own place (the module's
+ * ngx_http_sandbox_mcp_defaults.h; the runner's option table in
+ * runner/config.c).
  */
 
 #ifndef SMCP_DEFAULTS_H
@@ -15,6 +16,9 @@
 #define SMCP_DEFAULT_REDIS_PORT     6379
 #define SMCP_DEFAULT_REDIS                                                    \
     SMCP_DEFAULT_REDIS_HOST ":" SMCP_XSTR(SMCP_DEFAULT_REDIS_PORT)
+
+/* the environment variable of the signing secret, when no file is set */
+#define SMCP_SECRET_ENV             "PROXY_JWT_SECRET"
 
 /* a run's timeout (s): sandbox_mcp_run_timeout, and the runner's for a
  * run hash without `timeout` */

@@ -1,0 +1,26 @@
+# Sourced by nginx's configure (auto/make) after it wrote its Makefile:
+# the rules that make the module's generated headers (see `config`).
+# smcp-embed is built with the build's compiler and jansson; its inputs are
+# listed as wildcards, so a new script or tool needs no new configure.
+
+SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
+SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
+SMCP_TOOLS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/tools"
+
+cat << END                                                  >> $NGX_MAKEFILE
+
+$NGX_OBJS/smcp-embed:	$SMCP_EMBED_SRC
+	\$(CC) -o $NGX_OBJS/smcp-embed $SMCP_EMBED_SRC -ljansson
+
+$NGX_OBJS/ngx_http_sandbox_mcp_lua.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_SCRIPTS_DIR $SMCP_SCRIPTS_DIR/*.lua
+	$NGX_OBJS/smcp-embed lua $NGX_OBJS/ngx_http_sandbox_mcp_lua.h \\
+		$SMCP_SCRIPTS_DIR
+
+$NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_TOOLS_DIR $SMCP_TOOLS_DIR/*.json \\
+		$SMCP_TOOLS_DIR/include $SMCP_TOOLS_DIR/include/*.json
+	$NGX_OBJS/smcp-embed tools \\
+		$NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h $SMCP_TOOLS_DIR
+
+END

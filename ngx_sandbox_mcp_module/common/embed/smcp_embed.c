@@ -1,0 +1,619 @@
+/*
+ * smcp-embed: the project's data files (Lua scripts, tool definitions)
+ * embedded into a C header, and checked on the way: a file that does not
+ * hold what it must stops the build, naming the file.
+ *
+ *   smcp-embed lua OUT.h DIR     every DIR/NAME.lua becomes
+ *                                static const char smcp_lua_NAME[]
+ *   smcp-embed tools OUT.h DIR   every DIR/NAME.json (an MCP tool
+ *                                definition) becomes
+ *                                static const char smcp_tool_NAME[]
+ *
+ * Both also define an X-macro listing the names (SMCP_LUA_SCRIPTS(X),
+ * SMCP_TOOLS(X)).  Entries come in the order of their file names.
+ *
+ * Lua: NAME is [a-z0-9_]; the opening comment block holds a line starting
+ * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  The
+ * text is embedded as it is (Redis reports errors with the file's line
+ * numbers).
+ *
+ * Tools: one JSON object (no duplicate keys) with name (= NAME), title,
+ * description, inputSchema (type "object", properties, additionalProperties
+ * false, required naming properties), outputSchema (type "object") and
+ * optionally annotations (booleans).  An object {"$include": "FILE"}
+ * anywhere in it is replaced by the JSON of DIR/include/FILE.  Embedded
+ * compact.
+ *
+ * Used by the `config` script (through config.make, in nginx's Makefile)
+ * and by the project's Makefile.  Plain C and jansson.
+ */
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+
+#define EMBED_MAX_FILES     256
+#define EMBED_MAX_NAME      64
+#define EMBED_MAX_SIZE      (1024 * 1024)
+#define EMBED_MAX_INCLUDES  8       /* nesting of $include */
+#define EMBED_LINE          72      /* characters per C string line of
+                                       JSON (Lua: one per line of text) */
+
+
+typedef enum {
+    EMBED_LUA,
+    EMBED_TOOLS
+} embed_kind_e;
+
+
+static const char  *embed_out_tmp;
+
+
+static void
+embed_fail(const char *file, const char *fmt, ...)
+{
+    va_list  ap;
+
+    fprintf(stderr, "smcp-embed: %s: ", file);
+
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+
+    fputc('\n', stderr);
+
+    if (embed_out_tmp) {
+        remove(embed_out_tmp);
+    }
+
+    exit(1);
+}
+
+
+static char *
+embed_read(const char *path, size_t *len)
+{
+    char   *buf;
+    FILE   *f;
+    size_t  n;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        embed_fail(path, "%s", strerror(errno));
+    }
+
+    buf = malloc(EMBED_MAX_SIZE + 1);
+    if (buf == NULL) {
+        embed_fail(path, "out of memory");
+    }
+
+    n = fread(buf, 1, EMBED_MAX_SIZE + 1, f);
+
+    if (ferror(f)) {
+        embed_fail(path, "%s", strerror(errno));
+    }
+
+    fclose(f);
+
+    if (n > EMBED_MAX_SIZE) {
+        embed_fail(path, "larger than %d bytes", EMBED_MAX_SIZE);
+    }
+
+    if (memchr(buf, '\0', n) != NULL) {
+        embed_fail(path, "holds a NUL byte");
+    }
+
+    buf[n] = '\0';
+    *len = n;
+
+    return buf;
+}
+
+
+static int
+embed_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+
+/* the names (without the suffix) of DIR's files ending in suffix, sorted */
+static size_t
+embed_list(const char *dir, const char *suffix, char **names)
+{
+    DIR            *d;
+    char           *name;
+    size_t          n, len, slen;
+    struct dirent  *de;
+
+    d = opendir(dir);
+    if (d == NULL) {
+        embed_fail(dir, "%s", strerror(errno));
+    }
+
+    n = 0;
+    slen = strlen(suffix);
+
+    while ((de = readdir(d)) != NULL) {
+        len = strlen(de->d_name);
+
+        if (de->d_name[0] == '.' || len <= slen
+            || strcmp(de->d_name + len - slen, suffix) != 0)
+        {
+            continue;
+        }
+
+        if (n == EMBED_MAX_FILES) {
+            embed_fail(dir, "more than %d files", EMBED_MAX_FILES);
+        }
+
+        name = strndup(de->d_name, len - slen);
+        if (name == NULL) {
+            embed_fail(dir, "out of memory");
+        }
+
+        names[n++] = name;
+    }
+
+    closedir(d);
+
+    qsort(names, n, sizeof(char *), embed_cmp);
+
+    return n;
+}
+
+
+/* a file name usable in a C identifier */
+static void
+embed_check_name(const char *path, const char *name)
+{
+    const char  *p;
+
+    if (strlen(name) > EMBED_MAX_NAME) {
+        embed_fail(path, "the name is longer than %d characters",
+                   EMBED_MAX_NAME);
+    }
+
+    for (p = name; *p; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')
+              || *p == '_'))
+        {
+            embed_fail(path, "the name may hold a-z, 0-9 and _ only");
+        }
+    }
+}
+
+
+/* the text as C string literals: one per line of text, and every wrap
+ * characters if wrap is not 0 */
+static void
+embed_string(FILE *out, const char *s, size_t len, size_t wrap)
+{
+    size_t         i, col;
+    unsigned char  c;
+
+    fputs("    \"", out);
+    col = 0;
+
+    for (i = 0; i < len; i++) {
+        c = (unsigned char) s[i];
+
+        if (c == '\\' || c == '"') {
+            fprintf(out, "\\%c", c);
+            col += 2;
+
+        } else if (c == '?') {
+            /* never a trigraph */
+            fputs("\\?", out);
+            col += 2;
+
+        } else if (c == '\n') {
+            fputs("\\n", out);
+
+            if (i + 1 < len) {
+                fputs("\"\n    \"", out);
+            }
+
+            col = 0;
+            continue;
+
+        } else if (c < 0x20 || c >= 0x7f) {
+            fprintf(out, "\\%03o", c);
+            col += 4;
+
+        } else {
+            fputc(c, out);
+            col++;
+        }
+
+        if (wrap && col >= wrap && i + 1 < len && s[i + 1] != '\n') {
+            fputs("\"\n    \"", out);
+            col = 0;
+        }
+    }
+
+    fputs("\"", out);
+}
+
+
+/* Lua: the opening comment block names KEYS and ARGV */
+static void
+embed_check_lua(const char *path, const char *text)
+{
+    int          keys, argv, code;
+    const char  *line, *p;
+
+    keys = 0;
+    argv = 0;
+    code = 0;
+
+    for (line = text; *line; line = p + 1) {
+        p = line;
+
+        while (*p == ' ' || *p == '\t') {
+            p++;
+        }
+
+        if (*p == '\n') {
+            continue;
+        }
+
+        if (strncmp(p, "--", 2) != 0) {
+            code = 1;
+            break;
+        }
+
+        p += 2;
+
+        while (*p == ' ') {
+            p++;
+        }
+
+        if (strncmp(p, "KEYS", 4) == 0) {
+            keys = 1;
+        }
+
+        if (strncmp(p, "ARGV", 4) == 0) {
+            argv = 1;
+        }
+
+        p = strchr(p, '\n');
+        if (p == NULL) {
+            break;
+        }
+    }
+
+    if (!keys || !argv) {
+        embed_fail(path, "the opening comment must say what the script is "
+                   "handed: a line \"-- KEYS ...\" and a line "
+                   "\"-- ARGV ...\"");
+    }
+
+    if (!code) {
+        embed_fail(path, "no code after the opening comment");
+    }
+}
+
+
+/* {"$include": "FILE"} anywhere in v: replaced by DIR/include/FILE */
+static json_t *
+embed_expand(const char *path, const char *dir, json_t *v, int depth)
+{
+    char          file[4096];
+    json_t       *inc, *sub, *e;
+    size_t        i;
+    const char   *key, *name;
+    json_error_t  err;
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            sub = embed_expand(path, dir, e, depth);
+            if (sub != e) {
+                json_array_set_new(v, i, sub);
+            }
+        }
+
+        return v;
+    }
+
+    if (!json_is_object(v)) {
+        return v;
+    }
+
+    inc = json_object_get(v, "$include");
+
+    if (inc == NULL) {
+        json_object_foreach(v, key, e) {
+            sub = embed_expand(path, dir, e, depth);
+            if (sub != e) {
+                json_object_set_new(v, key, sub);
+            }
+        }
+
+        return v;
+    }
+
+    name = json_string_value(inc);
+
+    if (json_object_size(v) != 1 || name == NULL
+        || strchr(name, '/') != NULL || name[0] == '.')
+    {
+        embed_fail(path, "an $include is an object with that one key, "
+                   "naming a file of %s/include/", dir);
+    }
+
+    if (depth >= EMBED_MAX_INCLUDES) {
+        embed_fail(path, "$include nested more than %d deep",
+                   EMBED_MAX_INCLUDES);
+    }
+
+    snprintf(file, sizeof(file), "%s/include/%s", dir, name);
+
+    sub = json_load_file(file, JSON_REJECT_DUPLICATES, &err);
+
+    if (sub == NULL && err.line < 1) {
+        embed_fail(path, "$include \"%s\": %s", name, err.text);
+    }
+
+    if (sub == NULL) {
+        embed_fail(file, "line %d, column %d: %s", err.line, err.column,
+                   err.text);
+    }
+
+    return embed_expand(file, dir, sub, depth + 1);
+}
+
+
+static const char *
+embed_string_member(const char *path, json_t *o, const char *where,
+    const char *key)
+{
+    const char  *s;
+
+    s = json_string_value(json_object_get(o, key));
+
+    if (s == NULL || *s == '\0') {
+        embed_fail(path, "%s\"%s\" must be a non-empty string", where, key);
+    }
+
+    return s;
+}
+
+
+static void
+embed_check_schema(const char *path, json_t *schema, const char *which,
+    int input)
+{
+    json_t      *props, *req, *v, *add;
+    size_t       i;
+    const char  *key, *type;
+
+    if (!json_is_object(schema)) {
+        embed_fail(path, "\"%s\" must be an object", which);
+    }
+
+    type = json_string_value(json_object_get(schema, "type"));
+    props = json_object_get(schema, "properties");
+
+    if (type == NULL || strcmp(type, "object") != 0
+        || !json_is_object(props))
+    {
+        embed_fail(path, "\"%s\" must have type \"object\" and an object "
+                   "of properties", which);
+    }
+
+    json_object_foreach(props, key, v) {
+        if (!json_is_object(v)) {
+            embed_fail(path, "%s property \"%s\" must be a schema object",
+                       which, key);
+        }
+
+        if (input && json_object_get(v, "type") == NULL) {
+            embed_fail(path, "%s property \"%s\" needs a type", which, key);
+        }
+    }
+
+    req = json_object_get(schema, "required");
+
+    if (req != NULL) {
+        if (!json_is_array(req)) {
+            embed_fail(path, "%s \"required\" must be an array", which);
+        }
+
+        json_array_foreach(req, i, v) {
+            key = json_string_value(v);
+
+            if (key == NULL || json_object_get(props, key) == NULL) {
+                embed_fail(path, "%s \"required\" names \"%s\", which is "
+                           "not among its properties", which,
+                           key ? key : "(not a string)");
+            }
+        }
+    }
+
+    add = json_object_get(schema, "additionalProperties");
+
+    if (input && !json_is_false(add)) {
+        embed_fail(path, "%s must say \"additionalProperties\": false "
+                   "(unknown arguments are refused)", which);
+    }
+}
+
+
+/* a tool definition, expanded; returns it compact (malloc'd) */
+static char *
+embed_check_tool(const char *path, const char *dir, const char *name)
+{
+    char          *text;
+    json_t        *tool, *ann, *v;
+    const char    *key;
+    json_error_t   err;
+
+    tool = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (tool == NULL) {
+        embed_fail(path, "line %d, column %d: %s", err.line, err.column,
+                   err.text);
+    }
+
+    if (!json_is_object(tool)) {
+        embed_fail(path, "a tool definition is one JSON object");
+    }
+
+    tool = embed_expand(path, dir, tool, 0);
+
+    if (strcmp(embed_string_member(path, tool, "", "name"), name) != 0) {
+        embed_fail(path, "\"name\" must be \"%s\", the file's name", name);
+    }
+
+    (void) embed_string_member(path, tool, "", "title");
+    (void) embed_string_member(path, tool, "", "description");
+
+    embed_check_schema(path, json_object_get(tool, "inputSchema"),
+                       "inputSchema", 1);
+    embed_check_schema(path, json_object_get(tool, "outputSchema"),
+                       "outputSchema", 0);
+
+    ann = json_object_get(tool, "annotations");
+
+    if (ann != NULL) {
+        if (!json_is_object(ann)) {
+            embed_fail(path, "\"annotations\" must be an object");
+        }
+
+        json_object_foreach(ann, key, v) {
+            if (!json_is_boolean(v)) {
+                embed_fail(path, "annotation \"%s\" must be true or false",
+                           key);
+            }
+        }
+    }
+
+    json_object_foreach(tool, key, v) {
+        if (strcmp(key, "name") != 0 && strcmp(key, "title") != 0
+            && strcmp(key, "description") != 0
+            && strcmp(key, "inputSchema") != 0
+            && strcmp(key, "outputSchema") != 0
+            && strcmp(key, "annotations") != 0)
+        {
+            embed_fail(path, "unknown member \"%s\"", key);
+        }
+    }
+
+    text = json_dumps(tool, JSON_COMPACT);
+    if (text == NULL) {
+        embed_fail(path, "out of memory");
+    }
+
+    json_decref(tool);
+
+    return text;
+}
+
+
+static void
+embed_usage(void)
+{
+    fprintf(stderr, "usage: smcp-embed lua|tools OUT.h DIR\n");
+    exit(2);
+}
+
+
+int
+main(int argc, char **argv)
+{
+    char          *names[EMBED_MAX_FILES], *text, path[4096], tmp[4096];
+    FILE          *out;
+    size_t         i, n, len;
+    const char    *dir, *prefix, *macro, *suffix;
+    embed_kind_e   kind;
+
+    if (argc != 4) {
+        embed_usage();
+    }
+
+    if (strcmp(argv[1], "lua") == 0) {
+        kind = EMBED_LUA;
+        prefix = "smcp_lua_";
+        macro = "SMCP_LUA_SCRIPTS";
+        suffix = ".lua";
+
+    } else if (strcmp(argv[1], "tools") == 0) {
+        kind = EMBED_TOOLS;
+        prefix = "smcp_tool_";
+        macro = "SMCP_TOOLS";
+        suffix = ".json";
+
+    } else {
+        embed_usage();
+        return 2;
+    }
+
+    dir = argv[3];
+    n = embed_list(dir, suffix, names);
+
+    if (n == 0) {
+        embed_fail(dir, "no *%s file", suffix);
+    }
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
+    embed_out_tmp = tmp;
+
+    out = fopen(tmp, "w");
+    if (out == NULL) {
+        embed_fail(tmp, "%s", strerror(errno));
+    }
+
+    fprintf(out, "/* generated by smcp-embed from the %s files of %s: do not "
+            "edit */\n\n", suffix, dir);
+
+    for (i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s%s", dir, names[i], suffix);
+        embed_check_name(path, names[i]);
+
+        if (kind == EMBED_LUA) {
+            text = embed_read(path, &len);
+            embed_check_lua(path, text);
+
+        } else {
+            text = embed_check_tool(path, dir, names[i]);
+            len = strlen(text);
+        }
+
+        fprintf(out, "/* %s%s */\nstatic const char %s%s[] =\n", names[i],
+                suffix, prefix, names[i]);
+        embed_string(out, text, len, kind == EMBED_LUA ? 0 : EMBED_LINE);
+        fputs(";\n\n", out);
+
+        free(text);
+    }
+
+    fprintf(out, "#define %s(X)", macro);
+
+    for (i = 0; i < n; i++) {
+        fprintf(out, " \\\n    X(%s)", names[i]);
+    }
+
+    fputs("\n", out);
+
+    if (fclose(out) != 0) {
+        embed_fail(tmp, "%s", strerror(errno));
+    }
+
+    if (rename(tmp, argv[2]) != 0) {
+        embed_fail(argv[2], "%s", strerror(errno));
+    }
+
+    for (i = 0; i < n; i++) {
+        free(names[i]);
+    }
+
+    return 0;
+}

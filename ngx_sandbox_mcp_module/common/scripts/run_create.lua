@@ -1,0 +1,57 @@
+-- A new run (opencode_run_task): its hash, the indexes, the first event,
+-- the queue entry and a ping, at once.  Every check comes before the first
+-- write.  The run indexes lose entries older than any run's keys can be
+-- (the trim score).
+--
+-- KEYS[1] run:{id}   KEYS[2] run:{id}:events   KEYS[3] runs:{tenant}
+-- KEYS[4] session:{sid}   KEYS[5] session:{sid}:runs
+-- KEYS[6] session:{sid}:active   KEYS[7] tenant:{tenant}:started
+-- KEYS[8] sessions   KEYS[9] queue   KEYS[10] channel run:{id}
+-- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
+-- repository, branch, model, title, create_pr (1/0), timeout (s), events
+-- maxlen, max queued, max running, max cost (USD), retention (s), session
+-- idle ttl (s), session idle expiry (ms), trim score (ms), then the names
+-- of the status `started` and of the session states `expiring` and
+-- `expired`
+--
+-- Returns 1; 0 when an existing session is unknown to this tenant (or a
+-- new one's id is taken); -1 when it expired (or is expiring); -2 when the
+-- tenant has max queued runs started already.  Only 1 writes anything.
+local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
+
+if ARGV[4] == '1' then
+  if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+else
+  local s = redis.call('HMGET', KEYS[4], 'tenant', 'state')
+  if s[1] ~= ARGV[2] then return 0 end
+  if s[2] == expiring or s[2] == expired then return -1 end
+end
+
+if redis.call('SCARD', KEYS[7]) >= tonumber(ARGV[14]) then return -2 end
+
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5])
+end
+redis.call('HSET', KEYS[4], 'last_run', ARGV[1], 'last_active', ARGV[5],
+  'idle_ttl', ARGV[18], 'retention', ARGV[17])
+redis.call('ZADD', KEYS[8], ARGV[19], ARGV[3])
+
+redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
+  'task', ARGV[6], 'repository', ARGV[7], 'branch', ARGV[8],
+  'model', ARGV[9], 'title', ARGV[10], 'create_pr', ARGV[11],
+  'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
+  'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17])
+
+redis.call('SADD', KEYS[7], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[20])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[20])
+
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',
+  'type', 'lifecycle', 'data', '{"status":"' .. started .. '"}',
+  'ts', ARGV[5])
+redis.call('XADD', KEYS[9], '*', 'run', ARGV[1])
+redis.call('PUBLISH', KEYS[10], started)
+return 1

@@ -1,0 +1,16 @@
+-- An MCP session's lookup, which refreshes its TTL.
+--
+-- KEYS[1] mcp:{sid}   KEYS[2] revoked
+-- ARGV: tenant, ttl (ms), token id (jti; '' when the worker's revoked set
+-- is current)
+--
+-- Returns the negotiated protocol version ('' if none was stored); nil for
+-- an unknown session or another tenant's (the same answer on purpose); or
+-- the status REVOKED (nothing refreshed).
+if ARGV[3] ~= '' and redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
+  return redis.status_reply('REVOKED')
+end
+local h = redis.call('HMGET', KEYS[1], 'tenant', 'protocol')
+if h[1] ~= ARGV[1] then return nil end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return h[2] or ''

@@ -1,0 +1,289 @@
+/*
+ * The bearer token of /mcp: an HS256 JWT with scope "mcp", a valid subject
+ * (the tenant), a token id that is not revoked, and valid grants (the
+ * "repos" claim).
+ */
+
+#include "ngx_http_sandbox_mcp_auth.h"
+#include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_revoked.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
+
+#include "smcp_jwt.h"
+#include "smcp_revoked.h"
+#include "smcp_validate.h"
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r, const char *reason,
+    ngx_uint_t bad_token)
+{
+    u_char     *p;
+    ngx_str_t   v;
+    char        msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
+
+    v.data = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX);
+    if (v.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (bad_token) {
+        p = ngx_snprintf(v.data, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX,
+                         "Bearer realm=\"sandbox-mcp\", "
+                         "error=\"invalid_token\", "
+                         "error_description=\"%s\"", reason);
+
+    } else {
+        p = ngx_cpymem(v.data, "Bearer realm=\"sandbox-mcp\"",
+                       sizeof("Bearer realm=\"sandbox-mcp\"") - 1);
+    }
+
+    v.len = p - v.data;
+
+    if (ngx_http_sandbox_mcp_add_header(r, "WWW-Authenticate", &v)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_snprintf((u_char *) msg, sizeof(msg), "Unauthorized: %s%Z", reason);
+
+    return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_UNAUTHORIZED,
+                                           NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
+                                           msg);
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_auth_failed(ngx_int_t *rc, ngx_http_request_t *r,
+    const char *reason, ngx_uint_t bad_token)
+{
+    *rc = ngx_http_sandbox_mcp_unauthorized(r, reason, bad_token);
+
+    return NGX_DONE;
+}
+
+
+/*
+ * The token's "repos" claim: the repositories the tenant may name.  Absent:
+ * none.  Anything but an array of valid grants refuses the token.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_grants(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *repos)
+{
+    size_t       i;
+    json_t      *v;
+    ngx_str_t   *g;
+    const char  *s;
+
+    if (repos == NULL) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(repos)
+        || json_array_size(repos) > NGX_HTTP_SANDBOX_MCP_MAX_GRANTS)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx->repos = ngx_array_create(r->pool, json_array_size(repos) + 1,
+                                  sizeof(ngx_str_t));
+    if (ctx->repos == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(repos, i, v) {
+        s = json_string_value(v);
+
+        if (s == NULL || !smcp_grant_valid(s, json_string_length(v))) {
+            return NGX_DECLINED;
+        }
+
+        g = ngx_array_push(ctx->repos);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        g->len = json_string_length(v);
+        g->data = ngx_pnalloc(r->pool, g->len);
+        if (g->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(g->data, s, g->len);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the token's id: refused if revoked; kept in ctx->jti when the worker's
+ * revoked set cannot tell (the session script asks Redis) */
+static ngx_int_t
+ngx_http_sandbox_mcp_jti(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *jti, const char **reason)
+{
+    ngx_int_t  rc;
+    ngx_str_t  id;
+
+    if (jti == NULL) {
+        /* minted before token ids: cannot be revoked one by one */
+        return NGX_OK;
+    }
+
+    id.data = (u_char *) json_string_value(jti);
+    id.len = json_string_length(jti);
+
+    if (!smcp_valid_jti((char *) id.data, id.len)) {
+        *reason = "token id (jti) must be 1-64 characters of A-Z a-z 0-9 - _";
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_sandbox_mcp_revoked(&id);
+
+    if (rc == NGX_DECLINED) {
+        *reason = "token revoked";
+        return NGX_DECLINED;
+    }
+
+    if (rc == NGX_AGAIN) {
+        ctx->jti.data = ngx_pnalloc(r->pool, id.len);
+        if (ctx->jti.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(ctx->jti.data, id.data, id.len);
+        ctx->jti.len = id.len;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The claims of a verified token: scope "mcp", a valid subject (the
+ * tenant), not revoked, valid grants.  NGX_DECLINED with the reason, or
+ * NGX_ERROR (no memory).
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_claims(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *claims, const char **reason)
+{
+    json_t      *sub;
+    ngx_int_t    rc;
+    const char  *scope;
+
+    scope = json_string_value(json_object_get(claims, "scope"));
+
+    if (scope == NULL || ngx_strcmp(scope, SMCP_SCOPE_MCP) != 0) {
+        *reason = "token scope must be \"mcp\"";
+        return NGX_DECLINED;
+    }
+
+    sub = json_object_get(claims, "sub");
+
+    if (!smcp_valid_tenant(json_string_value(sub), json_string_length(sub)))
+    {
+        *reason = "token subject must be 1-128 characters of "
+                  "A-Z a-z 0-9 . _ - @";
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_sandbox_mcp_jti(r, ctx, json_object_get(claims, "jti"),
+                                  reason);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_sandbox_mcp_grants(r, ctx, json_object_get(claims, "repos"));
+
+    if (rc == NGX_DECLINED) {
+        *reason = "token repos claim must be an array of owner/repo, "
+                  "owner/* or *";
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->tenant.len = json_string_length(sub);
+    ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len);
+    if (ctx->tenant.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(ctx->tenant.data, json_string_value(sub), ctx->tenant.len);
+
+    return NGX_OK;
+}
+
+
+/*
+ * Returns NGX_OK with the tenant set; otherwise the 401 was sent and the
+ * return value is NGX_DONE with *rc holding the sender's result.
+ */
+ngx_int_t
+ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc)
+{
+    u_char                            *p, *last;
+    json_t                            *claims;
+    ngx_int_t                          rc2;
+    const char                        *reason;
+    ngx_table_elt_t                   *auth;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+    char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+
+    auth = r->headers_in.authorization;
+
+    if (auth == NULL) {
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "a bearer token "
+                                                "is required", 0);
+    }
+
+    p = auth->value.data;
+    last = p + auth->value.len;
+
+    if (last - p < 7 || ngx_strncasecmp(p, (u_char *) "Bearer ", 7) != 0) {
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, "a bearer token "
+                                                "is required", 0);
+    }
+
+    p += 7;
+
+    while (p < last && *p == ' ') {
+        p++;
+    }
+
+    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) p, last - p,
+                        ngx_time(), &claims, err, sizeof(err))
+        != SMCP_OK)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "sandbox_mcp: token refused: %s", err);
+
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, err, 1);
+    }
+
+    reason = "token refused";
+    rc2 = ngx_http_sandbox_mcp_claims(r, ctx, claims, &reason);
+
+    json_decref(claims);
+
+    if (rc2 == NGX_ERROR) {
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
+    }
+
+    if (rc2 == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "sandbox_mcp: token refused: %s", reason);
+
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, reason, 1);
+    }
+
+    return NGX_OK;
+}

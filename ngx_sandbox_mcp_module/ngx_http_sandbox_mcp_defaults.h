@@ -1,0 +1,108 @@
+/*
+ * The module's defaults and limits, in one place: directive defaults, the
+ * bounds of what a tenant or a sandbox may send, page sizes and the
+ * worker's own limits.  What the runner shares (the Redis address, the
+ * run timeout, the retention) comes from common/smcp_defaults.h, the event
+ * stream cap from common/smcp_keys.h; the bounds and defaults
+ * of tool arguments a client sees (limit, title length ...) are the
+ * tools' schemas (tools/NAME.json), read from there.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_DEFAULTS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_DEFAULTS_H_INCLUDED_
+
+
+#include "smcp_defaults.h"
+
+
+/* directive defaults (docs/contracts.md, README "Directives"): seconds,
+ * bytes, counts */
+#define NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT      3000    /* ms */
+#define NGX_HTTP_SANDBOX_MCP_MAX_BODY           (1024 * 1024)
+#define NGX_HTTP_SANDBOX_MCP_SESSION_TTL        86400
+#define NGX_HTTP_SANDBOX_MCP_GITHUB_HOST        "github.com"
+#define NGX_HTTP_SANDBOX_MCP_MAX_WAIT           60
+#define NGX_HTTP_SANDBOX_MCP_MAX_TASK_SIZE      (64 * 1024)
+#define NGX_HTTP_SANDBOX_MCP_RUN_TIMEOUT        SMCP_DEFAULT_RUN_TIMEOUT
+#define NGX_HTTP_SANDBOX_MCP_RUN_TIMEOUT_MAX    86400
+#define NGX_HTTP_SANDBOX_MCP_UI_TOKEN_TTL       86400
+#define NGX_HTTP_SANDBOX_MCP_DEFAULT_MODEL      "anthropic/claude-sonnet-4-5"
+#define NGX_HTTP_SANDBOX_MCP_PAGE_SIZE          100     /* tools/list */
+#define NGX_HTTP_SANDBOX_MCP_MAX_QUEUED         20
+#define NGX_HTTP_SANDBOX_MCP_MAX_RUNNING        4
+#define NGX_HTTP_SANDBOX_MCP_MAX_COST           25000000    /* micro-USD */
+#define NGX_HTTP_SANDBOX_MCP_RETENTION          SMCP_DEFAULT_RETENTION
+#define NGX_HTTP_SANDBOX_MCP_SESSION_IDLE       (7 * 86400)
+
+/* what the directives accept at most */
+#define NGX_HTTP_SANDBOX_MCP_MAX_WAIT_LIMIT     3600
+#define NGX_HTTP_SANDBOX_MCP_PAGE_SIZE_LIMIT    1000
+#define NGX_HTTP_SANDBOX_MCP_RUNS_LIMIT         10000   /* max_queued,
+                                                           max_running */
+#define NGX_HTTP_SANDBOX_MCP_COST_LIMIT         1000000 /* USD */
+
+
+/* Redis connections (per worker) */
+#define NGX_HTTP_SANDBOX_MCP_BACKOFF_MIN        100     /* ms, reconnect */
+#define NGX_HTTP_SANDBOX_MCP_BACKOFF_MAX        1000
+#define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
+                                                           each) per event
+                                                           before yielding */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           40      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_LOADING_PROBE      100     /* ms: while Redis
+                                                           loads its
+                                                           dataset, the
+                                                           scripts are tried
+                                                           this often */
+#define NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS    4       /* layers that hear
+                                                           pub/sub */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        1000000 /* revoked token ids
+                                                           a worker keeps */
+
+/* /mcp requests */
+#define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN     64      /* hex: 256 bits */
+#define NGX_HTTP_SANDBOX_MCP_MAX_GRANTS         256     /* a token's repos */
+#define NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX        512     /* an error text
+                                                           for a client */
+#define NGX_HTTP_SANDBOX_MCP_ERR_MAX            256     /* a library's
+                                                           error text */
+#define NGX_HTTP_SANDBOX_MCP_AUTO_TITLE         80      /* a title taken
+                                                           from the task */
+
+/* long-polls */
+#define NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS     256
+
+/* tools */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_PAGE          65536   /* get_diff page */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_SCAN          (256 * 1024)  /* a diff
+                                                           without an index
+                                                           searched here at
+                                                           most */
+#define NGX_HTTP_SANDBOX_MCP_DIFF_MAX           ((uint64_t) 1 << 40)
+                                                        /* cursor bound */
+#define NGX_HTTP_SANDBOX_MCP_LIST_BUDGET        2000    /* index entries
+                                                           one list page
+                                                           reads at most */
+#define NGX_HTTP_SANDBOX_MCP_LIST_SCAN          20      /* ... per run
+                                                           asked, with a
+                                                           status filter */
+#define NGX_HTTP_SANDBOX_MCP_LIST_TIES          16      /* read beyond: runs
+                                                           of the cursor's
+                                                           millisecond */
+
+/* tool arguments: bounds before their shape is checked (the bounds a
+ * client sees are in the tools' schemas) */
+#define NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX         64      /* runId, sessionId */
+#define NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX     512     /* a repository URL */
+#define NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX     16
+
+/* egress */
+#define NGX_HTTP_SANDBOX_MCP_PUSH_HEAD          (64 * 1024)   /* a push's
+                                                           command list is
+                                                           read from these
+                                                           first bytes */
+#define NGX_HTTP_SANDBOX_MCP_PULL_REQUEST_MAX   (1024 * 1024) /* a pull
+                                                           request's body */
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_DEFAULTS_H_INCLUDED_ */

@@ -1,0 +1,61 @@
+/*
+ * The egress proxy (ngx_http_sandbox_mcp_egress_module): types its files
+ * share.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_EGRESS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_EGRESS_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+
+
+/* sandbox_mcp_egress_push: what writes a location carries */
+#define NGX_HTTP_SANDBOX_MCP_PUSH_OFF           0
+#define NGX_HTTP_SANDBOX_MCP_PUSH_GIT           1
+#define NGX_HTTP_SANDBOX_MCP_PUSH_PULL_REQUEST  2
+
+/* what a request is, for the write rules */
+#define NGX_HTTP_SANDBOX_MCP_KIND_READ          0
+#define NGX_HTTP_SANDBOX_MCP_KIND_ADVERTISE     1   /* receive-pack refs */
+#define NGX_HTTP_SANDBOX_MCP_KIND_PUSH          2   /* git-receive-pack */
+#define NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST  3   /* POST .../pulls */
+
+/* the one branch a run may write: opencode/<runId> */
+#define NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX      "opencode/"
+
+
+typedef struct {
+    ngx_str_t                   route;
+    ngx_str_t                   credential;     /* formatted header value */
+    ngx_http_complex_value_t   *repository;     /* expected owner/repo */
+    ngx_uint_t                  push;
+    ngx_str_t                   deny;           /* refusal of the route */
+} ngx_http_sandbox_mcp_egress_loc_conf_t;
+
+
+typedef struct {
+    ngx_http_request_t                 *request;
+    ngx_str_t                           run_id;
+    ngx_str_t                           tenant;
+    ngx_str_t                           repository;     /* expected */
+    ngx_http_sandbox_mcp_redis_cmd_t   *cmd;
+    ngx_int_t                           rc;
+    ngx_uint_t                          status;         /* refusal */
+    ngx_uint_t                          kind;
+    unsigned                            done:1;
+    unsigned                            known:1;        /* run of tenant */
+    unsigned                            granted:1;
+} ngx_http_sandbox_mcp_egress_ctx_t;
+
+
+/* a refusal the agent can read (Anthropic's error shape, which OpenAI
+ * clients also parse) */
+ngx_int_t ngx_http_sandbox_mcp_egress_refuse(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *message);
+
+
+extern ngx_module_t  ngx_http_sandbox_mcp_egress_module;
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_EGRESS_H_INCLUDED_ */

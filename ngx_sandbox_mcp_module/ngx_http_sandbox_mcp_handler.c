@@ -1,0 +1,187 @@
+/*
+ * The /mcp content handler: the checks, in the order of docs/contracts.md
+ * ("HTTP behaviour"), then the body; and the request's life (cleanup, the
+ * finalization from Redis callbacks).
+ */
+
+#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_auth.h"
+#include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_session.h"
+#include "ngx_http_sandbox_mcp_waiter.h"
+
+
+static void ngx_http_sandbox_mcp_body_handler(ngx_http_request_t *r);
+
+
+static void
+ngx_http_sandbox_mcp_cleanup(void *data)
+{
+    ngx_http_sandbox_mcp_ctx_t *ctx = data;
+
+    ngx_uint_t  i;
+
+    /* the request is going away: no callback may reach it any more */
+
+    ctx->done = 1;
+
+    if (ctx->cmd) {
+        ngx_http_sandbox_mcp_redis_cancel(ctx->cmd);
+        ctx->cmd = NULL;
+    }
+
+    for (i = 0; i < ctx->ncalls; i++) {
+        if (ctx->calls[i].cmd) {
+            ngx_http_sandbox_mcp_redis_cancel(ctx->calls[i].cmd);
+            ctx->calls[i].cmd = NULL;
+        }
+
+        ngx_http_sandbox_mcp_waiter_remove(&ctx->calls[i]);
+
+        if (ctx->calls[i].response) {
+            json_decref(ctx->calls[i].response);
+            ctx->calls[i].response = NULL;
+        }
+    }
+
+    if (ctx->body) {
+        json_decref(ctx->body);
+        ctx->body = NULL;
+    }
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                         rc;
+    ngx_table_elt_t                  *h;
+    ngx_pool_cleanup_t               *cln;
+    ngx_http_sandbox_mcp_ctx_t       *ctx;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    static ngx_str_t  allow = ngx_string("POST, DELETE");
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    /* DNS rebinding: a page on another name must not reach us */
+
+    rc = ngx_http_sandbox_mcp_check_origin(r, lcf);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+
+    if (ngx_http_sandbox_mcp_authenticate(r, ctx, &rc) != NGX_OK) {
+        return rc;
+    }
+
+    if (r->method != NGX_HTTP_POST && r->method != NGX_HTTP_DELETE) {
+        /* no server-initiated stream is offered */
+        if (ngx_http_sandbox_mcp_add_header(r, "Allow", &allow) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                               NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
+                               "Method not allowed: use POST (or DELETE to "
+                               "end a session)");
+    }
+
+    h = ngx_http_sandbox_mcp_header(r, "MCP-Protocol-Version",
+                                    sizeof("MCP-Protocol-Version") - 1);
+    if (h) {
+        if (!ngx_http_sandbox_mcp_version_supported(&h->value)) {
+            return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                               NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
+                               "Bad Request: unsupported MCP-Protocol-Version "
+                               "(supported: 2025-11-25, 2025-06-18, "
+                               "2025-03-26)");
+        }
+
+        ctx->header_version = h->value;
+    }
+
+    h = ngx_http_sandbox_mcp_header(r, "Mcp-Session-Id",
+                                    sizeof("Mcp-Session-Id") - 1);
+    if (h) {
+        ctx->session_id = h->value;
+    }
+
+    if (r->method == NGX_HTTP_POST) {
+        rc = ngx_http_sandbox_mcp_check_post(r, lcf);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+
+    } else if (ctx->session_id.len == 0) {
+        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
+                               NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
+                               "Bad Request: Mcp-Session-Id header is "
+                               "required");
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_sandbox_mcp_module);
+
+    /* the body is kept whole in memory up to sandbox_mcp_max_body */
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_sandbox_mcp_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_sandbox_mcp_body_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                    rc;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+
+    rc = ngx_http_sandbox_mcp_process(r, ctx);
+
+    if (rc == NGX_DONE) {
+        /* a Redis reply will finish the request */
+        return;
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/* called from Redis callbacks and timers: outside nginx's request flow */
+void
+ngx_http_sandbox_mcp_finalize(ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}

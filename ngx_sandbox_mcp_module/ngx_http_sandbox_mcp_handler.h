@@ -1,0 +1,20 @@
+/*
+ * The /mcp content handler and the request's life.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_HANDLER_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_HANDLER_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+
+
+ngx_int_t ngx_http_sandbox_mcp_handler(ngx_http_request_t *r);
+
+/* finalizes the request from a Redis callback or a timer (outside nginx's
+ * request flow), then runs the posted requests */
+void ngx_http_sandbox_mcp_finalize(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_int_t rc);
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_HANDLER_H_INCLUDED_ */

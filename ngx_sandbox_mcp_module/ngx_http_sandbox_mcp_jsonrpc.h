@@ -1,0 +1,28 @@
+/*
+ * JSON-RPC over /mcp: framing, dispatch, and the calls' answers.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_JSONRPC_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_JSONRPC_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+
+
+/* the body read: parse it, find the session (NGX_DONE) or answer (rc) */
+ngx_int_t ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx);
+
+/* the session is known: start every call (NGX_DONE) or answer (rc) */
+ngx_int_t ngx_http_sandbox_mcp_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx);
+
+/* a call's answer; call_done once it is set (the last one answers) */
+void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result);
+void ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
+    ngx_int_t code, const char *fmt, ...);
+void ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call);
+void ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call);
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_JSONRPC_H_INCLUDED_ */

@@ -1,0 +1,44 @@
+/*
+ * A run as the tools show it: the run object, Redis values as JSON, the
+ * watchUrl.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_RUN_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_RUN_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+
+
+/* XADD MAXLEN ~ of every event stream */
+extern ngx_str_t  ngx_http_sandbox_mcp_events_maxlen;
+
+int64_t ngx_http_sandbox_mcp_now_ms(void);
+
+/* a field of a hash reply (HGETALL, field/value pairs), or NULL */
+redisReply *ngx_http_sandbox_mcp_field(redisReply *h, const char *name);
+
+/* a string from Redis as JSON: null when absent or empty (if nullable);
+ * invalid UTF-8 is repaired in place (the reply is the caller's) */
+json_t *ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable);
+
+/* milliseconds since the epoch as ISO-8601, or null */
+json_t *ngx_http_sandbox_mcp_json_time(redisReply *v);
+
+/* the dashboard link for the run, signed for the call's tenant */
+json_t *ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id);
+
+/* the run hash h (HGETALL) as the run object of call->run_id */
+json_t *ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *h);
+
+/* h is a run of the call's tenant */
+ngx_uint_t ngx_http_sandbox_mcp_run_visible(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *h);
+
+/* h's status is completed, failed or cancelled */
+ngx_uint_t ngx_http_sandbox_mcp_terminal(redisReply *h);
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_RUN_H_INCLUDED_ */

@@ -1,0 +1,154 @@
+/*
+ * opencode_cancel_run: a run not started is cancelled at once; a running
+ * one is flagged for its runner.  Two steps: the run's tenant and session
+ * are read first, as the script is handed every key it touches (its
+ * session's active set among them).
+ */
+
+#include "ngx_http_sandbox_mcp_tool_cancel.h"
+#include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
+#include "ngx_http_sandbox_mcp_tools.h"
+
+#include "smcp_validate.h"
+
+
+static void
+ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (!ngx_http_sandbox_mcp_run_visible(call, reply)) {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_tool_output(call,
+                                  ngx_http_sandbox_mcp_run_object(call, reply));
+}
+
+
+/* the run is the tenant's, of the session in call->path (or none) */
+static void
+ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_str_t                         args[9];
+    ngx_pool_t                       *pool;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+    ngx_http_sandbox_mcp_key_t        keys[] = {
+        { SMCP_KEY_RUN, &call->run_id },
+        { SMCP_KEY_RUN_EVENTS, &call->run_id },
+        { SMCP_KEY_RUN_DIFF, &call->run_id },
+        { SMCP_KEY_TENANT_STARTED, &call->ctx->tenant },
+        { SMCP_KEY_SESSION_ACTIVE, &call->path },
+        { SMCP_CHAN_RUN, &call->run_id },
+        { SMCP_CHAN_CANCEL, NULL }
+    };
+
+    pool = call->ctx->request->pool;
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    if (call->path.len == 0) {
+        keys[4].fmt = "";                   /* KEYS[5] '': no session */
+    }
+
+    args[0] = call->ctx->tenant;
+    args[1] = ngx_http_sandbox_mcp_redis_number(pool,
+                                                 ngx_http_sandbox_mcp_now_ms());
+    args[2] = call->run_id;
+    args[3] = ngx_http_sandbox_mcp_events_maxlen;
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
+    args[5] = call->path;
+    ngx_str_set(&args[6], SMCP_STATUS_STARTED);
+    ngx_str_set(&args[7], SMCP_STATUS_RUNNING);
+    ngx_str_set(&args[8], SMCP_STATUS_CANCELLED);
+
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_cancel,
+                                     ngx_http_sandbox_mcp_cancel_reply,
+                                     keys, sizeof(keys) / sizeof(keys[0]),
+                                     args, sizeof(args) / sizeof(args[0]));
+}
+
+
+/* HMGET run tenant session */
+static void
+ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    redisReply  *t, *s;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    t = reply->element[0];
+    s = reply->element[1];
+
+    if (t->type != REDIS_REPLY_STRING || t->len != call->ctx->tenant.len
+        || ngx_strncmp(t->str, call->ctx->tenant.data, t->len) != 0)
+    {
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    ngx_str_null(&call->path);
+
+    if (s->type == REDIS_REPLY_STRING
+        && smcp_valid_id(s->str, s->len, SMCP_SESSION_ID_PREFIX))
+    {
+        call->path.data = ngx_pnalloc(call->ctx->request->pool, s->len);
+        if (call->path.data == NULL) {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+
+        ngx_memcpy(call->path.data, s->str, s->len);
+        call->path.len = s->len;
+    }
+
+    ngx_http_sandbox_mcp_cancel_send(call);
+}
+
+
+void
+ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_str_t  argv[4];
+
+    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK) {
+        return;
+    }
+
+    ngx_str_set(&argv[0], "HMGET");
+    ngx_str_set(&argv[2], "tenant");
+    ngx_str_set(&argv[3], "session");
+
+    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
+                                       SMCP_KEY_RUN, &call->run_id)
+        != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    call->cmd = ngx_http_sandbox_mcp_redis_command(
+                    ngx_http_sandbox_mcp_cancel_found, call, 4, argv);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}

@@ -1,0 +1,139 @@
+/*
+ * opencode_get_result, and its long-poll (waitSeconds): the call waits on
+ * the run's channel until the run ends or the wait is over.
+ */
+
+#include "ngx_http_sandbox_mcp_tool_result.h"
+#include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_waiter.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
+
+
+static void ngx_http_sandbox_mcp_result_fetch(
+    ngx_http_sandbox_mcp_call_t *call);
+
+
+static void
+ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        ngx_http_sandbox_mcp_waiter_remove(call);
+        (void) ngx_http_sandbox_mcp_reply_failed(call, reply);
+        return;
+    }
+
+    call->cmd = NULL;
+
+    if (!ngx_http_sandbox_mcp_run_visible(call, reply)) {
+        ngx_http_sandbox_mcp_waiter_remove(call);
+        ngx_http_sandbox_mcp_run_not_found(call);
+        return;
+    }
+
+    if (call->waiting && !call->expired
+        && !ngx_http_sandbox_mcp_terminal(reply))
+    {
+        if (call->recheck) {
+            call->recheck = 0;
+            ngx_http_sandbox_mcp_result_fetch(call);
+        }
+
+        /* keep waiting: a ping or the timer will read again */
+        return;
+    }
+
+    ngx_http_sandbox_mcp_waiter_remove(call);
+    ngx_http_sandbox_mcp_tool_output(call,
+                                  ngx_http_sandbox_mcp_run_object(call, reply));
+}
+
+
+static void
+ngx_http_sandbox_mcp_result_fetch(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_str_t  argv[2];
+
+    ngx_str_set(&argv[0], "HGETALL");
+
+    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
+                                       SMCP_KEY_RUN, &call->run_id)
+        != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_waiter_remove(call);
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    call->recheck = 0;
+    call->cmd = ngx_http_sandbox_mcp_redis_command(
+                    ngx_http_sandbox_mcp_result_reply, call, 2, argv);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_waiter_remove(call);
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* an event of the run, a lost connection, or the end of the wait */
+static void
+ngx_http_sandbox_mcp_result_wake(ngx_http_sandbox_mcp_call_t *call)
+{
+    if (call->cmd) {
+        /* a read is in flight; read once more after it */
+        call->recheck = 1;
+        return;
+    }
+
+    ngx_http_sandbox_mcp_result_fetch(call);
+}
+
+
+void
+ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
+{
+    json_t                           *v;
+    double                            wait;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK) {
+        return;
+    }
+
+    wait = 0;
+    v = json_object_get(call->args, "waitSeconds");
+
+    if (v && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0) {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'waitSeconds' "
+                                            "must be a number of seconds, "
+                                            "0 or more (at most %T is "
+                                            "used).", lcf->max_wait);
+            return;
+        }
+
+        wait = ngx_min(json_number_value(v), (double) lcf->max_wait);
+    }
+
+    if (wait > 0) {
+        /*
+         * Listen before the first read: a ping between the read and the
+         * registration would otherwise be lost.
+         */
+        call->wake = ngx_http_sandbox_mcp_result_wake;
+        ngx_http_sandbox_mcp_waiter_add(call, (ngx_msec_t) (wait * 1000));
+
+        /* a client that goes away ends the wait */
+        call->ctx->request->read_event_handler = ngx_http_test_reading;
+    }
+
+    ngx_http_sandbox_mcp_result_fetch(call);
+}

@@ -1,0 +1,512 @@
+/*
+ * opencode_run_task: every argument checked before anything is written,
+ * then one script writes the run hash, the indexes, the first event and
+ * the queue entry at once.
+ */
+
+#include "ngx_http_sandbox_mcp_tool_run_task.h"
+#include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
+#include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
+
+#include "smcp_validate.h"
+
+
+/* the run_create script's answers */
+#define NGX_HTTP_SANDBOX_MCP_CREATED           1
+#define NGX_HTTP_SANDBOX_MCP_NO_SESSION        0
+#define NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED   -1
+#define NGX_HTTP_SANDBOX_MCP_QUEUE_FULL        -2
+
+
+/* the arguments of opencode_run_task, validated */
+typedef struct {
+    ngx_str_t                   task;
+    ngx_str_t                   repo;
+    ngx_str_t                   branch;
+    ngx_str_t                   session;
+    ngx_str_t                   model;
+    ngx_str_t                   title;
+    json_int_t                  timeout;
+    ngx_uint_t                  create_pr;
+    ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
+    u_char                      title_buf[NGX_HTTP_SANDBOX_MCP_AUTO_TITLE];
+    u_char                      cost_buf[NGX_INT64_LEN + 2];
+} ngx_http_sandbox_mcp_task_t;
+
+
+static void
+ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    json_t                           *session;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    if (reply->type == REDIS_REPLY_INTEGER
+        && reply->integer == NGX_HTTP_SANDBOX_MCP_QUEUE_FULL)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
+                                        "start: you already have %ui queued "
+                                        "runs, the limit. Wait until some "
+                                        "start or finish (opencode_list_runs "
+                                        "with status started), or cancel "
+                                        "some with opencode_cancel_run, then "
+                                        "try again.", lcf->max_queued);
+        return;
+    }
+
+    if (reply->type == REDIS_REPLY_INTEGER
+        && reply->integer == NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
+                                        "longer than %T seconds and its "
+                                        "workspace was removed; start a new "
+                                        "session by omitting sessionId.",
+                                        &call->path, lcf->session_idle);
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_INTEGER
+        || reply->integer != NGX_HTTP_SANDBOX_MCP_CREATED)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: %V (omit "
+                                        "sessionId to start a new session, "
+                                        "or use one returned by "
+                                        "opencode_run_task).", &call->path);
+        return;
+    }
+
+    session = json_stringn((char *) call->path.data, call->path.len);
+
+    ngx_http_sandbox_mcp_tool_output(call,
+        json_pack("{s:s%, s:o, s:s, s:o*}",
+                  "runId", (char *) call->run_id.data, call->run_id.len,
+                  "sessionId", session,
+                  "status", SMCP_STATUS_STARTED,
+                  "watchUrl",
+                  ngx_http_sandbox_mcp_watch_url(call, &call->run_id)));
+}
+
+
+/* is the repository among the token's grants (its "repos" claim)? */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_granted(ngx_http_sandbox_mcp_call_t *call,
+    smcp_repo_t *repo)
+{
+    u_char      *p, *last;
+    ngx_str_t   *g;
+    ngx_uint_t   i, n;
+    u_char       list[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
+
+    g = call->ctx->repos ? call->ctx->repos->elts : NULL;
+    n = call->ctx->repos ? call->ctx->repos->nelts : 0;
+
+    for (i = 0; i < n; i++) {
+        if (smcp_grant_match((char *) g[i].data, g[i].len, repo)) {
+            return NGX_OK;
+        }
+    }
+
+    if (n == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not "
+                                        "granted: this token grants no "
+                                        "repositories (its \"repos\" claim "
+                                        "is missing). Ask for a token "
+                                        "minted with --repos owner/repo.",
+                                        repo->owner_len, repo->owner,
+                                        repo->name_len, repo->name);
+        return NGX_ERROR;
+    }
+
+    p = list;
+    last = list + sizeof(list) - 4;
+
+    for (i = 0; i < n && p < last; i++) {
+        p = ngx_slprintf(p, last, "%s%V", i ? ", " : "", &g[i]);
+    }
+
+    if (i < n || p == last) {
+        p = ngx_cpymem(p, "...", 3);
+    }
+
+    *p = '\0';
+
+    ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not granted "
+                                    "to this token; it may name only: %s.",
+                                    repo->owner_len, repo->owner,
+                                    repo->name_len, repo->name, list);
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    if (ngx_http_sandbox_mcp_arg_string(call, "task", lcf->max_task_size,
+                                        &t->task)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "repository",
+                                           NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX,
+                                           &t->repo)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "branch",
+                                           SMCP_BRANCH_MAX, &t->branch)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "sessionId",
+                                           NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
+                                           &t->session)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "model",
+                                           SMCP_MODEL_MAX, &t->model)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "title",
+                                           NGX_HTTP_SANDBOX_MCP_ARG_ANY_SIZE,
+                                           &t->title)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_task_repository(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    smcp_repo_t  repo;
+
+    if (t->repo.len == 0) {
+        if (t->branch.len) {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' needs "
+                                            "'repository'.");
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (smcp_repo_parse((char *) t->repo.data, t->repo.len,
+                        (char *) lcf->github_host.data, lcf->github_host.len,
+                        &repo)
+        != SMCP_OK)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'repository' must be "
+                                        "an https URL of a repository on %V, "
+                                        "like https://%V/owner/repo (no "
+                                        "credentials, port, query or "
+                                        "fragment).",
+                                        &lcf->github_host, &lcf->github_host);
+        return NGX_ERROR;
+    }
+
+    if (t->branch.len
+        && !smcp_valid_branch((char *) t->branch.data, t->branch.len))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' is not a "
+                                        "valid git branch name (ASCII; no "
+                                        "spaces, '..', '~^:?*[\\', leading "
+                                        "'-' or trailing '.lock').");
+        return NGX_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_task_granted(call, &repo);
+}
+
+
+/* micro-USD as decimal dollars ("25", "2.5"); returns the end (no NUL) */
+static u_char *
+ngx_http_sandbox_mcp_usd(u_char *p, ngx_int_t micro)
+{
+    ngx_int_t  frac;
+
+    p = ngx_sprintf(p, "%i", micro / 1000000);
+    frac = micro % 1000000;
+
+    if (frac) {
+        p = ngx_sprintf(p, ".%06i", frac);
+
+        while (p[-1] == '0') {
+            p--;
+        }
+    }
+
+    return p;
+}
+
+
+/* maxCostUsd: more than 0 and at most sandbox_mcp_max_cost_usd (if set) */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_cost(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    json_t  *v;
+    double   d, max;
+    u_char   buf[NGX_INT64_LEN + 2], *p;
+
+    t->max_cost = lcf->max_cost;
+
+    v = json_object_get(call->args, "maxCostUsd");
+
+    if (v == NULL || json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    d = json_is_number(v) ? json_number_value(v) : -1;
+    max = lcf->max_cost ? lcf->max_cost / 1e6 : 1e6;
+
+    if (!(d * 1e6 >= 1) || d > max) {
+        p = ngx_http_sandbox_mcp_usd(buf, (ngx_int_t) (max * 1e6));
+        *p = '\0';
+
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'maxCostUsd' must be "
+                                        "a number of US dollars more than 0 "
+                                        "and at most %s.", buf);
+        return NGX_ERROR;
+    }
+
+    t->max_cost = (ngx_int_t) (d * 1e6 + 0.5);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    json_t     *v;
+    ngx_int_t   rc;
+
+    if (t->session.len
+        && !smcp_valid_id((char *) t->session.data, t->session.len,
+                          SMCP_SESSION_ID_PREFIX))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: sessionIds "
+                                        "look like ses_ followed by 24 hex "
+                                        "digits (omit it to start a new "
+                                        "session).");
+        return NGX_ERROR;
+    }
+
+    if (t->model.len == 0) {
+        t->model = lcf->default_model;
+
+    } else if (!smcp_valid_model((char *) t->model.data, t->model.len)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'model' must look "
+                                        "like provider/model, e.g. "
+                                        "anthropic/claude-sonnet-4-5.");
+        return NGX_ERROR;
+    }
+
+    v = json_object_get(call->args, "createPullRequest");
+
+    if (v && !json_is_null(v) && !json_is_boolean(v)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
+                                        "must be true or false.");
+        return NGX_ERROR;
+    }
+
+    t->create_pr = json_is_true(v);
+
+    if (t->create_pr && t->repo.len == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
+                                        "needs 'repository'.");
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_sandbox_mcp_arg_integer(call, "timeoutSeconds",
+                                          lcf->run_timeout_max, &t->timeout);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        t->timeout = lcf->run_timeout;
+    }
+
+    return ngx_http_sandbox_mcp_task_cost(call, lcf, t);
+}
+
+
+/* no title: the task's first line, shortened on a character boundary */
+static void
+ngx_http_sandbox_mcp_task_title(ngx_http_sandbox_mcp_task_t *t)
+{
+    size_t  i, n;
+
+    if (t->title.len) {
+        return;
+    }
+
+    n = 0;
+
+    for (i = 0;
+         i < t->task.len && t->task.data[i] != '\n'
+         && i < NGX_HTTP_SANDBOX_MCP_AUTO_TITLE;
+         i++)
+    {
+        if ((t->task.data[i] & 0xc0) != 0x80) {
+            n = i;
+        }
+    }
+
+    if (i == t->task.len || t->task.data[i] == '\n') {
+        n = i;
+    }
+
+    ngx_memcpy(t->title_buf, t->task.data, n);
+    t->title.data = t->title_buf;
+    t->title.len = n;
+}
+
+
+/* a new run id in call->run_id, the session's (new or given) in call->path */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_ids(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_task_t *t)
+{
+    ngx_pool_t  *pool;
+    char         id[SMCP_ID_LEN + 1];
+
+    pool = call->ctx->request->pool;
+
+    call->run_id.data = ngx_pnalloc(pool, SMCP_ID_LEN);
+    call->path.data = ngx_pnalloc(pool, SMCP_ID_LEN);
+
+    if (call->run_id.data == NULL || call->path.data == NULL
+        || smcp_make_id(id, SMCP_RUN_ID_PREFIX) != SMCP_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    call->run_id.len = SMCP_ID_LEN;
+    ngx_memcpy(call->run_id.data, id, SMCP_ID_LEN);
+
+    if (t->session.len == 0) {
+        if (smcp_make_id(id, SMCP_SESSION_ID_PREFIX) != SMCP_OK) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(call->path.data, id, SMCP_ID_LEN);
+
+    } else {
+        ngx_memcpy(call->path.data, t->session.data, SMCP_ID_LEN);
+    }
+
+    call->path.len = SMCP_ID_LEN;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
+{
+    int64_t                      now;
+    ngx_str_t                    args[23];
+    ngx_pool_t                  *pool;
+    ngx_http_sandbox_mcp_key_t   keys[] = {
+        { SMCP_KEY_RUN, &call->run_id },
+        { SMCP_KEY_RUN_EVENTS, &call->run_id },
+        { SMCP_KEY_TENANT_RUNS, &call->ctx->tenant },
+        { SMCP_KEY_SESSION, &call->path },
+        { SMCP_KEY_SESSION_RUNS, &call->path },
+        { SMCP_KEY_SESSION_ACTIVE, &call->path },
+        { SMCP_KEY_TENANT_STARTED, &call->ctx->tenant },
+        { SMCP_KEY_SESSIONS, NULL },
+        { SMCP_KEY_QUEUE, NULL },
+        { SMCP_CHAN_RUN, &call->run_id }
+    };
+
+    pool = call->ctx->request->pool;
+    now = ngx_http_sandbox_mcp_now_ms();
+
+    args[0] = call->run_id;
+    args[1] = call->ctx->tenant;
+    args[2] = call->path;
+    ngx_str_set(&args[3], "1");
+    if (t->session.len) {
+        ngx_str_set(&args[3], "0");
+    }
+    args[4] = ngx_http_sandbox_mcp_redis_number(pool, now);
+    args[5] = t->task;
+    args[6] = t->repo;
+    args[7] = t->branch;
+    args[8] = t->model;
+    args[9] = t->title;
+    ngx_str_set(&args[10], "0");
+    if (t->create_pr) {
+        ngx_str_set(&args[10], "1");
+    }
+    args[11] = ngx_http_sandbox_mcp_redis_number(pool, t->timeout);
+    args[12] = ngx_http_sandbox_mcp_events_maxlen;
+    args[13] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_queued);
+    args[14] = ngx_http_sandbox_mcp_redis_number(pool, lcf->max_running);
+    args[15].data = t->cost_buf;
+    args[15].len = ngx_http_sandbox_mcp_usd(t->cost_buf, t->max_cost)
+                   - t->cost_buf;
+    args[16] = ngx_http_sandbox_mcp_redis_number(pool, lcf->retention);
+    args[17] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_idle);
+    args[18] = ngx_http_sandbox_mcp_redis_number(pool,
+                                      now + (int64_t) lcf->session_idle * 1000);
+
+    /* no run older than this has keys left: its index entries go */
+    args[19] = ngx_http_sandbox_mcp_redis_number(pool,
+                   now - ((int64_t) lcf->retention + lcf->run_timeout_max)
+                         * 1000);
+
+    ngx_str_set(&args[20], SMCP_STATUS_STARTED);
+    ngx_str_set(&args[21], SMCP_SESSION_EXPIRING);
+    ngx_str_set(&args[22], SMCP_SESSION_EXPIRED);
+
+    ngx_http_sandbox_mcp_call_script(call,
+                                     &ngx_http_sandbox_mcp_script_run_create,
+                                     ngx_http_sandbox_mcp_run_created,
+                                     keys, sizeof(keys) / sizeof(keys[0]),
+                                     args, sizeof(args) / sizeof(args[0]));
+}
+
+
+/* every check before anything is written: the script checks the rest */
+void
+ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_task_t       t;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    ngx_memzero(&t, sizeof(ngx_http_sandbox_mcp_task_t));
+
+    if (ngx_http_sandbox_mcp_task_strings(call, lcf, &t) != NGX_OK
+        || ngx_http_sandbox_mcp_task_repository(call, lcf, &t) != NGX_OK
+        || ngx_http_sandbox_mcp_task_options(call, lcf, &t) != NGX_OK)
+    {
+        return;
+    }
+
+    ngx_http_sandbox_mcp_task_title(&t);
+
+    if (ngx_http_sandbox_mcp_task_ids(call, &t) != NGX_OK) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_task_send(call, lcf, &t);
+}

@@ -1,0 +1,64 @@
+/*
+ * The tools: tools/list, tools/call, and what every tool shares.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_TOOLS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_TOOLS_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+
+
+/* a key of a tool's script: an SMCP_KEY_* or SMCP_CHAN_* format */
+typedef struct {
+    const char                  *fmt;
+    ngx_str_t                   *arg;       /* NULL: the format has none */
+} ngx_http_sandbox_mcp_key_t;
+
+
+/* the tools' definitions parsed, with the configuration */
+ngx_int_t ngx_http_sandbox_mcp_tools_init(ngx_conf_t *cf);
+
+/* tools/list (NULL: err says why) and tools/call */
+json_t *ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
+    json_t *params, char *err, size_t errlen);
+void ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params);
+
+/* the schema of an argument of the call's tool (NULL: none); required? */
+json_t *ngx_http_sandbox_mcp_tool_property(ngx_http_sandbox_mcp_call_t *call,
+    const char *name);
+ngx_uint_t ngx_http_sandbox_mcp_tool_required(
+    ngx_http_sandbox_mcp_call_t *call, const char *name);
+
+/*
+ * A tool's answer, each ending the call: its structuredContent (NULL: an
+ * internal error), an error a model can act on (isError, nginx's formats:
+ * %V, %uz ...), or Redis unavailable.
+ */
+void ngx_http_sandbox_mcp_tool_output(ngx_http_sandbox_mcp_call_t *call,
+    json_t *structured);
+void ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
+    const char *fmt, ...);
+void ngx_http_sandbox_mcp_tool_unavailable(ngx_http_sandbox_mcp_call_t *call);
+
+/*
+ * Sends a script for a call: KEYS from key formats, then ARGV.  When Redis
+ * is away the call is answered "unavailable" at once.
+ */
+void ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_script_t *script,
+    ngx_http_sandbox_mcp_redis_handler_pt handler,
+    ngx_http_sandbox_mcp_key_t *keys, ngx_uint_t nkeys, ngx_str_t *args,
+    ngx_uint_t nargs);
+
+/* a reply that is an error, or none: the call is answered, returns 1 */
+ngx_uint_t ngx_http_sandbox_mcp_reply_failed(
+    ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
+
+/* an opaque cursor (base64url of a short text), or NULL */
+json_t *ngx_http_sandbox_mcp_cursor_encode(const char *text);
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_TOOLS_H_INCLUDED_ */

@@ -1,0 +1,269 @@
+#!/usr/bin/perl
+
+# The tools' definitions are data (ngx_sandbox_mcp_module/tools/NAME.json,
+# with include/ for shared parts), embedded and checked at build by
+# smcp-embed (ngx_sandbox_mcp_module/common/embed/), as are the Redis
+# scripts (common/scripts/NAME.lua):
+#
+#   - a definition that does not parse, or lacks what a tool needs, and a
+#     script without its KEYS/ARGV header stop smcp-embed, which names the
+#     file; the module's objects depend on the generated headers (so `make`
+#     and the `config` build stop too);
+#   - tools/list serves exactly the files (includes expanded), in order;
+#   - tools/call checks arguments against the same schema: an argument that
+#     is not among its properties is refused naming every property; every
+#     bound the schema states (required, maxLength, enum, minimum, maximum,
+#     default) is the bound the module applies.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use File::Copy qw(copy);
+use File::Path qw(make_path);
+use File::Temp qw(tempdir);
+use Test::More;
+use SMCP::Test qw(json_decode repo_root);
+
+my $root = repo_root();
+my $mod = "$root/ngx_sandbox_mcp_module";
+my $tools_dir = "$mod/tools";
+my @ORDER = qw(opencode_run_task opencode_get_result opencode_list_runs
+               opencode_cancel_run opencode_get_diff opencode_get_events);
+
+my $t = SMCP::Test->new(workers => 1);
+my $dir = tempdir('smcp-schemas-XXXXXX', TMPDIR => 1,
+                  CLEANUP => !$ENV{SMCP_TEST_KEEP});
+
+sub slurp {
+    my ($f) = @_;
+    open(my $fh, '<', $f) or die "$f: $!";
+    local $/;
+    return scalar <$fh>;
+}
+
+sub spew {
+    my ($f, $text) = @_;
+    open(my $fh, '>', $f) or die "$f: $!";
+    print $fh $text;
+    close $fh;
+}
+
+# a definition with its {"$include": FILE} objects replaced
+sub expand {
+    my ($v) = @_;
+    if (ref $v eq 'HASH') {
+        if (exists $v->{'$include'}) {
+            return expand(json_decode(slurp("$tools_dir/include/$v->{'$include'}")));
+        }
+        return { map { $_ => expand($v->{$_}) } keys %$v };
+    }
+    return [ map { expand($_) } @$v ] if ref $v eq 'ARRAY';
+    return $v;
+}
+
+my %DEF = map { $_ => expand(json_decode(slurp("$tools_dir/$_.json"))) } @ORDER;
+
+###############################################################################
+# build time: smcp-embed
+
+my $embed = "$dir/smcp-embed";
+my $cc = `cc -O1 -Wall -Wextra -Werror -o $embed $mod/common/embed/smcp_embed.c -ljansson 2>&1`;
+is($? >> 8, 0, 'smcp-embed builds warning-free') or diag($cc);
+
+sub embed {
+    my ($kind, $in) = @_;
+    my $out = `$embed $kind $dir/out.h $in 2>&1`;
+    return ($? >> 8, $out);
+}
+
+subtest 'the real files embed' => sub {
+    my ($rc, $out) = embed('tools', $tools_dir);
+    is($rc, 0, 'tools/ embeds') or diag($out);
+    my $h = slurp("$dir/out.h");
+    like($h, qr/static const char smcp_tool_$_\[\]/, "smcp_tool_$_") for @ORDER;
+    ($rc, $out) = embed('lua', "$mod/common/scripts");
+    is($rc, 0, 'common/scripts/ embeds') or diag($out);
+    $h = slurp("$dir/out.h");
+    for my $f (glob("$mod/common/scripts/*.lua")) {
+        my ($n) = $f =~ m{([^/]+)\.lua$};
+        like($h, qr/static const char smcp_lua_$n\[\]/, "smcp_lua_$n");
+    }
+    like($h, qr/#define SMCP_LUA_SCRIPTS\(X\)/, 'the list of names');
+};
+
+# a copy of tools/ with one file changed by $edit; smcp-embed must refuse
+# it, naming the file and saying what is wrong
+sub broken_tool {
+    my ($name, $file, $edit, $re) = @_;
+    my $d = "$dir/t" . int(rand(1e9));
+    make_path("$d/include");
+    copy($_, "$d/") for glob("$tools_dir/*.json");
+    copy($_, "$d/include/") for glob("$tools_dir/include/*.json");
+    my $text = slurp("$d/$file");
+    local $_ = $text;
+    $edit->();
+    spew("$d/$file", $_);
+    my ($rc, $out) = embed('tools', $d);
+    isnt($rc, 0, "$name: smcp-embed fails");
+    like($out, qr{\Q$d/$file\E: .*$re}, "$name: names $file: $re") or diag($out);
+    ok(!-e "$dir/out.h.tmp", "$name: no partial output left");
+}
+
+unlink "$dir/out.h";
+broken_tool('syntax error', 'opencode_list_runs.json',
+            sub { s/"title": "List runs",/"title": "List runs"/ },
+            qr/line \d+, column \d+/);
+broken_tool('duplicate key', 'opencode_cancel_run.json',
+            sub { s/("title": "Cancel a run",)/$1 "title": "again",/ },
+            qr/duplicate/);
+broken_tool('name not the file', 'opencode_get_diff.json',
+            sub { s/"name": "opencode_get_diff"/"name": "get_diff"/ },
+            qr/"name" must be "opencode_get_diff"/);
+broken_tool('unknown arguments accepted', 'opencode_get_events.json',
+            sub { s/"additionalProperties": false/"additionalProperties": true/ },
+            qr/additionalProperties/);
+broken_tool('required names no property', 'opencode_get_result.json',
+            sub { s/"required": \["runId"\]/"required": ["runID"]/ },
+            qr/"required" names "runID"/);
+broken_tool('property without a type', 'opencode_run_task.json',
+            sub { s/"title": \{"type": "string", "maxLength": 200\}/"title": {"maxLength": 200}/ },
+            qr/property "title" needs a type/);
+broken_tool('annotation not a boolean', 'opencode_list_runs.json',
+            sub { s/"readOnlyHint": true/"readOnlyHint": "yes"/ },
+            qr/annotation "readOnlyHint"/);
+broken_tool('a broken include', 'include/time.json',
+            sub { s/\}\s*$/,}/ }, qr/line \d+/);
+broken_tool('an include of nothing', 'opencode_get_result.json',
+            sub { s/"\$include": "run.json"/"\$include": "nope.json"/ },
+            qr/include\/nope.json|nope.json/);
+
+subtest 'a script without its KEYS/ARGV header' => sub {
+    my $d = "$dir/lua";
+    make_path($d);
+    copy($_, "$d/") for glob("$mod/common/scripts/*.lua");
+    spew("$d/no_header.lua", "-- A script.\nreturn 1\n");
+    my ($rc, $out) = embed('lua', $d);
+    isnt($rc, 0, 'smcp-embed fails');
+    like($out, qr{\Q$d/no_header.lua\E: .*KEYS}, 'names the file and the header')
+        or diag($out);
+    unlink "$d/no_header.lua";
+    spew("$d/Bad-Name.lua", "-- KEYS: none\n-- ARGV: none\nreturn 1\n");
+    ($rc, $out) = embed('lua', $d);
+    isnt($rc, 0, 'a name that is no C identifier: fails');
+    like($out, qr{Bad-Name\.lua: the name}, '... named') or diag($out);
+};
+
+subtest 'the module is rebuilt from the generated headers' => sub {
+    my $mk = "$root/build/nginx-obj/Makefile";
+    plan skip_all => "$mk not there (run `make`)" unless -f $mk;
+    my $m = slurp($mk);
+    for my $h (qw(ngx_http_sandbox_mcp_lua.h ngx_http_sandbox_mcp_tools_json.h)) {
+        like($m, qr{^\S*/\Q$h\E:.*smcp-embed}m, "a rule makes $h");
+        like($m, qr{^ADDON_DEPS = .*\Q$h\E}m, "... and the module's objects depend on it");
+    }
+};
+
+###############################################################################
+# run time: tools/list and tools/call
+
+$t->start;
+my ($sid) = $t->initialize;
+ok($sid, 'MCP session') or BAIL_OUT('no MCP session');
+
+subtest 'tools/list serves the files' => sub {
+    my $r = $t->rpc($sid, 'tools/list', {});
+    my $tools = $r->{json}{result}{tools} || [];
+    is_deeply([ map { $_->{name} } @$tools ], \@ORDER, 'every tool, in order');
+    is_deeply($tools->[$_], $DEF{ $ORDER[$_] }, "$ORDER[$_]: exactly its file")
+        for 0 .. $#ORDER;
+};
+
+sub call { return scalar $t->call_tool($sid, @_) }
+
+sub refused {
+    my ($res, $re, $name) = @_;
+    ok(SMCP::Test::is_error_result($res), "$name: isError");
+    like(SMCP::Test::result_text($res), $re, "$name: the message") or
+        diag(SMCP::Test::result_text($res));
+}
+
+# arguments that satisfy each tool's required ones
+my %BASE = (
+    opencode_run_task   => { task => 'x' },
+    opencode_get_result => { runId => 'run_' . ('0' x 24) },
+    opencode_list_runs  => {},
+    opencode_cancel_run => { runId => 'run_' . ('0' x 24) },
+    opencode_get_diff   => { runId => 'run_' . ('0' x 24) },
+    opencode_get_events => { runId => 'run_' . ('0' x 24) },
+);
+
+my $before = $t->redis('DBSIZE');
+
+for my $name (@ORDER) {
+    my $in = $DEF{$name}{inputSchema};
+    my $props = $in->{properties};
+    subtest "$name: arguments by its schema" => sub {
+        my $res = call($name, { %{ $BASE{$name} }, bogus => 1 });
+        refused($res, qr/Unknown argument 'bogus' for \Q$name\E; accepted: /,
+                'an unknown argument');
+        my ($list) = SMCP::Test::result_text($res) =~ /accepted: (.*)\.$/;
+        is_deeply([ sort split /, /, $list // '' ], [ sort keys %$props ],
+                  '... listing exactly its properties');
+
+        for my $req (@{ $in->{required} || [] }) {
+            my %a = %{ $BASE{$name} };
+            delete $a{$req};
+            refused(call($name, \%a), qr/Missing required argument '\Q$req\E'/,
+                    "required $req missing");
+        }
+
+        for my $p (sort keys %$props) {
+            my $s = $props->{$p};
+            if (defined $s->{maxLength}) {
+                refused(call($name, { %{ $BASE{$name} },
+                                      $p => 'x' x ($s->{maxLength} + 1) }),
+                        qr/'\Q$p\E' is too long .* at most $s->{maxLength}\b/,
+                        "$p: maxLength $s->{maxLength}");
+            }
+            if ($s->{enum}) {
+                my $all = join(', ', @{ $s->{enum} });
+                refused(call($name, { %{ $BASE{$name} }, $p => 'nope' }),
+                        qr/'\Q$p\E' must be one of \Q$all\E\./, "$p: enum");
+            }
+            next unless ($s->{type} // '') eq 'integer';
+            my $max = $s->{maximum};
+            my $min = $s->{minimum};
+            if (defined $min) {
+                refused(call($name, { %{ $BASE{$name} }, $p => $min - 1 }),
+                        qr/'\Q$p\E' must be between $min and /, "$p: minimum $min");
+            }
+            if (defined $max) {
+                refused(call($name, { %{ $BASE{$name} }, $p => $max + 1 }),
+                        qr/'\Q$p\E' must be between \S+ and $max \(got/,
+                        "$p: maximum $max");
+            }
+        }
+    };
+}
+
+is($t->redis('DBSIZE'), $before, 'no refused call wrote anything');
+
+subtest 'defaults come from the schema' => sub {
+    my $limit = $DEF{opencode_list_runs}{inputSchema}{properties}{limit};
+    is($limit->{default}, 10, 'opencode_list_runs: limit defaults to 10 (the schema)');
+    my $n = $limit->{default} + 2;
+    for my $i (1 .. $n) {
+        my $sc = SMCP::Test::sc(call('opencode_run_task', { task => "run $i" }));
+        ok($sc && $sc->{runId}, "run $i started") or last;
+        # a tenant's queue is capped (sandbox_mcp_max_queued, 20 by default)
+    }
+    my $sc = SMCP::Test::sc(call('opencode_list_runs', {}));
+    is(scalar @{ $sc->{runs} || [] }, $limit->{default},
+       'without limit: a page of the default size');
+    ok($sc->{nextCursor}, '... and a cursor for the rest');
+};
+
+done_testing();

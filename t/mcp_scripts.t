@@ -1,0 +1,527 @@
+#!/usr/bin/perl
+
+# The module's Redis scripts (ngx_sandbox_mcp_module/common/scripts/, the
+# very files the module embeds) run straight against redis-server: KEYS and
+# ARGV in, the exact reply and the exact Redis state out, refusals writing
+# nothing.  Every command a script runs is watched (MONITOR): each key it
+# names (COMMAND GETKEYS; a PUBLISH's channel) is one of its KEYS - no key
+# is built inside Lua.  docs/contracts.md, "Keys every script is handed".
+#
+#   session_create, session_touch, session_delete   MCP sessions
+#   run_create   the run, its indexes, session:{id}:active,
+#                tenant:{t}:started (refusing past max queued), the event,
+#                the queue entry
+#   run_cancel   a started run: cancelled, out of tenant:{t}:started and
+#                session:{id}:active, its keys expiring; a running one
+#                flagged; others unchanged
+#   run_diff, run_events   pages of a run's diff and events
+#
+# Needs redis-server; CI=true turns skips into failures.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+use SMCP::Test qw(json_decode repo_root);
+
+my $t = SMCP::Test->new;
+$t->start_redis;
+
+my $P = 'smcp:';
+my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
+my %LUA;
+for my $name (qw(session_create session_touch session_delete run_create
+                 run_cancel run_diff run_events)) {
+    $LUA{$name} = $t->read_file("$dir/$name.lua");
+}
+
+###############################################################################
+# helpers
+
+my $mon = $t->redis_connect;
+$mon->send_cmd('MONITOR');
+is($mon->read_reply(5), 'OK', 'MONITOR');
+my $marker = 0;
+
+# the arguments of a MONITOR line: "<ts> [0 lua] "CMD" "arg" ..."
+sub monitor_args {
+    my ($line) = @_;
+    my @a;
+    while ($line =~ /"((?:[^"\\]|\\.)*)"/g) {
+        my $v = $1;
+        $v =~ s/\\x([0-9a-f]{2})/chr(hex($1))/ge;
+        $v =~ s/\\n/\n/g;
+        $v =~ s/\\r/\r/g;
+        $v =~ s/\\t/\t/g;
+        $v =~ s/\\(.)/$1/g;
+        push @a, $v;
+    }
+    return @a;
+}
+
+# the commands scripts ran since the last call
+sub lua_commands {
+    my $m = 'marker-' . ++$marker;
+    $t->redis('ECHO', $m);
+    my @cmds;
+    while (1) {
+        my $l = $mon->read_reply(5);
+        die "MONITOR: no marker\n" if ref $l;
+        last if index($l, "\"ECHO\" \"$m\"") >= 0;
+        push @cmds, [ monitor_args($l) ] if $l =~ /\[\d+ lua\]/;
+    }
+    return @cmds;
+}
+
+# every key of the whole db, with its content and whether it expires
+sub state {
+    my %s;
+    for my $k ($t->redis_keys('*')) {
+        my $type = $t->redis('TYPE', $k);
+        my $v;
+        if ($type eq 'string') { $v = $t->redis('GET', $k) }
+        elsif ($type eq 'hash') { $v = { @{ $t->redis('HGETALL', $k) } } }
+        elsif ($type eq 'zset') { $v = $t->redis('ZRANGE', $k, 0, -1, 'WITHSCORES') }
+        elsif ($type eq 'set') { $v = [ sort @{ $t->redis('SMEMBERS', $k) } ] }
+        elsif ($type eq 'stream') {
+            $v = [ map { { @{ $_->[1] } } } @{ $t->redis('XRANGE', $k, '-', '+') } ];
+        }
+        $s{$k} = { type => $type, value => $v,
+                   expires => $t->redis('PTTL', $k) > 0 ? 1 : 0 };
+    }
+    return \%s;
+}
+
+# script(name, keys, argv) -> (reply, state before, state after); checks
+# that the script named no key but its KEYS and wrote no other key
+my $name_of_test = '';
+sub script {
+    my ($name, $keys, $argv) = @_;
+    my $before = state();
+    lua_commands();
+    my $r = eval { $t->redis('EVAL', $LUA{$name}, scalar(@$keys), @$keys, @$argv) };
+    $r = { error => $@ } if $@;
+    my %k = map { $_ => 1 } grep { length } @$keys;
+    my @bad;
+    for my $c (lua_commands()) {
+        my @named;
+        if (uc $c->[0] eq 'PUBLISH') {
+            @named = ($c->[1]);
+        } else {
+            my $g = eval { $t->redis('COMMAND', 'GETKEYS', @$c) };
+            @named = @{ $g || [] };
+        }
+        push @bad, "$c->[0] $_" for grep { !$k{$_} } @named;
+    }
+    ok(!@bad, "$name: every key it named came in KEYS") or diag(join("\n", @bad));
+    my $after = state();
+    my @other = grep { !$k{$_} } sort keys %{{ %$before, %$after }};
+    my @changed = grep {
+        !defined $before->{$_} || !defined $after->{$_}
+        || !Test::More::_deep_check($before->{$_}, $after->{$_})
+    } @other;
+    ok(!@changed, "$name: wrote no key but its KEYS") or diag("@changed");
+    return ($r, $before, $after);
+}
+
+sub unchanged {
+    my ($before, $after, $what) = @_;
+    is_deeply($after, $before, "$what: nothing written");
+}
+
+my $now = int(time() * 1000);
+
+###############################################################################
+# MCP sessions
+
+my $S = "${P}mcp:" . ('a' x 64);
+my $REV = "${P}revoked";
+
+subtest 'session_create' => sub {
+    my ($r, $b, $a) = script('session_create', [ $S, $REV ],
+        [ 'alice', '2025-11-25', 'cli', '1.0', $now, 60000, '' ]);
+    is($r, 1, 'a new session: 1');
+    is_deeply($a->{$S}{value}, { tenant => 'alice', protocol => '2025-11-25',
+                                 client_name => 'cli', client_version => '1.0',
+                                 created_at => $now }, '... its hash');
+    my $ttl = $t->redis('PTTL', $S);
+    ok($ttl > 59000 && $ttl <= 60000, "... expiring in the ttl ($ttl ms)");
+    is(scalar(keys %$a), 1, '... the only key');
+
+    ($r, $b, $a) = script('session_create', [ $S, $REV ],
+        [ 'bob', '2025-06-18', 'x', '2', $now, 60000, '' ]);
+    is($r, 0, 'the id taken: 0');
+    unchanged($b, $a, 'the id taken');
+
+    $t->redis('HSET', $REV, 'jti-1', time() + 3600);
+    my $S2 = "${P}mcp:" . ('b' x 64);
+    ($r, $b, $a) = script('session_create', [ $S2, $REV ],
+        [ 'alice', '2025-11-25', 'cli', '1.0', $now, 60000, 'jti-1' ]);
+    is($r, 'REVOKED', 'a revoked token id: REVOKED');
+    unchanged($b, $a, 'revoked');
+    ($r) = script('session_create', [ $S2, $REV ],
+        [ 'alice', '2025-11-25', 'cli', '1.0', $now, 60000, 'jti-2' ]);
+    is($r, 1, 'another token id: created');
+    $t->redis('DEL', $S2);
+};
+
+subtest 'session_touch' => sub {
+    $t->redis('PEXPIRE', $S, 1000);
+    my ($r, $b, $a) = script('session_touch', [ $S, $REV ], [ 'alice', 90000, '' ]);
+    is($r, '2025-11-25', "the tenant's own: its protocol version");
+    ok($t->redis('PTTL', $S) > 89000, '... and its ttl refreshed');
+    is_deeply($a->{$S}{value}, $b->{$S}{value}, '... its hash unchanged');
+
+    $t->redis('PEXPIRE', $S, 5000);
+    ($r, $b, $a) = script('session_touch', [ $S, $REV ], [ 'bob', 90000, '' ]);
+    is($r, undef, "another tenant's: nil");
+    ok($t->redis('PTTL', $S) <= 5000, '... its ttl not refreshed');
+    unchanged($b, $a, "another tenant's");
+
+    my $U = "${P}mcp:" . ('c' x 64);
+    ($r, $b, $a) = script('session_touch', [ $U, $REV ], [ 'alice', 90000, '' ]);
+    is($r, undef, 'unknown: nil');
+    unchanged($b, $a, 'unknown');
+
+    ($r, $b, $a) = script('session_touch', [ $S, $REV ], [ 'alice', 90000, 'jti-1' ]);
+    is($r, 'REVOKED', 'revoked: REVOKED');
+    ok($t->redis('PTTL', $S) <= 5000, '... no ttl refreshed');
+
+    $t->redis('HDEL', $S, 'protocol');
+    ($r) = script('session_touch', [ $S, $REV ], [ 'alice', 90000, '' ]);
+    is($r, '', "no protocol stored: ''");
+};
+
+subtest 'session_delete' => sub {
+    my ($r, $b, $a) = script('session_delete', [ $S, $REV ], [ 'bob', 0, '' ]);
+    is($r, 0, "another tenant's: 0");
+    unchanged($b, $a, "another tenant's");
+    ($r, $b, $a) = script('session_delete', [ $S, $REV ], [ 'alice', 0, 'jti-1' ]);
+    is($r, 'REVOKED', 'revoked: REVOKED');
+    unchanged($b, $a, 'revoked');
+    ($r, $b, $a) = script('session_delete', [ $S, $REV ], [ 'alice', 0, '' ]);
+    is($r, 1, "the tenant's own: 1");
+    ok(!exists $a->{$S}, '... gone');
+    ($r) = script('session_delete', [ $S, $REV ], [ 'alice', 0, '' ]);
+    is($r, 0, 'again: 0');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
+# run_create
+
+sub id { my ($p, $c) = @_; return $p . ($c x 24) }
+
+sub create_keys {
+    my ($run, $tenant, $ses) = @_;
+    return [ "${P}run:$run", "${P}run:$run:events", "${P}runs:$tenant",
+             "${P}session:$ses", "${P}session:$ses:runs",
+             "${P}session:$ses:active", "${P}tenant:$tenant:started",
+             "${P}sessions", "${P}queue", "${P}run:$run" ];
+}
+
+# the module's ARGV; %o overrides by name
+sub create_argv {
+    my (%o) = @_;
+    my %a = (run => id('run_', '1'), tenant => 'alice', session => id('ses_', '1'),
+             new => 1, now => $now, task => 'fix it', repository => '',
+             branch => '', model => 'p/m', title => 'fix it', create_pr => 0,
+             timeout => 3600, maxlen => 100000, max_queued => 2,
+             max_running => 4, max_cost => '25', retention => 2592000,
+             idle_ttl => 604800, idle_at => $now + 604800000,
+             trim => $now - 1000000, started => 'started',
+             expiring => 'expiring', expired => 'expired', %o);
+    return [ @a{qw(run tenant session new now task repository branch model
+                   title create_pr timeout maxlen max_queued max_running
+                   max_cost retention idle_ttl idle_at trim started
+                   expiring expired)} ];
+}
+
+sub create {
+    my (%o) = @_;
+    my $run = $o{run} // id('run_', '1');
+    my $ten = $o{tenant} // 'alice';
+    my $ses = $o{session} // id('ses_', '1');
+    return script('run_create', create_keys($run, $ten, $ses), create_argv(%o));
+}
+
+subtest 'run_create: a new session' => sub {
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}run:" . id('run_', '1'));
+    my $run = id('run_', '1');
+    my $ses = id('ses_', '1');
+    my ($r, $b, $a) = create();
+    is($r, 1, 'created: 1');
+    is_deeply($a->{"${P}run:$run"}{value}, {
+        tenant => 'alice', session => $ses, task => 'fix it',
+        repository => '', branch => '', model => 'p/m', title => 'fix it',
+        create_pr => 0, timeout => 3600, status => 'started',
+        created_at => $now, max_running => 4, max_cost => 25,
+        retention => 2592000 }, 'the run hash');
+    is_deeply($a->{"${P}session:$ses"}{value}, {
+        tenant => 'alice', created_at => $now, last_run => $run,
+        last_active => $now, idle_ttl => 604800, retention => 2592000 },
+        'the session hash');
+    is_deeply($a->{"${P}sessions"}{value}, [ $ses, $now + 604800000 ],
+              'sessions: due at last_active + idle_ttl');
+    is_deeply($a->{"${P}runs:alice"}{value}, [ $run, $now ], "the tenant's index");
+    is_deeply($a->{"${P}session:$ses:runs"}{value}, [ $run, $now ], "the session's index");
+    is_deeply($a->{"${P}session:$ses:active"}{value}, [ $run, $now ],
+              "the session's active set, by created_at");
+    is_deeply($a->{"${P}tenant:alice:started"}{value}, [ $run ], "the tenant's started set");
+    is_deeply($a->{"${P}run:$run:events"}{value},
+              [ { type => 'lifecycle', data => '{"status":"started"}', ts => $now } ],
+              'the first event');
+    is_deeply($a->{"${P}queue"}{value}, [ { run => $run } ], 'the queue entry');
+    is(scalar(keys %$a), 9, 'nothing else');
+    ok(!grep({ $a->{$_}{expires} } keys %$a), 'nothing expires');
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'started' ], 'the ping');
+};
+
+subtest 'run_create: an existing session' => sub {
+    my $run = id('run_', '2');
+    my $ses = id('ses_', '1');
+    my ($r, $b, $a) = create(run => $run, new => 0, now => $now + 5,
+                             idle_at => $now + 9, status => 'started');
+    is($r, 1, 'created: 1');
+    is_deeply($a->{"${P}session:$ses"}{value}, {
+        tenant => 'alice', created_at => $now, last_run => $run,
+        last_active => $now + 5, idle_ttl => 604800, retention => 2592000 },
+        'the session hash: created_at kept, last_run and last_active now');
+    is_deeply($a->{"${P}session:$ses:active"}{value},
+              [ id('run_', '1'), $now, $run, $now + 5 ], "the session's active set");
+    is_deeply($a->{"${P}tenant:alice:started"}{value}, [ id('run_', '1'), $run ],
+              'the started set');
+};
+
+subtest 'run_create: refusals write nothing' => sub {
+    my $run = id('run_', '3');
+    my ($r, $b, $a) = create(run => $run, max_queued => 2, new => 0);
+    is($r, -2, 'max queued (2) runs started: -2');
+    unchanged($b, $a, 'queue full');
+
+    ($r, $b, $a) = create(run => $run, session => id('ses_', '9'), new => 0,
+                          max_queued => 9);
+    is($r, 0, 'an unknown session: 0');
+    unchanged($b, $a, 'unknown session');
+
+    ($r, $b, $a) = create(run => $run, tenant => 'bob', new => 0, max_queued => 9);
+    is($r, 0, "another tenant's session: 0");
+    unchanged($b, $a, "another tenant's session");
+
+    ($r, $b, $a) = create(run => $run, new => 1, max_queued => 9);
+    is($r, 0, 'a new session whose id is taken: 0');
+    unchanged($b, $a, 'id taken');
+
+    for my $state (qw(expiring expired)) {
+        $t->redis('HSET', "${P}session:" . id('ses_', '1'), state => $state);
+        ($r, $b, $a) = create(run => $run, new => 0, max_queued => 9);
+        is($r, -1, "a session $state: -1");
+        unchanged($b, $a, "session $state");
+    }
+    $t->redis('HDEL', "${P}session:" . id('ses_', '1'), 'state');
+
+    # the names come from the module (smcp_keys.h), not from the script
+    $t->redis('HSET', "${P}session:" . id('ses_', '1'), state => 'gone');
+    ($r, $b, $a) = create(run => $run, new => 0, max_queued => 9, expired => 'gone');
+    is($r, -1, "the state names are ARGV: 'gone' as expired: -1");
+    $t->redis('HDEL', "${P}session:" . id('ses_', '1'), 'state');
+};
+
+subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
+    my $run = id('run_', '4');
+    my $ses = id('ses_', '4');
+    $t->redis('ZADD', "${P}runs:alice", $now - 2000000, id('run_', 'a'));
+    my ($r, $b, $a) = create(run => $run, session => $ses, max_queued => 9,
+                             started => 'queued');
+    is($r, 1, 'created');
+    is($a->{"${P}run:$run"}{value}{status}, 'queued', 'the status name is ARGV');
+    is_deeply($a->{"${P}run:$run:events"}{value}[0]{data}, '{"status":"queued"}',
+              '... in the event too');
+    is_deeply([ sort grep { /^run_/ } @{ $a->{"${P}runs:alice"}{value} } ],
+              [ id('run_', '1'), id('run_', '2'), $run ],
+              'an index entry older than the trim score is gone');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
+# run_cancel
+
+sub cancel_keys {
+    my ($run, $tenant, $ses) = @_;
+    return [ "${P}run:$run", "${P}run:$run:events", "${P}run:$run:diff",
+             "${P}tenant:$tenant:started",
+             length $ses ? "${P}session:$ses:active" : '',
+             "${P}run:$run", "${P}cancel" ];
+}
+
+sub cancel {
+    my ($run, %o) = @_;
+    my $ten = $o{tenant} // 'alice';
+    my $ses = exists $o{session} ? $o{session} : id('ses_', '1');
+    return script('run_cancel', cancel_keys($run, $ten, $ses),
+                  [ $ten, $o{now} // $now, $run, 100000, $o{retention} // 86400,
+                    $ses, 'started', 'running', 'cancelled' ]);
+}
+
+sub make_run {
+    my ($run, %f) = @_;
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice', session => id('ses_', '1'),
+              status => 'started', %f);
+    $t->redis('XADD', "${P}run:$run:events", '*', type => 'lifecycle', data => '{}');
+    $t->redis('SET', "${P}run:$run:diff", 'd');
+}
+
+subtest 'run_cancel: a started run' => sub {
+    my $run = id('run_', '1');
+    make_run($run, retention => 100);
+    $t->redis('SADD', "${P}tenant:alice:started", $run, id('run_', '2'));
+    $t->redis('ZADD', "${P}session:" . id('ses_', '1') . ':active', 1, $run, 2,
+              id('run_', '2'));
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}run:$run");
+    my ($r, $b, $a) = cancel($run);
+    my %h = @{ $r || [] };
+    is_deeply(\%h, { tenant => 'alice', session => id('ses_', '1'),
+                     status => 'cancelled', retention => 100,
+                     finished_at => $now, error => 'cancelled before it started' },
+              'returns the run hash, cancelled');
+    is_deeply($a->{"${P}run:$run:events"}{value}[1],
+              { type => 'lifecycle', data => '{"status":"cancelled"}', ts => $now },
+              'a lifecycle event');
+    is_deeply($a->{"${P}tenant:alice:started"}{value}, [ id('run_', '2') ],
+              'out of the started set');
+    is_deeply($a->{"${P}session:" . id('ses_', '1') . ':active'}{value},
+              [ id('run_', '2'), 2 ], "out of its session's active set");
+    for my $k ("run:$run", "run:$run:events", "run:$run:diff") {
+        my $ttl = $t->redis('TTL', "${P}$k");
+        ok($ttl > 90 && $ttl <= 100, "$k expires after the run's retention ($ttl)");
+    }
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'cancelled' ], 'the ping');
+
+    my $run2 = id('run_', '3');
+    make_run($run2);
+    ($r, $b, $a) = cancel($run2, retention => 50);
+    my $ttl = $t->redis('TTL', "${P}run:$run2");
+    ok($ttl > 40 && $ttl <= 50, "no retention in the run: ARGV's ($ttl)");
+};
+
+subtest 'run_cancel: a running run' => sub {
+    my $run = id('run_', '4');
+    make_run($run, status => 'running');
+    $t->redis('SADD', "${P}tenant:alice:started", id('run_', '9'));
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}cancel");
+    my ($r, $b, $a) = cancel($run);
+    my %h = @{ $r || [] };
+    is($h{status}, 'running', 'still running');
+    is($h{cancel_requested}, 1, 'cancel_requested');
+    is_deeply($a->{"${P}run:$run:events"}{value}[1],
+              { type => 'lifecycle', data => '{"cancelRequested":true}', ts => $now },
+              'one event');
+    is_deeply($a->{"${P}tenant:alice:started"}, $b->{"${P}tenant:alice:started"},
+              'the started set untouched');
+    is_deeply($sub->next_message(2), [ "${P}cancel", $run ], 'the runners are told');
+    ($r, $b, $a) = cancel($run);
+    is(scalar @{ $a->{"${P}run:$run:events"}{value} }, 2, 'again: no second event');
+};
+
+subtest 'run_cancel: refusals and ended runs write nothing' => sub {
+    my $run = id('run_', '5');
+    make_run($run, status => 'completed');
+    my ($r, $b, $a) = cancel($run);
+    is({ @{ $r || [] } }->{status}, 'completed', 'an ended run: returned as it is');
+    unchanged($b, $a, 'ended');
+
+    make_run(id('run_', '6'));
+    ($r, $b, $a) = cancel(id('run_', '6'), tenant => 'bob');
+    is($r, undef, "another tenant's: nil");
+    unchanged($b, $a, "another tenant's");
+
+    ($r, $b, $a) = cancel(id('run_', '6'), session => id('ses_', '7'));
+    is($r, undef, 'not of the session its key is of: nil');
+    unchanged($b, $a, 'another session');
+
+    ($r, $b, $a) = cancel(id('run_', '0'));
+    is($r, undef, 'unknown: nil');
+    unchanged($b, $a, 'unknown');
+
+    my $run7 = id('run_', '7');
+    $t->redis('HSET', "${P}run:$run7", tenant => 'alice', status => 'started');
+    $t->redis('SADD', "${P}tenant:alice:started", $run7);
+    ($r, $b, $a) = cancel($run7, session => '');
+    is({ @{ $r || [] } }->{status}, 'cancelled', "a run of no session ('' key): cancelled");
+    ok(!$t->redis('SISMEMBER', "${P}tenant:alice:started", $run7), '... out of the started set');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
+# run_diff and run_events
+
+my $DIFF = "diff --git a/x b/x\n--- a/x\n+++ b/x\n\@\@ -1 +1 \@\@\n-a\n+b\n"
+         . "diff --git a/y b/y\n--- a/y\n+++ b/y\n\@\@ -1 +1 \@\@\n-c\n+d\n";
+
+sub diff {
+    my ($run, @argv) = @_;
+    return script('run_diff', [ "${P}run:$run", "${P}run:$run:diff" ], \@argv);
+}
+
+subtest 'run_diff' => sub {
+    my $run = id('run_', '1');
+    my $ylen = length($DIFF) - index($DIFF, 'diff --git a/y');
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice',
+              diff_index => '{"y":[' . index($DIFF, 'diff --git a/y') . ",$ylen]}");
+    $t->redis('SET', "${P}run:$run:diff", $DIFF);
+    my ($r, $b, $a) = diff($run, 'alice', 0, 10, '', 1000);
+    is_deeply($r, [ substr($DIFF, 0, 10), length $DIFF, 'range' ], 'a page of the diff');
+    unchanged($b, $a, 'read');
+    ($r) = diff($run, 'alice', 10, 10, '', 1000);
+    is_deeply($r, [ substr($DIFF, 10, 10), length $DIFF, 'range' ], 'the next page');
+    ($r) = diff($run, 'alice', 0, 4096, 'y', 1000);
+    is_deeply($r, [ substr($DIFF, index($DIFF, 'diff --git a/y')), $ylen, 'index' ],
+              "a file's section, through the index");
+    ($r) = diff($run, 'alice', 5, 10, 'y', 1000);
+    is_deeply($r, [ substr($DIFF, index($DIFF, 'diff --git a/y') + 5, 10), $ylen, 'index' ],
+              "a page inside the section");
+    ($r) = diff($run, 'alice', 0, 10, 'z', 1000);
+    is_deeply($r, [ '', 0, 'index' ], 'a file the index does not list: empty');
+    $t->redis('HSET', "${P}run:$run", diff_index => '{"y":[0,100000]}');
+    ($r) = diff($run, 'alice', 0, 10, 'y', 1000);
+    is_deeply($r, [ $DIFF, length $DIFF, 'whole' ],
+              'an entry outside the diff: the whole (small) diff, to search');
+    ($r) = diff($run, 'alice', 0, 10, 'y', 10);
+    is_deeply($r, [ '', length $DIFF, 'noindex' ], '... too big to search: noindex');
+    $t->redis('HDEL', "${P}run:$run", 'diff_index');
+    ($r) = diff($run, 'alice', 0, 10, 'y', 1000);
+    is($r->[2], 'whole', 'no index: the whole small diff');
+    ($r, $b, $a) = diff($run, 'bob', 0, 10, '', 1000);
+    is($r, undef, "another tenant's: nil");
+};
+
+subtest 'run_events' => sub {
+    my $run = id('run_', '2');
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice');
+    my @ids = map { $t->redis('XADD', "${P}run:$run:events", '*', type => 'agent',
+                              data => "{\"n\":$_}") } 1 .. 5;
+    my ($r, $b, $a) = script('run_events', [ "${P}run:$run", "${P}run:$run:events" ],
+                             [ 'alice', '-', 2 ]);
+    is_deeply([ map { $_->[0] } @$r ], [ @ids[0, 1] ], 'the first page');
+    unchanged($b, $a, 'read');
+    ($r) = script('run_events', [ "${P}run:$run", "${P}run:$run:events" ],
+                  [ 'alice', "($ids[1]", 10 ]);
+    is_deeply([ map { $_->[0] } @$r ], [ @ids[2 .. 4] ], 'after an id');
+    is_deeply({ @{ $r->[0][1] } }, { type => 'agent', data => '{"n":3}' }, 'fields');
+    ($r) = script('run_events', [ "${P}run:$run", "${P}run:$run:events" ],
+                  [ 'bob', '-', 10 ]);
+    is($r, undef, "another tenant's: nil");
+};
+
+$mon->close;
+done_testing();
