@@ -3,7 +3,7 @@
  * last_active + idle_ttl) with no started or running run lose their
  * workspace.  A thread per runner, every --janitor-interval seconds;
  * several runners may run it at once: a session is marked `expiring` by
- * one of them, atomically (runner/scripts/janitor_begin.lua), its volume
+ * one of them, atomically (ngx_sandbox_mcp_module/common/scripts/janitor_begin.lua), its volume
  * (and, in compose mode, its network) removed, then it is `expired` and
  * its keys live `retention` more (janitor_end.lua).  A runner that dies
  * between the two leaves the mark; after RUNNER_JANITOR_STALE_MS another

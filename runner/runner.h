@@ -9,7 +9,7 @@
  *
  * Files, one concern each: main.c (signals, the loop), config.c (the
  * option table), log.c, store.c (every Redis call; its scripts are the
- * .lua files in runner/scripts, embedded at build), docker.c (Engine API
+ * .lua files in ngx_sandbox_mcp_module/common/scripts, embedded at build), docker.c (Engine API
  * over the unix socket: HTTP statuses back to the caller), logstream.c
  * (Docker's multiplexed log frames to lines), run.c
  * (one run from claim to outcome, and its watchdog), outcome.c (what the

@@ -22,7 +22,7 @@
 #include <openssl/sha.h>
 
 #include "runner.h"
-#include "runner_scripts.h"
+#include "smcp_scripts.h"
 
 
 struct runner_store_s {
@@ -45,11 +45,11 @@ typedef struct {
 #define RUNNER_LUA_JANITOR_END    4
 
 static runner_script_t  runner_scripts[] = {
-    { "claim", runner_lua_claim, "" },
-    { "running", runner_lua_running, "" },
-    { "finish", runner_lua_finish, "" },
-    { "janitor_begin", runner_lua_janitor_begin, "" },
-    { "janitor_end", runner_lua_janitor_end, "" },
+    { "claim", smcp_lua_claim, "" },
+    { "running", smcp_lua_running, "" },
+    { "finish", smcp_lua_finish, "" },
+    { "janitor_begin", smcp_lua_janitor_begin, "" },
+    { "janitor_end", smcp_lua_janitor_end, "" },
 };
 
 #define RUNNER_NSCRIPTS  (sizeof(runner_scripts) / sizeof(runner_scripts[0]))
@@ -1259,7 +1259,7 @@ runner_store_list_session(runner_store_t *st, const char *run_id,
 
 
 /*
- * Claim (runner/scripts/claim.lua): the run is still `started`, it is the
+ * Claim (ngx_sandbox_mcp_module/common/scripts/claim.lua): the run is still `started`, it is the
  * first unfinished run of its session, the tenant is under its running
  * limit, no other runner has it.  A claim names this process (not just
  * the consumer: two runners given the same --name must not both start a
@@ -1330,7 +1330,7 @@ runner_store_claim(runner_store_t *st, const char *run_id, char *status,
 }
 
 
-/* `running` the moment its container runs (runner/scripts/running.lua) */
+/* `running` the moment its container runs (ngx_sandbox_mcp_module/common/scripts/running.lua) */
 int
 runner_store_set_running(runner_store_t *st, const char *run_id,
     const char *container, int64_t deadline_ms, char *status, size_t slen)
@@ -1367,7 +1367,7 @@ runner_store_set_running(runner_store_t *st, const char *run_id,
 
 
 /*
- * The outcome, once (runner/scripts/finish.lua): the run hash, its diff
+ * The outcome, once (ngx_sandbox_mcp_module/common/scripts/finish.lua): the run hash, its diff
  * and the diff's summary, the last event; the run leaves its session's
  * active set and its tenant's sets, its keys get their retention, its
  * session is bumped.

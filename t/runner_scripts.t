@@ -1,5 +1,5 @@
 #!/usr/bin/env perl
-# The runner's Redis scripts (runner/scripts/*.lua, the very files the
+# The runner's Redis scripts (ngx_sandbox_mcp_module/common/scripts/*.lua, the very files the
 # runner embeds) run straight against redis-server, key by key: the
 # contract of docs/contracts.md, "Keys every script is handed" (every key a
 # script touches comes in KEYS, as the runner builds them from the run
@@ -45,7 +45,7 @@ $t->start_redis;
 
 my $P = 'smcp:';
 my %LUA;
-for my $f (glob(repo_root() . '/runner/scripts/*.lua')) {
+for my $f (glob(repo_root() . '/ngx_sandbox_mcp_module/common/scripts/{claim,running,finish,janitor_begin,janitor_end}.lua')) {
     my ($name) = $f =~ m{([^/]+)\.lua$};
     $LUA{$name} = $t->read_file($f);
 }
