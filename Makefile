@@ -70,9 +70,10 @@ $(MODULE_SO): $(BUILD)/nginx-obj/Makefile $(MODULE_SRCS)
 	mv -f $@.tmp $@
 
 $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
-              $(wildcard ngx_sandbox_mcp_module/common/*.h)
+              $(wildcard ngx_sandbox_mcp_module/common/*.h) \
+              $(BUILD)/smcp_scripts.h
 	mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -o $@ \
+	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -I$(BUILD) -o $@ \
 	    runner/smcp_token.c $(COMMON_SRCS) -lhiredis -ljansson -lcrypto
 
 $(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \

@@ -24,8 +24,10 @@
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
+#include "smcp_defaults.h"
 #include "smcp_jwt.h"
 #include "smcp_keys.h"
+#include "smcp_scripts.h"
 #include "smcp_revoked.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
@@ -68,7 +70,8 @@ smcp_token_usage(void)
         "  secret:    --secret-file, else $PROXY_JWT_SECRET\n"
         "  --revoke   a token's jti, or the whole token (its exp is kept);\n"
         "             a bare jti is kept until --exp (default: 10 years)\n"
-        "  --redis    host:port or unix:/path (default 127.0.0.1:6379)\n"
+        "  --redis    host:port or unix:/path (default "
+        SMCP_DEFAULT_REDIS ")\n"
         "  --prefix   Redis key prefix (default smcp:)\n"
         "  password:  --redis-password-file, else $SMCP_REDIS_PASSWORD\n");
 }
@@ -359,25 +362,6 @@ smcp_token_redis(smcp_token_opts_t *o)
 }
 
 
-/*
- * The hash keeps the later expiry of a jti and loses entries past theirs.
- * KEYS: revoked hash, revoked channel  ARGV: jti, exp, now
- */
-static const char  smcp_token_revoke_script[] =
-    "local all = redis.call('HGETALL', KEYS[1])\n"
-    "for i = 1, #all, 2 do\n"
-    "  if (tonumber(all[i + 1]) or 0) <= tonumber(ARGV[3]) then\n"
-    "    redis.call('HDEL', KEYS[1], all[i])\n"
-    "  end\n"
-    "end\n"
-    "local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))\n"
-    "if not old or old < tonumber(ARGV[2]) then\n"
-    "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
-    "end\n"
-    "redis.call('PUBLISH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])\n"
-    "return 1\n";
-
-
 static int
 smcp_token_revoke(smcp_token_opts_t *o)
 {
@@ -403,9 +387,9 @@ smcp_token_revoke(smcp_token_opts_t *o)
     snprintf(key, sizeof(key), SMCP_KEY_REVOKED, o->prefix);
     snprintf(chan, sizeof(chan), SMCP_CHAN_REVOKED, o->prefix);
 
-    reply = redisCommand(c, "EVAL %s 2 %s %s %s %ld %ld",
-                         smcp_token_revoke_script, key, chan, jti, exp,
-                         (long) time(NULL));
+    /* common/scripts/revoke.lua: a one-shot tool sends it whole */
+    reply = redisCommand(c, "EVAL %s 2 %s %s %s %ld %ld", smcp_lua_revoke,
+                         key, chan, jti, exp, (long) time(NULL));
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         fprintf(stderr, "smcp-token: revoking failed: %s\n",
@@ -433,7 +417,7 @@ main(int argc, char **argv)
     memset(&o, 0, sizeof(smcp_token_opts_t));
     o.scope = SMCP_SCOPE_MCP;
     o.ttl = 30L * 24 * 3600;
-    o.redis = "127.0.0.1:6379";
+    o.redis = SMCP_DEFAULT_REDIS;
     o.prefix = SMCP_DEFAULT_PREFIX;
 
     /* every option takes a value: argv holds pairs */
