@@ -216,7 +216,7 @@ sub session_for {
     }
     is_deeply([ sort @{ $t->redis('SMEMBERS', $started) } ], [ sort @runs ],
               'the three runs are in tenant:q1:started');
-    my $ses0 = run_hash($runs[0])->{session};
+    my $ses0 = $t->redis_hgetall("${P}run:$runs[0]")->{session};
     is_deeply($t->redis('ZRANGE', "${P}session:$ses0:active", 0, -1), [ $runs[0] ],
               "... and each in its session's active set");
     is($t->redis('HGET', "${P}run:$runs[0]", 'max_running'), '2',
