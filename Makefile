@@ -169,10 +169,11 @@ FUZZ_BINS      := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
 fuzz-build: $(FUZZ_BINS)
 
 $(FUZZ_DIR)/%: fuzz/%.c $(wildcard fuzz/*.h) $(COMMON_SRCS) runner/runner.h \
+               t/unit/runner_globals.h \
                $(wildcard runner/*.c ngx_sandbox_mcp_module/common/*.h)
 	mkdir -p $(FUZZ_DIR)
 	$(FUZZ_CC) -g -O1 $(FUZZ_SAN) $(WARN) -D_GNU_SOURCE \
-	    -Ingx_sandbox_mcp_module/common -Irunner -Ifuzz -o $@ \
+	    -Ingx_sandbox_mcp_module/common -Irunner -Ifuzz -It/unit -o $@ \
 	    fuzz/$*.c $(shell sed -n 's/^ \* links: //p' fuzz/$*.c) \
 	    $(COMMON_SRCS) -ljansson -lcrypto
 

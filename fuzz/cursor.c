@@ -114,18 +114,9 @@ fuzz_encode(const char *text, size_t len)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char  *s;
+    static const fuzz_text_pt  checks[] = {
+        fuzz_decode, fuzz_number, fuzz_run, fuzz_encode, NULL
+    };
 
-    s = malloc(size ? size : 1);
-    fuzz_check(s != NULL, "memory");
-    memcpy(s, data, size);
-
-    fuzz_decode(s, size);
-    fuzz_number(s, size);
-    fuzz_run(s, size);
-    fuzz_encode(s, size);
-
-    free(s);
-
-    return 0;
+    return fuzz_text(data, size, checks);
 }

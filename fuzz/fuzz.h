@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -55,6 +56,33 @@ fuzz_next(uint64_t *s)
     *s ^= *s << 17;
 
     return *s;
+}
+
+/* a check of the input as text: its bytes, not NUL-terminated */
+typedef void (*fuzz_text_pt)(const char *s, size_t len);
+
+
+/*
+ * The entry of a harness whose checks all read the input as text: each
+ * check of the NULL-terminated list gets it in a buffer of exactly its
+ * length.
+ */
+static inline int
+fuzz_text(const uint8_t *data, size_t size, const fuzz_text_pt *checks)
+{
+    char  *s;
+
+    s = malloc(size ? size : 1);
+    fuzz_check(s != NULL, "memory");
+    memcpy(s, data, size);
+
+    while (*checks) {
+        (*checks++)(s, size);
+    }
+
+    free(s);
+
+    return 0;
 }
 
 #endif /* SMCP_FUZZ_H */

@@ -205,35 +205,32 @@ fuzz_stream_id(const char *s, size_t len)
 }
 
 
-int
-LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void
+fuzz_names(const char *s, size_t len)
 {
-    char  *s;
-
-    s = malloc(size ? size : 1);
-    fuzz_check(s != NULL, "memory");
-    memcpy(s, data, size);
-
-    fuzz_branch(s, size);
-    fuzz_repo(s, size);
-    fuzz_grant(s, size);
-
-    if (smcp_valid_model(s, size)) {
-        fuzz_check(size <= SMCP_MODEL_MAX && memchr(s, '/', size) != NULL
-                   && fuzz_all(s, size, FUZZ_REPO_SET ":@/"),
+    if (smcp_valid_model(s, len)) {
+        fuzz_check(len <= SMCP_MODEL_MAX && memchr(s, '/', len) != NULL
+                   && fuzz_all(s, len, FUZZ_REPO_SET ":@/"),
                    "model: provider/model of the allowed bytes");
     }
 
-    if (smcp_valid_tenant(s, size)) {
-        fuzz_check(size > 0 && size <= SMCP_TENANT_MAX
-                   && fuzz_all(s, size, FUZZ_REPO_SET "@"),
+    if (smcp_valid_tenant(s, len)) {
+        fuzz_check(len > 0 && len <= SMCP_TENANT_MAX
+                   && fuzz_all(s, len, FUZZ_REPO_SET "@"),
                    "tenant: of the allowed bytes (it names Redis keys)");
     }
 
-    fuzz_check(smcp_valid_stream_id(s, size) == fuzz_stream_id(s, size),
+    fuzz_check(smcp_valid_stream_id(s, len) == fuzz_stream_id(s, len),
                "stream id: accepted exactly when <ms>[-<seq>] of 64 bits");
+}
 
-    free(s);
 
-    return 0;
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const fuzz_text_pt  checks[] = {
+        fuzz_branch, fuzz_repo, fuzz_grant, fuzz_names, NULL
+    };
+
+    return fuzz_text(data, size, checks);
 }

@@ -12,6 +12,25 @@
 #include "smcp_validate.h"
 
 
+/* the argument's schema, and *max lowered to its bound (maxLength,
+ * maximum) where the schema sets a lower one */
+static json_t *
+ngx_http_sandbox_mcp_arg_schema(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, const char *bound, json_int_t *max)
+{
+    json_t  *schema, *n;
+
+    schema = ngx_http_sandbox_mcp_tool_property(call, name);
+    n = json_object_get(schema, bound);
+
+    if (json_is_integer(n) && json_integer_value(n) < *max) {
+        *max = json_integer_value(n);
+    }
+
+    return schema;
+}
+
+
 /* one of the schema's enum, if it has one */
 static ngx_int_t
 ngx_http_sandbox_mcp_arg_enum(ngx_http_sandbox_mcp_call_t *call,
@@ -51,19 +70,17 @@ ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
     const char *name, size_t max, ngx_str_t *out)
 {
     json_t      *v, *schema, *n;
+    json_int_t   bound;
     ngx_uint_t   required;
 
     ngx_str_null(out);
 
-    schema = ngx_http_sandbox_mcp_tool_property(call, name);
+    bound = (json_int_t) max;
+    schema = ngx_http_sandbox_mcp_arg_schema(call, name, "maxLength", &bound);
     required = ngx_http_sandbox_mcp_tool_required(call, name);
 
-    n = json_object_get(schema, "maxLength");
-
-    if (json_is_integer(n) && json_integer_value(n) >= 0
-        && (size_t) json_integer_value(n) < max)
-    {
-        max = (size_t) json_integer_value(n);
+    if (bound >= 0) {
+        max = (size_t) bound;
     }
 
     v = json_object_get(call->args, name);
@@ -122,17 +139,13 @@ ngx_http_sandbox_mcp_arg_integer(ngx_http_sandbox_mcp_call_t *call,
 {
     json_t      *v, *schema, *n;
     double       d;
-    json_int_t   min;
+    json_int_t   min, limit;
 
-    schema = ngx_http_sandbox_mcp_tool_property(call, name);
+    limit = max;
+    schema = ngx_http_sandbox_mcp_arg_schema(call, name, "maximum", &max);
 
     n = json_object_get(schema, "minimum");
-    min = json_is_integer(n) ? json_integer_value(n) : -max;
-
-    n = json_object_get(schema, "maximum");
-    if (json_is_integer(n) && json_integer_value(n) < max) {
-        max = json_integer_value(n);
-    }
+    min = json_is_integer(n) ? json_integer_value(n) : -limit;
 
     v = json_object_get(call->args, name);
 

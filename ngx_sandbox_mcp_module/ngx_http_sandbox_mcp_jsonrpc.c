@@ -300,18 +300,26 @@ ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
 
 
 void
+ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size, const char *fmt,
+    va_list args)
+{
+    u_char  *p;
+
+    p = ngx_vslprintf(buf, buf + size - 1, fmt, args);
+    *p = '\0';
+}
+
+
+void
 ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
     ngx_int_t code, const char *fmt, ...)
 {
-    u_char   *p;
-    va_list   args;
-    u_char    msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
+    va_list  args;
+    u_char   msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
 
     va_start(args, fmt);
-    p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
+    ngx_http_sandbox_mcp_call_message(msg, sizeof(msg), fmt, args);
     va_end(args);
-
-    *p = '\0';
 
     if (call->response) {
         json_decref(call->response);

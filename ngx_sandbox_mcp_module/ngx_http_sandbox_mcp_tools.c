@@ -295,16 +295,12 @@ void
 ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
     const char *fmt, ...)
 {
-    u_char   *p;
-    va_list   args;
-    u_char    msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
+    va_list  args;
+    u_char   msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
 
-    /* nginx's formats: %V, %uz, %L, %*s ... */
     va_start(args, fmt);
-    p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
+    ngx_http_sandbox_mcp_call_message(msg, sizeof(msg), fmt, args);
     va_end(args);
-
-    *p = '\0';
 
     ngx_http_sandbox_mcp_call_result(call,
                           json_pack("{s:[{s:s, s:s}], s:b}",

@@ -10,6 +10,7 @@
  * reads the words.
  */
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,7 @@ runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
 /*
  * One request: the HTTP status (or RUNNER_DOCKER_DOWN, _TIMEOUT) and,
  * when out is given, the parsed JSON answer (NULL when there is none).
+ * The body (NULL: none) is sent, then released.
  */
 static long
 runner_docker_call(const char *method, const char *path, json_t *body,
@@ -134,6 +136,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
     h = runner_docker_handle(method, path, timeout);
     if (h == NULL) {
         snprintf(err, errlen, "docker: out of memory");
+        json_decref(body);
         return RUNNER_DOCKER_DOWN;
     }
 
@@ -186,6 +189,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
 
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
+    json_decref(body);
     free(payload);
     free(b.data);
 
@@ -206,12 +210,106 @@ runner_docker_on(const char *method, const char *what, const char *ref,
     }
 
     if (!runner_docker_ref_ok(ref, err, errlen)) {
+        json_decref(body);
         return RUNNER_DOCKER_INVALID;
     }
 
     snprintf(path, sizeof(path), "/%s/%s%s", what, ref, rest);
 
     return runner_docker_call(method, path, body, timeout, out, err, errlen);
+}
+
+
+/*
+ * A call on one object whose answer of 200 is read with json_unpack():
+ * what fmt names is set as far as the answer holds it (keys marked "?"
+ * may be missing), and left as it was otherwise.
+ */
+static long
+runner_docker_read(const char *method, const char *what, const char *ref,
+    const char *rest, long timeout, char *err, size_t errlen,
+    const char *fmt, ...)
+{
+    long      st;
+    json_t   *out;
+    va_list   ap;
+
+    st = runner_docker_on(method, what, ref, rest, NULL, timeout, &out, err,
+                          errlen);
+
+    if (st == 200) {
+        va_start(ap, fmt);
+        (void) json_vunpack_ex(out, NULL, 0, fmt, ap);
+        va_end(ap);
+    }
+
+    json_decref(out);
+
+    return st;
+}
+
+
+/* an absolute path */
+static int
+runner_docker_valid_path(const char *s)
+{
+    return s[0] == '/';
+}
+
+
+/*
+ * The string at key of an answer of status ok, copied into buf; an answer
+ * without one that valid() takes and buf holds is RUNNER_DOCKER_INVALID.
+ * The answer is released.
+ */
+static long
+runner_docker_string(long st, long ok, json_t *out, const char *key,
+    int (*valid)(const char *s), char *buf, size_t size, char *err,
+    size_t errlen)
+{
+    const char  *s;
+
+    s = json_string_value(json_object_get(out, key));
+
+    if (st == ok && (s == NULL || !valid(s) || strlen(s) >= size)) {
+        snprintf(err, errlen, "docker: the answer holds no usable %s", key);
+        st = RUNNER_DOCKER_INVALID;
+
+    } else if (st == ok) {
+        strcpy(buf, s);
+    }
+
+    json_decref(out);
+
+    return st;
+}
+
+
+/*
+ * POST /<what>/create: one of a session's objects (a volume, a network),
+ * named, labelled as ours and the session's; spec holds the rest (it is
+ * released)
+ */
+static long
+runner_docker_make(const char *what, const char *name, const char *session,
+    json_t *spec, char *err, size_t errlen)
+{
+    char  path[64];
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        json_decref(spec);
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    json_object_set_new(spec, "Name", json_string(name));
+    json_object_set_new(spec, "Labels", json_pack("{s:s, s:s}",
+                                                  "smcp.session", session,
+                                                  "smcp.managed", "1"));
+
+    snprintf(path, sizeof(path), "/%s/create", what);
+
+    return runner_docker_call("POST", path, spec, RUNNER_DOCKER_QUICK_S, NULL,
+                              err, errlen);
 }
 
 
@@ -229,21 +327,8 @@ long
 runner_docker_volume_create(const char *name, const char *session,
     char *err, size_t errlen)
 {
-    long     st;
-    json_t  *body;
-
-    if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_DOCKER_INVALID;
-    }
-
-    body = json_pack("{s:s, s:{s:s, s:s}}", "Name", name, "Labels",
-                     "smcp.session", session, "smcp.managed", "1");
-
-    st = runner_docker_call("POST", "/volumes/create", body,
-                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
-    json_decref(body);
-
-    return st;
+    return runner_docker_make("volumes", name, session, json_object(), err,
+                              errlen);
 }
 
 
@@ -252,27 +337,15 @@ long
 runner_docker_volume_mountpoint(const char *name, char *buf, size_t size,
     char *err, size_t errlen)
 {
-    long         st;
-    json_t      *out;
-    const char  *mp;
+    long     st;
+    json_t  *out;
 
     st = runner_docker_on("GET", "volumes", name, "", NULL,
                           RUNNER_DOCKER_QUICK_S, &out, err, errlen);
 
-    mp = json_string_value(json_object_get(out, "Mountpoint"));
-
-    if (st == 200 && (mp == NULL || mp[0] != '/' || strlen(mp) >= size)) {
-        snprintf(err, errlen, "docker: volume %s has no usable Mountpoint",
-                 name);
-        st = RUNNER_DOCKER_INVALID;
-
-    } else if (st == 200) {
-        strcpy(buf, mp);
-    }
-
-    json_decref(out);
-
-    return st;
+    return runner_docker_string(st, 200, out, "Mountpoint",
+                                runner_docker_valid_path, buf, size, err,
+                                errlen);
 }
 
 
@@ -291,26 +364,15 @@ long
 runner_docker_network_create(const char *name, const char *session,
     char *err, size_t errlen)
 {
-    long     st;
-    json_t  *body;
+    json_t  *spec;
 
-    if (!runner_docker_ref_ok(name, err, errlen)) {
-        return RUNNER_DOCKER_INVALID;
-    }
-
-    body = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s, s:s}}",
-                     "Name", name, "Driver", "bridge", "Internal", 1,
-                     "CheckDuplicate", 1,
+    spec = json_pack("{s:s, s:b, s:b, s:{s:s, s:s}}",
+                     "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
                      "Options",
                          "com.docker.network.bridge.inhibit_ipv4", "true",
-                         "com.docker.network.bridge.enable_icc", "true",
-                     "Labels", "smcp.session", session, "smcp.managed", "1");
+                         "com.docker.network.bridge.enable_icc", "true");
 
-    st = runner_docker_call("POST", "/networks/create", body,
-                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
-    json_decref(body);
-
-    return st;
+    return runner_docker_make("networks", name, session, spec, err, errlen);
 }
 
 
@@ -319,17 +381,11 @@ long
 runner_docker_network_connect(const char *name, const char *container,
     const char *alias, char *err, size_t errlen)
 {
-    long     st;
-    json_t  *body;
-
-    body = json_pack("{s:s, s:{s:[s]}}", "Container", container,
-                     "EndpointConfig", "Aliases", alias);
-
-    st = runner_docker_on("POST", "networks", name, "/connect", body,
-                          RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
-    json_decref(body);
-
-    return st;
+    return runner_docker_on("POST", "networks", name, "/connect",
+                            json_pack("{s:s, s:{s:[s]}}",
+                                      "Container", container,
+                                      "EndpointConfig", "Aliases", alias),
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
 }
 
 
@@ -372,16 +428,10 @@ long
 runner_docker_network_disconnect(const char *name, const char *container,
     char *err, size_t errlen)
 {
-    long     st;
-    json_t  *body;
-
-    body = json_pack("{s:s, s:b}", "Container", container, "Force", 1);
-
-    st = runner_docker_on("POST", "networks", name, "/disconnect", body,
-                          RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
-    json_decref(body);
-
-    return st;
+    return runner_docker_on("POST", "networks", name, "/disconnect",
+                            json_pack("{s:s, s:b}", "Container", container,
+                                      "Force", 1),
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
 }
 
 
@@ -394,15 +444,15 @@ runner_docker_network_remove(const char *name, char *err, size_t errlen)
 }
 
 
-/* 201 with id set, 409 (the name is taken), 404 (no such image) */
+/* 201 with id set, 409 (the name is taken), 404 (no such image); spec
+ * stays the caller's */
 long
 runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
     char *err, size_t errlen)
 {
-    long         st;
-    json_t      *out;
-    char         path[256];
-    const char  *s;
+    long     st;
+    json_t  *out;
+    char     path[256];
 
     if (!runner_docker_ref_ok(name, err, errlen)) {
         return RUNNER_DOCKER_INVALID;
@@ -410,24 +460,11 @@ runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
 
     snprintf(path, sizeof(path), "/containers/create?name=%s", name);
 
-    st = runner_docker_call("POST", path, spec, RUNNER_DOCKER_SLOW_S, &out,
-                            err, errlen);
+    st = runner_docker_call("POST", path, json_incref(spec),
+                            RUNNER_DOCKER_SLOW_S, &out, err, errlen);
 
-    s = json_string_value(json_object_get(out, "Id"));
-
-    if (st == 201 && (s == NULL || !runner_docker_valid_id(s)
-                      || strlen(s) >= idlen))
-    {
-        snprintf(err, errlen, "docker: create answered no container id");
-        st = RUNNER_DOCKER_INVALID;
-
-    } else if (st == 201) {
-        strcpy(id, s);
-    }
-
-    json_decref(out);
-
-    return st;
+    return runner_docker_string(st, 201, out, "Id", runner_docker_valid_id,
+                                id, idlen, err, errlen);
 }
 
 
@@ -455,21 +492,11 @@ long
 runner_docker_wait(const char *id, long timeout, int *exit_code, char *err,
     size_t errlen)
 {
-    long     st;
-    json_t  *out;
+    *exit_code = 0;
 
-    st = runner_docker_on("POST", "containers", id,
-                          "/wait?condition=not-running", NULL, timeout, &out,
-                          err, errlen);
-
-    if (st == 200) {
-        *exit_code = (int) json_integer_value(json_object_get(out,
-                                                              "StatusCode"));
-    }
-
-    json_decref(out);
-
-    return st;
+    return runner_docker_read("POST", "containers", id,
+                              "/wait?condition=not-running", timeout, err,
+                              errlen, "{s?i}", "StatusCode", exit_code);
 }
 
 
@@ -487,23 +514,11 @@ long
 runner_docker_running(const char *id, int *running, char *err,
     size_t errlen)
 {
-    long     st;
-    json_t  *out;
-
     *running = 0;
 
-    st = runner_docker_on("GET", "containers", id, "/json", NULL,
-                          RUNNER_DOCKER_QUICK_S, &out, err, errlen);
-
-    if (st == 200) {
-        *running = json_is_true(json_object_get(json_object_get(out,
-                                                                "State"),
-                                                "Running"));
-    }
-
-    json_decref(out);
-
-    return st;
+    return runner_docker_read("GET", "containers", id, "/json",
+                              RUNNER_DOCKER_QUICK_S, err, errlen,
+                              "{s?{s?b}}", "State", "Running", running);
 }
 
 

@@ -1,8 +1,8 @@
 # Redis for sandbox-mcp: the system of record (runs, events, queue), with
-# an append-only file on the volume at /data.  Build context: any (nothing
-# is copied).
+# an append-only file on the volume at /data.  Build context: the
+# repository root.
 #
-#   docker build -f runner/redis.Dockerfile -t smcp-redis runner
+#   docker build -f runner/redis.Dockerfile -t smcp-redis .
 #   docker build --build-arg BASE=smcp-base:bookworm ...   (no registry)
 #
 # Debian bookworm's redis-server is Redis 7.0.  It listens on every
@@ -16,12 +16,9 @@ LABEL smcp.image=redis \
       org.opencontainers.image.title="sandbox-mcp redis" \
       org.opencontainers.image.licenses="BSD-2-Clause"
 
+COPY .ci/install-image-packages /usr/local/sbin/
 RUN set -eux; \
-    export DEBIAN_FRONTEND=noninteractive; \
-    apt-get update -qq; \
-    apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
-    apt-get clean; \
-    rm -rf /var/lib/apt/lists/*; \
+    install-image-packages redis-server; \
     mkdir -p /data; \
     chown redis:redis /data
 

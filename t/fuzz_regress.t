@@ -61,7 +61,7 @@ for my $src (@harnesses) {
                '-fno-sanitize-recover=undefined', '-fno-omit-frame-pointer',
                '-Wall', '-Wextra', '-Wno-unused-parameter', '-Werror',
                '-D_GNU_SOURCE', "-I$root/ngx_sandbox_mcp_module/common",
-               "-I$root/runner", "-I$root/fuzz", '-o', $bin,
+               "-I$root/runner", "-I$root/fuzz", "-I$root/t/unit", '-o', $bin,
                $src, "$root/fuzz/driver.c", @links, @common,
                '-ljansson', '-lcrypto');
     my $cmd = join(' ', map { quotemeta } @cmd) . " 2>" . quotemeta("$bin.build.log");

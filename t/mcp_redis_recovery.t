@@ -27,7 +27,7 @@ use SMCP::Test qw(json_encode json_decode wait_until repo_root);
 
 my $t = SMCP::Test->new(workers => 2, redis_appendonly => 1);
 
-my $cli = SMCP::Test::_which('redis-cli');
+my $cli = SMCP::Test::which_bin('redis-cli');
 plan skip_all => 'redis-cli not installed (apt-get install redis-tools)'
     unless $cli || SMCP::Test::is_ci();
 

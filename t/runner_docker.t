@@ -16,20 +16,13 @@ if [ ! -S /var/run/docker.sock ] || ! docker image inspect "$image" >/dev/null 2
     echo "1..0 # SKIP no dockerd or no $image"
     exit 0
 fi
+. "$top/t/lib/cbuild.sh"
 out=${SMCP_UNIT_OUT:+$SMCP_UNIT_OUT-docker}
 out=${out:-$top/build/unit-docker-tests}
-mkdir -p "$top/build" "$(dirname "$out")"
-if ! ${SMCP_UNIT_CC:-cc} -O1 -g ${SMCP_UNIT_CFLAGS:-} -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE \
-        -pthread -I"$top/ngx_sandbox_mcp_module/common" -I"$top/runner" \
-        -o "$out" "$top/t/unit/docker.c" "$top/runner/docker.c" \
-        "$top/runner/logstream.c" "$top/runner/log.c" \
-        "$top"/ngx_sandbox_mcp_module/common/*.c \
-        -ljansson -lcrypto -lcurl 2>"$top/build/unit-docker-tests.log"; then
-    echo "1..1"
-    echo "not ok 1 - the Docker client tests build"
-    sed 's/^/# /' "$top/build/unit-docker-tests.log"
-    exit 1
-fi
+cbuild "$out" "the Docker client tests" -pthread \
+    "$top/t/unit/docker.c" "$top/runner/docker.c" \
+    "$top/runner/logstream.c" "$top/runner/log.c" \
+    "$top"/ngx_sandbox_mcp_module/common/*.c -ljansson -lcrypto -lcurl
 rc=0
 "$out" "$image" || rc=$?
 # whatever a failed run left behind

@@ -5,6 +5,7 @@
 # AddressSanitizer and UBSan.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/t/lib/cbuild.sh"
 out=$top/build/unit-common
 mkdir -p "$top/build"
 san="-fsanitize=address,undefined -fno-omit-frame-pointer"
@@ -13,14 +14,6 @@ if ! cc $san -o "$top/build/unit-common-probe" \
         "$top/build/unit-common-probe.c" 2>/dev/null; then
     san=
 fi
-if ! cc -O1 -g $san -Wall -Wextra -Wno-unused-parameter -Werror \
-        -I"$top/ngx_sandbox_mcp_module/common" \
-        -o "$out" "$top/t/unit/common.c" \
-        "$top"/ngx_sandbox_mcp_module/common/*.c \
-        -ljansson -lcrypto 2>"$top/build/unit-common.log"; then
-    echo "1..1"
-    echo "not ok 1 - the unit tests build"
-    sed 's/^/# /' "$top/build/unit-common.log"
-    exit 1
-fi
+cbuild "$out" "the unit tests" $san "$top/t/unit/common.c" \
+    "$top"/ngx_sandbox_mcp_module/common/*.c -ljansson -lcrypto
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 exec "$out"

@@ -222,6 +222,21 @@ location / {
 }
 CONF
 
+# upstream NAME CRED_ENV FORMAT HEADER ORIGIN PATH: the end of a location
+# under /NAME/: the real credential (from CRED_ENV, as FORMAT) in HEADER,
+# the request sent to ORIGIN with /NAME replaced by PATH
+upstream() {
+    cat <<CONF
+    sandbox_mcp_egress_credential env:$2 $3;
+    proxy_set_header $4 \$sandbox_mcp_credential;
+    proxy_set_header Connection "";
+    set \$smcp_upstream "$5";
+    rewrite "^/$1(/.*)\$" "$6\$1" break;
+    proxy_pass \$smcp_upstream;
+}
+CONF
+}
+
 # route NAME CRED_ENV FORMAT HEADER BASE_URL ALLOWED WHAT
 #   ALLOWED: a regex of the paths under /NAME the agent may POST to;
 #   WHAT: the same in words, for the refusal of everything else
@@ -241,13 +256,23 @@ location ~ "^/$name$allowed\$" {
         return 405 '$(json_error invalid_request_error "egress: $name: only POST is allowed here")';
     }
     sandbox_mcp_egress $name;
-    sandbox_mcp_egress_credential env:$env $format;
-    proxy_set_header $header \$sandbox_mcp_credential;
-    proxy_set_header Connection "";
-    set \$smcp_upstream "$origin";
-    rewrite "^/$name(/.*)\$" "$path\$1" break;
-    proxy_pass \$smcp_upstream;
+$(upstream "$name" "$env" "$format" "$header" "$origin" "$path")
+CONF
 }
+
+# github_api PATH METHODS WHAT [PUSH]: REST on the run's own repository,
+# /repos/OWNER/REPO followed by PATH, for the METHODS (a regex) only (WHAT:
+# them in words); PUSH: what the module checks of a request's body
+github_api() {
+    cat <<CONF
+location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)$1\$ {
+    if (\$request_method !~ ^($2)\$) {
+        return 405 '$(json_error invalid_request_error "egress: github-api: only $3 allowed here")';
+    }
+    sandbox_mcp_egress github-api;
+    sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;${4:+
+    sandbox_mcp_egress_push $4;}
+$(upstream github-api GITHUB_TOKEN bearer Authorization "$api_origin" "$api_path")
 CONF
 }
 
@@ -289,13 +314,7 @@ location ~ ^/github/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+?
     sandbox_mcp_egress github;
     sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
     sandbox_mcp_egress_push git;
-    sandbox_mcp_egress_credential env:GITHUB_TOKEN basic;
-    proxy_set_header Authorization \$sandbox_mcp_credential;
-    proxy_set_header Connection "";
-    set \$smcp_upstream "$git_origin";
-    rewrite ^/github/(.*)\$ "$git_path/\$1" break;
-    proxy_pass \$smcp_upstream;
-}
+$(upstream github GITHUB_TOKEN basic Authorization "$git_origin" "$git_path")
 
 location /github/ {
     return 403 '$(json_error permission_error 'egress: only git smart HTTP (info/refs, git-upload-pack, git-receive-pack) is allowed')';
@@ -304,34 +323,11 @@ location /github/ {
 # REST on the run's own repository: the repository lookup, and pull
 # requests (listing; opening one when the run asked for it, with the run's
 # branch as its head)
-location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)\$ {
-    if (\$request_method !~ ^(GET|HEAD)\$) {
-        return 405 '$(json_error invalid_request_error 'egress: github-api: only GET is allowed here')';
-    }
-    sandbox_mcp_egress github-api;
-    sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
-    sandbox_mcp_egress_credential env:GITHUB_TOKEN bearer;
-    proxy_set_header Authorization \$sandbox_mcp_credential;
-    proxy_set_header Connection "";
-    set \$smcp_upstream "$api_origin";
-    rewrite ^/github-api/(.*)\$ "$api_path/\$1" break;
-    proxy_pass \$smcp_upstream;
-}
-
-location ~ ^/github-api/repos/(?<smcp_owner>[A-Za-z0-9_.-]+)/(?<smcp_repo>[A-Za-z0-9_.-]+)/pulls\$ {
-    if (\$request_method !~ ^(GET|HEAD|POST)\$) {
-        return 405 '$(json_error invalid_request_error 'egress: github-api: only GET and POST are allowed here')';
-    }
-    sandbox_mcp_egress github-api;
-    sandbox_mcp_egress_repository \$smcp_owner/\$smcp_repo;
-    sandbox_mcp_egress_push pull_request;
-    sandbox_mcp_egress_credential env:GITHUB_TOKEN bearer;
-    proxy_set_header Authorization \$sandbox_mcp_credential;
-    proxy_set_header Connection "";
-    set \$smcp_upstream "$api_origin";
-    rewrite ^/github-api/(.*)\$ "$api_path/\$1" break;
-    proxy_pass \$smcp_upstream;
-}
+CONF
+    github_api '' 'GET|HEAD' 'GET is'
+    echo
+    github_api /pulls 'GET|HEAD|POST' 'GET and POST are' pull_request
+    cat <<CONF
 
 location /github-api/ {
     return 403 '$(json_error permission_error 'egress: only the repository lookup and its pull requests are allowed')';

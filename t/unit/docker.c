@@ -15,14 +15,8 @@
 #include <curl/curl.h>
 
 #include "runner.h"
+#include "runner_globals.h"
 #include "tap.h"
-
-
-static runner_config_t  config;
-
-const runner_config_t  *runner_config = &config;
-atomic_int              runner_stop;
-atomic_int              runner_release_failed;
 
 
 static char  err[RUNNER_ERRLEN];

@@ -13,86 +13,9 @@
 #include <unistd.h>
 
 #include "runner.h"
+#include "runner_globals.h"
+#include "lines.h"
 #include "tap.h"
-
-
-/* the runner's globals this code reads */
-static runner_config_t  config;    /* what the tests set */
-
-const runner_config_t  *runner_config = &config;
-atomic_int              runner_stop;
-atomic_int              runner_release_failed;
-
-
-/* lines as the logstream delivers them */
-
-#define MAX_LINES  64
-
-typedef struct {
-    int      n;
-    int      stream[MAX_LINES];
-    char     ts[MAX_LINES][48];
-    char    *line[MAX_LINES];
-    size_t   len[MAX_LINES];
-    size_t   cut[MAX_LINES];
-} lines_t;
-
-
-static int
-collect(void *data, int stream, const char *ts, const char *line, size_t len,
-    size_t cut)
-{
-    lines_t  *l = data;
-
-    if (l->n < MAX_LINES) {
-        l->stream[l->n] = stream;
-        snprintf(l->ts[l->n], sizeof(l->ts[0]), "%s", ts);
-        l->line[l->n] = malloc(len + 1);
-        memcpy(l->line[l->n], line, len);
-        l->line[l->n][len] = '\0';
-        l->len[l->n] = len;
-        l->cut[l->n] = cut;
-        l->n++;
-    }
-
-    return RUNNER_OK;
-}
-
-
-static void
-lines_free(lines_t *l)
-{
-    int  i;
-
-    for (i = 0; i < l->n; i++) {
-        free(l->line[i]);
-    }
-
-    memset(l, 0, sizeof(*l));
-}
-
-
-/* a frame header for a payload of len bytes */
-static void
-header(unsigned char *dst, int stream, uint32_t len)
-{
-    dst[0] = (unsigned char) stream;
-    dst[1] = dst[2] = dst[3] = 0;
-    dst[4] = (unsigned char) (len >> 24);
-    dst[5] = (unsigned char) (len >> 16);
-    dst[6] = (unsigned char) (len >> 8);
-    dst[7] = (unsigned char) len;
-}
-
-
-static size_t
-frame(char *dst, int stream, const char *payload, size_t len)
-{
-    header((unsigned char *) dst, stream, (uint32_t) len);
-    memcpy(dst + 8, payload, len);
-
-    return len + 8;
-}
 
 
 static void
@@ -211,8 +134,7 @@ test_huge_line(void)
     runner_logstream_t   ls;
     const char          *ts = "2026-11-29T10:00:02.5Z ";
 
-    config.max_line = 256 * 1024;
-    config.diff_max = 10 * 1024 * 1024;
+    runner_unit_defaults();
 
     tl = strlen(ts);
     chunk = malloc(8 + tl + 16384);
@@ -320,8 +242,7 @@ test_diff_line(void)
     free(p);
     free(buf);
 
-    config.max_line = 256 * 1024;
-    config.diff_max = 10 * 1024 * 1024;
+    runner_unit_defaults();
 }
 
 
@@ -990,10 +911,7 @@ test_config(void)
 int
 main(void)
 {
-    /* the runner's defaults */
-    config.max_line = 256 * 1024;
-    config.diff_max = 10 * 1024 * 1024;
-    config.max_result = 256 * 1024;
+    runner_unit_defaults();
 
     test_nul();
     test_splits();

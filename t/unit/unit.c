@@ -10,71 +10,12 @@
 
 #include "runner.h"
 #include "smcp_jwt.h"
+#include "runner_globals.h"
+#include "lines.h"
 #include "tap.h"
 
 
-/* the runner's globals this code reads */
-static runner_config_t  config;    /* what the tests set */
-
-const runner_config_t  *runner_config = &config;
-atomic_int              runner_stop;
-atomic_int              runner_release_failed;
-
-
 /* log framing */
-
-typedef struct {
-    int     n;
-    int     stream[16];
-    char    ts[16][48];
-    char   *line[16];
-} lines_t;
-
-
-static int
-collect(void *data, int stream, const char *ts, const char *line, size_t len,
-    size_t cut)
-{
-    lines_t  *l = data;
-
-    if (l->n < 16) {
-        l->stream[l->n] = stream;
-        snprintf(l->ts[l->n], sizeof(l->ts[0]), "%s", ts);
-        l->line[l->n] = strndup(line, len);
-        l->n++;
-    }
-
-    return RUNNER_OK;
-}
-
-
-static size_t
-frame(char *dst, int stream, const char *payload, size_t len)
-{
-    dst[0] = (char) stream;
-    dst[1] = dst[2] = dst[3] = 0;
-    dst[4] = (char) (len >> 24);
-    dst[5] = (char) (len >> 16);
-    dst[6] = (char) (len >> 8);
-    dst[7] = (char) len;
-    memcpy(dst + 8, payload, len);
-
-    return len + 8;
-}
-
-
-static void
-free_lines(lines_t *l)
-{
-    int  i;
-
-    for (i = 0; i < l->n; i++) {
-        free(l->line[i]);
-    }
-
-    memset(l, 0, sizeof(*l));
-}
-
 
 static void
 test_logstream(void)
@@ -120,7 +61,7 @@ test_logstream(void)
            && strcmp(l.ts[2], "2026-11-29T10:00:00.25Z") == 0,
            "a line split over frames is put back together");
 
-        free_lines(&l);
+        lines_free(&l);
     }
 
     /* a 100 KiB line in 16 KiB frames, each with the timestamp */
@@ -151,7 +92,7 @@ test_logstream(void)
 
     ok(l.n == 1 && strlen(l.line[0]) == 100000
        && strcmp(l.line[0], big) == 0, "a 100 KiB line over seven frames");
-    free_lines(&l);
+    lines_free(&l);
     free(big);
 
     /* the last line without a newline is delivered at the end */
@@ -164,7 +105,7 @@ test_logstream(void)
     runner_logstream_free(&ls);
     ok(all_ok && l.n == 1 && strcmp(l.line[0], "tail") == 0,
        "an unterminated last line comes at the end of the stream");
-    free_lines(&l);
+    lines_free(&l);
 }
 
 
@@ -317,10 +258,7 @@ test_common(void)
 int
 main(void)
 {
-    /* the runner's defaults */
-    config.max_line = 256 * 1024;
-    config.diff_max = 10 * 1024 * 1024;
-    config.max_result = 256 * 1024;
+    runner_unit_defaults();
 
     test_logstream();
     test_outcome();

@@ -548,7 +548,10 @@ sub _connection {
                           "bad request\n", close => 1);
             last;
         }
-        my $keep = $self->_handle($req, $c);
+        # GET / answers on every fake: it is up
+        my $keep = $req->{path} eq '/' && $req->{method} =~ /^(GET|HEAD)$/
+            ? $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n")
+            : $self->_handle($req, $c);
         last unless $keep && $req->{keep_alive};
     }
     close $c;
@@ -739,15 +742,11 @@ sub _log {
     close $fh;
 }
 
-# _reply($c, $req, $status, [headers], $body, close => 1, log => {fields})
-# logs the request (unless already logged), sends the whole response;
-# returns true when the connection may be kept
-sub _reply {
-    my ($self, $c, $req, $status, $hdrs, $body, %o) = @_;
+# the head of a response up to its own headers (the request is logged
+# first, unless it was): the status line, Date, Server, then [headers]
+sub _head {
+    my ($self, $req, $status, $hdrs, %o) = @_;
     $self->_log($req, status => $status, %{ $o{log} || {} });
-    $body //= '';
-    utf8::encode($body) if utf8::is_utf8($body);
-    my $keep = $req->{keep_alive} && !$o{close};
     my $head = "HTTP/1.1 $status " . ($REASON{$status} // 'Unknown') . "\r\n"
              . "Date: " . _http_date() . "\r\n"
              . "Server: smcp-fake-$self->{kind}\r\n";
@@ -755,6 +754,18 @@ sub _reply {
     while (my ($k, $v) = splice(@h, 0, 2)) {
         $head .= "$k: $v\r\n" if defined $v;
     }
+    return $head;
+}
+
+# _reply($c, $req, $status, [headers], $body, close => 1, log => {fields})
+# logs the request (unless already logged), sends the whole response;
+# returns true when the connection may be kept
+sub _reply {
+    my ($self, $c, $req, $status, $hdrs, $body, %o) = @_;
+    my $head = $self->_head($req, $status, $hdrs, %o);
+    $body //= '';
+    utf8::encode($body) if utf8::is_utf8($body);
+    my $keep = $req->{keep_alive} && !$o{close};
     $head .= "Content-Length: " . length($body) . "\r\n"
         unless $status == 204 || $status == 304;
     $head .= "Connection: " . ($keep ? 'keep-alive' : 'close') . "\r\n\r\n";
@@ -772,15 +783,8 @@ sub _json_reply {
 # streaming: chunked for HTTP/1.1, close-delimited for HTTP/1.0
 sub _stream_begin {
     my ($self, $c, $req, $status, $hdrs, %o) = @_;
-    $self->_log($req, status => $status, %{ $o{log} || {} });
+    my $head = $self->_head($req, $status, $hdrs, %o);
     my $chunked = $req->{version} eq '1.1';
-    my $head = "HTTP/1.1 $status " . ($REASON{$status} // 'Unknown') . "\r\n"
-             . "Date: " . _http_date() . "\r\n"
-             . "Server: smcp-fake-$self->{kind}\r\n";
-    my @h = @{ $hdrs || [] };
-    while (my ($k, $v) = splice(@h, 0, 2)) {
-        $head .= "$k: $v\r\n" if defined $v;
-    }
     $head .= $chunked ? "Transfer-Encoding: chunked\r\n" : '';
     $head .= "Connection: " . ($chunked && $req->{keep_alive} ? 'keep-alive' : 'close')
            . "\r\n\r\n";
@@ -923,22 +927,44 @@ sub _next_turn {
 
 # the start of a model turn, the same for every model API: the script's
 # next turn, whether the request streams, the fields of its log line and
-# the response headers (a request id under $id_header, the turn's own);
-# a turn that only hangs is logged and slept here and returns ()
+# the response headers (a request id under $id_header unless it is undef,
+# the turn's own); %more: more fields of the log line (stream: whether it
+# streams, when the body's "stream" does not say); a turn that only hangs
+# is logged and slept here and returns ()
 sub _turn_start {
-    my ($self, $req, $j, $model, $id_header) = @_;
+    my ($self, $req, $j, $model, $id_header, %more) = @_;
     my ($i, $turn) = $self->_next_turn($model, $j, $req);
-    my $stream = $j->{stream} ? 1 : 0;
-    my %lx = (turn => $i, model => $model, stream => $stream);
+    my %lx = (turn => $i, model => $model, stream => $j->{stream} ? 1 : 0, %more);
     $lx{hang} = $turn->{hang} if $turn->{hang};
-    my @xh = ($id_header => 'req_' . _rand_id(24), %{ $turn->{headers} || {} });
+    my @xh = ((defined $id_header ? ($id_header => 'req_' . _rand_id(24)) : ()),
+              %{ $turn->{headers} || {} });
     my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
     if ($turn->{hang} && !$has_answer) {
         $self->_log($req, status => 0, %lx);
         sleep($turn->{hang});
         return ();
     }
-    return ($turn, $stream, \%lx, \@xh);
+    return ($turn, $lx{stream}, \%lx, \@xh);
+}
+
+# a turn that is a scripted error, the same for every model API: its
+# type ($type when it names none), HTTP status (its own, else the API's
+# %$statuses for the type, else 500), message ($msg when it has none) and
+# the error itself; its headers join @$xh.  () when the turn answers.
+sub _turn_error {
+    my ($self, $turn, $xh, $statuses, $type, $msg) = @_;
+    my $e = $turn->{error} or return ();
+    $type = $e->{type} // $type;
+    push @$xh, %{ $e->{headers} || {} };
+    return ($type, $e->{status} // $statuses->{$type} // 500,
+            $e->{message} // $msg, $e);
+}
+
+# the log line of a turn's answer, then the turn's hang before it is sent
+sub _log_hang {
+    my ($self, $req, $turn, %lx) = @_;
+    $self->_log($req, %lx);
+    sleep($turn->{hang}) if $turn->{hang};
 }
 
 sub _split_text {
@@ -1065,9 +1091,6 @@ sub _aerr {
 sub _handle {
     my ($self, $req, $c) = @_;
     my ($m, $p) = @$req{qw(method path)};
-    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
-        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
-    }
     if ($p eq '/v1/messages' || $p eq '/v1/messages/count_tokens') {
         return $self->_aerr($c, $req, 405, 'invalid_request_error',
                             "Method $m not allowed") unless $m eq 'POST';
@@ -1106,24 +1129,19 @@ sub _message {
     my %lx = %$lx;
     my @xh = @$xh;
 
-    if (my $e = $turn->{error}) {
-        my $type = $e->{type} // 'api_error';
-        my $status = $e->{status} // $ANTHROPIC_STATUS{$type} // 500;
-        my $msg = $e->{message} // 'Internal server error';
-        push @xh, %{ $e->{headers} || {} };
+    if (my ($type, $status, $msg, $e) = $self->_turn_error($turn, \@xh,
+            \%ANTHROPIC_STATUS, 'api_error', 'Internal server error')) {
         if ($e->{in_stream} && $stream) {
             # a 200 stream that fails after message_start (overloaded mid-stream)
             my @ev = (_ev(message_start => { type => 'message_start',
                           message => _msg_shell($model, 'msg_' . SMCP::Fakes::Server::_rand_id(24), $self->_usage($turn)) }),
                       _ev(error => _err_body($type, $msg)));
-            $self->_log($req, status => 200, %lx, error => $type);
-            sleep($turn->{hang}) if $turn->{hang};
+            $self->_log_hang($req, $turn, status => 200, %lx, error => $type);
             return $self->_send_events($c, $req, 200,
                 ['Content-Type' => 'text/event-stream; charset=utf-8',
                  'Cache-Control' => 'no-cache', @xh], \@ev, $turn);
         }
-        $self->_log($req, status => $status, %lx, error => $type);
-        sleep($turn->{hang}) if $turn->{hang};
+        $self->_log_hang($req, $turn, status => $status, %lx, error => $type);
         return $self->_aerr($c, $req, $status, $type, $msg, \@xh);
     }
 
@@ -1133,8 +1151,7 @@ sub _message {
     my $stop = $turn->{stop_reason} // ($has_tool ? 'tool_use' : 'end_turn');
     my $msgid = 'msg_' . SMCP::Fakes::Server::_rand_id(24);
 
-    $self->_log($req, status => 200, %lx);
-    sleep($turn->{hang}) if $turn->{hang};
+    $self->_log_hang($req, $turn, status => 200, %lx);
 
     if (!$stream) {
         my @content = map {
@@ -1242,9 +1259,6 @@ sub _oerr {
 sub _handle {
     my ($self, $req, $c) = @_;
     my ($m, $p) = @$req{qw(method path)};
-    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
-        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
-    }
     my $is_chat = $p eq '/v1/chat/completions' || $p eq '/chat/completions';
     my $is_resp = $p eq '/v1/responses' || $p eq '/responses';
     my $is_models = $p eq '/v1/models' || $p eq '/models';
@@ -1293,15 +1307,10 @@ sub _turn_or_answer {
         or return (undef, 0);
     my %lx = (%$lxr, %{ $o{log} || {} });
     my @xh = @$xhr;
-    if (my $e = $turn->{error}) {
-        my $type = $e->{type} // 'server_error';
-        my $status = $e->{status} // $OPENAI_STATUS{$type} // 500;
-        push @xh, %{ $e->{headers} || {} };
-        $self->_log($req, status => $status, %lx, error => $type);
-        sleep($turn->{hang}) if $turn->{hang};
-        return (undef, $self->_oerr($c, $req, $status, $type,
-                                    $e->{message} // 'The server had an error.',
-                                    $e->{code}, \@xh));
+    if (my ($type, $status, $msg, $e) = $self->_turn_error($turn, \@xh,
+            \%OPENAI_STATUS, 'server_error', 'The server had an error.')) {
+        $self->_log_hang($req, $turn, status => $status, %lx, error => $type);
+        return (undef, $self->_oerr($c, $req, $status, $type, $msg, $e->{code}, \@xh));
     }
     return ($turn, \%lx, \@xh, $model);
 }
@@ -1325,8 +1334,7 @@ sub _chat {
     my $usage = { prompt_tokens => $in, completion_tokens => $out,
                   total_tokens => $in + $out };
 
-    $self->_log($req, status => 200, %lx);
-    sleep($turn->{hang}) if $turn->{hang};
+    $self->_log_hang($req, $turn, status => 200, %lx);
 
     if (!$stream) {
         my %msg = (role => 'assistant',
@@ -1438,8 +1446,7 @@ sub _responses {
                  service_tier => 'default', metadata => {} };
     };
 
-    $self->_log($req, status => 200, %lx);
-    sleep($turn->{hang}) if $turn->{hang};
+    $self->_log_hang($req, $turn, status => 200, %lx);
 
     return $self->_json_reply($c, $req, 200, $response->('completed', \@items, $usage), \@xh)
         unless $lx{stream};
@@ -1520,9 +1527,6 @@ sub _aerr {
 sub _handle {
     my ($self, $req, $c) = @_;
     my ($m, $p) = @$req{qw(method path)};
-    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
-        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
-    }
     my ($ver) = ($req->{query} // '') =~ /(?:^|&)api-version=([^&]*)/;
     my ($v1, $dep, $what);
     if ($p =~ m{^/openai/v1/(responses|chat/completions)$}) {
@@ -1587,9 +1591,6 @@ sub _gerr {
 sub _handle {
     my ($self, $req, $c) = @_;
     my ($m, $p) = @$req{qw(method path)};
-    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
-        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
-    }
     my ($ver, $model, $verb) =
         $p =~ m{^/(v1beta|v1)/models/([A-Za-z0-9._-]+):(streamGenerateContent|generateContent|countTokens)$}
         or return $self->_gerr($c, $req, 404, 'NOT_FOUND', "Method not found: $p");
@@ -1622,25 +1623,16 @@ sub _handle {
 
 sub _generate {
     my ($self, $req, $c, $j, $model, $stream, $sse) = @_;
-    my ($i, $turn) = $self->_next_turn($model, $j, $req);
-    my %lx = (turn => $i, model => $model, stream => $stream ? 1 : 0, sse => $sse ? 1 : 0);
-    my $has_answer = grep { defined $turn->{$_} } qw(text tool_use tool_calls error);
-    $lx{hang} = $turn->{hang} if $turn->{hang};
-    my @xh = %{ $turn->{headers} || {} };
+    my ($turn, undef, $lx, $xh) = $self->_turn_start($req, $j, $model, undef,
+        stream => $stream ? 1 : 0, sse => $sse ? 1 : 0)
+        or return 0;
+    my %lx = %$lx;
+    my @xh = @$xh;
 
-    if ($turn->{hang} && !$has_answer) {
-        $self->_log($req, status => 0, %lx);
-        sleep($turn->{hang});
-        return 0;
-    }
-    if (my $e = $turn->{error}) {
-        my $type = $e->{type} // 'INTERNAL';
-        my $status = $e->{status} // $GOOGLE_STATUS{$type} // 500;
-        push @xh, %{ $e->{headers} || {} };
-        $self->_log($req, status => $status, %lx, error => $type);
-        sleep($turn->{hang}) if $turn->{hang};
-        return $self->_gerr($c, $req, $status, $type,
-                            $e->{message} // 'An internal error has occurred.', \@xh);
+    if (my ($type, $status, $msg) = $self->_turn_error($turn, \@xh,
+            \%GOOGLE_STATUS, 'INTERNAL', 'An internal error has occurred.')) {
+        $self->_log_hang($req, $turn, status => $status, %lx, error => $type);
+        return $self->_gerr($c, $req, $status, $type, $msg, \@xh);
     }
 
     my @blocks = $self->_turn_blocks($turn, '');
@@ -1665,8 +1657,7 @@ sub _generate {
         }
     }
 
-    $self->_log($req, status => 200, %lx);
-    sleep($turn->{hang}) if $turn->{hang};
+    $self->_log_hang($req, $turn, status => 200, %lx);
 
     return $self->_json_reply($c, $req, 200, $chunk->(\@parts, 1), \@xh) unless $stream;
 
@@ -1740,9 +1731,6 @@ sub _cferr {
 sub _handle {
     my ($self, $req, $c) = @_;
     my ($m, $p) = @$req{qw(method path)};
-    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
-        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
-    }
     my ($acct, $gw, $prov, $rest) = $p =~ m{^/v1/([^/]+)/([^/]+)/([^/]+)(/.*)?$}
         or return $self->_cferr($c, $req, 404, 7000, 'No route for that URI');
     return $self->_cferr($c, $req, 400, 2001, 'Please configure AI Gateway in the Cloudflare dashboard')
@@ -2044,9 +2032,6 @@ sub refs {
 sub _handle {
     my ($self, $req, $c) = @_;
     my ($m, $p) = @$req{qw(method path)};
-    if ($p eq '/' && ($m eq 'GET' || $m eq 'HEAD')) {
-        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/plain'], "ok\n");
-    }
     if ($self->{serve_api}) {
         my $ap = $p;
         $ap =~ s{^/api/v3(?=/)}{};

@@ -131,15 +131,7 @@ sub new {
     return $self;
 }
 
-sub t { $_[0]{t} }
-sub anthropic { $_[0]{anthropic} }
-sub github { $_[0]{github} }
-sub net { $_[0]{net} }
-sub gateway { $_[0]{gateway} }
-sub egress_url { $_[0]{egress_url} }
-sub image { $_[0]{image} }
-sub sid { $_[0]{sid} }
-sub real { $_[0]{real} }
+SMCP::Test::accessors(qw(t anthropic github net gateway egress_url image sid real));
 
 ##############################################################################
 # runner processes

@@ -50,12 +50,22 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     rhex slurp iso_ms iso2epoch free_port run_cmd
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
-                    which_bin egress_server_conf);
+                    which_bin egress_server_conf accessors);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
 
 my @INSTANCES;        # live harness objects, for END cleanup
+
+# accessors(qw(a b)) in a class of hash objects: the methods a and b,
+# each answering its object's field of that name ($obj->a is $obj->{a})
+sub accessors {
+    my $class = caller;
+    for my $name (@_) {
+        no strict 'refs';
+        *{"${class}::$name"} = sub { $_[0]{$name} };
+    }
+}
 
 sub is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
 
@@ -356,12 +366,7 @@ sub client {
                  $class;
 }
 
-sub dir { $_[0]{dir} }
-sub port { $_[0]{port} }
-sub redis_port { $_[0]{redis_port} }
-sub secret { $_[0]{secret} }
-sub secret_file { $_[0]{secret_file} }
-sub tenant { $_[0]{tenant} }
+accessors(qw(dir port redis_port secret secret_file tenant));
 
 # $t->render_routes(%o): the egress routes that ship (ngx_sandbox_mcp_module/
 # conf/egress-routes.sh), rendered into DIR/NAME-http.conf (the http{}
