@@ -132,7 +132,7 @@ sub load_stop {
 sub restart_redis {
     $t->stop_redis;
     my $t0 = time();
-    $t->{redis_pid} = $t->_spawn('redis-server', "$rdir/stdout.log",
+    $t->{redis_pid} = $t->spawn('redis-server', "$rdir/stdout.log",
                                  $t->{redis_bin}, "$rdir/redis.conf");
     my ($loading, $ready);
     ok(wait_until(30, sub {
