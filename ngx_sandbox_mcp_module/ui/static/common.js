@@ -1,0 +1,2 @@
+/* shared helpers of the dashboard pages */
+"use strict";

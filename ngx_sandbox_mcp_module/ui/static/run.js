@@ -1,0 +1,2 @@
+/* the run page */
+"use strict";

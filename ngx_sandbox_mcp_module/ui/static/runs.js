@@ -1,0 +1,2 @@
+/* the run list */
+"use strict";
