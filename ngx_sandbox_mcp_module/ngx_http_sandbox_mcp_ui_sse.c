@@ -832,15 +832,3 @@ ngx_http_sandbox_mcp_ui_tenant_stream(ngx_http_sandbox_mcp_ctx_t *ctx)
     return sse->done ? NGX_OK : NGX_DONE;
 }
 
-
-ngx_int_t
-ngx_http_sandbox_mcp_ui_sse_init_worker(ngx_cycle_t *cycle)
-{
-    return NGX_OK;
-}
-
-
-void
-ngx_http_sandbox_mcp_ui_sse_exit_worker(ngx_cycle_t *cycle)
-{
-}
