@@ -8,8 +8,9 @@
 # the framing; 200 watchers of one run all get every event, and the Redis
 # connections do not grow with them (one pub/sub connection per worker);
 # an nginx reload ends the streams and the clients resume; the tenant's
-# stream says every status change; pages cut at sandbox_mcp_ui_stream_buffer
-# still deliver everything.
+# stream says every status change, and is dropped when its client reads
+# nothing past sandbox_mcp_ui_stream_buffer; pages cut at that size still
+# deliver everything; Redis away: 503.
 
 use strict;
 use warnings;
@@ -214,6 +215,51 @@ sub redis_clients {
        "another tenant's stream hears nothing of it");
     $ts->close;
     $bob->close;
+}
+
+###############################################################################
+# a tenant stream that is not read: dropped past sandbox_mcp_ui_stream_buffer
+
+{
+    my $slow = $ui->sse('/small/api/stream', cookie => $C);
+    ok($slow->pump(5, sub { $_[0]->status }), 'a tenant stream nobody reads');
+    my $id = 'run_' . rhex();
+    my $rc = $t->redis_connect(timeout => 30);
+    my $msg = SMCP::Test::Redis::_encode('PUBLISH', "${P}tenant:alice", "$id running");
+    my $n = 100000;
+    my $burst = $msg x 1000;
+    for (1 .. $n / 1000) {
+        my $off = 0;
+        while ($off < length $burst) {
+            my $w = syswrite($rc->{sock}, $burst, length($burst) - $off, $off);
+            die "redis write: $!" unless defined $w;
+            $off += $w;
+        }
+    }
+    $rc->read_reply(30) for 1 .. $n;
+    $rc->close;
+    ok(wait_until(10, sub { $t->error_log =~ /ui stream dropped: the client reads too slowly/ }),
+       '... is dropped once its unsent messages pass the buffer (logged)');
+    # what the socket held, then the end
+    $slow->pump(10, sub { $_[0]->closed });
+    ok($slow->closed, '... the connection closed');
+    my $got = grep { ($_->{event} // '') eq 'run' } @{ $slow->events };
+    ok($got < $n, "... after $got of $n messages (the rest is not kept)");
+}
+
+###############################################################################
+# HEAD, and Redis away
+
+{
+    my $id = new_run();
+    my $r = $t->http(method => 'HEAD', path => "/ui/runs/$id/events", headers => [Cookie => $C]);
+    is($r->{status}, 200, 'HEAD of a stream: 200, the head only');
+    $t->stop_redis;
+    $r = $t->http(path => "/ui/runs/$id/events", headers => [Cookie => $C], timeout => 10);
+    is($r->{status}, 503, 'Redis away: the stream answers 503');
+    like($r->{headers}{'retry-after'} // '', qr/^\d+$/, '... with Retry-After');
+    $r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => $C], timeout => 10);
+    is($r->{status}, 503, '... and the data 503');
 }
 
 $t->done;
