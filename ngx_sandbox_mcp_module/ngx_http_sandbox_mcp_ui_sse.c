@@ -210,15 +210,24 @@ ngx_http_sandbox_mcp_sse_send_header(ngx_http_sandbox_mcp_sse_t *sse)
 }
 
 
+static ngx_http_sandbox_mcp_sse_t *
+ngx_http_sandbox_mcp_sse_of(ngx_http_request_t *r)
+{
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+
+    return ctx->data;
+}
+
+
 /* nginx took what it could: what is left is sent by the write handler */
 static void
 ngx_http_sandbox_mcp_sse_write_handler(ngx_http_request_t *r)
 {
-    ngx_http_sandbox_mcp_ctx_t  *ctx;
     ngx_http_sandbox_mcp_sse_t  *sse;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-    sse = ctx->data;
+    sse = ngx_http_sandbox_mcp_sse_of(r);
 
     if (r->connection->write->timedout) {
         /* the client reads nothing: dropped, it resumes when it comes */
@@ -235,11 +244,9 @@ ngx_http_sandbox_mcp_sse_write_handler(ngx_http_request_t *r)
 static void
 ngx_http_sandbox_mcp_sse_read_handler(ngx_http_request_t *r)
 {
-    ngx_http_sandbox_mcp_ctx_t  *ctx;
     ngx_http_sandbox_mcp_sse_t  *sse;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-    sse = ctx->data;
+    sse = ngx_http_sandbox_mcp_sse_of(r);
 
     if (r->connection->close || ngx_exiting || ngx_terminate) {
         ngx_http_sandbox_mcp_sse_end(sse, NGX_OK);
@@ -722,6 +729,10 @@ ngx_http_sandbox_mcp_sse_create(ngx_http_sandbox_mcp_ctx_t *ctx)
     r = ctx->request;
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
 
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NULL;
+    }
+
     sse = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_sse_t));
     if (sse == NULL) {
         return NULL;
@@ -774,10 +785,6 @@ ngx_http_sandbox_mcp_ui_run_events(ngx_http_sandbox_mcp_ctx_t *ctx,
 
     r = ctx->request;
 
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     sse = ngx_http_sandbox_mcp_sse_create(ctx);
     if (sse == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -819,14 +826,7 @@ ngx_http_sandbox_mcp_ui_run_events(ngx_http_sandbox_mcp_ctx_t *ctx,
 ngx_int_t
 ngx_http_sandbox_mcp_ui_tenant_stream(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    ngx_http_request_t          *r;
     ngx_http_sandbox_mcp_sse_t  *sse;
-
-    r = ctx->request;
-
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     sse = ngx_http_sandbox_mcp_sse_create(ctx);
     if (sse == NULL) {
