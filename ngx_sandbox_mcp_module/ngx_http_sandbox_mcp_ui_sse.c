@@ -652,6 +652,12 @@ ngx_http_sandbox_mcp_sse_tenant_wake(ngx_http_sandbox_mcp_watch_t *w,
         return;
     }
 
+    for (sp = st.data; sp < st.data + st.len; sp++) {
+        if (*sp < 'a' || *sp > 'z') {
+            return;
+        }
+    }
+
     j = json_pack("{s:s%, s:s%}", "runId", (char *) id.data, id.len,
                   "status", (char *) st.data, st.len);
     data = j ? json_dumps(j, JSON_COMPACT) : NULL;
