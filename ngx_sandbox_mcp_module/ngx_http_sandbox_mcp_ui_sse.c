@@ -80,11 +80,11 @@ static void ngx_http_sandbox_mcp_sse_flush(ngx_http_sandbox_mcp_sse_t *sse);
 static ngx_str_t  ngx_http_sandbox_mcp_sse_page_size = ngx_string("100");
 
 
+/* no more reading, waking or writing; the bytes nginx may still hold
+ * stay until the request is freed */
 static void
-ngx_http_sandbox_mcp_sse_cleanup(void *data)
+ngx_http_sandbox_mcp_sse_stop(ngx_http_sandbox_mcp_sse_t *sse)
 {
-    ngx_http_sandbox_mcp_sse_t *sse = data;
-
     sse->done = 1;
 
     ngx_http_sandbox_mcp_waiter_unwatch(&sse->watch);
@@ -102,6 +102,15 @@ ngx_http_sandbox_mcp_sse_cleanup(void *data)
         ngx_free(sse->pend);
         sse->pend = NULL;
     }
+}
+
+
+static void
+ngx_http_sandbox_mcp_sse_cleanup(void *data)
+{
+    ngx_http_sandbox_mcp_sse_t *sse = data;
+
+    ngx_http_sandbox_mcp_sse_stop(sse);
 
     if (sse->sending) {
         ngx_free(sse->sending);
@@ -122,7 +131,7 @@ ngx_http_sandbox_mcp_sse_end(ngx_http_sandbox_mcp_sse_t *sse, ngx_int_t rc)
 
     r = sse->request;
 
-    ngx_http_sandbox_mcp_sse_cleanup(sse);
+    ngx_http_sandbox_mcp_sse_stop(sse);
 
     if (rc == NGX_OK && sse->started) {
         rc = ngx_http_send_special(r, NGX_HTTP_LAST);
@@ -326,6 +335,12 @@ ngx_http_sandbox_mcp_sse_flush(ngx_http_sandbox_mcp_sse_t *sse)
 
     if (c->write->timer_set) {
         ngx_del_timer(c->write);
+    }
+
+    /* level-triggered methods (poll): not woken by a writable socket */
+    if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+        ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
+        return;
     }
 
     if (sse->sending) {
