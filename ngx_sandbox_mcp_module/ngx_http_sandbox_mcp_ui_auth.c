@@ -52,7 +52,8 @@ ngx_http_sandbox_mcp_ui_check(ngx_http_request_t *r,
     if (run) {
         s = json_string_value(run);
 
-        if (s == NULL || run_id == NULL || run_id->len != json_string_length(run)
+        if (s == NULL || run_id == NULL
+            || run_id->len != json_string_length(run)
             || ngx_strncmp(s, run_id->data, run_id->len) != 0)
         {
             ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,

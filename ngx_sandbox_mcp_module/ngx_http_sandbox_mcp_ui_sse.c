@@ -721,6 +721,13 @@ ngx_http_sandbox_mcp_sse_heartbeat(ngx_event_t *ev)
     lcf = ngx_http_get_module_loc_conf(sse->request,
                                        ngx_http_sandbox_mcp_module);
 
+    if (ngx_exiting) {
+        /* a stream begun after the shutdown's close of idle connections
+         * (a kept-alive connection): it ends here, the browser resumes */
+        ngx_http_sandbox_mcp_sse_end(sse, NGX_OK);
+        return;
+    }
+
     if (sse->retry) {
         ngx_http_sandbox_mcp_sse_read(sse);
 
