@@ -11,7 +11,9 @@
  * tenant:{tenant}.
  *
  * Watchers are woken by the waiter layer (the worker's one pub/sub
- * connection).  Memory per watcher is bounded: a page is read only once
+ * connection).  The streams of a run that are up to date read together:
+ * one Redis round trip and one framing per worker and event, however many
+ * watch.  Memory per watcher is bounded: a page is read only once
  * the previous one was sent, and is cut at sandbox_mcp_ui_stream_buffer
  * bytes; a tenant stream whose unsent messages pass that size, or a client
  * that reads nothing for send_timeout, is dropped (the browser reconnects
@@ -38,11 +40,30 @@
 #define NGX_HTTP_SANDBOX_MCP_SSE_TYPE_MAX   64
 
 
+/*
+ * A read that streams at the same place share (the same run, tenant, last
+ * id and buffer size): one Redis round trip and one framing of the page
+ * for all the watchers of a run that are up to date, however many.
+ */
+typedef struct {
+    ngx_queue_t                         link;       /* in the worker's */
+    ngx_queue_t                         readers;    /* the streams' */
+    u_char                              run[SMCP_ID_LEN];
+    u_char                              last[SMCP_STREAM_ID_MAX];
+    size_t                              last_len;
+    u_char                              tenant[SMCP_TENANT_MAX];
+    size_t                              tenant_len;
+    size_t                              limit;
+} ngx_http_sandbox_mcp_sse_shared_t;
+
+
 typedef struct {
     ngx_http_sandbox_mcp_ctx_t         *ctx;
     ngx_http_request_t                 *request;
     ngx_http_sandbox_mcp_watch_t        watch;
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;        /* a read in flight */
+    ngx_http_sandbox_mcp_sse_shared_t  *shared;     /* ... or one shared */
+    ngx_queue_t                         reader;     /* in its readers */
 
     ngx_str_t                           key_run;
     ngx_str_t                           key_events;
@@ -79,6 +100,10 @@ static void ngx_http_sandbox_mcp_sse_flush(ngx_http_sandbox_mcp_sse_t *sse);
 
 static ngx_str_t  ngx_http_sandbox_mcp_sse_page_size = ngx_string("100");
 
+/* the shared reads in flight (few: one per run and place) */
+static ngx_queue_t  ngx_http_sandbox_mcp_sse_shared;
+static ngx_uint_t   ngx_http_sandbox_mcp_sse_shared_init;
+
 
 /* no more reading, waking or writing; the bytes nginx may still hold
  * stay until the request is freed */
@@ -88,6 +113,11 @@ ngx_http_sandbox_mcp_sse_stop(ngx_http_sandbox_mcp_sse_t *sse)
     sse->done = 1;
 
     ngx_http_sandbox_mcp_waiter_unwatch(&sse->watch);
+
+    if (sse->shared) {
+        ngx_queue_remove(&sse->reader);
+        sse->shared = NULL;
+    }
 
     if (sse->cmd) {
         ngx_http_sandbox_mcp_redis_cancel(sse->cmd);
@@ -487,6 +517,41 @@ ngx_http_sandbox_mcp_sse_ended(redisReply *status)
 }
 
 
+/* {status, XRANGE} (its shape checked): the page framed into the pending
+ * bytes, the end after it when the run has ended; NGX_ERROR */
+static ngx_int_t
+ngx_http_sandbox_mcp_sse_frame(ngx_http_sandbox_mcp_sse_t *sse,
+    redisReply *reply)
+{
+    if (ngx_http_sandbox_mcp_sse_page(sse, reply->element[1]) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (!sse->again && ngx_http_sandbox_mcp_sse_ended(reply->element[0])) {
+        /* ended, and everything was read: said once sent */
+        if (ngx_http_sandbox_mcp_sse_event(sse, NULL, 0, "end", "{}")
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        sse->ending = 1;
+        ngx_http_sandbox_mcp_waiter_unwatch(&sse->watch);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_sandbox_mcp_sse_reply_ok(redisReply *reply)
+{
+    return reply->type == REDIS_REPLY_ARRAY && reply->elements == 2
+           && reply->element[0]->type == REDIS_REPLY_STRING
+           && reply->element[1]->type == REDIS_REPLY_ARRAY;
+}
+
+
 /* {status, XRANGE}, or nil: not this tenant's run */
 static void
 ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
@@ -494,7 +559,6 @@ ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_sse_t *sse = data;
 
     ngx_int_t            rc;
-    redisReply          *status, *page;
     ngx_http_request_t  *r;
 
     r = sse->request;
@@ -520,10 +584,7 @@ ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
         return;
     }
 
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2
-        || reply->element[0]->type != REDIS_REPLY_STRING
-        || reply->element[1]->type != REDIS_REPLY_ARRAY)
-    {
+    if (!ngx_http_sandbox_mcp_sse_reply_ok(reply)) {
         if (!sse->started) {
             ngx_http_sandbox_mcp_sse_end(sse,
                     ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_NOT_FOUND,
@@ -537,9 +598,6 @@ ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
         return;
     }
 
-    status = reply->element[0];
-    page = reply->element[1];
-
     if (!sse->started) {
         rc = ngx_http_sandbox_mcp_sse_send_header(sse);
 
@@ -550,27 +608,153 @@ ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
         }
     }
 
-    rc = ngx_http_sandbox_mcp_sse_page(sse, page);
-
-    if (rc != NGX_OK) {
+    if (ngx_http_sandbox_mcp_sse_frame(sse, reply) != NGX_OK) {
         ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
         return;
     }
 
-    if (!sse->again && ngx_http_sandbox_mcp_sse_ended(status)) {
-        /* ended, and everything was read: said once sent */
-        if (ngx_http_sandbox_mcp_sse_event(sse, NULL, 0, "end",
-                                           "{}") != NGX_OK)
+    ngx_http_sandbox_mcp_sse_flush(sse);
+}
+
+
+/*
+ * A shared read's reply: framed once, by the first stream; the others
+ * (which had nothing pending either: a read starts only then) get the same
+ * bytes and the same place.  Anything but a page: each stream as alone.
+ */
+static void
+ngx_http_sandbox_mcp_sse_shared_reply(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_sse_shared_t *sh = data;
+
+    ngx_queue_t                 *q;
+    ngx_http_sandbox_mcp_sse_t  *sse, *first;
+
+    ngx_queue_remove(&sh->link);
+
+    first = NULL;
+
+    while (!ngx_queue_empty(&sh->readers)) {
+        q = ngx_queue_head(&sh->readers);
+        ngx_queue_remove(q);
+
+        sse = ngx_queue_data(q, ngx_http_sandbox_mcp_sse_t, reader);
+        sse->shared = NULL;
+
+        if (reply == NULL || reply->type == REDIS_REPLY_ERROR
+            || !ngx_http_sandbox_mcp_sse_reply_ok(reply))
         {
-            ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
-            return;
+            ngx_http_sandbox_mcp_sse_reply(sse, reply);
+            continue;
         }
 
-        sse->ending = 1;
-        ngx_http_sandbox_mcp_waiter_unwatch(&sse->watch);
+        if (first == NULL) {
+            if (ngx_http_sandbox_mcp_sse_frame(sse, reply) != NGX_OK) {
+                ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
+                continue;
+            }
+
+            first = sse;
+            continue;
+        }
+
+        ngx_memcpy(sse->last, first->last, first->last_len);
+        sse->last_len = first->last_len;
+        sse->again = first->again;
+
+        if (ngx_http_sandbox_mcp_sse_append(sse, first->pend, first->pend_len)
+            != NGX_OK)
+        {
+            ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
+            continue;
+        }
+
+        if (first->ending) {
+            sse->ending = 1;
+            ngx_http_sandbox_mcp_waiter_unwatch(&sse->watch);
+        }
+
+        ngx_http_sandbox_mcp_sse_flush(sse);
     }
 
-    ngx_http_sandbox_mcp_sse_flush(sse);
+    if (first) {
+        ngx_http_sandbox_mcp_sse_flush(first);
+    }
+
+    ngx_free(sh);
+}
+
+
+/* a started stream reads with the others at its place, or starts such a
+ * read; NGX_DECLINED: it reads alone */
+static ngx_int_t
+ngx_http_sandbox_mcp_sse_share(ngx_http_sandbox_mcp_sse_t *sse,
+    ngx_str_t *argv)
+{
+    ngx_queue_t                        *q;
+    ngx_http_sandbox_mcp_sse_shared_t  *sh;
+
+    if (!sse->started || sse->watch.id.len != SMCP_ID_LEN
+        || sse->ctx->tenant.len > SMCP_TENANT_MAX)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (!ngx_http_sandbox_mcp_sse_shared_init) {
+        ngx_queue_init(&ngx_http_sandbox_mcp_sse_shared);
+        ngx_http_sandbox_mcp_sse_shared_init = 1;
+    }
+
+    for (q = ngx_queue_head(&ngx_http_sandbox_mcp_sse_shared);
+         q != ngx_queue_sentinel(&ngx_http_sandbox_mcp_sse_shared);
+         q = ngx_queue_next(q))
+    {
+        sh = ngx_queue_data(q, ngx_http_sandbox_mcp_sse_shared_t, link);
+
+        if (sh->limit == sse->limit && sh->last_len == sse->last_len
+            && sh->tenant_len == sse->ctx->tenant.len
+            && ngx_memcmp(sh->run, sse->watch.id.data, SMCP_ID_LEN) == 0
+            && ngx_memcmp(sh->last, sse->last, sse->last_len) == 0
+            && ngx_memcmp(sh->tenant, sse->ctx->tenant.data,
+                          sh->tenant_len) == 0)
+        {
+            goto join;
+        }
+    }
+
+    sh = ngx_alloc(sizeof(ngx_http_sandbox_mcp_sse_shared_t),
+                   sse->request->connection->log);
+    if (sh == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memcpy(sh->run, sse->watch.id.data, SMCP_ID_LEN);
+    ngx_memcpy(sh->last, sse->last, sse->last_len);
+    sh->last_len = sse->last_len;
+    ngx_memcpy(sh->tenant, sse->ctx->tenant.data, sse->ctx->tenant.len);
+    sh->tenant_len = sse->ctx->tenant.len;
+    sh->limit = sse->limit;
+    ngx_queue_init(&sh->readers);
+
+    /* the reply frees it, also when every stream went away meanwhile */
+    if (ngx_http_sandbox_mcp_redis_script(
+                               &ngx_http_sandbox_mcp_script_ui_events,
+                               ngx_http_sandbox_mcp_sse_shared_reply, sh, 2, 5,
+                               argv)
+        == NULL)
+    {
+        ngx_free(sh);
+        return NGX_DECLINED;
+    }
+
+    ngx_queue_insert_tail(&ngx_http_sandbox_mcp_sse_shared, &sh->link);
+
+join:
+
+    ngx_queue_insert_tail(&sh->readers, &sse->reader);
+    sse->shared = sh;
+
+    return NGX_OK;
 }
 
 
@@ -584,7 +768,7 @@ ngx_http_sandbox_mcp_sse_read(ngx_http_sandbox_mcp_sse_t *sse)
         return;
     }
 
-    if (sse->cmd || sse->busy) {
+    if (sse->cmd || sse->shared || sse->busy) {
         /* after this read, or once the client took the last page */
         sse->again = 1;
         return;
@@ -611,6 +795,10 @@ ngx_http_sandbox_mcp_sse_read(ngx_http_sandbox_mcp_sse_t *sse)
     }
 
     argv[4] = ngx_http_sandbox_mcp_sse_page_size;
+
+    if (ngx_http_sandbox_mcp_sse_share(sse, argv) == NGX_OK) {
+        return;
+    }
 
     sse->cmd = ngx_http_sandbox_mcp_redis_script(
                                   &ngx_http_sandbox_mcp_script_ui_events,

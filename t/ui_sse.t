@@ -6,11 +6,12 @@
 # a comment heartbeat (sandbox_mcp_ui_heartbeat); `event: end` and the end
 # of the answer once the run has ended; a hostile event type cannot break
 # the framing; 200 watchers of one run all get every event, and the Redis
-# connections do not grow with them (one pub/sub connection per worker);
-# an nginx reload ends the streams and the clients resume; the tenant's
-# stream says every status change, and is dropped when its client reads
-# nothing past sandbox_mcp_ui_stream_buffer; pages cut at that size still
-# deliver everything; Redis away: 503.
+# connections do not grow with them (one pub/sub connection per worker),
+# and the streams that are up to date share their reads; an nginx reload
+# ends the streams and the clients resume; the tenant's stream says every
+# status change, and is dropped when its client reads nothing past
+# sandbox_mcp_ui_stream_buffer; pages cut at that size still deliver
+# everything; Redis away: 503.
 
 use strict;
 use warnings;
@@ -143,6 +144,11 @@ for my $loc ('ui', 'small') {
 ###############################################################################
 # 200 watchers of one run
 
+sub evalsha_calls {
+    my $s = $t->redis('INFO', 'commandstats');
+    return $s =~ /^cmdstat_evalsha:calls=(\d+)/m ? $1 : 0;
+}
+
 sub redis_clients {
     my $list = $t->redis('CLIENT', 'LIST');
     return scalar grep { /\S/ } split /\n/, $list;
@@ -158,11 +164,18 @@ sub redis_clients {
     is(scalar(grep { $_->status == 200 } @w), 200, '... each 200');
     is(redis_clients(), $before, 'Redis connections: as many as before the 200 streams');
 
+    my $reads0 = evalsha_calls();
     my @want = ($first);
-    push @want, event($wid, 'agent', "{\"n\":$_}") for 1 .. 5;
-    SMCP::UI::pump_all(\@w, 30, sub { !grep { @{ ids($_) } < 6 } @w });
+    for my $n (1 .. 5) {
+        push @want, event($wid, 'agent', "{\"n\":$n}");
+        SMCP::UI::pump_all(\@w, 30, sub { !grep { @{ ids($_) } < 1 + $n } @w });
+    }
     is(scalar(grep { join(',', @{ ids($_) }) eq join(',', @want) } @w), 200,
        '... all 200 got every new event, in order');
+    my $reads = evalsha_calls() - $reads0;
+    cmp_ok($reads, '<', 200 * 5 / 4,
+           "... the streams up to date read together ($reads reads for 5 events "
+           . 'x 200 streams)');
     $_->close for @w;
 }
 
