@@ -8,6 +8,7 @@ package SMCP::UI;
 #   my $ui = SMCP::UI->new($t);
 #   $ui->file('run.html'); $ui->assets; $ui->type('static/app.css');
 #   my $s = $ui->sse("/ui/runs/$id/events", cookie => $c, last_id => $x);
+#                                      # raw => 1: data not decoded (bench)
 #   $s->status; $s->headers;           # once the head came
 #   $s->pump(2);                       # read what came, up to 2 s
 #   $s->events;                        # [{id, event, data, json}, ...]
@@ -70,6 +71,7 @@ sub sse {
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
                                   Proto => 'tcp', Timeout => 5)
         or return SMCP::UI::Stream->new(undef, "connect: $!");
+    my $st;
     binmode $s;
     $s->autoflush(1);
     $s->blocking(0);
@@ -86,7 +88,9 @@ sub sse {
         my $n = syswrite($s, $req, length($req) - $off, $off);
         $off += $n if $n;
     }
-    return SMCP::UI::Stream->new($s);
+    $st = SMCP::UI::Stream->new($s);
+    $st->{raw} = $o{raw};
+    return $st;
 }
 
 # pump(\@streams, $seconds, sub { done? }): read every stream until done
@@ -217,8 +221,8 @@ sub _events {
             $e{$k} = exists $e{$k} && $k eq 'data' ? "$e{$k}\n$v" : $v;
         }
         next unless exists $e{data} || exists $e{event};
-        $e{json} = SMCP::Test::json_decode($e{data} // '');
         $e{at} = time();
+        $e{json} = SMCP::Test::json_decode($e{data} // '') unless $self->{raw};
         push @{ $self->{events} }, \%e;
     }
 }
