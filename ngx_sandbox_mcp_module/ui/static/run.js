@@ -54,7 +54,7 @@
         var box = document.getElementById("cancel-box");
         var live = st === "started" || st === "running";
 
-        box.hidden = !live && !cancelAsked;
+        box.hidden = !live;
         document.getElementById("cancel").hidden = !live;
         document.getElementById("cancel").disabled =
             cancelAsked || (run && run.cancelRequested === true);
@@ -74,7 +74,9 @@
         from = Date.parse(run.startedAt || run.createdAt);
         to = run.finishedAt ? Date.parse(run.finishedAt) : Date.now();
         SMCP.setText("elapsed", isNaN(from) || isNaN(to) ? ""
-                     : (run.finishedAt ? "took " : "for ")
+                     : (run.finishedAt ? "took "
+                        : run.status === "started" ? "waiting for "
+                        : "running for ")
                        + SMCP.duration(to - from));
     }
 
