@@ -33,6 +33,8 @@
 #define NGX_HTTP_SANDBOX_MCP_MAX_COST           25000000    /* micro-USD */
 #define NGX_HTTP_SANDBOX_MCP_RETENTION          SMCP_DEFAULT_RETENTION
 #define NGX_HTTP_SANDBOX_MCP_SESSION_IDLE       (7 * 86400)
+#define NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT       15000   /* ms */
+#define NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER   (256 * 1024)
 
 /* what the directives accept at most */
 #define NGX_HTTP_SANDBOX_MCP_MAX_WAIT_LIMIT     3600

@@ -139,11 +139,11 @@ json_t *
 ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id)
 {
-    char                              *tok;
+    char                              *tok, jti[33];
     u_char                            *p, *url;
     size_t                             len;
     json_t                            *claims, *s;
-    ngx_str_t                          base;
+    ngx_str_t                          base, ui;
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_loc_conf_t   *lcf;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
@@ -152,13 +152,19 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
     mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
-    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I}",
+    /* a token id: `make revoke` can withdraw one link */
+    if (smcp_random_hex(jti, 16) != SMCP_OK) {
+        return NULL;
+    }
+
+    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I, s:s}",
                        "sub", (char *) call->ctx->tenant.data,
                        call->ctx->tenant.len,
                        "scope", SMCP_SCOPE_UI,
                        "run", (char *) run_id->data, run_id->len,
                        "iat", (json_int_t) ngx_time(),
-                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl));
+                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl),
+                       "jti", jti);
 
     if (claims == NULL) {
         return NULL;
@@ -172,6 +178,13 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
 
     json_decref(claims);
 
+    /* the dashboard's location (sandbox_mcp_ui), /ui/ when none is */
+    ui = mcf->ui_location;
+
+    if (ui.len == 0) {
+        ngx_str_set(&ui, "/ui/");
+    }
+
     if (lcf->public_url.len) {
         base = lcf->public_url;
 
@@ -182,7 +195,8 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
 
     len = base.len + sizeof("https://") - 1
           + (r->headers_in.host ? r->headers_in.host->value.len : 9)
-          + sizeof("/ui/runs/") - 1 + run_id->len + sizeof("?token=") - 1
+          + ui.len + sizeof("runs/") - 1 + run_id->len
+          + sizeof("?token=") - 1
           + ngx_strlen(tok);
 
     url = ngx_pnalloc(r->pool, len);
@@ -210,7 +224,7 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
         }
     }
 
-    p = ngx_sprintf(p, "/ui/runs/%V?token=%s", run_id, tok);
+    p = ngx_sprintf(p, "%Vruns/%V?token=%s", &ui, run_id, tok);
 
     free(tok);
 

@@ -15,6 +15,7 @@
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
 #   run_diff, run_events   pages of a run's diff and events
+#   ui_events    the dashboard's stream: a page of events with the status
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -35,7 +36,7 @@ my $P = 'smcp:';
 my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
-                 run_cancel run_diff run_events)) {
+                 run_cancel run_diff run_events ui_events)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -222,7 +223,8 @@ sub create_keys {
     return [ "${P}run:$run", "${P}run:$run:events", "${P}runs:$tenant",
              "${P}session:$ses", "${P}session:$ses:runs",
              "${P}session:$ses:active", "${P}tenant:$tenant:started",
-             "${P}sessions", "${P}queue", "${P}run:$run" ];
+             "${P}sessions", "${P}queue", "${P}run:$run",
+             "${P}tenant:$tenant" ];
 }
 
 # the module's ARGV; %o overrides by name
@@ -253,6 +255,8 @@ sub create {
 subtest 'run_create: a new session' => sub {
     my $sub = $t->redis_connect;
     $sub->subscribe("${P}run:" . id('run_', '1'));
+    my $tsub = $t->redis_connect;
+    $tsub->subscribe("${P}tenant:alice");
     my $run = id('run_', '1');
     my $ses = id('ses_', '1');
     my ($r, $b, $a) = create();
@@ -281,6 +285,8 @@ subtest 'run_create: a new session' => sub {
     is(scalar(keys %$a), 9, 'nothing else');
     ok(!grep({ $a->{$_}{expires} } keys %$a), 'nothing expires');
     is_deeply($sub->next_message(2), [ "${P}run:$run", 'started' ], 'the ping');
+    is_deeply($tsub->next_message(2), [ "${P}tenant:alice", "$run started" ],
+              "the tenant's channel: run id and status");
 };
 
 subtest 'run_create: an existing session' => sub {
@@ -358,7 +364,7 @@ sub cancel_keys {
     return [ "${P}run:$run", "${P}run:$run:events", "${P}run:$run:diff",
              "${P}tenant:$tenant:started",
              length $ses ? "${P}session:$ses:active" : '',
-             "${P}run:$run", "${P}cancel" ];
+             "${P}run:$run", "${P}cancel", "${P}tenant:$tenant" ];
 }
 
 sub cancel {
@@ -386,6 +392,8 @@ subtest 'run_cancel: a started run' => sub {
               id('run_', '2'));
     my $sub = $t->redis_connect;
     $sub->subscribe("${P}run:$run");
+    my $tsub = $t->redis_connect;
+    $tsub->subscribe("${P}tenant:alice");
     my ($r, $b, $a) = cancel($run);
     my %h = @{ $r || [] };
     is_deeply(\%h, { tenant => 'alice', session => id('ses_', '1'),
@@ -404,6 +412,8 @@ subtest 'run_cancel: a started run' => sub {
         ok($ttl > 90 && $ttl <= 100, "$k expires after the run's retention ($ttl)");
     }
     is_deeply($sub->next_message(2), [ "${P}run:$run", 'cancelled' ], 'the ping');
+    is_deeply($tsub->next_message(2), [ "${P}tenant:alice", "$run cancelled" ],
+              "the tenant's channel: run id and status");
 
     my $run2 = id('run_', '3');
     make_run($run2);
@@ -521,6 +531,30 @@ subtest 'run_events' => sub {
     ($r) = script('run_events', [ "${P}run:$run", "${P}run:$run:events" ],
                   [ 'bob', '-', 10 ]);
     is($r, undef, "another tenant's: nil");
+};
+
+subtest 'ui_events' => sub {
+    my $run = id('run_', '3');
+    my $K = [ "${P}run:$run", "${P}run:$run:events" ];
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice', status => 'running');
+    my @ids = map { $t->redis('XADD', "${P}run:$run:events", '*', type => 'agent',
+                              data => "{\"n\":$_}") } 1 .. 3;
+    my ($r, $b, $a) = script('ui_events', $K, [ 'alice', '-', 2 ]);
+    is($r->[0], 'running', 'the status');
+    is_deeply([ map { $_->[0] } @{ $r->[1] } ], [ @ids[0, 1] ], 'the first page');
+    unchanged($b, $a, 'read');
+    ($r) = script('ui_events', $K, [ 'alice', "($ids[1]", 10 ]);
+    is_deeply([ map { $_->[0] } @{ $r->[1] } ], [ $ids[2] ], 'after an id');
+    ($r) = script('ui_events', $K, [ 'alice', "($ids[2]", 10 ]);
+    is_deeply($r, [ 'running', [] ], 'nothing new: the status, no events');
+    $t->redis('HSET', "${P}run:$run", status => 'completed');
+    ($r) = script('ui_events', $K, [ 'alice', "($ids[2]", 10 ]);
+    is($r->[0], 'completed', 'ended: said');
+    ($r) = script('ui_events', $K, [ 'bob', '-', 10 ]);
+    is($r, undef, "another tenant's: nil");
+    ($r) = script('ui_events', [ "${P}run:" . id('run_', '9'), "${P}run:x:events" ],
+                  [ 'alice', '-', 10 ]);
+    is($r, undef, 'unknown run: nil');
 };
 
 $mon->close;

@@ -40,6 +40,10 @@
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE
                                                      <prefix>run:* */
+#define SMCP_CHAN_TENANT            "%stenant:%s" /* "<runId> <status>"
+                                                     on every status change;
+                                                     workers PSUBSCRIBE
+                                                     <prefix>tenant:* */
 #define SMCP_CHAN_CANCEL            "%scancel"
 #define SMCP_CHAN_REVOKED           "%srevoked"   /* a jti: "<jti> <exp>" */
 

@@ -7,6 +7,7 @@
 -- KEYS[4] session:{sid}   KEYS[5] session:{sid}:runs
 -- KEYS[6] session:{sid}:active   KEYS[7] tenant:{tenant}:started
 -- KEYS[8] sessions   KEYS[9] queue   KEYS[10] channel run:{id}
+-- KEYS[11] channel tenant:{tenant} ("<run id> <status>": the dashboard)
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
 -- repository, branch, model, title, create_pr (1/0), timeout (s), events
 -- maxlen, max queued, max running, max cost (USD), retention (s), session
@@ -54,4 +55,5 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',
   'ts', ARGV[5])
 redis.call('XADD', KEYS[9], '*', 'run', ARGV[1])
 redis.call('PUBLISH', KEYS[10], started)
+redis.call('PUBLISH', KEYS[11], ARGV[1] .. ' ' .. started)
 return 1
