@@ -416,9 +416,10 @@ await check('run list: a status changes live', async () => {
 });
 
 await check('run list: a row links to its run page', async () => {
-    await page.locator(`#runs li[data-run="${L.runId}"] a`).click();
-    await page.waitForURL(`${cfg.origin}${cfg.prefixPath}runs/${L.runId}`, { timeout: WAIT });
-    await page.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
+    await page.locator(`#runs li[data-run="${R.changing}"] a`).click();
+    await page.waitForURL(`${cfg.origin}${cfg.prefixPath}runs/${R.changing}`, { timeout: WAIT });
+    await page.locator('#status').filter({ hasText: /^failed$/ }).waitFor({ timeout: WAIT });
+    await page.locator('#run-error', { hasText: 'the tests fail' }).waitFor({ timeout: WAIT });
     return page.url();
 });
 await page.close();

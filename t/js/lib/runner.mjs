@@ -41,14 +41,15 @@ export class FakeRunner {
             claimed: t ? `${p}tenant:${t}:claimed` : '',
             session: s ? `${p}session:${s}` : '',
             sessions: `${p}sessions`,
+            tenantChan: t ? `${p}tenant:${t}` : '',
         };
     }
 
     // running.lua: `running` unless the run ended meanwhile
     async running(runId) {
         const k = await this.keys(runId), now = Date.now();
-        return this.r.cmd('EVAL', this.lua('running'), 6, k.run, k.events,
-                          k.chan, k.active, k.started, k.claimed,
+        return this.r.cmd('EVAL', this.lua('running'), 7, k.run, k.events,
+                          k.chan, k.active, k.started, k.claimed, k.tenantChan,
                           now, 'c'.repeat(64), MAXLEN, now + 3600000, runId);
     }
 
@@ -70,8 +71,8 @@ export class FakeRunner {
         for (const [f, v] of Object.entries(fields)) fv.push(f, String(v));
         const args = [status, Date.now(), MAXLEN, runId, k.h.session || '', ...fv];
         if (diff !== null) args.push(diff);
-        return this.r.cmd('EVAL', this.lua('finish'), 9, k.run, k.events, k.chan,
+        return this.r.cmd('EVAL', this.lua('finish'), 10, k.run, k.events, k.chan,
                           diff !== null ? k.diff : '', k.active, k.started,
-                          k.claimed, k.session, k.sessions, ...args);
+                          k.claimed, k.session, k.sessions, k.tenantChan, ...args);
     }
 }
