@@ -41,6 +41,7 @@ my @EXPECTED = (
     'the page was loaded once: no reload, no script error',
     '390 px: the run page does not scroll sideways',
     'dark mode: the page follows the system setting',
+    'nginx reload: the page reconnects and resumes, missing nothing',
     'a running run has a Cancel button',
     'Cancel clicked: cancel requested in Redis and the runners told',
     'the page shows cancelled once the runner stopped the run',
@@ -108,9 +109,11 @@ my $live = run_task({ %live, repository => $repo, branch => 'main',
 my $cancel = run_task({ task => 'A long refactor', title => 'Refactor' }, 'run to cancel');
 my $started = run_task({ task => 'Queued work', title => 'Queued' }, 'started run to cancel');
 my $xss = run_task({ task => "task $X", title => "title $X" }, 'XSS run');
+my $reload = run_task({ task => 'Watched across a reload', title => 'Reload' },
+                      'run watched across a reload');
 my @fill = map { run_task({ task => "filler $_", title => "Filler $_" }, "filler $_") } 1 .. 19;
 
-my @all = ($sibling, $live, $cancel, $started, $xss, @fill);
+my @all = ($sibling, $live, $cancel, $started, $xss, $reload, @fill);
 is(scalar(grep { ($_->{watchUrl} // '') =~ m{/ui/runs/run_[0-9a-f]{24}\?token=} } @all),
    scalar(@all), 'every run has a watchUrl');
 
@@ -150,6 +153,8 @@ my %cfg = (
         prUrl => 'https://github.com/acme/app/pull/7', diff => $diff,
         sibling => { runId => $sibling->{runId}, title => 'Login docs' },
     },
+    reload => { runId => $reload->{runId}, watchUrl => $reload->{watchUrl} },
+    nginxPid => $t->nginx_pid,
     cancel => { runId => $cancel->{runId}, watchUrl => $cancel->{watchUrl} },
     cancelStarted => { runId => $started->{runId}, watchUrl => $started->{watchUrl} },
     xss => { runId => $xss->{runId}, watchUrl => $xss->{watchUrl}, payload => $X,
@@ -186,7 +191,11 @@ for my $name (@EXPECTED) {
         diag('  (not reported: the script stopped before this check)');
         next;
     }
-    ok($r->{ok}, "browser: $name") or diag("  $r->{detail}");
+    if (ok($r->{ok}, "browser: $name")) {
+        note("  $r->{detail}") if length $r->{detail};
+    } else {
+        diag("  $r->{detail}");
+    }
 }
 for my $name (sort grep { my $n = $_; !grep { $_ eq $n } @EXPECTED } keys %got) {
     fail("browser: unexpected check '$name'");

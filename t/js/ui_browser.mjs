@@ -53,6 +53,19 @@ async function context(opts) {
     await ctx.addInitScript(() => {
         window.__smcpXss = 0;
         window.alert = () => { window.__smcpXss = 'alert'; };
+        // what the page's event streams received: ids, opens, errors
+        const ES = window.EventSource;
+        const sse = window.__sse = { ids: [], opens: 0, errors: 0 };
+        window.EventSource = class extends ES {
+            constructor(url, opts) {
+                super(url, opts);
+                for (const t of ['agent', 'lifecycle', 'log', 'egress']) {
+                    this.addEventListener(t, (m) => sse.ids.push(m.lastEventId));
+                }
+                this.addEventListener('open', () => sse.opens++);
+                this.addEventListener('error', () => sse.errors++);
+            }
+        };
     });
     ctx.on('request', (r) => requests.push(r.url()));
     ctx.on('page', (p) => p.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); }));
@@ -156,15 +169,18 @@ await fr.event(L.runId, 'agent', { type: 'tool_use', part: { type: 'tool', tool:
 await fr.event(L.runId, 'agent', { type: 'error', error: { name: 'APIError',
     data: { message: 'rate limited, retrying' } } });
 await fr.event(L.runId, 'log', 'npm WARN deprecated left-pad');
+const replyAt = Date.now();
 await fr.event(L.runId, 'agent', { type: 'text', part: { type: 'text', text: L.reply } });
 await fr.event(L.runId, 'agent', { type: 'step_finish', part: { type: 'step-finish', cost: 0.005,
     tokens: { input: 500, output: 100, reasoning: 0, cache: { read: 0, write: 0 } } } });
 
 await check('the timeline grows further: text reply, error, log line', async () => {
     await page.locator('#timeline li.reply', { hasText: L.reply }).waitFor({ timeout: WAIT });
+    const shownAfter = Date.now() - replyAt;   // measured, not asserted
     await page.locator('#timeline li', { hasText: 'rate limited, retrying' }).waitFor({ timeout: WAIT });
     await page.locator('#timeline li', { hasText: 'npm WARN deprecated left-pad' }).waitFor({ timeout: WAIT });
-    return `${await page.locator('#timeline > li').count()} entries`;
+    return `${await page.locator('#timeline > li').count()} entries; the reply shown `
+           + `${shownAfter} ms after it was stored`;
 });
 
 await check('tokens and cost so far add up the steps', async () => {
@@ -243,6 +259,36 @@ await check('dark mode: the page follows the system setting', async () => {
 await pp.screenshot({ path: `${shots}/run-phone.png`, fullPage: true });
 await pp.screenshot({ path: `${shots}/run-phone-top.png` });
 await pp.close();
+
+// ---------------------------------------------------------------------------
+// nginx reloaded under a watched run: the page reconnects and resumes
+
+const RL = cfg.reload;
+page = await open(desk, RL.watchUrl);
+const lines = (from, to) => Array.from({ length: to - from + 1 }, (_, i) => `line ${from + i}`);
+await check('nginx reload: the page reconnects and resumes, missing nothing', async () => {
+    await page.locator('#status').filter({ hasText: /^started$/ }).waitFor({ timeout: WAIT });
+    await page.waitForFunction(() => window.__sse.opens === 1, null, { timeout: WAIT });
+    await fr.running(RL.runId);
+    for (const l of lines(1, 3)) await fr.event(RL.runId, 'log', l);
+    await page.locator('#timeline li', { hasText: 'line 3' }).waitFor({ timeout: WAIT });
+    process.kill(cfg.nginxPid, 'SIGHUP');
+    for (const l of lines(4, 6)) await fr.event(RL.runId, 'log', l);
+    await page.waitForFunction(() => window.__sse.opens >= 2, null, { timeout: WAIT });
+    for (const l of lines(7, 9)) await fr.event(RL.runId, 'log', l);
+    await page.locator('#timeline li', { hasText: 'line 9' }).waitFor({ timeout: WAIT });
+    const x = await redis.cmd('XRANGE', `${cfg.prefix}run:${RL.runId}:events`, '-', '+');
+    const stored = x.map((e) => e[0]);
+    const sse = await page.evaluate(() => window.__sse);
+    const shownLines = (await page.locator('#timeline pre.log').allTextContents());
+    assert(JSON.stringify(sse.ids) === JSON.stringify(stored),
+           `received ${sse.ids.length} ids, stored ${stored.length}`);
+    assert(JSON.stringify(shownLines) === JSON.stringify(lines(1, 9)), `lines ${shownLines}`);
+    assert(await page.locator('#timeline > li').count() === stored.length, 'entries');
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return `${stored.length} events, ${sse.opens} connections, ${sse.errors} errors`;
+});
+await page.close();
 
 // ---------------------------------------------------------------------------
 // Cancel: a running run (the runner then stops it) and a started one
