@@ -7,7 +7,8 @@
 #                   sandbox network, runner)
 #   make sandbox-image   build the sandbox image
 #   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
-#                   tenant "alice" (that may name those repositories)
+#                   tenant "alice" (that may name those repositories);
+#                   UI=1: a link to alice's dashboard (run list) instead
 #   make revoke JTI=<jti or token>   revoke one token in every worker
 #   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
 #   make fuzz-ci    run each harness briefly; fail on any crash or report
@@ -131,11 +132,17 @@ up: deps all
 down:
 	.ci/stack down
 
-# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated
+# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated; UI=1:
+# the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
+# $$SMCP_LISTEN (make up's address)
 token: $(TOKEN_BIN)
-	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*]}" \
-	    $${TTL:+--ttl $$TTL} $${REPOS:+--repos "$$REPOS"} \
-	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)
+	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*] [UI=1]}" \
+	    $${TTL:+--ttl $$TTL} \
+	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
+	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
+	if [ -n "$${UI:-}" ]; then \
+	    echo "$${SMCP_PUBLIC_URL:-http://$${SMCP_LISTEN:-127.0.0.1:8080}}/ui/?token=$$tok"; \
+	else echo "$$tok"; fi
 
 # a token revoked at once in every nginx worker (no secret rotation): JTI is
 # the token's jti or the whole token; Redis of `make up` unless REDIS=

@@ -128,6 +128,11 @@ $(common_http)
             $origins
             $public
         }
+        # the dashboard: the watchUrl's run pages, the tenant's run list
+        location /ui/ {
+            sandbox_mcp_ui;
+            $public
+        }
         location / {
             return 404;
         }

@@ -10,7 +10,6 @@
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_ui.h"
-#include "ngx_http_sandbox_mcp_ui_sse.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 
 
@@ -298,8 +297,7 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
                                                ngx_http_sandbox_mcp_scripts)
         != NGX_OK
         || ngx_http_sandbox_mcp_revoked_init_worker(cycle) != NGX_OK
-        || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK
-        || ngx_http_sandbox_mcp_ui_sse_init_worker(cycle) != NGX_OK)
+        || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -315,7 +313,6 @@ ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle)
 {
     ngx_http_sandbox_mcp_redis_exit_worker(cycle);
     ngx_http_sandbox_mcp_waiter_exit_worker(cycle);
-    ngx_http_sandbox_mcp_ui_sse_exit_worker(cycle);
     ngx_http_sandbox_mcp_revoked_exit_worker(cycle);
 }
 

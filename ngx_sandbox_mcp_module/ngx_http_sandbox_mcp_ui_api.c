@@ -186,12 +186,12 @@ ngx_http_sandbox_mcp_ui_api_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     api = ctx->data;
 
+    /* the message is the answer's: sent before the answer is released */
     out = ngx_http_sandbox_mcp_ui_api_result(ctx, &status, &message);
 
-    json_decref(ctx->calls[0].response);
-    ctx->calls[0].response = NULL;
-
-    if (api == NULL || api->step == NGX_HTTP_SANDBOX_MCP_UI_API_PLAIN) {
+    if (api == NULL || api->step == NGX_HTTP_SANDBOX_MCP_UI_API_PLAIN
+        || (out == NULL && api->step == NGX_HTTP_SANDBOX_MCP_UI_API_RUN))
+    {
         rc = ngx_http_sandbox_mcp_ui_send_json(ctx->request,
                                                out ? NGX_HTTP_OK : status,
                                                out, message);
@@ -199,11 +199,10 @@ ngx_http_sandbox_mcp_ui_api_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
         return rc;
     }
 
+    json_decref(ctx->calls[0].response);
+    ctx->calls[0].response = NULL;
+
     if (api->step == NGX_HTTP_SANDBOX_MCP_UI_API_RUN) {
-        if (out == NULL) {
-            return ngx_http_sandbox_mcp_ui_send_json(ctx->request, status,
-                                                     NULL, message);
-        }
 
         api->run = out;
         session = json_string_value(json_object_get(out, "sessionId"));

@@ -60,6 +60,8 @@ typedef struct {
 
     ngx_event_t                         heartbeat;
     size_t                              limit;
+    ngx_int_t                           rc;         /* ended in the
+                                                       handler: its code */
 
     unsigned                            started:1;  /* headers sent */
     unsigned                            busy:1;     /* nginx holds bytes */
@@ -67,6 +69,7 @@ typedef struct {
     unsigned                            retry:1;    /* a read failed */
     unsigned                            ending:1;   /* end once sent */
     unsigned                            done:1;
+    unsigned                            in_handler:1;
 } ngx_http_sandbox_mcp_sse_t;
 
 
@@ -126,6 +129,12 @@ ngx_http_sandbox_mcp_sse_end(ngx_http_sandbox_mcp_sse_t *sse, ngx_int_t rc)
     }
 
     r->connection->idle = 0;
+
+    if (sse->in_handler) {
+        /* the content handler returns it: nginx finalizes */
+        sse->rc = rc;
+        return;
+    }
 
     ngx_http_sandbox_mcp_finalize(sse->ctx, rc);
 }
@@ -191,7 +200,8 @@ ngx_http_sandbox_mcp_sse_send_header(ngx_http_sandbox_mcp_sse_t *sse)
 
     rc = ngx_http_send_header(r);
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return NGX_ERROR;
+        /* HEAD: the head was the answer */
+        return rc == NGX_ERROR || rc > NGX_OK ? NGX_ERROR : NGX_DONE;
     }
 
     sse->started = 1;
@@ -508,10 +518,14 @@ ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
     status = reply->element[0];
     page = reply->element[1];
 
-    if (!sse->started && ngx_http_sandbox_mcp_sse_send_header(sse) != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
-        return;
+    if (!sse->started) {
+        rc = ngx_http_sandbox_mcp_sse_send_header(sse);
+
+        if (rc != NGX_OK) {
+            ngx_http_sandbox_mcp_sse_end(sse, rc == NGX_DONE ? NGX_OK
+                                                             : NGX_ERROR);
+            return;
+        }
     }
 
     rc = ngx_http_sandbox_mcp_sse_page(sse, page);
@@ -794,9 +808,11 @@ ngx_http_sandbox_mcp_ui_run_events(ngx_http_sandbox_mcp_ctx_t *ctx,
     /* listening before the first read: nothing falls between */
     ngx_http_sandbox_mcp_waiter_watch(&sse->watch);
 
+    sse->in_handler = 1;
     ngx_http_sandbox_mcp_sse_read(sse);
+    sse->in_handler = 0;
 
-    return sse->done ? NGX_OK : NGX_DONE;
+    return sse->done ? sse->rc : NGX_DONE;
 }
 
 
@@ -821,26 +837,25 @@ ngx_http_sandbox_mcp_ui_tenant_stream(ngx_http_sandbox_mcp_ctx_t *ctx)
     sse->watch.tenant = 1;
     sse->watch.wake = ngx_http_sandbox_mcp_sse_tenant_wake;
 
-    if (ngx_http_sandbox_mcp_sse_send_header(sse) != NGX_OK) {
-        ngx_http_sandbox_mcp_sse_cleanup(sse);
-        return NGX_ERROR;
+    sse->in_handler = 1;
+
+    switch (ngx_http_sandbox_mcp_sse_send_header(sse)) {
+
+    case NGX_OK:
+        ngx_http_sandbox_mcp_waiter_watch(&sse->watch);
+        ngx_http_sandbox_mcp_sse_flush(sse);
+        break;
+
+    case NGX_DONE:
+        ngx_http_sandbox_mcp_sse_end(sse, NGX_OK);
+        break;
+
+    default:
+        ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
     }
 
-    ngx_http_sandbox_mcp_waiter_watch(&sse->watch);
-    ngx_http_sandbox_mcp_sse_flush(sse);
+    sse->in_handler = 0;
 
-    return sse->done ? NGX_OK : NGX_DONE;
+    return sse->done ? sse->rc : NGX_DONE;
 }
 
-
-ngx_int_t
-ngx_http_sandbox_mcp_ui_sse_init_worker(ngx_cycle_t *cycle)
-{
-    return NGX_OK;
-}
-
-
-void
-ngx_http_sandbox_mcp_ui_sse_exit_worker(ngx_cycle_t *cycle)
-{
-}

@@ -12,9 +12,6 @@
 #include "ngx_http_sandbox_mcp_module.h"
 
 
-ngx_int_t ngx_http_sandbox_mcp_ui_sse_init_worker(ngx_cycle_t *cycle);
-void ngx_http_sandbox_mcp_ui_sse_exit_worker(ngx_cycle_t *cycle);
-
 /* ctx->tenant is authorized (for run_id); returns an nginx code or
  * NGX_DONE (the stream goes on) */
 ngx_int_t ngx_http_sandbox_mcp_ui_run_events(ngx_http_sandbox_mcp_ctx_t *ctx,
