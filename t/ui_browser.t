@@ -48,10 +48,12 @@ my @EXPECTED = (
     'Cancel by keyboard on a started run: cancelled at once',
     'XSS: task, title, result, tool output and file names show as text',
     'XSS: no script ran and no element came from the data',
+    '390 px: long unbroken words (title, command, output, log, diff) wrap',
     'run list: the tenant link opens it and leaves no token in the address',
     'run list: newest first, a page at a time, older ones by cursor',
     'run list: the status filter',
     'run list: a status changes live',
+    'run list: a new run appears at the top, live',
     'run list: a row links to its run page',
     '390 px: the run list does not scroll sideways',
     'a tampered link: the 401 page, no run data',
@@ -135,7 +137,7 @@ my $diff = join '',
     "+Sessions compare ids as numbers.\n";
 
 my $xdiff = "diff --git a/$X b/$X\nnew file mode 100644\n--- /dev/null\n"
-          . "+++ b/$X\n\@\@ -0,0 +1 \@\@\n+$X\n";
+          . "+++ b/$X\n\@\@ -0,0 +1,2 \@\@\n+$X\n+" . ('d' x 3000) . "\n";
 
 # a token whose signature is changed: the 401 page
 (my $tampered = $live->{watchUrl}) =~ s/(token=[^.]+\.[^.]+\.)(.)/$1 . ($2 eq 'A' ? 'B' : 'A')/e;
@@ -165,6 +167,7 @@ my %cfg = (
         changing => $fill[-1]{runId},
     },
     denied => { url => $tampered },
+    mcp => { url => "$origin/mcp", token => $t->token },
 );
 my $cfg_file = $t->dir . '/ui_browser.json';
 open(my $fh, '>', $cfg_file) or die "$cfg_file: $!";

@@ -367,6 +367,10 @@ await fr.event(X.runId, 'agent', { type: 'text', part: { type: 'text', text: X.p
 await fr.event(X.runId, 'log', X.payload);
 await fr.event(X.runId, 'egress', { route: X.payload, method: 'GET', path: X.payload,
     status: 403, bytesIn: 0, bytesOut: 0, durationMs: 1, granted: false });
+await fr.event(X.runId, 'agent', { type: 'tool_use', part: { type: 'tool', tool: 'bash',
+    state: { status: 'completed', title: 'W'.repeat(600), input: { command: 'w'.repeat(3000) },
+             output: 'o'.repeat(3000) } } });
+await fr.event(X.runId, 'log', 'l'.repeat(5000));
 await fr.finish(X.runId, 'completed', { result: X.payload, pr_url: 'javascript:window.__smcpXss=3',
     diff_stat: '1 file changed, 1 insertion(+)' }, X.diff);
 
@@ -374,12 +378,13 @@ page = await open(desk, X.watchUrl);
 await check('XSS: task, title, result, tool output and file names show as text', async () => {
     await page.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
     await page.locator('#diff details.file').waitFor({ timeout: WAIT });
-    await page.locator('#timeline li.tool').waitFor({ timeout: WAIT });
-    await page.locator('#timeline li.tool details').evaluate((d) => { d.open = true; });
+    await page.locator('#timeline li.tool').first().waitFor({ timeout: WAIT });
+    await page.locator('#timeline li.tool details').first().evaluate((d) => { d.open = true; });
     assert((await text(page, '#title')) === X.title, 'title');
     assert((await page.locator('#task').textContent()) === X.task, 'task');
     assert((await page.locator('#result').textContent()) === X.payload, 'result');
-    assert((await page.locator('#timeline li.tool details pre').textContent()) === X.payload, 'tool output');
+    assert((await page.locator('#timeline li.tool details pre').first().textContent()) === X.payload,
+           'tool output');
     assert((await page.locator('#timeline li.reply pre').textContent()) === X.payload, 'text reply');
     const files = await page.locator('#diff .file summary .path').allTextContents();
     assert(files.length === 1 && files[0] === X.payload, `file names ${JSON.stringify(files)}`);
@@ -402,6 +407,16 @@ await check('XSS: no script ran and no element came from the data', async () => 
            `scripts ${r.scripts}`);
     assert(r.links.every((p) => p === 'http:' || p === 'https:'), `links ${r.links}`);
     return JSON.stringify(r);
+});
+await page.close();
+
+page = await open(phone, X.watchUrl);
+await check('390 px: long unbroken words (title, command, output, log, diff) wrap', async () => {
+    await page.locator('#diff details.file').waitFor({ timeout: WAIT });
+    await page.locator('#timeline li.tool details').evaluateAll((l) => l.forEach((d) => { d.open = true; }));
+    const [sw, vw] = await noScroll(page);
+    assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
+    return `scrollWidth ${sw}, viewport ${vw}`;
 });
 await page.close();
 
@@ -459,6 +474,35 @@ await check('run list: a status changes live', async () => {
         .waitFor({ timeout: WAIT });
     assert(page.navigations === 1, `navigations ${page.navigations}`);
     return 'started -> running -> failed';
+});
+
+// opencode_run_task over MCP, as an assistant would call it
+async function mcpRunTask(args) {
+    const h = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+                Authorization: `Bearer ${cfg.mcp.token}` };
+    let r = await fetch(cfg.mcp.url, { method: 'POST', headers: h, body: JSON.stringify({
+        jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25',
+        capabilities: {}, clientInfo: { name: 'ui-browser', version: '1' } } }) });
+    const sid = r.headers.get('mcp-session-id');
+    await r.text();
+    h['Mcp-Session-Id'] = sid;
+    r = await fetch(cfg.mcp.url, { method: 'POST', headers: h, body: JSON.stringify({
+        jsonrpc: '2.0', id: 2, method: 'tools/call',
+        params: { name: 'opencode_run_task', arguments: args } }) });
+    const j = await r.json();
+    assert(j.result && j.result.structuredContent, `run_task: ${JSON.stringify(j)}`);
+    return j.result.structuredContent;
+}
+
+await check('run list: a new run appears at the top, live', async () => {
+    const sc = await mcpRunTask({ task: 'A run started while the list is open', title: 'Brand new' });
+    const first = page.locator('#runs li').first();
+    await page.locator(`#runs li[data-run="${sc.runId}"]`).waitFor({ timeout: WAIT });
+    assert((await first.getAttribute('data-run')) === sc.runId, 'not at the top');
+    assert((await first.locator('.run-title').innerText()) === 'Brand new', 'title');
+    assert((await first.locator('.badge').innerText()) === 'started', 'status');
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return sc.runId;
 });
 
 await check('run list: a row links to its run page', async () => {

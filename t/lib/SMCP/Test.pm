@@ -457,6 +457,7 @@ sub js_checks {
         }
         my $d = $r->{detail};
         $d = json_encode($d) if ref $d || !defined $d;
+        utf8::encode($d) if utf8::is_utf8($d);
         if (Test::More::ok($r->{ok}, $what)) {
             Test::More::note("  $d") if length $d && $d ne '""';
         } else {
