@@ -8,91 +8,22 @@
 // Output: one JSON line per check, {check, ok, detail}, then {done: true}.
 
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import { Redis } from './lib/redis.mjs';
 import { FakeRunner } from './lib/runner.mjs';
-
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
+import { Browser, WAIT, check, assert, done, text, widths } from './lib/browser.mjs';
 
 const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-const WAIT = 15000;              // ms a page may take to show a change
-
-function report(check, ok, detail = '') {
-    process.stdout.write(JSON.stringify({ check, ok: !!ok, detail: String(detail) }) + '\n');
-}
-
-// check(name, async () => detail-or-throw): one reported check
-async function check(name, fn) {
-    try {
-        const detail = await fn();
-        report(name, true, detail ?? '');
-        return true;
-    } catch (e) {
-        report(name, false, e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e);
-        return false;
-    }
-}
-
-function assert(cond, msg) {
-    if (!cond) throw new Error(msg);
-}
 
 const redis = await Redis.connect(cfg.redisPort);
 const fr = new FakeRunner(redis, { prefix: cfg.prefix, scripts: cfg.scripts });
-const browser = await chromium.launch({
-    executablePath: cfg.chromium,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-});
-
-// every request of every page, and every script that must never run
-const requests = [];
-const dialogs = [];
-async function context(opts) {
-    const ctx = await browser.newContext(opts);
-    await ctx.addInitScript(() => {
-        window.__smcpXss = 0;
-        window.alert = () => { window.__smcpXss = 'alert'; };
-        // what the page's event streams received: ids, opens, errors
-        const ES = window.EventSource;
-        const sse = window.__sse = { ids: [], opens: 0, errors: 0 };
-        window.EventSource = class extends ES {
-            constructor(url, opts) {
-                super(url, opts);
-                for (const t of ['agent', 'lifecycle', 'log', 'egress']) {
-                    this.addEventListener(t, (m) => sse.ids.push(m.lastEventId));
-                }
-                this.addEventListener('open', () => sse.opens++);
-                this.addEventListener('error', () => sse.errors++);
-            }
-        };
-    });
-    ctx.on('request', (r) => requests.push(r.url()));
-    ctx.on('page', (p) => p.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); }));
-    return ctx;
-}
-
-// a page that counts its navigations (a reload would be a second one)
-async function open(ctx, url) {
-    const page = await ctx.newPage();
-    page.navigations = 0;
-    page.errors = [];
-    page.on('framenavigated', (f) => { if (f === page.mainFrame()) page.navigations++; });
-    page.on('pageerror', (e) => page.errors.push(e.message));
-    await page.goto(url, { waitUntil: 'load' });
-    return page;
-}
-
-const text = (page, sel) => page.locator(sel).innerText();
-const noScroll = (page) => page.evaluate(() =>
-    [document.documentElement.scrollWidth, window.innerWidth]);
+const browser = await Browser.launch(cfg.chromium);
+const open = (ctx, url) => browser.open(ctx, url);
 
 const shots = cfg.shots;
 fs.mkdirSync(shots, { recursive: true });
 
-const desk = await context({ viewport: { width: 1280, height: 900 }, colorScheme: 'light' });
-const phone = await context({ viewport: { width: 390, height: 844 }, colorScheme: 'dark',
-                              isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
+const desk = await browser.desktop();
+const phone = await browser.phone();
 
 // ---------------------------------------------------------------------------
 // a live run: opened while started, fed events, completed
@@ -246,7 +177,7 @@ const pp = await open(phone, L.watchUrl);
 await pp.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
 await pp.locator('#diff details.file').nth(1).waitFor({ timeout: WAIT });
 await check('390 px: the run page does not scroll sideways', async () => {
-    const [sw, vw] = await noScroll(pp);
+    const [sw, vw] = await widths(pp);
     assert(vw === 390 && sw <= vw, `scrollWidth ${sw} > ${vw}`);
     return `scrollWidth ${sw}, viewport ${vw}`;
 });
@@ -401,7 +332,7 @@ await check('XSS: no script ran and no element came from the data', async () => 
         links: [...document.querySelectorAll('a')].map((a) => a.protocol),
     }));
     assert(r.flag === 0, `a script ran: ${r.flag}`);
-    assert(dialogs.length === 0, `dialogs ${dialogs}`);
+    assert(browser.dialogs.length === 0, `dialogs ${browser.dialogs}`);
     assert(r.img === 0, `${r.img} <img> in the page`);
     assert(r.scripts.every((s) => s === 'static/common.js' || s === 'static/run.js'),
            `scripts ${r.scripts}`);
@@ -414,7 +345,7 @@ page = await open(phone, X.watchUrl);
 await check('390 px: long unbroken words (title, command, output, log, diff) wrap', async () => {
     await page.locator('#diff details.file').waitFor({ timeout: WAIT });
     await page.locator('#timeline li.tool details').evaluateAll((l) => l.forEach((d) => { d.open = true; }));
-    const [sw, vw] = await noScroll(page);
+    const [sw, vw] = await widths(page);
     assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
     return `scrollWidth ${sw}, viewport ${vw}`;
 });
@@ -517,7 +448,7 @@ await page.close();
 page = await open(phone, R.url);
 await page.locator('#runs li').nth(5).waitFor({ timeout: WAIT });
 await check('390 px: the run list does not scroll sideways', async () => {
-    const [sw, vw] = await noScroll(page);
+    const [sw, vw] = await widths(page);
     assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
     return `scrollWidth ${sw}, viewport ${vw}`;
 });
@@ -527,7 +458,7 @@ await page.close();
 // ---------------------------------------------------------------------------
 // a tampered link
 
-const fresh = await context({ viewport: { width: 1280, height: 900 } });
+const fresh = await browser.desktop();
 page = await open(fresh, cfg.denied.url);
 await check('a tampered link: the 401 page, no run data', async () => {
     const h1 = await text(page, 'h1');
@@ -539,13 +470,13 @@ await check('a tampered link: the 401 page, no run data', async () => {
 await fresh.close();
 
 await check('no request left the origin', async () => {
-    const out = requests.filter((u) => !u.startsWith(`${cfg.origin}/`) && !u.startsWith('data:'));
-    assert(requests.length > 0 && out.length === 0, `left: ${out.slice(0, 5)}`);
-    return `${requests.length} requests, all to ${cfg.origin}`;
+    const out = browser.offOrigin(cfg.origin);
+    assert(browser.requests.length > 0 && out.length === 0, `left: ${out.slice(0, 5)}`);
+    return `${browser.requests.length} requests, all to ${cfg.origin}`;
 });
 
 await browser.close();
 sub.close();
 redis.close();
-process.stdout.write(JSON.stringify({ done: true }) + '\n');
+done();
 process.exit(0);
