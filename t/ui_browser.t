@@ -137,7 +137,8 @@ my $diff = join '',
     "+Sessions compare ids as numbers.\n";
 
 my $xdiff = "diff --git a/$X b/$X\nnew file mode 100644\n--- /dev/null\n"
-          . "+++ b/$X\n\@\@ -0,0 +1,2 \@\@\n+$X\n+" . ('d' x 3000) . "\n";
+          . "+++ b/$X\n\@\@ -0,0 +1,3 \@\@\n+$X\n+" . ('d' x 3000) . "\n"
+          . "+++ b/not-a-file-name\n";      # an added line, not a header
 
 # a token whose signature is changed: the 401 page
 (my $tampered = $live->{watchUrl}) =~ s/(token=[^.]+\.[^.]+\.)(.)/$1 . ($2 eq 'A' ? 'B' : 'A')/e;

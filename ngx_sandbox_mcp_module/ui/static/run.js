@@ -459,40 +459,54 @@
 
     /* -- the diff ---------------------------------------------------------- */
 
+    /*
+     * The files of a unified diff: each section from its "diff --git"
+     * line, its header lines (up to the first hunk) naming it, then its
+     * hunks' lines counted by their first character.
+     */
     function diffFiles(text) {
-        var lines = text.split("\n"), files = [], f = null, i, l, m;
+        var lines = text.split("\n"), files = [], f = null, i, l, m, c;
 
+        if (lines[lines.length - 1] === "") {
+            lines.pop();
+        }
         for (i = 0; i < lines.length; i++) {
             l = lines[i];
             if (l.indexOf("diff --git ") === 0) {
                 m = /^diff --git a\/(.*) b\/(.*)$/.exec(l);
                 f = { name: m ? m[2] : l.slice(11), add: 0, del: 0,
-                      lines: [] };
+                      lines: [], hunks: false };
                 files.push(f);
             } else if (!f) {
                 continue;
             }
-            if (l.indexOf("+++ b/") === 0) {
-                f.name = l.slice(6);
-            } else if (l.indexOf("rename to ") === 0) {
-                f.name = l.slice(10);
-            } else if (l[0] === "+" && l.indexOf("+++ ") !== 0) {
+
+            if (l.indexOf("@@") === 0) {
+                f.hunks = true;
+                c = "hunk";
+            } else if (!f.hunks) {
+                c = "meta";
+                if (l.indexOf("+++ b/") === 0) {
+                    f.name = l.slice(6);
+                } else if (l.indexOf("rename to ") === 0) {
+                    f.name = l.slice(10);
+                }
+            } else if (l[0] === "+") {
                 f.add++;
-            } else if (l[0] === "-" && l.indexOf("--- ") !== 0) {
+                c = "add";
+            } else if (l[0] === "-") {
                 f.del++;
+                c = "del";
+            } else {
+                c = l[0] === "\\" ? "meta" : "ctx";
             }
-            f.lines.push(l);
+            f.lines.push([l, c]);
         }
         return files;
     }
 
     function diffLine(l) {
-        var c = l.indexOf("diff --git ") === 0 || l.indexOf("+++ ") === 0
-                || l.indexOf("--- ") === 0 || l.indexOf("index ") === 0
-                ? "meta"
-                : l[0] === "+" ? "add" : l[0] === "-" ? "del"
-                : l.indexOf("@@") === 0 ? "hunk" : "ctx";
-        return el("span", { class: "dl " + c, text: l + "\n" });
+        return el("span", { class: "dl " + l[1], text: l[0] + "\n" });
     }
 
     function showDiff(text, truncated) {
