@@ -407,6 +407,17 @@ await check('run list: a status changes live', async () => {
     return 'started -> running -> failed';
 });
 
+await check('run list: after an nginx reload it reconnects and shows what changed', async () => {
+    const opens = await page.evaluate(() => window.__sse.opens);
+    process.kill(cfg.nginxPid, 'SIGHUP');
+    await fr.running(R.changingAway);
+    await page.waitForFunction((n) => window.__sse.opens > n, opens, { timeout: WAIT });
+    await page.locator(`#runs li[data-run="${R.changingAway}"] .badge`, { hasText: /^running$/ })
+        .waitFor({ timeout: WAIT });
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return `${await page.evaluate(() => window.__sse.opens)} connections`;
+});
+
 // opencode_run_task over MCP, as an assistant would call it
 async function mcpRunTask(args) {
     const h = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',

@@ -96,6 +96,7 @@
 
     function live() {
         var source = new EventSource(base + "api/stream");
+        var opened = 0;
 
         source.addEventListener("run", function (m) {
             var d;
@@ -120,6 +121,10 @@
         });
         source.addEventListener("open", function () {
             SMCP.setText("live", "Live: statuses change as runs progress.");
+            /* what changed while the stream was away: the list again */
+            if (opened++) {
+                load(false);
+            }
         });
         source.addEventListener("error", function () {
             SMCP.setText("live", source.readyState === EventSource.CLOSED
