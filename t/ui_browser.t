@@ -21,8 +21,8 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(sleep);
-use SMCP::Test qw(repo_root json_encode require_prereqs node_bin js_checks
-                  tool_ok);
+use SMCP::Test qw(repo_root json_encode require_prereqs js_checks chromium_bin
+                  browser_missing tool_ok);
 
 my $root = repo_root();
 
@@ -61,14 +61,8 @@ my @EXPECTED = (
     'no request left the origin',
 );
 
-my $node = node_bin();
-my $chromium = $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium';
-my @missing;
-push @missing, 'node' unless $node;
-push @missing, "$root/node_modules/playwright-core (run `make deps`)"
-    unless -d "$root/node_modules/playwright-core";
-push @missing, "$chromium (Debian's chromium: run `make deps`)" unless -x $chromium;
-require_prereqs(@missing);
+my $chromium = chromium_bin();
+require_prereqs(browser_missing());
 
 my $t = SMCP::Test->new(
     workers  => 2,

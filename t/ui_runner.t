@@ -20,7 +20,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 
 use SMCP::Stack;
-use SMCP::Test qw(repo_root json_encode require_prereqs node_bin js_checks);
+use SMCP::Test qw(repo_root json_encode require_prereqs js_checks
+                  chromium_bin browser_missing);
 
 my @EXPECTED = (
     'the watchUrl opens the run page while the run has not ended',
@@ -33,13 +34,8 @@ my @EXPECTED = (
 );
 
 my $root = repo_root();
-my $chromium = $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium';
-my @missing;
-push @missing, 'node' unless node_bin();
-push @missing, "$root/node_modules/playwright-core (run `make deps`)"
-    unless -d "$root/node_modules/playwright-core";
-push @missing, "$chromium (Debian's chromium: run `make deps`)" unless -x $chromium;
-require_prereqs(@missing);
+my $chromium = chromium_bin();
+require_prereqs(browser_missing());
 
 my $reply = 'greet.js greets by name; test.sh prints ok.';
 my $command = 'sh test.sh';

