@@ -211,10 +211,11 @@ ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
 ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
 UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
 # unit tests, the MCP endpoint (own tests, the SDK client, poll), the
-# egress proxy, the runner end to end (Docker, the sandbox image)
+# dashboard's server side, the egress proxy, the runner end to end (Docker,
+# the sandbox image)
 ASAN_TESTS  ?= t/unit.t t/unit_runner.t $(wildcard t/mcp_*.t) \
                t/sdk_client.t t/poll.t $(wildcard t/egress*.t t/runner*.t) \
-               t/hostile_agent.t
+               t/hostile_agent.t t/ui_auth.t t/ui_api.t t/ui_sse.t
 # ASan reports end the process; UBSan's go on (each one in the log, every
 # log checked) except in the unit tests, built not to recover; leaks are
 # reported at exit.  The suppression files hold nginx core's only.  A 16 MB

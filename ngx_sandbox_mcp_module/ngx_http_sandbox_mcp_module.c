@@ -662,13 +662,27 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
 }
 
 
+/* the location's content handler; the workers connect to Redis */
+static ngx_http_core_loc_conf_t *
+ngx_http_sandbox_mcp_content(ngx_conf_t *cf, ngx_http_handler_pt handler)
+{
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = handler;
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
+    mcf->enabled = 1;
+
+    return clcf;
+}
+
+
 static char *
 ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_sandbox_mcp_loc_conf_t *lcf = conf;
-
-    ngx_http_core_loc_conf_t          *clcf;
-    ngx_http_sandbox_mcp_main_conf_t  *mcf;
 
     if (lcf->enable != NGX_CONF_UNSET) {
         return "is duplicate";
@@ -676,11 +690,7 @@ ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     lcf->enable = 1;
 
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_sandbox_mcp_handler;
-
-    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
-    mcf->enabled = 1;
+    (void) ngx_http_sandbox_mcp_content(cf, ngx_http_sandbox_mcp_handler);
 
     return NGX_CONF_OK;
 }
@@ -701,7 +711,7 @@ ngx_http_sandbox_mcp_ui(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     lcf->ui = 1;
 
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf = ngx_http_sandbox_mcp_content(cf, ngx_http_sandbox_mcp_ui_handler);
 
     if (clcf->name.len == 0 || clcf->name.data[clcf->name.len - 1] != '/'
 #if (NGX_PCRE)
@@ -713,10 +723,7 @@ ngx_http_sandbox_mcp_ui(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                "(e.g. location /ui/)";
     }
 
-    clcf->handler = ngx_http_sandbox_mcp_ui_handler;
-
     mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
-    mcf->enabled = 1;
 
     if (mcf->ui_location.len == 0) {
         mcf->ui_location = clcf->name;

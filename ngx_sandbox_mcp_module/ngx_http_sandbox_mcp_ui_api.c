@@ -279,10 +279,28 @@ ngx_http_sandbox_mcp_ui_api_arg(ngx_http_request_t *r, json_t *args,
 }
 
 
+/* the tool called with args (stolen) and the address's arguments of
+ * those names ("#name": a number) */
 static ngx_int_t
-ngx_http_sandbox_mcp_ui_bad_arg(ngx_http_sandbox_mcp_ctx_t *ctx,
-    ngx_int_t rc)
+ngx_http_sandbox_mcp_ui_api_query(ngx_http_sandbox_mcp_ctx_t *ctx,
+    const char *tool, json_t *args, const char **names)
 {
+    ngx_int_t  rc;
+
+    rc = args ? NGX_OK : NGX_ERROR;
+
+    for ( /* void */ ; rc == NGX_OK && *names; names++) {
+        rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args,
+                                             *names + (**names == '#'),
+                                             **names == '#');
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_sandbox_mcp_ui_api_call(ctx, tool, args);
+    }
+
+    json_decref(args);
+
     if (rc == NGX_DECLINED) {
         return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
                                                  NGX_HTTP_BAD_REQUEST, NULL,
@@ -348,26 +366,11 @@ ngx_int_t
 ngx_http_sandbox_mcp_ui_run_diff(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_str_t *run_id)
 {
-    json_t     *args;
-    ngx_int_t   rc;
+    static const char  *names[] = { "cursor", "path", NULL };
 
-    args = ngx_http_sandbox_mcp_ui_api_run_args(run_id);
-    if (args == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args, "cursor", 0);
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args, "path", 0);
-    }
-
-    if (rc != NGX_OK) {
-        json_decref(args);
-        return ngx_http_sandbox_mcp_ui_bad_arg(ctx, rc);
-    }
-
-    return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_get_diff", args);
+    return ngx_http_sandbox_mcp_ui_api_query(ctx, "opencode_get_diff",
+                                 ngx_http_sandbox_mcp_ui_api_run_args(run_id),
+                                 names);
 }
 
 
@@ -383,28 +386,8 @@ ngx_http_sandbox_mcp_ui_run_cancel(ngx_http_sandbox_mcp_ctx_t *ctx,
 ngx_int_t
 ngx_http_sandbox_mcp_ui_runs(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    json_t     *args;
-    ngx_int_t   rc;
+    static const char  *names[] = { "status", "cursor", "#limit", NULL };
 
-    args = json_object();
-    if (args == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args, "status", 0);
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args, "cursor", 0);
-    }
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args, "limit", 1);
-    }
-
-    if (rc != NGX_OK) {
-        json_decref(args);
-        return ngx_http_sandbox_mcp_ui_bad_arg(ctx, rc);
-    }
-
-    return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_list_runs", args);
+    return ngx_http_sandbox_mcp_ui_api_query(ctx, "opencode_list_runs",
+                                             json_object(), names);
 }

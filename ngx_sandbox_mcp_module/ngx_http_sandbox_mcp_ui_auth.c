@@ -52,7 +52,8 @@ ngx_http_sandbox_mcp_ui_check(ngx_http_request_t *r,
     if (run) {
         s = json_string_value(run);
 
-        if (s == NULL || run_id == NULL || run_id->len != json_string_length(run)
+        if (s == NULL || run_id == NULL
+            || run_id->len != json_string_length(run)
             || ngx_strncmp(s, run_id->data, run_id->len) != 0)
         {
             ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -221,11 +222,13 @@ ngx_http_sandbox_mcp_ui_token(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_str_t *token, ngx_str_t *prefix,
     ngx_str_t *run_id)
 {
-    u_char     *p;
-    time_t      exp;
-    ngx_int_t   rc;
-    ngx_str_t   page, cookie_path;
-    ngx_uint_t  is_run;
+    u_char                           *p;
+    size_t                            len, base;
+    time_t                            exp;
+    ngx_int_t                         rc;
+    ngx_str_t                         page, cookie_path, location;
+    ngx_uint_t                        is_run;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     if (token->len == 0 || token->len > SMCP_JWT_MAX_LEN) {
         return NGX_DECLINED;
@@ -239,18 +242,29 @@ ngx_http_sandbox_mcp_ui_token(ngx_http_request_t *r,
 
     /* the page: P or P runs/{id}; a run token's cookie is that page's */
 
-    page.len = prefix->len + (run_id ? sizeof("runs/") - 1 + run_id->len : 0);
-    page.data = ngx_pnalloc(r->pool, page.len);
-    if (page.data == NULL) {
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    base = lcf->public_url.len;
+    len = base + prefix->len
+          + (run_id ? sizeof("runs/") - 1 + run_id->len : 0);
+
+    location.data = ngx_pnalloc(r->pool, len);
+    if (location.data == NULL) {
         return NGX_ERROR;
     }
 
-    p = ngx_cpymem(page.data, prefix->data, prefix->len);
+    p = ngx_cpymem(location.data, lcf->public_url.data, base);
+    p = ngx_cpymem(p, prefix->data, prefix->len);
 
     if (run_id) {
         p = ngx_cpymem(p, "runs/", sizeof("runs/") - 1);
-        ngx_memcpy(p, run_id->data, run_id->len);
+        p = ngx_cpymem(p, run_id->data, run_id->len);
     }
+
+    location.len = p - location.data;
+
+    page.data = location.data + base;
+    page.len = location.len - base;
 
     cookie_path = is_run ? page : *prefix;
 
@@ -261,7 +275,8 @@ ngx_http_sandbox_mcp_ui_token(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    /* a relative Location keeps scheme and host as the browser has them */
+    /* behind a proxy that terminates TLS, sandbox_mcp_public_url is the
+     * address the browser knows; without it nginx completes the path */
     r->headers_out.location = ngx_list_push(&r->headers_out.headers);
     if (r->headers_out.location == NULL) {
         return NGX_ERROR;
@@ -269,7 +284,7 @@ ngx_http_sandbox_mcp_ui_token(ngx_http_request_t *r,
 
     r->headers_out.location->hash = 1;
     ngx_str_set(&r->headers_out.location->key, "Location");
-    r->headers_out.location->value = page;
+    r->headers_out.location->value = location;
 
     return NGX_OK;
 }

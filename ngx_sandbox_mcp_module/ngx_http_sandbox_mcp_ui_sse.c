@@ -80,11 +80,11 @@ static void ngx_http_sandbox_mcp_sse_flush(ngx_http_sandbox_mcp_sse_t *sse);
 static ngx_str_t  ngx_http_sandbox_mcp_sse_page_size = ngx_string("100");
 
 
+/* no more reading, waking or writing; the bytes nginx may still hold
+ * stay until the request is freed */
 static void
-ngx_http_sandbox_mcp_sse_cleanup(void *data)
+ngx_http_sandbox_mcp_sse_stop(ngx_http_sandbox_mcp_sse_t *sse)
 {
-    ngx_http_sandbox_mcp_sse_t *sse = data;
-
     sse->done = 1;
 
     ngx_http_sandbox_mcp_waiter_unwatch(&sse->watch);
@@ -102,6 +102,15 @@ ngx_http_sandbox_mcp_sse_cleanup(void *data)
         ngx_free(sse->pend);
         sse->pend = NULL;
     }
+}
+
+
+static void
+ngx_http_sandbox_mcp_sse_cleanup(void *data)
+{
+    ngx_http_sandbox_mcp_sse_t *sse = data;
+
+    ngx_http_sandbox_mcp_sse_stop(sse);
 
     if (sse->sending) {
         ngx_free(sse->sending);
@@ -122,7 +131,7 @@ ngx_http_sandbox_mcp_sse_end(ngx_http_sandbox_mcp_sse_t *sse, ngx_int_t rc)
 
     r = sse->request;
 
-    ngx_http_sandbox_mcp_sse_cleanup(sse);
+    ngx_http_sandbox_mcp_sse_stop(sse);
 
     if (rc == NGX_OK && sse->started) {
         rc = ngx_http_send_special(r, NGX_HTTP_LAST);
@@ -210,15 +219,24 @@ ngx_http_sandbox_mcp_sse_send_header(ngx_http_sandbox_mcp_sse_t *sse)
 }
 
 
+static ngx_http_sandbox_mcp_sse_t *
+ngx_http_sandbox_mcp_sse_of(ngx_http_request_t *r)
+{
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+
+    return ctx->data;
+}
+
+
 /* nginx took what it could: what is left is sent by the write handler */
 static void
 ngx_http_sandbox_mcp_sse_write_handler(ngx_http_request_t *r)
 {
-    ngx_http_sandbox_mcp_ctx_t  *ctx;
     ngx_http_sandbox_mcp_sse_t  *sse;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-    sse = ctx->data;
+    sse = ngx_http_sandbox_mcp_sse_of(r);
 
     if (r->connection->write->timedout) {
         /* the client reads nothing: dropped, it resumes when it comes */
@@ -235,11 +253,9 @@ ngx_http_sandbox_mcp_sse_write_handler(ngx_http_request_t *r)
 static void
 ngx_http_sandbox_mcp_sse_read_handler(ngx_http_request_t *r)
 {
-    ngx_http_sandbox_mcp_ctx_t  *ctx;
     ngx_http_sandbox_mcp_sse_t  *sse;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-    sse = ctx->data;
+    sse = ngx_http_sandbox_mcp_sse_of(r);
 
     if (r->connection->close || ngx_exiting || ngx_terminate) {
         ngx_http_sandbox_mcp_sse_end(sse, NGX_OK);
@@ -319,6 +335,12 @@ ngx_http_sandbox_mcp_sse_flush(ngx_http_sandbox_mcp_sse_t *sse)
 
     if (c->write->timer_set) {
         ngx_del_timer(c->write);
+    }
+
+    /* level-triggered methods (poll): not woken by a writable socket */
+    if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+        ngx_http_sandbox_mcp_sse_end(sse, NGX_ERROR);
+        return;
     }
 
     if (sse->sending) {
@@ -645,6 +667,12 @@ ngx_http_sandbox_mcp_sse_tenant_wake(ngx_http_sandbox_mcp_watch_t *w,
         return;
     }
 
+    for (sp = st.data; sp < st.data + st.len; sp++) {
+        if (*sp < 'a' || *sp > 'z') {
+            return;
+        }
+    }
+
     j = json_pack("{s:s%, s:s%}", "runId", (char *) id.data, id.len,
                   "status", (char *) st.data, st.len);
     data = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -693,6 +721,13 @@ ngx_http_sandbox_mcp_sse_heartbeat(ngx_event_t *ev)
     lcf = ngx_http_get_module_loc_conf(sse->request,
                                        ngx_http_sandbox_mcp_module);
 
+    if (ngx_exiting) {
+        /* a stream begun after the shutdown's close of idle connections
+         * (a kept-alive connection): it ends here, the browser resumes */
+        ngx_http_sandbox_mcp_sse_end(sse, NGX_OK);
+        return;
+    }
+
     if (sse->retry) {
         ngx_http_sandbox_mcp_sse_read(sse);
 
@@ -721,6 +756,10 @@ ngx_http_sandbox_mcp_sse_create(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     r = ctx->request;
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NULL;
+    }
 
     sse = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_sse_t));
     if (sse == NULL) {
@@ -774,10 +813,6 @@ ngx_http_sandbox_mcp_ui_run_events(ngx_http_sandbox_mcp_ctx_t *ctx,
 
     r = ctx->request;
 
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     sse = ngx_http_sandbox_mcp_sse_create(ctx);
     if (sse == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -819,14 +854,7 @@ ngx_http_sandbox_mcp_ui_run_events(ngx_http_sandbox_mcp_ctx_t *ctx,
 ngx_int_t
 ngx_http_sandbox_mcp_ui_tenant_stream(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    ngx_http_request_t          *r;
     ngx_http_sandbox_mcp_sse_t  *sse;
-
-    r = ctx->request;
-
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     sse = ngx_http_sandbox_mcp_sse_create(ctx);
     if (sse == NULL) {

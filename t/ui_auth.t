@@ -103,6 +103,8 @@ $r = $t->http(path => "/board/runs/$id?token=$wtok");
 is($r->{status}, 303, 'https location: 303');
 like($r->{headers}{'set-cookie'} // '', qr/; Path=\/board\/runs\/\Q$id\E;.*; Secure$/,
      '... its cookie is Secure, scoped to that location');
+is($r->{headers}{location}, "https://dash.example/board/runs/$id",
+   '... Location at sandbox_mcp_public_url (a proxy may terminate TLS)');
 
 ###############################################################################
 # refused: the 401 page, no run data
