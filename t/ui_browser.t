@@ -2,16 +2,20 @@
 # The dashboard in real headless Chromium against nginx with the module and
 # Redis: a watchUrl opened while its run is fed events the way the runner
 # stores them (t/js/lib/runner.mjs: XADD + PUBLISH, the runner's own
-# running.lua and finish.lua) — the timeline grows without reload, the
-# status turns running then completed, tokens and cost add up, the result,
-# PR link and diff render; Cancel (clicked on a running run, by keyboard
-# on a started one); XSS in every field the agent or the tenant writes;
-# the run list (order, cursor paging, status filter, live statuses, links);
-# 390 px without sideways scrolling, dark mode; a tampered link's 401 page;
-# no request leaving the origin.  Screenshots go to build/ui-screenshots/.
+# running.lua and finish.lua) — the address bar loses the token, the
+# timeline grows without reload, the status turns running then completed,
+# tokens and cost add up, the result, PR link, diff and session runs
+# render; nginx reloaded under a watched run (the page reconnects and
+# resumes, missing and repeating nothing); Cancel (clicked on a running
+# run, by keyboard on a started one); XSS in every field the agent or the
+# tenant writes; the run list (order, cursor paging, status filter, live
+# statuses, across a reload, a new run at the top, links); 390 px without
+# sideways scrolling (long unbroken words too), dark mode; a tampered
+# link's 401 page; no request leaving the origin.  Screenshots go to
+# build/ui-screenshots/ (the README's are copies in docs/screenshots/).
 #
 # The browser side is t/js/ui_browser.mjs; it reports one JSON line per
-# check and every line becomes an assertion here.
+# check and every line becomes an assertion here (SMCP::Test::js_checks).
 
 use strict;
 use warnings;
