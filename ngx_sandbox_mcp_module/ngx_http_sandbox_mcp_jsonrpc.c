@@ -7,6 +7,7 @@
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_methods.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_session.h"
 #include "ngx_http_sandbox_mcp_tools.h"
@@ -129,10 +130,11 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
 static json_t *
 ngx_http_sandbox_mcp_initialize_result(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    return json_pack("{s:s%, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}",
+    return json_pack("{s:s%, s:o, s:{s:s, s:s, s:s}, s:s}",
                      "protocolVersion", (char *) ctx->version.data,
                      ctx->version.len,
-                     "capabilities", "tools", "listChanged", 0,
+                     "capabilities",
+                     ngx_http_sandbox_mcp_methods_capabilities(),
                      "serverInfo",
                          "name", NGX_HTTP_SANDBOX_MCP_SERVER_NAME,
                          "title", "OpenCode sandboxes",
@@ -140,9 +142,10 @@ ngx_http_sandbox_mcp_initialize_result(ngx_http_sandbox_mcp_ctx_t *ctx)
                      "instructions",
                      "Delegate long coding tasks to the OpenCode agent in an "
                      "isolated sandbox. opencode_run_task returns a runId at "
-                     "once; poll opencode_get_result (waitSeconds long-polls) "
-                     "or share the watchUrl. Pass the returned sessionId to "
-                     "continue in the same workspace and conversation.");
+                     "once (or a task, for clients that speak tasks); poll "
+                     "opencode_get_result (waitSeconds long-polls) or share "
+                     "the watchUrl. Pass the returned sessionId to continue "
+                     "in the same workspace and conversation.");
 }
 
 
@@ -225,6 +228,13 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
         return;
     }
 
+    /* tasks, resources, logging, completions */
+    if (ngx_http_sandbox_mcp_methods_start(call, method, params)
+        != NGX_DECLINED)
+    {
+        return;
+    }
+
     ngx_http_sandbox_mcp_call_error(call, NGX_HTTP_SANDBOX_MCP_METHOD_NOT_FOUND,
                                     "Method not found: %s", method);
 }
@@ -283,11 +293,24 @@ void
 ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
     json_t *result)
 {
+    json_t *(*filter)(ngx_http_sandbox_mcp_call_t *call, json_t *result);
+
     if (result == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
                                         NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
                                         "Internal error");
         return;
+    }
+
+    if (call->filter) {
+        filter = call->filter;
+        call->filter = NULL;
+
+        result = filter(call, result);
+        if (result == NULL) {
+            /* the filter answered */
+            return;
+        }
     }
 
     if (call->response) {

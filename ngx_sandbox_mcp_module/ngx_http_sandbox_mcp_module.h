@@ -116,10 +116,19 @@ struct ngx_http_sandbox_mcp_call_s {
     void                              (*wake)(ngx_http_sandbox_mcp_call_t
                                               *call);
 
+    /* not NULL: the call's result passes here before it is kept (the
+     * task and resource views of a tool's answer, see _methods.c); it
+     * returns the result to keep, or NULL having answered the call */
+    json_t                           *(*filter)(ngx_http_sandbox_mcp_call_t
+                                                *call, json_t *result);
+    ngx_str_t                           method_arg;     /* the filter's */
+    ngx_uint_t                          method_kind;
+
     unsigned                            pending:1;
     unsigned                            waiting:1;
     unsigned                            recheck:1;
     unsigned                            expired:1;
+    unsigned                            until_end:1;    /* tasks/result */
 };
 
 

@@ -123,6 +123,12 @@ ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
         wait = ngx_min(json_number_value(v), (double) lcf->max_wait);
     }
 
+    if (call->until_end) {
+        /* tasks/result: until the run ends, which its deadline bounds */
+        wait = (double) (lcf->run_timeout_max
+                         + NGX_HTTP_SANDBOX_MCP_TASK_GRACE);
+    }
+
     if (wait > 0) {
         /*
          * Listen before the first read: a ping between the read and the

@@ -463,8 +463,8 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     is($r->{json}{error}{code}, -32601, 'unknown method -> -32601');
     ok(defined $r->{json}{id}, 'id echoed on -32601');
 
-    $r = $t->rpc($sid, 'resources/list', {});
-    is($r->{json}{error}{code}, -32601, 'resources/list (no capability) -> -32601');
+    $r = $t->rpc($sid, 'prompts/list', {});
+    is($r->{json}{error}{code}, -32601, 'prompts/list (no capability) -> -32601');
 
     $r = $t->rpc($sid, 'tools/list', {});
     is($r->{status}, 200, 'tools/list 200');

@@ -1,0 +1,453 @@
+/*
+ * The MCP methods beyond tools, each a view of a tool's answer (through
+ * call->filter), so they see exactly what the tenant's tools see:
+ * - resources: opencode://runs/{runId} (the run, JSON), .../diff (its
+ *   diff's first page), .../events (its first events, JSON), the tenant's
+ *   recent runs as the list;
+ * - completion/complete: the tenant's recent runIds and sessionIds;
+ * - logging/setLevel; and tasks/ (ngx_http_sandbox_mcp_tasks.c).
+ */
+
+#include "ngx_http_sandbox_mcp_methods.h"
+#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_tasks.h"
+#include "ngx_http_sandbox_mcp_tools.h"
+
+#include "smcp_validate.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_RESOURCE_NOT_FOUND  -32002
+
+#define NGX_HTTP_SANDBOX_MCP_RUN_URI     "opencode://runs/"
+#define NGX_HTTP_SANDBOX_MCP_RUNS_PAGE   100     /* resources/list, and the
+                                                    runs completion reads */
+#define NGX_HTTP_SANDBOX_MCP_EVENTS_READ 1000    /* .../events: the first */
+#define NGX_HTTP_SANDBOX_MCP_COMPLETE_ARG 64     /* a longer value: none */
+
+/* the resources of a run: "" (the run), "/diff", "/events" */
+enum {
+    NGX_HTTP_SANDBOX_MCP_RES_RUN = 0,
+    NGX_HTTP_SANDBOX_MCP_RES_DIFF,
+    NGX_HTTP_SANDBOX_MCP_RES_EVENTS
+};
+
+
+static const char  *ngx_http_sandbox_mcp_levels[] = {
+    "debug", "info", "notice", "warning", "error", "critical", "alert",
+    "emergency", NULL
+};
+
+
+json_t *
+ngx_http_sandbox_mcp_methods_capabilities(void)
+{
+    return json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}, s:{},"
+                     " s:{s:{}, s:{}, s:{s:{s:{}}}}}",
+                     "tools", "listChanged", 0,
+                     "resources", "subscribe", 0, "listChanged", 0,
+                     "logging",
+                     "completions",
+                     "tasks", "list", "cancel",
+                         "requests", "tools", "call");
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_resource_templates(void)
+{
+    return json_pack("{s:[{s:s, s:s, s:s, s:s, s:s},"
+                     " {s:s, s:s, s:s, s:s, s:s},"
+                     " {s:s, s:s, s:s, s:s, s:s}]}",
+        "resourceTemplates",
+        "uriTemplate", NGX_HTTP_SANDBOX_MCP_RUN_URI "{runId}",
+        "name", "run", "title", "A run",
+        "description", "The run as opencode_get_result shows it",
+        "mimeType", "application/json",
+        "uriTemplate", NGX_HTTP_SANDBOX_MCP_RUN_URI "{runId}/diff",
+        "name", "run-diff", "title", "A run's diff",
+        "description", "The unified diff of the run's changes (its first "
+                       "64 KiB; opencode_get_diff pages further)",
+        "mimeType", "text/x-diff",
+        "uriTemplate", NGX_HTTP_SANDBOX_MCP_RUN_URI "{runId}/events",
+        "name", "run-events", "title", "A run's events",
+        "description", "The run's first events, as opencode_get_events "
+                       "shows them",
+        "mimeType", "application/json");
+}
+
+
+/* the uri of the run's resource kind */
+static json_t *
+ngx_http_sandbox_mcp_resource_uri(json_t *run_id, ngx_uint_t kind)
+{
+    static const char  *tails[] = { "", "/diff", "/events" };
+
+    return json_sprintf(NGX_HTTP_SANDBOX_MCP_RUN_URI "%s%s",
+                        json_string_value(run_id), tails[kind]);
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_resources_view(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, json_t *view)
+{
+    json_decref(result);
+
+    if (view == NULL) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
+                                        "Internal error building the "
+                                        "resource");
+    }
+
+    return view;
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_resources_listed(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result)
+{
+    size_t       i;
+    json_t      *sc, *run, *list, *next, *title;
+    const char  *status;
+
+    if (ngx_http_sandbox_mcp_is_error(result)) {
+        return ngx_http_sandbox_mcp_tool_failed(call, result,
+                                       NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS);
+    }
+
+    sc = json_object_get(result, "structuredContent");
+
+    list = json_array();
+    if (list == NULL) {
+        return ngx_http_sandbox_mcp_resources_view(call, result, NULL);
+    }
+
+    json_array_foreach(json_object_get(sc, "runs"), i, run) {
+        title = json_object_get(run, "title");
+        status = json_string_value(json_object_get(run, "status"));
+
+        json_array_append_new(list,
+            json_pack("{s:o, s:O, s:O, s:s, s:s}",
+                      "uri", ngx_http_sandbox_mcp_resource_uri(
+                                 json_object_get(run, "runId"),
+                                 NGX_HTTP_SANDBOX_MCP_RES_RUN),
+                      "name", json_object_get(run, "runId"),
+                      "title", json_string_length(title)
+                               ? title : json_object_get(run, "runId"),
+                      "description", status ? status : "",
+                      "mimeType", "application/json"));
+    }
+
+    next = json_object_get(sc, "nextCursor");
+
+    return ngx_http_sandbox_mcp_resources_view(call, result,
+               json_is_string(next)
+               ? json_pack("{s:o, s:O}", "resources", list, "nextCursor",
+                           next)
+               : json_pack("{s:o}", "resources", list));
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_resource_read(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result)
+{
+    char        *text;
+    json_t      *sc, *content;
+    ngx_uint_t   kind;
+
+    if (ngx_http_sandbox_mcp_is_error(result)) {
+        return ngx_http_sandbox_mcp_tool_failed(call, result,
+                                 NGX_HTTP_SANDBOX_MCP_RESOURCE_NOT_FOUND);
+    }
+
+    sc = json_object_get(result, "structuredContent");
+    kind = call->method_kind;
+
+    if (kind == NGX_HTTP_SANDBOX_MCP_RES_DIFF) {
+        content = json_pack("{s:o, s:s, s:O}",
+                            "uri", ngx_http_sandbox_mcp_resource_uri(
+                                       json_object_get(sc, "runId"), kind),
+                            "mimeType", "text/x-diff",
+                            "text", json_object_get(sc, "diff"));
+
+    } else {
+        text = json_dumps(sc, JSON_COMPACT);
+
+        content = text ? json_pack("{s:o, s:s, s:s}",
+                                   "uri", ngx_http_sandbox_mcp_resource_uri(
+                                              json_object_get(sc, "runId"),
+                                              kind),
+                                   "mimeType", "application/json",
+                                   "text", text)
+                       : NULL;
+        free(text);
+    }
+
+    return ngx_http_sandbox_mcp_resources_view(call, result,
+               content ? json_pack("{s:[o]}", "contents", content) : NULL);
+}
+
+
+/* resources/read {uri}: opencode://runs/{runId}[/diff|/events] */
+static void
+ngx_http_sandbox_mcp_resources_read(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params)
+{
+    size_t       len, n, id_len;
+    json_t      *args;
+    const char  *uri, *id, *tail, *tool;
+
+    uri = json_string_value(json_object_get(params, "uri"));
+    len = json_string_length(json_object_get(params, "uri"));
+    n = sizeof(NGX_HTTP_SANDBOX_MCP_RUN_URI) - 1;
+    id_len = SMCP_ID_LEN;
+
+    if (uri == NULL) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: uri (a string) is "
+                                        "required");
+        return;
+    }
+
+    id = uri + n;
+    tail = id + id_len;
+
+    if (len < n + id_len
+        || ngx_strncmp(uri, NGX_HTTP_SANDBOX_MCP_RUN_URI, n) != 0
+        || !smcp_valid_id(id, id_len, SMCP_RUN_ID_PREFIX))
+    {
+        goto not_found;
+    }
+
+    if (len == n + id_len) {
+        call->method_kind = NGX_HTTP_SANDBOX_MCP_RES_RUN;
+        tool = "opencode_get_result";
+
+    } else if (len == n + id_len + 5 && ngx_strcmp(tail, "/diff") == 0) {
+        call->method_kind = NGX_HTTP_SANDBOX_MCP_RES_DIFF;
+        tool = "opencode_get_diff";
+
+    } else if (len == n + id_len + 7 && ngx_strcmp(tail, "/events") == 0) {
+        call->method_kind = NGX_HTTP_SANDBOX_MCP_RES_EVENTS;
+        tool = "opencode_get_events";
+
+    } else {
+        goto not_found;
+    }
+
+    args = call->method_kind == NGX_HTTP_SANDBOX_MCP_RES_EVENTS
+           ? json_pack("{s:s%, s:i}", "runId", id, id_len, "limit",
+                       NGX_HTTP_SANDBOX_MCP_EVENTS_READ)
+           : json_pack("{s:s%}", "runId", id, id_len);
+
+    call->pending = 1;
+    call->ctx->pending++;
+    call->filter = ngx_http_sandbox_mcp_resource_read;
+
+    ngx_http_sandbox_mcp_tools_start(call, tool, args);
+    return;
+
+not_found:
+
+    ngx_http_sandbox_mcp_call_error(call,
+                                    NGX_HTTP_SANDBOX_MCP_RESOURCE_NOT_FOUND,
+                                    "Resource not found: %*s",
+                                    ngx_min(len, 200), uri);
+}
+
+
+/* the tenant's recent runIds or sessionIds starting with method_arg */
+static json_t *
+ngx_http_sandbox_mcp_completed(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result)
+{
+    size_t       i, j;
+    json_t      *values, *run, *v, *seen;
+    const char  *s, *field;
+
+    if (ngx_http_sandbox_mcp_is_error(result)) {
+        return ngx_http_sandbox_mcp_tool_failed(call, result,
+                                       NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS);
+    }
+
+    field = call->method_kind ? "sessionId" : "runId";
+
+    values = json_array();
+    if (values == NULL) {
+        return ngx_http_sandbox_mcp_resources_view(call, result, NULL);
+    }
+
+    json_array_foreach(json_object_get(
+                           json_object_get(result, "structuredContent"),
+                           "runs"), i, run)
+    {
+        v = json_object_get(run, field);
+        s = json_string_value(v);
+
+        if (s == NULL || json_string_length(v) < call->method_arg.len
+            || ngx_strncmp(s, call->method_arg.data, call->method_arg.len)
+               != 0)
+        {
+            continue;
+        }
+
+        json_array_foreach(values, j, seen) {
+            if (json_equal(seen, v)) {
+                break;
+            }
+        }
+
+        if (j == json_array_size(values)) {
+            json_array_append(values, v);
+        }
+    }
+
+    return ngx_http_sandbox_mcp_resources_view(call, result,
+               json_pack("{s:{s:o, s:I, s:b}}", "completion",
+                         "values", values,
+                         "total", (json_int_t) json_array_size(values),
+                         "hasMore", 0));
+}
+
+
+/* completion/complete {ref, argument {name, value}} */
+static void
+ngx_http_sandbox_mcp_complete(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params)
+{
+    json_t      *arg, *value;
+    const char  *name;
+
+    arg = json_object_get(params, "argument");
+    name = json_string_value(json_object_get(arg, "name"));
+    value = json_object_get(arg, "value");
+
+    if (name == NULL || !json_is_string(value)
+        || !json_is_object(json_object_get(params, "ref")))
+    {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: ref and argument "
+                                        "{name, value} are required");
+        return;
+    }
+
+    if ((ngx_strcmp(name, "runId") != 0 && ngx_strcmp(name, "sessionId") != 0)
+        || json_string_length(value) > NGX_HTTP_SANDBOX_MCP_COMPLETE_ARG)
+    {
+        /* nothing we complete */
+        ngx_http_sandbox_mcp_call_result(call,
+            json_pack("{s:{s:[], s:i, s:b}}", "completion", "values",
+                      "total", 0, "hasMore", 0));
+        return;
+    }
+
+    call->method_kind = ngx_strcmp(name, "sessionId") == 0;
+    call->method_arg.data = (u_char *) json_string_value(value);
+    call->method_arg.len = json_string_length(value);
+
+    call->pending = 1;
+    call->ctx->pending++;
+    call->filter = ngx_http_sandbox_mcp_completed;
+
+    ngx_http_sandbox_mcp_tools_start(call, "opencode_list_runs",
+                                     json_pack("{s:i}", "limit",
+                                               NGX_HTTP_SANDBOX_MCP_RUNS_PAGE));
+}
+
+
+static void
+ngx_http_sandbox_mcp_resources_list(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params)
+{
+    json_t  *cursor;
+
+    cursor = json_object_get(params, "cursor");
+
+    if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: cursor must be a "
+                                        "string");
+        return;
+    }
+
+    call->pending = 1;
+    call->ctx->pending++;
+    call->filter = ngx_http_sandbox_mcp_resources_listed;
+
+    ngx_http_sandbox_mcp_tools_start(call, "opencode_list_runs",
+        json_is_string(cursor)
+        ? json_pack("{s:O, s:i}", "cursor", cursor, "limit",
+                    NGX_HTTP_SANDBOX_MCP_RUNS_PAGE)
+        : json_pack("{s:i}", "limit", NGX_HTTP_SANDBOX_MCP_RUNS_PAGE));
+}
+
+
+static void
+ngx_http_sandbox_mcp_set_level(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params)
+{
+    ngx_uint_t   i;
+    const char  *level;
+
+    level = json_string_value(json_object_get(params, "level"));
+
+    for (i = 0; level && ngx_http_sandbox_mcp_levels[i]; i++) {
+        if (ngx_strcmp(level, ngx_http_sandbox_mcp_levels[i]) == 0) {
+            ngx_http_sandbox_mcp_call_result(call, json_object());
+            return;
+        }
+    }
+
+    ngx_http_sandbox_mcp_call_error(call, NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                    "Invalid params: level must be one of "
+                                    "debug, info, notice, warning, error, "
+                                    "critical, alert, emergency");
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_methods_start(ngx_http_sandbox_mcp_call_t *call,
+    const char *method, json_t *params)
+{
+    if (params && !json_is_object(params)) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: params must be an "
+                                        "object");
+        return NGX_OK;
+    }
+
+    if (ngx_http_sandbox_mcp_tasks_start(call, method, params)
+        != NGX_DECLINED)
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_strcmp(method, "resources/templates/list") == 0) {
+        ngx_http_sandbox_mcp_call_result(call,
+                                  ngx_http_sandbox_mcp_resource_templates());
+
+    } else if (ngx_strcmp(method, "resources/list") == 0) {
+        ngx_http_sandbox_mcp_resources_list(call, params);
+
+    } else if (ngx_strcmp(method, "resources/read") == 0) {
+        ngx_http_sandbox_mcp_resources_read(call, params);
+
+    } else if (ngx_strcmp(method, "completion/complete") == 0) {
+        ngx_http_sandbox_mcp_complete(call, params);
+
+    } else if (ngx_strcmp(method, "logging/setLevel") == 0) {
+        ngx_http_sandbox_mcp_set_level(call, params);
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}

@@ -1,0 +1,30 @@
+/*
+ * MCP tasks (protocol 2025-11-25): a task-augmented opencode_run_task and
+ * tasks/get, tasks/result, tasks/list, tasks/cancel.  A task is a run:
+ * taskId = runId, seen only by the run's tenant.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_TASKS_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_TASKS_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_module.h"
+
+
+/* call->filter of a task-augmented tools/call: the run started as a task */
+json_t *ngx_http_sandbox_mcp_task_created(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result);
+
+/* a tasks/ method started (NGX_OK: answered or pending), or NGX_DECLINED */
+ngx_int_t ngx_http_sandbox_mcp_tasks_start(ngx_http_sandbox_mcp_call_t *call,
+    const char *method, json_t *params);
+
+/* a tool's isError answer as the method's error (code), result freed */
+json_t *ngx_http_sandbox_mcp_tool_failed(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, ngx_int_t code);
+
+/* result is a tool's isError answer */
+ngx_uint_t ngx_http_sandbox_mcp_is_error(json_t *result);
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_TASKS_H_INCLUDED_ */

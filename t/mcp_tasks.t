@@ -1,0 +1,332 @@
+#!/usr/bin/perl
+
+# MCP beyond tools (issue 12) against a real Redis, the runner played by
+# the test (it writes a run's end and PUBLISHes, as the finish script
+# does): the capabilities; task-augmented opencode_run_task and tasks/get,
+# tasks/result (a long wait that leaves the worker free, then exactly the
+# plain get_result answer with the related-task _meta), tasks/list,
+# tasks/cancel of a queued and a running run; resources (templates, list,
+# read of the run, its diff and events); completion/complete;
+# logging/setLevel.  Hostile input: another tenant's taskId, runId or
+# resource is "not found" and changes nothing; bad cursors, wrong types
+# and huge params are refused.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+use SMCP::Test qw(json_encode now_ms);
+
+my $t = SMCP::Test->new(
+    workers  => 1,      # one worker: a waiting tasks/result must not hold it
+    location => q{
+            sandbox_mcp_run_timeout_max 2h;
+            sandbox_mcp_retention 1d;},
+);
+$t->start;
+
+my $P = 'smcp:';
+my ($sid, $init) = $t->initialize;
+ok($sid, 'MCP session') or BAIL_OUT('no MCP session');
+
+my $bob_tok = $t->token(sub => 'bob');
+my ($bob_sid) = $t->initialize(token => $bob_tok);
+
+sub rpc {
+    my ($method, $params, %o) = @_;
+    my $r = $t->rpc($o{sid} // $sid, $method, $params, %o);
+    return $r->{json} // { error => { message => "HTTP $r->{status}: $r->{body}" } };
+}
+
+sub err_code { my ($j) = @_; return ref $j->{error} eq 'HASH' ? $j->{error}{code} // 0 : 0 }
+
+sub task_call {
+    my ($args, %o) = @_;
+    return rpc('tools/call', { name => 'opencode_run_task', arguments => $args,
+                               task => $o{task} // { ttl => 60000 } }, %o);
+}
+
+my $ISO = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
+my $TTL = (2 * 3600 + 86400) * 1000;
+
+# the runner's part: the run ends (the finish script's fields), PUBLISH
+sub finish_run {
+    my ($run, $status, %f) = @_;
+    $t->redis('HSET', "${P}run:$run", status => $status,
+              finished_at => now_ms(), %f);
+    $t->redis('PUBLISH', "${P}run:$run", $status);
+}
+
+###############################################################################
+# capabilities and the tool's flag
+
+{
+    my $r = $t->mcp_post($t->request_msg('initialize', {
+        protocolVersion => '2025-11-25', capabilities => {},
+        clientInfo => { name => 'caps', version => '1' } }));
+    my $caps = $r->{json}{result}{capabilities} || {};
+    is_deeply($caps->{tasks}, { list => {}, cancel => {},
+                                requests => { tools => { call => {} } } },
+              'capabilities.tasks: list, cancel, requests.tools.call');
+    ok(ref $caps->{resources} eq 'HASH', 'capabilities.resources');
+    ok(ref $caps->{logging} eq 'HASH', 'capabilities.logging');
+    ok(ref $caps->{completions} eq 'HASH', 'capabilities.completions');
+
+    my $tools = rpc('tools/list', {})->{result}{tools} || [];
+    my %exec = map { $_->{name} => ($_->{execution} || {})->{taskSupport} } @$tools;
+    is($exec{opencode_run_task}, 'optional', 'opencode_run_task: taskSupport optional');
+    is(scalar(grep { defined $exec{$_} } keys %exec), 1, 'no other tool has execution');
+}
+
+###############################################################################
+# task-augmented tools/call
+
+my ($task1, $run1);
+{
+    my $t0 = time;
+    my $j = task_call({ task => 'task one', title => 'One' });
+    $task1 = ($j->{result} || {})->{task} || {};
+    $run1 = $task1->{taskId} // '';
+    like($run1, qr/^run_[0-9a-f]{24}$/, 'CreateTaskResult: taskId is a runId')
+        or diag(json_encode($j));
+    is($task1->{status}, 'working', 'status working');
+    like($task1->{createdAt} // '', $ISO, 'createdAt ISO-8601');
+    is($task1->{lastUpdatedAt}, $task1->{createdAt}, 'lastUpdatedAt = createdAt');
+    is($task1->{ttl}, $TTL, 'ttl = (run_timeout_max + retention) ms');
+    is($task1->{pollInterval}, 1000, 'pollInterval 1000 ms');
+    ok(!exists $j->{result}{content}, 'no tool content: a task, not a result');
+    like($j->{result}{_meta}{'io.modelcontextprotocol/model-immediate-response'} // '',
+         qr/sandbox/, 'model-immediate-response meta');
+    is($t->redis('HGET', "${P}run:$run1", 'status'), 'started', 'the run exists, started');
+    is($t->redis('HGET', "${P}run:$run1", 'tenant'), 'alice', "the tenant's run");
+}
+
+{
+    my $before = $t->redis('DBSIZE');
+    my $j = task_call({});
+    is(err_code($j), -32602, 'task call with invalid arguments: -32602');
+    like($j->{error}{message} // '', qr/task/i, 'saying what is wrong');
+    is($t->redis('DBSIZE'), $before, 'nothing written');
+
+    $j = task_call({ task => 'x' }, task => 'now');
+    is(err_code($j), -32602, 'task that is not an object: -32602');
+    is($t->redis('DBSIZE'), $before, 'nothing written');
+
+    $j = rpc('tools/call', { name => 'opencode_get_result',
+                             arguments => { runId => $run1 }, task => {} });
+    is(err_code($j), -32601, 'task-augmented call of a forbidden tool: -32601');
+
+    # the plain call stays as it was
+    my $res = $t->call_tool($sid, 'opencode_get_result', { runId => $run1 });
+    is(SMCP::Test::sc($res)->{status}, 'started', 'plain tools/call unchanged');
+}
+
+###############################################################################
+# tasks/get, tasks/list
+
+{
+    my $g = rpc('tasks/get', { taskId => $run1 })->{result} || {};
+    is($g->{taskId}, $run1, 'tasks/get: the task, flat');
+    is($g->{status}, 'working', 'working (the run is started)');
+    is($g->{statusMessage}, 'started', 'statusMessage: the run status');
+    is($g->{ttl}, $TTL, 'ttl');
+
+    $t->redis('HSET', "${P}run:$run1", status => 'running', started_at => now_ms());
+    $g = rpc('tasks/get', { taskId => $run1 })->{result} || {};
+    is($g->{status}, 'working', 'running: working');
+    isnt($g->{lastUpdatedAt}, $g->{createdAt}, 'lastUpdatedAt: the start');
+    $t->redis('HSET', "${P}run:$run1", status => 'started');
+    $t->redis('HDEL', "${P}run:$run1", 'started_at');
+}
+
+my ($task2) = (task_call({ task => 'task two' })->{result} || {})->{task};
+my $run2 = $task2->{taskId};
+{
+    my $l = rpc('tasks/list', {})->{result} || {};
+    my @ids = map { $_->{taskId} } @{ $l->{tasks} || [] };
+    is_deeply([ @ids[0, 1] ], [ $run2, $run1 ], 'tasks/list: the tenant\'s, newest first');
+    ok(!grep({ !defined $_->{status} || !defined $_->{ttl} } @{ $l->{tasks} }),
+       'each with status and ttl');
+
+    my $bl = rpc('tasks/list', {}, sid => $bob_sid, token => $bob_tok)->{result} || {};
+    is_deeply($bl->{tasks}, [], "bob's tasks/list: none of alice's");
+
+    is(err_code(rpc('tasks/list', { cursor => 'bm9wZQ' })), -32602, 'bad cursor: -32602');
+    is(err_code(rpc('tasks/list', { cursor => 'x' x 100000 })), -32602, 'huge cursor: -32602');
+    is(err_code(rpc('tasks/list', { cursor => 5 })), -32602, 'cursor not a string: -32602');
+}
+
+###############################################################################
+# hostile: another tenant's taskId, bad ids
+
+{
+    my $snap = json_encode($t->redis_hgetall("${P}run:$run1"));
+    for my $m (qw(tasks/get tasks/result tasks/cancel)) {
+        my $j = rpc($m, { taskId => $run1 }, sid => $bob_sid, token => $bob_tok);
+        is(err_code($j), -32602, "bob's $m on alice's task: -32602");
+        like($j->{error}{message} // '', qr/not found/i, '"not found", as for none');
+    }
+    is(json_encode($t->redis_hgetall("${P}run:$run1")), $snap, "alice's run unchanged");
+
+    my $none = 'run_' . ('0' x 24);
+    is(err_code(rpc('tasks/get', { taskId => $none })), -32602, 'unknown taskId: -32602');
+    is(err_code(rpc('tasks/get', { taskId => 'x' x 200000 })), -32602, 'huge taskId: -32602');
+    is(err_code(rpc('tasks/get', { taskId => ['a'] })), -32602, 'taskId not a string: -32602');
+    is(err_code(rpc('tasks/get', {})), -32602, 'no taskId: -32602');
+    is(err_code(rpc('tasks/get', [1, 2])), -32602, 'params not an object: -32602');
+    is(err_code(rpc('tasks/nope', { taskId => $run1 })), -32601, 'unknown tasks/ method: -32601');
+}
+
+###############################################################################
+# tasks/result waits without holding the worker, then the final answer
+
+{
+    my $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run1 }),
+                          session => $sid);
+    sleep 0.5;
+    my $ping = $t->rpc($sid, 'ping', {});
+    is_deeply($ping->{json}{result}, {}, 'the one worker answers a ping meanwhile');
+    my $g = rpc('tasks/get', { taskId => $run1 })->{result} || {};
+    is($g->{status}, 'working', 'and tasks/get');
+
+    finish_run($run1, 'completed', result => 'done: one', exit_code => 0);
+    my $r = $t->mcp_finish($p, 20);
+    my $res = ($r->{json} || {})->{result} || {};
+    is($res->{structuredContent}{status}, 'completed', 'tasks/result: the ended run')
+        or diag($r->{body});
+    is($res->{structuredContent}{result}, 'done: one', 'its result');
+    ok(!$res->{isError}, 'not isError');
+    is_deeply($res->{_meta}, { 'io.modelcontextprotocol/related-task' => { taskId => $run1 } },
+              'related-task _meta');
+
+    my $plain = $t->call_tool($sid, 'opencode_get_result', { runId => $run1 });
+    my ($a, $b) = (SMCP::Test::sc($plain), $res->{structuredContent});
+    delete $_->{watchUrl} for $a, $b;           # a fresh token in each
+    is_deeply($b, $a, 'exactly the plain get_result answer');
+
+    $g = rpc('tasks/get', { taskId => $run1 })->{result} || {};
+    is($g->{status}, 'completed', 'tasks/get: completed');
+    is($g->{lastUpdatedAt}, $plain->{structuredContent}{finishedAt}, 'lastUpdatedAt: the end');
+
+    my $j = rpc('tasks/cancel', { taskId => $run1 });
+    is(err_code($j), -32602, 'tasks/cancel of a completed task: -32602');
+    is($t->redis('HGET', "${P}run:$run1", 'status'), 'completed', 'still completed');
+}
+
+{
+    my $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run2 }),
+                          session => $sid);
+    sleep 0.3;
+    finish_run($run2, 'failed', error => 'tests failed');
+    my $res = ($t->mcp_finish($p, 20)->{json} || {})->{result} || {};
+    ok($res->{isError}, 'a failed run: tasks/result isError');
+    my $g = rpc('tasks/get', { taskId => $run2 })->{result} || {};
+    is($g->{status}, 'failed', 'tasks/get: failed');
+    is($g->{statusMessage}, 'tests failed', 'statusMessage: the error');
+}
+
+###############################################################################
+# tasks/cancel really stops the run
+
+{
+    my $run = (task_call({ task => 'to cancel' })->{result} || {})->{task}{taskId};
+    my $c = rpc('tasks/cancel', { taskId => $run })->{result} || {};
+    is($c->{status}, 'cancelled', 'tasks/cancel of a queued run: cancelled');
+    is($t->redis('HGET', "${P}run:$run", 'status'), 'cancelled', 'the run is cancelled');
+    is($t->redis('SISMEMBER', "${P}tenant:alice:started", $run), 0, 'out of the queue count');
+    my $res = rpc('tasks/result', { taskId => $run })->{result} || {};
+    ok($res->{isError}, 'tasks/result at once: isError');
+    is($res->{structuredContent}{status}, 'cancelled', 'status cancelled');
+
+    # a running one: the runner is told (cancel_requested, PUBLISH cancel)
+    $run = (task_call({ task => 'running one' })->{result} || {})->{task}{taskId};
+    $t->redis('HSET', "${P}run:$run", status => 'running', started_at => now_ms());
+    $c = rpc('tasks/cancel', { taskId => $run })->{result} || {};
+    is($c->{status}, 'cancelled', 'tasks/cancel of a running run: cancelled');
+    like($c->{statusMessage} // '', qr/cancel requested/, 'statusMessage: being stopped');
+    is($t->redis('HGET', "${P}run:$run", 'cancel_requested'), '1', 'cancel_requested set');
+    is(rpc('tasks/get', { taskId => $run })->{result}{status}, 'cancelled',
+       'tasks/get: cancelled from then on');
+    finish_run($run, 'cancelled');
+}
+
+###############################################################################
+# resources
+
+{
+    my $tl = rpc('resources/templates/list', {})->{result}{resourceTemplates} || [];
+    is_deeply([ map { $_->{uriTemplate} } @$tl ],
+              [ 'opencode://runs/{runId}', 'opencode://runs/{runId}/diff',
+                'opencode://runs/{runId}/events' ], 'resource templates');
+
+    my $l = rpc('resources/list', {})->{result} || {};
+    my %uris = map { $_->{uri} => $_ } @{ $l->{resources} || [] };
+    ok($uris{"opencode://runs/$run1"}, 'resources/list: the tenant\'s runs');
+    is($uris{"opencode://runs/$run1"}{title}, 'One', 'titled');
+    is_deeply(rpc('resources/list', {}, sid => $bob_sid, token => $bob_tok)->{result}{resources},
+              [], "bob's resources/list: none of alice's");
+    is(err_code(rpc('resources/list', { cursor => 'garbage!' })), -32602, 'bad cursor: -32602');
+
+    $t->redis('SET', "${P}run:$run1:diff", "diff --git a/x b/x\n+hi\n");
+    $t->redis('XADD', "${P}run:$run1:events", '*', type => 'lifecycle',
+              data => '{"step":"clone"}', ts => now_ms());
+
+    my $c = rpc('resources/read', { uri => "opencode://runs/$run1" })->{result}{contents} || [];
+    is($c->[0]{uri}, "opencode://runs/$run1", 'read the run');
+    is($c->[0]{mimeType}, 'application/json', 'as JSON');
+    like($c->[0]{text} // '', qr/"status":"completed"/, 'the run object');
+    $c = rpc('resources/read', { uri => "opencode://runs/$run1/diff" })->{result}{contents} || [];
+    is($c->[0]{text}, "diff --git a/x b/x\n+hi\n", 'read the diff');
+    is($c->[0]{mimeType}, 'text/x-diff', 'as a diff');
+    $c = rpc('resources/read', { uri => "opencode://runs/$run1/events" })->{result}{contents} || [];
+    like($c->[0]{text} // '', qr/"clone"/, 'read the events');
+
+    for my $uri ("opencode://runs/$run1/nope", "opencode://runs/run_zz",
+                 'file:///etc/passwd',
+                 'opencode://runs/' . ('a' x 100000)) {
+        my $j = rpc('resources/read', { uri => $uri });
+        is(err_code($j), -32002, 'unknown resource: -32002 (' . substr($uri, 0, 40) . ')');
+    }
+    is(err_code(rpc('resources/read', { uri => "opencode://runs/$run1" },
+                    sid => $bob_sid, token => $bob_tok)), -32002,
+       "bob reads alice's run: -32002, like none");
+    is(err_code(rpc('resources/read', {})), -32602, 'no uri: -32602');
+}
+
+###############################################################################
+# completions, logging
+
+{
+    my $c = rpc('completion/complete', { ref => { type => 'ref/resource',
+                                                 uri => 'opencode://runs/{runId}' },
+                                        argument => { name => 'runId', value => 'run_' } });
+    my $v = $c->{result}{completion}{values} || [];
+    ok((grep { $_ eq $run1 } @$v) && (grep { $_ eq $run2 } @$v), 'runId completion: the tenant\'s runs');
+    $c = rpc('completion/complete', { ref => { type => 'ref/resource', uri => 'x' },
+                                     argument => { name => 'runId', value => $run1 } });
+    is_deeply($c->{result}{completion}{values}, [ $run1 ], 'prefix filter');
+    my $ses = $t->redis('HGET', "${P}run:$run1", 'session');
+    $c = rpc('completion/complete', { ref => { type => 'ref/resource', uri => 'x' },
+                                     argument => { name => 'sessionId', value => '' } });
+    ok(grep({ $_ eq $ses } @{ $c->{result}{completion}{values} || [] }), 'sessionId completion');
+    my %u; $u{$_}++ for @{ $c->{result}{completion}{values} || [] };
+    ok(!grep({ $_ > 1 } values %u), 'each once');
+    $c = rpc('completion/complete', { ref => { type => 'ref/resource', uri => 'x' },
+                                     argument => { name => 'runId', value => 'run_' } },
+             sid => $bob_sid, token => $bob_tok);
+    ok(!grep({ $_ eq $run1 } @{ $c->{result}{completion}{values} || [] }), "bob: none of alice's");
+    $c = rpc('completion/complete', { ref => { type => 'ref/prompt', name => 'p' },
+                                     argument => { name => 'other', value => 'x' } });
+    is_deeply($c->{result}{completion}, { values => [], total => 0, hasMore => JSON::PP::false() },
+              'another argument: no values');
+    is(err_code(rpc('completion/complete', { argument => 'x' })), -32602, 'bad params: -32602');
+
+    is_deeply(rpc('logging/setLevel', { level => 'warning' })->{result}, {}, 'logging/setLevel');
+    is(err_code(rpc('logging/setLevel', { level => 'loud' })), -32602, 'bad level: -32602');
+}
+
+$t->done;
