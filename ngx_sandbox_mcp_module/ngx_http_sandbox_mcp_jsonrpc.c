@@ -187,6 +187,8 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
     }
 
     params = json_object_get(msg, "params");
+    call->progress_token = json_object_get(json_object_get(params, "_meta"),
+                                           "progressToken");
 
     if (ngx_strcmp(method, "initialize") == 0) {
         if (!ctx->initialize || ctx->batch) {

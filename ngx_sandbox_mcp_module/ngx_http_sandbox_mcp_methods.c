@@ -10,6 +10,8 @@
 
 #include "ngx_http_sandbox_mcp_methods.h"
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_progress.h"
+#include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_tasks.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 
@@ -29,12 +31,6 @@ enum {
     NGX_HTTP_SANDBOX_MCP_RES_RUN = 0,
     NGX_HTTP_SANDBOX_MCP_RES_DIFF,
     NGX_HTTP_SANDBOX_MCP_RES_EVENTS
-};
-
-
-static const char  *ngx_http_sandbox_mcp_levels[] = {
-    "debug", "info", "notice", "warning", "error", "critical", "alert",
-    "emergency", NULL
 };
 
 
@@ -389,25 +385,71 @@ ngx_http_sandbox_mcp_resources_list(ngx_http_sandbox_mcp_call_t *call,
 
 
 static void
+ngx_http_sandbox_mcp_level_set(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    ngx_http_sandbox_mcp_call_result(call, json_object());
+    ngx_http_sandbox_mcp_call_done(call);
+}
+
+
+/* logging/setLevel {level}: kept for the session (mcp:{sid}:log, living
+ * as long as a session may), read by the progress streams */
+static void
 ngx_http_sandbox_mcp_set_level(ngx_http_sandbox_mcp_call_t *call,
     json_t *params)
 {
-    ngx_uint_t   i;
-    const char  *level;
+    json_t                           *level;
+    ngx_str_t                         argv[5];
+    ngx_http_request_t               *r;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
-    level = json_string_value(json_object_get(params, "level"));
+    r = call->ctx->request;
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+    level = json_object_get(params, "level");
 
-    for (i = 0; level && ngx_http_sandbox_mcp_levels[i]; i++) {
-        if (ngx_strcmp(level, ngx_http_sandbox_mcp_levels[i]) == 0) {
-            ngx_http_sandbox_mcp_call_result(call, json_object());
-            return;
-        }
+    if (!json_is_string(level)
+        || ngx_http_sandbox_mcp_log_rank(json_string_value(level),
+                                         json_string_length(level))
+           < 0)
+    {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: level must be one "
+                                        "of debug, info, notice, warning, "
+                                        "error, critical, alert, emergency");
+        return;
     }
 
-    ngx_http_sandbox_mcp_call_error(call, NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
-                                    "Invalid params: level must be one of "
-                                    "debug, info, notice, warning, error, "
-                                    "critical, alert, emergency");
+    call->pending = 1;
+    call->ctx->pending++;
+
+    ngx_str_set(&argv[0], "SET");
+    argv[2].data = (u_char *) json_string_value(level);
+    argv[2].len = json_string_length(level);
+    ngx_str_set(&argv[3], "EX");
+    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, lcf->session_ttl);
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_MCP_LOG,
+                                       &call->ctx->session_id)
+        != NGX_OK
+        || argv[4].data == NULL)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    call->cmd = ngx_http_sandbox_mcp_redis_command(
+                    ngx_http_sandbox_mcp_level_set, call, 5, argv);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
 }
 
 

@@ -122,6 +122,7 @@ struct ngx_http_sandbox_mcp_call_s {
     json_t                           *(*filter)(ngx_http_sandbox_mcp_call_t
                                                 *call, json_t *result);
     ngx_str_t                           method_arg;     /* the filter's */
+    json_t                             *progress_token; /* params._meta's */
     ngx_uint_t                          method_kind;
 
     unsigned                            pending:1;
@@ -129,6 +130,7 @@ struct ngx_http_sandbox_mcp_call_s {
     unsigned                            recheck:1;
     unsigned                            expired:1;
     unsigned                            until_end:1;    /* tasks/result */
+    unsigned                            progress:1;     /* streams progress */
 };
 
 

@@ -5,6 +5,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_tools.h"
@@ -38,6 +39,11 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
     if (call->waiting && !call->expired
         && !ngx_http_sandbox_mcp_terminal(reply))
     {
+        if (call->progress_token && !call->progress) {
+            /* the tenant's run, not ended: progress if it was asked */
+            ngx_http_sandbox_mcp_progress_start(call);
+        }
+
         if (call->recheck) {
             call->recheck = 0;
             ngx_http_sandbox_mcp_result_fetch(call);
@@ -84,6 +90,10 @@ ngx_http_sandbox_mcp_result_fetch(ngx_http_sandbox_mcp_call_t *call)
 static void
 ngx_http_sandbox_mcp_result_wake(ngx_http_sandbox_mcp_call_t *call)
 {
+    if (call->progress && !call->expired) {
+        ngx_http_sandbox_mcp_progress_wake(call);
+    }
+
     if (call->cmd) {
         /* a read is in flight; read once more after it */
         call->recheck = 1;

@@ -255,6 +255,89 @@ my $run2 = $task2->{taskId};
 }
 
 ###############################################################################
+# progress: a waiting call with _meta.progressToken answers as SSE
+
+{
+    my $run = (task_call({ task => 'with progress' })->{result} || {})->{task}{taskId};
+    my $bob_run = (task_call({ task => 'bob progress' }, sid => $bob_sid,
+                             token => $bob_tok)->{result} || {})->{task}{taskId};
+    my $ev = sub {
+        my ($r, $type, $data) = @_;
+        $t->redis('XADD', "${P}run:$r:events", '*', type => $type,
+                  data => json_encode($data), ts => now_ms());
+    };
+    $ev->($run, 'lifecycle', { step => 'clone' });
+    $ev->($bob_run, 'agent', { type => 'tool_use', part => { tool => 'bash',
+          state => { input => { command => 'cat /secret-of-bob' } } } });
+
+    # bob's progress on alice's run: not found, as JSON, no event of it
+    my $br = $t->rpc($bob_sid, 'tools/call', { name => 'opencode_get_result',
+                     arguments => { runId => $run, waitSeconds => 5 },
+                     _meta => { progressToken => 'b' } }, token => $bob_tok);
+    like($br->{headers}{'content-type'} // '', qr{application/json}, "bob on alice's run: JSON");
+    ok($br->{json}{result}{isError}, 'run not found');
+
+    my $p = $t->mcp_start($t->request_msg('tools/call', {
+        name => 'opencode_get_result', arguments => { runId => $run, waitSeconds => 20 },
+        _meta => { progressToken => 'tok-1' } }), session => $sid);
+    sleep 0.5;
+    $ev->($run, 'agent', { type => 'step_start', part => {} });
+    $ev->($run, 'agent', { type => 'tool_use', part => { tool => 'bash',
+          state => { input => { command => 'npm test' } } } });
+    $t->redis('PUBLISH', "${P}run:$run", 'event');
+    sleep 0.3;
+    $ev->($run, 'agent', { type => 'tool_use', part => { tool => 'write',
+          state => { input => { filePath => '/workspace/repo/a.js' } } } });
+    $ev->($run, 'lifecycle', { step => 'push_failed', message => 'no' });
+    $ev->($run, 'agent', { type => 'text', part => { text => 'done' } });
+    finish_run($run, 'completed', result => 'ok');
+    my $r = $t->mcp_finish($p, 25);
+    like($r->{headers}{'content-type'} // '', qr{text/event-stream}, 'the answer is an SSE stream');
+    my @m = @{ $r->{sse} || [] };
+    my @prog = map { $_->{params} } grep { ($_->{method} // '') eq 'notifications/progress' } @m;
+    is_deeply([ map { $_->{progress} } @prog ], [1, 2, 3], 'progress 1, 2, 3: one per agent step');
+    is_deeply([ map { $_->{message} } @prog ],
+              [ 'ran `npm test`', 'write /workspace/repo/a.js', 'replied' ], 'what each did');
+    ok(!grep({ ($_->{progressToken} // '') ne 'tok-1' } @prog), 'with the request\'s token');
+    my @log = map { $_->{params} } grep { ($_->{method} // '') eq 'notifications/message' } @m;
+    is_deeply([ map { [$_->{level}, $_->{data}{event}{step} // $_->{data}{event}{status}] } @log ],
+              [ ['info', 'started'], ['info', 'clone'], ['error', 'push_failed'] ],
+              'lifecycle lines as log messages (info; error for a failure)');
+    is($log[0]{data}{runId}, $run, 'naming the run');
+    ok(exists $m[-1]{result}, 'the result comes last');
+    is($m[-1]{result}{structuredContent}{status}, 'completed', 'the ended run');
+    unlike($r->{body}, qr/secret-of-bob/, "nothing of bob's run");
+
+    # logging/setLevel error: only the failed step; a task's result streams too
+    is_deeply(rpc('logging/setLevel', { level => 'error' })->{result}, {}, 'setLevel error');
+    is($t->redis('TTL', "${P}mcp:$sid:log") > 0 ? 1 : 0, 1, 'the level is kept with a TTL');
+    my $run3 = (task_call({ task => 'three' })->{result} || {})->{task}{taskId};
+    $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run3,
+                                                        _meta => { progressToken => 7 } }),
+                       session => $sid);
+    sleep 0.5;
+    $ev->($run3, 'lifecycle', { step => 'clone' });
+    $ev->($run3, 'lifecycle', { step => 'clone_failed' });
+    finish_run($run3, 'failed', error => 'clone failed');
+    $r = $t->mcp_finish($p, 25);
+    @m = @{ $r->{sse} || [] };
+    is_deeply([ map { $_->{params}{data}{event}{step} } grep { ($_->{method} // '') eq 'notifications/message' } @m ],
+              [ 'clone_failed' ], 'at level error: the failure only');
+    is_deeply($m[-1]{result}{_meta}, { 'io.modelcontextprotocol/related-task' => { taskId => $run3 } },
+              'tasks/result with a progressToken: streamed, the related task last');
+
+    # an ended run answers at once, as JSON
+    $r = $t->rpc($sid, 'tools/call', { name => 'opencode_get_result',
+                 arguments => { runId => $run, waitSeconds => 5 }, _meta => { progressToken => 'x' } });
+    like($r->{headers}{'content-type'} // '', qr{application/json}, 'an ended run: JSON at once');
+    $r = $t->rpc($sid, 'tools/call', { name => 'opencode_get_result',
+                 arguments => { runId => $bob_run, waitSeconds => 1 },
+                 _meta => { progressToken => { bad => 1 } } }, token => $bob_tok, session => $bob_sid);
+    like($r->{headers}{'content-type'} // '', qr{application/json}, 'a token of the wrong type: JSON');
+    finish_run($bob_run, 'cancelled');
+}
+
+###############################################################################
 # resources
 
 {
@@ -267,8 +350,8 @@ my $run2 = $task2->{taskId};
     my %uris = map { $_->{uri} => $_ } @{ $l->{resources} || [] };
     ok($uris{"opencode://runs/$run1"}, 'resources/list: the tenant\'s runs');
     is($uris{"opencode://runs/$run1"}{title}, 'One', 'titled');
-    is_deeply(rpc('resources/list', {}, sid => $bob_sid, token => $bob_tok)->{result}{resources},
-              [], "bob's resources/list: none of alice's");
+    my $bl = rpc('resources/list', {}, sid => $bob_sid, token => $bob_tok)->{result}{resources} || [];
+    ok(!grep({ $_->{uri} =~ /\Q$run1\E|\Q$run2\E/ } @$bl), "bob's resources/list: none of alice's");
     is(err_code(rpc('resources/list', { cursor => 'garbage!' })), -32602, 'bad cursor: -32602');
 
     $t->redis('SET', "${P}run:$run1:diff", "diff --git a/x b/x\n+hi\n");

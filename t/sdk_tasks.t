@@ -6,7 +6,10 @@
 # created at once, polled working to completed, and its result is the
 # run's final answer with the related-task _meta; a second task, cancelled
 # with tasks/cancel while its sandbox runs, ends cancelled and its sandbox
-# is stopped (the run cancelled in Redis, its container gone).
+# is stopped (the run cancelled in Redis, its container gone).  Progress:
+# opencode_get_result waiting with the SDK's onprogress gets a
+# notifications/progress per agent step (the first while the run still
+# works) and the run's lifecycle lines as log messages, then the result.
 #
 # Needs root, Docker, `make` (module, runner), redis-server and node; the
 # sandbox image is built on first use.
@@ -29,6 +32,7 @@ my @EXPECTED = (
     'taskStatus messages: working, then completed',
     'the result is the run\'s final answer, with the related task',
     'tasks/get and tasks/list see the task',
+    'get_result waiting with onprogress: a notifications/progress per agent step while the run runs, then the result',
     'callToolStream of a long run, cancelled while it runs: the stream ends "cancelled"',
     'tasks/result of the cancelled task: the run, cancelled, isError',
 );
@@ -43,6 +47,13 @@ my $s = SMCP::Stack->new(
             { tool_use => { name => 'write', input => {
                 filePath => '/workspace/repo/hello.txt', content => "hello\n" } } },
             { text => $reply, hang => 2 },
+        ],
+        'SCENARIO-PROG' => [
+            { tool_use => { name => 'write', input => {
+                filePath => '/workspace/repo/p.txt', content => "p\n" } } },
+            { tool_use => { name => 'bash', input => {
+                command => 'cat p.txt', description => 'Show it' } } },
+            { text => 'p.txt shown.', hang => 3 },
         ],
         # the model takes its time: the task is cancelled meanwhile
         'SCENARIO-SLOW' => [
@@ -61,6 +72,7 @@ print $fh json_encode({
     repository => 'https://github.com/owner/app',
     task => 'SCENARIO-TASK: write hello.txt', reply => $reply,
     hangTask => 'SCENARIO-SLOW: think for long',
+    progressTask => 'SCENARIO-PROG: write p.txt and show it', progressCommand => 'cat p.txt',
 });
 close $fh;
 
@@ -73,7 +85,7 @@ for my $run (@runs) {
     my $ses = $t->redis('HGET', "smcp:run:$run", 'session');
     $s->{sessions}{$ses} = 1 if $ses;
 }
-is(scalar @runs, 2, 'two runs, one per task');
+is(scalar @runs, 3, 'three runs: one per task, one with progress');
 
 my ($slow) = grep { ($t->redis('HGET', "smcp:run:$_", 'task') // '') =~ /SLOW/ } @runs;
 ok($slow, 'the cancelled task\'s run');

@@ -12,7 +12,7 @@
 import fs from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 
@@ -107,6 +107,50 @@ await check('tasks/get and tasks/list see the task', async () => {
     return {
         ok: g.status === 'completed' && l.tasks.some((t) => t.taskId === id),
         detail: { status: g.status, listed: l.tasks.length },
+    };
+});
+
+// progress: a plain run, then get_result waiting with a progress token
+await check('get_result waiting with onprogress: a notifications/progress per agent step while the run runs, then the result', async () => {
+    const started = await client.callTool({ name: 'opencode_run_task',
+        arguments: { task: cfg.progressTask, repository: cfg.repository } });
+    const runId = started.structuredContent.runId;
+    made.push(runId);
+    const prog = [];
+    const logs = [];
+    let during = null;
+    client.setNotificationHandler(LoggingMessageNotificationSchema,
+                                  (n) => { logs.push(n.params); });
+    await client.setLoggingLevel('info');
+    let res;
+    for (let i = 0; i < 5; i++) {
+        res = await client.callTool(
+            { name: 'opencode_get_result', arguments: { runId, waitSeconds: 60 } },
+            CallToolResultSchema,
+            { timeout: 120000, resetTimeoutOnProgress: true,
+              onprogress: (p) => {
+                  prog.push(p);
+                  if (!during) {
+                      // the run, as the first progress arrives
+                      during = client.experimental.tasks.getTask(runId)
+                          .then((t) => t.status, (e) => String(e));
+                  }
+              } });
+        if (/^(completed|failed|cancelled)$/.test(res.structuredContent?.status)) break;
+    }
+    const steps = prog.map((p) => p.progress);
+    const lifecycle = logs.filter((l) => l.data?.runId === runId)
+        .map((l) => l.data.event?.step ?? l.data.event?.status);
+    const first = await during;
+    return {
+        ok: res.structuredContent?.status === 'completed'
+            && prog.length >= 3 && steps.every((n, i) => i === 0 || n > steps[i - 1])
+            && prog.some((p) => p.message === `ran \`${cfg.progressCommand}\``)
+            && prog.some((p) => /^write \/workspace\/repo\//.test(p.message))
+            && first === 'working' && lifecycle.includes('agent_exit'),
+        detail: { messages: prog.map((p) => `${p.progress} ${p.message}`),
+                  statusAtFirstProgress: first, lifecycle,
+                  status: res.structuredContent?.status },
     };
 });
 
