@@ -6,6 +6,7 @@
 
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_cancelled.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_methods.h"
 #include "ngx_http_sandbox_mcp_redis.h"
@@ -181,12 +182,17 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
         return;
     }
 
+    params = json_object_get(msg, "params");
+
     if (call->id == NULL) {
         /* notifications (initialized, cancelled, ...) are never answered */
+        if (ngx_strcmp(method, "notifications/cancelled") == 0) {
+            ngx_http_sandbox_mcp_cancelled_notify(ctx, params);
+        }
+
         return;
     }
 
-    params = json_object_get(msg, "params");
     call->progress_token = json_object_get(json_object_get(params, "_meta"),
                                            "progressToken");
 

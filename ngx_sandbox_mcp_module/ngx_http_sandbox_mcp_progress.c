@@ -323,6 +323,11 @@ ngx_http_sandbox_mcp_progress_events(void *data, redisReply *reply)
 
     p->cmd = NULL;
 
+    if (p->call->ctx->done) {
+        /* cancelled: the stream was closed */
+        return;
+    }
+
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
         /* Redis away: no more progress; the call answers on its own */
         if (p->finishing) {
@@ -420,6 +425,10 @@ ngx_http_sandbox_mcp_progress_level(void *data, redisReply *reply)
 
     p->cmd = NULL;
 
+    if (p->call->ctx->done) {
+        return;
+    }
+
     if (reply && reply->type == REDIS_REPLY_STRING) {
         rank = ngx_http_sandbox_mcp_log_rank(reply->str, reply->len);
         if (rank >= 0) {
@@ -461,8 +470,8 @@ ngx_http_sandbox_mcp_progress_wake(ngx_http_sandbox_mcp_call_t *call)
 }
 
 
-static ngx_int_t
-ngx_http_sandbox_mcp_progress_header(ngx_http_request_t *r)
+ngx_int_t
+ngx_http_sandbox_mcp_sse_header(ngx_http_request_t *r)
 {
     ngx_int_t  rc;
 
@@ -486,6 +495,29 @@ ngx_http_sandbox_mcp_progress_header(ngx_http_request_t *r)
     rc = ngx_http_send_header(r);
 
     return rc == NGX_ERROR || rc > NGX_OK ? NGX_ERROR : NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_close(ngx_http_request_t *r)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    if (!r->header_sent && ngx_http_sandbox_mcp_sse_header(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last_buf = 1;
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out) == NGX_ERROR ? NGX_ERROR : NGX_OK;
 }
 
 
@@ -517,7 +549,7 @@ ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call)
     cln = ngx_pool_cleanup_add(r->pool, 0);
 
     if (p == NULL || cln == NULL
-        || ngx_http_sandbox_mcp_progress_header(r) != NGX_OK)
+        || ngx_http_sandbox_mcp_sse_header(r) != NGX_OK)
     {
         return;
     }

@@ -20,6 +20,10 @@ void ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call);
 /* the run's channel spoke: read its new events */
 void ngx_http_sandbox_mcp_progress_wake(ngx_http_sandbox_mcp_call_t *call);
 
+/* the head of a 200 text/event-stream answer; an empty one, closed */
+ngx_int_t ngx_http_sandbox_mcp_sse_header(ngx_http_request_t *r);
+ngx_int_t ngx_http_sandbox_mcp_sse_close(ngx_http_request_t *r);
+
 /* the level logging/setLevel stored for the session ("" : the default);
  * the rank of a level name, or -1 */
 ngx_int_t ngx_http_sandbox_mcp_log_rank(const char *level, size_t len);

@@ -5,6 +5,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_cancelled.h"
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
@@ -146,6 +147,7 @@ ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
          */
         call->wake = ngx_http_sandbox_mcp_result_wake;
         ngx_http_sandbox_mcp_waiter_add(call, (ngx_msec_t) (wait * 1000));
+        ngx_http_sandbox_mcp_cancelled_watch(call);
 
         /* a client that goes away ends the wait */
         call->ctx->request->read_event_handler = ngx_http_test_reading;

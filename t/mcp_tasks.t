@@ -338,6 +338,55 @@ my $run2 = $task2->{taskId};
 }
 
 ###############################################################################
+# notifications/cancelled stops a waiting request, not the run
+
+{
+    my $run = (task_call({ task => 'to wait on' })->{result} || {})->{task}{taskId};
+    my $bob_run = (task_call({ task => 'bob waits' }, sid => $bob_sid,
+                             token => $bob_tok)->{result} || {})->{task}{taskId};
+    my $wait = sub {
+        my ($id, %o) = @_;
+        return $t->mcp_start({ jsonrpc => '2.0', id => $id, method => 'tools/call',
+                               params => { name => 'opencode_get_result',
+                                           arguments => { runId => $o{run} // $run,
+                                                          waitSeconds => 30 },
+                                           %{ $o{params} || {} } } },
+                             session => $o{sid} // $sid, %{ $o{http} || {} });
+    };
+    my $cancel = sub {
+        my ($id, %o) = @_;
+        return $t->mcp_post({ jsonrpc => '2.0', method => 'notifications/cancelled',
+                              params => { requestId => $id, reason => 'enough' } },
+                            session => $o{sid} // $sid, %{ $o{http} || {} });
+    };
+
+    my $p1 = $wait->('w-1');
+    my $p2 = $wait->(77);
+    my $pb = $wait->('w-1', run => $bob_run, sid => $bob_sid, http => { token => $bob_tok });
+    sleep 0.5;
+    my $t0 = time;
+    is($cancel->('w-1')->{status}, 202, 'notifications/cancelled: 202');
+    my $r = $t->mcp_finish($p1, 10);
+    is($r->{status}, 200, 'the cancelled wait ends');
+    ok(time - $t0 < 10, 'at once, not at the end of its 30 s');
+    is_deeply($r->{sse} // [], [], 'with no JSON-RPC answer');
+    is($t->redis('HGET', "${P}run:$run", 'status'), 'started', 'the run goes on');
+
+    is($cancel->(78)->{status}, 202, 'an unknown requestId: 202, nothing happens');
+    is($cancel->({ x => 1 })->{status}, 202, 'a requestId of the wrong type: 202, nothing happens');
+    is($cancel->('x' x 100000)->{status}, 202, 'a huge requestId: 202, nothing happens');
+    $cancel->('"77"');
+    finish_run($run, 'completed');
+    $r = $t->mcp_finish($p2, 10);
+    is($r->{json}{result}{structuredContent}{status}, 'completed',
+       'another request of the session (id 77, not "77") still answered');
+    finish_run($bob_run, 'completed');
+    $r = $t->mcp_finish($pb, 10);
+    is($r->{json}{result}{structuredContent}{status}, 'completed',
+       "bob's request of the same id, waiting meanwhile: not cancelled by alice's notification");
+}
+
+###############################################################################
 # resources
 
 {

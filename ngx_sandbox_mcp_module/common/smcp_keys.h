@@ -47,6 +47,11 @@
                                                      workers PSUBSCRIBE
                                                      <prefix>tenant:* */
 #define SMCP_CHAN_CANCEL            "%scancel"
+#define SMCP_CHAN_MCP_CANCELLED     "%srun:mcp:%s" /* an MCP session's
+                                                     notifications/cancelled:
+                                                     the requestId as JSON
+                                                     (on the run:* pattern;
+                                                     mcp:{sid} is no run) */
 #define SMCP_CHAN_REVOKED           "%srevoked"   /* a jti: "<jti> <exp>" */
 
 #define SMCP_QUEUE_GROUP            "runners"
