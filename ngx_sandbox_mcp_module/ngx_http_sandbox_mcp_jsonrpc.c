@@ -11,6 +11,7 @@
 #include "ngx_http_sandbox_mcp_methods.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_session.h"
+#include "ngx_http_sandbox_mcp_stream.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
@@ -79,6 +80,11 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
 
     if (r->method == NGX_HTTP_DELETE) {
         return ngx_http_sandbox_mcp_session_delete(ctx);
+    }
+
+    if (r->method == NGX_HTTP_GET) {
+        /* the session's stream, once the session is known */
+        return ngx_http_sandbox_mcp_session_lookup(ctx);
     }
 
     rc = ngx_http_sandbox_mcp_read_body(r, &body, lcf->max_body);
@@ -256,6 +262,10 @@ ngx_http_sandbox_mcp_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     r = ctx->request;
 
+    if (r->method == NGX_HTTP_GET) {
+        return ngx_http_sandbox_mcp_stream_start(ctx);
+    }
+
     if (ctx->batch
         && !(ctx->batch_session
              && ngx_http_sandbox_mcp_is_batch_version(&ctx->version)))
@@ -383,6 +393,12 @@ ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call)
     ctx = call->ctx;
 
     if (!call->pending || ctx->done) {
+        return;
+    }
+
+    if (call->hold) {
+        /* a filter went on with another step, which ends the call */
+        call->hold = 0;
         return;
     }
 

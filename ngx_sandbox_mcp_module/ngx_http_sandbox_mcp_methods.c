@@ -12,13 +12,12 @@
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_stream.h"
 #include "ngx_http_sandbox_mcp_tasks.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 
 #include "smcp_validate.h"
 
-
-#define NGX_HTTP_SANDBOX_MCP_RESOURCE_NOT_FOUND  -32002
 
 #define NGX_HTTP_SANDBOX_MCP_RUN_URI     "opencode://runs/"
 #define NGX_HTTP_SANDBOX_MCP_RUNS_PAGE   100     /* resources/list, and the
@@ -40,7 +39,7 @@ ngx_http_sandbox_mcp_methods_capabilities(void)
     return json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}, s:{},"
                      " s:{s:{}, s:{}, s:{s:{s:{}}}}}",
                      "tools", "listChanged", 0,
-                     "resources", "subscribe", 0, "listChanged", 0,
+                     "resources", "subscribe", 1, "listChanged", 0,
                      "logging",
                      "completions",
                      "tasks", "list", "cancel",
@@ -480,6 +479,12 @@ ngx_http_sandbox_mcp_methods_start(ngx_http_sandbox_mcp_call_t *call,
 
     } else if (ngx_strcmp(method, "resources/read") == 0) {
         ngx_http_sandbox_mcp_resources_read(call, params);
+
+    } else if (ngx_strcmp(method, "resources/subscribe") == 0) {
+        ngx_http_sandbox_mcp_subscribe(call, params, 1);
+
+    } else if (ngx_strcmp(method, "resources/unsubscribe") == 0) {
+        ngx_http_sandbox_mcp_subscribe(call, params, 0);
 
     } else if (ngx_strcmp(method, "completion/complete") == 0) {
         ngx_http_sandbox_mcp_complete(call, params);

@@ -33,6 +33,7 @@
 #define NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR     -32603
 #define NGX_HTTP_SANDBOX_MCP_SERVER_ERROR       -32000
 #define NGX_HTTP_SANDBOX_MCP_SESSION_NOT_FOUND  -32001
+#define NGX_HTTP_SANDBOX_MCP_RESOURCE_NOT_FOUND -32002
 
 /* not among nginx's NGX_HTTP_* codes */
 #define NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE     406
@@ -131,6 +132,9 @@ struct ngx_http_sandbox_mcp_call_s {
     unsigned                            expired:1;
     unsigned                            until_end:1;    /* tasks/result */
     unsigned                            progress:1;     /* streams progress */
+    unsigned                            hold:1;         /* its filter took
+                                                           another step: not
+                                                           done yet */
 };
 
 

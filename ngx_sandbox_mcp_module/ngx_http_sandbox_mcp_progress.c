@@ -81,7 +81,7 @@ ngx_http_sandbox_mcp_progress_cleanup(void *data)
 
 
 /* nginx held bytes: sent as the socket takes them */
-static void
+void
 ngx_http_sandbox_mcp_progress_writer(ngx_http_request_t *r)
 {
     ngx_connection_t          *c;
@@ -116,35 +116,13 @@ ngx_http_sandbox_mcp_progress_writer(ngx_http_request_t *r)
 }
 
 
-/* one SSE message (json freed); last: the stream ends with it */
+/* bytes on the stream; last: it ends with them */
 static ngx_int_t
-ngx_http_sandbox_mcp_progress_send(ngx_http_request_t *r, json_t *json,
+ngx_http_sandbox_mcp_sse_out(ngx_http_request_t *r, ngx_buf_t *b,
     ngx_uint_t last)
 {
-    char         *s;
-    size_t        len;
     ngx_int_t     rc;
-    ngx_buf_t    *b;
     ngx_chain_t   out;
-
-    s = json ? json_dumps(json, JSON_COMPACT) : NULL;
-    json_decref(json);
-
-    if (s == NULL) {
-        return NGX_ERROR;
-    }
-
-    len = ngx_strlen(s);
-
-    b = ngx_create_temp_buf(r->pool, len + sizeof("event: message\ndata: "
-                                                  "\n\n"));
-    if (b == NULL) {
-        free(s);
-        return NGX_ERROR;
-    }
-
-    b->last = ngx_sprintf(b->last, "event: message\ndata: %*s\n\n", len, s);
-    free(s);
 
     b->flush = 1;
     b->last_buf = last;
@@ -163,6 +141,59 @@ ngx_http_sandbox_mcp_progress_send(ngx_http_request_t *r, json_t *json,
 }
 
 
+ngx_int_t
+ngx_http_sandbox_mcp_sse_text(ngx_http_request_t *r, u_char *text,
+    size_t len)
+{
+    ngx_buf_t  *b;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last = ngx_cpymem(b->last, text, len);
+
+    return ngx_http_sandbox_mcp_sse_out(r, b, 0);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_send(ngx_http_request_t *r, int64_t id,
+    json_t *json, ngx_uint_t last)
+{
+    char       *s;
+    size_t      len;
+    ngx_buf_t  *b;
+
+    s = json ? json_dumps(json, JSON_COMPACT) : NULL;
+    json_decref(json);
+
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    len = ngx_strlen(s);
+
+    b = ngx_create_temp_buf(r->pool, len + NGX_INT64_LEN
+                                     + sizeof("id: \nevent: message\ndata: "
+                                              "\n\n"));
+    if (b == NULL) {
+        free(s);
+        return NGX_ERROR;
+    }
+
+    if (id >= 0) {
+        b->last = ngx_sprintf(b->last, "id: %L\n", id);
+    }
+
+    b->last = ngx_sprintf(b->last, "event: message\ndata: %*s\n\n", len, s);
+    free(s);
+
+    return ngx_http_sandbox_mcp_sse_out(r, b, last);
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_progress_notify(ngx_http_sandbox_mcp_progress_t *p,
     const char *method, json_t *params)
@@ -176,7 +207,7 @@ ngx_http_sandbox_mcp_progress_notify(ngx_http_sandbox_mcp_progress_t *p,
         return NGX_OK;
     }
 
-    return ngx_http_sandbox_mcp_progress_send(p->call->ctx->request,
+    return ngx_http_sandbox_mcp_sse_send(p->call->ctx->request, -1,
                json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0",
                          "method", method, "params", params), 0);
 }
@@ -305,8 +336,8 @@ ngx_http_sandbox_mcp_progress_end(ngx_http_sandbox_mcp_progress_t *p)
 
     call = p->call;
 
-    rc = ngx_http_sandbox_mcp_progress_send(call->ctx->request,
-                                            json_incref(call->response), 1);
+    rc = ngx_http_sandbox_mcp_sse_send(call->ctx->request, -1,
+                                       json_incref(call->response), 1);
 
     ngx_http_sandbox_mcp_finalize(call->ctx, rc == NGX_OK ? NGX_OK
                                                           : NGX_ERROR);

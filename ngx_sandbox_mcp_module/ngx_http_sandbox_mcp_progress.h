@@ -23,6 +23,14 @@ void ngx_http_sandbox_mcp_progress_wake(ngx_http_sandbox_mcp_call_t *call);
 /* the head of a 200 text/event-stream answer; an empty one, closed */
 ngx_int_t ngx_http_sandbox_mcp_sse_header(ngx_http_request_t *r);
 ngx_int_t ngx_http_sandbox_mcp_sse_close(ngx_http_request_t *r);
+/* an event (json freed; id < 0: none), or text as it is; nginx holding
+ * bytes, the write handler sends them */
+ngx_int_t ngx_http_sandbox_mcp_sse_send(ngx_http_request_t *r, int64_t id,
+    json_t *json, ngx_uint_t last);
+ngx_int_t ngx_http_sandbox_mcp_sse_text(ngx_http_request_t *r, u_char *text,
+    size_t len);
+/* the write handler of these streams */
+void ngx_http_sandbox_mcp_progress_writer(ngx_http_request_t *r);
 
 /* the level logging/setLevel stored for the session ("" : the default);
  * the rank of a level name, or -1 */

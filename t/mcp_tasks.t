@@ -20,6 +20,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 use SMCP::Test qw(json_encode now_ms);
+use SMCP::UI;
 
 my $t = SMCP::Test->new(
     workers  => 1,      # one worker: a waiting tasks/result must not hold it
@@ -72,7 +73,8 @@ sub finish_run {
     is_deeply($caps->{tasks}, { list => {}, cancel => {},
                                 requests => { tools => { call => {} } } },
               'capabilities.tasks: list, cancel, requests.tools.call');
-    ok(ref $caps->{resources} eq 'HASH', 'capabilities.resources');
+    is_deeply($caps->{resources}, { subscribe => JSON::PP::true(), listChanged => JSON::PP::false() },
+              'capabilities.resources: subscribe');
     ok(ref $caps->{logging} eq 'HASH', 'capabilities.logging');
     ok(ref $caps->{completions} eq 'HASH', 'capabilities.completions');
 
@@ -427,6 +429,103 @@ my $run2 = $task2->{taskId};
                     sid => $bob_sid, token => $bob_tok)), -32002,
        "bob reads alice's run: -32002, like none");
     is(err_code(rpc('resources/read', {})), -32602, 'no uri: -32602');
+}
+
+###############################################################################
+# subscriptions and the session's GET stream, resumed with Last-Event-ID
+
+{
+    my $ui = SMCP::UI->new($t);
+    my $open = sub {
+        my (%o) = @_;
+        my $st = $ui->sse('/mcp', headers => [
+            'Authorization: Bearer ' . ($o{token} // $t->token),
+            'Mcp-Session-Id: ' . ($o{sid} // $sid), @{ $o{headers} || [] } ],
+            (defined $o{last_id} ? (last_id => $o{last_id}) : ()));
+        $st->pump(3, sub { @{ $_[0]->events } >= 1 || $_[0]->closed });
+        return $st;
+    };
+    my $updates = sub {
+        my ($st) = @_;
+        return [ map { $_->{json}{params}{uri} }
+                 grep { ($_->{json}{method} // '') eq 'notifications/resources/updated' }
+                 @{ $st->events } ];
+    };
+    my $status = sub {
+        my ($run, $status, %f) = @_;
+        $t->redis('HSET', "${P}run:$run", status => $status, %f);
+        $t->redis('PUBLISH', "${P}tenant:alice", "$run $status");
+    };
+
+    my $r = $t->http(method => 'GET', path => '/mcp', headers => [
+        Accept => 'text/event-stream', Authorization => 'Bearer ' . $t->token ]);
+    is($r->{status}, 400, 'GET without a session: 400');
+    $r = $t->http(method => 'GET', path => '/mcp', headers => [
+        Accept => 'application/json', Authorization => 'Bearer ' . $t->token,
+        'Mcp-Session-Id' => $sid ]);
+    is($r->{status}, 406, 'GET not accepting text/event-stream: 406');
+    $r = $t->http(method => 'GET', path => '/mcp', headers => [
+        Accept => 'text/event-stream', Authorization => 'Bearer ' . $bob_tok,
+        'Mcp-Session-Id' => $sid ]);
+    is($r->{status}, 404, "GET on another tenant's session: 404");
+
+    my $ra = (task_call({ task => 'watched' })->{result} || {})->{task}{taskId};
+    my $rb = (task_call({ task => 'not watched' })->{result} || {})->{task}{taskId};
+    my $ua = "opencode://runs/$ra";
+    is_deeply(rpc('resources/subscribe', { uri => $ua })->{result}, {}, 'resources/subscribe');
+    is_deeply(rpc('resources/subscribe', { uri => "$ua/diff" })->{result}, {}, '... and its diff');
+    is(err_code(rpc('resources/subscribe', { uri => $ua }, sid => $bob_sid, token => $bob_tok)),
+       -32002, "bob subscribes to alice's run: -32002");
+    is(err_code(rpc('resources/subscribe', { uri => 'opencode://runs/run_' . ('0' x 24) })),
+       -32002, 'an unknown run: -32002');
+    is(err_code(rpc('resources/subscribe', { uri => 'http://x/' })), -32002, 'another URI: -32002');
+    is(err_code(rpc('resources/subscribe', { uri => 'x' x 100000 })), -32002, 'a huge one: -32002');
+    is(err_code(rpc('resources/subscribe', {})), -32602, 'no uri: -32602');
+    is_deeply([ sort @{ $t->redis('SMEMBERS', "${P}mcp:$sid:subs") } ], [ $ua, "$ua/diff" ],
+              'the subscriptions, in Redis');
+    ok($t->redis('TTL', "${P}mcp:$sid:subs") > 0, 'expiring');
+
+    my $s1 = $open->();
+    is($s1->status, 200, 'GET with the session: 200');
+    like($s1->headers->{'content-type'} // '', qr{^text/event-stream}, 'an event stream');
+    my $prime = $s1->events->[0] || {};
+    like($prime->{id} // '', qr/^\d{13}$/, 'first: an id (ms) ...');
+    is($prime->{data} // '', '', '... and no data');
+
+    my $sb = $open->(sid => $bob_sid, token => $bob_tok);
+    $status->($rb, 'running', started_at => now_ms());
+    $status->($ra, 'running', started_at => now_ms());
+    $s1->pump(5, sub { @{ $updates->($_[0]) } >= 2 });
+    is_deeply([ sort @{ $updates->($s1) } ], [ $ua, "$ua/diff" ],
+              'a status change: notifications/resources/updated for each subscribed URI, not the other run');
+    my @ids = map { $_->{id} } @{ $s1->events };
+    ok(!grep({ $ids[$_] <= $ids[$_ - 1] } 1 .. $#ids), 'ids increase');
+    $sb->pump(1);
+    is_deeply($updates->($sb), [], "bob's stream: nothing of alice's");
+    my $last = $ids[-1];
+    $s1->close;
+
+    # while away: the run ends; back with Last-Event-ID
+    sleep 0.1;
+    $status->($ra, 'completed', finished_at => now_ms());
+    my $s2 = $open->(last_id => $last);
+    $s2->pump(3, sub { @{ $updates->($_[0]) } >= 2 });
+    is_deeply([ sort @{ $updates->($s2) } ], [ $ua, "$ua/diff" ],
+              'resumed with Last-Event-ID: what changed while away');
+    ok(!grep({ defined $_->{id} && $_->{id} <= $last } @{ $s2->events }[1 .. $#{ $s2->events }]),
+       'with ids after it');
+    my $s3 = $open->(last_id => $s2->events->[-1]{id});
+    $s3->pump(1);
+    is_deeply($updates->($s3), [], 'resumed again from the end: nothing twice');
+    $s2->pump(3, sub { $_[0]->closed || $_[0]->ended });
+    ok($s2->closed || $s2->ended, 'a newer stream of the session ends the older one');
+
+    is_deeply(rpc('resources/unsubscribe', { uri => "$ua/diff" })->{result}, {}, 'unsubscribe');
+    $status->($ra, 'completed');
+    $s3->pump(3, sub { @{ $updates->($_[0]) } >= 1 });
+    is_deeply($updates->($s3), [ $ua ], 'after it: only what is still subscribed');
+    $s3->close;
+    $sb->close;
 }
 
 ###############################################################################

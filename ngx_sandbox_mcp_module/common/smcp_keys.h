@@ -18,6 +18,8 @@
 #define SMCP_KEY_SESSION_RUNS       "%ssession:%s:runs"
 #define SMCP_KEY_QUEUE              "%squeue"
 #define SMCP_KEY_MCP_SESSION        "%smcp:%s"
+#define SMCP_KEY_MCP_SUBS           "%smcp:%s:subs" /* set: the URIs the
+                                                       session subscribed */
 #define SMCP_KEY_MCP_LOG            "%smcp:%s:log"  /* string: the level
                                                        logging/setLevel set */
 #define SMCP_KEY_TENANT_ACTIVE      "%stenant:%s:active"  /* set: the
