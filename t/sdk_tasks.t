@@ -9,7 +9,9 @@
 # is stopped (the run cancelled in Redis, its container gone).  Progress:
 # opencode_get_result waiting with the SDK's onprogress gets a
 # notifications/progress per agent step (the first while the run still
-# works) and the run's lifecycle lines as log messages, then the result.
+# works) and the run's lifecycle lines as log messages, then the result;
+# the run's resource, subscribed with subscribeResource, is updated on the
+# session's GET stream (the SDK's own) as it runs and completes.
 #
 # Needs root, Docker, `make` (module, runner), redis-server and node; the
 # sandbox image is built on first use.
@@ -33,6 +35,7 @@ my @EXPECTED = (
     'the result is the run\'s final answer, with the related task',
     'tasks/get and tasks/list see the task',
     'get_result waiting with onprogress: a notifications/progress per agent step while the run runs, then the result',
+    'the subscribed run\'s updates arrive on the GET stream: running, completed',
     'callToolStream of a long run, cancelled while it runs: the stream ends "cancelled"',
     'tasks/result of the cancelled task: the run, cancelled, isError',
 );

@@ -12,7 +12,9 @@
 import fs from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CallToolResultSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import {
+    CallToolResultSchema, LoggingMessageNotificationSchema, ResourceUpdatedNotificationSchema,
+} from '@modelcontextprotocol/sdk/types.js';
 
 const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 
@@ -110,12 +112,19 @@ await check('tasks/get and tasks/list see the task', async () => {
     };
 });
 
-// progress: a plain run, then get_result waiting with a progress token
+// progress: a plain run, then get_result waiting with a progress token;
+// its resource subscribed meanwhile (updates on the session's GET stream)
+const updated = [];
+client.setNotificationHandler(ResourceUpdatedNotificationSchema,
+                              (n) => { updated.push(n.params.uri); });
+let progressRun = null;
 await check('get_result waiting with onprogress: a notifications/progress per agent step while the run runs, then the result', async () => {
     const started = await client.callTool({ name: 'opencode_run_task',
         arguments: { task: cfg.progressTask, repository: cfg.repository } });
     const runId = started.structuredContent.runId;
+    progressRun = runId;
     made.push(runId);
+    await client.subscribeResource({ uri: `opencode://runs/${runId}` });
     const prog = [];
     const logs = [];
     let during = null;
@@ -152,6 +161,18 @@ await check('get_result waiting with onprogress: a notifications/progress per ag
                   statusAtFirstProgress: first, lifecycle,
                   status: res.structuredContent?.status },
     };
+});
+
+await check('the subscribed run\'s updates arrive on the GET stream: running, completed', async () => {
+    const uri = `opencode://runs/${progressRun}`;
+    for (let i = 0; i < 50 && updated.filter((u) => u === uri).length < 2; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+    }
+    const n = updated.filter((u) => u === uri).length;
+    const read = await client.readResource({ uri });
+    const run = JSON.parse(read.contents[0].text);
+    await client.unsubscribeResource({ uri });
+    return { ok: n >= 2 && run.status === 'completed', detail: { updates: n, status: run.status } };
 });
 
 // a run that hangs in its model call: cancelled once it is running
