@@ -82,20 +82,26 @@ ngx_http_sandbox_mcp_resource_uri(json_t *run_id, ngx_uint_t kind)
 }
 
 
+/* a run of the list as a resource */
 static json_t *
-ngx_http_sandbox_mcp_resources_view(ngx_http_sandbox_mcp_call_t *call,
-    json_t *result, json_t *view)
+ngx_http_sandbox_mcp_resource_of(ngx_http_sandbox_mcp_call_t *call,
+    json_t *run)
 {
-    json_decref(result);
+    json_t      *title;
+    const char  *status;
 
-    if (view == NULL) {
-        ngx_http_sandbox_mcp_call_error(call,
-                                        NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
-                                        "Internal error building the "
-                                        "resource");
-    }
+    title = json_object_get(run, "title");
+    status = json_string_value(json_object_get(run, "status"));
 
-    return view;
+    return json_pack("{s:o, s:O, s:O, s:s, s:s}",
+                     "uri", ngx_http_sandbox_mcp_resource_uri(
+                                json_object_get(run, "runId"),
+                                NGX_HTTP_SANDBOX_MCP_RES_RUN),
+                     "name", json_object_get(run, "runId"),
+                     "title", json_string_length(title)
+                              ? title : json_object_get(run, "runId"),
+                     "description", status ? status : "",
+                     "mimeType", "application/json");
 }
 
 
@@ -103,45 +109,8 @@ static json_t *
 ngx_http_sandbox_mcp_resources_listed(ngx_http_sandbox_mcp_call_t *call,
     json_t *result)
 {
-    size_t       i;
-    json_t      *sc, *run, *list, *next, *title;
-    const char  *status;
-
-    if (ngx_http_sandbox_mcp_is_error(result)) {
-        return ngx_http_sandbox_mcp_tool_failed(call, result,
-                                       NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS);
-    }
-
-    sc = json_object_get(result, "structuredContent");
-
-    list = json_array();
-    if (list == NULL) {
-        return ngx_http_sandbox_mcp_resources_view(call, result, NULL);
-    }
-
-    json_array_foreach(json_object_get(sc, "runs"), i, run) {
-        title = json_object_get(run, "title");
-        status = json_string_value(json_object_get(run, "status"));
-
-        json_array_append_new(list,
-            json_pack("{s:o, s:O, s:O, s:s, s:s}",
-                      "uri", ngx_http_sandbox_mcp_resource_uri(
-                                 json_object_get(run, "runId"),
-                                 NGX_HTTP_SANDBOX_MCP_RES_RUN),
-                      "name", json_object_get(run, "runId"),
-                      "title", json_string_length(title)
-                               ? title : json_object_get(run, "runId"),
-                      "description", status ? status : "",
-                      "mimeType", "application/json"));
-    }
-
-    next = json_object_get(sc, "nextCursor");
-
-    return ngx_http_sandbox_mcp_resources_view(call, result,
-               json_is_string(next)
-               ? json_pack("{s:o, s:O}", "resources", list, "nextCursor",
-                           next)
-               : json_pack("{s:o}", "resources", list));
+    return ngx_http_sandbox_mcp_runs_view(call, result, "resources",
+                                          ngx_http_sandbox_mcp_resource_of);
 }
 
 
@@ -181,7 +150,7 @@ ngx_http_sandbox_mcp_resource_read(ngx_http_sandbox_mcp_call_t *call,
         free(text);
     }
 
-    return ngx_http_sandbox_mcp_resources_view(call, result,
+    return ngx_http_sandbox_mcp_method_view(call, result,
                content ? json_pack("{s:[o]}", "contents", content) : NULL);
 }
 
@@ -273,7 +242,7 @@ ngx_http_sandbox_mcp_completed(ngx_http_sandbox_mcp_call_t *call,
 
     values = json_array();
     if (values == NULL) {
-        return ngx_http_sandbox_mcp_resources_view(call, result, NULL);
+        return ngx_http_sandbox_mcp_method_view(call, result, NULL);
     }
 
     json_array_foreach(json_object_get(
@@ -301,7 +270,7 @@ ngx_http_sandbox_mcp_completed(ngx_http_sandbox_mcp_call_t *call,
         }
     }
 
-    return ngx_http_sandbox_mcp_resources_view(call, result,
+    return ngx_http_sandbox_mcp_method_view(call, result,
                json_pack("{s:{s:o, s:I, s:b}}", "completion",
                          "values", values,
                          "total", (json_int_t) json_array_size(values),

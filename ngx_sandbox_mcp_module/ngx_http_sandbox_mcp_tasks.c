@@ -140,9 +140,8 @@ ngx_http_sandbox_mcp_task_object(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
-/* a view built from a tool's answer (result freed); NULL: answered */
-static json_t *
-ngx_http_sandbox_mcp_task_view(ngx_http_sandbox_mcp_call_t *call,
+json_t *
+ngx_http_sandbox_mcp_method_view(ngx_http_sandbox_mcp_call_t *call,
     json_t *result, json_t *view)
 {
     json_decref(result);
@@ -150,10 +149,44 @@ ngx_http_sandbox_mcp_task_view(ngx_http_sandbox_mcp_call_t *call,
     if (view == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
                                         NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
-                                        "Internal error building the task");
+                                        "Internal error building the "
+                                        "answer");
     }
 
     return view;
+}
+
+
+json_t *
+ngx_http_sandbox_mcp_runs_view(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, const char *name,
+    json_t *(*each)(ngx_http_sandbox_mcp_call_t *call, json_t *run))
+{
+    size_t   i;
+    json_t  *sc, *run, *list, *next;
+
+    if (ngx_http_sandbox_mcp_is_error(result)) {
+        return ngx_http_sandbox_mcp_tool_failed(call, result,
+                                       NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS);
+    }
+
+    sc = json_object_get(result, "structuredContent");
+
+    list = json_array();
+    if (list == NULL) {
+        return ngx_http_sandbox_mcp_method_view(call, result, NULL);
+    }
+
+    json_array_foreach(json_object_get(sc, "runs"), i, run) {
+        json_array_append_new(list, each(call, run));
+    }
+
+    next = json_object_get(sc, "nextCursor");
+
+    return ngx_http_sandbox_mcp_method_view(call, result,
+               json_is_string(next)
+               ? json_pack("{s:o, s:O}", name, list, "nextCursor", next)
+               : json_pack("{s:o}", name, list));
 }
 
 
@@ -172,7 +205,7 @@ ngx_http_sandbox_mcp_task_created(ngx_http_sandbox_mcp_call_t *call,
     run = json_object_get(result, "structuredContent");
     smcp_iso8601_ms(now, sizeof(now), ngx_http_sandbox_mcp_now_ms());
 
-    return ngx_http_sandbox_mcp_task_view(call, result,
+    return ngx_http_sandbox_mcp_method_view(call, result,
                json_pack("{s:{s:O, s:s, s:s, s:s, s:s, s:I, s:I},"
                          " s:{s:s}}",
                          "task",
@@ -201,7 +234,7 @@ ngx_http_sandbox_mcp_task_get(ngx_http_sandbox_mcp_call_t *call,
                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS);
     }
 
-    return ngx_http_sandbox_mcp_task_view(call, result,
+    return ngx_http_sandbox_mcp_method_view(call, result,
                ngx_http_sandbox_mcp_task_object(call,
                    json_object_get(result, "structuredContent")));
 }
@@ -248,7 +281,7 @@ ngx_http_sandbox_mcp_task_final(ngx_http_sandbox_mcp_call_t *call,
                                       json_object_get(run, "runId")))
         != 0)
     {
-        return ngx_http_sandbox_mcp_task_view(call, result, NULL);
+        return ngx_http_sandbox_mcp_method_view(call, result, NULL);
     }
 
     return result;
@@ -259,33 +292,8 @@ static json_t *
 ngx_http_sandbox_mcp_task_list(ngx_http_sandbox_mcp_call_t *call,
     json_t *result)
 {
-    size_t   i;
-    json_t  *sc, *run, *tasks, *next, *view;
-
-    if (ngx_http_sandbox_mcp_is_error(result)) {
-        return ngx_http_sandbox_mcp_tool_failed(call, result,
-                                       NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS);
-    }
-
-    sc = json_object_get(result, "structuredContent");
-
-    tasks = json_array();
-    if (tasks == NULL) {
-        return ngx_http_sandbox_mcp_task_view(call, result, NULL);
-    }
-
-    json_array_foreach(json_object_get(sc, "runs"), i, run) {
-        json_array_append_new(tasks,
-                              ngx_http_sandbox_mcp_task_object(call, run));
-    }
-
-    next = json_object_get(sc, "nextCursor");
-
-    view = json_is_string(next)
-           ? json_pack("{s:o, s:O}", "tasks", tasks, "nextCursor", next)
-           : json_pack("{s:o}", "tasks", tasks);
-
-    return ngx_http_sandbox_mcp_task_view(call, result, view);
+    return ngx_http_sandbox_mcp_runs_view(call, result, "tasks",
+                                          ngx_http_sandbox_mcp_task_object);
 }
 
 
@@ -317,7 +325,7 @@ ngx_http_sandbox_mcp_task_cancel(ngx_http_sandbox_mcp_call_t *call,
         return NULL;
     }
 
-    return ngx_http_sandbox_mcp_task_view(call, result,
+    return ngx_http_sandbox_mcp_method_view(call, result,
                ngx_http_sandbox_mcp_task_object(call, run));
 }
 

@@ -23,6 +23,16 @@ ngx_int_t ngx_http_sandbox_mcp_tasks_start(ngx_http_sandbox_mcp_call_t *call,
 json_t *ngx_http_sandbox_mcp_tool_failed(ngx_http_sandbox_mcp_call_t *call,
     json_t *result, ngx_int_t code);
 
+/* a method's answer built from a tool's (result freed; view NULL: the
+ * call answers an internal error), NULL once answered */
+json_t *ngx_http_sandbox_mcp_method_view(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, json_t *view);
+
+/* opencode_list_runs' answer as {name: [each(run)...], nextCursor?} */
+json_t *ngx_http_sandbox_mcp_runs_view(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, const char *name,
+    json_t *(*each)(ngx_http_sandbox_mcp_call_t *call, json_t *run));
+
 /* result is a tool's isError answer */
 ngx_uint_t ngx_http_sandbox_mcp_is_error(json_t *result);
 
