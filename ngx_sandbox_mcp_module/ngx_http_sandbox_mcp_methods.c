@@ -328,15 +328,11 @@ static void
 ngx_http_sandbox_mcp_resources_list(ngx_http_sandbox_mcp_call_t *call,
     json_t *params)
 {
-    json_t  *cursor;
+    json_t  *args;
 
-    cursor = json_object_get(params, "cursor");
-
-    if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
-        ngx_http_sandbox_mcp_call_error(call,
-                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
-                                        "Invalid params: cursor must be a "
-                                        "string");
+    args = ngx_http_sandbox_mcp_runs_args(call, params,
+                                          NGX_HTTP_SANDBOX_MCP_RUNS_PAGE);
+    if (args == NULL) {
         return;
     }
 
@@ -344,11 +340,7 @@ ngx_http_sandbox_mcp_resources_list(ngx_http_sandbox_mcp_call_t *call,
     call->ctx->pending++;
     call->filter = ngx_http_sandbox_mcp_resources_listed;
 
-    ngx_http_sandbox_mcp_tools_start(call, "opencode_list_runs",
-        json_is_string(cursor)
-        ? json_pack("{s:O, s:i}", "cursor", cursor, "limit",
-                    NGX_HTTP_SANDBOX_MCP_RUNS_PAGE)
-        : json_pack("{s:i}", "limit", NGX_HTTP_SANDBOX_MCP_RUNS_PAGE));
+    ngx_http_sandbox_mcp_tools_start(call, "opencode_list_runs", args);
 }
 
 

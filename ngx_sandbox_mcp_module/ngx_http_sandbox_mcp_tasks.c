@@ -330,11 +330,42 @@ ngx_http_sandbox_mcp_task_cancel(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+json_t *
+ngx_http_sandbox_mcp_runs_args(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params, ngx_int_t limit)
+{
+    json_t  *cursor, *args;
+
+    cursor = json_object_get(params, "cursor");
+
+    if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: cursor must be a "
+                                        "string");
+        return NULL;
+    }
+
+    args = json_is_string(cursor)
+           ? json_pack("{s:O, s:I}", "cursor", cursor, "limit",
+                       (json_int_t) limit)
+           : json_pack("{s:I}", "limit", (json_int_t) limit);
+
+    if (args == NULL) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
+                                        "Internal error");
+    }
+
+    return args;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_tasks_start(ngx_http_sandbox_mcp_call_t *call,
     const char *method, json_t *params)
 {
-    json_t      *id, *cursor, *args;
+    json_t      *id, *args;
     const char  *tool;
 
     if (ngx_strncmp(method, "tasks/", 6) != 0) {
@@ -344,21 +375,11 @@ ngx_http_sandbox_mcp_tasks_start(ngx_http_sandbox_mcp_call_t *call,
     method += 6;
 
     if (ngx_strcmp(method, "list") == 0) {
-        cursor = json_object_get(params, "cursor");
-
-        if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
-            ngx_http_sandbox_mcp_call_error(call,
-                                       NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
-                                       "Invalid params: cursor must be a "
-                                       "string");
+        args = ngx_http_sandbox_mcp_runs_args(call, params,
+                                              NGX_HTTP_SANDBOX_MCP_TASKS_PAGE);
+        if (args == NULL) {
             return NGX_OK;
         }
-
-        args = json_is_string(cursor)
-               ? json_pack("{s:O, s:i}", "cursor", cursor, "limit",
-                           NGX_HTTP_SANDBOX_MCP_TASKS_PAGE)
-               : json_pack("{s:i}", "limit",
-                           NGX_HTTP_SANDBOX_MCP_TASKS_PAGE);
 
         call->filter = ngx_http_sandbox_mcp_task_list;
         tool = "opencode_list_runs";

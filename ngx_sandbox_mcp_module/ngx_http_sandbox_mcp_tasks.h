@@ -33,6 +33,11 @@ json_t *ngx_http_sandbox_mcp_runs_view(ngx_http_sandbox_mcp_call_t *call,
     json_t *result, const char *name,
     json_t *(*each)(ngx_http_sandbox_mcp_call_t *call, json_t *run));
 
+/* opencode_list_runs' arguments for a page of limit from params.cursor;
+ * NULL: answered (a cursor that is no string) */
+json_t *ngx_http_sandbox_mcp_runs_args(ngx_http_sandbox_mcp_call_t *call,
+    json_t *params, ngx_int_t limit);
+
 /* result is a tool's isError answer */
 ngx_uint_t ngx_http_sandbox_mcp_is_error(json_t *result);
 
