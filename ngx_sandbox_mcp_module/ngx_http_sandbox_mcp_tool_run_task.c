@@ -517,7 +517,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[28];
+    ngx_str_t                    args[29];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -582,6 +582,11 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[26] = t->watch_base;
     args[27] = ngx_http_sandbox_mcp_redis_number(pool,
                                          NGX_HTTP_SANDBOX_MCP_SESSION_REPOS);
+
+    /* a session idle longer than this expired and its keys are gone */
+    args[28] = ngx_http_sandbox_mcp_redis_number(pool,
+                   now - ((int64_t) lcf->retention + lcf->session_idle)
+                         * 1000);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
