@@ -294,9 +294,9 @@ ngx_http_sandbox_mcp_list_runs(ngx_http_sandbox_mcp_call_t *call)
 
     l->limit = (ngx_uint_t) limit;
     l->page.window = l->status.len
-                ? ngx_min(l->limit * NGX_HTTP_SANDBOX_MCP_LIST_SCAN,
-                          NGX_HTTP_SANDBOX_MCP_LIST_BUDGET)
-                : l->limit;
+                     ? ngx_min(l->limit * NGX_HTTP_SANDBOX_MCP_LIST_SCAN,
+                               NGX_HTTP_SANDBOX_MCP_LIST_BUDGET)
+                     : l->limit;
 
     if (ngx_http_sandbox_mcp_redis_key(pool, &l->page.index,
                                        l->session.len

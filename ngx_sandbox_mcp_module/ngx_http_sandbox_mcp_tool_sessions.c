@@ -30,6 +30,8 @@
 
 #define NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS  5
 #define NGX_HTTP_SANDBOX_MCP_SESSION_CMDS    3     /* per session */
+#define NGX_HTTP_SANDBOX_MCP_SESSION_ARGS                                     \
+    (2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS + 2 + 2)  /* HMGET, 2 ZCARD */
 
 static ngx_str_t  ngx_http_sandbox_mcp_session_fields[] = {
     ngx_string("tenant"),
@@ -49,8 +51,6 @@ typedef struct {
     json_t                       *entry;      /* the session being read */
     unsigned                      failed:1;
 } ngx_http_sandbox_mcp_sessions_t;
-
-
 
 
 static void
@@ -242,8 +242,7 @@ ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_page_t *p)
 
     argc = ngx_palloc(pool, p->n * NGX_HTTP_SANDBOX_MCP_SESSION_CMDS
                             * sizeof(ngx_uint_t));
-    argv = ngx_palloc(pool, p->n * (2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS
-                                    + 4)
+    argv = ngx_palloc(pool, p->n * NGX_HTTP_SANDBOX_MCP_SESSION_ARGS
                             * sizeof(ngx_str_t));
     l->sessions = json_array();
 
@@ -282,7 +281,7 @@ ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_page_t *p)
             return;
         }
 
-        a += 2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS + 4;
+        a += NGX_HTTP_SANDBOX_MCP_SESSION_ARGS;
     }
 
     call->cmd = ngx_http_sandbox_mcp_redis_each(
@@ -331,9 +330,9 @@ ngx_http_sandbox_mcp_list_sessions(ngx_http_sandbox_mcp_call_t *call)
 
     l->limit = (ngx_uint_t) limit;
     l->page.window = l->state.len
-                ? ngx_min(l->limit * NGX_HTTP_SANDBOX_MCP_LIST_SCAN,
-                          NGX_HTTP_SANDBOX_MCP_LIST_BUDGET)
-                : l->limit;
+                     ? ngx_min(l->limit * NGX_HTTP_SANDBOX_MCP_LIST_SCAN,
+                               NGX_HTTP_SANDBOX_MCP_LIST_BUDGET)
+                     : l->limit;
 
     if (ngx_http_sandbox_mcp_redis_key(pool, &l->page.index,
                                        SMCP_KEY_TENANT_SESSIONS,
