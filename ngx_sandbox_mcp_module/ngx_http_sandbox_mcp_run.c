@@ -135,15 +135,58 @@ ngx_http_sandbox_mcp_int(redisReply *v)
 }
 
 
+ngx_int_t
+ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id, size_t reserve, ngx_str_t *page)
+{
+    u_char                           *p;
+    size_t                            len;
+    ngx_str_t                        *host;
+    ngx_http_request_t               *r;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    static ngx_str_t  localhost = ngx_string("localhost");
+
+    r = call->ctx->request;
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    host = r->headers_in.host ? &r->headers_in.host->value : &localhost;
+
+    len = ngx_max(lcf->public_url.len, sizeof("https://") - 1 + host->len)
+          + sizeof("/ui/runs/") - 1 + run_id->len;
+
+    page->data = ngx_pnalloc(r->pool, len + reserve);
+    if (page->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (lcf->public_url.len) {
+        p = ngx_cpymem(page->data, lcf->public_url.data,
+                       lcf->public_url.len);
+
+    } else {
+        p = ngx_sprintf(page->data, "%s://%V",
+#if (NGX_HTTP_SSL)
+                        r->connection->ssl ? "https" :
+#endif
+                        "http", host);
+    }
+
+    p = ngx_sprintf(p, "/ui/runs/%V", run_id);
+    page->len = p - page->data;
+
+    return NGX_OK;
+}
+
+
 json_t *
 ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id)
 {
     char                              *tok;
-    u_char                            *p, *url;
-    size_t                             len;
+    u_char                            *p;
     json_t                            *claims, *s;
-    ngx_str_t                          base;
+    ngx_str_t                          page;
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_loc_conf_t   *lcf;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
@@ -172,49 +215,20 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
 
     json_decref(claims);
 
-    if (lcf->public_url.len) {
-        base = lcf->public_url;
-
-    } else {
-        base.len = 0;
-        base.data = NULL;
-    }
-
-    len = base.len + sizeof("https://") - 1
-          + (r->headers_in.host ? r->headers_in.host->value.len : 9)
-          + sizeof("/ui/runs/") - 1 + run_id->len + sizeof("?token=") - 1
-          + ngx_strlen(tok);
-
-    url = ngx_pnalloc(r->pool, len);
-    if (url == NULL) {
+    if (ngx_http_sandbox_mcp_run_page(call, run_id,
+                                      sizeof("?token=") - 1 + ngx_strlen(tok),
+                                      &page)
+        != NGX_OK)
+    {
         free(tok);
         return NULL;
     }
 
-    if (base.len) {
-        p = ngx_cpymem(url, base.data, base.len);
-
-    } else {
-        p = ngx_sprintf(url, "%s://",
-#if (NGX_HTTP_SSL)
-                        r->connection->ssl ? "https" :
-#endif
-                        "http");
-
-        if (r->headers_in.host) {
-            p = ngx_cpymem(p, r->headers_in.host->value.data,
-                           r->headers_in.host->value.len);
-
-        } else {
-            p = ngx_cpymem(p, "localhost", 9);
-        }
-    }
-
-    p = ngx_sprintf(p, "/ui/runs/%V?token=%s", run_id, tok);
+    p = ngx_sprintf(page.data + page.len, "?token=%s", tok);
 
     free(tok);
 
-    s = json_stringn((char *) url, p - url);
+    s = json_stringn((char *) page.data, p - page.data);
 
     return s;
 }
@@ -260,7 +274,7 @@ ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
     v = F("status");
 
     return json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
-                     " s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+                     " s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
                      " s:{s:I, s:I, s:I, s:I, s:I}, s:o, s:o, s:I, s:b,"
                      " s:o*}",
         "runId", (char *) call->run_id.data, call->run_id.len,
@@ -280,6 +294,8 @@ ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
         "filesChanged", files,
         "diffStat", ngx_http_sandbox_mcp_json_text(F("diff_stat"), 1),
         "pullRequestUrl", ngx_http_sandbox_mcp_json_text(F("pr_url"), 1),
+        "pullRequestStatus",
+            ngx_http_sandbox_mcp_json_text(F("pr_status"), 1),
         "tokens",
             "input", ngx_http_sandbox_mcp_int(F("tokens_input")),
             "output", ngx_http_sandbox_mcp_int(F("tokens_output")),

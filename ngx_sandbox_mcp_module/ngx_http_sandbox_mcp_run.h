@@ -25,6 +25,11 @@ json_t *ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable);
 /* milliseconds since the epoch as ISO-8601, or null */
 json_t *ngx_http_sandbox_mcp_json_time(redisReply *v);
 
+/* the run page's address, <base>/ui/runs/<runId> (no token), with
+ * reserve bytes more allocated after it */
+ngx_int_t ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id, size_t reserve, ngx_str_t *page);
+
 /* the dashboard link for the run, signed for the call's tenant */
 json_t *ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id);

@@ -27,7 +27,7 @@
 
 
 /* the fields of a run a list shows, and the filter's */
-#define NGX_HTTP_SANDBOX_MCP_LIST_FIELDS  6
+#define NGX_HTTP_SANDBOX_MCP_LIST_FIELDS  8
 
 static ngx_str_t  ngx_http_sandbox_mcp_list_fields[] = {
     ngx_string("tenant"),
@@ -35,7 +35,9 @@ static ngx_str_t  ngx_http_sandbox_mcp_list_fields[] = {
     ngx_string("session"),
     ngx_string("title"),
     ngx_string("created_at"),
-    ngx_string("finished_at")
+    ngx_string("finished_at"),
+    ngx_string("pr_url"),
+    ngx_string("pr_status")
 };
 
 
@@ -135,13 +137,16 @@ ngx_http_sandbox_mcp_list_run(ngx_http_sandbox_mcp_list_t *l, ngx_uint_t i,
         return;
     }
 
-    run = json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o}",
+    run = json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
                     "runId", (char *) l->ids[i].data, l->ids[i].len,
                     "status", ngx_http_sandbox_mcp_json_text(e[1], 0),
                     "sessionId", ngx_http_sandbox_mcp_json_text(e[2], 0),
                     "title", ngx_http_sandbox_mcp_json_text(e[3], 0),
                     "createdAt", ngx_http_sandbox_mcp_json_time(e[4]),
-                    "finishedAt", ngx_http_sandbox_mcp_json_time(e[5]));
+                    "finishedAt", ngx_http_sandbox_mcp_json_time(e[5]),
+                    "pullRequestUrl", ngx_http_sandbox_mcp_json_text(e[6], 1),
+                    "pullRequestStatus",
+                        ngx_http_sandbox_mcp_json_text(e[7], 1));
 
     if (run == NULL || json_array_append_new(l->runs, run) != 0) {
         l->denied = 1;      /* out of memory: an empty page */

@@ -26,6 +26,7 @@ const EXPECTED_TOOLS = [
     'opencode_get_events',
     'opencode_get_result',
     'opencode_list_runs',
+    'opencode_list_sessions',
     'opencode_run_task',
 ];
 

@@ -482,6 +482,22 @@ test_cursor(void)
         "run cursor score of 20 digits");
     RUN("r:run_0123456789abcdef01234567:inf", 0, "run cursor score inf");
     RUN("t:run_0123456789abcdef01234567:17", 0, "run cursor other kind");
+
+#define SES(text_, want_ok_, name_)                                           \
+    do {                                                                      \
+        smcp_cursor_encode(enc, text_, sizeof(text_) - 1);                    \
+        ok((smcp_cursor_id(enc, strlen(enc), 's', SMCP_SESSION_ID_PREFIX, id, \
+                           score) == SMCP_OK) == (want_ok_), name_);          \
+    } while (0)
+
+    SES("s:ses_0123456789abcdef01234567:1764430000000", 1, "session cursor");
+    ok(strcmp(id, "ses_0123456789abcdef01234567") == 0
+       && strcmp(score, "1764430000000") == 0, "session cursor: id, score");
+    SES("s:run_0123456789abcdef01234567:17", 0, "session cursor: a run id");
+    SES("r:ses_0123456789abcdef01234567:17", 0, "session cursor: kind r");
+    SES("r:run_0123456789abcdef01234567:17", 0, "session cursor: a run's");
+    SES("s:ses_0123456789abcdef01234567:-1", 0, "session cursor negative");
+    SES("s:ses_0123456789abcdef01234567:", 0, "session cursor no score");
 }
 
 
