@@ -368,10 +368,16 @@ start=$(git rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null \
 first_line=$(printf '%s\n' "${SMCP_TASK:-}" | sed -n '/[^[:space:]]/{s/[[:space:]]\{1,\}/ /g;s/^ //;s/ $//;p;q}')
 first_line=$(LC_ALL=C.UTF-8; printf '%s' "${first_line:0:80}")
 
+# OpenCode keeps a session per project (the repository it runs in): the
+# session's conversation goes on only in the directory it was started in;
+# a run in another repository of the session starts a new one
+oc_dir_file=$oc/smcp/oc-dir
+oc_dir=$(cat "$oc_dir_file" 2>/dev/null || printf '%s' "$repo")
 args=(run --format json --auto --model "$oc_model")
-if [ -n "${SMCP_SESSION:-}" ]; then
+if [ -n "${SMCP_SESSION:-}" ] && [ "$oc_dir" = "$own" ]; then
     args+=(--session "$SMCP_SESSION")
 else
+    printf '%s' "$own" > "$oc_dir_file"
     title=${SMCP_TITLE:-$first_line}
     [ -n "$title" ] && args+=(--title "$title")
 fi
