@@ -251,7 +251,7 @@ git config --global http."$SMCP_EGRESS_URL/".extraHeader "Authorization: Basic $
 git config --global user.name "${SMCP_GIT_AUTHOR_NAME:-OpenCode sandbox}"
 git config --global user.email "${SMCP_GIT_AUTHOR_EMAIL:-sandbox@localhost}"
 git config --global init.defaultBranch main
-git config --global safe.directory '*'
+git config --global safe.directory "$repo"
 
 if [ $# -gt 0 ]; then
     exec "$@"
@@ -292,6 +292,7 @@ repo_dir() {
 # fetched when present (a failed fetch is said, not fatal)
 sync_repo() {
     local url=$1 dir=$2 branch=${3:-}
+    [ "$dir" = "$repo" ] || git config --global --add safe.directory "$dir"
     if [ ! -d "$dir/.git" ]; then
         lifecycle clone "\"repository\":$(json_str "$url")"
         if ! git clone --quiet ${branch:+--branch "$branch"} "$url" "$dir" \
