@@ -17,39 +17,6 @@
 #include "runner.h"
 
 
-typedef struct {
-    char    *data;
-    size_t   len;
-    int      over;                  /* past RUNNER_PR_ANSWER_MAX */
-} runner_pr_buf_t;
-
-
-static size_t
-runner_pr_collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    runner_pr_buf_t  *b = userdata;
-    size_t            n = size * nmemb;
-    char             *p;
-
-    if (b->len + n > RUNNER_PR_ANSWER_MAX) {
-        b->over = 1;
-        return 0;
-    }
-
-    p = realloc(b->data, b->len + n + 1);
-    if (p == NULL) {
-        return 0;
-    }
-
-    b->data = p;
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-
-    return n;
-}
-
-
 /* words from elsewhere, fit for an error: bounded, printable, UTF-8 */
 static void
 runner_pr_words(char *dst, size_t size, const char *src, size_t len)
@@ -93,11 +60,12 @@ runner_pr_call(const char *method, const char *path, const char *token,
     char                 url[1024], *auth;
     CURL                *h;
     CURLcode             cc;
-    runner_pr_buf_t      b;
+    runner_buf_t         b;
     struct curl_slist   *hdrs;
 
     *answer = NULL;
     memset(&b, 0, sizeof(b));
+    b.max = RUNNER_PR_ANSWER_MAX;
 
     snprintf(url, sizeof(url), "%s/github-api%s", runner_config->egress_url,
              path);
@@ -125,7 +93,7 @@ runner_pr_call(const char *method, const char *path, const char *token,
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, (long) RUNNER_PR_TIMEOUT_S);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, runner_pr_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, runner_buf_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 
     if (body) {

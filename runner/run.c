@@ -1202,7 +1202,8 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
 
 
 /* a stored event of a re-attached run: counted in the outcome so far;
- * the runner's own diff marker and budget warning (no dts) noted */
+ * the runner's own diff marker, budget warning and opened pull request
+ * (no dts) noted */
 static void
 runner_run_replayed(void *data, const char *json, size_t len, int from_log)
 {
@@ -1223,6 +1224,21 @@ runner_run_replayed(void *data, const char *json, size_t len, int from_log)
         s = json_string_value(json_object_get(ev, "warning"));
         if (s && strcmp(s, "output budget exceeded") == 0 && !from_log) {
             run->budget_hit = 1;
+        }
+
+        /* the pull request this runner's predecessor opened: not again */
+        s = json_string_value(json_object_get(ev, "step"));
+        if (s && strcmp(s, "pr_opened") == 0 && !from_log) {
+            s = json_string_value(json_object_get(ev, "url"));
+
+            if (s && strlen(s) < sizeof(run->pr.url)) {
+                run->pr.status = "opened";
+                run->pr_done = 1;
+                strcpy(run->pr.url, s);
+                snprintf(run->pr.number, sizeof(run->pr.number), "%lld",
+                         (long long) json_integer_value(
+                             json_object_get(ev, "number")));
+            }
         }
     }
 

@@ -376,6 +376,16 @@ int runner_store_janitor_end(runner_store_t *st, const char *id,
                                        without what it must hold */
 #define RUNNER_DOCKER_CUT      -3   /* a log transfer stopped early */
 
+/* an answer read by libcurl, at most max bytes (runner_buf_collect) */
+typedef struct {
+    char    *data;
+    size_t   len;
+    size_t   max;
+    int      over;                  /* it was longer: cut */
+} runner_buf_t;
+
+size_t runner_buf_collect(char *ptr, size_t size, size_t nmemb, void *ud);
+
 long runner_docker_ping(char *err, size_t errlen);
 long runner_docker_volume_create(const char *name, const char *session,
     char *err, size_t errlen);
