@@ -83,7 +83,8 @@ ok($run, 'a run') or BAIL_OUT('no run');
 # status, Retry-After, the JSON-RPC error message or "ok"
 sub load_start {
     my ($n) = @_;
-    my @kids;
+    my (@kids, $parent);
+    $parent = $$;
     for my $k (1 .. $n) {
         my $out = $t->dir . "/load.$k";
         my $pid = fork();
@@ -92,7 +93,8 @@ sub load_start {
             open(my $fh, '>', $out) or POSIX::_exit(1);
             $fh->autoflush(1);
             my $i = 0;
-            while (!-e $t->dir . '/load.stop') {
+            # until told to stop, or the test is gone
+            while (!-e $t->dir . '/load.stop' && getppid() == $parent) {
                 my $t0 = time();
                 my (undef, $r) = $i++ % 2
                     ? $t->call_tool($sid, 'opencode_get_events', { runId => $run },
