@@ -43,6 +43,22 @@ ngx_http_sandbox_mcp_field(redisReply *h, const char *name)
 }
 
 
+ngx_uint_t
+ngx_http_sandbox_mcp_reply_eq(redisReply *r, ngx_str_t *s)
+{
+    return r->type == REDIS_REPLY_STRING && r->len == s->len
+           && ngx_strncmp(r->str, s->data, s->len) == 0;
+}
+
+
+ngx_uint_t
+ngx_http_sandbox_mcp_reply_is(redisReply *r, const char *s)
+{
+    return r->type == REDIS_REPLY_STRING && r->len == ngx_strlen(s)
+           && ngx_strncmp(r->str, s, r->len) == 0;
+}
+
+
 /* a string from Redis as JSON: null when absent or empty (if nullable) */
 json_t *
 ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable)

@@ -59,9 +59,14 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
     lcf = ngx_http_get_module_loc_conf(call->ctx->request,
                                        ngx_http_sandbox_mcp_module);
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer == NGX_HTTP_SANDBOX_MCP_QUEUE_FULL)
+    switch (reply->type == REDIS_REPLY_INTEGER
+            ? reply->integer : NGX_HTTP_SANDBOX_MCP_NO_SESSION)
     {
+
+    case NGX_HTTP_SANDBOX_MCP_CREATED:
+        break;
+
+    case NGX_HTTP_SANDBOX_MCP_QUEUE_FULL:
         ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
                                         "start: you already have %ui queued "
                                         "runs, the limit. Wait until some "
@@ -70,11 +75,8 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         "some with opencode_cancel_run, then "
                                         "try again.", lcf->max_queued);
         return;
-    }
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer == NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS)
-    {
+    case NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS:
         ngx_http_sandbox_mcp_tool_error(call, "Session %V already works on "
                                         "%d repositories, the most one "
                                         "session may: name one of them, or "
@@ -82,32 +84,23 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         "sessionId.", &call->path,
                                         NGX_HTTP_SANDBOX_MCP_SESSION_REPOS);
         return;
-    }
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer == NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY)
-    {
+    case NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY:
         ngx_http_sandbox_mcp_tool_error(call, "Session %V has no repository: "
                                         "'branch' and 'createPullRequest' "
                                         "need one; pass 'repository'.",
                                         &call->path);
         return;
-    }
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer == NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED)
-    {
+    case NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED:
         ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
                                         "longer than %T seconds and its "
                                         "workspace was removed; start a new "
                                         "session by omitting sessionId.",
                                         &call->path, lcf->session_idle);
         return;
-    }
 
-    if (reply->type != REDIS_REPLY_INTEGER
-        || reply->integer != NGX_HTTP_SANDBOX_MCP_CREATED)
-    {
+    default:
         ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: %V (omit "
                                         "sessionId to start a new session, "
                                         "or use one returned by "
@@ -524,7 +517,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[28];
+    ngx_str_t                    args[29];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -589,6 +582,11 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[26] = t->watch_base;
     args[27] = ngx_http_sandbox_mcp_redis_number(pool,
                                          NGX_HTTP_SANDBOX_MCP_SESSION_REPOS);
+
+    /* a session idle longer than this expired and its keys are gone */
+    args[28] = ngx_http_sandbox_mcp_redis_number(pool,
+                   now - ((int64_t) lcf->retention + lcf->session_idle)
+                         * 1000);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,

@@ -5,8 +5,7 @@
  *
  *   1. a window of tenant:{tenant}:sessions (a zset scored by last
  *      activity, kept by run_create and the runner's finish) after the
- *      cursor: ZREVRANGEBYSCORE from the cursor's score down, the entries
- *      of that score at or before the cursor's session skipped;
+ *      cursor, as the run list reads its index (ngx_http_sandbox_mcp_page.c);
  *   2. pipelined, per session: HMGET of its hash (tenant, created_at,
  *      last_active, state, repositories), ZCARD of its runs and of its
  *      unfinished runs (session:{id}:active).
@@ -20,6 +19,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_sessions.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_page.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_tools.h"
@@ -30,6 +30,8 @@
 
 #define NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS  5
 #define NGX_HTTP_SANDBOX_MCP_SESSION_CMDS    3     /* per session */
+#define NGX_HTTP_SANDBOX_MCP_SESSION_ARGS                                     \
+    (2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS + 2 + 2)  /* HMGET, 2 ZCARD */
 
 static ngx_str_t  ngx_http_sandbox_mcp_session_fields[] = {
     ngx_string("tenant"),
@@ -41,57 +43,20 @@ static ngx_str_t  ngx_http_sandbox_mcp_session_fields[] = {
 
 
 typedef struct {
-    ngx_http_sandbox_mcp_call_t  *call;
-    ngx_str_t                     index;
+    ngx_http_sandbox_mcp_page_t   page;       /* step 1 (first member) */
     ngx_str_t                     state;      /* the filter, or "" */
     ngx_uint_t                    limit;
-    ngx_uint_t                    window;     /* index entries read */
-    ngx_str_t                     cid;        /* the cursor, or "" */
-    ngx_str_t                     cscore;
-    ngx_uint_t                    past;       /* below the cursor's score */
-
-    ngx_str_t                    *ids;        /* step 1's entries */
-    ngx_str_t                    *scores;
-    ngx_uint_t                    n;
-    ngx_uint_t                    more;       /* entries after them */
 
     json_t                       *sessions;   /* step 2 */
     json_t                       *entry;      /* the session being read */
-    ngx_uint_t                    last;       /* the last entry read + 1 */
     unsigned                      failed:1;
 } ngx_http_sandbox_mcp_sessions_t;
 
 
 static void
-ngx_http_sandbox_mcp_sessions_window(ngx_http_sandbox_mcp_sessions_t *l);
-
-
-static ngx_uint_t
-ngx_http_sandbox_mcp_sessions_is(redisReply *r, ngx_str_t *s)
-{
-    return r->type == REDIS_REPLY_STRING && r->len == s->len
-           && ngx_strncmp(r->str, s->data, s->len) == 0;
-}
-
-
-static ngx_uint_t
-ngx_http_sandbox_mcp_sessions_lit(redisReply *r, const char *s)
-{
-    ngx_str_t  v;
-
-    v.data = (u_char *) s;
-    v.len = ngx_strlen(s);
-
-    return ngx_http_sandbox_mcp_sessions_is(r, &v);
-}
-
-
-static void
 ngx_http_sandbox_mcp_sessions_answer(ngx_http_sandbox_mcp_sessions_t *l)
 {
-    json_t     *sessions, *next;
-    ngx_str_t  *id, *score;
-    char        text[SMCP_CURSOR_TEXT_MAX + 1];
+    json_t  *sessions, *next;
 
     sessions = l->sessions ? l->sessions : json_array();
     l->sessions = NULL;
@@ -100,18 +65,11 @@ ngx_http_sandbox_mcp_sessions_answer(ngx_http_sandbox_mcp_sessions_t *l)
     if (l->failed) {
         json_array_clear(sessions);
 
-    } else if (l->last > 0 && (l->last < l->n || l->more)) {
-        id = &l->ids[l->last - 1];
-        score = &l->scores[l->last - 1];
-
-        if (3 + id->len + score->len <= SMCP_CURSOR_TEXT_MAX) {
-            ngx_snprintf((u_char *) text, sizeof(text), "s:%V:%V%Z",
-                         id, score);
-            next = ngx_http_sandbox_mcp_cursor_encode(text);
-        }
+    } else {
+        next = ngx_http_sandbox_mcp_page_next(&l->page, 's');
     }
 
-    ngx_http_sandbox_mcp_tool_output(l->call,
+    ngx_http_sandbox_mcp_tool_output(l->page.call,
         json_pack("{s:o, s:o*}", "sessions", sessions, "nextCursor", next));
 }
 
@@ -156,24 +114,25 @@ ngx_http_sandbox_mcp_sessions_hash(ngx_http_sandbox_mcp_sessions_t *l,
         return;
     }
 
-    l->last = i + 1;
+    l->page.last = i + 1;
 
     if (h->type != REDIS_REPLY_ARRAY
         || h->elements != NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS
-        || !ngx_http_sandbox_mcp_sessions_is(h->element[0],
-                                             &l->call->ctx->tenant))
+        || !ngx_http_sandbox_mcp_reply_eq(h->element[0],
+                                             &l->page.call->ctx->tenant))
     {
         return;
     }
 
     e = h->element;
 
-    state = (ngx_http_sandbox_mcp_sessions_lit(e[3], SMCP_SESSION_EXPIRING)
-             || ngx_http_sandbox_mcp_sessions_lit(e[3], SMCP_SESSION_EXPIRED))
+    state = (ngx_http_sandbox_mcp_reply_is(e[3], SMCP_SESSION_EXPIRING)
+             || ngx_http_sandbox_mcp_reply_is(e[3], SMCP_SESSION_EXPIRED))
             ? "expired" : "idle";
 
     l->entry = json_pack("{s:s%, s:o, s:i, s:o, s:o, s:s}",
-                         "sessionId", (char *) l->ids[i].data, l->ids[i].len,
+                         "sessionId", (char *) l->page.ids[i].data,
+                         l->page.ids[i].len,
                          "repositories",
                          ngx_http_sandbox_mcp_sessions_repos(e[4]),
                          "runs", 0,
@@ -230,7 +189,7 @@ ngx_http_sandbox_mcp_sessions_reply(void *data, ngx_uint_t i,
     ngx_uint_t                    k;
     ngx_http_sandbox_mcp_call_t  *call;
 
-    call = l->call;
+    call = l->page.call;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         /* the replies still to come find nobody: the call ends now */
@@ -255,7 +214,7 @@ ngx_http_sandbox_mcp_sessions_reply(void *data, ngx_uint_t i,
         }
     }
 
-    if (i + 1 == l->n * NGX_HTTP_SANDBOX_MCP_SESSION_CMDS) {
+    if (i + 1 == l->page.n * NGX_HTTP_SANDBOX_MCP_SESSION_CMDS) {
         call->cmd = NULL;
         ngx_http_sandbox_mcp_sessions_answer(l);
     }
@@ -264,20 +223,26 @@ ngx_http_sandbox_mcp_sessions_reply(void *data, ngx_uint_t i,
 
 /* step 2: each session's hash and counts */
 static void
-ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_sessions_t *l)
+ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_page_t *p)
 {
+    ngx_http_sandbox_mcp_sessions_t *l = (ngx_http_sandbox_mcp_sessions_t *) p;
+
     ngx_str_t                    *argv, *a;
     ngx_uint_t                    i, k, *argc;
     ngx_pool_t                   *pool;
     ngx_http_sandbox_mcp_call_t  *call;
 
-    call = l->call;
+    if (p->n == 0) {
+        ngx_http_sandbox_mcp_sessions_answer(l);
+        return;
+    }
+
+    call = p->call;
     pool = call->ctx->request->pool;
 
-    argc = ngx_palloc(pool, l->n * NGX_HTTP_SANDBOX_MCP_SESSION_CMDS
+    argc = ngx_palloc(pool, p->n * NGX_HTTP_SANDBOX_MCP_SESSION_CMDS
                             * sizeof(ngx_uint_t));
-    argv = ngx_palloc(pool, l->n * (2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS
-                                    + 4)
+    argv = ngx_palloc(pool, p->n * NGX_HTTP_SANDBOX_MCP_SESSION_ARGS
                             * sizeof(ngx_str_t));
     l->sessions = json_array();
 
@@ -289,7 +254,7 @@ ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_sessions_t *l)
     a = argv;
     k = 0;
 
-    for (i = 0; i < l->n; i++) {
+    for (i = 0; i < p->n; i++) {
         argc[k++] = 2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS;
         argc[k++] = 2;
         argc[k++] = 2;
@@ -301,22 +266,22 @@ ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_sessions_t *l)
         ngx_str_set(&a[9], "ZCARD");
 
         if (ngx_http_sandbox_mcp_redis_key(pool, &a[1], SMCP_KEY_SESSION,
-                                           &l->ids[i])
+                                           &p->ids[i])
             != NGX_OK
             || ngx_http_sandbox_mcp_redis_key(pool, &a[8],
                                               SMCP_KEY_SESSION_RUNS,
-                                              &l->ids[i])
+                                              &p->ids[i])
                != NGX_OK
             || ngx_http_sandbox_mcp_redis_key(pool, &a[10],
                                               SMCP_KEY_SESSION_ACTIVE,
-                                              &l->ids[i])
+                                              &p->ids[i])
                != NGX_OK)
         {
             ngx_http_sandbox_mcp_tool_unavailable(call);
             return;
         }
 
-        a += 2 + NGX_HTTP_SANDBOX_MCP_SESSION_FIELDS + 4;
+        a += NGX_HTTP_SANDBOX_MCP_SESSION_ARGS;
     }
 
     call->cmd = ngx_http_sandbox_mcp_redis_each(
@@ -325,201 +290,6 @@ ngx_http_sandbox_mcp_sessions_read(ngx_http_sandbox_mcp_sessions_t *l)
     if (call->cmd == NULL) {
         ngx_http_sandbox_mcp_tool_unavailable(call);
     }
-}
-
-
-static ngx_int_t
-ngx_http_sandbox_mcp_sessions_copy(ngx_http_sandbox_mcp_sessions_t *l,
-    redisReply *id, redisReply *score)
-{
-    u_char  *p;
-
-    p = ngx_pnalloc(l->call->ctx->request->pool, id->len + score->len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    l->ids[l->n].data = p;
-    l->ids[l->n].len = id->len;
-    l->scores[l->n].data = ngx_cpymem(p, id->str, id->len);
-    l->scores[l->n].len = score->len;
-    ngx_memcpy(l->scores[l->n].data, score->str, score->len);
-
-    l->n++;
-
-    return NGX_OK;
-}
-
-
-/* step 1's reply: member, score, member, score ... */
-static void
-ngx_http_sandbox_mcp_sessions_window_reply(void *data, redisReply *reply)
-{
-    ngx_http_sandbox_mcp_sessions_t *l = data;
-
-    ngx_uint_t    i, m, skipped;
-    redisReply  **e;
-
-    l->call->cmd = NULL;
-
-    if (ngx_http_sandbox_mcp_reply_failed(l->call, reply)) {
-        return;
-    }
-
-    m = reply->type == REDIS_REPLY_ARRAY ? reply->elements / 2 : 0;
-    e = reply->element;
-
-    l->ids = ngx_palloc(l->call->ctx->request->pool,
-                        2 * (ngx_min(m, l->window) + 1) * sizeof(ngx_str_t));
-    if (l->ids == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(l->call);
-        return;
-    }
-
-    l->scores = l->ids + ngx_min(m, l->window) + 1;
-    l->n = 0;
-    skipped = 0;
-
-    for (i = 0; i < m; i++) {
-        if (e[2 * i]->type != REDIS_REPLY_STRING
-            || e[2 * i + 1]->type != REDIS_REPLY_STRING)
-        {
-            continue;
-        }
-
-        /* of the cursor's score, at or before its session: seen (equal
-         * scores come by member, high to low) */
-        if (l->n == 0 && l->cid.len && !l->past
-            && ngx_http_sandbox_mcp_sessions_is(e[2 * i + 1], &l->cscore)
-            && ngx_memn2cmp((u_char *) e[2 * i]->str, l->cid.data,
-                            e[2 * i]->len, l->cid.len) >= 0)
-        {
-            skipped++;
-            continue;
-        }
-
-        if (l->n == l->window) {
-            l->more = 1;
-            break;
-        }
-
-        if (ngx_http_sandbox_mcp_sessions_copy(l, e[2 * i], e[2 * i + 1])
-            != NGX_OK)
-        {
-            ngx_http_sandbox_mcp_tool_unavailable(l->call);
-            return;
-        }
-    }
-
-    if (m == l->window + 1 + NGX_HTTP_SANDBOX_MCP_LIST_TIES) {
-        l->more = 1;
-
-        if (skipped == m && !l->past) {
-            /* more sessions of the cursor's millisecond than the window:
-             * the rest of that millisecond is passed over */
-            l->past = 1;
-            ngx_http_sandbox_mcp_sessions_window(l);
-            return;
-        }
-    }
-
-    if (l->n == 0) {
-        ngx_http_sandbox_mcp_sessions_answer(l);
-        return;
-    }
-
-    ngx_http_sandbox_mcp_sessions_read(l);
-}
-
-
-/* step 1: the index after the cursor, most recent first */
-static void
-ngx_http_sandbox_mcp_sessions_window(ngx_http_sandbox_mcp_sessions_t *l)
-{
-    u_char      *p;
-    ngx_str_t    argv[8];
-    ngx_pool_t  *pool;
-
-    pool = l->call->ctx->request->pool;
-
-    ngx_str_set(&argv[0], "ZREVRANGEBYSCORE");
-    argv[1] = l->index;
-    ngx_str_set(&argv[2], "+inf");
-
-    if (l->cid.len) {
-        argv[2] = l->cscore;
-
-        if (l->past) {
-            p = ngx_pnalloc(pool, l->cscore.len + 1);
-            if (p == NULL) {
-                ngx_http_sandbox_mcp_tool_unavailable(l->call);
-                return;
-            }
-
-            *p = '(';
-            ngx_memcpy(p + 1, l->cscore.data, l->cscore.len);
-            argv[2].data = p;
-            argv[2].len = l->cscore.len + 1;
-        }
-    }
-
-    ngx_str_set(&argv[3], "-inf");
-    ngx_str_set(&argv[4], "WITHSCORES");
-    ngx_str_set(&argv[5], "LIMIT");
-    ngx_str_set(&argv[6], "0");
-    argv[7] = ngx_http_sandbox_mcp_redis_number(pool,
-                          l->window + 1 + NGX_HTTP_SANDBOX_MCP_LIST_TIES);
-
-    l->call->cmd = ngx_http_sandbox_mcp_redis_command(
-                 ngx_http_sandbox_mcp_sessions_window_reply, l, 8, argv);
-
-    if (l->call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(l->call);
-    }
-}
-
-
-/* the cursor of a page: "s:<session id>:<score>" */
-static ngx_int_t
-ngx_http_sandbox_mcp_sessions_cursor(ngx_http_sandbox_mcp_sessions_t *l)
-{
-    u_char                       *p;
-    json_t                       *cursor;
-    ngx_http_sandbox_mcp_call_t  *call;
-    char                          id[SMCP_ID_LEN + 1];
-    char                          score[SMCP_CURSOR_TEXT_MAX + 1];
-
-    call = l->call;
-    cursor = json_object_get(call->args, "cursor");
-
-    if (cursor == NULL || json_is_null(cursor)) {
-        return NGX_OK;
-    }
-
-    if (smcp_cursor_id(json_string_value(cursor), json_string_length(cursor),
-                       's', SMCP_SESSION_ID_PREFIX, id, score)
-        != SMCP_OK)
-    {
-        ngx_http_sandbox_mcp_tool_error(call, "Argument 'cursor' is not a "
-                                        "cursor this server gave (pass "
-                                        "nextCursor unchanged).");
-        return NGX_ERROR;
-    }
-
-    l->cid.len = SMCP_ID_LEN;
-    l->cscore.len = ngx_strlen(score);
-
-    p = ngx_pnalloc(call->ctx->request->pool, l->cid.len + l->cscore.len);
-    if (p == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return NGX_ERROR;
-    }
-
-    l->cid.data = p;
-    l->cscore.data = ngx_cpymem(p, id, l->cid.len);
-    ngx_memcpy(l->cscore.data, score, l->cscore.len);
-
-    return NGX_OK;
 }
 
 
@@ -538,7 +308,8 @@ ngx_http_sandbox_mcp_list_sessions(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    l->call = call;
+    l->page.call = call;
+    l->page.read = ngx_http_sandbox_mcp_sessions_read;
 
     /* the schema's enum, bounds and default
      * (tools/opencode_list_sessions.json) */
@@ -550,18 +321,20 @@ ngx_http_sandbox_mcp_list_sessions(ngx_http_sandbox_mcp_call_t *call)
                                             NGX_HTTP_SANDBOX_MCP_ARG_ANY_INT,
                                             &limit)
            != NGX_OK
-        || ngx_http_sandbox_mcp_sessions_cursor(l) != NGX_OK)
+        || ngx_http_sandbox_mcp_page_cursor(&l->page, 's',
+                                            SMCP_SESSION_ID_PREFIX)
+           != NGX_OK)
     {
         return;
     }
 
     l->limit = (ngx_uint_t) limit;
-    l->window = l->state.len
-                ? ngx_min(l->limit * NGX_HTTP_SANDBOX_MCP_LIST_SCAN,
-                          NGX_HTTP_SANDBOX_MCP_LIST_BUDGET)
-                : l->limit;
+    l->page.window = l->state.len
+                     ? ngx_min(l->limit * NGX_HTTP_SANDBOX_MCP_LIST_SCAN,
+                               NGX_HTTP_SANDBOX_MCP_LIST_BUDGET)
+                     : l->limit;
 
-    if (ngx_http_sandbox_mcp_redis_key(pool, &l->index,
+    if (ngx_http_sandbox_mcp_redis_key(pool, &l->page.index,
                                        SMCP_KEY_TENANT_SESSIONS,
                                        &call->ctx->tenant)
         != NGX_OK)
@@ -570,5 +343,5 @@ ngx_http_sandbox_mcp_list_sessions(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    ngx_http_sandbox_mcp_sessions_window(l);
+    ngx_http_sandbox_mcp_page_window(&l->page);
 }

@@ -354,6 +354,59 @@ $before = state();
 }
 
 ###############################################################################
+# GitHub Enterprise: GITHUB_API_URL with a path (https://HOST/api/v3): the
+# routes render, nginx -t accepts them, and clone, push and the pull
+# request go through, the REST calls under /api/v3
+
+{
+    my $gdir = $t->dir . '/ghe';
+    mkdir $gdir;
+    ok(eval {
+        $t->render_routes(name => 'ghe', dir => $gdir,
+                          GITHUB_TOKEN => $real, GITHUB_URL => $gh->url,
+                          GITHUB_API_URL => $gh->url . '/api/v3',
+                          SMCP_EGRESS_RATE => '1000r/s',
+                          map { $_ => undef } qw(ANTHROPIC_API_KEY OPENAI_API_KEY
+                              AZURE_OPENAI_API_KEY GOOGLE_API_KEY CF_AIG_TOKEN
+                              COMPAT_API_KEY))
+    }, 'GHE: egress-routes.sh renders the routes for GITHUB_API_URL .../api/v3')
+        or diag($@);
+    like($t->read_file("$gdir/ghe.conf"), qr{/api/v3}, '... the API path is in them');
+    my $gport = $t->free_port;
+    local $ENV{GITHUB_TOKEN} = $real;     # the egress instance reads it
+    my $inst = eval {
+        $t->start_nginx(name => 'ghe', listen => '',
+                        http => egress_server_conf("127.0.0.1:$gport", name => 'ghe'));
+    };
+    ok($inst, 'GHE: nginx starts with them') or diag($@);
+    my $conf = $t->dir . '/ghe/nginx.conf';
+    my $out = `$t->{nginx_bin} -t -p $gdir/ -c $conf -e $gdir/t.log 2>&1`;
+    is($?, 0, 'GHE: nginx -t accepts the configuration') or diag($out);
+
+    my ($id, $tok) = $t->live_run(repository => 'https://github.com/owner/repo', create_pr => 1);
+    my $basic = 'Basic ' . encode_base64("x-access-token:$tok", '');
+    my $d = "$gdir/clone";
+    $out = `git -c 'http.extraHeader=Authorization: $basic' clone -q http://127.0.0.1:$gport/github/owner/repo.git $d 2>&1`;
+    is($?, 0, 'GHE: clone') or diag($out);
+    `cd $d && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m ghe`;
+    $out = `cd $d && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/opencode/$id 2>&1`;
+    is($?, 0, "GHE: push of the run's branch") or diag($out);
+    my $r = $t->http(port => $gport, method => 'POST', path => '/github-api/repos/owner/repo/pulls',
+                     headers => [ Authorization => "Bearer $tok",
+                                  'Content-Type' => 'application/json' ],
+                     body => json_encode({ title => 'ghe', head => "opencode/$id", base => 'main' }),
+                     timeout => 20);
+    is($r->{status}, 201, 'GHE: the pull request is opened') or diag($r->{body});
+    my $req = $gh->last_request(method => 'POST', path => qr{/pulls$});
+    is($req && $req->{path}, '/api/v3/repos/owner/repo/pulls', '... under /api/v3');
+    is($req && $req->{headers}{authorization}, "Bearer $real", "... with nginx's token");
+    $r = $t->http(port => $gport, method => 'POST', path => '/github-api/repos/owner/repo/pulls',
+                  headers => [ Authorization => "Bearer $tok", 'Content-Type' => 'application/json' ],
+                  body => json_encode({ title => 'ghe', head => 'main', base => 'main' }), timeout => 20);
+    is($r->{status}, 403, 'GHE: a pull request headed by main is refused');
+}
+
+###############################################################################
 # audit and logs
 
 {

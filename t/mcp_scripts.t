@@ -239,12 +239,12 @@ sub create_argv {
              expiring => 'expiring', expired => 'expired', base_branch => '',
              pr_title => '', draft => 0,
              watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
-             max_repos => 3, %o);
+             max_repos => 3, sessions_trim => $now - 2000000, %o);
     return [ @a{qw(run tenant session new now task repository branch model
                    title create_pr timeout maxlen max_queued max_running
                    max_cost retention idle_ttl idle_at trim started
                    expiring expired base_branch pr_title draft watch_base
-                   max_repos)} ];
+                   max_repos sessions_trim)} ];
 }
 
 sub create {
@@ -349,6 +349,8 @@ subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
     my $run = id('run_', '4');
     my $ses = id('ses_', '4');
     $t->redis('ZADD', "${P}runs:alice", $now - 2000000, id('run_', 'a'));
+    $t->redis('ZADD', "${P}tenant:alice:sessions", $now - 1500000, id('ses_', 'a'),
+              $now - 2500000, id('ses_', 'b'));
     my ($r, $b, $a) = create(run => $run, session => $ses, max_queued => 9,
                              started => 'queued');
     is($r, 1, 'created');
@@ -358,6 +360,9 @@ subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
     is_deeply([ sort grep { /^run_/ } @{ $a->{"${P}runs:alice"}{value} } ],
               [ id('run_', '1'), id('run_', '2'), $run ],
               'an index entry older than the trim score is gone');
+    is_deeply([ grep { /^ses_/ } @{ $a->{"${P}tenant:alice:sessions"}{value} } ],
+              [ id('ses_', 'a'), $ses, id('ses_', '1') ],
+              "tenant's sessions: the one older than the sessions' trim score is gone");
 };
 
 subtest 'run_create: repositories of a session' => sub {

@@ -1,9 +1,10 @@
 #!/usr/bin/perl
 
-# The six tools of ngx_sandbox_mcp_module against a real Redis: argument
-# validation (nothing written on error), the Redis records of a new run,
-# get_result and its long-poll, list_runs paging and filters, cancel_run in
-# each state, get_diff and get_events paging.
+# The run tools of ngx_sandbox_mcp_module against a real Redis (sessions:
+# t/mcp_sessions.t): argument validation (nothing written on error), the
+# Redis records of a new run (pull request arguments, a session's
+# repositories), get_result and its long-poll, list_runs paging and
+# filters, cancel_run in each state, get_diff and get_events paging.
 
 use strict;
 use warnings;

@@ -472,7 +472,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     my $tools = $r->{json}{result}{tools};
     is(ref $tools, 'ARRAY', 'tools array');
     $tools = [] unless ref $tools eq 'ARRAY';
-    is_deeply([ sort map { $_->{name} } @$tools ], \@TOOLS, 'the 6 tools');
+    is_deeply([ sort map { $_->{name} } @$tools ], \@TOOLS, 'the ' . @TOOLS . ' tools');
     ok(!defined $r->{json}{result}{nextCursor}, 'no nextCursor with default page size');
     for my $tool (@$tools) {
         subtest "tool $tool->{name}" => sub {

@@ -102,7 +102,7 @@ if (connected) {
         return { ok: r && typeof r === 'object', detail: r };
     });
 
-    await check('listTools returns the 6 tools', async () => {
+    await check('listTools returns the 7 tools', async () => {
         const r = await client.listTools();
         const names = r.tools.map((t) => t.name).sort();
         const schemasOk = r.tools.every((t) => t.inputSchema?.type === 'object'

@@ -15,7 +15,8 @@
 -- (ms), trim score (ms), then the names of the status `started` and of the
 -- session states `expiring` and `expired`; then base branch, pr title,
 -- draft (1/0), watch base (the run page's URL), the most repositories a
--- session may hold
+-- session may hold, the sessions' trim score (ms: older sessions' keys are
+-- gone)
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
@@ -82,7 +83,7 @@ redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[20])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[20])
-redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', '(' .. ARGV[20])
+redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', '(' .. ARGV[29])
 
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',
   'type', 'lifecycle', 'data', '{"status":"' .. started .. '"}',
