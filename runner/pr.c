@@ -412,7 +412,7 @@ runner_pr_created(json_t *answer, runner_pr_t *pr)
  * RUNNER_OK (pr->url, pr->number), else RUNNER_ERR (pr->error says why).
  * h: the run hash; token: an egress token of the run.
  */
-int
+static int
 runner_pr_open(runner_run_t *run, json_t *h, const char *token,
     const runner_diff_t *diff, runner_pr_t *pr)
 {
@@ -512,4 +512,68 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
     json_decref(answer);
 
     return rc;
+}
+
+
+/*
+ * What a completed run's pull request came to (run->pr): none asked for
+ * (create_pr not "1", no repository: status NULL), the sandbox's push
+ * failed or pushed nothing (failed), no changes, or the pull request
+ * opened with token (NULL: none could be signed).  Returns the pr_opened
+ * event to store (the caller frees it), or NULL.
+ */
+char *
+runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
+    const runner_diff_t *diff)
+{
+    char         *ev;
+    json_t       *o;
+    const char   *cp, *repo;
+    runner_pr_t  *pr = &run->pr;
+
+    cp = json_string_value(json_object_get(h, "create_pr"));
+    repo = json_string_value(json_object_get(h, "repository"));
+
+    if (cp == NULL || strcmp(cp, "1") != 0 || repo == NULL || *repo == '\0') {
+        return NULL;
+    }
+
+    pr->status = "failed";
+
+    switch (run->out.pr_step) {
+
+    case RUNNER_PR_PUSHED:
+        if (token == NULL) {
+            snprintf(pr->error, sizeof(pr->error), "cannot sign the run "
+                     "token");
+            return NULL;
+        }
+
+        if (runner_pr_open(run, h, token, diff, pr) != RUNNER_OK) {
+            return NULL;
+        }
+
+        pr->status = "opened";
+        o = json_pack("{s:s, s:s, s:s, s:I}", "type", "smcp",
+                      "step", "pr_opened", "url", pr->url,
+                      "number", (json_int_t) atoll(pr->number));
+        ev = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+
+        return ev;
+
+    case RUNNER_PR_PUSH_FAILED:
+        snprintf(pr->error, sizeof(pr->error), "git push failed: %s",
+                 run->out.push_error ? run->out.push_error : "");
+        return NULL;
+
+    case RUNNER_PR_SKIPPED:
+        pr->status = "no_changes";
+        return NULL;
+
+    default:
+        snprintf(pr->error, sizeof(pr->error), "the sandbox pushed no "
+                 "branch for the pull request");
+        return NULL;
+    }
 }

@@ -759,18 +759,16 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
 
 
 /*
- * The pull request of a completed run that asked for one, once: what the
- * sandbox did (pushed, push_failed, pr_skipped) and, when it pushed, the
- * pull request opened (pr.c) with a token of the run, which is still
- * running for the egress proxy.  A failure fails the run (run->pr.error).
+ * The pull request of a completed run that asked for one, once (pr.c),
+ * with a token of the run, which is still running for the egress proxy;
+ * its pr_opened event stored.
  */
 static void
 runner_run_pr(runner_run_t *run, const runner_diff_t *diff)
 {
-    char         *token, *ev;
-    json_t       *h, *o;
-    const char   *cp, *repo, *tenant;
-    runner_pr_t  *pr = &run->pr;
+    char        *token, *ev;
+    json_t      *h;
+    const char  *tenant;
 
     if (run->pr_done) {
         return;
@@ -781,63 +779,25 @@ runner_run_pr(runner_run_t *run, const runner_diff_t *diff)
         return;                     /* Redis: the finish is tried again */
     }
 
-    cp = json_string_value(json_object_get(h, "create_pr"));
-    repo = json_string_value(json_object_get(h, "repository"));
-    tenant = json_string_value(json_object_get(h, "tenant"));
     run->pr_done = 1;
+    token = NULL;
 
-    if (cp == NULL || strcmp(cp, "1") != 0 || repo == NULL || *repo == '\0') {
-        json_decref(h);
-        return;
-    }
-
-    pr->status = "failed";
-
-    switch (run->out.pr_step) {
-
-    case RUNNER_PR_PUSHED:
+    if (run->out.pr_step == RUNNER_PR_PUSHED) {
+        tenant = json_string_value(json_object_get(h, "tenant"));
         token = runner_run_token(run, tenant ? tenant : "",
                                  RUNNER_PR_TIMEOUT_S * 3);
-
-        if (token == NULL) {
-            snprintf(pr->error, sizeof(pr->error), "cannot sign the run "
-                     "token");
-
-        } else if (runner_pr_open(run, h, token, diff, pr) == RUNNER_OK) {
-            pr->status = "opened";
-            o = json_pack("{s:s, s:s, s:s, s:I}", "type", "smcp",
-                          "step", "pr_opened", "url", pr->url,
-                          "number", (json_int_t) atoll(pr->number));
-            ev = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-            if (ev) {
-                (void) runner_run_store(run, "lifecycle", ev, strlen(ev),
-                                        NULL);
-            }
-
-            free(ev);
-            json_decref(o);
-            runner_log("info", run->id, "pull request %s opened",
-                       pr->number);
-        }
-
-        free(token);
-        break;
-
-    case RUNNER_PR_PUSH_FAILED:
-        snprintf(pr->error, sizeof(pr->error), "git push failed: %s",
-                 run->out.push_error ? run->out.push_error : "");
-        break;
-
-    case RUNNER_PR_SKIPPED:
-        pr->status = "no_changes";
-        break;
-
-    default:
-        snprintf(pr->error, sizeof(pr->error), "the sandbox pushed no "
-                 "branch for the pull request");
     }
 
+    ev = runner_pr_finish(run, h, token, diff);
+
+    if (ev) {
+        (void) runner_run_store(run, "lifecycle", ev, strlen(ev), NULL);
+        runner_log("info", run->id, "pull request %s opened",
+                   run->pr.number);
+        free(ev);
+    }
+
+    free(token);
     json_decref(h);
 }
 

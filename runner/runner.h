@@ -467,9 +467,10 @@ void runner_logstream_free(runner_logstream_t *ls);
 /* Docker's timestamps in time order (<0, 0, >0) */
 int runner_logstream_ts_cmp(const char *a, const char *b);
 
-/* pr.c: RUNNER_OK (pr->url, pr->number) or RUNNER_ERR (pr->error) */
-int runner_pr_open(runner_run_t *run, json_t *h, const char *token,
-    const runner_diff_t *diff, runner_pr_t *pr);
+/* pr.c: a completed run's pull request into run->pr; the pr_opened
+ * event (malloc'd) or NULL */
+char *runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
+    const runner_diff_t *diff);
 
 /* outcome.c */
 void runner_outcome_event(runner_outcome_t *out, json_t *ev);
