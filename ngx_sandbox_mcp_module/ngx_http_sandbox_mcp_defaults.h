@@ -50,7 +50,7 @@
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
                                                            each) per event
                                                            before yielding */
-#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           40      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           48      /* of one command */
 #define NGX_HTTP_SANDBOX_MCP_LOADING_PROBE      100     /* ms: while Redis
                                                            loads its
                                                            dataset, the
@@ -101,6 +101,8 @@
  * client sees are in the tools' schemas) */
 #define NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX         64      /* runId, sessionId */
 #define NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX     512     /* a repository URL */
+#define NGX_HTTP_SANDBOX_MCP_SESSION_REPOS      8       /* repositories one
+                                                           session may name */
 #define NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX     16
 
 /* egress */

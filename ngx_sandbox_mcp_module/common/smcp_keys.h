@@ -36,6 +36,11 @@
                                                      runs by created_at */
 #define SMCP_KEY_SESSIONS           "%ssessions"  /* zset: session ids by
                                                      idle expiry (ms) */
+#define SMCP_KEY_TENANT_SESSIONS    "%stenant:%s:sessions" /* zset: the
+                                                     tenant's session ids by
+                                                     last activity (ms):
+                                                     run_create and the
+                                                     runner's finish */
 #define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
                                                      store identity */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
