@@ -664,10 +664,51 @@ ngx_http_sandbox_mcp_stream_resume(void *data, redisReply *reply)
 }
 
 
+/* a reply nobody waits for */
+static void
+ngx_http_sandbox_mcp_stream_gone(void *data, ngx_uint_t i, redisReply *reply)
+{
+}
+
+
 /* "stream <random>" on the session's channel: the others end */
 static void
 ngx_http_sandbox_mcp_stream_announced(void *data, redisReply *reply)
 {
+}
+
+
+void
+ngx_http_sandbox_mcp_stream_forget(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    ngx_str_t    argv[6];
+    ngx_uint_t   argc[2];
+    ngx_pool_t  *pool;
+
+    pool = ctx->request->pool;
+
+    ngx_str_set(&argv[0], "DEL");
+    ngx_str_set(&argv[3], "PUBLISH");
+    ngx_str_set(&argv[5], "stream ended");
+    argc[0] = 3;
+    argc[1] = 3;
+
+    if (ngx_http_sandbox_mcp_redis_key(pool, &argv[1], SMCP_KEY_MCP_SUBS,
+                                       &ctx->session_id)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &argv[2], SMCP_KEY_MCP_LOG,
+                                          &ctx->session_id)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &argv[4],
+                                          SMCP_CHAN_MCP_CANCELLED,
+                                          &ctx->session_id)
+           != NGX_OK)
+    {
+        return;
+    }
+
+    (void) ngx_http_sandbox_mcp_redis_each(ngx_http_sandbox_mcp_stream_gone,
+                                           NULL, 2, argc, argv);
 }
 
 

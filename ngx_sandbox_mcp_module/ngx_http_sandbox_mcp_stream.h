@@ -14,6 +14,10 @@
 /* GET with a session: the stream (NGX_DONE), or an nginx code */
 ngx_int_t ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx);
 
+/* the session was deleted: its subscriptions and log level are deleted,
+ * its stream told to end (fire and forget) */
+void ngx_http_sandbox_mcp_stream_forget(ngx_http_sandbox_mcp_ctx_t *ctx);
+
 /* resources/subscribe (on) and unsubscribe {uri} */
 void ngx_http_sandbox_mcp_subscribe(ngx_http_sandbox_mcp_call_t *call,
     json_t *params, ngx_uint_t on);

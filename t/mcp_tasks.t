@@ -336,6 +336,10 @@ my $run2 = $task2->{taskId};
                  arguments => { runId => $bob_run, waitSeconds => 1 },
                  _meta => { progressToken => { bad => 1 } } }, token => $bob_tok, session => $bob_sid);
     like($r->{headers}{'content-type'} // '', qr{application/json}, 'a token of the wrong type: JSON');
+    $r = $t->rpc($sid, 'tools/call', { name => 'opencode_get_result',
+                 arguments => { runId => $bob_run, waitSeconds => 1 },
+                 _meta => { progressToken => 'x' x 300 } }, token => $bob_tok, session => $bob_sid);
+    like($r->{headers}{'content-type'} // '', qr{application/json}, 'a token over 256 bytes: JSON');
     finish_run($bob_run, 'cancelled');
 }
 
@@ -526,6 +530,22 @@ my $run2 = $task2->{taskId};
     is_deeply($updates->($s3), [ $ua ], 'after it: only what is still subscribed');
     $s3->close;
     $sb->close;
+
+    # DELETE ends the session's stream and forgets its subscriptions, level
+    my ($sid2) = $t->initialize;
+    is_deeply(rpc('resources/subscribe', { uri => $ua }, sid => $sid2)->{result}, {},
+              'another session subscribes');
+    rpc('logging/setLevel', { level => 'debug' }, sid => $sid2);
+    my $s4 = $open->(sid => $sid2);
+    is($s4->status, 200, 'its stream');
+    my $d = $t->http(method => 'DELETE', path => '/mcp', headers => [
+        Authorization => 'Bearer ' . $t->token, 'Mcp-Session-Id' => $sid2 ]);
+    is($d->{status}, 200, 'DELETE');
+    $s4->pump(5, sub { $_[0]->closed || $_[0]->ended });
+    ok($s4->closed || $s4->ended, 'the stream ends with the session');
+    is($t->redis('EXISTS', "${P}mcp:$sid2:subs", "${P}mcp:$sid2:log"), 0,
+       'its subscriptions and level are gone');
+    $s4->close;
 }
 
 ###############################################################################
