@@ -51,6 +51,8 @@ typedef struct {
     u_char                             pend[NGX_HTTP_SANDBOX_MCP_STREAM_PEND]
                                            [SMCP_ID_LEN];
     ngx_str_t                          mark;       /* "stream <random>" */
+    ngx_str_t                          subs;       /* mcp:{sid}:subs */
+    ngx_buf_t                          beat;       /* the heartbeat's */
 
     ngx_str_t                         *members;    /* resume: the URIs */
     int64_t                           *changed;    /* ... and each's ms */
@@ -368,15 +370,10 @@ ngx_http_sandbox_mcp_stream_check(ngx_http_sandbox_mcp_stream_t *s)
     s->again = 0;
 
     ngx_str_set(&argv[0], "SMEMBERS");
+    argv[1] = s->subs;
 
-    if (ngx_http_sandbox_mcp_redis_key(s->ctx->request->pool, &argv[1],
-                                       SMCP_KEY_MCP_SUBS,
-                                       &s->ctx->session_id)
-        == NGX_OK)
-    {
-        s->cmd = ngx_http_sandbox_mcp_redis_command(
-                     ngx_http_sandbox_mcp_stream_members, s, 2, argv);
-    }
+    s->cmd = ngx_http_sandbox_mcp_redis_command(
+                 ngx_http_sandbox_mcp_stream_members, s, 2, argv);
 
     if (s->cmd == NULL) {
         ngx_http_sandbox_mcp_stream_end(s, NGX_OK);
@@ -443,7 +440,12 @@ static void
 ngx_http_sandbox_mcp_stream_heartbeat(ngx_event_t *ev)
 {
     ngx_http_sandbox_mcp_stream_t    *s = ev->data;
+
+    ngx_chain_t                       out;
+    ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    static u_char  comment[] = ":\n\n";
 
     if (s->done) {
         return;
@@ -454,11 +456,27 @@ ngx_http_sandbox_mcp_stream_heartbeat(ngx_event_t *ev)
         return;
     }
 
-    if (ngx_http_sandbox_mcp_sse_text(s->ctx->request, (u_char *) ":\n\n", 3)
-        != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_stream_end(s, NGX_ERROR);
-        return;
+    r = s->ctx->request;
+
+    if (r->out == NULL && !r->connection->buffered) {
+        /* nothing held: the one buffer serves every heartbeat */
+        ngx_memzero(&s->beat, sizeof(ngx_buf_t));
+        s->beat.pos = comment;
+        s->beat.last = comment + sizeof(comment) - 1;
+        s->beat.memory = 1;
+        s->beat.flush = 1;
+
+        out.buf = &s->beat;
+        out.next = NULL;
+
+        if (ngx_http_output_filter(r, &out) == NGX_ERROR) {
+            ngx_http_sandbox_mcp_stream_end(s, NGX_ERROR);
+            return;
+        }
+
+        if (r->out || r->connection->buffered) {
+            ngx_http_sandbox_mcp_progress_writer(r);
+        }
     }
 
     lcf = ngx_http_get_module_loc_conf(s->ctx->request,
@@ -815,7 +833,10 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
     cln->handler = ngx_http_sandbox_mcp_stream_cleanup;
     cln->data = s;
 
-    if (ngx_http_sandbox_mcp_stream_announce(s) != NGX_OK
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &s->subs, SMCP_KEY_MCP_SUBS,
+                                       &ctx->session_id)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_stream_announce(s) != NGX_OK
         || ngx_http_sandbox_mcp_sse_header(r) != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -855,14 +876,10 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
     }
 
     ngx_str_set(&argv[0], "SMEMBERS");
+    argv[1] = s->subs;
 
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_MCP_SUBS,
-                                       &ctx->session_id)
-        == NGX_OK)
-    {
-        s->cmd = ngx_http_sandbox_mcp_redis_command(
-                     ngx_http_sandbox_mcp_stream_resume, s, 2, argv);
-    }
+    s->cmd = ngx_http_sandbox_mcp_redis_command(
+                 ngx_http_sandbox_mcp_stream_resume, s, 2, argv);
 
     if (s->cmd == NULL) {
         s->resume = -1;

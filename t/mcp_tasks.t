@@ -26,7 +26,8 @@ my $t = SMCP::Test->new(
     workers  => 1,      # one worker: a waiting tasks/result must not hold it
     location => q{
             sandbox_mcp_run_timeout_max 2h;
-            sandbox_mcp_retention 1d;},
+            sandbox_mcp_retention 1d;
+            sandbox_mcp_ui_heartbeat 1s;},
 );
 $t->start;
 
@@ -528,6 +529,9 @@ my $run2 = $task2->{taskId};
     $status->($ra, 'completed');
     $s3->pump(3, sub { @{ $updates->($_[0]) } >= 1 });
     is_deeply($updates->($s3), [ $ua ], 'after it: only what is still subscribed');
+    $s3->pump(2.5, sub { $_[0]->comments >= 2 });
+    ok($s3->comments >= 2, 'a comment each heartbeat (sandbox_mcp_ui_heartbeat)');
+    ok(!$s3->closed, 'the stream stays open');
     $s3->close;
     $sb->close;
 
