@@ -519,6 +519,13 @@ my $run2 = $task2->{taskId};
               'resumed with Last-Event-ID: what changed while away');
     ok(!grep({ defined $_->{id} && $_->{id} <= $last } @{ $s2->events }[1 .. $#{ $s2->events }]),
        'with ids after it');
+    for my $bad ('garbage', '9' x 40, '-5') {
+        my $sx = $open->(last_id => $bad);
+        $sx->pump(1);
+        is_deeply($updates->($sx), [], "Last-Event-ID '" . substr($bad, 0, 12) . "': no resume");
+        like($sx->events->[0]{id} // '', qr/^\d{13}$/, '... a stream from now');
+        $sx->close;
+    }
     my $s3 = $open->(last_id => $s2->events->[-1]{id});
     $s3->pump(1);
     is_deeply($updates->($s3), [], 'resumed again from the end: nothing twice');
