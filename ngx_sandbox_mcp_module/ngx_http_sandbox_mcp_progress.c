@@ -50,6 +50,13 @@ static void ngx_http_sandbox_mcp_progress_read(
     ngx_http_sandbox_mcp_progress_t *p);
 
 
+const char *
+ngx_http_sandbox_mcp_log_name(ngx_int_t rank)
+{
+    return ngx_http_sandbox_mcp_log_levels[rank];
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_log_rank(const char *level, size_t len)
 {
@@ -310,8 +317,7 @@ ngx_http_sandbox_mcp_progress_event(ngx_http_sandbox_mcp_progress_t *p,
             rc = ngx_http_sandbox_mcp_progress_notify(p,
                      "notifications/message",
                      json_pack("{s:s, s:s, s:{s:s%, s:O}}",
-                               "level",
-                               ngx_http_sandbox_mcp_log_levels[rank],
+                               "level", ngx_http_sandbox_mcp_log_name(rank),
                                "logger", "run",
                                "data",
                                    "runId",

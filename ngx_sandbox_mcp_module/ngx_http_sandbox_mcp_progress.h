@@ -35,6 +35,7 @@ void ngx_http_sandbox_mcp_progress_writer(ngx_http_request_t *r);
 /* the level logging/setLevel stored for the session ("" : the default);
  * the rank of a level name, or -1 */
 ngx_int_t ngx_http_sandbox_mcp_log_rank(const char *level, size_t len);
+const char *ngx_http_sandbox_mcp_log_name(ngx_int_t rank);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_PROGRESS_H_INCLUDED_ */

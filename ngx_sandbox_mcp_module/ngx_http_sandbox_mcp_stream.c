@@ -37,6 +37,16 @@
 #define NGX_HTTP_SANDBOX_MCP_STREAM_PEND   64      /* runs awaiting a read */
 #define NGX_HTTP_SANDBOX_MCP_RUN_URI       "opencode://runs/"
 #define NGX_HTTP_SANDBOX_MCP_URI_MAX       64      /* .../events */
+#define NGX_HTTP_SANDBOX_MCP_STATUS_MAX    16      /* a status word */
+
+
+/* a run whose status changed, until the subscriptions are read */
+typedef struct {
+    u_char                             run[SMCP_ID_LEN];
+    u_char                             status[NGX_HTTP_SANDBOX_MCP_STATUS_MAX];
+    size_t                             status_len;
+    ngx_uint_t                         subscribed;
+} ngx_http_sandbox_mcp_change_t;
 
 
 typedef struct {
@@ -48,10 +58,11 @@ typedef struct {
     int64_t                            last;       /* the last event id */
     int64_t                            resume;     /* Last-Event-ID, or -1 */
     ngx_uint_t                         npend;
-    u_char                             pend[NGX_HTTP_SANDBOX_MCP_STREAM_PEND]
-                                           [SMCP_ID_LEN];
+    ngx_http_sandbox_mcp_change_t      pend[NGX_HTTP_SANDBOX_MCP_STREAM_PEND];
+    ngx_int_t                          level;      /* the session's rank */
     ngx_str_t                          mark;       /* "stream <random>" */
     ngx_str_t                          subs;       /* mcp:{sid}:subs */
+    ngx_str_t                          log;        /* mcp:{sid}:log */
     ngx_buf_t                          beat;       /* the heartbeat's */
 
     ngx_str_t                         *members;    /* resume: the URIs */
@@ -293,36 +304,87 @@ ngx_http_sandbox_mcp_stream_updated(ngx_http_sandbox_mcp_stream_t *s,
 }
 
 
-static ngx_uint_t
-ngx_http_sandbox_mcp_stream_pending(ngx_http_sandbox_mcp_stream_t *s,
+/* the change of run heard, or NULL */
+static ngx_http_sandbox_mcp_change_t *
+ngx_http_sandbox_mcp_stream_change(ngx_http_sandbox_mcp_stream_t *s,
     u_char *run)
 {
     ngx_uint_t  i;
 
-    if (s->all) {
-        return 1;
-    }
-
     for (i = 0; i < s->npend; i++) {
-        if (ngx_strncmp(s->pend[i], run, SMCP_ID_LEN) == 0) {
-            return 1;
+        if (ngx_strncmp(s->pend[i].run, run, SMCP_ID_LEN) == 0) {
+            return &s->pend[i];
         }
     }
 
-    return 0;
+    return NULL;
 }
 
 
-/* SMEMBERS mcp:{sid}:subs: the pending runs' subscribed URIs */
+static ngx_uint_t
+ngx_http_sandbox_mcp_stream_pending(ngx_http_sandbox_mcp_stream_t *s,
+    u_char *run)
+{
+    return s->all || ngx_http_sandbox_mcp_stream_change(s, run) != NULL;
+}
+
+
+/* the run's new status as a log line, the session's level permitting */
+static ngx_int_t
+ngx_http_sandbox_mcp_stream_log(ngx_http_sandbox_mcp_stream_t *s,
+    ngx_http_sandbox_mcp_change_t *c)
+{
+    ngx_int_t  rank;
+
+    rank = (c->status_len == sizeof(SMCP_STATUS_FAILED) - 1
+            && ngx_strncmp(c->status, SMCP_STATUS_FAILED, c->status_len)
+               == 0)
+           ? ngx_http_sandbox_mcp_log_rank("error", 5)
+           : ngx_http_sandbox_mcp_log_rank("info", 4);
+
+    if (rank < s->level) {
+        return NGX_OK;
+    }
+
+    return ngx_http_sandbox_mcp_sse_send(s->ctx->request, -1,
+               json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s%, s:s%}}}",
+                         "jsonrpc", "2.0", "method", "notifications/message",
+                         "params",
+                             "level", ngx_http_sandbox_mcp_log_name(rank),
+                             "logger", "run",
+                             "data",
+                                 "runId", (char *) c->run,
+                                 (size_t) SMCP_ID_LEN,
+                                 "status", (char *) c->status,
+                                 c->status_len), 0);
+}
+
+
+/* GET mcp:{sid}:log, SMEMBERS mcp:{sid}:subs: for the runs heard, an
+ * update of each subscribed URI, and a log line */
 static void
-ngx_http_sandbox_mcp_stream_members(void *data, redisReply *reply)
+ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
+    redisReply *reply)
 {
     ngx_http_sandbox_mcp_stream_t *s = data;
 
-    size_t       i;
-    int64_t      now;
-    u_char      *run;
-    redisReply  *m;
+    size_t                          i;
+    int64_t                         now;
+    u_char                         *run;
+    ngx_int_t                       rank;
+    redisReply                     *m;
+    ngx_http_sandbox_mcp_change_t  *c;
+
+    if (n == 0) {
+        s->level = ngx_http_sandbox_mcp_log_rank("info", 4);
+
+        if (reply && reply->type == REDIS_REPLY_STRING) {
+            rank = ngx_http_sandbox_mcp_log_rank(reply->str, reply->len);
+            s->level = rank >= 0 ? rank : s->level;
+        }
+
+        return;
+    }
 
     s->cmd = NULL;
 
@@ -343,10 +405,28 @@ ngx_http_sandbox_mcp_stream_members(void *data, redisReply *reply)
 
         run = ngx_http_sandbox_mcp_uri_run((u_char *) m->str, m->len);
 
-        if (run && ngx_http_sandbox_mcp_stream_pending(s, run)
-            && ngx_http_sandbox_mcp_stream_updated(s, (u_char *) m->str,
-                                                   m->len, now)
-               != NGX_OK)
+        if (run == NULL || !ngx_http_sandbox_mcp_stream_pending(s, run)) {
+            continue;
+        }
+
+        c = ngx_http_sandbox_mcp_stream_change(s, run);
+
+        if (c) {
+            c->subscribed = 1;
+        }
+
+        if (ngx_http_sandbox_mcp_stream_updated(s, (u_char *) m->str,
+                                                m->len, now)
+            != NGX_OK)
+        {
+            ngx_http_sandbox_mcp_stream_end(s, NGX_ERROR);
+            return;
+        }
+    }
+
+    for (i = 0; i < s->npend; i++) {
+        if (s->pend[i].subscribed
+            && ngx_http_sandbox_mcp_stream_log(s, &s->pend[i]) != NGX_OK)
         {
             ngx_http_sandbox_mcp_stream_end(s, NGX_ERROR);
             return;
@@ -365,15 +445,20 @@ ngx_http_sandbox_mcp_stream_members(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_stream_check(ngx_http_sandbox_mcp_stream_t *s)
 {
-    ngx_str_t  argv[2];
+    ngx_str_t   argv[4];
+    ngx_uint_t  argc[2];
 
     s->again = 0;
 
-    ngx_str_set(&argv[0], "SMEMBERS");
-    argv[1] = s->subs;
+    ngx_str_set(&argv[0], "GET");
+    argv[1] = s->log;
+    ngx_str_set(&argv[2], "SMEMBERS");
+    argv[3] = s->subs;
+    argc[0] = 2;
+    argc[1] = 2;
 
-    s->cmd = ngx_http_sandbox_mcp_redis_command(
-                 ngx_http_sandbox_mcp_stream_members, s, 2, argv);
+    s->cmd = ngx_http_sandbox_mcp_redis_each(
+                 ngx_http_sandbox_mcp_stream_members, s, 2, argc, argv);
 
     if (s->cmd == NULL) {
         ngx_http_sandbox_mcp_stream_end(s, NGX_OK);
@@ -388,6 +473,8 @@ ngx_http_sandbox_mcp_stream_tenant(ngx_http_sandbox_mcp_watch_t *w,
 {
     ngx_http_sandbox_mcp_stream_t *s = w->data;
 
+    ngx_http_sandbox_mcp_change_t  *c;
+
     /* NULL: the connection was lost; what it missed, the client's
      * Last-Event-ID recovers */
 
@@ -398,12 +485,27 @@ ngx_http_sandbox_mcp_stream_tenant(ngx_http_sandbox_mcp_watch_t *w,
         return;
     }
 
-    if (!ngx_http_sandbox_mcp_stream_pending(s, message->data)) {
-        if (s->npend == NGX_HTTP_SANDBOX_MCP_STREAM_PEND) {
-            s->all = 1;
+    c = ngx_http_sandbox_mcp_stream_change(s, message->data);
 
-        } else {
-            ngx_memcpy(s->pend[s->npend++], message->data, SMCP_ID_LEN);
+    if (c == NULL && s->npend < NGX_HTTP_SANDBOX_MCP_STREAM_PEND) {
+        c = &s->pend[s->npend++];
+        ngx_memcpy(c->run, message->data, SMCP_ID_LEN);
+        c->subscribed = 0;
+    }
+
+    if (c == NULL) {
+        /* too many at once: every subscription is updated */
+        s->all = 1;
+
+    } else {
+        /* "<runId> <status>": the latest status */
+        c->status_len = 0;
+
+        if (message->len > SMCP_ID_LEN + 1) {
+            c->status_len = ngx_min(message->len - SMCP_ID_LEN - 1,
+                                    NGX_HTTP_SANDBOX_MCP_STATUS_MAX);
+            ngx_memcpy(c->status, message->data + SMCP_ID_LEN + 1,
+                       c->status_len);
         }
     }
 
@@ -836,6 +938,9 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &s->subs, SMCP_KEY_MCP_SUBS,
                                        &ctx->session_id)
         != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &s->log, SMCP_KEY_MCP_LOG,
+                                          &ctx->session_id)
+           != NGX_OK
         || ngx_http_sandbox_mcp_stream_announce(s) != NGX_OK
         || ngx_http_sandbox_mcp_sse_header(r) != NGX_OK)
     {

@@ -490,6 +490,7 @@ my $run2 = $task2->{taskId};
               'the subscriptions, in Redis');
     ok($t->redis('TTL', "${P}mcp:$sid:subs") > 0, 'expiring');
 
+    rpc('logging/setLevel', { level => 'info' });
     my $s1 = $open->();
     is($s1->status, 200, 'GET with the session: 200');
     like($s1->headers->{'content-type'} // '', qr{^text/event-stream}, 'an event stream');
@@ -503,7 +504,12 @@ my $run2 = $task2->{taskId};
     $s1->pump(5, sub { @{ $updates->($_[0]) } >= 2 });
     is_deeply([ sort @{ $updates->($s1) } ], [ $ua, "$ua/diff" ],
               'a status change: notifications/resources/updated for each subscribed URI, not the other run');
-    my @ids = map { $_->{id} } @{ $s1->events };
+    $s1->pump(2, sub { grep { ($_->{json}{method} // '') eq 'notifications/message' } @{ $_[0]->events } });
+    is_deeply([ map { $_->{json}{params} } grep { ($_->{json}{method} // '') eq 'notifications/message' }
+                @{ $s1->events } ],
+              [ { level => 'info', logger => 'run', data => { runId => $ra, status => 'running' } } ],
+              'and the status change as a log line, once (the other run: none)');
+    my @ids = map { $_->{id} // () } @{ $s1->events };
     ok(!grep({ $ids[$_] <= $ids[$_ - 1] } 1 .. $#ids), 'ids increase');
     $sb->pump(1);
     is_deeply($updates->($sb), [], "bob's stream: nothing of alice's");
@@ -533,9 +539,12 @@ my $run2 = $task2->{taskId};
     ok($s2->closed || $s2->ended, 'a newer stream of the session ends the older one');
 
     is_deeply(rpc('resources/unsubscribe', { uri => "$ua/diff" })->{result}, {}, 'unsubscribe');
+    rpc('logging/setLevel', { level => 'warning' });
     $status->($ra, 'completed');
     $s3->pump(3, sub { @{ $updates->($_[0]) } >= 1 });
     is_deeply($updates->($s3), [ $ua ], 'after it: only what is still subscribed');
+    ok(!grep({ ($_->{json}{method} // '') eq 'notifications/message' } @{ $s3->events }),
+       'at level warning: no info line');
     $s3->pump(2.5, sub { $_[0]->comments >= 2 });
     ok($s3->comments >= 2, 'a comment each heartbeat (sandbox_mcp_ui_heartbeat)');
     ok(!$s3->closed, 'the stream stays open');
