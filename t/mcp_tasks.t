@@ -379,6 +379,22 @@ my $run2 = $task2->{taskId};
     is_deeply($r->{sse} // [], [], 'with no JSON-RPC answer');
     is($t->redis('HGET', "${P}run:$run", 'status'), 'started', 'the run goes on');
 
+    # a wait that streams progress: it ends after what it sent
+    my $pp = $wait->('w-2', params => { _meta => { progressToken => 'pt' } });
+    sleep 0.3;
+    $t->redis('XADD', "${P}run:$run:events", '*', type => 'agent',
+              data => json_encode({ type => 'tool_use', part => { tool => 'bash',
+                                    state => { input => { command => 'make' } } } }),
+              ts => now_ms());
+    $t->redis('PUBLISH', "${P}run:$run", 'event');
+    sleep 0.3;
+    $cancel->('w-2');
+    $r = $t->mcp_finish($pp, 10);
+    my @pm = @{ $r->{sse} || [] };
+    is_deeply([ map { $_->{params}{message} // () } @pm ], [ 'ran `make`' ],
+              'a progress stream cancelled: what it sent ...');
+    ok(!grep({ exists $_->{result} || exists $_->{error} } @pm), '... and no answer');
+
     is($cancel->(78)->{status}, 202, 'an unknown requestId: 202, nothing happens');
     is($cancel->({ x => 1 })->{status}, 202, 'a requestId of the wrong type: 202, nothing happens');
     is($cancel->('x' x 100000)->{status}, 202, 'a huge requestId: 202, nothing happens');
