@@ -31,12 +31,14 @@ SCRIPTS_DIR := ngx_sandbox_mcp_module/common/scripts
 SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua)
 TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
                           ngx_sandbox_mcp_module/tools/include/*.json)
+OAUTH_PAGES := $(wildcard ngx_sandbox_mcp_module/oauth/*.html \
+                          ngx_sandbox_mcp_module/oauth/*.css)
 EMBED_SRC   := ngx_sandbox_mcp_module/common/embed/smcp_embed.c
 EMBED_BIN   := $(BUILD)/smcp-embed
 
 MODULE_SRCS := config config.make $(wildcard ngx_sandbox_mcp_module/*.[ch] \
                                  ngx_sandbox_mcp_module/common/*.[ch]) \
-               $(SCRIPTS_LUA) $(TOOLS_JSON) $(EMBED_SRC)
+               $(SCRIPTS_LUA) $(TOOLS_JSON) $(OAUTH_PAGES) $(EMBED_SRC)
 COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 
 CFLAGS     ?= -O2 -g

@@ -212,7 +212,7 @@ ngx_http_sandbox_mcp_host_listed(ngx_array_t *hosts, u_char *host,
 }
 
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_sandbox_mcp_host_allowed(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf)
 {

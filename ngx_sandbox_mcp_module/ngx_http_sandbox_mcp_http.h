@@ -13,6 +13,10 @@
 ngx_table_elt_t *ngx_http_sandbox_mcp_header(ngx_http_request_t *r,
     const char *name, size_t len);
 
+/* Host (port stripped) among sandbox_mcp_allowed_hosts */
+ngx_uint_t ngx_http_sandbox_mcp_host_allowed(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf);
+
 /* the checks: NGX_DECLINED when passed, else what sending the error gave */
 ngx_int_t ngx_http_sandbox_mcp_check_origin(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf);

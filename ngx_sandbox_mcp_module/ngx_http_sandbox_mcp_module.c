@@ -5,6 +5,7 @@
 #include "ngx_http_sandbox_mcp_module.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -23,6 +24,8 @@ static char *ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_sandbox_mcp_oauth_endpoints(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_sandbox_mcp_usd(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -212,6 +215,69 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_conf_set_sec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, session_idle),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_endpoints"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_sandbox_mcp_oauth_endpoints,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.enable),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_issuer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.issuer),
+      &ngx_http_sandbox_mcp_url_post },
+
+    { ngx_string("sandbox_mcp_oauth_resource"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.resource),
+      &ngx_http_sandbox_mcp_url_post },
+
+    { ngx_string("sandbox_mcp_oauth_token_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.token_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_refresh_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.refresh_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_code_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.code_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_client_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.client_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_redirect_hosts"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_sandbox_mcp_str_list,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.redirect_hosts),
       NULL },
 
       ngx_null_command
@@ -491,6 +557,8 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->retention = NGX_CONF_UNSET;
     conf->session_idle = NGX_CONF_UNSET;
 
+    ngx_http_sandbox_mcp_oauth_init_conf(&conf->oauth);
+
     return conf;
 }
 
@@ -626,6 +694,12 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_ERROR;
     }
 
+    if (ngx_http_sandbox_mcp_oauth_merge(cf, &prev->oauth, &conf->oauth)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     return ngx_http_sandbox_mcp_check_limits(cf, conf);
 }
 
@@ -647,6 +721,30 @@ ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_sandbox_mcp_handler;
 
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
+    mcf->enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* the OAuth endpoints (discovery, register, authorize, token, revoke) */
+static char *
+ngx_http_sandbox_mcp_oauth_endpoints(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_sandbox_mcp_oauth_handler;
+
+    /* the endpoints keep their state in Redis */
     mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
     mcf->enabled = 1;
 

@@ -58,6 +58,20 @@ typedef struct {
 } ngx_http_sandbox_mcp_main_conf_t;
 
 
+/* the OAuth 2.1 authorization server (sandbox_mcp_oauth_*) */
+typedef struct {
+    ngx_flag_t                  enable;
+    ngx_str_t                   issuer;         /* "": public_url/Host */
+    ngx_str_t                   resource;       /* "": {issuer}/mcp */
+    time_t                      token_ttl;
+    time_t                      refresh_ttl;
+    time_t                      code_ttl;
+    time_t                      client_ttl;
+    ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
+                                                   any https host */
+} ngx_http_sandbox_mcp_oauth_conf_t;
+
+
 typedef struct {
     ngx_flag_t                  enable;
     ngx_array_t                *allowed_hosts;      /* of ngx_str_t */
@@ -78,6 +92,7 @@ typedef struct {
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
     time_t                      retention;      /* ended runs' keys live */
     time_t                      session_idle;   /* idle sessions expire */
+    ngx_http_sandbox_mcp_oauth_conf_t  oauth;
 } ngx_http_sandbox_mcp_loc_conf_t;
 
 

@@ -22,6 +22,11 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(run_create);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_cancel);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_diff);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(revoke);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_client);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_code);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_redeem);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_refresh);
 
 
 ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
@@ -32,5 +37,10 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_run_cancel,
     &ngx_http_sandbox_mcp_script_run_diff,
     &ngx_http_sandbox_mcp_script_run_events,
+    &ngx_http_sandbox_mcp_script_revoke,
+    &ngx_http_sandbox_mcp_script_oauth_client,
+    &ngx_http_sandbox_mcp_script_oauth_code,
+    &ngx_http_sandbox_mcp_script_oauth_redeem,
+    &ngx_http_sandbox_mcp_script_oauth_refresh,
     NULL
 };

@@ -9,8 +9,14 @@
  *                                definition) becomes
  *                                static const char smcp_tool_NAME[]
  *
- * Both also define an X-macro listing the names (SMCP_LUA_SCRIPTS(X),
- * SMCP_TOOLS(X)).  Entries come in the order of their file names.
+ *   smcp-embed html OUT.h DIR    every DIR/NAME.html (a page with
+ *                                {{name}} placeholders) becomes
+ *                                static const char smcp_html_NAME[]
+ *   smcp-embed css OUT.h DIR     every DIR/NAME.css becomes
+ *                                static const char smcp_css_NAME[]
+ *
+ * All also define an X-macro listing the names (SMCP_LUA_SCRIPTS(X),
+ * SMCP_TOOLS(X), SMCP_HTML(X), SMCP_CSS(X)).  Entries come in the order of their file names.
  *
  * Lua: NAME is [a-z0-9_]; the opening comment block holds a line starting
  * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  The
@@ -24,6 +30,11 @@
  * anywhere in it is replaced by the JSON of DIR/include/FILE.  Embedded
  * compact.
  *
+ * HTML: starts with "<!doctype html>" (any case); every "{{" opens a
+ * placeholder of 1-32 characters of [a-z_] closed by "}}" (the server
+ * fills them in, escaped).  CSS: no "<" (it is served as a file, but
+ * never lets a page's markup be closed by a style).
+ *
  * Used by the `config` script (through config.make, in nginx's Makefile)
  * and by the project's Makefile.  Plain C and jansson.
  */
@@ -35,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -50,7 +62,9 @@
 
 typedef enum {
     EMBED_LUA,
-    EMBED_TOOLS
+    EMBED_TOOLS,
+    EMBED_HTML,
+    EMBED_CSS
 } embed_kind_e;
 
 
@@ -518,10 +532,41 @@ embed_check_tool(const char *path, const char *dir, const char *name)
 }
 
 
+/* HTML: a page whose placeholders are {{name}}; CSS: nothing like markup */
+static void
+embed_check_page(const char *path, const char *text, embed_kind_e kind)
+{
+    const char  *p, *q;
+
+    if (kind == EMBED_CSS) {
+        if (strchr(text, '<') != NULL) {
+            embed_fail(path, "a style sheet may not hold \"<\"");
+        }
+
+        return;
+    }
+
+    if (strncasecmp(text, "<!doctype html>", 15) != 0) {
+        embed_fail(path, "a page starts with <!doctype html>");
+    }
+
+    for (p = strstr(text, "{{"); p; p = strstr(q + 2, "{{")) {
+        for (q = p + 2; *q == '_' || (*q >= 'a' && *q <= 'z'); q++) {
+            /* void */
+        }
+
+        if (q == p + 2 || q - p - 2 > 32 || strncmp(q, "}}", 2) != 0) {
+            embed_fail(path, "a placeholder is {{name}}, name 1-32 of "
+                       "a-z and _ (at byte %ld)", (long) (p - text));
+        }
+    }
+}
+
+
 static void
 embed_usage(void)
 {
-    fprintf(stderr, "usage: smcp-embed lua|tools OUT.h DIR\n");
+    fprintf(stderr, "usage: smcp-embed lua|tools|html|css OUT.h DIR\n");
     exit(2);
 }
 
@@ -550,6 +595,18 @@ main(int argc, char **argv)
         prefix = "smcp_tool_";
         macro = "SMCP_TOOLS";
         suffix = ".json";
+
+    } else if (strcmp(argv[1], "html") == 0) {
+        kind = EMBED_HTML;
+        prefix = "smcp_html_";
+        macro = "SMCP_HTML";
+        suffix = ".html";
+
+    } else if (strcmp(argv[1], "css") == 0) {
+        kind = EMBED_CSS;
+        prefix = "smcp_css_";
+        macro = "SMCP_CSS";
+        suffix = ".css";
 
     } else {
         embed_usage();
@@ -582,14 +639,18 @@ main(int argc, char **argv)
             text = embed_read(path, &len);
             embed_check_lua(path, text);
 
-        } else {
+        } else if (kind == EMBED_TOOLS) {
             text = embed_check_tool(path, dir, names[i]);
             len = strlen(text);
+
+        } else {
+            text = embed_read(path, &len);
+            embed_check_page(path, text, kind);
         }
 
         fprintf(out, "/* %s%s */\nstatic const char %s%s[] =\n", names[i],
                 suffix, prefix, names[i]);
-        embed_string(out, text, len, kind == EMBED_LUA ? 0 : EMBED_LINE);
+        embed_string(out, text, len, kind == EMBED_TOOLS ? EMBED_LINE : 0);
         fputs(";\n\n", out);
 
         free(text);

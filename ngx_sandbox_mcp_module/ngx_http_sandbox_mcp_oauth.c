@@ -1,0 +1,1054 @@
+/*
+ * The OAuth 2.1 authorization server: configuration, the routes of
+ * sandbox_mcp_oauth_endpoints, the discovery documents (RFC 9728, RFC
+ * 8414), and what the endpoints share (parameters, answers).  Each
+ * endpoint lives in its own file: _oauth_register.c, _oauth_authorize.c,
+ * _oauth_token.c.
+ */
+
+#include <openssl/sha.h>
+
+#include "ngx_http_sandbox_mcp_oauth.h"
+#include "ngx_http_sandbox_mcp_http.h"
+
+#include "ngx_http_sandbox_mcp_oauth_html.h"
+#include "ngx_http_sandbox_mcp_oauth_css.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_GET     0x01
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_POST    0x02
+
+
+typedef enum {
+    NGX_HTTP_SANDBOX_MCP_OAUTH_RESOURCE_META = 0,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_SERVER_META,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_CSS,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_REGISTER,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_AUTHORIZE,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_TOKEN,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE
+} ngx_http_sandbox_mcp_oauth_route_e;
+
+
+typedef struct {
+    ngx_str_t                           path;
+    ngx_http_sandbox_mcp_oauth_route_e  route;
+    ngx_uint_t                          methods;
+    ngx_uint_t                          cors;   /* fetched by web clients */
+} ngx_http_sandbox_mcp_oauth_route_t;
+
+
+static ngx_http_sandbox_mcp_oauth_route_t  ngx_http_sandbox_mcp_oauth_routes[]
+    = {
+    { ngx_string("/.well-known/oauth-protected-resource"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_RESOURCE_META,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GET, 1 },
+    { ngx_string("/.well-known/oauth-authorization-server"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_SERVER_META,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GET, 1 },
+    { ngx_string("/.well-known/openid-configuration"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_SERVER_META,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GET, 1 },
+    { ngx_string("/oauth/signin.css"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_CSS,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GET, 0 },
+    { ngx_string("/oauth/register"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_REGISTER,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_POST, 1 },
+    { ngx_string("/oauth/authorize"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_AUTHORIZE,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GET|NGX_HTTP_SANDBOX_MCP_OAUTH_POST, 0 },
+    { ngx_string("/oauth/token"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_TOKEN,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_POST, 1 },
+    { ngx_string("/oauth/revoke"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_POST, 1 },
+    { ngx_null_string, 0, 0, 0 }
+};
+
+
+static void ngx_http_sandbox_mcp_oauth_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_sandbox_mcp_oauth_find(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, u_char *name, size_t len,
+    ngx_str_t *value);
+
+
+void
+ngx_http_sandbox_mcp_oauth_init_conf(ngx_http_sandbox_mcp_oauth_conf_t *conf)
+{
+    conf->enable = NGX_CONF_UNSET;
+    conf->token_ttl = NGX_CONF_UNSET;
+    conf->refresh_ttl = NGX_CONF_UNSET;
+    conf->code_ttl = NGX_CONF_UNSET;
+    conf->client_ttl = NGX_CONF_UNSET;
+    conf->redirect_hosts = NGX_CONF_UNSET_PTR;
+}
+
+
+char *
+ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_oauth_conf_t *prev,
+    ngx_http_sandbox_mcp_oauth_conf_t *conf)
+{
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_str_value(conf->issuer, prev->issuer, "");
+    ngx_conf_merge_str_value(conf->resource, prev->resource, "");
+    ngx_conf_merge_sec_value(conf->token_ttl, prev->token_ttl,
+                             NGX_HTTP_SANDBOX_MCP_OAUTH_TOKEN_TTL);
+    ngx_conf_merge_sec_value(conf->refresh_ttl, prev->refresh_ttl,
+                             NGX_HTTP_SANDBOX_MCP_OAUTH_REFRESH_TTL);
+    ngx_conf_merge_sec_value(conf->code_ttl, prev->code_ttl,
+                             NGX_HTTP_SANDBOX_MCP_OAUTH_CODE_TTL);
+    ngx_conf_merge_sec_value(conf->client_ttl, prev->client_ttl,
+                             NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL);
+    ngx_conf_merge_ptr_value(conf->redirect_hosts, prev->redirect_hosts,
+                             NULL);
+
+    if (conf->token_ttl == 0 || conf->refresh_ttl == 0
+        || conf->code_ttl == 0 || conf->client_ttl == 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sandbox_mcp_oauth_*_ttl must be more than 0");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_urls(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *issuer,
+    ngx_str_t *resource)
+{
+    u_char     *p;
+    ngx_str_t  *host;
+
+    if (lcf->oauth.issuer.len) {
+        *issuer = lcf->oauth.issuer;
+
+    } else if (lcf->public_url.len) {
+        *issuer = lcf->public_url;
+
+    } else {
+        /* the Host was checked against sandbox_mcp_allowed_hosts */
+        host = r->headers_in.host ? &r->headers_in.host->value : NULL;
+
+        issuer->data = ngx_pnalloc(r->pool, sizeof("https://localhost")
+                                            + (host ? host->len : 0));
+        if (issuer->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = ngx_sprintf(issuer->data, "%s://",
+#if (NGX_HTTP_SSL)
+                        r->connection->ssl ? "https" :
+#endif
+                        "http");
+
+        if (host) {
+            p = ngx_cpymem(p, host->data, host->len);
+
+        } else {
+            p = ngx_cpymem(p, "localhost", 9);
+        }
+
+        issuer->len = p - issuer->data;
+    }
+
+    if (lcf->oauth.resource.len) {
+        *resource = lcf->oauth.resource;
+        return NGX_OK;
+    }
+
+    resource->len = issuer->len + sizeof("/mcp") - 1;
+    resource->data = ngx_pnalloc(r->pool, resource->len);
+    if (resource->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(resource->data, issuer->data, issuer->len);
+    ngx_memcpy(p, "/mcp", 4);
+
+    return NGX_OK;
+}
+
+
+/* the path of a URL ("" when it has none) */
+static void
+ngx_http_sandbox_mcp_oauth_path(ngx_str_t *url, ngx_str_t *path)
+{
+    u_char  *p, *last;
+
+    p = url->data;
+    last = p + url->len;
+
+    p = ngx_strlcasestrn(p, last, (u_char *) "://", 3 - 1);
+    p = p ? p + 3 : url->data;
+
+    while (p < last && *p != '/') {
+        p++;
+    }
+
+    path->data = p;
+    path->len = last - p;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_metadata_url(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *url)
+{
+    ngx_str_t  issuer, resource, path;
+
+    ngx_str_null(url);
+
+    if (!lcf->oauth.enable) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_sandbox_mcp_oauth_urls(r, lcf, &issuer, &resource)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_sandbox_mcp_oauth_path(&resource, &path);
+
+    url->data = ngx_pnalloc(r->pool, issuer.len + path.len
+                            + sizeof("/.well-known/oauth-protected-resource"));
+    if (url->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    url->len = ngx_sprintf(url->data, "%V/.well-known/oauth-protected-resource"
+                           "%V", &issuer, &path)
+               - url->data;
+
+    return NGX_OK;
+}
+
+
+/* which route: /.well-known/oauth-protected-resource also under the
+ * resource's path (RFC 9728: /.well-known/oauth-protected-resource/mcp) */
+static ngx_http_sandbox_mcp_oauth_route_t *
+ngx_http_sandbox_mcp_oauth_route(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
+{
+    ngx_str_t                           *uri, path;
+    ngx_http_sandbox_mcp_oauth_route_t  *rt;
+
+    uri = &ctx->request->uri;
+
+    for (rt = ngx_http_sandbox_mcp_oauth_routes; rt->path.len; rt++) {
+        if (uri->len < rt->path.len
+            || ngx_strncmp(uri->data, rt->path.data, rt->path.len) != 0)
+        {
+            continue;
+        }
+
+        if (uri->len == rt->path.len) {
+            return rt;
+        }
+
+        if (rt->route != NGX_HTTP_SANDBOX_MCP_OAUTH_RESOURCE_META) {
+            continue;
+        }
+
+        ngx_http_sandbox_mcp_oauth_path(&ctx->resource, &path);
+
+        if (uri->len == rt->path.len + path.len
+            && ngx_strncmp(uri->data + rt->path.len, path.data, path.len)
+               == 0)
+        {
+            return rt;
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_cors(ngx_http_request_t *r)
+{
+    static ngx_str_t  any = ngx_string("*");
+    static ngx_str_t  methods = ngx_string("GET, POST, OPTIONS");
+    static ngx_str_t  headers = ngx_string("Authorization, Content-Type, "
+                                           "MCP-Protocol-Version");
+    static ngx_str_t  age = ngx_string("86400");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "Access-Control-Allow-Origin",
+                                        &any) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Access-Control-Allow-Methods",
+                                           &methods) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Access-Control-Allow-Headers",
+                                           &headers) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Access-Control-Max-Age",
+                                           &age) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *json)
+{
+    static ngx_str_t  no_store = ngx_string("no-store");
+    static ngx_str_t  no_cache = ngx_string("no-cache");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_store)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Pragma", &no_cache) != NGX_OK
+        || ngx_http_sandbox_mcp_oauth_cors(r) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_send_json(r, status, json);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *error, const char *description)
+{
+    json_t     *j;
+    ngx_int_t   rc;
+
+    j = json_pack("{s:s, s:s}", "error", error, "error_description",
+                  description);
+    if (j == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (status == NGX_HTTP_UNAUTHORIZED) {
+        static ngx_str_t  basic = ngx_string("Basic realm=\"sandbox-mcp\"");
+
+        if (ngx_http_sandbox_mcp_add_header(r, "WWW-Authenticate", &basic)
+            != NGX_OK)
+        {
+            json_decref(j);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    rc = ngx_http_sandbox_mcp_oauth_send_json(r, status, j);
+    json_decref(j);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_send(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, u_char *data, size_t len)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->pos = data;
+    b->last = data + len;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = status;
+    r->headers_out.content_type.data = (u_char *) type;
+    r->headers_out.content_type.len = ngx_strlen(type);
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_length_n = len;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* the page with its {{name}} placeholders filled in, HTML-escaped */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
+    ngx_uint_t status, const char *page, ngx_keyval_t *vars, ngx_uint_t n)
+{
+    u_char      *buf, *p, *last;
+    size_t       len, size;
+    ngx_uint_t   i;
+    const char  *s, *q;
+
+    static ngx_str_t  headers[] = {
+        ngx_string("Content-Security-Policy"),
+        ngx_string("default-src 'none'; style-src 'self'; "
+                   "frame-ancestors 'none'; base-uri 'none'"),
+        ngx_string("X-Frame-Options"), ngx_string("DENY"),
+        ngx_string("Referrer-Policy"), ngx_string("no-referrer"),
+        ngx_string("X-Content-Type-Options"), ngx_string("nosniff"),
+        ngx_string("Cache-Control"), ngx_string("no-store"),
+        ngx_null_string
+    };
+
+    size = ngx_strlen(page);
+
+    for (i = 0; i < n; i++) {
+        /* "&quot;" is the longest escape: at most 6 bytes a byte */
+        size += 6 * vars[i].value.len;
+    }
+
+    buf = ngx_pnalloc(r->pool, size);
+    if (buf == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = buf;
+
+    for (s = page; *s; s = q + 2) {
+        q = ngx_strstr(s, "{{");
+
+        if (q == NULL) {
+            p = ngx_cpymem(p, s, ngx_strlen(s));
+            break;
+        }
+
+        p = ngx_cpymem(p, s, q - s);
+        s = q + 2;
+        q = ngx_strstr(s, "}}");   /* checked at build: always there */
+        len = q - s;
+
+        for (i = 0; i < n; i++) {
+            if (vars[i].key.len == len
+                && ngx_strncmp(vars[i].key.data, s, len) == 0)
+            {
+                p = (u_char *) ngx_escape_html(p, vars[i].value.data,
+                                               vars[i].value.len);
+                break;
+            }
+        }
+    }
+
+    last = p;
+
+    for (i = 0; headers[i].len; i += 2) {
+        if (ngx_http_sandbox_mcp_add_header(r, (char *) headers[i].data,
+                                            &headers[i + 1])
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    return ngx_http_sandbox_mcp_oauth_send(r, status,
+                                           "text/html; charset=utf-8", buf,
+                                           last - buf);
+}
+
+
+void
+ngx_http_sandbox_mcp_oauth_finalize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_sandbox_mcp_oauth_cleanup(void *data)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ctx->done = 1;
+
+    if (ctx->cmd) {
+        ngx_http_sandbox_mcp_redis_cancel(ctx->cmd);
+        ctx->cmd = NULL;
+    }
+
+    if (ctx->key) {
+        json_decref(ctx->key);
+        ctx->key = NULL;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_unhex(u_char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+
+    c |= 0x20;
+
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+
+    return -1;
+}
+
+
+/* one form-encoded name or value, decoded in place; NGX_DECLINED: a bad
+ * escape or a control character */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_decode(u_char *p, size_t len, ngx_str_t *out)
+{
+    u_char     *d, *last;
+    ngx_int_t   hi, lo;
+
+    d = p;
+    out->data = p;
+    last = p + len;
+
+    while (p < last) {
+        if (*p == '+') {
+            *d++ = ' ';
+            p++;
+            continue;
+        }
+
+        if (*p == '%') {
+            if (last - p < 3) {
+                return NGX_DECLINED;
+            }
+
+            hi = ngx_http_sandbox_mcp_oauth_unhex(p[1]);
+            lo = ngx_http_sandbox_mcp_oauth_unhex(p[2]);
+
+            if (hi < 0 || lo < 0) {
+                return NGX_DECLINED;
+            }
+
+            *d = (u_char) (hi * 16 + lo);
+            p += 3;
+
+        } else {
+            *d = *p++;
+        }
+
+        if (*d < 0x20 || *d == 0x7f) {
+            return NGX_DECLINED;
+        }
+
+        d++;
+    }
+
+    out->len = d - out->data;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_parse(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    u_char *p, size_t len)
+{
+    u_char        *last, *end, *eq, *copy;
+    ngx_str_t      v;
+    ngx_keyval_t  *kv;
+
+    ctx->params = ngx_array_create(ctx->request->pool, 8,
+                                   sizeof(ngx_keyval_t));
+    if (ctx->params == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* decoded in a copy: the query stays as it came for the logs */
+    copy = ngx_pnalloc(ctx->request->pool, len);
+    if (copy == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(copy, p, len);
+    p = copy;
+    last = p + len;
+
+    for ( /* void */ ; p < last; p = end + 1) {
+        end = ngx_strlchr(p, last, '&');
+        if (end == NULL) {
+            end = last;
+        }
+
+        if (end == p) {
+            continue;
+        }
+
+        if (ctx->params->nelts == NGX_HTTP_SANDBOX_MCP_OAUTH_PARAMS_MAX
+            || end - p > NGX_HTTP_SANDBOX_MCP_OAUTH_VALUE_MAX)
+        {
+            return NGX_DECLINED;
+        }
+
+        eq = ngx_strlchr(p, end, '=');
+        if (eq == NULL) {
+            eq = end;
+        }
+
+        kv = ngx_array_push(ctx->params);
+        if (kv == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_sandbox_mcp_oauth_decode(p, eq - p, &kv->key) != NGX_OK
+            || ngx_http_sandbox_mcp_oauth_decode(eq + (eq < end),
+                                                 end - eq - (eq < end),
+                                                 &kv->value)
+               != NGX_OK)
+        {
+            return NGX_DECLINED;
+        }
+
+        /* RFC 6749 3.1: no parameter more than once */
+        ctx->params->nelts--;
+
+        if (ngx_http_sandbox_mcp_oauth_find(ctx, kv->key.data, kv->key.len,
+                                            &v)
+            == NGX_OK)
+        {
+            return NGX_DECLINED;
+        }
+
+        ctx->params->nelts++;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_find(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    u_char *name, size_t len, ngx_str_t *value)
+{
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    ngx_str_null(value);
+
+    if (ctx->params == NULL) {
+        return NGX_DECLINED;
+    }
+
+    kv = ctx->params->elts;
+
+    for (i = 0; i < ctx->params->nelts; i++) {
+        if (kv[i].key.len == len
+            && ngx_strncmp(kv[i].key.data, name, len) == 0)
+        {
+            *value = kv[i].value;
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_param(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    const char *name, ngx_str_t *value)
+{
+    return ngx_http_sandbox_mcp_oauth_find(ctx, (u_char *) name,
+                                           ngx_strlen(name), value);
+}
+
+
+u_char *
+ngx_http_sandbox_mcp_oauth_escape(u_char *dst, ngx_str_t *s)
+{
+    u_char      c;
+    size_t      i;
+
+    static u_char  hex[] = "0123456789ABCDEF";
+
+    for (i = 0; i < s->len; i++) {
+        c = s->data[i];
+
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
+            || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'
+            || c == '~')
+        {
+            *dst++ = c;
+
+        } else {
+            *dst++ = '%';
+            *dst++ = hex[c >> 4];
+            *dst++ = hex[c & 0xf];
+        }
+    }
+
+    return dst;
+}
+
+
+void
+ngx_http_sandbox_mcp_oauth_sha256_hex(u_char *dst, u_char *s, size_t len)
+{
+    u_char  md[SHA256_DIGEST_LENGTH];
+
+    SHA256(s, len, md);
+    ngx_hex_dump(dst, md, SHA256_DIGEST_LENGTH);
+    dst[2 * SHA256_DIGEST_LENGTH] = '\0';
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_random(ngx_pool_t *pool, ngx_str_t *out,
+    const char *prefix, size_t nbytes)
+{
+    size_t  plen;
+
+    plen = ngx_strlen(prefix);
+
+    out->data = ngx_pnalloc(pool, plen + 2 * nbytes + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, prefix, plen);
+
+    if (smcp_random_hex((char *) out->data + plen, nbytes) != SMCP_OK) {
+        return NGX_ERROR;
+    }
+
+    out->len = plen + 2 * nbytes;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_resource_meta(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
+{
+    json_t     *j;
+    ngx_int_t   rc;
+
+    j = json_pack("{s:s%, s:[s%], s:[s], s:[s], s:s}",
+                  "resource", ctx->resource.data, ctx->resource.len,
+                  "authorization_servers", ctx->issuer.data, ctx->issuer.len,
+                  "scopes_supported", SMCP_SCOPE_MCP,
+                  "bearer_methods_supported", "header",
+                  "resource_name", NGX_HTTP_SANDBOX_MCP_SERVER_NAME);
+    if (j == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_sandbox_mcp_oauth_send_json(ctx->request, NGX_HTTP_OK, j);
+    json_decref(j);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_server_meta(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
+{
+    json_t     *j;
+    u_char     *p, *e[4];
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    static const char  *paths[] = {
+        "/oauth/authorize", "/oauth/token", "/oauth/register",
+        "/oauth/revoke"
+    };
+
+    for (i = 0; i < 4; i++) {
+        e[i] = ngx_pnalloc(ctx->request->pool, ctx->issuer.len + 17);
+        if (e[i] == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        p = ngx_sprintf(e[i], "%V%s", &ctx->issuer, paths[i]);
+        *p = '\0';
+    }
+
+    j = json_pack("{s:s%, s:s, s:s, s:s, s:s, s:[s], s:[s,s], s:[s], s:[s],"
+                  " s:[s], s:[s], s:b, s:b}",
+                  "issuer", ctx->issuer.data, ctx->issuer.len,
+                  "authorization_endpoint", e[0],
+                  "token_endpoint", e[1],
+                  "registration_endpoint", e[2],
+                  "revocation_endpoint", e[3],
+                  "response_types_supported", "code",
+                  "grant_types_supported", "authorization_code",
+                  "refresh_token",
+                  "code_challenge_methods_supported", "S256",
+                  "token_endpoint_auth_methods_supported", "none",
+                  "revocation_endpoint_auth_methods_supported", "none",
+                  "scopes_supported", SMCP_SCOPE_MCP,
+                  "authorization_response_iss_parameter_supported", 1,
+                  "client_id_metadata_document_supported", 0);
+    if (j == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_sandbox_mcp_oauth_send_json(ctx->request, NGX_HTTP_OK, j);
+    json_decref(j);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_css(ngx_http_request_t *r)
+{
+    static ngx_str_t  cache = ngx_string("public, max-age=3600");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &cache)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_oauth_send(r, NGX_HTTP_OK,
+                                       "text/css; charset=utf-8",
+                                       (u_char *) smcp_css_signin,
+                                       sizeof(smcp_css_signin) - 1);
+}
+
+
+/* answers without a body to read, or reads it */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_start(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_route_t *rt)
+{
+    ngx_int_t            rc;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    switch (rt->route) {
+
+    case NGX_HTTP_SANDBOX_MCP_OAUTH_RESOURCE_META:
+        return ngx_http_sandbox_mcp_oauth_resource_meta(ctx);
+
+    case NGX_HTTP_SANDBOX_MCP_OAUTH_SERVER_META:
+        return ngx_http_sandbox_mcp_oauth_server_meta(ctx);
+
+    case NGX_HTTP_SANDBOX_MCP_OAUTH_CSS:
+        return ngx_http_sandbox_mcp_oauth_css(r);
+
+    default:
+        break;
+    }
+
+    if (r->method == NGX_HTTP_GET) {
+        /* the authorization request */
+        rc = ngx_http_sandbox_mcp_oauth_parse(ctx, r->args.data, r->args.len);
+
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ctx->params = NULL;
+        }
+
+        rc = ngx_http_sandbox_mcp_oauth_authorize(ctx);
+
+        if (rc == NGX_DONE) {
+            /* a Redis reply will finalize the request */
+            r->main->count++;
+        }
+
+        return rc;
+    }
+
+    if (r->headers_in.content_length_n > NGX_HTTP_SANDBOX_MCP_OAUTH_BODY_MAX)
+    {
+        return ngx_http_sandbox_mcp_oauth_error(r,
+                               NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                               "invalid_request", "the body is too large");
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_sandbox_mcp_oauth_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_sandbox_mcp_oauth_body(ngx_http_request_t *r)
+{
+    ngx_int_t                            rc;
+    ngx_http_sandbox_mcp_oauth_ctx_t    *ctx;
+    ngx_http_sandbox_mcp_oauth_route_t  *rt;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+    rt = ngx_http_sandbox_mcp_oauth_route(ctx);
+
+    rc = ngx_http_sandbox_mcp_read_body(r, &ctx->body,
+                                        NGX_HTTP_SANDBOX_MCP_OAUTH_BODY_MAX);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_finalize_request(r, ngx_http_sandbox_mcp_oauth_error(r,
+                               NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                               "invalid_request", "the body is too large"));
+        return;
+    }
+
+    if (rt->route == NGX_HTTP_SANDBOX_MCP_OAUTH_REGISTER) {
+        rc = ngx_http_sandbox_mcp_oauth_register(ctx);
+
+    } else {
+        rc = ngx_http_sandbox_mcp_oauth_parse(ctx, ctx->body.data,
+                                              ctx->body.len);
+
+        if (rc == NGX_ERROR) {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+        } else if (rc == NGX_DECLINED
+                   && rt->route != NGX_HTTP_SANDBOX_MCP_OAUTH_AUTHORIZE)
+        {
+            rc = ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_BAD_REQUEST,
+                               "invalid_request", "the form is malformed, "
+                               "too large or names a parameter twice");
+
+        } else if (rt->route == NGX_HTTP_SANDBOX_MCP_OAUTH_AUTHORIZE) {
+            if (rc == NGX_DECLINED) {
+                ctx->params = NULL;
+            }
+
+            rc = ngx_http_sandbox_mcp_oauth_authorize(ctx);
+
+        } else if (rt->route == NGX_HTTP_SANDBOX_MCP_OAUTH_TOKEN) {
+            rc = ngx_http_sandbox_mcp_oauth_token(ctx);
+
+        } else {
+            rc = ngx_http_sandbox_mcp_oauth_revoke(ctx);
+        }
+    }
+
+    if (rc == NGX_DONE) {
+        /* a Redis reply will finish the request */
+        return;
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_handler(ngx_http_request_t *r)
+{
+    ngx_uint_t                           method;
+    ngx_pool_cleanup_t                  *cln;
+    ngx_http_sandbox_mcp_oauth_ctx_t    *ctx;
+    ngx_http_sandbox_mcp_loc_conf_t     *lcf;
+    ngx_http_sandbox_mcp_oauth_route_t  *rt;
+
+    static ngx_str_t  allow_get = ngx_string("GET, HEAD, OPTIONS");
+    static ngx_str_t  allow_post = ngx_string("POST, OPTIONS");
+    static ngx_str_t  allow_both = ngx_string("GET, POST");
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    if (!lcf->oauth.enable) {
+        return NGX_HTTP_NOT_FOUND;
+    }
+
+    if (!ngx_http_sandbox_mcp_host_allowed(r, lcf)) {
+        return ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_FORBIDDEN,
+                                                "invalid_request",
+                                                "Host not allowed");
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_oauth_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->lcf = lcf;
+
+    if (ngx_http_sandbox_mcp_oauth_urls(r, lcf, &ctx->issuer, &ctx->resource)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rt = ngx_http_sandbox_mcp_oauth_route(ctx);
+    if (rt == NULL) {
+        return NGX_HTTP_NOT_FOUND;
+    }
+
+    if (r->method == NGX_HTTP_OPTIONS && rt->cors) {
+        if (ngx_http_sandbox_mcp_oauth_cors(r) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_sandbox_mcp_send_json(r, NGX_HTTP_NO_CONTENT, NULL);
+    }
+
+    method = (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))
+             ? NGX_HTTP_SANDBOX_MCP_OAUTH_GET
+             : (r->method == NGX_HTTP_POST)
+               ? NGX_HTTP_SANDBOX_MCP_OAUTH_POST : 0;
+
+    if (!(method & rt->methods)) {
+        if (ngx_http_sandbox_mcp_add_header(r, "Allow",
+                        rt->methods == NGX_HTTP_SANDBOX_MCP_OAUTH_GET
+                        ? &allow_get
+                        : rt->methods == NGX_HTTP_SANDBOX_MCP_OAUTH_POST
+                          ? &allow_post : &allow_both)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_NOT_ALLOWED,
+                                                "invalid_request",
+                                                "method not allowed");
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_oauth_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_sandbox_mcp_module);
+
+    return ngx_http_sandbox_mcp_oauth_start(ctx, rt);
+}

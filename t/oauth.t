@@ -1,0 +1,290 @@
+#!/usr/bin/perl
+
+# The module's OAuth 2.1 authorization server (docs/contracts.md "OAuth
+# 2.1"), against real nginx + redis-server:
+#   discovery   /mcp's 401 names the protected-resource metadata; RFC 9728
+#               and RFC 8414 documents (and the OpenID path)
+#   register    RFC 7591 public clients; hostile metadata refused, nothing
+#               stored
+#   code flow   sign-in page (consent line, CSRF cookie + form token),
+#               access key, code, PKCE, access token accepted by /mcp;
+#               refresh rotation; revocation (RFC 7009)
+#   refusals    each with its OAuth error: wrong PKCE verifier, reused code
+#               (its tokens revoked), expired code, redirect_uri mismatch,
+#               unregistered client, resource of another server, missing
+#               state, forged consent POSTs, reused refresh token (family
+#               revoked, its access token refused), access token of another
+#               audience; no redirect to an unregistered URI
+#   bearer      today's tokens still work unchanged
+#
+# Needs nginx + the module and redis-server; CI=true turns skips into
+# failures.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Digest::SHA qw(sha256_hex);
+use SMCP::Test qw(json_decode b64url rhex pong_ok);
+use SMCP::OAuth;
+
+my $t = SMCP::Test->new(
+    workers => 2,
+    server  => q{
+        sandbox_mcp_oauth on;
+        location /.well-known/ { sandbox_mcp_oauth_endpoints; }
+        location /oauth/ { sandbox_mcp_oauth_endpoints; }
+        location /other/mcp {
+            sandbox_mcp;
+            sandbox_mcp_oauth_resource https://other.example/mcp;
+        }},
+);
+$t->start;
+
+my $o = SMCP::OAuth->new($t);
+my $P = 'smcp:';
+my $port = $t->port;
+my $issuer = $o->issuer;
+my $resource = $o->resource;
+my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
+
+sub oauth_error {
+    my ($r, $status, $error, $name) = @_;
+    subtest $name => sub {
+        is($r->{status}, $status, "HTTP $status");
+        is(ref $r->{json} eq 'HASH' ? $r->{json}{error} : undef, $error,
+           "error $error") or diag($r->{body});
+        like($r->{json}{error_description} // '', qr/\S/, 'a description');
+        is($r->{headers}{'cache-control'}, 'no-store', 'no-store');
+    };
+}
+
+sub redirect_error {
+    my ($r, $error, $name, %o) = @_;
+    subtest $name => sub {
+        is($r->{status}, 302, '302 to the client');
+        my $loc = $r->{headers}{location} // '';
+        like($loc, qr{^\Q$o->{redirect}\E\?}, 'to its registered redirect_uri');
+        my $q = SMCP::OAuth::query($loc);
+        is($q->{error}, $error, "error=$error");
+        ok(!exists $q->{code}, 'no code');
+        is($q->{iss}, $issuer, 'iss');
+        is($q->{state}, $o{state}, 'state returned') if exists $o{state};
+    };
+}
+
+sub codes { return scalar grep { /oauth:code:/ } $t->redis_keys("${P}oauth:*") }
+
+###############################################################################
+# discovery
+
+subtest 'discovery' => sub {
+    my $r = $t->mcp_post($ping, token => undef);
+    is($r->{status}, 401, '/mcp without a token: 401');
+    like($r->{headers}{'www-authenticate'},
+         qr{^Bearer realm="sandbox-mcp", resource_metadata="\Q$issuer\E/\.well-known/oauth-protected-resource/mcp"$},
+         'WWW-Authenticate names the resource metadata');
+    $r = $t->mcp_post($ping, token => 'x.y.z');
+    like($r->{headers}{'www-authenticate'},
+         qr{resource_metadata="[^"]+", error="invalid_token"}, 'also with a bad token');
+
+    for my $path ('/.well-known/oauth-protected-resource',
+                  '/.well-known/oauth-protected-resource/mcp') {
+        $r = $o->get($path);
+        is($r->{status}, 200, "GET $path");
+        my $j = json_decode($r->{body});
+        is($j->{resource}, $resource, 'resource = the MCP URL');
+        is_deeply($j->{authorization_servers}, [$issuer], 'authorization_servers');
+        is_deeply($j->{scopes_supported}, ['mcp'], 'scopes_supported');
+        is($r->{headers}{'access-control-allow-origin'}, '*', 'CORS');
+    }
+    for my $path ('/.well-known/oauth-authorization-server',
+                  '/.well-known/openid-configuration') {
+        $r = $o->get($path);
+        is($r->{status}, 200, "GET $path");
+        my $j = json_decode($r->{body});
+        is($j->{issuer}, $issuer, 'issuer');
+        is($j->{authorization_endpoint}, "$issuer/oauth/authorize", 'authorize');
+        is($j->{token_endpoint}, "$issuer/oauth/token", 'token');
+        is($j->{registration_endpoint}, "$issuer/oauth/register", 'register');
+        is($j->{revocation_endpoint}, "$issuer/oauth/revoke", 'revoke');
+        is_deeply($j->{code_challenge_methods_supported}, ['S256'], 'S256 only');
+        is_deeply($j->{token_endpoint_auth_methods_supported}, ['none'], 'public');
+        is_deeply($j->{grant_types_supported},
+                  ['authorization_code', 'refresh_token'], 'grant types');
+    }
+    is($o->get('/.well-known/oauth-protected-resource/other')->{status}, 404,
+       'another resource path: 404');
+    is($o->get('/oauth/nothing')->{status}, 404, 'unknown route: 404');
+    $r = $t->http(method => 'OPTIONS', path => '/oauth/token',
+                  headers => [ Origin => 'https://claude.ai',
+                               'Access-Control-Request-Method' => 'POST' ]);
+    is($r->{status}, 204, 'CORS preflight of the token endpoint');
+    is($o->get('/oauth/token')->{status}, 405, 'GET /oauth/token: 405');
+    is($t->http(path => '/.well-known/oauth-authorization-server',
+                host => 'evil.example')->{status}, 403, 'a foreign Host: 403');
+    $r = $o->get('/oauth/signin.css');
+    is($r->{status}, 200, 'the style sheet');
+    like($r->{headers}{'content-type'}, qr{^text/css}, 'as text/css');
+};
+
+###############################################################################
+# registration
+
+subtest 'registration' => sub {
+    my ($c, $r) = $o->register(client_name => 'Claude <test>',
+                               redirect_uris => [ 'https://claude.ai/api/mcp/auth_callback',
+                                                  $o->{redirect} ]);
+    is($r->{status}, 201, '201 Created');
+    like($c->{client_id}, qr/^mcp_[0-9a-f]{32}$/, 'client_id');
+    is($c->{token_endpoint_auth_method}, 'none', 'a public client');
+    is_deeply($c->{redirect_uris}, [ 'https://claude.ai/api/mcp/auth_callback',
+                                     $o->{redirect} ], 'redirect_uris');
+    my $h = $t->redis_hgetall("${P}oauth:client:$c->{client_id}");
+    is($h->{name}, 'Claude <test>', 'stored');
+    my $ttl = $t->redis('TTL', "${P}oauth:client:$c->{client_id}");
+    ok($ttl > 0 && $ttl <= 30 * 86400, "with an expiry ($ttl s)");
+
+    $c = $o->register(token_endpoint_auth_method => 'client_secret_basic');
+    is($c->{token_endpoint_auth_method}, 'none', 'asked for a secret: none');
+
+    my $before = scalar $t->redis_keys("${P}oauth:client:*");
+    for my $case (
+        [ 'no redirect_uris',   { redirect_uris => undef }, 'invalid_redirect_uri' ],
+        [ 'empty list',         { redirect_uris => [] }, 'invalid_redirect_uri' ],
+        [ 'plain http',         { redirect_uris => ['http://evil.example/cb'] }, 'invalid_redirect_uri' ],
+        [ 'custom scheme',      { redirect_uris => ['javascript:alert(1)'] }, 'invalid_redirect_uri' ],
+        [ 'a fragment',         { redirect_uris => ['https://a.example/cb#x'] }, 'invalid_redirect_uri' ],
+        [ 'userinfo',           { redirect_uris => ['https://a.example@evil.example/cb'] }, 'invalid_redirect_uri' ],
+        [ 'a space',            { redirect_uris => ['https://a.example/c b'] }, 'invalid_redirect_uri' ],
+        [ 'too long',           { redirect_uris => ['https://a.example/' . 'a' x 600] }, 'invalid_redirect_uri' ],
+        [ 'too many',           { redirect_uris => [ map { "https://a.example/$_" } 1 .. 9 ] }, 'invalid_redirect_uri' ],
+        [ 'not strings',        { redirect_uris => [ { a => 1 } ] }, 'invalid_redirect_uri' ],
+        [ 'a long name',        { client_name => 'n' x 129 }, 'invalid_client_metadata' ],
+        [ 'a control char',     { client_name => "a\x01b" }, 'invalid_client_metadata' ],
+        [ 'a bad grant type',   { grant_types => ['password'] }, 'invalid_client_metadata' ],
+        [ 'a bad response type', { response_types => ['token'] }, 'invalid_client_metadata' ],
+    ) {
+        my %md = %{ $case->[1] };
+        my $r = $o->post('/oauth/register', {
+            client_name => 'x', redirect_uris => [ $o->{redirect} ], %md });
+        oauth_error($r, 400, $case->[2], "refused: $case->[0]");
+    }
+    my $r2 = $o->post('/oauth/register', 'not json');
+    oauth_error($r2, 400, 'invalid_client_metadata', 'refused: not JSON');
+    $r2 = $o->post('/oauth/register', '{"redirect_uris":["http://127.0.0.1/a"],'
+                                    . '"redirect_uris":["http://127.0.0.1/b"]}');
+    oauth_error($r2, 400, 'invalid_client_metadata', 'refused: duplicate keys');
+    $r2 = $o->post('/oauth/register', { redirect_uris => [ $o->{redirect} ],
+                                        x => 'y' x 20000 });
+    is($r2->{status}, 413, 'a body over 16 KiB: 413');
+    is(scalar $t->redis_keys("${P}oauth:client:*"), $before, 'nothing stored');
+
+    for my $ok ('http://localhost:33418/cb', 'http://[::1]/cb', 'http://127.0.0.1/cb?x=1') {
+        my ($c2, $r3) = $o->register(redirect_uris => [$ok]);
+        is($r3->{status}, 201, "loopback $ok accepted");
+    }
+};
+
+###############################################################################
+# the code flow
+
+my $client = $o->register;
+my $key = $t->token(sub => 'alice', repos => [ 'acme/app', 'acme/*' ],
+                    jti => 'key-' . rhex(8));
+my ($tokens, $code, $verifier);
+
+subtest 'sign-in page' => sub {
+    my ($v, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($client, challenge => $c);
+    my $page = $o->authorize_page(@p);
+    is($page->{status}, 200, '200');
+    like($page->{headers}{'content-type'}, qr{^text/html}, 'HTML');
+    like($page->{body}, qr{<strong>Test client</strong>}, 'the consent line names the client');
+    like($page->{body}, qr{returning to <strong>127\.0\.0\.1:9</strong>}, '... and where it returns');
+    like($page->{body}, qr{type="password"[^>]*name="access_key"}, 'an access-key field');
+    ok($page->{cookie}, 'a CSRF cookie') or diag(explain($page->{header_list}));
+    like($page->{csrf} // '', qr/^\d+\.[A-Za-z0-9_-]{43}$/, 'a form token');
+    like($page->{headers}{'content-security-policy'} // '', qr/frame-ancestors 'none'/, 'CSP');
+    is($page->{headers}{'x-frame-options'}, 'DENY', 'no framing');
+
+    my $cr = $o->register(client_name => '<script>alert(1)</script>');
+    $page = $o->authorize_page($o->auth_params($cr, challenge => $c));
+    unlike($page->{body}, qr{<script>}, 'the client name is escaped');
+    like($page->{body}, qr{&lt;script&gt;}, '... shown as text');
+};
+
+subtest 'code flow with an access key' => sub {
+    my ($v, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($client, challenge => $c, state => 'xyz 1/2');
+    my $page = $o->authorize_page(@p);
+    my $r = $o->consent($page, \@p, key => $key);
+    is($r->{status}, 302, 'consent: 302') or diag($r->{body});
+    my $q = SMCP::OAuth::query($r->{headers}{location});
+    like($r->{headers}{location}, qr{^\Q$o->{redirect}\E\?code=}, 'to the redirect_uri');
+    is($q->{state}, 'xyz 1/2', 'state returned');
+    is($q->{iss}, $issuer, 'iss returned');
+    like($q->{code}, qr/^ac_[0-9a-f]{64}$/, 'a code');
+    ok($t->redis('EXISTS', "${P}oauth:code:" . sha256_hex($q->{code})),
+       'stored under its hash');
+    ok(!$t->redis('EXISTS', "${P}oauth:code:$q->{code}"), 'not in clear');
+
+    $r = $o->token(grant_type => 'authorization_code', code => $q->{code},
+                   redirect_uri => $o->{redirect}, client_id => $client->{client_id},
+                   code_verifier => $v, resource => $resource);
+    is($r->{status}, 200, 'token: 200') or diag($r->{body});
+    $tokens = $r->{json};
+    ($code, $verifier) = ($q->{code}, $v);
+    is($tokens->{token_type}, 'Bearer', 'Bearer');
+    ok($tokens->{expires_in} > 3500 && $tokens->{expires_in} <= 3600, 'expires in 1 h');
+    like($tokens->{refresh_token}, qr/^rt_[0-9a-f]{24}_[0-9a-f]{64}$/, 'a refresh token');
+    is($r->{headers}{'cache-control'}, 'no-store', 'no-store');
+    my (undef, $claims) = SMCP::Test::decode_jwt($tokens->{access_token});
+    is($claims->{aud}, $resource, 'aud = the MCP URL');
+    is($claims->{scope}, 'mcp', 'scope mcp');
+    is($claims->{sub}, 'alice', 'sub = the key\'s tenant');
+    is_deeply($claims->{repos}, [ 'acme/app', 'acme/*' ], 'the key\'s grant');
+    is($claims->{client_id}, $client->{client_id}, 'client_id');
+    like($claims->{jti}, qr/^[0-9a-f]{32}$/, 'a jti');
+
+    my ($sid, $ir) = $t->initialize(token => $tokens->{access_token});
+    ok($sid, '/mcp accepts the access token') or diag($ir->{body});
+    pong_ok($t->rpc($sid, 'ping', undef, token => $tokens->{access_token}),
+            'ping with it');
+    my $run = $t->call_tool($sid, 'opencode_list_runs', {},
+                            token => $tokens->{access_token});
+    ok(!$run->{isError}, 'a tool call with it') or diag(explain($run));
+
+    my $fam = (grep { /oauth:family:/ } $t->redis_keys("${P}oauth:*"))[0];
+    my $f = $t->redis_hgetall($fam);
+    isnt($f->{current}, $tokens->{refresh_token}, 'the refresh token is stored hashed');
+    is($f->{current}, sha256_hex($tokens->{refresh_token}), '... as its SHA-256');
+};
+
+subtest 'refresh rotation' => sub {
+    my $r = $o->token(grant_type => 'refresh_token', refresh_token => $tokens->{refresh_token},
+                      client_id => $client->{client_id});
+    is($r->{status}, 200, 'refresh: 200') or diag($r->{body});
+    my $new = $r->{json};
+    isnt($new->{refresh_token}, $tokens->{refresh_token}, 'rotated');
+    isnt($new->{access_token}, $tokens->{access_token}, 'a new access token');
+    my ($sid) = $t->initialize(token => $new->{access_token});
+    ok($sid, 'the new access token works');
+
+    # the spent one again: the family is revoked, its access token too
+    $r = $o->token(grant_type => 'refresh_token', refresh_token => $tokens->{refresh_token},
+                   client_id => $client->{client_id});
+    oauth_error($r, 400, 'invalid_grant', 'reused refresh token: invalid_grant');
+    like($r->{json}{error_description}, qr/revoked/, 'says the grant is revoked');
+    $r = $o->token(grant_type => 'refresh_token', refresh_token => $new->{refresh_token},
+                   client_id => $client->{client_id});
+    oauth_error($r, 400, 'invalid_grant', 'the live one of the family is dead too');
+    ok(SMCP::Test::wait_until(5, sub {
+        $t->mcp_post($ping, session => $sid, token => $new->{access_token})->{status} == 401 }),
+       'the family\'s last access token is refused by /mcp');
+};
+
+done_testing();
