@@ -201,7 +201,7 @@ subtest 'sign-in page' => sub {
     my ($v, $c) = SMCP::OAuth::pkce();
     my @p = $o->auth_params($client, challenge => $c);
     my $page = $o->authorize_page(@p);
-    is($page->{status}, 200, '200');
+    is($page->{status}, 200, 'HTTP 200');
     like($page->{headers}{'content-type'}, qr{^text/html}, 'HTML');
     like($page->{body}, qr{<strong>Test client</strong>}, 'the consent line names the client');
     like($page->{body}, qr{returning to <strong>127\.0\.0\.1:9</strong>}, '... and where it returns');
@@ -285,6 +285,241 @@ subtest 'refresh rotation' => sub {
     ok(SMCP::Test::wait_until(5, sub {
         $t->mcp_post($ping, session => $sid, token => $new->{access_token})->{status} == 401 }),
        'the family\'s last access token is refused by /mcp');
+};
+
+###############################################################################
+# refusals
+
+sub fresh_code {
+    my (%o) = @_;
+    my ($v, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($o{client} // $client, challenge => $c);
+    my $page = $o->authorize_page(@p);
+    my $r = $o->consent($page, \@p, key => $o{key} // $key);
+    return (SMCP::OAuth::query($r->{headers}{location})->{code}, $v);
+}
+
+sub redeem {
+    my ($code, $v, %x) = @_;
+    my %f = (grant_type => 'authorization_code', code => $code,
+             redirect_uri => $o->{redirect}, client_id => $client->{client_id},
+             code_verifier => $v, %x);
+    return $o->token(map { $_ => $f{$_} } sort keys %f);
+}
+
+subtest 'token endpoint refusals' => sub {
+    my ($c, $v) = fresh_code();
+    my (undef, $other) = SMCP::OAuth::pkce();
+    oauth_error(redeem($c, 'x' . substr($other, 1) . 'abcdefgh'), 400, 'invalid_grant',
+                'wrong PKCE verifier');
+    oauth_error(redeem($c, $v), 400, 'invalid_grant',
+                'the right verifier after a wrong one: the code is spent');
+
+    ($c, $v) = fresh_code();
+    my $r = redeem($c, $v);
+    is($r->{status}, 200, 'a code redeemed once');
+    my $at = $r->{json}{access_token};
+    my ($sid) = $t->initialize(token => $at);
+    ok($sid, 'its access token works');
+    $r = redeem($c, $v);
+    oauth_error($r, 400, 'invalid_grant', 'reused code');
+    like($r->{json}{error_description}, qr/already used/, 'says so');
+    ok(SMCP::Test::wait_until(5, sub {
+        $t->mcp_post($ping, session => $sid, token => $at)->{status} == 401 }),
+       'the tokens issued with the reused code are revoked');
+
+    ($c, $v) = fresh_code();
+    my $ck = "${P}oauth:code:" . sha256_hex($c);
+    $t->redis('HSET', $ck, 'exp', time() - 1);
+    $r = redeem($c, $v);
+    oauth_error($r, 400, 'invalid_grant', 'expired code');
+    like($r->{json}{error_description}, qr/expired/, 'says so');
+    my $ttl = $t->redis('TTL', $ck);
+    ok($ttl > 0 && $ttl <= 60, "codes live 60 s in Redis ($ttl)");
+
+    ($c, $v) = fresh_code();
+    oauth_error(redeem($c, $v, redirect_uri => 'http://127.0.0.1:9/other'), 400,
+                'invalid_grant', 'redirect_uri differs from the authorization request');
+    ($c, $v) = fresh_code();
+    my $c2 = $o->register;
+    oauth_error(redeem($c, $v, client_id => $c2->{client_id}), 400, 'invalid_grant',
+                'a code of another client');
+    ($c, $v) = fresh_code();
+    oauth_error(redeem($c, $v, resource => 'https://other.example/mcp'), 400,
+                'invalid_target', 'a resource for another server');
+    oauth_error(redeem('ac_' . '0' x 64, $v), 400, 'invalid_grant', 'an unknown code');
+    oauth_error(redeem($c, 'short'), 400, 'invalid_request', 'a malformed verifier');
+    oauth_error($o->token(grant_type => 'password', client_id => $client->{client_id}),
+                400, 'unsupported_grant_type', 'grant_type password');
+    oauth_error($o->token(grant_type => 'authorization_code', code => $c), 401,
+                'invalid_client', 'no client_id');
+    oauth_error($o->post('/oauth/token', 'grant_type=refresh_token&grant_type=password&client_id=x'),
+                400, 'invalid_request', 'a parameter twice');
+    oauth_error($o->token(grant_type => 'refresh_token', client_id => $client->{client_id},
+                          refresh_token => 'rt_' . '0' x 24 . '_' . '0' x 64),
+                400, 'invalid_grant', 'an unknown refresh token');
+};
+
+subtest 'authorization request refusals' => sub {
+    my (undef, $c) = SMCP::OAuth::pkce();
+    my $n = codes();
+
+    # never a redirect to a URI the client did not register
+    my $r = $o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => $c, redirect_uri => 'https://evil.example/cb')));
+    is($r->{status}, 400, 'an unregistered redirect_uri: 400 page');
+    ok(!$r->{headers}{location}, '... no redirect');
+    like($r->{body}, qr/invalid_redirect_uri/, '... names the error');
+    $r = $o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params({ client_id => 'mcp_' . '0' x 32 }, challenge => $c)));
+    is($r->{status}, 400, 'an unregistered client: 400 page');
+    ok(!$r->{headers}{location}, '... no redirect');
+    like($r->{body}, qr/invalid_client/, '... names the error');
+    $r = $o->get('/oauth/authorize?client_id=nope&redirect_uri=' . SMCP::OAuth::esc($o->{redirect}));
+    is($r->{status}, 400, 'a malformed client_id: 400 page');
+    $r = $o->get('/oauth/authorize?client_id=a&client_id=b');
+    is($r->{status}, 400, 'a parameter twice: 400 page');
+
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => $c, state => undef))),
+        'invalid_request', 'missing state');
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => $c, resource => 'https://other.example/mcp', state => 's1'))),
+        'invalid_target', 'a resource for another server', state => 's1');
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => undef, state => 's2'))),
+        'invalid_request', 'no code_challenge (PKCE required)', state => 's2');
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => $c, code_challenge_method => 'plain', state => 's3'))),
+        'invalid_request', 'code_challenge_method plain', state => 's3');
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => $c, response_type => 'token', state => 's4'))),
+        'unsupported_response_type', 'response_type token', state => 's4');
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => $c, scope => 'admin', state => 's5'))),
+        'invalid_scope', 'scope admin', state => 's5');
+    is(codes(), $n, 'no code issued');
+};
+
+subtest 'forged consent POSTs' => sub {
+    my (undef, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($client, challenge => $c, state => 'forged');
+    my $page = $o->authorize_page(@p);
+    my $other = $o->authorize_page(@p);
+    my $n = codes();
+
+    my $forbidden = sub {
+        my ($r, $name) = @_;
+        subtest $name => sub {
+            is($r->{status}, 403, 'HTTP 403');
+            ok(!$r->{headers}{location}, 'no redirect');
+            like($r->{body}, qr/Form refused/, 'says why');
+        };
+    };
+    $forbidden->($o->consent($page, \@p, key => $key, cookie => undef), 'no cookie');
+    $forbidden->($o->consent($page, \@p, key => $key, csrf => undef), 'no csrf field');
+    $forbidden->($o->consent($page, \@p, key => $key, csrf => 'x'), 'a garbage csrf');
+    $forbidden->($o->consent($page, \@p, key => $key, cookie => $other->{cookie}),
+                 'another browser\'s cookie');
+    $forbidden->($o->consent($page, \@p, key => $key, cookie => 'smcp_oauth_csrf=' . '0' x 32),
+                 'a made-up cookie');
+    my @swapped = map { $_ eq 'forged' ? 'other' : $_ } @p;
+    $forbidden->($o->consent($page, \@swapped, key => $key), 'the request changed under the token');
+    $forbidden->($o->consent($page, \@p, key => $key, origin => 'https://evil.example'),
+                 'a cross-site Origin');
+
+    # an old token, correctly signed: expired
+    my ($ck) = $page->{cookie} =~ /=(.*)/;
+    my %pp = @p;
+    my $ts = time() - 700;
+    my $mac = b64url(Digest::SHA::hmac_sha256(join('|', 'csrf', $ts, $ck,
+        @pp{qw(client_id redirect_uri code_challenge state resource)}), $t->{secret}));
+    my $r = $o->consent($page, \@p, key => $key, csrf => "$ts.$mac");
+    $forbidden->($r, 'a form token older than 10 min');
+    $ts = time() - 5;
+    $mac = b64url(Digest::SHA::hmac_sha256(join('|', 'csrf', $ts, $ck,
+        @pp{qw(client_id redirect_uri code_challenge state resource)}), $t->{secret}));
+    $r = $o->consent($page, \@p, key => $key, csrf => "$ts.$mac");
+    is($r->{status}, 302, 'the same construction, recent: accepted (the test computes it right)');
+    is(codes(), $n + 1, 'only that one issued a code');
+
+    $r = $o->consent($page, \@p, key => $key, origin => $issuer);
+    is($r->{status}, 302, 'same-origin Origin: accepted');
+};
+
+subtest 'access keys and consent' => sub {
+    my (undef, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($client, challenge => $c, state => 'k');
+    my $page = $o->authorize_page(@p);
+    my $n = codes();
+    for my $case ([ 'garbage', 'abc' ],
+                  [ 'a wrong signature', $t->token(secret => 'nope' x 8) ],
+                  [ 'an expired key', $t->token(exp => time() - 10) ],
+                  [ 'a ui token', $t->token(scope => 'ui') ],
+                  [ 'an OAuth access token', $tokens->{access_token} ]) {
+        my $r = $o->consent($page, \@p, key => $case->[1]);
+        is($r->{status}, 401, "$case->[0]: the page again, 401");
+        like($r->{body}, qr/That access key was not accepted/, '... saying so');
+        ok(!$r->{headers}{location}, '... no redirect');
+    }
+    my $jti = 'rk-' . rhex(6);
+    my $revoked = $t->token(jti => $jti);
+    $t->redis('HSET', "${P}revoked", $jti, time() + 3600);
+    my $r = $o->consent($page, \@p, key => $revoked);
+    is($r->{status}, 401, 'a revoked key: 401');
+    is(codes(), $n, 'no code issued');
+
+    redirect_error($o->consent($page, \@p, action => 'deny'), 'access_denied',
+                   'Deny', state => 'k');
+};
+
+subtest 'audience' => sub {
+    my $r = $t->mcp_post($t->request_msg('initialize', {
+        protocolVersion => '2025-11-25', capabilities => {},
+        clientInfo => { name => 'x', version => '1' } }),
+        token => $tokens->{access_token}, path => '/other/mcp');
+    is($r->{status}, 401, 'our access token at a server with another MCP URL: 401');
+    like($r->{headers}{'www-authenticate'} // '', qr/error="invalid_token"/, 'invalid_token');
+    like($r->{headers}{'www-authenticate'} // '', qr/audience/, 'names the audience');
+    $r = $t->mcp_post($ping, token => $t->token(extra => { aud => 'https://evil.example/mcp' }));
+    is($r->{status}, 401, 'a token for another audience: 401');
+    $r = $t->mcp_post($ping, token => $t->token(extra => { aud => [ $resource ] }));
+    is($r->{status}, 401, 'an aud that is not a string: 401');
+    my ($sid) = $t->initialize(token => $t->token(extra => { aud => $resource }));
+    ok($sid, 'a token for this audience: accepted');
+    ($sid) = $t->initialize(token => $t->token);
+    ok($sid, 'today\'s bearer token (no aud): accepted unchanged');
+};
+
+subtest 'revocation (RFC 7009)' => sub {
+    my ($tok) = $o->sign_in($client, key => $key);
+    ok($tok->{refresh_token}, 'signed in');
+    my $r = $o->post('/oauth/revoke', SMCP::OAuth::form(token => $tok->{refresh_token},
+                     token_type_hint => 'refresh_token'));
+    is($r->{status}, 200, 'refresh token revoked: 200');
+    oauth_error($o->token(grant_type => 'refresh_token', refresh_token => $tok->{refresh_token},
+                          client_id => $client->{client_id}),
+                400, 'invalid_grant', 'it no longer refreshes');
+
+    ($tok) = $o->sign_in($client, key => $key);
+    my ($sid) = $t->initialize(token => $tok->{access_token});
+    ok($sid, 'a new access token works');
+    $r = $o->post('/oauth/revoke', SMCP::OAuth::form(token => $tok->{access_token}));
+    is($r->{status}, 200, 'access token revoked: 200');
+    ok(SMCP::Test::wait_until(5, sub {
+        $t->mcp_post($ping, session => $sid, token => $tok->{access_token})->{status} == 401 }),
+       '/mcp refuses it');
+    is($o->post('/oauth/revoke', SMCP::OAuth::form(token => 'whatever'))->{status}, 200,
+       'an unknown token: 200');
+    oauth_error($o->post('/oauth/revoke', ''), 400, 'invalid_request', 'no token');
+};
+
+subtest 'no secret in the logs' => sub {
+    my $log = $t->error_log;
+    unlike($log, qr/\Q$t->{secret}\E/, 'not the signing secret');
+    unlike($log, qr/\Q$tokens->{refresh_token}\E/, 'not a refresh token');
+    unlike($log, qr/\Q$code\E/, 'not a code');
+    unlike($log, qr/\Q$key\E/, 'not an access key');
 };
 
 done_testing();
