@@ -15,6 +15,10 @@
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
 #   run_diff, run_events   pages of a run's diff and events
+#   oauth_client, oauth_code, oauth_redeem, oauth_refresh   the OAuth
+#                authorization server: clients, codes (spent on first use,
+#                a reuse revoking their family), refresh families (rotation,
+#                reuse revoking the family and its last access token)
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -35,7 +39,8 @@ my $P = 'smcp:';
 my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
-                 run_cancel run_diff run_events)) {
+                 run_cancel run_diff run_events oauth_client oauth_code
+                 oauth_redeem oauth_refresh)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -521,6 +526,151 @@ subtest 'run_events' => sub {
     ($r) = script('run_events', [ "${P}run:$run", "${P}run:$run:events" ],
                   [ 'bob', '-', 10 ]);
     is($r, undef, "another tenant's: nil");
+};
+
+###############################################################################
+# OAuth (issue 11)
+
+$t->redis('FLUSHALL');
+
+my $CL = "${P}oauth:client:mcp_" . ('1' x 32);
+my $CODE = "${P}oauth:code:" . ('c' x 64);
+my $FAM = "${P}oauth:family:" . ('f' x 24);
+my $CH = "${P}revoked";
+my $sec = int(time());
+
+subtest 'oauth_client' => sub {
+    my ($r, $b, $a) = script('oauth_client', [ $CL ],
+                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600 ]);
+    is($r, 1, 'registered: 1');
+    is_deeply($a->{$CL}{value}, { name => 'Claude', redirect_uris => '["https://claude.ai/cb"]',
+                                  created_at => $sec }, '... its hash');
+    ok($a->{$CL}{expires}, '... expiring');
+    ($r, $b, $a) = script('oauth_client', [ $CL ], [ 'x', '[]', $sec, 3600 ]);
+    is($r, 0, 'the id taken: 0');
+    unchanged($b, $a, 'the id taken');
+};
+
+my @code_argv = ('mcp_' . ('1' x 32), 'https://claude.ai/cb', 'CHAL', 'http://h/mcp',
+                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60);
+
+subtest 'oauth_code' => sub {
+    my @a = @code_argv;
+    $a[1] = 'https://evil.example/cb';
+    my ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@a);
+    is($r, 'NOCLIENT', 'a redirect_uri not registered: NOCLIENT');
+    unchanged($b, $a, 'NOCLIENT');
+    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV ], \@code_argv);
+    is($r, 'NOCLIENT', 'an unknown client: NOCLIENT');
+    $t->redis('HSET', $REV, 'key-1', $sec + 3600);
+    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    is($r, 'REVOKED', 'a revoked access key: REVOKED');
+    unchanged($b, $a, 'REVOKED');
+    $t->redis('HDEL', $REV, 'key-1');
+    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    is($r, 'OK', 'stored: OK');
+    is_deeply($a->{$CODE}{value}, { client_id => $code_argv[0], redirect_uri => $code_argv[1],
+        challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice',
+        repos => '["acme/*"]', key_jti => 'key-1', key_exp => $sec + 3600,
+        exp => $sec + 60 }, '... its hash');
+    ok($a->{$CODE}{expires}, '... expiring');
+};
+
+sub redeem_argv {
+    my (%o) = @_;
+    my %d = (client => $code_argv[0], redirect => $code_argv[1], challenge => 'CHAL',
+             resource => '', now => $sec, hash => 'h1', jti => 'at-1',
+             exp => $sec + 3600, ttl => 86400, %o);
+    return [ @d{qw(client redirect challenge resource now hash jti exp ttl)} ];
+}
+
+subtest 'oauth_redeem' => sub {
+    my @k = ($CODE, $FAM, $REV, $CH);
+    my ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv(challenge => 'WRONG'));
+    is_deeply($r, [ 'ERR', 'invalid_grant',
+                    'PKCE verification failed: code_verifier does not match' ],
+              'a wrong verifier: invalid_grant');
+    is($a->{$CODE}{value}{used}, 1, '... the code is spent');
+    ok(!exists $a->{$FAM}, '... no family');
+    ($r) = script('oauth_redeem', \@k, redeem_argv());
+    is($r->[1], 'invalid_grant', 'then the right one: invalid_grant (spent)');
+
+    $t->redis('HDEL', $CODE, 'used');
+    ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv());
+    is_deeply($r, [ 'OK', 'alice', '["acme/*"]', $sec + 3600 ], 'redeemed');
+    is_deeply($a->{$FAM}{value}, { client_id => $code_argv[0], sub => 'alice',
+        repos => '["acme/*"]', resource => 'http://h/mcp', key_jti => 'key-1',
+        key_exp => $sec + 3600, current => 'h1', access_jti => 'at-1',
+        access_exp => $sec + 3600 }, '... the family');
+    ok($a->{$FAM}{expires}, '... expiring');
+
+    my $sub = $t->redis_connect;
+    $sub->subscribe($CH);
+    ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv());
+    like($r->[2], qr/already used/, 'reused: refused');
+    ok(!exists $a->{$FAM}, '... the family is gone');
+    is($a->{$REV}{value}{'at-1'}, $sec + 3600, '... its access token revoked');
+    is($sub->next_message(5)->[1], "at-1 " . ($sec + 3600), '... and published');
+    $sub->close;
+
+    $t->redis('DEL', $CODE);
+    ($r) = script('oauth_redeem', \@k, redeem_argv());
+    like($r->[2], qr/unknown or expired/, 'gone: refused');
+    $t->redis('HSET', $CODE, client_id => $code_argv[0], redirect_uri => $code_argv[1],
+              challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice', repos => '',
+              key_jti => '', key_exp => $sec + 3600, exp => $sec - 1);
+    ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv());
+    like($r->[2], qr/expired/, 'past its exp: refused');
+    ok(!exists $a->{$FAM}, '... no family');
+};
+
+sub refresh_argv {
+    my (%o) = @_;
+    my %d = (mode => 'refresh', hash => 'h1', client => $code_argv[0], new => 'h2',
+             jti => 'at-2', exp => $sec + 7200, now => $sec, ttl => 86400,
+             resource => '', %o);
+    return [ @d{qw(mode hash client new jti exp now ttl resource)} ];
+}
+
+subtest 'oauth_refresh' => sub {
+    my @k = ($FAM, $REV, $CH);
+    my %fam = (client_id => $code_argv[0], sub => 'alice', repos => '',
+               resource => 'http://h/mcp', key_jti => 'key-2', key_exp => $sec + 3600,
+               current => 'h1', access_jti => 'at-1', access_exp => $sec + 3600);
+    $t->redis('HSET', $FAM, %fam);
+    my ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv());
+    is_deeply($r, [ 'OK', 'alice', '', $sec + 3600 ], 'rotated');
+    is($a->{$FAM}{value}{current}, 'h2', '... the new hash is the live one');
+    is($a->{$FAM}{value}{access_jti}, 'at-2', '... with its access token');
+    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv(resource => 'http://x/mcp',
+                                                             hash => 'h2'));
+    is($r->[1], 'invalid_target', 'another resource: invalid_target');
+    unchanged($b, $a, 'invalid_target');
+    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv());
+    like($r->[2], qr/already used/, 'the spent one: refused');
+    ok(!exists $a->{$FAM}, '... the family revoked');
+    is($a->{$REV}{value}{'at-2'}, $sec + 7200, '... its access token too');
+
+    $t->redis('HSET', $FAM, %fam);
+    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv(client => 'mcp_other'));
+    like($r->[2], qr/already used/, 'another client: refused, revoked');
+    ok(!exists $a->{$FAM}, '... the family revoked');
+
+    $t->redis('HSET', $FAM, %fam);
+    $t->redis('HSET', $REV, 'key-2', $sec + 3600);
+    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv());
+    like($r->[2], qr/revoked/, 'the access key revoked: refused');
+    ok(!exists $a->{$FAM}, '... the family deleted');
+
+    $t->redis('HSET', $FAM, %fam);
+    ($r, $b, $a) = script('oauth_refresh', \@k, [ 'revoke', 'nope' ]);
+    is_deeply($r, [ 'OK' ], 'revoke with another hash: OK');
+    unchanged($b, $a, 'revoke with another hash');
+    ($r, $b, $a) = script('oauth_refresh', \@k, [ 'revoke', 'h1' ]);
+    is_deeply($r, [ 'OK' ], 'revoke: OK');
+    ok(!exists $a->{$FAM}, '... the family gone');
+    ($r) = script('oauth_refresh', \@k, refresh_argv());
+    like($r->[2], qr/unknown/, 'then: unknown');
 };
 
 $mon->close;
