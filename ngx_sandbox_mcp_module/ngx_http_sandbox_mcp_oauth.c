@@ -402,7 +402,7 @@ ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
         ngx_string("default-src 'none'; style-src 'self'; "
                    "frame-ancestors 'none'; base-uri 'none'"),
         ngx_string("X-Frame-Options"), ngx_string("DENY"),
-        ngx_string("Referrer-Policy"), ngx_string("no-referrer"),
+        ngx_string("Referrer-Policy"), ngx_string("same-origin"),
         ngx_string("X-Content-Type-Options"), ngx_string("nosniff"),
         ngx_string("Cache-Control"), ngx_string("no-store"),
         ngx_null_string
