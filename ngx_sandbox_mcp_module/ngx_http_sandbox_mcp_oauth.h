@@ -33,6 +33,18 @@
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL   (30 * 86400)
 
 
+/* the parameters of an authorization request (query, form, or kept in
+ * Redis while the user signs in at GitHub) */
+typedef struct {
+    ngx_str_t                           response_type;
+    ngx_str_t                           method;
+    ngx_str_t                           resource;
+    ngx_str_t                           scope;
+    ngx_str_t                           cookie;     /* the CSRF cookie */
+    ngx_str_t                           client_name;
+} ngx_http_sandbox_mcp_oauth_req_t;
+
+
 /* one request to the endpoints */
 typedef struct {
     ngx_http_request_t                 *request;
@@ -113,6 +125,24 @@ void ngx_http_sandbox_mcp_oauth_sha256_hex(u_char *dst, u_char *s,
 /* "<prefix><nbytes random bytes in hex>" in the pool */
 ngx_int_t ngx_http_sandbox_mcp_oauth_random(ngx_pool_t *pool,
     ngx_str_t *out, const char *prefix, size_t nbytes);
+
+/* the authorization endpoint's answers: an error at the redirect_uri,
+ * an HTML page, the browser's CSRF cookie (create: a new one if absent) */
+ngx_int_t ngx_http_sandbox_mcp_oauth_deny(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, const char *error,
+    const char *description);
+ngx_int_t ngx_http_sandbox_mcp_oauth_page(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_uint_t status,
+    const char *title, const char *message);
+ngx_int_t ngx_http_sandbox_mcp_oauth_cookie(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t create);
+
+/* a code for the tenant (repos: the grant as JSON text, jti: the access
+ * key's id or empty) stored, then the browser sent to the client */
+ngx_int_t ngx_http_sandbox_mcp_oauth_grant_code(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *tenant,
+    ngx_str_t *repos, ngx_str_t *jti, time_t key_exp);
 
 /* the steps of each endpoint */
 ngx_int_t ngx_http_sandbox_mcp_oauth_register(

@@ -21,22 +21,6 @@
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN  32      /* hex */
 
 
-/* the parameters of an authorization request (query or form) */
-typedef struct {
-    ngx_str_t   response_type;
-    ngx_str_t   method;
-    ngx_str_t   resource;
-    ngx_str_t   scope;
-    ngx_str_t   cookie;
-    ngx_str_t   client_name;
-} ngx_http_sandbox_mcp_oauth_req_t;
-
-
-static ngx_int_t ngx_http_sandbox_mcp_oauth_page(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_uint_t status,
-    const char *title, const char *message);
-
-
 /* the answer through the user agent: redirect_uri?name=value&... */
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
@@ -92,7 +76,7 @@ ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_oauth_deny(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     const char *error, const char *description)
 {
@@ -193,7 +177,7 @@ ngx_http_sandbox_mcp_oauth_csrf_ok(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
 
 /* the browser's CSRF cookie, or a new one (set on the page's answer) */
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_oauth_cookie(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t create)
 {
@@ -343,20 +327,83 @@ ngx_http_sandbox_mcp_oauth_code_stored(void *data, redisReply *reply)
 }
 
 
-/* the access key's tenant and grant, into a code stored in Redis */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_str_t *tenant, ngx_str_t *repos, ngx_str_t *jti, time_t key_exp)
+{
+    ngx_str_t                          hash, argv[13];
+    ngx_http_request_t                *r;
+    ngx_http_sandbox_mcp_oauth_req_t  *req;
+
+    r = ctx->request;
+    req = ctx->step;
+
+    /* the code: only its hash is stored */
+    if (ngx_http_sandbox_mcp_oauth_random(r->pool, &ctx->refresh, "ac_", 32)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+    hash.data = ngx_pnalloc(r->pool, hash.len + 1);
+    if (hash.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_sandbox_mcp_oauth_sha256_hex(hash.data, ctx->refresh.data,
+                                          ctx->refresh.len);
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
+                                       SMCP_KEY_OAUTH_CLIENT, &ctx->client_id)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_OAUTH_CODE, &hash)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
+                                          SMCP_KEY_REVOKED, NULL)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    argv[3] = ctx->client_id;
+    argv[4] = ctx->redirect_uri;
+    argv[5] = ctx->challenge;
+    argv[6] = req->resource;
+    argv[7] = *tenant;
+    argv[8] = *repos;
+    argv[9] = *jti;
+    argv[10] = ngx_http_sandbox_mcp_redis_number(r->pool, key_exp);
+    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                   ngx_time() + ctx->lcf->oauth.code_ttl);
+    argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                                 ctx->lcf->oauth.code_ttl);
+
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
+                   &ngx_http_sandbox_mcp_script_oauth_code,
+                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 3, 13, argv);
+
+    if (ctx->cmd == NULL) {
+        return ngx_http_sandbox_mcp_send_unavailable(r);
+    }
+
+    return NGX_DONE;
+}
+
+
+/* the access key's tenant and grant, into a code */
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req)
 {
-    char                        *repos;
+    char                        *s;
     json_t                      *key, *jti;
     ngx_int_t                    rc;
-    ngx_str_t                    sent, argv[13];
+    ngx_str_t                    sent, repos, id;
     const char                  *reason;
     ngx_http_request_t          *r;
     ngx_http_sandbox_mcp_ctx_t   mctx;
-    u_char                       hash[NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX
-                                      + 1];
 
     r = ctx->request;
 
@@ -391,77 +438,31 @@ ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     }
 
     ctx->key = key;
-    jti = json_object_get(key, "jti");
-
-    repos = NULL;
+    ngx_str_null(&repos);
 
     if (json_object_get(key, "repos")) {
-        repos = json_dumps(json_object_get(key, "repos"), JSON_COMPACT);
-        if (repos == NULL) {
+        s = json_dumps(json_object_get(key, "repos"), JSON_COMPACT);
+        if (s == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
+
+        repos.len = ngx_strlen(s);
+        repos.data = ngx_pnalloc(r->pool, repos.len);
+        if (repos.data == NULL) {
+            free(s);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(repos.data, s, repos.len);
+        free(s);
     }
 
-    argv[6].len = repos ? ngx_strlen(repos) : 0;
-    argv[6].data = ngx_pnalloc(r->pool, argv[6].len + 1);
-    if (argv[6].data == NULL) {
-        free(repos);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    jti = json_object_get(key, "jti");
+    id.data = (u_char *) (jti ? json_string_value(jti) : "");
+    id.len = jti ? json_string_length(jti) : 0;
 
-    ngx_memcpy(argv[6].data, repos, argv[6].len);
-    free(repos);
-
-    /* the code: only its hash is stored */
-    if (ngx_http_sandbox_mcp_oauth_random(r->pool, &ctx->refresh, "ac_", 32)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_http_sandbox_mcp_oauth_sha256_hex(hash, ctx->refresh.data,
-                                          ctx->refresh.len);
-    argv[12].data = hash;
-    argv[12].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
-                                       SMCP_KEY_OAUTH_CLIENT, &ctx->client_id)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
-                                          SMCP_KEY_OAUTH_CODE, &argv[12])
-           != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
-                                          SMCP_KEY_REVOKED, NULL)
-           != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    argv[3] = ctx->client_id;
-    argv[4] = ctx->redirect_uri;
-    argv[5] = ctx->challenge;
-    argv[12] = argv[6];                 /* repos */
-    argv[6] = req->resource;
-    argv[7] = mctx.tenant;
-    argv[8] = argv[12];
-    argv[9].data = (u_char *) (jti ? json_string_value(jti) : "");
-    argv[9].len = jti ? json_string_length(jti) : 0;
-    argv[10] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                   json_integer_value(json_object_get(key, "exp")));
-    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                   ngx_time() + ctx->lcf->oauth.code_ttl);
-    argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                 ctx->lcf->oauth.code_ttl);
-
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
-                   &ngx_http_sandbox_mcp_script_oauth_code,
-                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 3, 13, argv);
-
-    if (ctx->cmd == NULL) {
-        return ngx_http_sandbox_mcp_send_unavailable(r);
-    }
-
-    return NGX_DONE;
+    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &mctx.tenant, &repos,
+               &id, (time_t) json_integer_value(json_object_get(key, "exp")));
 }
 
 
@@ -632,7 +633,7 @@ ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_oauth_page(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_uint_t status, const char *title, const char *message)
 {
