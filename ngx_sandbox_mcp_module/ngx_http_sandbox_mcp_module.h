@@ -69,6 +69,13 @@ typedef struct {
     time_t                      client_ttl;
     ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
                                                    any https host */
+    ngx_str_t                   github_client_id;   /* "": no GitHub */
+    ngx_str_t                   github_secret;
+    ngx_str_t                   github_authorize;   /* GitHub's URL */
+    ngx_str_t                   github_location;    /* internal, ours */
+    ngx_array_t                *github_allow;       /* of ngx_keyval_t:
+                                                       login or @org ->
+                                                       grant (JSON) */
 } ngx_http_sandbox_mcp_oauth_conf_t;
 
 

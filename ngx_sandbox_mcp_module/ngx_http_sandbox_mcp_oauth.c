@@ -26,7 +26,8 @@ typedef enum {
     NGX_HTTP_SANDBOX_MCP_OAUTH_REGISTER,
     NGX_HTTP_SANDBOX_MCP_OAUTH_AUTHORIZE,
     NGX_HTTP_SANDBOX_MCP_OAUTH_TOKEN,
-    NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE
+    NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE,
+    NGX_HTTP_SANDBOX_MCP_OAUTH_GITHUB
 } ngx_http_sandbox_mcp_oauth_route_e;
 
 
@@ -64,6 +65,9 @@ static ngx_http_sandbox_mcp_oauth_route_t  ngx_http_sandbox_mcp_oauth_routes[]
     { ngx_string("/oauth/revoke"),
       NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE,
       NGX_HTTP_SANDBOX_MCP_OAUTH_POST, 1 },
+    { ngx_string("/oauth/github/callback"),
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GITHUB,
+      NGX_HTTP_SANDBOX_MCP_OAUTH_GET, 0 },
     { ngx_null_string, 0, 0, 0 }
 };
 
@@ -83,6 +87,7 @@ ngx_http_sandbox_mcp_oauth_init_conf(ngx_http_sandbox_mcp_oauth_conf_t *conf)
     conf->code_ttl = NGX_CONF_UNSET;
     conf->client_ttl = NGX_CONF_UNSET;
     conf->redirect_hosts = NGX_CONF_UNSET_PTR;
+    conf->github_allow = NGX_CONF_UNSET_PTR;
 }
 
 
@@ -104,6 +109,8 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
                              NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL);
     ngx_conf_merge_ptr_value(conf->redirect_hosts, prev->redirect_hosts,
                              NULL);
+
+    ngx_http_sandbox_mcp_oauth_github_merge(prev, conf);
 
     if (conf->token_ttl == 0 || conf->refresh_ttl == 0
         || conf->code_ttl == 0 || conf->client_ttl == 0)
@@ -860,7 +867,7 @@ ngx_http_sandbox_mcp_oauth_start(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     }
 
     if (r->method == NGX_HTTP_GET) {
-        /* the authorization request */
+        /* the authorization request, or GitHub sending the user back */
         rc = ngx_http_sandbox_mcp_oauth_parse(ctx, r->args.data, r->args.len);
 
         if (rc == NGX_ERROR) {
@@ -871,7 +878,9 @@ ngx_http_sandbox_mcp_oauth_start(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
             ctx->params = NULL;
         }
 
-        rc = ngx_http_sandbox_mcp_oauth_authorize(ctx);
+        rc = (rt->route == NGX_HTTP_SANDBOX_MCP_OAUTH_GITHUB)
+             ? ngx_http_sandbox_mcp_oauth_github_callback(ctx)
+             : ngx_http_sandbox_mcp_oauth_authorize(ctx);
 
         if (rc == NGX_DONE) {
             /* a Redis reply will finalize the request */

@@ -11,6 +11,7 @@
 
 #include "ngx_http_sandbox_mcp_module.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_BODY_MAX     16384
@@ -143,6 +144,21 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_cookie(
 ngx_int_t ngx_http_sandbox_mcp_oauth_grant_code(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *tenant,
     ngx_str_t *repos, ngx_str_t *jti, time_t key_exp);
+
+/* GitHub sign-in: directives, the start (from the sign-in page), the
+ * callback */
+char *ngx_http_sandbox_mcp_oauth_github_conf(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_sandbox_mcp_oauth_github_allow(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+void ngx_http_sandbox_mcp_oauth_github_merge(
+    ngx_http_sandbox_mcp_oauth_conf_t *prev,
+    ngx_http_sandbox_mcp_oauth_conf_t *conf);
+ngx_int_t ngx_http_sandbox_mcp_oauth_github_start(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_req_t *req);
+ngx_int_t ngx_http_sandbox_mcp_oauth_github_callback(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
 
 /* the steps of each endpoint */
 ngx_int_t ngx_http_sandbox_mcp_oauth_register(

@@ -243,7 +243,7 @@ ngx_http_sandbox_mcp_oauth_signin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 {
     u_char        *p, *last;
     ngx_str_t      csrf, host;
-    ngx_keyval_t   vars[9];
+    ngx_keyval_t   vars[10];
 
     if (ngx_http_sandbox_mcp_oauth_cookie(ctx, req, 1) != NGX_OK
         || ngx_http_sandbox_mcp_oauth_csrf(ctx, req, ngx_time(), &csrf)
@@ -283,9 +283,17 @@ ngx_http_sandbox_mcp_oauth_signin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     vars[7].value = req->resource;
     ngx_str_set(&vars[8].key, "csrf");
     vars[8].value = csrf;
+    ngx_str_set(&vars[9].key, "github");
+
+    if (ctx->lcf->oauth.github_client_id.len) {
+        ngx_str_set(&vars[9].value, "on");
+
+    } else {
+        ngx_str_set(&vars[9].value, "off");
+    }
 
     return ngx_http_sandbox_mcp_oauth_send_html(ctx->request, status,
-                                                smcp_html_signin, vars, 9);
+                                                smcp_html_signin, vars, 10);
 }
 
 
@@ -621,6 +629,11 @@ ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
         {
             rc = ngx_http_sandbox_mcp_oauth_deny(ctx, "access_denied",
                                            "the user denied the request");
+
+        } else if (action.len == 6
+                   && ngx_strncmp(action.data, "github", 6) == 0)
+        {
+            rc = ngx_http_sandbox_mcp_oauth_github_start(ctx, req);
 
         } else {
             rc = ngx_http_sandbox_mcp_oauth_issue(ctx, req);

@@ -210,6 +210,7 @@ subtest 'sign-in page' => sub {
     like($page->{csrf} // '', qr/^\d+\.[A-Za-z0-9_-]{43}$/, 'a form token');
     like($page->{headers}{'content-security-policy'} // '', qr/frame-ancestors 'none'/, 'CSP');
     is($page->{headers}{'x-frame-options'}, 'DENY', 'no framing');
+    like($page->{body}, qr{class="github off"}, 'no GitHub button when not configured');
 
     my $cr = $o->register(client_name => '<script>alert(1)</script>');
     $page = $o->authorize_page($o->auth_params($cr, challenge => $c));

@@ -42,6 +42,10 @@
                                                      code's sha256 hex */
 #define SMCP_KEY_OAUTH_FAMILY       "%soauth:family:%s"   /* hash: a refresh
                                                      token family */
+#define SMCP_KEY_OAUTH_PENDING      "%soauth:pending:%s"  /* string: an
+                                                     authorization request
+                                                     while the user is at
+                                                     GitHub */
 
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE
