@@ -485,6 +485,66 @@ ngx_http_sandbox_mcp_oauth_finalize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_subrequest_done(ngx_http_request_t *sr,
+    void *data, ngx_int_t rc)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ngx_buf_t  *b;
+
+    ctx->sub_status = sr->headers_out.status;
+    ngx_str_null(&ctx->sub_body);
+
+    if (sr->out && sr->out->buf) {
+        b = sr->out->buf;
+
+        ctx->sub_body.data = ngx_pnalloc(ctx->request->pool,
+                                         b->last - b->pos + 1);
+        if (ctx->sub_body.data) {
+            ctx->sub_body.len = b->last - b->pos;
+            ngx_memcpy(ctx->sub_body.data, b->pos, ctx->sub_body.len);
+        }
+    }
+
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_str_t *uri, ngx_str_t *args, ngx_http_event_handler_pt resume)
+{
+    ngx_http_request_t          *r, *sr;
+    ngx_http_post_subrequest_t  *ps;
+
+    r = ctx->request;
+
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    ps->handler = ngx_http_sandbox_mcp_oauth_subrequest_done;
+    ps->data = ctx;
+
+    ctx->sub_status = 0;
+    ngx_str_null(&ctx->sub_body);
+
+    if (ngx_http_subrequest(r, uri, args, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_IN_MEMORY
+                            |NGX_HTTP_SUBREQUEST_WAITED)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    r->write_event_handler = resume;
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_sandbox_mcp_oauth_cleanup(void *data)
 {

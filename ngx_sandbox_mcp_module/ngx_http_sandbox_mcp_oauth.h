@@ -68,6 +68,10 @@ typedef struct {
     json_t                             *key;        /* the access key's
                                                        claims */
 
+    /* a subrequest's answer (GitHub, client metadata documents) */
+    ngx_uint_t                          sub_status;
+    ngx_str_t                           sub_body;
+
     /* token */
     ngx_str_t                           access_jti;
     ngx_str_t                           refresh;    /* the new one */
@@ -111,6 +115,12 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *error, const char *description);
 ngx_int_t ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
     ngx_uint_t status, const char *page, ngx_keyval_t *vars, ngx_uint_t n);
+
+/* a subrequest (in memory) to uri?args: its answer in ctx->sub_status
+ * and ctx->sub_body; then resume runs (the request's write handler) */
+ngx_int_t ngx_http_sandbox_mcp_oauth_subrequest(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *uri, ngx_str_t *args,
+    ngx_http_event_handler_pt resume);
 
 /* from Redis callbacks */
 void ngx_http_sandbox_mcp_oauth_finalize(

@@ -6,20 +6,20 @@
  * location (never a blocking call in a worker); the GitHub login, if
  * allowed (by login or organization), becomes the tenant.
  *
- *   location /_smcp_github/ {                 # sandbox_mcp_oauth_github_location
+ *   location = /_smcp_github/token {          # POST, parameters in the query
  *       internal;
- *       subrequest_output_buffer_size 64k;
- *       location = /_smcp_github/token {      # POST, parameters in the query
- *           proxy_method POST;
- *           proxy_set_header Accept application/json;
- *           proxy_pass https://github.com/login/oauth/access_token;
- *       }
- *       location = /_smcp_github/user {       # ?token=
- *           proxy_set_header Authorization "Bearer $arg_token";
- *           proxy_pass https://api.github.com/user;
- *       }
- *       location = /_smcp_github/orgs { ... https://api.github.com/user/orgs; }
+ *       proxy_pass_request_headers off;
+ *       proxy_method POST;
+ *       proxy_set_header Accept application/json;
+ *       proxy_pass https://github.com/login/oauth/access_token;
  *   }
+ *   location = /_smcp_github/user {           # ?token=
+ *       internal;
+ *       proxy_pass_request_headers off;
+ *       proxy_set_header Authorization "Bearer $arg_token";
+ *       proxy_pass https://api.github.com/user;
+ *   }
+ *   location = /_smcp_github/orgs { ... https://api.github.com/user/orgs; }
  */
 
 #include "ngx_http_sandbox_mcp_oauth.h"
@@ -46,8 +46,6 @@ typedef enum {
 typedef struct {
     ngx_http_sandbox_mcp_oauth_req_t     req;       /* first: ctx->step */
     ngx_http_sandbox_mcp_github_step_e   step;
-    ngx_uint_t                           status;    /* of the subrequest */
-    ngx_str_t                            body;
     ngx_str_t                            code;      /* GitHub's */
     ngx_str_t                            token;     /* GitHub's */
     ngx_str_t                            login;
@@ -394,74 +392,26 @@ ngx_http_sandbox_mcp_oauth_github_start(ngx_http_sandbox_mcp_oauth_ctx_t
 }
 
 
-static ngx_int_t
-ngx_http_sandbox_mcp_github_done(ngx_http_request_t *sr, void *data,
-    ngx_int_t rc)
-{
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
-
-    ngx_buf_t                      *b;
-    ngx_http_sandbox_mcp_github_t  *gh;
-
-    gh = ctx->step;
-    gh->status = sr->headers_out.status;
-    ngx_str_null(&gh->body);
-
-    if (sr->out && sr->out->buf) {
-        b = sr->out->buf;
-        gh->body.len = b->last - b->pos;
-        gh->body.data = ngx_pnalloc(ctx->request->pool, gh->body.len + 1);
-
-        if (gh->body.data == NULL) {
-            gh->body.len = 0;
-
-        } else {
-            ngx_memcpy(gh->body.data, b->pos, gh->body.len);
-        }
-    }
-
-    return rc;
-}
-
-
 /* a subrequest to {location}/{what}?{args}; the parent resumes after it */
 static ngx_int_t
 ngx_http_sandbox_mcp_github_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     const char *what, ngx_str_t *args)
 {
-    ngx_str_t                     uri;
-    ngx_http_request_t           *r, *sr;
-    ngx_http_post_subrequest_t   *ps;
+    ngx_str_t                           uri;
     ngx_http_sandbox_mcp_oauth_conf_t  *oc;
 
-    r = ctx->request;
     oc = &ctx->lcf->oauth;
 
-    uri.data = ngx_pnalloc(r->pool, oc->github_location.len + 8);
-    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
-
-    if (uri.data == NULL || ps == NULL) {
+    uri.data = ngx_pnalloc(ctx->request->pool, oc->github_location.len + 8);
+    if (uri.data == NULL) {
         return NGX_ERROR;
     }
 
     uri.len = ngx_sprintf(uri.data, "%V/%s", &oc->github_location, what)
               - uri.data;
 
-    ps->handler = ngx_http_sandbox_mcp_github_done;
-    ps->data = ctx;
-
-    if (ngx_http_subrequest(r, &uri, args, &sr, ps,
-                            NGX_HTTP_SUBREQUEST_IN_MEMORY
-                            |NGX_HTTP_SUBREQUEST_WAITED)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    sr->header_only = 0;
-    r->write_event_handler = ngx_http_sandbox_mcp_github_resume;
-
-    return NGX_OK;
+    return ngx_http_sandbox_mcp_oauth_subrequest(ctx, &uri, args,
+                                       ngx_http_sandbox_mcp_github_resume);
 }
 
 
@@ -588,13 +538,14 @@ ngx_http_sandbox_mcp_github_next(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 
     gh = ctx->step;
 
-    j = (gh->status == NGX_HTTP_OK && gh->body.len)
-        ? json_loadb((char *) gh->body.data, gh->body.len, 0, NULL) : NULL;
+    j = (ctx->sub_status == NGX_HTTP_OK && ctx->sub_body.len)
+        ? json_loadb((char *) ctx->sub_body.data, ctx->sub_body.len, 0, NULL)
+        : NULL;
 
     if (j == NULL) {
         ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
                       "sandbox_mcp: oauth: GitHub answered %ui at step %d",
-                      gh->status, (int) gh->step);
+                      ctx->sub_status, (int) gh->step);
 
         return ngx_http_sandbox_mcp_oauth_deny(ctx, "server_error",
                                          "GitHub sign-in failed");
