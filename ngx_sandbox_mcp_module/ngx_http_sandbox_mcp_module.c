@@ -280,6 +280,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.redirect_hosts),
       NULL },
 
+    { ngx_string("sandbox_mcp_oauth_client_metadata_location"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.metadata_location),
+      NULL },
+
     { ngx_string("sandbox_mcp_oauth_github"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
       ngx_http_sandbox_mcp_oauth_github_conf,

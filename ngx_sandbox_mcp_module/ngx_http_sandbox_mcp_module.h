@@ -69,6 +69,8 @@ typedef struct {
     time_t                      client_ttl;
     ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
                                                    any https host */
+    ngx_str_t                   metadata_location;  /* "": no client
+                                                       metadata documents */
     ngx_str_t                   github_client_id;   /* "": no GitHub */
     ngx_str_t                   github_secret;
     ngx_str_t                   github_authorize;   /* GitHub's URL */

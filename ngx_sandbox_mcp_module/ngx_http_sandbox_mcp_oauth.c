@@ -109,6 +109,8 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
                              NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL);
     ngx_conf_merge_ptr_value(conf->redirect_hosts, prev->redirect_hosts,
                              NULL);
+    ngx_conf_merge_str_value(conf->metadata_location,
+                             prev->metadata_location, "");
 
     ngx_http_sandbox_mcp_oauth_github_merge(prev, conf);
 
@@ -871,7 +873,8 @@ ngx_http_sandbox_mcp_oauth_server_meta(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
                   "revocation_endpoint_auth_methods_supported", "none",
                   "scopes_supported", SMCP_SCOPE_MCP,
                   "authorization_response_iss_parameter_supported", 1,
-                  "client_id_metadata_document_supported", 0);
+                  "client_id_metadata_document_supported",
+                  ctx->lcf->oauth.metadata_location.len != 0);
     if (j == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

@@ -170,6 +170,22 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_github_start(
 ngx_int_t ngx_http_sandbox_mcp_oauth_github_callback(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
 
+/* client ID metadata documents: client_id an https URL (and the server
+ * configured for them); its document fetched, checked and cached, then
+ * ngx_http_sandbox_mcp_oauth_client_known() */
+ngx_uint_t ngx_http_sandbox_mcp_oauth_metadata_client(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_oauth_fetch_metadata(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_oauth_client_known(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *name,
+    ngx_str_t *uris_json);
+
+/* registration's checks of client metadata: NULL, or why not (and the
+ * OAuth error in *error) */
+const char *ngx_http_sandbox_mcp_oauth_check_metadata(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, json_t *md, const char **error);
+
 /* the steps of each endpoint */
 ngx_int_t ngx_http_sandbox_mcp_oauth_register(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx);

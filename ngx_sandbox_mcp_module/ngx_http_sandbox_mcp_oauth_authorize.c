@@ -542,11 +542,14 @@ ngx_http_sandbox_mcp_oauth_check_request(
 }
 
 
-static void
-ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
+/*
+ * The client is known (registered, or its metadata document fetched): its
+ * name and redirect URIs (a JSON array); the request goes on from here.
+ */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_client_known(ngx_http_sandbox_mcp_oauth_ctx_t
+    *ctx, ngx_str_t *name, ngx_str_t *uris_json)
 {
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
-
     json_t                            *uris, *v;
     size_t                             i;
     ngx_int_t                          rc;
@@ -556,8 +559,77 @@ ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_oauth_req_t  *req;
 
     r = ctx->request;
-    ctx->cmd = NULL;
     req = ctx->step;
+    found = 0;
+
+    uris = json_loadb((char *) uris_json->data, uris_json->len, 0, NULL);
+
+    json_array_foreach(uris, i, v) {
+        if (json_string_length(v) == ctx->redirect_uri.len
+            && ngx_strncmp(json_string_value(v), ctx->redirect_uri.data,
+                           ctx->redirect_uri.len) == 0)
+        {
+            found = 1;
+        }
+    }
+
+    json_decref(uris);
+
+    req->client_name.len = name->len;
+    req->client_name.data = ngx_pnalloc(r->pool, name->len);
+    if (req->client_name.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(req->client_name.data, name->data, name->len);
+
+    if (!found) {
+        return ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
+                               "Wrong redirect URI", "redirect_uri is not "
+                               "one this client registered "
+                               "(invalid_redirect_uri).");
+    }
+
+    /* from here on, the client hears of errors at its redirect_uri */
+
+    rc = ngx_http_sandbox_mcp_oauth_check_request(ctx, req);
+
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    if (r->method == NGX_HTTP_GET) {
+        return ngx_http_sandbox_mcp_oauth_signin(ctx, req, NGX_HTTP_OK);
+    }
+
+    (void) ngx_http_sandbox_mcp_oauth_param(ctx, "action", &action);
+
+    if (action.len == 4 && ngx_strncmp(action.data, "deny", 4) == 0) {
+        return ngx_http_sandbox_mcp_oauth_deny(ctx, "access_denied",
+                                               "the user denied the request");
+    }
+
+    if (action.len == 6 && ngx_strncmp(action.data, "github", 6) == 0) {
+        return ngx_http_sandbox_mcp_oauth_github_start(ctx, req);
+    }
+
+    return ngx_http_sandbox_mcp_oauth_issue(ctx, req);
+}
+
+
+static void
+ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ngx_int_t            rc;
+    ngx_str_t            name, uris;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+    ctx->cmd = NULL;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements != 2)
@@ -567,77 +639,29 @@ ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
         return;
     }
 
-    found = 0;
-
     if (reply->element[0]->type == REDIS_REPLY_STRING
         && reply->element[1]->type == REDIS_REPLY_STRING)
     {
-        uris = json_loadb(reply->element[1]->str, reply->element[1]->len, 0,
-                          NULL);
+        name.data = (u_char *) reply->element[0]->str;
+        name.len = reply->element[0]->len;
+        uris.data = (u_char *) reply->element[1]->str;
+        uris.len = reply->element[1]->len;
 
-        json_array_foreach(uris, i, v) {
-            if (json_string_length(v) == ctx->redirect_uri.len
-                && ngx_strncmp(json_string_value(v), ctx->redirect_uri.data,
-                               ctx->redirect_uri.len) == 0)
-            {
-                found = 1;
-            }
-        }
+        rc = ngx_http_sandbox_mcp_oauth_client_known(ctx, &name, &uris);
 
-        json_decref(uris);
+    } else if (ngx_http_sandbox_mcp_oauth_metadata_client(ctx)) {
+        /* not cached: its client metadata document */
+        rc = ngx_http_sandbox_mcp_oauth_fetch_metadata(ctx);
 
-        req->client_name.len = reply->element[0]->len;
-        req->client_name.data = ngx_pnalloc(r->pool, req->client_name.len);
-        if (req->client_name.data == NULL) {
-            ngx_http_sandbox_mcp_oauth_finalize(ctx,
-                                             NGX_HTTP_INTERNAL_SERVER_ERROR);
-            return;
-        }
-
-        ngx_memcpy(req->client_name.data, reply->element[0]->str,
-                   req->client_name.len);
-
-        if (!found) {
-            ngx_http_sandbox_mcp_oauth_finalize(ctx,
-                ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
-                               "Wrong redirect URI", "redirect_uri is not "
-                               "one this client registered "
-                               "(invalid_redirect_uri)."));
+        if (rc == NGX_DONE) {
+            ngx_http_run_posted_requests(c);
             return;
         }
 
     } else {
-        ngx_http_sandbox_mcp_oauth_finalize(ctx,
-            ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
+        rc = ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
                                "Unknown client", "This client is not "
-                               "registered (invalid_client), or no longer."));
-        return;
-    }
-
-    /* from here on, the client hears of errors at its redirect_uri */
-
-    rc = ngx_http_sandbox_mcp_oauth_check_request(ctx, req);
-
-    if (rc == NGX_DECLINED) {
-        if (r->method == NGX_HTTP_GET) {
-            rc = ngx_http_sandbox_mcp_oauth_signin(ctx, req, NGX_HTTP_OK);
-
-        } else if (ngx_http_sandbox_mcp_oauth_param(ctx, "action", &action)
-                       == NGX_OK
-                   && action.len == 4
-                   && ngx_strncmp(action.data, "deny", 4) == 0)
-        {
-            rc = ngx_http_sandbox_mcp_oauth_deny(ctx, "access_denied",
-                                           "the user denied the request");
-
-        } else if (action.len == 6
-                   && ngx_strncmp(action.data, "github", 6) == 0)
-        {
-            rc = ngx_http_sandbox_mcp_oauth_github_start(ctx, req);
-
-        } else {
-            rc = ngx_http_sandbox_mcp_oauth_issue(ctx, req);
-        }
+                               "registered (invalid_client), or no longer.");
     }
 
     if (rc != NGX_DONE) {
@@ -754,8 +778,9 @@ ngx_http_sandbox_mcp_oauth_authorize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
         }
     }
 
-    if (ctx->client_id.len != NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_ID_LEN
-        || ngx_strncmp(ctx->client_id.data, "mcp_", 4) != 0)
+    if ((ctx->client_id.len != NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_ID_LEN
+         || ngx_strncmp(ctx->client_id.data, "mcp_", 4) != 0)
+        && !ngx_http_sandbox_mcp_oauth_metadata_client(ctx))
     {
         return ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
                                "Unknown client", "This client is not "

@@ -183,7 +183,7 @@ ngx_http_sandbox_mcp_oauth_subset(json_t *list, const char **allowed)
 }
 
 
-static const char *
+const char *
 ngx_http_sandbox_mcp_oauth_check_metadata(ngx_http_sandbox_mcp_oauth_ctx_t
     *ctx, json_t *md, const char **error)
 {

@@ -215,6 +215,11 @@ package SMCP::Fakes;
 #       a bad token 401 Bad credentials
 #   Methods: ->set(login => 'x', deny => 0, orgs => {...})  ->requests
 #
+# STATIC (start_static): files over HTTP, scripted
+#   files => {'/path' => BODY | [STATUS, BODY, CONTENT_TYPE]}
+#   GET /path -> the file (application/json by default), else 404
+#   Methods: ->set_file('/path', BODY | [STATUS, BODY, TYPE] | undef)
+#
 # parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
 # scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
 #     code ref) for start_anthropic that plays one script per task
@@ -229,7 +234,7 @@ use Exporter qw(import);
 
 our @EXPORT_OK = qw(start_anthropic start_openai start_azure start_gemini
                     start_cloudflare start_github start_github_git
-                    start_github_api start_github_oauth parse_sse
+                    start_github_api start_github_oauth start_static parse_sse
                     scenario_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
@@ -244,6 +249,7 @@ sub start_github     { return SMCP::Fakes::GitHub->_start(kind => 'github', serv
 sub start_github_git { return SMCP::Fakes::GitHub->_start(kind => 'github-git', serve_git => 1, serve_api => 0, @_) }
 sub start_github_api { return SMCP::Fakes::GitHub->_start(kind => 'github-api', serve_git => 0, serve_api => 1, @_) }
 sub start_github_oauth { return SMCP::Fakes::GitHubOAuth->_start(@_) }
+sub start_static { return SMCP::Fakes::Static->_start(@_) }
 
 # parse_sse($body) -> list of {event => name|undef, data => string,
 # json => decoded data|undef, id => ...}; tolerant of \r\n and \n
@@ -2513,6 +2519,37 @@ sub _handle {
             [ map { { login => $_ } } @{ $cfg->{orgs}{$login} || [] } ]);
     }
     return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n");
+}
+
+
+package SMCP::Fakes::Static;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+
+sub _defaults { return (kind => 'static', files => {}) }
+
+sub _init {
+    my ($self) = @_;
+    $self->_state_write('files.json', $self->{files});
+}
+
+sub set_file {
+    my ($self, $path, $file) = @_;
+    my $files = $self->_state_read('files.json') // {};
+    if (defined $file) { $files->{$path} = $file } else { delete $files->{$path} }
+    $self->_state_write('files.json', $files);
+}
+
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my $f = ($self->_state_read('files.json') // {})->{ $req->{path} };
+    return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n")
+        unless defined $f && $req->{method} =~ /^(GET|HEAD)$/;
+    my ($status, $body, $type) = ref $f eq 'ARRAY' ? @$f : (200, $f);
+    return $self->_reply($c, $req, $status,
+                         ['Content-Type' => $type // 'application/json'], $body);
 }
 
 1;
