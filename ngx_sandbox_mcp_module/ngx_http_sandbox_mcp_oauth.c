@@ -297,33 +297,21 @@ static ngx_int_t
 ngx_http_sandbox_mcp_oauth_resource_meta(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
-    json_t     *j;
-    ngx_int_t   rc;
-
-    j = json_pack("{s:s%, s:[s%], s:[s], s:[s], s:s}",
+    return ngx_http_sandbox_mcp_oauth_send_json(ctx->request, NGX_HTTP_OK,
+        json_pack("{s:s%, s:[s%], s:[s], s:[s], s:s}",
                   "resource", ctx->resource.data, ctx->resource.len,
                   "authorization_servers", ctx->issuer.data, ctx->issuer.len,
                   "scopes_supported", SMCP_SCOPE_MCP,
                   "bearer_methods_supported", "header",
-                  "resource_name", NGX_HTTP_SANDBOX_MCP_SERVER_NAME);
-    if (j == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_oauth_send_json(ctx->request, NGX_HTTP_OK, j);
-    json_decref(j);
-
-    return rc;
+                  "resource_name", NGX_HTTP_SANDBOX_MCP_SERVER_NAME));
 }
 
 
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_server_meta(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
-    json_t     *j;
-    u_char     *p, *e[4];
-    ngx_int_t   rc;
-    ngx_uint_t  i;
+    u_char      *p, *e[4];
+    ngx_uint_t   i;
 
     static const char  *paths[] = {
         "/oauth/authorize", "/oauth/token", "/oauth/register",
@@ -340,7 +328,8 @@ ngx_http_sandbox_mcp_oauth_server_meta(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
         *p = '\0';
     }
 
-    j = json_pack("{s:s%, s:s, s:s, s:s, s:s, s:[s], s:[s,s], s:[s], s:[s],"
+    return ngx_http_sandbox_mcp_oauth_send_json(ctx->request, NGX_HTTP_OK,
+        json_pack("{s:s%, s:s, s:s, s:s, s:s, s:[s], s:[s,s], s:[s], s:[s],"
                   " s:[s], s:[s], s:b, s:b}",
                   "issuer", ctx->issuer.data, ctx->issuer.len,
                   "authorization_endpoint", e[0],
@@ -356,15 +345,7 @@ ngx_http_sandbox_mcp_oauth_server_meta(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
                   "scopes_supported", SMCP_SCOPE_MCP,
                   "authorization_response_iss_parameter_supported", 1,
                   "client_id_metadata_document_supported",
-                  ctx->lcf->oauth.metadata_location.len != 0);
-    if (j == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_oauth_send_json(ctx->request, NGX_HTTP_OK, j);
-    json_decref(j);
-
-    return rc;
+                  ctx->lcf->oauth.metadata_location.len != 0));
 }
 
 

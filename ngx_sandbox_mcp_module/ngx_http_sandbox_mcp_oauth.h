@@ -68,9 +68,11 @@ typedef struct {
     json_t                             *key;        /* the access key's
                                                        claims */
 
-    /* a subrequest's answer (GitHub, client metadata documents) */
+    /* a subrequest's answer (GitHub, client metadata documents) and the
+     * step that reads it */
     ngx_uint_t                          sub_status;
     ngx_str_t                           sub_body;
+    ngx_int_t                         (*sub_next)(void *ctx);
 
     /* token */
     ngx_str_t                           access_jti;
@@ -108,8 +110,8 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_param(
 ngx_int_t ngx_http_sandbox_mcp_oauth_parse(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, u_char *p, size_t len);
 
-/* answers: CORS headers, JSON (no-store, CORS), an OAuth error, a body
- * of a type, an HTML page */
+/* answers: CORS headers, JSON (no-store, CORS; json is taken over: NULL
+ * answers 500), an OAuth error, a body of a type, an HTML page */
 ngx_int_t ngx_http_sandbox_mcp_oauth_cors(ngx_http_request_t *r);
 ngx_int_t ngx_http_sandbox_mcp_oauth_send(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, u_char *data, size_t len);
@@ -121,10 +123,11 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
     ngx_uint_t status, const char *page, ngx_keyval_t *vars, ngx_uint_t n);
 
 /* a subrequest (in memory) to uri?args: its answer in ctx->sub_status
- * and ctx->sub_body; then resume runs (the request's write handler) */
+ * and ctx->sub_body; then next(ctx) runs, whose result (unless NGX_DONE)
+ * finalizes the request */
 ngx_int_t ngx_http_sandbox_mcp_oauth_subrequest(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *uri, ngx_str_t *args,
-    ngx_http_event_handler_pt resume);
+    ngx_int_t (*next)(void *ctx));
 
 /* from Redis callbacks */
 void ngx_http_sandbox_mcp_oauth_finalize(

@@ -124,8 +124,10 @@ ngx_http_sandbox_mcp_oauth_cimd_refused(ngx_http_sandbox_mcp_oauth_ctx_t
 
 /* the document came back: checked, cached, then the request goes on */
 static ngx_int_t
-ngx_http_sandbox_mcp_oauth_cimd_check(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
+ngx_http_sandbox_mcp_oauth_cimd_check(void *data)
 {
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
     char                               *s;
     json_t                             *md, *v;
     ngx_str_t                           argv[5];
@@ -229,28 +231,6 @@ ngx_http_sandbox_mcp_oauth_cimd_check(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 }
 
 
-static void
-ngx_http_sandbox_mcp_oauth_cimd_resume(ngx_http_request_t *r)
-{
-    ngx_int_t                          rc;
-    ngx_http_sandbox_mcp_oauth_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-
-    if (ctx == NULL || ctx->done) {
-        return;
-    }
-
-    r->write_event_handler = ngx_http_request_empty_handler;
-
-    rc = ngx_http_sandbox_mcp_oauth_cimd_check(ctx);
-
-    if (rc != NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
-    }
-}
-
-
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_fetch_metadata(ngx_http_sandbox_mcp_oauth_ctx_t
     *ctx)
@@ -271,7 +251,7 @@ ngx_http_sandbox_mcp_oauth_fetch_metadata(ngx_http_sandbox_mcp_oauth_ctx_t
     if (ngx_http_sandbox_mcp_oauth_subrequest(ctx,
                                        &ctx->lcf->oauth.metadata_location,
                                        &args,
-                                       ngx_http_sandbox_mcp_oauth_cimd_resume)
+                                       ngx_http_sandbox_mcp_oauth_cimd_check)
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -52,7 +52,7 @@ typedef struct {
 } ngx_http_sandbox_mcp_github_t;
 
 
-static void ngx_http_sandbox_mcp_github_resume(ngx_http_request_t *r);
+static ngx_int_t ngx_http_sandbox_mcp_github_next(void *data);
 
 
 char *
@@ -411,7 +411,7 @@ ngx_http_sandbox_mcp_github_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
               - uri.data;
 
     return ngx_http_sandbox_mcp_oauth_subrequest(ctx, &uri, args,
-                                       ngx_http_sandbox_mcp_github_resume);
+                                       ngx_http_sandbox_mcp_github_next);
 }
 
 
@@ -530,8 +530,10 @@ ngx_http_sandbox_mcp_github_decide(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
 /* a subrequest ended: the next step */
 static ngx_int_t
-ngx_http_sandbox_mcp_github_next(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
+ngx_http_sandbox_mcp_github_next(void *data)
 {
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
     json_t                         *j, *v;
     ngx_int_t                       rc;
     ngx_http_sandbox_mcp_github_t  *gh;
@@ -609,28 +611,6 @@ ngx_http_sandbox_mcp_github_next(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
     json_decref(j);
 
     return rc;
-}
-
-
-static void
-ngx_http_sandbox_mcp_github_resume(ngx_http_request_t *r)
-{
-    ngx_int_t                          rc;
-    ngx_http_sandbox_mcp_oauth_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-
-    if (ctx == NULL || ctx->done) {
-        return;
-    }
-
-    r->write_event_handler = ngx_http_request_empty_handler;
-
-    rc = ngx_http_sandbox_mcp_github_next(ctx);
-
-    if (rc != NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
-    }
 }
 
 

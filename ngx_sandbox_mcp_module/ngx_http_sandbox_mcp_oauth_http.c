@@ -40,18 +40,28 @@ ngx_int_t
 ngx_http_sandbox_mcp_oauth_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *json)
 {
+    ngx_int_t  rc;
+
     static ngx_str_t  no_store = ngx_string("no-store");
     static ngx_str_t  no_cache = ngx_string("no-cache");
+
+    if (json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     if (ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_store)
         != NGX_OK
         || ngx_http_sandbox_mcp_add_header(r, "Pragma", &no_cache) != NGX_OK
         || ngx_http_sandbox_mcp_oauth_cors(r) != NGX_OK)
     {
+        json_decref(json);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_sandbox_mcp_send_json(r, status, json);
+    rc = ngx_http_sandbox_mcp_send_json(r, status, json);
+    json_decref(json);
+
+    return rc;
 }
 
 
@@ -59,30 +69,18 @@ ngx_int_t
 ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *error, const char *description)
 {
-    json_t     *j;
-    ngx_int_t   rc;
+    static ngx_str_t  basic = ngx_string("Basic realm=\"sandbox-mcp\"");
 
-    j = json_pack("{s:s, s:s}", "error", error, "error_description",
-                  description);
-    if (j == NULL) {
+    if (status == NGX_HTTP_UNAUTHORIZED
+        && ngx_http_sandbox_mcp_add_header(r, "WWW-Authenticate", &basic)
+           != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (status == NGX_HTTP_UNAUTHORIZED) {
-        static ngx_str_t  basic = ngx_string("Basic realm=\"sandbox-mcp\"");
-
-        if (ngx_http_sandbox_mcp_add_header(r, "WWW-Authenticate", &basic)
-            != NGX_OK)
-        {
-            json_decref(j);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-    }
-
-    rc = ngx_http_sandbox_mcp_oauth_send_json(r, status, j);
-    json_decref(j);
-
-    return rc;
+    return ngx_http_sandbox_mcp_oauth_send_json(r, status,
+               json_pack("{s:s, s:s}", "error", error, "error_description",
+                         description));
 }
 
 
@@ -246,9 +244,32 @@ ngx_http_sandbox_mcp_oauth_subrequest_done(ngx_http_request_t *sr,
 }
 
 
+/* the parent again, its subrequest done */
+static void
+ngx_http_sandbox_mcp_oauth_resume(ngx_http_request_t *r)
+{
+    ngx_int_t                          rc;
+    ngx_http_sandbox_mcp_oauth_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+
+    if (ctx == NULL || ctx->done) {
+        return;
+    }
+
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    rc = ctx->sub_next(ctx);
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_str_t *uri, ngx_str_t *args, ngx_http_event_handler_pt resume)
+    ngx_str_t *uri, ngx_str_t *args, ngx_int_t (*next)(void *ctx))
 {
     ngx_http_request_t          *r, *sr;
     ngx_http_post_subrequest_t  *ps;
@@ -274,7 +295,8 @@ ngx_http_sandbox_mcp_oauth_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    r->write_event_handler = resume;
+    ctx->sub_next = next;
+    r->write_event_handler = ngx_http_sandbox_mcp_oauth_resume;
 
     return NGX_OK;
 }

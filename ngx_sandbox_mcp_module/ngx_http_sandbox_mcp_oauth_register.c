@@ -282,7 +282,7 @@ ngx_http_sandbox_mcp_oauth_registered(void *data, redisReply *reply)
 
     } else {
         rc = ngx_http_sandbox_mcp_oauth_send_json(r, NGX_HTTP_CREATED,
-                                                  reg->answer);
+                                                  json_incref(reg->answer));
     }
 
     ngx_http_sandbox_mcp_oauth_finalize(ctx, rc);

@@ -130,14 +130,7 @@ ngx_http_sandbox_mcp_oauth_answer(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
                        "scope", SMCP_SCOPE_MCP);
     free(tok);
 
-    if (answer == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_oauth_send_json(r, NGX_HTTP_OK, answer);
-    json_decref(answer);
-
-    return rc;
+    return ngx_http_sandbox_mcp_oauth_send_json(r, NGX_HTTP_OK, answer);
 }
 
 
@@ -453,18 +446,8 @@ ngx_http_sandbox_mcp_oauth_token(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_revoke_done(ngx_http_request_t *r)
 {
-    json_t     *empty;
-    ngx_int_t   rc;
-
-    empty = json_object();
-    if (empty == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_oauth_send_json(r, NGX_HTTP_OK, empty);
-    json_decref(empty);
-
-    return rc;
+    return ngx_http_sandbox_mcp_oauth_send_json(r, NGX_HTTP_OK,
+                                                json_object());
 }
 
 
