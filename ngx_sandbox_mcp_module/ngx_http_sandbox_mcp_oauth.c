@@ -360,10 +360,10 @@ ngx_http_sandbox_mcp_oauth_css(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_sandbox_mcp_oauth_send(r, NGX_HTTP_OK,
-                                       "text/css; charset=utf-8",
-                                       (u_char *) smcp_css_signin,
-                                       sizeof(smcp_css_signin) - 1);
+    return ngx_http_sandbox_mcp_send_body(r, NGX_HTTP_OK,
+                                          "text/css; charset=utf-8",
+                                          (u_char *) smcp_css_signin,
+                                          sizeof(smcp_css_signin) - 1);
 }
 
 

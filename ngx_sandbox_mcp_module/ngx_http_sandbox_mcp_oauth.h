@@ -111,10 +111,8 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_parse(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, u_char *p, size_t len);
 
 /* answers: CORS headers, JSON (no-store, CORS; json is taken over: NULL
- * answers 500), an OAuth error, a body of a type, an HTML page */
+ * answers 500), an OAuth error, an HTML page */
 ngx_int_t ngx_http_sandbox_mcp_oauth_cors(ngx_http_request_t *r);
-ngx_int_t ngx_http_sandbox_mcp_oauth_send(ngx_http_request_t *r,
-    ngx_uint_t status, const char *type, u_char *data, size_t len);
 ngx_int_t ngx_http_sandbox_mcp_oauth_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *json);
 ngx_int_t ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r,

@@ -84,49 +84,6 @@ ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_send(ngx_http_request_t *r, ngx_uint_t status,
-    const char *type, u_char *data, size_t len)
-{
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = data;
-    b->last = data + len;
-    b->memory = 1;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    r->headers_out.status = status;
-    r->headers_out.content_type.data = (u_char *) type;
-    r->headers_out.content_type.len = ngx_strlen(type);
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_length_n = len;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
-}
-
-
 /* the page with its {{name}} placeholders filled in, HTML-escaped */
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
@@ -197,9 +154,9 @@ ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
         }
     }
 
-    return ngx_http_sandbox_mcp_oauth_send(r, status,
-                                           "text/html; charset=utf-8", buf,
-                                           last - buf);
+    return ngx_http_sandbox_mcp_send_body(r, status,
+                                          "text/html; charset=utf-8", buf,
+                                          last - buf);
 }
 
 
