@@ -151,6 +151,20 @@ ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* outside nginx's request flow (Redis callbacks, timers): the request
+ * finalized, then what it posted run */
+void
+ngx_http_sandbox_mcp_end_request(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_add_header(ngx_http_request_t *r, const char *key,
     ngx_str_t *value)

@@ -34,6 +34,10 @@ ngx_int_t ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r,
 ngx_int_t ngx_http_sandbox_mcp_add_header(ngx_http_request_t *r,
     const char *key, ngx_str_t *value);
 
+/* finalizes r from outside nginx's request flow (a Redis callback, a
+ * timer), then runs the posted requests */
+void ngx_http_sandbox_mcp_end_request(ngx_http_request_t *r, ngx_int_t rc);
+
 /* the answer: data of a type (type NULL: no body) */
 ngx_int_t ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, u_char *data, size_t len);

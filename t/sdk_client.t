@@ -14,7 +14,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use SMCP::Test qw(repo_root require_prereqs run_cmd);
-use SMCP::JS qw(node_bin js_report);
+use SMCP::JS qw(node_bin js_prereqs js_report);
 
 my $root = repo_root();
 
@@ -38,11 +38,7 @@ my @EXPECTED = (
 );
 
 my $node = node_bin();
-my @missing;
-push @missing, 'node' unless $node;
-push @missing, "$root/node_modules/\@modelcontextprotocol/sdk (run `npm ci`)"
-    unless -d "$root/node_modules/\@modelcontextprotocol/sdk";
-require_prereqs(@missing);
+require_prereqs(js_prereqs());
 
 my $t = SMCP::Test->new(workers => 2);
 $t->start;

@@ -19,7 +19,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use SMCP::Test qw(repo_root require_prereqs run_cmd);
-use SMCP::JS qw(node_bin js_report);
+use SMCP::JS qw(node_bin js_prereqs js_report);
 
 my $root = repo_root();
 my $chromium = $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium';
@@ -40,14 +40,8 @@ my @EXPECTED = (
 );
 
 my $node = node_bin();
-my @missing;
-push @missing, 'node' unless $node;
-push @missing, "$root/node_modules/\@modelcontextprotocol/sdk (run `npm ci`)"
-    unless -d "$root/node_modules/\@modelcontextprotocol/sdk";
-push @missing, "$root/node_modules/playwright-core (run `npm ci`)"
-    unless -d "$root/node_modules/playwright-core";
-push @missing, "$chromium (apt-get install chromium)" unless -x $chromium;
-require_prereqs(@missing);
+require_prereqs(js_prereqs('playwright-core'),
+                -x $chromium ? () : "$chromium (apt-get install chromium)");
 
 my $t = SMCP::Test->new(
     workers => 2,

