@@ -16,7 +16,9 @@
 
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_BODY_MAX     16384
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_PARAMS_MAX   32
-#define NGX_HTTP_SANDBOX_MCP_OAUTH_VALUE_MAX    2048    /* one parameter */
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_VALUE_MAX    8192    /* one parameter (an
+                                                           access key: a JWT
+                                                           up to 4 KiB) */
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_URIS_MAX     8       /* redirect_uris */
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_URI_MAX      512
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_NAME_MAX     128     /* client_name */

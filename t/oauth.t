@@ -470,6 +470,11 @@ subtest 'access keys and consent' => sub {
     is($r->{status}, 401, 'a revoked key: 401');
     is(codes(), $n, 'no code issued');
 
+    my $big = $t->token(repos => [ map { "org$_/repository-$_" } 1 .. 100 ]);
+    ok(length($big) > 2048 && length($big) < 4096, 'a key of ' . length($big) . ' bytes');
+    $r = $o->consent($page, \@p, key => $big);
+    is($r->{status}, 302, '... signs in') or diag($r->{body});
+
     redirect_error($o->consent($page, \@p, action => 'deny'), 'access_denied',
                    'Deny', state => 'k');
 };
