@@ -206,7 +206,8 @@ UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
 # unit tests, the MCP endpoint (own tests, the SDK client, poll), the
 # egress proxy, the runner end to end (Docker, the sandbox image)
 ASAN_TESTS  ?= t/unit.t t/unit_runner.t $(wildcard t/mcp_*.t) \
-               t/sdk_client.t t/poll.t $(wildcard t/egress*.t t/runner*.t) \
+               t/sdk_client.t t/sdk_oauth.t $(wildcard t/oauth*.t) t/poll.t \
+               $(wildcard t/egress*.t t/runner*.t) \
                t/hostile_agent.t
 # ASan reports end the process; UBSan's go on (each one in the log, every
 # log checked) except in the unit tests, built not to recover; leaks are
