@@ -32,6 +32,8 @@ ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_uint_t           i;
     ngx_http_request_t  *r;
 
+    static ngx_str_t  no_store = ngx_string("no-store");
+
     r = ctx->request;
 
     len = ctx->redirect_uri.len + 3 * ctx->issuer.len + sizeof("&iss=");
@@ -67,7 +69,11 @@ ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
     loc.len = p - loc.data;
 
-    if (ngx_http_sandbox_mcp_add_header(r, "Location", &loc) != NGX_OK) {
+    /* the code is in the address: nothing keeps it */
+    if (ngx_http_sandbox_mcp_add_header(r, "Location", &loc) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_store)
+           != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -229,6 +229,7 @@ subtest 'code flow with an access key' => sub {
     is($q->{state}, 'xyz 1/2', 'state returned');
     is($q->{iss}, $issuer, 'iss returned');
     like($q->{code}, qr/^ac_[0-9a-f]{64}$/, 'a code');
+    is($r->{headers}{'cache-control'}, 'no-store', 'the redirect is not cached');
     ok($t->redis('EXISTS', "${P}oauth:code:" . sha256_hex($q->{code})),
        'stored under its hash');
     ok(!$t->redis('EXISTS', "${P}oauth:code:$q->{code}"), 'not in clear');
