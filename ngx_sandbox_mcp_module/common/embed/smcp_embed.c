@@ -16,7 +16,8 @@
  *                                static const char smcp_css_NAME[]
  *
  * All also define an X-macro listing the names (SMCP_LUA_SCRIPTS(X),
- * SMCP_TOOLS(X), SMCP_HTML(X), SMCP_CSS(X)).  Entries come in the order of their file names.
+ * SMCP_TOOLS(X), SMCP_HTML(X), SMCP_CSS(X)).  Entries come in the order
+ * of their file names.
  *
  * Lua: NAME is [a-z0-9_]; the opening comment block holds a line starting
  * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  The
