@@ -19,6 +19,10 @@
     (3 + NGX_HTTP_SANDBOX_MCP_OAUTH_FAMILY_LEN + 1 + 64)
 
 
+static void ngx_http_sandbox_mcp_oauth_revoked(void *data,
+    redisReply *reply);
+
+
 /* code_verifier (RFC 7636 4.1): 43-128 of [A-Za-z0-9-._~] */
 static ngx_uint_t
 ngx_http_sandbox_mcp_oauth_verifier_ok(ngx_str_t *v)
@@ -219,20 +223,69 @@ ngx_http_sandbox_mcp_oauth_new_tokens(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
-/* the revoked hash and its channel: a reuse revokes an access token */
+/*
+ * oauth_grant.lua: KEYS family, revoked, its channel, the code's key ('');
+ * ARGV mode, client_id, proof, resource, now, new refresh hash, access
+ * jti, its exp, refresh ttl, redirect_uri.  new_hash NULL: revoke.
+ */
 static ngx_int_t
-ngx_http_sandbox_mcp_oauth_revoked_keys(ngx_http_request_t *r,
-    ngx_str_t *keys)
+ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    const char *mode, ngx_str_t *family, ngx_str_t *code, ngx_str_t *proof,
+    ngx_str_t *resource, u_char *new_hash,
+    ngx_http_sandbox_mcp_redis_handler_pt handler)
 {
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &keys[0], SMCP_KEY_REVOKED,
-                                       NULL) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &keys[1],
-                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK)
-    {
-        return NGX_ERROR;
+    ngx_uint_t           i;
+    ngx_str_t            argv[14];
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    for (i = 0; i < 14; i++) {
+        ngx_str_null(&argv[i]);
     }
 
-    return NGX_OK;
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
+                                       SMCP_KEY_OAUTH_FAMILY, family)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_REVOKED, NULL) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
+                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK
+        || (code
+            && ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
+                                              SMCP_KEY_OAUTH_CODE, code)
+               != NGX_OK))
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    argv[4].data = (u_char *) mode;
+    argv[4].len = ngx_strlen(mode);
+    argv[5] = ctx->client_id;
+    argv[6] = *proof;
+
+    if (new_hash) {
+        argv[7] = *resource;
+        argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+        argv[9].data = new_hash;
+        argv[9].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+        argv[10] = ctx->access_jti;
+        argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                                     ctx->access_exp);
+        argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                           ctx->lcf->oauth.refresh_ttl);
+        argv[13] = ctx->redirect_uri;
+    }
+
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
+                   &ngx_http_sandbox_mcp_script_oauth_grant, handler, ctx,
+                   4, new_hash ? 14 : 7, argv);
+
+    if (ctx->cmd == NULL) {
+        return ngx_http_sandbox_mcp_send_unavailable(r);
+    }
+
+    return NGX_DONE;
 }
 
 
@@ -241,7 +294,7 @@ ngx_http_sandbox_mcp_oauth_code_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_str_t *resource)
 {
     u_char              *p;
-    ngx_str_t            code, verifier, family, argv[13];
+    ngx_str_t            code, verifier, family, hash, challenge;
     ngx_http_request_t  *r;
     u_char               md[32];
     u_char               fam[NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX + 1];
@@ -271,8 +324,8 @@ ngx_http_sandbox_mcp_oauth_code_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
     /* the S256 challenge of the verifier */
     SHA256(verifier.data, verifier.len, md);
-    argv[6].data = chal;
-    argv[6].len = smcp_b64url_encode((char *) chal, md, 32);
+    challenge.data = chal;
+    challenge.len = smcp_b64url_encode((char *) chal, md, 32);
 
     /* the family's id follows from the code: a reused code finds it */
     p = ngx_pnalloc(r->pool, code.len + 7);
@@ -287,40 +340,16 @@ ngx_http_sandbox_mcp_oauth_code_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     family.len = NGX_HTTP_SANDBOX_MCP_OAUTH_FAMILY_LEN;
 
     ngx_http_sandbox_mcp_oauth_sha256_hex(ch, code.data, code.len);
-    argv[9].data = ch;
-    argv[9].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+    hash.data = ch;
+    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
 
-    if (ngx_http_sandbox_mcp_oauth_new_tokens(ctx, &family, rth) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
-                                          SMCP_KEY_OAUTH_CODE, &argv[9])
-           != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
-                                          SMCP_KEY_OAUTH_FAMILY, &family)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_oauth_revoked_keys(r, &argv[2]) != NGX_OK)
-    {
+    if (ngx_http_sandbox_mcp_oauth_new_tokens(ctx, &family, rth) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[4] = ctx->client_id;
-    argv[5] = ctx->redirect_uri;
-    argv[7] = *resource;
-    argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-    argv[9].data = rth;
-    argv[10] = ctx->access_jti;
-    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool, ctx->access_exp);
-    argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                 ctx->lcf->oauth.refresh_ttl);
-
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
-                   &ngx_http_sandbox_mcp_script_oauth_redeem,
-                   ngx_http_sandbox_mcp_oauth_granted, ctx, 4, 13, argv);
-
-    if (ctx->cmd == NULL) {
-        return ngx_http_sandbox_mcp_send_unavailable(r);
-    }
-
-    return NGX_DONE;
+    return ngx_http_sandbox_mcp_oauth_grant(ctx, "code", &family, &hash,
+                                            &challenge, resource, rth,
+                                            ngx_http_sandbox_mcp_oauth_granted);
 }
 
 
@@ -328,7 +357,7 @@ static ngx_int_t
 ngx_http_sandbox_mcp_oauth_refresh_grant(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *resource)
 {
-    ngx_str_t            rt, family, scope, argv[12];
+    ngx_str_t            rt, family, scope, hash;
     ngx_http_request_t  *r;
     u_char               old[NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX + 1];
     u_char               rth[NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX + 1];
@@ -358,38 +387,16 @@ ngx_http_sandbox_mcp_oauth_refresh_grant(
     }
 
     ngx_http_sandbox_mcp_oauth_sha256_hex(old, rt.data, rt.len);
+    hash.data = old;
+    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
 
-    if (ngx_http_sandbox_mcp_oauth_new_tokens(ctx, &family, rth) != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
-                                          SMCP_KEY_OAUTH_FAMILY, &family)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_oauth_revoked_keys(r, &argv[1]) != NGX_OK)
-    {
+    if (ngx_http_sandbox_mcp_oauth_new_tokens(ctx, &family, rth) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_str_set(&argv[3], "refresh");
-    argv[4].data = old;
-    argv[4].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-    argv[5] = ctx->client_id;
-    argv[6].data = rth;
-    argv[6].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-    argv[7] = ctx->access_jti;
-    argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool, ctx->access_exp);
-    argv[9] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-    argv[10] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                 ctx->lcf->oauth.refresh_ttl);
-    argv[11] = *resource;
-
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
-                   &ngx_http_sandbox_mcp_script_oauth_refresh,
-                   ngx_http_sandbox_mcp_oauth_granted, ctx, 3, 12, argv);
-
-    if (ctx->cmd == NULL) {
-        return ngx_http_sandbox_mcp_send_unavailable(r);
-    }
-
-    return NGX_DONE;
+    return ngx_http_sandbox_mcp_oauth_grant(ctx, "refresh", &family, NULL,
+                                            &hash, resource, rth,
+                                            ngx_http_sandbox_mcp_oauth_granted);
 }
 
 
@@ -479,7 +486,7 @@ ngx_int_t
 ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
     json_t                            *claims, *jti, *exp;
-    ngx_str_t                          tok, family, argv[5];
+    ngx_str_t                          tok, family, hash, argv[5];
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
     char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
@@ -496,62 +503,58 @@ ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 
     if (ngx_http_sandbox_mcp_oauth_family(&tok, &family) == NGX_OK) {
         ngx_http_sandbox_mcp_oauth_sha256_hex(h, tok.data, tok.len);
+        hash.data = h;
+        hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
 
-        if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
-                                           SMCP_KEY_OAUTH_FAMILY, &family)
-            != NGX_OK
-            || ngx_http_sandbox_mcp_oauth_revoked_keys(r, &argv[1])
-               != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+        return ngx_http_sandbox_mcp_oauth_grant(ctx, "revoke", &family, NULL,
+                                                &hash, NULL, NULL,
+                                            ngx_http_sandbox_mcp_oauth_revoked);
+    }
 
-        ngx_str_set(&argv[3], "revoke");
-        argv[4].data = h;
-        argv[4].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-
-        ctx->cmd = ngx_http_sandbox_mcp_redis_script(
-                       &ngx_http_sandbox_mcp_script_oauth_refresh,
-                       ngx_http_sandbox_mcp_oauth_revoked, ctx, 3, 5, argv);
-
-    } else if (smcp_jwt_verify(mcf->secret, mcf->secret_len,
-                               (char *) tok.data, tok.len, ngx_time(),
-                               &claims, err, sizeof(err))
-               == SMCP_OK)
+    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) tok.data,
+                        tok.len, ngx_time(), &claims, err, sizeof(err))
+        != SMCP_OK)
     {
-        jti = json_object_get(claims, "jti");
-        exp = json_object_get(claims, "exp");
-
-        if (!json_is_string(jti) || !json_is_integer(exp)
-            || json_object_get(claims, "aud") == NULL
-            || ngx_http_sandbox_mcp_oauth_revoked_keys(r, &argv[0])
-               != NGX_OK)
-        {
-            /* not an access token of the authorization server */
-            json_decref(claims);
-            return ngx_http_sandbox_mcp_oauth_revoke_done(r);
-        }
-
-        argv[2].len = json_string_length(jti);
-        argv[2].data = ngx_pnalloc(r->pool, argv[2].len);
-        if (argv[2].data == NULL) {
-            json_decref(claims);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ngx_memcpy(argv[2].data, json_string_value(jti), argv[2].len);
-        argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                    json_integer_value(exp));
-        argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-        json_decref(claims);
-
-        ctx->cmd = ngx_http_sandbox_mcp_redis_script(
-                       &ngx_http_sandbox_mcp_script_revoke,
-                       ngx_http_sandbox_mcp_oauth_revoked, ctx, 2, 5, argv);
-
-    } else {
+        /* not ours, or expired: worth nothing already */
         return ngx_http_sandbox_mcp_oauth_revoke_done(r);
     }
+
+    jti = json_object_get(claims, "jti");
+    exp = json_object_get(claims, "exp");
+
+    if (!json_is_string(jti) || !json_is_integer(exp)
+        || json_object_get(claims, "aud") == NULL)
+    {
+        /* not an access token of the authorization server */
+        json_decref(claims);
+        return ngx_http_sandbox_mcp_oauth_revoke_done(r);
+    }
+
+    argv[2].len = json_string_length(jti);
+    argv[2].data = ngx_pnalloc(r->pool, argv[2].len);
+    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                                json_integer_value(exp));
+    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+
+    if (argv[2].data) {
+        ngx_memcpy(argv[2].data, json_string_value(jti), argv[2].len);
+    }
+
+    json_decref(claims);
+
+    if (argv[2].data == NULL
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
+                                          SMCP_KEY_REVOKED, NULL) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the token's id revoked in every worker (revoke.lua, as smcp-token) */
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
+                   &ngx_http_sandbox_mcp_script_revoke,
+                   ngx_http_sandbox_mcp_oauth_revoked, ctx, 2, 5, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

@@ -25,8 +25,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(revoke);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_client);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_code);
-NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_redeem);
-NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_refresh);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_grant);
 
 
 ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
@@ -40,7 +39,6 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_revoke,
     &ngx_http_sandbox_mcp_script_oauth_client,
     &ngx_http_sandbox_mcp_script_oauth_code,
-    &ngx_http_sandbox_mcp_script_oauth_redeem,
-    &ngx_http_sandbox_mcp_script_oauth_refresh,
+    &ngx_http_sandbox_mcp_script_oauth_grant,
     NULL
 };

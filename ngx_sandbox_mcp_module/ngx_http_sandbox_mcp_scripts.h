@@ -31,9 +31,7 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_code;
 extern ngx_http_sandbox_mcp_script_t
-    ngx_http_sandbox_mcp_script_oauth_redeem;
-extern ngx_http_sandbox_mcp_script_t
-    ngx_http_sandbox_mcp_script_oauth_refresh;
+    ngx_http_sandbox_mcp_script_oauth_grant;
 
 /* NULL-terminated: the scripts the Redis layer loads (on every connect,
  * once Redis has loaded its dataset, after a NOSCRIPT) */

@@ -15,7 +15,7 @@
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
 #   run_diff, run_events   pages of a run's diff and events
-#   oauth_client, oauth_code, oauth_redeem, oauth_refresh   the OAuth
+#   oauth_client, oauth_code, oauth_grant   the OAuth
 #                authorization server: clients, codes (spent on first use,
 #                a reuse revoking their family), refresh families (rotation,
 #                reuse revoking the family and its last access token)
@@ -40,7 +40,7 @@ my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events oauth_client oauth_code
-                 oauth_redeem oauth_refresh)) {
+                 oauth_grant)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -576,27 +576,32 @@ subtest 'oauth_code' => sub {
     ok($a->{$CODE}{expires}, '... expiring');
 };
 
-sub redeem_argv {
+# oauth_grant's ARGV: mode, client_id, proof, resource, now, new refresh
+# hash, access jti, its exp, refresh ttl, redirect_uri
+sub grant_argv {
     my (%o) = @_;
-    my %d = (client => $code_argv[0], redirect => $code_argv[1], challenge => 'CHAL',
-             resource => '', now => $sec, hash => 'h1', jti => 'at-1',
-             exp => $sec + 3600, ttl => 86400, %o);
-    return [ @d{qw(client redirect challenge resource now hash jti exp ttl)} ];
+    my %d = (mode => 'code', client => $code_argv[0], proof => 'CHAL', resource => '',
+             now => $sec, new => 'h1', jti => 'at-1', exp => $sec + 3600, ttl => 86400,
+             redirect => $code_argv[1], %o);
+    return [ @d{qw(mode client proof resource now new jti exp ttl redirect)} ];
 }
 
-subtest 'oauth_redeem' => sub {
-    my @k = ($CODE, $FAM, $REV, $CH);
-    my ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv(challenge => 'WRONG'));
+subtest 'oauth_grant: code' => sub {
+    my @k = ($FAM, $REV, $CH, $CODE);
+    my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(proof => 'WRONG'));
     is_deeply($r, [ 'ERR', 'invalid_grant',
                     'PKCE verification failed: code_verifier does not match' ],
               'a wrong verifier: invalid_grant');
     is($a->{$CODE}{value}{used}, 1, '... the code is spent');
     ok(!exists $a->{$FAM}, '... no family');
-    ($r) = script('oauth_redeem', \@k, redeem_argv());
+    ($r) = script('oauth_grant', \@k, grant_argv());
     is($r->[1], 'invalid_grant', 'then the right one: invalid_grant (spent)');
 
     $t->redis('HDEL', $CODE, 'used');
-    ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv());
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(redirect => 'https://other/cb'));
+    like($r->[2], qr/redirect_uri differs/, 'another redirect_uri: refused');
+    $t->redis('HDEL', $CODE, 'used');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv());
     is_deeply($r, [ 'OK', 'alice', '["acme/*"]', $sec + 3600 ], 'redeemed');
     is_deeply($a->{$FAM}{value}, { client_id => $code_argv[0], sub => 'alice',
         repos => '["acme/*"]', resource => 'http://h/mcp', key_jti => 'key-1',
@@ -606,7 +611,7 @@ subtest 'oauth_redeem' => sub {
 
     my $sub = $t->redis_connect;
     $sub->subscribe($CH);
-    ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv());
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv());
     like($r->[2], qr/already used/, 'reused: refused');
     ok(!exists $a->{$FAM}, '... the family is gone');
     is($a->{$REV}{value}{'at-1'}, $sec + 3600, '... its access token revoked');
@@ -614,62 +619,56 @@ subtest 'oauth_redeem' => sub {
     $sub->close;
 
     $t->redis('DEL', $CODE);
-    ($r) = script('oauth_redeem', \@k, redeem_argv());
+    ($r) = script('oauth_grant', \@k, grant_argv());
     like($r->[2], qr/unknown or expired/, 'gone: refused');
     $t->redis('HSET', $CODE, client_id => $code_argv[0], redirect_uri => $code_argv[1],
               challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice', repos => '',
               key_jti => '', key_exp => $sec + 3600, exp => $sec - 1);
-    ($r, $b, $a) = script('oauth_redeem', \@k, redeem_argv());
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv());
     like($r->[2], qr/expired/, 'past its exp: refused');
     ok(!exists $a->{$FAM}, '... no family');
 };
 
-sub refresh_argv {
-    my (%o) = @_;
-    my %d = (mode => 'refresh', hash => 'h1', client => $code_argv[0], new => 'h2',
-             jti => 'at-2', exp => $sec + 7200, now => $sec, ttl => 86400,
-             resource => '', %o);
-    return [ @d{qw(mode hash client new jti exp now ttl resource)} ];
-}
-
-subtest 'oauth_refresh' => sub {
-    my @k = ($FAM, $REV, $CH);
+subtest 'oauth_grant: refresh, revoke' => sub {
+    my @k = ($FAM, $REV, $CH, '');
     my %fam = (client_id => $code_argv[0], sub => 'alice', repos => '',
                resource => 'http://h/mcp', key_jti => 'key-2', key_exp => $sec + 3600,
                current => 'h1', access_jti => 'at-1', access_exp => $sec + 3600);
+    my %rf = (mode => 'refresh', proof => 'h1', new => 'h2', jti => 'at-2',
+              exp => $sec + 7200, redirect => '');
     $t->redis('HSET', $FAM, %fam);
-    my ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv());
+    my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
     is_deeply($r, [ 'OK', 'alice', '', $sec + 3600 ], 'rotated');
     is($a->{$FAM}{value}{current}, 'h2', '... the new hash is the live one');
     is($a->{$FAM}{value}{access_jti}, 'at-2', '... with its access token');
-    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv(resource => 'http://x/mcp',
-                                                             hash => 'h2'));
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, resource => 'http://x/mcp',
+                                                         proof => 'h2'));
     is($r->[1], 'invalid_target', 'another resource: invalid_target');
     unchanged($b, $a, 'invalid_target');
-    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv());
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/already used/, 'the spent one: refused');
     ok(!exists $a->{$FAM}, '... the family revoked');
     is($a->{$REV}{value}{'at-2'}, $sec + 7200, '... its access token too');
 
     $t->redis('HSET', $FAM, %fam);
-    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv(client => 'mcp_other'));
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, client => 'mcp_other'));
     like($r->[2], qr/already used/, 'another client: refused, revoked');
     ok(!exists $a->{$FAM}, '... the family revoked');
 
     $t->redis('HSET', $FAM, %fam);
     $t->redis('HSET', $REV, 'key-2', $sec + 3600);
-    ($r, $b, $a) = script('oauth_refresh', \@k, refresh_argv());
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/revoked/, 'the access key revoked: refused');
     ok(!exists $a->{$FAM}, '... the family deleted');
 
     $t->redis('HSET', $FAM, %fam);
-    ($r, $b, $a) = script('oauth_refresh', \@k, [ 'revoke', 'nope' ]);
+    ($r, $b, $a) = script('oauth_grant', \@k, [ 'revoke', '', 'nope' ]);
     is_deeply($r, [ 'OK' ], 'revoke with another hash: OK');
     unchanged($b, $a, 'revoke with another hash');
-    ($r, $b, $a) = script('oauth_refresh', \@k, [ 'revoke', 'h1' ]);
+    ($r, $b, $a) = script('oauth_grant', \@k, [ 'revoke', '', 'h1' ]);
     is_deeply($r, [ 'OK' ], 'revoke: OK');
     ok(!exists $a->{$FAM}, '... the family gone');
-    ($r) = script('oauth_refresh', \@k, refresh_argv());
+    ($r) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/unknown/, 'then: unknown');
 };
 
