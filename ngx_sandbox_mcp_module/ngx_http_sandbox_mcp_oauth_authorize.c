@@ -21,6 +21,18 @@
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN  32      /* hex */
 
 
+/* a name and a value, from C strings */
+static void
+ngx_http_sandbox_mcp_oauth_kv(ngx_keyval_t *kv, const char *key,
+    const char *value)
+{
+    kv->key.data = (u_char *) key;
+    kv->key.len = ngx_strlen(key);
+    kv->value.data = (u_char *) value;
+    kv->value.len = ngx_strlen(value);
+}
+
+
 /* the answer through the user agent: redirect_uri?name=value&... */
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
@@ -88,12 +100,8 @@ ngx_http_sandbox_mcp_oauth_deny(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 {
     ngx_keyval_t  kv[3];
 
-    ngx_str_set(&kv[0].key, "error");
-    kv[0].value.data = (u_char *) error;
-    kv[0].value.len = ngx_strlen(error);
-    ngx_str_set(&kv[1].key, "error_description");
-    kv[1].value.data = (u_char *) description;
-    kv[1].value.len = ngx_strlen(description);
+    ngx_http_sandbox_mcp_oauth_kv(&kv[0], "error", error);
+    ngx_http_sandbox_mcp_oauth_kv(&kv[1], "error_description", description);
     ngx_str_set(&kv[2].key, "state");
     kv[2].value = ctx->state;
 
@@ -682,12 +690,8 @@ ngx_http_sandbox_mcp_oauth_page(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 {
     ngx_keyval_t  vars[2];
 
-    ngx_str_set(&vars[0].key, "title");
-    vars[0].value.data = (u_char *) title;
-    vars[0].value.len = ngx_strlen(title);
-    ngx_str_set(&vars[1].key, "message");
-    vars[1].value.data = (u_char *) message;
-    vars[1].value.len = ngx_strlen(message);
+    ngx_http_sandbox_mcp_oauth_kv(&vars[0], "title", title);
+    ngx_http_sandbox_mcp_oauth_kv(&vars[1], "message", message);
 
     return ngx_http_sandbox_mcp_oauth_send_html(ctx->request, status,
                                                 smcp_html_error, vars, 2);
