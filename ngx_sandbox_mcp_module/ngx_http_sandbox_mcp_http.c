@@ -81,9 +81,16 @@ ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     r->headers_out.status = status;
+    r->headers_out.content_length_n = len;
 
-    if (type == NULL) {
-        r->headers_out.content_length_n = 0;
+    if (type) {
+        r->headers_out.content_type.data = (u_char *) type;
+        r->headers_out.content_type.len = ngx_strlen(type);
+        r->headers_out.content_type_len = r->headers_out.content_type.len;
+    }
+
+    if (len == 0 || r->method == NGX_HTTP_HEAD) {
+        /* no body: a zero-size buffer is no output */
         r->header_only = 1;
         return ngx_http_send_header(r);
     }
@@ -98,11 +105,6 @@ ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
     b->memory = 1;
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
-
-    r->headers_out.content_type.data = (u_char *) type;
-    r->headers_out.content_type.len = ngx_strlen(type);
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_length_n = len;
 
     rc = ngx_http_send_header(r);
 

@@ -38,7 +38,8 @@ ngx_int_t ngx_http_sandbox_mcp_add_header(ngx_http_request_t *r,
  * timer), then runs the posted requests */
 void ngx_http_sandbox_mcp_end_request(ngx_http_request_t *r, ngx_int_t rc);
 
-/* the answer: data of a type (type NULL: no body) */
+/* the answer: len bytes of data of a type (len 0, or HEAD: the headers
+ * only; type NULL: none set) */
 ngx_int_t ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, u_char *data, size_t len);
 

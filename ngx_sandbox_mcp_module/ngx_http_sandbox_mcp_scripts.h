@@ -25,6 +25,8 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;
 extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_ui_events;
+extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_revoke;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_client;

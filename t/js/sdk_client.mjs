@@ -13,7 +13,6 @@ import {
     StreamableHTTPError,
 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { check, emit, errInfo, done } from './checks.mjs';
 
 const [url, token] = process.argv.slice(2);
 if (!url || !token) {
@@ -27,8 +26,37 @@ const EXPECTED_TOOLS = [
     'opencode_get_events',
     'opencode_get_result',
     'opencode_list_runs',
+    'opencode_list_sessions',
     'opencode_run_task',
 ];
+
+function emit(check, ok, detail) {
+    const line = { check, ok: !!ok };
+    if (detail !== undefined) line.detail = detail;
+    process.stdout.write(JSON.stringify(line) + '\n');
+    return !!ok;
+}
+
+function errInfo(e) {
+    if (!e) return String(e);
+    return {
+        name: e.constructor?.name ?? e.name,
+        code: e.code,
+        message: String(e.message ?? e).slice(0, 500),
+    };
+}
+
+// Runs fn; a throw is reported as a failed check (with the error).
+async function check(name, fn) {
+    try {
+        const r = await fn();
+        if (r === true) return emit(name, true);
+        if (r && typeof r === 'object' && 'ok' in r) return emit(name, r.ok, r.detail);
+        return emit(name, false, { returned: r });
+    } catch (e) {
+        return emit(name, false, { threw: errInfo(e) });
+    }
+}
 
 const requestInit = { headers: { Authorization: `Bearer ${token}` } };
 const client = new Client(
@@ -74,7 +102,7 @@ if (connected) {
         return { ok: r && typeof r === 'object', detail: r };
     });
 
-    await check('listTools returns the 6 tools', async () => {
+    await check('listTools returns the 7 tools', async () => {
         const r = await client.listTools();
         const names = r.tools.map((t) => t.name).sort();
         const schemasOk = r.tools.every((t) => t.inputSchema?.type === 'object'
@@ -219,5 +247,5 @@ if (connected) {
 
 await client.close().catch(() => {});
 clearTimeout(deadline);
-done({ transportErrors });
+process.stdout.write(JSON.stringify({ done: true, transportErrors }) + '\n');
 process.exit(0);

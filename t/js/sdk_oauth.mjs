@@ -1,19 +1,18 @@
 // The official MCP TypeScript SDK client's OAuth flow against the module's
 // authorization server, with the sign-in page driven in headless Chromium
-// (playwright-core): discovery from the 401, dynamic registration, the
+// (t/js/lib/browser.mjs): discovery from the 401, dynamic registration, the
 // authorization request, the access key typed into the page, the code
 // exchanged, tools/call with the access token, then a refresh.
 //
 //   node t/js/sdk_oauth.mjs URL ACCESS_KEY CHROMIUM
 //
-// Prints one JSON object per line: {"check": NAME, "ok": BOOL, "detail": ...}
-// followed by {"done": true}; t/sdk_oauth.t makes each line an assertion.
+// One JSON line per check, then {"done": true}; t/sdk_oauth.t makes each
+// an assertion (SMCP::Test's js_checks).
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-import { chromium } from 'playwright-core';
-import { check, emit, errInfo, done } from './checks.mjs';
+import { Browser, check, assert, done, report } from './lib/browser.mjs';
 
 const [url, accessKey, chromiumPath] = process.argv.slice(2);
 if (!url || !accessKey || !chromiumPath) {
@@ -55,8 +54,7 @@ class MemoryProvider {
 }
 
 const provider = new MemoryProvider();
-let browser;
-let code;
+const json = (x) => JSON.stringify(x);
 
 async function connect() {
     const client = new Client({ name: 'smcp-sdk-oauth', version: '1.0.0' });
@@ -65,81 +63,88 @@ async function connect() {
     return { client, transport };
 }
 
+let browser;
+
 try {
     // 1. no token: the 401 starts discovery, registration, the redirect
-    let transport;
+    const transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
     await check('connect without a token ends in UnauthorizedError (redirect)', async () => {
         const client = new Client({ name: 'smcp-sdk-oauth', version: '1.0.0' });
-        transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
-        try {
-            await client.connect(transport);
-            return { ok: false, detail: 'connected without authorization' };
-        } catch (e) {
-            return { ok: e instanceof UnauthorizedError, detail: errInfo(e) };
-        }
+        let error;
+        try { await client.connect(transport); } catch (e) { error = e; }
+        assert(error instanceof UnauthorizedError, `connected, or ${error}`);
+        return error.message;
     });
-    await check('discovery found the authorization server from the 401', () => ({
-        ok: provider.saved.discovery?.authorizationServerMetadata?.token_endpoint?.endsWith('/oauth/token'),
-        detail: provider.saved.discovery,
-    }));
-    await check('dynamic registration gave a client_id', () => ({
-        ok: /^mcp_[0-9a-f]{32}$/.test(provider.saved.client?.client_id ?? ''),
-        detail: provider.saved.client,
-    }));
-    await check('the authorization URL carries PKCE S256, resource and state', () => {
+    await check('discovery found the authorization server from the 401', async () => {
+        const d = provider.saved.discovery;
+        assert(d?.authorizationServerMetadata?.token_endpoint?.endsWith('/oauth/token'), json(d));
+        return d.authorizationServerUrl;
+    });
+    await check('dynamic registration gave a client_id', async () => {
+        assert(/^mcp_[0-9a-f]{32}$/.test(provider.saved.client?.client_id ?? ''),
+               json(provider.saved.client));
+        return provider.saved.client.client_id;
+    });
+    await check('the authorization URL carries PKCE S256, resource and state', async () => {
         const q = provider.authorizationUrl?.searchParams;
-        return {
-            ok: !!q && q.get('code_challenge_method') === 'S256' && !!q.get('code_challenge')
-                && q.get('resource') === url && q.get('state') === provider.stateValue,
-            detail: String(provider.authorizationUrl),
-        };
+        assert(q && q.get('code_challenge_method') === 'S256' && q.get('code_challenge')
+               && q.get('resource') === url && q.get('state') === provider.stateValue,
+               String(provider.authorizationUrl));
+        return String(provider.authorizationUrl);
     });
 
     // 2. the sign-in page in headless Chromium
-    browser = await chromium.launch({ executablePath: chromiumPath, headless: true,
-                                      args: ['--no-sandbox'] });
-    const page = await browser.newPage();
+    browser = await Browser.launch(chromiumPath);
+    const ctx = await browser.phone();
     let redirected;
-    await page.route('http://127.0.0.1:9/**', (route) => {
+    await ctx.route('http://127.0.0.1:9/**', (route) => {
         redirected = new URL(route.request().url());
         route.fulfill({ status: 200, contentType: 'text/plain', body: 'signed in' });
     });
+    const page = await browser.open(ctx, String(provider.authorizationUrl));
     await check('the sign-in page names the client', async () => {
-        await page.goto(String(provider.authorizationUrl));
         const text = await page.textContent('#consent');
-        return { ok: text.includes('SDK OAuth test') && text.includes('127.0.0.1:9'), detail: text };
+        assert(text.includes('SDK OAuth test') && text.includes('127.0.0.1:9'), text);
+        return text.replace(/\s+/g, ' ');
     });
     await check('a wrong access key is refused on the page', async () => {
         await page.fill('#access_key', 'not-a-key');
         await Promise.all([page.waitForLoadState('load'), page.click('#approve')]);
         const err = await page.textContent('#error');
-        return { ok: /not accepted/.test(err) && !redirected, detail: err };
+        assert(/not accepted/.test(err) && !redirected, err);
+        return err;
     });
     await check('the access key signs in and the browser returns with a code', async () => {
         await page.fill('#access_key', accessKey);
         await page.click('#approve');
         for (let i = 0; i < 100 && !redirected; i++) await new Promise((r) => setTimeout(r, 100));
-        code = redirected?.searchParams.get('code');
-        return {
-            ok: !!code && redirected.searchParams.get('state') === provider.stateValue,
-            detail: String(redirected),
-        };
+        assert(redirected?.searchParams.get('code')
+               && redirected.searchParams.get('state') === provider.stateValue,
+               String(redirected));
+        return String(redirected).replace(/code=[^&]+/, 'code=...');
+    });
+    await check('the page made no script error and no request off its origin', async () => {
+        const origin = new URL(url).origin;
+        const off = browser.offOrigin(origin).filter((u) => !u.startsWith('http://127.0.0.1:9/'));
+        assert(page.errors.length === 0 && off.length === 0, json({ errors: page.errors, off }));
+        return '';
     });
 
     // 3. the code exchanged
     await check('finishAuth exchanges the code for tokens', async () => {
-        await transport.finishAuth(code);
+        await transport.finishAuth(redirected.searchParams.get('code'));
         const t = provider.saved.tokens;
-        return { ok: !!t?.access_token && !!t?.refresh_token && t.token_type === 'Bearer',
-                 detail: { expires_in: t?.expires_in, scope: t?.scope } };
+        assert(t?.access_token && t?.refresh_token && t.token_type === 'Bearer', json(t));
+        return `expires_in ${t.expires_in}, scope ${t.scope}`;
     });
 
     // 4. tools with the access token
     let session = await connect();
-    await check('connect with the access token', () => true);
+    await check('connect with the access token', async () => '');
     await check('tools/call opencode_list_runs with the access token', async () => {
         const r = await session.client.callTool({ name: 'opencode_list_runs', arguments: {} });
-        return { ok: !r.isError && Array.isArray(r.structuredContent?.runs), detail: r };
+        assert(!r.isError && Array.isArray(r.structuredContent?.runs), json(r));
+        return '';
     });
     await session.client.close();
 
@@ -148,17 +153,19 @@ try {
     await check('a refresh rotates both tokens', async () => {
         const r = await auth(provider, { serverUrl: new URL(url) });
         const t = provider.saved.tokens;
-        return { ok: r === 'AUTHORIZED' && t.access_token !== before.access_token
-                     && t.refresh_token !== before.refresh_token, detail: r };
+        assert(r === 'AUTHORIZED' && t.access_token !== before.access_token
+               && t.refresh_token !== before.refresh_token, r);
+        return r;
     });
     session = await connect();
     await check('tools/call with the refreshed access token', async () => {
         const r = await session.client.callTool({ name: 'opencode_list_runs', arguments: {} });
-        return { ok: !r.isError, detail: r };
+        assert(!r.isError, json(r));
+        return '';
     });
     await session.client.close();
 } catch (e) {
-    emit('unexpected error', false, errInfo(e));
+    report('unexpected error', false, e && e.stack ? e.stack : e);
 } finally {
     if (browser) await browser.close();
 }
