@@ -16,6 +16,8 @@
 #               revoked, its access token refused), access token of another
 #               audience; no redirect to an unregistered URI
 #   bearer      today's tokens still work unchanged
+#   compose     the nginx image's entrypoint with SMCP_OAUTH=on renders a
+#               configuration nginx accepts (and refuses another value)
 #
 # Needs nginx + the module and redis-server; CI=true turns skips into
 # failures.
@@ -28,7 +30,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Digest::SHA qw(sha256_hex);
-use SMCP::Test qw(json_decode b64url rhex pong_ok);
+use SMCP::Test qw(json_decode b64url rhex pong_ok repo_root run_cmd module_path);
 use SMCP::OAuth;
 
 my $t = SMCP::Test->new(
@@ -519,6 +521,42 @@ subtest 'revocation (RFC 7009)' => sub {
     is($o->post('/oauth/revoke', SMCP::OAuth::form(token => 'whatever'))->{status}, 200,
        'an unknown token: 200');
     oauth_error($o->post('/oauth/revoke', ''), 400, 'invalid_request', 'no token');
+};
+
+subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
+    my $dir = "$t->{dir}/entrypoint";
+    mkdir $dir;
+    my $render = sub {
+        my ($oauth) = @_;
+        # the script's render_mcp, run here (exec stubbed: nothing starts)
+        my $sh = 'exec() { :; }; source "$1"; '
+               . 'secret_conf="sandbox_mcp_secret_file $2;"; redis=127.0.0.1:1; '
+               . 'prefix=""; password_conf=""; render_mcp';
+        local %ENV = (%ENV, SMCP_RENDER_CONF => 'no', PROXY_JWT_SECRET => 'x',
+                      SMCP_MCP_ADDR => '*', SMCP_OAUTH => $oauth,
+                      SMCP_PUBLIC_URL => 'https://mcp.example.com');
+        return run_cmd([ 'bash', '-c', $sh, 'render',
+                         repo_root() . '/ngx_sandbox_mcp_module/docker-entrypoint.sh',
+                         $t->{secret_file} ]);
+    };
+    my ($rc, $conf, $err) = $render->('on');
+    is($rc, 0, 'renders') or diag($err);
+    like($conf, qr/sandbox_mcp_oauth on;/, 'the switch');
+    like($conf, qr{location /\.well-known/ \{\s*sandbox_mcp_oauth_endpoints;}, 'discovery');
+    like($conf, qr{location /oauth/ \{\s*sandbox_mcp_oauth_endpoints;}, 'the endpoints');
+    my $load = $t->{static} ? '' : 'load_module ' . module_path() . ';';
+    $conf =~ s{load_module modules/\S+;}{$load};
+    $conf =~ s{user www-data;}{$> == 0 ? 'user root;' : ''}e;
+    $conf =~ s{pid /run/nginx.pid;}{pid $dir/nginx.pid;};
+    SMCP::Test::_write_file("$dir/nginx.conf", $conf);
+    my ($trc, $tout, $terr) = run_cmd([ $t->{nginx_bin}, '-t', '-p', "$dir/",
+                                        '-c', "$dir/nginx.conf", '-e', "$dir/error.log" ]);
+    is($trc, 0, 'nginx -t accepts it') or diag("$tout$terr");
+    ($rc, $conf) = $render->('off');
+    unlike($conf, qr/oauth/, 'off: nothing of it');
+    ($rc, undef, $err) = $render->('maybe');
+    isnt($rc, 0, 'another value: refused');
+    like($err, qr/SMCP_OAUTH=maybe: on or off/, '... saying so');
 };
 
 subtest 'no secret in the logs' => sub {
