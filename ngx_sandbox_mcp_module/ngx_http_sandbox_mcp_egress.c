@@ -13,6 +13,7 @@
 #include "ngx_http_sandbox_mcp_egress_push.h"
 #include "ngx_http_sandbox_mcp_egress_token.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 
 
@@ -143,6 +144,7 @@ ngx_http_sandbox_mcp_egress_refuse(ngx_http_request_t *r, ngx_uint_t status,
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "sandbox_mcp egress: refused (%ui): %s", status, message);
+    ngx_http_sandbox_mcp_metrics_refused(type);
 
     body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error",
                      "error", "type", type, "message", message);

@@ -7,6 +7,7 @@
 
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_redis_link.h"
+#include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 
@@ -367,6 +368,7 @@ ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
     }
 
     ngx_add_timer(&link->reconnect, link->backoff);
+    ngx_http_sandbox_mcp_metrics_redis_reconnect();
 
     link->backoff = ngx_min(link->backoff * 2,
                             NGX_HTTP_SANDBOX_MCP_BACKOFF_MAX);

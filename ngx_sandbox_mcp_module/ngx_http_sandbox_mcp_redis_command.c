@@ -9,6 +9,7 @@
 
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_redis_link.h"
+#include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 
@@ -283,6 +284,10 @@ ngx_http_sandbox_mcp_redis_reply(redisAsyncContext *ac, void *r,
 
     } else if (cmd->data && cmd->each) {
         cmd->each(cmd->data, cmd->i, reply);
+    }
+
+    if (cmd->i == 0 && reply) {
+        ngx_http_sandbox_mcp_metrics_redis(cmd->sent);
     }
 
     if (++cmd->i < cmd->n) {

@@ -23,6 +23,7 @@
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
@@ -263,6 +264,7 @@ ngx_http_sandbox_mcp_stream_stop(ngx_http_sandbox_mcp_stream_t *s)
 static void
 ngx_http_sandbox_mcp_stream_cleanup(void *data)
 {
+    ngx_http_sandbox_mcp_metrics_stream(NGX_HTTP_SANDBOX_MCP_STREAM_MCP, -1);
     ngx_http_sandbox_mcp_stream_stop(data);
 }
 
@@ -934,6 +936,7 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     cln->handler = ngx_http_sandbox_mcp_stream_cleanup;
     cln->data = s;
+    ngx_http_sandbox_mcp_metrics_stream(NGX_HTTP_SANDBOX_MCP_STREAM_MCP, 1);
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &s->subs, SMCP_KEY_MCP_SUBS,
                                        &ctx->session_id)

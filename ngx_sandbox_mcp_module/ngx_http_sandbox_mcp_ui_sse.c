@@ -25,6 +25,7 @@
 #include "ngx_http_sandbox_mcp_ui_sse.h"
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -140,6 +141,8 @@ ngx_http_sandbox_mcp_sse_cleanup(void *data)
 {
     ngx_http_sandbox_mcp_sse_t *sse = data;
 
+    ngx_http_sandbox_mcp_metrics_stream(NGX_HTTP_SANDBOX_MCP_STREAM_DASHBOARD,
+                                        -1);
     ngx_http_sandbox_mcp_sse_stop(sse);
 
     if (sse->sending) {
@@ -966,6 +969,8 @@ ngx_http_sandbox_mcp_sse_create(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     cln->handler = ngx_http_sandbox_mcp_sse_cleanup;
     cln->data = sse;
+    ngx_http_sandbox_mcp_metrics_stream(NGX_HTTP_SANDBOX_MCP_STREAM_DASHBOARD,
+                                        1);
 
     sse->ctx = ctx;
     sse->request = r;

@@ -7,6 +7,7 @@
 
 #include "ngx_http_sandbox_mcp_waiter.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 
@@ -119,6 +120,7 @@ ngx_http_sandbox_mcp_waiter_add(ngx_http_sandbox_mcp_call_t *call,
     ngx_msec_t timeout)
 {
     call->waiting = 1;
+    ngx_http_sandbox_mcp_metrics_long_poll(1);
     ngx_queue_insert_tail(ngx_http_sandbox_mcp_waiter_bucket(&call->run_id),
                           &call->waiter);
 
@@ -136,6 +138,7 @@ ngx_http_sandbox_mcp_waiter_remove(ngx_http_sandbox_mcp_call_t *call)
     if (call->waiting) {
         ngx_queue_remove(&call->waiter);
         call->waiting = 0;
+        ngx_http_sandbox_mcp_metrics_long_poll(-1);
     }
 
     if (call->wait.timer_set) {

@@ -33,4 +33,11 @@
  * the runner's --git-host */
 #define SMCP_DEFAULT_GIT_HOST       "github.com"
 
+/* runners' heartbeats (SMCP_KEY_RUNNERS): a runner writes its own this
+ * often (ms); /healthz counts a runner alive while its heartbeat is younger
+ * than SMCP_RUNNER_STALE_MS; the key expires after SMCP_RUNNER_STALE_MS
+ * without any heartbeat */
+#define SMCP_RUNNER_HEARTBEAT_MS    5000
+#define SMCP_RUNNER_STALE_MS        30000
+
 #endif /* SMCP_DEFAULTS_H */

@@ -43,6 +43,10 @@
                                                      runner's finish */
 #define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
                                                      store identity */
+#define SMCP_KEY_RUNNERS            "%srunners"   /* zset: runner name ->
+                                                     its last heartbeat
+                                                     (ms); expires when no
+                                                     runner refreshes it */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
 #define SMCP_KEY_OAUTH_CLIENT       "%soauth:client:%s"   /* hash: a
