@@ -17,7 +17,6 @@
 #include "runner.h"
 
 
-
 /* sleeps, unless the runner is stopping */
 static void
 runner_run_sleep(int64_t ms)
@@ -289,7 +288,6 @@ runner_run_tick(void *data)
 
     return RUNNER_OK;
 }
-
 
 
 /* a stored event of a re-attached run: counted in the outcome so far;
