@@ -169,6 +169,15 @@ static const runner_option_t  runner_options[] = {
     { "janitor-interval", "S", "SMCP_JANITOR_INTERVAL", "60",
       "idle sessions are expired this often",
       RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
+
+    { "metrics", "ADDR", "SMCP_RUNNER_METRICS", NULL,
+      "serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, "
+      "\":PORT\" for every address); default off",
+      RUNNER_OPT_STRING, 0, RUNNER_S(metrics), 0, 0, NULL },
+
+    { "log-format", "text|json", "SMCP_LOG_FORMAT", "text",
+      "log lines as key=value text or one JSON object each",
+      RUNNER_OPT_STRING, 0, RUNNER_S(log_format), 0, 0, NULL },
 };
 
 #define RUNNER_NOPTIONS  (sizeof(runner_options) / sizeof(runner_options[0]))

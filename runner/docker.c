@@ -183,6 +183,12 @@ runner_docker_call(const char *method, const char *path, json_t *body,
         }
     }
 
+    if (status == RUNNER_DOCKER_DOWN || status == RUNNER_DOCKER_TIMEOUT
+        || status >= 500)
+    {
+        runner_metrics_docker_error();
+    }
+
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
     json_decref(body);

@@ -1,5 +1,6 @@
 /*
- * Structured log lines on stderr: time, level, run, message.
+ * Structured log lines on stderr: time, level, run, message; as key=value
+ * text, or (--log-format json) one JSON object a line.
  *
  * Messages carry text from outside (an agent's error, Docker's and Redis's
  * answers): quotes, backslashes and every byte that is not printable ASCII
@@ -65,6 +66,49 @@ runner_log_escape(char *dst, size_t size, const char *src, size_t len)
 }
 
 
+/* src[0..len) as the inside of a JSON string: every byte that is not
+ * printable ASCII as \u00XX (NUL-terminated, whole escapes only) */
+static size_t
+runner_log_json_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t          i, n, k;
+    unsigned char   c;
+    char            esc[8];
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        c = (unsigned char) src[i];
+
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char) c;
+            esc[2] = '\0';
+
+        } else if (c < 0x20 || c >= 0x7f) {
+            snprintf(esc, sizeof(esc), "\\u%04x", c);
+
+        } else {
+            esc[0] = (char) c;
+            esc[1] = '\0';
+        }
+
+        k = strlen(esc);
+
+        if (n + k >= size) {
+            break;
+        }
+
+        memcpy(dst + n, esc, k);
+        n += k;
+    }
+
+    dst[n] = '\0';
+
+    return n;
+}
+
+
 void
 runner_log(const char *level, const char *run, const char *fmt, ...)
 {
@@ -87,6 +131,21 @@ runner_log(const char *level, const char *run, const char *fmt, ...)
 
     } else if ((size_t) n >= sizeof(msg)) {
         n = sizeof(msg) - 1;
+    }
+
+    if (strcmp(runner_config->log_format, "json") == 0) {
+        runner_log_json_escape(out, sizeof(out), msg, n);
+
+        if (run) {
+            runner_log_json_escape(rid, sizeof(rid), run, strlen(run));
+        }
+
+        fprintf(stderr, "{\"time\":\"%s.%03dZ\",\"level\":\"%s\","
+                "\"pid\":%d%s%s%s,\"msg\":\"%s\"}\n", ts,
+                (int) (tv.tv_usec / 1000), level, (int) getpid(),
+                run ? ",\"runId\":\"" : "", run ? rid : "", run ? "\"" : "",
+                out);
+        return;
     }
 
     runner_log_escape(out, sizeof(out), msg, n);

@@ -34,6 +34,8 @@ typedef struct {
     time_t      last_claim;         /* looked for silent runners' runs */
     time_t      last_reconcile;     /* looked for ended runs' containers */
     time_t      retry_at;           /* reads its pending entries again */
+    int64_t     last_beat;          /* wrote the heartbeat (ms) */
+    int64_t     last_queue;         /* measured the queue (ms) */
 } runner_timers_t;
 
 
@@ -92,6 +94,11 @@ runner_spawn(const char *run_id, const char *stream_id, int reattach)
     run->next = runner_runs;
     runner_runs = run;
     runner_active++;
+    runner_metrics_active(runner_active);
+
+    if (reattach) {
+        runner_metrics_reattach();
+    }
 }
 
 
@@ -116,6 +123,7 @@ runner_reap(int *waiting)
         pthread_join(run->thread, NULL);
         *pp = run->next;
         runner_active--;
+        runner_metrics_active(runner_active);
 
         if (state == RUNNER_RUN_WAIT || state == RUNNER_RUN_RETRY) {
             /* its queue entry stays ours, unacknowledged: read again from
@@ -217,6 +225,34 @@ runner_connect_wait(void)
 }
 
 
+/* the heartbeat /healthz reads, every SMCP_RUNNER_HEARTBEAT_MS; with
+ * --metrics, the queue's depth and lag every RUNNER_CHECK_MS */
+static void
+runner_beat(runner_store_t *st, runner_timers_t *tm)
+{
+    int64_t  now, depth, lag;
+
+    now = smcp_now_ms();
+
+    if (runner_metrics_enabled() && now - tm->last_queue >= RUNNER_CHECK_MS) {
+        tm->last_queue = now;
+
+        if (runner_store_queue_stats(st, &depth, &lag) == RUNNER_OK) {
+            runner_metrics_queue(depth, lag);
+        }
+    }
+
+    if (now - tm->last_beat >= SMCP_RUNNER_HEARTBEAT_MS) {
+        tm->last_beat = now;
+
+        if (runner_store_heartbeat(st) != RUNNER_OK) {
+            runner_log("error", NULL, "heartbeat: %s",
+                       runner_store_error(st));
+        }
+    }
+}
+
+
 /* one turn of the loop: a queue entry taken, or the reasons to wait
  * seen to; the connection may be replaced */
 static runner_store_t *
@@ -229,6 +265,8 @@ runner_turn(runner_store_t *st, runner_timers_t *tm)
 
     runner_reap(&waiting);
     now = time(NULL);
+
+    runner_beat(st, tm);
 
     /* runs waiting for their turn (or for Redis): read our pending
      * entries again a second later */
@@ -307,6 +345,13 @@ main(int argc, char **argv)
         return 2;
     }
 
+    if (strcmp(runner_config->log_format, "text") != 0
+        && strcmp(runner_config->log_format, "json") != 0)
+    {
+        fprintf(stderr, "smcp-runner: --log-format: \"text\" or \"json\"\n");
+        return 2;
+    }
+
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = runner_signal;
     sigaction(SIGTERM, &sa, NULL);
@@ -314,6 +359,13 @@ main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    if (runner_metrics_start(runner_config->metrics, err, sizeof(err))
+        != RUNNER_OK)
+    {
+        fprintf(stderr, "smcp-runner: %s\n", err);
+        return 2;
+    }
     janitor_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
@@ -346,6 +398,7 @@ main(int argc, char **argv)
 
     tm.last_claim = tm.last_reconcile = time(NULL);
     tm.retry_at = 0;
+    tm.last_beat = tm.last_queue = 0;
 
     while (!atomic_load(&runner_stop) && st) {
         st = runner_turn(st, &tm);
@@ -364,6 +417,7 @@ main(int argc, char **argv)
     }
 
     runner_store_close(st);
+    runner_metrics_stop();
     curl_global_cleanup();
 
     runner_log("info", NULL, "stopped");

@@ -336,6 +336,7 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 
     runner_log("info", run->id, "%s (exit %d)%s%s", status, exit_code,
                error ? ": " : "", error ? error : "");
+    runner_metrics_outcome(status);
 
     return RUNNER_OK;
 }
@@ -764,6 +765,7 @@ runner_run_begin(runner_run_t *run)
 {
     char       err[RUNNER_ERRLEN], status[RUNNER_ERRLEN];
     int        rc;
+    int64_t    started;
     long long  attempts;
 
     rc = runner_store_claim(run->store, run->id, status, sizeof(status));
@@ -803,7 +805,12 @@ runner_run_begin(runner_run_t *run)
         rc = RUNNER_ERR;
 
     } else {
+        started = smcp_now_ms();
         rc = runner_run_start(run, err, sizeof(err));
+
+        if (rc == RUNNER_OK) {
+            runner_metrics_started(smcp_now_ms() - started);
+        }
     }
 
     if (rc == RUNNER_ERR) {

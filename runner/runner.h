@@ -191,6 +191,8 @@ typedef struct {
     int64_t          workspace_inodes;
     int              janitor_interval;      /* s between idle-session
                                                passes */
+    char             metrics[256];          /* --metrics ADDR; "": off */
+    char             log_format[8];         /* "text" or "json" */
     runner_secret_t  secret;                /* signs the run tokens */
 } runner_config_t;
 
@@ -313,6 +315,18 @@ void runner_log(const char *level, const char *run, const char *fmt, ...)
 size_t runner_log_escape(char *dst, size_t size, const char *src,
     size_t len);
 
+/* metrics.c: counters (atomics) any thread adds to, and --metrics ADDR's
+ * listener thread, which serves them in Prometheus' text format */
+int runner_metrics_start(const char *addr, char *err, size_t errlen);
+void runner_metrics_stop(void);
+int runner_metrics_enabled(void);
+void runner_metrics_outcome(const char *status);
+void runner_metrics_started(int64_t ms);
+void runner_metrics_docker_error(void);
+void runner_metrics_reattach(void);
+void runner_metrics_queue(int64_t depth, int64_t lag_ms);
+void runner_metrics_active(int n);
+
 /*
  * store.c: every Redis call of the runner.  A connection is one thread's
  * own; RUNNER_ERR with runner_store_lost() true means it broke (close it,
@@ -328,6 +342,11 @@ void runner_store_close(runner_store_t *st);
 int runner_store_lost(runner_store_t *st);
 const char *runner_store_error(runner_store_t *st);
 int runner_store_init_group(runner_store_t *st, char *err, size_t errlen);
+/* this runner's heartbeat (SMCP_KEY_RUNNERS), for /healthz */
+int runner_store_heartbeat(runner_store_t *st);
+/* queued runs no runner took yet, and the age of the oldest (ms, 0: none) */
+int runner_store_queue_stats(runner_store_t *st, int64_t *depth,
+    int64_t *lag_ms);
 int runner_store_identity(runner_store_t *st, char *err, size_t errlen);
 const char *runner_store_id(void);
 int runner_store_next(runner_store_t *st, int block_ms, char *run_id,

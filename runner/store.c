@@ -497,6 +497,131 @@ runner_store_init_group(runner_store_t *st, char *err, size_t errlen)
 
 
 /*
+ * This runner's heartbeat: its name's score in SMCP_KEY_RUNNERS set to now
+ * (ms); the key lives SMCP_RUNNER_STALE_MS past the newest heartbeat, and
+ * names silent for a day are dropped from it.
+ */
+int
+runner_store_heartbeat(runner_store_t *st)
+{
+    int64_t      now;
+    char         key[RUNNER_KEY_MAX], ms[RUNNER_NUM_MAX], old[RUNNER_NUM_MAX];
+    char         ttl[RUNNER_NUM_MAX];
+    const char  *zadd[] = { "ZADD", key, ms, runner_config->name };
+    const char  *prune[] = { "ZREMRANGEBYSCORE", key, "-inf", old };
+    const char  *expire[] = { "PEXPIRE", key, ttl };
+
+    now = smcp_now_ms();
+
+    RUNNER_KEY0(key, SMCP_KEY_RUNNERS);
+    RUNNER_NUM(ms, now);
+    RUNNER_NUM(old, now - 86400000LL);
+    RUNNER_NUM(ttl, SMCP_RUNNER_STALE_MS);
+
+    if (runner_store_do(st, 4, zadd) != RUNNER_OK
+        || runner_store_do(st, 4, prune) != RUNNER_OK
+        || runner_store_do(st, 3, expire) != RUNNER_OK)
+    {
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* a field of a flat key/value reply (XINFO's): NULL when absent */
+static redisReply *
+runner_store_info_field(redisReply *r, const char *name)
+{
+    size_t  i;
+
+    for (i = 0; i + 1 < r->elements; i += 2) {
+        if (runner_store_str(r->element[i])
+            && strcmp(r->element[i]->str, name) == 0)
+        {
+            return r->element[i + 1];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The queue seen from the group: entries not yet delivered to any runner
+ * (XINFO GROUPS' lag) and the age of the oldest of them (its id's time).
+ */
+int
+runner_store_queue_stats(runner_store_t *st, int64_t *depth, int64_t *lag_ms)
+{
+    size_t       i;
+    char         queue[RUNNER_KEY_MAX], from[RUNNER_STREAM_ID_SIZE + 1];
+    redisReply  *r, *g, *v, *last;
+    const char  *info[] = { "XINFO", "GROUPS", queue };
+    const char  *range[] = { "XRANGE", queue, from, "+", "COUNT", "1" };
+
+    RUNNER_KEY0(queue, SMCP_KEY_QUEUE);
+
+    *depth = -1;
+    *lag_ms = 0;
+    from[0] = '\0';
+
+    r = runner_store_argv(st, 3, info, NULL);
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    for (i = 0; runner_store_array(r, -1) && i < r->elements; i++) {
+        g = r->element[i];
+
+        if (!runner_store_array(g, -1)
+            || !runner_store_str(v = runner_store_info_field(g, "name"))
+            || strcmp(v->str, SMCP_QUEUE_GROUP) != 0)
+        {
+            continue;
+        }
+
+        v = runner_store_info_field(g, "lag");
+        if (v && v->type == REDIS_REPLY_INTEGER) {
+            *depth = v->integer;
+        }
+
+        last = runner_store_info_field(g, "last-delivered-id");
+        if (runner_store_str(last) && last->len < RUNNER_STREAM_ID_SIZE
+            && smcp_valid_stream_id(last->str, last->len))
+        {
+            snprintf(from, sizeof(from), "(%s", last->str);
+        }
+    }
+
+    freeReplyObject(r);
+
+    if (*depth <= 0 || from[0] == '\0') {
+        return RUNNER_OK;
+    }
+
+    r = runner_store_argv(st, 6, range, NULL);
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    if (runner_store_array(r, 1) && runner_store_array(r->element[0], 2)
+        && runner_store_str(r->element[0]->element[0]))
+    {
+        *lag_ms = smcp_now_ms()
+                  - strtoll(r->element[0]->element[0]->str, NULL, 10);
+        if (*lag_ms < 0) {
+            *lag_ms = 0;
+        }
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
+/*
  * The store's identity: random, made once, kept in Redis.  Several
  * deployments may share one Docker engine (and reach their Redis by the
  * same address, e.g. "redis:6379" in every compose project): each runner
