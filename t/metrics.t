@@ -1,0 +1,144 @@
+#!/usr/bin/env perl
+# Metrics end to end, scraped by a real Prometheus (Debian's `prometheus`,
+# scrape_interval 1s, its storage in the test's directory, on a free
+# loopback port): nginx's sandbox_mcp_metrics and the runner's --metrics
+# listener.  A run goes through the whole stack (the real sandbox, the
+# scripted fake model behind the egress proxy) and Prometheus' query API
+# shows the series move: MCP calls, egress requests and bytes, Redis
+# commands, runs by outcome, the sandbox start histogram, the queue.
+# Also: /healthz sees the runner's heartbeat, and the runner's
+# --log-format json lines parse, carry the run id and hold no secret.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use SMCP::Metrics;
+use SMCP::Stack;
+use SMCP::Test qw(json_decode wait_until which_bin require_prereqs);
+
+require_prereqs(which_bin('prometheus') ? ()
+                : ('prometheus (apt-get install prometheus)'));
+
+my $s = SMCP::Stack->new(
+    scripts => { 'SCENARIO-METRICS' => [ { text => 'Counted.' } ] },
+    server  => <<'SERVER');
+        location = /metrics {
+            sandbox_mcp_metrics;
+        }
+
+        location = /healthz {
+            sandbox_mcp_health;
+        }
+SERVER
+my $t = $s->t;
+
+my $mport = $t->free_port;
+my $r = $s->start_runner(args => [ '--metrics', "127.0.0.1:$mport",
+                                   '--log-format', 'json' ]);
+
+my $prom = SMCP::Metrics->start_prometheus($t, jobs => {
+    nginx  => '127.0.0.1:' . $t->port,
+    runner => "127.0.0.1:$mport",
+});
+ok($prom, 'prometheus started') or BAIL_OUT('no prometheus');
+
+ok(wait_until(30, sub {
+    my $h = $prom->targets;
+    return ($h->{nginx} // '') eq 'up' && ($h->{runner} // '') eq 'up';
+}, 0.5), 'prometheus scrapes nginx and the runner')
+    or diag(explain($prom->targets));
+
+# series known before the run (0 or absent)
+my %before = (
+    run_task  => $prom->sum('smcp_mcp_requests_total{method="tools/call",'
+                            . 'tool="opencode_run_task",status="ok"}'),
+    completed => $prom->sum('smcp_runner_runs_total{outcome="completed"}'),
+    started   => $prom->sum('smcp_runner_sandbox_start_seconds_count'),
+    egress    => $prom->sum('smcp_egress_requests_total{route="anthropic"}'),
+    redis     => $prom->sum('smcp_redis_command_duration_seconds_count'),
+);
+is($before{completed}, 0, 'no completed run yet');
+is($before{egress}, 0, 'no egress request yet');
+
+###############################################################################
+# a run through the stack
+
+my $run = $s->run_task(task => 'SCENARIO-METRICS: answer', title => 'metrics');
+my $res = $s->wait_done($run->{runId}, 180);
+is($res->{status}, 'completed', 'the run completed')
+    or $s->diag_run($run->{runId}, $r);
+
+my %want = (
+    run_task  => [ 'smcp_mcp_requests_total{method="tools/call",'
+                   . 'tool="opencode_run_task",status="ok"}', $before{run_task} + 1 ],
+    completed => [ 'smcp_runner_runs_total{outcome="completed"}', 1 ],
+    started   => [ 'smcp_runner_sandbox_start_seconds_count', 1 ],
+    egress    => [ 'smcp_egress_requests_total{route="anthropic",status="2xx"}', 1 ],
+    bytes     => [ 'smcp_egress_bytes_total{route="anthropic",direction="out"}', 1 ],
+    redis     => [ 'smcp_redis_command_duration_seconds_count', $before{redis} + 1 ],
+);
+
+my %got;
+wait_until(30, sub {
+    $got{$_} = $prom->sum($want{$_}[0]) for keys %want;
+    return !grep { $got{$_} < $want{$_}[1] } keys %want;
+}, 1);
+
+for my $k (sort keys %want) {
+    ok($got{$k} >= $want{$k}[1], "prometheus: $want{$k}[0] = $got{$k} (>= $want{$k}[1])");
+}
+
+is($prom->sum('smcp_runner_runs_total{outcome="failed"}'), 0, 'prometheus: no failed run');
+is($prom->sum('smcp_runner_docker_errors_total'), 0, 'prometheus: no Docker API error');
+my $q = $prom->query('smcp_runner_queue_depth');
+ok(@$q == 1 && $q->[0]{value} == 0, 'prometheus: queue depth 0 once the run was taken');
+ok($prom->sum('histogram_quantile(0.5, smcp_runner_sandbox_start_seconds_bucket)') > 0,
+   'prometheus: a sandbox start latency quantile');
+ok($prom->sum('smcp_egress_bytes_total{route="anthropic",direction="in"}') > 0,
+   'prometheus: egress bytes in');
+
+###############################################################################
+# /healthz sees the runner's heartbeat
+
+{
+    my $h = $t->http(method => 'GET', path => '/healthz', timeout => 10);
+    my $j = json_decode($h->{body}) // {};
+    is($h->{status}, 200, 'healthz: 200');
+    is($j->{runners}, 'ok', 'healthz: the runner is alive');
+    ok(($j->{runnersAlive} // 0) >= 1, 'healthz: runners alive >= 1');
+    ok(defined $j->{heartbeatAgeMs} && $j->{heartbeatAgeMs} < 30000,
+       "healthz: heartbeat $j->{heartbeatAgeMs} ms old");
+}
+
+###############################################################################
+# the runner's JSON log
+
+{
+    my $log = $s->runner_log($r);
+    my @lines = grep { length } split /\n/, $log;
+    my @bad = grep { !defined json_decode($_) } @lines;
+    ok(@lines >= 3 && !@bad, scalar(@lines) . ' runner log lines, all JSON')
+        or diag($bad[0]);
+    my @mine = grep { ($_->{runId} // '') eq $run->{runId} }
+               map { json_decode($_) // {} } @lines;
+    ok(@mine >= 2, scalar(@mine) . ' lines carry the run id');
+    ok((grep { $_->{msg} =~ /completed/ } @mine), 'the outcome line carries it');
+    ok(!grep({ !$_->{time} || !$_->{level} } map { json_decode($_) } @lines),
+       'every line has time and level');
+    for my $k (sort keys %{ $s->real }) {
+        unlike($log, qr/\Q$s->real->{$k}\E/, "runner log: no $k");
+    }
+    like($log, qr/^\{/m, 'runner log is JSON lines');
+    unlike($log, qr/eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}/,
+           'runner log: no token');
+}
+
+$prom->stop;
+$s->stop_runner($r);
+$s->done;
