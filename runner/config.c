@@ -175,8 +175,8 @@ static const runner_option_t  runner_options[] = {
       "\":PORT\" for every address); default off",
       RUNNER_OPT_STRING, 0, RUNNER_S(metrics), 0, 0, NULL },
 
-    { "log-format", "text|json", "SMCP_LOG_FORMAT", "text",
-      "log lines as key=value text or one JSON object each",
+    { "log-format", "FORMAT", "SMCP_LOG_FORMAT", "text",
+      "text (key=value) or json (one JSON object a line)",
       RUNNER_OPT_STRING, 0, RUNNER_S(log_format), 0, 0, NULL },
 };
 
