@@ -30,12 +30,16 @@ my $state = tempdir('smcp-stack-XXXXXX', TMPDIR => 1,
                     CLEANUP => !$ENV{SMCP_TEST_KEEP});
 my $port = free_port();
 my $rport = free_port();
+my $mport = free_port();     # the runner's metrics
+my $emport = free_port();    # the egress instance's
 
 local $ENV{SMCP_STATE} = $state;
 local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 local $ENV{SMCP_REDIS_PORT} = $rport;
 local $ENV{SMCP_TENANT} = 'stack-tenant';
 local $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
+local $ENV{SMCP_RUNNER_METRICS} = "127.0.0.1:$mport";
+local $ENV{SMCP_EGRESS_METRICS} = "127.0.0.1:$emport";
 
 # nginx through a wrapper that records the environment each instance is
 # started with (a running nginx master overwrites /proc/PID/environ with
@@ -91,6 +95,24 @@ my ($url) = $out =~ m{MCP URL:\s+(\S+)};
 my ($token) = $out =~ m{Token:\s+(\S+)};
 is($url, "http://127.0.0.1:$port/mcp", 'prints the MCP URL');
 like($token // '', qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'prints a bearer token');
+
+# operations: the Metrics: line, /metrics and /healthz of the MCP instance
+{
+    my ($murl) = $out =~ m{^  Metrics:\s+(\S+)}m;
+    is($murl, "http://127.0.0.1:$port/metrics", 'prints the Metrics: URL');
+    if ($egress) {
+        like($out, qr{^  Metrics:.*egress: http://127\.0\.0\.1:$emport/metrics}m,
+             '... and the egress instance\'s');
+        like($out, qr{^  Metrics:.*runner: http://127\.0\.0\.1:$mport/metrics}m,
+             '... and the runner\'s');
+    }
+    my $m = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/metrics');
+    is($m->{status}, 200, 'make up: /metrics answers on the loopback listener');
+    like($m->{body}, qr/^# TYPE smcp_mcp_requests_total counter$/m, '... Prometheus text');
+    my $h = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/healthz');
+    is($h->{status}, 200, 'make up: /healthz 200');
+    like($h->{body}, qr/"redis":"ok"/, '... Redis ok');
+}
 
 ok(-s "$state/secret", 'a secret was generated');
 is(sprintf('%o', (stat "$state/secret")[2] & 07777), '600', '... mode 600');
@@ -329,6 +351,24 @@ if ($egress) {
     ok(wait_until(10, sub { slurp("$state/logs/runner.log")
                             =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
        '... the new runner is up (its start line)');
+
+    # the runner's and the egress instance's metrics, and its heartbeat
+    my $rm;
+    ok(wait_until(10, sub {
+        $rm = eval { SMCP::Test->client(port => $mport)->http(method => 'GET',
+                                                              path => '/metrics') };
+        return $rm && $rm->{status} == 200;
+    }, 0.3), 'make up: the runner serves its metrics');
+    like($rm->{body} // '', qr/^smcp_runner_runs_total\{outcome="completed"\} \d+$/m,
+         '... runs by outcome');
+    my $em = SMCP::Test->client(port => $emport)->http(method => 'GET', path => '/metrics');
+    like($em->{body} // '', qr/^smcp_egress_requests_total\{route="anthropic",status="2xx"\} [1-9]/m,
+         'make up: the egress instance counted the model\'s requests');
+    my $hz;
+    ok(wait_until(10, sub {
+        $hz = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/healthz');
+        return ($hz->{body} // '') =~ /"runners":"ok"/;
+    }, 0.5), 'make up: /healthz sees the runner\'s heartbeat') or diag($hz->{body});
 }
 
 # a second `up` is idempotent: same processes, reloaded config
