@@ -27,6 +27,13 @@
 #                                by the nginx master at start; never logged)
 #   SMCP_WORKERS=auto            worker_processes
 #   SMCP_LOG_LEVEL=notice        error_log level
+#   SMCP_LOG_FORMAT=text         json: one JSON line per MCP and egress
+#                                request (sandbox_mcp_log_format)
+#   SMCP_METRICS_PORT=9113       a listener of its own for GET /metrics
+#                                (Prometheus) and /healthz (Redis, the
+#                                runners' heartbeats), on every interface
+#                                of the container (compose: `backend`,
+#                                not published); `off`: none
 # mcp:
 #   SMCP_MCP_PORT=8080           the MCP listener
 #   SMCP_MCP_ADDR=auto           address it binds, besides 127.0.0.1: `auto`
@@ -84,11 +91,35 @@ common_http() {
     cat <<CONF
     access_log /dev/stdout;
     server_tokens off;
+    sandbox_mcp_log_format $log_format;
 
     sandbox_mcp_redis $redis;
     $prefix
     $secret_conf
     $password_conf
+CONF
+}
+
+# SMCP_METRICS_PORT: the operations listener, both roles
+ops_server() {
+    local port=${SMCP_METRICS_PORT:-9113}
+
+    [ "$port" = off ] && return 0
+    cat <<CONF
+
+    # operations: Prometheus metrics and health (SMCP_METRICS_PORT)
+    server {
+        listen $port;
+        location = /metrics {
+            sandbox_mcp_metrics;
+        }
+        location = /healthz {
+            sandbox_mcp_health;
+        }
+        location / {
+            return 404;
+        }
+    }
 CONF
 }
 
@@ -176,6 +207,7 @@ $oauth
             return 404;
         }
     }
+$(ops_server)
 }
 CONF
 }
@@ -213,6 +245,7 @@ $(common_http)
         listen $eport;
         include $dir/egress-routes.conf;
     }
+$(ops_server)
 }
 CONF
 }
@@ -232,6 +265,13 @@ render() {
 
     mkdir -p "$dir"
     redis=${SMCP_REDIS:-redis:6379}
+    log_format=${SMCP_LOG_FORMAT:-text}
+    case $log_format in
+        text|json) ;;
+        *) die "SMCP_LOG_FORMAT=$log_format: text or json" ;;
+    esac
+    [[ ${SMCP_METRICS_PORT:-9113} =~ ^(off|[1-9][0-9]{0,4})$ ]] \
+        || die "SMCP_METRICS_PORT=$SMCP_METRICS_PORT: a port number or off"
     prefix=""
     [ -n "${SMCP_REDIS_PREFIX:-}" ] && prefix="sandbox_mcp_redis_prefix $SMCP_REDIS_PREFIX;"
     password_conf=""
