@@ -213,6 +213,17 @@ ngx_http_sandbox_mcp_metrics_class(ngx_uint_t status)
 }
 
 
+/* a method's label: its own name when known, else "other" */
+const char *
+ngx_http_sandbox_mcp_metrics_method(const char *name)
+{
+    return ngx_http_sandbox_mcp_metrics_methods[
+               ngx_http_sandbox_mcp_metrics_find(
+                   ngx_http_sandbox_mcp_metrics_methods,
+                   NGX_HTTP_SANDBOX_MCP_METRICS_NMETHODS, name)];
+}
+
+
 /* one message of an MCP request: its method, its tool, how it ended */
 static void
 ngx_http_sandbox_mcp_metrics_call(ngx_http_sandbox_mcp_call_t *call,
@@ -384,11 +395,22 @@ ngx_http_sandbox_mcp_metrics_route(ngx_str_t *route)
         }
     }
 
-    ngx_shmtx_lock(&ngx_http_sandbox_mcp_metrics_pool->mutex);
+    /* rows are only ever added, each written before nroutes counts it:
+     * look without the lock, add under it */
 
     n = m->nroutes;
 
     for (i = 0; i < n; i++) {
+        if (m->route_len[i] == route->len
+            && ngx_strncmp(m->route[i], route->data, route->len) == 0)
+        {
+            return i;
+        }
+    }
+
+    ngx_shmtx_lock(&ngx_http_sandbox_mcp_metrics_pool->mutex);
+
+    for (n = m->nroutes; i < n; i++) {
         if (m->route_len[i] == route->len
             && ngx_strncmp(m->route[i], route->data, route->len) == 0)
         {
@@ -399,6 +421,7 @@ ngx_http_sandbox_mcp_metrics_route(ngx_str_t *route)
     if (i == n && n < NGX_HTTP_SANDBOX_MCP_METRICS_ROUTES) {
         ngx_memcpy(m->route[n], route->data, route->len);
         m->route_len[n] = route->len;
+        ngx_memory_barrier();
         m->nroutes = n + 1;
     }
 

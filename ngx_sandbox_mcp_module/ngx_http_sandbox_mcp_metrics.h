@@ -37,6 +37,9 @@ void ngx_http_sandbox_mcp_metrics_egress(ngx_http_request_t *r,
     ngx_str_t *route);
 void ngx_http_sandbox_mcp_metrics_refused(const char *type);
 
+/* a method's label (the known set, else "other"), for log lines too */
+const char *ngx_http_sandbox_mcp_metrics_method(const char *name);
+
 /* the content handler of sandbox_mcp_metrics */
 ngx_int_t ngx_http_sandbox_mcp_metrics_handler(ngx_http_request_t *r);
 

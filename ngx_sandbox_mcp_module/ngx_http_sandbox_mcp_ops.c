@@ -271,8 +271,9 @@ ngx_http_sandbox_mcp_ops_mcp_line(ngx_http_request_t *r)
         msg = ctx->batch ? json_array_get(ctx->body, i) : ctx->body;
         m = json_object_get(msg, "method");
 
-        if (json_is_string(m) && json_string_length(m) <= 64) {
-            json_array_append(methods, m);
+        if (json_is_string(m)) {
+            json_array_append_new(methods, json_string(
+                ngx_http_sandbox_mcp_metrics_method(json_string_value(m))));
         }
 
         if (call->run_id.len

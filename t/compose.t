@@ -889,6 +889,37 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
 }
 
 ##############################################################################
+# operations: the healthchecks pass; metrics on the backend network moved
+
+{
+    for my $c ([ nginx => $nginx_id ], [ egress => $egress_id ], [ runner => $runner_id ]) {
+        my $h = '';
+        ok(wait_until(60, sub {
+            $h = container_inspect_field($c->[1], '{{.State.Health.Status}}') // '';
+            return $h eq 'healthy';
+        }, 1), "$c->[0]: healthy (its healthcheck: /healthz, /metrics)") or diag("health: $h");
+    }
+    my $get = sub {
+        my ($svc, $port, $path) = @_;
+        my (undef, $out) = compose(['exec', '-T', $svc, 'bash', '-c',
+            "exec 3<>/dev/tcp/127.0.0.1/$port; printf 'GET $path HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"],
+            timeout => 30);
+        return $out // '';
+    };
+    like($get->('nginx', 9113, '/metrics'),
+         qr/^smcp_mcp_requests_total\{method="tools\/call",tool="opencode_run_task",status="ok"\} [1-9]/m,
+         'nginx metrics (9113): the runs started through MCP');
+    like($get->('egress', 9113, '/metrics'),
+         qr/^smcp_egress_requests_total\{route="anthropic",status="2xx"\} [1-9]/m,
+         'egress metrics (9113): the model\'s requests');
+    like($get->('runner', 9464, '/metrics'),
+         qr/^smcp_runner_runs_total\{outcome="completed"\} [1-9]/m,
+         'runner metrics (9464): the completed runs');
+    like($get->('nginx', 9113, '/healthz'), qr/"runners":"ok"/,
+         'nginx /healthz: the runner\'s heartbeat');
+}
+
+##############################################################################
 # Redis keeps the runs across a restart of its container (AOF on the volume)
 
 {
