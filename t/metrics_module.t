@@ -55,10 +55,11 @@ NGINX
         }
 SERVER
 
+# the metrics, parsed (a scrape that is not 200 parses as nothing)
 sub scrape {
     my $r = $t->http(method => 'GET', path => '/metrics', timeout => 10);
-    is($r->{status}, 200, 'metrics: 200') or diag($r->{body});
-    return ($r, parse_metrics($r->{body}));
+    return ($r, $r->{status} == 200 ? parse_metrics($r->{body})
+                                    : (undef, "status $r->{status}"));
 }
 
 sub value { return metric_value(@_) // 0 }
@@ -68,6 +69,7 @@ sub value { return metric_value(@_) // 0 }
 
 {
     my ($r, $m, $err) = scrape();
+    is($r->{status}, 200, 'metrics: 200');
     like($r->{headers}{'content-type'} // '', qr{^text/plain; version=0\.0\.4},
          'metrics: Prometheus text content type');
     ok($m, 'metrics: every line parses') or diag($err);
@@ -106,8 +108,19 @@ for my $i (1 .. 40) {
 
 $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' }, token => undef);
 
+# a request is counted at its log phase, which may come just after the
+# client read the answer: scrape until the last ones are in
+sub settled {
+    my ($cond) = @_;
+    my $m;
+    wait_until(5, sub { (undef, $m) = scrape(); return $cond->($m) }, 0.1);
+    return $m;
+}
+
 {
-    my (undef, $m) = scrape();
+    my $m = settled(sub {
+        value($_[0], 'smcp_http_responses_total', { endpoint => 'mcp', status => '4xx' }) >= 1
+    });
     is(value($m, 'smcp_mcp_requests_total',
              { method => 'initialize', tool => '', status => 'ok' }), 1,
        'initialize: 1 ok');
@@ -189,7 +202,9 @@ my ($erun, $etok) = $t->live_run;
                   headers => [ Authorization => 'Bearer not.a.token' ]);
     is($r->{status}, 401, 'egress: a bad token, refused');
 
-    my (undef, $m) = scrape();
+    my $m = settled(sub {
+        value($_[0], 'smcp_egress_requests_total', { route => 'echo', status => '4xx' }) >= 2
+    });
     is(value($m, 'smcp_egress_requests_total', { route => 'echo', status => '2xx' }), 1,
        'egress: 1 request 2xx on route echo');
     is(value($m, 'smcp_egress_requests_total', { route => 'echo', status => '4xx' }), 2,
