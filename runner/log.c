@@ -17,9 +17,15 @@
 #include "runner.h"
 
 
-/* src[0..len) escaped into dst (NUL-terminated, whole escapes only) */
-size_t
-runner_log_escape(char *dst, size_t size, const char *src, size_t len)
+/*
+ * src[0..len) escaped into dst (NUL-terminated, whole escapes only): quotes,
+ * backslashes, \n \r \t, and every other byte that is not printable ASCII
+ * as the format hex makes it (\xHH for text lines, \u00HH inside a JSON
+ * string)
+ */
+static size_t
+runner_log_quote(char *dst, size_t size, const char *src, size_t len,
+    const char *hex)
 {
     size_t          i, n, k;
     unsigned char   c;
@@ -42,7 +48,7 @@ runner_log_escape(char *dst, size_t size, const char *src, size_t len)
         case '\t': strcpy(esc, "\\t"); break;
         default:
             if (c < 0x20 || c >= 0x7f) {
-                snprintf(esc, sizeof(esc), "\\x%02x", c);
+                snprintf(esc, sizeof(esc), hex, c);
 
             } else {
                 esc[0] = (char) c;
@@ -66,46 +72,17 @@ runner_log_escape(char *dst, size_t size, const char *src, size_t len)
 }
 
 
-/* src[0..len) as the inside of a JSON string: every byte that is not
- * printable ASCII as \u00XX (NUL-terminated, whole escapes only) */
+size_t
+runner_log_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    return runner_log_quote(dst, size, src, len, "\\x%02x");
+}
+
+
 static size_t
 runner_log_json_escape(char *dst, size_t size, const char *src, size_t len)
 {
-    size_t          i, n, k;
-    unsigned char   c;
-    char            esc[8];
-
-    n = 0;
-
-    for (i = 0; i < len; i++) {
-        c = (unsigned char) src[i];
-
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char) c;
-            esc[2] = '\0';
-
-        } else if (c < 0x20 || c >= 0x7f) {
-            snprintf(esc, sizeof(esc), "\\u%04x", c);
-
-        } else {
-            esc[0] = (char) c;
-            esc[1] = '\0';
-        }
-
-        k = strlen(esc);
-
-        if (n + k >= size) {
-            break;
-        }
-
-        memcpy(dst + n, esc, k);
-        n += k;
-    }
-
-    dst[n] = '\0';
-
-    return n;
+    return runner_log_quote(dst, size, src, len, "\\u%04x");
 }
 
 
