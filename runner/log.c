@@ -17,6 +17,23 @@
 #include "runner.h"
 
 
+/* the tenant of the run this thread works for: JSON lines carry it */
+static __thread char  runner_log_tenant_name[SMCP_TENANT_MAX + 1];
+
+
+void
+runner_log_tenant(const char *tenant)
+{
+    if (tenant && smcp_valid_tenant(tenant, strlen(tenant))) {
+        snprintf(runner_log_tenant_name, sizeof(runner_log_tenant_name), "%s",
+                 tenant);
+
+    } else {
+        runner_log_tenant_name[0] = '\0';
+    }
+}
+
+
 /*
  * src[0..len) escaped into dst (NUL-terminated, whole escapes only): quotes,
  * backslashes, \n \r \t, and every other byte that is not printable ASCII
@@ -117,11 +134,14 @@ runner_log(const char *level, const char *run, const char *fmt, ...)
             runner_log_json_escape(rid, sizeof(rid), run, strlen(run));
         }
 
+        /* a tenant is [A-Za-z0-9._@-]: nothing to escape */
         fprintf(stderr, "{\"time\":\"%s.%03dZ\",\"level\":\"%s\","
-                "\"pid\":%d%s%s%s,\"msg\":\"%s\"}\n", ts,
+                "\"pid\":%d%s%s%s%s%s%s,\"msg\":\"%s\"}\n", ts,
                 (int) (tv.tv_usec / 1000), level, (int) getpid(),
                 run ? ",\"runId\":\"" : "", run ? rid : "", run ? "\"" : "",
-                out);
+                runner_log_tenant_name[0] ? ",\"tenant\":\"" : "",
+                runner_log_tenant_name,
+                runner_log_tenant_name[0] ? "\"" : "", out);
         return;
     }
 

@@ -535,6 +535,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     }
 
     snprintf(run->session, sizeof(run->session), "%s", session);
+    runner_log_tenant(tenant);
 
     if (timeout <= 0) {
         timeout = SMCP_DEFAULT_RUN_TIMEOUT;

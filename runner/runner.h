@@ -314,6 +314,8 @@ void runner_log(const char *level, const char *run, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 size_t runner_log_escape(char *dst, size_t size, const char *src,
     size_t len);
+/* the tenant this thread's lines are about (JSON lines); NULL: none */
+void runner_log_tenant(const char *tenant);
 
 /* metrics.c: counters (atomics) any thread adds to, and --metrics ADDR's
  * listener thread, which serves them in Prometheus' text format */

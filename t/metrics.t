@@ -129,6 +129,8 @@ ok($prom->sum('smcp_egress_bytes_total{route="anthropic",direction="in"}') > 0,
                map { json_decode($_) // {} } @lines;
     ok(@mine >= 2, scalar(@mine) . ' lines carry the run id');
     ok((grep { $_->{msg} =~ /completed/ } @mine), 'the outcome line carries it');
+    my @tenant = grep { ($_->{tenant} // '') eq $t->tenant } @mine;
+    ok(@tenant >= 1, scalar(@tenant) . " of them the tenant (" . $t->tenant . ")");
     ok(!grep({ !$_->{time} || !$_->{level} } map { json_decode($_) } @lines),
        'every line has time and level');
     for my $k (sort keys %{ $s->real }) {
