@@ -220,6 +220,20 @@ my ($erun, $etok) = $t->live_run;
 }
 
 ###############################################################################
+# a reload keeps the counters (the zone is the same)
+
+{
+    my (undef, $m) = scrape();
+    my $n = value($m, 'smcp_mcp_requests_total',
+                  { method => 'tools/call', tool => 'other', status => 'error' });
+    ok($t->reload, 'nginx reloaded (new workers)');
+    (undef, $m) = scrape();
+    is(value($m, 'smcp_mcp_requests_total',
+             { method => 'tools/call', tool => 'other', status => 'error' }), $n,
+       "the counters survive the reload ($n)");
+}
+
+###############################################################################
 # /healthz: Redis and the runners' heartbeats
 
 sub health {
