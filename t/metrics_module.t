@@ -17,6 +17,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use SMCP::Test qw(:all);
 use SMCP::Metrics qw(parse_metrics metric_value);
+use SMCP::UI;
 
 my $t = SMCP::Test->new(workers => 2);
 
@@ -52,6 +53,10 @@ NGINX
 
         location = /healthz {
             sandbox_mcp_health;
+        }
+
+        location /ui/ {
+            sandbox_mcp_ui;
         }
 SERVER
 
@@ -186,6 +191,27 @@ sub settled {
         return value($m, 'smcp_streams', { kind => 'mcp' }) == 0;
     }, 0.2);
     ok($seen, 'smcp_streams{kind="mcp"} back to 0 once the client left');
+}
+
+# a dashboard event stream
+{
+    my $ui = SMCP::UI->new($t);
+    my $cookie = 'smcp_ui=' . $t->token(scope => 'ui', repos => undef);
+    my $sse = $ui->sse("/ui/runs/$run/events", cookie => $cookie);
+    my $seen = wait_until(3, sub {
+        my (undef, $m) = scrape();
+        return value($m, 'smcp_streams', { kind => 'dashboard' }) == 1;
+    }, 0.2);
+    ok($seen, 'smcp_streams{kind="dashboard"} is 1 while a dashboard stream is open');
+    $sse->close;
+    $seen = wait_until(5, sub {
+        my (undef, $m) = scrape();
+        return value($m, 'smcp_streams', { kind => 'dashboard' }) == 0;
+    }, 0.2);
+    ok($seen, 'smcp_streams{kind="dashboard"} back to 0 once it closed');
+    my (undef, $m) = scrape();
+    ok(value($m, 'smcp_http_responses_total', { endpoint => 'ui', status => '2xx' }) >= 1,
+       'the dashboard request counted (endpoint ui)');
 }
 
 ###############################################################################
