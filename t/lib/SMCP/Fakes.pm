@@ -51,6 +51,10 @@ package SMCP::Fakes;
 #   SMCP::Fakes::start_github(%o)      git smart HTTP + REST on one port
 #   SMCP::Fakes::start_github_git(%o)  git smart HTTP only
 #   SMCP::Fakes::start_github_api(%o)  REST only
+#   SMCP::Fakes::start_static(%o)      files under root => DIR for GET and
+#                                      HEAD (a stand-in package registry:
+#                                      PyPI simple index, Go module proxy,
+#                                      npm packuments); others 405
 #   All answer GET/HEAD / with 200 "ok" (readiness).
 #
 # COMMON OPTIONS
@@ -211,7 +215,7 @@ use Exporter qw(import);
 
 our @EXPORT_OK = qw(start_anthropic start_openai start_azure start_gemini
                     start_cloudflare start_github start_github_git
-                    start_github_api parse_sse scenario_script);
+                    start_github_api start_static parse_sse scenario_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our @LIVE;    # fakes started by this process, for END cleanup
@@ -224,6 +228,7 @@ sub start_cloudflare { return SMCP::Fakes::Cloudflare->_start(@_) }
 sub start_github     { return SMCP::Fakes::GitHub->_start(kind => 'github', serve_git => 1, serve_api => 1, @_) }
 sub start_github_git { return SMCP::Fakes::GitHub->_start(kind => 'github-git', serve_git => 1, serve_api => 0, @_) }
 sub start_github_api { return SMCP::Fakes::GitHub->_start(kind => 'github-api', serve_git => 0, serve_api => 1, @_) }
+sub start_static     { return SMCP::Fakes::Static->_start(@_) }
 
 # parse_sse($body) -> list of {event => name|undef, data => string,
 # json => decoded data|undef, id => ...}; tolerant of \r\n and \n
@@ -2387,6 +2392,51 @@ sub _create_pull {
     }
     return $self->_gh_json($c, $req, 201, $pr, ['Location' => $pr->{url}],
                            log => { %$lx, number => $pr->{number} });
+}
+
+##############################################################################
+# a static file server: a stand-in package registry
+#   root => DIR          the files (DIR/a/b served at /a/b; a directory's
+#                        index.html or else index.json at /a and /a/)
+#   types => {ext => content type}   by the name's last extension (html,
+#                        json, whl, tgz, zip, mod, info, ... have defaults)
+#   headers => [name => value, ...]  on every answer (e.g. Cache-Control)
+
+package SMCP::Fakes::Static;
+
+use strict;
+use warnings;
+
+our @ISA = ('SMCP::Fakes::Server');
+
+my %TYPES = (html => 'text/html', json => 'application/json',
+             txt => 'text/plain', info => 'application/json',
+             mod => 'text/plain; charset=utf-8', zip => 'application/zip',
+             whl => 'application/octet-stream',
+             tgz => 'application/octet-stream',
+             gz => 'application/octet-stream');
+
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my $h = $self->{headers} || [];
+    if ($req->{method} !~ /^(GET|HEAD)$/) {
+        return $self->_reply($c, $req, 405, [Allow => 'GET, HEAD', @$h], "no\n");
+    }
+    my $p = $req->{path};
+    $p =~ s{%([0-9A-Fa-f]{2})}{chr hex $1}ge;
+    return $self->_reply($c, $req, 404, $h, "not found\n")
+        if $p =~ m{(^|/)\.\.(/|$)} || $p !~ m{^/};
+    my $f = "$self->{root}$p";
+    $f =~ s{/+$}{};
+    $f .= -e "$f/index.html" ? '/index.html' : '/index.json' if -d $f;
+    open(my $fh, '<:raw', $f) or return $self->_reply($c, $req, 404, $h, "not found\n");
+    local $/;
+    my $body = <$fh>;
+    close $fh;
+    my ($ext) = $f =~ /\.([A-Za-z0-9]+)$/;
+    my $type = ($self->{types} || {})->{$ext // ''} // $TYPES{$ext // ''}
+             // 'application/octet-stream';
+    return $self->_reply($c, $req, 200, ['Content-Type' => $type, @$h], $body);
 }
 
 1;

@@ -1,0 +1,286 @@
+#!/usr/bin/env perl
+# Package registries through the egress proxy (issue 14), on the host: the
+# routes egress-routes.sh renders for SMCP_REGISTRIES, in front of
+# stand-in registries this test starts (static npm packuments and
+# tarballs, a PyPI simple index and its files host, a Go module proxy):
+# the run token is required, only GET and HEAD pass (PUT/POST/DELETE: 405,
+# audited, nothing upstream), metadata naming the upstream is rewritten to
+# the egress, the cache is shared (the upstream sees each file once, the
+# audit says miss then hit), a registry not enabled is refused, and a
+# private registry's credential replaces the token.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Digest::SHA qw(sha256_hex);
+use File::Path qw(make_path);
+use Test::More;
+use SMCP::Test qw(:all);
+use SMCP::Fakes;
+
+my $t = SMCP::Test->new(workers => 2);
+my $dir = $t->{dir};
+
+sub put_file {
+    my ($path, $bytes) = @_;
+    (my $d = $path) =~ s{/[^/]*$}{};
+    make_path($d);
+    open(my $fh, '>:raw', $path) or die "$path: $!";
+    print $fh $bytes;
+    close $fh;
+}
+
+# how many requests a stand-in saw (for PATH)
+sub seen {
+    my ($fake, $path) = @_;
+    return scalar @{ $fake->requests(defined $path ? (path => $path) : ()) };
+}
+
+sub file_bytes {
+    my ($path) = @_;
+    open(my $fh, '<:raw', $path) or die "$path: $!";
+    local $/;
+    return scalar <$fh>;
+}
+
+###############################################################################
+# the stand-in registries
+
+my $npm = SMCP::Fakes::start_static(root => "$dir/npm", kind => 'npm',
+    headers => [ 'Cache-Control' => 'no-cache', 'Set-Cookie' => 'tracker=1' ]);
+my $pypi = SMCP::Fakes::start_static(root => "$dir/pypi", kind => 'pypi');
+my $files = SMCP::Fakes::start_static(root => "$dir/files", kind => 'files');
+my $goproxy = SMCP::Fakes::start_static(root => "$dir/go", kind => 'goproxy');
+my $maven = SMCP::Fakes::start_static(root => "$dir/maven", kind => 'maven');
+
+# npm: a packument naming the upstream, and its tarball
+{
+    my $pkg = "$dir/build/package";
+    put_file("$pkg/package.json", '{"name":"smcp-pad","version":"1.0.0","main":"index.js"}');
+    put_file("$pkg/index.js", "module.exports = (s, n) => s.padStart(n);\n");
+    make_path("$dir/npm/smcp-pad/-");
+    my ($rc, $out, $err) = run_cmd(['tar', '-czf', "$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz",
+                                    '-C', "$dir/build", 'package']);
+    die "tar: $err" if $rc;
+    my $up = $npm->url;
+    put_file("$dir/npm/smcp-pad/index.json", json_encode({
+        name => 'smcp-pad', 'dist-tags' => { latest => '1.0.0' },
+        versions => { '1.0.0' => { name => 'smcp-pad', version => '1.0.0',
+            dist => { tarball => "$up/smcp-pad/-/smcp-pad-1.0.0.tgz" } } } }));
+}
+# PyPI: the simple page links the files host; a wheel-like file there
+my $wheel = 'smcp_demo-1.0-py3-none-any.whl';
+{
+    put_file("$dir/files/packages/ab/$wheel", "PK\x03\x04 not really a wheel " . rhex(64));
+    my $sum = sha256_hex(file_bytes("$dir/files/packages/ab/$wheel"));
+    my $fu = $files->url;
+    put_file("$dir/pypi/simple/smcp-demo/index.html",
+             qq{<!DOCTYPE html><html><body>\n}
+           . qq{<a href="$fu/packages/ab/$wheel#sha256=$sum">$wheel</a>\n}
+           . qq{</body></html>\n});
+}
+# Go: a module proxy's files for example.com/m
+for my $f (['list', "v1.0.0\n"], ['v1.0.0.info', '{"Version":"v1.0.0"}'],
+           ['v1.0.0.mod', "module example.com/m\n"], ['v1.0.0.zip', 'PK zip ' . rhex(32)]) {
+    put_file("$dir/go/example.com/m/\@v/$f->[0]", $f->[1]);
+}
+put_file("$dir/maven/org/x/lib/1.0/lib-1.0.jar", 'jar ' . rhex(16));
+
+###############################################################################
+# the egress proxy with npm, pypi, go and a private maven enabled
+
+my $eport = $t->free_port;
+my $private = 'Bearer private-REAL-' . rhex();
+my %env = (
+    SMCP_REGISTRIES => 'npm,pypi,go,maven',
+    SMCP_REGISTRY_CACHE_DIR => "$dir/registry-cache",
+    SMCP_REGISTRY_CACHE_SIZE => '64m',
+    NPM_REGISTRY_URL => $npm->url,
+    PYPI_INDEX_URL => $pypi->url . '/simple',
+    PYPI_FILES_URL => $files->url,
+    GOPROXY_URL => $goproxy->url,
+    MAVEN_URL => $maven->url,
+    MAVEN_AUTH => $private,
+    SMCP_EGRESS_RATE => '1000r/s',
+);
+local @ENV{keys %env} = values %env;
+
+ok(!eval { $t->render_routes(name => 'bad', SMCP_REGISTRIES => 'npm,cpan') },
+   'an unknown registry name is an error');
+like($@, qr/unknown registry 'cpan'/, '... which names it');
+ok(!eval { $t->render_routes(name => 'bad', NPM_REGISTRY_URL => 'http://x/ y') },
+   'a bad upstream URL is an error');
+ok(eval { $t->render_routes }, 'egress-routes.sh renders the registry routes') or diag($@);
+unlike($t->read_file('routes.conf'), qr/private-REAL/,
+       'the private credential is not in the rendered config');
+
+$t->start(http => egress_server_conf("127.0.0.1:$eport"));
+
+my ($run, $tok) = $t->live_run;
+my $base = "http://127.0.0.1:$eport";
+
+sub get {
+    my ($path, %o) = @_;
+    return $t->http(port => $eport, method => $o{method} // 'GET', path => $path,
+                    headers => [ ($o{anon} ? () : (Authorization => "Bearer $tok")),
+                                 @{ $o{headers} // [] } ],
+                    body => $o{body}, timeout => 20);
+}
+
+###############################################################################
+# the token is required
+
+egress_error_ok(get('/registry/npm/smcp-pad', anon => 1), 401, 'npm without a token');
+is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
+
+###############################################################################
+# npm: packument rewritten, tarball cached
+
+{
+    my $r = get('/registry/npm/smcp-pad', headers => [ 'Accept-Encoding' => 'gzip' ]);
+    is($r->{status}, 200, 'npm: the packument');
+    my $j = json_decode($r->{body});
+    is($j && $j->{versions}{'1.0.0'}{dist}{tarball},
+       "$base/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz",
+       'npm: the tarball URL names the egress, not the upstream');
+    my $up = $npm->last_request(path => '/smcp-pad');
+    ok($up, 'npm: the registry saw /smcp-pad');
+    ok(!defined $up->{headers}{'accept-encoding'},
+       '... asked for no compression (the body is rewritten)');
+    ok(!grep({ index($_->[1], $tok) >= 0 } @{ $up->{header_list} }),
+       '... and never saw the run token');
+    ok(!defined $r->{headers}{'set-cookie'}, 'npm: no upstream cookie reaches the sandbox');
+
+    my $want = file_bytes("$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz");
+    for my $n (1 .. 3) {
+        my $t2 = get('/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz');
+        is($t2->{status}, 200, "npm: tarball, fetch $n");
+        ok($t2->{body} eq $want, "... the upstream's bytes");
+    }
+    is(seen($npm, '/smcp-pad/-/smcp-pad-1.0.0.tgz'), 1,
+       'npm: the registry saw the tarball once (Cache-Control: no-cache ignored)');
+    is(get('/registry/npm/smcp-pad', method => 'HEAD')->{status}, 200, 'npm: HEAD');
+}
+
+###############################################################################
+# PyPI: simple page rewritten to the files route; the wheel cached
+
+{
+    my $r = get('/registry/pypi/simple/smcp-demo/');
+    is($r->{status}, 200, 'pypi: the simple page');
+    like($r->{body}, qr{href="\Q$base\E/registry/pypi/files/packages/ab/\Q$wheel\E#sha256=[0-9a-f]{64}"},
+         'pypi: the file link names the egress files route');
+    unlike($r->{body}, qr{\Q${\ $files->url }\E}, '... and not the files host');
+    ok(!defined $r->{headers}{'content-length'}
+       || $r->{headers}{'content-length'} == length($r->{body}),
+       'pypi: a rewritten body has no stale Content-Length');
+    my $want = file_bytes("$dir/files/packages/ab/$wheel");
+    for my $n (1 .. 2) {
+        my $w = get("/registry/pypi/files/packages/ab/$wheel");
+        ok($w->{status} == 200 && $w->{body} eq $want, "pypi: the wheel, fetch $n");
+    }
+    is(seen($files, "/packages/ab/$wheel"), 1,
+       'pypi: the files host saw the wheel once');
+}
+
+###############################################################################
+# Go: path-based, cached
+
+{
+    for my $f ('list', 'v1.0.0.info', 'v1.0.0.mod', 'v1.0.0.zip', 'v1.0.0.zip') {
+        my $r = get("/registry/go/example.com/m/\@v/$f");
+        ok($r->{status} == 200 && $r->{body} eq file_bytes("$dir/go/example.com/m/\@v/$f"),
+           "go: \@v/$f");
+    }
+    is(seen($goproxy, '/example.com/m/@v/v1.0.0.zip'), 1,
+       'go: the proxy saw the zip once');
+    is(get('/registry/go/example.com/nope/@v/list')->{status}, 404, 'go: a 404 passes as 404');
+}
+
+###############################################################################
+# a private registry: its credential, never the token
+
+{
+    my $r = get('/registry/maven/org/x/lib/1.0/lib-1.0.jar');
+    is($r->{status}, 200, 'maven: a jar from the private registry');
+    my $up = $maven->last_request;
+    is($up && $up->{headers}{authorization}, $private,
+       'maven: the registry saw its credential');
+    ok($up && !grep({ index($_->[1], $tok) >= 0 } @{ $up->{header_list} }),
+       '... and not the run token');
+}
+
+###############################################################################
+# read-only: publishing is refused after the token check, audited
+
+{
+    my $before = seen($npm);
+    for my $m ('PUT', 'POST', 'DELETE', 'PATCH') {
+        egress_error_ok(get('/registry/npm/smcp-pad', method => $m, body => '{}',
+                            headers => [ 'Content-Type' => 'application/json' ]),
+                        405, "npm: $m", message => qr/read-only/);
+    }
+    egress_error_ok(get('/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz', method => 'PUT',
+                        body => 'x'), 405, 'npm: PUT of a tarball');
+    egress_error_ok(get('/registry/pypi/files/packages/ab/x.whl', method => 'POST',
+                        body => 'x'), 405, 'pypi: POST (an upload)');
+    is(seen($npm), $before, 'npm: no write reached the registry');
+}
+
+###############################################################################
+# registries not enabled, unknown registries
+
+egress_error_ok(get('/registry/crates/index/config.json'), 403,
+                'crates (not enabled)', message => qr/not enabled/);
+egress_error_ok(get('/registry/rubygems/gems/x.gem'), 403, 'rubygems (not enabled)');
+egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
+
+###############################################################################
+# audit: route, path, status, bytes, cache
+
+{
+    my @eg = map { $_->{json} } $t->run_events($run, type => 'egress');
+    my @tgz = grep { $_->{path} eq '/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz'
+                     && $_->{method} eq 'GET' } @eg;
+    is(scalar @tgz, 3, 'audit: the three tarball fetches');
+    is(join(',', map { $_->{cache} // 'none' } @tgz), 'miss,hit,hit',
+       'audit: cache miss, then hits');
+    ok(!grep({ $_->{route} ne 'registry-npm' || $_->{status} != 200 || !$_->{granted} } @tgz),
+       'audit: route registry-npm, status 200, granted');
+    my $len = length file_bytes("$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz");
+    ok(!grep({ $_->{bytesOut} < $len } @tgz), 'audit: bytesOut, the tarball and headers');
+    my @put = grep { $_->{method} eq 'PUT' } @eg;
+    ok(@put >= 2 && !grep({ $_->{status} != 405 || $_->{granted} } @put),
+       'audit: refused writes recorded (405, not granted)');
+    ok((grep { $_->{route} eq 'registry-go' && ($_->{cache} // '') eq 'hit' } @eg),
+       'audit: go cache hit');
+    ok((grep { $_->{route} eq 'registry-pypi-simple' && ($_->{cache} // '') eq 'miss' } @eg),
+       'audit: pypi simple miss');
+    my $all = join "\n", map { json_encode($_) } @eg;
+    unlike($all, qr/\Q$tok\E|private-REAL/, 'audit: no token, no credential');
+}
+
+###############################################################################
+# the cache is shared by runs: another run's fetch is a hit
+
+{
+    my ($run2, $tok2) = $t->live_run;
+    my $r = $t->http(port => $eport, path => '/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz',
+                     headers => [ Authorization => "Bearer $tok2" ]);
+    is($r->{status}, 200, 'another run: the tarball');
+    my ($e) = map { $_->{json} } $t->run_events($run2, type => 'egress');
+    is($e && $e->{cache}, 'hit', "another run: served from the shared cache");
+    is(seen($npm, '/smcp-pad/-/smcp-pad-1.0.0.tgz'), 1,
+       '... the registry still saw it once');
+}
+
+{
+    my $logs = $t->read_file('error.log') . $t->read_file('access.log');
+    unlike($logs, qr/\Q$tok\E|private-REAL/, 'logs: no token, no credential');
+}
+
+$_->stop for ($npm, $pypi, $files, $goproxy, $maven);
+$t->done;
