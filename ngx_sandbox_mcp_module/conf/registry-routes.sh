@@ -37,6 +37,9 @@
 #   SMCP_REGISTRY_INDEX_VALID  how long metadata is served from it (5m)
 #   SMCP_REGISTRY_FILES_VALID  how long package files are (30d; they never
 #                              change under one name)
+#   SMCP_REGISTRY_RATE         registry requests per run (200r/s; an install
+#                              asks for hundreds of files at once), in place
+#                              of SMCP_EGRESS_RATE; SMCP_REGISTRY_BURST (1000)
 #
 # Only GET and HEAD (sandbox_mcp_egress_methods: anything else is a JSON
 # 405 after the token check, audited); the run token is required as on
@@ -60,6 +63,12 @@ for n in ${list//,/ }; do
 done
 unset n list
 
+registry_rate=${SMCP_REGISTRY_RATE:-200r/s}
+registry_burst=${SMCP_REGISTRY_BURST:-1000}
+[[ $registry_rate =~ ^[1-9][0-9]*r/[sm]$ ]] \
+    || die "SMCP_REGISTRY_RATE=$registry_rate: want N r/s or N r/m (200r/s)"
+[[ $registry_burst =~ ^[0-9]+$ ]] || die "SMCP_REGISTRY_BURST=$registry_burst: want a number"
+
 registry_http() {
     local dir=${SMCP_REGISTRY_CACHE_DIR:-/var/cache/smcp-registry}
     local size=${SMCP_REGISTRY_CACHE_SIZE:-10g}
@@ -70,6 +79,9 @@ registry_http() {
     [[ $size =~ ^[1-9][0-9]*[kmgKMG]?$ ]] \
         || die "SMCP_REGISTRY_CACHE_SIZE=$size: want a size (10g)"
     cat <<CONF
+
+# registry requests per run (an install fetches many files at once)
+limit_req_zone \$sandbox_mcp_token_run zone=smcp_egress_registry:10m rate=$registry_rate;
 
 # package registries: one cache for all runs, capped
 proxy_cache_path $dir levels=1:2 keys_zone=smcp_registry:16m
@@ -141,7 +153,8 @@ registry_route() {
 # $prefix/: GET and HEAD of $origin$path/, cached
 location $prefix/ {
     sandbox_mcp_egress $route;
-    sandbox_mcp_egress_methods GET HEAD;$auth
+    sandbox_mcp_egress_methods GET HEAD;
+    limit_req zone=smcp_egress_registry burst=$registry_burst nodelay;$auth
     proxy_set_header Connection "";
     proxy_set_header Accept-Encoding "";
     proxy_set_header Cookie "";
