@@ -130,6 +130,8 @@ ok(wait_until(60, sub { http_raw($vport, "GET /-/ping HTTP/1.0\r\n\r\n") =~ m{^H
     like($r, qr{^HTTP/1\.1 201}, 'smcp-pad@1.0.0 published to verdaccio') or diag($r);
 }
 
+sub files_url { return 'http://127.0.0.1:' . $_[0]->port }
+
 ###############################################################################
 # PyPI: a wheel built here, on a files host; the simple index links it
 
@@ -154,12 +156,15 @@ my ($pypi, $files);
     my ($rc, $out, $err) = run_cmd(['sh', '-c', "cd '$w' && zip -q -X -r '$dir/files/packages/ab/$wheel' "
                                     . 'smcp_demo smcp_demo-1.0.dist-info']);
     die "zip: $err$out" if $rc;
-    $files = SMCP::Fakes::start_static(root => "$dir/files", kind => 'pypi-files');
+    # on every address: the sandbox must still not reach it but through
+    # the egress (its firewall), which reaches it on loopback
+    $files = SMCP::Fakes::start_static(root => "$dir/files", kind => 'pypi-files',
+                                       addr => '0.0.0.0');
     $pypi = SMCP::Fakes::start_static(root => "$dir/pypi", kind => 'pypi-index');
     my $sum = sha256_hex(slurp_raw("$dir/files/packages/ab/$wheel"));
     put_file("$dir/pypi/simple/smcp-demo/index.html",
              qq{<!DOCTYPE html>\n<html><body>\n}
-           . qq{<a href="${\ $files->url }/packages/ab/$wheel#sha256=$sum">$wheel</a>\n}
+           . qq{<a href="${\ files_url($files) }/packages/ab/$wheel#sha256=$sum">$wheel</a>\n}
            . qq{</body></html>\n});
 }
 
@@ -177,7 +182,16 @@ my $probe = 'for x in "GET registry/crates/index/config.json" "PUT registry/npm/
           . '"POST registry/pypi/simple/smcp-demo/" "DELETE registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz"; do '
           . 'set -- $x; echo "PROBE $1 $2 $(curl -s -o /dev/null -w "%{http_code}" -X $1 '
           . '-H "Authorization: Bearer $SMCP_RUN_TOKEN" -H "Content-Type: application/json" '
-          . '--data-binary "{}" "$SMCP_EGRESS_URL/$2")"; done';
+          . '--data-binary "{}" "$SMCP_EGRESS_URL/$2")"; done; '
+          # no way around the egress: the files host directly (on the
+          # gateway, where it listens too), the real registries, DNS
+          . 'gw=${SMCP_EGRESS_URL#http://}; gw=${gw%%:*}; '
+          . 'echo "DIRECT files $(curl -s -m 5 -o /dev/null -w "%{http_code}" '
+          . "http://\$gw:${\ $files->port }/packages/ab/$wheel)\"; "
+          . 'echo "DIRECT npmjs $(curl -s -m 5 -o /dev/null -w "%{http_code}" https://registry.npmjs.org/)"; '
+          . 'echo "DIRECT pypi $(PIP_INDEX_URL=https://pypi.org/simple timeout 60 pip download -q --no-deps '
+          . '-d /tmp/x smcp-demo >/dev/null 2>&1 && echo 200 || echo 000)"; '
+          . 'getent hosts pypi.org >/dev/null && echo "DNS resolves" || echo "DNS none"';
 my $s = SMCP::Stack->new(
     scripts => { 'SCENARIO-BUILD' => [
         bash_step($build, 'Install and test'),
@@ -201,8 +215,8 @@ my $s = SMCP::Stack->new(
         SMCP_REGISTRY_CACHE_SIZE => '256m',
         NPM_REGISTRY_URL => "http://127.0.0.1:$vport",
         PYPI_INDEX_URL => $pypi->url . '/simple',
-        PYPI_FILES_URL => $files->url,
-        GOPROXY_URL => $files->url,
+        PYPI_FILES_URL => files_url($files),
+        GOPROXY_URL => files_url($files),
     },
 );
 my $t = $s->t;
@@ -239,6 +253,11 @@ sub build_ok {
         'POST registry/pypi/simple/smcp-demo/' => 405,
         'DELETE registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz' => 405,
     }, "$name: a registry not enabled is refused, writes are refused") or diag($out);
+    my %direct = $out =~ /^DIRECT (\w+) (\d+)$/mg;
+    is_deeply(\%direct, { files => '000', npmjs => '000', pypi => '000' },
+              "$name: the files host, npmjs.org, pypi.org: not reachable but through the egress")
+        or diag($out);
+    like($out, qr/^DNS none$/m, "$name: no outside DNS");
     return $r;
 }
 
@@ -258,6 +277,8 @@ subtest 'first run: npm and pip install, tests pass' => sub {
     ok($miss{"/registry/pypi/files/packages/ab/$wheel"},
        'audit: the wheel through the rewritten link (miss)');
     ok(!grep({ $_->{status} == 401 } @ev), 'audit: every tool sent the run token');
+    my $c = IO::Socket::INET->new(PeerAddr => $s->gateway . ':' . $files->port, Timeout => 5);
+    ok($c, 'control: the files host answers on the gateway address (from the host)');
 };
 
 ###############################################################################
