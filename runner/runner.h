@@ -14,7 +14,8 @@
  * (Docker's multiplexed log frames to lines), run.c
  * (one run from claim to outcome, and its watchdog), outcome.c (what the
  * agent's events add up to), workspace.c (a session volume's size),
- * janitor.c (idle sessions expired).
+ * janitor.c (idle sessions expired), image.c (the sandbox image's
+ * contract, checked at start).
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -338,6 +339,8 @@ int runner_store_janitor_end(runner_store_t *st, const char *id,
 #define RUNNER_DOCKER_CUT      -3   /* a log transfer stopped early */
 
 long runner_docker_ping(char *err, size_t errlen);
+long runner_docker_image_inspect(const char *image, json_t **out,
+    char *err, size_t errlen);
 long runner_docker_volume_create(const char *name, const char *session,
     char *err, size_t errlen);
 long runner_docker_volume_mountpoint(const char *name, char *buf,
@@ -439,6 +442,9 @@ int runner_workspace_usage(const char *root, int64_t max_bytes,
 
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
+
+/* image.c */
+int runner_image_check(const char *image, char *err, size_t errlen);
 
 /* run.c */
 void *runner_run_thread(void *arg);
