@@ -7,7 +7,8 @@
 #                   sandbox network, runner)
 #   make sandbox-image   build the sandbox image
 #   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
-#                   tenant "alice" (that may name those repositories)
+#                   tenant "alice" (that may name those repositories);
+#                   UI=1: a link to alice's dashboard (run list) instead
 #   make revoke JTI=<jti or token>   revoke one token in every worker
 #   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
 #   make fuzz-ci    run each harness briefly; fail on any crash or report
@@ -32,12 +33,14 @@ SCRIPTS_DIR := ngx_sandbox_mcp_module/common/scripts
 SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua)
 TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
                           ngx_sandbox_mcp_module/tools/include/*.json)
+UI_FILES    := $(wildcard ngx_sandbox_mcp_module/ui/* \
+                          ngx_sandbox_mcp_module/ui/static/*)
 EMBED_SRC   := ngx_sandbox_mcp_module/common/embed/smcp_embed.c
 EMBED_BIN   := $(BUILD)/smcp-embed
 
 MODULE_SRCS := config config.make $(wildcard ngx_sandbox_mcp_module/*.[ch] \
                                  ngx_sandbox_mcp_module/common/*.[ch]) \
-               $(SCRIPTS_LUA) $(TOOLS_JSON) $(EMBED_SRC)
+               $(SCRIPTS_LUA) $(TOOLS_JSON) $(UI_FILES) $(EMBED_SRC)
 COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 
 CFLAGS     ?= -O2 -g
@@ -130,11 +133,17 @@ up: deps all
 down:
 	.ci/stack down
 
-# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated
+# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated; UI=1:
+# the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
+# $$SMCP_LISTEN (make up's address)
 token: $(TOKEN_BIN)
-	@$(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*]}" \
-	    $${TTL:+--ttl $$TTL} $${REPOS:+--repos "$$REPOS"} \
-	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)
+	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*] [UI=1]}" \
+	    $${TTL:+--ttl $$TTL} \
+	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
+	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
+	if [ -n "$${UI:-}" ]; then \
+	    echo "$${SMCP_PUBLIC_URL:-http://$${SMCP_LISTEN:-127.0.0.1:8080}}/ui/?token=$$tok"; \
+	else echo "$$tok"; fi
 
 # a token revoked at once in every nginx worker (no secret rotation): JTI is
 # the token's jti or the whole token; Redis of `make up` unless REDIS=
@@ -203,10 +212,11 @@ ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
 ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
 UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
 # unit tests, the MCP endpoint (own tests, the SDK client, poll), the
-# egress proxy, the runner end to end (Docker, the sandbox image)
+# dashboard's server side, the egress proxy, the runner end to end (Docker,
+# the sandbox image)
 ASAN_TESTS  ?= t/unit.t t/unit_runner.t $(wildcard t/mcp_*.t) \
                t/sdk_client.t t/poll.t $(wildcard t/egress*.t t/runner*.t) \
-               t/hostile_agent.t
+               t/hostile_agent.t t/ui_auth.t t/ui_api.t t/ui_sse.t
 # ASan reports end the process; UBSan's go on (each one in the log, every
 # log checked) except in the unit tests, built not to recover; leaks are
 # reported at exit.  The suppression files hold nginx core's only.  A 16 MB

@@ -6,6 +6,7 @@
 SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
 SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
 SMCP_TOOLS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/tools"
+SMCP_UI_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/ui"
 
 cat << END                                                  >> $NGX_MAKEFILE
 
@@ -22,5 +23,10 @@ $NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h:	$NGX_OBJS/smcp-embed \\
 		$SMCP_TOOLS_DIR/include $SMCP_TOOLS_DIR/include/*.json
 	$NGX_OBJS/smcp-embed tools \\
 		$NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h $SMCP_TOOLS_DIR
+
+$NGX_OBJS/ngx_http_sandbox_mcp_ui_files.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_UI_DIR $SMCP_UI_DIR/* $SMCP_UI_DIR/static/*
+	$NGX_OBJS/smcp-embed ui \\
+		$NGX_OBJS/ngx_http_sandbox_mcp_ui_files.h $SMCP_UI_DIR
 
 END

@@ -162,60 +162,76 @@ ngx_http_sandbox_mcp_jti(ngx_http_request_t *r,
 
 
 /*
- * The claims of a verified token: scope "mcp", a valid subject (the
- * tenant), not revoked, valid grants.  NGX_DECLINED with the reason, or
+ * A token of the scope: HS256, not expired, a valid subject (the tenant,
+ * into ctx->tenant), an id that is not revoked (ctx->jti when the
+ * worker's revoked set cannot tell).  NGX_OK with *claims (the caller
+ * releases them); NGX_DECLINED with the reason (err, a text safe to show);
  * NGX_ERROR (no memory).
  */
-static ngx_int_t
-ngx_http_sandbox_mcp_claims(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *claims, const char **reason)
+ngx_int_t
+ngx_http_sandbox_mcp_verify_token(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, u_char *token, size_t len,
+    const char *scope_wanted, json_t **claims, char *err, size_t errlen)
 {
-    json_t      *sub;
-    ngx_int_t    rc;
-    const char  *scope;
+    json_t                            *sub;
+    ngx_int_t                          rc;
+    const char                        *scope, *reason;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
 
-    scope = json_string_value(json_object_get(claims, "scope"));
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
-    if (scope == NULL || ngx_strcmp(scope, SMCP_SCOPE_MCP) != 0) {
-        *reason = "token scope must be \"mcp\"";
-        return NGX_DECLINED;
-    }
-
-    sub = json_object_get(claims, "sub");
-
-    if (!smcp_valid_tenant(json_string_value(sub), json_string_length(sub)))
+    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token, len,
+                        ngx_time(), claims, err, errlen)
+        != SMCP_OK)
     {
-        *reason = "token subject must be 1-128 characters of "
-                  "A-Z a-z 0-9 . _ - @";
         return NGX_DECLINED;
     }
 
-    rc = ngx_http_sandbox_mcp_jti(r, ctx, json_object_get(claims, "jti"),
-                                  reason);
+    reason = NULL;
+    scope = json_string_value(json_object_get(*claims, "scope"));
+    sub = json_object_get(*claims, "sub");
+
+    if (scope == NULL || ngx_strcmp(scope, scope_wanted) != 0) {
+        ngx_snprintf((u_char *) err, errlen, "token scope must be \"%s\"%Z",
+                     scope_wanted);
+        rc = NGX_DECLINED;
+
+    } else if (!smcp_valid_tenant(json_string_value(sub),
+                                  json_string_length(sub)))
+    {
+        reason = "token subject must be 1-128 characters of "
+                 "A-Z a-z 0-9 . _ - @";
+        rc = NGX_DECLINED;
+
+    } else {
+        rc = ngx_http_sandbox_mcp_jti(r, ctx,
+                                      json_object_get(*claims, "jti"),
+                                      &reason);
+    }
+
+    if (rc == NGX_OK) {
+        ctx->tenant.len = json_string_length(sub);
+        ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len);
+
+        if (ctx->tenant.data == NULL) {
+            rc = NGX_ERROR;
+
+        } else {
+            ngx_memcpy(ctx->tenant.data, json_string_value(sub),
+                       ctx->tenant.len);
+        }
+    }
+
+    if (rc == NGX_DECLINED && reason) {
+        ngx_snprintf((u_char *) err, errlen, "%s%Z", reason);
+    }
+
     if (rc != NGX_OK) {
-        return rc;
+        json_decref(*claims);
+        *claims = NULL;
     }
 
-    rc = ngx_http_sandbox_mcp_grants(r, ctx, json_object_get(claims, "repos"));
-
-    if (rc == NGX_DECLINED) {
-        *reason = "token repos claim must be an array of owner/repo, "
-                  "owner/* or *";
-    }
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    ctx->tenant.len = json_string_length(sub);
-    ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len);
-    if (ctx->tenant.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(ctx->tenant.data, json_string_value(sub), ctx->tenant.len);
-
-    return NGX_OK;
+    return rc;
 }
 
 
@@ -227,15 +243,11 @@ ngx_int_t
 ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc)
 {
-    u_char                            *p, *last;
-    json_t                            *claims;
-    ngx_int_t                          rc2;
-    const char                        *reason;
-    ngx_table_elt_t                   *auth;
-    ngx_http_sandbox_mcp_main_conf_t  *mcf;
-    char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
-
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+    u_char           *p, *last;
+    json_t           *claims;
+    ngx_int_t         rc2;
+    ngx_table_elt_t  *auth;
+    char              err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     auth = r->headers_in.authorization;
 
@@ -258,20 +270,20 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         p++;
     }
 
-    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) p, last - p,
-                        ngx_time(), &claims, err, sizeof(err))
-        != SMCP_OK)
-    {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "sandbox_mcp: token refused: %s", err);
+    rc2 = ngx_http_sandbox_mcp_verify_token(r, ctx, p, last - p,
+                                            SMCP_SCOPE_MCP, &claims, err,
+                                            sizeof(err));
 
-        return ngx_http_sandbox_mcp_auth_failed(rc, r, err, 1);
+    if (rc2 == NGX_OK) {
+        rc2 = ngx_http_sandbox_mcp_grants(r, ctx,
+                                          json_object_get(claims, "repos"));
+        json_decref(claims);
+
+        if (rc2 == NGX_DECLINED) {
+            ngx_snprintf((u_char *) err, sizeof(err), "token repos claim "
+                         "must be an array of owner/repo, owner/* or *%Z");
+        }
     }
-
-    reason = "token refused";
-    rc2 = ngx_http_sandbox_mcp_claims(r, ctx, claims, &reason);
-
-    json_decref(claims);
 
     if (rc2 == NGX_ERROR) {
         *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -280,9 +292,9 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
 
     if (rc2 == NGX_DECLINED) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "sandbox_mcp: token refused: %s", reason);
+                      "sandbox_mcp: token refused: %s", err);
 
-        return ngx_http_sandbox_mcp_auth_failed(rc, r, reason, 1);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, err, 1);
     }
 
     return NGX_OK;

@@ -1,5 +1,6 @@
 /*
- * The bearer token of /mcp (HS256 JWT, scope "mcp").
+ * Tokens: the bearer token of /mcp (HS256 JWT, scope "mcp"), and the
+ * verification every scope shares (the dashboard's "ui").
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_AUTH_H_INCLUDED_
@@ -16,6 +17,16 @@
  */
 ngx_int_t ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc);
+
+/*
+ * A token of the scope (SMCP_SCOPE_*): HS256, not expired, a valid subject
+ * (set as ctx->tenant), an id not revoked (ctx->jti set when Redis must
+ * tell).  NGX_OK with *claims (released by the caller); NGX_DECLINED with
+ * err, a reason safe to show; NGX_ERROR.
+ */
+ngx_int_t ngx_http_sandbox_mcp_verify_token(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, u_char *token, size_t len,
+    const char *scope, json_t **claims, char *err, size_t errlen);
 
 /* 401 with WWW-Authenticate (bad_token: error="invalid_token") */
 ngx_int_t ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r,

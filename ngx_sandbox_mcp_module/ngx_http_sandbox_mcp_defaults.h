@@ -33,6 +33,8 @@
 #define NGX_HTTP_SANDBOX_MCP_MAX_COST           25000000    /* micro-USD */
 #define NGX_HTTP_SANDBOX_MCP_RETENTION          SMCP_DEFAULT_RETENTION
 #define NGX_HTTP_SANDBOX_MCP_SESSION_IDLE       (7 * 86400)
+#define NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT       15000   /* ms */
+#define NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER   (256 * 1024)
 
 /* what the directives accept at most */
 #define NGX_HTTP_SANDBOX_MCP_MAX_WAIT_LIMIT     3600
@@ -48,7 +50,7 @@
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
                                                            each) per event
                                                            before yielding */
-#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           40      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           48      /* of one command */
 #define NGX_HTTP_SANDBOX_MCP_LOADING_PROBE      100     /* ms: while Redis
                                                            loads its
                                                            dataset, the
@@ -94,6 +96,8 @@
  * client sees are in the tools' schemas) */
 #define NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX         64      /* runId, sessionId */
 #define NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX     512     /* a repository URL */
+#define NGX_HTTP_SANDBOX_MCP_SESSION_REPOS      8       /* repositories one
+                                                           session may name */
 #define NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX     16
 
 /* egress */

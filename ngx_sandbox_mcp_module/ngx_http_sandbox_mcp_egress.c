@@ -199,17 +199,18 @@ ngx_http_sandbox_mcp_egress_reply_is(redisReply *v, const char *s)
 
 /* "owner/repo" of https://host/owner/repo[.git] */
 static ngx_uint_t
-ngx_http_sandbox_mcp_egress_repo_matches(redisReply *url, ngx_str_t *want)
+ngx_http_sandbox_mcp_egress_repo_matches(const char *url, size_t len,
+    ngx_str_t *want)
 {
     u_char  *p, *last, *path;
     size_t   n;
 
-    if (url->type != REDIS_REPLY_STRING || url->len < 9) {
+    if (url == NULL || len < 9) {
         return 0;
     }
 
-    p = (u_char *) url->str + 8;                /* past "https://" */
-    last = (u_char *) url->str + url->len;
+    p = (u_char *) url + 8;                     /* past "https://" */
+    last = (u_char *) url + len;
 
     path = ngx_strlchr(p, last, '/');
     if (path == NULL) {
@@ -239,12 +240,64 @@ ngx_http_sandbox_mcp_egress_repo_matches(redisReply *url, ngx_str_t *want)
 }
 
 
+/*
+ * May the run reach the repository of the request?  Its own (the run
+ * hash's `repository`) for everything; one of its session's (the JSON
+ * array `repositories`) for reads only.
+ */
+static const char *
+ngx_http_sandbox_mcp_egress_repo_allowed(
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, redisReply *own, redisReply *list)
+{
+    size_t       i;
+    json_t      *a, *v;
+    ngx_uint_t   found;
+
+    if (own->type == REDIS_REPLY_STRING
+        && ngx_http_sandbox_mcp_egress_repo_matches(own->str, own->len,
+                                                    &ctx->repository))
+    {
+        return NULL;
+    }
+
+    found = 0;
+
+    a = (list->type == REDIS_REPLY_STRING)
+        ? json_loadb(list->str, list->len, 0, NULL) : NULL;
+
+    json_array_foreach(a, i, v) {
+        if (ngx_http_sandbox_mcp_egress_repo_matches(json_string_value(v),
+                                                     json_string_length(v),
+                                                     &ctx->repository))
+        {
+            found = 1;
+            break;
+        }
+    }
+
+    json_decref(a);
+
+    if (!found) {
+        return "egress: this run may only reach its session's "
+               "repositories";
+    }
+
+    if (ctx->kind != NGX_HTTP_SANDBOX_MCP_KIND_READ) {
+        return "egress: this run may push and open pull requests only on "
+               "its own repository; its session's others it may only read";
+    }
+
+    return NULL;
+}
+
+
 static void
 ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_egress_ctx_t *ctx = data;
 
     ngx_int_t                                rc;
+    const char                              *msg;
     redisReply                             **e;
     ngx_connection_t                        *c;
     ngx_http_request_t                      *r;
@@ -255,7 +308,7 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     ctx->cmd = NULL;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 4)
+        || reply->elements != 5)
     {
         rc = ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
@@ -302,13 +355,12 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
         goto finalize;
     }
 
-    if (ctx->repository.len
-        && !ngx_http_sandbox_mcp_egress_repo_matches(e[2], &ctx->repository))
-    {
+    msg = ctx->repository.len
+          ? ngx_http_sandbox_mcp_egress_repo_allowed(ctx, e[2], e[4]) : NULL;
+
+    if (msg) {
         rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
-                          "permission_error",
-                          "egress: this run may only reach its own "
-                          "repository");
+                                                "permission_error", msg);
         goto finalize;
     }
 
@@ -441,7 +493,7 @@ static ngx_int_t
 ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx)
 {
-    ngx_str_t            argv[6];
+    ngx_str_t            argv[7];
     ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -457,6 +509,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_str_set(&argv[3], "status");
     ngx_str_set(&argv[4], "repository");
     ngx_str_set(&argv[5], "create_pr");
+    ngx_str_set(&argv[6], "repositories");
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
                                        &ctx->run_id)
@@ -466,7 +519,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_egress_checked, ctx, 6, argv);
+                   ngx_http_sandbox_mcp_egress_checked, ctx, 7, argv);
 
     if (ctx->cmd == NULL) {
         ctx->done = 1;

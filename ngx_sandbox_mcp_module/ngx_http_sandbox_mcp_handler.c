@@ -53,12 +53,39 @@ ngx_http_sandbox_mcp_cleanup(void *data)
 }
 
 
+/* the request's context, released with the request */
+ngx_http_sandbox_mcp_ctx_t *
+ngx_http_sandbox_mcp_ctx_create(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->request = r;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_sandbox_mcp_module);
+
+    return ctx;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
 {
     ngx_int_t                         rc;
     ngx_table_elt_t                  *h;
-    ngx_pool_cleanup_t               *cln;
     ngx_http_sandbox_mcp_ctx_t       *ctx;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
@@ -73,12 +100,10 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_ctx_t));
+    ctx = ngx_http_sandbox_mcp_ctx_create(r);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    ctx->request = r;
 
     if (ngx_http_sandbox_mcp_authenticate(r, ctx, &rc) != NGX_OK) {
         return rc;
@@ -128,16 +153,6 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
                                "Bad Request: Mcp-Session-Id header is "
                                "required");
     }
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    cln->handler = ngx_http_sandbox_mcp_cleanup;
-    cln->data = ctx;
-
-    ngx_http_set_ctx(r, ctx, ngx_http_sandbox_mcp_module);
 
     /* the body is kept whole in memory up to sandbox_mcp_max_body */
     r->request_body_in_single_buf = 1;

@@ -346,6 +346,7 @@ ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call)
 void
 ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call)
 {
+    ngx_int_t                    rc;
     ngx_http_sandbox_mcp_ctx_t  *ctx;
 
     ctx = call->ctx;
@@ -356,8 +357,14 @@ ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call)
 
     call->pending = 0;
 
-    if (--ctx->pending == 0) {
-        ngx_http_sandbox_mcp_finalize(ctx, ngx_http_sandbox_mcp_finish(ctx));
+    if (--ctx->pending) {
+        return;
+    }
+
+    rc = ctx->finish ? ctx->finish(ctx) : ngx_http_sandbox_mcp_finish(ctx);
+
+    if (rc != NGX_DONE) {
+        ngx_http_sandbox_mcp_finalize(ctx, rc);
     }
 }
 

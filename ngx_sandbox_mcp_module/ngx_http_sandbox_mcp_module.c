@@ -9,6 +9,7 @@
 #include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_ui.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 
 
@@ -20,6 +21,8 @@ static void *ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static char *ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_sandbox_mcp_ui(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -44,6 +47,27 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_http_sandbox_mcp,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_ui"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_sandbox_mcp_ui,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_ui_heartbeat"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, ui_heartbeat),
+      NULL },
+
+    { ngx_string("sandbox_mcp_ui_stream_buffer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, ui_stream_buffer),
       NULL },
 
     { ngx_string("sandbox_mcp_redis"),
@@ -490,6 +514,9 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->max_cost = NGX_CONF_UNSET;
     conf->retention = NGX_CONF_UNSET;
     conf->session_idle = NGX_CONF_UNSET;
+    conf->ui = NGX_CONF_UNSET;
+    conf->ui_heartbeat = NGX_CONF_UNSET_MSEC;
+    conf->ui_stream_buffer = NGX_CONF_UNSET_SIZE;
 
     return conf;
 }
@@ -619,6 +646,11 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                              NGX_HTTP_SANDBOX_MCP_RETENTION);
     ngx_conf_merge_sec_value(conf->session_idle, prev->session_idle,
                              NGX_HTTP_SANDBOX_MCP_SESSION_IDLE);
+    ngx_conf_merge_value(conf->ui, prev->ui, 0);
+    ngx_conf_merge_msec_value(conf->ui_heartbeat, prev->ui_heartbeat,
+                              NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT);
+    ngx_conf_merge_size_value(conf->ui_stream_buffer, prev->ui_stream_buffer,
+                              NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER);
 
     if (conf->allowed_hosts == NULL
         && ngx_http_sandbox_mcp_default_hosts(cf, conf) != NGX_OK)
@@ -630,13 +662,27 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
 }
 
 
+/* the location's content handler; the workers connect to Redis */
+static ngx_http_core_loc_conf_t *
+ngx_http_sandbox_mcp_content(ngx_conf_t *cf, ngx_http_handler_pt handler)
+{
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = handler;
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
+    mcf->enabled = 1;
+
+    return clcf;
+}
+
+
 static char *
 ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_sandbox_mcp_loc_conf_t *lcf = conf;
-
-    ngx_http_core_loc_conf_t          *clcf;
-    ngx_http_sandbox_mcp_main_conf_t  *mcf;
 
     if (lcf->enable != NGX_CONF_UNSET) {
         return "is duplicate";
@@ -644,11 +690,44 @@ ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     lcf->enable = 1;
 
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_sandbox_mcp_handler;
+    (void) ngx_http_sandbox_mcp_content(cf, ngx_http_sandbox_mcp_handler);
+
+    return NGX_CONF_OK;
+}
+
+
+/* sandbox_mcp_ui: the dashboard under the location's prefix */
+static char *
+ngx_http_sandbox_mcp_ui(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_sandbox_mcp_loc_conf_t *lcf = conf;
+
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    if (lcf->ui != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    lcf->ui = 1;
+
+    clcf = ngx_http_sandbox_mcp_content(cf, ngx_http_sandbox_mcp_ui_handler);
+
+    if (clcf->name.len == 0 || clcf->name.data[clcf->name.len - 1] != '/'
+#if (NGX_PCRE)
+        || clcf->regex
+#endif
+        || clcf->named)
+    {
+        return "needs a prefix location ending in \"/\" "
+               "(e.g. location /ui/)";
+    }
 
     mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
-    mcf->enabled = 1;
+
+    if (mcf->ui_location.len == 0) {
+        mcf->ui_location = clcf->name;
+    }
 
     return NGX_CONF_OK;
 }

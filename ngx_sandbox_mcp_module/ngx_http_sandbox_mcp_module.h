@@ -55,6 +55,9 @@ typedef struct {
     size_t                      secret_len;
 
     ngx_flag_t                  enabled;        /* some location uses us */
+    ngx_str_t                   ui_location;    /* the first location of
+                                                   sandbox_mcp_ui: the
+                                                   watchUrl's path */
 } ngx_http_sandbox_mcp_main_conf_t;
 
 
@@ -78,6 +81,11 @@ typedef struct {
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
     time_t                      retention;      /* ended runs' keys live */
     time_t                      session_idle;   /* idle sessions expire */
+
+    ngx_flag_t                  ui;             /* sandbox_mcp_ui */
+    ngx_msec_t                  ui_heartbeat;   /* event streams' comment */
+    size_t                      ui_stream_buffer;  /* a watcher's unsent
+                                                      bytes at most */
 } ngx_http_sandbox_mcp_loc_conf_t;
 
 
@@ -135,6 +143,12 @@ struct ngx_http_sandbox_mcp_ctx_s {
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;        /* session lookup etc. */
 
     ngx_uint_t                          status;     /* 503 on Redis loss */
+
+    /* not NULL: the calls' answers go here instead of a JSON-RPC answer
+     * (the dashboard); returns an nginx code, NGX_DONE: not finished */
+    ngx_int_t                         (*finish)(ngx_http_sandbox_mcp_ctx_t
+                                                *ctx);
+    void                               *data;      /* of finish */
 
     unsigned                            batch:1;
     unsigned                            batch_session:1;   /* negotiated

@@ -43,6 +43,22 @@ ngx_http_sandbox_mcp_field(redisReply *h, const char *name)
 }
 
 
+ngx_uint_t
+ngx_http_sandbox_mcp_reply_eq(redisReply *r, ngx_str_t *s)
+{
+    return r->type == REDIS_REPLY_STRING && r->len == s->len
+           && ngx_strncmp(r->str, s->data, s->len) == 0;
+}
+
+
+ngx_uint_t
+ngx_http_sandbox_mcp_reply_is(redisReply *r, const char *s)
+{
+    return r->type == REDIS_REPLY_STRING && r->len == ngx_strlen(s)
+           && ngx_strncmp(r->str, s, r->len) == 0;
+}
+
+
 /* a string from Redis as JSON: null when absent or empty (if nullable) */
 json_t *
 ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable)
@@ -135,15 +151,67 @@ ngx_http_sandbox_mcp_int(redisReply *v)
 }
 
 
+ngx_int_t
+ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id, size_t reserve, ngx_str_t *page)
+{
+    u_char                            *p;
+    size_t                             len;
+    ngx_str_t                         *host, ui;
+    ngx_http_request_t                *r;
+    ngx_http_sandbox_mcp_loc_conf_t   *lcf;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    static ngx_str_t  localhost = ngx_string("localhost");
+
+    r = call->ctx->request;
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+
+    host = r->headers_in.host ? &r->headers_in.host->value : &localhost;
+
+    /* the dashboard's location (sandbox_mcp_ui), /ui/ when none is */
+    ui = mcf->ui_location;
+
+    if (ui.len == 0) {
+        ngx_str_set(&ui, "/ui/");
+    }
+
+    len = ngx_max(lcf->public_url.len, sizeof("https://") - 1 + host->len)
+          + ui.len + sizeof("runs/") - 1 + run_id->len;
+
+    page->data = ngx_pnalloc(r->pool, len + reserve);
+    if (page->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (lcf->public_url.len) {
+        p = ngx_cpymem(page->data, lcf->public_url.data,
+                       lcf->public_url.len);
+
+    } else {
+        p = ngx_sprintf(page->data, "%s://%V",
+#if (NGX_HTTP_SSL)
+                        r->connection->ssl ? "https" :
+#endif
+                        "http", host);
+    }
+
+    p = ngx_sprintf(p, "%Vruns/%V", &ui, run_id);
+    page->len = p - page->data;
+
+    return NGX_OK;
+}
+
+
 json_t *
 ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id)
 {
-    char                              *tok;
-    u_char                            *p, *url;
-    size_t                             len;
+    char                              *tok, jti[33];
+    u_char                            *p;
     json_t                            *claims, *s;
-    ngx_str_t                          base;
+    ngx_str_t                          page;
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_loc_conf_t   *lcf;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
@@ -152,13 +220,19 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
     mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
-    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I}",
+    /* a token id: `make revoke` can withdraw one link */
+    if (smcp_random_hex(jti, 16) != SMCP_OK) {
+        return NULL;
+    }
+
+    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I, s:s}",
                        "sub", (char *) call->ctx->tenant.data,
                        call->ctx->tenant.len,
                        "scope", SMCP_SCOPE_UI,
                        "run", (char *) run_id->data, run_id->len,
                        "iat", (json_int_t) ngx_time(),
-                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl));
+                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl),
+                       "jti", jti);
 
     if (claims == NULL) {
         return NULL;
@@ -172,49 +246,20 @@ ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
 
     json_decref(claims);
 
-    if (lcf->public_url.len) {
-        base = lcf->public_url;
-
-    } else {
-        base.len = 0;
-        base.data = NULL;
-    }
-
-    len = base.len + sizeof("https://") - 1
-          + (r->headers_in.host ? r->headers_in.host->value.len : 9)
-          + sizeof("/ui/runs/") - 1 + run_id->len + sizeof("?token=") - 1
-          + ngx_strlen(tok);
-
-    url = ngx_pnalloc(r->pool, len);
-    if (url == NULL) {
+    if (ngx_http_sandbox_mcp_run_page(call, run_id,
+                                      sizeof("?token=") - 1 + ngx_strlen(tok),
+                                      &page)
+        != NGX_OK)
+    {
         free(tok);
         return NULL;
     }
 
-    if (base.len) {
-        p = ngx_cpymem(url, base.data, base.len);
-
-    } else {
-        p = ngx_sprintf(url, "%s://",
-#if (NGX_HTTP_SSL)
-                        r->connection->ssl ? "https" :
-#endif
-                        "http");
-
-        if (r->headers_in.host) {
-            p = ngx_cpymem(p, r->headers_in.host->value.data,
-                           r->headers_in.host->value.len);
-
-        } else {
-            p = ngx_cpymem(p, "localhost", 9);
-        }
-    }
-
-    p = ngx_sprintf(p, "/ui/runs/%V?token=%s", run_id, tok);
+    p = ngx_sprintf(page.data + page.len, "?token=%s", tok);
 
     free(tok);
 
-    s = json_stringn((char *) url, p - url);
+    s = json_stringn((char *) page.data, p - page.data);
 
     return s;
 }
@@ -260,7 +305,7 @@ ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
     v = F("status");
 
     return json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
-                     " s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+                     " s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
                      " s:{s:I, s:I, s:I, s:I, s:I}, s:o, s:o, s:I, s:b,"
                      " s:o*}",
         "runId", (char *) call->run_id.data, call->run_id.len,
@@ -280,6 +325,8 @@ ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
         "filesChanged", files,
         "diffStat", ngx_http_sandbox_mcp_json_text(F("diff_stat"), 1),
         "pullRequestUrl", ngx_http_sandbox_mcp_json_text(F("pr_url"), 1),
+        "pullRequestStatus",
+            ngx_http_sandbox_mcp_json_text(F("pr_status"), 1),
         "tokens",
             "input", ngx_http_sandbox_mcp_int(F("tokens_input")),
             "output", ngx_http_sandbox_mcp_int(F("tokens_output")),

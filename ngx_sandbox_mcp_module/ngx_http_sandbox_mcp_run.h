@@ -18,12 +18,21 @@ int64_t ngx_http_sandbox_mcp_now_ms(void);
 /* a field of a hash reply (HGETALL, field/value pairs), or NULL */
 redisReply *ngx_http_sandbox_mcp_field(redisReply *h, const char *name);
 
+/* r is the string s */
+ngx_uint_t ngx_http_sandbox_mcp_reply_eq(redisReply *r, ngx_str_t *s);
+ngx_uint_t ngx_http_sandbox_mcp_reply_is(redisReply *r, const char *s);
+
 /* a string from Redis as JSON: null when absent or empty (if nullable);
  * invalid UTF-8 is repaired in place (the reply is the caller's) */
 json_t *ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable);
 
 /* milliseconds since the epoch as ISO-8601, or null */
 json_t *ngx_http_sandbox_mcp_json_time(redisReply *v);
+
+/* the run page's address, <base>/ui/runs/<runId> (no token), with
+ * reserve bytes more allocated after it */
+ngx_int_t ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id, size_t reserve, ngx_str_t *page);
 
 /* the dashboard link for the run, signed for the call's tenant */
 json_t *ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,

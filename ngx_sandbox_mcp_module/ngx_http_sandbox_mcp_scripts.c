@@ -22,6 +22,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(run_create);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_cancel);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_diff);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(ui_events);
 
 
 ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
@@ -32,5 +33,6 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_run_cancel,
     &ngx_http_sandbox_mcp_script_run_diff,
     &ngx_http_sandbox_mcp_script_run_events,
+    &ngx_http_sandbox_mcp_script_ui_events,
     NULL
 };

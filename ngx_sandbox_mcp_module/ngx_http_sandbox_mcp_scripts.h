@@ -24,6 +24,8 @@ extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_diff;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_ui_events;
 
 /* NULL-terminated: the scripts the Redis layer loads (on every connect,
  * once Redis has loaded its dataset, after a NOSCRIPT) */

@@ -80,14 +80,6 @@ ngx_http_sandbox_mcp_diff_page(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
-static ngx_uint_t
-ngx_http_sandbox_mcp_reply_is(redisReply *r, const char *s)
-{
-    return r->type == REDIS_REPLY_STRING && r->len == ngx_strlen(s)
-           && ngx_strncmp(r->str, s, r->len) == 0;
-}
-
-
 static void
 ngx_http_sandbox_mcp_diff_reply(void *data, redisReply *reply)
 {

@@ -13,14 +13,50 @@
 #include "smcp_validate.h"
 
 
+/* an entry of XRANGE: {id, type, time, data}; NULL when malformed */
+json_t *
+ngx_http_sandbox_mcp_event_object(redisReply *e)
+{
+    json_t      *payload;
+    redisReply  *fields, *type, *d;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+        || e->element[0]->type != REDIS_REPLY_STRING
+        || e->element[1]->type != REDIS_REPLY_ARRAY)
+    {
+        return NULL;
+    }
+
+    fields = e->element[1];
+    type = ngx_http_sandbox_mcp_field(fields, "type");
+    d = ngx_http_sandbox_mcp_field(fields, "data");
+
+    payload = NULL;
+
+    if (d && d->type == REDIS_REPLY_STRING) {
+        payload = json_loadb(d->str, d->len, JSON_DECODE_ANY, NULL);
+        if (payload == NULL) {
+            payload = ngx_http_sandbox_mcp_json_text(d, 0);
+        }
+    }
+
+    return json_pack("{s:o, s:o, s:o, s:o}",
+                     "id", ngx_http_sandbox_mcp_json_text(e->element[0], 0),
+                     "type", ngx_http_sandbox_mcp_json_text(type, 0),
+                     "time", ngx_http_sandbox_mcp_json_time(
+                                 ngx_http_sandbox_mcp_field(fields, "ts")),
+                     "data", payload ? payload : json_null());
+}
+
+
 static void
 ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
     size_t       i;
-    json_t      *events, *ev, *payload, *last;
-    redisReply  *e, *fields, *type, *d, *id;
+    json_t      *events, *ev, *last;
+    redisReply  *e, *id;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
         return;
@@ -37,31 +73,11 @@ ngx_http_sandbox_mcp_events_reply(void *data, redisReply *reply)
     for (i = 0; events && i < reply->elements; i++) {
         e = reply->element[i];
 
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
-            || e->element[1]->type != REDIS_REPLY_ARRAY)
-        {
+        ev = ngx_http_sandbox_mcp_event_object(e);
+
+        if (ev == NULL) {
             continue;
         }
-
-        fields = e->element[1];
-        type = ngx_http_sandbox_mcp_field(fields, "type");
-        d = ngx_http_sandbox_mcp_field(fields, "data");
-
-        payload = NULL;
-
-        if (d && d->type == REDIS_REPLY_STRING) {
-            payload = json_loadb(d->str, d->len, JSON_DECODE_ANY, NULL);
-            if (payload == NULL) {
-                payload = ngx_http_sandbox_mcp_json_text(d, 0);
-            }
-        }
-
-        ev = json_pack("{s:o, s:o, s:o, s:o}",
-                       "id", ngx_http_sandbox_mcp_json_text(e->element[0], 0),
-                       "type", ngx_http_sandbox_mcp_json_text(type, 0),
-                       "time", ngx_http_sandbox_mcp_json_time(
-                                   ngx_http_sandbox_mcp_field(fields, "ts")),
-                       "data", payload ? payload : json_null());
 
         json_array_append_new(events, ev);
 

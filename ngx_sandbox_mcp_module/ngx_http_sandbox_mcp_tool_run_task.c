@@ -20,18 +20,24 @@
 #define NGX_HTTP_SANDBOX_MCP_NO_SESSION        0
 #define NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED   -1
 #define NGX_HTTP_SANDBOX_MCP_QUEUE_FULL        -2
+#define NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS     -3
+#define NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY      -4
 
 
 /* the arguments of opencode_run_task, validated */
 typedef struct {
     ngx_str_t                   task;
-    ngx_str_t                   repo;
+    ngx_str_t                   repo;       /* https://host/owner/name */
     ngx_str_t                   branch;
+    ngx_str_t                   base_branch;
+    ngx_str_t                   pr_title;
+    ngx_str_t                   watch_base;
     ngx_str_t                   session;
     ngx_str_t                   model;
     ngx_str_t                   title;
     json_int_t                  timeout;
     ngx_uint_t                  create_pr;
+    ngx_uint_t                  draft;
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
     u_char                      title_buf[NGX_HTTP_SANDBOX_MCP_AUTO_TITLE];
     u_char                      cost_buf[NGX_INT64_LEN + 2];
@@ -53,9 +59,14 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
     lcf = ngx_http_get_module_loc_conf(call->ctx->request,
                                        ngx_http_sandbox_mcp_module);
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer == NGX_HTTP_SANDBOX_MCP_QUEUE_FULL)
+    switch (reply->type == REDIS_REPLY_INTEGER
+            ? reply->integer : NGX_HTTP_SANDBOX_MCP_NO_SESSION)
     {
+
+    case NGX_HTTP_SANDBOX_MCP_CREATED:
+        break;
+
+    case NGX_HTTP_SANDBOX_MCP_QUEUE_FULL:
         ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
                                         "start: you already have %ui queued "
                                         "runs, the limit. Wait until some "
@@ -64,22 +75,32 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         "some with opencode_cancel_run, then "
                                         "try again.", lcf->max_queued);
         return;
-    }
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer == NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED)
-    {
+    case NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS:
+        ngx_http_sandbox_mcp_tool_error(call, "Session %V already works on "
+                                        "%d repositories, the most one "
+                                        "session may: name one of them, or "
+                                        "start a new session by omitting "
+                                        "sessionId.", &call->path,
+                                        NGX_HTTP_SANDBOX_MCP_SESSION_REPOS);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY:
+        ngx_http_sandbox_mcp_tool_error(call, "Session %V has no repository: "
+                                        "'branch' and 'createPullRequest' "
+                                        "need one; pass 'repository'.",
+                                        &call->path);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED:
         ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
                                         "longer than %T seconds and its "
                                         "workspace was removed; start a new "
                                         "session by omitting sessionId.",
                                         &call->path, lcf->session_idle);
         return;
-    }
 
-    if (reply->type != REDIS_REPLY_INTEGER
-        || reply->integer != NGX_HTTP_SANDBOX_MCP_CREATED)
-    {
+    default:
         ngx_http_sandbox_mcp_tool_error(call, "Unknown sessionId: %V (omit "
                                         "sessionId to start a new session, "
                                         "or use one returned by "
@@ -164,6 +185,13 @@ ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
         || ngx_http_sandbox_mcp_arg_string(call, "branch",
                                            SMCP_BRANCH_MAX, &t->branch)
            != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "baseBranch",
+                                           SMCP_BRANCH_MAX, &t->base_branch)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "prTitle",
+                                           NGX_HTTP_SANDBOX_MCP_ARG_ANY_SIZE,
+                                           &t->pr_title)
+           != NGX_OK
         || ngx_http_sandbox_mcp_arg_string(call, "sessionId",
                                            NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
                                            &t->session)
@@ -184,15 +212,49 @@ ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
 
 
 static ngx_int_t
+ngx_http_sandbox_mcp_task_branch(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, ngx_str_t *branch)
+{
+    if (branch->len
+        && !smcp_valid_branch((char *) branch->data, branch->len))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' is not a "
+                                        "valid git branch name (ASCII; no "
+                                        "spaces, '..', '~^:?*[\\', leading "
+                                        "'-' or trailing '.lock').", name);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The repository named (checked, granted, then written as
+ * https://<host>/<owner>/<name>); a follow-up may name none: the session's
+ * first is the run's (the script finds it).
+ */
+static ngx_int_t
 ngx_http_sandbox_mcp_task_repository(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
-    smcp_repo_t  repo;
+    u_char       *p;
+    smcp_repo_t   repo;
+
+    if (ngx_http_sandbox_mcp_task_branch(call, "branch", &t->branch)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_task_branch(call, "baseBranch",
+                                            &t->base_branch)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     if (t->repo.len == 0) {
-        if (t->branch.len) {
+        if (t->branch.len && t->session.len == 0) {
             ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' needs "
-                                            "'repository'.");
+                                            "'repository' (or the sessionId "
+                                            "of a session with one).");
             return NGX_ERROR;
         }
 
@@ -213,17 +275,25 @@ ngx_http_sandbox_mcp_task_repository(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    if (t->branch.len
-        && !smcp_valid_branch((char *) t->branch.data, t->branch.len))
-    {
-        ngx_http_sandbox_mcp_tool_error(call, "Argument 'branch' is not a "
-                                        "valid git branch name (ASCII; no "
-                                        "spaces, '..', '~^:?*[\\', leading "
-                                        "'-' or trailing '.lock').");
+    if (ngx_http_sandbox_mcp_task_granted(call, &repo) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    return ngx_http_sandbox_mcp_task_granted(call, &repo);
+    p = ngx_pnalloc(call->ctx->request->pool,
+                    sizeof("https:///") + lcf->github_host.len
+                    + repo.owner_len + repo.name_len);
+    if (p == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return NGX_ERROR;
+    }
+
+    t->repo.data = p;
+    t->repo.len = ngx_sprintf(p, "https://%V/%*s/%*s", &lcf->github_host,
+                              repo.owner_len, repo.owner,
+                              repo.name_len, repo.name)
+                  - p;
+
+    return NGX_OK;
 }
 
 
@@ -284,11 +354,32 @@ ngx_http_sandbox_mcp_task_cost(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/* a boolean argument, absent: false */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_flag(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, ngx_uint_t *flag)
+{
+    json_t  *v;
+
+    v = json_object_get(call->args, name);
+
+    if (v && !json_is_null(v) && !json_is_boolean(v)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument '%s' must be true "
+                                        "or false.", name);
+        return NGX_ERROR;
+    }
+
+    *flag = json_is_true(v);
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
-    json_t     *v;
+    size_t      i;
     ngx_int_t   rc;
 
     if (t->session.len
@@ -312,20 +403,28 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    v = json_object_get(call->args, "createPullRequest");
-
-    if (v && !json_is_null(v) && !json_is_boolean(v)) {
-        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
-                                        "must be true or false.");
+    if (ngx_http_sandbox_mcp_task_flag(call, "createPullRequest",
+                                       &t->create_pr)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_task_flag(call, "draft", &t->draft) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    t->create_pr = json_is_true(v);
-
-    if (t->create_pr && t->repo.len == 0) {
+    if (t->create_pr && t->repo.len == 0 && t->session.len == 0) {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
-                                        "needs 'repository'.");
+                                        "needs 'repository' (or the "
+                                        "sessionId of a session with one).");
         return NGX_ERROR;
+    }
+
+    for (i = 0; i < t->pr_title.len; i++) {
+        if (t->pr_title.data[i] < 0x20 || t->pr_title.data[i] == 0x7f) {
+            ngx_http_sandbox_mcp_tool_error(call, "Argument 'prTitle' must "
+                                            "be one line of text (no "
+                                            "control characters).");
+            return NGX_ERROR;
+        }
     }
 
     rc = ngx_http_sandbox_mcp_arg_integer(call, "timeoutSeconds",
@@ -418,7 +517,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[23];
+    ngx_str_t                    args[29];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -430,7 +529,9 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_TENANT_STARTED, &call->ctx->tenant },
         { SMCP_KEY_SESSIONS, NULL },
         { SMCP_KEY_QUEUE, NULL },
-        { SMCP_CHAN_RUN, &call->run_id }
+        { SMCP_CHAN_RUN, &call->run_id },
+        { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
+        { SMCP_CHAN_TENANT, &call->ctx->tenant }
     };
 
     pool = call->ctx->request->pool;
@@ -473,6 +574,20 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_set(&args[20], SMCP_STATUS_STARTED);
     ngx_str_set(&args[21], SMCP_SESSION_EXPIRING);
     ngx_str_set(&args[22], SMCP_SESSION_EXPIRED);
+    args[23] = t->base_branch;
+    args[24] = t->pr_title;
+    ngx_str_set(&args[25], "0");
+    if (t->draft) {
+        ngx_str_set(&args[25], "1");
+    }
+    args[26] = t->watch_base;
+    args[27] = ngx_http_sandbox_mcp_redis_number(pool,
+                                         NGX_HTTP_SANDBOX_MCP_SESSION_REPOS);
+
+    /* a session idle longer than this expired and its keys are gone */
+    args[28] = ngx_http_sandbox_mcp_redis_number(pool,
+                   now - ((int64_t) lcf->retention + lcf->session_idle)
+                         * 1000);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
@@ -503,7 +618,11 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
 
     ngx_http_sandbox_mcp_task_title(&t);
 
-    if (ngx_http_sandbox_mcp_task_ids(call, &t) != NGX_OK) {
+    if (ngx_http_sandbox_mcp_task_ids(call, &t) != NGX_OK
+        || ngx_http_sandbox_mcp_run_page(call, &call->run_id, 0,
+                                         &t.watch_base)
+           != NGX_OK)
+    {
         ngx_http_sandbox_mcp_tool_unavailable(call);
         return;
     }

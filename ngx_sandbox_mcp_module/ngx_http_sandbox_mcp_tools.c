@@ -12,6 +12,7 @@
 #include "ngx_http_sandbox_mcp_tool_diff.h"
 #include "ngx_http_sandbox_mcp_tool_events.h"
 #include "ngx_http_sandbox_mcp_tool_list.h"
+#include "ngx_http_sandbox_mcp_tool_sessions.h"
 #include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 
@@ -53,6 +54,8 @@ static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
     { smcp_tool_opencode_get_diff, ngx_http_sandbox_mcp_get_diff,
       NULL, NULL, NULL, NULL, NULL },
     { smcp_tool_opencode_get_events, ngx_http_sandbox_mcp_get_events,
+      NULL, NULL, NULL, NULL, NULL },
+    { smcp_tool_opencode_list_sessions, ngx_http_sandbox_mcp_list_sessions,
       NULL, NULL, NULL, NULL, NULL }
 };
 

@@ -1,7 +1,8 @@
 /*
- * Waiters, in buckets by run id.  Each worker's pub/sub connection
- * PSUBSCRIBEs to <prefix>run:*; the Redis layer hands each message to the
- * listener here.
+ * Waiters and watchers, in buckets by run id (watchers of a tenant: by
+ * tenant).  Each worker's pub/sub connection PSUBSCRIBEs to <prefix>run:*
+ * and <prefix>tenant:*; the Redis layer hands each message to the
+ * listeners here.
  */
 
 #include "ngx_http_sandbox_mcp_waiter.h"
@@ -12,8 +13,15 @@
 static ngx_queue_t  ngx_http_sandbox_mcp_waiters[
                         NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS];
 
-/* the channels' pattern, <prefix>run:* (the run id follows its last byte) */
+static ngx_queue_t  ngx_http_sandbox_mcp_watchers[
+                        NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS];
+static ngx_queue_t  ngx_http_sandbox_mcp_tenant_watchers[
+                        NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS];
+
+/* the channels' patterns, <prefix>run:* and <prefix>tenant:* (the run id
+ * or tenant follows the byte before the *) */
 static ngx_str_t    ngx_http_sandbox_mcp_waiter_pattern;
+static ngx_str_t    ngx_http_sandbox_mcp_tenant_pattern;
 
 /* waiters woken after a connection loss, on the next turn of the event
  * loop (not from inside hiredis): they fail fast now instead of at the end
@@ -21,12 +29,78 @@ static ngx_str_t    ngx_http_sandbox_mcp_waiter_pattern;
 static ngx_event_t  ngx_http_sandbox_mcp_wake_event;
 
 
+static ngx_uint_t
+ngx_http_sandbox_mcp_waiter_hash(ngx_str_t *id)
+{
+    return ngx_crc32_short(id->data, id->len)
+           % NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS;
+}
+
+
 static ngx_queue_t *
 ngx_http_sandbox_mcp_waiter_bucket(ngx_str_t *run_id)
 {
-    return &ngx_http_sandbox_mcp_waiters[ngx_crc32_short(run_id->data,
-                                                         run_id->len)
-                                         % NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS];
+    return &ngx_http_sandbox_mcp_waiters[
+                                   ngx_http_sandbox_mcp_waiter_hash(run_id)];
+}
+
+
+static ngx_queue_t *
+ngx_http_sandbox_mcp_watch_bucket(ngx_str_t *id, ngx_uint_t tenant)
+{
+    return tenant ? &ngx_http_sandbox_mcp_tenant_watchers[
+                                        ngx_http_sandbox_mcp_waiter_hash(id)]
+                  : &ngx_http_sandbox_mcp_watchers[
+                                        ngx_http_sandbox_mcp_waiter_hash(id)];
+}
+
+
+void
+ngx_http_sandbox_mcp_waiter_watch(ngx_http_sandbox_mcp_watch_t *w)
+{
+    if (!w->watching) {
+        w->watching = 1;
+        ngx_queue_insert_tail(ngx_http_sandbox_mcp_watch_bucket(&w->id,
+                                                                w->tenant),
+                              &w->queue);
+    }
+}
+
+
+void
+ngx_http_sandbox_mcp_waiter_unwatch(ngx_http_sandbox_mcp_watch_t *w)
+{
+    if (w->watching) {
+        ngx_queue_remove(&w->queue);
+        w->watching = 0;
+    }
+}
+
+
+/* the watchers of id; message NULL: all of them, to re-read */
+static void
+ngx_http_sandbox_mcp_watch_event(ngx_queue_t *bucket, ngx_str_t *id,
+    ngx_str_t *message)
+{
+    ngx_queue_t                   *q, *next;
+    ngx_http_sandbox_mcp_watch_t  *w;
+
+    for (q = ngx_queue_head(bucket);
+         q != ngx_queue_sentinel(bucket);
+         q = next)
+    {
+        /* waking may end the stream and unlink it */
+        next = ngx_queue_next(q);
+
+        w = ngx_queue_data(q, ngx_http_sandbox_mcp_watch_t, queue);
+
+        if (id == NULL
+            || (w->id.len == id->len
+                && ngx_strncmp(w->id.data, id->data, id->len) == 0))
+        {
+            w->wake(w, message);
+        }
+    }
 }
 
 
@@ -71,7 +145,7 @@ ngx_http_sandbox_mcp_waiter_remove(ngx_http_sandbox_mcp_call_t *call)
 
 
 static void
-ngx_http_sandbox_mcp_waiter_run_event(ngx_str_t *run_id)
+ngx_http_sandbox_mcp_waiter_run_event(ngx_str_t *run_id, ngx_str_t *message)
 {
     ngx_queue_t                  *bucket, *q, *next;
     ngx_http_sandbox_mcp_call_t  *call;
@@ -93,6 +167,10 @@ ngx_http_sandbox_mcp_waiter_run_event(ngx_str_t *run_id)
             call->wake(call);
         }
     }
+
+    ngx_http_sandbox_mcp_watch_event(
+                       ngx_http_sandbox_mcp_watch_bucket(run_id, 0), run_id,
+                       message);
 }
 
 
@@ -114,6 +192,9 @@ ngx_http_sandbox_mcp_waiter_wake_all(void)
             call = ngx_queue_data(q, ngx_http_sandbox_mcp_call_t, waiter);
             call->wake(call);
         }
+
+        ngx_http_sandbox_mcp_watch_event(&ngx_http_sandbox_mcp_watchers[i],
+                                         NULL, NULL);
     }
 }
 
@@ -145,7 +226,7 @@ ngx_http_sandbox_mcp_waiter_listener(ngx_http_sandbox_mcp_redis_event_e ev,
         id.data = channel->data + skip;
         id.len = channel->len - skip;
 
-        ngx_http_sandbox_mcp_waiter_run_event(&id);
+        ngx_http_sandbox_mcp_waiter_run_event(&id, message);
         break;
 
     case NGX_HTTP_SANDBOX_MCP_REDIS_SUBSCRIBED:
@@ -168,6 +249,34 @@ ngx_http_sandbox_mcp_waiter_listener(ngx_http_sandbox_mcp_redis_event_e ev,
 }
 
 
+/* <prefix>tenant:<tenant>: "<runId> <status>" for the tenant's watchers
+ * (they have nothing to re-read: a status missed shows on the next) */
+static void
+ngx_http_sandbox_mcp_waiter_tenant_listener(
+    ngx_http_sandbox_mcp_redis_event_e ev, ngx_str_t *channel,
+    ngx_str_t *message)
+{
+    size_t     skip;
+    ngx_str_t  id;
+
+    if (ev != NGX_HTTP_SANDBOX_MCP_REDIS_MESSAGE) {
+        return;
+    }
+
+    skip = ngx_http_sandbox_mcp_tenant_pattern.len - 1;
+
+    if (channel->len <= skip) {
+        return;
+    }
+
+    id.data = channel->data + skip;
+    id.len = channel->len - skip;
+
+    ngx_http_sandbox_mcp_watch_event(ngx_http_sandbox_mcp_watch_bucket(&id, 1),
+                                     &id, message);
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_waiter_init_worker(ngx_cycle_t *cycle)
 {
@@ -176,6 +285,8 @@ ngx_http_sandbox_mcp_waiter_init_worker(ngx_cycle_t *cycle)
 
     for (i = 0; i < NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS; i++) {
         ngx_queue_init(&ngx_http_sandbox_mcp_waiters[i]);
+        ngx_queue_init(&ngx_http_sandbox_mcp_watchers[i]);
+        ngx_queue_init(&ngx_http_sandbox_mcp_tenant_watchers[i]);
     }
 
     ngx_memzero(&ngx_http_sandbox_mcp_wake_event, sizeof(ngx_event_t));
@@ -189,6 +300,18 @@ ngx_http_sandbox_mcp_waiter_init_worker(ngx_cycle_t *cycle)
                                        &ngx_http_sandbox_mcp_waiter_pattern,
                                        SMCP_CHAN_RUN, &any)
         != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_sandbox_mcp_redis_key(cycle->pool,
+                                       &ngx_http_sandbox_mcp_tenant_pattern,
+                                       SMCP_CHAN_TENANT, &any)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_listen(
+                                  &ngx_http_sandbox_mcp_tenant_pattern, 1,
+                                  ngx_http_sandbox_mcp_waiter_tenant_listener)
+           != NGX_OK)
     {
         return NGX_ERROR;
     }

@@ -1006,6 +1006,7 @@ typedef struct {
     char        session[RUNNER_KEY_MAX];    /* session:{id} */
     char        started[RUNNER_KEY_MAX];    /* tenant:{t}:started */
     char        claimed[RUNNER_KEY_MAX];    /* tenant:{t}:claimed */
+    char        tchan[RUNNER_KEY_MAX];      /* channel tenant:{t} */
     char        tenant[SMCP_TENANT_MAX + 1];
     char        session_id[SMCP_ID_LEN + 1];
     char        created_at[RUNNER_NUM_MAX];
@@ -1036,6 +1037,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
 
     k->active[0] = k->runs[0] = k->session[0] = k->session_id[0] = '\0';
     k->started[0] = k->claimed[0] = k->tenant[0] = k->created_at[0] = '\0';
+    k->tchan[0] = '\0';
 
     if (smcp_valid_id(v[1], strlen(v[1]), SMCP_SESSION_ID_PREFIX)) {
         strcpy(k->session_id, v[1]);
@@ -1048,6 +1050,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
         strcpy(k->tenant, v[0]);
         RUNNER_KEY(k->started, SMCP_KEY_TENANT_STARTED, v[0]);
         RUNNER_KEY(k->claimed, SMCP_KEY_TENANT_CLAIMED, v[0]);
+        RUNNER_KEY(k->tchan, SMCP_CHAN_TENANT, v[0]);
     }
 
     if (strlen(v[2]) < sizeof(k->created_at)
@@ -1336,7 +1339,7 @@ runner_store_set_running(runner_store_t *st, const char *run_id,
     const char *container, int64_t deadline_ms, char *status, size_t slen)
 {
     char               now[32], deadline[32];
-    const char        *keys[6], *args[5];
+    const char        *keys[7], *args[5];
     runner_run_keys_t  k;
 
     if (runner_store_run_keys(st, run_id, &k) != RUNNER_OK) {
@@ -1353,6 +1356,7 @@ runner_store_set_running(runner_store_t *st, const char *run_id,
     keys[3] = k.active;
     keys[4] = k.started;
     keys[5] = k.claimed;
+    keys[6] = k.tchan;
     args[0] = now;
     args[1] = container;
     args[2] = SMCP_EVENTS_MAXLEN;
@@ -1360,7 +1364,7 @@ runner_store_set_running(runner_store_t *st, const char *run_id,
     args[4] = run_id;
 
     return runner_store_script_status(st,
-               runner_store_script(st, RUNNER_LUA_RUNNING, 6, keys, 5, args,
+               runner_store_script(st, RUNNER_LUA_RUNNING, 7, keys, 5, args,
                                    NULL),
                status, slen);
 }
@@ -1381,7 +1385,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     char               sessions[RUNNER_KEY_MAX], now[32], num[8][32];
     char              *files, *index;
     size_t             lens[RUNNER_STORE_ARGS];
-    const char        *keys[9], *args[RUNNER_STORE_ARGS];
+    const char        *keys[10], *args[RUNNER_STORE_ARGS];
     redisReply        *r;
     runner_run_keys_t  k;
     runner_outcome_t  *o = &run->out;
@@ -1402,6 +1406,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     keys[6] = k.claimed;
     keys[7] = k.session;
     keys[8] = sessions;
+    keys[9] = k.tchan;
 
     files = json_dumps(diff->files, JSON_COMPACT);
     index = json_dumps(diff->index, JSON_COMPACT);
@@ -1445,7 +1450,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
         n++;
     }
 
-    r = runner_store_script(st, RUNNER_LUA_FINISH, 9, keys, n, args, lens);
+    r = runner_store_script(st, RUNNER_LUA_FINISH, 10, keys, n, args, lens);
     free(files);
     free(index);
 

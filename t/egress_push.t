@@ -285,6 +285,128 @@ $before = state();
 }
 
 ###############################################################################
+# a session's repositories: reads of each, writes only on the run's own
+
+{
+    $gh->create_repo('third/repo', files => { 'README.md' => "third\n" });
+    my $own = 'https://github.com/owner/repo';
+    my ($id, $tok) = $t->live_run(repository => $own, create_pr => 1,
+                                  repositories => qq(["$own","https://github.com/other/repo"]));
+    my $ses = { id => $id, tok => $tok, branch => "opencode/$id",
+                basic => 'Basic ' . encode_base64("x-access-token:$tok", '') };
+    my $gurl = "http://127.0.0.1:$eport/github";
+    my $clone = sub {
+        my ($repo, $dir) = @_;
+        my $out = `git -c 'http.extraHeader=Authorization: $ses->{basic}' clone -q $gurl/$repo.git $dir 2>&1`;
+        return ($? >> 8, $out);
+    };
+    my ($rc, $out) = $clone->('other/repo', $t->dir . '/ses-other');
+    is($rc, 0, "session: clone of the session's other repository") or diag($out);
+    ($rc, $out) = $clone->('owner/repo', $t->dir . '/ses-own');
+    is($rc, 0, "session: clone of the run's own") or diag($out);
+    ($rc, $out) = $clone->('third/repo', $t->dir . '/ses-third');
+    isnt($rc, 0, 'session: clone of a repository not in the session fails');
+    like($out, qr/403/, '... with 403');
+    egress_error_ok(egress(method => 'GET',
+                           path => '/github/third/repo.git/info/refs?service=git-upload-pack',
+                           headers => [ Authorization => $ses->{basic} ]),
+                    403, 'session: upload-pack refs of a repository not in the session',
+                    message => qr/session's repositories/);
+    is(egress(method => 'GET', path => '/github-api/repos/other/repo',
+              headers => [ Authorization => "Bearer $tok" ])->{status},
+       200, "session: REST read of the session's other repository");
+    egress_error_ok(egress(method => 'GET', path => '/github-api/repos/third/repo',
+                           headers => [ Authorization => "Bearer $tok" ]),
+                    403, 'session: REST read of a repository not in the session');
+
+    my $other = sub { json_encode([ $gh->refs('other/repo'), [ $gh->pulls('other/repo') ] ]) };
+    my $ob = $other->();
+    my $d = $t->dir . '/ses-other';
+    `cd $d && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m s`;
+    for my $c ([ "HEAD:refs/heads/$ses->{branch}", "the run's branch" ],
+               [ 'HEAD:refs/heads/main', 'main' ]) {
+        my $o = `cd $d && git -c 'http.extraHeader=Authorization: $ses->{basic}' push -q origin $c->[0] 2>&1`;
+        isnt($? >> 8, 0, "session: push of $c->[1] to the session's other repository fails");
+        like($o, qr/403/, '... with 403') or diag($o);
+    }
+    egress_error_ok(egress(method => 'GET',
+                           path => '/github/other/repo.git/info/refs?service=git-receive-pack',
+                           headers => [ Authorization => $ses->{basic} ]),
+                    403, "session: receive-pack refs of the session's other repository",
+                    message => qr/own repository/);
+    egress_error_ok(egress(path => '/github-api/repos/other/repo/pulls',
+                           headers => [ Authorization => "Bearer $tok",
+                                        'Content-Type' => 'application/json' ],
+                           body => json_encode({ title => 't', head => $ses->{branch},
+                                                 base => 'main' })),
+                    403, "session: a pull request on the session's other repository",
+                    message => qr/own repository/);
+    is($other->(), $ob, "session: the other repository is unchanged");
+
+    my $b = state();
+    $d = $t->dir . '/ses-own';
+    `cd $d && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m s`;
+    my $o = `cd $d && git -c 'http.extraHeader=Authorization: $ses->{basic}' push -q origin HEAD:refs/heads/main 2>&1`;
+    isnt($? >> 8, 0, "session: push of main to the run's own repository fails");
+    is(state(), $b, '... main unchanged');
+    $o = `cd $d && git -c 'http.extraHeader=Authorization: $ses->{basic}' push -q origin HEAD:refs/heads/$ses->{branch} 2>&1`;
+    is($? >> 8, 0, "session: push of the run's branch to its own repository") or diag($o);
+}
+
+###############################################################################
+# GitHub Enterprise: GITHUB_API_URL with a path (https://HOST/api/v3): the
+# routes render, nginx -t accepts them, and clone, push and the pull
+# request go through, the REST calls under /api/v3
+
+{
+    my $gdir = $t->dir . '/ghe';
+    mkdir $gdir;
+    ok(eval {
+        $t->render_routes(name => 'ghe', dir => $gdir,
+                          GITHUB_TOKEN => $real, GITHUB_URL => $gh->url,
+                          GITHUB_API_URL => $gh->url . '/api/v3',
+                          SMCP_EGRESS_RATE => '1000r/s',
+                          map { $_ => undef } qw(ANTHROPIC_API_KEY OPENAI_API_KEY
+                              AZURE_OPENAI_API_KEY GOOGLE_API_KEY CF_AIG_TOKEN
+                              COMPAT_API_KEY))
+    }, 'GHE: egress-routes.sh renders the routes for GITHUB_API_URL .../api/v3')
+        or diag($@);
+    like($t->read_file("$gdir/ghe.conf"), qr{/api/v3}, '... the API path is in them');
+    my $gport = $t->free_port;
+    local $ENV{GITHUB_TOKEN} = $real;     # the egress instance reads it
+    my $inst = eval {
+        $t->start_nginx(name => 'ghe', listen => '',
+                        http => egress_server_conf("127.0.0.1:$gport", name => 'ghe'));
+    };
+    ok($inst, 'GHE: nginx starts with them') or diag($@);
+    my $conf = $t->dir . '/ghe/nginx.conf';
+    my $out = `$t->{nginx_bin} -t -p $gdir/ -c $conf -e $gdir/t.log 2>&1`;
+    is($?, 0, 'GHE: nginx -t accepts the configuration') or diag($out);
+
+    my ($id, $tok) = $t->live_run(repository => 'https://github.com/owner/repo', create_pr => 1);
+    my $basic = 'Basic ' . encode_base64("x-access-token:$tok", '');
+    my $d = "$gdir/clone";
+    $out = `git -c 'http.extraHeader=Authorization: $basic' clone -q http://127.0.0.1:$gport/github/owner/repo.git $d 2>&1`;
+    is($?, 0, 'GHE: clone') or diag($out);
+    `cd $d && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m ghe`;
+    $out = `cd $d && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/opencode/$id 2>&1`;
+    is($?, 0, "GHE: push of the run's branch") or diag($out);
+    my $r = $t->http(port => $gport, method => 'POST', path => '/github-api/repos/owner/repo/pulls',
+                     headers => [ Authorization => "Bearer $tok",
+                                  'Content-Type' => 'application/json' ],
+                     body => json_encode({ title => 'ghe', head => "opencode/$id", base => 'main' }),
+                     timeout => 20);
+    is($r->{status}, 201, 'GHE: the pull request is opened') or diag($r->{body});
+    my $req = $gh->last_request(method => 'POST', path => qr{/pulls$});
+    is($req && $req->{path}, '/api/v3/repos/owner/repo/pulls', '... under /api/v3');
+    is($req && $req->{headers}{authorization}, "Bearer $real", "... with nginx's token");
+    $r = $t->http(port => $gport, method => 'POST', path => '/github-api/repos/owner/repo/pulls',
+                  headers => [ Authorization => "Bearer $tok", 'Content-Type' => 'application/json' ],
+                  body => json_encode({ title => 'ghe', head => 'main', base => 'main' }), timeout => 20);
+    is($r->{status}, 403, 'GHE: a pull request headed by main is refused');
+}
+
+###############################################################################
 # audit and logs
 
 {

@@ -3,10 +3,11 @@
 # The tools' definitions are data (ngx_sandbox_mcp_module/tools/NAME.json,
 # with include/ for shared parts), embedded and checked at build by
 # smcp-embed (ngx_sandbox_mcp_module/common/embed/), as are the Redis
-# scripts (common/scripts/NAME.lua):
+# scripts (common/scripts/NAME.lua) and the dashboard's files (ui/):
 #
 #   - a definition that does not parse, or lacks what a tool needs, and a
-#     script without its KEYS/ARGV header stop smcp-embed, which names the
+#     script without its KEYS/ARGV header, a dashboard file of an unknown
+#     type or one that cannot be read stop smcp-embed, which names the
 #     file; the module's objects depend on the generated headers (so `make`
 #     and the `config` build stop too);
 #   - tools/list serves exactly the files (includes expanded), in order;
@@ -31,7 +32,8 @@ my $root = repo_root();
 my $mod = "$root/ngx_sandbox_mcp_module";
 my $tools_dir = "$mod/tools";
 my @ORDER = qw(opencode_run_task opencode_get_result opencode_list_runs
-               opencode_cancel_run opencode_get_diff opencode_get_events);
+               opencode_cancel_run opencode_get_diff opencode_get_events
+               opencode_list_sessions);
 
 my $t = SMCP::Test->new(workers => 1);
 my $dir = tempdir('smcp-schemas-XXXXXX', TMPDIR => 1,
@@ -156,11 +158,66 @@ subtest 'a script without its KEYS/ARGV header' => sub {
     like($out, qr{Bad-Name\.lua: the name}, '... named') or diag($out);
 };
 
+subtest 'the dashboard files: embedded byte for byte, typed; others refused' => sub {
+    my $ui = "$mod/ui";
+    my ($rc, $out) = embed('ui', $ui);
+    is($rc, 0, 'ui/ embeds') or diag($out);
+    my $h = slurp("$dir/out.h");
+    my @files = ((map { s{^\Q$ui\E/}{}r } grep { -f } glob("$ui/*")),
+                 (map { s{^\Q$ui\E/}{}r } glob("$ui/static/*")));
+    ok(@files >= 7, 'pages and assets: ' . scalar @files);
+    like($h, qr/\{ "\Q$_\E", "[^"]+", "\\"[0-9a-f]{16}\\"",/, "$_: an entry with its type and ETag")
+        for @files;
+    like($h, qr/#define SMCP_UI_NFILES  ${\ scalar @files}\b/, 'the count');
+
+    # binary bytes (a PNG holds NULs) compile to the same bytes
+    my $d = "$dir/ui";
+    make_path("$d/static");
+    copy($_, "$d/") for grep { -f } glob("$ui/*");
+    copy($_, "$d/static/") for glob("$ui/static/*");
+    my $png = join '', map { chr } 137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 0, 255, 63, 92, 34;
+    spew("$d/static/dot.png", $png);
+    ($rc, $out) = embed('ui', $d);
+    is($rc, 0, 'a binary file embeds') or diag($out);
+    spew("$dir/check.c", qq{#include <stdio.h>\n#include "out.h"\nint main(void){size_t i;for(i=0;i<SMCP_UI_NFILES;i++)if(!strcmp(smcp_ui_files[i].path,"static/dot.png")){fwrite(smcp_ui_files[i].data,1,smcp_ui_files[i].len,stdout);printf("|%s",smcp_ui_files[i].type);}return 0;}\n});
+    my $cc2 = `cc -include string.h -o $dir/check $dir/check.c 2>&1`;
+    is($? >> 8, 0, 'the header compiles') or diag($cc2);
+    is(`$dir/check`, "$png|image/png", '... and holds the very bytes, typed image/png');
+
+    spew("$d/static/evil.exe", "MZ");
+    ($rc, $out) = embed('ui', $d);
+    isnt($rc, 0, 'an unknown extension: smcp-embed fails');
+    like($out, qr{evil\.exe: unknown extension}, '... naming the file') or diag($out);
+    ok(!-e "$dir/out.h.tmp", '... no partial output left');
+    unlink "$d/static/evil.exe";
+
+    spew("$d/static/Bad Name.js", "x");
+    ($rc, $out) = embed('ui', $d);
+    isnt($rc, 0, 'a name with a space: fails');
+    unlink "$d/static/Bad Name.js";
+
+    spew("$d/static/secret.js", "x");
+    chmod 0, "$d/static/secret.js";
+    SKIP: {
+        skip 'root reads any file', 2 if -r "$d/static/secret.js";
+        ($rc, $out) = embed('ui', $d);
+        isnt($rc, 0, 'a file that cannot be read: fails');
+        like($out, qr{secret\.js: Permission denied}, '... naming it') or diag($out);
+    }
+    unlink "$d/static/secret.js";
+
+    make_path("$d/sub");
+    ($rc, $out) = embed('ui', $d);
+    isnt($rc, 0, 'a directory other than static/: fails');
+    like($out, qr{sub: not a regular file}, '... naming it') or diag($out);
+};
+
 subtest 'the module is rebuilt from the generated headers' => sub {
     my $mk = "$root/build/nginx-obj/Makefile";
     plan skip_all => "$mk not there (run `make`)" unless -f $mk;
     my $m = slurp($mk);
-    for my $h (qw(ngx_http_sandbox_mcp_lua.h ngx_http_sandbox_mcp_tools_json.h)) {
+    for my $h (qw(ngx_http_sandbox_mcp_lua.h ngx_http_sandbox_mcp_tools_json.h
+                  ngx_http_sandbox_mcp_ui_files.h)) {
         like($m, qr{^\S*/\Q$h\E:.*smcp-embed}m, "a rule makes $h");
         like($m, qr{^ADDON_DEPS = .*\Q$h\E}m, "... and the module's objects depend on it");
     }
@@ -198,6 +255,7 @@ my %BASE = (
     opencode_cancel_run => { runId => 'run_' . ('0' x 24) },
     opencode_get_diff   => { runId => 'run_' . ('0' x 24) },
     opencode_get_events => { runId => 'run_' . ('0' x 24) },
+    opencode_list_sessions => {},
 );
 
 my $before = $t->redis('DBSIZE');

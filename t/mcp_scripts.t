@@ -15,6 +15,7 @@
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
 #   run_diff, run_events   pages of a run's diff and events
+#   ui_events    the dashboard's stream: a page of events with the status
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -35,7 +36,7 @@ my $P = 'smcp:';
 my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
-                 run_cancel run_diff run_events)) {
+                 run_cancel run_diff run_events ui_events)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -222,7 +223,8 @@ sub create_keys {
     return [ "${P}run:$run", "${P}run:$run:events", "${P}runs:$tenant",
              "${P}session:$ses", "${P}session:$ses:runs",
              "${P}session:$ses:active", "${P}tenant:$tenant:started",
-             "${P}sessions", "${P}queue", "${P}run:$run" ];
+             "${P}sessions", "${P}queue", "${P}run:$run",
+             "${P}tenant:$tenant:sessions", "${P}tenant:$tenant" ];
 }
 
 # the module's ARGV; %o overrides by name
@@ -235,11 +237,15 @@ sub create_argv {
              max_running => 4, max_cost => '25', retention => 2592000,
              idle_ttl => 604800, idle_at => $now + 604800000,
              trim => $now - 1000000, started => 'started',
-             expiring => 'expiring', expired => 'expired', %o);
+             expiring => 'expiring', expired => 'expired', base_branch => '',
+             pr_title => '', draft => 0,
+             watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
+             max_repos => 3, sessions_trim => $now - 2000000, %o);
     return [ @a{qw(run tenant session new now task repository branch model
                    title create_pr timeout maxlen max_queued max_running
                    max_cost retention idle_ttl idle_at trim started
-                   expiring expired)} ];
+                   expiring expired base_branch pr_title draft watch_base
+                   max_repos sessions_trim)} ];
 }
 
 sub create {
@@ -253,6 +259,8 @@ sub create {
 subtest 'run_create: a new session' => sub {
     my $sub = $t->redis_connect;
     $sub->subscribe("${P}run:" . id('run_', '1'));
+    my $tsub = $t->redis_connect;
+    $tsub->subscribe("${P}tenant:alice");
     my $run = id('run_', '1');
     my $ses = id('ses_', '1');
     my ($r, $b, $a) = create();
@@ -262,11 +270,15 @@ subtest 'run_create: a new session' => sub {
         repository => '', branch => '', model => 'p/m', title => 'fix it',
         create_pr => 0, timeout => 3600, status => 'started',
         created_at => $now, max_running => 4, max_cost => 25,
-        retention => 2592000 }, 'the run hash');
+        retention => 2592000, repositories => '[]', base_branch => '',
+        pr_title => '', draft => 0,
+        watch_base => "https://mcp.test/ui/runs/$run" }, 'the run hash');
     is_deeply($a->{"${P}session:$ses"}{value}, {
         tenant => 'alice', created_at => $now, last_run => $run,
-        last_active => $now, idle_ttl => 604800, retention => 2592000 },
-        'the session hash');
+        last_active => $now, idle_ttl => 604800, retention => 2592000,
+        repositories => '[]' }, 'the session hash');
+    is_deeply($a->{"${P}tenant:alice:sessions"}{value}, [ $ses, $now ],
+              "the tenant's sessions: by last activity");
     is_deeply($a->{"${P}sessions"}{value}, [ $ses, $now + 604800000 ],
               'sessions: due at last_active + idle_ttl');
     is_deeply($a->{"${P}runs:alice"}{value}, [ $run, $now ], "the tenant's index");
@@ -278,9 +290,11 @@ subtest 'run_create: a new session' => sub {
               [ { type => 'lifecycle', data => '{"status":"started"}', ts => $now } ],
               'the first event');
     is_deeply($a->{"${P}queue"}{value}, [ { run => $run } ], 'the queue entry');
-    is(scalar(keys %$a), 9, 'nothing else');
+    is(scalar(keys %$a), 10, 'nothing else');
     ok(!grep({ $a->{$_}{expires} } keys %$a), 'nothing expires');
     is_deeply($sub->next_message(2), [ "${P}run:$run", 'started' ], 'the ping');
+    is_deeply($tsub->next_message(2), [ "${P}tenant:alice", "$run started" ],
+              "the tenant's channel: run id and status");
 };
 
 subtest 'run_create: an existing session' => sub {
@@ -291,8 +305,11 @@ subtest 'run_create: an existing session' => sub {
     is($r, 1, 'created: 1');
     is_deeply($a->{"${P}session:$ses"}{value}, {
         tenant => 'alice', created_at => $now, last_run => $run,
-        last_active => $now + 5, idle_ttl => 604800, retention => 2592000 },
+        last_active => $now + 5, idle_ttl => 604800, retention => 2592000,
+        repositories => '[]' },
         'the session hash: created_at kept, last_run and last_active now');
+    is_deeply($a->{"${P}tenant:alice:sessions"}{value}, [ $ses, $now + 5 ],
+              "the tenant's sessions: the session's score is now");
     is_deeply($a->{"${P}session:$ses:active"}{value},
               [ id('run_', '1'), $now, $run, $now + 5 ], "the session's active set");
     is_deeply($a->{"${P}tenant:alice:started"}{value}, [ id('run_', '1'), $run ],
@@ -337,6 +354,8 @@ subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
     my $run = id('run_', '4');
     my $ses = id('ses_', '4');
     $t->redis('ZADD', "${P}runs:alice", $now - 2000000, id('run_', 'a'));
+    $t->redis('ZADD', "${P}tenant:alice:sessions", $now - 1500000, id('ses_', 'a'),
+              $now - 2500000, id('ses_', 'b'));
     my ($r, $b, $a) = create(run => $run, session => $ses, max_queued => 9,
                              started => 'queued');
     is($r, 1, 'created');
@@ -346,6 +365,87 @@ subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
     is_deeply([ sort grep { /^run_/ } @{ $a->{"${P}runs:alice"}{value} } ],
               [ id('run_', '1'), id('run_', '2'), $run ],
               'an index entry older than the trim score is gone');
+    is_deeply([ grep { /^ses_/ } @{ $a->{"${P}tenant:alice:sessions"}{value} } ],
+              [ id('ses_', 'a'), $ses, id('ses_', '1') ],
+              "tenant's sessions: the one older than the sessions' trim score is gone");
+};
+
+subtest 'run_create: repositories of a session' => sub {
+    my $ses = id('ses_', '5');
+    my ($A, $B, $C) = map { "https://github.com/acme/$_" } qw(a b c);
+    my $run = id('run_', '5');
+    my ($r, $b, $a) = create(run => $run, session => $ses, max_queued => 99,
+                             repository => $A, create_pr => 1,
+                             base_branch => 'develop', pr_title => 'Fix it',
+                             draft => 1);
+    is($r, 1, 'created');
+    my $h = $a->{"${P}run:$run"}{value};
+    is_deeply([ @$h{qw(repository repositories base_branch pr_title draft
+                       create_pr)} ],
+              [ $A, qq(["$A"]), 'develop', 'Fix it', 1, 1 ],
+              'the run: its repository, the list, the pull request fields');
+    is($a->{"${P}session:$ses"}{value}{repositories}, qq(["$A"]),
+       "the session's repositories");
+
+    $run = id('run_', '6');
+    ($r, $b, $a) = create(run => $run, session => $ses, new => 0,
+                          max_queued => 99, branch => 'feature',
+                          create_pr => 1);
+    is($r, 1, 'a follow-up naming no repository, with a branch and a PR');
+    $h = $a->{"${P}run:$run"}{value};
+    is_deeply([ @$h{qw(repository repositories branch)} ],
+              [ $A, qq(["$A"]), 'feature' ],
+              "... works on the session's first; its branch is stored");
+
+    $run = id('run_', '7');
+    ($r, $b, $a) = create(run => $run, session => $ses, new => 0,
+                          max_queued => 99, repository => $B);
+    is($r, 1, 'a follow-up naming another repository');
+    $h = $a->{"${P}run:$run"}{value};
+    is_deeply([ @$h{qw(repository repositories)} ], [ $B, qq(["$A","$B"]) ],
+              '... works on it; the list grows, first named first');
+    is($a->{"${P}session:$ses"}{value}{repositories}, qq(["$A","$B"]),
+       "... in the session's too");
+
+    $run = id('run_', '8');
+    ($r, $b, $a) = create(run => $run, session => $ses, new => 0,
+                          max_queued => 99,
+                          repository => 'https://github.com/ACME/A');
+    is($r, 1, 'a follow-up naming the first again, in other case');
+    $h = $a->{"${P}run:$run"}{value};
+    is_deeply([ @$h{qw(repository repositories)} ], [ $A, qq(["$A","$B"]) ],
+              "... gets the session's spelling; no duplicate");
+
+    ($r, $b, $a) = create(run => id('run_', '9'), session => $ses, new => 0,
+                          max_queued => 99, repository => $C);
+    is($r, 1, 'a third repository (the most: 3)');
+    is($a->{"${P}session:$ses"}{value}{repositories},
+       qq(["$A","$B","$C"]), '... listed');
+
+    ($r, $b, $a) = create(run => id('run_', 'a'), session => $ses, new => 0,
+                          max_queued => 99,
+                          repository => 'https://github.com/acme/d');
+    is($r, -3, 'a fourth: -3');
+    unchanged($b, $a, 'too many repositories');
+
+    ($r, $b, $a) = create(run => id('run_', 'a'), session => $ses, new => 0,
+                          max_queued => 99, repository => $B);
+    is($r, 1, 'one of the three still may be named');
+
+    my $bare = id('ses_', '6');
+    for my $o ([ branch => 'x' ], [ create_pr => 1 ]) {
+        ($r, $b, $a) = create(run => id('run_', 'b'), session => $bare,
+                              max_queued => 99, @$o);
+        is($r, -4, "no repository at all, $o->[0]: -4");
+        unchanged($b, $a, "no repository, $o->[0]");
+    }
+    ($r, $b, $a) = create(run => id('run_', 'b'), session => $bare,
+                          max_queued => 99);
+    is($r, 1, 'a session without repository');
+    ($r, $b, $a) = create(run => id('run_', 'c'), session => $bare, new => 0,
+                          max_queued => 99, branch => 'x');
+    is($r, -4, '... its follow-up with a branch: -4');
+    unchanged($b, $a, 'follow-up, no repository');
 };
 
 $t->redis('FLUSHALL');
@@ -358,7 +458,7 @@ sub cancel_keys {
     return [ "${P}run:$run", "${P}run:$run:events", "${P}run:$run:diff",
              "${P}tenant:$tenant:started",
              length $ses ? "${P}session:$ses:active" : '',
-             "${P}run:$run", "${P}cancel" ];
+             "${P}run:$run", "${P}cancel", "${P}tenant:$tenant" ];
 }
 
 sub cancel {
@@ -386,6 +486,8 @@ subtest 'run_cancel: a started run' => sub {
               id('run_', '2'));
     my $sub = $t->redis_connect;
     $sub->subscribe("${P}run:$run");
+    my $tsub = $t->redis_connect;
+    $tsub->subscribe("${P}tenant:alice");
     my ($r, $b, $a) = cancel($run);
     my %h = @{ $r || [] };
     is_deeply(\%h, { tenant => 'alice', session => id('ses_', '1'),
@@ -404,6 +506,8 @@ subtest 'run_cancel: a started run' => sub {
         ok($ttl > 90 && $ttl <= 100, "$k expires after the run's retention ($ttl)");
     }
     is_deeply($sub->next_message(2), [ "${P}run:$run", 'cancelled' ], 'the ping');
+    is_deeply($tsub->next_message(2), [ "${P}tenant:alice", "$run cancelled" ],
+              "the tenant's channel: run id and status");
 
     my $run2 = id('run_', '3');
     make_run($run2);
@@ -521,6 +625,30 @@ subtest 'run_events' => sub {
     ($r) = script('run_events', [ "${P}run:$run", "${P}run:$run:events" ],
                   [ 'bob', '-', 10 ]);
     is($r, undef, "another tenant's: nil");
+};
+
+subtest 'ui_events' => sub {
+    my $run = id('run_', '3');
+    my $K = [ "${P}run:$run", "${P}run:$run:events" ];
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice', status => 'running');
+    my @ids = map { $t->redis('XADD', "${P}run:$run:events", '*', type => 'agent',
+                              data => "{\"n\":$_}") } 1 .. 3;
+    my ($r, $b, $a) = script('ui_events', $K, [ 'alice', '-', 2 ]);
+    is($r->[0], 'running', 'the status');
+    is_deeply([ map { $_->[0] } @{ $r->[1] } ], [ @ids[0, 1] ], 'the first page');
+    unchanged($b, $a, 'read');
+    ($r) = script('ui_events', $K, [ 'alice', "($ids[1]", 10 ]);
+    is_deeply([ map { $_->[0] } @{ $r->[1] } ], [ $ids[2] ], 'after an id');
+    ($r) = script('ui_events', $K, [ 'alice', "($ids[2]", 10 ]);
+    is_deeply($r, [ 'running', [] ], 'nothing new: the status, no events');
+    $t->redis('HSET', "${P}run:$run", status => 'completed');
+    ($r) = script('ui_events', $K, [ 'alice', "($ids[2]", 10 ]);
+    is($r->[0], 'completed', 'ended: said');
+    ($r) = script('ui_events', $K, [ 'bob', '-', 10 ]);
+    is($r, undef, "another tenant's: nil");
+    ($r) = script('ui_events', [ "${P}run:" . id('run_', '9'), "${P}run:x:events" ],
+                  [ 'alice', '-', 10 ]);
+    is($r, undef, 'unknown run: nil');
 };
 
 $mon->close;

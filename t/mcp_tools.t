@@ -1,9 +1,10 @@
 #!/usr/bin/perl
 
-# The six tools of ngx_sandbox_mcp_module against a real Redis: argument
-# validation (nothing written on error), the Redis records of a new run,
-# get_result and its long-poll, list_runs paging and filters, cancel_run in
-# each state, get_diff and get_events paging.
+# The run tools of ngx_sandbox_mcp_module against a real Redis (sessions:
+# t/mcp_sessions.t): argument validation (nothing written on error), the
+# Redis records of a new run (pull request arguments, a session's
+# repositories), get_result and its long-poll, list_runs paging and
+# filters, cancel_run in each state, get_diff and get_events paging.
 
 use strict;
 use warnings;
@@ -108,6 +109,19 @@ my @invalid = (
     [ { task => 't', sessionId => 5 },                qr/session/i, 'numeric sessionId' ],
     [ { task => 't', createPullRequest => 'yes' },    qr/createPullRequest/, 'createPullRequest string' ],
     [ { task => 't', createPullRequest => 1 },        qr/createPullRequest/, 'createPullRequest number' ],
+    [ { task => 't', createPullRequest => JSON::PP::true }, qr/createPullRequest.*repository/,
+      'createPullRequest without repository or session' ],
+    [ { task => 't', branch => 'feature' },           qr/branch.*repository/, 'branch without repository or session' ],
+    (map { [ { task => 't', repository => 'https://github.com/acme/widgets', baseBranch => $_ },
+             qr/baseBranch/, "baseBranch '$_'" ] } 'a..b', '-x', 'x.lock', 'a b', "a
+b"),
+    [ { task => 't', baseBranch => 7 },               qr/baseBranch/, 'numeric baseBranch' ],
+    [ { task => 't', prTitle => 'x' x 257 },          qr/prTitle.*too long/, 'prTitle over 256 bytes' ],
+    [ { task => 't', prTitle => "two\nlines" },      qr/prTitle/, 'prTitle with a newline' ],
+    [ { task => 't', prTitle => "bell\x07" },        qr/prTitle/, 'prTitle with a control character' ],
+    [ { task => 't', prTitle => ['x'] },              qr/prTitle/, 'array prTitle' ],
+    [ { task => 't', draft => 'yes' },                qr/draft/, 'draft string' ],
+    [ { task => 't', draft => 0 },                    qr/draft/, 'draft number' ],
     [ { task => 't', timeoutSeconds => 'long' },      qr/timeoutSeconds/, 'timeoutSeconds string' ],
     [ { task => 't', timeoutSeconds => 0 },           qr/timeoutSeconds/, 'timeoutSeconds 0' ],
     [ { task => 't', timeoutSeconds => -5 },          qr/timeoutSeconds/, 'timeoutSeconds negative' ],
@@ -213,7 +227,11 @@ my $run2 = $sc2->{runId} // 'run_missing2';
     is($h->{model}, 'test/model-x', 'model defaults to sandbox_mcp_default_model');
     is($h->{timeout}, '1800', 'timeout defaults to sandbox_mcp_run_timeout (30m)');
     is($h->{create_pr} // '0', '0', 'create_pr defaults to 0');
-    ok(!$h->{repository}, 'no repository');
+    is($h->{repository}, $args1->{repository},
+       "no repository named: the session's first");
+    is($h->{repositories}, qq(["$args1->{repository}"]), "... the session's list");
+    is($h->{branch}, '', 'no branch named: none stored');
+    is($h->{draft}, '0', 'draft defaults to 0');
     is($t->redis('ZCARD', "${P}session:$ses1:runs"), 2, 'session has 2 runs');
     is($t->redis('HGET', "${P}session:$ses1", 'last_run'), $run2, 'last_run updated');
     is(queue_entries_for($run2), 1, 'one queue entry for run 2');
@@ -228,6 +246,70 @@ isnt($sc3->{sessionId}, $ses1, 'no sessionId -> a new session');
 is($t->run_hash($run3)->{timeout}, '7200', 'timeoutSeconds 7200 accepted');
 $runs{$run3} = {};
 
+# a session without repository: branch and createPullRequest need one
+for my $a ({ branch => 'x' }, { createPullRequest => JSON::PP::true }) {
+    my $before = $t->redis_snapshot;
+    tool_err(call('opencode_run_task', { task => 't', sessionId => $sc3->{sessionId}, %$a }),
+             qr/has no repository/, "a follow-up in a session without repository: "
+             . join(',', keys %$a));
+    is_deeply($t->redis_snapshot, $before, '... nothing written');
+}
+
+# pull request arguments; a session's repositories
+my $widgets = $args1->{repository};
+my $gadgets = 'https://github.com/acme/gadgets';
+{
+    my $sc = tool_ok(call('opencode_run_task', {
+        task => 'follow up', sessionId => $ses1, createPullRequest => JSON::PP::true,
+        baseBranch => 'release/1.x', prTitle => "Fix: caf\x{e9} \x{2713}",
+        draft => JSON::PP::true, branch => 'topic' }),
+        'a follow-up with createPullRequest, baseBranch, prTitle, draft, branch');
+    my $h = $t->run_hash($sc->{runId} // 'run_none');
+    is($h->{repository}, $widgets, "run hash: repository, the session's first");
+    is($h->{repositories}, qq(["$widgets"]), 'run hash: repositories');
+    is($h->{branch}, 'topic', "run hash: the follow-up's branch is stored");
+    is($h->{create_pr}, '1', 'run hash: create_pr');
+    is($h->{base_branch}, 'release/1.x', 'run hash: base_branch');
+    is($h->{pr_title}, "Fix: caf\x{c3}\x{a9} \x{e2}\x{9c}\x{93}", 'run hash: pr_title (UTF-8)');
+    is($h->{draft}, '1', 'run hash: draft');
+    is($h->{watch_base}, "http://mcp.test:9999/ui/runs/$sc->{runId}",
+       'run hash: watch_base, the run page without a token');
+    $runs{ $sc->{runId} } = {} if $sc->{runId};
+
+    $sc = tool_ok(call('opencode_run_task', {
+        task => 'other repo', sessionId => $ses1, repository => "$gadgets.git" }),
+        'a follow-up naming a second repository');
+    $h = $t->run_hash($sc->{runId} // 'run_none');
+    is($h->{repository}, $gadgets, 'run hash: repository, written https://host/owner/name');
+    is($h->{repositories}, qq(["$widgets","$gadgets"]),
+       "run hash: repositories, the session's, first named first");
+    is($t->redis('HGET', "${P}session:$ses1", 'repositories'),
+       qq(["$widgets","$gadgets"]), "session hash: repositories");
+    ok(defined $t->redis('ZSCORE', "${P}tenant:alice:sessions", $ses1),
+       "the session in tenant:alice:sessions");
+    $runs{ $sc->{runId} } = {} if $sc->{runId};
+
+    # the most repositories a session may name (8)
+    my $first = tool_ok(call('opencode_run_task', {
+        task => 'many', repository => 'https://github.com/many/r1' }), 'repository 1');
+    my $ses = $first->{sessionId};
+    $runs{ $first->{runId} } = {} if $first->{runId};
+    $runs{ $_ } = {} for grep { $_ } map {
+        tool_ok(call('opencode_run_task', { task => 'many', sessionId => $ses,
+                repository => "https://github.com/many/r$_" }), "repository $_")->{runId}
+    } 2 .. 8;
+    my $before = $t->redis_snapshot;
+    tool_err(call('opencode_run_task', { task => 'many', sessionId => $ses,
+                  repository => 'https://github.com/many/r9' }),
+             qr/8 repositories/, 'a ninth repository in one session');
+    is_deeply($t->redis_snapshot, $before, '... nothing written');
+    $runs{ $_ } = {} for grep { $_ } map { $_->{runId} } grep { $_ } (
+        tool_ok(call('opencode_run_task', { task => 'many', sessionId => $ses,
+                repository => 'https://github.com/MANY/r3' }), 'one of the eight again'));
+    $t->redis('SREM', "${P}tenant:alice:started", keys %runs);   # room in the queue
+}
+
+# defaults of /defaults: watchUrl from the Host of the request
 # defaults of /defaults: watchUrl from the Host of the request
 {
     my $r = $t->call_tool($sid, 'opencode_run_task', { task => 'd' }, path => '/defaults');
@@ -264,7 +346,8 @@ $runs{$run3} = {};
     my $sc = tool_ok(call('opencode_get_result', { runId => $run1 }), 'get_result started');
     for my $k (qw(runId sessionId status title task repository branch model
                   createdAt startedAt finishedAt result error exitCode
-                  filesChanged diffStat pullRequestUrl tokens cost watchUrl)) {
+                  filesChanged diffStat pullRequestUrl pullRequestStatus tokens
+                  cost watchUrl)) {
         ok(exists $sc->{$k}, "get_result has $k");
     }
     is($sc->{runId}, $run1, 'runId');
@@ -278,6 +361,8 @@ $runs{$run3} = {};
     is(iso_ms($sc->{createdAt}), $t->run_hash($run1)->{created_at}, 'createdAt ISO-8601 of created_at');
     ok(!defined $sc->{startedAt}, 'startedAt null');
     ok(!defined $sc->{finishedAt}, 'finishedAt null');
+    ok(!defined $sc->{pullRequestUrl}, 'pullRequestUrl null before the runner set it');
+    ok(!defined $sc->{pullRequestStatus}, 'pullRequestStatus null likewise');
     is(ref $sc->{tokens}, 'HASH', 'tokens object');
     like($sc->{watchUrl} // '', qr{/ui/runs/\Q$run1\E\?token=}, 'watchUrl');
 
@@ -289,7 +374,7 @@ $runs{$run3} = {};
     $t->redis('HSET', "${P}run:$run1", status => 'completed', started_at => $st,
               finished_at => $ft, result => "All done.\nTests pass.", exit_code => 0,
               files_changed => json_encode($files), diff_stat => '2 files changed',
-              pr_url => 'https://github.com/acme/widgets/pull/7',
+              pr_url => 'https://github.com/acme/widgets/pull/7', pr_status => 'opened',
               tokens_input => 1000, tokens_output => 200, tokens_reasoning => 30,
               tokens_cache_read => 400, tokens_cache_write => 50, cost => '0.0125',
               error => '');
@@ -302,6 +387,7 @@ $runs{$run3} = {};
     is_deeply($sc->{filesChanged}, $files, 'filesChanged decoded');
     is($sc->{diffStat}, '2 files changed', 'diffStat');
     is($sc->{pullRequestUrl}, 'https://github.com/acme/widgets/pull/7', 'pullRequestUrl');
+    is($sc->{pullRequestStatus}, 'opened', 'pullRequestStatus');
     is_deeply($sc->{tokens}, { input => 1000, output => 200, reasoning => 30,
                                cacheRead => 400, cacheWrite => 50 }, 'tokens');
     ok(defined $sc->{cost} && abs($sc->{cost} - 0.0125) < 1e-9, 'cost');
@@ -495,9 +581,17 @@ $runs{$run3} = {};
         $sorted = 0 if ($created{ $l[$i]{runId} } // 0) > ($created{ $l[$i - 1]{runId} } // 0);
     }
     ok($sorted, 'newest first');
-    for my $k (qw(runId sessionId status title createdAt finishedAt)) {
+    for my $k (qw(runId sessionId status title createdAt finishedAt
+                  pullRequestUrl pullRequestStatus)) {
         ok(!grep({ !exists $_->{$k} } @l), "every entry has $k");
     }
+    my ($e1) = grep { $_->{runId} eq $run1 } @{ (SMCP::Test::sc(call('opencode_list_runs',
+                                                 { limit => 100 })) || {})->{runs} || [] };
+    is_deeply([ @{ $e1 || {} }{qw(pullRequestUrl pullRequestStatus)} ],
+              [ 'https://github.com/acme/widgets/pull/7', 'opened' ],
+              "list_runs: run 1's pullRequestUrl and pullRequestStatus");
+    ok(!grep({ $_->{runId} ne $run1 && defined $_->{pullRequestUrl} } @l),
+       'list_runs: null for runs without one');
     is($l[0]{runId}, (sort { $created{$b} <=> $created{$a} } keys %created)[0],
        'the newest run first');
 

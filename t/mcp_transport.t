@@ -32,7 +32,8 @@ $t->start;
 my $P = 'smcp:';
 my @VERSIONS = qw(2025-11-25 2025-06-18 2025-03-26);
 my @TOOLS = sort qw(opencode_run_task opencode_get_result opencode_list_runs
-                    opencode_cancel_run opencode_get_diff opencode_get_events);
+                    opencode_cancel_run opencode_get_diff opencode_get_events
+                    opencode_list_sessions);
 
 # expect an HTTP status + JSON-RPC error code in a JSON body
 sub rpc_error_is {
@@ -263,7 +264,7 @@ my $sid0618 = $sid{'2025-06-18'};
         part_delay => 0.3);
     _decode($r);
     is($r->{status}, 200, 'a body sent in three delayed pieces');
-    is(scalar @{ $r->{json}{result}{tools} || [] }, 6, '... is read whole');
+    is(scalar @{ $r->{json}{result}{tools} || [] }, scalar(@TOOLS), '... is read whole');
 
     # a big body (in a temp file past client_body_buffer_size) in pieces
     my $big = json_encode({ jsonrpc => '2.0', id => 'big', method => 'ping',
@@ -471,7 +472,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     my $tools = $r->{json}{result}{tools};
     is(ref $tools, 'ARRAY', 'tools array');
     $tools = [] unless ref $tools eq 'ARRAY';
-    is_deeply([ sort map { $_->{name} } @$tools ], \@TOOLS, 'the 6 tools');
+    is_deeply([ sort map { $_->{name} } @$tools ], \@TOOLS, 'the ' . @TOOLS . ' tools');
     ok(!defined $r->{json}{result}{nextCursor}, 'no nextCursor with default page size');
     for my $tool (@$tools) {
         subtest "tool $tool->{name}" => sub {
@@ -516,7 +517,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
 
     $r = $t->rpc($psid, 'tools/list', { cursor => $cursor }, path => '/paged');
     $res = $r->{json}{result} || {};
-    is(scalar @{ $res->{tools} || [] }, 2, 'second page has 2 tools');
+    is(scalar @{ $res->{tools} || [] }, @TOOLS - 4, 'second page has the rest');
     ok(!defined $res->{nextCursor}, 'no nextCursor on the last page');
     push @names, map { $_->{name} } @{ $res->{tools} || [] };
     is_deeply([ sort @names ], \@TOOLS, 'pages cover every tool once');
@@ -565,7 +566,7 @@ for my $bad ('2024-01-01', 'garbage', '2025-11-25x', '') {
     pong_ok($t->mcp_post($ping, session => $sid, port => $port2),
             'session from instance 1 works on instance 2');
     my $r = $t->rpc($sid, 'tools/list', {}, port => $port2);
-    is(scalar @{ $r->{json}{result}{tools} || [] }, 6, 'tools/list on instance 2');
+    is(scalar @{ $r->{json}{result}{tools} || [] }, scalar(@TOOLS), 'tools/list on instance 2');
 
     my ($s5) = $t->initialize(port => $port2);
     ok($s5, 'session created on instance 2');

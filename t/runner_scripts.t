@@ -10,7 +10,8 @@
 #                tenant's claimed runs (tenant:{t}:claimed) under
 #                `max_running`; on ok it moves from tenant:{t}:started to
 #                tenant:{t}:claimed; `attempts` counted
-#   running.lua  `running` once the container runs; a run cancelled meanwhile
+#   running.lua  `running` once the container runs (told on the tenant's
+#                channel too); a run cancelled meanwhile
 #                leaves the session's and the tenant's sets
 #   finish.lua   the outcome once; the run leaves session:{id}:active and
 #                both tenant sets; its keys expire after `retention`; the
@@ -180,14 +181,19 @@ sub running {
         [ "${P}run:$id", "${P}run:$id:events", "${P}run:$id",
           defined $h->{session} ? "${P}session:$h->{session}:active" : '',
           defined $h->{tenant} ? "${P}tenant:$h->{tenant}:started" : '',
-          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:claimed" : '' ],
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:claimed" : '',
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}" : '' ],
         [ $now, $ct // ('c' x 64), 100000, $now + 60000, $id ]);
 }
 
 subtest 'running: once its container runs, unless cancelled meanwhile' => sub {
     created('run_s', tenant => 'frank', session => 'ses_s');
     is(claim('run_s', 'r1/1/a'), 'ok', 'claimed');
+    my $tsub = $t->redis_connect;
+    $tsub->subscribe("${P}tenant:frank");
     is(running('run_s'), 'ok', 'running: ok');
+    is_deeply($tsub->next_message(2), [ "${P}tenant:frank", 'run_s running' ],
+              "the tenant's channel: run id and status");
     my $h = hash("${P}run:run_s");
     is_deeply([@$h{qw(status started_at container_id deadline)}],
               ['running', $now, 'c' x 64, $now + 60000],
@@ -224,7 +230,8 @@ sub finish {
           $ses ne '' ? "${P}session:$ses:active" : '',
           defined $ten ? "${P}tenant:$ten:started" : '',
           defined $ten ? "${P}tenant:$ten:claimed" : '',
-          $ses ne '' ? "${P}session:$ses" : '', "${P}sessions" ],
+          $ses ne '' ? "${P}session:$ses" : '', "${P}sessions",
+          defined $ten ? "${P}tenant:$ten" : '' ],
         [ $status, $at // $now, 100000, $id, $ses, %{ $fields || {} },
           defined $diff ? ($diff) : () ]);
 }
@@ -238,11 +245,15 @@ subtest 'finish: outcome, the run sets, retention, session' => sub {
     $t->redis('DEL', "${P}session:ses_f");
     $t->redis('HSET', "${P}session:ses_f", tenant => 'carol', idle_ttl => 3600);
     my $idx = '{"a.txt":[0,40]}';
+    my $tsub = $t->redis_connect;
+    $tsub->subscribe("${P}tenant:carol");
     is(finish('run_f', 'completed', { result => 'done', diff_index => $idx,
                                       diff_stat => '1 file changed, 1 insertion(+)' },
               "diff --git a/a.txt b/a.txt\n+x\n"), 'ok', 'finish: ok');
     my $h = hash("${P}run:run_f");
     is($h->{status}, 'completed', 'status');
+    is_deeply($tsub->next_message(2), [ "${P}tenant:carol", 'run_f completed' ],
+              "the tenant's channel: run id and status");
     is($h->{finished_at}, $now, 'finished_at');
     is($h->{result}, 'done', 'the fields given');
     is($h->{diff_index}, $idx, 'diff_index');

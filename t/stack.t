@@ -186,6 +186,30 @@ isnt($? >> 8, 0, 'smcp-token refuses an unknown scope');
 my $nosecret = `env -u PROXY_JWT_SECRET $root/build/smcp-token --sub x 2>&1`;
 like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it looks');
 
+# the dashboard: make up's link, and `make token UI=1`
+{
+    my ($dash) = $out =~ m{^Dashboard:\s+(\S+)}m;
+    like($dash // '', qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+$},
+         'make up prints a Dashboard: link');
+    my $ht = HTTP::Tiny->new(timeout => 10, max_redirect => 0);
+    my $r = $ht->get($dash // "http://127.0.0.1:$port/ui/");
+    is($r->{status}, 303, '... which answers 303 with its cookie');
+    my ($c) = ($r->{headers}{'set-cookie'} // '') =~ /^(smcp_ui=[^;]+)/;
+    $r = $ht->get("http://127.0.0.1:$port/ui/", { headers => { Cookie => $c // '' } });
+    is($r->{status}, 200, '... then the run list');
+    like($r->{content}, qr/runs\.js/, '... the list page');
+
+    my $link = `make -s -C $root token SUB=dora UI=1 SMCP_STATE=$state SMCP_LISTEN=127.0.0.1:$port 2>&1`;
+    like($link, qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+\n\z},
+         'make token SUB=dora UI=1 prints a dashboard link');
+    my ($tok) = $link =~ /token=([\w.-]+)/;
+    my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
+    is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
+    ok(!exists $cl->{run}, '... for no one run');
+    $r = $ht->get($link =~ s/\s+\z//r);
+    is($r->{status}, 303, '... that the dashboard takes');
+}
+
 sub environ {
     my ($pid) = @_;
     open(my $fh, '<', "/proc/$pid/environ") or return undef;

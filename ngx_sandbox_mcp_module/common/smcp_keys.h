@@ -32,6 +32,11 @@
                                                      runs by created_at */
 #define SMCP_KEY_SESSIONS           "%ssessions"  /* zset: session ids by
                                                      idle expiry (ms) */
+#define SMCP_KEY_TENANT_SESSIONS    "%stenant:%s:sessions" /* zset: the
+                                                     tenant's session ids by
+                                                     last activity (ms):
+                                                     run_create and the
+                                                     runner's finish */
 #define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
                                                      store identity */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
@@ -40,6 +45,10 @@
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE
                                                      <prefix>run:* */
+#define SMCP_CHAN_TENANT            "%stenant:%s" /* "<runId> <status>"
+                                                     on every status change;
+                                                     workers PSUBSCRIBE
+                                                     <prefix>tenant:* */
 #define SMCP_CHAN_CANCEL            "%scancel"
 #define SMCP_CHAN_REVOKED           "%srevoked"   /* a jti: "<jti> <exp>" */
 

@@ -418,15 +418,16 @@ smcp_cursor_number(const char *src, size_t len, char kind, uint64_t max,
 
 
 int
-smcp_cursor_run(const char *src, size_t len, char *run_id, char *score)
+smcp_cursor_id(const char *src, size_t len, char kind, const char *prefix,
+    char *id, char *score)
 {
     size_t    n, slen;
     uint64_t  v;
     char      text[SMCP_CURSOR_TEXT_MAX + 1];
 
     if (smcp_cursor_decode(src, len, text, &n) != SMCP_OK
-        || n < 2 + SMCP_ID_LEN + 2 || text[0] != 'r' || text[1] != ':'
-        || !smcp_valid_id(text + 2, SMCP_ID_LEN, SMCP_RUN_ID_PREFIX)
+        || n < 2 + SMCP_ID_LEN + 2 || text[0] != kind || text[1] != ':'
+        || !smcp_valid_id(text + 2, SMCP_ID_LEN, prefix)
         || text[2 + SMCP_ID_LEN] != ':')
     {
         return SMCP_ERR;
@@ -438,10 +439,17 @@ smcp_cursor_run(const char *src, size_t len, char *run_id, char *score)
         return SMCP_ERR;
     }
 
-    memcpy(run_id, text + 2, SMCP_ID_LEN);
-    run_id[SMCP_ID_LEN] = '\0';
+    memcpy(id, text + 2, SMCP_ID_LEN);
+    id[SMCP_ID_LEN] = '\0';
     memcpy(score, text + 3 + SMCP_ID_LEN, slen);
     score[slen] = '\0';
 
     return SMCP_OK;
+}
+
+
+int
+smcp_cursor_run(const char *src, size_t len, char *run_id, char *score)
+{
+    return smcp_cursor_id(src, len, 'r', SMCP_RUN_ID_PREFIX, run_id, score);
 }

@@ -88,5 +88,10 @@ int smcp_cursor_number(const char *src, size_t len, char kind, uint64_t max,
  * digits); run_id gets SMCP_ID_LEN + 1 bytes, score 20 */
 int smcp_cursor_run(const char *src, size_t len, char *run_id, char *score);
 
+/* a list cursor "<kind>:<id>:<score>", the id of the prefix ("run_",
+ * "ses_"); id gets SMCP_ID_LEN + 1 bytes, score 20 */
+int smcp_cursor_id(const char *src, size_t len, char kind,
+    const char *prefix, char *id, char *score);
+
 
 #endif /* SMCP_VALIDATE_H */

@@ -26,6 +26,7 @@ const EXPECTED_TOOLS = [
     'opencode_get_events',
     'opencode_get_result',
     'opencode_list_runs',
+    'opencode_list_sessions',
     'opencode_run_task',
 ];
 
@@ -101,7 +102,7 @@ if (connected) {
         return { ok: r && typeof r === 'object', detail: r };
     });
 
-    await check('listTools returns the 6 tools', async () => {
+    await check('listTools returns the 7 tools', async () => {
         const r = await client.listTools();
         const names = r.tools.map((t) => t.name).sort();
         const schemasOk = r.tools.every((t) => t.inputSchema?.type === 'object'

@@ -462,12 +462,18 @@ test_cursor(void)
     NUM("d5", 'd', UINT64_MAX, 0, 0, "d5 (no colon) refused");
     NUM("dd:5", 'd', UINT64_MAX, 0, 0, "dd:5 refused");
 
-#define RUN(text_, want_ok_, name_)                                           \
+#define CUR(kind_, prefix_, text_, want_ok_, name_)                           \
     do {                                                                      \
         smcp_cursor_encode(enc, text_, sizeof(text_) - 1);                    \
-        ok((smcp_cursor_run(enc, strlen(enc), id, score) == SMCP_OK)          \
-           == (want_ok_), name_);                                             \
+        ok(((((kind_) == 'r')                                                 \
+             ? smcp_cursor_run(enc, strlen(enc), id, score)                   \
+             : smcp_cursor_id(enc, strlen(enc), kind_, prefix_, id, score))   \
+            == SMCP_OK) == (want_ok_), name_);                                \
     } while (0)
+#define RUN(text_, want_ok_, name_)                                           \
+    CUR('r', SMCP_RUN_ID_PREFIX, text_, want_ok_, name_)
+#define SES(text_, want_ok_, name_)                                           \
+    CUR('s', SMCP_SESSION_ID_PREFIX, text_, want_ok_, name_)
 
     RUN("r:run_0123456789abcdef01234567:1764430000000", 1, "run cursor");
     ok(strcmp(id, "run_0123456789abcdef01234567") == 0
@@ -482,6 +488,15 @@ test_cursor(void)
         "run cursor score of 20 digits");
     RUN("r:run_0123456789abcdef01234567:inf", 0, "run cursor score inf");
     RUN("t:run_0123456789abcdef01234567:17", 0, "run cursor other kind");
+
+    SES("s:ses_0123456789abcdef01234567:1764430000000", 1, "session cursor");
+    ok(strcmp(id, "ses_0123456789abcdef01234567") == 0
+       && strcmp(score, "1764430000000") == 0, "session cursor: id, score");
+    SES("s:run_0123456789abcdef01234567:17", 0, "session cursor: a run id");
+    SES("r:ses_0123456789abcdef01234567:17", 0, "session cursor: kind r");
+    SES("r:run_0123456789abcdef01234567:17", 0, "session cursor: a run's");
+    SES("s:ses_0123456789abcdef01234567:-1", 0, "session cursor negative");
+    SES("s:ses_0123456789abcdef01234567:", 0, "session cursor no score");
 }
 
 

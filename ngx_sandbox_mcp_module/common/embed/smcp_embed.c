@@ -8,9 +8,20 @@
  *   smcp-embed tools OUT.h DIR   every DIR/NAME.json (an MCP tool
  *                                definition) becomes
  *                                static const char smcp_tool_NAME[]
+ *   smcp-embed ui OUT.h DIR      every file of DIR and of DIR/static (the
+ *                                dashboard) becomes an entry of
+ *                                static const smcp_ui_file_t
+ *                                smcp_ui_files[] (path, content type,
+ *                                ETag, bytes, length)
  *
- * Both also define an X-macro listing the names (SMCP_LUA_SCRIPTS(X),
- * SMCP_TOOLS(X)).  Entries come in the order of their file names.
+ * lua and tools also define an X-macro listing the names
+ * (SMCP_LUA_SCRIPTS(X), SMCP_TOOLS(X)).  Entries come in the order of
+ * their file names.
+ *
+ * UI: a name is [a-z0-9_.-], starts with a letter or digit, and ends in a
+ * known extension (its content type); anything else in the directories,
+ * or a file that cannot be read, stops the build.  Bytes are embedded as
+ * they are (binary files too); the ETag is the FNV-1a hash of them.
  *
  * Lua: NAME is [a-z0-9_]; the opening comment block holds a line starting
  * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  The
@@ -32,6 +43,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,8 +62,24 @@
 
 typedef enum {
     EMBED_LUA,
-    EMBED_TOOLS
+    EMBED_TOOLS,
+    EMBED_UI
 } embed_kind_e;
+
+
+/* the dashboard's file types: extension and Content-Type */
+static const char  *embed_ui_types[][2] = {
+    { ".html", "text/html; charset=utf-8" },
+    { ".css", "text/css; charset=utf-8" },
+    { ".js", "text/javascript; charset=utf-8" },
+    { ".json", "application/json" },
+    { ".svg", "image/svg+xml" },
+    { ".png", "image/png" },
+    { ".ico", "image/x-icon" },
+    { ".webp", "image/webp" },
+    { ".txt", "text/plain; charset=utf-8" },
+    { ".woff2", "font/woff2" }
+};
 
 
 static const char  *embed_out_tmp;
@@ -79,7 +107,7 @@ embed_fail(const char *file, const char *fmt, ...)
 
 
 static char *
-embed_read(const char *path, size_t *len)
+embed_read_bytes(const char *path, size_t *len, int text)
 {
     char   *buf;
     FILE   *f;
@@ -107,7 +135,7 @@ embed_read(const char *path, size_t *len)
         embed_fail(path, "larger than %d bytes", EMBED_MAX_SIZE);
     }
 
-    if (memchr(buf, '\0', n) != NULL) {
+    if (text && memchr(buf, '\0', n) != NULL) {
         embed_fail(path, "holds a NUL byte");
     }
 
@@ -122,6 +150,13 @@ static int
 embed_cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+
+static char *
+embed_read(const char *path, size_t *len)
+{
+    return embed_read_bytes(path, len, 1);
 }
 
 
@@ -518,10 +553,216 @@ embed_check_tool(const char *path, const char *dir, const char *name)
 }
 
 
+/* UI: the Content-Type of a file name, or NULL (an unknown extension) */
+static const char *
+embed_ui_type(const char *path, const char *name)
+{
+    size_t       i, len, elen;
+    const char  *p;
+
+    len = strlen(name);
+
+    if (len == 0 || len > EMBED_MAX_NAME
+        || !(islower((unsigned char) name[0])
+             || isdigit((unsigned char) name[0])))
+    {
+        embed_fail(path, "a dashboard file's name is 1-%d characters of "
+                   "a-z 0-9 _ . - starting with a letter or digit",
+                   EMBED_MAX_NAME);
+    }
+
+    for (p = name; *p; p++) {
+        if (!(islower((unsigned char) *p) || isdigit((unsigned char) *p)
+              || *p == '_' || *p == '.' || *p == '-'))
+        {
+            embed_fail(path, "a dashboard file's name may hold a-z, 0-9, "
+                       "_ . - only");
+        }
+    }
+
+    for (i = 0; i < sizeof(embed_ui_types) / sizeof(embed_ui_types[0]); i++)
+    {
+        elen = strlen(embed_ui_types[i][0]);
+
+        if (len > elen && strcmp(name + len - elen, embed_ui_types[i][0]) == 0)
+        {
+            return embed_ui_types[i][1];
+        }
+    }
+
+    embed_fail(path, "unknown extension (known: .html .css .js .json .svg "
+               ".png .ico .webp .txt .woff2)");
+
+    return NULL;
+}
+
+
+/* UI: the files of dir (sub: its directory "static", or "" for the top),
+ * sorted, as "sub/name"; directories other than static refused */
+static size_t
+embed_ui_list(const char *dir, const char *sub, char **names, size_t n)
+{
+    DIR            *d;
+    char            path[4096], *name;
+    size_t          first;
+    struct stat     st;
+    struct dirent  *de;
+
+    snprintf(path, sizeof(path), "%s%s%s", dir, *sub ? "/" : "", sub);
+
+    d = opendir(path);
+    if (d == NULL) {
+        embed_fail(path, "%s", strerror(errno));
+    }
+
+    first = n;
+
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) {
+            continue;
+        }
+
+        snprintf(path, sizeof(path), "%s/%s%s%s", dir, sub, *sub ? "/" : "",
+                 de->d_name);
+
+        if (stat(path, &st) != 0) {
+            embed_fail(path, "%s", strerror(errno));
+        }
+
+        if (S_ISDIR(st.st_mode) && *sub == '\0'
+            && strcmp(de->d_name, "static") == 0)
+        {
+            continue;
+        }
+
+        if (!S_ISREG(st.st_mode)) {
+            embed_fail(path, "not a regular file (the dashboard's files are "
+                       "DIR/NAME and DIR/static/NAME)");
+        }
+
+        (void) embed_ui_type(path, de->d_name);
+
+        if (n == EMBED_MAX_FILES) {
+            embed_fail(dir, "more than %d files", EMBED_MAX_FILES);
+        }
+
+        name = malloc(strlen(sub) + strlen(de->d_name) + 2);
+        if (name == NULL) {
+            embed_fail(dir, "out of memory");
+        }
+
+        sprintf(name, "%s%s%s", sub, *sub ? "/" : "", de->d_name);
+        names[n++] = name;
+    }
+
+    closedir(d);
+
+    qsort(names + first, n - first, sizeof(char *), embed_cmp);
+
+    return n;
+}
+
+
+/* UI: the table smcp_ui_files[] of every file, and SMCP_UI_NFILES */
+static void
+embed_ui(FILE *out, const char *dir)
+{
+    char           *names[EMBED_MAX_FILES], *text, path[4096];
+    size_t          i, n, k, len;
+    uint64_t        h;
+    const char     *base;
+
+    n = embed_ui_list(dir, "", names, 0);
+    n = embed_ui_list(dir, "static", names, n);
+
+    if (n == 0) {
+        embed_fail(dir, "no file");
+    }
+
+    fputs("typedef struct {\n"
+          "    const char  *path;           /* \"run.html\", "
+          "\"static/app.css\" */\n"
+          "    const char  *type;           /* Content-Type */\n"
+          "    const char  *etag;           /* quoted */\n"
+          "    const char  *data;\n"
+          "    size_t       len;\n"
+          "} smcp_ui_file_t;\n\n", out);
+
+    for (i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        text = embed_read_bytes(path, &len, 0);
+
+        fprintf(out, "/* %s */\nstatic const char smcp_ui_data_%zu[] =\n",
+                names[i], i);
+        embed_string(out, text, len, EMBED_LINE);
+        fputs(";\n\n", out);
+
+        free(text);
+    }
+
+    fputs("static const smcp_ui_file_t  smcp_ui_files[] = {\n", out);
+
+    for (i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        text = embed_read_bytes(path, &len, 0);
+
+        h = 1469598103934665603ULL;
+
+        for (k = 0; k < len; k++) {
+            h = (h ^ (unsigned char) text[k]) * 1099511628211ULL;
+        }
+
+        base = strrchr(names[i], '/');
+        base = base ? base + 1 : names[i];
+
+        fprintf(out, "    { \"%s\", \"%s\", \"\\\"%016llx\\\"\",\n"
+                "      smcp_ui_data_%zu, sizeof(smcp_ui_data_%zu) - 1 },\n",
+                names[i], embed_ui_type(path, base), (unsigned long long) h,
+                i, i);
+
+        free(text);
+        free(names[i]);
+    }
+
+    fprintf(out, "};\n\n#define SMCP_UI_NFILES  %zu\n", n);
+}
+
+
+static int
+embed_ui_main(const char *out_path, const char *dir)
+{
+    FILE  *out;
+    char   tmp[4096];
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", out_path);
+    embed_out_tmp = tmp;
+
+    out = fopen(tmp, "w");
+    if (out == NULL) {
+        embed_fail(tmp, "%s", strerror(errno));
+    }
+
+    fprintf(out, "/* generated by smcp-embed from the files of %s: do not "
+            "edit */\n\n", dir);
+
+    embed_ui(out, dir);
+
+    if (fclose(out) != 0) {
+        embed_fail(tmp, "%s", strerror(errno));
+    }
+
+    if (rename(tmp, out_path) != 0) {
+        embed_fail(out_path, "%s", strerror(errno));
+    }
+
+    return 0;
+}
+
+
 static void
 embed_usage(void)
 {
-    fprintf(stderr, "usage: smcp-embed lua|tools OUT.h DIR\n");
+    fprintf(stderr, "usage: smcp-embed lua|tools|ui OUT.h DIR\n");
     exit(2);
 }
 
@@ -551,12 +792,23 @@ main(int argc, char **argv)
         macro = "SMCP_TOOLS";
         suffix = ".json";
 
+    } else if (strcmp(argv[1], "ui") == 0) {
+        kind = EMBED_UI;
+        prefix = "";
+        macro = "";
+        suffix = "";
+
     } else {
         embed_usage();
         return 2;
     }
 
     dir = argv[3];
+
+    if (kind == EMBED_UI) {
+        return embed_ui_main(argv[2], dir);
+    }
+
     n = embed_list(dir, suffix, names);
 
     if (n == 0) {

@@ -7,6 +7,8 @@
 -- KEYS[7] tenant:{tenant}:claimed     KEYS[8] session:{session}
 --                                     (each '' when unknown)
 -- KEYS[9] sessions
+-- KEYS[10] channel tenant:{tenant}    ('' when unknown; "<run id>
+--                                     <status>": the dashboard)
 -- ARGV: status, now (ms), events maxlen, run id, session id, then
 -- field/value pairs for the run hash, then (when KEYS[4] is given) the
 -- diff.
@@ -37,6 +39,9 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',
            'lifecycle', 'data', cjson.encode({status = ARGV[1]}),
            'ts', ARGV[2])
 redis.call('PUBLISH', KEYS[3], ARGV[1])
+if KEYS[10] ~= '' then
+  redis.call('PUBLISH', KEYS[10], ARGV[4] .. ' ' .. ARGV[1])
+end
 
 local retention = tonumber(redis.call('HGET', KEYS[1], 'retention') or '')
 if retention and retention >= 1 then

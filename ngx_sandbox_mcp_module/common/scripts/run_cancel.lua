@@ -8,6 +8,7 @@
 -- KEYS[5] session:{sid}:active, of the session the run named when it was
 --         read before ('' for none)
 -- KEYS[6] channel run:{id}   KEYS[7] channel cancel
+-- KEYS[8] channel tenant:{tenant} ("<run id> <status>": the dashboard)
 -- ARGV: tenant, now (ms), run id, events maxlen, retention (s) when the
 -- run has none, the session id KEYS[5] is of ('' for none), then the
 -- names of the statuses `started`, `running` and `cancelled`
@@ -33,6 +34,7 @@ if h[2] == started then
     redis.call('EXPIRE', k, keep)
   end
   redis.call('PUBLISH', KEYS[6], cancelled)
+  redis.call('PUBLISH', KEYS[8], ARGV[3] .. ' ' .. cancelled)
 elseif h[2] == running then
   if redis.call('HSETNX', KEYS[1], 'cancel_requested', '1') == 1 then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',

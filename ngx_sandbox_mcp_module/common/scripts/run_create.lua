@@ -7,25 +7,58 @@
 -- KEYS[4] session:{sid}   KEYS[5] session:{sid}:runs
 -- KEYS[6] session:{sid}:active   KEYS[7] tenant:{tenant}:started
 -- KEYS[8] sessions   KEYS[9] queue   KEYS[10] channel run:{id}
+-- KEYS[11] tenant:{tenant}:sessions
+-- KEYS[12] channel tenant:{tenant} ("<run id> <status>": the dashboard)
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
--- repository, branch, model, title, create_pr (1/0), timeout (s), events
--- maxlen, max queued, max running, max cost (USD), retention (s), session
--- idle ttl (s), session idle expiry (ms), trim score (ms), then the names
--- of the status `started` and of the session states `expiring` and
--- `expired`
+-- repository (the URL the run names, or ""), branch, model, title,
+-- create_pr (1/0), timeout (s), events maxlen, max queued, max running,
+-- max cost (USD), retention (s), session idle ttl (s), session idle expiry
+-- (ms), trim score (ms), then the names of the status `started` and of the
+-- session states `expiring` and `expired`; then base branch, pr title,
+-- draft (1/0), watch base (the run page's URL), the most repositories a
+-- session may hold, the sessions' trim score (ms: older sessions' keys are
+-- gone)
+--
+-- The session's `repositories` (a JSON array of URLs, first named first,
+-- compared without case) gains the run's repository; the run gets that
+-- array and its `repository`: the one it names, else the session's first.
 --
 -- Returns 1; 0 when an existing session is unknown to this tenant (or a
 -- new one's id is taken); -1 when it expired (or is expiring); -2 when the
--- tenant has max queued runs started already.  Only 1 writes anything.
+-- tenant has max queued runs started already; -3 when the session holds
+-- the most repositories already and the run names another; -4 when the run
+-- needs a repository (a branch, a pull request) and has none.  Only 1
+-- writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 
+local repos = {}
 if ARGV[4] == '1' then
   if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
 else
-  local s = redis.call('HMGET', KEYS[4], 'tenant', 'state')
+  local s = redis.call('HMGET', KEYS[4], 'tenant', 'state', 'repositories')
   if s[1] ~= ARGV[2] then return 0 end
   if s[2] == expiring or s[2] == expired then return -1 end
+  if s[3] then repos = cjson.decode(s[3]) end
 end
+
+local own, seen = ARGV[7], false
+for _, url in ipairs(repos) do
+  if own ~= '' and string.lower(url) == string.lower(own) then
+    own, seen = url, true
+  end
+end
+if own == '' then
+  own, seen = repos[1] or '', true
+end
+if not seen then
+  if #repos >= tonumber(ARGV[28]) then return -3 end
+  repos[#repos + 1] = own
+end
+if own == '' and (ARGV[8] ~= '' or ARGV[11] == '1') then return -4 end
+
+-- the URLs are checked (https, host, owner, name): nothing to escape
+local list = '[]'
+if #repos > 0 then list = '["' .. table.concat(repos, '","') .. '"]' end
 
 if redis.call('SCARD', KEYS[7]) >= tonumber(ARGV[14]) then return -2 end
 
@@ -33,12 +66,15 @@ if ARGV[4] == '1' then
   redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5])
 end
 redis.call('HSET', KEYS[4], 'last_run', ARGV[1], 'last_active', ARGV[5],
-  'idle_ttl', ARGV[18], 'retention', ARGV[17])
+  'idle_ttl', ARGV[18], 'retention', ARGV[17], 'repositories', list)
 redis.call('ZADD', KEYS[8], ARGV[19], ARGV[3])
+redis.call('ZADD', KEYS[11], ARGV[5], ARGV[3])
 
 redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
-  'task', ARGV[6], 'repository', ARGV[7], 'branch', ARGV[8],
-  'model', ARGV[9], 'title', ARGV[10], 'create_pr', ARGV[11],
+  'task', ARGV[6], 'repository', own, 'repositories', list,
+  'branch', ARGV[8], 'model', ARGV[9], 'title', ARGV[10],
+  'create_pr', ARGV[11], 'base_branch', ARGV[24], 'pr_title', ARGV[25],
+  'draft', ARGV[26], 'watch_base', ARGV[27],
   'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
   'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17])
 
@@ -48,10 +84,12 @@ redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[20])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[20])
+redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', '(' .. ARGV[29])
 
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',
   'type', 'lifecycle', 'data', '{"status":"' .. started .. '"}',
   'ts', ARGV[5])
 redis.call('XADD', KEYS[9], '*', 'run', ARGV[1])
 redis.call('PUBLISH', KEYS[10], started)
+redis.call('PUBLISH', KEYS[12], ARGV[1] .. ' ' .. started)
 return 1

@@ -3,7 +3,9 @@
 --
 -- KEYS[1] run:{id}   KEYS[2] run:{id}:events   KEYS[3] channel run:{id}
 -- KEYS[4] session:{session}:active   KEYS[5] tenant:{tenant}:started
--- KEYS[6] tenant:{tenant}:claimed    (each '' when unknown)
+-- KEYS[6] tenant:{tenant}:claimed
+-- KEYS[7] channel tenant:{tenant}     (each '' when unknown; "<run id>
+--                                     <status>": the dashboard)
 -- ARGV: now (ms), container id, events maxlen, deadline (ms), run id
 --
 -- A run that ended meanwhile (cancelled while its sandbox was starting)
@@ -25,4 +27,5 @@ redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1],
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',
            'lifecycle', 'data', '{"status":"running"}', 'ts', ARGV[1])
 redis.call('PUBLISH', KEYS[3], 'running')
+if KEYS[7] ~= '' then redis.call('PUBLISH', KEYS[7], ARGV[5] .. ' running') end
 return 'ok'

@@ -1,2 +1,601 @@
-/* the run page */
+/*
+ * The run page: the run's facts from runs/{id}/data, its steps live from
+ * runs/{id}/events (server-sent events: the types and data of
+ * opencode_get_events), its diff from runs/{id}/diff once it has ended,
+ * and a Cancel button while it is started or running.
+ */
 "use strict";
+
+(function () {
+
+    var el = SMCP.el;
+
+    var MAX_TEXT = 20000;        /* characters of one output shown */
+    var MAX_EVENTS = 5000;       /* timeline entries kept on the page */
+    var MAX_DIFF_PAGES = 16;     /* 64 KiB pages of a diff fetched */
+    var MAX_DIFF_LINES = 4000;   /* lines of one file's diff shown */
+
+    var base = window.location.pathname.replace(/\/+$/, "");
+    var runId = base.slice(base.lastIndexOf("/") + 1);
+
+    var run = null;              /* the last data answer */
+    var seen = {};               /* event ids on the page */
+    var shown = 0;
+    var usage = { input: 0, output: 0, reasoning: 0, cacheRead: 0,
+                  cacheWrite: 0, cost: 0 };
+    var source = null;
+    var diffLoaded = false;
+    var cancelAsked = false;
+
+    function num(v) {
+        return typeof v === "number" && isFinite(v) && v >= 0 ? v : 0;
+    }
+
+    /* -- the run's facts ------------------------------------------------ */
+
+    function fact(dl, name, value) {
+        if (value === null || value === undefined || value === "") {
+            return;
+        }
+        dl.appendChild(el("div", {}, [el("dt", { text: name }),
+                                      el("dd", { text: value })]));
+    }
+
+    function showStatus(st) {
+        var s = document.getElementById("status");
+        if (s.textContent !== SMCP.statusText(st)) {
+            s.textContent = SMCP.statusText(st);
+        }
+        s.className = SMCP.statusClass(st);
+        showCancel(st);
+    }
+
+    function showCancel(st) {
+        var box = document.getElementById("cancel-box");
+        var live = st === "started" || st === "running";
+
+        box.hidden = !live;
+        document.getElementById("cancel").hidden = !live;
+        document.getElementById("cancel").disabled =
+            cancelAsked || (run && run.cancelRequested === true);
+        if (!live) {
+            SMCP.setText("cancel-note", "");
+        } else if (run && run.cancelRequested === true) {
+            SMCP.setText("cancel-note", "Cancel requested: stopping the "
+                         + "agent…");
+        }
+    }
+
+    function tick() {
+        var from, to;
+        if (!run) {
+            return;
+        }
+        from = Date.parse(run.startedAt || run.createdAt);
+        to = run.finishedAt ? Date.parse(run.finishedAt) : Date.now();
+        SMCP.setText("elapsed", isNaN(from) || isNaN(to) ? ""
+                     : (run.finishedAt ? "took "
+                        : run.status === "started" ? "waiting for "
+                        : "running for ")
+                       + SMCP.duration(to - from));
+    }
+
+    function showUsage() {
+        var dl = document.getElementById("usage"), t, u;
+
+        t = run && run.tokens;
+        /* the stored outcome once the run ended, else the steps so far */
+        u = t && SMCP.isTerminal(run.status)
+            ? { input: num(t.input), output: num(t.output),
+                reasoning: num(t.reasoning), cacheRead: num(t.cacheRead),
+                cacheWrite: num(t.cacheWrite), cost: num(run.cost) }
+            : usage;
+
+        SMCP.clear(dl);
+        fact(dl, "Input tokens", String(u.input));
+        fact(dl, "Output tokens", String(u.output));
+        if (u.reasoning) {
+            fact(dl, "Reasoning tokens", String(u.reasoning));
+        }
+        if (u.cacheRead || u.cacheWrite) {
+            fact(dl, "Cache read / write", u.cacheRead + " / "
+                 + u.cacheWrite);
+        }
+        fact(dl, "Cost", "$" + u.cost.toFixed(4)
+             + (run && typeof run.maxCostUsd === "number"
+                ? " of at most $" + run.maxCostUsd : ""));
+    }
+
+    function showRun(r) {
+        var dl = document.getElementById("facts"), pr, url, res, err;
+
+        run = r;
+        document.title = (r.title || r.runId || "Run") + " — sandbox-mcp";
+        SMCP.setText("title", r.title || r.runId || "Run");
+        showStatus(r.status);
+        tick();
+
+        SMCP.clear(dl);
+        fact(dl, "Run", r.runId);
+        fact(dl, "Repository", r.repository);
+        fact(dl, "Branch", r.branch);
+        fact(dl, "Model", r.model);
+        fact(dl, "Created", SMCP.time(r.createdAt));
+        fact(dl, "Started", SMCP.time(r.startedAt));
+        fact(dl, "Finished", SMCP.time(r.finishedAt));
+        if (r.exitCode !== null && r.exitCode !== undefined) {
+            fact(dl, "Exit code", String(r.exitCode));
+        }
+        SMCP.setText("task", SMCP.cut(r.task, MAX_TEXT));
+        showUsage();
+
+        res = document.getElementById("result-box");
+        res.hidden = !(r.result || r.error || r.pullRequestUrl);
+        SMCP.setText("result", SMCP.cut(r.result, 4 * MAX_TEXT));
+        err = SMCP.setText("run-error", r.error);
+        err.hidden = !r.error;
+
+        pr = document.getElementById("pr");
+        SMCP.clear(pr);
+        url = SMCP.safeUrl(r.pullRequestUrl);
+        pr.hidden = !url;
+        if (url) {
+            pr.appendChild(el("a", { href: url, rel: "noopener noreferrer",
+                                     text: "Pull request: " + url }));
+        }
+
+        showSession(r.sessionRuns);
+
+        if (SMCP.isTerminal(r.status) && !diffLoaded) {
+            diffLoaded = true;
+            loadDiff(r);
+        }
+    }
+
+    function showSession(list) {
+        var ul = document.getElementById("session-runs"), i, o;
+
+        list = Array.isArray(list) ? list : [];
+        SMCP.clear(ul);
+        for (i = 0; i < list.length; i++) {
+            o = list[i];
+            if (!o || typeof o.runId !== "string"
+                || !/^run_[0-9a-f]{24}$/.test(o.runId)
+                || o.runId === runId)
+            {
+                continue;
+            }
+            ul.appendChild(el("li", {}, [
+                el("a", { href: o.runId, text: o.title || o.runId }), " ",
+                el("span", { class: SMCP.statusClass(o.status),
+                             text: SMCP.statusText(o.status) }), " ",
+                el("span", { class: "muted", text: SMCP.time(o.createdAt) })
+            ]));
+        }
+        document.getElementById("session-box").hidden = !ul.firstChild;
+    }
+
+    function load() {
+        return SMCP.fetchJson(base + "/data").then(showRun, function (e) {
+            SMCP.showError(e.message);
+        });
+    }
+
+    /* -- the timeline ---------------------------------------------------- */
+
+    function folded(label, text) {
+        return el("details", {}, [el("summary", { text: label }),
+                                  el("pre", { class: "text",
+                                              text: SMCP.cut(text,
+                                                             MAX_TEXT) })]);
+    }
+
+    function str(v) {
+        if (v === null || v === undefined) {
+            return "";
+        }
+        return typeof v === "string" ? v : JSON.stringify(v, null, 2);
+    }
+
+    /* the one line that says what a tool call is about */
+    function toolArg(input) {
+        var keys = ["command", "filePath", "path", "pattern", "url", "query",
+                    "description"], i;
+
+        if (!input || typeof input !== "object") {
+            return "";
+        }
+        for (i = 0; i < keys.length; i++) {
+            if (typeof input[keys[i]] === "string" && input[keys[i]]) {
+                return input[keys[i]];
+            }
+        }
+        return "";
+    }
+
+    function agentEntry(d, li) {
+        var part = d.part || {}, st = part.state || {}, e, msg, arg;
+
+        switch (d.type) {
+        case "tool_use":
+            li.className += " tool";
+            arg = toolArg(st.input);
+            li.appendChild(el("p", {}, [
+                el("span", { class: "kind", text: part.tool || "tool" }),
+                " ", el("span", { class: "what",
+                                  text: st.title || (st.input
+                                        && st.input.description) || "" })
+            ]));
+            if (arg) {
+                li.appendChild(el("pre", { class: "cmd",
+                                           text: SMCP.cut(arg, MAX_TEXT) }));
+            }
+            if (st.output !== undefined && st.output !== "") {
+                li.appendChild(folded("Output", str(st.output)));
+            }
+            if (st.status === "error" || st.error) {
+                li.appendChild(el("p", { class: "error",
+                                         text: SMCP.cut(str(st.error
+                                               || "the tool failed"),
+                                               MAX_TEXT) }));
+            }
+            return;
+
+        case "text":
+            li.className += " reply";
+            li.appendChild(el("pre", { class: "text",
+                                       text: SMCP.cut(part.text, MAX_TEXT) }));
+            return;
+
+        case "reasoning":
+            li.appendChild(folded("Thinking", str(part.text)));
+            return;
+
+        case "step_start":
+            li.className += " minor";
+            li.appendChild(el("p", { class: "muted", text: "Step started" }));
+            return;
+
+        case "step_finish":
+            li.className += " minor";
+            e = part.tokens || {};
+            li.appendChild(el("p", { class: "muted", text: "Step done: "
+                + num(e.input) + " in, " + num(e.output) + " out, $"
+                + num(part.cost).toFixed(4) }));
+            count(part);
+            return;
+
+        case "error":
+            e = d.error || {};
+            msg = (e.data && e.data.message) || e.message || e.name
+                  || "the agent reported an error";
+            li.className += " failed";
+            li.appendChild(el("p", { class: "error",
+                                     text: "Error: " + SMCP.cut(str(msg),
+                                                                MAX_TEXT) }));
+            return;
+
+        default:
+            li.appendChild(folded(String(d.type || "agent event"), str(d)));
+        }
+    }
+
+    /* the tokens and cost of a step, counted as the runner counts them */
+    function count(part) {
+        var t = part.tokens || {}, c = t.cache || {}, cost = part.cost;
+        var n = [t.input, t.output, t.reasoning, c.read, c.write], i;
+
+        for (i = 0; i < n.length; i++) {
+            if (n[i] === undefined) {
+                n[i] = 0;
+            }
+            if (typeof n[i] !== "number" || n[i] < 0 || n[i] > 1e9
+                || Math.floor(n[i]) !== n[i])
+            {
+                return;
+            }
+        }
+        if (cost === undefined) {
+            cost = 0;
+        }
+        if (typeof cost !== "number" || !(cost >= 0 && cost <= 1000)) {
+            return;
+        }
+        usage.input += n[0];
+        usage.output += n[1];
+        usage.reasoning += n[2];
+        usage.cacheRead += n[3];
+        usage.cacheWrite += n[4];
+        usage.cost += cost;
+        showUsage();
+    }
+
+    function lifecycleEntry(d, li) {
+        var words;
+
+        li.className += " minor";
+        if (typeof d.status === "string") {
+            li.appendChild(el("p", {}, ["Status: ",
+                el("span", { class: SMCP.statusClass(d.status),
+                             text: SMCP.statusText(d.status) })]));
+            return;
+        }
+        if (d.type === "smcp") {
+            words = { clone: "Cloning the repository",
+                      clone_failed: "Cloning failed",
+                      agent_start: "Agent started",
+                      agent_exit: "Agent exited",
+                      diff: "Diff stored" };
+            li.appendChild(el("p", { class: d.step === "clone_failed"
+                                             ? "error" : "muted",
+                text: (words[d.step] || "Step " + str(d.step))
+                      + (d.message ? ": " + SMCP.cut(str(d.message), 2000)
+                         : "")
+                      + (typeof d.code === "number" ? " (exit code "
+                         + d.code + ")" : "")
+                      + (typeof d.bytes === "number" ? " (" + d.bytes
+                         + " bytes)" : "") }));
+            return;
+        }
+        if (d.warning) {
+            li.appendChild(el("p", { class: "error",
+                                     text: "Warning: " + str(d.warning) }));
+            return;
+        }
+        li.appendChild(folded("Lifecycle", str(d)));
+    }
+
+    function egressEntry(d, li) {
+        li.className += " minor egress";
+        li.appendChild(el("p", {}, [
+            el("span", { class: "kind", text: "egress" }), " ",
+            el("span", { class: "mono", text: [str(d.method), str(d.route),
+                str(d.path), "→", str(d.status)].join(" ") }), " ",
+            el("span", { class: "muted", text: num(d.bytesOut) + " B out, "
+                + num(d.bytesIn) + " B in, " + num(d.durationMs) + " ms"
+                + (d.granted === false ? ", refused" : "") })
+        ]));
+    }
+
+    function addEvent(ev) {
+        var ol = document.getElementById("timeline"), li, d, t;
+
+        if (!ev || typeof ev !== "object" || typeof ev.id !== "string"
+            || seen[ev.id])
+        {
+            return;
+        }
+        seen[ev.id] = 1;
+        d = ev.data;
+        if (typeof d === "string" && ev.type !== "log") {
+            try {
+                d = JSON.parse(d);
+            } catch (e) {
+                /* shown as a line of text below */
+            }
+        }
+
+        t = Date.parse(ev.time);
+        li = el("li", { class: "ev ev-" + (/^(agent|lifecycle|log|egress)$/
+                                           .test(ev.type) ? ev.type
+                                           : "other") });
+        li.appendChild(el("time", { datetime: isNaN(t) ? null : ev.time,
+                                    text: isNaN(t) ? ""
+                                    : new Date(t).toLocaleTimeString() }));
+
+        if (d && typeof d === "object" && ev.type === "agent") {
+            agentEntry(d, li);
+        } else if (d && typeof d === "object" && ev.type === "lifecycle") {
+            lifecycleEntry(d, li);
+            if (typeof d.status === "string") {
+                statusChanged(d.status);
+            }
+        } else if (d && typeof d === "object" && ev.type === "egress") {
+            egressEntry(d, li);
+        } else {
+            li.className += " minor";
+            li.appendChild(el("pre", { class: "text log",
+                                       text: SMCP.cut(str(d), MAX_TEXT) }));
+        }
+
+        ol.appendChild(li);
+        if (++shown > MAX_EVENTS) {
+            ol.removeChild(ol.firstChild);
+        }
+    }
+
+    /* a status only moves forward: the replayed events repeat old ones */
+    function rank(st) {
+        return st === "started" ? 1 : st === "running" ? 2
+               : SMCP.isTerminal(st) ? 3 : 0;
+    }
+
+    function statusChanged(st) {
+        if (!run || rank(st) <= rank(run.status)) {
+            return;
+        }
+        run.status = st;
+        showStatus(st);
+        /* the outcome (result, tokens, diff) is stored with the status */
+        if (SMCP.isTerminal(st) || st === "running") {
+            load();
+        }
+    }
+
+    function live() {
+        var types = ["agent", "lifecycle", "log", "egress", "message"], i;
+
+        source = new EventSource(base + "/events");
+
+        function onEvent(m) {
+            var ev;
+            try {
+                ev = JSON.parse(m.data);
+            } catch (e) {
+                return;
+            }
+            addEvent(ev);
+        }
+
+        for (i = 0; i < types.length; i++) {
+            source.addEventListener(types[i], onEvent);
+        }
+        source.addEventListener("open", function () {
+            SMCP.setText("live", "Live: new steps appear as they happen.");
+        });
+        source.addEventListener("error", function () {
+            if (source.readyState === EventSource.CLOSED) {
+                SMCP.setText("live", "Not live: reload the page to retry.");
+            } else {
+                SMCP.setText("live", "Reconnecting…");
+            }
+        });
+        source.addEventListener("end", function () {
+            source.close();
+            SMCP.setText("live", "The run has ended.");
+            load();
+        });
+    }
+
+    /* -- the diff ---------------------------------------------------------- */
+
+    /*
+     * The files of a unified diff: each section from its "diff --git"
+     * line, its header lines (up to the first hunk) naming it, then its
+     * hunks' lines counted by their first character.
+     */
+    function diffFiles(text) {
+        var lines = text.split("\n"), files = [], f = null, i, l, m, c;
+
+        if (lines[lines.length - 1] === "") {
+            lines.pop();
+        }
+        for (i = 0; i < lines.length; i++) {
+            l = lines[i];
+            if (l.indexOf("diff --git ") === 0) {
+                m = /^diff --git a\/(.*) b\/(.*)$/.exec(l);
+                f = { name: m ? m[2] : l.slice(11), add: 0, del: 0,
+                      lines: [], hunks: false };
+                files.push(f);
+            } else if (!f) {
+                continue;
+            }
+
+            if (l.indexOf("@@") === 0) {
+                f.hunks = true;
+                c = "hunk";
+            } else if (!f.hunks) {
+                c = "meta";
+                if (l.indexOf("+++ b/") === 0) {
+                    f.name = l.slice(6);
+                } else if (l.indexOf("rename to ") === 0) {
+                    f.name = l.slice(10);
+                }
+            } else if (l[0] === "+") {
+                f.add++;
+                c = "add";
+            } else if (l[0] === "-") {
+                f.del++;
+                c = "del";
+            } else {
+                c = l[0] === "\\" ? "meta" : "ctx";
+            }
+            f.lines.push([l, c]);
+        }
+        return files;
+    }
+
+    function diffLine(l) {
+        return el("span", { class: "dl " + l[1], text: l[0] + "\n" });
+    }
+
+    function showDiff(text, truncated) {
+        var box = document.getElementById("diff"), files, i, j, f, pre, n;
+
+        files = diffFiles(text);
+        SMCP.clear(box);
+        for (i = 0; i < files.length; i++) {
+            f = files[i];
+            pre = el("pre", { class: "diff" });
+            n = Math.min(f.lines.length, MAX_DIFF_LINES);
+            for (j = 0; j < n; j++) {
+                pre.appendChild(diffLine(f.lines[j]));
+            }
+            if (n < f.lines.length) {
+                pre.appendChild(el("span", { class: "dl meta",
+                    text: "[… " + (f.lines.length - n)
+                          + " more lines not shown]\n" }));
+            }
+            box.appendChild(el("details", { class: "file", open: true }, [
+                el("summary", {}, [
+                    el("span", { class: "path", text: f.name }), " ",
+                    el("span", { class: "add", text: "+" + f.add }), " ",
+                    el("span", { class: "del", text: "−" + f.del })
+                ]), pre
+            ]));
+        }
+        if (truncated) {
+            box.appendChild(el("p", { class: "muted",
+                                      text: "The diff was cut short." }));
+        }
+        document.getElementById("diff-box").hidden = files.length === 0;
+    }
+
+    function loadDiff(r) {
+        var text = "", pages = 0;
+
+        SMCP.setText("diff-stat", r.diffStat);
+
+        function page(cursor) {
+            var url = base + "/diff"
+                      + (cursor ? "?cursor=" + encodeURIComponent(cursor)
+                         : "");
+            return SMCP.fetchJson(url).then(function (d) {
+                text += typeof d.diff === "string" ? d.diff : "";
+                if (d.nextCursor && ++pages < MAX_DIFF_PAGES) {
+                    return page(d.nextCursor);
+                }
+                showDiff(text, d.truncated === true || !!d.nextCursor);
+            });
+        }
+
+        page(null).catch(function () {
+            diffLoaded = false;
+        });
+    }
+
+    /* -- cancel ------------------------------------------------------------ */
+
+    function cancel() {
+        var b = document.getElementById("cancel");
+
+        cancelAsked = true;
+        b.disabled = true;
+        SMCP.setText("cancel-note", "Cancelling…");
+        SMCP.fetchJson(base + "/cancel", {
+            method: "POST",
+            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1" }
+        }).then(function (r) {
+            if (r && typeof r.status === "string") {
+                showRun(Object.assign({}, run, r,
+                                      { sessionRuns: run.sessionRuns }));
+            }
+            if (r && r.status === "running") {
+                SMCP.setText("cancel-note", "Cancel requested: stopping the "
+                             + "agent…");
+            }
+        }, function (e) {
+            cancelAsked = false;
+            b.disabled = false;
+            SMCP.setText("cancel-note", "Could not cancel: " + e.message);
+        });
+    }
+
+    document.getElementById("cancel").addEventListener("click", cancel);
+    setInterval(tick, 1000);
+    load().then(function () {
+        if (run) {
+            live();
+        }
+    });
+}());

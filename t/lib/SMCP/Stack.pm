@@ -67,6 +67,7 @@ my @STACKS;
 
 # new(scripts => {MARK => [steps]}, repos => {'o/r' => {path => content}},
 #     workers => 2, location => '...' (extra /mcp directives),
+#     server => '...' (more in the server: location /ui/ { sandbox_mcp_ui; }),
 #     anthropic => {extra start_anthropic options},
 #     egress_env => {NAME => value} (more routes: other providers' keys and
 #                   base URLs, e.g. OPENAI_API_KEY, OPENAI_BASE_URL, in the
@@ -80,6 +81,7 @@ sub new {
 
     my $t = $self->{t} = SMCP::Test->new(workers => $o{workers} // 2,
                                          ($o{location} ? (location => $o{location}) : ()),
+                                         ($o{server} ? (server => $o{server}) : ()),
                                          ($o{redis_appendonly} ? (redis_appendonly => 1) : ()));
     ensure_docker(root => 1);
 

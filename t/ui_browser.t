@@ -1,0 +1,193 @@
+#!/usr/bin/perl
+# The dashboard in real headless Chromium against nginx with the module and
+# Redis: a watchUrl opened while its run is fed events the way the runner
+# stores them (t/js/lib/runner.mjs: XADD + PUBLISH, the runner's own
+# running.lua and finish.lua) — the address bar loses the token, the
+# timeline grows without reload, the status turns running then completed,
+# tokens and cost add up, the result, PR link, diff and session runs
+# render; nginx reloaded under a watched run (the page reconnects and
+# resumes, missing and repeating nothing); Cancel (clicked on a running
+# run, by keyboard on a started one); XSS in every field the agent or the
+# tenant writes; the run list (order, cursor paging, status filter, live
+# statuses, across a reload, a new run at the top, links); 390 px without
+# sideways scrolling (long unbroken words too), dark mode; a tampered
+# link's 401 page; no request leaving the origin.  Screenshots go to
+# build/ui-screenshots/ (the README's are copies in docs/screenshots/).
+#
+# The browser side is t/js/ui_browser.mjs; it reports one JSON line per
+# check and every line becomes an assertion here (SMCP::Test::js_checks).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(sleep);
+use SMCP::Test qw(repo_root json_encode require_prereqs js_checks chromium_bin
+                  browser_missing tool_ok);
+
+my $root = repo_root();
+
+# the checks t/js/ui_browser.mjs reports, in order
+my @EXPECTED = (
+    'the watchUrl loads the run page and the address bar has no token',
+    'the run cookie is HttpOnly, SameSite=Strict, scoped to the run',
+    'the run page shows task, title, repository, model and status',
+    'the status turns running without reload',
+    'the timeline grows without reload: tool call, command, folded output, egress',
+    'the timeline grows further: text reply, error, log line',
+    'tokens and cost so far add up the steps',
+    'the status turns completed without reload',
+    'the result, the pull request link and the diff render',
+    'the other runs of the session are listed and linked',
+    'the page was loaded once: no reload, no script error',
+    '390 px: the run page does not scroll sideways',
+    'dark mode: the page follows the system setting',
+    'nginx reload: the page reconnects and resumes, missing nothing',
+    'a running run has a Cancel button',
+    'Cancel clicked: cancel requested in Redis and the runners told',
+    'the page shows cancelled once the runner stopped the run',
+    'Cancel by keyboard on a started run: cancelled at once',
+    'XSS: task, title, result, tool output and file names show as text',
+    'XSS: no script ran and no element came from the data',
+    '390 px: long unbroken words (title, command, output, log, diff) wrap',
+    'run list: the tenant link opens it and leaves no token in the address',
+    'run list: newest first, a page at a time, older ones by cursor',
+    'run list: the status filter',
+    'run list: a status changes live',
+    'run list: after an nginx reload it reconnects and shows what changed',
+    'run list: a new run appears at the top, live',
+    'run list: a row links to its run page',
+    '390 px: the run list does not scroll sideways',
+    'a tampered link: the 401 page, no run data',
+    'no request left the origin',
+);
+
+my $chromium = chromium_bin();
+require_prereqs(browser_missing());
+
+my $t = SMCP::Test->new(
+    workers  => 2,
+    location => q{
+            sandbox_mcp_max_queued 100;
+            sandbox_mcp_default_model test/model-ui;},
+    server   => q{
+        location /ui/ {
+            sandbox_mcp_ui;
+        }},
+);
+$t->start;
+
+my $P = 'smcp:';
+my $origin = 'http://127.0.0.1:' . $t->port;
+my ($sid) = $t->initialize;
+ok($sid, 'MCP session') or BAIL_OUT('no MCP session');
+
+# a run by opencode_run_task: its structuredContent
+sub run_task {
+    my ($args, $name) = @_;
+    my $res = $t->call_tool($sid, 'opencode_run_task', $args);
+    my $sc = tool_ok($res, $name);
+    sleep(0.005);                # distinct created_at: a known order
+    return $sc || {};
+}
+
+my $X = q{<img src=x onerror="window.__smcpXss=1;alert(1)">}
+      . q{</script><script>window.__smcpXss=2;alert(2)</script>};
+my $repo = 'https://github.com/acme/app';
+
+my $sibling = run_task({ task => 'Write the login docs', title => 'Login docs',
+                         repository => $repo }, 'sibling run');
+my %live = (
+    task => "Fix the login bug: the session check fails.\nKeep the API.",
+    title => 'Fix the login bug', model => 'anthropic/claude-sonnet-4-5',
+);
+my $live = run_task({ %live, repository => $repo, branch => 'main',
+                      sessionId => $sibling->{sessionId} }, 'live run');
+my $cancel = run_task({ task => 'A long refactor', title => 'Refactor' }, 'run to cancel');
+my $started = run_task({ task => 'Queued work', title => 'Queued' }, 'started run to cancel');
+my $xss = run_task({ task => "task $X", title => "title $X" }, 'XSS run');
+my $reload = run_task({ task => 'Watched across a reload', title => 'Reload' },
+                      'run watched across a reload');
+my @fill = map { run_task({ task => "filler $_", title => "Filler $_" }, "filler $_") } 1 .. 19;
+
+my @all = ($sibling, $live, $cancel, $started, $xss, $reload, @fill);
+is(scalar(grep { ($_->{watchUrl} // '') =~ m{/ui/runs/run_[0-9a-f]{24}\?token=} } @all),
+   scalar(@all), 'every run has a watchUrl');
+
+my $diff = join '',
+    "diff --git a/src/login.js b/src/login.js\n",
+    "index 3b18e51..a9c2f0d 100644\n",
+    "--- a/src/login.js\n",
+    "+++ b/src/login.js\n",
+    "\@\@ -1,3 +1,3 \@\@\n",
+    " function sameUser(s, id) {\n",
+    "-  return s.id == \"1\";\n",
+    "+  return s.id === id;\n",
+    " }\n",
+    "diff --git a/docs/login.md b/docs/login.md\n",
+    "new file mode 100644\n",
+    "--- /dev/null\n",
+    "+++ b/docs/login.md\n",
+    "\@\@ -0,0 +1,2 \@\@\n",
+    "+# Login\n",
+    "+Sessions compare ids as numbers.\n";
+
+my $xdiff = "diff --git a/$X b/$X\nnew file mode 100644\n--- /dev/null\n"
+          . "+++ b/$X\n\@\@ -0,0 +1,3 \@\@\n+$X\n+" . ('d' x 3000) . "\n"
+          . "+++ b/not-a-file-name\n";      # an added line, not a header
+
+# a token whose signature is changed: the 401 page
+(my $tampered = $live->{watchUrl}) =~ s/(token=[^.]+\.[^.]+\.)(.)/$1 . ($2 eq 'A' ? 'B' : 'A')/e;
+
+my $shots = "$root/build/ui-screenshots";
+my %cfg = (
+    origin => $origin, prefixPath => '/ui/', prefix => $P,
+    redisPort => $t->redis_port, chromium => $chromium,
+    scripts => "$root/ngx_sandbox_mcp_module/common/scripts", shots => $shots,
+    live => {
+        runId => $live->{runId}, watchUrl => $live->{watchUrl}, %live,
+        repository => $repo, reply => 'The check compared a string with a number.',
+        result => "Fixed the session check in src/login.js and documented it.",
+        prUrl => 'https://github.com/acme/app/pull/7', diff => $diff,
+        sibling => { runId => $sibling->{runId}, title => 'Login docs' },
+    },
+    reload => { runId => $reload->{runId}, watchUrl => $reload->{watchUrl} },
+    nginxPid => $t->nginx_pid,
+    cancel => { runId => $cancel->{runId}, watchUrl => $cancel->{watchUrl} },
+    cancelStarted => { runId => $started->{runId}, watchUrl => $started->{watchUrl} },
+    xss => { runId => $xss->{runId}, watchUrl => $xss->{watchUrl}, payload => $X,
+             task => "task $X", title => "title $X", diff => $xdiff },
+    list => {
+        url => "$origin/ui/?token=" . $t->token(scope => 'ui', repos => undef),
+        newestFirst => [ map { $_->{runId} } reverse @all ],
+        completed => [ $xss->{runId}, $live->{runId} ],
+        changing => $fill[-1]{runId},
+        changingAway => $fill[-2]{runId},
+    },
+    denied => { url => $tampered },
+    mcp => { url => "$origin/mcp", token => $t->token },
+);
+my $cfg_file = $t->dir . '/ui_browser.json';
+open(my $fh, '>', $cfg_file) or die "$cfg_file: $!";
+print $fh json_encode(\%cfg);
+close $fh;
+
+js_checks('browser', ["$root/t/js/ui_browser.mjs", $cfg_file], \@EXPECTED,
+          timeout => 300);
+
+# what the pages did, as Redis has it
+is($t->redis('HGET', "${P}run:$cancel->{runId}", 'cancel_requested'), '1',
+   'the clicked Cancel reached the run');
+is($t->redis('HGET', "${P}run:$started->{runId}", 'status'), 'cancelled',
+   'the started run was cancelled');
+is($t->redis('HGET', "${P}run:$live->{runId}", 'cancel_requested') // '', '',
+   'the watched run was never cancelled');
+
+for my $f (qw(run-desktop.png run-phone.png runs-phone.png)) {
+    ok(-s "$shots/$f", "screenshot $f saved");
+}
+
+$t->done;
