@@ -75,6 +75,7 @@ typedef struct {
     time_t                      run_timeout_max;
     time_t                      ui_token_ttl;
     ngx_str_t                   default_model;
+    ngx_array_t                *images;         /* a run may choose */
     ngx_uint_t                  page_size;
     ngx_uint_t                  max_queued;     /* a tenant's started runs */
     ngx_uint_t                  max_running;    /* ... claimed by runners */

@@ -6,6 +6,10 @@
  * ours carries (inherited by an image built FROM it).  A missing image is
  * not an error here (runs fail "sandbox missing" until it is built); an
  * image breaking the contract is: the runner does not start.
+ *
+ * A run may name its image (opencode_run_task's `image`, the run hash's
+ * field): the runner's --image, or one of --allowed-images, checked again
+ * when the run starts (it may have been rebuilt since).
  */
 
 #include <string.h>
@@ -113,4 +117,100 @@ runner_image_check(const char *image, char *err, size_t errlen)
     json_decref(out);
 
     return breach ? RUNNER_ERR : RUNNER_OK;
+}
+
+
+/* the next name of the comma list *p into buf (spaces trimmed); 0 at its
+ * end */
+static int
+runner_image_next(const char **p, char *buf, size_t size)
+{
+    size_t       n;
+    const char  *s;
+
+    for ( ;; ) {
+        s = *p + strspn(*p, " ,");
+
+        if (*s == '\0') {
+            return 0;
+        }
+
+        n = strcspn(s, ", ");
+        *p = s + n;
+
+        if (n < size) {
+            memcpy(buf, s, n);
+            buf[n] = '\0';
+            return 1;
+        }
+    }
+}
+
+
+/* every image of --allowed-images, as runner_image_check() */
+int
+runner_image_check_allowed(char *err, size_t errlen)
+{
+    int          rc;
+    const char  *p;
+    char         name[256];
+
+    p = runner_config->allowed_images;
+
+    while (runner_image_next(&p, name, sizeof(name))) {
+        rc = runner_image_check(name, err, errlen);
+
+        if (rc == RUNNER_ERR) {
+            return RUNNER_ERR;
+        }
+
+        if (rc == RUNNER_AGAIN) {
+            runner_log("warn", NULL, "%s", err);
+        }
+    }
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * The image of a run that names wanted (NULL or "": --image) into image:
+ * RUNNER_OK; RUNNER_ERR when this runner does not offer it, or it breaks
+ * the contract now (err says so: the run fails with it)
+ */
+int
+runner_image_for_run(const char *wanted, char *image, size_t size,
+    char *err, size_t errlen)
+{
+    int          found;
+    const char  *p;
+    char         name[256];
+
+    if (wanted == NULL || *wanted == '\0'
+        || strcmp(wanted, runner_config->image) == 0)
+    {
+        snprintf(image, size, "%s", runner_config->image);
+        return RUNNER_OK;
+    }
+
+    found = 0;
+    p = runner_config->allowed_images;
+
+    while (!found && runner_image_next(&p, name, sizeof(name))) {
+        found = strcmp(name, wanted) == 0;
+    }
+
+    if (!found || strlen(wanted) >= size) {
+        snprintf(err, errlen, "the image %.200s is not one this runner "
+                 "offers (--image, --allowed-images)", wanted);
+        return RUNNER_ERR;
+    }
+
+    if (runner_image_check(wanted, err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    snprintf(image, size, "%s", wanted);
+
+    return RUNNER_OK;
 }

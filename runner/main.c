@@ -333,6 +333,12 @@ main(int argc, char **argv)
     rc = atomic_load(&runner_stop) ? RUNNER_OK
          : runner_image_check(runner_config->image, err, sizeof(err));
 
+    if (rc != RUNNER_ERR && !atomic_load(&runner_stop)
+        && runner_image_check_allowed(err, sizeof(err)) == RUNNER_ERR)
+    {
+        rc = RUNNER_ERR;
+    }
+
     if (rc == RUNNER_ERR) {
         runner_log("error", NULL, "%s", err);
         curl_global_cleanup();

@@ -155,6 +155,7 @@ typedef struct {
     char             instance[192];         /* name + pid + random: claims */
     char             docker_socket[256];
     char             image[256];
+    char             allowed_images[1024];  /* comma list: a run's choice */
     char             network[128];
     char             egress_url[256];       /* as seen from the sandbox */
     char             dns[64];               /* the sandbox network's gateway */
@@ -445,6 +446,9 @@ void *runner_janitor_thread(void *arg);
 
 /* image.c */
 int runner_image_check(const char *image, char *err, size_t errlen);
+int runner_image_check_allowed(char *err, size_t errlen);
+int runner_image_for_run(const char *wanted, char *image, size_t size,
+    char *err, size_t errlen);
 
 /* run.c */
 void *runner_run_thread(void *arg);

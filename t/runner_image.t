@@ -6,6 +6,12 @@
 # (no labels) stops the runner with exit 2 and a message naming the part;
 # an image not in the engine is a warning (runs fail until it is built).
 #
+# Then a run's own image, end to end (MCP, nginx, runner, a real
+# OpenCode run): opencode_run_task's `image` must be one of nginx's
+# sandbox_mcp_images (else a tool error naming them) and of the runner's
+# --allowed-images (else the run fails saying so); a run naming one runs
+# in it.
+#
 # Needs root and Docker; builds small images FROM $SMCP_SANDBOX_IMAGE
 # (metadata and one file: seconds) and removes them at the end.
 
@@ -20,7 +26,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(ensure_docker ensure_sandbox_image docker test_id base_image);
-use SMCP::Test qw(repo_root wait_until);
+use SMCP::Stack qw(bash_step);
+use SMCP::Test qw(repo_root wait_until tool_err);
 
 ensure_docker(root => 1);
 my ($base) = ensure_sandbox_image();
@@ -114,4 +121,47 @@ like($log, qr/level=warn .*sandbox image \Q$tag\E-missing is not in the engine/,
 ($st, $log) = runner('bad..name');
 is($st, 2, 'a malformed image name: the runner stops') or diag($log);
 
-done_testing();
+##############################################################################
+# a run's own image
+
+my $other = byo('other', 'USER root', 'RUN echo other > /usr/local/share/byo.txt',
+                'USER 1000:1000');
+my $s = SMCP::Stack->new(
+    scripts => { 'SCENARIO-IMAGE' => [
+        bash_step('cat /usr/local/share/byo.txt 2>&1 || echo base image', 'Which image'),
+        { text => 'Looked.' } ] },
+    location => "sandbox_mcp_images $good $other;",
+);
+my $r = $s->start_runner(concurrency => 2, args => [ '--allowed-images', $good ]);
+
+my $res = $s->call('opencode_run_task', { task => 'SCENARIO-IMAGE: look', image => "$base-nope" });
+tool_err($res, qr/Argument 'image' must be one of \Q$good\E, \Q$other\E/,
+         'an image nginx does not offer: a tool error naming those it does');
+$res = $s->call('opencode_run_task', { task => 'SCENARIO-IMAGE: look', image => 'x' x 300 });
+tool_err($res, qr/image/, 'an image name too long: a tool error');
+
+my $mine = $s->run_task(task => 'SCENARIO-IMAGE: look', image => $good, title => 'good');
+my $dflt = $s->run_task(task => 'SCENARIO-IMAGE: look', title => 'default');
+my $refused = $s->run_task(task => 'SCENARIO-IMAGE: look', image => $other, title => 'other');
+
+sub tool_output {
+    my ($id) = @_;
+    return join "\n", map { $_->{json}{part}{state}{output} // '' }
+        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
+}
+
+my $done = $s->wait_done($mine->{runId}, 120);
+is($done->{status}, 'completed', 'a run naming an allowed image: completed')
+    or $s->diag_run($mine->{runId}, $r);
+like(tool_output($mine->{runId}), qr/^extra$/m, '... in that image');
+is($s->run_hash($mine->{runId})->{image}, $good, '... the run hash names it');
+$done = $s->wait_done($dflt->{runId}, 120);
+is($done->{status}, 'completed', 'a run naming none: completed');
+like(tool_output($dflt->{runId}), qr/base image/, '... in the runner\'s image');
+$done = $s->wait_done($refused->{runId}, 60);
+is($done->{status}, 'failed', 'an image nginx offers but this runner does not: failed');
+like($done->{error} // '', qr/the image \Q$other\E is not one this runner offers/,
+     '... saying so') or diag(explain($done));
+$s->done;
+
+
