@@ -25,6 +25,7 @@
 #define RUNNER_OPT_CPUS      4      /* a decimal number of CPUs */
 #define RUNNER_OPT_REDIS     5      /* host:port or unix:/path */
 #define RUNNER_OPT_SECRET    6      /* a file; else env_value's value */
+#define RUNNER_OPT_AUTHOR    7      /* "Name <email>" */
 
 /* option flags */
 #define RUNNER_OPT_REQUIRED  0x01
@@ -109,6 +110,11 @@ static const runner_option_t  runner_options[] = {
     { "git-host", "HOST", "SMCP_GIT_HOST", SMCP_DEFAULT_GIT_HOST,
       "the git host the egress proxy stands in for",
       RUNNER_OPT_STRING, 0, RUNNER_S(git_host), 0, 0, NULL },
+
+    { "git-author", "\"NAME <EMAIL>\"", "SMCP_GIT_AUTHOR",
+      "sandbox-mcp <sandbox-mcp@localhost>",
+      "the author of a run's commits (pull requests)",
+      RUNNER_OPT_AUTHOR, 0, 0, 0, 0, 0, NULL },
 
     { "concurrency", "N", "SMCP_CONCURRENCY", "2",
       "runs at once",
@@ -463,6 +469,48 @@ runner_config_number(runner_config_t *cfg, const runner_option_t *o,
 }
 
 
+/* "Name <email>": printable, the name without '<' or '>', the email
+ * without spaces or angle brackets */
+static int
+runner_config_author(runner_config_t *cfg, const char *v, const char *what,
+    char *err, size_t errlen)
+{
+    size_t       n, e;
+    const char  *lt, *p;
+
+    lt = strchr(v, '<');
+    n = lt ? (size_t) (lt - v) : 0;
+
+    while (n > 0 && v[n - 1] == ' ') {
+        n--;
+    }
+
+    e = lt ? strcspn(lt + 1, "<> \t") : 0;
+
+    for (p = v; *p; p++) {
+        if ((unsigned char) *p < 0x20 || *p == 0x7f) {
+            lt = NULL;
+        }
+    }
+
+    if (lt == NULL || n == 0 || e == 0 || lt[1 + e] != '>' || lt[2 + e]
+        || memchr(v, '>', n) || n >= sizeof(cfg->git_author_name)
+        || e >= sizeof(cfg->git_author_email))
+    {
+        snprintf(err, errlen, "%s: want \"Name <email>\" (printable, at most "
+                 "%zu bytes each)", what, sizeof(cfg->git_author_name) - 1);
+        return RUNNER_ERR;
+    }
+
+    memcpy(cfg->git_author_name, v, n);
+    cfg->git_author_name[n] = '\0';
+    memcpy(cfg->git_author_email, lt + 1, e);
+    cfg->git_author_email[e] = '\0';
+
+    return RUNNER_OK;
+}
+
+
 /* one option's value (flag, else environment, else default) into cfg */
 static int
 runner_config_set(runner_config_t *cfg, const runner_option_t *o,
@@ -503,6 +551,9 @@ runner_config_set(runner_config_t *cfg, const runner_option_t *o,
 
     case RUNNER_OPT_REDIS:
         return runner_config_redis(cfg, v, err, errlen);
+
+    case RUNNER_OPT_AUTHOR:
+        return runner_config_author(cfg, v, what, err, errlen);
 
     case RUNNER_OPT_SECRET:
         return runner_config_secret(o, (runner_secret_t *) ((char *) cfg

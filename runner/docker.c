@@ -20,21 +20,17 @@
 #include "runner.h"
 
 
-typedef struct {
-    char    *data;
-    size_t   len;
-} runner_buf_t;
-
-
-static size_t
-runner_docker_collect(char *ptr, size_t size, size_t nmemb, void *ud)
+/* libcurl's write callback for a bounded answer (Docker's here, GitHub's
+ * in pr.c): past b->max bytes the transfer stops and b->over is set */
+size_t
+runner_buf_collect(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     runner_buf_t  *b = ud;
     size_t         n = size * nmemb;
     char          *p;
 
-    /* API answers are small; cap them anyway */
-    if (b->len + n > RUNNER_DOCKER_ANSWER_MAX) {
+    if (b->len + n > b->max) {
+        b->over = 1;
         return 0;
     }
 
@@ -124,7 +120,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
     CURLcode            cc;
     long                status;
     char               *payload;
-    runner_buf_t        b = { NULL, 0 };
+    runner_buf_t        b = { NULL, 0, RUNNER_DOCKER_ANSWER_MAX, 0 };
     struct curl_slist  *hdrs = NULL;
     json_t             *j;
     const char         *msg;
@@ -152,7 +148,7 @@ runner_docker_call(const char *method, const char *path, json_t *body,
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
     }
 
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, runner_docker_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, runner_buf_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 
     cc = curl_easy_perform(h);

@@ -189,6 +189,18 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
 
             out->diff = s ? strndup(s, out->diff_len) : NULL;
 
+        } else if (s && strcmp(s, "pushed") == 0) {
+            out->pr_step = RUNNER_PR_PUSHED;
+
+        } else if (s && strcmp(s, "pr_skipped") == 0) {
+            out->pr_step = RUNNER_PR_SKIPPED;
+
+        } else if (s && strcmp(s, "push_failed") == 0) {
+            out->pr_step = RUNNER_PR_PUSH_FAILED;
+            s = json_string_value(json_object_get(ev, "message"));
+            runner_outcome_set(&out->push_error, s ? s : "git push failed",
+                               RUNNER_PR_MESSAGE_MAX);
+
         } else if (s && strcmp(s, "clone_failed") == 0) {
             out->clone_failed = 1;
             s = json_string_value(json_object_get(ev, "message"));
@@ -205,7 +217,94 @@ runner_outcome_free(runner_outcome_t *out)
     free(out->result);
     free(out->error);
     free(out->diff);
+    free(out->push_error);
     memset(out, 0, sizeof(*out));
+}
+
+
+/*
+ * A line the agent wrote on stderr: its last RUNNER_STDERR_TAIL - 1 bytes
+ * are kept, lines joined by '\n', for the error of a run whose agent
+ * exited without an error event.
+ */
+void
+runner_outcome_stderr(runner_outcome_t *out, const char *line, size_t len)
+{
+    size_t  room, need, drop;
+
+    room = sizeof(out->stderr_tail) - 1;
+
+    if (len >= room) {
+        memcpy(out->stderr_tail, line + len - room, room);
+        out->stderr_len = room;
+        out->stderr_tail[room] = '\0';
+        return;
+    }
+
+    need = len + (out->stderr_len ? 1 : 0);
+
+    if (out->stderr_len + need > room) {
+        drop = out->stderr_len + need - room;
+        memmove(out->stderr_tail, out->stderr_tail + drop,
+                out->stderr_len - drop);
+        out->stderr_len -= drop;
+    }
+
+    if (need > len) {
+        out->stderr_tail[out->stderr_len++] = '\n';
+    }
+
+    memcpy(out->stderr_tail + out->stderr_len, line, len);
+    out->stderr_len += len;
+    out->stderr_tail[out->stderr_len] = '\0';
+}
+
+
+/*
+ * The stderr tail as text for an error: it starts at a character (a cut
+ * may have split one), control characters but '\n' and '\t' become '?',
+ * invalid UTF-8 is repaired, blank lines at the ends are dropped.  "" when
+ * nothing is left.
+ */
+void
+runner_outcome_stderr_text(const runner_outcome_t *out, char *buf,
+    size_t size)
+{
+    size_t          i, start, len;
+    unsigned char   c;
+
+    start = 0;
+    len = out->stderr_len < size - 1 ? out->stderr_len : size - 1;
+
+    while (start < len
+           && ((unsigned char) out->stderr_tail[start] & 0xc0) == 0x80)
+    {
+        start++;
+    }
+
+    len -= start;
+    memcpy(buf, out->stderr_tail + start, len);
+    buf[len] = '\0';
+
+    for (i = 0; i < len; i++) {
+        c = (unsigned char) buf[i];
+
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+            buf[i] = '?';
+        }
+    }
+
+    smcp_utf8_sanitize(buf, len);
+
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '
+                       || buf[len - 1] == '\t'))
+    {
+        buf[--len] = '\0';
+    }
+
+    for (start = 0; buf[start] == '\n'; start++) { /* void */ }
+
+    memmove(buf, buf + start, len - start + 1);
 }
 
 

@@ -40,6 +40,8 @@ runner_run_sleep(int64_t ms)
  * The sandbox must stop (cancel, deadline, a limit): the first reason
  * wins; the watchdog kills the container, the run ends with the reason.
  */
+static char *runner_run_token(runner_run_t *run, const char *tenant,
+    int64_t timeout);
 static void runner_run_stop(runner_run_t *run, int why, const char *fmt,
     ...) __attribute__((format(printf, 3, 4)));
 
@@ -527,6 +529,10 @@ runner_run_line(void *data, int stream, const char *ts, const char *line,
     } else {
         rc = runner_run_store(run, type, copy, len, ts);
 
+        if (rc == RUNNER_OK && stream == 2) {
+            runner_outcome_stderr(&run->out, copy, len);
+        }
+
         if (rc == RUNNER_OK && json_is_object(ev)) {
             runner_outcome_event(&run->out, ev);
             atomic_store(&run->cost_micros,
@@ -589,18 +595,75 @@ runner_run_network(runner_run_t *run, char *buf, size_t size)
 }
 
 
+/*
+ * The session's repositories, space-separated (the run hash's
+ * `repositories`, a JSON array; its own repository when that is absent):
+ * https URLs of printable bytes without spaces, at most
+ * RUNNER_SANDBOX_REPOS of them; others left out.
+ */
+static void
+runner_run_repositories(json_t *h, const char *repo, char *buf, size_t size)
+{
+    size_t       i, len, n;
+    json_t      *list, *v;
+    const char  *u, *p;
+
+    list = json_loads(json_string_value(json_object_get(h, "repositories"))
+                      ?: "", 0, NULL);
+
+    if (!json_is_array(list) || json_array_size(list) == 0) {
+        json_decref(list);
+        list = json_pack("[s]", repo ? repo : "");
+    }
+
+    len = 0;
+    buf[0] = '\0';
+
+    json_array_foreach(list, i, v) {
+        u = json_string_value(v);
+
+        if (u == NULL || i >= RUNNER_SANDBOX_REPOS
+            || strncmp(u, "https://", 8) != 0)
+        {
+            continue;
+        }
+
+        for (p = u; *p > 0x20 && *p < 0x7f; p++) { /* void */ }
+
+        n = strlen(u);
+
+        if (*p || len + n + 2 > size) {
+            continue;
+        }
+
+        if (len) {
+            buf[len++] = ' ';
+        }
+
+        memcpy(buf + len, u, n + 1);
+        len += n;
+    }
+
+    json_decref(list);
+}
+
+
 static json_t *
 runner_run_spec(runner_run_t *run, json_t *h, const char *token,
     const char *volume, const char *oc_session, const char *image)
 {
     char          net[128], buf[RUNNER_SANDBOX_ENV_MAX];
+    char          repos[RUNNER_SANDBOX_ENV_MAX - 32];
     json_t       *env, *spec, *binds;
-    const char   *task, *model, *repo, *branch;
+    const char   *task, *model, *repo, *branch, *create_pr, *v;
 
     task = json_string_value(json_object_get(h, "task"));
     model = json_string_value(json_object_get(h, "model"));
     repo = json_string_value(json_object_get(h, "repository"));
     branch = json_string_value(json_object_get(h, "branch"));
+    create_pr = json_string_value(json_object_get(h, "create_pr"));
+
+    runner_run_repositories(h, repo, repos, sizeof(repos));
 
     env = json_array();
 
@@ -615,7 +678,20 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
     RUNNER_ENV("SMCP_RUN_ID", run->id);
     RUNNER_ENV("SMCP_MODEL", model);
     RUNNER_ENV("SMCP_REPOSITORY", repo);
+    v = repos;
+    RUNNER_ENV("SMCP_REPOSITORIES", v);
     RUNNER_ENV("SMCP_BRANCH", branch);
+
+    if (create_pr && strcmp(create_pr, "1") == 0 && repo && *repo) {
+        RUNNER_ENV("SMCP_CREATE_PR", "1");
+        RUNNER_ENV("SMCP_BASE_BRANCH",
+                   json_string_value(json_object_get(h, "base_branch")));
+    }
+
+    v = runner_config->git_author_name;
+    RUNNER_ENV("SMCP_GIT_AUTHOR_NAME", v);
+    v = runner_config->git_author_email;
+    RUNNER_ENV("SMCP_GIT_AUTHOR_EMAIL", v);
     RUNNER_ENV("SMCP_GIT_HOST", runner_config->git_host);
     RUNNER_ENV("SMCP_SESSION", oc_session);
     RUNNER_ENV("SMCP_TITLE", json_string_value(json_object_get(h, "title")));
@@ -682,6 +758,50 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
 }
 
 
+/*
+ * The pull request of a completed run that asked for one, once (pr.c),
+ * with a token of the run, which is still running for the egress proxy;
+ * its pr_opened event stored.
+ */
+static void
+runner_run_pr(runner_run_t *run, const runner_diff_t *diff)
+{
+    char        *token, *ev;
+    json_t      *h;
+    const char  *tenant;
+
+    if (run->pr_done) {
+        return;
+    }
+
+    h = runner_store_run(run->store, run->id);
+    if (h == NULL) {
+        return;                     /* Redis: the finish is tried again */
+    }
+
+    run->pr_done = 1;
+    token = NULL;
+
+    if (run->out.pr_step == RUNNER_PR_PUSHED) {
+        tenant = json_string_value(json_object_get(h, "tenant"));
+        token = runner_run_token(run, tenant ? tenant : "",
+                                 RUNNER_PR_TIMEOUT_S * 3);
+    }
+
+    ev = runner_pr_finish(run, h, token, diff);
+
+    if (ev) {
+        (void) runner_run_store(run, "lifecycle", ev, strlen(ev), NULL);
+        runner_log("info", run->id, "pull request %s opened",
+                   run->pr.number);
+        free(ev);
+    }
+
+    free(token);
+    json_decref(h);
+}
+
+
 /* RUNNER_ERR: the outcome could not be stored (Redis away): try later */
 static int
 runner_run_finish(runner_run_t *run, int exit_code, const char *why)
@@ -689,7 +809,8 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     int             cancel, rc;
     double          max_cost;
     const char     *status, *error;
-    char            msg[512], stopmsg[256];
+    char            msg[RUNNER_STDERR_TAIL + 128], stopmsg[256];
+    char            tail[RUNNER_STDERR_TAIL];
     runner_diff_t   diff;
 
     status = SMCP_STATUS_COMPLETED;
@@ -728,8 +849,10 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
                 error = run->out.error;
 
             } else {
-                snprintf(msg, sizeof(msg), "the agent exited with code %d",
-                         exit_code);
+                /* its last words on stderr, when it had any */
+                runner_outcome_stderr_text(&run->out, tail, sizeof(tail));
+                snprintf(msg, sizeof(msg), "the agent exited with code %d%s%s",
+                         exit_code, tail[0] ? ": " : "", tail);
                 error = msg;
             }
         }
@@ -747,8 +870,17 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         return RUNNER_ERR;
     }
 
+    if (strcmp(status, SMCP_STATUS_COMPLETED) == 0) {
+        runner_run_pr(run, &diff);
+
+        if (run->pr.status && strcmp(run->pr.status, "failed") == 0) {
+            status = SMCP_STATUS_FAILED;
+            error = run->pr.error;
+        }
+    }
+
     rc = runner_store_finish(run->store, run, status, exit_code, error,
-                             &diff);
+                             &diff, &run->pr);
     runner_outcome_diff_free(&diff);
 
     if (rc != RUNNER_OK) {
@@ -1040,7 +1172,8 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
 
 
 /* a stored event of a re-attached run: counted in the outcome so far;
- * the runner's own diff marker and budget warning (no dts) noted */
+ * the runner's own diff marker, budget warning and opened pull request
+ * (no dts) noted */
 static void
 runner_run_replayed(void *data, const char *json, size_t len, int from_log)
 {
@@ -1061,6 +1194,21 @@ runner_run_replayed(void *data, const char *json, size_t len, int from_log)
         s = json_string_value(json_object_get(ev, "warning"));
         if (s && strcmp(s, "output budget exceeded") == 0 && !from_log) {
             run->budget_hit = 1;
+        }
+
+        /* the pull request this runner's predecessor opened: not again */
+        s = json_string_value(json_object_get(ev, "step"));
+        if (s && strcmp(s, "pr_opened") == 0 && !from_log) {
+            s = json_string_value(json_object_get(ev, "url"));
+
+            if (s && strlen(s) < sizeof(run->pr.url)) {
+                run->pr.status = "opened";
+                run->pr_done = 1;
+                strcpy(run->pr.url, s);
+                snprintf(run->pr.number, sizeof(run->pr.number), "%lld",
+                         (long long) json_integer_value(
+                             json_object_get(ev, "number")));
+            }
         }
     }
 

@@ -14,8 +14,9 @@
  * (Docker's multiplexed log frames to lines), run.c
  * (one run from claim to outcome, and its watchdog), outcome.c (what the
  * agent's events add up to), workspace.c (a session volume's size),
- * janitor.c (idle sessions expired), image.c (the sandbox image's
- * contract, checked at start).
+ * janitor.c (idle sessions expired), pr.c (a run's pull request, through
+ * the egress proxy), image.c (the sandbox image's contract, checked at
+ * start).
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -99,6 +100,18 @@
                                                less clean detaches) that
                                                crashed runners: failed */
 #define RUNNER_ERROR_MAX             4096   /* bytes of a run's error */
+#define RUNNER_STDERR_TAIL           2048   /* bytes of the agent's stderr
+                                               kept for a failed run's
+                                               error */
+
+/* a pull request (pr.c) */
+#define RUNNER_PR_ANSWER_MAX         (1024 * 1024)  /* GitHub's answer */
+#define RUNNER_PR_TIMEOUT_S          30     /* one REST call */
+#define RUNNER_PR_MESSAGE_MAX        512    /* GitHub's or git's words */
+#define RUNNER_PR_URL_MAX            512
+#define RUNNER_PR_TITLE_MAX          256
+#define RUNNER_PR_RESULT_MAX         8192   /* the result in its body */
+#define RUNNER_PR_FILES_MAX          100    /* files listed in its body */
 #define RUNNER_STEP_TOKENS_MAX       1000000000LL   /* tokens in a step */
 #define RUNNER_STEP_COST_MAX         1000.0         /* USD for a step */
 
@@ -115,6 +128,7 @@
 #define RUNNER_SANDBOX_LOG_SIZE      "50m"  /* json-file: 5 files of it */
 #define RUNNER_SANDBOX_LOG_FILES     "5"
 #define RUNNER_SANDBOX_ENV_MAX       2048   /* one environment entry */
+#define RUNNER_SANDBOX_REPOS         16     /* a session's repositories */
 
 /* Docker */
 #define RUNNER_DOCKER_API            "http://localhost/v1.41"
@@ -162,6 +176,8 @@ typedef struct {
     char             egress_container[128]; /* compose: nginx joins each
                                                session's own network */
     char             git_host[128];
+    char             git_author_name[128];  /* a run's commits (--git-author) */
+    char             git_author_email[128];
     int              concurrency;
     int64_t          memory;                /* bytes */
     int64_t          nano_cpus;
@@ -198,8 +214,28 @@ typedef struct {
     size_t      diff_len;
     int         diff_truncated;
     int         clone_failed;
+    int         pr_step;                /* RUNNER_PR_* the sandbox said */
+    char       *push_error;             /* push_failed: git's words */
+    char        stderr_tail[RUNNER_STDERR_TAIL];    /* the agent's last
+                                           stderr bytes */
+    size_t      stderr_len;
     char        oc_session[96];         /* OpenCode's own session id */
 } runner_outcome_t;
+
+/* what the sandbox did about a pull request (its lifecycle lines) */
+#define RUNNER_PR_NONE          0
+#define RUNNER_PR_PUSHED        1
+#define RUNNER_PR_PUSH_FAILED   2
+#define RUNNER_PR_SKIPPED       3       /* no changes */
+
+/* a run's pull request, as stored (pr_status, pr_url, pr_number) */
+typedef struct {
+    const char *status;                 /* opened | no_changes | failed;
+                                           NULL: none asked for */
+    char        url[RUNNER_PR_URL_MAX];
+    char        number[32];
+    char        error[RUNNER_PR_MESSAGE_MAX + 64];
+} runner_pr_t;
 
 
 /* what a diff adds up to (common/smcp_diff.c's sections): they agree */
@@ -251,6 +287,9 @@ typedef struct runner_run_s {
     pthread_mutex_t      stop_lock;
     int                  stop;              /* RUNNER_STOP_* */
     char                 stop_error[256];
+
+    runner_pr_t          pr;                /* its pull request */
+    int                  pr_done;           /* tried once: not again */
 
     struct runner_run_s *next;
 } runner_run_t;
@@ -304,7 +343,7 @@ int runner_store_set_running(runner_store_t *st, const char *run_id,
     const char *container, int64_t deadline_ms, char *status, size_t slen);
 int runner_store_finish(runner_store_t *st, runner_run_t *run,
     const char *status, int exit_code, const char *error,
-    const runner_diff_t *diff);
+    const runner_diff_t *diff, const runner_pr_t *pr);
 int runner_store_event(runner_store_t *st, const char *run_id,
     const char *type, const char *data, size_t len, const char *dts,
     size_t count);
@@ -338,6 +377,16 @@ int runner_store_janitor_end(runner_store_t *st, const char *id,
 #define RUNNER_DOCKER_INVALID  -2   /* refused before asking, or an answer
                                        without what it must hold */
 #define RUNNER_DOCKER_CUT      -3   /* a log transfer stopped early */
+
+/* an answer read by libcurl, at most max bytes (runner_buf_collect) */
+typedef struct {
+    char    *data;
+    size_t   len;
+    size_t   max;
+    int      over;                  /* it was longer: cut */
+} runner_buf_t;
+
+size_t runner_buf_collect(char *ptr, size_t size, size_t nmemb, void *ud);
 
 long runner_docker_ping(char *err, size_t errlen);
 long runner_docker_image_inspect(const char *image, json_t **out,
@@ -422,9 +471,18 @@ void runner_logstream_free(runner_logstream_t *ls);
 /* Docker's timestamps in time order (<0, 0, >0) */
 int runner_logstream_ts_cmp(const char *a, const char *b);
 
+/* pr.c: a completed run's pull request into run->pr; the pr_opened
+ * event (malloc'd) or NULL */
+char *runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
+    const runner_diff_t *diff);
+
 /* outcome.c */
 void runner_outcome_event(runner_outcome_t *out, json_t *ev);
 void runner_outcome_free(runner_outcome_t *out);
+void runner_outcome_stderr(runner_outcome_t *out, const char *line,
+    size_t len);
+void runner_outcome_stderr_text(const runner_outcome_t *out, char *buf,
+    size_t size);
 
 int runner_outcome_diff(const char *diff, size_t len, runner_diff_t *d);
 void runner_outcome_diff_free(runner_diff_t *d);

@@ -1006,6 +1006,7 @@ typedef struct {
     char        session[RUNNER_KEY_MAX];    /* session:{id} */
     char        started[RUNNER_KEY_MAX];    /* tenant:{t}:started */
     char        claimed[RUNNER_KEY_MAX];    /* tenant:{t}:claimed */
+    char        sessions[RUNNER_KEY_MAX];   /* tenant:{t}:sessions */
     char        tchan[RUNNER_KEY_MAX];      /* channel tenant:{t} */
     char        tenant[SMCP_TENANT_MAX + 1];
     char        session_id[SMCP_ID_LEN + 1];
@@ -1037,6 +1038,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
 
     k->active[0] = k->runs[0] = k->session[0] = k->session_id[0] = '\0';
     k->started[0] = k->claimed[0] = k->tenant[0] = k->created_at[0] = '\0';
+    k->sessions[0] = '\0';
     k->tchan[0] = '\0';
 
     if (smcp_valid_id(v[1], strlen(v[1]), SMCP_SESSION_ID_PREFIX)) {
@@ -1050,6 +1052,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
         strcpy(k->tenant, v[0]);
         RUNNER_KEY(k->started, SMCP_KEY_TENANT_STARTED, v[0]);
         RUNNER_KEY(k->claimed, SMCP_KEY_TENANT_CLAIMED, v[0]);
+        RUNNER_KEY(k->sessions, SMCP_KEY_TENANT_SESSIONS, v[0]);
         RUNNER_KEY(k->tchan, SMCP_CHAN_TENANT, v[0]);
     }
 
@@ -1379,13 +1382,13 @@ runner_store_set_running(runner_store_t *st, const char *run_id,
 int
 runner_store_finish(runner_store_t *st, runner_run_t *run,
     const char *status, int exit_code, const char *error,
-    const runner_diff_t *diff)
+    const runner_diff_t *diff, const runner_pr_t *pr)
 {
     int                n, i;
     char               sessions[RUNNER_KEY_MAX], now[32], num[8][32];
     char              *files, *index;
     size_t             lens[RUNNER_STORE_ARGS];
-    const char        *keys[10], *args[RUNNER_STORE_ARGS];
+    const char        *keys[11], *args[RUNNER_STORE_ARGS];
     redisReply        *r;
     runner_run_keys_t  k;
     runner_outcome_t  *o = &run->out;
@@ -1406,7 +1409,8 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     keys[6] = k.claimed;
     keys[7] = k.session;
     keys[8] = sessions;
-    keys[9] = k.tchan;
+    keys[9] = k.sessions;
+    keys[10] = k.tchan;
 
     files = json_dumps(diff->files, JSON_COMPACT);
     index = json_dumps(diff->index, JSON_COMPACT);
@@ -1436,6 +1440,12 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     RUNNER_FV("diff_stat", diff->stat);
     RUNNER_FV("diff_truncated", o->diff_truncated ? "1" : "0");
 
+    if (pr && pr->status) {
+        RUNNER_FV("pr_status", pr->status);
+        RUNNER_FV("pr_url", pr->url);
+        RUNNER_FV("pr_number", pr->number);
+    }
+
 #undef RUNNER_FV
 #undef RUNNER_FI
 
@@ -1450,7 +1460,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
         n++;
     }
 
-    r = runner_store_script(st, RUNNER_LUA_FINISH, 10, keys, n, args, lens);
+    r = runner_store_script(st, RUNNER_LUA_FINISH, 11, keys, n, args, lens);
     free(files);
     free(index);
 

@@ -8,7 +8,8 @@
 #           branch and its own run branch (the run did not ask for a pull
 #           request), clone, read and push another repository
 #   pr      the same with createPullRequest: only its own branch
-#           opencode/<runId> is written
+#           opencode/<runId> is written (and its runner opens the pull
+#           request)
 #   api     provider endpoints outside inference (models, files, batches),
 #           the pull-request API with another head, another repository's
 #           API, unknown routes
@@ -266,8 +267,16 @@ subtest 'api: nothing outside inference and the run\'s own repository' => sub {
     my @model = grep { ($_->{path} // '') ne '/v1/messages' } $s->anthropic->requests;
     is_deeply([map { "$_->{method} $_->{path}" } @model], [],
               'the model API saw nothing but /v1/messages');
+    # but the pr run's pull request, which its runner opens: the default
+    # branch looked up, the pull request of opencode/<runId> created
     my @gh = grep { ($_->{path} // '') =~ m{^/(?:api/v3/)?(?:repos|user)} } $gh->requests;
-    is_deeply([map { "$_->{method} $_->{path}" } @gh], [], 'GitHub\'s API saw nothing');
+    my @runner = grep { "$_->{method} $_->{path}" eq 'GET /repos/acme/app'
+                        || ("$_->{method} $_->{path}" eq 'POST /repos/acme/app/pulls'
+                            && ($_->{json}{head} // '') eq "opencode/$pr->{runId}") } @gh;
+    is(scalar(@runner), 2, 'GitHub\'s API saw the pr run\'s pull request opened');
+    my %mine = map { ($_ => 1) } @runner;
+    is_deeply([map { "$_->{method} $_->{path}" } grep { !$mine{$_} } @gh], [],
+              '... and nothing else');
 };
 
 subtest 'conns: 3000 connections to the egress listener' => sub {

@@ -16,7 +16,7 @@
 #   finish.lua   the outcome once; the run leaves session:{id}:active and
 #                both tenant sets; its keys expire after `retention`; the
 #                session's last_active and its `sessions` score (last_active
-#                + idle_ttl) bumped
+#                + idle_ttl) bumped, and its score in tenant:{tenant}:sessions
 #   janitor_begin.lua / janitor_end.lua   an idle session (due in
 #                `sessions`, session:{id}:active empty) marked `expiring` by
 #                one runner at a time (a dead runner's mark taken over when
@@ -231,6 +231,7 @@ sub finish {
           defined $ten ? "${P}tenant:$ten:started" : '',
           defined $ten ? "${P}tenant:$ten:claimed" : '',
           $ses ne '' ? "${P}session:$ses" : '', "${P}sessions",
+          defined $ten ? "${P}tenant:$ten:sessions" : '',
           defined $ten ? "${P}tenant:$ten" : '' ],
         [ $status, $at // $now, 100000, $id, $ses, %{ $fields || {} },
           defined $diff ? ($diff) : () ]);
@@ -274,6 +275,8 @@ subtest 'finish: outcome, the run sets, retention, session' => sub {
     is($s->{last_active}, $now, 'session: last_active = now');
     is($t->redis('ZSCORE', "${P}sessions", 'ses_f'), $now + 3600 * 1000,
        'sessions: scored last_active + idle_ttl');
+    is($t->redis('ZSCORE', "${P}tenant:carol:sessions", 'ses_f'), $now,
+       'tenant:{tenant}:sessions: scored by the last activity');
 
     $t->redis('SADD', "${P}tenant:carol:started", 'run_f');
     $t->redis('SADD', "${P}tenant:carol:claimed", 'run_f');
@@ -303,6 +306,8 @@ subtest 'finish: no retention, no idle_ttl, expiring or missing sessions' => sub
               state => 'expiring');
     is(finish('run_h', 'completed', {}), 'ok', 'a run of an expiring session');
     is(hash("${P}session:ses_h")->{last_active}, undef, '... does not bump it');
+    is($t->redis('ZSCORE', "${P}tenant:carol:sessions", 'ses_h'), undef,
+       '... nor list it in the tenant\'s sessions');
     is($t->redis('ZSCORE', "${P}sessions", 'ses_h'), undef, '... nor score it');
 
     run('run_i', tenant => 'carol', session => 'ses_gone', status => 'running');

@@ -19,8 +19,20 @@
 #                          .../google/v1beta, azure: .../azure/openai/v1,
 #                          the bases their SDKs expect; Cloudflare:
 #                          .../cloudflare/<the gateway's path for VENDOR>)
-#   SMCP_REPOSITORY        https://<git host>/<owner>/<repo> (optional)
-#   SMCP_BRANCH            branch to check out (optional)
+#   SMCP_REPOSITORY        https://<git host>/<owner>/<repo> (optional): the
+#                          run's own, where the agent works
+#   SMCP_REPOSITORIES      the session's repositories, space-separated, in
+#                          the order first named (default SMCP_REPOSITORY):
+#                          the first at /workspace/repo, each further one at
+#                          /workspace/repo-<owner>-<name>; cloned when
+#                          missing, fetched when present
+#   SMCP_BRANCH            branch to check out (optional; on a follow-up
+#                          created from HEAD when missing)
+#   SMCP_CREATE_PR         1: after OpenCode exits 0, what changed since the
+#                          run started (the agent's commits included) is
+#                          committed on opencode/<SMCP_RUN_ID> and pushed
+#   SMCP_BASE_BRANCH       the pull request's base (the runner opens it)
+#   SMCP_GIT_AUTHOR_NAME, SMCP_GIT_AUTHOR_EMAIL   the commits' author
 #   SMCP_GIT_HOST          the git host the proxy stands in for (github.com)
 #   SMCP_SESSION           OpenCode session id to continue (optional)
 #   SMCP_TASK              the task text (opencode reads it on stdin)
@@ -33,9 +45,12 @@
 #                          line boundary and marked "truncated":true
 #
 # Output (stdout): OpenCode's JSON events, one per line, framed by lifecycle
-# lines {"type":"smcp","step":...}: clone | clone_failed (message) |
-# agent_start | agent_exit (exitCode, and signal when the container was
-# asked to stop) | diff (diff: the run's changes as a unified diff, the
+# lines {"type":"smcp","step":...}: clone (repository) | clone_failed
+# (message) | fetch (repository) | fetch_failed (repository, message) |
+# branch (name, created) | branch_failed (name, message) | agent_start |
+# agent_exit (exitCode, and signal when the container was asked to stop) |
+# pushed (branch, commit) | push_failed (message) | pr_skipped (reason) |
+# diff (diff: the run's changes as a unified diff, the
 # last line; truncated: true when it was cut to fit SMCP_DIFF_MAX).  The
 # whole diff is left in /workspace/.oc/smcp/diff.
 #
@@ -233,8 +248,8 @@ printf '{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}\n' \
 basic=$(printf 'x-access-token:%s' "$SMCP_RUN_TOKEN" | base64 -w0)
 git config --global url."$SMCP_EGRESS_URL/github/".insteadOf "https://$SMCP_GIT_HOST/"
 git config --global http."$SMCP_EGRESS_URL/".extraHeader "Authorization: Basic $basic"
-git config --global user.name "OpenCode sandbox"
-git config --global user.email "sandbox@localhost"
+git config --global user.name "${SMCP_GIT_AUTHOR_NAME:-OpenCode sandbox}"
+git config --global user.email "${SMCP_GIT_AUTHOR_EMAIL:-sandbox@localhost}"
 git config --global init.defaultBranch main
 git config --global safe.directory "$repo"
 
@@ -254,34 +269,121 @@ if [ -n "$gateway_unsupported" ]; then
     exit 2
 fi
 
-if [ -n "${SMCP_REPOSITORY:-}" ] && [ ! -d "$repo/.git" ]; then
-    lifecycle clone "\"repository\":$(json_str "$SMCP_REPOSITORY")"
-    if ! git clone --quiet ${SMCP_BRANCH:+--branch "$SMCP_BRANCH"} \
-             "$SMCP_REPOSITORY" "$repo" 2>"$TMPDIR/clone.err"; then
-        lifecycle clone_failed "\"message\":$(tail -c 2000 "$TMPDIR/clone.err" | json_stdin)"
-        exit 3
+# git's last words on stderr, for a lifecycle line (bounded)
+git_words() { tail -c 2000 "$TMPDIR/git.err" | json_stdin; }
+
+# repo_dir URL: where a repository of the session lives: /workspace/repo
+# for the session's first (or whichever repository is there already),
+# else /workspace/repo-<owner>-<name>
+repo_dir() {
+    local url=$1 path owner name
+    if [ "$(git -C "$repo" config --get remote.origin.url 2>/dev/null)" = "$url" ]; then
+        printf '%s' "$repo"; return
     fi
-elif [ ! -d "$repo/.git" ]; then
-    git -C "$repo" init --quiet
+    if [ ! -d "$repo/.git" ] && [ "$url" = "$first_repo" ]; then
+        printf '%s' "$repo"; return
+    fi
+    path=${url#https://*/}
+    path=${path%.git}
+    owner=${path%%/*}
+    name=${path#*/}
+    owner=${owner//[^A-Za-z0-9_.-]/_}
+    name=${name//[^A-Za-z0-9_.-]/_}
+    printf '%s' "$ws/repo-$owner-$name"
+}
+
+# sync_repo URL DIR [BRANCH]: cloned (BRANCH checked out) when missing,
+# fetched when present (a failed fetch is said, not fatal)
+sync_repo() {
+    local url=$1 dir=$2 branch=${3:-}
+    [ "$dir" = "$repo" ] || git config --global --add safe.directory "$dir"
+    if [ ! -d "$dir/.git" ]; then
+        lifecycle clone "\"repository\":$(json_str "$url")"
+        if ! git clone --quiet ${branch:+--branch "$branch"} "$url" "$dir" \
+                 2>"$TMPDIR/git.err"; then
+            lifecycle clone_failed "\"message\":$(git_words)"
+            return 1
+        fi
+        return 0
+    fi
+    lifecycle fetch "\"repository\":$(json_str "$url")"
+    if ! git -C "$dir" fetch --quiet origin 2>"$TMPDIR/git.err"; then
+        lifecycle fetch_failed "\"repository\":$(json_str "$url"),\"message\":$(git_words)"
+    fi
+}
+
+# on_branch DIR NAME: a follow-up's branch checked out: the local one, else
+# the remote's, else a new one from HEAD
+on_branch() {
+    local dir=$1 name=$2 created=false
+    if [ "$(git -C "$dir" symbolic-ref -q --short HEAD 2>/dev/null)" = "$name" ]; then
+        :
+    elif git -C "$dir" show-ref -q --verify "refs/heads/$name"; then
+        git -C "$dir" checkout -q "$name" 2>"$TMPDIR/git.err" || return 1
+    elif git -C "$dir" show-ref -q --verify "refs/remotes/origin/$name"; then
+        git -C "$dir" checkout -q -b "$name" --track "origin/$name" \
+            2>"$TMPDIR/git.err" || return 1
+    else
+        git -C "$dir" checkout -q -b "$name" 2>"$TMPDIR/git.err" || return 1
+        created=true
+    fi
+    lifecycle branch "\"name\":$(json_str "$name"),\"created\":$created"
+}
+
+repos=${SMCP_REPOSITORIES:-${SMCP_REPOSITORY:-}}
+first_repo=${repos%% *}
+own=$repo
+for url in $repos; do
+    dir=$(repo_dir "$url")
+    existed=0
+    [ -d "$dir/.git" ] && existed=1
+    if [ "$url" = "${SMCP_REPOSITORY:-}" ]; then
+        own=$dir
+        sync_repo "$url" "$dir" "${SMCP_BRANCH:-}" || exit 3
+        if [ -n "${SMCP_BRANCH:-}" ] && [ $existed = 1 ]; then
+            if ! on_branch "$dir" "$SMCP_BRANCH"; then
+                lifecycle branch_failed "\"name\":$(json_str "$SMCP_BRANCH"),\"message\":$(git_words)"
+                exit 3
+            fi
+        fi
+    else
+        # another repository of the session: beside, for the agent to read
+        sync_repo "$url" "$dir" || true
+    fi
+done
+if [ -n "${SMCP_REPOSITORY:-}" ] && [ "$own" = "$repo" ] \
+   && [ ! -d "$repo/.git" ]; then
+    # the run's own repository missing from SMCP_REPOSITORIES
+    own=$(repo_dir "$SMCP_REPOSITORY")
+    sync_repo "$SMCP_REPOSITORY" "$own" "${SMCP_BRANCH:-}" || exit 3
+fi
+if [ ! -d "$own/.git" ]; then
+    git -C "$own" init --quiet
 fi
 
-cd "$repo"
+cd "$own"
 
 # the run's diff is taken against where this run started (commits the agent
 # makes are part of it); an empty tree when the repository has no commit yet
 start=$(git rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null \
         || git hash-object -t tree /dev/null)
 
+# the task's first non-blank line, blanks squeezed, 80 characters: a new
+# session's default title, and the pull request commit's subject
+first_line=$(printf '%s\n' "${SMCP_TASK:-}" | sed -n '/[^[:space:]]/{s/[[:space:]]\{1,\}/ /g;s/^ //;s/ $//;p;q}')
+first_line=$(LC_ALL=C.UTF-8; printf '%s' "${first_line:0:80}")
+
+# OpenCode keeps a session per project (the repository it runs in): the
+# session's conversation goes on only in the directory it was started in;
+# a run in another repository of the session starts a new one
+oc_dir_file=$oc/smcp/oc-dir
+oc_dir=$(cat "$oc_dir_file" 2>/dev/null || printf '%s' "$repo")
 args=(run --format json --auto --model "$oc_model")
-if [ -n "${SMCP_SESSION:-}" ]; then
+if [ -n "${SMCP_SESSION:-}" ] && [ "$oc_dir" = "$own" ]; then
     args+=(--session "$SMCP_SESSION")
 else
-    title=${SMCP_TITLE:-}
-    if [ -z "$title" ]; then
-        # the task's first non-blank line, blanks squeezed, 80 characters
-        title=$(printf '%s\n' "${SMCP_TASK:-}" | sed -n '/[^[:space:]]/{s/[[:space:]]\{1,\}/ /g;s/^ //;s/ $//;p;q}')
-        title=$(LC_ALL=C.UTF-8; printf '%s' "${title:0:80}")
-    fi
+    printf '%s' "$own" > "$oc_dir_file"
+    title=${SMCP_TITLE:-$first_line}
     [ -n "$title" ] && args+=(--title "$title")
 fi
 
@@ -306,6 +408,35 @@ while kill -0 "$agent" 2>/dev/null; do
 done
 trap - TERM INT HUP
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
+
+# the pull request's branch: what changed since the run started, the
+# agent's own commits included, on opencode/<runId>, pushed through the
+# egress git route (the only branch it lets this run write); the runner
+# opens the pull request
+if [ "$status" = 0 ] && [ -z "$signal" ] && [ "${SMCP_CREATE_PR:-}" = 1 ] \
+   && [ -n "${SMCP_REPOSITORY:-}" ]; then
+    pr_branch=opencode/${SMCP_RUN_ID:-run}
+    git -c core.fsmonitor= add -A . >/dev/null 2>&1 || true
+    if git -c core.fsmonitor= diff --cached --quiet "$start" 2>/dev/null; then
+        git reset -q >/dev/null 2>&1 || true
+        lifecycle pr_skipped '"reason":"no changes"'
+    else
+        git checkout -q -B "$pr_branch" 2>/dev/null || true
+        if ! git diff --cached --quiet 2>/dev/null; then
+            subject=${SMCP_TITLE:-$first_line}
+            git -c core.hooksPath=/dev/null commit -q --no-verify \
+                -m "${subject:-sandbox-mcp run}" \
+                -m "sandbox-mcp run ${SMCP_RUN_ID:-}" 2>"$TMPDIR/git.err" || true
+        fi
+        commit=$(git rev-parse -q --verify HEAD 2>/dev/null || true)
+        if git -c core.hooksPath=/dev/null push --quiet --no-verify origin "HEAD:refs/heads/$pr_branch" \
+               2>"$TMPDIR/git.err"; then
+            lifecycle pushed "\"branch\":$(json_str "$pr_branch"),\"commit\":$(json_str "$commit")"
+        else
+            lifecycle push_failed "\"message\":$(git_words)"
+        fi
+    fi
+fi
 
 # the diff, the run's last line: the runner stores it (untrusted input:
 # no external diff drivers, textconv or fsmonitor from the repo's config;

@@ -908,6 +908,103 @@ test_config(void)
 }
 
 
+/* the agent's stderr tail: the last bytes, whole lines joined, cut at a
+ * character, control bytes and bad UTF-8 repaired, blank ends dropped */
+static void
+test_stderr_tail(void)
+{
+    int                i, good;
+    char               text[RUNNER_STDERR_TAIL], line[64];
+    runner_outcome_t   o;
+
+    memset(&o, 0, sizeof(o));
+    runner_outcome_stderr_text(&o, text, sizeof(text));
+    ok(text[0] == '\0', "stderr tail: none is \"\"");
+
+    runner_outcome_stderr(&o, "", 0);
+    runner_outcome_stderr(&o, "first", 5);
+    runner_outcome_stderr(&o, "bell\a and \x1b[31m red \xff\xfe", 22);
+    runner_outcome_stderr(&o, "", 0);
+    runner_outcome_stderr_text(&o, text, sizeof(text));
+    ok(strcmp(text, "first\nbell? and ?[31m red ??") == 0,
+       "stderr tail: lines joined, control and invalid bytes replaced: %s",
+       text);
+
+    /* 500 numbered lines: only the last ones are kept, whole and in order */
+    memset(&o, 0, sizeof(o));
+
+    for (i = 0; i < 500; i++) {
+        snprintf(line, sizeof(line), "line %03d of the agent", i);
+        runner_outcome_stderr(&o, line, strlen(line));
+    }
+
+    runner_outcome_stderr_text(&o, text, sizeof(text));
+    good = strlen(text) < RUNNER_STDERR_TAIL
+           && strstr(text, "line 499 of the agent") != NULL
+           && strstr(text, "line 400 of the agent") == NULL
+           && text[strlen(text) - 1] == 't';
+    ok(good, "stderr tail: bounded (%zu bytes), the last lines kept",
+       strlen(text));
+
+    /* a line longer than the tail, ending in a multibyte character cut
+     * at the tail's start */
+    memset(&o, 0, sizeof(o));
+    {
+        char  big[3 * RUNNER_STDERR_TAIL];
+
+        for (i = 0; i + 1 < (int) sizeof(big); i += 2) {
+            big[i] = (char) 0xc3;
+            big[i + 1] = (char) 0xa9;              /* é */
+        }
+
+        runner_outcome_stderr(&o, "before", 6);
+        runner_outcome_stderr(&o, big, sizeof(big) - 2);
+    }
+    runner_outcome_stderr_text(&o, text, sizeof(text));
+    ok(strstr(text, "before") == NULL && (unsigned char) text[0] == 0xc3
+       && strchr(text, '?') == NULL,
+       "stderr tail: a huge line keeps its end, from a whole character");
+}
+
+
+/* --git-author "Name <email>" */
+static void
+test_git_author(void)
+{
+    int               rc;
+    char              err[RUNNER_ERRLEN];
+    char             *argv[4];
+    runner_config_t   c;
+    size_t            i;
+    const char       *bad[] = { "no email", "<only@email>", "N <a b@c>",
+                                "N <a@b> trailing", "N <>", "N <a@b",
+                                "Na>me <a@b>", "N\n <a@b>", "N <a<b@c>" };
+
+    setenv("PROXY_JWT_SECRET", "0123456789abcdef0123", 1);
+    setenv("SMCP_EGRESS_URL", "http://10.0.0.1:8090", 1);
+    argv[0] = "smcp-runner";
+    argv[1] = "--git-author";
+
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && strcmp(c.git_author_name, "sandbox-mcp") == 0
+       && strcmp(c.git_author_email, "sandbox-mcp@localhost") == 0,
+       "git author: the default");
+
+    argv[2] = "Ada Lovelace  <ada@example.org>";
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && strcmp(c.git_author_name, "Ada Lovelace") == 0
+       && strcmp(c.git_author_email, "ada@example.org") == 0,
+       "git author: name and email");
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        argv[2] = (char *) bad[i];
+        rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+        ok(rc == RUNNER_ERR && strstr(err, "--git-author: want"),
+           "git author refused: %s", err);
+    }
+}
+
+
 int
 main(void)
 {
@@ -925,6 +1022,8 @@ main(void)
     test_diff_parser();
     test_workspace();
     test_config();
+    test_stderr_tail();
+    test_git_author();
 
     return tap_done();
 }

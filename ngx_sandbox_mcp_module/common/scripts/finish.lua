@@ -7,7 +7,8 @@
 -- KEYS[7] tenant:{tenant}:claimed     KEYS[8] session:{session}
 --                                     (each '' when unknown)
 -- KEYS[9] sessions
--- KEYS[10] channel tenant:{tenant}    ('' when unknown; "<run id>
+-- KEYS[10] tenant:{tenant}:sessions   ('' when unknown)
+-- KEYS[11] channel tenant:{tenant}    ('' when unknown; "<run id>
 --                                     <status>": the dashboard)
 -- ARGV: status, now (ms), events maxlen, run id, session id, then
 -- field/value pairs for the run hash, then (when KEYS[4] is given) the
@@ -17,7 +18,8 @@
 -- (also when it had ended already); its keys expire `retention` seconds
 -- later (a field of the run hash; absent: kept); its session was active
 -- now, and is due to expire `idle_ttl` seconds later (the session hash's
--- field; absent: the sessions index is left alone).
+-- field; absent: the sessions index is left alone); the tenant's session
+-- index scores it by that last activity.
 --
 -- Returns 'ok', or the status the run already had.
 if KEYS[5] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
@@ -39,8 +41,8 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',
            'lifecycle', 'data', cjson.encode({status = ARGV[1]}),
            'ts', ARGV[2])
 redis.call('PUBLISH', KEYS[3], ARGV[1])
-if KEYS[10] ~= '' then
-  redis.call('PUBLISH', KEYS[10], ARGV[4] .. ' ' .. ARGV[1])
+if KEYS[11] ~= '' then
+  redis.call('PUBLISH', KEYS[11], ARGV[4] .. ' ' .. ARGV[1])
 end
 
 local retention = tonumber(redis.call('HGET', KEYS[1], 'retention') or '')
@@ -55,6 +57,9 @@ if KEYS[8] ~= '' then
   local s = redis.call('HMGET', KEYS[8], 'tenant', 'state', 'idle_ttl')
   if s[1] and not s[2] then
     redis.call('HSET', KEYS[8], 'last_active', ARGV[2])
+    if KEYS[10] ~= '' then
+      redis.call('ZADD', KEYS[10], tonumber(ARGV[2]), ARGV[5])
+    end
     local ttl = tonumber(s[3] or '')
     if ttl and ttl >= 1 then
       redis.call('ZADD', KEYS[9], tonumber(ARGV[2]) + ttl * 1000, ARGV[5])

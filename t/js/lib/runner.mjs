@@ -41,6 +41,7 @@ export class FakeRunner {
             claimed: t ? `${p}tenant:${t}:claimed` : '',
             session: s ? `${p}session:${s}` : '',
             sessions: `${p}sessions`,
+            tenantSessions: t ? `${p}tenant:${t}:sessions` : '',
             tenantChan: t ? `${p}tenant:${t}` : '',
         };
     }
@@ -71,8 +72,9 @@ export class FakeRunner {
         for (const [f, v] of Object.entries(fields)) fv.push(f, String(v));
         const args = [status, Date.now(), MAXLEN, runId, k.h.session || '', ...fv];
         if (diff !== null) args.push(diff);
-        return this.r.cmd('EVAL', this.lua('finish'), 10, k.run, k.events, k.chan,
+        return this.r.cmd('EVAL', this.lua('finish'), 11, k.run, k.events, k.chan,
                           diff !== null ? k.diff : '', k.active, k.started,
-                          k.claimed, k.session, k.sessions, k.tenantChan, ...args);
+                          k.claimed, k.session, k.sessions, k.tenantSessions,
+                          k.tenantChan, ...args);
     }
 }

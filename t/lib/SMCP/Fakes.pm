@@ -200,6 +200,12 @@ package SMCP::Fakes;
 #     ->file_content('o/r', $ref, 'path') -> bytes|undef
 #     ->commit_message('o/r', $ref)  ->files('o/r', $ref)  ->refs('o/r')
 #     ->add_repo('o/r', %attrs)  ->pulls('o/r') -> created PRs
+#     ->api_fault(METHOD, qr/PATH/ as a string, status => 502, body =>
+#         BYTES, content_type => ..): REST requests matching (after the
+#         token check, /api/v3 stripped) get that answer instead;
+#         ->api_fault() clears them
+#     ->reject_pushes('o/r', MESSAGE): a pre-receive hook refuses every
+#         push with MESSAGE; ->reject_pushes('o/r') allows them again
 #
 # parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
 # scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
@@ -1853,6 +1859,30 @@ sub add_repo {
     });
 }
 
+# api_fault($method, $path_re, %answer): see the header; none: cleared
+sub api_fault {
+    my ($self, $method, $re, %a) = @_;
+    $self->_state_update('faults.json', sub {
+        my ($d) = @_;
+        $d = [] unless defined $method;
+        push @$d, { method => $method, re => $re, %a } if defined $method;
+        return ($d, 1);
+    });
+}
+
+# reject_pushes('o/r', $message): the bare repository's pre-receive hook
+sub reject_pushes {
+    my ($self, $name, $msg) = @_;
+    my $hook = $self->repo_path($name) . '/hooks/pre-receive';
+    unlink $hook;
+    return unless defined $msg;
+    open(my $fh, '>', $hook) or die "$hook: $!";
+    (my $q = $msg) =~ s/'/'\\''/g;
+    print $fh "#!/bin/sh\necho '$q' >&2\nexit 1\n";
+    close $fh;
+    chmod 0755, $hook;
+}
+
 # pulls('owner/repo') -> list of the pull requests created (oldest first)
 sub pulls {
     my ($self, $name) = @_;
@@ -2266,6 +2296,12 @@ sub _api {
     unless (defined $tok && defined $self->{api_token} && $tok eq $self->{api_token}) {
         return $self->_gh_error($c, $req, 401, 'Bad credentials',
                                 log => { auth => defined $tok ? 'bad' : 'missing' });
+    }
+    for my $f (@{ $self->_state_read('faults.json') || [] }) {
+        next unless $f->{method} eq $m && $p =~ /$f->{re}/;
+        return $self->_reply($c, $req, $f->{status} // 502,
+            ['Content-Type' => $f->{content_type} // 'application/json'],
+            $f->{body} // '', log => { fault => 1 });
     }
     if ($p eq '/user' && ($m eq 'GET' || $m eq 'HEAD')) {
         return $self->_gh_json($c, $req, 200, { login => $self->{login},

@@ -69,6 +69,9 @@ my @STACKS;
 #     workers => 2, location => '...' (extra /mcp directives),
 #     server => '...' (more in the server: location /ui/ { sandbox_mcp_ui; }),
 #     anthropic => {extra start_anthropic options},
+#     github => {extra start_github options, e.g. web_base},
+#     github_api_path => '/api/v3' (GITHUB_API_URL is the fake's URL with
+#                   it: GitHub Enterprise's shape),
 #     egress_env => {NAME => value} (more routes: other providers' keys and
 #                   base URLs, e.g. OPENAI_API_KEY, OPENAI_BASE_URL, in the
 #                   environment egress-routes.sh and nginx see; never in
@@ -103,7 +106,8 @@ sub new {
     my $script = SMCP::Fakes::scenario_script($o{scripts} || {}, title => 'Runner test');
     $self->{anthropic} = SMCP::Fakes::start_anthropic(key => $real{ANTHROPIC_API_KEY},
         script => [$script], deltas => 3, %{ $o{anthropic} || {} });
-    $self->{github} = SMCP::Fakes::start_github(token => $real{GITHUB_TOKEN});
+    $self->{github} = SMCP::Fakes::start_github(token => $real{GITHUB_TOKEN},
+                                                %{ $o{github} || {} });
     for my $repo (sort keys %{ $o{repos} || {} }) {
         $self->{github}->create_repo($repo, files => $o{repos}{$repo});
     }
@@ -123,7 +127,7 @@ sub new {
     $ENV{$_} = $self->{egress_env}{$_} for keys %{ $self->{egress_env} };
     $ENV{ANTHROPIC_BASE_URL} = $self->{anthropic}->url;
     $ENV{GITHUB_URL} = $self->{github}->url;
-    $ENV{GITHUB_API_URL} = $self->{github}->url;
+    $ENV{GITHUB_API_URL} = $self->{github}->url . ($o{github_api_path} // '');
     $t->render_routes;
 
     $t->start(http => SMCP::Test::egress_server_conf("$gw:$eport"));
