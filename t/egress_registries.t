@@ -2,7 +2,8 @@
 # Package registries through the egress proxy (issue 14), on the host: the
 # routes egress-routes.sh renders for SMCP_REGISTRIES, in front of
 # stand-in registries this test starts (static npm packuments and
-# tarballs, a PyPI simple index and its files host, a Go module proxy):
+# tarballs, a PyPI simple index and its files host, a Go module proxy, a
+# private Maven repository; on a second server crates, rubygems, debian):
 # the run token is required, only GET and HEAD pass (PUT/POST/DELETE: 405,
 # audited, nothing upstream), metadata naming the upstream is rewritten to
 # the egress, the cache is shared (the upstream sees each file once, the
@@ -39,6 +40,9 @@ my $pypi = SMCP::Fakes::start_static(root => "$dir/pypi", kind => 'pypi');
 my $files = SMCP::Fakes::start_static(root => "$dir/files", kind => 'files');
 my $goproxy = SMCP::Fakes::start_static(root => "$dir/go", kind => 'goproxy');
 my $maven = SMCP::Fakes::start_static(root => "$dir/maven", kind => 'maven');
+my $crates = SMCP::Fakes::start_static(root => "$dir/crates", kind => 'crates');
+my $gems = SMCP::Fakes::start_static(root => "$dir/gems", kind => 'rubygems');
+my $deb = SMCP::Fakes::start_static(root => "$dir/deb", kind => 'debian');
 
 # npm: a packument naming the upstream, and its tarball
 {
@@ -72,6 +76,14 @@ for my $f (['list', "v1.0.0\n"], ['v1.0.0.info', '{"Version":"v1.0.0"}'],
     spew("$dir/go/example.com/m/\@v/$f->[0]", $f->[1]);
 }
 spew("$dir/maven/org/x/lib/1.0/lib-1.0.jar", 'jar ' . rhex(16));
+# crates: the sparse index's config.json names the download host
+spew("$dir/crates/index/config.json",
+     json_encode({ dl => $crates->url . '/dl', api => 'https://crates.example' }));
+spew("$dir/crates/index/sm/cd/smcp-demo", qq({"name":"smcp-demo","vers":"1.0.0"}\n));
+spew("$dir/crates/dl/smcp-demo/1.0.0/download", 'crate ' . rhex(16));
+spew("$dir/gems/gems/smcp-1.0.gem", 'gem ' . rhex(16));
+spew("$dir/deb/debian/dists/bookworm/InRelease", "Origin: Debian\n");
+spew("$dir/deb/debian/pool/main/s/smcp/smcp_1.0_all.deb", 'deb ' . rhex(16));
 
 ###############################################################################
 # the egress proxy with npm, pypi, go and a private maven enabled
@@ -98,17 +110,27 @@ like($@, qr/unknown registry 'cpan'/, '... which names it');
 ok(!eval { $t->render_routes(name => 'bad', NPM_REGISTRY_URL => 'http://x/ y') },
    'a bad upstream URL is an error');
 ok(eval { $t->render_routes }, 'egress-routes.sh renders the registry routes') or diag($@);
+# a second egress server with the other registries (same http{} part)
+ok(eval { $t->render_routes(name => 'routes2', SMCP_REGISTRIES => 'crates,rubygems,debian',
+                            CRATES_INDEX_URL => $crates->url . '/index',
+                            CRATES_DL_URL => $crates->url . '/dl',
+                            RUBYGEMS_URL => $gems->url,
+                            DEBIAN_MIRROR_URL => $deb->url) },
+   '... and crates, rubygems, debian') or diag($@);
+my $eport2 = $t->free_port;
 unlike($t->read_file('routes.conf'), qr/private-REAL/,
        'the private credential is not in the rendered config');
 
-$t->start(http => egress_server_conf("127.0.0.1:$eport"));
+$t->start(http => egress_server_conf("127.0.0.1:$eport")
+                 . "    server {\n        listen 127.0.0.1:$eport2;\n"
+                 . "        include %%DIR%%/routes2.conf;\n    }\n");
 
 my ($run, $tok) = $t->live_run;
 my $base = "http://127.0.0.1:$eport";
 
 sub get {
     my ($path, %o) = @_;
-    return $t->http(port => $eport, method => $o{method} // 'GET', path => $path,
+    return $t->http(port => $o{port} // $eport, method => $o{method} // 'GET', path => $path,
                     headers => [ ($o{anon} ? () : (Authorization => "Bearer $tok")),
                                  @{ $o{headers} // [] } ],
                     body => $o{body}, timeout => 20);
@@ -215,6 +237,39 @@ is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
 }
 
 ###############################################################################
+# crates (config.json rewritten, downloads cached), rubygems, debian
+
+{
+    my %o = (port => $eport2);
+    my $r = get('/registry/crates/index/config.json', %o);
+    is($r->{status}, 200, 'crates: config.json');
+    my $j = json_decode($r->{body}) // {};
+    is($j->{dl}, "http://127.0.0.1:$eport2/registry/crates/dl",
+       'crates: dl names the egress download route');
+    ok($j->{'auth-required'}, 'crates: auth-required (cargo sends its token)');
+    like(get('/registry/crates/index/sm/cd/smcp-demo', %o)->{body}, qr/"vers":"1.0.0"/,
+         'crates: an index file');
+    for my $n (1, 2) {
+        is(get('/registry/crates/dl/smcp-demo/1.0.0/download', %o)->{body},
+           slurp("$dir/crates/dl/smcp-demo/1.0.0/download"), "crates: a crate, fetch $n");
+        is(get('/registry/rubygems/gems/smcp-1.0.gem', %o)->{body},
+           slurp("$dir/gems/gems/smcp-1.0.gem"), "rubygems: a gem, fetch $n");
+        is(get('/registry/debian/debian/pool/main/s/smcp/smcp_1.0_all.deb', %o)->{body},
+           slurp("$dir/deb/debian/pool/main/s/smcp/smcp_1.0_all.deb"), "debian: a .deb, fetch $n");
+    }
+    is(join(',', seen($crates, '/dl/smcp-demo/1.0.0/download'),
+            seen($gems, '/gems/smcp-1.0.gem'),
+            seen($deb, '/debian/pool/main/s/smcp/smcp_1.0_all.deb')), '1,1,1',
+       'crates, rubygems, debian: each file fetched upstream once');
+    is(get('/registry/debian/debian/dists/bookworm/InRelease', %o)->{status}, 200,
+       'debian: dists');
+    egress_error_ok(get('/registry/npm/smcp-pad', %o), 403, 'npm on the other server (not enabled)',
+                    message => qr/crates,rubygems,debian/);
+    egress_error_ok(get('/registry/rubygems/api/v1/gems', %o, method => 'POST', body => 'x'),
+                    405, 'rubygems: a push');
+}
+
+###############################################################################
 # registries not enabled, unknown registries
 
 egress_error_ok(get('/registry/crates/index/config.json'), 403,
@@ -226,6 +281,10 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
 # audit: route, path, status, bytes, cache
 
 {
+    # audit records are written at the log phase, after the answer: wait
+    # for the last request's
+    my $last = sub { grep { ($_->{json}{path} // '') eq '/registry/rubygems/api/v1/gems' } @_ };
+    wait_until(5, sub { $last->($t->run_events($run, type => 'egress')) });
     my @eg = map { $_->{json} } $t->run_events($run, type => 'egress');
     my @tgz = grep { $_->{path} eq '/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz'
                      && $_->{method} eq 'GET' } @eg;
@@ -255,6 +314,8 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
     my $r = $t->http(port => $eport, path => '/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz',
                      headers => [ Authorization => "Bearer $tok2" ]);
     is($r->{status}, 200, 'another run: the tarball');
+    # the audit record is written at the log phase, after the answer
+    wait_until(5, sub { $t->run_events($run2, type => 'egress') });
     my ($e) = map { $_->{json} } $t->run_events($run2, type => 'egress');
     is($e && $e->{cache}, 'hit', "another run: served from the shared cache");
     is(seen($npm, '/smcp-pad/-/smcp-pad-1.0.0.tgz'), 1,
@@ -266,5 +327,5 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
     unlike($logs, qr/\Q$tok\E|private-REAL/, 'logs: no token, no credential');
 }
 
-$_->stop for ($npm, $pypi, $files, $goproxy, $maven);
+$_->stop for ($npm, $pypi, $files, $goproxy, $maven, $crates, $gems, $deb);
 $t->done;
