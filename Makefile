@@ -35,12 +35,15 @@ TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
                           ngx_sandbox_mcp_module/tools/include/*.json)
 UI_FILES    := $(wildcard ngx_sandbox_mcp_module/ui/* \
                           ngx_sandbox_mcp_module/ui/static/*)
+OAUTH_PAGES := $(wildcard ngx_sandbox_mcp_module/oauth/*.html \
+                          ngx_sandbox_mcp_module/oauth/*.css)
 EMBED_SRC   := ngx_sandbox_mcp_module/common/embed/smcp_embed.c
 EMBED_BIN   := $(BUILD)/smcp-embed
 
 MODULE_SRCS := config config.make $(wildcard ngx_sandbox_mcp_module/*.[ch] \
                                  ngx_sandbox_mcp_module/common/*.[ch]) \
-               $(SCRIPTS_LUA) $(TOOLS_JSON) $(UI_FILES) $(EMBED_SRC)
+               $(SCRIPTS_LUA) $(TOOLS_JSON) $(UI_FILES) $(OAUTH_PAGES) \
+               $(EMBED_SRC)
 COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 
 CFLAGS     ?= -O2 -g
@@ -212,10 +215,12 @@ ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
 ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
 UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
 # unit tests, the MCP endpoint (own tests, the SDK client, poll), the
-# dashboard's server side, the egress proxy, the runner end to end (Docker,
-# the sandbox image)
+# dashboard's server side, the OAuth authorization server (and the SDK's
+# OAuth flow), the egress proxy, the runner end to end (Docker, the sandbox
+# image)
 ASAN_TESTS  ?= t/unit.t t/unit_runner.t $(wildcard t/mcp_*.t) \
-               t/sdk_client.t t/poll.t $(wildcard t/egress*.t t/runner*.t) \
+               t/sdk_client.t t/sdk_oauth.t $(wildcard t/oauth*.t) t/poll.t \
+               $(wildcard t/egress*.t t/runner*.t) \
                t/hostile_agent.t t/ui_auth.t t/ui_api.t t/ui_sse.t
 # ASan reports end the process; UBSan's go on (each one in the log, every
 # log checked) except in the unit tests, built not to recover; leaks are

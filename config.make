@@ -7,6 +7,7 @@ SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
 SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
 SMCP_TOOLS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/tools"
 SMCP_UI_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/ui"
+SMCP_OAUTH_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/oauth"
 
 cat << END                                                  >> $NGX_MAKEFILE
 
@@ -28,5 +29,15 @@ $NGX_OBJS/ngx_http_sandbox_mcp_ui_files.h:	$NGX_OBJS/smcp-embed \\
 		$SMCP_UI_DIR $SMCP_UI_DIR/* $SMCP_UI_DIR/static/*
 	$NGX_OBJS/smcp-embed ui \\
 		$NGX_OBJS/ngx_http_sandbox_mcp_ui_files.h $SMCP_UI_DIR
+
+$NGX_OBJS/ngx_http_sandbox_mcp_oauth_html.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_OAUTH_DIR $SMCP_OAUTH_DIR/*.html
+	$NGX_OBJS/smcp-embed html \\
+		$NGX_OBJS/ngx_http_sandbox_mcp_oauth_html.h $SMCP_OAUTH_DIR
+
+$NGX_OBJS/ngx_http_sandbox_mcp_oauth_css.h:	$NGX_OBJS/smcp-embed \\
+		$SMCP_OAUTH_DIR $SMCP_OAUTH_DIR/*.css
+	$NGX_OBJS/smcp-embed css \\
+		$NGX_OBJS/ngx_http_sandbox_mcp_oauth_css.h $SMCP_OAUTH_DIR
 
 END

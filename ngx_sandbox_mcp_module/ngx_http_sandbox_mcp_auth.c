@@ -6,6 +6,7 @@
 
 #include "ngx_http_sandbox_mcp_auth.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
@@ -18,24 +19,36 @@ ngx_int_t
 ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r, const char *reason,
     ngx_uint_t bad_token)
 {
-    u_char     *p;
-    ngx_str_t   v;
-    char        msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
+    u_char                           *p, *last;
+    ngx_str_t                         v, meta;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+    char                              msg[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
 
-    v.data = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX);
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    /* OAuth discovery (RFC 9728): where the client learns how to sign in */
+    if (ngx_http_sandbox_mcp_oauth_metadata_url(r, lcf, &meta) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    v.data = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX
+                                  + meta.len);
     if (v.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (bad_token) {
-        p = ngx_snprintf(v.data, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX,
-                         "Bearer realm=\"sandbox-mcp\", "
-                         "error=\"invalid_token\", "
-                         "error_description=\"%s\"", reason);
+    last = v.data + NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX + meta.len;
 
-    } else {
-        p = ngx_cpymem(v.data, "Bearer realm=\"sandbox-mcp\"",
-                       sizeof("Bearer realm=\"sandbox-mcp\"") - 1);
+    p = ngx_cpymem(v.data, "Bearer realm=\"sandbox-mcp\"",
+                   sizeof("Bearer realm=\"sandbox-mcp\"") - 1);
+
+    if (meta.len) {
+        p = ngx_slprintf(p, last, ", resource_metadata=\"%V\"", &meta);
+    }
+
+    if (bad_token) {
+        p = ngx_slprintf(p, last, ", error=\"invalid_token\", "
+                         "error_description=\"%s\"", reason);
     }
 
     v.len = p - v.data;
@@ -235,6 +248,85 @@ ngx_http_sandbox_mcp_verify_token(ngx_http_request_t *r,
 }
 
 
+/* an "aud" claim (OAuth access tokens) must name this MCP server */
+static ngx_int_t
+ngx_http_sandbox_mcp_audience(ngx_http_request_t *r, json_t *aud,
+    const char **reason)
+{
+    ngx_str_t                         issuer, resource;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    if (aud == NULL) {
+        /* a token minted by smcp-token: for every server of the secret */
+        return NGX_OK;
+    }
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    if (ngx_http_sandbox_mcp_oauth_urls(r, lcf, &issuer, &resource)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (!json_is_string(aud) || json_string_length(aud) != resource.len
+        || ngx_strncmp(json_string_value(aud), resource.data, resource.len)
+           != 0)
+    {
+        *reason = "token audience is another server";
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_token_check(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, u_char *token, size_t len,
+    json_t **claims, const char **reason)
+{
+    char       *err;
+    json_t     *c;
+    ngx_int_t   rc;
+
+    err = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_ERR_MAX);
+    if (err == NULL) {
+        return NGX_ERROR;
+    }
+
+    *reason = err;
+
+    rc = ngx_http_sandbox_mcp_verify_token(r, ctx, token, len,
+                                           SMCP_SCOPE_MCP, &c, err,
+                                           NGX_HTTP_SANDBOX_MCP_ERR_MAX);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_sandbox_mcp_grants(r, ctx, json_object_get(c, "repos"));
+
+    if (rc == NGX_DECLINED) {
+        *reason = "token repos claim must be an array of owner/repo, "
+                  "owner/* or *";
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_sandbox_mcp_audience(r, json_object_get(c, "aud"),
+                                           reason);
+    }
+
+    if (rc == NGX_OK && claims) {
+        *claims = c;
+        return NGX_OK;
+    }
+
+    json_decref(c);
+
+    return rc;
+}
+
+
 /*
  * Returns NGX_OK with the tenant set; otherwise the 401 was sent and the
  * return value is NGX_DONE with *rc holding the sender's result.
@@ -244,10 +336,9 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc)
 {
     u_char           *p, *last;
-    json_t           *claims;
     ngx_int_t         rc2;
+    const char       *reason;
     ngx_table_elt_t  *auth;
-    char              err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
     auth = r->headers_in.authorization;
 
@@ -270,20 +361,8 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         p++;
     }
 
-    rc2 = ngx_http_sandbox_mcp_verify_token(r, ctx, p, last - p,
-                                            SMCP_SCOPE_MCP, &claims, err,
-                                            sizeof(err));
-
-    if (rc2 == NGX_OK) {
-        rc2 = ngx_http_sandbox_mcp_grants(r, ctx,
-                                          json_object_get(claims, "repos"));
-        json_decref(claims);
-
-        if (rc2 == NGX_DECLINED) {
-            ngx_snprintf((u_char *) err, sizeof(err), "token repos claim "
-                         "must be an array of owner/repo, owner/* or *%Z");
-        }
-    }
+    rc2 = ngx_http_sandbox_mcp_token_check(r, ctx, p, last - p, NULL,
+                                           &reason);
 
     if (rc2 == NGX_ERROR) {
         *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -292,9 +371,9 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
 
     if (rc2 == NGX_DECLINED) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "sandbox_mcp: token refused: %s", err);
+                      "sandbox_mcp: token refused: %s", reason);
 
-        return ngx_http_sandbox_mcp_auth_failed(rc, r, err, 1);
+        return ngx_http_sandbox_mcp_auth_failed(rc, r, reason, 1);
     }
 
     return NGX_OK;

@@ -28,6 +28,17 @@ ngx_int_t ngx_http_sandbox_mcp_verify_token(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, u_char *token, size_t len,
     const char *scope, json_t **claims, char *err, size_t errlen);
 
+/*
+ * A bearer token checked as /mcp checks it (signature, expiry, scope mcp,
+ * subject, not revoked, grants, an "aud" naming this MCP URL): NGX_OK with
+ * ctx->tenant, ctx->repos and ctx->jti set and, when claims is not NULL,
+ * *claims (a new reference); NGX_DECLINED with *reason (safe to show);
+ * NGX_ERROR.
+ */
+ngx_int_t ngx_http_sandbox_mcp_token_check(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, u_char *token, size_t len,
+    json_t **claims, const char **reason);
+
 /* 401 with WWW-Authenticate (bad_token: error="invalid_token") */
 ngx_int_t ngx_http_sandbox_mcp_unauthorized(ngx_http_request_t *r,
     const char *reason, ngx_uint_t bad_token);

@@ -191,12 +191,5 @@ ngx_http_sandbox_mcp_body_handler(ngx_http_request_t *r)
 void
 ngx_http_sandbox_mcp_finalize(ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t rc)
 {
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
-    r = ctx->request;
-    c = r->connection;
-
-    ngx_http_finalize_request(r, rc);
-    ngx_http_run_posted_requests(c);
+    ngx_http_sandbox_mcp_end_request(ctx->request, rc);
 }

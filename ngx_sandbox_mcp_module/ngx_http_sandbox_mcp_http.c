@@ -66,11 +66,9 @@ ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r, void *data,
 
 
 ngx_int_t
-ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
-    json_t *json)
+ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, u_char *data, size_t len)
 {
-    char         *s;
-    size_t        len;
     ngx_int_t     rc;
     ngx_buf_t    *b;
     ngx_chain_t   out;
@@ -83,36 +81,30 @@ ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     r->headers_out.status = status;
+    r->headers_out.content_length_n = len;
 
-    if (json == NULL) {
-        r->headers_out.content_length_n = 0;
+    if (type) {
+        r->headers_out.content_type.data = (u_char *) type;
+        r->headers_out.content_type.len = ngx_strlen(type);
+        r->headers_out.content_type_len = r->headers_out.content_type.len;
+    }
+
+    if (len == 0 || r->method == NGX_HTTP_HEAD) {
+        /* no body: a zero-size buffer is no output */
         r->header_only = 1;
         return ngx_http_send_header(r);
     }
 
-    s = json_dumps(json, JSON_COMPACT);
-    if (s == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    len = ngx_strlen(s);
-
-    b = ngx_create_temp_buf(r->pool, len + 1);
+    b = ngx_calloc_buf(r->pool);
     if (b == NULL) {
-        free(s);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    b->last = ngx_cpymem(b->last, s, len);
-    *b->last++ = '\n';
-    free(s);
-
+    b->pos = data;
+    b->last = data + len;
+    b->memory = 1;
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
-
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_length_n = b->last - b->pos;
 
     rc = ngx_http_send_header(r);
 
@@ -124,6 +116,54 @@ ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    json_t *json)
+{
+    char    *s;
+    size_t   len;
+    u_char  *p;
+
+    if (json == NULL) {
+        return ngx_http_sandbox_mcp_send_body(r, status, NULL, NULL, 0);
+    }
+
+    s = json_dumps(json, JSON_COMPACT);
+    if (s == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = ngx_strlen(s);
+
+    p = ngx_pnalloc(r->pool, len + 1);
+    if (p == NULL) {
+        free(s);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(p, s, len);
+    p[len] = '\n';
+    free(s);
+
+    return ngx_http_sandbox_mcp_send_body(r, status, "application/json", p,
+                                          len + 1);
+}
+
+
+/* outside nginx's request flow (Redis callbacks, timers): the request
+ * finalized, then what it posted run */
+void
+ngx_http_sandbox_mcp_end_request(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
 }
 
 
@@ -212,7 +252,7 @@ ngx_http_sandbox_mcp_host_listed(ngx_array_t *hosts, u_char *host,
 }
 
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_sandbox_mcp_host_allowed(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf)
 {

@@ -13,6 +13,10 @@
 ngx_table_elt_t *ngx_http_sandbox_mcp_header(ngx_http_request_t *r,
     const char *name, size_t len);
 
+/* Host (port stripped) among sandbox_mcp_allowed_hosts */
+ngx_uint_t ngx_http_sandbox_mcp_host_allowed(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf);
+
 /* the checks: NGX_DECLINED when passed, else what sending the error gave */
 ngx_int_t ngx_http_sandbox_mcp_check_origin(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf);
@@ -29,6 +33,15 @@ ngx_int_t ngx_http_sandbox_mcp_add_cleanup(ngx_http_request_t *r,
 
 ngx_int_t ngx_http_sandbox_mcp_add_header(ngx_http_request_t *r,
     const char *key, ngx_str_t *value);
+
+/* finalizes r from outside nginx's request flow (a Redis callback, a
+ * timer), then runs the posted requests */
+void ngx_http_sandbox_mcp_end_request(ngx_http_request_t *r, ngx_int_t rc);
+
+/* the answer: len bytes of data of a type (len 0, or HEAD: the headers
+ * only; type NULL: none set) */
+ngx_int_t ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, u_char *data, size_t len);
 
 /* the answer: json (NULL: no body), as application/json */
 ngx_int_t ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r,

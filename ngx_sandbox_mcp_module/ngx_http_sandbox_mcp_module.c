@@ -5,6 +5,7 @@
 #include "ngx_http_sandbox_mcp_module.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -26,6 +27,8 @@ static char *ngx_http_sandbox_mcp_ui(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_sandbox_mcp_oauth_endpoints(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_sandbox_mcp_str_list(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_sandbox_mcp_usd(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -243,6 +246,104 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_conf_set_sec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, session_idle),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_endpoints"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_sandbox_mcp_oauth_endpoints,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.enable),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_issuer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.issuer),
+      &ngx_http_sandbox_mcp_url_post },
+
+    { ngx_string("sandbox_mcp_oauth_resource"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.resource),
+      &ngx_http_sandbox_mcp_url_post },
+
+    { ngx_string("sandbox_mcp_oauth_token_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.token_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_refresh_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.refresh_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_code_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.code_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_client_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.client_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_redirect_hosts"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_sandbox_mcp_str_list,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.redirect_hosts),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_client_metadata_location"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.metadata_location),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_github"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_http_sandbox_mcp_oauth_github_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_github_authorize_url"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.github_authorize),
+      &ngx_http_sandbox_mcp_url_post },
+
+    { ngx_string("sandbox_mcp_oauth_github_location"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.github_location),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_github_allow"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_sandbox_mcp_oauth_github_allow,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
       ngx_null_command
@@ -526,6 +627,8 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->ui_heartbeat = NGX_CONF_UNSET_MSEC;
     conf->ui_stream_buffer = NGX_CONF_UNSET_SIZE;
 
+    ngx_http_sandbox_mcp_oauth_init_conf(&conf->oauth);
+
     return conf;
 }
 
@@ -667,6 +770,12 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_ERROR;
     }
 
+    if (ngx_http_sandbox_mcp_oauth_merge(cf, &prev->oauth, &conf->oauth)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     return ngx_http_sandbox_mcp_check_limits(cf, conf);
 }
 
@@ -737,6 +846,26 @@ ngx_http_sandbox_mcp_ui(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (mcf->ui_location.len == 0) {
         mcf->ui_location = clcf->name;
     }
+
+    return NGX_CONF_OK;
+}
+
+
+/* the OAuth endpoints (discovery, register, authorize, token, revoke) */
+static char *
+ngx_http_sandbox_mcp_oauth_endpoints(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    (void) ngx_http_sandbox_mcp_content(cf,
+                                        ngx_http_sandbox_mcp_oauth_handler);
 
     return NGX_CONF_OK;
 }

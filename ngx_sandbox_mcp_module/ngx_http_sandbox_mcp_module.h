@@ -61,6 +61,29 @@ typedef struct {
 } ngx_http_sandbox_mcp_main_conf_t;
 
 
+/* the OAuth 2.1 authorization server (sandbox_mcp_oauth_*) */
+typedef struct {
+    ngx_flag_t                  enable;
+    ngx_str_t                   issuer;         /* "": public_url/Host */
+    ngx_str_t                   resource;       /* "": {issuer}/mcp */
+    time_t                      token_ttl;
+    time_t                      refresh_ttl;
+    time_t                      code_ttl;
+    time_t                      client_ttl;
+    ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
+                                                   any https host */
+    ngx_str_t                   metadata_location;  /* "": no client
+                                                       metadata documents */
+    ngx_str_t                   github_client_id;   /* "": no GitHub */
+    ngx_str_t                   github_secret;
+    ngx_str_t                   github_authorize;   /* GitHub's URL */
+    ngx_str_t                   github_location;    /* internal, ours */
+    ngx_array_t                *github_allow;       /* of ngx_keyval_t:
+                                                       login or @org ->
+                                                       grant (JSON) */
+} ngx_http_sandbox_mcp_oauth_conf_t;
+
+
 typedef struct {
     ngx_flag_t                  enable;
     ngx_array_t                *allowed_hosts;      /* of ngx_str_t */
@@ -87,6 +110,8 @@ typedef struct {
     ngx_msec_t                  ui_heartbeat;   /* event streams' comment */
     size_t                      ui_stream_buffer;  /* a watcher's unsent
                                                       bytes at most */
+
+    ngx_http_sandbox_mcp_oauth_conf_t  oauth;
 } ngx_http_sandbox_mcp_loc_conf_t;
 
 

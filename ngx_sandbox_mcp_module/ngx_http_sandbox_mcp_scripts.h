@@ -26,6 +26,14 @@ extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_ui_events;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_revoke;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_oauth_client;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_oauth_code;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_oauth_grant;
 
 /* NULL-terminated: the scripts the Redis layer loads (on every connect,
  * once Redis has loaded its dataset, after a NOSCRIPT) */

@@ -111,8 +111,6 @@ ngx_http_sandbox_mcp_ui_send_file(ngx_http_request_t *r, ngx_uint_t status,
 {
     ngx_int_t         rc;
     ngx_str_t         etag;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
     ngx_table_elt_t  *inm;
 
     static ngx_str_t  no_cache = ngx_string("no-cache");
@@ -149,38 +147,8 @@ ngx_http_sandbox_mcp_ui_send_file(ngx_http_request_t *r, ngx_uint_t status,
         }
     }
 
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = f->len;
-    r->headers_out.content_type.data = (u_char *) f->type;
-    r->headers_out.content_type.len = ngx_strlen(f->type);
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    if (r->method == NGX_HTTP_HEAD || f->len == 0) {
-        r->header_only = 1;
-        return ngx_http_send_header(r);
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = (u_char *) f->data;
-    b->last = b->pos + f->len;
-    b->memory = 1;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_sandbox_mcp_send_body(r, status, f->type,
+                                          (u_char *) f->data, f->len);
 }
 
 

@@ -144,6 +144,28 @@ subtest 'a script without its KEYS/ARGV header' => sub {
     like($out, qr{Bad-Name\.lua: the name}, '... named') or diag($out);
 };
 
+subtest 'the OAuth pages: html and css' => sub {
+    my ($rc, $out) = embed('html', "$mod/oauth");
+    is($rc, 0, 'oauth/*.html embed') or diag($out);
+    like(slurp("$dir/out.h"), qr/static const char smcp_html_signin\[\]/, 'smcp_html_signin');
+    ($rc, $out) = embed('css', "$mod/oauth");
+    is($rc, 0, 'oauth/*.css embed') or diag($out);
+    like(slurp("$dir/out.h"), qr/static const char smcp_css_signin\[\]/, 'smcp_css_signin');
+
+    my $d = "$dir/oauth";
+    make_path($d);
+    for my $case ([ 'no doctype', 'x.html', "<html>{{a}}</html>\n", qr/doctype/ ],
+                  [ 'a bad placeholder', 'x.html', "<!doctype html>{{A b}}\n", qr/placeholder/ ],
+                  [ 'an open placeholder', 'x.html', "<!doctype html>{{abc\n", qr/placeholder/ ],
+                  [ 'markup in a style sheet', 'x.css', "a { } </style><script>\n", qr/</ ]) {
+        unlink glob("$d/*");
+        spew("$d/$case->[1]", $case->[2]);
+        ($rc, $out) = embed($case->[1] =~ /css$/ ? 'css' : 'html', $d);
+        isnt($rc, 0, "$case->[0]: smcp-embed fails");
+        like($out, qr{\Q$d/$case->[1]\E: .*$case->[3]}, '... naming the file') or diag($out);
+    }
+};
+
 subtest 'the dashboard files: embedded byte for byte, typed; others refused' => sub {
     my $ui = "$mod/ui";
     my ($rc, $out) = embed('ui', $ui);
@@ -203,7 +225,8 @@ subtest 'the module is rebuilt from the generated headers' => sub {
     plan skip_all => "$mk not there (run `make`)" unless -f $mk;
     my $m = slurp($mk);
     for my $h (qw(ngx_http_sandbox_mcp_lua.h ngx_http_sandbox_mcp_tools_json.h
-                  ngx_http_sandbox_mcp_ui_files.h)) {
+                  ngx_http_sandbox_mcp_ui_files.h
+                  ngx_http_sandbox_mcp_oauth_html.h ngx_http_sandbox_mcp_oauth_css.h)) {
         like($m, qr{^\S*/\Q$h\E:.*smcp-embed}m, "a rule makes $h");
         like($m, qr{^ADDON_DEPS = .*\Q$h\E}m, "... and the module's objects depend on it");
     }

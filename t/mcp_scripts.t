@@ -16,6 +16,10 @@
 #                flagged; others unchanged
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
+#   oauth_client, oauth_code, oauth_grant   the OAuth
+#                authorization server: clients, codes (spent on first use,
+#                a reuse revoking their family), refresh families (rotation,
+#                reuse revoking the family and its last access token)
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -36,7 +40,8 @@ my $P = 'smcp:';
 my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
-                 run_cancel run_diff run_events ui_events)) {
+                 run_cancel run_diff run_events ui_events oauth_client
+                 oauth_code oauth_grant)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -667,6 +672,150 @@ subtest 'run_create: the run\'s image' => sub {
     ($r) = script('run_create', create_keys($run2, 'alice', $ses2), $argv);
     is($r, 1, 'without the argument: created');
     is($t->redis('HGET', "${P}run:$run2", 'image'), '', '... with no image (the runner\'s)');
+};
+
+###############################################################################
+# OAuth (issue 11)
+
+$t->redis('FLUSHALL');
+
+my $CL = "${P}oauth:client:mcp_" . ('1' x 32);
+my $CODE = "${P}oauth:code:" . ('c' x 64);
+my $FAM = "${P}oauth:family:" . ('f' x 24);
+my $CH = "${P}revoked";
+my $sec = int(time());
+
+subtest 'oauth_client' => sub {
+    my ($r, $b, $a) = script('oauth_client', [ $CL ],
+                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600 ]);
+    is($r, 1, 'registered: 1');
+    is_deeply($a->{$CL}{value}, { name => 'Claude', redirect_uris => '["https://claude.ai/cb"]',
+                                  created_at => $sec }, '... its hash');
+    ok($a->{$CL}{expires}, '... expiring');
+    ($r, $b, $a) = script('oauth_client', [ $CL ], [ 'x', '[]', $sec, 3600 ]);
+    is($r, 0, 'the id taken: 0');
+    unchanged($b, $a, 'the id taken');
+};
+
+my @code_argv = ('mcp_' . ('1' x 32), 'https://claude.ai/cb', 'CHAL', 'http://h/mcp',
+                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60);
+
+subtest 'oauth_code' => sub {
+    my @a = @code_argv;
+    $a[1] = 'https://evil.example/cb';
+    my ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@a);
+    is($r, 'NOCLIENT', 'a redirect_uri not registered: NOCLIENT');
+    unchanged($b, $a, 'NOCLIENT');
+    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV ], \@code_argv);
+    is($r, 'NOCLIENT', 'an unknown client: NOCLIENT');
+    $t->redis('HSET', $REV, 'key-1', $sec + 3600);
+    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    is($r, 'REVOKED', 'a revoked access key: REVOKED');
+    unchanged($b, $a, 'REVOKED');
+    $t->redis('HDEL', $REV, 'key-1');
+    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    is($r, 'OK', 'stored: OK');
+    is_deeply($a->{$CODE}{value}, { client_id => $code_argv[0], redirect_uri => $code_argv[1],
+        challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice',
+        repos => '["acme/*"]', key_jti => 'key-1', key_exp => $sec + 3600,
+        exp => $sec + 60 }, '... its hash');
+    ok($a->{$CODE}{expires}, '... expiring');
+};
+
+# oauth_grant's ARGV: mode, client_id, proof, resource, now, new refresh
+# hash, access jti, its exp, refresh ttl, redirect_uri
+sub grant_argv {
+    my (%o) = @_;
+    my %d = (mode => 'code', client => $code_argv[0], proof => 'CHAL', resource => '',
+             now => $sec, new => 'h1', jti => 'at-1', exp => $sec + 3600, ttl => 86400,
+             redirect => $code_argv[1], %o);
+    return [ @d{qw(mode client proof resource now new jti exp ttl redirect)} ];
+}
+
+subtest 'oauth_grant: code' => sub {
+    my @k = ($FAM, $REV, $CH, $CODE);
+    my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(proof => 'WRONG'));
+    is_deeply($r, [ 'ERR', 'invalid_grant',
+                    'PKCE verification failed: code_verifier does not match' ],
+              'a wrong verifier: invalid_grant');
+    is($a->{$CODE}{value}{used}, 1, '... the code is spent');
+    ok(!exists $a->{$FAM}, '... no family');
+    ($r) = script('oauth_grant', \@k, grant_argv());
+    is($r->[1], 'invalid_grant', 'then the right one: invalid_grant (spent)');
+
+    $t->redis('HDEL', $CODE, 'used');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(redirect => 'https://other/cb'));
+    like($r->[2], qr/redirect_uri differs/, 'another redirect_uri: refused');
+    $t->redis('HDEL', $CODE, 'used');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv());
+    is_deeply($r, [ 'OK', 'alice', '["acme/*"]', $sec + 3600 ], 'redeemed');
+    is_deeply($a->{$FAM}{value}, { client_id => $code_argv[0], sub => 'alice',
+        repos => '["acme/*"]', resource => 'http://h/mcp', key_jti => 'key-1',
+        key_exp => $sec + 3600, current => 'h1', access_jti => 'at-1',
+        access_exp => $sec + 3600 }, '... the family');
+    ok($a->{$FAM}{expires}, '... expiring');
+
+    my $sub = $t->redis_connect;
+    $sub->subscribe($CH);
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv());
+    like($r->[2], qr/already used/, 'reused: refused');
+    ok(!exists $a->{$FAM}, '... the family is gone');
+    is($a->{$REV}{value}{'at-1'}, $sec + 3600, '... its access token revoked');
+    is($sub->next_message(5)->[1], "at-1 " . ($sec + 3600), '... and published');
+    $sub->close;
+
+    $t->redis('DEL', $CODE);
+    ($r) = script('oauth_grant', \@k, grant_argv());
+    like($r->[2], qr/unknown or expired/, 'gone: refused');
+    $t->redis('HSET', $CODE, client_id => $code_argv[0], redirect_uri => $code_argv[1],
+              challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice', repos => '',
+              key_jti => '', key_exp => $sec + 3600, exp => $sec - 1);
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv());
+    like($r->[2], qr/expired/, 'past its exp: refused');
+    ok(!exists $a->{$FAM}, '... no family');
+};
+
+subtest 'oauth_grant: refresh, revoke' => sub {
+    my @k = ($FAM, $REV, $CH, '');
+    my %fam = (client_id => $code_argv[0], sub => 'alice', repos => '',
+               resource => 'http://h/mcp', key_jti => 'key-2', key_exp => $sec + 3600,
+               current => 'h1', access_jti => 'at-1', access_exp => $sec + 3600);
+    my %rf = (mode => 'refresh', proof => 'h1', new => 'h2', jti => 'at-2',
+              exp => $sec + 7200, redirect => '');
+    $t->redis('HSET', $FAM, %fam);
+    my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
+    is_deeply($r, [ 'OK', 'alice', '', $sec + 3600 ], 'rotated');
+    is($a->{$FAM}{value}{current}, 'h2', '... the new hash is the live one');
+    is($a->{$FAM}{value}{access_jti}, 'at-2', '... with its access token');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, resource => 'http://x/mcp',
+                                                         proof => 'h2'));
+    is($r->[1], 'invalid_target', 'another resource: invalid_target');
+    unchanged($b, $a, 'invalid_target');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
+    like($r->[2], qr/already used/, 'the spent one: refused');
+    ok(!exists $a->{$FAM}, '... the family revoked');
+    is($a->{$REV}{value}{'at-2'}, $sec + 7200, '... its access token too');
+
+    $t->redis('HSET', $FAM, %fam);
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, client => 'mcp_other'));
+    like($r->[2], qr/already used/, 'another client: refused, revoked');
+    ok(!exists $a->{$FAM}, '... the family revoked');
+
+    $t->redis('HSET', $FAM, %fam);
+    $t->redis('HSET', $REV, 'key-2', $sec + 3600);
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
+    like($r->[2], qr/revoked/, 'the access key revoked: refused');
+    ok(!exists $a->{$FAM}, '... the family deleted');
+
+    $t->redis('HSET', $FAM, %fam);
+    ($r, $b, $a) = script('oauth_grant', \@k, [ 'revoke', '', 'nope' ]);
+    is_deeply($r, [ 'OK' ], 'revoke with another hash: OK');
+    unchanged($b, $a, 'revoke with another hash');
+    ($r, $b, $a) = script('oauth_grant', \@k, [ 'revoke', '', 'h1' ]);
+    is_deeply($r, [ 'OK' ], 'revoke: OK');
+    ok(!exists $a->{$FAM}, '... the family gone');
+    ($r) = script('oauth_grant', \@k, grant_argv(%rf));
+    like($r->[2], qr/unknown/, 'then: unknown');
 };
 
 $mon->close;

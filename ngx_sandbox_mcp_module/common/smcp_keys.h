@@ -41,6 +41,16 @@
                                                      store identity */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
+#define SMCP_KEY_OAUTH_CLIENT       "%soauth:client:%s"   /* hash: a
+                                                     registered client */
+#define SMCP_KEY_OAUTH_CODE         "%soauth:code:%s"     /* hash, by the
+                                                     code's sha256 hex */
+#define SMCP_KEY_OAUTH_FAMILY       "%soauth:family:%s"   /* hash: a refresh
+                                                     token family */
+#define SMCP_KEY_OAUTH_PENDING      "%soauth:pending:%s"  /* string: an
+                                                     authorization request
+                                                     while the user is at
+                                                     GitHub */
 
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE

@@ -14,9 +14,15 @@
  *                                smcp_ui_files[] (path, content type,
  *                                ETag, bytes, length)
  *
- * lua and tools also define an X-macro listing the names
- * (SMCP_LUA_SCRIPTS(X), SMCP_TOOLS(X)).  Entries come in the order of
- * their file names.
+ *   smcp-embed html OUT.h DIR    every DIR/NAME.html (a page with
+ *                                {{name}} placeholders) becomes
+ *                                static const char smcp_html_NAME[]
+ *   smcp-embed css OUT.h DIR     every DIR/NAME.css becomes
+ *                                static const char smcp_css_NAME[]
+ *
+ * lua, tools, html and css also define an X-macro listing the names
+ * (SMCP_LUA_SCRIPTS(X), SMCP_TOOLS(X), SMCP_HTML(X), SMCP_CSS(X)).
+ * Entries come in the order of their file names.
  *
  * UI: a name is [a-z0-9_.-], starts with a letter or digit, and ends in a
  * known extension (its content type); anything else in the directories,
@@ -35,6 +41,11 @@
  * anywhere in it is replaced by the JSON of DIR/include/FILE.  Embedded
  * compact.
  *
+ * HTML: starts with "<!doctype html>" (any case); every "{{" opens a
+ * placeholder of 1-32 characters of [a-z_] closed by "}}" (the server
+ * fills them in, escaped).  CSS: no "<" (it is served as a file, but
+ * never lets a page's markup be closed by a style).
+ *
  * Used by the `config` script (through config.make, in nginx's Makefile)
  * and by the project's Makefile.  Plain C and jansson.
  */
@@ -47,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -63,7 +75,9 @@
 typedef enum {
     EMBED_LUA,
     EMBED_TOOLS,
-    EMBED_UI
+    EMBED_UI,
+    EMBED_HTML,
+    EMBED_CSS
 } embed_kind_e;
 
 
@@ -553,6 +567,37 @@ embed_check_tool(const char *path, const char *dir, const char *name)
 }
 
 
+/* HTML: a page whose placeholders are {{name}}; CSS: nothing like markup */
+static void
+embed_check_page(const char *path, const char *text, embed_kind_e kind)
+{
+    const char  *p, *q;
+
+    if (kind == EMBED_CSS) {
+        if (strchr(text, '<') != NULL) {
+            embed_fail(path, "a style sheet may not hold \"<\"");
+        }
+
+        return;
+    }
+
+    if (strncasecmp(text, "<!doctype html>", 15) != 0) {
+        embed_fail(path, "a page starts with <!doctype html>");
+    }
+
+    for (p = strstr(text, "{{"); p; p = strstr(q + 2, "{{")) {
+        for (q = p + 2; *q == '_' || (*q >= 'a' && *q <= 'z'); q++) {
+            /* void */
+        }
+
+        if (q == p + 2 || q - p - 2 > 32 || strncmp(q, "}}", 2) != 0) {
+            embed_fail(path, "a placeholder is {{name}}, name 1-32 of "
+                       "a-z and _ (at byte %ld)", (long) (p - text));
+        }
+    }
+}
+
+
 /* UI: the Content-Type of a file name, or NULL (an unknown extension) */
 static const char *
 embed_ui_type(const char *path, const char *name)
@@ -762,7 +807,7 @@ embed_ui_main(const char *out_path, const char *dir)
 static void
 embed_usage(void)
 {
-    fprintf(stderr, "usage: smcp-embed lua|tools|ui OUT.h DIR\n");
+    fprintf(stderr, "usage: smcp-embed lua|tools|html|css|ui OUT.h DIR\n");
     exit(2);
 }
 
@@ -791,6 +836,18 @@ main(int argc, char **argv)
         prefix = "smcp_tool_";
         macro = "SMCP_TOOLS";
         suffix = ".json";
+
+    } else if (strcmp(argv[1], "html") == 0) {
+        kind = EMBED_HTML;
+        prefix = "smcp_html_";
+        macro = "SMCP_HTML";
+        suffix = ".html";
+
+    } else if (strcmp(argv[1], "css") == 0) {
+        kind = EMBED_CSS;
+        prefix = "smcp_css_";
+        macro = "SMCP_CSS";
+        suffix = ".css";
 
     } else if (strcmp(argv[1], "ui") == 0) {
         kind = EMBED_UI;
@@ -834,14 +891,18 @@ main(int argc, char **argv)
             text = embed_read(path, &len);
             embed_check_lua(path, text);
 
-        } else {
+        } else if (kind == EMBED_TOOLS) {
             text = embed_check_tool(path, dir, names[i]);
             len = strlen(text);
+
+        } else {
+            text = embed_read(path, &len);
+            embed_check_page(path, text, kind);
         }
 
         fprintf(out, "/* %s%s */\nstatic const char %s%s[] =\n", names[i],
                 suffix, prefix, names[i]);
-        embed_string(out, text, len, kind == EMBED_LUA ? 0 : EMBED_LINE);
+        embed_string(out, text, len, kind == EMBED_TOOLS ? EMBED_LINE : 0);
         fputs(";\n\n", out);
 
         free(text);

@@ -51,10 +51,7 @@ package SMCP::Fakes;
 #   SMCP::Fakes::start_github(%o)      git smart HTTP + REST on one port
 #   SMCP::Fakes::start_github_git(%o)  git smart HTTP only
 #   SMCP::Fakes::start_github_api(%o)  REST only
-#   SMCP::Fakes::start_static(%o)      files under root => DIR for GET and
-#                                      HEAD (a stand-in package registry:
-#                                      PyPI simple index, Go module proxy,
-#                                      npm packuments); others 405
+#   SMCP::Fakes::start_static(%o)      files for GET and HEAD (see STATIC)
 #   All answer GET/HEAD / with 200 "ok" (readiness).
 #
 # COMMON OPTIONS
@@ -207,6 +204,36 @@ package SMCP::Fakes;
 #     ->reject_pushes('o/r', MESSAGE): a pre-receive hook refuses every
 #         push with MESSAGE; ->reject_pushes('o/r') allows them again
 #
+# GITHUB OAUTH (start_github_oauth): GitHub as an OAuth provider (the web
+# flow an OAuth app sees), scripted
+#   client_id => 'gh-client'  client_secret => 'gh-secret'
+#   login => 'octo-alice'     who "approves" at the authorize page
+#   orgs => {login => ['acme', ...]}   organizations of each login
+#   GET /login/oauth/authorize?client_id&redirect_uri&state[&scope]
+#       -> 302 redirect_uri?code=..&state=.. (the user approved), or with
+#       deny => 1 (->set(deny => 1)): ?error=access_denied&state=..;
+#       unknown client_id: 404
+#   POST /login/oauth/access_token (parameters in the query or a form body;
+#       Accept: application/json else form-encoded answer, as GitHub) ->
+#       {access_token, token_type bearer, scope}; a wrong client or secret
+#       {error: incorrect_client_credentials}; an unknown, used or other
+#       redirect_uri's code {error: bad_verification_code} (200, as GitHub)
+#   GET /user (Bearer gho_...) -> {login, id}; GET /user/orgs -> [{login}];
+#       a bad token 401 Bad credentials
+#   Methods: ->set(login => 'x', deny => 0, orgs => {...})  ->requests
+#
+# STATIC (start_static): files over HTTP, scripted or from a directory
+#   files => {'/path' => BODY | [STATUS, BODY, CONTENT_TYPE]}
+#   GET /path -> the file (application/json by default), else:
+#   root => DIR   DIR/a/b at /a/b (a directory's index.html, else its
+#                 index.json, at /a and /a/): a stand-in package registry
+#                 (PyPI simple index, Go module proxy, npm packuments);
+#                 the type by extension (html, json, whl, tgz, zip, mod,
+#                 info, ...; types => {ext => type} adds more)
+#   headers => [name => value, ...]   on every answer
+#   else 404; methods other than GET and HEAD: 405
+#   Methods: ->set_file('/path', BODY | [STATUS, BODY, TYPE] | undef)
+#
 # parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
 # scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
 #     code ref) for start_anthropic that plays one script per task
@@ -221,7 +248,8 @@ use Exporter qw(import);
 
 our @EXPORT_OK = qw(start_anthropic start_openai start_azure start_gemini
                     start_cloudflare start_github start_github_git
-                    start_github_api start_static parse_sse scenario_script);
+                    start_github_api start_github_oauth start_static parse_sse
+                    scenario_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our @LIVE;    # fakes started by this process, for END cleanup
@@ -234,7 +262,8 @@ sub start_cloudflare { return SMCP::Fakes::Cloudflare->_start(@_) }
 sub start_github     { return SMCP::Fakes::GitHub->_start(kind => 'github', serve_git => 1, serve_api => 1, @_) }
 sub start_github_git { return SMCP::Fakes::GitHub->_start(kind => 'github-git', serve_git => 1, serve_api => 0, @_) }
 sub start_github_api { return SMCP::Fakes::GitHub->_start(kind => 'github-api', serve_git => 0, serve_api => 1, @_) }
-sub start_static     { return SMCP::Fakes::Static->_start(@_) }
+sub start_github_oauth { return SMCP::Fakes::GitHubOAuth->_start(@_) }
+sub start_static { return SMCP::Fakes::Static->_start(@_) }
 
 # parse_sse($body) -> list of {event => name|undef, data => string,
 # json => decoded data|undef, id => ...}; tolerant of \r\n and \n
@@ -2430,19 +2459,117 @@ sub _create_pull {
                            log => { %$lx, number => $pr->{number} });
 }
 
-##############################################################################
-# a static file server: a stand-in package registry
-#   root => DIR          the files (DIR/a/b served at /a/b; a directory's
-#                        index.html or else index.json at /a and /a/)
-#   types => {ext => content type}   by the name's last extension (html,
-#                        json, whl, tgz, zip, mod, info, ... have defaults)
-#   headers => [name => value, ...]  on every answer (e.g. Cache-Control)
+
+package SMCP::Fakes::GitHubOAuth;
+
+use strict;
+use warnings;
+our @ISA = ('SMCP::Fakes::Server');
+
+sub _defaults {
+    return (kind => 'github-oauth', client_id => 'gh-client',
+            client_secret => 'gh-secret', login => 'octo-alice', orgs => {},
+            deny => 0);
+}
+
+sub _init {
+    my ($self) = @_;
+    $self->_state_write('oauth.json', { codes => {}, tokens => {} });
+    $self->set();
+}
+
+# ->set(login => .., deny => .., orgs => {...}): who approves next
+sub set {
+    my ($self, %o) = @_;
+    $self->{$_} = $o{$_} for keys %o;
+    $self->_state_write('config.json',
+        { map { $_ => $self->{$_} } qw(login orgs deny) });
+}
+
+sub _params {
+    my ($s) = @_;
+    my %p;
+    for (split /&/, $s // '') {
+        my ($k, $v) = split /=/, $_, 2;
+        ($k, $v) = map { my $x = $_ // ''; $x =~ tr/+/ /;
+                         $x =~ s/%([0-9A-Fa-f]{2})/chr(hex $1)/ge; $x } ($k, $v);
+        $p{$k} = $v;
+    }
+    return %p;
+}
+
+sub _esc {
+    my ($s) = @_;
+    $s =~ s/([^A-Za-z0-9\-._~])/sprintf('%%%02X', ord($1))/ge;
+    return $s;
+}
+
+sub _handle {
+    my ($self, $req, $c) = @_;
+    my ($m, $p) = @$req{qw(method path)};
+    my %q = _params($req->{query});
+    my $cfg = $self->_state_read('config.json');
+    my $st = $self->_state_read('oauth.json');
+
+    if ($p eq '/login/oauth/authorize' && $m eq 'GET') {
+        return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "no such app\n")
+            unless ($q{client_id} // '') eq $self->{client_id} && $q{redirect_uri};
+        my $sep = $q{redirect_uri} =~ /\?/ ? '&' : '?';
+        if ($cfg->{deny}) {
+            return $self->_reply($c, $req, 302, [ Location => "$q{redirect_uri}${sep}"
+                . "error=access_denied&state=" . _esc($q{state} // '') ], '');
+        }
+        my $code = 'ghc_' . SMCP::Fakes::Server::_rand_id(20);
+        $st->{codes}{$code} = { login => $cfg->{login}, redirect_uri => $q{redirect_uri},
+                                scope => $q{scope} // '' };
+        $self->_state_write('oauth.json', $st);
+        return $self->_reply($c, $req, 302, [ Location => "$q{redirect_uri}${sep}code="
+            . _esc($code) . '&state=' . _esc($q{state} // '') ], '');
+    }
+    if ($p eq '/login/oauth/access_token' && $m eq 'POST') {
+        my %f = (%q, _params($req->{body}));
+        my $json = ($req->{headers}{accept} // '') =~ m{application/json};
+        my $answer = sub {
+            my ($data) = @_;
+            return $self->_json_reply($c, $req, 200, $data) if $json;
+            return $self->_reply($c, $req, 200,
+                ['Content-Type' => 'application/x-www-form-urlencoded'],
+                join('&', map { "$_=" . _esc($data->{$_}) } sort keys %$data));
+        };
+        if (($f{client_id} // '') ne $self->{client_id}
+            || ($f{client_secret} // '') ne $self->{client_secret}) {
+            return $answer->({ error => 'incorrect_client_credentials' });
+        }
+        my $code = $st->{codes}{ $f{code} // '' };
+        if (!$code || $code->{used}
+            || (defined $f{redirect_uri} && $f{redirect_uri} ne $code->{redirect_uri})) {
+            return $answer->({ error => 'bad_verification_code' });
+        }
+        $code->{used} = 1;
+        my $tok = 'gho_' . SMCP::Fakes::Server::_rand_id(36);
+        $st->{tokens}{$tok} = $code->{login};
+        $self->_state_write('oauth.json', $st);
+        return $answer->({ access_token => $tok, token_type => 'bearer',
+                           scope => $code->{scope} });
+    }
+    if (($p eq '/user' || $p eq '/user/orgs') && $m eq 'GET') {
+        my ($tok) = ($req->{headers}{authorization} // '') =~ /^(?:Bearer|token)\s+(\S+)$/i;
+        my $login = defined $tok ? $st->{tokens}{$tok} : undef;
+        return $self->_json_reply($c, $req, 401, { message => 'Bad credentials' })
+            unless defined $login;
+        return $self->_json_reply($c, $req, 200, { login => $login, id => 1000 + length $login })
+            if $p eq '/user';
+        return $self->_json_reply($c, $req, 200,
+            [ map { { login => $_ } } @{ $cfg->{orgs}{$login} || [] } ]);
+    }
+    return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n");
+}
+
 
 package SMCP::Fakes::Static;
 
 use strict;
 use warnings;
-
 our @ISA = ('SMCP::Fakes::Server');
 
 my %TYPES = (html => 'text/html', json => 'application/json',
@@ -2452,20 +2579,48 @@ my %TYPES = (html => 'text/html', json => 'application/json',
              tgz => 'application/octet-stream',
              gz => 'application/octet-stream');
 
+sub _defaults { return (kind => 'static', files => {}) }
+
+sub _init {
+    my ($self) = @_;
+    $self->_state_write('files.json', $self->{files});
+}
+
+sub set_file {
+    my ($self, $path, $file) = @_;
+    my $files = $self->_state_read('files.json') // {};
+    if (defined $file) { $files->{$path} = $file } else { delete $files->{$path} }
+    $self->_state_write('files.json', $files);
+}
+
 sub _handle {
     my ($self, $req, $c) = @_;
     my $h = $self->{headers} || [];
     if ($req->{method} !~ /^(GET|HEAD)$/) {
         return $self->_reply($c, $req, 405, [Allow => 'GET, HEAD', @$h], "no\n");
     }
+    my $f = ($self->_state_read('files.json') // {})->{ $req->{path} };
+    if (defined $f) {
+        my ($status, $body, $type) = ref $f eq 'ARRAY' ? @$f : (200, $f);
+        return $self->_reply($c, $req, $status,
+                             ['Content-Type' => $type // 'application/json', @$h], $body);
+    }
+    return $self->_dir_file($req, $c) if defined $self->{root};
+    return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain', @$h], "Not Found\n");
+}
+
+# a file under root, its type by its extension
+sub _dir_file {
+    my ($self, $req, $c) = @_;
+    my $h = $self->{headers} || [];
     my $p = $req->{path};
     $p =~ s{%([0-9A-Fa-f]{2})}{chr hex $1}ge;
-    return $self->_reply($c, $req, 404, $h, "not found\n")
+    return $self->_reply($c, $req, 404, $h, "Not Found\n")
         if $p =~ m{(^|/)\.\.(/|$)} || $p !~ m{^/};
     my $f = "$self->{root}$p";
     $f =~ s{/+$}{};
     $f .= -e "$f/index.html" ? '/index.html' : '/index.json' if -d $f;
-    open(my $fh, '<:raw', $f) or return $self->_reply($c, $req, 404, $h, "not found\n");
+    open(my $fh, '<:raw', $f) or return $self->_reply($c, $req, 404, $h, "Not Found\n");
     local $/;
     my $body = <$fh>;
     close $fh;

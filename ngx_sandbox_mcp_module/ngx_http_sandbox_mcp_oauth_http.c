@@ -1,0 +1,501 @@
+/*
+ * What the OAuth endpoints share: the form parameters (query or body,
+ * decoded, bounded, each at most once), the answers (JSON with no-store
+ * and CORS, OAuth errors, HTML pages from their templates), subrequests
+ * (in memory), and small helpers (escape, SHA-256, random ids).
+ */
+
+#include <openssl/sha.h>
+
+#include "ngx_http_sandbox_mcp_oauth.h"
+#include "ngx_http_sandbox_mcp_http.h"
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_cors(ngx_http_request_t *r)
+{
+    static ngx_str_t  any = ngx_string("*");
+    static ngx_str_t  methods = ngx_string("GET, POST, OPTIONS");
+    static ngx_str_t  headers = ngx_string("Authorization, Content-Type, "
+                                           "MCP-Protocol-Version");
+    static ngx_str_t  age = ngx_string("86400");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "Access-Control-Allow-Origin",
+                                        &any) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Access-Control-Allow-Methods",
+                                           &methods) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Access-Control-Allow-Headers",
+                                           &headers) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Access-Control-Max-Age",
+                                           &age) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *json)
+{
+    ngx_int_t  rc;
+
+    static ngx_str_t  no_store = ngx_string("no-store");
+    static ngx_str_t  no_cache = ngx_string("no-cache");
+
+    if (json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_store)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Pragma", &no_cache) != NGX_OK
+        || ngx_http_sandbox_mcp_oauth_cors(r) != NGX_OK)
+    {
+        json_decref(json);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_sandbox_mcp_send_json(r, status, json);
+    json_decref(json);
+
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *error, const char *description)
+{
+    static ngx_str_t  basic = ngx_string("Basic realm=\"sandbox-mcp\"");
+
+    if (status == NGX_HTTP_UNAUTHORIZED
+        && ngx_http_sandbox_mcp_add_header(r, "WWW-Authenticate", &basic)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_oauth_send_json(r, status,
+               json_pack("{s:s, s:s}", "error", error, "error_description",
+                         description));
+}
+
+
+/* the page with its {{name}} placeholders filled in, HTML-escaped */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
+    ngx_uint_t status, const char *page, ngx_keyval_t *vars, ngx_uint_t n)
+{
+    u_char      *buf, *p, *last;
+    size_t       len, size;
+    ngx_uint_t   i;
+    const char  *s, *q;
+
+    static ngx_str_t  headers[] = {
+        ngx_string("Content-Security-Policy"),
+        ngx_string("default-src 'none'; style-src 'self'; "
+                   "frame-ancestors 'none'; base-uri 'none'"),
+        ngx_string("X-Frame-Options"), ngx_string("DENY"),
+        ngx_string("Referrer-Policy"), ngx_string("same-origin"),
+        ngx_string("X-Content-Type-Options"), ngx_string("nosniff"),
+        ngx_string("Cache-Control"), ngx_string("no-store"),
+        ngx_null_string
+    };
+
+    size = ngx_strlen(page);
+
+    for (i = 0; i < n; i++) {
+        /* "&quot;" is the longest escape: at most 6 bytes a byte */
+        size += 6 * vars[i].value.len;
+    }
+
+    buf = ngx_pnalloc(r->pool, size);
+    if (buf == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = buf;
+
+    for (s = page; *s; s = q + 2) {
+        q = ngx_strstr(s, "{{");
+
+        if (q == NULL) {
+            p = ngx_cpymem(p, s, ngx_strlen(s));
+            break;
+        }
+
+        p = ngx_cpymem(p, s, q - s);
+        s = q + 2;
+        q = ngx_strstr(s, "}}");   /* checked at build: always there */
+        len = q - s;
+
+        for (i = 0; i < n; i++) {
+            if (vars[i].key.len == len
+                && ngx_strncmp(vars[i].key.data, s, len) == 0)
+            {
+                p = (u_char *) ngx_escape_html(p, vars[i].value.data,
+                                               vars[i].value.len);
+                break;
+            }
+        }
+    }
+
+    last = p;
+
+    for (i = 0; headers[i].len; i += 2) {
+        if (ngx_http_sandbox_mcp_add_header(r, (char *) headers[i].data,
+                                            &headers[i + 1])
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    return ngx_http_sandbox_mcp_send_body(r, status,
+                                          "text/html; charset=utf-8", buf,
+                                          last - buf);
+}
+
+
+void
+ngx_http_sandbox_mcp_oauth_finalize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    ngx_http_sandbox_mcp_end_request(ctx->request, rc);
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_subrequest_done(ngx_http_request_t *sr,
+    void *data, ngx_int_t rc)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ngx_buf_t  *b;
+
+    ctx->sub_status = sr->headers_out.status;
+    ngx_str_null(&ctx->sub_body);
+
+    if (sr->out && sr->out->buf) {
+        b = sr->out->buf;
+
+        ctx->sub_body.data = ngx_pnalloc(ctx->request->pool,
+                                         b->last - b->pos + 1);
+        if (ctx->sub_body.data) {
+            ctx->sub_body.len = b->last - b->pos;
+            ngx_memcpy(ctx->sub_body.data, b->pos, ctx->sub_body.len);
+        }
+    }
+
+    return rc;
+}
+
+
+/* the parent again, its subrequest done */
+static void
+ngx_http_sandbox_mcp_oauth_resume(ngx_http_request_t *r)
+{
+    ngx_int_t                          rc;
+    ngx_http_sandbox_mcp_oauth_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+
+    if (ctx == NULL || ctx->done) {
+        return;
+    }
+
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    rc = ctx->sub_next(ctx);
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_str_t *uri, ngx_str_t *args, ngx_int_t (*next)(void *ctx))
+{
+    ngx_http_request_t          *r, *sr;
+    ngx_http_post_subrequest_t  *ps;
+
+    r = ctx->request;
+
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    ps->handler = ngx_http_sandbox_mcp_oauth_subrequest_done;
+    ps->data = ctx;
+
+    ctx->sub_status = 0;
+    ngx_str_null(&ctx->sub_body);
+
+    if (ngx_http_subrequest(r, uri, args, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_IN_MEMORY
+                            |NGX_HTTP_SUBREQUEST_WAITED)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->sub_next = next;
+    r->write_event_handler = ngx_http_sandbox_mcp_oauth_resume;
+
+    return NGX_OK;
+}
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_unhex(u_char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+
+    c |= 0x20;
+
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+
+    return -1;
+}
+
+
+/* one form-encoded name or value, decoded in place; NGX_DECLINED: a bad
+ * escape or a control character */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_decode(u_char *p, size_t len, ngx_str_t *out)
+{
+    u_char     *d, *last;
+    ngx_int_t   hi, lo;
+
+    d = p;
+    out->data = p;
+    last = p + len;
+
+    while (p < last) {
+        if (*p == '+') {
+            *d++ = ' ';
+            p++;
+            continue;
+        }
+
+        if (*p == '%') {
+            if (last - p < 3) {
+                return NGX_DECLINED;
+            }
+
+            hi = ngx_http_sandbox_mcp_oauth_unhex(p[1]);
+            lo = ngx_http_sandbox_mcp_oauth_unhex(p[2]);
+
+            if (hi < 0 || lo < 0) {
+                return NGX_DECLINED;
+            }
+
+            *d = (u_char) (hi * 16 + lo);
+            p += 3;
+
+        } else {
+            *d = *p++;
+        }
+
+        if (*d < 0x20 || *d == 0x7f) {
+            return NGX_DECLINED;
+        }
+
+        d++;
+    }
+
+    out->len = d - out->data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t ngx_http_sandbox_mcp_oauth_find(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, u_char *name, size_t len,
+    ngx_str_t *value);
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_parse(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    u_char *p, size_t len)
+{
+    u_char        *last, *end, *eq, *copy;
+    ngx_str_t      v;
+    ngx_keyval_t  *kv;
+
+    ctx->params = ngx_array_create(ctx->request->pool, 8,
+                                   sizeof(ngx_keyval_t));
+    if (ctx->params == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* decoded in a copy: the query stays as it came for the logs */
+    copy = ngx_pnalloc(ctx->request->pool, len);
+    if (copy == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(copy, p, len);
+    p = copy;
+    last = p + len;
+
+    for ( /* void */ ; p < last; p = end + 1) {
+        end = ngx_strlchr(p, last, '&');
+        if (end == NULL) {
+            end = last;
+        }
+
+        if (end == p) {
+            continue;
+        }
+
+        if (ctx->params->nelts == NGX_HTTP_SANDBOX_MCP_OAUTH_PARAMS_MAX
+            || end - p > NGX_HTTP_SANDBOX_MCP_OAUTH_VALUE_MAX)
+        {
+            return NGX_DECLINED;
+        }
+
+        eq = ngx_strlchr(p, end, '=');
+        if (eq == NULL) {
+            eq = end;
+        }
+
+        kv = ngx_array_push(ctx->params);
+        if (kv == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_sandbox_mcp_oauth_decode(p, eq - p, &kv->key) != NGX_OK
+            || ngx_http_sandbox_mcp_oauth_decode(eq + (eq < end),
+                                                 end - eq - (eq < end),
+                                                 &kv->value)
+               != NGX_OK)
+        {
+            return NGX_DECLINED;
+        }
+
+        /* RFC 6749 3.1: no parameter more than once */
+        ctx->params->nelts--;
+
+        if (ngx_http_sandbox_mcp_oauth_find(ctx, kv->key.data, kv->key.len,
+                                            &v)
+            == NGX_OK)
+        {
+            return NGX_DECLINED;
+        }
+
+        ctx->params->nelts++;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_find(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    u_char *name, size_t len, ngx_str_t *value)
+{
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    ngx_str_null(value);
+
+    if (ctx->params == NULL) {
+        return NGX_DECLINED;
+    }
+
+    kv = ctx->params->elts;
+
+    for (i = 0; i < ctx->params->nelts; i++) {
+        if (kv[i].key.len == len
+            && ngx_strncmp(kv[i].key.data, name, len) == 0)
+        {
+            *value = kv[i].value;
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_param(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    const char *name, ngx_str_t *value)
+{
+    return ngx_http_sandbox_mcp_oauth_find(ctx, (u_char *) name,
+                                           ngx_strlen(name), value);
+}
+
+
+u_char *
+ngx_http_sandbox_mcp_oauth_escape(u_char *dst, ngx_str_t *s)
+{
+    u_char      c;
+    size_t      i;
+
+    static u_char  hex[] = "0123456789ABCDEF";
+
+    for (i = 0; i < s->len; i++) {
+        c = s->data[i];
+
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
+            || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'
+            || c == '~')
+        {
+            *dst++ = c;
+
+        } else {
+            *dst++ = '%';
+            *dst++ = hex[c >> 4];
+            *dst++ = hex[c & 0xf];
+        }
+    }
+
+    return dst;
+}
+
+
+void
+ngx_http_sandbox_mcp_oauth_sha256_hex(u_char *dst, u_char *s, size_t len)
+{
+    u_char  md[SHA256_DIGEST_LENGTH];
+
+    SHA256(s, len, md);
+    ngx_hex_dump(dst, md, SHA256_DIGEST_LENGTH);
+    dst[2 * SHA256_DIGEST_LENGTH] = '\0';
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_random(ngx_pool_t *pool, ngx_str_t *out,
+    const char *prefix, size_t nbytes)
+{
+    size_t  plen;
+
+    plen = ngx_strlen(prefix);
+
+    out->data = ngx_pnalloc(pool, plen + 2 * nbytes + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, prefix, plen);
+
+    if (smcp_random_hex((char *) out->data + plen, nbytes) != SMCP_OK) {
+        return NGX_ERROR;
+    }
+
+    out->len = plen + 2 * nbytes;
+
+    return NGX_OK;
+}
