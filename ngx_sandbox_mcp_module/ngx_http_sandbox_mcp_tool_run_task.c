@@ -216,6 +216,34 @@ ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/* a run naming no image: its tenant's (sandbox_mcp_tenant_image), if it
+ * has one; else "" (the runner's) */
+static void
+ngx_http_sandbox_mcp_tenant_image(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *image)
+{
+    ngx_str_t     *tenant;
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    if (lcf->tenant_images == NULL) {
+        return;
+    }
+
+    tenant = &call->ctx->tenant;
+    kv = lcf->tenant_images->elts;
+
+    for (i = 0; i < lcf->tenant_images->nelts; i++) {
+        if (kv[i].key.len == tenant->len
+            && ngx_strncmp(kv[i].key.data, tenant->data, tenant->len) == 0)
+        {
+            *image = kv[i].value;
+            return;
+        }
+    }
+}
+
+
 /* a run's own image: one of sandbox_mcp_images (the runners check it
  * again against theirs) */
 static ngx_int_t
@@ -449,10 +477,13 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    if (t->image.len
-        && ngx_http_sandbox_mcp_task_image(call, lcf, &t->image) != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (t->image.len) {
+        if (ngx_http_sandbox_mcp_task_image(call, lcf, &t->image) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else {
+        ngx_http_sandbox_mcp_tenant_image(call, lcf, &t->image);
     }
 
     if (ngx_http_sandbox_mcp_task_flag(call, "createPullRequest",

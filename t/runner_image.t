@@ -10,7 +10,9 @@
 # OpenCode run): opencode_run_task's `image` must be one of nginx's
 # sandbox_mcp_images (else a tool error naming them) and of the runner's
 # --allowed-images (else the run fails saying so); a run naming one runs
-# in it.
+# in it; a run naming none runs in its tenant's (sandbox_mcp_tenant_image).
+# (The runner's own image, for tenants without one: every other runner
+# test.)
 #
 # Needs root and Docker; builds small images FROM $SMCP_SANDBOX_IMAGE
 # (metadata and one file: seconds) and removes them at the end.
@@ -130,7 +132,8 @@ my $s = SMCP::Stack->new(
     scripts => { 'SCENARIO-IMAGE' => [
         bash_step('cat /usr/local/share/byo.txt 2>&1 || echo base image', 'Which image'),
         { text => 'Looked.' } ] },
-    location => "sandbox_mcp_images $good $other;",
+    # the tests' tenant (alice) has a default image
+    location => "sandbox_mcp_images $good $other; sandbox_mcp_tenant_image alice $good;",
 );
 my $r = $s->start_runner(concurrency => 2, args => [ '--allowed-images', $good ]);
 
@@ -157,7 +160,9 @@ like(tool_output($mine->{runId}), qr/^extra$/m, '... in that image');
 is($s->run_hash($mine->{runId})->{image}, $good, '... the run hash names it');
 $done = $s->wait_done($dflt->{runId}, 120);
 is($done->{status}, 'completed', 'a run naming none: completed');
-like(tool_output($dflt->{runId}), qr/base image/, '... in the runner\'s image');
+like(tool_output($dflt->{runId}), qr/^extra$/m,
+     '... in its tenant\'s image (sandbox_mcp_tenant_image)');
+is($s->run_hash($dflt->{runId})->{image}, $good, '... the run hash names it');
 $done = $s->wait_done($refused->{runId}, 60);
 is($done->{status}, 'failed', 'an image nginx offers but this runner does not: failed');
 like($done->{error} // '', qr/the image \Q$other\E is not one this runner offers/,
