@@ -131,6 +131,7 @@ my $base = "http://127.0.0.1:$eport";
 sub get {
     my ($path, %o) = @_;
     return $t->http(port => $o{port} // $eport, method => $o{method} // 'GET', path => $path,
+                    (exists $o{host} ? (host => $o{host}) : ()),
                     headers => [ ($o{anon} ? () : (Authorization => "Bearer $tok")),
                                  @{ $o{headers} // [] } ],
                     body => $o{body}, timeout => 20);
@@ -169,6 +170,25 @@ is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
     is(seen($npm, '/smcp-pad/-/smcp-pad-1.0.0.tgz'), 1,
        'npm: the registry saw the tarball once (Cache-Control: no-cache ignored)');
     is(get('/registry/npm/smcp-pad', method => 'HEAD')->{status}, 200, 'npm: HEAD');
+}
+
+###############################################################################
+# hostile: a Host of the sandbox's choosing changes only its own answer
+# (the cache keeps the upstream's bytes); dot segments stay inside the
+# route
+
+{
+    my $r = get('/registry/npm/smcp-pad', host => 'evil.example');
+    like($r->{body}, qr{"http://evil\.example/registry/npm/smcp-pad/-/}, 'npm: a forged Host is '
+         . 'written into its own answer only');
+    $r = get('/registry/npm/smcp-pad');
+    like($r->{body}, qr{"\Q$base\E/registry/npm/smcp-pad/-/}, '... the next answer names the egress');
+    unlike($r->{body}, qr/evil/, '... nothing of the forged one (the cache keeps upstream bytes)');
+    for my $p ('/registry/npm/%2e%2e/%2e%2e/anthropic/v1/messages', '/registry/npm/../github/x') {
+        my $x = get($p);
+        isnt($x->{status}, 200, "npm: $p is not served");
+    }
+    ok(!grep({ $_->{path} =~ /\.\./ } @{ $npm->requests }), '... nor sent upstream with dot segments');
 }
 
 ###############################################################################
