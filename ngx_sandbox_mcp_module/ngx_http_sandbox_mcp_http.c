@@ -344,6 +344,22 @@ ngx_http_sandbox_mcp_origin_allowed(ngx_http_request_t *r,
 }
 
 
+/* GET: the stream's media type is listed */
+ngx_uint_t
+ngx_http_sandbox_mcp_accepts_stream(ngx_http_request_t *r)
+{
+    ngx_table_elt_t  *accept;
+
+    accept = ngx_http_sandbox_mcp_header(r, "Accept", sizeof("Accept") - 1);
+
+    return accept != NULL
+           && ngx_strlcasestrn(accept->value.data,
+                               accept->value.data + accept->value.len,
+                               (u_char *) "text/event-stream",
+                               sizeof("text/event-stream") - 2) != NULL;
+}
+
+
 static ngx_uint_t
 ngx_http_sandbox_mcp_accepts(ngx_http_request_t *r)
 {
