@@ -26,7 +26,11 @@ require_prereqs(which_bin('prometheus') ? ()
                 : ('prometheus (apt-get install prometheus)'));
 
 my $s = SMCP::Stack->new(
-    scripts => { 'SCENARIO-METRICS' => [ { text => 'Counted.' } ] },
+    scripts => {
+        'SCENARIO-METRICS' => [ { text => 'Counted.' } ],
+        # the model holds its answer: the runner is replaced meanwhile
+        'SCENARIO-REATTACH' => [ { text => 'Re-attached.', hang => 8 } ],
+    },
     server  => <<'SERVER');
         location = /metrics {
             sandbox_mcp_metrics;
@@ -117,6 +121,33 @@ ok($prom->sum('smcp_egress_bytes_total{route="anthropic",direction="in"}') > 0,
 }
 
 ###############################################################################
+# a runner replaced while a run goes on: the next one re-attaches
+
+my $r2;
+{
+    my $run2 = $s->run_task(task => 'SCENARIO-REATTACH: wait', title => 'reattach');
+    ok(wait_until(60, sub {
+        my $h = $s->run_hash($run2->{runId});
+        return ($h->{status} // '') eq 'running' && ($h->{container_id} // '') ne '';
+    }, 0.3), 'the second run\'s sandbox runs');
+    sleep(1);
+    $s->stop_runner($r, 'KILL');
+    $r2 = $s->start_runner(args => [ '--metrics', "127.0.0.1:$mport",
+                                     '--log-format', 'json' ]);
+    my $res2 = $s->wait_done($run2->{runId}, 120);
+    is($res2->{status}, 'completed', 'the second run completed after the re-attach')
+        or $s->diag_run($run2->{runId}, $r2);
+    my $n = 0;
+    ok(wait_until(20, sub {
+        $n = $prom->sum('smcp_runner_reattaches_total');
+        return $n >= 1;
+    }, 1), "prometheus: smcp_runner_reattaches_total = $n");
+    ok(wait_until(20, sub {
+        $prom->sum('smcp_runner_runs_total{outcome="completed"}') >= 1
+    }, 1), 'prometheus: the new runner counts the completed run');
+}
+
+###############################################################################
 # the runner's JSON log
 
 {
@@ -142,5 +173,5 @@ ok($prom->sum('smcp_egress_bytes_total{route="anthropic",direction="in"}') > 0,
 }
 
 $prom->stop;
-$s->stop_runner($r);
+$s->stop_runner($r2);
 $s->done;
