@@ -176,7 +176,7 @@ static const runner_option_t  runner_options[] = {
       RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
 
     { "metrics", "ADDR", "SMCP_RUNNER_METRICS", NULL,
-      "serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, "
+      "serve Prometheus metrics at http://ADDR/metrics (IP:PORT, "
       "\":PORT\" for every address); default off",
       RUNNER_OPT_STRING, 0, RUNNER_S(metrics), 0, 0, NULL },
 

@@ -304,7 +304,8 @@ runner_metrics_loop(void *arg)
 }
 
 
-/* --metrics ADDR: "host:port", "[v6]:port" or ":port" (all addresses) */
+/* --metrics ADDR: "ip:port", "[v6]:port" or ":port" (all addresses); an
+ * address, never a name to resolve */
 int
 runner_metrics_start(const char *addr, char *err, size_t errlen)
 {
@@ -326,12 +327,19 @@ runner_metrics_start(const char *addr, char *err, size_t errlen)
     colon = strrchr(host, ':');
 
     if (colon == NULL) {
-        snprintf(err, errlen, "--metrics %s: want HOST:PORT", addr);
+        snprintf(err, errlen, "--metrics %s: want IP:PORT", addr);
         return RUNNER_ERR;
     }
 
     *colon = '\0';
     port = colon + 1;
+
+    if (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5
+        || atoi(port) < 1 || atoi(port) > 65535)
+    {
+        snprintf(err, errlen, "--metrics %s: want a port 1-65535", addr);
+        return RUNNER_ERR;
+    }
 
     if (host[0] == '[' && colon > host + 1 && colon[-1] == ']') {
         colon[-1] = '\0';
@@ -341,7 +349,7 @@ runner_metrics_start(const char *addr, char *err, size_t errlen)
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;
 
     rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
     if (rc != 0) {

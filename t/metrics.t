@@ -15,6 +15,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use File::Temp;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -24,6 +25,24 @@ use SMCP::Test qw(json_decode wait_until which_bin require_prereqs);
 
 require_prereqs(which_bin('prometheus') ? ()
                 : ('prometheus (apt-get install prometheus)'));
+
+# bad --metrics and --log-format values stop the runner at once, named
+{
+    my $bin = SMCP::Test::repo_root() . '/build/smcp-runner';
+    my $secret = File::Temp->new;
+    print $secret 'x' x 40;
+    close $secret;
+    for my $case ([ '--metrics', 'nonsense', qr/want IP:PORT/ ],
+                  [ '--metrics', '127.0.0.1:99999', qr/want a port/ ],
+                  [ '--metrics', '127.0.0.1:', qr/want a port/ ],
+                  [ '--metrics', 'localhost:9464', qr/--metrics localhost:9464:/ ],
+                  [ '--log-format', 'xml', qr/"text" or "json"/ ]) {
+        my ($flag, $v, $re) = @$case;
+        my $out = `$bin $flag '$v' --secret-file $secret --egress-url http://127.0.0.1:1 2>&1`;
+        is($? >> 8, 2, "runner $flag $v: exit 2");
+        like($out, $re, '... saying why');
+    }
+}
 
 my $s = SMCP::Stack->new(
     scripts => {
