@@ -16,6 +16,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use File::Temp;
+use IO::Socket::INET;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -137,6 +138,27 @@ ok($prom->sum('smcp_egress_bytes_total{route="anthropic",direction="in"}') > 0,
     ok(($j->{runnersAlive} // 0) >= 1, 'healthz: runners alive >= 1');
     ok(defined $j->{heartbeatAgeMs} && $j->{heartbeatAgeMs} < 30000,
        "healthz: heartbeat $j->{heartbeatAgeMs} ms old");
+}
+
+###############################################################################
+# the runner's listener against hostile clients: an oversized request, a
+# client that sends nothing, other paths; it answers the next scrape
+
+{
+    my $sock = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$mport", Timeout => 5);
+    print $sock 'GET /' . ('x' x 10000) . " HTTP/1.1\r\n\r\n" if $sock;
+    my $ans = '';
+    $sock->recv($ans, 512) if $sock;
+    like($ans, qr{^HTTP/1\.1 404 }, 'runner metrics: an oversized request, 404');
+    close $sock if $sock;
+
+    my $idle = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$mport", Timeout => 5);
+    ok($idle, 'runner metrics: a client that sends nothing');
+    my $m = $t->http(port => $mport, method => 'GET', path => '/metrics', timeout => 10);
+    is($m->{status}, 200, '... the next scrape is answered all the same');
+    close $idle if $idle;
+    $m = $t->http(port => $mport, method => 'POST', path => '/metrics', body => 'x');
+    is($m->{status}, 404, 'runner metrics: POST, 404');
 }
 
 ###############################################################################
