@@ -88,7 +88,7 @@ runner_docker_valid_id(const char *id)
 
 /* what goes into an API path: an id or one of our names, nothing that
  * could change the path or its query */
-static int
+int
 runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
 {
     size_t  n;
@@ -112,7 +112,7 @@ runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
  * when out is given, the parsed JSON answer (NULL when there is none).
  * The body (NULL: none) is sent, then released.
  */
-static long
+long
 runner_docker_call(const char *method, const char *path, json_t *body,
     long timeout, json_t **out, char *err, size_t errlen)
 {
@@ -565,7 +565,6 @@ int
 runner_docker_session_net(const char *name, const char *session,
     const char *peer, char *err, size_t errlen)
 {
-    int   member;
     long  st;
 
     st = runner_docker_network_create(name, session, err, errlen);
@@ -574,6 +573,18 @@ runner_docker_session_net(const char *name, const char *session,
     if (st != 201 && st != 409) {
         return RUNNER_ERR;
     }
+
+    return runner_docker_net_join(name, peer, err, errlen);
+}
+
+
+/* the peer on a network as "egress", whether it was on it or not */
+int
+runner_docker_net_join(const char *name, const char *peer, char *err,
+    size_t errlen)
+{
+    int   member;
+    long  st;
 
     st = runner_docker_network_connect(name, peer, "egress", err, errlen);
 
@@ -649,30 +660,19 @@ runner_docker_follow_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 
 
 /*
- * The container's log from `since` on, as lines: followed while it runs
- * (follow 1), or read once as it stands (follow 0).  200 when the log was
- * read to its end; RUNNER_DOCKER_CUT when the transfer stopped before
- * (on_tick or on_line said stop, or the connection broke); else the
- * status the request got.
+ * A log (GET path: Docker's multiplexed frames with timestamps) as lines.
+ * 200 when the log was read to its end; RUNNER_DOCKER_CUT when the
+ * transfer stopped before (on_tick or on_line said stop, or the
+ * connection broke); else the status the request got.
  */
 long
-runner_docker_follow(const char *id, const char *since, int follow,
-    runner_line_pt on_line, runner_tick_pt on_tick, void *data, char *err,
-    size_t errlen)
+runner_docker_stream(const char *path, runner_line_pt on_line,
+    runner_tick_pt on_tick, void *data, char *err, size_t errlen)
 {
     CURL             *h;
     CURLcode          cc;
     long              status;
-    char              path[512];
     runner_follow_t   f;
-
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_DOCKER_INVALID;
-    }
-
-    snprintf(path, sizeof(path), "/containers/%s/logs?follow=%d&stdout=1"
-             "&stderr=1&timestamps=1%s%s", id, follow ? 1 : 0,
-             since ? "&since=" : "", since ? since : "");
 
     h = runner_docker_handle("GET", path, 0);
     if (h == NULL) {
@@ -703,9 +703,33 @@ runner_docker_follow(const char *id, const char *since, int follow,
     runner_logstream_free(&f.ls);
 
     if (cc != CURLE_OK || status != 200) {
-        snprintf(err, errlen, "docker: following the log of %.12s: %s "
-                 "(HTTP %ld)", id, curl_easy_strerror(cc), status);
+        snprintf(err, errlen, "docker: following %.200s: %s (HTTP %ld)",
+                 path, curl_easy_strerror(cc), status);
     }
 
     return (cc != CURLE_OK && status == 200) ? RUNNER_DOCKER_CUT : status;
+}
+
+
+/*
+ * The container's log from `since` on, as lines: followed while it runs
+ * (follow 1), or read once as it stands (follow 0); as
+ * runner_docker_stream().
+ */
+long
+runner_docker_follow(const char *id, const char *since, int follow,
+    runner_line_pt on_line, runner_tick_pt on_tick, void *data, char *err,
+    size_t errlen)
+{
+    char  path[512];
+
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    snprintf(path, sizeof(path), "/containers/%s/logs?follow=%d&stdout=1"
+             "&stderr=1&timestamps=1%s%s", id, follow ? 1 : 0,
+             since ? "&since=" : "", since ? since : "");
+
+    return runner_docker_stream(path, on_line, on_tick, data, err, errlen);
 }
