@@ -630,7 +630,7 @@ runner_docker_session_net_drop(const char *name, const char *peer,
 typedef struct {
     runner_logstream_t  ls;
     runner_tick_pt      on_tick;
-    void               *data;
+    void               *tick_data;
 } runner_follow_t;
 
 
@@ -655,19 +655,20 @@ runner_docker_follow_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 
     /* about once a second, data or not: cancels, deadlines, heartbeats;
      * non-zero ends the transfer (the runner is stopping: detach) */
-    return (f->on_tick && f->on_tick(f->data) != RUNNER_OK) ? 1 : 0;
+    return (f->on_tick && f->on_tick(f->tick_data) != RUNNER_OK) ? 1 : 0;
 }
 
 
 /*
- * A log (GET path: Docker's multiplexed frames with timestamps) as lines.
+ * A log (GET path: Docker's multiplexed frames with timestamps) as lines
+ * to on_line(data, ...); on_tick(tick_data) about once a second.
  * 200 when the log was read to its end; RUNNER_DOCKER_CUT when the
  * transfer stopped before (on_tick or on_line said stop, or the
  * connection broke); else the status the request got.
  */
 long
-runner_docker_stream(const char *path, runner_line_pt on_line,
-    runner_tick_pt on_tick, void *data, char *err, size_t errlen)
+runner_docker_stream(const char *path, runner_line_pt on_line, void *data,
+    runner_tick_pt on_tick, void *tick_data, char *err, size_t errlen)
 {
     CURL             *h;
     CURLcode          cc;
@@ -683,7 +684,7 @@ runner_docker_stream(const char *path, runner_line_pt on_line,
     memset(&f, 0, sizeof(f));
     runner_logstream_init(&f.ls, on_line, data);
     f.on_tick = on_tick;
-    f.data = data;
+    f.tick_data = tick_data;
 
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, runner_docker_follow_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &f);
@@ -731,5 +732,6 @@ runner_docker_follow(const char *id, const char *since, int follow,
              "&stderr=1&timestamps=1%s%s", id, follow ? 1 : 0,
              since ? "&since=" : "", since ? since : "");
 
-    return runner_docker_stream(path, on_line, on_tick, data, err, errlen);
+    return runner_docker_stream(path, on_line, data, on_tick, data, err,
+                                errlen);
 }

@@ -443,7 +443,8 @@ long runner_docker_call(const char *method, const char *path, json_t *body,
     long timeout, json_t **out, char *err, size_t errlen);
 int runner_docker_ref_ok(const char *ref, char *err, size_t errlen);
 long runner_docker_stream(const char *path, runner_line_pt on_line,
-    runner_tick_pt on_tick, void *data, char *err, size_t errlen);
+    void *data, runner_tick_pt on_tick, void *tick_data, char *err,
+    size_t errlen);
 
 
 /*

@@ -107,44 +107,14 @@ runner_swarm_init(char *err, size_t errlen)
 }
 
 
-/* "key=value" out of a tmpfs option string such as "rw,size=1g,mode=1777" */
-static int64_t
-runner_swarm_tmpfs_opt(const char *opts, const char *key, int base)
-{
-    size_t       n;
-    char        *end;
-    const char  *p;
-    int64_t      v;
-
-    n = strlen(key);
-
-    for (p = opts; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-        if (strncmp(p, key, n) == 0 && p[n] == '=') {
-            v = strtoll(p + n + 1, &end, base);
-
-            switch (*end) {
-            case 'k': v *= 1024; break;
-            case 'm': v *= 1024 * 1024; break;
-            case 'g': v *= 1024 * 1024 * 1024; break;
-            }
-
-            return v;
-        }
-    }
-
-    return 0;
-}
-
-
 /* the container's mounts: its volume binds and its tmpfs */
 static json_t *
 runner_swarm_mounts(json_t *hc)
 {
     size_t       i;
     json_t      *mounts, *v;
-    const char  *bind, *colon, *path, *opts;
+    const char  *bind, *colon, *path;
     char         src[256];
-    int64_t      mode;
 
     mounts = json_array();
 
@@ -164,27 +134,14 @@ runner_swarm_mounts(json_t *hc)
     }
 
     /*
-     * API 1.41 knows a tmpfs's size and mode, not its owner: a directory
-     * of the sandbox user's own (its home) is sticky and open to all
+     * API 1.41's tmpfs mounts are noexec and root's (no mode, no owner
+     * reach the mount): the sandbox's scratch directories are anonymous
+     * volumes instead, filled from the image (its owners and modes), and
+     * removed with the task's container
      */
     json_object_foreach(json_object_get(hc, "Tmpfs"), path, v) {
-        opts = json_string_value(v);
-        if (opts == NULL) {
-            continue;
-        }
-
-        mode = runner_swarm_tmpfs_opt(opts, "mode", 8);
-
-        if (strstr(opts, "uid=")) {
-            mode = 01777;
-        }
-
-        json_array_append_new(mounts, json_pack(
-            "{s:s, s:s, s:{s:I, s:I}}", "Type", "tmpfs", "Target", path,
-            "TmpfsOptions",
-                "SizeBytes",
-                (json_int_t) runner_swarm_tmpfs_opt(opts, "size", 10),
-                "Mode", (json_int_t) mode));
+        json_array_append_new(mounts, json_pack("{s:s, s:s}", "Type",
+                                                "volume", "Target", path));
     }
 
     return mounts;
@@ -669,8 +626,8 @@ runner_swarm_follow(const char *id, const char *since, int follow,
     f.on_tick = on_tick;
     f.data = data;
 
-    st = runner_docker_stream(path, on_line, runner_swarm_tick, &f, err,
-                              errlen);
+    st = runner_docker_stream(path, on_line, data, runner_swarm_tick, &f,
+                              err, errlen);
 
     return (st == RUNNER_DOCKER_CUT && f.done) ? 200 : st;
 }
