@@ -472,11 +472,20 @@ sub stored_events { return $_[0]{t}->run_events($_[1]) }
 
 sub run_hash { return $_[0]{t}->run_hash($_[1]) }
 
-# containers of a run (any state): ids
+# the sandboxes of a run (any state): container ids; with the swarm
+# backend its services' (their task containers go after them, in the
+# background)
 sub run_containers {
     my ($self, $run) = @_;
-    my (undef, $out) = docker('ps', '-aq', '--filter', "label=smcp.run=$run");
+    my (undef, $out) = backend() eq 'swarm'
+        ? docker('service', 'ls', '-q', '--filter', "label=smcp.run=$run")
+        : docker('ps', '-aq', '--filter', "label=smcp.run=$run");
     return split ' ', $out;
+}
+
+# what the run hash's container_id looks like with this backend
+sub sandbox_id_re {
+    return backend() eq 'swarm' ? qr/^[a-z0-9]{25}$/ : qr/^[0-9a-f]{64}$/;
 }
 
 ##############################################################################

@@ -1,0 +1,151 @@
+#!/usr/bin/env perl
+# The swarm backend (runner --backend swarm, runner/swarm.c) on a
+# single-node swarm this test makes when the engine is in none (and
+# leaves at the end; one it found is left as it was):
+#
+#   1. the session network isolates as the bridge one does: on an
+#      internal, attachable overlay network (the runner's recipe), a
+#      hardened probe container reaches the egress (a listener joined with
+#      the alias `egress`) and nothing else: not a stand-in outside host
+#      on an ordinary Docker network (reachable from there: the control),
+#      not a listener on the host (docker0's gateway, the host's address)
+#   2. the runner tests against the swarm backend: t/runner.t (a run end
+#      to end, two sessions at once, a session's runs in order),
+#      t/runner_failures.t (cancel, deadline), t/runner_reattach.t (a
+#      runner restarted mid-run re-attaches to its service), each run with
+#      SMCP_TEST_BACKEND=swarm (t/lib/SMCP/Stack.pm)
+#
+# Needs root, Docker, `make` and redis-server (as the runner tests).
+# Traffic goes only to loopback, host addresses and containers this test
+# creates; everything it makes is labelled and removed.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time);
+
+use SMCP::Docker qw(:all);
+use SMCP::Test qw(wait_until);
+
+ensure_docker(root => 1);
+
+my $T0 = time();
+my $label = test_label();
+
+##############################################################################
+# a single-node swarm, when there is none
+
+my (undef, $state) = docker('info', '--format', '{{.Swarm.LocalNodeState}}');
+chomp $state;
+my (undef, $gwb) = docker('network', 'ls', '-q', '--filter', 'name=^docker_gwbridge$');
+my $made = 0;
+
+if ($state eq 'inactive') {
+    # its own address pool: clear of the 172.16/12 networks tests make
+    my ($rc, $out, $err) = docker({ timeout => 60 }, 'swarm', 'init',
+        '--advertise-addr', '127.0.0.1', '--default-addr-pool', '10.213.0.0/16',
+        '--default-addr-pool-mask-length', '24');
+    BAIL_OUT("docker swarm init: $err") if $rc;
+    $made = 1;
+    note('a single-node swarm made for this test');
+} elsif ($state ne 'active') {
+    plan skip_all => "the engine's swarm is $state";
+} else {
+    note('the engine is in a swarm already: used, and left as it is');
+}
+
+END {
+    if ($made) {
+        docker({ timeout => 60 }, 'swarm', 'leave', '--force');
+        # the bridge swarm mode made for its tasks' way out, unless it was there
+        docker('network', 'rm', 'docker_gwbridge') unless $gwb =~ /\S/;
+    }
+}
+
+##############################################################################
+# 1. the overlay network isolates
+
+subtest 'the session overlay network: the egress and nothing else' => sub {
+    my $ov = 'smcp-ovl-' . test_id();
+    my ($rc, undef, $err) = docker({ timeout => 60 }, 'network', 'create',
+        '--driver', 'overlay', '--internal', '--attachable',
+        '--label', $label, $ov);
+    is($rc, 0, 'an internal, attachable overlay network (the runner\'s recipe)')
+        or return diag($err);
+
+    my @made;
+    my $server = sub {
+        my ($name, $reply, %o) = @_;
+        my $id = run_container(name => $name, %o, cmd => ['perl', '-MIO::Socket::INET',
+            '-e', 'my $l = IO::Socket::INET->new(LocalPort => 8090, Listen => 16, '
+                . 'ReuseAddr => 1) or die; while (my $c = $l->accept) { '
+                . "print \$c \"$reply\\n\"; close \$c }"]);
+        push @made, $id;
+        return $id;
+    };
+
+    # the egress: on an ordinary network, joined to the overlay as `egress`
+    my $outnet = create_network();
+    my $egress = $server->('smcp-egr-' . test_id(), 'EGRESS', network => $outnet->{name});
+    ($rc, undef, $err) = docker('network', 'connect', '--alias', 'egress', $ov, $egress);
+    is($rc, 0, 'the egress joins it with the alias egress') or diag($err);
+
+    # the outside: a host on another network, up (the control reaches it)
+    my $outside = $server->('smcp-out-' . test_id(), 'OUTSIDE', network => $outnet->{name});
+    my $out_ip = container_ip($outside, $outnet->{name});
+    my $control = run_container(network => $outnet->{name}, cmd => ['sleep', '300']);
+    push @made, $control;
+    my $p = probe_tcp($control, $out_ip, 8090);
+    ok($p->{connected} && $p->{reply} =~ /OUTSIDE/, "control: the outside host $out_ip answers")
+        or diag($p->{out});
+
+    # a listener on the host, on every address
+    my ($hpid, $hport) = tcp_listener(addr => '0.0.0.0', port => 0, reply => "HOST\n");
+
+    my $probe = run_container(network => $ov, sandbox => 1, cmd => ['sleep', '300']);
+    push @made, $probe;
+
+    $p = probe_tcp($probe, 'egress', 8090);
+    ok($p->{connected} && $p->{reply} =~ /EGRESS/, 'the probe reaches the egress')
+        or diag($p->{out});
+
+    $p = probe_tcp($probe, $out_ip, 8090);
+    ok(!($p->{reply} =~ /OUTSIDE/), "the probe does not reach the outside host $out_ip")
+        or diag($p->{out});
+
+    my %docker0 = network_gateway('bridge');
+    for my $ip (grep { defined } $docker0{gateway}, host_ip()) {
+        $p = probe_tcp($probe, $ip, $hport);
+        ok(!($p->{reply} =~ /HOST/), "the probe does not reach the host at $ip:$hport")
+            or diag($p->{out});
+    }
+
+    stop_child($hpid);
+    remove_container($_) for @made;
+    docker('network', 'rm', $ov);
+    remove_network($outnet->{name});
+};
+
+##############################################################################
+# 2. the runner tests, against the swarm backend
+
+for my $file (qw(runner.t runner_failures.t runner_reattach.t)) {
+    my $t1 = time();
+    local $ENV{SMCP_TEST_BACKEND} = 'swarm';
+    my $out = `$^X $FindBin::Bin/$file 2>&1`;
+    my $rc = $? >> 8;
+    ok($rc == 0 && $out !~ /^not ok/m,
+       sprintf('%s passes with SMCP_TEST_BACKEND=swarm (%.0f s)', $file, time() - $t1))
+        or diag($out);
+    note($out) if $ENV{SMCP_TEST_VERBOSE};
+}
+
+my (undef, $left) = docker('service', 'ls', '-q', '--filter', 'label=smcp.runner');
+note("services left by others: $left") if $left =~ /\S/;
+
+note(sprintf('total %.1f s', time() - $T0));
+done_testing;
