@@ -43,8 +43,8 @@ package SMCP::Stack;
 # SMCP_TEST_BACKEND=swarm runs the runners with --backend swarm (the
 # engine must be a swarm manager: t/runner_swarm.t makes one): every run
 # a service, every session an internal overlay network, which an egress
-# relay (a stream nginx on the sandbox network, forwarding to the egress
-# listener on its gateway) joins as "egress"; the sandboxes reach it at
+# relay (runner/egress-relay in a container on the sandbox network,
+# forwarding to the egress listener on its gateway) joins as "egress"; the sandboxes reach it at
 # http://egress:PORT.  The services and networks go at the end.
 #
 # SMCP_TEST_RUNNER=PATH runs that runner binary instead of
@@ -150,28 +150,6 @@ SMCP::Test::accessors(qw(t anthropic github net gateway egress_url image sid rea
 # the backend the runners use: docker (default) or swarm
 sub backend { return $ENV{SMCP_TEST_BACKEND} || 'docker' }
 
-# a TCP relay: PORT on every address to HOST:PORT, a process a connection
-my $RELAY_PL = <<'PL';
-use IO::Socket::INET; use IO::Select;
-my ($port, $host) = @ARGV;
-$SIG{CHLD} = 'IGNORE';
-my $l = IO::Socket::INET->new(LocalPort => $port, Listen => 64, ReuseAddr => 1)
-    or die "relay: $!\n";
-while (1) {
-    my $c = $l->accept or next;
-    if (fork) { close $c; next }
-    my $u = IO::Socket::INET->new(PeerAddr => $host, PeerPort => $port) or exit 1;
-    my $sel = IO::Select->new($c, $u);
-    while (my @r = $sel->can_read) {
-        for my $h (@r) {
-            my $n = sysread($h, my $b, 65536);
-            exit 0 unless $n;
-            syswrite($h == $c ? $u : $c, $b);
-        }
-    }
-}
-PL
-
 # swarm: the relay that stands in for the egress on the session networks
 sub _swarm_relay {
     my ($self) = @_;
@@ -180,9 +158,11 @@ sub _swarm_relay {
         unless $state =~ /active/;
     my $port = $self->{egress_port};
     my $name = $self->{relay} = 'smcp-relay-' . test_id();
+    my $relay = SMCP::Test::repo_root() . '/runner/egress-relay';
     SMCP::Docker::run_container(name => $name, network => $self->{net}{name},
         labels => { 'smcp.relay' => '1' },
-        cmd => ['perl', '-e', $RELAY_PL, $port, $self->{gateway}]);
+        extra => ['-v', "$relay:/egress-relay:ro"],
+        cmd => ['perl', '/egress-relay', $port, $self->{gateway}]);
     $self->{egress_url} = "http://egress:$port";
     Test::More::note("swarm backend: egress relay $name, $self->{egress_url}");
 }
