@@ -9,7 +9,12 @@
 #      the alias `egress`) and nothing else: not a stand-in outside host
 #      on an ordinary Docker network (reachable from there: the control),
 #      not a listener on the host (docker0's gateway, the host's address)
-#   2. the runner tests against the swarm backend: t/runner.t (a run end
+#   2. docker-stack.yml as `docker stack deploy` reads it (`docker stack
+#      config`, else `docker-compose config`): redis with AOF, the MCP
+#      nginx replicated behind the routing mesh, egress and runner on
+#      every sandbox node, no credential in any environment (Docker
+#      secrets), the provider key in egress alone
+#   3. the runner tests against the swarm backend: t/runner.t (a run end
 #      to end, two sessions at once, a session's runs in order),
 #      t/runner_failures.t (cancel, deadline), t/runner_reattach.t (a
 #      runner restarted mid-run re-attaches to its service), each run with
@@ -25,6 +30,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use CPAN::Meta::YAML;
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -131,9 +137,44 @@ subtest 'the session overlay network: the egress and nothing else' => sub {
 };
 
 ##############################################################################
-# 2. the runner tests, against the swarm backend
+# 2. docker-stack.yml, as `docker stack deploy` reads it
 
-for my $file (qw(runner.t runner_failures.t runner_reattach.t)) {
+subtest 'docker-stack.yml' => sub {
+    my $file = "$FindBin::Bin/../docker-stack.yml";
+    my ($rc, $out, $err) = docker('stack', 'config', '-c', $file);
+    ($rc, $out, $err) = SMCP::Docker::run_cmd(['docker-compose', '-f', $file, 'config'],
+                                              timeout => 60)
+        if $rc != 0 && $err =~ /unknown|not a docker command|Usage/i;
+    is($rc, 0, 'the stack file is valid') or return diag($err);
+    my $y = CPAN::Meta::YAML->read_string($out) or return fail('YAML: ' . CPAN::Meta::YAML->errstr);
+    my $d = $y->[0];
+    my $svc = $d->{services};
+    is_deeply([sort keys %$svc], [qw(egress mcp redis runner)], 'redis, mcp, egress, runner');
+    like(join(' ', @{ $svc->{redis}{command} }), qr/--appendonly yes/, 'redis: AOF');
+    ok(($svc->{mcp}{deploy}{replicas} // 0) >= 2, 'mcp: replicas')
+        and is($svc->{mcp}{ports}[0]{mode}, 'ingress', '... behind the routing mesh');
+    is($svc->{$_}{deploy}{mode}, 'global', "$_: one per sandbox node") for qw(egress runner);
+    like(join(' ', @{ $svc->{runner}{command} }), qr/--backend=swarm/, 'runner: --backend=swarm');
+    is($d->{networks}{sandboxes}{internal}, 'true', 'the sandboxes\' network is internal');
+    is_deeply($svc->{egress}{networks}{sandboxes}{aliases}, ['egress'], '... the egress on it as egress');
+    # no credential in any service's environment: Docker secrets only
+    my @env = map { keys %{ $svc->{$_}{environment} || {} } } sort keys %$svc;
+    is_deeply([grep { /KEY|TOKEN|PASSWORD$|^PROXY_JWT_SECRET$/ } @env], [],
+              'no credential in an environment (' . scalar(@env) . ' variables)');
+    is_deeply([sort grep { $d->{secrets}{$_}{external} eq 'true' } keys %{ $d->{secrets} }],
+              [qw(smcp_anthropic_api_key smcp_github_token smcp_jwt_secret smcp_redis_password)],
+              'secrets: Docker secrets, made beforehand');
+    my $secrets = sub { map { ref $_ ? $_->{source} : $_ } @{ $svc->{ $_[0] }{secrets} || [] } };
+    ok((grep { $_ eq 'smcp_anthropic_api_key' } $secrets->('egress'))
+       && !(grep { $_ eq 'smcp_anthropic_api_key' } map { $secrets->($_) } qw(mcp runner redis)),
+       'the provider key goes to egress alone');
+};
+
+##############################################################################
+# 3. the runner tests, against the swarm backend
+
+# SMCP_TEST_SWARM_QUICK=1: parts 1 and 2 only (while working on them)
+for my $file ($ENV{SMCP_TEST_SWARM_QUICK} ? () : qw(runner.t runner_failures.t runner_reattach.t)) {
     my $t1 = time();
     local $ENV{SMCP_TEST_BACKEND} = 'swarm';
     my $out = `$^X $FindBin::Bin/$file 2>&1`;
