@@ -510,15 +510,27 @@ ngx_http_sandbox_mcp_progress_wake(ngx_http_sandbox_mcp_call_t *call)
 ngx_int_t
 ngx_http_sandbox_mcp_sse_header(ngx_http_request_t *r)
 {
-    ngx_int_t  rc;
-
     static ngx_str_t  no_cache = ngx_string("no-cache");
-    static ngx_str_t  no = ngx_string("no");
 
     if (ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_cache)
-        != NGX_OK
-        || ngx_http_sandbox_mcp_add_header(r, "X-Accel-Buffering", &no)
-           != NGX_OK)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_sse_head(r) == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_head(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    static ngx_str_t  no = ngx_string("no");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "X-Accel-Buffering", &no)
+        != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -531,7 +543,31 @@ ngx_http_sandbox_mcp_sse_header(ngx_http_request_t *r)
 
     rc = ngx_http_send_header(r);
 
-    return rc == NGX_ERROR || rc > NGX_OK ? NGX_ERROR : NGX_OK;
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return r->header_only ? NGX_DONE : NGX_OK;
+}
+
+
+void
+ngx_http_sandbox_mcp_sse_keep(ngx_http_request_t *r, ngx_event_t *heartbeat,
+    ngx_event_handler_pt beat, void *data, ngx_msec_t every,
+    ngx_http_event_handler_pt read, ngx_http_event_handler_pt write)
+{
+    heartbeat->handler = beat;
+    heartbeat->data = data;
+    heartbeat->log = r->connection->log;
+    heartbeat->cancelable = 1;
+
+    /* the stream ends on the client's close and on the worker's shutdown
+     * (nginx closes idle connections then: this one is marked so) */
+    r->read_event_handler = read;
+    r->write_event_handler = write;
+    r->connection->idle = 1;
+
+    ngx_add_timer(heartbeat, every);
 }
 
 

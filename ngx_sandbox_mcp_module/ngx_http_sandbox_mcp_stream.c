@@ -927,11 +927,6 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
     s->session.wake = ngx_http_sandbox_mcp_stream_session;
     s->session.data = s;
 
-    s->heartbeat.handler = ngx_http_sandbox_mcp_stream_heartbeat;
-    s->heartbeat.data = s;
-    s->heartbeat.log = r->connection->log;
-    s->heartbeat.cancelable = 1;
-
     cln->handler = ngx_http_sandbox_mcp_stream_cleanup;
     cln->data = s;
 
@@ -950,15 +945,14 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
     ctx->data = s;
     ctx->done = 1;          /* no JSON-RPC answer is built for it */
 
-    /* the stream ends on the client's close and the worker's shutdown
-     * (nginx closes idle connections then: this one is marked so) */
-    r->read_event_handler = ngx_http_sandbox_mcp_stream_read;
-    r->write_event_handler = ngx_http_sandbox_mcp_progress_writer;
-    r->connection->idle = 1;
+    ngx_http_sandbox_mcp_sse_keep(r, &s->heartbeat,
+                                  ngx_http_sandbox_mcp_stream_heartbeat, s,
+                                  lcf->ui_heartbeat,
+                                  ngx_http_sandbox_mcp_stream_read,
+                                  ngx_http_sandbox_mcp_progress_writer);
 
     ngx_http_sandbox_mcp_waiter_watch(&s->tenant);
     ngx_http_sandbox_mcp_waiter_watch(&s->session);
-    ngx_add_timer(&s->heartbeat, lcf->ui_heartbeat);
 
     /* where the client starts from: its next Last-Event-ID */
     p = ngx_pnalloc(r->pool, sizeof("retry: 1000\nid: \ndata: \n\n")

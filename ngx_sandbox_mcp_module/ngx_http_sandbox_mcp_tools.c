@@ -42,22 +42,20 @@ typedef struct {
 } ngx_http_sandbox_mcp_tool_t;
 
 
+/* the tool opencode_NAME: its definition and ngx_http_sandbox_mcp_NAME() */
+#define ngx_http_sandbox_mcp_tool(name)                                       \
+    { smcp_tool_opencode_##name, ngx_http_sandbox_mcp_##name,                 \
+      NULL, NULL, NULL, NULL, NULL }
+
 /* in the order of tools/list */
 static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
-    { smcp_tool_opencode_run_task, ngx_http_sandbox_mcp_run_task,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_get_result, ngx_http_sandbox_mcp_get_result,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_list_runs, ngx_http_sandbox_mcp_list_runs,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_cancel_run, ngx_http_sandbox_mcp_cancel_run,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_get_diff, ngx_http_sandbox_mcp_get_diff,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_get_events, ngx_http_sandbox_mcp_get_events,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_list_sessions, ngx_http_sandbox_mcp_list_sessions,
-      NULL, NULL, NULL, NULL, NULL }
+    ngx_http_sandbox_mcp_tool(run_task),
+    ngx_http_sandbox_mcp_tool(get_result),
+    ngx_http_sandbox_mcp_tool(list_runs),
+    ngx_http_sandbox_mcp_tool(cancel_run),
+    ngx_http_sandbox_mcp_tool(get_diff),
+    ngx_http_sandbox_mcp_tool(get_events),
+    ngx_http_sandbox_mcp_tool(list_sessions)
 };
 
 #define NGX_HTTP_SANDBOX_MCP_NTOOLS                                           \
