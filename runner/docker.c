@@ -546,31 +546,34 @@ runner_docker_running(const char *id, int *running, char *err,
 }
 
 
-/* 200 with *list set (an array): the containers with this label */
+/*
+ * 200 with *list set (an array): GET <path>filters={"<key>":["<value>"]}
+ * (path ends in '?' or '&'), as /containers/json, /services, /tasks
+ * answer
+ */
 long
-runner_docker_list(const char *label, json_t **list, char *err,
-    size_t errlen)
+runner_docker_filtered(const char *path, const char *key, const char *value,
+    json_t **list, char *err, size_t errlen)
 {
     long     st;
-    char     path[512], *esc, filters[256];
+    char     url[512], *esc, filters[256];
     CURL    *h;
 
-    snprintf(filters, sizeof(filters), "{\"label\":[\"%s\"]}", label);
+    snprintf(filters, sizeof(filters), "{\"%s\":[\"%s\"]}", key, value);
 
     h = curl_easy_init();
     esc = h ? curl_easy_escape(h, filters, 0) : NULL;
-    snprintf(path, sizeof(path), "/containers/json?all=1&filters=%s",
-             esc ? esc : "");
+    snprintf(url, sizeof(url), "%sfilters=%s", path, esc ? esc : "");
     curl_free(esc);
     if (h) {
         curl_easy_cleanup(h);
     }
 
-    st = runner_docker_call("GET", path, NULL, RUNNER_DOCKER_QUICK_S, list,
+    st = runner_docker_call("GET", url, NULL, RUNNER_DOCKER_QUICK_S, list,
                             err, errlen);
 
     if (st == 200 && !json_is_array(*list)) {
-        snprintf(err, errlen, "docker: the container list is no array");
+        snprintf(err, errlen, "docker: the list of %.64s is no array", path);
         st = RUNNER_DOCKER_INVALID;
     }
 
@@ -580,6 +583,16 @@ runner_docker_list(const char *label, json_t **list, char *err,
     }
 
     return st;
+}
+
+
+/* 200 with *list set (an array): the containers with this label */
+long
+runner_docker_list(const char *label, json_t **list, char *err,
+    size_t errlen)
+{
+    return runner_docker_filtered("/containers/json?all=1&", "label", label,
+                                  list, err, errlen);
 }
 
 

@@ -422,6 +422,8 @@ long runner_docker_running(const char *id, int *running, char *err,
     size_t errlen);
 long runner_docker_list(const char *label, json_t **list, char *err,
     size_t errlen);
+long runner_docker_filtered(const char *path, const char *key,
+    const char *value, json_t **list, char *err, size_t errlen);
 int runner_docker_valid_id(const char *id);
 
 /* the session network (compose), made of the calls above: RUNNER_OK,

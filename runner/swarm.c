@@ -25,8 +25,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-
 #include "runner.h"
 
 
@@ -319,10 +317,8 @@ runner_swarm_task(const char *id, int *state, int *exit_code, char *cid,
 {
     long         st;
     size_t       i;
-    char         path[512], filters[128], *esc;
     json_t      *list, *t, *last;
     const char  *s, *c, *created, *last_created, *why;
-    CURL        *h;
 
     *state = RUNNER_TASK_NONE;
     *exit_code = -1;
@@ -337,22 +333,11 @@ runner_swarm_task(const char *id, int *state, int *exit_code, char *cid,
         return st;
     }
 
-    snprintf(filters, sizeof(filters), "{\"service\":[\"%s\"]}", id);
+    st = runner_docker_filtered("/tasks?", "service", id, &list, err,
+                                errlen);
 
-    h = curl_easy_init();
-    esc = h ? curl_easy_escape(h, filters, 0) : NULL;
-    snprintf(path, sizeof(path), "/tasks?filters=%s", esc ? esc : "");
-    curl_free(esc);
-    if (h) {
-        curl_easy_cleanup(h);
-    }
-
-    st = runner_docker_call("GET", path, NULL, RUNNER_DOCKER_QUICK_S, &list,
-                            err, errlen);
-
-    if (st != 200 || !json_is_array(list)) {
-        json_decref(list);
-        return st == 200 ? RUNNER_DOCKER_INVALID : st;
+    if (st != 200) {
+        return st;
     }
 
     /* one replica, never restarted: its newest task */
@@ -505,42 +490,26 @@ runner_swarm_list(const char *label, json_t **list, char *err,
 {
     long         st;
     size_t       i;
-    char         path[512], *esc, filters[256];
     json_t      *out, *svc;
+    json_t      *labels;
     const char  *id;
-    CURL        *h;
 
     *list = NULL;
 
-    snprintf(filters, sizeof(filters), "{\"label\":[\"%s\"]}", label);
-
-    h = curl_easy_init();
-    esc = h ? curl_easy_escape(h, filters, 0) : NULL;
-    snprintf(path, sizeof(path), "/services?filters=%s", esc ? esc : "");
-    curl_free(esc);
-    if (h) {
-        curl_easy_cleanup(h);
-    }
-
-    st = runner_docker_call("GET", path, NULL, RUNNER_DOCKER_QUICK_S, &out,
-                            err, errlen);
-
-    if (st == 200 && !json_is_array(out)) {
-        snprintf(err, errlen, "swarm: the service list is no array");
-        st = RUNNER_DOCKER_INVALID;
-    }
+    st = runner_docker_filtered("/services?", "label", label, &out, err,
+                                errlen);
 
     if (st == 200) {
         *list = json_array();
 
         json_array_foreach(out, i, svc) {
             id = json_string_value(json_object_get(svc, "ID"));
+            labels = json_object_get(json_object_get(svc, "Spec"), "Labels");
 
             if (id) {
-                json_array_append_new(*list, json_pack("{s:s, s:O}",
+                json_array_append_new(*list, json_pack("{s:s, s:o}",
                     "Id", id, "Labels",
-                    json_object_get(json_object_get(svc, "Spec"), "Labels")
-                    ?: json_object()));
+                    labels ? json_incref(labels) : json_object()));
             }
         }
     }

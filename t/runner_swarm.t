@@ -3,6 +3,10 @@
 # single-node swarm this test makes when the engine is in none (and
 # leaves at the end; one it found is left as it was):
 #
+#   0. t/stack.t with SMCP_TEST_BACKEND=swarm, before the swarm is made:
+#      `SMCP_BACKEND=swarm make up` makes a single-node swarm when the
+#      engine is in none (and says so), a task completes through it, and
+#      `make down` leaves the swarm as it found it
 #   1. the session network isolates as the bridge one does: on an
 #      internal, attachable overlay network (the runner's recipe), a
 #      hardened probe container reaches the egress (a listener joined with
@@ -45,10 +49,36 @@ my $label = test_label();
 ##############################################################################
 # a single-node swarm, when there is none
 
-my (undef, $state) = docker('info', '--format', '{{.Swarm.LocalNodeState}}');
-chomp $state;
+my $swarm_state = sub {
+    my (undef, $s) = docker('info', '--format', '{{.Swarm.LocalNodeState}}');
+    chomp $s;
+    return $s;
+};
+my $state = $swarm_state->();
 my (undef, $gwb) = docker('network', 'ls', '-q', '--filter', 'name=^docker_gwbridge$');
 my $made = 0;
+
+# a test file run with SMCP_TEST_BACKEND=swarm: whether it passed
+sub swarm_run {
+    my ($file) = @_;
+    my $t1 = time();
+    local $ENV{SMCP_TEST_BACKEND} = 'swarm';
+    my $out = `$^X $FindBin::Bin/$file 2>&1`;
+    my $rc = $? >> 8;
+    ok($rc == 0 && $out !~ /^not ok/m,
+       sprintf('%s passes with SMCP_TEST_BACKEND=swarm (%.0f s)', $file, time() - $t1))
+        or diag($out);
+    note($out) if $ENV{SMCP_TEST_VERBOSE};
+    return $out;
+}
+
+# 0. SMCP_BACKEND=swarm make up, first: on an engine in no swarm it makes
+#    one (and says so), make down leaves it (t/stack.t checks both)
+my $out = swarm_run('stack.t');
+if ($state eq 'inactive') {
+    like($out, qr/ok \d+ - \.\.\. which make up made, and says so/, 'make up made a swarm');
+    is($swarm_state->(), 'inactive', 'make down left it: the engine is in none again');
+}
 
 if ($state eq 'inactive') {
     # its own address pool: clear of the 172.16/12 networks tests make
@@ -174,16 +204,7 @@ subtest 'docker-stack.yml' => sub {
 # 3. the runner tests, against the swarm backend
 
 # SMCP_TEST_SWARM_QUICK=1: parts 1 and 2 only (while working on them)
-for my $file ($ENV{SMCP_TEST_SWARM_QUICK} ? () : qw(runner.t runner_failures.t runner_reattach.t)) {
-    my $t1 = time();
-    local $ENV{SMCP_TEST_BACKEND} = 'swarm';
-    my $out = `$^X $FindBin::Bin/$file 2>&1`;
-    my $rc = $? >> 8;
-    ok($rc == 0 && $out !~ /^not ok/m,
-       sprintf('%s passes with SMCP_TEST_BACKEND=swarm (%.0f s)', $file, time() - $t1))
-        or diag($out);
-    note($out) if $ENV{SMCP_TEST_VERBOSE};
-}
+swarm_run($_) for $ENV{SMCP_TEST_SWARM_QUICK} ? () : qw(runner.t runner_failures.t runner_reattach.t);
 
 my (undef, $left) = docker('service', 'ls', '-q', '--filter', 'label=smcp.runner');
 note("services left by others: $left") if $left =~ /\S/;
