@@ -13,7 +13,8 @@
  * build), docker.c (Engine API over the unix socket: HTTP statuses back
  * to the caller), backend.c (what runs a sandbox: `docker`, docker.c's
  * containers, or `swarm`, swarm.c's one-replica services; run.c,
- * follow.c and watchdog.c call it), logstream.c (Docker's multiplexed log frames to lines),
+ * follow.c and watchdog.c call it), logstream.c (Docker's multiplexed
+ * log frames to lines),
  * run.c (one run from claim to outcome), follow.c (its container's log
  * into its events, to the exit), watchdog.c (its watchdog thread:
  * cancel, deadline, limits), outcome.c (what the agent's events add up

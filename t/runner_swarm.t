@@ -3,7 +3,9 @@
 # single-node swarm this test makes when the engine is in none (and
 # leaves at the end; one it found is left as it was):
 #
-#   0. t/stack.t with SMCP_TEST_BACKEND=swarm, before the swarm is made:
+#   0. the runner refuses --backend swarm on an engine in no swarm (exit
+#      2, saying why) and a backend it does not know; then
+#      t/stack.t with SMCP_TEST_BACKEND=swarm, before the swarm is made:
 #      `SMCP_BACKEND=swarm make up` makes a single-node swarm when the
 #      engine is in none (and says so), a task completes through it, and
 #      `make down` leaves the swarm as it found it
@@ -70,6 +72,22 @@ sub swarm_run {
         or diag($out);
     note($out) if $ENV{SMCP_TEST_VERBOSE};
     return $out;
+}
+
+# 0. the runner refuses the swarm backend on an engine in no swarm, and
+#    a backend it does not know
+{
+    my @cmd = ("$FindBin::Bin/../build/smcp-runner", '--egress-url', 'http://egress:8090',
+               '--name', 'swarm-refusal-' . test_id());
+    local $ENV{PROXY_JWT_SECRET} = SMCP::Test::rhex(32);
+    my ($rc, $out, $err) = SMCP::Docker::run_cmd([@cmd, '--backend', 'bogus'], timeout => 30);
+    isnt($rc, 0, '--backend bogus: refused');
+    like("$out$err", qr/unknown backend \\?"bogus/, '... saying so');
+    if ($state eq 'inactive') {
+        ($rc, $out, $err) = SMCP::Docker::run_cmd([@cmd, '--backend', 'swarm'], timeout => 30);
+        is($rc, 2, '--backend swarm on an engine in no swarm: exit 2');
+        like("$out$err", qr/no manager of an active swarm \(state inactive\)/, '... saying why');
+    }
 }
 
 # 0. SMCP_BACKEND=swarm make up, first: on an engine in no swarm it makes
