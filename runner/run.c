@@ -563,18 +563,23 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     /* the OpenCode conversation of the session's earlier runs */
     spec = NULL;
 
-    if (runner_run_session(run, volume, err, errlen) == RUNNER_OK
-        && runner_store_oc_session(run->store, session, oc_session,
-                                   sizeof(oc_session)) == RUNNER_OK)
+    if (runner_run_session(run, volume, err, errlen) != RUNNER_OK) {
+        /* err says why (the volume, the network) */
+
+    } else if (runner_store_oc_session(run->store, session, oc_session,
+                                       sizeof(oc_session))
+               != RUNNER_OK)
     {
+        if (!runner_store_lost(run->store)) {
+            snprintf(err, errlen, "%s", runner_store_error(run->store));
+        }
+
+    } else {
         spec = runner_run_spec(run, h, token, volume, oc_session, image);
 
         if (spec == NULL) {
             snprintf(err, errlen, "cannot build the container spec");
         }
-
-    } else if (!runner_store_lost(run->store)) {
-        snprintf(err, errlen, "%s", runner_store_error(run->store));
     }
 
     free(token);

@@ -35,6 +35,8 @@
 #define RUNNER_SWARM_RESERVE      4      /* reservations: 1/4 of limits */
 #define RUNNER_SWARM_STOP_GRACE   2000000000LL  /* ns: SIGTERM to KILL */
 #define RUNNER_SWARM_CONSTRAINTS  16
+#define RUNNER_SWARM_NET_TRIES    5      /* a session network made, joined */
+#define RUNNER_SWARM_NET_PAUSE_MS 500    /* ... between tries */
 
 
 /* a task's state, as far as the runner cares */
@@ -611,29 +613,46 @@ static int
 runner_swarm_net(const char *name, const char *session, const char *peer,
     char *err, size_t errlen)
 {
+    int   try;
     long  st;
 
     if (!runner_docker_ref_ok(name, err, errlen)) {
         return RUNNER_ERR;
     }
 
-    st = runner_docker_call("POST", "/networks/create",
-                            json_pack("{s:s, s:s, s:b, s:b, s:b,"
-                                      " s:{s:s, s:s}}",
-                                      "Name", name, "Driver", "overlay",
-                                      "Internal", 1, "Attachable", 1,
-                                      "CheckDuplicate", 1,
-                                      "Labels", "smcp.session", session,
-                                      "smcp.managed", "1"),
-                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
+    /*
+     * An overlay network the session's previous run removed may linger a
+     * moment: create answers 409 and the join then finds it gone.  Made
+     * again after a pause, a few times.
+     */
+    for (try = 0; try < RUNNER_SWARM_NET_TRIES; try++) {
+        if (try) {
+            usleep(RUNNER_SWARM_NET_PAUSE_MS * 1000);
+        }
 
-    /* 409: it exists (another run of the session made it) */
-    if (st != 201 && st != 409) {
-        return RUNNER_ERR;
+        st = runner_docker_call("POST", "/networks/create",
+                                json_pack("{s:s, s:s, s:b, s:b, s:b,"
+                                          " s:{s:s, s:s}}",
+                                          "Name", name, "Driver", "overlay",
+                                          "Internal", 1, "Attachable", 1,
+                                          "CheckDuplicate", 1,
+                                          "Labels", "smcp.session", session,
+                                          "smcp.managed", "1"),
+                                RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
+
+        /* 409: it exists (another run of the session made it) */
+        if (st != 201 && st != 409) {
+            return RUNNER_ERR;
+        }
+
+        if (peer[0] == '\0'
+            || runner_docker_net_join(name, peer, err, errlen) == RUNNER_OK)
+        {
+            return RUNNER_OK;
+        }
     }
 
-    return peer[0] ? runner_docker_net_join(name, peer, err, errlen)
-                   : RUNNER_OK;
+    return RUNNER_ERR;
 }
 
 
