@@ -23,7 +23,8 @@ TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
-               runner/run.c runner/workspace.c runner/janitor.c \
+               runner/run.c runner/follow.c runner/watchdog.c \
+               runner/workspace.c runner/janitor.c \
                runner/pr.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 

@@ -1,6 +1,6 @@
 /*
  * OpenCode's event lines through the runner's outcome (runner/outcome.c),
- * as runner_run_line() (run.c) handles a stdout line of the agent: UTF-8
+ * as runner_run_line() (follow.c) handles a stdout line of the agent: UTF-8
  * repaired, decoded as JSON, and an object handed to runner_outcome_event()
  * (the line is copied whole here, NUL bytes included); then
  * the files of the diff the events carried (runner_outcome_files(), as

@@ -12,22 +12,25 @@
 #include "smcp_validate.h"
 
 
-/* the argument's schema, and *max lowered to its bound (maxLength,
- * maximum) where the schema sets a lower one */
+/* the argument's value (NULL: absent or null) and its schema, *max
+ * lowered to its bound (maxLength, maximum) where the schema sets a lower
+ * one */
 static json_t *
-ngx_http_sandbox_mcp_arg_schema(ngx_http_sandbox_mcp_call_t *call,
-    const char *name, const char *bound, json_int_t *max)
+ngx_http_sandbox_mcp_arg_value(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, const char *bound, json_int_t *max, json_t **schema)
 {
-    json_t  *schema, *n;
+    json_t  *v, *n;
 
-    schema = ngx_http_sandbox_mcp_tool_property(call, name);
-    n = json_object_get(schema, bound);
+    *schema = ngx_http_sandbox_mcp_tool_property(call, name);
+    n = json_object_get(*schema, bound);
 
     if (json_is_integer(n) && json_integer_value(n) < *max) {
         *max = json_integer_value(n);
     }
 
-    return schema;
+    v = json_object_get(call->args, name);
+
+    return json_is_null(v) ? NULL : v;
 }
 
 
@@ -76,16 +79,15 @@ ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_null(out);
 
     bound = (json_int_t) max;
-    schema = ngx_http_sandbox_mcp_arg_schema(call, name, "maxLength", &bound);
+    v = ngx_http_sandbox_mcp_arg_value(call, name, "maxLength", &bound,
+                                       &schema);
     required = ngx_http_sandbox_mcp_tool_required(call, name);
 
     if (bound >= 0) {
         max = (size_t) bound;
     }
 
-    v = json_object_get(call->args, name);
-
-    if (v == NULL || json_is_null(v)) {
+    if (v == NULL) {
         if (required) {
             ngx_http_sandbox_mcp_tool_error(call, "Missing required argument "
                                             "'%s' (a string).", name);
@@ -142,14 +144,12 @@ ngx_http_sandbox_mcp_arg_integer(ngx_http_sandbox_mcp_call_t *call,
     json_int_t   min, limit;
 
     limit = max;
-    schema = ngx_http_sandbox_mcp_arg_schema(call, name, "maximum", &max);
+    v = ngx_http_sandbox_mcp_arg_value(call, name, "maximum", &max, &schema);
 
     n = json_object_get(schema, "minimum");
     min = json_is_integer(n) ? json_integer_value(n) : -limit;
 
-    v = json_object_get(call->args, name);
-
-    if (v == NULL || json_is_null(v)) {
+    if (v == NULL) {
         n = json_object_get(schema, "default");
 
         if (!json_is_integer(n)) {

@@ -79,6 +79,11 @@
 #define NGX_HTTP_SANDBOX_MCP_WAITER_BUCKETS     256
 
 /* tools */
+#define NGX_HTTP_SANDBOX_MCP_TASK_POLL          1000    /* ms: the tasks'
+                                                   pollInterval */
+#define NGX_HTTP_SANDBOX_MCP_TASK_GRACE         600     /* s: tasks/result
+                                                   waits the longest run
+                                                   timeout and this */
 #define NGX_HTTP_SANDBOX_MCP_DIFF_PAGE          65536   /* get_diff page */
 #define NGX_HTTP_SANDBOX_MCP_DIFF_SCAN          (256 * 1024)  /* a diff
                                                            without an index

@@ -89,7 +89,7 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
     ngx_http_sandbox_mcp_ctx_t       *ctx;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
-    static ngx_str_t  allow = ngx_string("POST, DELETE");
+    static ngx_str_t  allow = ngx_string("GET, POST, DELETE");
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
 
@@ -109,16 +109,17 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    if (r->method != NGX_HTTP_POST && r->method != NGX_HTTP_DELETE) {
-        /* no server-initiated stream is offered */
+    if (r->method != NGX_HTTP_POST && r->method != NGX_HTTP_DELETE
+        && r->method != NGX_HTTP_GET)
+    {
         if (ngx_http_sandbox_mcp_add_header(r, "Allow", &allow) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_NOT_ALLOWED,
                                NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
-                               "Method not allowed: use POST (or DELETE to "
-                               "end a session)");
+                               "Method not allowed: use POST (GET for the "
+                               "session's stream, DELETE to end it)");
     }
 
     h = ngx_http_sandbox_mcp_header(r, "MCP-Protocol-Version",
@@ -146,6 +147,15 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
         if (rc != NGX_DECLINED) {
             return rc;
         }
+
+    } else if (r->method == NGX_HTTP_GET
+               && !ngx_http_sandbox_mcp_accepts_stream(r))
+    {
+        return ngx_http_sandbox_mcp_send_error(r,
+                               NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE,
+                               NGX_HTTP_SANDBOX_MCP_SERVER_ERROR,
+                               "Not Acceptable: Accept must list "
+                               "text/event-stream");
 
     } else if (ctx->session_id.len == 0) {
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,

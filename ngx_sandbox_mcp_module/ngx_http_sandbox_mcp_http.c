@@ -344,6 +344,31 @@ ngx_http_sandbox_mcp_origin_allowed(ngx_http_request_t *r,
 }
 
 
+/* the Accept header lists the media type (a substring match, as before) */
+static ngx_uint_t
+ngx_http_sandbox_mcp_accept_lists(ngx_table_elt_t *accept, const char *type)
+{
+    return ngx_strlcasestrn(accept->value.data,
+                            accept->value.data + accept->value.len,
+                            (u_char *) type, ngx_strlen(type) - 1)
+           != NULL;
+}
+
+
+/* GET: the stream's media type is listed */
+ngx_uint_t
+ngx_http_sandbox_mcp_accepts_stream(ngx_http_request_t *r)
+{
+    ngx_table_elt_t  *accept;
+
+    accept = ngx_http_sandbox_mcp_header(r, "Accept", sizeof("Accept") - 1);
+
+    return accept != NULL
+           && ngx_http_sandbox_mcp_accept_lists(accept, "text/event-stream");
+}
+
+
+/* POST: both media types are listed */
 static ngx_uint_t
 ngx_http_sandbox_mcp_accepts(ngx_http_request_t *r)
 {
@@ -351,18 +376,9 @@ ngx_http_sandbox_mcp_accepts(ngx_http_request_t *r)
 
     accept = ngx_http_sandbox_mcp_header(r, "Accept", sizeof("Accept") - 1);
 
-    if (accept == NULL) {
-        return 0;
-    }
-
-    return ngx_strlcasestrn(accept->value.data,
-                            accept->value.data + accept->value.len,
-                            (u_char *) "application/json",
-                            sizeof("application/json") - 2) != NULL
-           && ngx_strlcasestrn(accept->value.data,
-                               accept->value.data + accept->value.len,
-                               (u_char *) "text/event-stream",
-                               sizeof("text/event-stream") - 2) != NULL;
+    return accept != NULL
+           && ngx_http_sandbox_mcp_accept_lists(accept, "application/json")
+           && ngx_http_sandbox_mcp_accept_lists(accept, "text/event-stream");
 }
 
 

@@ -20,6 +20,7 @@ ngx_uint_t ngx_http_sandbox_mcp_host_allowed(ngx_http_request_t *r,
 /* the checks: NGX_DECLINED when passed, else what sending the error gave */
 ngx_int_t ngx_http_sandbox_mcp_check_origin(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf);
+ngx_uint_t ngx_http_sandbox_mcp_accepts_stream(ngx_http_request_t *r);
 ngx_int_t ngx_http_sandbox_mcp_check_post(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf);
 

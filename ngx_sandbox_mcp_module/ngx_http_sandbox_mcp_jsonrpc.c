@@ -6,9 +6,12 @@
 
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_cancelled.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_methods.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_session.h"
+#include "ngx_http_sandbox_mcp_stream.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
@@ -79,6 +82,11 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_session_delete(ctx);
     }
 
+    if (r->method == NGX_HTTP_GET) {
+        /* the session's stream, once the session is known */
+        return ngx_http_sandbox_mcp_session_lookup(ctx);
+    }
+
     rc = ngx_http_sandbox_mcp_read_body(r, &body, lcf->max_body);
 
     if (rc == NGX_DECLINED) {
@@ -129,10 +137,11 @@ ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
 static json_t *
 ngx_http_sandbox_mcp_initialize_result(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    return json_pack("{s:s%, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}",
+    return json_pack("{s:s%, s:o, s:{s:s, s:s, s:s}, s:s}",
                      "protocolVersion", (char *) ctx->version.data,
                      ctx->version.len,
-                     "capabilities", "tools", "listChanged", 0,
+                     "capabilities",
+                     ngx_http_sandbox_mcp_methods_capabilities(),
                      "serverInfo",
                          "name", NGX_HTTP_SANDBOX_MCP_SERVER_NAME,
                          "title", "OpenCode sandboxes",
@@ -140,9 +149,10 @@ ngx_http_sandbox_mcp_initialize_result(ngx_http_sandbox_mcp_ctx_t *ctx)
                      "instructions",
                      "Delegate long coding tasks to the OpenCode agent in an "
                      "isolated sandbox. opencode_run_task returns a runId at "
-                     "once; poll opencode_get_result (waitSeconds long-polls) "
-                     "or share the watchUrl. Pass the returned sessionId to "
-                     "continue in the same workspace and conversation.");
+                     "once (or a task, for clients that speak tasks); poll "
+                     "opencode_get_result (waitSeconds long-polls) or share "
+                     "the watchUrl. Pass the returned sessionId to continue "
+                     "in the same workspace and conversation.");
 }
 
 
@@ -178,12 +188,19 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
         return;
     }
 
+    params = json_object_get(msg, "params");
+
     if (call->id == NULL) {
         /* notifications (initialized, cancelled, ...) are never answered */
+        if (ngx_strcmp(method, "notifications/cancelled") == 0) {
+            ngx_http_sandbox_mcp_cancelled_notify(ctx, params);
+        }
+
         return;
     }
 
-    params = json_object_get(msg, "params");
+    call->progress_token = json_object_get(json_object_get(params, "_meta"),
+                                           "progressToken");
 
     if (ngx_strcmp(method, "initialize") == 0) {
         if (!ctx->initialize || ctx->batch) {
@@ -225,6 +242,13 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
         return;
     }
 
+    /* tasks, resources, logging, completions */
+    if (ngx_http_sandbox_mcp_methods_start(call, method, params)
+        != NGX_DECLINED)
+    {
+        return;
+    }
+
     ngx_http_sandbox_mcp_call_error(call, NGX_HTTP_SANDBOX_MCP_METHOD_NOT_FOUND,
                                     "Method not found: %s", method);
 }
@@ -237,6 +261,10 @@ ngx_http_sandbox_mcp_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx)
     ngx_http_request_t  *r;
 
     r = ctx->request;
+
+    if (r->method == NGX_HTTP_GET) {
+        return ngx_http_sandbox_mcp_stream_start(ctx);
+    }
 
     if (ctx->batch
         && !(ctx->batch_session
@@ -283,11 +311,24 @@ void
 ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
     json_t *result)
 {
+    json_t *(*filter)(ngx_http_sandbox_mcp_call_t *call, json_t *result);
+
     if (result == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
                                         NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
                                         "Internal error");
         return;
+    }
+
+    if (call->filter) {
+        filter = call->filter;
+        call->filter = NULL;
+
+        result = filter(call, result);
+        if (result == NULL) {
+            /* the filter answered */
+            return;
+        }
     }
 
     if (call->response) {
@@ -352,6 +393,12 @@ ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call)
     ctx = call->ctx;
 
     if (!call->pending || ctx->done) {
+        return;
+    }
+
+    if (call->hold) {
+        /* a filter went on with another step, which ends the call */
+        call->hold = 0;
         return;
     }
 

@@ -33,6 +33,7 @@
 #define NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR     -32603
 #define NGX_HTTP_SANDBOX_MCP_SERVER_ERROR       -32000
 #define NGX_HTTP_SANDBOX_MCP_SESSION_NOT_FOUND  -32001
+#define NGX_HTTP_SANDBOX_MCP_RESOURCE_NOT_FOUND -32002
 
 /* not among nginx's NGX_HTTP_* codes */
 #define NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE     406
@@ -141,10 +142,24 @@ struct ngx_http_sandbox_mcp_call_s {
     void                              (*wake)(ngx_http_sandbox_mcp_call_t
                                               *call);
 
+    /* not NULL: the call's result passes here before it is kept (the
+     * task and resource views of a tool's answer, see _methods.c); it
+     * returns the result to keep, or NULL having answered the call */
+    json_t                           *(*filter)(ngx_http_sandbox_mcp_call_t
+                                                *call, json_t *result);
+    ngx_str_t                           method_arg;     /* the filter's */
+    json_t                             *progress_token; /* params._meta's */
+    ngx_uint_t                          method_kind;
+
     unsigned                            pending:1;
     unsigned                            waiting:1;
     unsigned                            recheck:1;
     unsigned                            expired:1;
+    unsigned                            until_end:1;    /* tasks/result */
+    unsigned                            progress:1;     /* streams progress */
+    unsigned                            hold:1;         /* its filter took
+                                                           another step: not
+                                                           done yet */
 };
 
 

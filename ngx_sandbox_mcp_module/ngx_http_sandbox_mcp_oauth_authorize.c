@@ -256,8 +256,24 @@ ngx_http_sandbox_mcp_oauth_signin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t status)
 {
     u_char        *p, *last;
-    ngx_str_t      csrf, host;
+    ngx_str_t      csrf, host, github;
+    ngx_uint_t     i;
     ngx_keyval_t   vars[10];
+
+    /* the page's variables, in the order of names[] */
+    ngx_str_t     *values[10] = {
+        &req->client_name, &host, &ctx->key_error, &ctx->client_id,
+        &ctx->redirect_uri, &ctx->challenge, &ctx->state, &req->resource,
+        &csrf, &github
+    };
+
+    static ngx_str_t  names[10] = {
+        ngx_string("client_name"), ngx_string("redirect_host"),
+        ngx_string("error"), ngx_string("client_id"),
+        ngx_string("redirect_uri"), ngx_string("code_challenge"),
+        ngx_string("state"), ngx_string("resource"), ngx_string("csrf"),
+        ngx_string("github")
+    };
 
     if (ngx_http_sandbox_mcp_oauth_cookie(ctx, req, 1) != NGX_OK
         || ngx_http_sandbox_mcp_oauth_csrf(ctx, req, ngx_time(), &csrf)
@@ -279,31 +295,16 @@ ngx_http_sandbox_mcp_oauth_signin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
     host.len = p - host.data;
 
-    ngx_str_set(&vars[0].key, "client_name");
-    vars[0].value = req->client_name;
-    ngx_str_set(&vars[1].key, "redirect_host");
-    vars[1].value = host;
-    ngx_str_set(&vars[2].key, "error");
-    vars[2].value = ctx->key_error;
-    ngx_str_set(&vars[3].key, "client_id");
-    vars[3].value = ctx->client_id;
-    ngx_str_set(&vars[4].key, "redirect_uri");
-    vars[4].value = ctx->redirect_uri;
-    ngx_str_set(&vars[5].key, "code_challenge");
-    vars[5].value = ctx->challenge;
-    ngx_str_set(&vars[6].key, "state");
-    vars[6].value = ctx->state;
-    ngx_str_set(&vars[7].key, "resource");
-    vars[7].value = req->resource;
-    ngx_str_set(&vars[8].key, "csrf");
-    vars[8].value = csrf;
-    ngx_str_set(&vars[9].key, "github");
-
     if (ctx->lcf->oauth.github_client_id.len) {
-        ngx_str_set(&vars[9].value, "on");
+        ngx_str_set(&github, "on");
 
     } else {
-        ngx_str_set(&vars[9].value, "off");
+        ngx_str_set(&github, "off");
+    }
+
+    for (i = 0; i < 10; i++) {
+        vars[i].key = names[i];
+        vars[i].value = *values[i];
     }
 
     return ngx_http_sandbox_mcp_oauth_send_html(ctx->request, status,

@@ -23,6 +23,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(run_cancel);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_diff);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(ui_events);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(subscribe);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(revoke);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_client);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_code);
@@ -38,6 +39,7 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_run_diff,
     &ngx_http_sandbox_mcp_script_run_events,
     &ngx_http_sandbox_mcp_script_ui_events,
+    &ngx_http_sandbox_mcp_script_subscribe,
     &ngx_http_sandbox_mcp_script_revoke,
     &ngx_http_sandbox_mcp_script_oauth_client,
     &ngx_http_sandbox_mcp_script_oauth_code,

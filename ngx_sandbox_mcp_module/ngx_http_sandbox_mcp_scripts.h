@@ -38,6 +38,8 @@ extern ngx_http_sandbox_mcp_script_t
 /* NULL-terminated: the scripts the Redis layer loads (on every connect,
  * once Redis has loaded its dataset, after a NOSCRIPT) */
 extern ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[];
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_subscribe;
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_SCRIPTS_H_INCLUDED_ */

@@ -12,6 +12,7 @@
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
+#include "ngx_http_sandbox_mcp_stream.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 
@@ -286,6 +287,9 @@ ngx_http_sandbox_mcp_session_deleted(void *data, redisReply *reply)
                                       "Session not found"));
         return;
     }
+
+    /* its subscriptions and level go, its GET stream ends */
+    ngx_http_sandbox_mcp_stream_forget(ctx);
 
     ngx_http_sandbox_mcp_finalize(ctx,
                       ngx_http_sandbox_mcp_send_json(r, NGX_HTTP_OK, NULL));

@@ -5,6 +5,8 @@
 
 #include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_cancelled.h"
+#include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_tools.h"
@@ -38,6 +40,11 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
     if (call->waiting && !call->expired
         && !ngx_http_sandbox_mcp_terminal(reply))
     {
+        if (call->progress_token && !call->progress) {
+            /* the tenant's run, not ended: progress if it was asked */
+            ngx_http_sandbox_mcp_progress_start(call);
+        }
+
         if (call->recheck) {
             call->recheck = 0;
             ngx_http_sandbox_mcp_result_fetch(call);
@@ -84,6 +91,10 @@ ngx_http_sandbox_mcp_result_fetch(ngx_http_sandbox_mcp_call_t *call)
 static void
 ngx_http_sandbox_mcp_result_wake(ngx_http_sandbox_mcp_call_t *call)
 {
+    if (call->progress && !call->expired) {
+        ngx_http_sandbox_mcp_progress_wake(call);
+    }
+
     if (call->cmd) {
         /* a read is in flight; read once more after it */
         call->recheck = 1;
@@ -123,6 +134,12 @@ ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
         wait = ngx_min(json_number_value(v), (double) lcf->max_wait);
     }
 
+    if (call->until_end) {
+        /* tasks/result: until the run ends, which its deadline bounds */
+        wait = (double) (lcf->run_timeout_max
+                         + NGX_HTTP_SANDBOX_MCP_TASK_GRACE);
+    }
+
     if (wait > 0) {
         /*
          * Listen before the first read: a ping between the read and the
@@ -130,6 +147,7 @@ ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
          */
         call->wake = ngx_http_sandbox_mcp_result_wake;
         ngx_http_sandbox_mcp_waiter_add(call, (ngx_msec_t) (wait * 1000));
+        ngx_http_sandbox_mcp_cancelled_watch(call);
 
         /* a client that goes away ends the wait */
         call->ctx->request->read_event_handler = ngx_http_test_reading;

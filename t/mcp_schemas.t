@@ -136,6 +136,9 @@ broken_tool('property without a type', 'opencode_run_task.json',
 broken_tool('annotation not a boolean', 'opencode_list_runs.json',
             sub { s/"readOnlyHint": true/"readOnlyHint": "yes"/ },
             qr/annotation "readOnlyHint"/);
+broken_tool('taskSupport not a known value', 'opencode_run_task.json',
+            sub { s/"taskSupport": "optional"/"taskSupport": "sometimes"/ },
+            qr/"execution" must be/);
 broken_tool('a broken include', 'include/time.json',
             sub { s/\}\s*$/,}/ }, qr/line \d+/);
 broken_tool('an include of nothing', 'opencode_get_result.json',

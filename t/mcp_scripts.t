@@ -16,6 +16,7 @@
 #                flagged; others unchanged
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
+#   subscribe    an MCP session's resource subscription, bounded
 #   oauth_client, oauth_code, oauth_grant   the OAuth
 #                authorization server: clients, codes (spent on first use,
 #                a reuse revoking their family), refresh families (rotation,
@@ -40,8 +41,8 @@ my $P = 'smcp:';
 my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
-                 run_cancel run_diff run_events ui_events oauth_client
-                 oauth_code oauth_grant)) {
+                 run_cancel run_diff run_events ui_events subscribe
+                 oauth_client oauth_code oauth_grant)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -673,6 +674,22 @@ subtest 'ui_events' => sub {
     ($r) = script('ui_events', [ "${P}run:" . id('run_', '9'), "${P}run:x:events" ],
                   [ 'alice', '-', 10 ]);
     is($r, undef, 'unknown run: nil');
+};
+
+subtest 'subscribe' => sub {
+    my $K = [ "${P}mcp:" . ('c' x 64) . ':subs' ];
+    my ($r, $b, $a) = script('subscribe', $K, [ 'opencode://runs/a', 2, 600 ]);
+    is($r, 1, 'added: 1');
+    ok($t->redis('TTL', $K->[0]) > 590, 'kept with the TTL');
+    ($r) = script('subscribe', $K, [ 'opencode://runs/a', 2, 600 ]);
+    is($r, 0, 'held already: 0');
+    ($r) = script('subscribe', $K, [ 'opencode://runs/b', 2, 600 ]);
+    is($r, 1, 'a second');
+    ($r, $b, $a) = script('subscribe', $K, [ 'opencode://runs/c', 2, 600 ]);
+    is($r, -1, 'past the most: -1');
+    unchanged($b, $a, 'refused');
+    is_deeply([ sort @{ $t->redis('SMEMBERS', $K->[0]) } ],
+              [ 'opencode://runs/a', 'opencode://runs/b' ], 'the set');
 };
 
 ###############################################################################

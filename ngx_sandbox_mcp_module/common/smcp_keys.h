@@ -18,6 +18,10 @@
 #define SMCP_KEY_SESSION_RUNS       "%ssession:%s:runs"
 #define SMCP_KEY_QUEUE              "%squeue"
 #define SMCP_KEY_MCP_SESSION        "%smcp:%s"
+#define SMCP_KEY_MCP_SUBS           "%smcp:%s:subs" /* set: the URIs the
+                                                       session subscribed */
+#define SMCP_KEY_MCP_LOG            "%smcp:%s:log"  /* string: the level
+                                                       logging/setLevel set */
 #define SMCP_KEY_TENANT_ACTIVE      "%stenant:%s:active"  /* set: the
                                                      tenant's started and
                                                      running runs (quotas);
@@ -60,6 +64,11 @@
                                                      workers PSUBSCRIBE
                                                      <prefix>tenant:* */
 #define SMCP_CHAN_CANCEL            "%scancel"
+#define SMCP_CHAN_MCP_CANCELLED     "%srun:mcp:%s" /* an MCP session's
+                                                     notifications/cancelled:
+                                                     the requestId as JSON
+                                                     (on the run:* pattern;
+                                                     mcp:{sid} is no run) */
 #define SMCP_CHAN_REVOKED           "%srevoked"   /* a jti: "<jti> <exp>" */
 
 #define SMCP_QUEUE_GROUP            "runners"

@@ -37,7 +37,8 @@
  * Tools: one JSON object (no duplicate keys) with name (= NAME), title,
  * description, inputSchema (type "object", properties, additionalProperties
  * false, required naming properties), outputSchema (type "object") and
- * optionally annotations (booleans).  An object {"$include": "FILE"}
+ * optionally annotations (booleans) and execution (taskSupport one of
+ * "forbidden", "optional", "required").  An object {"$include": "FILE"}
  * anywhere in it is replaced by the JSON of DIR/include/FILE.  Embedded
  * compact.
  *
@@ -502,8 +503,8 @@ static char *
 embed_check_tool(const char *path, const char *dir, const char *name)
 {
     char          *text;
-    json_t        *tool, *ann, *v;
-    const char    *key;
+    json_t        *tool, *ann, *exec, *v;
+    const char    *key, *task;
     json_error_t   err;
 
     tool = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
@@ -545,8 +546,25 @@ embed_check_tool(const char *path, const char *dir, const char *name)
         }
     }
 
+    exec = json_object_get(tool, "execution");
+
+    if (exec != NULL) {
+        task = json_string_value(json_object_get(exec, "taskSupport"));
+
+        if (!json_is_object(exec) || json_object_size(exec) != 1
+            || task == NULL
+            || (strcmp(task, "forbidden") != 0
+                && strcmp(task, "optional") != 0
+                && strcmp(task, "required") != 0))
+        {
+            embed_fail(path, "\"execution\" must be {\"taskSupport\": "
+                       "\"forbidden\"|\"optional\"|\"required\"}");
+        }
+    }
+
     json_object_foreach(tool, key, v) {
         if (strcmp(key, "name") != 0 && strcmp(key, "title") != 0
+            && strcmp(key, "execution") != 0
             && strcmp(key, "description") != 0
             && strcmp(key, "inputSchema") != 0
             && strcmp(key, "outputSchema") != 0

@@ -1,0 +1,656 @@
+/*
+ * Progress of a waiting call, as text/event-stream.  Started once the run
+ * is known to be the tenant's and not ended (a call answered at once stays
+ * application/json).  The session's log level is read first, then the
+ * run's events from its start, 100 at a time, again on every wake of the
+ * run's channel: an agent's tool call or reply is a notifications/progress
+ * (progress 1, 2, 3 ...: "ran `npm test`", "write /workspace/repo/x"), a
+ * lifecycle line a notifications/message (info; "error" for a failed
+ * step).  When the call has its answer, the events are read to their end
+ * and the answer is the stream's last message.  At most
+ * NGX_HTTP_SANDBOX_MCP_PROGRESS_MAX notifications a request.
+ */
+
+#include "ngx_http_sandbox_mcp_progress.h"
+#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_run.h"
+
+#include "smcp_validate.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_PROGRESS_MAX    1000
+#define NGX_HTTP_SANDBOX_MCP_PROGRESS_TEXT   200     /* a message's bytes */
+#define NGX_HTTP_SANDBOX_MCP_TOKEN_MAX       256     /* a string token */
+
+
+typedef struct {
+    ngx_http_sandbox_mcp_call_t       *call;
+    json_t                            *token;
+    ngx_http_sandbox_mcp_redis_cmd_t  *cmd;
+    u_char                             after[SMCP_STREAM_ID_MAX + 2];
+    ngx_str_t                          start;      /* "-" or "(<after>" */
+    ngx_int_t                          level;      /* rank sent from */
+    ngx_uint_t                         progress;
+    ngx_uint_t                         sent;
+
+    unsigned                           again:1;    /* woken while reading */
+    unsigned                           finishing:1;
+} ngx_http_sandbox_mcp_progress_t;
+
+
+static const char  *ngx_http_sandbox_mcp_log_levels[] = {
+    "debug", "info", "notice", "warning", "error", "critical", "alert",
+    "emergency", NULL
+};
+
+
+static void ngx_http_sandbox_mcp_progress_read(
+    ngx_http_sandbox_mcp_progress_t *p);
+
+
+const char *
+ngx_http_sandbox_mcp_log_name(ngx_int_t rank)
+{
+    return ngx_http_sandbox_mcp_log_levels[rank];
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_log_rank(const char *level, size_t len)
+{
+    ngx_int_t  i;
+
+    for (i = 0; ngx_http_sandbox_mcp_log_levels[i]; i++) {
+        if (ngx_strlen(ngx_http_sandbox_mcp_log_levels[i]) == len
+            && ngx_strncmp(ngx_http_sandbox_mcp_log_levels[i], level, len)
+               == 0)
+        {
+            return i;
+        }
+    }
+
+    return -1;
+}
+
+
+static void
+ngx_http_sandbox_mcp_progress_cleanup(void *data)
+{
+    ngx_http_sandbox_mcp_progress_t *p = data;
+
+    if (p->cmd) {
+        ngx_http_sandbox_mcp_redis_cancel(p->cmd);
+        p->cmd = NULL;
+    }
+}
+
+
+/* nginx held bytes: sent as the socket takes them */
+void
+ngx_http_sandbox_mcp_progress_writer(ngx_http_request_t *r)
+{
+    ngx_connection_t          *c;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    c = r->connection;
+
+    if (c->write->timedout) {
+        c->timedout = 1;
+        ngx_http_finalize_request(r, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    if (r->out || c->buffered) {
+        if (!c->write->timer_set) {
+            clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+            ngx_add_timer(c->write, clcf->send_timeout);
+        }
+
+    } else if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+    }
+}
+
+
+/* bytes on the stream; last: it ends with them */
+static ngx_int_t
+ngx_http_sandbox_mcp_sse_out(ngx_http_request_t *r, ngx_buf_t *b,
+    ngx_uint_t last)
+{
+    ngx_int_t     rc;
+    ngx_chain_t   out;
+
+    b->flush = 1;
+    b->last_buf = last;
+
+    out.buf = b;
+    out.next = NULL;
+
+    rc = ngx_http_output_filter(r, &out);
+
+    if (rc == NGX_AGAIN && !last) {
+        ngx_http_sandbox_mcp_progress_writer(r);
+        return NGX_OK;
+    }
+
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_text(ngx_http_request_t *r, u_char *text,
+    size_t len)
+{
+    ngx_buf_t  *b;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last = ngx_cpymem(b->last, text, len);
+
+    return ngx_http_sandbox_mcp_sse_out(r, b, 0);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_send(ngx_http_request_t *r, int64_t id,
+    json_t *json, ngx_uint_t last)
+{
+    char       *s;
+    size_t      len;
+    ngx_buf_t  *b;
+
+    s = json ? json_dumps(json, JSON_COMPACT) : NULL;
+    json_decref(json);
+
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    len = ngx_strlen(s);
+
+    b = ngx_create_temp_buf(r->pool, len + NGX_INT64_LEN
+                                     + sizeof("id: \nevent: message\ndata: "
+                                              "\n\n"));
+    if (b == NULL) {
+        free(s);
+        return NGX_ERROR;
+    }
+
+    if (id >= 0) {
+        b->last = ngx_sprintf(b->last, "id: %L\n", id);
+    }
+
+    b->last = ngx_sprintf(b->last, "event: message\ndata: %*s\n\n", len, s);
+    free(s);
+
+    return ngx_http_sandbox_mcp_sse_out(r, b, last);
+}
+
+
+static ngx_int_t
+ngx_http_sandbox_mcp_progress_notify(ngx_http_sandbox_mcp_progress_t *p,
+    const char *method, json_t *params)
+{
+    if (params == NULL) {
+        return NGX_OK;
+    }
+
+    if (p->sent++ >= NGX_HTTP_SANDBOX_MCP_PROGRESS_MAX) {
+        json_decref(params);
+        return NGX_OK;
+    }
+
+    return ngx_http_sandbox_mcp_sse_send(p->call->ctx->request, -1,
+               json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0",
+                         "method", method, "params", params), 0);
+}
+
+
+/* the one line saying what an agent event did, in buf; 0: none */
+static ngx_uint_t
+ngx_http_sandbox_mcp_progress_text(json_t *d, u_char *buf, size_t size)
+{
+    json_t      *part, *input;
+    const char  *type, *tool, *arg;
+    u_char      *p;
+
+    type = json_string_value(json_object_get(d, "type"));
+    part = json_object_get(d, "part");
+
+    if (type == NULL) {
+        return 0;
+    }
+
+    if (ngx_strcmp(type, "tool_use") == 0) {
+        tool = json_string_value(json_object_get(part, "tool"));
+        input = json_object_get(json_object_get(part, "state"), "input");
+
+        if (tool == NULL) {
+            tool = "a tool";
+        }
+
+        arg = json_string_value(json_object_get(input, "command"));
+
+        if (arg && ngx_strcmp(tool, "bash") == 0) {
+            p = ngx_snprintf(buf, size - 1, "ran `%s`", arg);
+
+        } else {
+            arg = json_string_value(json_object_get(input, "filePath"));
+            if (arg == NULL) {
+                arg = json_string_value(json_object_get(input, "pattern"));
+            }
+
+            p = arg ? ngx_snprintf(buf, size - 1, "%s %s", tool, arg)
+                    : ngx_snprintf(buf, size - 1, "used %s", tool);
+        }
+
+    } else if (ngx_strcmp(type, "text") == 0) {
+        p = ngx_snprintf(buf, size - 1, "replied");
+
+    } else if (ngx_strcmp(type, "error") == 0) {
+        p = ngx_snprintf(buf, size - 1, "the agent reported an error");
+
+    } else {
+        return 0;
+    }
+
+    *p = '\0';
+    smcp_utf8_sanitize((char *) buf, p - buf);
+
+    return 1;
+}
+
+
+/* one stored event: a progress step, a log line, or nothing */
+static ngx_int_t
+ngx_http_sandbox_mcp_progress_event(ngx_http_sandbox_mcp_progress_t *p,
+    redisReply *type, redisReply *data)
+{
+    json_t      *d;
+    ngx_int_t    rc, rank;
+    const char  *step;
+    u_char       text[NGX_HTTP_SANDBOX_MCP_PROGRESS_TEXT];
+
+    if (type == NULL || data == NULL || data->type != REDIS_REPLY_STRING) {
+        return NGX_OK;
+    }
+
+    d = json_loadb(data->str, data->len, 0, NULL);
+    if (d == NULL) {
+        return NGX_OK;
+    }
+
+    rc = NGX_OK;
+
+    if (type->len == 5 && ngx_strncmp(type->str, "agent", 5) == 0) {
+        if (ngx_http_sandbox_mcp_progress_text(d, text, sizeof(text))) {
+            rc = ngx_http_sandbox_mcp_progress_notify(p,
+                     "notifications/progress",
+                     json_pack("{s:O, s:I, s:s}",
+                               "progressToken", p->token,
+                               "progress", (json_int_t) ++p->progress,
+                               "message", (char *) text));
+        }
+
+    } else if (type->len == 9 && ngx_strncmp(type->str, "lifecycle", 9) == 0)
+    {
+        step = json_string_value(json_object_get(d, "step"));
+        rank = (step && ngx_strstr(step, "fail"))
+               ? ngx_http_sandbox_mcp_log_rank("error", 5)
+               : ngx_http_sandbox_mcp_log_rank("info", 4);
+
+        if (rank >= p->level) {
+            rc = ngx_http_sandbox_mcp_progress_notify(p,
+                     "notifications/message",
+                     json_pack("{s:s, s:s, s:{s:s%, s:O}}",
+                               "level", ngx_http_sandbox_mcp_log_name(rank),
+                               "logger", "run",
+                               "data",
+                                   "runId",
+                                   (char *) p->call->run_id.data,
+                                   p->call->run_id.len,
+                                   "event", d));
+        }
+    }
+
+    json_decref(d);
+
+    return rc;
+}
+
+
+/* the answer, last: the call is done and every event was read */
+static void
+ngx_http_sandbox_mcp_progress_end(ngx_http_sandbox_mcp_progress_t *p)
+{
+    ngx_int_t                     rc;
+    ngx_http_sandbox_mcp_call_t  *call;
+
+    call = p->call;
+
+    rc = ngx_http_sandbox_mcp_sse_send(call->ctx->request, -1,
+                                       json_incref(call->response), 1);
+
+    ngx_http_sandbox_mcp_finalize(call->ctx, rc == NGX_OK ? NGX_OK
+                                                          : NGX_ERROR);
+}
+
+
+static void
+ngx_http_sandbox_mcp_progress_events(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_progress_t *p = data;
+
+    size_t       i, j;
+    redisReply  *e, *f, *type, *d;
+
+    p->cmd = NULL;
+
+    if (p->call->ctx->done) {
+        /* cancelled: the stream was closed */
+        return;
+    }
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
+        /* Redis away: no more progress; the call answers on its own */
+        if (p->finishing) {
+            ngx_http_sandbox_mcp_progress_end(p);
+        }
+
+        return;
+    }
+
+    for (i = 0; i < reply->elements; i++) {
+        e = reply->element[i];
+
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+            || e->element[0]->type != REDIS_REPLY_STRING
+            || e->element[0]->len > SMCP_STREAM_ID_MAX)
+        {
+            continue;
+        }
+
+        p->start.len = ngx_sprintf(p->after, "(%*s", e->element[0]->len,
+                                   e->element[0]->str) - p->after;
+        p->start.data = p->after;
+
+        f = e->element[1];
+        type = NULL;
+        d = NULL;
+
+        for (j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements;
+             j += 2)
+        {
+            if (f->element[j]->len == 4
+                && ngx_strncmp(f->element[j]->str, "type", 4) == 0)
+            {
+                type = f->element[j + 1];
+
+            } else if (f->element[j]->len == 4
+                       && ngx_strncmp(f->element[j]->str, "data", 4) == 0)
+            {
+                d = f->element[j + 1];
+            }
+        }
+
+        if (ngx_http_sandbox_mcp_progress_event(p, type, d) != NGX_OK) {
+            ngx_http_sandbox_mcp_finalize(p->call->ctx, NGX_ERROR);
+            return;
+        }
+    }
+
+    if (reply->elements == 100 || p->again) {
+        ngx_http_sandbox_mcp_progress_read(p);
+        return;
+    }
+
+    if (p->finishing) {
+        ngx_http_sandbox_mcp_progress_end(p);
+    }
+}
+
+
+static void
+ngx_http_sandbox_mcp_progress_read(ngx_http_sandbox_mcp_progress_t *p)
+{
+    ngx_str_t  argv[6];
+
+    p->again = 0;
+
+    ngx_str_set(&argv[0], "XRANGE");
+    argv[2] = p->start;
+    ngx_str_set(&argv[3], "+");
+    ngx_str_set(&argv[4], "COUNT");
+    ngx_str_set(&argv[5], "100");
+
+    if (ngx_http_sandbox_mcp_redis_key(p->call->ctx->request->pool, &argv[1],
+                                       SMCP_KEY_RUN_EVENTS,
+                                       &p->call->run_id)
+        == NGX_OK)
+    {
+        p->cmd = ngx_http_sandbox_mcp_redis_command(
+                     ngx_http_sandbox_mcp_progress_events, p, 6, argv);
+    }
+
+    if (p->cmd == NULL && p->finishing) {
+        ngx_http_sandbox_mcp_progress_end(p);
+    }
+}
+
+
+/* the session's level (GET mcp:{sid}:log) */
+static void
+ngx_http_sandbox_mcp_progress_level(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_progress_t *p = data;
+
+    ngx_int_t  rank;
+
+    p->cmd = NULL;
+
+    if (p->call->ctx->done) {
+        return;
+    }
+
+    if (reply && reply->type == REDIS_REPLY_STRING) {
+        rank = ngx_http_sandbox_mcp_log_rank(reply->str, reply->len);
+        if (rank >= 0) {
+            p->level = rank;
+        }
+    }
+
+    ngx_http_sandbox_mcp_progress_read(p);
+}
+
+
+/* the call has its answer: the events to their end, then the answer */
+static ngx_int_t
+ngx_http_sandbox_mcp_progress_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    ngx_http_sandbox_mcp_progress_t *p = ctx->data;
+
+    p->finishing = 1;
+
+    if (p->cmd == NULL) {
+        ngx_http_sandbox_mcp_progress_read(p);
+    }
+
+    return NGX_DONE;
+}
+
+
+void
+ngx_http_sandbox_mcp_progress_wake(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_progress_t *p = call->ctx->data;
+
+    if (p->cmd) {
+        p->again = 1;
+        return;
+    }
+
+    ngx_http_sandbox_mcp_progress_read(p);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_header(ngx_http_request_t *r)
+{
+    static ngx_str_t  no_cache = ngx_string("no-cache");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_cache)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_sse_head(r) == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_head(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    static ngx_str_t  no = ngx_string("no");
+
+    if (ngx_http_sandbox_mcp_add_header(r, "X-Accel-Buffering", &no)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->keepalive = 0;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return r->header_only ? NGX_DONE : NGX_OK;
+}
+
+
+void
+ngx_http_sandbox_mcp_sse_keep(ngx_http_request_t *r, ngx_event_t *heartbeat,
+    ngx_event_handler_pt beat, void *data, ngx_msec_t every,
+    ngx_http_event_handler_pt read, ngx_http_event_handler_pt write)
+{
+    heartbeat->handler = beat;
+    heartbeat->data = data;
+    heartbeat->log = r->connection->log;
+    heartbeat->cancelable = 1;
+
+    /* the stream ends on the client's close and on the worker's shutdown
+     * (nginx closes idle connections then: this one is marked so) */
+    r->read_event_handler = read;
+    r->write_event_handler = write;
+    r->connection->idle = 1;
+
+    ngx_add_timer(heartbeat, every);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_sse_close(ngx_http_request_t *r)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    if (!r->header_sent && ngx_http_sandbox_mcp_sse_header(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last_buf = 1;
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out) == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+void
+ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call)
+{
+    json_t                           *token;
+    ngx_str_t                         argv[2];
+    ngx_pool_cleanup_t               *cln;
+    ngx_http_request_t               *r;
+    ngx_http_sandbox_mcp_ctx_t       *ctx;
+    ngx_http_sandbox_mcp_progress_t  *p;
+
+    ctx = call->ctx;
+    r = ctx->request;
+    token = call->progress_token;
+
+    if (token == NULL || ctx->batch || ctx->finish || ctx->data
+        || r->header_sent
+        || !(json_is_integer(token)
+             || (json_is_string(token)
+                 && json_string_length(token)
+                    <= NGX_HTTP_SANDBOX_MCP_TOKEN_MAX)))
+    {
+        return;
+    }
+
+    p = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_progress_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (p == NULL || cln == NULL
+        || ngx_http_sandbox_mcp_sse_header(r) != NGX_OK)
+    {
+        return;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_progress_cleanup;
+    cln->data = p;
+
+    p->call = call;
+    p->token = token;
+    p->level = ngx_http_sandbox_mcp_log_rank("info", 4);
+    ngx_str_set(&p->start, "-");
+
+    ctx->finish = ngx_http_sandbox_mcp_progress_finish;
+    ctx->data = p;
+    call->progress = 1;
+    r->write_event_handler = ngx_http_sandbox_mcp_progress_writer;
+
+    ngx_str_set(&argv[0], "GET");
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_MCP_LOG,
+                                       &ctx->session_id)
+        == NGX_OK)
+    {
+        p->cmd = ngx_http_sandbox_mcp_redis_command(
+                     ngx_http_sandbox_mcp_progress_level, p, 2, argv);
+    }
+
+    if (p->cmd == NULL) {
+        ngx_http_sandbox_mcp_progress_read(p);
+    }
+}

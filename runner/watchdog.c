@@ -1,0 +1,293 @@
+/*
+ * The watchdog: a thread per live run, independent of the log.  It keeps
+ * the run's queue entry touched, sees cancels, the deadline and the
+ * limits, and kills the sandbox when the run must stop.  The first
+ * reason to stop wins; the run (run.c) ends with it.
+ */
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner.h"
+
+
+/*
+ * The sandbox must stop (cancel, deadline, a limit): the first reason
+ * wins; the watchdog kills the container, the run ends with the reason.
+ */
+static void runner_run_stop(runner_run_t *run, int why, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+
+
+static void
+runner_run_stop(runner_run_t *run, int why, const char *fmt, ...)
+{
+    va_list  ap;
+
+    pthread_mutex_lock(&run->stop_lock);
+
+    if (run->stop == RUNNER_STOP_NONE) {
+        run->stop = why;
+        va_start(ap, fmt);
+        vsnprintf(run->stop_error, sizeof(run->stop_error), fmt, ap);
+        va_end(ap);
+    }
+
+    pthread_mutex_unlock(&run->stop_lock);
+}
+
+
+/* why the run must stop (RUNNER_STOP_NONE: it need not), msg its words */
+int
+runner_run_stopped(runner_run_t *run, char *msg, size_t size)
+{
+    int  why;
+
+    pthread_mutex_lock(&run->stop_lock);
+    why = run->stop;
+    if (msg) {
+        snprintf(msg, size, "%s", run->stop_error);
+    }
+    pthread_mutex_unlock(&run->stop_lock);
+
+    return why;
+}
+
+
+/* the cost so far against the cap (`max_cost`; 0: none) */
+void
+runner_run_check_cost(runner_run_t *run, double max, double cost)
+{
+    if (max > 0 && cost > max) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
+                        "has cost $%.6f, over its maxCostUsd of $%.6f; the "
+                        "sandbox was stopped", cost, max);
+    }
+}
+
+
+static void
+runner_run_check(runner_run_t *run, runner_store_t *st, int64_t now)
+{
+    int     cancel;
+    double  max_cost;
+
+    if (run->deadline_ms && now >= run->deadline_ms) {
+        runner_run_stop(run, RUNNER_STOP_DEADLINE, "deadline exceeded: the "
+                        "run took longer than its timeoutSeconds and was "
+                        "stopped");
+    }
+
+    if (st == NULL
+        || runner_store_limits(st, run->id, &cancel, &max_cost) != RUNNER_OK)
+    {
+        return;
+    }
+
+    if (cancel) {
+        runner_run_stop(run, RUNNER_STOP_CANCEL, "cancelled");
+    }
+
+    runner_run_check_cost(run, max_cost,
+                          atomic_load(&run->cost_micros) / 1e6);
+}
+
+
+static void
+runner_run_kill(runner_run_t *run, int64_t now, int64_t *last_try)
+{
+    int   why;
+    long  st;
+    char  err[RUNNER_ERRLEN], msg[256];
+
+    why = runner_run_stopped(run, msg, sizeof(msg));
+
+    if (why == RUNNER_STOP_NONE || atomic_load(&run->killed_at)
+        || now - *last_try < RUNNER_KILL_RETRY_MS)
+    {
+        return;
+    }
+
+    if (*last_try == 0) {
+        runner_log("info", run->id, "%s: stopping the sandbox",
+                   why == RUNNER_STOP_CANCEL ? "cancel requested"
+                   : why == RUNNER_STOP_DEADLINE ? "deadline reached" : msg);
+    }
+
+    *last_try = now;
+
+    st = runner_docker_kill(run->container, err, sizeof(err));
+
+    /* 409: it is not running any more; 404: it is gone */
+    if (st != 204 && st != 409 && st != 404) {
+        runner_log("error", run->id, "%s", err);
+        return;
+    }
+
+    atomic_store(&run->killed_at, now);
+}
+
+
+/* the session's workspace, measured from the host every few seconds */
+typedef struct {
+    char        mountpoint[512];
+    int         off;
+    int64_t     next;
+} runner_ws_watch_t;
+
+static atomic_int  runner_run_ws_warned;
+
+
+static void
+runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
+{
+    int              rc;
+    int64_t          took;
+    char             err[RUNNER_ERRLEN], volume[128];
+    runner_usage_t   u;
+
+    if (w->off || now < w->next || run->session[0] == '\0') {
+        return;
+    }
+
+    w->next = now + RUNNER_WS_CHECK_MS;
+
+    if (w->mountpoint[0] == '\0') {
+        snprintf(volume, sizeof(volume), "smcp-%s", run->session);
+
+        if (runner_docker_volume_mountpoint(volume, w->mountpoint,
+                                            sizeof(w->mountpoint), err,
+                                            sizeof(err)) != 200)
+        {
+            runner_log("error", run->id, "workspace: %s", err);
+            return;
+        }
+    }
+
+    rc = runner_workspace_usage(w->mountpoint, runner_config->workspace_limit,
+                                runner_config->workspace_inodes, &u, err,
+                                sizeof(err));
+    took = smcp_now_ms() - now;
+
+    if (rc == RUNNER_AGAIN) {
+        w->next = now + RUNNER_WS_BUSY_MS;  /* another run's walk: soon */
+        return;
+    }
+
+    if (rc == RUNNER_ERR) {
+        w->off = 1;
+
+        if (atomic_exchange(&runner_run_ws_warned, 1) == 0) {
+            runner_log("warn", NULL, "workspace limits are not enforced: "
+                       "%s (a runner in a container needs the engine's "
+                       "volumes directory mounted, read-only, at the same "
+                       "path)", err);
+        }
+
+        return;
+    }
+
+    /* a big tree is walked less often: a share of the time at most */
+    if (took * RUNNER_WS_SHARE > RUNNER_WS_CHECK_MS) {
+        w->next = now + took * RUNNER_WS_SHARE;
+    }
+
+    if (u.too_deep) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
+                        "the session's workspace nests more than %d "
+                        "directories deep; the sandbox was stopped",
+                        RUNNER_WS_DEPTH);
+
+    } else if (u.bytes > runner_config->workspace_limit) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
+                        "the session's workspace holds more than %lld bytes "
+                        "(--workspace-limit); the sandbox was stopped",
+                        (long long) runner_config->workspace_limit);
+
+    } else if (u.inodes > runner_config->workspace_inodes) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
+                        "the session's workspace holds more than %lld files "
+                        "(--workspace-inodes); the sandbox was stopped",
+                        (long long) runner_config->workspace_inodes);
+    }
+}
+
+
+static void *
+runner_run_watchdog(void *arg)
+{
+    runner_run_t       *run = arg;
+    runner_store_t     *st;
+    int64_t             now, last_touch, last_check, last_connect, last_kill;
+    char                err[RUNNER_ERRLEN];
+    runner_ws_watch_t   ws;
+
+    st = NULL;
+    last_touch = last_check = last_connect = last_kill = 0;
+    memset(&ws, 0, sizeof(ws));
+
+    while (!atomic_load(&run->watch_end) && !atomic_load(&runner_stop)) {
+        now = smcp_now_ms();
+
+        /* never waits for Redis: the deadline and kills go on without */
+        if (runner_store_lost(st) && now - last_connect >= RUNNER_RECONNECT_MS)
+        {
+            last_connect = now;
+            runner_store_close(st);
+            st = runner_store_connect(0, err, sizeof(err));
+        }
+
+        if (!runner_store_lost(st)
+            && (now - last_touch >= RUNNER_TOUCH_MS
+                || now - last_touch >= runner_config->claim_idle_ms / 3))
+        {
+            runner_store_touch(st, run->stream_id);
+            last_touch = now;
+        }
+
+        if (now - last_check >= RUNNER_CHECK_MS) {
+            last_check = now;
+            runner_run_check(run, runner_store_lost(st) ? NULL : st, now);
+        }
+
+        runner_run_workspace(run, &ws, now);
+
+        runner_run_kill(run, now, &last_kill);
+
+        usleep(RUNNER_TICK_MS * 1000);
+    }
+
+    runner_store_close(st);
+
+    return NULL;
+}
+
+
+void
+runner_run_watch_start(runner_run_t *run)
+{
+    atomic_store(&run->watch_end, 0);
+    atomic_store(&run->cost_micros, (long long) llround(run->out.cost * 1e6));
+
+    if (pthread_create(&run->watchdog, NULL, runner_run_watchdog, run) != 0)
+    {
+        runner_log("error", run->id, "cannot start the watchdog thread");
+        return;
+    }
+
+    run->watching = 1;
+}
+
+
+void
+runner_run_watch_end(runner_run_t *run)
+{
+    if (run->watching) {
+        atomic_store(&run->watch_end, 1);
+        pthread_join(run->watchdog, NULL);
+        run->watching = 0;
+    }
+}
