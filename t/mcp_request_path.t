@@ -11,6 +11,12 @@
 #   is refused at once and ever after, also when the worker's revoked set
 #   is not trusted (Redis asked); a cached token keeps its grants (the
 #   "repos" claim: a list, none, missing) and its tenant exactly.
+# - a tool's answer written from the JSON text of its structuredContent
+#   (no second serialisation): the same document as before, byte for byte
+#   the text content equal to structuredContent's JSON, for hostile run
+#   fields (quotes, backslashes, control characters, </script>, U+2028,
+#   non-ASCII) and hostile request ids (strings with quotes and escapes,
+#   numbers, null refused as before).
 # - no Redis write on a read: a read-only load (ping, get_result) leaves
 #   the append-only file as it was and runs no PEXPIRE; the session's TTL
 #   is refreshed once less than half of it is left.
@@ -23,7 +29,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(json_encode now_ms wait_until tool_ok tool_err b64url);
+use SMCP::Test qw(json_encode json_decode now_ms wait_until tool_ok tool_err b64url);
 
 my $t = SMCP::Test->new(workers => 1, redis_appendonly => 1,
                         location => 'sandbox_mcp_session_ttl 600s;');
@@ -179,6 +185,53 @@ sub cli_token {
     # a session of ta's with tb's (cached) token: not found
     my $r = $t->mcp_post($ping, token => $tb, session => $sa);
     is($r->{status}, 404, "tb's token on ta's session: 404");
+}
+
+###############################################################################
+# a tool's answer written from its text
+
+{
+    my $tok = $t->token(sub => 'writer');
+    my $sid = session_for($tok);
+    my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'w' },
+                                           token => $tok), 'a run')->{runId};
+    my $nasty = qq{q"uote \\back\\slash\n\r\t\x01\x1f </script> \x{2028} caf\x{e9} \x{1F600} {"a":[1]}};
+    my $bytes = $nasty;
+    utf8::encode($bytes);
+    $t->redis('HSET', "${P}run:$run", result => $bytes, error => "e\"\\", title => "t\x7f",
+              files_changed => '["a\\"b.c","d\\\\e\\u0001"]');
+    for my $id ('id"with\\quotes\n', 'x' x 200, 42, -1, '') {
+        my $r = $t->mcp_post({ jsonrpc => '2.0', id => $id, method => 'tools/call',
+                               params => { name => 'opencode_get_result',
+                                           arguments => { runId => $run } } },
+                             token => $tok, session => $sid);
+        my $j = $r->{json};
+        my $label = 'id ' . json_encode($id);
+        is($r->{status}, 200, "$label: 200");
+        is(ref $j, 'HASH', "$label: one JSON document") or next;
+        is_deeply([ sort keys %$j ], [qw(id jsonrpc result)], "$label: jsonrpc, id, result");
+        is(json_encode($j->{id}), json_encode($id), "$label: the id echoed as it came");
+        my $res = $j->{result};
+        is_deeply([ sort keys %$res ], [qw(content structuredContent)],
+                  "$label: content and structuredContent");
+        my $sc = $res->{structuredContent};
+        is($sc->{result}, $nasty, "$label: the hostile result text intact");
+        is($sc->{error}, "e\"\\", "$label: the error text intact");
+        is_deeply($sc->{filesChanged}, [ 'a"b.c', "d\\e\x{1}" ], "$label: filesChanged intact");
+        is(scalar @{ $res->{content} }, 1, "$label: one content block");
+        is($res->{content}[0]{type}, 'text', "$label: a text block");
+        is_deeply(SMCP::Test::json_decode_text($res->{content}[0]{text}), $sc,
+                  "$label: its text is structuredContent's JSON");
+        like($r->{body}, qr/\}\n\z/, "$label: the body ends with a newline, as before");
+        unlike(substr($r->{body}, 0, -1), qr/[\x00-\x1f]/,
+               "$label: no raw control character in the body");
+    }
+    # a batch (2025-03-26) and errors still go the general way
+    my $r = $t->mcp_post({ jsonrpc => '2.0', id => 7, method => 'tools/call',
+                           params => { name => 'opencode_get_result',
+                                       arguments => { runId => 'run_nope' } } },
+                         token => $tok, session => $sid);
+    ok($r->{json}{result}{isError}, 'an unknown run: isError, as before');
 }
 
 ###############################################################################
