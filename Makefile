@@ -25,7 +25,7 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
-               runner/pr.c
+               runner/pr.c runner/image.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 
 # the Redis scripts module and runner share (one NAME.lua per script) and

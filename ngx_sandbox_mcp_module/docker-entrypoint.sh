@@ -37,6 +37,7 @@
 #                                rebinding): add the name clients use
 #   SMCP_ALLOWED_ORIGINS         default: http(s)://<allowed host>:<any port>
 #   SMCP_PUBLIC_URL              base of watchUrl links (default: from Host)
+#   SMCP_IMAGES                  sandbox images a run may name (sandbox_mcp_images)
 #   SMCP_OAUTH=off               on: the OAuth 2.1 sign-in (sandbox_mcp_oauth:
 #                                discovery, /.well-known/ and /oauth/, the
 #                                access-key page) for clients that take a
@@ -139,6 +140,12 @@ render_mcp() {
         && origins="sandbox_mcp_allowed_origins $SMCP_ALLOWED_ORIGINS;"
     public=""
     [ -n "${SMCP_PUBLIC_URL:-}" ] && public="sandbox_mcp_public_url $SMCP_PUBLIC_URL;"
+    images=""
+    if [ -n "${SMCP_IMAGES:-}" ]; then
+        [[ $SMCP_IMAGES =~ ^[A-Za-z0-9._/:@\ -]+$ ]] \
+            || die "SMCP_IMAGES=$SMCP_IMAGES: want image names"
+        images="sandbox_mcp_images $SMCP_IMAGES;"
+    fi
     git_host=${SMCP_GIT_HOST:-github.com}
     [[ $git_host =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]] \
         || die "SMCP_GIT_HOST=$git_host: want a host name (ghe.example.com)"
@@ -165,6 +172,7 @@ $(common_http)
             sandbox_mcp_github_host $git_host;
             $origins
             $public
+            $images
         }
         # the dashboard: the watchUrl's run pages, the tenant's run list
         location /ui/ {

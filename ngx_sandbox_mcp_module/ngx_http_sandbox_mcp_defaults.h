@@ -104,6 +104,8 @@
 /* tool arguments: bounds before their shape is checked (the bounds a
  * client sees are in the tools' schemas) */
 #define NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX         64      /* runId, sessionId */
+#define NGX_HTTP_SANDBOX_MCP_IMAGE_MAX          255     /* image: a name
+                                                           a runner takes */
 #define NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX     512     /* a repository URL */
 #define NGX_HTTP_SANDBOX_MCP_SESSION_REPOS      8       /* repositories one
                                                            session may name */

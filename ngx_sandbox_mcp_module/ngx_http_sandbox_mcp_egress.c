@@ -35,6 +35,15 @@ static ngx_conf_enum_t  ngx_http_sandbox_mcp_egress_push_modes[] = {
 };
 
 
+/* sandbox_mcp_egress_methods: what a read-only route allows */
+static ngx_conf_bitmask_t  ngx_http_sandbox_mcp_egress_method_names[] = {
+    { ngx_string("GET"), NGX_HTTP_GET },
+    { ngx_string("HEAD"), NGX_HTTP_HEAD },
+    { ngx_string("POST"), NGX_HTTP_POST },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
 
     { ngx_string("sandbox_mcp_egress"),
@@ -71,6 +80,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, deny),
       NULL },
+
+    { ngx_string("sandbox_mcp_egress_methods"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_conf_set_bitmask_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, methods),
+      &ngx_http_sandbox_mcp_egress_method_names },
 
       ngx_null_command
 };
@@ -327,6 +343,15 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
         rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
                                                 "permission_error",
                                                 (char *) lcf->deny.data);
+        goto finalize;
+    }
+
+    if ((lcf->methods & ~NGX_CONF_BITMASK_SET)
+        && !(r->method & lcf->methods))
+    {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_NOT_ALLOWED,
+                          "invalid_request_error",
+                          "egress: this route is read-only (GET and HEAD)");
         goto finalize;
     }
 
@@ -688,6 +713,7 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
      *     conf->route = { 0, NULL };
      *     conf->credential = { 0, NULL };
      *     conf->deny = { 0, NULL };
+     *     conf->methods = 0;
      */
 
     conf->repository = NGX_CONF_UNSET_PTR;
@@ -710,6 +736,8 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_uint_value(conf->push, prev->push,
                               NGX_HTTP_SANDBOX_MCP_PUSH_OFF);
     ngx_conf_merge_str_value(conf->deny, prev->deny, "");
+    ngx_conf_merge_bitmask_value(conf->methods, prev->methods,
+                                 NGX_CONF_BITMASK_SET);
 
     return NGX_CONF_OK;
 }

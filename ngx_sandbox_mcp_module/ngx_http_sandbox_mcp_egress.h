@@ -31,6 +31,7 @@ typedef struct {
     ngx_http_complex_value_t   *repository;     /* expected owner/repo */
     ngx_uint_t                  push;
     ngx_str_t                   deny;           /* refusal of the route */
+    ngx_uint_t                  methods;        /* allowed; 0: any */
 } ngx_http_sandbox_mcp_egress_loc_conf_t;
 
 

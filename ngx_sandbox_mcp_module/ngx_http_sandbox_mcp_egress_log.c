@@ -1,11 +1,47 @@
 /*
  * The egress audit record, at the log phase: what went where (route,
- * method, path without the query, status, bytes, duration), never headers
- * or bodies, appended to the run's event stream.
+ * method, path without the query, status, bytes, duration, and on a cached
+ * route whether the cache answered), never headers or bodies, appended to
+ * the run's event stream.
  */
 
 #include "ngx_http_sandbox_mcp_egress_log.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+
+
+#if (NGX_HTTP_CACHE)
+
+/* $upstream_cache_status in lower case, by NGX_HTTP_CACHE_* */
+static const char  *ngx_http_sandbox_mcp_egress_cache_status[] = {
+    NULL, "miss", "bypass", "expired", "stale", "updating", "revalidated",
+    "hit", "scarce"
+};
+
+
+/* "cache": how a cached route answered; nothing on other routes */
+static void
+ngx_http_sandbox_mcp_egress_log_cache(ngx_http_request_t *r, json_t *ev)
+{
+    ngx_uint_t  s;
+
+    if (r->upstream == NULL) {
+        return;
+    }
+
+    s = r->upstream->cache_status;
+
+    if (s == 0
+        || s >= sizeof(ngx_http_sandbox_mcp_egress_cache_status)
+                / sizeof(ngx_http_sandbox_mcp_egress_cache_status[0]))
+    {
+        return;
+    }
+
+    json_object_set_new(ev, "cache",
+                  json_string(ngx_http_sandbox_mcp_egress_cache_status[s]));
+}
+
+#endif
 
 
 /* the audit record: what went where, never headers or bodies */
@@ -61,6 +97,12 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
                        "status", (int) r->headers_out.status,
                        "granted", ctx->granted);
     }
+
+#if (NGX_HTTP_CACHE)
+    if (ev) {
+        ngx_http_sandbox_mcp_egress_log_cache(r, ev);
+    }
+#endif
 
     data = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
     json_decref(ev);

@@ -199,6 +199,20 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, default_model),
       NULL },
 
+    { ngx_string("sandbox_mcp_images"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_sandbox_mcp_str_list,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, images),
+      NULL },
+
+    { ngx_string("sandbox_mcp_tenant_image"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
+      ngx_conf_set_keyval_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_images),
+      NULL },
+
     { ngx_string("sandbox_mcp_page_size"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,
@@ -601,6 +615,8 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
 
     conf->enable = NGX_CONF_UNSET;
     conf->allowed_hosts = NGX_CONF_UNSET_PTR;
+    conf->images = NGX_CONF_UNSET_PTR;
+    conf->tenant_images = NGX_CONF_UNSET_PTR;
     conf->allowed_origins = NGX_CONF_UNSET_PTR;
     conf->max_body = NGX_CONF_UNSET_SIZE;
     conf->session_ttl = NGX_CONF_UNSET;
@@ -737,6 +753,8 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                              NGX_HTTP_SANDBOX_MCP_UI_TOKEN_TTL);
     ngx_conf_merge_str_value(conf->default_model, prev->default_model,
                              NGX_HTTP_SANDBOX_MCP_DEFAULT_MODEL);
+    ngx_conf_merge_ptr_value(conf->images, prev->images, NULL);
+    ngx_conf_merge_ptr_value(conf->tenant_images, prev->tenant_images, NULL);
     ngx_conf_merge_uint_value(conf->page_size, prev->page_size,
                               NGX_HTTP_SANDBOX_MCP_PAGE_SIZE);
     ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued,

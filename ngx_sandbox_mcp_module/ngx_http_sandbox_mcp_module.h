@@ -99,6 +99,9 @@ typedef struct {
     time_t                      run_timeout_max;
     time_t                      ui_token_ttl;
     ngx_str_t                   default_model;
+    ngx_array_t                *images;         /* a run may choose */
+    ngx_array_t                *tenant_images;  /* ngx_keyval_t: a tenant's
+                                                   default image */
     ngx_uint_t                  page_size;
     ngx_uint_t                  max_queued;     /* a tenant's started runs */
     ngx_uint_t                  max_running;    /* ... claimed by runners */

@@ -34,6 +34,7 @@ typedef struct {
     ngx_str_t                   watch_base;
     ngx_str_t                   session;
     ngx_str_t                   model;
+    ngx_str_t                   image;      /* "": the runner's */
     ngx_str_t                   title;
     json_int_t                  timeout;
     ngx_uint_t                  create_pr;
@@ -199,6 +200,10 @@ ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
         || ngx_http_sandbox_mcp_arg_string(call, "model",
                                            SMCP_MODEL_MAX, &t->model)
            != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "image",
+                                           NGX_HTTP_SANDBOX_MCP_IMAGE_MAX,
+                                           &t->image)
+           != NGX_OK
         || ngx_http_sandbox_mcp_arg_string(call, "title",
                                            NGX_HTTP_SANDBOX_MCP_ARG_ANY_SIZE,
                                            &t->title)
@@ -208,6 +213,75 @@ ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
     }
 
     return NGX_OK;
+}
+
+
+/* a run naming no image: its tenant's (sandbox_mcp_tenant_image), if it
+ * has one; else "" (the runner's) */
+static void
+ngx_http_sandbox_mcp_tenant_image(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *image)
+{
+    ngx_str_t     *tenant;
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    if (lcf->tenant_images == NULL) {
+        return;
+    }
+
+    tenant = &call->ctx->tenant;
+    kv = lcf->tenant_images->elts;
+
+    for (i = 0; i < lcf->tenant_images->nelts; i++) {
+        if (kv[i].key.len == tenant->len
+            && ngx_strncmp(kv[i].key.data, tenant->data, tenant->len) == 0)
+        {
+            *image = kv[i].value;
+            return;
+        }
+    }
+}
+
+
+/* a run's own image: one of sandbox_mcp_images (the runners check it
+ * again against theirs) */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_image(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *image)
+{
+    u_char      *p, *last;
+    ngx_str_t   *names;
+    ngx_uint_t   i;
+    u_char       list[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
+
+    if (lcf->images == NULL) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'image': this server "
+                                        "offers no choice of sandbox image "
+                                        "(leave it out).");
+        return NGX_ERROR;
+    }
+
+    names = lcf->images->elts;
+    p = list;
+    last = list + sizeof(list) - 1;
+
+    for (i = 0; i < lcf->images->nelts; i++) {
+        if (names[i].len == image->len
+            && ngx_strncmp(names[i].data, image->data, image->len) == 0)
+        {
+            return NGX_OK;
+        }
+
+        p = ngx_slprintf(p, last, "%s%V", i ? ", " : "", &names[i]);
+    }
+
+    *p = '\0';
+
+    ngx_http_sandbox_mcp_tool_error(call, "Argument 'image' must be one of "
+                                    "%s (or left out: the default image).",
+                                    list);
+    return NGX_ERROR;
 }
 
 
@@ -403,6 +477,15 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
+    if (t->image.len) {
+        if (ngx_http_sandbox_mcp_task_image(call, lcf, &t->image) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else {
+        ngx_http_sandbox_mcp_tenant_image(call, lcf, &t->image);
+    }
+
     if (ngx_http_sandbox_mcp_task_flag(call, "createPullRequest",
                                        &t->create_pr)
         != NGX_OK
@@ -517,7 +600,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[29];
+    ngx_str_t                    args[30];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -588,6 +671,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[28] = ngx_http_sandbox_mcp_redis_number(pool,
                    now - ((int64_t) lcf->retention + lcf->session_idle)
                          * 1000);
+    args[29] = t->image;
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,

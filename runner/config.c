@@ -89,6 +89,11 @@ static const runner_option_t  runner_options[] = {
       "the sandbox image (built beforehand)",
       RUNNER_OPT_STRING, 0, RUNNER_S(image), 0, 0, NULL },
 
+    { "allowed-images", "LIST", "SMCP_ALLOWED_IMAGES", NULL,
+      "images a run may choose (opencode_run_task's image), comma-separated;"
+      " each must follow the sandbox contract",
+      RUNNER_OPT_STRING, 0, RUNNER_S(allowed_images), 0, 0, NULL },
+
     { "network", "NAME", "SMCP_SANDBOX_NET", "smcp-sandbox",
       "the sandbox network",
       RUNNER_OPT_STRING, 0, RUNNER_S(network), 0, 0, NULL },

@@ -440,6 +440,34 @@ runner_docker_network_remove(const char *name, char *err, size_t errlen)
 }
 
 
+/* 200 with *out the image's description, 404 (no such image); the name
+ * (repository[:tag] or an id) may hold only what names hold */
+long
+runner_docker_image_inspect(const char *image, json_t **out, char *err,
+    size_t errlen)
+{
+    size_t  n;
+    char    path[512];
+
+    *out = NULL;
+    n = strspn(image, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789_.-/:@");
+
+    if (n == 0 || n >= 256 || image[n] != '\0' || image[0] == '/'
+        || image[0] == '.' || image[0] == '-' || strstr(image, "..")
+        || strstr(image, "//"))
+    {
+        snprintf(err, errlen, "docker: refusing a malformed image name");
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    snprintf(path, sizeof(path), "/images/%s/json", image);
+
+    return runner_docker_call("GET", path, NULL, RUNNER_DOCKER_QUICK_S, out,
+                              err, errlen);
+}
+
+
 /* 201 with id set, 409 (the name is taken), 404 (no such image); spec
  * stays the caller's */
 long

@@ -329,6 +329,26 @@ main(int argc, char **argv)
         sleep(delay);
     }
 
+    /* an image of one's own must follow the sandbox contract */
+    rc = atomic_load(&runner_stop) ? RUNNER_OK
+         : runner_image_check(runner_config->image, err, sizeof(err));
+
+    if (rc != RUNNER_ERR && !atomic_load(&runner_stop)
+        && runner_image_check_allowed(err, sizeof(err)) == RUNNER_ERR)
+    {
+        rc = RUNNER_ERR;
+    }
+
+    if (rc == RUNNER_ERR) {
+        runner_log("error", NULL, "%s", err);
+        curl_global_cleanup();
+        return 2;
+    }
+
+    if (rc == RUNNER_AGAIN) {
+        runner_log("warn", NULL, "%s", err);
+    }
+
     st = runner_connect_wait();
 
     if (st) {

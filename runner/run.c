@@ -95,7 +95,7 @@ runner_run_repositories(json_t *h, const char *repo, char *buf, size_t size)
 
 static json_t *
 runner_run_spec(runner_run_t *run, json_t *h, const char *token,
-    const char *volume, const char *oc_session)
+    const char *volume, const char *oc_session, const char *image)
 {
     char          net[128], buf[RUNNER_SANDBOX_ENV_MAX];
     char          repos[RUNNER_SANDBOX_ENV_MAX - 32];
@@ -171,7 +171,7 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:b,"
         "    s:{s:s, s:s}, s:o, s:[s], s:[s],"
         "    s:{s:s, s:{s:s, s:s}}}}",
-        "Image", runner_config->image,
+        "Image", image,
         "User", RUNNER_SANDBOX_USER,
         "WorkingDir", "/workspace",
         "Env", env,
@@ -512,6 +512,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     json_t        *h, *spec;
     char          *token, volume[128], status[RUNNER_ERRLEN];
     char           oc_session[sizeof(run->out.oc_session)];
+    char           image[sizeof(runner_config->image)];
     const char    *tenant, *session;
     int64_t        timeout;
 
@@ -535,6 +536,15 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
 
     snprintf(run->session, sizeof(run->session), "%s", session);
 
+    /* the run's own image: one this runner offers, following the contract */
+    if (runner_image_for_run(json_string_value(json_object_get(h, "image")),
+                             image, sizeof(image), err, errlen)
+        != RUNNER_OK)
+    {
+        json_decref(h);
+        return RUNNER_ERR;
+    }
+
     if (timeout <= 0) {
         timeout = SMCP_DEFAULT_RUN_TIMEOUT;
     }
@@ -557,7 +567,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         && runner_store_oc_session(run->store, session, oc_session,
                                    sizeof(oc_session)) == RUNNER_OK)
     {
-        spec = runner_run_spec(run, h, token, volume, oc_session);
+        spec = runner_run_spec(run, h, token, volume, oc_session, image);
 
         if (spec == NULL) {
             snprintf(err, errlen, "cannot build the container spec");

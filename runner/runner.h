@@ -16,7 +16,8 @@
  * into its events, to the exit), watchdog.c (its watchdog thread:
  * cancel, deadline, limits), outcome.c (what the agent's events add up
  * to), workspace.c (a session volume's size), janitor.c (idle sessions
- * expired), pr.c (a run's pull request, through the egress proxy).
+ * expired), pr.c (a run's pull request, through the egress proxy),
+ * image.c (the sandbox image's contract, checked at start).
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -169,6 +170,7 @@ typedef struct {
     char             instance[192];         /* name + pid + random: claims */
     char             docker_socket[256];
     char             image[256];
+    char             allowed_images[1024];  /* comma list: a run's choice */
     char             network[128];
     char             egress_url[256];       /* as seen from the sandbox */
     char             dns[64];               /* the sandbox network's gateway */
@@ -388,6 +390,8 @@ typedef struct {
 size_t runner_buf_collect(char *ptr, size_t size, size_t nmemb, void *ud);
 
 long runner_docker_ping(char *err, size_t errlen);
+long runner_docker_image_inspect(const char *image, json_t **out,
+    char *err, size_t errlen);
 long runner_docker_volume_create(const char *name, const char *session,
     char *err, size_t errlen);
 long runner_docker_volume_mountpoint(const char *name, char *buf,
@@ -498,6 +502,12 @@ int runner_workspace_usage(const char *root, int64_t max_bytes,
 
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
+
+/* image.c */
+int runner_image_check(const char *image, char *err, size_t errlen);
+int runner_image_check_allowed(char *err, size_t errlen);
+int runner_image_for_run(const char *wanted, char *image, size_t size,
+    char *err, size_t errlen);
 
 /* run.c */
 void *runner_run_thread(void *arg);

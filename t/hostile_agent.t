@@ -11,6 +11,8 @@
 #           opencode/<runId> is written (and its runner opens the pull
 #           request)
 #   api     provider endpoints outside inference (models, files, batches),
+#           publishing to the package registry (npm enabled), a registry
+#           not enabled,
 #           the pull-request API with another head, another repository's
 #           API, unknown routes
 #   conns   3000 connections to the egress listener, held
@@ -33,6 +35,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use File::Temp ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -115,6 +118,10 @@ req DELETE /github-api/repos/acme/app
 req GET /github-api/user
 req POST /openai/v1/files '{}'
 req GET /
+req PUT /registry/npm/evil '{"name":"evil"}'
+req POST /registry/npm/-/v1/login '{}'
+req DELETE /registry/npm/evil/-rev/1
+req GET /registry/pypi/simple/evil/
 echo api-done
 SH
 
@@ -147,6 +154,11 @@ my $s = SMCP::Stack->new(
         'acme/app'    => { 'README.md' => "# app\n" },
         'acme/secret' => { 'SECRET.md' => "the other tenant's code\n" },
     },
+    # a package registry enabled (its upstream: nothing listens there):
+    # publishing is refused, another registry is not there
+    egress_env => { SMCP_REGISTRIES => 'npm', NPM_REGISTRY_URL => 'http://127.0.0.1:1',
+                    SMCP_REGISTRY_CACHE_DIR => File::Temp::tempdir(
+                        'smcp-hostile-cache-XXXXXX', TMPDIR => 1, CLEANUP => 1) },
 );
 my $t = $s->t;
 my $gh = $s->github;
@@ -262,8 +274,12 @@ subtest 'api: nothing outside inference and the run\'s own repository' => sub {
     my $out = tool_output($api->{runId});
     like($out, qr/api-done/, 'the agent made every request') or diag($out);
     my @st = $out =~ /-> HTTP\/1\.1 (\d+)/g;
-    is(scalar(@st), 12, 'twelve answers') or diag($out);
+    is(scalar(@st), 16, 'sixteen answers') or diag($out);
     is_deeply([grep { $_ < 400 } @st], [], 'none of them a success') or diag($out);
+    my @reg = $out =~ m{^((?:PUT|POST|DELETE) /registry/\S+ -> HTTP/1\.1 405)}mg;
+    is(scalar(@reg), 3, 'registry: publishing refused as read-only (405)') or diag($out);
+    like($out, qr{^GET /registry/pypi/simple/evil/ -> HTTP/1\.1 403}m,
+         'registry: one not enabled is refused (403)');
     my @model = grep { ($_->{path} // '') ne '/v1/messages' } $s->anthropic->requests;
     is_deeply([map { "$_->{method} $_->{path}" } @model], [],
               'the model API saw nothing but /v1/messages');

@@ -26,7 +26,7 @@ use File::Copy qw(copy);
 use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use Test::More;
-use SMCP::Test qw(json_decode repo_root);
+use SMCP::Test qw(json_decode repo_root slurp spew);
 
 my $root = repo_root();
 my $mod = "$root/ngx_sandbox_mcp_module";
@@ -38,20 +38,6 @@ my @ORDER = qw(opencode_run_task opencode_get_result opencode_list_runs
 my $t = SMCP::Test->new(workers => 1);
 my $dir = tempdir('smcp-schemas-XXXXXX', TMPDIR => 1,
                   CLEANUP => !$ENV{SMCP_TEST_KEEP});
-
-sub slurp {
-    my ($f) = @_;
-    open(my $fh, '<', $f) or die "$f: $!";
-    local $/;
-    return scalar <$fh>;
-}
-
-sub spew {
-    my ($f, $text) = @_;
-    open(my $fh, '>', $f) or die "$f: $!";
-    print $fh $text;
-    close $fh;
-}
 
 # a definition with its {"$include": FILE} objects replaced
 sub expand {

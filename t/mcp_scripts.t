@@ -265,12 +265,12 @@ sub create_argv {
              expiring => 'expiring', expired => 'expired', base_branch => '',
              pr_title => '', draft => 0,
              watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
-             max_repos => 3, sessions_trim => $now - 2000000, %o);
+             max_repos => 3, sessions_trim => $now - 2000000, image => '', %o);
     return [ @a{qw(run tenant session new now task repository branch model
                    title create_pr timeout maxlen max_queued max_running
                    max_cost retention idle_ttl idle_at trim started
                    expiring expired base_branch pr_title draft watch_base
-                   max_repos sessions_trim)} ];
+                   max_repos sessions_trim image)} ];
 }
 
 sub create {
@@ -296,7 +296,7 @@ subtest 'run_create: a new session' => sub {
         create_pr => 0, timeout => 3600, status => 'started',
         created_at => $now, max_running => 4, max_cost => 25,
         retention => 2592000, repositories => '[]', base_branch => '',
-        pr_title => '', draft => 0,
+        pr_title => '', draft => 0, image => '',
         watch_base => "https://mcp.test/ui/runs/$run" }, 'the run hash');
     is_deeply($a->{"${P}session:$ses"}{value}, {
         tenant => 'alice', created_at => $now, last_run => $run,
@@ -674,6 +674,24 @@ subtest 'ui_events' => sub {
     ($r) = script('ui_events', [ "${P}run:" . id('run_', '9'), "${P}run:x:events" ],
                   [ 'alice', '-', 10 ]);
     is($r, undef, 'unknown run: nil');
+};
+
+subtest 'run_create: the run\'s image' => sub {
+    $t->redis('FLUSHALL');
+    my $run = id('run_', 'i');
+    my $ses = id('ses_', 'i');
+    my ($r) = create(run => $run, session => $ses, image => 'smcp-sandbox-go:1');
+    is($r, 1, 'created: 1');
+    is($t->redis('HGET', "${P}run:$run", 'image'), 'smcp-sandbox-go:1',
+       'the run hash holds the image it names');
+    # a caller of the script before the argument existed: no image
+    my $run2 = id('run_', 'j');
+    my $ses2 = id('ses_', 'j');
+    my $argv = create_argv(run => $run2, session => $ses2);
+    pop @$argv;
+    ($r) = script('run_create', create_keys($run2, 'alice', $ses2), $argv);
+    is($r, 1, 'without the argument: created');
+    is($t->redis('HGET', "${P}run:$run2", 'image'), '', '... with no image (the runner\'s)');
 };
 
 subtest 'subscribe' => sub {

@@ -97,7 +97,7 @@ is(image_field($image, '{{json .Config.Volumes}}'), 'null',
 {
     my $dir = tempdir('smcp-sandbox-img-XXXXXX', TMPDIR => 1, CLEANUP => 1);
     mkdir "$dir/sandbox" or die $!;
-    for my $f (qw(Dockerfile entrypoint.sh build-image)) {
+    for my $f (qw(Dockerfile entrypoint.sh registries.sh build-image)) {
         my ($rc, undef, $err) = run_cmd(['cp', '-p', "$root/runner/sandbox/$f", "$dir/sandbox/$f"]);
         die "cp $f: $err" if $rc;
     }
@@ -224,6 +224,12 @@ echo "== lock"; cat /workspace/.oc/config/opencode/package-lock.json
 echo "== git"; git config --global --list | sort
 echo "== dirs"; for d in /workspace/repo /workspace/.oc/data /workspace/.oc/cache /workspace/.oc/state; do [ -d "$d" ] && echo "$d"; done
 echo "== env"; env | sort
+echo "== npmrc"; cat ~/.npmrc; npm config get registry
+echo "== pip"; pip config debug 2>/dev/null | grep -c . >/dev/null; echo "$PIP_INDEX_URL"
+echo "== cargo"; cat ~/.cargo/config.toml
+echo "== m2"; cat ~/.m2/settings.xml
+echo "== gem"; cat ~/.gemrc
+echo "== apt"; apt-config dump | grep -iE '^Dir::(State::Lists|Etc::SourceList|Etc::netrc) '; cat "$(dirname "$APT_CONFIG")/sources.list"
 echo "== end"
 SH
     my ($exit, $out, $err) = run_sync(sandbox_opts($vol,
@@ -265,7 +271,28 @@ SH
     is($env{XDG_CONFIG_HOME}, '/workspace/.oc/config', 'XDG_CONFIG_HOME in the volume');
     is($env{OPENCODE_DISABLE_AUTOUPDATE}, '1', 'OPENCODE_DISABLE_* set');
     my @tokenish = grep { index($env{$_}, $token) >= 0 } sort keys %env;
-    is_deeply(\@tokenish, ['SMCP_RUN_TOKEN'], 'the run token is the only credential in the env');
+    is_deeply(\@tokenish, [qw(CARGO_REGISTRIES_SMCP_TOKEN GOPROXY GOSUMDB PIP_INDEX_URL
+                              SMCP_RUN_TOKEN UV_DEFAULT_INDEX)],
+              'the run token is the only credential in the env (registry tools carry it)');
+    # package registries: every tool through the egress, with the run token
+    (my $ehost = $egress) =~ s{^http://}{};
+    my $auth = "http://x:$token\@$ehost";
+    is($sec{npmrc}, "registry=$egress/registry/npm/\n//$ehost/registry/npm/:_authToken=$token\n"
+       . "audit=false\nfund=false\nupdate-notifier=false\n$egress/registry/npm/\n",
+       'npm: the registry route and the token (npm itself agrees)');
+    is($env{PIP_INDEX_URL}, "$auth/registry/pypi/simple/", 'pip: the simple index route');
+    is($env{PIP_TRUSTED_HOST}, (split /:/, $ehost)[0], 'pip: the egress host trusted (plain http)');
+    is($env{GOPROXY}, "$auth/registry/go", 'go: GOPROXY');
+    is($env{GOSUMDB}, "sum.golang.org $auth/registry/gosum", 'go: GOSUMDB');
+    like($sec{cargo}, qr{replace-with = "smcp"\n.*registry = "sparse\+\Q$egress\E/registry/crates/index/"}s,
+         'cargo: crates.io replaced by the index route');
+    is($env{CARGO_REGISTRIES_SMCP_TOKEN}, "Bearer $token", 'cargo: the token');
+    like($sec{m2}, qr{<mirrorOf>\*</mirrorOf><url>\Q$egress\E/registry/maven</url>},
+         'maven: everything mirrored by the route');
+    is($sec{gem}, "---\n:sources:\n- $auth/registry/rubygems/\n", 'gem: the route');
+    like($sec{apt}, qr{^deb \Q$egress\E/registry/debian/debian bookworm main$}m,
+         'apt: sources through the route');
+    like($sec{apt}, qr{^Dir::State::lists "/home/sandbox/}mi, 'apt: lists in HOME (no root)');
 }
 
 # other providers: the base URL each SDK expects behind its egress route

@@ -77,6 +77,9 @@ set -euo pipefail
 
 die() { echo "egress-routes.sh: $*" >&2; exit 1; }
 
+# the package registries' routes (issue 14)
+. "$(dirname "${BASH_SOURCE[0]}")/registry-routes.sh"
+
 ca=${SMCP_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 rate=${SMCP_EGRESS_RATE:-10r/s}
 burst=${SMCP_EGRESS_BURST:-40}
@@ -135,6 +138,7 @@ map \$limit_conn_status \$smcp_limited {
     default  "egress: too many requests for this run; slow down";
 }
 CONF
+    registry_http
     exit 0
 fi
 
@@ -334,3 +338,5 @@ location /github-api/ {
 }
 CONF
 fi
+
+registry_routes

@@ -253,6 +253,10 @@ git config --global user.email "${SMCP_GIT_AUTHOR_EMAIL:-sandbox@localhost}"
 git config --global init.defaultBranch main
 git config --global safe.directory "$repo"
 
+# package registries through the egress: npm, pip, Go, cargo, Maven, gem,
+# apt (registries.sh)
+. /usr/local/lib/smcp/registries.sh
+
 if [ $# -gt 0 ]; then
     exec "$@"
 fi

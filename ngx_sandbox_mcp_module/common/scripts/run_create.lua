@@ -17,7 +17,7 @@
 -- session states `expiring` and `expired`; then base branch, pr title,
 -- draft (1/0), watch base (the run page's URL), the most repositories a
 -- session may hold, the sessions' trim score (ms: older sessions' keys are
--- gone)
+-- gone), the run's image ("" or missing: the runner's own)
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
@@ -76,7 +76,8 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
   'create_pr', ARGV[11], 'base_branch', ARGV[24], 'pr_title', ARGV[25],
   'draft', ARGV[26], 'watch_base', ARGV[27],
   'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
-  'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17])
+  'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
+  'image', ARGV[30] or '')
 
 redis.call('SADD', KEYS[7], ARGV[1])
 redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])

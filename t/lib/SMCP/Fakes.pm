@@ -51,6 +51,7 @@ package SMCP::Fakes;
 #   SMCP::Fakes::start_github(%o)      git smart HTTP + REST on one port
 #   SMCP::Fakes::start_github_git(%o)  git smart HTTP only
 #   SMCP::Fakes::start_github_api(%o)  REST only
+#   SMCP::Fakes::start_static(%o)      files for GET and HEAD (see STATIC)
 #   All answer GET/HEAD / with 200 "ok" (readiness).
 #
 # COMMON OPTIONS
@@ -221,9 +222,16 @@ package SMCP::Fakes;
 #       a bad token 401 Bad credentials
 #   Methods: ->set(login => 'x', deny => 0, orgs => {...})  ->requests
 #
-# STATIC (start_static): files over HTTP, scripted
+# STATIC (start_static): files over HTTP, scripted or from a directory
 #   files => {'/path' => BODY | [STATUS, BODY, CONTENT_TYPE]}
-#   GET /path -> the file (application/json by default), else 404
+#   GET /path -> the file (application/json by default), else:
+#   root => DIR   DIR/a/b at /a/b (a directory's index.html, else its
+#                 index.json, at /a and /a/): a stand-in package registry
+#                 (PyPI simple index, Go module proxy, npm packuments);
+#                 the type by extension (html, json, whl, tgz, zip, mod,
+#                 info, ...; types => {ext => type} adds more)
+#   headers => [name => value, ...]   on every answer
+#   else 404; methods other than GET and HEAD: 405
 #   Methods: ->set_file('/path', BODY | [STATUS, BODY, TYPE] | undef)
 #
 # parse_sse($body) -> ({event, data, json, id}, ...)   (exportable)
@@ -2564,6 +2572,13 @@ use strict;
 use warnings;
 our @ISA = ('SMCP::Fakes::Server');
 
+my %TYPES = (html => 'text/html', json => 'application/json',
+             txt => 'text/plain', info => 'application/json',
+             mod => 'text/plain; charset=utf-8', zip => 'application/zip',
+             whl => 'application/octet-stream',
+             tgz => 'application/octet-stream',
+             gz => 'application/octet-stream');
+
 sub _defaults { return (kind => 'static', files => {}) }
 
 sub _init {
@@ -2580,12 +2595,39 @@ sub set_file {
 
 sub _handle {
     my ($self, $req, $c) = @_;
+    my $h = $self->{headers} || [];
+    if ($req->{method} !~ /^(GET|HEAD)$/) {
+        return $self->_reply($c, $req, 405, [Allow => 'GET, HEAD', @$h], "no\n");
+    }
     my $f = ($self->_state_read('files.json') // {})->{ $req->{path} };
-    return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n")
-        unless defined $f && $req->{method} =~ /^(GET|HEAD)$/;
-    my ($status, $body, $type) = ref $f eq 'ARRAY' ? @$f : (200, $f);
-    return $self->_reply($c, $req, $status,
-                         ['Content-Type' => $type // 'application/json'], $body);
+    if (defined $f) {
+        my ($status, $body, $type) = ref $f eq 'ARRAY' ? @$f : (200, $f);
+        return $self->_reply($c, $req, $status,
+                             ['Content-Type' => $type // 'application/json', @$h], $body);
+    }
+    return $self->_dir_file($req, $c) if defined $self->{root};
+    return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain', @$h], "Not Found\n");
+}
+
+# a file under root, its type by its extension
+sub _dir_file {
+    my ($self, $req, $c) = @_;
+    my $h = $self->{headers} || [];
+    my $p = $req->{path};
+    $p =~ s{%([0-9A-Fa-f]{2})}{chr hex $1}ge;
+    return $self->_reply($c, $req, 404, $h, "Not Found\n")
+        if $p =~ m{(^|/)\.\.(/|$)} || $p !~ m{^/};
+    my $f = "$self->{root}$p";
+    $f =~ s{/+$}{};
+    $f .= -e "$f/index.html" ? '/index.html' : '/index.json' if -d $f;
+    open(my $fh, '<:raw', $f) or return $self->_reply($c, $req, 404, $h, "Not Found\n");
+    local $/;
+    my $body = <$fh>;
+    close $fh;
+    my ($ext) = $f =~ /\.([A-Za-z0-9]+)$/;
+    my $type = ($self->{types} || {})->{$ext // ''} // $TYPES{$ext // ''}
+             // 'application/octet-stream';
+    return $self->_reply($c, $req, 200, ['Content-Type' => $type, @$h], $body);
 }
 
 1;

@@ -47,7 +47,7 @@ use Time::HiRes qw(time sleep);
 our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decode
                     repo_root module_path static_nginx_path is_ci
                     token_tool_path wait_until now_ms
-                    rhex slurp iso_ms iso2epoch free_port run_cmd
+                    rhex slurp spew iso_ms iso2epoch free_port run_cmd
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
                     which_bin egress_server_conf accessors node_bin js_checks
@@ -121,6 +121,16 @@ sub slurp {
     my $c = <$fh>;
     close $fh;
     return $c // '';
+}
+
+# spew($path, $bytes): the file written (its directories made), or die
+sub spew {
+    my ($path, $bytes) = @_;
+    (my $d = $path) =~ s{/[^/]*$}{};
+    File::Path::make_path($d) if length $d && !-d $d;
+    open(my $fh, '>:raw', $path) or die "write $path: $!";
+    print $fh $bytes;
+    close $fh or die "write $path: $!";
 }
 
 # iso_ms('2025-01-02T03:04:05.678Z') -> epoch milliseconds, exactly (the

@@ -1,0 +1,216 @@
+/*
+ * The sandbox image's contract (README "The sandbox image"), checked when
+ * the runner starts: an image of one's own is built FROM ours and keeps
+ * what the runner and the entry script rely on.  Docker's description of
+ * the image says whether it does: the entry point, the user, the labels
+ * ours carries (inherited by an image built FROM it).  A missing image is
+ * not an error here (runs fail "sandbox missing" until it is built); an
+ * image breaking the contract is: the runner does not start.
+ *
+ * A run may name its image (opencode_run_task's `image`, the run hash's
+ * field): the runner's --image, or one of --allowed-images, checked again
+ * when the run starts (it may have been rebuilt since).
+ */
+
+#include <string.h>
+
+#include "runner.h"
+
+
+#define RUNNER_IMAGE_ENTRY     "/usr/local/bin/smcp-sandbox-entry"
+#define RUNNER_IMAGE_CONTRACT  "1"
+#define RUNNER_IMAGE_HOW       "build it FROM smcp-sandbox and keep its " \
+                               "ENTRYPOINT, USER and labels (README, " \
+                               "\"The sandbox image\")"
+
+
+/* the string at key of obj, or "" */
+static const char *
+runner_image_str(json_t *obj, const char *key)
+{
+    const char  *s;
+
+    s = json_string_value(json_object_get(obj, key));
+
+    return s ? s : "";
+}
+
+
+/* what of the contract cfg (the image's Config) breaks, or NULL */
+static const char *
+runner_image_breach(json_t *cfg)
+{
+    json_t      *ep, *labels;
+    const char  *user, *entry;
+
+    ep = json_object_get(cfg, "Entrypoint");
+    entry = json_string_value(json_array_get(ep, 0));
+
+    if (json_array_size(ep) != 1 || entry == NULL
+        || strcmp(entry, RUNNER_IMAGE_ENTRY) != 0)
+    {
+        return "its entry point must be [\"" RUNNER_IMAGE_ENTRY "\"]";
+    }
+
+    user = runner_image_str(cfg, "User");
+
+    if (strcmp(user, "1000:1000") != 0 && strcmp(user, "1000") != 0) {
+        return "its user must be 1000:1000 (the sandbox user)";
+    }
+
+    labels = json_object_get(cfg, "Labels");
+
+    if (strcmp(runner_image_str(labels, "smcp.image"), "sandbox") != 0) {
+        return "it lacks the label smcp.image=sandbox (not built FROM "
+               "smcp-sandbox)";
+    }
+
+    if (strcmp(runner_image_str(labels, "smcp.sandbox.contract"),
+               RUNNER_IMAGE_CONTRACT) != 0)
+    {
+        return "its label smcp.sandbox.contract is not "
+               RUNNER_IMAGE_CONTRACT " (built FROM an older or newer "
+               "smcp-sandbox)";
+    }
+
+    return NULL;
+}
+
+
+/*
+ * RUNNER_OK: the image follows the contract; RUNNER_AGAIN: it is not in
+ * the engine (err says so); RUNNER_ERR: it breaks the contract or cannot
+ * be inspected (err says which part, and what to do)
+ */
+int
+runner_image_check(const char *image, char *err, size_t errlen)
+{
+    long         st;
+    json_t      *out;
+    const char  *breach;
+    char         derr[RUNNER_ERRLEN];
+
+    st = runner_docker_image_inspect(image, &out, derr, sizeof(derr));
+
+    if (st == 404) {
+        json_decref(out);
+        snprintf(err, errlen, "sandbox image %s is not in the engine: runs "
+                 "fail until it is built (runner/sandbox/build-image)",
+                 image);
+        return RUNNER_AGAIN;
+    }
+
+    if (st != 200) {
+        json_decref(out);
+        snprintf(err, errlen, "sandbox image %s cannot be inspected: %s",
+                 image, derr);
+        return RUNNER_ERR;
+    }
+
+    breach = runner_image_breach(json_object_get(out, "Config"));
+
+    if (breach) {
+        snprintf(err, errlen, "sandbox image %s does not follow the sandbox "
+                 "contract: %s; " RUNNER_IMAGE_HOW, image, breach);
+    }
+
+    json_decref(out);
+
+    return breach ? RUNNER_ERR : RUNNER_OK;
+}
+
+
+/* the next name of the comma list *p into buf (spaces trimmed); 0 at its
+ * end */
+static int
+runner_image_next(const char **p, char *buf, size_t size)
+{
+    size_t       n;
+    const char  *s;
+
+    for ( ;; ) {
+        s = *p + strspn(*p, " ,");
+
+        if (*s == '\0') {
+            return 0;
+        }
+
+        n = strcspn(s, ", ");
+        *p = s + n;
+
+        if (n < size) {
+            memcpy(buf, s, n);
+            buf[n] = '\0';
+            return 1;
+        }
+    }
+}
+
+
+/* every image of --allowed-images, as runner_image_check() */
+int
+runner_image_check_allowed(char *err, size_t errlen)
+{
+    int          rc;
+    const char  *p;
+    char         name[256];
+
+    p = runner_config->allowed_images;
+
+    while (runner_image_next(&p, name, sizeof(name))) {
+        rc = runner_image_check(name, err, errlen);
+
+        if (rc == RUNNER_ERR) {
+            return RUNNER_ERR;
+        }
+
+        if (rc == RUNNER_AGAIN) {
+            runner_log("warn", NULL, "%s", err);
+        }
+    }
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * The image of a run that names wanted (NULL or "": --image) into image:
+ * RUNNER_OK; RUNNER_ERR when this runner does not offer it, or it breaks
+ * the contract now (err says so: the run fails with it)
+ */
+int
+runner_image_for_run(const char *wanted, char *image, size_t size,
+    char *err, size_t errlen)
+{
+    int          found;
+    const char  *p;
+    char         name[256];
+
+    if (wanted == NULL || *wanted == '\0'
+        || strcmp(wanted, runner_config->image) == 0)
+    {
+        snprintf(image, size, "%s", runner_config->image);
+        return RUNNER_OK;
+    }
+
+    found = 0;
+    p = runner_config->allowed_images;
+
+    while (!found && runner_image_next(&p, name, sizeof(name))) {
+        found = strcmp(name, wanted) == 0;
+    }
+
+    if (!found || strlen(wanted) >= size) {
+        snprintf(err, errlen, "the image %.200s is not one this runner "
+                 "offers (--image, --allowed-images)", wanted);
+        return RUNNER_ERR;
+    }
+
+    if (runner_image_check(wanted, err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    snprintf(image, size, "%s", wanted);
+
+    return RUNNER_OK;
+}
