@@ -156,6 +156,7 @@ ngx_http_sandbox_mcp_token_cache_put(ngx_http_request_t *r,
     json_t *claims)
 {
     u_char                              *p;
+    double                               v;
     size_t                               size;
     json_t                              *exp, *jti;
     ngx_str_t                           *g, id;
@@ -196,7 +197,11 @@ ngx_http_sandbox_mcp_token_cache_put(ngx_http_request_t *r,
     p += n * sizeof(ngx_str_t);
 
     e->len = len;
-    e->exp = (time_t) json_number_value(exp);
+    /* any number later than now passed the check: bounded before the
+     * conversion */
+    v = json_number_value(exp);
+    e->exp = v < (double) NGX_MAX_TIME_T_VALUE ? (time_t) v
+                                                : NGX_MAX_TIME_T_VALUE;
     e->lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
     e->has_repos = ctx->repos != NULL;
     e->nrepos = n;

@@ -106,6 +106,13 @@ sub statuses {
               'past its exp: refused ("token expired"), 3 times in a row');
 }
 
+# an exp far beyond any time_t: served, cached, served again
+{
+    my $tok = $t->token(sub => 'alice', exp => 1e300);
+    my $sid = session_for($tok);
+    is_deeply(statuses($tok, $sid, 3), { 200 => 3 }, 'exp 1e300: works, 3 times');
+}
+
 ###############################################################################
 # revocation: checked on every request, cached or not
 
