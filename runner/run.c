@@ -354,10 +354,10 @@ runner_run_release(runner_run_t *run, int kill)
 
     if (run->container[0]) {
         if (kill) {
-            (void) runner_docker_kill(run->container, err, sizeof(err));
+            (void) runner_backend->kill(run->container, err, sizeof(err));
         }
 
-        st = runner_docker_remove(run->container, err, sizeof(err));
+        st = runner_backend->remove(run->container, err, sizeof(err));
 
         /* 404: gone already */
         if (st != 204 && st != 404) {
@@ -369,7 +369,7 @@ runner_run_release(runner_run_t *run, int kill)
 
     if (runner_config->egress_container[0] && run->session[0]) {
         runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net_drop(net, runner_config->egress_container,
+        runner_backend->net_drop(net, runner_config->egress_container,
                                        err, sizeof(err));
     }
 }
@@ -457,7 +457,7 @@ runner_run_session(runner_run_t *run, const char *volume, char *err,
     if (runner_config->egress_container[0]) {
         runner_run_network(run, net, sizeof(net));
 
-        return runner_docker_session_net(net, run->session,
+        return runner_backend->net(net, run->session,
                                          runner_config->egress_container,
                                          err, errlen);
     }
@@ -476,16 +476,16 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
 
     snprintf(name, sizeof(name), "smcp-%s", run->id);
 
-    st = runner_docker_create(spec, name, run->container,
+    st = runner_backend->create(spec, name, run->container,
                               sizeof(run->container), err, errlen);
 
     if (st == 409) {
         /* the name is taken: a container of this run left by a runner
          * that died while starting it (we hold the claim now) */
-        st = runner_docker_remove(name, err, errlen);
+        st = runner_backend->remove(name, err, errlen);
 
         if (st == 204 || st == 404) {
-            st = runner_docker_create(spec, name, run->container,
+            st = runner_backend->create(spec, name, run->container,
                                       sizeof(run->container), err, errlen);
         }
     }
@@ -494,7 +494,7 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
         return RUNNER_ERR;
     }
 
-    st = runner_docker_start(run->container, err, errlen);
+    st = runner_backend->start(run->container, err, errlen);
 
     /* 304: it was running already */
     return (st == 204 || st == 304) ? RUNNER_OK : RUNNER_ERR;
@@ -635,7 +635,7 @@ runner_run_reconcile(runner_store_t *st)
 
     atomic_store(&runner_release_failed, 0);
 
-    if (runner_docker_list(label, &list, err, sizeof(err)) != 200) {
+    if (runner_backend->list(label, &list, err, sizeof(err)) != 200) {
         runner_log("error", NULL, "reconcile: %s", err);
         atomic_store(&runner_release_failed, 1);
         return;
@@ -647,7 +647,7 @@ runner_run_reconcile(runner_store_t *st)
         run_id = json_string_value(json_object_get(labels, "smcp.run"));
 
         if (id == NULL || run_id == NULL
-            || !runner_docker_valid_id(id)
+            || !runner_backend->valid_id(id)
             || !smcp_valid_id(run_id, strlen(run_id), SMCP_RUN_ID_PREFIX)
             || runner_store_hget(st, run_id, "status", status, sizeof(status))
                != RUNNER_OK)
@@ -661,9 +661,9 @@ runner_run_reconcile(runner_store_t *st)
         {
             runner_log("info", run_id, "removing the container of an ended "
                        "run (%.12s)", id);
-            (void) runner_docker_kill(id, err, sizeof(err));
+            (void) runner_backend->kill(id, err, sizeof(err));
 
-            rc = runner_docker_remove(id, err, sizeof(err));
+            rc = runner_backend->remove(id, err, sizeof(err));
 
             if (rc != 204 && rc != 404) {
                 atomic_store(&runner_release_failed, 1);
@@ -709,7 +709,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
                       sizeof(run->session));
 
     /* they go into Docker API paths */
-    if (!runner_docker_valid_id(run->container)) {
+    if (!runner_backend->valid_id(run->container)) {
         run->container[0] = '\0';
         snprintf(err, errlen, "the run's container_id is malformed");
         return RUNNER_ERR;
@@ -754,7 +754,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
     if (runner_config->egress_container[0]) {
         /* an nginx container recreated meanwhile joins again */
         runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net(net, run->session,
+        runner_backend->net(net, run->session,
                                   runner_config->egress_container,
                                   err, errlen);
     }
