@@ -25,6 +25,7 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
+               runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 

@@ -8,6 +8,7 @@
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_revoked.h"
+#include "ngx_http_sandbox_mcp_token_cache.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 #include "smcp_jwt.h"
@@ -336,6 +337,7 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_int_t *rc)
 {
     u_char           *p, *last;
+    json_t           *claims;
     ngx_int_t         rc2;
     const char       *reason;
     ngx_table_elt_t  *auth;
@@ -361,8 +363,27 @@ ngx_http_sandbox_mcp_authenticate(ngx_http_request_t *r,
         p++;
     }
 
-    rc2 = ngx_http_sandbox_mcp_token_check(r, ctx, p, last - p, NULL,
-                                           &reason);
+    /* verified before by this worker: only expiry and revocation */
+    rc2 = ngx_http_sandbox_mcp_token_cache_get(r, ctx, p, last - p);
+
+    if (rc2 == NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (rc2 == NGX_ABORT) {
+        reason = "token revoked";
+        rc2 = NGX_DECLINED;
+
+    } else if (rc2 == NGX_DECLINED) {
+        rc2 = ngx_http_sandbox_mcp_token_check(r, ctx, p, last - p, &claims,
+                                               &reason);
+        if (rc2 == NGX_OK) {
+            ngx_http_sandbox_mcp_token_cache_put(r, ctx, p, last - p,
+                                                 claims);
+            json_decref(claims);
+            return NGX_OK;
+        }
+    }
 
     if (rc2 == NGX_ERROR) {
         *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;

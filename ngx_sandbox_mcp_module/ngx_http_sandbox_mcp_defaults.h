@@ -64,6 +64,10 @@
 /* /mcp requests */
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN     64      /* hex: 256 bits */
 #define NGX_HTTP_SANDBOX_MCP_MAX_GRANTS         256     /* a token's repos */
+#define NGX_HTTP_SANDBOX_MCP_TOKEN_CACHE_SIZE   1024    /* verified tokens a
+                                                           worker keeps */
+#define NGX_HTTP_SANDBOX_MCP_TOKEN_CACHE_TOKEN_MAX  4096  /* longer: never
+                                                           cached */
 #define NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX        512     /* an error text
                                                            for a client */
 #define NGX_HTTP_SANDBOX_MCP_ERR_MAX            256     /* a library's

@@ -313,6 +313,8 @@ ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
 {
     json_t *(*filter)(ngx_http_sandbox_mcp_call_t *call, json_t *result);
 
+    call->output.len = 0;
+
     if (result == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
                                         NGX_HTTP_SANDBOX_MCP_INTERNAL_ERROR,
@@ -341,6 +343,80 @@ ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
 
 
 void
+ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, ngx_str_t *output)
+{
+    ngx_uint_t  filtered;
+
+    filtered = call->filter != NULL;
+
+    ngx_http_sandbox_mcp_call_result(call, result);
+
+    /* kept as it came: a filter may have changed it in place */
+    if (!filtered && result && call->response
+        && json_object_get(call->response, "result") == result)
+    {
+        call->output = *output;
+    }
+}
+
+
+/*
+ * A single answer that is a tool's output, written from its text: the
+ * envelope and the result as json_dumps() writes them (same keys, same
+ * order, compact), structuredContent verbatim and once escaped as the
+ * text content, instead of serialising the result twice more.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_http_sandbox_mcp_call_t *call)
+{
+    char       *id;
+    size_t      len, idlen;
+    u_char     *b, *p;
+    ngx_str_t  *out;
+
+    static u_char  head[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+    static u_char  text[] = ",\"result\":{\"content\":[{\"type\":\"text\","
+                            "\"text\":\"";
+    static u_char  sc[] = "\"}],\"structuredContent\":";
+    static u_char  tail[] = "}}\n";
+
+    out = &call->output;
+
+    id = json_dumps(call->id, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (id == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    idlen = ngx_strlen(id);
+
+    len = sizeof(head) - 1 + idlen + sizeof(text) - 1
+          + out->len + ngx_escape_json(NULL, out->data, out->len)
+          + sizeof(sc) - 1 + out->len + sizeof(tail) - 1;
+
+    b = ngx_pnalloc(r->pool, len);
+    if (b == NULL) {
+        free(id);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_cpymem(b, head, sizeof(head) - 1);
+    p = ngx_cpymem(p, id, idlen);
+    p = ngx_cpymem(p, text, sizeof(text) - 1);
+    p = (u_char *) ngx_escape_json(p, out->data, out->len);
+    p = ngx_cpymem(p, sc, sizeof(sc) - 1);
+    p = ngx_cpymem(p, out->data, out->len);
+    p = ngx_cpymem(p, tail, sizeof(tail) - 1);
+
+    free(id);
+
+    return ngx_http_sandbox_mcp_send_body(r, status, "application/json", b,
+                                          p - b);
+}
+
+
+void
 ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size, const char *fmt,
     va_list args)
 {
@@ -361,6 +437,8 @@ ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
     va_start(args, fmt);
     ngx_http_sandbox_mcp_call_message(msg, sizeof(msg), fmt, args);
     va_end(args);
+
+    call->output.len = 0;
 
     if (call->response) {
         json_decref(call->response);
@@ -419,10 +497,11 @@ ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call)
 static ngx_int_t
 ngx_http_sandbox_mcp_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    json_t              *out, *one;
-    ngx_int_t            rc;
-    ngx_uint_t           i, n;
-    ngx_http_request_t  *r;
+    json_t                       *out, *one;
+    ngx_int_t                     rc;
+    ngx_uint_t                    i, n;
+    ngx_http_request_t           *r;
+    ngx_http_sandbox_mcp_call_t  *call;
 
     static ngx_str_t  one_sec = ngx_string("1");
 
@@ -430,6 +509,7 @@ ngx_http_sandbox_mcp_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
 
     out = ctx->batch ? json_array() : NULL;
     one = NULL;
+    call = NULL;
     n = 0;
 
     for (i = 0; i < ctx->ncalls; i++) {
@@ -439,6 +519,7 @@ ngx_http_sandbox_mcp_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
 
         n++;
         one = ctx->calls[i].response;
+        call = &ctx->calls[i];
 
         if (out) {
             json_array_append(out, one);
@@ -466,6 +547,12 @@ ngx_http_sandbox_mcp_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
     {
         json_decref(out);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (out == NULL && call->output.len) {
+        return ngx_http_sandbox_mcp_send_output(r, ctx->status ? ctx->status
+                                                               : NGX_HTTP_OK,
+                                                call);
     }
 
     rc = ngx_http_sandbox_mcp_send_json(r, ctx->status ? ctx->status

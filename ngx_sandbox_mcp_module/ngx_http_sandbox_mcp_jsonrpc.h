@@ -19,6 +19,10 @@ ngx_int_t ngx_http_sandbox_mcp_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx);
 /* a call's answer; call_done once it is set (the last one answers) */
 void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
     json_t *result);
+/* a tool's answer {content: [{type: text, text}], structuredContent}
+ * whose text is output, the JSON text of structuredContent (in r->pool) */
+void ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
+    json_t *result, ngx_str_t *output);
 /* an answer's text: fmt (nginx's formats: %V, %uz, %L, %*s ...) into buf,
  * cut to fit, NUL-terminated */
 void ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size,

@@ -13,6 +13,8 @@
 #include "ngx_http_sandbox_mcp_ui.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 
+#include "smcp_jwt.h"
+
 
 static ngx_int_t ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle);
 static void ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle);
@@ -398,6 +400,9 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
     {
         return NGX_OK;
     }
+
+    /* a worker is one thread: one HMAC context for every token */
+    smcp_jwt_keep_context();
 
     mcf = ngx_http_cycle_get_module_main_conf(cycle,
                                               ngx_http_sandbox_mcp_module);

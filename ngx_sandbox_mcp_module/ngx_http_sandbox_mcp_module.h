@@ -154,6 +154,11 @@ struct ngx_http_sandbox_mcp_call_s {
     json_t                             *progress_token; /* params._meta's */
     ngx_uint_t                          method_kind;
 
+    /* a tool's answer as it stands in response: the JSON text of its
+     * structuredContent (also its text content), from which a single
+     * answer is written without serialising it again; len 0: none */
+    ngx_str_t                           output;
+
     unsigned                            pending:1;
     unsigned                            waiting:1;
     unsigned                            recheck:1;

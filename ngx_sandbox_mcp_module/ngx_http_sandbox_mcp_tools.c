@@ -264,8 +264,9 @@ void
 ngx_http_sandbox_mcp_tool_output(ngx_http_sandbox_mcp_call_t *call,
     json_t *structured)
 {
-    char    *text;
-    json_t  *result;
+    char       *text;
+    json_t     *result;
+    ngx_str_t   output;
 
     if (structured == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
@@ -277,18 +278,28 @@ ngx_http_sandbox_mcp_tool_output(ngx_http_sandbox_mcp_call_t *call,
 
     text = json_dumps(structured, JSON_COMPACT);
 
-    result = text ? json_pack("{s:[{s:s, s:s}], s:o}",
-                              "content", "type", "text", "text", text,
-                              "structuredContent", structured)
-                  : NULL;
+    output.len = text ? ngx_strlen(text) : 0;
+    output.data = text ? ngx_pnalloc(call->ctx->request->pool, output.len)
+                       : NULL;
 
-    if (text == NULL) {
+    result = output.data
+             ? json_pack("{s:[{s:s, s:s%}], s:o}",
+                         "content", "type", "text", "text", text, output.len,
+                         "structuredContent", structured)
+             : NULL;
+
+    if (output.data == NULL) {
+        /* not handed to json_pack ("o" takes it, even on failure) */
         json_decref(structured);
+    }
+
+    if (result) {
+        ngx_memcpy(output.data, text, output.len);
     }
 
     free(text);
 
-    ngx_http_sandbox_mcp_call_result(call, result);
+    ngx_http_sandbox_mcp_call_output(call, result, &output);
     ngx_http_sandbox_mcp_call_done(call);
 }
 

@@ -142,6 +142,16 @@ static const runner_option_t  runner_options[] = {
       "internal network, which NAME joins as \"egress\"",
       RUNNER_OPT_STRING, 0, RUNNER_S(egress_container), 0, 0, NULL },
 
+    { "backend", "docker|swarm", "SMCP_BACKEND", "docker",
+      "what runs a sandbox: a container (docker) or a one-replica service "
+      "of the swarm this engine manages (swarm)",
+      RUNNER_OPT_STRING, 0, RUNNER_S(backend), 0, 0, NULL },
+
+    { "swarm-constraints", "LIST", "SMCP_SWARM_CONSTRAINTS", NULL,
+      "swarm: placement constraints of every run beside its node's, ';' "
+      "between them, e.g. node.labels.smcp-sandbox==1",
+      RUNNER_OPT_STRING, 0, RUNNER_S(constraints), 0, 0, NULL },
+
     { "max-line", "SIZE", "SMCP_MAX_LINE", "256k",
       "longer log lines are cut, with a warning event",
       RUNNER_OPT_SIZE, 0, RUNNER_F(max_line), 0, RUNNER_KB, 64 * RUNNER_MB,

@@ -88,7 +88,7 @@ runner_docker_valid_id(const char *id)
 
 /* what goes into an API path: an id or one of our names, nothing that
  * could change the path or its query */
-static int
+int
 runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
 {
     size_t  n;
@@ -112,7 +112,7 @@ runner_docker_ref_ok(const char *ref, char *err, size_t errlen)
  * when out is given, the parsed JSON answer (NULL when there is none).
  * The body (NULL: none) is sent, then released.
  */
-static long
+long
 runner_docker_call(const char *method, const char *path, json_t *body,
     long timeout, json_t **out, char *err, size_t errlen)
 {
@@ -552,31 +552,34 @@ runner_docker_running(const char *id, int *running, char *err,
 }
 
 
-/* 200 with *list set (an array): the containers with this label */
+/*
+ * 200 with *list set (an array): GET <path>filters={"<key>":["<value>"]}
+ * (path ends in '?' or '&'), as /containers/json, /services, /tasks
+ * answer
+ */
 long
-runner_docker_list(const char *label, json_t **list, char *err,
-    size_t errlen)
+runner_docker_filtered(const char *path, const char *key, const char *value,
+    json_t **list, char *err, size_t errlen)
 {
     long     st;
-    char     path[512], *esc, filters[256];
+    char     url[512], *esc, filters[256];
     CURL    *h;
 
-    snprintf(filters, sizeof(filters), "{\"label\":[\"%s\"]}", label);
+    snprintf(filters, sizeof(filters), "{\"%s\":[\"%s\"]}", key, value);
 
     h = curl_easy_init();
     esc = h ? curl_easy_escape(h, filters, 0) : NULL;
-    snprintf(path, sizeof(path), "/containers/json?all=1&filters=%s",
-             esc ? esc : "");
+    snprintf(url, sizeof(url), "%sfilters=%s", path, esc ? esc : "");
     curl_free(esc);
     if (h) {
         curl_easy_cleanup(h);
     }
 
-    st = runner_docker_call("GET", path, NULL, RUNNER_DOCKER_QUICK_S, list,
+    st = runner_docker_call("GET", url, NULL, RUNNER_DOCKER_QUICK_S, list,
                             err, errlen);
 
     if (st == 200 && !json_is_array(*list)) {
-        snprintf(err, errlen, "docker: the container list is no array");
+        snprintf(err, errlen, "docker: the list of %.64s is no array", path);
         st = RUNNER_DOCKER_INVALID;
     }
 
@@ -586,6 +589,16 @@ runner_docker_list(const char *label, json_t **list, char *err,
     }
 
     return st;
+}
+
+
+/* 200 with *list set (an array): the containers with this label */
+long
+runner_docker_list(const char *label, json_t **list, char *err,
+    size_t errlen)
+{
+    return runner_docker_filtered("/containers/json?all=1&", "label", label,
+                                  list, err, errlen);
 }
 
 
@@ -599,7 +612,6 @@ int
 runner_docker_session_net(const char *name, const char *session,
     const char *peer, char *err, size_t errlen)
 {
-    int   member;
     long  st;
 
     st = runner_docker_network_create(name, session, err, errlen);
@@ -608,6 +620,18 @@ runner_docker_session_net(const char *name, const char *session,
     if (st != 201 && st != 409) {
         return RUNNER_ERR;
     }
+
+    return runner_docker_net_join(name, peer, err, errlen);
+}
+
+
+/* the peer on a network as "egress", whether it was on it or not */
+int
+runner_docker_net_join(const char *name, const char *peer, char *err,
+    size_t errlen)
+{
+    int   member;
+    long  st;
 
     st = runner_docker_network_connect(name, peer, "egress", err, errlen);
 
@@ -653,7 +677,7 @@ runner_docker_session_net_drop(const char *name, const char *peer,
 typedef struct {
     runner_logstream_t  ls;
     runner_tick_pt      on_tick;
-    void               *data;
+    void               *tick_data;
 } runner_follow_t;
 
 
@@ -678,35 +702,25 @@ runner_docker_follow_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 
     /* about once a second, data or not: cancels, deadlines, heartbeats;
      * non-zero ends the transfer (the runner is stopping: detach) */
-    return (f->on_tick && f->on_tick(f->data) != RUNNER_OK) ? 1 : 0;
+    return (f->on_tick && f->on_tick(f->tick_data) != RUNNER_OK) ? 1 : 0;
 }
 
 
 /*
- * The container's log from `since` on, as lines: followed while it runs
- * (follow 1), or read once as it stands (follow 0).  200 when the log was
- * read to its end; RUNNER_DOCKER_CUT when the transfer stopped before
- * (on_tick or on_line said stop, or the connection broke); else the
- * status the request got.
+ * A log (GET path: Docker's multiplexed frames with timestamps) as lines
+ * to on_line(data, ...); on_tick(tick_data) about once a second.
+ * 200 when the log was read to its end; RUNNER_DOCKER_CUT when the
+ * transfer stopped before (on_tick or on_line said stop, or the
+ * connection broke); else the status the request got.
  */
 long
-runner_docker_follow(const char *id, const char *since, int follow,
-    runner_line_pt on_line, runner_tick_pt on_tick, void *data, char *err,
-    size_t errlen)
+runner_docker_stream(const char *path, runner_line_pt on_line, void *data,
+    runner_tick_pt on_tick, void *tick_data, char *err, size_t errlen)
 {
     CURL             *h;
     CURLcode          cc;
     long              status;
-    char              path[512];
     runner_follow_t   f;
-
-    if (!runner_docker_ref_ok(id, err, errlen)) {
-        return RUNNER_DOCKER_INVALID;
-    }
-
-    snprintf(path, sizeof(path), "/containers/%s/logs?follow=%d&stdout=1"
-             "&stderr=1&timestamps=1%s%s", id, follow ? 1 : 0,
-             since ? "&since=" : "", since ? since : "");
 
     h = runner_docker_handle("GET", path, 0);
     if (h == NULL) {
@@ -717,7 +731,7 @@ runner_docker_follow(const char *id, const char *since, int follow,
     memset(&f, 0, sizeof(f));
     runner_logstream_init(&f.ls, on_line, data);
     f.on_tick = on_tick;
-    f.data = data;
+    f.tick_data = tick_data;
 
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, runner_docker_follow_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &f);
@@ -737,9 +751,34 @@ runner_docker_follow(const char *id, const char *since, int follow,
     runner_logstream_free(&f.ls);
 
     if (cc != CURLE_OK || status != 200) {
-        snprintf(err, errlen, "docker: following the log of %.12s: %s "
-                 "(HTTP %ld)", id, curl_easy_strerror(cc), status);
+        snprintf(err, errlen, "docker: following %.200s: %s (HTTP %ld)",
+                 path, curl_easy_strerror(cc), status);
     }
 
     return (cc != CURLE_OK && status == 200) ? RUNNER_DOCKER_CUT : status;
+}
+
+
+/*
+ * The container's log from `since` on, as lines: followed while it runs
+ * (follow 1), or read once as it stands (follow 0); as
+ * runner_docker_stream().
+ */
+long
+runner_docker_follow(const char *id, const char *since, int follow,
+    runner_line_pt on_line, runner_tick_pt on_tick, void *data, char *err,
+    size_t errlen)
+{
+    char  path[512];
+
+    if (!runner_docker_ref_ok(id, err, errlen)) {
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    snprintf(path, sizeof(path), "/containers/%s/logs?follow=%d&stdout=1"
+             "&stderr=1&timestamps=1%s%s", id, follow ? 1 : 0,
+             since ? "&since=" : "", since ? since : "");
+
+    return runner_docker_stream(path, on_line, data, on_tick, data, err,
+                                errlen);
 }

@@ -404,7 +404,7 @@ runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
             return RUNNER_AGAIN;
         }
 
-        st = runner_docker_wait(run->container, RUNNER_WAIT_S, exit_code,
+        st = runner_backend->wait(run->container, RUNNER_WAIT_S, exit_code,
                                 err, errlen);
 
         if (st == 200) {
@@ -444,7 +444,7 @@ runner_run_catch_up(runner_run_t *run, runner_follow_state_t *st)
         st->skip = run->last_ts_count;
     }
 
-    if (runner_docker_follow(run->container, since[0] ? since : NULL, 0,
+    if (runner_backend->follow(run->container, since[0] ? since : NULL, 0,
                              runner_run_line, runner_run_tick, st,
                              err, sizeof(err))
         != 200 && !atomic_load(&runner_stop))
@@ -478,7 +478,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
             st.skip = run->last_ts_count;
         }
 
-        if (runner_docker_follow(run->container, since[0] ? since : NULL, 1,
+        if (runner_backend->follow(run->container, since[0] ? since : NULL, 1,
                                  runner_run_line, runner_run_tick, &st,
                                  err, sizeof(err))
             == 200)
@@ -531,7 +531,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
 
     runner_log("error", run->id, "%s", err);
 
-    *why = (runner_docker_running(run->container, &running, err,
+    *why = (runner_backend->running(run->container, &running, err,
                                   sizeof(err)) == 404)
            ? "the sandbox container disappeared"
            : "the sandbox could not be followed (dockerd unreachable)";

@@ -50,7 +50,7 @@ runner_janitor_session(runner_store_t *st, const char *id)
 
     if (runner_config->egress_container[0]) {
         snprintf(name, sizeof(name), "smcp-net-%.*s", SMCP_ID_LEN, id);
-        runner_docker_session_net_drop(name, runner_config->egress_container,
+        runner_backend->net_drop(name, runner_config->egress_container,
                                        err, sizeof(err));
     }
 

@@ -369,9 +369,10 @@ main(int argc, char **argv)
     janitor_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
-               "concurrency=%d image=%s network=%s", RUNNER_VERSION,
-               runner_config->name, runner_config->concurrency,
-               runner_config->image, runner_config->network);
+               "backend=%s concurrency=%d image=%s network=%s",
+               RUNNER_VERSION, runner_config->name, runner_config->backend,
+               runner_config->concurrency, runner_config->image,
+               runner_config->network);
 
     for (delay = 1; !atomic_load(&runner_stop)
                     && runner_docker_ping(err, sizeof(err)) != 200;
@@ -379,6 +380,15 @@ main(int argc, char **argv)
     {
         runner_log("error", NULL, "%s; retrying in %d s", err, delay);
         sleep(delay);
+    }
+
+    if (!atomic_load(&runner_stop)
+        && runner_backend_init(runner_config->backend, err, sizeof(err))
+           != RUNNER_OK)
+    {
+        runner_log("error", NULL, "%s", err);
+        curl_global_cleanup();
+        return 2;
     }
 
     /* an image of one's own must follow the sandbox contract */

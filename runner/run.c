@@ -355,10 +355,10 @@ runner_run_release(runner_run_t *run, int kill)
 
     if (run->container[0]) {
         if (kill) {
-            (void) runner_docker_kill(run->container, err, sizeof(err));
+            (void) runner_backend->kill(run->container, err, sizeof(err));
         }
 
-        st = runner_docker_remove(run->container, err, sizeof(err));
+        st = runner_backend->remove(run->container, err, sizeof(err));
 
         /* 404: gone already */
         if (st != 204 && st != 404) {
@@ -370,7 +370,7 @@ runner_run_release(runner_run_t *run, int kill)
 
     if (runner_config->egress_container[0] && run->session[0]) {
         runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net_drop(net, runner_config->egress_container,
+        runner_backend->net_drop(net, runner_config->egress_container,
                                        err, sizeof(err));
     }
 }
@@ -458,7 +458,7 @@ runner_run_session(runner_run_t *run, const char *volume, char *err,
     if (runner_config->egress_container[0]) {
         runner_run_network(run, net, sizeof(net));
 
-        return runner_docker_session_net(net, run->session,
+        return runner_backend->net(net, run->session,
                                          runner_config->egress_container,
                                          err, errlen);
     }
@@ -477,16 +477,16 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
 
     snprintf(name, sizeof(name), "smcp-%s", run->id);
 
-    st = runner_docker_create(spec, name, run->container,
+    st = runner_backend->create(spec, name, run->container,
                               sizeof(run->container), err, errlen);
 
     if (st == 409) {
         /* the name is taken: a container of this run left by a runner
          * that died while starting it (we hold the claim now) */
-        st = runner_docker_remove(name, err, errlen);
+        st = runner_backend->remove(name, err, errlen);
 
         if (st == 204 || st == 404) {
-            st = runner_docker_create(spec, name, run->container,
+            st = runner_backend->create(spec, name, run->container,
                                       sizeof(run->container), err, errlen);
         }
     }
@@ -495,7 +495,7 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
         return RUNNER_ERR;
     }
 
-    st = runner_docker_start(run->container, err, errlen);
+    st = runner_backend->start(run->container, err, errlen);
 
     /* 304: it was running already */
     return (st == 204 || st == 304) ? RUNNER_OK : RUNNER_ERR;
@@ -565,18 +565,23 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     /* the OpenCode conversation of the session's earlier runs */
     spec = NULL;
 
-    if (runner_run_session(run, volume, err, errlen) == RUNNER_OK
-        && runner_store_oc_session(run->store, session, oc_session,
-                                   sizeof(oc_session)) == RUNNER_OK)
+    if (runner_run_session(run, volume, err, errlen) != RUNNER_OK) {
+        /* err says why (the volume, the network) */
+
+    } else if (runner_store_oc_session(run->store, session, oc_session,
+                                       sizeof(oc_session))
+               != RUNNER_OK)
     {
+        if (!runner_store_lost(run->store)) {
+            snprintf(err, errlen, "%s", runner_store_error(run->store));
+        }
+
+    } else {
         spec = runner_run_spec(run, h, token, volume, oc_session, image);
 
         if (spec == NULL) {
             snprintf(err, errlen, "cannot build the container spec");
         }
-
-    } else if (!runner_store_lost(run->store)) {
-        snprintf(err, errlen, "%s", runner_store_error(run->store));
     }
 
     free(token);
@@ -637,7 +642,7 @@ runner_run_reconcile(runner_store_t *st)
 
     atomic_store(&runner_release_failed, 0);
 
-    if (runner_docker_list(label, &list, err, sizeof(err)) != 200) {
+    if (runner_backend->list(label, &list, err, sizeof(err)) != 200) {
         runner_log("error", NULL, "reconcile: %s", err);
         atomic_store(&runner_release_failed, 1);
         return;
@@ -649,7 +654,7 @@ runner_run_reconcile(runner_store_t *st)
         run_id = json_string_value(json_object_get(labels, "smcp.run"));
 
         if (id == NULL || run_id == NULL
-            || !runner_docker_valid_id(id)
+            || !runner_backend->valid_id(id)
             || !smcp_valid_id(run_id, strlen(run_id), SMCP_RUN_ID_PREFIX)
             || runner_store_hget(st, run_id, "status", status, sizeof(status))
                != RUNNER_OK)
@@ -663,9 +668,9 @@ runner_run_reconcile(runner_store_t *st)
         {
             runner_log("info", run_id, "removing the container of an ended "
                        "run (%.12s)", id);
-            (void) runner_docker_kill(id, err, sizeof(err));
+            (void) runner_backend->kill(id, err, sizeof(err));
 
-            rc = runner_docker_remove(id, err, sizeof(err));
+            rc = runner_backend->remove(id, err, sizeof(err));
 
             if (rc != 204 && rc != 404) {
                 atomic_store(&runner_release_failed, 1);
@@ -711,7 +716,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
                       sizeof(run->session));
 
     /* they go into Docker API paths */
-    if (!runner_docker_valid_id(run->container)) {
+    if (!runner_backend->valid_id(run->container)) {
         run->container[0] = '\0';
         snprintf(err, errlen, "the run's container_id is malformed");
         return RUNNER_ERR;
@@ -756,7 +761,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
     if (runner_config->egress_container[0]) {
         /* an nginx container recreated meanwhile joins again */
         runner_run_network(run, net, sizeof(net));
-        runner_docker_session_net(net, run->session,
+        runner_backend->net(net, run->session,
                                   runner_config->egress_container,
                                   err, errlen);
     }

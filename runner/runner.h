@@ -11,7 +11,10 @@
  * option table), log.c, store.c (every Redis call; its scripts are the
  * .lua files in ngx_sandbox_mcp_module/common/scripts, embedded at
  * build), docker.c (Engine API over the unix socket: HTTP statuses back
- * to the caller), logstream.c (Docker's multiplexed log frames to lines),
+ * to the caller), backend.c (what runs a sandbox: `docker`, docker.c's
+ * containers, or `swarm`, swarm.c's one-replica services; run.c,
+ * follow.c and watchdog.c call it), logstream.c (Docker's multiplexed
+ * log frames to lines),
  * run.c (one run from claim to outcome), follow.c (its container's log
  * into its events, to the exit), watchdog.c (its watchdog thread:
  * cancel, deadline, limits), outcome.c (what the agent's events add up
@@ -176,6 +179,9 @@ typedef struct {
     char             dns[64];               /* the sandbox network's gateway */
     char             egress_container[128]; /* compose: nginx joins each
                                                session's own network */
+    char             backend[16];           /* docker | swarm */
+    char             constraints[512];      /* swarm: placement, ';'
+                                               between them */
     char             git_host[128];
     char             git_author_name[128];  /* a run's commits (--git-author) */
     char             git_author_email[128];
@@ -440,6 +446,8 @@ long runner_docker_running(const char *id, int *running, char *err,
     size_t errlen);
 long runner_docker_list(const char *label, json_t **list, char *err,
     size_t errlen);
+long runner_docker_filtered(const char *path, const char *key,
+    const char *value, json_t **list, char *err, size_t errlen);
 int runner_docker_valid_id(const char *id);
 
 /* the session network (compose), made of the calls above: RUNNER_OK,
@@ -448,6 +456,8 @@ int runner_docker_session_net(const char *name, const char *session,
     const char *peer, char *err, size_t errlen);
 int runner_docker_session_net_drop(const char *name, const char *peer,
     char *err, size_t errlen);
+int runner_docker_net_join(const char *name, const char *peer, char *err,
+    size_t errlen);
 
 /* a log line: its bytes (any byte but '\n', NUL included), and how many
  * more the line had beyond its cap (cut off, not delivered) */
@@ -458,6 +468,65 @@ typedef int (*runner_tick_pt)(void *data);
 long runner_docker_follow(const char *id, const char *since, int follow,
     runner_line_pt on_line, runner_tick_pt on_tick, void *data,
     char *err, size_t errlen);
+
+long runner_docker_call(const char *method, const char *path, json_t *body,
+    long timeout, json_t **out, char *err, size_t errlen);
+int runner_docker_ref_ok(const char *ref, char *err, size_t errlen);
+long runner_docker_stream(const char *path, runner_line_pt on_line,
+    void *data, runner_tick_pt on_tick, void *tick_data, char *err,
+    size_t errlen);
+
+
+/*
+ * The backend (backend.c, swarm.c): how a run's sandbox is made, followed
+ * and ended.  Redis style, a table of functions; each answers with the
+ * Engine API's statuses, as docker.c does, whatever it does underneath:
+ *
+ *   create    201 with id set, 409 (the name is taken), 404 (no image)
+ *   start     204 (started), 304 (it was running)
+ *   kill      204 (killed), 409 (not running), 404 (none)
+ *   wait      200 with *exit_code (it ended), RUNNER_DOCKER_TIMEOUT, 404
+ *   remove    204 (removed, killed first), 404 (none)
+ *   running   200 with *running, 404 (none)
+ *   list      200 with *list: [{"Id": id, "Labels": {...}}] by a label
+ *   follow    200 (the log read to its end), RUNNER_DOCKER_CUT, status
+ *   valid_id  whether an id read back from Redis is one of its ids
+ *
+ * `docker` makes one container per run; `swarm` one service of one
+ * replica (docs/contracts.md, "Backends").  The session's volume is the
+ * engine's on both; its network is the backend's (net, net_drop).
+ */
+typedef struct {
+    const char  *name;
+    long       (*create)(json_t *spec, const char *name, char *id,
+                         size_t idlen, char *err, size_t errlen);
+    long       (*start)(const char *id, char *err, size_t errlen);
+    long       (*kill)(const char *id, char *err, size_t errlen);
+    long       (*wait)(const char *id, long timeout, int *exit_code,
+                       char *err, size_t errlen);
+    long       (*remove)(const char *id, char *err, size_t errlen);
+    long       (*running)(const char *id, int *running, char *err,
+                          size_t errlen);
+    long       (*list)(const char *label, json_t **list, char *err,
+                       size_t errlen);
+    long       (*follow)(const char *id, const char *since, int follow,
+                         runner_line_pt on_line, runner_tick_pt on_tick,
+                         void *data, char *err, size_t errlen);
+    int        (*valid_id)(const char *id);
+    int        (*net)(const char *name, const char *session,
+                      const char *peer, char *err, size_t errlen);
+    int        (*net_drop)(const char *name, const char *peer, char *err,
+                           size_t errlen);
+} runner_backend_t;
+
+extern const runner_backend_t  *runner_backend;
+
+/* backend.c: the one --backend names (main.c, before any thread) */
+int runner_backend_init(const char *name, char *err, size_t errlen);
+
+/* swarm.c */
+extern const runner_backend_t  runner_backend_swarm;
+int runner_swarm_init(char *err, size_t errlen);
 
 /* logstream.c: a streaming parser; memory per stream is bounded by the
  * line caps, whatever size a frame declares */

@@ -119,7 +119,7 @@ runner_run_kill(runner_run_t *run, int64_t now, int64_t *last_try)
 
     *last_try = now;
 
-    st = runner_docker_kill(run->container, err, sizeof(err));
+    st = runner_backend->kill(run->container, err, sizeof(err));
 
     /* 409: it is not running any more; 404: it is gone */
     if (st != 204 && st != 409 && st != 404) {

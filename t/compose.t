@@ -411,7 +411,7 @@ is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}
     my $logs = '';
     ok(wait_until(30, sub {
         (undef, $logs) = compose(['logs', '--no-color', 'runner'], timeout => 30);
-        return $logs =~ /starting: name=\Q$project\E concurrency=2/;
+        return $logs =~ /starting: name=\Q$project\E backend=docker concurrency=2/;
     }, 0.5), 'the runner started (its log)') or diag($logs);
 }
 

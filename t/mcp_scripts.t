@@ -106,6 +106,7 @@ sub state {
 # script(name, keys, argv) -> (reply, state before, state after); checks
 # that the script named no key but its KEYS and wrote no other key
 my $name_of_test = '';
+my @LAST_CMDS;    # the commands the last script() ran
 sub script {
     my ($name, $keys, $argv) = @_;
     my $before = state();
@@ -114,7 +115,8 @@ sub script {
     $r = { error => $@ } if $@;
     my %k = map { $_ => 1 } grep { length } @$keys;
     my @bad;
-    for my $c (lua_commands()) {
+    @LAST_CMDS = lua_commands();
+    for my $c (@LAST_CMDS) {
         my @named;
         if (uc $c->[0] eq 'PUBLISH') {
             @named = ($c->[1]);
@@ -182,6 +184,23 @@ subtest 'session_touch' => sub {
     is($r, '2025-11-25', "the tenant's own: its protocol version");
     ok($t->redis('PTTL', $S) > 89000, '... and its ttl refreshed');
     is_deeply($a->{$S}{value}, $b->{$S}{value}, '... its hash unchanged');
+
+    # more than half the ttl left: a lookup is a read, nothing written
+    $t->redis('PEXPIRE', $S, 60000);
+    ($r, $b, $a) = script('session_touch', [ $S, $REV ], [ 'alice', 90000, '' ]);
+    is($r, '2025-11-25', 'more than half the ttl left: its version');
+    my $pttl = $t->redis('PTTL', $S);
+    ok($pttl <= 60000 && $pttl > 50000, '... its ttl left as it was')
+        or diag("pttl $pttl");
+    my @w = grep { $_->[0] !~ /^(?:HMGET|PTTL|HEXISTS)$/i } @LAST_CMDS;
+    ok(!@w, '... and the script ran only reads (HMGET, PTTL)')
+        or diag(join(' | ', map { "@$_" } @w));
+
+    # just under half left: refreshed
+    $t->redis('PEXPIRE', $S, 44000);
+    ($r) = script('session_touch', [ $S, $REV ], [ 'alice', 90000, '' ]);
+    ok($t->redis('PTTL', $S) > 89000, 'less than half the ttl left: refreshed');
+    ok((grep { uc $_->[0] eq 'PEXPIRE' } @LAST_CMDS), '... by a PEXPIRE');
 
     $t->redis('PEXPIRE', $S, 5000);
     ($r, $b, $a) = script('session_touch', [ $S, $REV ], [ 'bob', 90000, '' ]);

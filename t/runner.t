@@ -175,7 +175,7 @@ subtest 'end to end: clone, write, write, bash, answer' => sub {
     ok($bash_t && $ft && $bash_t <= $ft - 2,
        sprintf('the bash tool_use was stored %.2f s before the run finished (the answer took 3 s)',
                ($ft // 0) - ($bash_t // 0)));
-    like($h->{container_id} // '', qr/^[0-9a-f]{64}$/, 'run hash: container_id');
+    like($h->{container_id} // '', $s->sandbox_id_re, 'run hash: container_id');
     is($h->{claimed_by} && ($h->{claimed_by} =~ m{^\Q$runner->{name}\E/} ? 1 : 0), 1,
        'run hash: claimed_by names the runner') or diag($h->{claimed_by});
     my @dts = grep { defined } map { $_->{dts} } $s->stored_events($id);

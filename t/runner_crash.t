@@ -34,7 +34,11 @@ use SMCP::Events qw(agent_data);
 use SMCP::Stack;
 use SMCP::Test qw(wait_until);
 
-my $HANG_TIMEOUT = 15;
+# long enough that the crash run's first tool call (OpenCode's start, a
+# model round trip) comes first on a loaded 2-core machine, where it has
+# taken over 15 s; the hanging run must still be inside its deadline when
+# the runner is killed and restarted
+my $HANG_TIMEOUT = 40;
 my $OUTAGE = 4;           # seconds Docker is away in 2.
 my $LONG_OUTAGE = 36;     # ... and in 3. (the runner retries ~31 s)
 

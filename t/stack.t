@@ -82,14 +82,29 @@ if (docker_available() || is_ci()) {
     $ENV{GITHUB_URL} = $gh->url;
     $ENV{GITHUB_API_URL} = $gh->url;
     $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
+    # SMCP_TEST_BACKEND=swarm (t/runner_swarm.t): SMCP_BACKEND=swarm make up
+    $ENV{SMCP_BACKEND} = $ENV{SMCP_TEST_BACKEND} // 'docker';
 } else {
     diag('no dockerd: make up without the egress side');
     $ENV{SMCP_EGRESS} = 'off';
 }
 
+my $swarm = $egress && $ENV{SMCP_BACKEND} eq 'swarm';
+my $swarm_was = $swarm ? `docker info --format '{{.Swarm.LocalNodeState}}'` : '';
+chomp $swarm_was;
+
 # `make up` also runs `make deps`; .ci/stack is what it calls after that
 my $out = `$root/.ci/stack up 2>&1`;
 is($?, 0, 'stack up exits 0') or diag($out);
+if ($swarm) {
+    like($out, qr/^  Runner: .*backend swarm$/m, 'SMCP_BACKEND=swarm: the runner\'s backend');
+    like(`docker info --format '{{.Swarm.LocalNodeState}}'`, qr/^active$/, '... on a swarm');
+    if ($swarm_was eq 'inactive') {
+        like($out, qr/made a single-node swarm/, '... which make up made, and says so');
+    } else {
+        unlike($out, qr/made a single-node swarm/, '... the one there was');
+    }
+}
 
 my ($url) = $out =~ m{MCP URL:\s+(\S+)};
 my ($token) = $out =~ m{Token:\s+(\S+)};
@@ -390,6 +405,11 @@ ok(!-f "$state/runner.pid"
    || !kill(0, (slurp("$state/runner.pid") =~ /(\d+)/)[0] // 0),
    'runner stopped');
 ok(!-f "$state/supervisor.pid", '... and its supervisor');
+if ($swarm) {
+    like(`docker info --format '{{.Swarm.LocalNodeState}}'`, qr/^\Q$swarm_was\E$/,
+         "make down leaves the swarm as it found it ($swarm_was)");
+    is(`docker ps -aq --filter name=^\Q$net\E-egress-relay\$`, '', 'make down removed the egress relay');
+}
 if ($egress) {
     my $nets = `docker network ls --format '{{.Name}}'`;
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');

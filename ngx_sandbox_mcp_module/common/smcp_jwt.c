@@ -6,14 +6,104 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include "smcp_jwt.h"
 
 
+#define SMCP_JWT_MAC_KEY_MAX  256
+
+
 static const char  smcp_jwt_header[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
+
+
+/*
+ * With smcp_jwt_keep_context() (a single-threaded process: an nginx
+ * worker), one HMAC-SHA256 context for the process's life, keyed once and
+ * re-initialised with that key for every token: OpenSSL 3's one-shot
+ * HMAC() fetches the digest and takes the provider's locks on every call.
+ * Another key (a test's second secret) re-keys it; a key longer than the
+ * copy kept here, or any failure, takes the one-shot way, as every
+ * threaded caller (the runner) does.
+ */
+static int             smcp_jwt_mac_on;
+static EVP_MAC_CTX    *smcp_jwt_mac;
+static unsigned char   smcp_jwt_mac_key[SMCP_JWT_MAC_KEY_MAX];
+static size_t          smcp_jwt_mac_keylen;
+
+
+void
+smcp_jwt_keep_context(void)
+{
+    smcp_jwt_mac_on = 1;
+}
+
+
+static int
+smcp_jwt_hmac_ctx(const unsigned char *key, size_t keylen, const char *data,
+    size_t len, unsigned char *mac)
+{
+    size_t      outl;
+    EVP_MAC    *m;
+    OSSL_PARAM  params[2];
+
+    if (!smcp_jwt_mac_on || keylen == 0 || keylen > SMCP_JWT_MAC_KEY_MAX) {
+        return SMCP_ERR;
+    }
+
+    if (smcp_jwt_mac == NULL) {
+        m = EVP_MAC_fetch(NULL, "HMAC", NULL);
+        if (m == NULL) {
+            return SMCP_ERR;
+        }
+
+        smcp_jwt_mac = EVP_MAC_CTX_new(m);
+        EVP_MAC_free(m);
+
+        if (smcp_jwt_mac == NULL) {
+            return SMCP_ERR;
+        }
+
+        smcp_jwt_mac_keylen = 0;
+    }
+
+    if (keylen == smcp_jwt_mac_keylen
+        && CRYPTO_memcmp(key, smcp_jwt_mac_key, keylen) == 0)
+    {
+        if (!EVP_MAC_init(smcp_jwt_mac, NULL, 0, NULL)) {
+            smcp_jwt_mac_keylen = 0;
+            return SMCP_ERR;
+        }
+
+    } else {
+        params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+                                                     (char *) "SHA256", 0);
+        params[1] = OSSL_PARAM_construct_end();
+
+        smcp_jwt_mac_keylen = 0;
+
+        if (!EVP_MAC_init(smcp_jwt_mac, key, keylen, params)) {
+            return SMCP_ERR;
+        }
+
+        memcpy(smcp_jwt_mac_key, key, keylen);
+        smcp_jwt_mac_keylen = keylen;
+    }
+
+    if (!EVP_MAC_update(smcp_jwt_mac, (const unsigned char *) data, len)
+        || !EVP_MAC_final(smcp_jwt_mac, mac, &outl, 32)
+        || outl != 32)
+    {
+        smcp_jwt_mac_keylen = 0;
+        return SMCP_ERR;
+    }
+
+    return SMCP_OK;
+}
 
 
 static int
@@ -21,6 +111,10 @@ smcp_jwt_hmac(const unsigned char *key, size_t keylen, const char *data,
     size_t len, unsigned char *mac)
 {
     unsigned int  maclen;
+
+    if (smcp_jwt_hmac_ctx(key, keylen, data, len, mac) == SMCP_OK) {
+        return SMCP_OK;
+    }
 
     maclen = 32;
 

@@ -36,4 +36,10 @@ int smcp_jwt_verify(const unsigned char *key, size_t keylen,
     const char *token, size_t len, time_t now, json_t **claims,
     char *err, size_t errlen);
 
+/*
+ * A single-threaded process (an nginx worker) keeps one HMAC context, keyed
+ * once, for every later sign and verify; never call it in a threaded one.
+ */
+void smcp_jwt_keep_context(void);
+
 #endif /* SMCP_JWT_H */

@@ -235,6 +235,56 @@ test_common(void)
     free(tok);
     json_decref(claims);
 
+    /* the signature itself (computed elsewhere), key after key: the
+     * per-thread HMAC context is re-keyed and back */
+    {
+        static const char *want[] = {
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsImV4cC"
+            "I6NDEwMjQ0NDgwMH0.WX-SEeZRIcOxGdaJyZcSHK2jb3Mva4xJS8P4wCjRR_k",
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsImV4cC"
+            "I6NDEwMjQ0NDgwMH0.nYoLQfhwoR8dPwztQWGA9Ga4mZlk2379UIrKEe1xl-w"
+        };
+        static const char *keys[] = { "k3y", "another-secret-0123" };
+        int     i, same;
+        json_t *c, *g2;
+
+        c = json_pack("{s:s, s:I}", "sub", "alice", "exp",
+                      (json_int_t) 4102444800LL);
+        got = NULL;
+        g2 = NULL;
+        same = c != NULL;
+
+        /* the one-shot way (threaded callers), then the kept context */
+        for (i = 0; same && i < 10; i++) {
+            if (i == 5) {
+                smcp_jwt_keep_context();
+            }
+
+            tok = NULL;
+            same = smcp_jwt_sign((const unsigned char *) keys[i % 2],
+                                 strlen(keys[i % 2]), c, &tok) == SMCP_OK
+                   && strcmp(tok, want[i % 2]) == 0
+                   && smcp_jwt_verify((const unsigned char *) keys[i % 2],
+                                      strlen(keys[i % 2]), tok, strlen(tok),
+                                      time(NULL), &got, err, sizeof(err))
+                      == SMCP_OK
+                   && smcp_jwt_verify((const unsigned char *) keys[1 - i % 2],
+                                      strlen(keys[1 - i % 2]), tok,
+                                      strlen(tok), time(NULL), &g2, err,
+                                      sizeof(err))
+                      == SMCP_ERR;
+            json_decref(got);
+            json_decref(g2);
+            got = NULL;
+            g2 = NULL;
+            free(tok);
+        }
+
+        ok(same, "HS256 signatures as computed elsewhere, keys alternating, "
+           "one-shot and with the kept context");
+        json_decref(c);
+    }
+
     /* {"alg":"none"}.{"sub":"a","exp":9999999999}. */
     ok(smcp_jwt_verify(key, sizeof(key) - 1,
                        "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIiwiZXhwIjo5OTk5OTk5OTk5fQ.",

@@ -1,4 +1,6 @@
--- An MCP session's lookup, which refreshes its TTL.
+-- An MCP session's lookup, which refreshes its TTL once less than half of
+-- it is left: most lookups only read, so a read-only load writes nothing
+-- (no PEXPIRE in the append-only file or to the replicas).
 --
 -- KEYS[1] mcp:{sid}   KEYS[2] revoked
 -- ARGV: tenant, ttl (ms), token id (jti; '' when the worker's revoked set
@@ -12,5 +14,7 @@ if ARGV[3] ~= '' and redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
 end
 local h = redis.call('HMGET', KEYS[1], 'tenant', 'protocol')
 if h[1] ~= ARGV[1] then return nil end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) / 2 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
 return h[2] or ''

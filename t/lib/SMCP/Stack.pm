@@ -40,6 +40,13 @@ package SMCP::Stack;
 # and the session volumes (smcp-<sessionId>) of the runs this file queued.
 # Runner processes are stopped by PID (TERM, then KILL).
 #
+# SMCP_TEST_BACKEND=swarm runs the runners with --backend swarm (the
+# engine must be a swarm manager: t/runner_swarm.t makes one): every run
+# a service, every session an internal overlay network, which an egress
+# relay (runner/egress-relay in a container on the sandbox network,
+# forwarding to the egress listener on its gateway) joins as "egress"; the sandboxes reach it at
+# http://egress:PORT.  The services and networks go at the end.
+#
 # SMCP_TEST_RUNNER=PATH runs that runner binary instead of
 # build/smcp-runner (make test-asan); the runners' logs are checked for
 # sanitizer reports with the nginx logs.
@@ -118,6 +125,7 @@ sub new {
     my $gw = $self->{gateway} = $net->{gateway};
     $self->{egress_url} = "http://$gw:$eport";
     Test::More::note("sandbox network $net->{name} ($net->{subnet}), egress $self->{egress_url}");
+    $self->_swarm_relay if backend() eq 'swarm';
 
     delete @ENV{qw(OPENAI_API_KEY OPENAI_BASE_URL AZURE_OPENAI_API_KEY AZURE_OPENAI_BASE_URL
                    GOOGLE_API_KEY GOOGLE_BASE_URL CF_AIG_TOKEN CF_AIG_BASE_URL
@@ -138,6 +146,26 @@ sub new {
 }
 
 SMCP::Test::accessors(qw(t anthropic github net gateway egress_url image sid real));
+
+# the backend the runners use: docker (default) or swarm
+sub backend { return $ENV{SMCP_TEST_BACKEND} || 'docker' }
+
+# swarm: the relay that stands in for the egress on the session networks
+sub _swarm_relay {
+    my ($self) = @_;
+    my (undef, $state) = docker('info', '--format', '{{.Swarm.LocalNodeState}}');
+    prereq_fail("SMCP_TEST_BACKEND=swarm: the engine is in no swarm ($state)")
+        unless $state =~ /active/;
+    my $port = $self->{egress_port};
+    my $name = $self->{relay} = 'smcp-relay-' . test_id();
+    my $relay = SMCP::Test::repo_root() . '/runner/egress-relay';
+    SMCP::Docker::run_container(name => $name, network => $self->{net}{name},
+        labels => { 'smcp.relay' => '1' },
+        extra => ['-v', "$relay:/egress-relay:ro"],
+        cmd => ['perl', '/egress-relay', $port, $self->{gateway}]);
+    $self->{egress_url} = "http://egress:$port";
+    Test::More::note("swarm backend: egress relay $name, $self->{egress_url}");
+}
 
 ##############################################################################
 # runner processes
@@ -161,7 +189,9 @@ sub start_runner {
         '--image', $self->{image},
         '--network', $self->{net}{name},
         '--egress-url', $self->{egress_url},
-        '--dns', $self->{gateway},
+        ($self->{relay}
+         ? ('--backend', 'swarm', '--egress-container', $self->{relay})
+         : ('--dns', $self->{gateway})),
         '--name', $name,
         '--concurrency', $o{concurrency} // 2,
         '--claim-idle', $o{claim_idle} // 3000,
@@ -422,11 +452,20 @@ sub stored_events { return $_[0]{t}->run_events($_[1]) }
 
 sub run_hash { return $_[0]{t}->run_hash($_[1]) }
 
-# containers of a run (any state): ids
+# the sandboxes of a run (any state): container ids; with the swarm
+# backend its services' (their task containers go after them, in the
+# background)
 sub run_containers {
     my ($self, $run) = @_;
-    my (undef, $out) = docker('ps', '-aq', '--filter', "label=smcp.run=$run");
+    my (undef, $out) = backend() eq 'swarm'
+        ? docker('service', 'ls', '-q', '--filter', "label=smcp.run=$run")
+        : docker('ps', '-aq', '--filter', "label=smcp.run=$run");
     return split ' ', $out;
+}
+
+# what the run hash's container_id looks like with this backend
+sub sandbox_id_re {
+    return backend() eq 'swarm' ? qr/^[a-z0-9]{25}$/ : qr/^[0-9a-f]{64}$/;
 }
 
 ##############################################################################
@@ -553,6 +592,8 @@ sub check_events_exact {
 
 sub _remove_runner_leftovers {
     my ($self, $name) = @_;
+    my (undef, $svc) = docker('service', 'ls', '-q', '--filter', "label=smcp.runner=$name");
+    docker({ timeout => 120 }, 'service', 'rm', split ' ', $svc) if $svc =~ /\S/;
     my (undef, $out) = docker('ps', '-aq', '--filter', "label=smcp.runner=$name");
     my @c = split ' ', $out;
     docker({ timeout => 120 }, 'rm', '-f', '-v', @c) if @c;
@@ -589,7 +630,20 @@ sub cleanup {
         docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
         docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
     }
+    $self->_swarm_down if $self->{relay};
     $_->stop for grep { $_ } @{$self}{qw(anthropic github)};
+}
+
+# swarm: the session networks (their tasks' endpoints linger a little
+# after their services went), then the relay
+sub _swarm_down {
+    my ($self) = @_;
+    for my $ses (sort keys %{ $self->{sessions} }) {
+        my $n = "smcp-net-$ses";
+        docker('network', 'disconnect', '-f', $n, $self->{relay});
+        wait_until(30, sub { (docker('network', 'rm', $n))[2] !~ /active endpoints/ });
+    }
+    SMCP::Docker::remove_container($self->{relay});
 }
 
 # done(): the timings printed, everything stopped and removed, nginx logs

@@ -1,0 +1,295 @@
+#!/usr/bin/perl
+
+# The request path's economies (issue 13) keep every check, against a real
+# nginx (one worker: every request after a token's first meets that
+# worker's cache of verified tokens) and Redis (append-only file on):
+#
+# - the token cache: a token that differs from a cached one in any byte (a
+#   tampered signature, a payload swapped under a valid signature, a byte
+#   appended) is refused, every time; a cached token past its exp is
+#   refused ("token expired"); a cached token revoked (smcp-token --revoke)
+#   is refused at once and ever after, also when the worker's revoked set
+#   is not trusted (Redis asked); a cached token keeps its grants (the
+#   "repos" claim: a list, none, missing) and its tenant exactly.
+# - a tool's answer written from the JSON text of its structuredContent
+#   (no second serialisation): the same document as before, byte for byte
+#   the text content equal to structuredContent's JSON, for hostile run
+#   fields (quotes, backslashes, control characters, </script>, U+2028,
+#   non-ASCII) and hostile request ids (strings with quotes and escapes,
+#   numbers, null refused as before).
+# - no Redis write on a read: a read-only load (ping, get_result) leaves
+#   the append-only file as it was and runs no PEXPIRE; the session's TTL
+#   is refreshed once less than half of it is left.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+use SMCP::Test qw(json_encode json_decode now_ms wait_until tool_ok tool_err b64url);
+
+my $t = SMCP::Test->new(workers => 1, redis_appendonly => 1,
+                        location => 'sandbox_mcp_session_ttl 600s;');
+$t->start;
+
+my $P = 'smcp:';
+my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
+
+sub session_for {
+    my ($tok) = @_;
+    my ($sid) = $t->initialize(token => $tok);
+    ok($sid, 'a session') or BAIL_OUT('no session');
+    return $sid;
+}
+
+# status of a ping, and whether the 401 said why
+sub ping_status {
+    my ($tok, $sid) = @_;
+    my $r = $t->mcp_post($ping, token => $tok, session => $sid);
+    my $why = ($r->{headers}{'www-authenticate'} // '') =~ /error_description="([^"]*)"/
+            ? $1 : '';
+    return wantarray ? ($r->{status}, $why) : $r->{status};
+}
+
+sub statuses {
+    my ($tok, $sid, $n) = @_;
+    my %st;
+    for (1 .. $n) {
+        my ($s, $why) = ping_status($tok, $sid);
+        $st{$s}++;
+        $st{$why}++ if $why;
+    }
+    return \%st;
+}
+
+###############################################################################
+# tampered tokens never come from the cache
+
+{
+    my $tok = $t->token(sub => 'alice', jti => 'tamper-1');
+    my $sid = session_for($tok);
+    is_deeply(statuses($tok, $sid, 3), { 200 => 3 }, 'the token works (cached now)');
+
+    my ($h, $p, $s) = split /\./, $tok;
+    my $flip = substr($s, -2, 1) eq 'A' ? 'B' : 'A';
+    my %bad = (
+        'a signature byte changed' => "$h.$p." . substr($s, 0, -2) . $flip . substr($s, -1),
+        'a byte appended'          => "${tok}A",
+        'a byte cut'               => substr($tok, 0, -1),
+        'the payload swapped (sub bob) under its signature' =>
+            "$h." . (split /\./, $t->token(sub => 'bob', jti => 'tamper-1'))[1] . ".$s",
+        'the payload swapped (exp later) under its signature' =>
+            "$h." . (split /\./, $t->token(sub => 'alice', jti => 'tamper-1',
+                                          exp => time() + 86400))[1] . ".$s",
+    );
+    for my $what (sort keys %bad) {
+        is_deeply(statuses($bad{$what}, $sid, 3), { 401 => 3, 'bad token signature' => 3 },
+                  "$what: refused, 3 times in a row")
+            or diag(json_encode(statuses($bad{$what}, $sid, 1)));
+    }
+    is_deeply(statuses($tok, $sid, 2), { 200 => 2 }, 'the untampered token still works');
+}
+
+###############################################################################
+# expiry: the cache serves a token until its exp, never after
+
+{
+    my $exp = int(time()) + 3;
+    my $tok = $t->token(sub => 'alice', exp => $exp);
+    my $sid = session_for($tok);
+    is_deeply(statuses($tok, $sid, 3), { 200 => 3 }, 'a token 3 s from its exp works');
+    sleep(0.1) while time() < $exp + 0.2;
+    is_deeply(statuses($tok, $sid, 3), { 401 => 3, 'token expired' => 3 },
+              'past its exp: refused ("token expired"), 3 times in a row');
+}
+
+# an exp far beyond any time_t: served, cached, served again
+{
+    my $tok = $t->token(sub => 'alice', exp => 1e300);
+    my $sid = session_for($tok);
+    is_deeply(statuses($tok, $sid, 3), { 200 => 3 }, 'exp 1e300: works, 3 times');
+}
+
+###############################################################################
+# revocation: checked on every request, cached or not
+
+my $bin = SMCP::Test::token_tool_path();
+my $redis_addr = '127.0.0.1:' . $t->redis_port;
+
+sub cli_token {
+    my $sf = $t->secret_file;
+    my $tok = `$bin --sub rv --repos '*' --secret-file $sf`;
+    chomp $tok;
+    return $tok;
+}
+
+{
+    my $tok = cli_token();
+    my (undef, $cl) = SMCP::Test::decode_jwt($tok);
+    my $sid = session_for($tok);
+    is_deeply(statuses($tok, $sid, 5), { 200 => 5 }, 'a token with an id works (cached)');
+    my $out = `$bin --revoke '$tok' --redis $redis_addr 2>&1`;
+    is($? >> 8, 0, 'smcp-token --revoke') or diag($out);
+    ok(wait_until(3, sub { ping_status($tok, $sid) == 401 }), 'revoked: refused');
+    is_deeply(statuses($tok, $sid, 5), { 401 => 5, 'token revoked' => 5 },
+              '... 5 times in a row ("token revoked")');
+
+    # behind the worker's back, with its revoked set untrusted: Redis asked
+    my $tok2 = cli_token();
+    my (undef, $c2) = SMCP::Test::decode_jwt($tok2);
+    my $sid2 = session_for($tok2);
+    is_deeply(statuses($tok2, $sid2, 3), { 200 => 3 }, 'another token works (cached)');
+    $t->redis('HSET', "${P}revoked", $c2->{jti}, $c2->{exp});
+    $t->redis('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    is_deeply(statuses($tok2, $sid2, 5), { 401 => 5, 'token revoked' => 5 },
+              'revoked silently, the pub/sub reconnecting: refused from Redis\'s word');
+}
+
+###############################################################################
+# a cached token keeps its grants and its tenant exactly
+
+{
+    my $gh = 'https://github.com';
+    my %case = (
+        'repos [acme/app]' => [ [ 'acme/app' ], qr{it may name only: acme/app\.} ],
+        'no repos claim'   => [ undef, qr/grants no repositories/ ],
+        'repos []'         => [ [], qr/grants no repositories/ ],
+    );
+    for my $what (sort keys %case) {
+        my ($repos, $re) = @{ $case{$what} };
+        my $tok = $t->token(sub => 'grants', repos => $repos);
+        my $sid = session_for($tok);
+        for my $n (1, 2, 3) {
+            tool_err(scalar $t->call_tool($sid, 'opencode_run_task',
+                                          { task => 't', repository => "$gh/evil/app" },
+                                          token => $tok),
+                     $re, "$what, call $n: another repository refused");
+        }
+        if ($repos && @$repos) {
+            tool_ok(scalar $t->call_tool($sid, 'opencode_run_task',
+                                         { task => 't', repository => "$gh/acme/app" },
+                                         token => $tok),
+                    "$what: its repository accepted (cached)");
+        }
+    }
+
+    # two tenants in turn: each sees its own runs only
+    my $ta = $t->token(sub => 'ta');
+    my $tb = $t->token(sub => 'tb');
+    my ($sa, $sb) = (session_for($ta), session_for($tb));
+    my $ra = tool_ok(scalar $t->call_tool($sa, 'opencode_run_task', { task => 'a' },
+                                          token => $ta), 'ta runs');
+    for (1 .. 3) {
+        tool_ok(scalar $t->call_tool($sa, 'opencode_get_result', { runId => $ra->{runId} },
+                                     token => $ta), "ta reads its run ($_)");
+        tool_err(scalar $t->call_tool($sb, 'opencode_get_result', { runId => $ra->{runId} },
+                                      token => $tb),
+                 qr/not found/, "tb does not see it ($_)");
+    }
+    # a session of ta's with tb's (cached) token: not found
+    my $r = $t->mcp_post($ping, token => $tb, session => $sa);
+    is($r->{status}, 404, "tb's token on ta's session: 404");
+}
+
+###############################################################################
+# a tool's answer written from its text
+
+{
+    my $tok = $t->token(sub => 'writer');
+    my $sid = session_for($tok);
+    my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'w' },
+                                           token => $tok), 'a run')->{runId};
+    my $nasty = qq{q"uote \\back\\slash\n\r\t\x01\x1f </script> \x{2028} caf\x{e9} \x{1F600} {"a":[1]}};
+    my $bytes = $nasty;
+    utf8::encode($bytes);
+    $t->redis('HSET', "${P}run:$run", result => $bytes, error => "e\"\\", title => "t\x7f",
+              files_changed => '["a\\"b.c","d\\\\e\\u0001"]');
+    for my $id ('id"with\\quotes\n', 'x' x 200, 42, -1, '') {
+        my $r = $t->mcp_post({ jsonrpc => '2.0', id => $id, method => 'tools/call',
+                               params => { name => 'opencode_get_result',
+                                           arguments => { runId => $run } } },
+                             token => $tok, session => $sid);
+        my $j = $r->{json};
+        my $label = 'id ' . json_encode($id);
+        is($r->{status}, 200, "$label: 200");
+        is(ref $j, 'HASH', "$label: one JSON document") or next;
+        is_deeply([ sort keys %$j ], [qw(id jsonrpc result)], "$label: jsonrpc, id, result");
+        is(json_encode($j->{id}), json_encode($id), "$label: the id echoed as it came");
+        my $res = $j->{result};
+        is_deeply([ sort keys %$res ], [qw(content structuredContent)],
+                  "$label: content and structuredContent");
+        my $sc = $res->{structuredContent};
+        is($sc->{result}, $nasty, "$label: the hostile result text intact");
+        is($sc->{error}, "e\"\\", "$label: the error text intact");
+        is_deeply($sc->{filesChanged}, [ 'a"b.c', "d\\e\x{1}" ], "$label: filesChanged intact");
+        is(scalar @{ $res->{content} }, 1, "$label: one content block");
+        is($res->{content}[0]{type}, 'text', "$label: a text block");
+        is_deeply(SMCP::Test::json_decode_text($res->{content}[0]{text}), $sc,
+                  "$label: its text is structuredContent's JSON");
+        like($r->{body}, qr/\}\n\z/, "$label: the body ends with a newline, as before");
+        unlike(substr($r->{body}, 0, -1), qr/[\x00-\x1f]/,
+               "$label: no raw control character in the body");
+    }
+    # a batch (2025-03-26) and errors still go the general way
+    my $r = $t->mcp_post({ jsonrpc => '2.0', id => 7, method => 'tools/call',
+                           params => { name => 'opencode_get_result',
+                                       arguments => { runId => 'run_nope' } } },
+                         token => $tok, session => $sid);
+    ok($r->{json}{result}{isError}, 'an unknown run: isError, as before');
+}
+
+###############################################################################
+# no Redis write on a read
+
+sub info_field {
+    my ($section, $re) = @_;
+    my $info = $t->redis('INFO', $section);
+    return ($info =~ $re)[0] // 0;
+}
+sub pexpires { info_field('commandstats', qr/^cmdstat_pexpire:calls=(\d+)/m) }
+sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
+
+{
+    my $tok = $t->token(sub => 'reader');
+    my $sid = session_for($tok);
+    my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'r' },
+                                           token => $tok), 'a run to read')->{runId};
+    my $key = "${P}mcp:$sid";
+    ok($t->redis('PTTL', $key) > 590_000, 'the session has its ttl (600 s)');
+
+    ok(wait_until(5, sub { my $a = aof_size(); sleep(0.3); $a == aof_size() }),
+       'the append-only file is still');
+    my ($px0, $aof0) = (pexpires(), aof_size());
+    ok($aof0 > 0, "append-only file on ($aof0 bytes)");
+    for (1 .. 50) {
+        ping_status($tok, $sid) == 200 or fail('ping');
+        tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                     token => $tok), "get_result $_") if $_ % 10 == 0;
+        $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                     arguments => { runId => $run } }),
+                     token => $tok, session => $sid)->{status} == 200
+            or fail('get_result');
+    }
+    is(pexpires() - $px0, 0, '100 pings and get_results: no PEXPIRE');
+    sleep(0.3);
+    is(aof_size() - $aof0, 0, '... and the append-only file did not grow');
+
+    # less than half left: the next request refreshes it
+    $t->redis('PEXPIRE', $key, 290_000);
+    my $px1 = pexpires();
+    is(ping_status($tok, $sid), 200, 'a ping with 290 s of 600 left');
+    ok($t->redis('PTTL', $key) > 590_000, '... refreshed the ttl');
+    is(pexpires() - $px1, 1, '... by one PEXPIRE');
+
+    $t->redis('PEXPIRE', $key, 310_000);
+    is(ping_status($tok, $sid), 200, 'a ping with 310 s of 600 left');
+    ok($t->redis('PTTL', $key) <= 310_000, '... left the ttl alone');
+}
+
+$t->shutdown;
+is_deeply([ $t->bad_log_lines ], [], 'no unexpected error.log lines');
+
+done_testing;
