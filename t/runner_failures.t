@@ -27,7 +27,9 @@ use SMCP::Stack;
 use SMCP::Test qw(json_encode wait_until iso_ms);
 
 my $AUTH_MSG = 'invalid x-api-key (scripted refusal 4711)';
-my $TIMEOUT = 20;
+# long enough for OpenCode to reach the model first on a loaded 2-core
+# machine (it has taken over 20 s)
+my $TIMEOUT = 40;
 
 my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-AUTH' => [
