@@ -467,6 +467,61 @@ runner_run_session(runner_run_t *run, const char *volume, char *err,
 }
 
 
+/*
+ * This run's sandbox, running, left by a runner that died between its
+ * start and `running` (we hold the claim now): RUNNER_OK with
+ * run->container set.  Its log holds every line of the run (none was
+ * stored: lines are followed from `running` on), so following it from the
+ * start loses nothing and repeats nothing, and the agent's work so far
+ * (its model calls, its files) is kept.  One that is not running (made
+ * and never started, or ended unobserved) is not adopted.
+ */
+static int
+runner_run_adopt(runner_run_t *run, char *err, size_t errlen)
+{
+    int          rc, running;
+    size_t       i;
+    json_t      *list, *ct, *labels;
+    const char  *id, *store;
+    char         label[128];
+
+    snprintf(label, sizeof(label), "smcp.run=%s", run->id);
+
+    if (runner_backend->list(label, &list, err, errlen) != 200) {
+        return RUNNER_ERR;
+    }
+
+    rc = RUNNER_AGAIN;
+
+    json_array_foreach(list, i, ct) {
+        id = json_string_value(json_object_get(ct, "Id"));
+        labels = json_object_get(ct, "Labels");
+        store = json_string_value(json_object_get(labels, "smcp.store"));
+
+        /* only this deployment's: another store's run is not ours */
+        if (id == NULL || store == NULL || !runner_backend->valid_id(id)
+            || strcmp(store, runner_store_id()) != 0
+            || strlen(id) >= sizeof(run->container))
+        {
+            continue;
+        }
+
+        if (runner_backend->running(id, &running, err, errlen) == 200
+            && running)
+        {
+            snprintf(run->container, sizeof(run->container), "%s", id);
+            rc = RUNNER_OK;
+        }
+
+        break;
+    }
+
+    json_decref(list);
+
+    return rc;
+}
+
+
 /* the container, made and started: RUNNER_OK with run->container set */
 static int
 runner_run_container(runner_run_t *run, json_t *spec, char *err,
@@ -482,7 +537,17 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
 
     if (st == 409) {
         /* the name is taken: a container of this run left by a runner
-         * that died while starting it (we hold the claim now) */
+         * that died while starting it (we hold the claim now); a running
+         * one goes on, any other goes and the run starts afresh */
+        if (runner_run_adopt(run, err, errlen) == RUNNER_OK) {
+            runner_log("info", run->id, "adopted container %.12s, started "
+                       "by a runner that died before `running`",
+                       run->container);
+            return RUNNER_OK;
+        }
+
+        run->container[0] = '\0';
+
         st = runner_backend->remove(name, err, errlen);
 
         if (st == 204 || st == 404) {
@@ -499,6 +564,31 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
 
     /* 304: it was running already */
     return (st == 204 || st == 304) ? RUNNER_OK : RUNNER_ERR;
+}
+
+
+/*
+ * Tests only (t/runner_crash.t): SMCP_RUNNER_TEST_HOLD_RUNNING=<s> holds
+ * the run between its sandbox's start and `running`, the window a runner
+ * killed there leaves (a started container, a `started` run).  Unset in
+ * any deployment: nothing happens.
+ */
+static void
+runner_run_test_hold(void)
+{
+    const char  *v;
+    long         s;
+
+    v = getenv("SMCP_RUNNER_TEST_HOLD_RUNNING");
+    if (v == NULL) {
+        return;
+    }
+
+    s = strtol(v, NULL, 10);
+
+    if (s > 0 && s <= 3600) {
+        sleep((unsigned int) s);
+    }
 }
 
 
@@ -598,6 +688,8 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         runner_run_release(run, 0);
         return RUNNER_ERR;
     }
+
+    runner_run_test_hold();
 
     rc = runner_store_set_running(run->store, run->id, run->container,
                                   run->deadline_ms, status, sizeof(status));
@@ -774,6 +866,27 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
 }
 
 
+/* whether the run's claim names another process of this runner's --name
+ * (claimed_by is "name/pid/random": config.c) */
+static int
+runner_run_predecessor(runner_run_t *run)
+{
+    size_t  n;
+    char    by[sizeof(runner_config->instance)];
+
+    if (runner_store_hget(run->store, run->id, "claimed_by", by, sizeof(by))
+        != RUNNER_OK)
+    {
+        return 0;
+    }
+
+    n = strlen(runner_config->name);
+
+    return strncmp(by, runner_config->name, n) == 0 && by[n] == '/'
+           && strcmp(by, runner_config->instance) != 0;
+}
+
+
 /* claims a queued run and starts its sandbox: RUNNER_OK when it runs;
  * otherwise the run thread is done (state and queue entry seen to) */
 static int
@@ -804,6 +917,16 @@ runner_run_begin(runner_run_t *run)
         }
 
         if (strcmp(status, "claimed") == 0) {
+            if (runner_run_predecessor(run)) {
+                /* a process of our name, not this one: the one we
+                 * replace, dead while starting it; its claim goes stale
+                 * after --claim-idle, and the run is ours then */
+                runner_log("info", run->id, "claimed by an earlier runner "
+                           "of this name: waiting for its claim to go stale");
+                atomic_store(&run->state, RUNNER_RUN_WAIT);
+                return RUNNER_ERR;
+            }
+
             /* another live runner is starting it: not ours to ack */
             runner_log("info", run->id, "claimed by another runner");
             return RUNNER_ERR;

@@ -8,6 +8,12 @@
 #      the ones the model's script implies, none lost, none twice (no two
 #      with the same Docker timestamp and data); a second run of that
 #      runner, whose model hangs, still ends at its deadline
+#   1b. the runner is killed between its sandbox's start and `running`
+#      (a test hook holds it there: the run `started`, claimed by the dead
+#      process, its container up) and started again (same --name): the
+#      new runner adopts that container (no second one), marks the run
+#      `running` once, and the run completes with exactly the script's
+#      events
 #   2. Docker goes away for a few seconds: the runner talks to dockerd
 #      through a unix-socket forwarder started here, which is stopped
 #      (closing every connection) and started again; the run ends and the
@@ -46,6 +52,7 @@ my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-CRASH'  => SMCP::Stack::four_steps('CRASH', 3, 2),
     'SCENARIO-HANG'   => [ { hang => 150 } ],
     'SCENARIO-DOCKER' => SMCP::Stack::four_steps('DOCKER', 3, 1),
+    'SCENARIO-EARLY'  => SMCP::Stack::four_steps('EARLY', 1, 1),
     'SCENARIO-LONG'   => [
         { tool_use => { name => 'write', input => {
             filePath => '/workspace/repo/long.txt', content => "long\n" } } },
@@ -128,6 +135,42 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
 };
 
 $s->stop_runner($runner, 'TERM');
+
+##############################################################################
+# 1b. SIGKILL between the sandbox's start and `running`, restart
+
+subtest 'runner killed between the sandbox start and `running`' => sub {
+    my $r1 = $s->start_runner(concurrency => 2, name => "$name-early",
+                              env => { SMCP_RUNNER_TEST_HOLD_RUNNING => 600 });
+    my $t0 = time();
+    my $run = $s->run_task(task => 'SCENARIO-EARLY: two files, show them, answer', title => 'early');
+    my $id = $run->{runId};
+    my @cont;
+    ok(wait_until(60, sub { @cont = $s->run_containers_running($id); @cont == 1 }, 0.1),
+       'the sandbox runs') or $s->diag_run($id, $r1);
+    my $h = $s->run_hash($id);
+    is($h->{status}, 'started', 'the run is still `started` (held before `running`)');
+    ok(length($h->{claimed_by} // ''), 'claimed by the runner');
+    $s->stop_runner($r1, 'KILL');
+    note(sprintf('runner SIGKILLed %.2f s after run_task, claimed_by %s',
+                 time() - $t0, $h->{claimed_by} // ''));
+
+    my $r2 = $s->start_runner(concurrency => 2, name => "$name-early");
+    my $r = $s->wait_done($id, 120);
+    $s->timing('SIGKILL before running + restart: run_task -> completed', time() - $t0);
+    is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $r2);
+    is($r->{result}, 'Done with EARLY.', 'result');
+    is_deeply([sort map { $_->{path} } @{ $r->{filesChanged} || [] }], ['early-1.txt', 'early-2.txt'],
+              'filesChanged');
+    my $h2 = $s->run_hash($id);
+    my $short = substr($cont[0] // '', 0, 12);
+    like($h2->{container_id} // '', qr/^\Q$short\E/, 'the run ran in the container the dead runner started (no second one)');
+    like($s->runner_log($r2), qr/run=\Q$id\E.*adopted container/, 'runner log: the container adopted')
+        or diag($s->runner_log_tail($r2, 15));
+    $s->check_events_exact($id, 'after the restart');
+    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+    $s->stop_runner($r2, 'TERM');
+};
 
 ##############################################################################
 # 2. Docker away for a few seconds

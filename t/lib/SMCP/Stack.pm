@@ -174,7 +174,8 @@ sub _swarm_relay {
 sub runner_name { return 'rt-' . test_id() }
 
 # start_runner(name => N, concurrency => 2, claim_idle => 3000,
-#   docker_socket => PATH, args => [...]) -> { pid, name, log }
+#   docker_socket => PATH, args => [...], env => {VAR => value})
+#   -> { pid, name, log }
 sub start_runner {
     my ($self, %o) = @_;
     my $t = $self->{t};
@@ -201,6 +202,7 @@ sub start_runner {
     # the runner needs no upstream credential: only nginx holds them
     local %ENV = %ENV;
     delete @ENV{keys %{ $self->{real} }, keys %{ $self->{egress_env} || {} }};
+    @ENV{keys %{ $o{env} || {} }} = values %{ $o{env} || {} };
     my ($pid, $guard) = _guarded_exec(\@cmd, $log);
     my $r = { pid => $pid, guard => $guard, name => $name, log => $log, started => time() };
     $self->{runners}{$pid} = $r;
@@ -460,6 +462,15 @@ sub run_containers {
     my (undef, $out) = backend() eq 'swarm'
         ? docker('service', 'ls', '-q', '--filter', "label=smcp.run=$run")
         : docker('ps', '-aq', '--filter', "label=smcp.run=$run");
+    return split ' ', $out;
+}
+
+# the running sandboxes of a run: container ids (docker ps without -a);
+# with the swarm backend its services (as run_containers)
+sub run_containers_running {
+    my ($self, $run) = @_;
+    return $self->run_containers($run) if backend() eq 'swarm';
+    my (undef, $out) = docker('ps', '-q', '--filter', "label=smcp.run=$run");
     return split ' ', $out;
 }
 
