@@ -218,7 +218,10 @@ ngx_http_sandbox_mcp_token_cache_put(ngx_http_request_t *r,
 
     e->jti.data = p;
     e->jti.len = id.len;
-    p = ngx_cpymem(p, id.data, id.len);
+
+    if (id.len) {                   /* a token without jti: no data */
+        p = ngx_cpymem(p, id.data, id.len);
+    }
 
     /* the slot's key */
     e->token = p;
