@@ -25,6 +25,12 @@
 #     removed
 #   - a second task of one of those sessions, queued meanwhile, runs after
 #     the first one on the session's network made anew, and completes
+#   - package registries (issue 14), SMCP_REGISTRIES=npm with
+#     NPM_REGISTRY_URL a stand-in on docker0: the egress container's
+#     entrypoint renders the npm route (and no other), nginx -t passes in
+#     it, a run token gets the packument rewritten to the egress, pypi (not
+#     enabled) 403, PUT 405; SMCP_REGISTRIES=npm,cpan keeps the egress
+#     container from starting, naming 'cpan'
 #
 # Cleanup (END, and for runs of this file killed earlier, at start): the
 # runner is stopped first, then the sandboxes (label smcp.runner=<project>,
@@ -315,6 +321,18 @@ sub gate_open {
     close $fh;
 }
 
+# a package registry (issue 14): SMCP_REGISTRIES=npm, its upstream
+# NPM_REGISTRY_URL a static stand-in on docker0 like the fake model
+my $npm_dir = tempdir("smcp-compose-npm-$$-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+my $npm = SMCP::Fakes::start_static(addr => $docker0, root => $npm_dir, kind => 'npm');
+SMCP::Test::spew("$npm_dir/smcp-pad/index.json", JSON::PP->new->encode({
+    name => 'smcp-pad', versions => { '1.0.0' => { dist => {
+        tarball => $npm->url . '/smcp-pad/-/smcp-pad-1.0.0.tgz' } } } }));
+$ENV{SMCP_REGISTRIES} = 'npm';
+$ENV{NPM_REGISTRY_URL} = $npm->url;
+delete @ENV{ grep { /^(PYPI|GOPROXY|GOSUMDB|CRATES|MAVEN|RUBYGEMS|DEBIAN_MIRROR)_/
+                    || /^SMCP_REGISTRY_/ } keys %ENV };
+
 # the published MCP port
 my $port = free_port();
 $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
@@ -418,6 +436,47 @@ is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}
 # the harness's client half (HTTP, MCP, JWT) pointed at the published port;
 # nothing of it is started (new() would want a host redis and nginx)
 my $mcp = SMCP::Test->client(port => $port, secret => $secret, tenant => $tenant);
+
+# the registry routes of SMCP_REGISTRIES=npm, rendered by the egress
+# container's entrypoint: in its configuration, which nginx -t takes, and
+# served (rewritten to the egress) to a run token; an unknown registry name
+# keeps the egress container from starting, saying which name
+{
+    my ($rc, $out, $err) = compose(['exec', '-T', 'egress', 'cat',
+                                    '/run/smcp/egress-routes.conf'], timeout => 30);
+    like($out, qr{location \^?~? ?/registry/npm/}, 'SMCP_REGISTRIES=npm: the egress config has the npm route')
+        or diag("$rc $out$err");
+    like($out, qr{\Q${\ $npm->url }\E}, '... to NPM_REGISTRY_URL');
+    unlike($out, qr{/registry/(pypi|go|crates|maven|rubygems|debian)/},
+           '... and no registry that is not enabled');
+    ($rc, $out, $err) = compose(['exec', '-T', 'egress', 'nginx', '-t', '-c',
+                                 '/run/smcp/nginx.conf'], timeout => 30);
+    is($rc, 0, '... nginx -t passes inside the egress container') or diag("$out$err");
+
+    my $run = 'run_' . rhex(12);
+    redis_cli('HSET', "smcp:run:$run", tenant => $tenant, status => 'running');
+    my $tok = $mcp->token(sub => $tenant, scope => 'egress', run => $run,
+                          exp => int(time()) + 300);
+    my $curl = sub {
+        my ($m, $path) = @_;
+        my (undef, $o) = compose(['exec', '-T', 'egress', 'curl', '-s', '-X', $m,
+            '-H', "Authorization: Bearer $tok", '-w', '\n%{http_code}',
+            "http://egress:8090$path"], timeout => 30);
+        return $o // '';
+    };
+    my $got = $curl->('GET', '/registry/npm/smcp-pad');
+    like($got, qr{"tarball":"http://egress:8090/registry/npm/smcp-pad/-/smcp-pad-1\.0\.0\.tgz"[^\n]*\n200\z},
+         '... the egress serves the packument, its tarball URL rewritten to the egress')
+        or diag($got);
+    like($curl->('GET', '/registry/pypi/simple/x/'), qr/\n403\z/, '... pypi (not enabled): 403');
+    like($curl->('PUT', '/registry/npm/smcp-pad'), qr/\n405\z/, '... PUT: 405');
+
+    ($rc, $out, $err) = compose(['run', '--rm', '--no-deps', '-T',
+                                 '-e', 'SMCP_REGISTRIES=npm,cpan', 'egress'], timeout => 60);
+    isnt($rc, 0, 'SMCP_REGISTRIES=npm,cpan: the egress container does not start');
+    like("$out$err", qr/unknown registry 'cpan'/, '... and says which name is unknown')
+        or diag("$out$err");
+}
 
 # a token from the image's own smcp-token (PROXY_JWT_SECRET of the container)
 my $token = do {

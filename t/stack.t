@@ -7,7 +7,11 @@
 # is an nginx instance of its own and the only one holding provider keys;
 # the runner is supervised (a killed runner comes back, the crash logged);
 # nginx workers are not root, nothing in the state dir is readable by
-# others, Redis runs with its memory cap.
+# others, Redis runs with its memory cap.  The package registries of
+# SMCP_REGISTRIES=npm,pypi (upstreams NPM_REGISTRY_URL, PYPI_INDEX_URL,
+# PYPI_FILES_URL at loopback stand-ins) are served through the printed
+# egress listener: metadata rewritten to the egress, the second GET a cache
+# hit, a registry not enabled 403, a PUT 405.
 
 use strict;
 use warnings;
@@ -63,6 +67,7 @@ delete local $ENV{PROXY_JWT_SECRET};
 
 # the egress side of `make up`: its own sandbox network, a fake model
 my ($egress, $fake, $gh, $eport, $net) = (0);
+my ($reg, $npm, $pypi, $pyfiles);
 if (docker_available() || is_ci()) {
     $egress = 1;
     $eport = free_port();
@@ -82,6 +87,23 @@ if (docker_available() || is_ci()) {
     $ENV{GITHUB_URL} = $gh->url;
     $ENV{GITHUB_API_URL} = $gh->url;
     $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
+    # package registries (issue 14): npm and pypi enabled, in front of
+    # stand-ins on loopback
+    $reg = tempdir('smcp-stack-reg-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    $npm = SMCP::Fakes::start_static(root => "$reg/npm", kind => 'npm');
+    $pypi = SMCP::Fakes::start_static(root => "$reg/pypi", kind => 'pypi');
+    $pyfiles = SMCP::Fakes::start_static(root => "$reg/files", kind => 'files');
+    $ENV{SMCP_REGISTRIES} = 'npm,pypi';
+    $ENV{NPM_REGISTRY_URL} = $npm->url;
+    $ENV{PYPI_INDEX_URL} = $pypi->url . '/simple';
+    $ENV{PYPI_FILES_URL} = $pyfiles->url;
+    spew("$reg/npm/smcp-pad/index.json", json_encode({
+        name => 'smcp-pad', 'dist-tags' => { latest => '1.0.0' },
+        versions => { '1.0.0' => { name => 'smcp-pad', version => '1.0.0',
+            dist => { tarball => $npm->url . '/smcp-pad/-/smcp-pad-1.0.0.tgz' } } } }));
+    spew("$reg/files/packages/ab/smcp_demo-1.0-py3-none-any.whl", 'PK wheel');
+    spew("$reg/pypi/simple/smcp-demo/index.html",
+         '<a href="' . $pyfiles->url . '/packages/ab/smcp_demo-1.0-py3-none-any.whl">w</a>');
     # SMCP_TEST_BACKEND=swarm (t/runner_swarm.t): SMCP_BACKEND=swarm make up
     $ENV{SMCP_BACKEND} = $ENV{SMCP_TEST_BACKEND} // 'docker';
 } else {
@@ -306,6 +328,56 @@ if ($egress) {
     is($fake->last_request->{headers}{'x-api-key'}, 'sk-ant-REAL-stack-0123456789',
        'egress: the upstream got the real key');
 
+    # the package registries make up enabled (SMCP_REGISTRIES=npm,pypi):
+    # a packument rewritten to the egress, cached; a registry not enabled
+    # and a write refused
+    {
+        my $eb = "http://$gw:$eport";
+        my $get = sub {
+            my ($path, $method) = @_;
+            return $ht->request($method // 'GET', "$eb$path", {
+                headers => { Authorization => "Bearer $etok" },
+                ($method && $method eq 'PUT' ? (content => '{}') : ()) });
+        };
+        my $p = $get->('/registry/npm/smcp-pad');
+        is($p->{status}, 200, 'make up: SMCP_REGISTRIES=npm serves a packument')
+            or diag("$p->{status} $p->{content}");
+        my $j = json_decode($p->{content} // '') // {};
+        is($j->{versions}{'1.0.0'}{dist}{tarball},
+           "$eb/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz",
+           '... its tarball URL rewritten to the egress (NPM_REGISTRY_URL upstream)');
+        is($get->('/registry/npm/smcp-pad')->{status}, 200, '... a second GET');
+        is(scalar @{ $npm->requests(path => '/smcp-pad') }, 1,
+           '... served from the cache (the upstream saw it once)');
+        my $s = $get->('/registry/pypi/simple/smcp-demo/');
+        is($s->{status}, 200, 'make up: the pypi simple page (PYPI_INDEX_URL)');
+        like($s->{content} // '',
+             qr{href="\Q$eb\E/registry/pypi/files/packages/ab/smcp_demo-1\.0-py3-none-any\.whl"},
+             '... its file link rewritten to the files route (PYPI_FILES_URL)');
+        my $w = $get->('/registry/pypi/files/packages/ab/smcp_demo-1.0-py3-none-any.whl');
+        is($w->{status} . ' ' . ($w->{content} // ''), '200 PK wheel', '... which serves the file');
+        is($get->('/registry/go/example.com/m/@v/list')->{status}, 403,
+           'make up: a registry not enabled (go) is refused, 403');
+        is($get->('/registry/npm/smcp-pad', 'PUT')->{status}, 405,
+           'make up: PUT on a registry route is refused, 405');
+        is(scalar @{ $npm->requests(method => 'PUT') }, 0, '... nothing upstream');
+        # the audit (written at the log phase, after the answer): miss, hit
+        my @pk;
+        wait_until(5, sub {
+            @pk = grep { ($_->{path} // '') eq '/registry/npm/smcp-pad'
+                         && ($_->{method} // '') eq 'GET' }
+                  map { json_decode($_) // {} }
+                  grep { /^\{/ }
+                  split /\n/, `redis-cli -p $rport --raw XRANGE smcp:run:$run:events - +`;
+            return @pk >= 2;
+        });
+        is(join(',', map { ($_->{route} // '') . ':' . ($_->{cache} // 'none') } @pk),
+           'registry-npm:miss,registry-npm:hit',
+           'make up: the run\'s audit events say miss, then hit');
+        my $rc = "$state/registry-cache";
+        ok(-d $rc, 'make up: the registry cache lives in the state dir');
+    }
+
     # a request body the egress workers (nobody) buffer in their temp dir:
     # a pull request with a large description
     system("redis-cli -p $rport HSET smcp:run:$run repository https://github.com/owner/repo create_pr 1 >/dev/null");
@@ -417,6 +489,7 @@ if ($egress) {
     unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
     $fake->stop;
     $gh->stop;
+    $_->stop for $npm, $pypi, $pyfiles;
 }
 
 my $log = slurp("$state/logs/error.log");
