@@ -42,7 +42,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         lines++;
 
-        if (nl - p > 11 && memcmp(p, "diff --git ", 11) == 0) {
+        /* a section starts at any line beginning "diff --git ", even a
+         * bare one (smcp_diff.c) */
+        if (nl - p >= 11 && memcmp(p, "diff --git ", 11) == 0) {
             headers++;
         }
     }
