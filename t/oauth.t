@@ -531,7 +531,7 @@ subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
         # the script's render_mcp, run here (exec stubbed: nothing starts)
         my $sh = 'exec() { :; }; source "$1"; '
                . 'secret_conf="sandbox_mcp_secret_file $2;"; redis=127.0.0.1:1; '
-               . 'prefix=""; password_conf=""; render_mcp';
+               . 'prefix=""; password_conf=""; log_format=text; render_mcp';
         local %ENV = (%ENV, SMCP_RENDER_CONF => 'no', PROXY_JWT_SECRET => 'x',
                       SMCP_MCP_ADDR => '*', SMCP_OAUTH => $oauth,
                       SMCP_PUBLIC_URL => 'https://mcp.example.com');
