@@ -34,15 +34,21 @@ ngx_http_sandbox_mcp_arg_value(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
-/* one of the schema's enum, if it has one */
+/* one of the schema's enum, if it has one and s is not empty */
 static ngx_int_t
 ngx_http_sandbox_mcp_arg_enum(ngx_http_sandbox_mcp_call_t *call,
-    const char *name, json_t *values, ngx_str_t *s)
+    const char *name, json_t *schema, ngx_str_t *s)
 {
     u_char      *p, *last;
     size_t       i;
-    json_t      *v;
+    json_t      *v, *values;
     u_char       list[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
+
+    values = json_object_get(schema, "enum");
+
+    if (!json_is_array(values) || s->len == 0) {
+        return NGX_OK;
+    }
 
     json_array_foreach(values, i, v) {
         if (json_string_length(v) == s->len
@@ -72,7 +78,7 @@ ngx_int_t
 ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
     const char *name, size_t max, ngx_str_t *out)
 {
-    json_t      *v, *schema, *n;
+    json_t      *v, *schema;
     json_int_t   bound;
     ngx_uint_t   required;
 
@@ -125,13 +131,7 @@ ngx_http_sandbox_mcp_arg_string(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    n = json_object_get(schema, "enum");
-
-    if (json_is_array(n) && out->len) {
-        return ngx_http_sandbox_mcp_arg_enum(call, name, n, out);
-    }
-
-    return NGX_OK;
+    return ngx_http_sandbox_mcp_arg_enum(call, name, schema, out);
 }
 
 

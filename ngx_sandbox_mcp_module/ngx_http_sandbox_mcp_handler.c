@@ -181,12 +181,10 @@ ngx_http_sandbox_mcp_handler(ngx_http_request_t *r)
 static void
 ngx_http_sandbox_mcp_body_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                    rc;
-    ngx_http_sandbox_mcp_ctx_t  *ctx;
+    ngx_int_t  rc;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
-
-    rc = ngx_http_sandbox_mcp_process(r, ctx);
+    rc = ngx_http_sandbox_mcp_process(r,
+                       ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module));
 
     if (rc == NGX_DONE) {
         /* a Redis reply will finish the request */

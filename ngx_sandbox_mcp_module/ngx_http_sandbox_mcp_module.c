@@ -745,7 +745,6 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                              NGX_HTTP_SANDBOX_MCP_SESSION_TTL);
     ngx_conf_merge_str_value(conf->github_host, prev->github_host,
                              NGX_HTTP_SANDBOX_MCP_GITHUB_HOST);
-    ngx_conf_merge_str_value(conf->public_url, prev->public_url, "");
     ngx_conf_merge_sec_value(conf->max_wait, prev->max_wait,
                              NGX_HTTP_SANDBOX_MCP_MAX_WAIT);
     ngx_conf_merge_size_value(conf->max_task_size, prev->max_task_size,
@@ -777,6 +776,7 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                               NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT);
     ngx_conf_merge_size_value(conf->ui_stream_buffer, prev->ui_stream_buffer,
                               NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER);
+    ngx_conf_merge_str_value(conf->public_url, prev->public_url, "");
 
     if (conf->allowed_hosts == NULL
         && ngx_http_sandbox_mcp_default_hosts(cf, conf) != NGX_OK)

@@ -198,12 +198,10 @@ ngx_http_sandbox_mcp_redis_read_handler(ngx_event_t *rev)
 static void
 ngx_http_sandbox_mcp_redis_write_handler(ngx_event_t *wev)
 {
-    ngx_connection_t                   *c;
     ngx_http_sandbox_mcp_redis_conn_t  *rc;
     redisAsyncContext                  *ac;
 
-    c = wev->data;
-    rc = c->data;
+    rc = ((ngx_connection_t *) wev->data)->data;
     ac = rc->ac;
 
     if (rc->connected && sdslen(ac->c.obuf) == 0) {

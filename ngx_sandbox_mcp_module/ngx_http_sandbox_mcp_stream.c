@@ -25,6 +25,7 @@
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_progress.h"
+#include "ngx_http_sandbox_mcp_sse.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -579,7 +580,7 @@ ngx_http_sandbox_mcp_stream_heartbeat(ngx_event_t *ev)
         }
 
         if (r->out || r->connection->buffered) {
-            ngx_http_sandbox_mcp_progress_writer(r);
+            ngx_http_sandbox_mcp_sse_writer(r);
         }
     }
 
@@ -952,7 +953,7 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
                                   ngx_http_sandbox_mcp_stream_heartbeat, s,
                                   lcf->ui_heartbeat,
                                   ngx_http_sandbox_mcp_stream_read,
-                                  ngx_http_sandbox_mcp_progress_writer);
+                                  ngx_http_sandbox_mcp_sse_writer);
 
     ngx_http_sandbox_mcp_waiter_watch(&s->tenant);
     ngx_http_sandbox_mcp_waiter_watch(&s->session);

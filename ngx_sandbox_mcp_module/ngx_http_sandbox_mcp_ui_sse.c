@@ -26,7 +26,7 @@
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_metrics.h"
-#include "ngx_http_sandbox_mcp_progress.h"
+#include "ngx_http_sandbox_mcp_sse.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -933,7 +933,6 @@ ngx_http_sandbox_mcp_sse_create(ngx_http_sandbox_mcp_ctx_t *ctx)
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     r = ctx->request;
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
 
     if (ngx_http_discard_request_body(r) != NGX_OK) {
         return NULL;
@@ -958,6 +957,8 @@ ngx_http_sandbox_mcp_sse_create(ngx_http_sandbox_mcp_ctx_t *ctx)
     cln->data = sse;
     ngx_http_sandbox_mcp_metrics_stream(NGX_HTTP_SANDBOX_MCP_STREAM_DASHBOARD,
                                         1);
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
 
     sse->ctx = ctx;
     sse->request = r;

@@ -287,6 +287,42 @@ runner_docker_string(long st, long ok, json_t *out, const char *key,
 }
 
 
+/* the calls that name one object and send nothing */
+typedef enum {
+    RUNNER_DOCKER_VOLUME_RM = 0,
+    RUNNER_DOCKER_NETWORK_RM,
+    RUNNER_DOCKER_START,
+    RUNNER_DOCKER_KILL,
+    RUNNER_DOCKER_RM
+} runner_docker_verb_e;
+
+
+static const struct {
+    const char  *method;
+    const char  *what;
+    const char  *rest;
+    long         timeout;
+} runner_docker_verbs[] = {
+    { "DELETE", "volumes",    "",         RUNNER_DOCKER_SLOW_S },
+    { "DELETE", "networks",   "",         RUNNER_DOCKER_QUICK_S },
+    { "POST",   "containers", "/start",   RUNNER_DOCKER_SLOW_S },
+    { "POST",   "containers", "/kill",    RUNNER_DOCKER_QUICK_S },
+    { "DELETE", "containers", "?force=1", RUNNER_DOCKER_SLOW_S }
+};
+
+
+static long
+runner_docker_verb(runner_docker_verb_e verb, const char *ref, char *err,
+    size_t errlen)
+{
+    return runner_docker_on(runner_docker_verbs[verb].method,
+                            runner_docker_verbs[verb].what, ref,
+                            runner_docker_verbs[verb].rest, NULL,
+                            runner_docker_verbs[verb].timeout, NULL, err,
+                            errlen);
+}
+
+
 /*
  * POST /<what>/create: one of a session's objects (a volume, a network),
  * named, labelled as ours and the session's; spec holds the rest (it is
@@ -355,8 +391,7 @@ runner_docker_volume_mountpoint(const char *name, char *buf, size_t size,
 long
 runner_docker_volume_remove(const char *name, char *err, size_t errlen)
 {
-    return runner_docker_on("DELETE", "volumes", name, "", NULL,
-                            RUNNER_DOCKER_SLOW_S, NULL, err, errlen);
+    return runner_docker_verb(RUNNER_DOCKER_VOLUME_RM, name, err, errlen);
 }
 
 
@@ -441,8 +476,7 @@ runner_docker_network_disconnect(const char *name, const char *container,
 long
 runner_docker_network_remove(const char *name, char *err, size_t errlen)
 {
-    return runner_docker_on("DELETE", "networks", name, "", NULL,
-                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
+    return runner_docker_verb(RUNNER_DOCKER_NETWORK_RM, name, err, errlen);
 }
 
 
@@ -502,8 +536,7 @@ runner_docker_create(json_t *spec, const char *name, char *id, size_t idlen,
 long
 runner_docker_start(const char *id, char *err, size_t errlen)
 {
-    return runner_docker_on("POST", "containers", id, "/start", NULL,
-                            RUNNER_DOCKER_SLOW_S, NULL, err, errlen);
+    return runner_docker_verb(RUNNER_DOCKER_START, id, err, errlen);
 }
 
 
@@ -511,8 +544,7 @@ runner_docker_start(const char *id, char *err, size_t errlen)
 long
 runner_docker_kill(const char *id, char *err, size_t errlen)
 {
-    return runner_docker_on("POST", "containers", id, "/kill", NULL,
-                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
+    return runner_docker_verb(RUNNER_DOCKER_KILL, id, err, errlen);
 }
 
 
@@ -534,8 +566,7 @@ runner_docker_wait(const char *id, long timeout, int *exit_code, char *err,
 long
 runner_docker_remove(const char *id, char *err, size_t errlen)
 {
-    return runner_docker_on("DELETE", "containers", id, "?force=1", NULL,
-                            RUNNER_DOCKER_SLOW_S, NULL, err, errlen);
+    return runner_docker_verb(RUNNER_DOCKER_RM, id, err, errlen);
 }
 
 
