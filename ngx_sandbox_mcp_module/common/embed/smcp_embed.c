@@ -740,7 +740,7 @@ embed_blocks(const char *path, const char *text, size_t from,
         p += (*p == '\n');
 
         for (end = strstr(p, "{{"); end; end = strstr(end + 2, "{{")) {
-            if (strchr("$</", end[2]) != NULL) {
+            if (end[2] != '\0' && strchr("$</", end[2]) != NULL) {
                 break;
             }
         }
