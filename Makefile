@@ -36,9 +36,11 @@ SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua)
 TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
                           ngx_sandbox_mcp_module/tools/include/*.json)
 UI_FILES    := $(wildcard ngx_sandbox_mcp_module/ui/* \
-                          ngx_sandbox_mcp_module/ui/static/*)
+                          ngx_sandbox_mcp_module/ui/static/* \
+                          ngx_sandbox_mcp_module/ui/layouts/*.html)
 OAUTH_PAGES := $(wildcard ngx_sandbox_mcp_module/oauth/*.html \
-                          ngx_sandbox_mcp_module/oauth/*.css)
+                          ngx_sandbox_mcp_module/oauth/*.css \
+                          ngx_sandbox_mcp_module/oauth/layouts/*.html)
 EMBED_SRC   := ngx_sandbox_mcp_module/common/embed/smcp_embed.c
 EMBED_BIN   := $(BUILD)/smcp-embed
 

@@ -1,7 +1,8 @@
 # Sourced by nginx's configure (auto/make) after it wrote its Makefile:
 # the rules that make the module's generated headers (see `config`).
 # smcp-embed is built with the build's compiler and jansson; its inputs are
-# listed as wildcards, so a new script or tool needs no new configure.
+# listed as wildcards, so a new script, tool or page needs no new configure
+# (pages are laid out on the layouts of ui/layouts/ and oauth/layouts/).
 
 SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
 SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
@@ -26,12 +27,14 @@ $NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h:	$NGX_OBJS/smcp-embed \\
 		$NGX_OBJS/ngx_http_sandbox_mcp_tools_json.h $SMCP_TOOLS_DIR
 
 $NGX_OBJS/ngx_http_sandbox_mcp_ui_files.h:	$NGX_OBJS/smcp-embed \\
-		$SMCP_UI_DIR $SMCP_UI_DIR/* $SMCP_UI_DIR/static/*
+		$SMCP_UI_DIR $SMCP_UI_DIR/* $SMCP_UI_DIR/static/* \\
+		$SMCP_UI_DIR/layouts/*.html
 	$NGX_OBJS/smcp-embed ui \\
 		$NGX_OBJS/ngx_http_sandbox_mcp_ui_files.h $SMCP_UI_DIR
 
 $NGX_OBJS/ngx_http_sandbox_mcp_oauth_html.h:	$NGX_OBJS/smcp-embed \\
-		$SMCP_OAUTH_DIR $SMCP_OAUTH_DIR/*.html
+		$SMCP_OAUTH_DIR $SMCP_OAUTH_DIR/*.html \\
+		$SMCP_OAUTH_DIR/layouts/*.html
 	$NGX_OBJS/smcp-embed html \\
 		$NGX_OBJS/ngx_http_sandbox_mcp_oauth_html.h $SMCP_OAUTH_DIR
 

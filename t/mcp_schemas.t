@@ -3,13 +3,15 @@
 # The tools' definitions are data (ngx_sandbox_mcp_module/tools/NAME.json,
 # with include/ for shared parts), embedded and checked at build by
 # smcp-embed (ngx_sandbox_mcp_module/common/embed/), as are the Redis
-# scripts (common/scripts/NAME.lua) and the dashboard's files (ui/):
+# scripts (common/scripts/NAME.lua), the dashboard's files (ui/) and the
+# OAuth pages (oauth/), whose pages are laid out on their layouts/:
 #
 #   - a definition that does not parse, or lacks what a tool needs, and a
 #     script without its KEYS/ARGV header, a dashboard file of an unknown
-#     type or one that cannot be read stop smcp-embed, which names the
-#     file; the module's objects depend on the generated headers (so `make`
-#     and the `config` build stop too);
+#     type or one that cannot be read, and a page whose layout or slot is
+#     missing stop smcp-embed, which names the file; the module's objects
+#     depend on the generated headers (so `make` and the `config` build
+#     stop too);
 #   - tools/list serves exactly the files (includes expanded), in order;
 #   - tools/call checks arguments against the same schema: an argument that
 #     is not among its properties is refused naming every property; every
@@ -183,9 +185,10 @@ subtest 'the dashboard files: embedded byte for byte, typed; others refused' => 
 
     # binary bytes (a PNG holds NULs) compile to the same bytes
     my $d = "$dir/ui";
-    make_path("$d/static");
+    make_path("$d/static", "$d/layouts");
     copy($_, "$d/") for grep { -f } glob("$ui/*");
     copy($_, "$d/static/") for glob("$ui/static/*");
+    copy($_, "$d/layouts/") for glob("$ui/layouts/*");
     my $png = join '', map { chr } 137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 0, 255, 63, 92, 34;
     spew("$d/static/dot.png", $png);
     ($rc, $out) = embed('ui', $d);
@@ -221,6 +224,50 @@ subtest 'the dashboard files: embedded byte for byte, typed; others refused' => 
     ($rc, $out) = embed('ui', $d);
     isnt($rc, 0, 'a directory other than static/: fails');
     like($out, qr{sub: not a regular file}, '... naming it') or diag($out);
+};
+
+subtest 'the pages laid out: one head per family, every slot filled' => sub {
+    for my $family ('ui', 'oauth') {
+        my $src = "$mod/$family";
+        my $d = "$dir/layout-$family";
+        make_path("$d/layouts", "$d/static");
+        copy($_, "$d/layouts/") for glob("$src/layouts/*.html");
+        spew("$d/static/app.css", "a { }\n");
+        my $kind = $family eq 'ui' ? 'ui' : 'html';
+        my $page = sub { "{{<page}}\n{{\$title}}T{{/title}}\n$_[0]"
+                         . "{{\$main}}\n<h1>x</h1>\n{{/main}}\n" };
+        my $slots = $family eq 'ui'
+                  ? "{{\$scripts}}{{/scripts}}\n{{\$skip}}{{/skip}}\n{{\$nav}}{{/nav}}\n" : '';
+
+        spew("$d/x.html", $page->($slots));
+        my ($rc, $out) = embed($kind, $d);
+        is($rc, 0, "$family: a page on the layout embeds") or diag($out);
+        my $h = `$embed page $d/x.html`;
+        like($h, qr/^<!doctype html>\n/, "$family: laid out from the doctype");
+        like($h, qr{<title>[^<]*T[^<]*</title>}, "$family: the title filled");
+        unlike($h, qr/\{\{[\$<\/]/, "$family: no tag left");
+
+        for my $case (
+            [ 'a layout that is not there', "{{<nope}}\n" . $page->($slots) =~ s/^.*\n//r,
+              qr{its layout \Q$d\E/layouts/nope\.html: No such file} ],
+            [ 'a slot not filled', "{{<page}}\n{{\$main}}{{/main}}\n",
+              qr/fills no slot \{\{\$title\}\}/ ],
+            [ 'a block without its slot', $page->("$slots\{{\$foot}}x{{/foot}}\n"),
+              qr/has no slot \{\{\$foot\}\}/ ],
+            [ 'a block not closed', "{{<page}}\n{{\$title}}T{{/main}}\n",
+              qr/\{\{\$title\}\} is not closed/ ],
+            [ 'text out of a block', "{{<page}}\nhello\n",
+              qr/holds blocks .* only/ ],
+            [ 'an inline script', $page->($slots) =~ s{<h1>x</h1>}{<script>alert(1)</script><h1>x</h1>}r,
+              qr/inline script/ ]) {
+            spew("$d/x.html", $case->[1]);
+            ($rc, $out) = embed($kind, $d);
+            isnt($rc, 0, "$family: $case->[0]: smcp-embed fails");
+            like($out, qr{\Q$d/x.html\E: .*$case->[2]}, '... naming the page')
+                or diag($out);
+            ok(!-e "$dir/out.h.tmp", '... no partial output left');
+        }
+    }
 };
 
 subtest 'the module is rebuilt from the generated headers' => sub {

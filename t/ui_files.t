@@ -1,5 +1,6 @@
 #!/usr/bin/perl
-# The dashboard's files (ngx_sandbox_mcp_module/ui/) as they are embedded:
+# The dashboard's files (ngx_sandbox_mcp_module/ui/) as they are embedded
+# (the pages laid out on ui/layouts/):
 # no inline script or style (the pages run under script-src 'self' and
 # style-src 'self'), nothing loaded from outside the origin (no absolute or
 # protocol-relative address, no @import, no web font), and no script API
@@ -15,9 +16,11 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use SMCP::Test qw(repo_root slurp);
+use SMCP::UI;
 
 my $ui = repo_root() . '/ngx_sandbox_mcp_module/ui';
-my @html = sort glob("$ui/*.html");
+my $pages = SMCP::UI->new(undef);
+my @html = $pages->pages;
 my @js = sort glob("$ui/static/*.js");
 my @css = sort glob("$ui/static/*.css");
 
@@ -27,9 +30,9 @@ ok(@html >= 3 && @js >= 3 && @css >= 1, 'the pages, scripts and styles are there
 # an address that leaves the origin: scheme:, //host
 my $external = qr{^\s*(?:[a-z][a-z0-9+.-]*:(?!,)|//|\\\\)}i;
 
-for my $f (@html) {
-    my $name = $f =~ s{.*/}{}r;
-    my $h = slurp($f);
+for my $name (@html) {
+    my $h = $pages->file($name);
+    ok(defined $h, "$name: laid out (build/smcp-embed page)") or next;
 
     my @scripts = $h =~ /<script\b([^>]*)>(.*?)<\/script>/gis;
     my $inline = 0;

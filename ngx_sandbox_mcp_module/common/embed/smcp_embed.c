@@ -12,22 +12,24 @@
  *                                dashboard) becomes an entry of
  *                                static const smcp_ui_file_t
  *                                smcp_ui_files[] (path, content type,
- *                                ETag, bytes, length)
+ *                                ETag, bytes, length); pages laid out
  *
  *   smcp-embed html OUT.h DIR    every DIR/NAME.html (a page with
- *                                {{name}} placeholders) becomes
- *                                static const char smcp_html_NAME[]
+ *                                {{name}} placeholders), laid out,
+ *                                becomes static const char smcp_html_NAME[]
  *   smcp-embed css OUT.h DIR     every DIR/NAME.css becomes
  *                                static const char smcp_css_NAME[]
+ *   smcp-embed page DIR/NAME.html   the page as it is served, to stdout
  *
  * lua, tools, html and css also define an X-macro listing the names
  * (SMCP_LUA_SCRIPTS(X), SMCP_TOOLS(X), SMCP_HTML(X), SMCP_CSS(X)).
  * Entries come in the order of their file names.
  *
  * UI: a name is [a-z0-9_.-], starts with a letter or digit, and ends in a
- * known extension (its content type); anything else in the directories,
- * or a file that cannot be read, stops the build.  Bytes are embedded as
- * they are (binary files too); the ETag is the FNV-1a hash of them.
+ * known extension (its content type); anything else in the directories
+ * (but DIR/layouts/), or a file that cannot be read, stops the build.
+ * Bytes are embedded as they are (binary files too; DIR/NAME.html laid
+ * out); the ETag is the FNV-1a hash of them.
  *
  * Lua: NAME is [a-z0-9_]; the opening comment block holds a line starting
  * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  The
@@ -42,10 +44,22 @@
  * anywhere in it is replaced by the JSON of DIR/include/FILE.  Embedded
  * compact.
  *
- * HTML: starts with "<!doctype html>" (any case); every "{{" opens a
- * placeholder of 1-32 characters of [a-z_] closed by "}}" (the server
- * fills them in, escaped).  CSS: no "<" (it is served as a file, but
- * never lets a page's markup be closed by a style).
+ * Layouts: the pages of a family share one head and frame, written once
+ * in DIR/layouts/NAME.html with slots {{$slot}}.  A page built on it
+ * starts with a line "{{<NAME}}" and then holds only blocks
+ * "{{$slot}}...{{/slot}}", one for each slot of the layout (an empty one
+ * is "{{$slot}}{{/slot}}"); a newline right after "{{$slot}}" is not the
+ * block's.  A slot alone on its line of the layout takes the block's lines
+ * (an empty block: the line goes); a slot within a line takes a one-line
+ * block.  A missing layout, a slot not filled, a block without its slot
+ * or a block not closed stops the build, naming the page.
+ *
+ * HTML (laid out): starts with "<!doctype html>" (any case); every "{{"
+ * opens a placeholder of 1-32 characters of [a-z_] closed by "}}" (the
+ * server fills them in, escaped; a dashboard page has none); no <style>,
+ * and every script is "<script ... src=...></script>" (the CSP refuses
+ * inline ones).  CSS: no "<" (it is served as a file, but never lets a
+ * page's markup be closed by a style).
  *
  * Used by the `config` script (through config.make, in nginx's Makefile)
  * and by the project's Makefile.  Plain C and jansson.
@@ -61,6 +75,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -69,6 +84,7 @@
 #define EMBED_MAX_NAME      64
 #define EMBED_MAX_SIZE      (1024 * 1024)
 #define EMBED_MAX_INCLUDES  8       /* nesting of $include */
+#define EMBED_MAX_BLOCKS    16      /* a page's blocks (its layout's slots) */
 #define EMBED_LINE          72      /* characters per C string line of
                                        JSON (Lua: one per line of text) */
 
@@ -80,6 +96,16 @@ typedef enum {
     EMBED_HTML,
     EMBED_CSS
 } embed_kind_e;
+
+
+/* a block {{$name}}...{{/name}} of a page: pointers into its text */
+typedef struct {
+    const char  *name;
+    size_t       name_len;
+    const char  *text;
+    size_t       len;
+    int          used;
+} embed_block_t;
 
 
 /* the dashboard's file types: extension and Content-Type */
@@ -585,7 +611,8 @@ embed_check_tool(const char *path, const char *dir, const char *name)
 }
 
 
-/* HTML: a page whose placeholders are {{name}}; CSS: nothing like markup */
+/* HTML: a page whose placeholders are {{name}} (UI: none), with no inline
+ * script or style; CSS: nothing like markup */
 static void
 embed_check_page(const char *path, const char *text, embed_kind_e kind)
 {
@@ -603,6 +630,33 @@ embed_check_page(const char *path, const char *text, embed_kind_e kind)
         embed_fail(path, "a page starts with <!doctype html>");
     }
 
+    for (p = strchr(text, '<'); p; p = strchr(p + 1, '<')) {
+        if (strncasecmp(p, "<style", 6) == 0) {
+            embed_fail(path, "no <style> element: the pages' CSP refuses "
+                       "inline style (at byte %ld)", (long) (p - text));
+        }
+
+        if (strncasecmp(p, "<script", 7) != 0) {
+            continue;
+        }
+
+        q = strchr(p, '>');
+
+        if (q == NULL || strncasecmp(q + 1, "</script>", 9) != 0
+            || strstr(p, " src=") == NULL || strstr(p, " src=") > q)
+        {
+            embed_fail(path, "a script is <script src=...></script>: the "
+                       "pages' CSP refuses inline script (at byte %ld)",
+                       (long) (p - text));
+        }
+    }
+
+    if (kind == EMBED_UI && strstr(text, "{{") != NULL) {
+        embed_fail(path, "a dashboard page has no placeholder (nothing "
+                   "fills it): \"{{\" at byte %ld",
+                   (long) (strstr(text, "{{") - text));
+    }
+
     for (p = strstr(text, "{{"); p; p = strstr(q + 2, "{{")) {
         for (q = p + 2; *q == '_' || (*q >= 'a' && *q <= 'z'); q++) {
             /* void */
@@ -613,6 +667,221 @@ embed_check_page(const char *path, const char *text, embed_kind_e kind)
                        "a-z and _ (at byte %ld)", (long) (p - text));
         }
     }
+}
+
+
+/* the length of name if p is "{{" sigil name "}}" (name: 1-32 of a-z and
+ * _), else 0 */
+static size_t
+embed_tag(const char *p, char sigil)
+{
+    size_t  n;
+
+    if (strncmp(p, "{{", 2) != 0 || p[2] != sigil) {
+        return 0;
+    }
+
+    for (n = 0; p[3 + n] == '_' || (p[3 + n] >= 'a' && p[3 + n] <= 'z'); n++)
+    {
+        /* void */
+    }
+
+    if (n == 0 || n > 32 || strncmp(p + 3 + n, "}}", 2) != 0) {
+        return 0;
+    }
+
+    return n;
+}
+
+
+/* a page's blocks {{$name}}...{{/name}} from text + from on (a newline
+ * right after the opening tag is not the block's), and nothing else but
+ * white space */
+static size_t
+embed_blocks(const char *path, const char *text, size_t from,
+    embed_block_t *b)
+{
+    size_t       n, k, i;
+    const char  *p, *end;
+
+    n = 0;
+
+    for (p = text + from; /* void */; p = end + b[n++].name_len + 5) {
+        p += strspn(p, " \t\n");
+
+        if (*p == '\0') {
+            return n;
+        }
+
+        k = embed_tag(p, '$');
+
+        if (k == 0) {
+            embed_fail(path, "after its {{<layout}} line a page holds "
+                       "blocks {{$name}}...{{/name}} only (at byte %ld)",
+                       (long) (p - text));
+        }
+
+        if (n == EMBED_MAX_BLOCKS) {
+            embed_fail(path, "more than %d blocks", EMBED_MAX_BLOCKS);
+        }
+
+        for (i = 0; i < n; i++) {
+            if (b[i].name_len == k && strncmp(b[i].name, p + 3, k) == 0) {
+                embed_fail(path, "the block {{$%.*s}} is given twice",
+                           (int) k, p + 3);
+            }
+        }
+
+        b[n].name = p + 3;
+        b[n].name_len = k;
+        b[n].used = 0;
+
+        p += k + 5;
+        p += (*p == '\n');
+
+        for (end = strstr(p, "{{"); end; end = strstr(end + 2, "{{")) {
+            if (end[2] != '\0' && strchr("$</", end[2]) != NULL) {
+                break;
+            }
+        }
+
+        if (end == NULL || embed_tag(end, '/') != k
+            || strncmp(end + 3, b[n].name, k) != 0)
+        {
+            embed_fail(path, "the block {{$%.*s}} is not closed by "
+                       "{{/%.*s}} (blocks do not nest)", (int) k, b[n].name,
+                       (int) k, b[n].name);
+        }
+
+        b[n].text = p;
+        b[n].len = end - p;
+    }
+}
+
+
+static void
+embed_append(const char *path, char *out, size_t *len, const char *s,
+    size_t n)
+{
+    if (*len + n > EMBED_MAX_SIZE) {
+        embed_fail(path, "larger than %d bytes once laid out",
+                   EMBED_MAX_SIZE);
+    }
+
+    memcpy(out + *len, s, n);
+    *len += n;
+}
+
+
+/* a page built on DIR/layouts/NAME.html (its first line is "{{<NAME}}"):
+ * the layout with each slot {{$name}} replaced by the page's block; a slot
+ * alone on its line takes the block's lines (none: the line goes) */
+static char *
+embed_layout(const char *path, const char *dir, const char *text,
+    size_t *len)
+{
+    int            line;
+    char           file[4096], *layout, *out;
+    size_t         n, k, i, llen;
+    const char    *p, *s;
+    embed_block_t  b[EMBED_MAX_BLOCKS];
+
+    k = embed_tag(text, '<');
+
+    if (k == 0 || text[k + 5] != '\n') {
+        embed_fail(path, "a page built on a layout starts with a line "
+                   "{{<name}} (the layout %s/layouts/name.html)", dir);
+    }
+
+    snprintf(file, sizeof(file), "%s/layouts/%.*s.html", dir, (int) k,
+             text + 3);
+
+    if (access(file, R_OK) != 0) {
+        embed_fail(path, "its layout %s: %s", file, strerror(errno));
+    }
+
+    n = embed_blocks(path, text, k + 6, b);
+    layout = embed_read(file, &llen);
+
+    out = malloc(EMBED_MAX_SIZE + 1);
+    if (out == NULL) {
+        embed_fail(path, "out of memory");
+    }
+
+    *len = 0;
+    line = 0;
+
+    for (p = layout; (s = strstr(p, "{{$")) != NULL; p = s + k + 5 + line) {
+        embed_append(path, out, len, p, s - p);
+
+        k = embed_tag(s, '$');
+
+        if (k == 0) {
+            embed_fail(file, "a slot is {{$name}}, name 1-32 of a-z and _ "
+                       "(at byte %ld)", (long) (s - layout));
+        }
+
+        for (i = 0; i < n; i++) {
+            if (b[i].name_len == k && strncmp(b[i].name, s + 3, k) == 0) {
+                break;
+            }
+        }
+
+        if (i == n) {
+            embed_fail(path, "fills no slot {{$%.*s}} of its layout %s (an "
+                       "empty block is {{$%.*s}}{{/%.*s}})", (int) k, s + 3,
+                       file, (int) k, s + 3, (int) k, s + 3);
+        }
+
+        line = (s == layout || s[-1] == '\n') && s[k + 5] == '\n';
+
+        if (!line && memchr(b[i].text, '\n', b[i].len) != NULL) {
+            embed_fail(path, "the block {{$%.*s}} fills a slot within a "
+                       "line of %s: one line, on the line of its tags",
+                       (int) k, s + 3, file);
+        }
+
+        embed_append(path, out, len, b[i].text, b[i].len);
+
+        if (line && b[i].len && b[i].text[b[i].len - 1] != '\n') {
+            embed_append(path, out, len, "\n", 1);
+        }
+
+        b[i].used = 1;
+    }
+
+    embed_append(path, out, len, p, strlen(p));
+    out[*len] = '\0';
+
+    for (i = 0; i < n; i++) {
+        if (!b[i].used) {
+            embed_fail(path, "its layout %s has no slot {{$%.*s}}", file,
+                       (int) b[i].name_len, b[i].name);
+        }
+    }
+
+    free(layout);
+
+    return out;
+}
+
+
+/* a page as it is served: its file, or laid out (see embed_layout) */
+static char *
+embed_read_page(const char *path, const char *dir, size_t *len)
+{
+    char  *text, *page;
+
+    text = embed_read(path, len);
+
+    if (strncmp(text, "{{<", 3) != 0) {
+        return text;
+    }
+
+    page = embed_layout(path, dir, text, len);
+    free(text);
+
+    return page;
 }
 
 
@@ -693,14 +962,16 @@ embed_ui_list(const char *dir, const char *sub, char **names, size_t n)
         }
 
         if (S_ISDIR(st.st_mode) && *sub == '\0'
-            && strcmp(de->d_name, "static") == 0)
+            && (strcmp(de->d_name, "static") == 0
+                || strcmp(de->d_name, "layouts") == 0))
         {
             continue;
         }
 
         if (!S_ISREG(st.st_mode)) {
             embed_fail(path, "not a regular file (the dashboard's files are "
-                       "DIR/NAME and DIR/static/NAME)");
+                       "DIR/NAME and DIR/static/NAME, and the pages' "
+                       "layouts DIR/layouts/NAME.html)");
         }
 
         (void) embed_ui_type(path, de->d_name);
@@ -726,13 +997,37 @@ embed_ui_list(const char *dir, const char *sub, char **names, size_t n)
 }
 
 
+/* UI: a file's bytes as served: a page (DIR/NAME.html) laid out and
+ * checked, any other file as it is */
+static char *
+embed_ui_read(const char *dir, const char *name, size_t *len)
+{
+    char    path[4096], *text;
+    size_t  n;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    n = strlen(name);
+
+    if (strchr(name, '/') != NULL || n < 5
+        || strcmp(name + n - 5, ".html") != 0)
+    {
+        return embed_read_bytes(path, len, 0);
+    }
+
+    text = embed_read_page(path, dir, len);
+    embed_check_page(path, text, EMBED_UI);
+
+    return text;
+}
+
+
 /* UI: the table smcp_ui_files[] of every file, and SMCP_UI_NFILES */
 static void
 embed_ui(FILE *out, const char *dir)
 {
     char           *names[EMBED_MAX_FILES], *text, path[4096];
     size_t          i, n, k, len;
-    uint64_t        h;
+    uint64_t        h[EMBED_MAX_FILES];
     const char     *base;
 
     n = embed_ui_list(dir, "", names, 0);
@@ -752,8 +1047,13 @@ embed_ui(FILE *out, const char *dir)
           "} smcp_ui_file_t;\n\n", out);
 
     for (i = 0; i < n; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        text = embed_read_bytes(path, &len, 0);
+        text = embed_ui_read(dir, names[i], &len);
+
+        h[i] = 1469598103934665603ULL;
+
+        for (k = 0; k < len; k++) {
+            h[i] = (h[i] ^ (unsigned char) text[k]) * 1099511628211ULL;
+        }
 
         fprintf(out, "/* %s */\nstatic const char smcp_ui_data_%zu[] =\n",
                 names[i], i);
@@ -767,23 +1067,15 @@ embed_ui(FILE *out, const char *dir)
 
     for (i = 0; i < n; i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        text = embed_read_bytes(path, &len, 0);
-
-        h = 1469598103934665603ULL;
-
-        for (k = 0; k < len; k++) {
-            h = (h ^ (unsigned char) text[k]) * 1099511628211ULL;
-        }
 
         base = strrchr(names[i], '/');
         base = base ? base + 1 : names[i];
 
         fprintf(out, "    { \"%s\", \"%s\", \"\\\"%016llx\\\"\",\n"
                 "      smcp_ui_data_%zu, sizeof(smcp_ui_data_%zu) - 1 },\n",
-                names[i], embed_ui_type(path, base), (unsigned long long) h,
-                i, i);
+                names[i], embed_ui_type(path, base),
+                (unsigned long long) h[i], i, i);
 
-        free(text);
         free(names[i]);
     }
 
@@ -822,10 +1114,36 @@ embed_ui_main(const char *out_path, const char *dir)
 }
 
 
+/* page: DIR/NAME.html as it is served, to stdout */
+static int
+embed_page_main(const char *path)
+{
+    char        dir[4096], *text;
+    size_t      len;
+    const char  *slash;
+
+    slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int) (slash - path) : 1,
+             slash ? path : ".");
+
+    text = embed_read_page(path, dir, &len);
+    embed_check_page(path, text, EMBED_HTML);
+
+    if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
+        embed_fail("stdout", "%s", strerror(errno));
+    }
+
+    free(text);
+
+    return 0;
+}
+
+
 static void
 embed_usage(void)
 {
-    fprintf(stderr, "usage: smcp-embed lua|tools|html|css|ui OUT.h DIR\n");
+    fprintf(stderr, "usage: smcp-embed lua|tools|html|css|ui OUT.h DIR\n"
+                    "       smcp-embed page DIR/NAME.html\n");
     exit(2);
 }
 
@@ -838,6 +1156,10 @@ main(int argc, char **argv)
     size_t         i, n, len;
     const char    *dir, *prefix, *macro, *suffix;
     embed_kind_e   kind;
+
+    if (argc == 3 && strcmp(argv[1], "page") == 0) {
+        return embed_page_main(argv[2]);
+    }
 
     if (argc != 4) {
         embed_usage();
@@ -912,6 +1234,10 @@ main(int argc, char **argv)
         } else if (kind == EMBED_TOOLS) {
             text = embed_check_tool(path, dir, names[i]);
             len = strlen(text);
+
+        } else if (kind == EMBED_HTML) {
+            text = embed_read_page(path, dir, &len);
+            embed_check_page(path, text, kind);
 
         } else {
             text = embed_read(path, &len);

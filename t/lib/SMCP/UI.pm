@@ -1,12 +1,14 @@
 package SMCP::UI;
 
 # Helpers for the dashboard's tests (sandbox_mcp_ui), core Perl only:
-# the files of ngx_sandbox_mcp_module/ui/ as the server must serve them,
+# the files of ngx_sandbox_mcp_module/ui/ as the server must serve them
+# (pages laid out by build/smcp-embed, which `make` builds),
 # and an event-stream client on a raw socket (many at once, read without
 # blocking).
 #
 #   my $ui = SMCP::UI->new($t);
-#   $ui->file('run.html'); $ui->assets; $ui->type('static/app.css');
+#   $ui->file('run.html'); $ui->pages; $ui->assets;
+#   $ui->type('static/app.css');
 #   my $s = $ui->sse("/ui/runs/$id/events", cookie => $c, last_id => $x);
 #                                      # raw => 1: data not decoded (bench)
 #   $s->status; $s->headers;           # once the head came
@@ -43,12 +45,28 @@ sub new {
                  $class;
 }
 
-# the bytes of ui/NAME
+# the bytes of ui/NAME as served: a page laid out on its ui/layouts/ by the
+# build's smcp-embed (the generator that embeds it), any other file as it is
 sub file {
     my ($self, $name) = @_;
-    open my $fh, '<:raw', "$self->{dir}/$name" or return undef;
+    my $fh;
+    if ($name =~ /^[^\/]+\.html$/) {
+        my $embed = SMCP::Test::repo_root() . '/build/smcp-embed';
+        open $fh, '-|:raw', $embed, 'page', "$self->{dir}/$name" or return undef;
+    } else {
+        open $fh, '<:raw', "$self->{dir}/$name" or return undef;
+    }
     local $/;
-    return scalar <$fh>;
+    my $bytes = <$fh>;
+    close $fh or return undef;
+    return $bytes;
+}
+
+# NAME of every page (ui/NAME.html)
+sub pages {
+    my ($self) = @_;
+    opendir my $d, $self->{dir} or return ();
+    return sort grep { /^[a-z0-9][a-z0-9_.-]*\.html$/ && -f "$self->{dir}/$_" } readdir $d;
 }
 
 # static/NAME of every asset
