@@ -174,10 +174,32 @@ ngx_http_sandbox_mcp_oauth_subrequest_done(ngx_http_request_t *sr,
 {
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
 
-    ngx_buf_t  *b;
+    ngx_buf_t         *b;
+    ngx_connection_t  *c;
 
     ctx->sub_status = sr->headers_out.status;
     ngx_str_null(&ctx->sub_body);
+
+    c = sr->connection;
+
+    if (rc == NGX_ERROR || c->error) {
+        /*
+         * the subrequest failed: any filter's error marks the connection
+         * broken (ngx_http_output_filter()), and an answer that overflows
+         * subrequest_output_buffer_size is such an error, so nginx would
+         * end the client's request unanswered.  While the client's side
+         * is sound the parent answers instead; if it is not, writing the
+         * answer finds out.
+         */
+        ctx->sub_status = NGX_HTTP_BAD_GATEWAY;
+
+        if (c->read->eof || c->read->error || c->write->error) {
+            return NGX_ERROR;
+        }
+
+        c->error = 0;
+        return NGX_OK;
+    }
 
     if (sr->out && sr->out->buf) {
         b = sr->out->buf;

@@ -116,12 +116,12 @@ subtest 'refusals' => sub {
     doc('/secret.json', token_endpoint_auth_method => 'private_key_jwt');
     $refused->(page_for({ client_id => 'https://client.example/secret.json' }),
                'a confidential client', qr/public/);
-    # nginx ends a request whose in-memory subrequest overflows its buffer:
-    # no answer at all, nothing cached, the worker serves on
+    # a document that overflows the subrequest's buffer (8k): refused with
+    # a page like any document that cannot be fetched, nothing cached, the
+    # worker serves on
     doc('/big.json', client_name => 'x' x 100, padding => 'p' x 9000);
-    my $r = page_for({ client_id => 'https://client.example/big.json' });
-    ok($r->{status} != 200 && !$r->{headers}{location},
-       'a document over 8 KiB: no page, no redirect');
+    $refused->(page_for({ client_id => 'https://client.example/big.json' }),
+               'a document over 8 KiB', qr/could not be fetched/);
     is($o->get('/.well-known/oauth-protected-resource')->{status}, 200,
        '... and nginx serves on');
     my $c = doc('/mine.json');
