@@ -5,8 +5,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_run.h"
-
-#include "smcp_jwt.h"
+#include "ngx_http_sandbox_mcp_watch_token.h"
 
 
 ngx_str_t  ngx_http_sandbox_mcp_events_maxlen =
@@ -208,60 +207,21 @@ json_t *
 ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id)
 {
-    char                              *tok, jti[33];
-    u_char                            *p;
-    json_t                            *claims, *s;
-    ngx_str_t                          page;
-    ngx_http_request_t                *r;
-    ngx_http_sandbox_mcp_loc_conf_t   *lcf;
-    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+    u_char     *p;
+    ngx_str_t   page, token;
 
-    r = call->ctx->request;
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
-
-    /* a token id: `make revoke` can withdraw one link */
-    if (smcp_random_hex(jti, 16) != SMCP_OK) {
-        return NULL;
-    }
-
-    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I, s:s}",
-                       "sub", (char *) call->ctx->tenant.data,
-                       call->ctx->tenant.len,
-                       "scope", SMCP_SCOPE_UI,
-                       "run", (char *) run_id->data, run_id->len,
-                       "iat", (json_int_t) ngx_time(),
-                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl),
-                       "jti", jti);
-
-    if (claims == NULL) {
-        return NULL;
-    }
-
-    if (smcp_jwt_sign(mcf->secret, mcf->secret_len, claims, &tok) != SMCP_OK)
+    if (ngx_http_sandbox_mcp_watch_token(call, run_id, &token) != NGX_OK
+        || ngx_http_sandbox_mcp_run_page(call, run_id,
+                                         sizeof("?token=") - 1 + token.len,
+                                         &page)
+           != NGX_OK)
     {
-        json_decref(claims);
         return NULL;
     }
 
-    json_decref(claims);
+    p = ngx_sprintf(page.data + page.len, "?token=%V", &token);
 
-    if (ngx_http_sandbox_mcp_run_page(call, run_id,
-                                      sizeof("?token=") - 1 + ngx_strlen(tok),
-                                      &page)
-        != NGX_OK)
-    {
-        free(tok);
-        return NULL;
-    }
-
-    p = ngx_sprintf(page.data + page.len, "?token=%s", tok);
-
-    free(tok);
-
-    s = json_stringn((char *) page.data, p - page.data);
-
-    return s;
+    return json_stringn((char *) page.data, p - page.data);
 }
 
 

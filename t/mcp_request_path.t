@@ -20,6 +20,10 @@
 # - no Redis write on a read: a read-only load (ping, get_result) leaves
 #   the append-only file as it was and runs no PEXPIRE; the session's TTL
 #   is refreshed once less than half of it is left.
+# - the watchUrl kept by the worker: polls of a run get the same link
+#   while less than half of its lifetime (sandbox_mcp_ui_token_ttl, 4 s
+#   here) has passed, then a new one; a revoked link is replaced at once;
+#   another run gets its own.
 
 use strict;
 use warnings;
@@ -32,7 +36,8 @@ use Time::HiRes qw(time sleep);
 use SMCP::Test qw(json_encode json_decode now_ms wait_until tool_ok tool_err b64url);
 
 my $t = SMCP::Test->new(workers => 1, redis_appendonly => 1,
-                        location => 'sandbox_mcp_session_ttl 600s;');
+                        location => 'sandbox_mcp_session_ttl 600s; '
+                                    . 'sandbox_mcp_ui_token_ttl 4s;');
 $t->start;
 
 my $P = 'smcp:';
@@ -287,6 +292,49 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
     $t->redis('PEXPIRE', $key, 310_000);
     is(ping_status($tok, $sid), 200, 'a ping with 310 s of 600 left');
     ok($t->redis('PTTL', $key) <= 310_000, '... left the ttl alone');
+}
+
+###############################################################################
+# the watchUrl kept by the worker
+
+{
+    my $tok = $t->token(sub => 'watcher');
+    my $sid = session_for($tok);
+    my @runs = map { tool_ok(scalar $t->call_tool($sid, 'opencode_run_task',
+                                                  { task => "w$_" }, token => $tok),
+                             "run $_")->{runId} } 1 .. 2;
+    my $watch = sub {
+        my ($run) = @_;
+        my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                                              { runId => $run }, token => $tok),
+                         'get_result');
+        my $url = $sc->{watchUrl} // '';
+        my ($jwt) = $url =~ /\?token=(.+)\z/;
+        my (undef, $cl) = SMCP::Test::decode_jwt($jwt // '');
+        return ($url, $cl || {});
+    };
+    my ($u1, $c1) = $watch->($runs[0]);
+    is_deeply([ @$c1{qw(sub scope run)} ], [ 'watcher', 'ui', $runs[0] ],
+              'watchUrl: a ui token of the run and tenant');
+    is($c1->{exp} - $c1->{iat}, 4, '... living sandbox_mcp_ui_token_ttl');
+    if (time() - $c1->{iat} < 1.5) {
+        my ($u2) = $watch->($runs[0]);
+        is($u2, $u1, 'polled again while young: the same link');
+    }
+    my ($o1, $oc) = $watch->($runs[1]);
+    isnt($oc->{jti}, $c1->{jti}, 'another run: its own link');
+    is($oc->{run}, $runs[1], '... for that run');
+
+    $t->redis('HSET', "${P}revoked", $c1->{jti}, $c1->{exp});
+    $t->redis('PUBLISH', "${P}revoked", "$c1->{jti} $c1->{exp}");
+    ok(wait_until(3, sub { ($watch->($runs[0]))[1]{jti} ne $c1->{jti} }),
+       'its id revoked: a new link');
+
+    my (undef, $c3) = $watch->($runs[0]);
+    sleep(0.2) while time() < $c3->{iat} + 2;
+    my (undef, $c4) = $watch->($runs[0]);
+    isnt($c4->{jti}, $c3->{jti}, 'half of its lifetime gone: a new link');
+    ok($c4->{exp} - time() > 2, '... valid for more than half of the ttl');
 }
 
 $t->shutdown;
