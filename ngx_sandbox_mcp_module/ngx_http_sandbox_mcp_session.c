@@ -13,6 +13,7 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_stream.h"
+#include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 
@@ -192,13 +193,21 @@ ngx_http_sandbox_mcp_session_found(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_ctx_t *ctx = data;
 
     ngx_int_t            rc;
+    redisReply          *run;
     ngx_http_request_t  *r;
 
     r = ctx->request;
     ctx->cmd = NULL;
+    run = NULL;
 
     if (ngx_http_sandbox_mcp_reply_revoked(ctx, reply)) {
         return;
+    }
+
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
+        /* {version, the run the tool reads} */
+        run = reply->element[1];
+        reply = reply->element[0];
     }
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
@@ -252,7 +261,16 @@ ngx_http_sandbox_mcp_session_found(void *data, redisReply *reply)
         ctx->version = ctx->header_version;
     }
 
+    /*
+     * The run's hash lives as long as this reply: the tool takes it while
+     * the message is dispatched or never (a call still pending then keeps
+     * the request, and ctx, alive).
+     */
+    ctx->run_read = run;
+
     rc = ngx_http_sandbox_mcp_dispatch(ctx);
+
+    ctx->run_read = NULL;
 
     if (rc != NGX_DONE) {
         ngx_http_sandbox_mcp_finalize(ctx, rc);
@@ -299,10 +317,11 @@ ngx_http_sandbox_mcp_session_deleted(void *data, redisReply *reply)
 static ngx_int_t
 ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_http_sandbox_mcp_script_t *script,
-    ngx_http_sandbox_mcp_redis_handler_pt handler)
+    ngx_http_sandbox_mcp_redis_handler_pt handler, ngx_uint_t read)
 {
     u_char                           *p;
-    ngx_str_t                         argv[5];
+    ngx_uint_t                        nkeys;
+    ngx_str_t                         argv[6];
     ngx_http_request_t               *r;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
@@ -334,13 +353,28 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[2] = ctx->tenant;
-    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                        (int64_t) lcf->session_ttl * 1000);
-    argv[4] = ctx->jti;
+    nkeys = 2;
 
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, ctx, 2, 5,
-                                                 argv);
+    if (read) {
+        /* what the tool reads, in the same round trip */
+        switch (ngx_http_sandbox_mcp_get_result_key(ctx, &argv[2])) {
+        case NGX_OK:
+            nkeys = 3;
+            break;
+        case NGX_ERROR:
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        default: /* NGX_DECLINED */
+            break;
+        }
+    }
+
+    argv[nkeys] = ctx->tenant;
+    argv[nkeys + 1] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                        (int64_t) lcf->session_ttl * 1000);
+    argv[nkeys + 2] = ctx->jti;
+
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(script, handler, ctx, nkeys,
+                                                 nkeys + 3, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -366,7 +400,7 @@ ngx_http_sandbox_mcp_session_lookup(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
     return ngx_http_sandbox_mcp_session_command(ctx,
                                    &ngx_http_sandbox_mcp_script_session_touch,
-                                   ngx_http_sandbox_mcp_session_found);
+                                   ngx_http_sandbox_mcp_session_found, 1);
 }
 
 
@@ -375,5 +409,5 @@ ngx_http_sandbox_mcp_session_delete(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
     return ngx_http_sandbox_mcp_session_command(ctx,
                                   &ngx_http_sandbox_mcp_script_session_delete,
-                                  ngx_http_sandbox_mcp_session_deleted);
+                                  ngx_http_sandbox_mcp_session_deleted, 0);
 }

@@ -20,6 +20,10 @@
 # - no Redis write on a read: a read-only load (ping, get_result) leaves
 #   the append-only file as it was and runs no PEXPIRE; the session's TTL
 #   is refreshed once less than half of it is left.
+# - one Redis round trip for a get_result: the session script reads the run
+#   along (one EVALSHA, one HGETALL inside it); a waiting get_result, a
+#   wrong session, another tenant's run, an unknown or malformed runId
+#   answer as before.
 # - the watchUrl kept by the worker: polls of a run get the same link
 #   while less than half of its lifetime (sandbox_mcp_ui_token_ttl, 4 s
 #   here) has passed, then a new one; a revoked link is replaced at once;
@@ -292,6 +296,60 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
     $t->redis('PEXPIRE', $key, 310_000);
     is(ping_status($tok, $sid), 200, 'a ping with 310 s of 600 left');
     ok($t->redis('PTTL', $key) <= 310_000, '... left the ttl alone');
+}
+
+###############################################################################
+# one round trip for a get_result
+
+{
+    my $tok = $t->token(sub => 'trip');
+    my $sid = session_for($tok);
+    my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'rt' },
+                                           token => $tok), 'a run')->{runId};
+    my $mon = $t->redis_connect;
+    $mon->send_cmd('MONITOR');
+    is($mon->read_reply(5), 'OK', 'MONITOR');
+    for (1 .. 10) {
+        my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                              token => $tok), "get_result $_");
+        is($sc->{runId}, $run, '... of the run') if $_ == 1;
+    }
+    $t->redis('ECHO', 'trip-marker');
+    my %sent;
+    while (1) {
+        my $l = $mon->read_reply(5);
+        last if ref $l || index($l, '"ECHO" "trip-marker"') >= 0;
+        $sent{ uc $1 }++ if $l !~ /\[\d+ lua\]/ && $l =~ /^\S+ \[[^\]]*\] "([^"]+)"/;
+    }
+    is_deeply(\%sent, { EVALSHA => 10 },
+              '10 get_results sent Redis 10 commands: the session script, reading the run along');
+    my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                                          { runId => $run, waitSeconds => 0 }, token => $tok),
+                     'waitSeconds 0: read along too');
+    is($sc->{runId}, $run, '... the run');
+    $t->redis('HSET', "${P}run:$run", status => 'completed');
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                                       { runId => $run, waitSeconds => 2 }, token => $tok),
+                  'waitSeconds 2 on an ended run');
+    is($sc->{status}, 'completed', '... answers at once with it');
+
+    my $other = $t->token(sub => 'intruder');
+    my $osid = session_for($other);
+    my $res = $t->call_tool($osid, 'opencode_get_result', { runId => $run }, token => $other);
+    tool_err($res, qr/Run not found/, "another tenant's run");
+    unlike(json_encode($res), qr/"rt"|completed/, '... nothing of it shown');
+    tool_err(scalar $t->call_tool($sid, 'opencode_get_result',
+                                  { runId => 'run_' . ('0' x 24) }, token => $tok),
+             qr/Run not found/, 'an unknown run');
+    tool_err(scalar $t->call_tool($sid, 'opencode_get_result',
+                                  { runId => 'run_x:*' }, token => $tok),
+             qr/is not a runId/, 'a malformed runId');
+
+    my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                         arguments => { runId => $run } }),
+                         token => $other, session => $sid);
+    is($r->{status}, 404, "another tenant's session: 404");
+    unlike($r->{body}, qr/\Q$run\E|completed/, '... nothing of the run');
 }
 
 ###############################################################################
