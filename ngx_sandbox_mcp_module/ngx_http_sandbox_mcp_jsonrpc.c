@@ -361,6 +361,36 @@ ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+ngx_int_t
+ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *output)
+{
+    json_t                      *response;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = call->ctx;
+
+    if (ctx->batch || ctx->finish || call->filter || call->progress) {
+        return NGX_DECLINED;
+    }
+
+    response = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0",
+                         "id", call->id, "result");
+    if (response == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (call->response) {
+        json_decref(call->response);
+    }
+
+    call->response = response;
+    call->output = *output;
+
+    return NGX_OK;
+}
+
+
 /*
  * A single answer that is a tool's output, written from its text: the
  * envelope and the result as json_dumps() writes them (same keys, same

@@ -23,6 +23,15 @@ void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
  * whose text is output, the JSON text of structuredContent (in r->pool) */
 void ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
     json_t *result, ngx_str_t *output);
+/*
+ * The same when only its text is needed: a lone answer (no batch, no
+ * filter, no progress stream, no finish of its own) is written from the
+ * text, and call->response holds what the metrics read of it (the id, a
+ * result that is no error).  NGX_DECLINED: the result is needed as a value
+ * (call_output then); NGX_ERROR.
+ */
+ngx_int_t ngx_http_sandbox_mcp_call_output_text(
+    ngx_http_sandbox_mcp_call_t *call, ngx_str_t *output);
 /* an answer's text: fmt (nginx's formats: %V, %uz, %L, %*s ...) into buf,
  * cut to fit, NUL-terminated */
 void ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size,

@@ -9,6 +9,7 @@
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_run_json.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
@@ -91,6 +92,8 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
+    ngx_str_t  text;
+
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         ngx_http_sandbox_mcp_waiter_remove(call);
         (void) ngx_http_sandbox_mcp_reply_failed(call, reply);
@@ -123,8 +126,9 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
     }
 
     ngx_http_sandbox_mcp_waiter_remove(call);
-    ngx_http_sandbox_mcp_tool_output(call,
-                                  ngx_http_sandbox_mcp_run_object(call, reply));
+    ngx_http_sandbox_mcp_tool_output_text(call,
+        ngx_http_sandbox_mcp_run_json(call, reply, &text) == NGX_OK ? &text
+                                                                    : NULL);
 }
 
 

@@ -28,6 +28,9 @@
 #   while less than half of its lifetime (sandbox_mcp_ui_token_ttl, 4 s
 #   here) has passed, then a new one; a revoked link is replaced at once;
 #   another run gets its own.
+# - the run object written as text (no jansson values): byte for byte what
+#   json_dumps() wrote for it, for hostile and odd run hashes (the lines
+#   after __DATA__ were taken from the jansson build).
 
 use strict;
 use warnings;
@@ -395,7 +398,57 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
     ok($c4->{exp} - time() > 2, '... valid for more than half of the ttl');
 }
 
+###############################################################################
+# the run object written as text: byte for byte what jansson wrote
+
+{
+    my $tok = $t->token(sub => 'texter');
+    my $sid = session_for($tok);
+    my @hashes = (
+        { result => "r\"\\\n\x01\x1f\x7f </script> \xe2\x80\xa8 caf\xc3\xa9 \xf0\x9f\x98\x80 bad\xff\xfe\xc0\xaf end",
+          error => '', repository => 'https://github.com/o/r', branch => '', model => "m\t",
+          created_at => '1700000000123', started_at => '0', finished_at => 'x', exit_code => '-3',
+          files_changed => ' [ "a\\"b" , "c\\u0001", "\\u00e9\\ud83d\\ude00" ] ', diff_stat => "1 file",
+          pr_url => 'https://x/y', pr_status => 'open', tokens_input => '123', tokens_output => '-5',
+          tokens_reasoning => 'abc', tokens_cache_read => '99999999999', tokens_cache_write => '',
+          cost => '0.1', max_cost => '2.5e-5', timeout => '3600', cancel_requested => '1',
+          status => 'completed', title => '', task => "t\x00nul", session => 'sess_1' },
+        { cost => '1e15', max_cost => '0', exit_code => '0', files_changed => '{"a":1}',
+          cancel_requested => '0', created_at => '-5', tokens_input => '-0', cost_extra => '1' },
+        { cost => '123456789.5', max_cost => '-1', files_changed => '[1, 2.5, null, true, {"k":[]}]',
+          status => '' },
+        { cost => 'nan', max_cost => '1e-300', files_changed => 'not json' },
+        { cost => '3', max_cost => '0.30000000000000004', files_changed => '[]' },
+    );
+    my @expected = map { chomp; $_ } <DATA>;
+    for my $i (0 .. $#hashes) {
+        my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'cap ' . ($i + 1) },
+                                               token => $tok), "run $i")->{runId};
+        $t->redis('HSET', "${P}run:$run", %{ $hashes[$i] });
+        $t->redis('HDEL', "${P}run:$run", 'created_at') if $i == 4;
+        my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                             arguments => { runId => $run } }),
+                             token => $tok, session => $sid);
+        my ($sc) = $r->{body} =~ /"structuredContent":(.*)\}\}\n\z/s;
+        $sc //= '';
+        $sc =~ s/\Q$run\E/RUNID/g;
+        $sc =~ s/ses_[0-9a-f]{24}/SES/g;
+        $sc =~ s/"createdAt":"[^"]*"/"createdAt":"X"/ if $i != 0;
+        $sc =~ s{"watchUrl":"http://[^/]+/ui/runs/RUNID\?token=[A-Za-z0-9_.-]+"}
+                {"watchUrl":"http://HOST/ui/runs/RUNID?token=T"};
+        ok($sc eq ($expected[$i] // ''), "run hash $i: the run object as jansson wrote it")
+            or diag("got      $sc\nexpected $expected[$i]");
+    }
+}
+
 $t->shutdown;
 is_deeply([ $t->bad_log_lines ], [], 'no unexpected error.log lines');
 
 done_testing;
+
+__DATA__
+{"runId":"RUNID","sessionId":"sess_1","status":"completed","title":"","task":"t\u0000nul","repository":"https://github.com/o/r","branch":null,"model":"m\t","createdAt":"2023-11-14T22:13:20.123Z","startedAt":null,"finishedAt":null,"result":"r\"\\\n\u0001\u001F </script>   café 😀 bad???? end","error":null,"exitCode":-3,"filesChanged":["a\"b","c\u0001","é😀"],"diffStat":"1 file","pullRequestUrl":"https://x/y","pullRequestStatus":"open","tokens":{"input":123,"output":-5,"reasoning":0,"cacheRead":99999999999,"cacheWrite":0},"cost":0.10000000000000001,"maxCostUsd":2.5000000000000001e-5,"timeoutSeconds":3600,"cancelRequested":true,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 2","task":"cap 2","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":null,"startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":0,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":1000000000000000.0,"maxCostUsd":null,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"","title":"cap 3","task":"cap 3","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":"X","startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[1,2.5,null,true,{"k":[]}],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":123456789.5,"maxCostUsd":null,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 4","task":"cap 4","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":"X","startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":0.0,"maxCostUsd":1e-300,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 5","task":"cap 5","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":null,"startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":3.0,"maxCostUsd":0.30000000000000004,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
