@@ -20,10 +20,10 @@
 # - no Redis write on a read: a read-only load (ping, get_result) leaves
 #   the append-only file as it was and runs no PEXPIRE; the session's TTL
 #   is refreshed once less than half of it is left.
-# - one Redis round trip for a get_result: the session script reads the run
-#   along (one EVALSHA, one HGETALL inside it); a waiting get_result, a
-#   wrong session, another tenant's run, an unknown or malformed runId
-#   answer as before.
+# - one Redis round trip for a get_result: the run's HGETALL is sent with
+#   the session script (Redis reads both at once); a waiting get_result, a
+#   wrong session, another tenant's run, an unknown or malformed runId, a
+#   revoked token, Redis having lost its scripts answer as before.
 # - the watchUrl kept by the worker: polls of a run get the same link
 #   while less than half of its lifetime (sandbox_mcp_ui_token_ttl, 4 s
 #   here) has passed, then a new one; a revoked link is replaced at once;
@@ -309,23 +309,19 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
     my $sid = session_for($tok);
     my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'rt' },
                                            token => $tok), 'a run')->{runId};
-    my $mon = $t->redis_connect;
-    $mon->send_cmd('MONITOR');
-    is($mon->read_reply(5), 'OK', 'MONITOR');
-    for (1 .. 10) {
+    my $calls = sub { info_field('commandstats', qr/^cmdstat_\Q$_[0]\E:calls=(\d+)/m) };
+    my $reads = sub { info_field('stats', qr/^total_reads_processed:(\d+)/m) };
+    my ($ev0, $hg0) = ($calls->('evalsha'), $calls->('hgetall'));
+    my $rd0 = $reads->();
+    for (1 .. 20) {
         my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
                                               token => $tok), "get_result $_");
         is($sc->{runId}, $run, '... of the run') if $_ == 1;
     }
-    $t->redis('ECHO', 'trip-marker');
-    my %sent;
-    while (1) {
-        my $l = $mon->read_reply(5);
-        last if ref $l || index($l, '"ECHO" "trip-marker"') >= 0;
-        $sent{ uc $1 }++ if $l !~ /\[\d+ lua\]/ && $l =~ /^\S+ \[[^\]]*\] "([^"]+)"/;
-    }
-    is_deeply(\%sent, { EVALSHA => 10 },
-              '10 get_results sent Redis 10 commands: the session script, reading the run along');
+    my $rd = $reads->() - $rd0;
+    is($calls->('evalsha') - $ev0, 20, '20 get_results: 20 session lookups (EVALSHA)');
+    is($calls->('hgetall') - $hg0, 20, '... and 20 HGETALLs of the run');
+    ok($rd < 30, "... sent together: Redis read $rd times (two round trips: 40 and more)");
     my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
                                           { runId => $run, waitSeconds => 0 }, token => $tok),
                      'waitSeconds 0: read along too');
@@ -353,6 +349,14 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
                          token => $other, session => $sid);
     is($r->{status}, 404, "another tenant's session: 404");
     unlike($r->{body}, qr/\Q$run\E|completed/, '... nothing of the run');
+
+    $t->redis('SCRIPT', 'FLUSH');
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                       token => $tok), 'Redis lost its scripts (SCRIPT FLUSH)');
+    is($sc->{status}, 'completed', '... the run read all the same');
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                       token => $tok), '... and again');
+    is($sc->{runId}, $run, '... the run');
 }
 
 ###############################################################################
@@ -439,6 +443,25 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
         ok($sc eq ($expected[$i] // ''), "run hash $i: the run object as jansson wrote it")
             or diag("got      $sc\nexpected $expected[$i]");
     }
+}
+
+###############################################################################
+# get_result with a token revoked behind the worker's back (last: the
+# worker's revoked set is untrusted a while after)
+
+{
+    my $rtok = cli_token();
+    my (undef, $rc) = SMCP::Test::decode_jwt($rtok);
+    my $rsid = session_for($rtok);
+    my $rrun = tool_ok(scalar $t->call_tool($rsid, 'opencode_run_task', { task => 'rv' },
+                                            token => $rtok), 'a run of a token to revoke')->{runId};
+    $t->redis('HSET', "${P}revoked", $rc->{jti}, $rc->{exp});
+    $t->redis('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                         arguments => { runId => $rrun } }),
+                         token => $rtok, session => $rsid);
+    is($r->{status}, 401, 'a token revoked behind the worker\'s back: 401 from the session script');
+    unlike($r->{body}, qr/\Q$rrun\E|"rv"/, '... nothing of the run');
 }
 
 $t->shutdown;

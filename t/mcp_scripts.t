@@ -220,40 +220,6 @@ subtest 'session_touch' => sub {
     $t->redis('HDEL', $S, 'protocol');
     ($r) = script('session_touch', [ $S, $REV ], [ 'alice', 90000, '' ]);
     is($r, '', "no protocol stored: ''");
-    $t->redis('HSET', $S, 'protocol', '2025-11-25');
-
-    # with the run the tool reads: the version and the run's hash at once
-    my $RUN = "${P}run:run_" . ('1' x 24);
-    $t->redis('HSET', $RUN, tenant => 'bob', status => 'started', task => "t\n\"x");
-    $t->redis('PEXPIRE', $S, 60000);
-    ($r, $b, $a) = script('session_touch', [ $S, $REV, $RUN ], [ 'alice', 90000, '' ]);
-    is(ref $r, 'ARRAY', 'with a run key: a pair');
-    is($r->[0], '2025-11-25', '... the version first');
-    is_deeply({ @{ $r->[1] || [] } }, { tenant => 'bob', status => 'started', task => "t\n\"x" },
-              "... then the run's hash, whoever's it is (the caller checks)");
-    unchanged($b, $a, 'with a run key, more than half the ttl left');
-    @w = grep { $_->[0] !~ /^(?:HMGET|PTTL|HEXISTS|HGETALL)$/i } @LAST_CMDS;
-    ok(!@w, '... only reads') or diag(join(' | ', map { "@$_" } @w));
-
-    my $NONE = "${P}run:run_" . ('2' x 24);
-    ($r) = script('session_touch', [ $S, $REV, $NONE ], [ 'alice', 90000, '' ]);
-    is_deeply($r, [ '2025-11-25', [] ], 'an unknown run: the version and an empty hash');
-
-    $t->redis('PEXPIRE', $S, 44000);
-    ($r) = script('session_touch', [ $S, $REV, $RUN ], [ 'alice', 90000, '' ]);
-    is($r->[0], '2025-11-25', 'less than half left, with a run key: the version');
-    ok($t->redis('PTTL', $S) > 89000, '... and the ttl refreshed');
-
-    for my $c ([ 'bob', '', "another tenant's session" ],
-               [ 'alice', 'jti-1', 'a revoked token' ]) {
-        lua_commands();
-        ($r, $b, $a) = script('session_touch', [ $S, $REV, $RUN ], [ $c->[0], 90000, $c->[1] ]);
-        ok(!ref $r, "$c->[2], with a run key: no pair") or diag(explain $r);
-        ok(!(grep { uc $_->[0] eq 'HGETALL' } @LAST_CMDS), '... the run not read');
-        unchanged($b, $a, "$c->[2], with a run key");
-    }
-    is($r, 'REVOKED', '... REVOKED for the revoked token');
-    $t->redis('DEL', $RUN);
 };
 
 subtest 'session_delete' => sub {
