@@ -180,20 +180,6 @@ ngx_http_sandbox_mcp_watch_url_text(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
-json_t *
-ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
-    ngx_str_t *run_id)
-{
-    ngx_str_t  url;
-
-    if (ngx_http_sandbox_mcp_watch_url_text(call, run_id, &url) != NGX_OK) {
-        return NULL;
-    }
-
-    return json_stringn((char *) url.data, url.len);
-}
-
-
 /* the HGETALL reply is this tenant's run */
 ngx_uint_t
 ngx_http_sandbox_mcp_run_visible(ngx_http_sandbox_mcp_call_t *call,

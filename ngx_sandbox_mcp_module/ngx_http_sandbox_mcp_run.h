@@ -34,12 +34,10 @@ json_t *ngx_http_sandbox_mcp_json_time(redisReply *v);
 ngx_int_t ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id, size_t reserve, ngx_str_t *page);
 
-/* the dashboard link for the run, signed for the call's tenant: as text
- * in the pool (NGX_OK, NGX_ERROR), or as JSON (NULL on error) */
+/* the dashboard link for the run, signed for the call's tenant, in the
+ * pool: NGX_OK or NGX_ERROR */
 ngx_int_t ngx_http_sandbox_mcp_watch_url_text(
     ngx_http_sandbox_mcp_call_t *call, ngx_str_t *run_id, ngx_str_t *url);
-json_t *ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
-    ngx_str_t *run_id);
 
 /* h is a run of the call's tenant */
 ngx_uint_t ngx_http_sandbox_mcp_run_visible(ngx_http_sandbox_mcp_call_t *call,

@@ -30,7 +30,8 @@
 #   another run gets its own.
 # - the run object written as text (no jansson values): byte for byte what
 #   json_dumps() wrote for it, for hostile and odd run hashes (the lines
-#   after __DATA__ were taken from the jansson build).
+#   after __DATA__ were taken from the jansson build); run_task's answer
+#   too.
 
 use strict;
 use warnings;
@@ -424,6 +425,11 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
         { cost => 'nan', max_cost => '1e-300', files_changed => 'not json' },
         { cost => '3', max_cost => '0.30000000000000004', files_changed => '[]' },
     );
+    my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_run_task',
+                                                         arguments => { task => 'text' } }),
+                         token => $tok, session => $sid);
+    like($r->{body}, qr{"structuredContent":\{"runId":"run_[0-9a-f]{24}","sessionId":"ses_[0-9a-f]{24}","status":"started","watchUrl":"http://[^"/]+/ui/runs/run_[0-9a-f]{24}\?token=[A-Za-z0-9_.-]+"\}\}\}\n\z},
+         'run_task: its answer as jansson wrote it');
     my @expected = map { chomp; $_ } <DATA>;
     for my $i (0 .. $#hashes) {
         my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'cap ' . ($i + 1) },
