@@ -234,9 +234,9 @@ static u_char *
 ngx_http_sandbox_mcp_run_value(u_char *p, ngx_uint_t type, redisReply *v,
     char *files)
 {
+    char     buf[NGX_HTTP_SANDBOX_MCP_RUN_SCALAR_MAX];
     double   d;
     int64_t  ms;
-    char     buf[NGX_HTTP_SANDBOX_MCP_RUN_SCALAR_MAX];
 
     switch (type) {
 
@@ -348,8 +348,8 @@ ngx_http_sandbox_mcp_run_json(ngx_http_sandbox_mcp_call_t *call,
     char                              *files;
     u_char                            *p;
     size_t                             len;
-    ngx_uint_t                         k;
     ngx_str_t                          url;
+    ngx_uint_t                         k;
     redisReply                        *values[NGX_HTTP_SANDBOX_MCP_RUN_NFIELDS];
     ngx_http_sandbox_mcp_run_field_t  *f;
 

@@ -1,7 +1,8 @@
 /*
  * MCP sessions, kept in Redis (mcp:{id}, with a TTL) so that any worker of
  * any nginx instance serves them: initialize creates one, every later
- * request looks it up (refreshing it), DELETE ends it.  The protocol
+ * request looks it up (refreshing it; for a lone opencode_get_result the
+ * run's HGETALL goes along, one round trip), DELETE ends it.  The protocol
  * versions spoken.
  */
 
@@ -499,10 +500,9 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
 ngx_int_t
 ngx_http_sandbox_mcp_session_lookup(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    ngx_int_t    rc;
-    ngx_str_t    argv[10];
-    ngx_uint_t   argc[2] = { 8, 2 };
-
+    ngx_int_t                       rc;
+    ngx_str_t                       argv[10];
+    ngx_uint_t                      argc[2];
     ngx_http_sandbox_mcp_script_t  *script;
 
     script = &ngx_http_sandbox_mcp_script_session_touch;
@@ -527,6 +527,9 @@ ngx_http_sandbox_mcp_session_lookup(ngx_http_sandbox_mcp_ctx_t *ctx)
     if (rc != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    argc[0] = 8;
+    argc[1] = 2;
 
     ngx_str_set(&argv[0], "EVALSHA");
     argv[1].data = (u_char *) script->sha1;
