@@ -10,6 +10,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_run_json.h"
+#include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_run.h"
 
 
@@ -219,7 +220,9 @@ ngx_http_sandbox_mcp_run_value_len(ngx_uint_t type, redisReply *v,
         /* not UTF-8: the bytes are replaced in place, the reply is ours */
         smcp_utf8_sanitize(v->str, v->len);
 
-        return 2 + v->len + ngx_escape_json(NULL, (u_char *) v->str, v->len);
+        return 2 + v->len
+               + ngx_http_sandbox_mcp_escape_json(NULL, (u_char *) v->str,
+                                                  v->len);
 
     case NGX_HTTP_SANDBOX_MCP_RUN_FILES:
         return files ? ngx_strlen(files) : sizeof("[]") - 1;
@@ -251,7 +254,8 @@ ngx_http_sandbox_mcp_run_value(u_char *p, ngx_uint_t type, redisReply *v,
         }
 
         *p++ = '"';
-        p = (u_char *) ngx_escape_json(p, (u_char *) v->str, v->len);
+        p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, (u_char *) v->str,
+                                                        v->len);
         *p++ = '"';
 
         return p;
@@ -368,9 +372,11 @@ ngx_http_sandbox_mcp_run_json(ngx_http_sandbox_mcp_call_t *call,
     }
 
     len = sizeof(head) - 1 + 2 + call->run_id.len
-          + ngx_escape_json(NULL, call->run_id.data, call->run_id.len)
+          + ngx_http_sandbox_mcp_escape_json(NULL, call->run_id.data,
+                                             call->run_id.len)
           + sizeof(watch) - 1 + 2 + url.len
-          + ngx_escape_json(NULL, url.data, url.len) + sizeof("}") - 1;
+          + ngx_http_sandbox_mcp_escape_json(NULL, url.data, url.len)
+          + sizeof("}") - 1;
 
     for (k = 0; k < NGX_HTTP_SANDBOX_MCP_RUN_NFIELDS; k++) {
         f = &ngx_http_sandbox_mcp_run_fields[k];
@@ -391,7 +397,8 @@ ngx_http_sandbox_mcp_run_json(ngx_http_sandbox_mcp_call_t *call,
 
     p = ngx_cpymem(text->data, head, sizeof(head) - 1);
     *p++ = '"';
-    p = (u_char *) ngx_escape_json(p, call->run_id.data, call->run_id.len);
+    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, call->run_id.data,
+                                                    call->run_id.len);
     *p++ = '"';
 
     for (k = 0; k < NGX_HTTP_SANDBOX_MCP_RUN_NFIELDS; k++) {
@@ -403,7 +410,7 @@ ngx_http_sandbox_mcp_run_json(ngx_http_sandbox_mcp_call_t *call,
     if (url.len) {
         p = ngx_cpymem(p, watch, sizeof(watch) - 1);
         *p++ = '"';
-        p = (u_char *) ngx_escape_json(p, url.data, url.len);
+        p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, url.data, url.len);
         *p++ = '"';
     }
 

@@ -6,6 +6,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -66,10 +67,12 @@ ngx_http_sandbox_mcp_run_started(ngx_http_sandbox_mcp_call_t *call,
     len = sizeof("{\"runId\":\"\",\"sessionId\":\"\",\"status\":\""
                  SMCP_STATUS_STARTED "\",\"watchUrl\":\"\"}") - 1
           + call->run_id.len
-          + ngx_escape_json(NULL, call->run_id.data, call->run_id.len)
+          + ngx_http_sandbox_mcp_escape_json(NULL, call->run_id.data,
+                                             call->run_id.len)
           + call->path.len
-          + ngx_escape_json(NULL, call->path.data, call->path.len)
-          + url.len + ngx_escape_json(NULL, url.data, url.len);
+          + ngx_http_sandbox_mcp_escape_json(NULL, call->path.data,
+                                             call->path.len)
+          + url.len + ngx_http_sandbox_mcp_escape_json(NULL, url.data, url.len);
 
     text->data = ngx_pnalloc(call->ctx->request->pool, len);
     if (text->data == NULL) {
@@ -77,16 +80,18 @@ ngx_http_sandbox_mcp_run_started(ngx_http_sandbox_mcp_call_t *call,
     }
 
     p = ngx_cpymem(text->data, "{\"runId\":\"", sizeof("{\"runId\":\"") - 1);
-    p = (u_char *) ngx_escape_json(p, call->run_id.data, call->run_id.len);
+    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, call->run_id.data,
+                                                    call->run_id.len);
     p = ngx_cpymem(p, "\",\"sessionId\":\"",
                    sizeof("\",\"sessionId\":\"") - 1);
-    p = (u_char *) ngx_escape_json(p, call->path.data, call->path.len);
+    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, call->path.data,
+                                                    call->path.len);
     p = ngx_cpymem(p, "\",\"status\":\"" SMCP_STATUS_STARTED "\"",
                    sizeof("\",\"status\":\"" SMCP_STATUS_STARTED "\"") - 1);
 
     if (url.len) {
         p = ngx_cpymem(p, ",\"watchUrl\":\"", sizeof(",\"watchUrl\":\"") - 1);
-        p = (u_char *) ngx_escape_json(p, url.data, url.len);
+        p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, url.data, url.len);
         *p++ = '"';
     }
 
