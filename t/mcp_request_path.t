@@ -252,6 +252,33 @@ sub cli_token {
                                        arguments => { runId => 'run_nope' } } },
                          token => $tok, session => $sid);
     ok($r->{json}{result}{isError}, 'an unknown run: isError, as before');
+
+    # a batch takes the general way: the run object's text parsed into a
+    # value, the same document as a lone answer
+    my $lone = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                            arguments => { runId => $run } }),
+                            token => $tok, session => $sid)->{json}{result};
+    my ($bsid) = $t->initialize(token => $tok, version => '2025-03-26');
+    my @batch = map { { jsonrpc => '2.0', id => $_, method => 'tools/call',
+                        params => { name => 'opencode_get_result',
+                                    arguments => { runId => $run } } } } 1 .. 2;
+    $r = $t->mcp_post(\@batch, token => $tok, session => $bsid, version => '2025-03-26');
+    is(ref $r->{json}, 'ARRAY', 'a batch of two get_results: an array') or diag($r->{body});
+    # (the links may differ: the worker's revoked set is not trusted yet
+    # after the pub/sub connection was killed above, so each is new)
+    my $no_link = sub {
+        my ($res) = @_;
+        my $sc = { %{ $res->{structuredContent} || {} } };
+        like(delete $sc->{watchUrl} // '', qr{/ui/runs/\Q$run\E\?token=}, '... a watchUrl');
+        return $sc;
+    };
+    my $lone_sc = $no_link->($lone);
+    for my $a (@{ ref $r->{json} eq 'ARRAY' ? $r->{json} : [] }) {
+        is_deeply($no_link->($a->{result}), $lone_sc,
+                  "batch answer $a->{id}: the lone answer's run object");
+        is_deeply(SMCP::Test::json_decode_text($a->{result}{content}[0]{text}),
+                  $a->{result}{structuredContent}, '... its text is structuredContent\'s JSON');
+    }
 }
 
 ###############################################################################
