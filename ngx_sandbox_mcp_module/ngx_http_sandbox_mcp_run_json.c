@@ -13,6 +13,8 @@
 #include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_run.h"
 
+#include <math.h>
+
 
 typedef enum {
     NGX_HTTP_SANDBOX_MCP_RUN_TEXT = 0,   /* a string, "" when absent */
@@ -94,6 +96,13 @@ ngx_http_sandbox_mcp_run_real(u_char *p, double d)
     int    n;
     char  *e, *start, *end;
     char   buf[NGX_HTTP_SANDBOX_MCP_RUN_SCALAR_MAX];
+
+    if (d > -1e15 && d < 1e15 && d == (double) (int64_t) d
+        && !(d == 0 && signbit(d)))
+    {
+        /* a whole number (most costs and caps): "%.17g" and ".0" */
+        return ngx_sprintf(p, "%L.0", (int64_t) d);
+    }
 
     n = snprintf(buf, sizeof(buf), "%.17g", d);
 
