@@ -68,6 +68,12 @@
                                                            worker keeps */
 #define NGX_HTTP_SANDBOX_MCP_TOKEN_CACHE_TOKEN_MAX  4096  /* longer: never
                                                            cached */
+#define NGX_HTTP_SANDBOX_MCP_WATCH_CACHE_SIZE   256     /* watchUrl tokens
+                                                           a worker keeps */
+#define NGX_HTTP_SANDBOX_MCP_WATCH_TOKEN_MAX    640     /* longer: not
+                                                           kept */
+#define NGX_HTTP_SANDBOX_MCP_WATCH_RUN_MAX      64
+#define NGX_HTTP_SANDBOX_MCP_WATCH_TENANT_MAX   128
 #define NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX        512     /* an error text
                                                            for a client */
 #define NGX_HTTP_SANDBOX_MCP_ERR_MAX            256     /* a library's

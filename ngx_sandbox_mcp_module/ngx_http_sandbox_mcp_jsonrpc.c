@@ -361,6 +361,86 @@ ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+ngx_int_t
+ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *output)
+{
+    json_t                      *response;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = call->ctx;
+
+    if (ctx->batch || ctx->finish || call->filter || call->progress) {
+        return NGX_DECLINED;
+    }
+
+    response = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0",
+                         "id", call->id, "result");
+    if (response == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (call->response) {
+        json_decref(call->response);
+    }
+
+    call->response = response;
+    call->output = *output;
+
+    return NGX_OK;
+}
+
+
+/* what escaping adds to each byte */
+static u_char  ngx_http_sandbox_mcp_json_extra[256] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5,     /* \b \t \n \f \r */
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,     /* " */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0      /* \ */
+    /* the rest 0 */
+};
+
+
+uintptr_t
+ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
+{
+    u_char  *last, *run;
+    size_t   len;
+
+    last = src + size;
+
+    if (dst == NULL) {
+        len = 0;
+
+        while (src < last) {
+            len += ngx_http_sandbox_mcp_json_extra[*src++];
+        }
+
+        return (uintptr_t) len;
+    }
+
+    while (src < last) {
+        run = src;
+
+        while (src < last && ngx_http_sandbox_mcp_json_extra[*src] == 0) {
+            src++;
+        }
+
+        dst = ngx_cpymem(dst, run, src - run);
+
+        if (src == last) {
+            break;
+        }
+
+        dst = (u_char *) ngx_escape_json(dst, src++, 1);
+    }
+
+    return (uintptr_t) dst;
+}
+
+
 /*
  * A single answer that is a tool's output, written from its text: the
  * envelope and the result as json_dumps() writes them (same keys, same
@@ -392,7 +472,8 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     idlen = ngx_strlen(id);
 
     len = sizeof(head) - 1 + idlen + sizeof(text) - 1
-          + out->len + ngx_escape_json(NULL, out->data, out->len)
+          + out->len + ngx_http_sandbox_mcp_escape_json(NULL, out->data,
+                                                        out->len)
           + sizeof(sc) - 1 + out->len + sizeof(tail) - 1;
 
     b = ngx_pnalloc(r->pool, len);
@@ -404,7 +485,7 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     p = ngx_cpymem(b, head, sizeof(head) - 1);
     p = ngx_cpymem(p, id, idlen);
     p = ngx_cpymem(p, text, sizeof(text) - 1);
-    p = (u_char *) ngx_escape_json(p, out->data, out->len);
+    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, out->data, out->len);
     p = ngx_cpymem(p, sc, sizeof(sc) - 1);
     p = ngx_cpymem(p, out->data, out->len);
     p = ngx_cpymem(p, tail, sizeof(tail) - 1);

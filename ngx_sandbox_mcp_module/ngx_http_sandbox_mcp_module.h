@@ -189,6 +189,9 @@ struct ngx_http_sandbox_mcp_ctx_s {
     ngx_uint_t                          pending;
 
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;        /* session lookup etc. */
+    redisReply                         *run_read;   /* the run the session
+                                                       lookup read with it,
+                                                       while it dispatches */
 
     ngx_uint_t                          status;     /* 503 on Redis loss */
 

@@ -1,12 +1,12 @@
 /*
- * A run as the tools show it: the run hash (an HGETALL reply) as the run
- * object of opencode_get_result and opencode_cancel_run, the Redis values
- * as JSON, and the run's signed watchUrl.
+ * A run as the tools show it: fields of the run hash (an HGETALL reply),
+ * Redis values as JSON, and the run's signed watchUrl.  The run object of
+ * opencode_get_result and opencode_cancel_run is written as text by
+ * ngx_http_sandbox_mcp_run_json.c.
  */
 
 #include "ngx_http_sandbox_mcp_run.h"
-
-#include "smcp_jwt.h"
+#include "ngx_http_sandbox_mcp_watch_token.h"
 
 
 ngx_str_t  ngx_http_sandbox_mcp_events_maxlen =
@@ -83,33 +83,6 @@ ngx_http_sandbox_mcp_json_text(redisReply *v, ngx_uint_t nullable)
 }
 
 
-/* a decimal from Redis as a JSON real; NULL when absent or not a number */
-static json_t *
-ngx_http_sandbox_mcp_json_number(redisReply *v)
-{
-    char    *end;
-    double   d;
-    char     buf[64];
-
-    if (v == NULL || v->type != REDIS_REPLY_STRING || v->len == 0
-        || v->len >= sizeof(buf))
-    {
-        return NULL;
-    }
-
-    ngx_memcpy(buf, v->str, v->len);
-    buf[v->len] = '\0';
-
-    d = strtod(buf, &end);
-
-    if (*end != '\0' || d != d || d > 1e15 || d < -1e15) {
-        return NULL;
-    }
-
-    return json_real(d);
-}
-
-
 json_t *
 ngx_http_sandbox_mcp_json_time(redisReply *v)
 {
@@ -128,26 +101,6 @@ ngx_http_sandbox_mcp_json_time(redisReply *v)
     smcp_iso8601_ms(buf, sizeof(buf), ms);
 
     return json_string(buf);
-}
-
-
-static json_int_t
-ngx_http_sandbox_mcp_int(redisReply *v)
-{
-    off_t  n;
-
-    if (v == NULL || v->type != REDIS_REPLY_STRING || v->len == 0) {
-        return 0;
-    }
-
-    if (v->str[0] == '-') {
-        n = ngx_atoof((u_char *) v->str + 1, v->len - 1);
-        return n == NGX_ERROR ? 0 : -(json_int_t) n;
-    }
-
-    n = ngx_atoof((u_char *) v->str, v->len);
-
-    return n == NGX_ERROR ? 0 : (json_int_t) n;
 }
 
 
@@ -204,143 +157,26 @@ ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
-json_t *
-ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
-    ngx_str_t *run_id)
+ngx_int_t
+ngx_http_sandbox_mcp_watch_url_text(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *run_id, ngx_str_t *url)
 {
-    char                              *tok, jti[33];
-    u_char                            *p;
-    json_t                            *claims, *s;
-    ngx_str_t                          page;
-    ngx_http_request_t                *r;
-    ngx_http_sandbox_mcp_loc_conf_t   *lcf;
-    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+    u_char     *p;
+    ngx_str_t   token;
 
-    r = call->ctx->request;
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
-
-    /* a token id: `make revoke` can withdraw one link */
-    if (smcp_random_hex(jti, 16) != SMCP_OK) {
-        return NULL;
-    }
-
-    claims = json_pack("{s:s%, s:s, s:s%, s:I, s:I, s:s}",
-                       "sub", (char *) call->ctx->tenant.data,
-                       call->ctx->tenant.len,
-                       "scope", SMCP_SCOPE_UI,
-                       "run", (char *) run_id->data, run_id->len,
-                       "iat", (json_int_t) ngx_time(),
-                       "exp", (json_int_t) (ngx_time() + lcf->ui_token_ttl),
-                       "jti", jti);
-
-    if (claims == NULL) {
-        return NULL;
-    }
-
-    if (smcp_jwt_sign(mcf->secret, mcf->secret_len, claims, &tok) != SMCP_OK)
+    if (ngx_http_sandbox_mcp_watch_token(call, run_id, &token) != NGX_OK
+        || ngx_http_sandbox_mcp_run_page(call, run_id,
+                                         sizeof("?token=") - 1 + token.len,
+                                         url)
+           != NGX_OK)
     {
-        json_decref(claims);
-        return NULL;
+        return NGX_ERROR;
     }
 
-    json_decref(claims);
+    p = ngx_sprintf(url->data + url->len, "?token=%V", &token);
+    url->len = p - url->data;
 
-    if (ngx_http_sandbox_mcp_run_page(call, run_id,
-                                      sizeof("?token=") - 1 + ngx_strlen(tok),
-                                      &page)
-        != NGX_OK)
-    {
-        free(tok);
-        return NULL;
-    }
-
-    p = ngx_sprintf(page.data + page.len, "?token=%s", tok);
-
-    free(tok);
-
-    s = json_stringn((char *) page.data, p - page.data);
-
-    return s;
-}
-
-
-json_t *
-ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
-    redisReply *h)
-{
-    json_t      *files, *exit_code, *cost, *max_cost;
-    redisReply  *v;
-
-#define F(name)  ngx_http_sandbox_mcp_field(h, name)
-
-    files = NULL;
-    v = F("files_changed");
-
-    if (v && v->type == REDIS_REPLY_STRING && v->len) {
-        files = json_loadb(v->str, v->len, 0, NULL);
-        if (!json_is_array(files)) {
-            json_decref(files);
-            files = NULL;
-        }
-    }
-
-    if (files == NULL) {
-        files = json_array();
-    }
-
-    v = F("exit_code");
-    exit_code = (v && v->type == REDIS_REPLY_STRING && v->len)
-                ? json_integer(ngx_http_sandbox_mcp_int(v)) : json_null();
-
-    cost = ngx_http_sandbox_mcp_json_number(F("cost"));
-    max_cost = ngx_http_sandbox_mcp_json_number(F("max_cost"));
-
-    if (max_cost && json_real_value(max_cost) <= 0) {
-        /* "0" or nothing: no cap */
-        json_decref(max_cost);
-        max_cost = NULL;
-    }
-
-    v = F("status");
-
-    return json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
-                     " s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
-                     " s:{s:I, s:I, s:I, s:I, s:I}, s:o, s:o, s:I, s:b,"
-                     " s:o*}",
-        "runId", (char *) call->run_id.data, call->run_id.len,
-        "sessionId", ngx_http_sandbox_mcp_json_text(F("session"), 0),
-        "status", ngx_http_sandbox_mcp_json_text(v, 0),
-        "title", ngx_http_sandbox_mcp_json_text(F("title"), 0),
-        "task", ngx_http_sandbox_mcp_json_text(F("task"), 0),
-        "repository", ngx_http_sandbox_mcp_json_text(F("repository"), 1),
-        "branch", ngx_http_sandbox_mcp_json_text(F("branch"), 1),
-        "model", ngx_http_sandbox_mcp_json_text(F("model"), 0),
-        "createdAt", ngx_http_sandbox_mcp_json_time(F("created_at")),
-        "startedAt", ngx_http_sandbox_mcp_json_time(F("started_at")),
-        "finishedAt", ngx_http_sandbox_mcp_json_time(F("finished_at")),
-        "result", ngx_http_sandbox_mcp_json_text(F("result"), 1),
-        "error", ngx_http_sandbox_mcp_json_text(F("error"), 1),
-        "exitCode", exit_code,
-        "filesChanged", files,
-        "diffStat", ngx_http_sandbox_mcp_json_text(F("diff_stat"), 1),
-        "pullRequestUrl", ngx_http_sandbox_mcp_json_text(F("pr_url"), 1),
-        "pullRequestStatus",
-            ngx_http_sandbox_mcp_json_text(F("pr_status"), 1),
-        "tokens",
-            "input", ngx_http_sandbox_mcp_int(F("tokens_input")),
-            "output", ngx_http_sandbox_mcp_int(F("tokens_output")),
-            "reasoning", ngx_http_sandbox_mcp_int(F("tokens_reasoning")),
-            "cacheRead", ngx_http_sandbox_mcp_int(F("tokens_cache_read")),
-            "cacheWrite", ngx_http_sandbox_mcp_int(F("tokens_cache_write")),
-        "cost", cost ? cost : json_real(0),
-        "maxCostUsd", max_cost ? max_cost : json_null(),
-        "timeoutSeconds", ngx_http_sandbox_mcp_int(F("timeout")),
-        "cancelRequested", ngx_http_sandbox_mcp_int(F("cancel_requested"))
-                           != 0,
-        "watchUrl", ngx_http_sandbox_mcp_watch_url(call, &call->run_id));
-
-#undef F
+    return NGX_OK;
 }
 
 

@@ -1,6 +1,6 @@
 /*
- * A run as the tools show it: the run object, Redis values as JSON, the
- * watchUrl.
+ * A run as the tools show it: Redis values as JSON, the watchUrl (the
+ * run object is written in ngx_http_sandbox_mcp_run_json.c).
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_RUN_H_INCLUDED_
@@ -34,13 +34,10 @@ json_t *ngx_http_sandbox_mcp_json_time(redisReply *v);
 ngx_int_t ngx_http_sandbox_mcp_run_page(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *run_id, size_t reserve, ngx_str_t *page);
 
-/* the dashboard link for the run, signed for the call's tenant */
-json_t *ngx_http_sandbox_mcp_watch_url(ngx_http_sandbox_mcp_call_t *call,
-    ngx_str_t *run_id);
-
-/* the run hash h (HGETALL) as the run object of call->run_id */
-json_t *ngx_http_sandbox_mcp_run_object(ngx_http_sandbox_mcp_call_t *call,
-    redisReply *h);
+/* the dashboard link for the run, signed for the call's tenant, in the
+ * pool: NGX_OK or NGX_ERROR */
+ngx_int_t ngx_http_sandbox_mcp_watch_url_text(
+    ngx_http_sandbox_mcp_call_t *call, ngx_str_t *run_id, ngx_str_t *url);
 
 /* h is a run of the call's tenant */
 ngx_uint_t ngx_http_sandbox_mcp_run_visible(ngx_http_sandbox_mcp_call_t *call,

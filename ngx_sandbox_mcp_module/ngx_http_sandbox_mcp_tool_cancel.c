@@ -9,6 +9,7 @@
 #include "ngx_http_sandbox_mcp_args.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_run_json.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 
@@ -20,6 +21,8 @@ ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
+    ngx_str_t  text;
+
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
         return;
     }
@@ -29,8 +32,9 @@ ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
         return;
     }
 
-    ngx_http_sandbox_mcp_tool_output(call,
-                                  ngx_http_sandbox_mcp_run_object(call, reply));
+    ngx_http_sandbox_mcp_tool_output_text(call,
+        ngx_http_sandbox_mcp_run_json(call, reply, &text) == NGX_OK ? &text
+                                                                    : NULL);
 }
 
 

@@ -9,6 +9,7 @@
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_run_json.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
@@ -18,10 +19,80 @@ static void ngx_http_sandbox_mcp_result_fetch(
     ngx_http_sandbox_mcp_call_t *call);
 
 
+/* the runId of a lone opencode_get_result with no wait and no task */
+static ngx_int_t
+ngx_http_sandbox_mcp_get_result_run(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *run_id)
+{
+    json_t      *params, *args, *v;
+    const char  *s;
+
+    if (ctx->batch || ctx->initialize
+        || ctx->request->method != NGX_HTTP_POST)
+    {
+        return NGX_DECLINED;
+    }
+
+    s = json_string_value(json_object_get(ctx->body, "method"));
+    if (s == NULL || ngx_strcmp(s, "tools/call") != 0) {
+        return NGX_DECLINED;
+    }
+
+    params = json_object_get(ctx->body, "params");
+    s = json_string_value(json_object_get(params, "name"));
+
+    if (s == NULL || ngx_strcmp(s, "opencode_get_result") != 0
+        || json_object_get(params, "task") != NULL)
+    {
+        return NGX_DECLINED;
+    }
+
+    args = json_object_get(params, "arguments");
+    v = json_object_get(args, "waitSeconds");
+
+    if (v && !json_is_null(v)
+        && !(json_is_number(v) && json_number_value(v) == 0))
+    {
+        return NGX_DECLINED;
+    }
+
+    v = json_object_get(args, "runId");
+    s = json_string_value(v);
+
+    if (s == NULL
+        || !smcp_valid_id(s, json_string_length(v), SMCP_RUN_ID_PREFIX))
+    {
+        return NGX_DECLINED;
+    }
+
+    run_id->data = (u_char *) s;
+    run_id->len = json_string_length(v);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_get_result_key(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *key)
+{
+    ngx_str_t  run_id;
+
+    if (ngx_http_sandbox_mcp_get_result_run(ctx, &run_id) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_sandbox_mcp_redis_key(ctx->request->pool, key,
+                                          SMCP_KEY_RUN, &run_id);
+}
+
+
 static void
 ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
+
+    ngx_str_t  text;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         ngx_http_sandbox_mcp_waiter_remove(call);
@@ -55,8 +126,9 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
     }
 
     ngx_http_sandbox_mcp_waiter_remove(call);
-    ngx_http_sandbox_mcp_tool_output(call,
-                                  ngx_http_sandbox_mcp_run_object(call, reply));
+    ngx_http_sandbox_mcp_tool_output_text(call,
+        ngx_http_sandbox_mcp_run_json(call, reply, &text) == NGX_OK ? &text
+                                                                    : NULL);
 }
 
 
@@ -110,6 +182,8 @@ ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
 {
     json_t                           *v;
     double                            wait;
+    ngx_str_t                         run_id;
+    redisReply                       *reply;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     lcf = ngx_http_get_module_loc_conf(call->ctx->request,
@@ -132,6 +206,18 @@ ngx_http_sandbox_mcp_get_result(ngx_http_sandbox_mcp_call_t *call)
         }
 
         wait = ngx_min(json_number_value(v), (double) lcf->max_wait);
+    }
+
+    if (wait == 0 && !call->until_end && call->ctx->run_read
+        && ngx_http_sandbox_mcp_get_result_run(call->ctx, &run_id) == NGX_OK
+        && run_id.len == call->run_id.len
+        && ngx_strncmp(run_id.data, call->run_id.data, run_id.len) == 0)
+    {
+        /* read along with the session: no second round trip */
+        reply = call->ctx->run_read;
+        call->ctx->run_read = NULL;
+        ngx_http_sandbox_mcp_result_reply(call, reply);
+        return;
     }
 
     if (call->until_end) {

@@ -6,6 +6,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -45,12 +46,69 @@ typedef struct {
 } ngx_http_sandbox_mcp_task_t;
 
 
+/*
+ * The answer, as JSON text in the pool: {runId, sessionId, status, watchUrl}
+ * (no watchUrl if it could not be made), as json_dumps() wrote it.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_run_started(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *text)
+{
+    u_char     *p;
+    size_t      len;
+    ngx_str_t   url;
+
+    if (ngx_http_sandbox_mcp_watch_url_text(call, &call->run_id, &url)
+        != NGX_OK)
+    {
+        url.len = 0;
+    }
+
+    len = sizeof("{\"runId\":\"\",\"sessionId\":\"\",\"status\":\""
+                 SMCP_STATUS_STARTED "\",\"watchUrl\":\"\"}") - 1
+          + call->run_id.len
+          + ngx_http_sandbox_mcp_escape_json(NULL, call->run_id.data,
+                                             call->run_id.len)
+          + call->path.len
+          + ngx_http_sandbox_mcp_escape_json(NULL, call->path.data,
+                                             call->path.len)
+          + url.len + ngx_http_sandbox_mcp_escape_json(NULL, url.data, url.len);
+
+    text->data = ngx_pnalloc(call->ctx->request->pool, len);
+    if (text->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(text->data, "{\"runId\":\"", sizeof("{\"runId\":\"") - 1);
+    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, call->run_id.data,
+                                                    call->run_id.len);
+    p = ngx_cpymem(p, "\",\"sessionId\":\"",
+                   sizeof("\",\"sessionId\":\"") - 1);
+    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, call->path.data,
+                                                    call->path.len);
+    p = ngx_cpymem(p, "\",\"status\":\"" SMCP_STATUS_STARTED "\"",
+                   sizeof("\",\"status\":\"" SMCP_STATUS_STARTED "\"") - 1);
+
+    if (url.len) {
+        p = ngx_cpymem(p, ",\"watchUrl\":\"", sizeof(",\"watchUrl\":\"") - 1);
+        p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, url.data, url.len);
+        *p++ = '"';
+    }
+
+    *p++ = '}';
+
+    text->len = p - text->data;
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
-    json_t                           *session;
+    ngx_str_t                         text;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
@@ -109,15 +167,9 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         return;
     }
 
-    session = json_stringn((char *) call->path.data, call->path.len);
-
-    ngx_http_sandbox_mcp_tool_output(call,
-        json_pack("{s:s%, s:o, s:s, s:o*}",
-                  "runId", (char *) call->run_id.data, call->run_id.len,
-                  "sessionId", session,
-                  "status", SMCP_STATUS_STARTED,
-                  "watchUrl",
-                  ngx_http_sandbox_mcp_watch_url(call, &call->run_id)));
+    ngx_http_sandbox_mcp_tool_output_text(call,
+        ngx_http_sandbox_mcp_run_started(call, &text) == NGX_OK ? &text
+                                                                : NULL);
 }
 
 

@@ -305,6 +305,33 @@ ngx_http_sandbox_mcp_tool_output(ngx_http_sandbox_mcp_call_t *call,
 
 
 void
+ngx_http_sandbox_mcp_tool_output_text(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *text)
+{
+    if (text == NULL) {
+        ngx_http_sandbox_mcp_tool_output(call, NULL);
+        return;
+    }
+
+    switch (ngx_http_sandbox_mcp_call_output_text(call, text)) {
+
+    case NGX_OK:
+        ngx_http_sandbox_mcp_call_done(call);
+        return;
+
+    case NGX_ERROR:
+        ngx_http_sandbox_mcp_tool_output(call, NULL);
+        return;
+
+    default: /* NGX_DECLINED: a batch, a filter, a progress stream */
+        ngx_http_sandbox_mcp_tool_output(call,
+                                    json_loadb((char *) text->data, text->len,
+                                               0, NULL));
+    }
+}
+
+
+void
 ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
     const char *fmt, ...)
 {

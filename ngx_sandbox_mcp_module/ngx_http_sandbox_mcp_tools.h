@@ -43,6 +43,10 @@ ngx_uint_t ngx_http_sandbox_mcp_tool_required(
  */
 void ngx_http_sandbox_mcp_tool_output(ngx_http_sandbox_mcp_call_t *call,
     json_t *structured);
+/* its structuredContent as JSON text, in the pool (NULL: an internal
+ * error): written as it is when nothing needs it as a value */
+void ngx_http_sandbox_mcp_tool_output_text(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *text);
 void ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
     const char *fmt, ...);
 void ngx_http_sandbox_mcp_tool_unavailable(ngx_http_sandbox_mcp_call_t *call);

@@ -20,6 +20,18 @@
 # - no Redis write on a read: a read-only load (ping, get_result) leaves
 #   the append-only file as it was and runs no PEXPIRE; the session's TTL
 #   is refreshed once less than half of it is left.
+# - one Redis round trip for a get_result: the run's HGETALL is sent with
+#   the session script (Redis reads both at once); a waiting get_result, a
+#   wrong session, another tenant's run, an unknown or malformed runId, a
+#   revoked token, Redis having lost its scripts answer as before.
+# - the watchUrl kept by the worker: polls of a run get the same link
+#   while less than half of its lifetime (sandbox_mcp_ui_token_ttl, 4 s
+#   here) has passed, then a new one; a revoked link is replaced at once;
+#   another run gets its own.
+# - the run object written as text (no jansson values): byte for byte what
+#   json_dumps() wrote for it, for hostile and odd run hashes (the lines
+#   after __DATA__ were taken from the jansson build); run_task's answer
+#   too.
 
 use strict;
 use warnings;
@@ -32,7 +44,8 @@ use Time::HiRes qw(time sleep);
 use SMCP::Test qw(json_encode json_decode now_ms wait_until tool_ok tool_err b64url);
 
 my $t = SMCP::Test->new(workers => 1, redis_appendonly => 1,
-                        location => 'sandbox_mcp_session_ttl 600s;');
+                        location => 'sandbox_mcp_session_ttl 600s; '
+                                    . 'sandbox_mcp_ui_token_ttl 4s;');
 $t->start;
 
 my $P = 'smcp:';
@@ -239,6 +252,33 @@ sub cli_token {
                                        arguments => { runId => 'run_nope' } } },
                          token => $tok, session => $sid);
     ok($r->{json}{result}{isError}, 'an unknown run: isError, as before');
+
+    # a batch takes the general way: the run object's text parsed into a
+    # value, the same document as a lone answer
+    my $lone = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                            arguments => { runId => $run } }),
+                            token => $tok, session => $sid)->{json}{result};
+    my ($bsid) = $t->initialize(token => $tok, version => '2025-03-26');
+    my @batch = map { { jsonrpc => '2.0', id => $_, method => 'tools/call',
+                        params => { name => 'opencode_get_result',
+                                    arguments => { runId => $run } } } } 1 .. 2;
+    $r = $t->mcp_post(\@batch, token => $tok, session => $bsid, version => '2025-03-26');
+    is(ref $r->{json}, 'ARRAY', 'a batch of two get_results: an array') or diag($r->{body});
+    # (the links may differ: the worker's revoked set is not trusted yet
+    # after the pub/sub connection was killed above, so each is new)
+    my $no_link = sub {
+        my ($res) = @_;
+        my $sc = { %{ $res->{structuredContent} || {} } };
+        like(delete $sc->{watchUrl} // '', qr{/ui/runs/\Q$run\E\?token=}, '... a watchUrl');
+        return $sc;
+    };
+    my $lone_sc = $no_link->($lone);
+    for my $a (@{ ref $r->{json} eq 'ARRAY' ? $r->{json} : [] }) {
+        is_deeply($no_link->($a->{result}), $lone_sc,
+                  "batch answer $a->{id}: the lone answer's run object");
+        is_deeply(SMCP::Test::json_decode_text($a->{result}{content}[0]{text}),
+                  $a->{result}{structuredContent}, '... its text is structuredContent\'s JSON');
+    }
 }
 
 ###############################################################################
@@ -289,7 +329,186 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
     ok($t->redis('PTTL', $key) <= 310_000, '... left the ttl alone');
 }
 
+###############################################################################
+# one round trip for a get_result
+
+{
+    my $tok = $t->token(sub => 'trip');
+    my $sid = session_for($tok);
+    my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'rt' },
+                                           token => $tok), 'a run')->{runId};
+    my $calls = sub { info_field('commandstats', qr/^cmdstat_\Q$_[0]\E:calls=(\d+)/m) };
+    my $reads = sub { info_field('stats', qr/^total_reads_processed:(\d+)/m) };
+    my ($ev0, $hg0) = ($calls->('evalsha'), $calls->('hgetall'));
+    my $rd0 = $reads->();
+    for (1 .. 20) {
+        my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                              token => $tok), "get_result $_");
+        is($sc->{runId}, $run, '... of the run') if $_ == 1;
+    }
+    my $rd = $reads->() - $rd0;
+    is($calls->('evalsha') - $ev0, 20, '20 get_results: 20 session lookups (EVALSHA)');
+    is($calls->('hgetall') - $hg0, 20, '... and 20 HGETALLs of the run');
+    ok($rd < 30, "... sent together: Redis read $rd times (two round trips: 40 and more)");
+    my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                                          { runId => $run, waitSeconds => 0 }, token => $tok),
+                     'waitSeconds 0: read along too');
+    is($sc->{runId}, $run, '... the run');
+    $t->redis('HSET', "${P}run:$run", status => 'completed');
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                                       { runId => $run, waitSeconds => 2 }, token => $tok),
+                  'waitSeconds 2 on an ended run');
+    is($sc->{status}, 'completed', '... answers at once with it');
+
+    my $other = $t->token(sub => 'intruder');
+    my $osid = session_for($other);
+    my $res = $t->call_tool($osid, 'opencode_get_result', { runId => $run }, token => $other);
+    tool_err($res, qr/Run not found/, "another tenant's run");
+    unlike(json_encode($res), qr/"rt"|completed/, '... nothing of it shown');
+    tool_err(scalar $t->call_tool($sid, 'opencode_get_result',
+                                  { runId => 'run_' . ('0' x 24) }, token => $tok),
+             qr/Run not found/, 'an unknown run');
+    tool_err(scalar $t->call_tool($sid, 'opencode_get_result',
+                                  { runId => 'run_x:*' }, token => $tok),
+             qr/is not a runId/, 'a malformed runId');
+
+    my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                         arguments => { runId => $run } }),
+                         token => $other, session => $sid);
+    is($r->{status}, 404, "another tenant's session: 404");
+    unlike($r->{body}, qr/\Q$run\E|completed/, '... nothing of the run');
+
+    $t->redis('SCRIPT', 'FLUSH');
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                       token => $tok), 'Redis lost its scripts (SCRIPT FLUSH)');
+    is($sc->{status}, 'completed', '... the run read all the same');
+    $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
+                                       token => $tok), '... and again');
+    is($sc->{runId}, $run, '... the run');
+}
+
+###############################################################################
+# the watchUrl kept by the worker
+
+{
+    my $tok = $t->token(sub => 'watcher');
+    my $sid = session_for($tok);
+    my @runs = map { tool_ok(scalar $t->call_tool($sid, 'opencode_run_task',
+                                                  { task => "w$_" }, token => $tok),
+                             "run $_")->{runId} } 1 .. 2;
+    my $watch = sub {
+        my ($run) = @_;
+        my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
+                                              { runId => $run }, token => $tok),
+                         'get_result');
+        my $url = $sc->{watchUrl} // '';
+        my ($jwt) = $url =~ /\?token=(.+)\z/;
+        my (undef, $cl) = SMCP::Test::decode_jwt($jwt // '');
+        return ($url, $cl || {});
+    };
+    my ($u1, $c1) = $watch->($runs[0]);
+    is_deeply([ @$c1{qw(sub scope run)} ], [ 'watcher', 'ui', $runs[0] ],
+              'watchUrl: a ui token of the run and tenant');
+    is($c1->{exp} - $c1->{iat}, 4, '... living sandbox_mcp_ui_token_ttl');
+    if (time() - $c1->{iat} < 1.5) {
+        my ($u2) = $watch->($runs[0]);
+        is($u2, $u1, 'polled again while young: the same link');
+    }
+    my ($o1, $oc) = $watch->($runs[1]);
+    isnt($oc->{jti}, $c1->{jti}, 'another run: its own link');
+    is($oc->{run}, $runs[1], '... for that run');
+
+    $t->redis('HSET', "${P}revoked", $c1->{jti}, $c1->{exp});
+    $t->redis('PUBLISH', "${P}revoked", "$c1->{jti} $c1->{exp}");
+    ok(wait_until(3, sub { ($watch->($runs[0]))[1]{jti} ne $c1->{jti} }),
+       'its id revoked: a new link');
+
+    my (undef, $c3) = $watch->($runs[0]);
+    sleep(0.2) while time() < $c3->{iat} + 2;
+    my (undef, $c4) = $watch->($runs[0]);
+    isnt($c4->{jti}, $c3->{jti}, 'half of its lifetime gone: a new link');
+    ok($c4->{exp} - time() > 2, '... valid for more than half of the ttl');
+}
+
+###############################################################################
+# the run object written as text: byte for byte what jansson wrote
+
+{
+    my $tok = $t->token(sub => 'texter');
+    my $sid = session_for($tok);
+    my @hashes = (
+        { result => "r\"\\\n\x01\x1f\x7f </script> \xe2\x80\xa8 caf\xc3\xa9 \xf0\x9f\x98\x80 bad\xff\xfe\xc0\xaf end",
+          error => '', repository => 'https://github.com/o/r', branch => '', model => "m\t",
+          created_at => '1700000000123', started_at => '0', finished_at => 'x', exit_code => '-3',
+          files_changed => ' [ "a\\"b" , "c\\u0001", "\\u00e9\\ud83d\\ude00" ] ', diff_stat => "1 file",
+          pr_url => 'https://x/y', pr_status => 'open', tokens_input => '123', tokens_output => '-5',
+          tokens_reasoning => 'abc', tokens_cache_read => '99999999999', tokens_cache_write => '',
+          cost => '0.1', max_cost => '2.5e-5', timeout => '3600', cancel_requested => '1',
+          status => 'completed', title => '', task => "t\x00nul", session => 'sess_1' },
+        { cost => '1e15', max_cost => '0', exit_code => '0', files_changed => '{"a":1}',
+          cancel_requested => '0', created_at => '-5', tokens_input => '-0', cost_extra => '1' },
+        { cost => '123456789.5', max_cost => '-1', files_changed => '[1, 2.5, null, true, {"k":[]}]',
+          status => '' },
+        { cost => 'nan', max_cost => '1e-300', files_changed => 'not json' },
+        { cost => '3', max_cost => '0.30000000000000004', files_changed => '[]' },
+        { cost => '-0', max_cost => '7', created_at => '1' },
+        { cost => '-7.0', max_cost => '999999999999999', exit_code => '2' },
+    );
+    my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_run_task',
+                                                         arguments => { task => 'text' } }),
+                         token => $tok, session => $sid);
+    like($r->{body}, qr{"structuredContent":\{"runId":"run_[0-9a-f]{24}","sessionId":"ses_[0-9a-f]{24}","status":"started","watchUrl":"http://[^"/]+/ui/runs/run_[0-9a-f]{24}\?token=[A-Za-z0-9_.-]+"\}\}\}\n\z},
+         'run_task: its answer as jansson wrote it');
+    my @expected = map { chomp; $_ } <DATA>;
+    for my $i (0 .. $#hashes) {
+        my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'cap ' . ($i + 1) },
+                                               token => $tok), "run $i")->{runId};
+        $t->redis('HSET', "${P}run:$run", %{ $hashes[$i] });
+        $t->redis('HDEL', "${P}run:$run", 'created_at') if $i == 4;
+        my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                             arguments => { runId => $run } }),
+                             token => $tok, session => $sid);
+        my ($sc) = $r->{body} =~ /"structuredContent":(.*)\}\}\n\z/s;
+        $sc //= '';
+        $sc =~ s/\Q$run\E/RUNID/g;
+        $sc =~ s/ses_[0-9a-f]{24}/SES/g;
+        $sc =~ s/"createdAt":"[^"]*"/"createdAt":"X"/ if $i != 0;
+        $sc =~ s{"watchUrl":"http://[^/]+/ui/runs/RUNID\?token=[A-Za-z0-9_.-]+"}
+                {"watchUrl":"http://HOST/ui/runs/RUNID?token=T"};
+        ok($sc eq ($expected[$i] // ''), "run hash $i: the run object as jansson wrote it")
+            or diag("got      $sc\nexpected $expected[$i]");
+    }
+}
+
+###############################################################################
+# get_result with a token revoked behind the worker's back (last: the
+# worker's revoked set is untrusted a while after)
+
+{
+    my $rtok = cli_token();
+    my (undef, $rc) = SMCP::Test::decode_jwt($rtok);
+    my $rsid = session_for($rtok);
+    my $rrun = tool_ok(scalar $t->call_tool($rsid, 'opencode_run_task', { task => 'rv' },
+                                            token => $rtok), 'a run of a token to revoke')->{runId};
+    $t->redis('HSET', "${P}revoked", $rc->{jti}, $rc->{exp});
+    $t->redis('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    my $r = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                         arguments => { runId => $rrun } }),
+                         token => $rtok, session => $rsid);
+    is($r->{status}, 401, 'a token revoked behind the worker\'s back: 401 from the session script');
+    unlike($r->{body}, qr/\Q$rrun\E|"rv"/, '... nothing of the run');
+}
+
 $t->shutdown;
 is_deeply([ $t->bad_log_lines ], [], 'no unexpected error.log lines');
 
 done_testing;
+
+__DATA__
+{"runId":"RUNID","sessionId":"sess_1","status":"completed","title":"","task":"t\u0000nul","repository":"https://github.com/o/r","branch":null,"model":"m\t","createdAt":"2023-11-14T22:13:20.123Z","startedAt":null,"finishedAt":null,"result":"r\"\\\n\u0001\u001F </script>   café 😀 bad???? end","error":null,"exitCode":-3,"filesChanged":["a\"b","c\u0001","é😀"],"diffStat":"1 file","pullRequestUrl":"https://x/y","pullRequestStatus":"open","tokens":{"input":123,"output":-5,"reasoning":0,"cacheRead":99999999999,"cacheWrite":0},"cost":0.10000000000000001,"maxCostUsd":2.5000000000000001e-5,"timeoutSeconds":3600,"cancelRequested":true,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 2","task":"cap 2","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":null,"startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":0,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":1000000000000000.0,"maxCostUsd":null,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"","title":"cap 3","task":"cap 3","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":"X","startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[1,2.5,null,true,{"k":[]}],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":123456789.5,"maxCostUsd":null,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 4","task":"cap 4","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":"X","startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":0.0,"maxCostUsd":1e-300,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 5","task":"cap 5","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":null,"startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":3.0,"maxCostUsd":0.30000000000000004,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 6","task":"cap 6","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":"X","startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":null,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":-0.0,"maxCostUsd":7.0,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
+{"runId":"RUNID","sessionId":"SES","status":"started","title":"cap 7","task":"cap 7","repository":null,"branch":null,"model":"anthropic/claude-sonnet-4-5","createdAt":"X","startedAt":null,"finishedAt":null,"result":null,"error":null,"exitCode":2,"filesChanged":[],"diffStat":null,"pullRequestUrl":null,"pullRequestStatus":null,"tokens":{"input":0,"output":0,"reasoning":0,"cacheRead":0,"cacheWrite":0},"cost":-7.0,"maxCostUsd":999999999999999.0,"timeoutSeconds":3600,"cancelRequested":false,"watchUrl":"http://HOST/ui/runs/RUNID?token=T"}
