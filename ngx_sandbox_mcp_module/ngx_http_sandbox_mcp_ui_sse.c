@@ -551,8 +551,8 @@ ngx_http_sandbox_mcp_sse_reply(void *data, redisReply *reply)
     ngx_int_t            rc;
     ngx_http_request_t  *r;
 
-    r = sse->request;
     sse->cmd = NULL;
+    r = sse->request;
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         if (reply) {
