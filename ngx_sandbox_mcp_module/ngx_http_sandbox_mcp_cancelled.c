@@ -9,7 +9,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_cancelled.h"
-#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_request.h"
 #include "ngx_http_sandbox_mcp_sse.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_waiter.h"

@@ -1,6 +1,5 @@
 /*
- * The /mcp content handler and the request's life (shared with the
- * dashboard: the context, the finalization from callbacks).
+ * The /mcp content handler.
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_HANDLER_H_INCLUDED_
@@ -11,16 +10,6 @@
 
 
 ngx_int_t ngx_http_sandbox_mcp_handler(ngx_http_request_t *r);
-
-/* the request's context (the module's ctx of r), released with the
- * request: pending Redis commands cancelled, waits ended, answers freed */
-ngx_http_sandbox_mcp_ctx_t *ngx_http_sandbox_mcp_ctx_create(
-    ngx_http_request_t *r);
-
-/* finalizes the request from a Redis callback or a timer (outside nginx's
- * request flow), then runs the posted requests */
-void ngx_http_sandbox_mcp_finalize(ngx_http_sandbox_mcp_ctx_t *ctx,
-    ngx_int_t rc);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_HANDLER_H_INCLUDED_ */

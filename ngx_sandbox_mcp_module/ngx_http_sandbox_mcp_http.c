@@ -519,3 +519,53 @@ ngx_http_sandbox_mcp_read_body(ngx_http_request_t *r, ngx_str_t *body,
 
     return NGX_OK;
 }
+
+
+/* what escaping adds to each byte */
+static u_char  ngx_http_sandbox_mcp_json_extra[256] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5,     /* \b \t \n \f \r */
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,     /* " */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0      /* \ */
+    /* the rest 0 */
+};
+
+
+uintptr_t
+ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
+{
+    u_char  *last, *run;
+    size_t   len;
+
+    last = src + size;
+
+    if (dst == NULL) {
+        len = 0;
+
+        while (src < last) {
+            len += ngx_http_sandbox_mcp_json_extra[*src++];
+        }
+
+        return (uintptr_t) len;
+    }
+
+    while (src < last) {
+        run = src;
+
+        while (src < last && ngx_http_sandbox_mcp_json_extra[*src] == 0) {
+            src++;
+        }
+
+        dst = ngx_cpymem(dst, run, src - run);
+
+        if (src == last) {
+            break;
+        }
+
+        dst = (u_char *) ngx_escape_json(dst, src++, 1);
+    }
+
+    return (uintptr_t) dst;
+}

@@ -1,5 +1,5 @@
 /*
- * JSON-RPC over /mcp: framing, dispatch, and the calls' answers.
+ * JSON-RPC over /mcp: framing and dispatch.
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_JSONRPC_H_INCLUDED_
@@ -12,42 +12,6 @@
 /* the body read: parse it, find the session (NGX_DONE) or answer (rc) */
 ngx_int_t ngx_http_sandbox_mcp_process(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx);
-
-/*
- * ngx_escape_json() as fast as memcpy() where nothing is escaped (the same
- * output: \" \\ \n \r \t \b \f, \u00XX for other control characters):
- * with dst NULL, how many bytes escaping adds.
- */
-uintptr_t ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src,
-    size_t size);
-
-/* the session is known: start every call (NGX_DONE) or answer (rc) */
-ngx_int_t ngx_http_sandbox_mcp_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx);
-
-/* a call's answer; call_done once it is set (the last one answers) */
-void ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
-    json_t *result);
-/* a tool's answer {content: [{type: text, text}], structuredContent}
- * whose text is output, the JSON text of structuredContent (in r->pool) */
-void ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
-    json_t *result, ngx_str_t *output);
-/*
- * The same when only its text is needed: a lone answer (no batch, no
- * filter, no progress stream, no finish of its own) is written from the
- * text, and call->response holds what the metrics read of it (the id, a
- * result that is no error).  NGX_DECLINED: the result is needed as a value
- * (call_output then); NGX_ERROR.
- */
-ngx_int_t ngx_http_sandbox_mcp_call_output_text(
-    ngx_http_sandbox_mcp_call_t *call, ngx_str_t *output);
-/* an answer's text: fmt (nginx's formats: %V, %uz, %L, %*s ...) into buf,
- * cut to fit, NUL-terminated */
-void ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size,
-    const char *fmt, va_list args);
-void ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
-    ngx_int_t code, const char *fmt, ...);
-void ngx_http_sandbox_mcp_call_unavailable(ngx_http_sandbox_mcp_call_t *call);
-void ngx_http_sandbox_mcp_call_done(ngx_http_sandbox_mcp_call_t *call);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_JSONRPC_H_INCLUDED_ */

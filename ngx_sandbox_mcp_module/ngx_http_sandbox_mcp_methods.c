@@ -9,7 +9,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_methods.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_call.h"
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_stream.h"

@@ -201,6 +201,11 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                 *ctx);
     void                               *data;      /* of finish */
 
+    /* the session is known: the request's messages go (the JSON-RPC
+     * layer's dispatch, set before the session's Redis step) */
+    ngx_int_t                         (*next)(ngx_http_sandbox_mcp_ctx_t
+                                              *ctx);
+
     unsigned                            batch:1;
     unsigned                            batch_session:1;   /* negotiated
                                                               2025-03-26 */

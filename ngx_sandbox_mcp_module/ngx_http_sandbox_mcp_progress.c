@@ -13,7 +13,7 @@
 
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_sse.h"
-#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_request.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"

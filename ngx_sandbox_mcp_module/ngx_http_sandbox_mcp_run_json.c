@@ -10,7 +10,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_run_json.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_run.h"
 
 #include <math.h>

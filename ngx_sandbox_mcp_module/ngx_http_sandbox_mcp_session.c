@@ -8,9 +8,8 @@
 
 #include "ngx_http_sandbox_mcp_session.h"
 #include "ngx_http_sandbox_mcp_auth.h"
-#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_request.h"
 #include "ngx_http_sandbox_mcp_http.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_stream.h"
@@ -125,7 +124,7 @@ ngx_http_sandbox_mcp_session_created(void *data, redisReply *reply)
         return;
     }
 
-    rc = ngx_http_sandbox_mcp_dispatch(ctx);
+    rc = ctx->next(ctx);
 
     if (rc != NGX_DONE) {
         ngx_http_sandbox_mcp_finalize(ctx, rc);
@@ -290,7 +289,7 @@ ngx_http_sandbox_mcp_session_dispatch(ngx_http_sandbox_mcp_ctx_t *ctx,
 
     ctx->run_read = run;
 
-    rc = ngx_http_sandbox_mcp_dispatch(ctx);
+    rc = ctx->next(ctx);
 
     ctx->run_read = NULL;
 

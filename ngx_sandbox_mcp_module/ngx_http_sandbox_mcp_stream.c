@@ -20,9 +20,9 @@
  */
 
 #include "ngx_http_sandbox_mcp_stream.h"
-#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_request.h"
 #include "ngx_http_sandbox_mcp_http.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_call.h"
 #include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_sse.h"

@@ -9,7 +9,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_tasks.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_call.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_defaults.h"

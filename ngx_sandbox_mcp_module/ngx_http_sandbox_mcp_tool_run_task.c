@@ -6,7 +6,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 #include "ngx_http_sandbox_mcp_args.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"

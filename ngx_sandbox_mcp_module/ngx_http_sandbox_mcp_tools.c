@@ -7,7 +7,7 @@
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_args.h"
 #include "ngx_http_sandbox_mcp_http.h"
-#include "ngx_http_sandbox_mcp_jsonrpc.h"
+#include "ngx_http_sandbox_mcp_call.h"
 #include "ngx_http_sandbox_mcp_tasks.h"
 #include "ngx_http_sandbox_mcp_tool_cancel.h"
 #include "ngx_http_sandbox_mcp_tool_diff.h"

@@ -10,7 +10,7 @@
 #include "ngx_http_sandbox_mcp_ui_api.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_tools.h"
-#include "ngx_http_sandbox_mcp_ui.h"
+#include "ngx_http_sandbox_mcp_ui_http.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_UI_SESSION_RUNS  100   /* listed at most */

@@ -23,7 +23,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_ui_sse.h"
-#include "ngx_http_sandbox_mcp_handler.h"
+#include "ngx_http_sandbox_mcp_request.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_sse.h"
@@ -31,7 +31,7 @@
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tool_events.h"
-#include "ngx_http_sandbox_mcp_ui.h"
+#include "ngx_http_sandbox_mcp_ui_http.h"
 #include "ngx_http_sandbox_mcp_waiter.h"
 
 #include "smcp_validate.h"
