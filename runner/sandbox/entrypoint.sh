@@ -67,6 +67,28 @@ ws=/workspace
 repo=$ws/repo
 oc=$ws/.oc
 
+# A pooled sandbox (SMCP_POOL=1, the runner's --pool) starts with nothing
+# of a run: it waits, silent, until a run takes it.  The runner puts the
+# run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
+# after each), then /workspace/.smcp-ready; only SMCP_* names are taken,
+# as values (nothing is evaluated), and both files go before anything
+# else happens.  Polled every 10 ms without a process per poll (a read
+# with a timeout on a pipe nobody writes).
+if [ "${SMCP_POOL:-}" = 1 ]; then
+    unset SMCP_POOL
+    exec 9<> <(:)
+    until [ -e $ws/.smcp-ready ]; do
+        read -r -t 0.01 -u 9 _ || true
+    done
+    exec 9<&-
+    while IFS= read -r -d '' kv; do
+        if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_POOL= ]]; then
+            export "${kv?}"
+        fi
+    done < $ws/.smcp-run
+    rm -f $ws/.smcp-run $ws/.smcp-ready
+fi
+
 : "${SMCP_EGRESS_URL:?SMCP_EGRESS_URL is not set}"
 : "${SMCP_RUN_TOKEN:?SMCP_RUN_TOKEN is not set}"
 : "${SMCP_MODEL:=anthropic/claude-sonnet-4-5}"
