@@ -40,6 +40,8 @@
 #                          the task's first line, at most 80 characters).
 #                          A session with a title makes OpenCode skip its
 #                          title-generation request to the model.
+#   SMCP_POOL              1: a pooled sandbox (the runner's --pool): the
+#                          rest arrives when a run takes it (below)
 #   SMCP_DIFF_MAX          bytes the diff line may take, newline included
 #                          (default 10485760): a longer diff is cut at a
 #                          line boundary and marked "truncated":true
