@@ -86,10 +86,7 @@ sub tool_output {
 
 sub run_done {
     my ($r, %args) = @_;
-    my $run = $s->run_task(%args);
-    my $res = $s->wait_done($run->{runId}, 120);
-    is($res->{status}, 'completed', "$args{title}: completed")
-        or $s->diag_run($run->{runId}, $r);
+    my ($run) = $s->run_completed($args{title}, $r, %args);
     return ($run, $s->run_hash($run->{runId}));
 }
 

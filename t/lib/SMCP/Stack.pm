@@ -434,6 +434,18 @@ sub wait_done {
     }
 }
 
+# run_completed($what, $runner, %args) -> (run_task's answer, the last
+# result): the run queued with %args, waited for, checked `completed`
+# (else diag_run with the runner's log)
+sub run_completed {
+    my ($self, $what, $runner, %args) = @_;
+    my $run = $self->run_task(%args);
+    my $res = $self->wait_done($run->{runId}, 180);
+    Test::More::is($res->{status}, 'completed', "$what: completed")
+        or $self->diag_run($run->{runId}, $runner);
+    return ($run, $res);
+}
+
 # events($runId) -> every event, through opencode_get_events pages
 sub events {
     my ($self, $run) = @_;
