@@ -20,7 +20,9 @@
  * cancel, deadline, limits), outcome.c (what the agent's events add up
  * to), workspace.c (a session volume's size), janitor.c (idle sessions
  * expired), pr.c (a run's pull request, through the egress proxy),
- * image.c (the sandbox image's contract, checked at start).
+ * image.c (the sandbox image's contract, checked at start), pool.c (the
+ * warm pool: --pool sandboxes made ahead, one given to a new session's
+ * run), archive.c (files put into a container: how it is given one).
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
