@@ -58,7 +58,7 @@ runner_pool_check(char *err, size_t errlen)
 
 
 /* a pooled sandbox and its volume go */
-void
+static void
 runner_pool_discard(const runner_sandbox_t *sb)
 {
     long  st;

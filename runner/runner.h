@@ -631,7 +631,6 @@ int runner_pool_check(char *err, size_t errlen);
 int runner_pool_start(void);
 void runner_pool_stop(void);
 int runner_pool_take(runner_sandbox_t *sb);
-void runner_pool_discard(const runner_sandbox_t *sb);
 int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen);
 
