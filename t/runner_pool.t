@@ -9,7 +9,8 @@
 #      made before the run) and the pool refills; the session keeps the
 #      sandbox's volume: its follow-up (no pool) sees the first run's file
 #   3. another new session's run gets another sandbox, and sees nothing of
-#      the first run; two runs at once never share one
+#      the first run; two runs at once never share one; the first session,
+#      expired by the janitor, loses the volume it kept
 #   4. an idle sandbox killed is replaced; a runner killed leaves its idle
 #      ones, removed by the next one of its name, which fills the pool
 #   5. SIGTERM drains the pool: its idle sandboxes and their volumes go
@@ -90,7 +91,7 @@ sub run_done {
     return ($run, $s->run_hash($run->{runId}));
 }
 
-my $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL]);
+my $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL, '--janitor-interval', '1']);
 
 ##############################################################################
 
@@ -146,6 +147,19 @@ subtest "another session sees nothing of the first; the first's follow-up does" 
     like(tool_output($run_c->{runId}), qr/KEPT-4d1/, "the follow-up sees the session's file");
 };
 
+subtest "an expired session's pooled volume goes" => sub {
+    my $ses = $run_a->{sessionId};
+    my $vol = $t->redis_hgetall("smcp:session:$ses")->{volume} // '';
+    my (undef, $v) = docker('volume', 'ls', '-q', '--filter', "name=$vol");
+    like($v, qr/^\Q$vol\E$/m, "the session's volume $vol is there");
+    $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $ses);
+    ok(wait_until(30, sub {
+        ($t->redis_hgetall("smcp:session:$ses")->{state} // '') eq 'expired' }, 0.2),
+       'the janitor expired the session') or diag($s->runner_log_tail($r, 10));
+    (undef, $v) = docker('volume', 'ls', '-q', '--filter', "name=$vol");
+    unlike($v, qr/\Q$vol\E/, '... and removed its volume');
+};
+
 subtest 'two runs at once: two sandboxes' => sub {
     my @runs = map { $s->run_task(task => "SCENARIO-HOLD: hold $_", title => "H$_") } 1, 2;
     my @res = map { $s->wait_done($_->{runId}, 120) } @runs;
@@ -171,7 +185,7 @@ subtest 'a runner killed: its idle sandboxes go at the next start' => sub {
     my @old_vols = split ' ', $vols;
     $s->stop_runner($r, 'KILL');
     is(scalar(() = idle_ids($r)), $POOL, 'left running by the killed runner');
-    $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL]);
+    $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL, '--janitor-interval', '1']);
     ok(wait_until(30, sub { !grep { pooled($r, all => 1)->{$_} } @old }, 0.2),
        "the dead runner's idle sandboxes removed");
     my (undef, $left) = docker('volume', 'ls', '-q');
