@@ -29,6 +29,7 @@ static pthread_mutex_t   runner_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t    runner_pool_cond = PTHREAD_COND_INITIALIZER;
 static runner_sandbox_t  runner_pool_idle[RUNNER_POOL_MAX];
 static int               runner_pool_n;         /* idle ones listed */
+static int64_t           runner_pool_taken_at;  /* ms: the last take */
 static pthread_t         runner_pool_thread_id;
 static int               runner_pool_up;
 
@@ -236,7 +237,7 @@ static void *
 runner_pool_thread(void *arg)
 {
     int               n;
-    int64_t           now, next_check, next_make;
+    int64_t           now, next_check, next_make, due;
     char              err[RUNNER_ERRLEN];
     runner_sandbox_t  sb;
     struct timespec   ts;
@@ -256,9 +257,17 @@ runner_pool_thread(void *arg)
 
         pthread_mutex_lock(&runner_pool_lock);
         n = runner_pool_n;
+        due = next_make;
+
+        /* a run just took one: its start first (dockerd and the cores
+         * are busy with it), unless none is left */
+        if (n > 0 && due < runner_pool_taken_at + RUNNER_POOL_REFILL_MS) {
+            due = runner_pool_taken_at + RUNNER_POOL_REFILL_MS;
+        }
+
         pthread_mutex_unlock(&runner_pool_lock);
 
-        if (n < runner_config->pool && now >= next_make) {
+        if (n < runner_config->pool && now >= due) {
 
             if (runner_pool_make(&sb, err, sizeof(err)) != RUNNER_OK) {
                 runner_log("error", NULL, "pool: %s", err);
@@ -289,8 +298,8 @@ runner_pool_thread(void *arg)
         n = runner_pool_n;
         pthread_mutex_unlock(&runner_pool_lock);
 
-        if (n < runner_config->pool && now < next_make) {
-            usleep(RUNNER_IDLE_MS * 1000);      /* after a failed make */
+        if (n < runner_config->pool && now < due) {
+            usleep(RUNNER_IDLE_MS * 1000);      /* a failed make, a take */
         }
     }
 
@@ -364,6 +373,7 @@ runner_pool_take(runner_sandbox_t *sb)
 
     if (runner_pool_n > 0) {
         *sb = runner_pool_idle[--runner_pool_n];
+        runner_pool_taken_at = smcp_now_ms();
         pthread_cond_signal(&runner_pool_cond);
         rc = RUNNER_OK;
     }

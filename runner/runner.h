@@ -150,6 +150,8 @@
 #define RUNNER_POOL_MAX              64     /* --pool's largest */
 #define RUNNER_POOL_CHECK_MS         2000   /* idle ones still running? */
 #define RUNNER_POOL_RETRY_MS         2000   /* after a failed make */
+#define RUNNER_POOL_REFILL_MS        1000   /* after a take, while some
+                                               are left */
 #define RUNNER_POOL_PREFIX           "smcp-pool-"   /* its container's and
                                                its volume's names */
 #define RUNNER_POOL_DIR              "/workspace"   /* where its run is
