@@ -141,6 +141,7 @@ runner_pool_unlist(const runner_sandbox_t *sb)
     for (i = 0; i < runner_pool_n; i++) {
         if (strcmp(runner_pool_idle[i].id, sb->id) == 0) {
             runner_pool_idle[i] = runner_pool_idle[--runner_pool_n];
+            runner_metrics_pool(runner_pool_n, 0);
             found = 1;
             break;
         }
@@ -277,6 +278,7 @@ runner_pool_thread(void *arg)
 
             pthread_mutex_lock(&runner_pool_lock);
             runner_pool_idle[runner_pool_n++] = sb;
+            runner_metrics_pool(runner_pool_n, 0);
             pthread_mutex_unlock(&runner_pool_lock);
 
             continue;
@@ -307,6 +309,7 @@ runner_pool_thread(void *arg)
     pthread_mutex_lock(&runner_pool_lock);
     n = runner_pool_n;
     runner_pool_n = 0;
+    runner_metrics_pool(0, 0);
     pthread_mutex_unlock(&runner_pool_lock);
 
     while (n-- > 0) {
@@ -377,6 +380,8 @@ runner_pool_take(runner_sandbox_t *sb)
         pthread_cond_signal(&runner_pool_cond);
         rc = RUNNER_OK;
     }
+
+    runner_metrics_pool(runner_pool_n, rc != RUNNER_OK);
 
     pthread_mutex_unlock(&runner_pool_lock);
 

@@ -351,6 +351,7 @@ void runner_metrics_outcome(const char *status);
 void runner_metrics_started(int64_t ms);
 void runner_metrics_docker_error(void);
 void runner_metrics_reattach(void);
+void runner_metrics_pool(int idle, int empty);
 void runner_metrics_queue(int64_t depth, int64_t lag_ms);
 void runner_metrics_active(int n);
 
