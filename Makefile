@@ -26,7 +26,8 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
-               runner/pr.c runner/image.c runner/metrics.c
+               runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
+               runner/pool.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 
 # the Redis scripts module and runner share (one NAME.lua per script) and

@@ -133,6 +133,11 @@ static const runner_option_t  runner_options[] = {
       "processes of a sandbox",
       RUNNER_OPT_COUNT, 0, RUNNER_F(pids), 0, 1, INT32_MAX, NULL },
 
+    { "pool", "N", "SMCP_POOL", "0",
+      "sandboxes kept created, started and idle for the runs that start a "
+      "new session (docker backend, the default image); 0: none",
+      RUNNER_OPT_INT, 0, RUNNER_F(pool), 0, 0, RUNNER_POOL_MAX, NULL },
+
     { "claim-idle", "MS", "SMCP_CLAIM_IDLE", "60000",
       "take over the runs of a runner silent this long",
       RUNNER_OPT_INT, 0, RUNNER_F(claim_idle_ms), 0, 1000, 86400000, NULL },

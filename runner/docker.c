@@ -116,10 +116,40 @@ long
 runner_docker_call(const char *method, const char *path, json_t *body,
     long timeout, json_t **out, char *err, size_t errlen)
 {
+    long   status;
+    char  *payload;
+
+    payload = NULL;
+
+    if (body) {
+        payload = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+    }
+
+    status = runner_docker_send(method, path,
+                                body ? "application/json" : NULL,
+                                body ? (payload ? payload : "{}") : NULL,
+                                payload ? strlen(payload) : 2, timeout, out,
+                                err, errlen);
+    free(payload);
+
+    return status;
+}
+
+
+/*
+ * One request with a body of any type (ctype NULL: none; a POST without
+ * one sends an empty body): what runner_docker_call answers.
+ */
+long
+runner_docker_send(const char *method, const char *path, const char *ctype,
+    const char *data, size_t len, long timeout, json_t **out, char *err,
+    size_t errlen)
+{
     CURL               *h;
     CURLcode            cc;
     long                status;
-    char               *payload;
+    char                hdr[128];
     runner_buf_t        b = { NULL, 0, RUNNER_DOCKER_ANSWER_MAX, 0 };
     struct curl_slist  *hdrs = NULL;
     json_t             *j;
@@ -132,17 +162,15 @@ runner_docker_call(const char *method, const char *path, json_t *body,
     h = runner_docker_handle(method, path, timeout);
     if (h == NULL) {
         snprintf(err, errlen, "docker: out of memory");
-        json_decref(body);
         return RUNNER_DOCKER_DOWN;
     }
 
-    payload = NULL;
-
-    if (body) {
-        payload = json_dumps(body, JSON_COMPACT);
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    if (ctype) {
+        snprintf(hdr, sizeof(hdr), "Content-Type: %s", ctype);
+        hdrs = curl_slist_append(hdrs, hdr);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload ? payload : "{}");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long) len);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
 
     } else if (strcmp(method, "POST") == 0) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
@@ -191,8 +219,6 @@ runner_docker_call(const char *method, const char *path, json_t *body,
 
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
-    json_decref(body);
-    free(payload);
     free(b.data);
 
     return status;
@@ -567,6 +593,24 @@ long
 runner_docker_remove(const char *id, char *err, size_t errlen)
 {
     return runner_docker_verb(RUNNER_DOCKER_RM, id, err, errlen);
+}
+
+
+/* 204 (renamed), 404 (none), 409 (the name is taken) */
+long
+runner_docker_rename(const char *id, const char *name, char *err,
+    size_t errlen)
+{
+    char  rest[160];
+
+    if (!runner_docker_ref_ok(name, err, errlen)) {
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    snprintf(rest, sizeof(rest), "/rename?name=%s", name);
+
+    return runner_docker_on("POST", "containers", id, rest, NULL,
+                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
 }
 
 

@@ -36,7 +36,15 @@ runner_janitor_session(runner_store_t *st, const char *id)
         return 0;                   /* not due, busy, taken, expired */
     }
 
-    snprintf(name, sizeof(name), "smcp-%.*s", SMCP_ID_LEN, id);
+    /* its first run's pooled sandbox's, or its own */
+    if (runner_store_session_get(st, id, "volume", name, sizeof(name))
+        != RUNNER_OK || strncmp(name, RUNNER_POOL_PREFIX,
+                                sizeof(RUNNER_POOL_PREFIX) - 1) != 0
+        || !runner_docker_ref_ok(name, err, sizeof(err)))
+    {
+        snprintf(name, sizeof(name), "smcp-%.*s", SMCP_ID_LEN, id);
+    }
+
     st_docker = runner_docker_volume_remove(name, err, sizeof(err));
 
     /* 404: gone already; 409: a container still uses it.  Either way

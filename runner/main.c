@@ -345,6 +345,11 @@ main(int argc, char **argv)
         return 2;
     }
 
+    if (runner_pool_check(err, sizeof(err)) != RUNNER_OK) {
+        fprintf(stderr, "smcp-runner: %s\n", err);
+        return 2;
+    }
+
     if (strcmp(runner_config->log_format, "text") != 0
         && strcmp(runner_config->log_format, "json") != 0)
     {
@@ -369,9 +374,10 @@ main(int argc, char **argv)
     janitor_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
-               "backend=%s concurrency=%d image=%s network=%s",
+               "backend=%s concurrency=%d pool=%d image=%s network=%s",
                RUNNER_VERSION, runner_config->name, runner_config->backend,
-               runner_config->concurrency, runner_config->image,
+               runner_config->concurrency, runner_config->pool,
+               runner_config->image,
                runner_config->network);
 
     for (delay = 1; !atomic_load(&runner_stop)
@@ -417,6 +423,8 @@ main(int argc, char **argv)
         runner_run_reconcile(st);
         runner_pending(st);
 
+        (void) runner_pool_start();
+
         if (pthread_create(&janitor, NULL, runner_janitor_thread, NULL) == 0)
         {
             janitor_up = 1;
@@ -441,6 +449,8 @@ main(int argc, char **argv)
         runner_reap(&waiting);
         usleep(RUNNER_TICK_MS * 1000);
     }
+
+    runner_pool_stop();
 
     if (janitor_up) {
         pthread_join(janitor, NULL);

@@ -54,6 +54,8 @@ static struct {
     atomic_llong    queue_depth;            /* gauges: -1 until known */
     atomic_llong    queue_lag_ms;
     atomic_llong    active;
+    atomic_llong    pool_idle;              /* --pool */
+    atomic_llong    pool_empty;
 } runner_metrics = {
     .queue_depth = -1, .queue_lag_ms = -1
 };
@@ -112,6 +114,18 @@ runner_metrics_reattach(void)
 }
 
 
+/* the pool's idle sandboxes now; empty: a new session's run found none */
+void
+runner_metrics_pool(int idle, int empty)
+{
+    atomic_store(&runner_metrics.pool_idle, idle);
+
+    if (empty) {
+        atomic_fetch_add(&runner_metrics.pool_empty, 1);
+    }
+}
+
+
 void
 runner_metrics_queue(int64_t depth, int64_t lag_ms)
 {
@@ -154,6 +168,16 @@ runner_metrics_printf(char *buf, size_t size, size_t *n, const char *fmt, ...)
 }
 
 
+/* a metric of one sample without labels: its HELP, TYPE and value */
+static void
+runner_metrics_one(char *buf, size_t size, size_t *n, const char *name,
+    const char *type, const char *help, long long v)
+{
+    runner_metrics_printf(buf, size, n, "# HELP %s %s\n# TYPE %s %s\n"
+                          "%s %lld\n", name, help, name, type, name, v);
+}
+
+
 static size_t
 runner_metrics_text(char *buf, size_t size)
 {
@@ -172,14 +196,13 @@ runner_metrics_text(char *buf, size_t size)
           runner_metrics_outcomes[i], atomic_load(&runner_metrics.runs[i]));
     }
 
-    P("# HELP smcp_runner_runs_active Runs this runner follows now\n"
-      "# TYPE smcp_runner_runs_active gauge\n"
-      "smcp_runner_runs_active %lld\n", atomic_load(&runner_metrics.active));
+    runner_metrics_one(buf, size, &n, "smcp_runner_runs_active", "gauge",
+                       "Runs this runner follows now",
+                       atomic_load(&runner_metrics.active));
 
-    P("# HELP smcp_runner_queue_depth Queued runs no runner took yet\n"
-      "# TYPE smcp_runner_queue_depth gauge\n"
-      "smcp_runner_queue_depth %lld\n",
-      atomic_load(&runner_metrics.queue_depth));
+    runner_metrics_one(buf, size, &n, "smcp_runner_queue_depth", "gauge",
+                       "Queued runs no runner took yet",
+                       atomic_load(&runner_metrics.queue_depth));
 
     v = atomic_load(&runner_metrics.queue_lag_ms);
     P("# HELP smcp_runner_queue_lag_seconds Age of the oldest run no runner "
@@ -205,17 +228,21 @@ runner_metrics_text(char *buf, size_t size)
       atomic_load(&runner_metrics.start_count), v / 1000, v % 1000,
       atomic_load(&runner_metrics.start_count));
 
-    P("# HELP smcp_runner_docker_errors_total Docker API calls that failed "
-      "(no answer, 5xx)\n"
-      "# TYPE smcp_runner_docker_errors_total counter\n"
-      "smcp_runner_docker_errors_total %lld\n",
-      atomic_load(&runner_metrics.docker_errors));
+    runner_metrics_one(buf, size, &n, "smcp_runner_docker_errors_total",
+                       "counter", "Docker API calls that failed (no answer, "
+                       "5xx)", atomic_load(&runner_metrics.docker_errors));
 
-    P("# HELP smcp_runner_reattaches_total Runs followed again in their "
-      "running sandbox\n"
-      "# TYPE smcp_runner_reattaches_total counter\n"
-      "smcp_runner_reattaches_total %lld\n",
-      atomic_load(&runner_metrics.reattaches));
+    runner_metrics_one(buf, size, &n, "smcp_runner_reattaches_total",
+                       "counter", "Runs followed again in their running "
+                       "sandbox", atomic_load(&runner_metrics.reattaches));
+
+    runner_metrics_one(buf, size, &n, "smcp_runner_pool_idle", "gauge",
+                       "Idle sandboxes of the warm pool",
+                       atomic_load(&runner_metrics.pool_idle));
+
+    runner_metrics_one(buf, size, &n, "smcp_runner_pool_empty_total",
+                       "counter", "Runs of a new session that found the "
+                       "pool empty", atomic_load(&runner_metrics.pool_empty));
 
 #undef P
 

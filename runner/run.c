@@ -93,13 +93,14 @@ runner_run_repositories(json_t *h, const char *repo, char *buf, size_t size)
 }
 
 
+/* the run's environment in its sandbox: ["NAME=value", ...] */
 static json_t *
-runner_run_spec(runner_run_t *run, json_t *h, const char *token,
-    const char *volume, const char *oc_session, const char *image)
+runner_run_env(runner_run_t *run, json_t *h, const char *token,
+    const char *oc_session)
 {
-    char          net[128], buf[RUNNER_SANDBOX_ENV_MAX];
+    char          buf[RUNNER_SANDBOX_ENV_MAX];
     char          repos[RUNNER_SANDBOX_ENV_MAX - 32];
-    json_t       *env, *spec, *binds;
+    json_t       *env;
     const char   *task, *model, *repo, *branch, *create_pr, *v;
 
     task = json_string_value(json_object_get(h, "task"));
@@ -160,14 +161,28 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         }
     }
 
-    runner_run_network(run, net, sizeof(net));
+    return env;
+}
+
+
+/*
+ * A sandbox's container spec: the image, its environment and labels
+ * (both released), the volume at /workspace, the network; the limits and
+ * the lock-down every sandbox gets, a run's or the pool's.
+ */
+json_t *
+runner_sandbox_spec(const char *image, json_t *env, json_t *labels,
+    const char *volume, const char *net)
+{
+    char     buf[256];
+    json_t  *binds;
 
     binds = json_array();
     snprintf(buf, sizeof(buf), "%s:/workspace", volume);
     json_array_append_new(binds, json_string(buf));
 
-    spec = json_pack(
-        "{s:s, s:s, s:s, s:o, s:{s:s, s:s, s:s, s:s},"
+    return json_pack(
+        "{s:s, s:s, s:s, s:o, s:o,"
         " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:b,"
         "    s:{s:s, s:s}, s:o, s:[s], s:[s],"
         "    s:{s:s, s:{s:s, s:s}}}}",
@@ -175,9 +190,7 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
         "User", RUNNER_SANDBOX_USER,
         "WorkingDir", "/workspace",
         "Env", env,
-        "Labels", "smcp.run", run->id, "smcp.session", run->session,
-                  "smcp.runner", runner_config->name,
-                  "smcp.store", runner_store_id(),
+        "Labels", labels,
         "HostConfig",
             "NetworkMode", net,
             "Dns", runner_config->dns[0]
@@ -198,8 +211,25 @@ runner_run_spec(runner_run_t *run, json_t *h, const char *token,
             "LogConfig", "Type", "json-file", "Config",
                 "max-size", RUNNER_SANDBOX_LOG_SIZE,
                 "max-file", RUNNER_SANDBOX_LOG_FILES);
+}
 
-    return spec;
+
+static json_t *
+runner_run_spec(runner_run_t *run, json_t *h, const char *token,
+    const char *volume, const char *oc_session, const char *image)
+{
+    char  net[128];
+
+    runner_run_network(run, net, sizeof(net));
+
+    return runner_sandbox_spec(image,
+                               runner_run_env(run, h, token, oc_session),
+                               json_pack("{s:s, s:s, s:s, s:s}",
+                                         "smcp.run", run->id,
+                                         "smcp.session", run->session,
+                                         "smcp.runner", runner_config->name,
+                                         "smcp.store", runner_store_id()),
+                               volume, net);
 }
 
 
@@ -304,8 +334,8 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     }
 
     if (run->out.oc_session[0] && run->session[0]) {
-        runner_store_set_oc_session(run->store, run->session,
-                                    run->out.oc_session);
+        runner_store_session_set(run->store, run->session,
+                                 "opencode_session", run->out.oc_session);
     }
 
     if (runner_outcome_diff(run->out.diff, run->out.diff_len, &diff)
@@ -593,6 +623,145 @@ runner_run_test_hold(void)
 
 
 /*
+ * The session's workspace into run->volume: the one its hash names (its
+ * first run's pooled sandbox's), else smcp-<session>; RUNNER_AGAIN: its
+ * hash names none.
+ */
+static int
+runner_run_stored_volume(runner_run_t *run, char *err, size_t errlen)
+{
+    char  v[sizeof(run->volume)];
+
+    snprintf(run->volume, sizeof(run->volume), "smcp-%s", run->session);
+
+    if (runner_store_session_get(run->store, run->session, "volume", v,
+                                 sizeof(v))
+        != RUNNER_OK)
+    {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
+
+    if (v[0] == '\0') {
+        return RUNNER_AGAIN;
+    }
+
+    /* read back from Redis: it goes into Docker API paths */
+    if (strncmp(v, RUNNER_POOL_PREFIX, sizeof(RUNNER_POOL_PREFIX) - 1) != 0
+        || !runner_docker_ref_ok(v, err, errlen))
+    {
+        snprintf(err, errlen, "the session's volume is malformed");
+        return RUNNER_ERR;
+    }
+
+    snprintf(run->volume, sizeof(run->volume), "%s", v);
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * The session's workspace (runner_run_stored_volume).  A run that starts
+ * a new session on the default image takes a pooled sandbox, when one is
+ * idle: sb, and the session's hash names its volume from now on.
+ */
+static int
+runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
+    char *err, size_t errlen)
+{
+    int   rc;
+    long  st;
+    char  mp[512];
+
+    rc = runner_run_stored_volume(run, err, errlen);
+
+    if (rc != RUNNER_AGAIN) {
+        return rc;
+    }
+
+    if (runner_config->pool == 0 || strcmp(image, runner_config->image) != 0)
+    {
+        return RUNNER_OK;
+    }
+
+    /* a session of earlier runs without the pool keeps its workspace */
+    st = runner_docker_volume_mountpoint(run->volume, mp, sizeof(mp), err,
+                                         errlen);
+
+    if (st != 404 || runner_pool_take(sb) != RUNNER_OK) {
+        return RUNNER_OK;
+    }
+
+    /* from now on the run's: it goes as the run's container goes */
+    snprintf(run->container, sizeof(run->container), "%s", sb->id);
+    run->pooled = 1;
+
+    if (runner_store_session_set(run->store, run->session, "volume",
+                                 sb->name)
+        != RUNNER_OK)
+    {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
+
+    snprintf(run->volume, sizeof(run->volume), "%s", sb->name);
+
+    return RUNNER_OK;
+}
+
+
+/* the run's sandbox, made and started, or a pooled one given the run:
+ * RUNNER_OK with run->container set */
+static int
+runner_run_sandbox(runner_run_t *run, json_t *h, const char *token,
+    const char *image, char *err, size_t errlen)
+{
+    int               rc;
+    json_t           *spec;
+    char              oc_session[sizeof(run->out.oc_session)];
+    runner_sandbox_t  sb;
+
+    if (runner_run_volume(run, image, &sb, err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    if (!run->pooled
+        && runner_run_session(run, run->volume, err, errlen) != RUNNER_OK)
+    {
+        return RUNNER_ERR;              /* err says why (volume, network) */
+    }
+
+    /* the OpenCode conversation of the session's earlier runs */
+    if (runner_store_session_get(run->store, run->session,
+                                 "opencode_session", oc_session,
+                                 sizeof(oc_session))
+        != RUNNER_OK)
+    {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
+
+    if (run->pooled) {
+        return runner_pool_assign(&sb, run->id,
+                                  runner_run_env(run, h, token, oc_session),
+                                  err, errlen);
+    }
+
+    spec = runner_run_spec(run, h, token, run->volume, oc_session, image);
+
+    if (spec == NULL) {
+        snprintf(err, errlen, "cannot build the container spec");
+        return RUNNER_ERR;
+    }
+
+    rc = runner_run_container(run, spec, err, errlen);
+    json_decref(spec);
+
+    return rc;
+}
+
+
+/*
  * The run's sandbox, running: RUNNER_OK; RUNNER_AGAIN when the run was
  * cancelled meanwhile (its container gone); RUNNER_ERR (err says why).
  */
@@ -600,9 +769,8 @@ static int
 runner_run_start(runner_run_t *run, char *err, size_t errlen)
 {
     int            rc;
-    json_t        *h, *spec;
-    char          *token, volume[128], status[RUNNER_ERRLEN];
-    char           oc_session[sizeof(run->out.oc_session)];
+    json_t        *h;
+    char          *token, status[RUNNER_ERRLEN];
     char           image[sizeof(runner_config->image)];
     const char    *tenant, *session;
     int64_t        timeout;
@@ -650,39 +818,10 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
-    snprintf(volume, sizeof(volume), "smcp-%s", session);
-
-    /* the OpenCode conversation of the session's earlier runs */
-    spec = NULL;
-
-    if (runner_run_session(run, volume, err, errlen) != RUNNER_OK) {
-        /* err says why (the volume, the network) */
-
-    } else if (runner_store_oc_session(run->store, session, oc_session,
-                                       sizeof(oc_session))
-               != RUNNER_OK)
-    {
-        if (!runner_store_lost(run->store)) {
-            snprintf(err, errlen, "%s", runner_store_error(run->store));
-        }
-
-    } else {
-        spec = runner_run_spec(run, h, token, volume, oc_session, image);
-
-        if (spec == NULL) {
-            snprintf(err, errlen, "cannot build the container spec");
-        }
-    }
+    rc = runner_run_sandbox(run, h, token, image, err, errlen);
 
     free(token);
     json_decref(h);
-
-    if (spec == NULL) {
-        return RUNNER_ERR;
-    }
-
-    rc = runner_run_container(run, spec, err, errlen);
-    json_decref(spec);
 
     if (rc != RUNNER_OK) {
         runner_run_release(run, 0);
@@ -708,8 +847,8 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_AGAIN;
     }
 
-    runner_log("info", run->id, "running in container %.12s",
-               run->container);
+    runner_log("info", run->id, "running in container %.12s%s",
+               run->container, run->pooled ? " (pooled)" : "");
 
     return RUNNER_OK;
 }
@@ -744,6 +883,14 @@ runner_run_reconcile(runner_store_t *st)
         id = json_string_value(json_object_get(ct, "Id"));
         labels = json_object_get(ct, "Labels");
         run_id = json_string_value(json_object_get(labels, "smcp.run"));
+
+        if (run_id == NULL && json_object_get(labels, "smcp.pool")) {
+            /* a pooled sandbox: renamed smcp-<run id> when a run took it */
+            run_id = json_string_value(json_array_get(
+                                     json_object_get(ct, "Names"), 0));
+            run_id = (run_id && strncmp(run_id, "/smcp-", 6) == 0)
+                     ? run_id + 6 : NULL;
+        }
 
         if (id == NULL || run_id == NULL
             || !runner_backend->valid_id(id)
@@ -826,6 +973,10 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
         == RUNNER_OK
         && runner_run_crashed(run, attempts, err, errlen))
     {
+        return RUNNER_ERR;
+    }
+
+    if (runner_run_stored_volume(run, err, errlen) == RUNNER_ERR) {
         return RUNNER_ERR;
     }
 

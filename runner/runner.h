@@ -20,9 +20,11 @@
  * cancel, deadline, limits), outcome.c (what the agent's events add up
  * to), workspace.c (a session volume's size), janitor.c (idle sessions
  * expired), pr.c (a run's pull request, through the egress proxy),
- * image.c (the sandbox image's contract, checked at start), metrics.c
- * (the counters and their /metrics listener).  smcp_token.c is a tool of
- * its own (smcp-token), not part of the runner.
+ * image.c (the sandbox image's contract, checked at start), pool.c (the
+ * warm pool: --pool sandboxes made ahead, one given to a new session's
+ * run), archive.c (files put into a container: how it is given one),
+ * metrics.c (the counters and their /metrics listener).  smcp_token.c is
+ * a tool of its own (smcp-token), not part of the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -146,6 +148,17 @@
 #define RUNNER_CONTAINER_ID_LEN      64     /* hex digits of a container id */
 #define RUNNER_CONTAINER_SIZE        80     /* a buffer for one */
 
+/* the warm pool (pool.c) */
+#define RUNNER_POOL_MAX              64     /* --pool's largest */
+#define RUNNER_POOL_CHECK_MS         2000   /* idle ones still running? */
+#define RUNNER_POOL_RETRY_MS         2000   /* after a failed make */
+#define RUNNER_POOL_REFILL_MS        1000   /* after a take, while some
+                                               are left */
+#define RUNNER_POOL_PREFIX           "smcp-pool-"   /* its container's and
+                                               its volume's names */
+#define RUNNER_POOL_DIR              "/workspace"   /* where its run is
+                                               put: its volume */
+
 /* the janitor */
 #define RUNNER_JANITOR_BATCH         100    /* sessions per look */
 #define RUNNER_JANITOR_STALE_MS      (10 * 60 * 1000)   /* a dead runner's
@@ -188,6 +201,7 @@ typedef struct {
     char             git_author_name[128];  /* a run's commits (--git-author) */
     char             git_author_email[128];
     int              concurrency;
+    int              pool;                  /* idle sandboxes kept ahead */
     int64_t          memory;                /* bytes */
     int64_t          nano_cpus;
     int64_t          pids;
@@ -277,10 +291,13 @@ typedef struct runner_run_s {
     char                 stream_id[RUNNER_STREAM_ID_SIZE];  /* in queue */
     char                 session[SMCP_ID_LEN + 1];
     char                 container[RUNNER_CONTAINER_SIZE];
+    char                 volume[128];       /* the session's workspace */
     char                 last_ts[48];       /* last stored log timestamp */
     int                  last_ts_count;     /* lines stored at last_ts */
     int64_t              deadline_ms;
     int                  reattach;
+    int                  pooled;            /* its sandbox came from the
+                                               pool */
     int                  diff_marker;       /* the diff's marker is stored */
     int64_t              event_bytes;       /* stored, of the budget */
     int                  budget_hit;        /* later output is not stored */
@@ -336,6 +353,7 @@ void runner_metrics_outcome(const char *status);
 void runner_metrics_started(int64_t ms);
 void runner_metrics_docker_error(void);
 void runner_metrics_reattach(void);
+void runner_metrics_pool(int idle, int empty);
 void runner_metrics_queue(int64_t depth, int64_t lag_ms);
 void runner_metrics_active(int n);
 
@@ -384,10 +402,10 @@ int runner_store_hget(runner_store_t *st, const char *run_id,
 int runner_store_limits(runner_store_t *st, const char *run_id,
     int *cancel, double *max_cost);
 json_t *runner_store_run(runner_store_t *st, const char *run_id);
-int runner_store_oc_session(runner_store_t *st, const char *session,
-    char *buf, size_t size);
-int runner_store_set_oc_session(runner_store_t *st, const char *session,
-    const char *oc);
+int runner_store_session_get(runner_store_t *st, const char *session,
+    const char *field, char *buf, size_t size);
+int runner_store_session_set(runner_store_t *st, const char *session,
+    const char *field, const char *value);
 int runner_store_last_log_ts(runner_store_t *st, runner_run_t *run);
 int runner_store_replay(runner_store_t *st, const char *run_id,
     runner_event_pt on_event, void *data);
@@ -473,6 +491,11 @@ long runner_docker_follow(const char *id, const char *since, int follow,
 
 long runner_docker_call(const char *method, const char *path, json_t *body,
     long timeout, json_t **out, char *err, size_t errlen);
+long runner_docker_send(const char *method, const char *path,
+    const char *ctype, const char *data, size_t len, long timeout,
+    json_t **out, char *err, size_t errlen);
+long runner_docker_rename(const char *id, const char *name, char *err,
+    size_t errlen);
 int runner_docker_ref_ok(const char *ref, char *err, size_t errlen);
 long runner_docker_stream(const char *path, runner_line_pt on_line,
     void *data, runner_tick_pt on_tick, void *tick_data, char *err,
@@ -592,6 +615,30 @@ typedef struct {
 int runner_workspace_usage(const char *root, int64_t max_bytes,
     int64_t max_inodes, runner_usage_t *u, char *err, size_t errlen);
 
+/* archive.c: files put into a container */
+typedef struct {
+    const char  *name;
+    const char  *data;
+    size_t       len;
+} runner_file_t;
+
+long runner_archive_put(const char *id, const char *dir,
+    const runner_file_t *files, size_t n, char *err, size_t errlen);
+
+/* pool.c: the warm pool, its thread from start to stop (docker backend) */
+typedef struct {
+    char         id[RUNNER_CONTAINER_SIZE];
+    char         name[64];          /* RUNNER_POOL_PREFIX + hex: its
+                                       volume's name too */
+} runner_sandbox_t;
+
+int runner_pool_check(char *err, size_t errlen);
+int runner_pool_start(void);
+void runner_pool_stop(void);
+int runner_pool_take(runner_sandbox_t *sb);
+int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
+    json_t *env, char *err, size_t errlen);
+
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
 
@@ -604,6 +651,8 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+json_t *runner_sandbox_spec(const char *image, json_t *env, json_t *labels,
+    const char *volume, const char *net);
 
 /* follow.c: the container's log into the run's events, to the exit */
 int runner_run_follow(runner_run_t *run, int *exit_code, const char **why);

@@ -1069,10 +1069,12 @@ runner_store_run(runner_store_t *st, const char *run_id)
 }
 
 
-/* the OpenCode conversation a session's runs continue ("" when none) */
+/* a field of a session's hash ("" when none): opencode_session (the
+ * OpenCode conversation its runs continue), volume (its workspace's,
+ * when not smcp-<id>: a pooled sandbox's) */
 int
-runner_store_oc_session(runner_store_t *st, const char *session,
-    char *buf, size_t size)
+runner_store_session_get(runner_store_t *st, const char *session,
+    const char *field, char *buf, size_t size)
 {
     char         key[RUNNER_KEY_MAX];
     const char  *argv[3];
@@ -1081,7 +1083,7 @@ runner_store_oc_session(runner_store_t *st, const char *session,
     RUNNER_KEY(key, SMCP_KEY_SESSION, session);
     argv[0] = "HGET";
     argv[1] = key;
-    argv[2] = "opencode_session";
+    argv[2] = field;
 
     buf[0] = '\0';
     r = runner_store_argv(st, 3, argv, NULL);
@@ -1103,8 +1105,8 @@ runner_store_oc_session(runner_store_t *st, const char *session,
 
 
 int
-runner_store_set_oc_session(runner_store_t *st, const char *session,
-    const char *oc)
+runner_store_session_set(runner_store_t *st, const char *session,
+    const char *field, const char *value)
 {
     char         key[RUNNER_KEY_MAX];
     const char  *argv[4];
@@ -1112,8 +1114,8 @@ runner_store_set_oc_session(runner_store_t *st, const char *session,
     RUNNER_KEY(key, SMCP_KEY_SESSION, session);
     argv[0] = "HSET";
     argv[1] = key;
-    argv[2] = "opencode_session";
-    argv[3] = oc;
+    argv[2] = field;
+    argv[3] = value;
 
     return runner_store_do(st, 4, argv);
 }

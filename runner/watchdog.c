@@ -146,19 +146,17 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
 {
     int              rc;
     int64_t          took;
-    char             err[RUNNER_ERRLEN], volume[128];
+    char             err[RUNNER_ERRLEN];
     runner_usage_t   u;
 
-    if (w->off || now < w->next || run->session[0] == '\0') {
+    if (w->off || now < w->next || run->volume[0] == '\0') {
         return;
     }
 
     w->next = now + RUNNER_WS_CHECK_MS;
 
     if (w->mountpoint[0] == '\0') {
-        snprintf(volume, sizeof(volume), "smcp-%s", run->session);
-
-        if (runner_docker_volume_mountpoint(volume, w->mountpoint,
+        if (runner_docker_volume_mountpoint(run->volume, w->mountpoint,
                                             sizeof(w->mountpoint), err,
                                             sizeof(err)) != 200)
         {

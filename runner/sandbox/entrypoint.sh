@@ -40,6 +40,8 @@
 #                          the task's first line, at most 80 characters).
 #                          A session with a title makes OpenCode skip its
 #                          title-generation request to the model.
+#   SMCP_POOL              1: a pooled sandbox (the runner's --pool): the
+#                          rest arrives when a run takes it (below)
 #   SMCP_DIFF_MAX          bytes the diff line may take, newline included
 #                          (default 10485760): a longer diff is cut at a
 #                          line boundary and marked "truncated":true
@@ -66,6 +68,28 @@ umask 022
 ws=/workspace
 repo=$ws/repo
 oc=$ws/.oc
+
+# A pooled sandbox (SMCP_POOL=1, the runner's --pool) starts with nothing
+# of a run: it waits, silent, until a run takes it.  The runner puts the
+# run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
+# after each), then /workspace/.smcp-ready; only SMCP_* names are taken,
+# as values (nothing is evaluated), and both files go before anything
+# else happens.  Polled every 10 ms without a process per poll (a read
+# with a timeout on a pipe nobody writes).
+if [ "${SMCP_POOL:-}" = 1 ]; then
+    unset SMCP_POOL
+    exec 9<> <(:)
+    until [ -e $ws/.smcp-ready ]; do
+        read -r -t 0.01 -u 9 _ || true
+    done
+    exec 9<&-
+    while IFS= read -r -d '' kv; do
+        if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_POOL= ]]; then
+            export "${kv?}"
+        fi
+    done < $ws/.smcp-run
+    rm -f $ws/.smcp-run $ws/.smcp-ready
+fi
 
 : "${SMCP_EGRESS_URL:?SMCP_EGRESS_URL is not set}"
 : "${SMCP_RUN_TOKEN:?SMCP_RUN_TOKEN is not set}"

@@ -434,6 +434,18 @@ sub wait_done {
     }
 }
 
+# run_completed($what, $runner, %args) -> (run_task's answer, the last
+# result): the run queued with %args, waited for, checked `completed`
+# (else diag_run with the runner's log)
+sub run_completed {
+    my ($self, $what, $runner, %args) = @_;
+    my $run = $self->run_task(%args);
+    my $res = $self->wait_done($run->{runId}, 180);
+    Test::More::is($res->{status}, 'completed', "$what: completed")
+        or $self->diag_run($run->{runId}, $runner);
+    return ($run, $res);
+}
+
 # events($runId) -> every event, through opencode_get_events pages
 sub events {
     my ($self, $run) = @_;
@@ -610,6 +622,20 @@ sub _remove_runner_leftovers {
     docker({ timeout => 120 }, 'rm', '-f', '-v', @c) if @c;
 }
 
+# the volumes of this stack's pooled sandboxes still there (smcp-pool-*)
+sub _pool_volumes {
+    my ($self) = @_;
+    my @v;
+    for my $name (sort keys %{ $self->{names} }) {
+        my (undef, $ids) = docker('ps', '-aq', '--filter', "label=smcp.pool=$name");
+        next unless $ids =~ /\S/;
+        my (undef, $out) = docker('inspect', '--format',
+            '{{range .Mounts}}{{.Name}} {{end}}', split ' ', $ids);
+        push @v, grep { /^smcp-pool-[0-9a-f]+$/ } split ' ', $out;
+    }
+    return @v;
+}
+
 sub _sweep_stale_runner_containers {
     my ($self) = @_;
     my (undef, $out) = docker('ps', '-a', '--filter', 'label=smcp.runner',
@@ -634,13 +660,19 @@ sub cleanup {
         _wait_guard($guard, 5) or do { kill 'KILL', $pid; _wait_guard($guard, 5) };
     }
     return if $ENV{SMCP_TEST_KEEP};
+    # a pooled sandbox's volume (--pool): its own name, named by its
+    # session's hash once a run took it
+    my @pooled = $self->_pool_volumes;
     $self->_remove_runner_leftovers($_) for sort keys %{ $self->{names} };
     for my $ses (sort keys %{ $self->{sessions} }) {
-        my $v = "smcp-$ses";
-        my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
-        docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
-        docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
+        my $h = eval { $self->{t}->redis_hgetall("smcp:session:$ses") } || {};
+        for my $v ("smcp-$ses", $h->{volume} // ()) {
+            my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
+            docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
+            docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
+        }
     }
+    docker({ timeout => 60 }, 'volume', 'rm', '-f', @pooled) if @pooled;
     $self->_swarm_down if $self->{relay};
     $_->stop for grep { $_ } @{$self}{qw(anthropic github)};
 }
