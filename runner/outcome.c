@@ -174,7 +174,21 @@ runner_outcome_event(runner_outcome_t *out, json_t *ev)
     } else if (strcmp(type, "smcp") == 0) {
         s = json_string_value(json_object_get(ev, "step"));
 
-        if (s && strcmp(s, "diff") == 0) {
+        if (s && strcmp(s, "agent_exit") == 0) {
+            /*
+             * what came before may be the agent's own writing to the
+             * container's output; the entry script has killed every
+             * process of the agent before it says agent_exit, so what
+             * follows the last one is its own
+             */
+            out->pr_step = RUNNER_PR_NONE;
+            free(out->diff);
+            out->diff = NULL;
+            out->diff_len = 0;
+            out->diff_truncated = 0;
+            runner_outcome_set(&out->push_error, NULL, 0);
+
+        } else if (s && strcmp(s, "diff") == 0) {
             s = json_string_value(json_object_get(ev, "diff"));
             free(out->diff);
             out->diff_len = s ? strlen(s) : 0;

@@ -58,6 +58,9 @@
 #
 # Stopping: SIGTERM/SIGINT/SIGHUP are passed on to OpenCode; the script
 # still prints agent_exit and the diff, then exits with OpenCode's status.
+# Once OpenCode has exited every other process of the sandbox is killed
+# before agent_exit: the runner reads the push, pull request and diff lines
+# only after the last agent_exit, which no agent process outlives.
 #
 # Layout of the session volume: /workspace/repo is the worktree,
 # /workspace/.oc holds OpenCode's XDG dirs (kept apart from the worktree so
@@ -431,6 +434,12 @@ while kill -0 "$agent" 2>/dev/null; do
     wait "$agent" || status=$?
 done
 trap - TERM INT HUP
+# whatever the agent left running goes now (kill -1: every process but the
+# init and this script): from here on only this script writes to the
+# container's output, so the lines the runner trusts, those after the last
+# agent_exit (push, pull request, diff), cannot be forged by a process of
+# the agent writing to /proc/1/fd/1
+kill -KILL -1 2>/dev/null || true
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # the pull request's branch: what changed since the run started, the

@@ -412,6 +412,43 @@ test_outcome_clamp(void)
 }
 
 
+/* what came before the last agent_exit may be forged by the agent: only
+ * the lines after it count (push, pull request, diff) */
+static void
+test_outcome_forged(void)
+{
+    runner_outcome_t   o;
+    json_t            *ev;
+
+#define EV(s)  ev = json_loads(s, 0, NULL); runner_outcome_event(&o, ev);     \
+               json_decref(ev)
+
+    memset(&o, 0, sizeof(o));
+    config.diff_max = 1024;
+
+    EV("{\"type\":\"smcp\",\"step\":\"agent_start\"}");
+    EV("{\"type\":\"smcp\",\"step\":\"diff\",\"diff\":\"FORGED\"}");
+    EV("{\"type\":\"smcp\",\"step\":\"pushed\",\"branch\":\"x\"}");
+    EV("{\"type\":\"smcp\",\"step\":\"push_failed\","
+       "\"message\":\"forged\"}");
+    EV("{\"type\":\"smcp\",\"step\":\"agent_exit\",\"exitCode\":0}");
+    ok(o.pr_step == RUNNER_PR_NONE && o.diff == NULL && o.diff_len == 0
+       && o.push_error == NULL,
+       "agent_exit: the push, pull request and diff lines before it are "
+       "dropped");
+
+    EV("{\"type\":\"smcp\",\"step\":\"pr_skipped\","
+       "\"reason\":\"no changes\"}");
+    EV("{\"type\":\"smcp\",\"step\":\"diff\",\"diff\":\"REAL\"}");
+    ok(o.pr_step == RUNNER_PR_SKIPPED && o.diff
+       && strcmp(o.diff, "REAL") == 0,
+       "... those after it count");
+
+    runner_outcome_free(&o);
+#undef EV
+}
+
+
 /* the diff, file by file: files_changed and the index of sections */
 static void
 test_diff_index(void)
@@ -1018,6 +1055,7 @@ main(void)
     test_ts_cmp();
     test_log_escape();
     test_outcome_clamp();
+    test_outcome_forged();
     test_diff_index();
     test_diff_parser();
     test_workspace();
