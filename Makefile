@@ -125,8 +125,9 @@ docker-ready:
 
 # the sandbox image: OpenCode in a locked-down Debian (cached: rebuilt only
 # when its inputs change)
+# SMCP_SANDBOX_IMAGE: the tag the tests use too (default smcp-sandbox:<OpenCode's version>)
 sandbox-image: docker-ready
-	runner/sandbox/build-image
+	runner/sandbox/build-image $(SMCP_SANDBOX_IMAGE)
 
 test: deps all static docker-ready sandbox-image
 	prove -r t
