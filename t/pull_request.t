@@ -48,11 +48,15 @@ my $COMMIT = <<'SH';
 cd /workspace/repo && printf 'own\n' > own.txt && git add own.txt \
   && git commit -qm 'the agent commits' && echo COMMITTED
 SH
+# the pattern is put together when it runs: OpenCode keeps the command's
+# text in its own files (under /workspace/.oc), which must not count
 my $LOOK = <<'SH';
-echo "TOKEN-ENV: $(env | grep -c ghp_REAL)"
+p=ghp_; p=${p}REAL
+echo "TOKEN-ENV: $(env | grep -c "$p")"
 echo "RUN-TOKEN: ${SMCP_RUN_TOKEN:+set}"
-echo "TOKEN-FILES: $(grep -rIl ghp_REAL /workspace /home /tmp /etc /run 2>/dev/null | wc -l)"
-echo "GITCONFIG: $(git config --global --list | grep -c ghp_REAL)"
+f=$(grep -rIl "$p" /workspace /home /tmp /etc /run 2>/dev/null)
+echo "TOKEN-FILES: $(printf '%s' "$f" | grep -c .)${f:+ $f}"
+echo "GITCONFIG: $(git config --global --list | grep -c "$p")"
 SH
 my $DIE = <<'SH';
 printf 'fatal: the sandbox test says goodbye\n' > /proc/1/fd/2
