@@ -48,8 +48,8 @@ my $COMMIT = <<'SH';
 cd /workspace/repo && printf 'own\n' > own.txt && git add own.txt \
   && git commit -qm 'the agent commits' && echo COMMITTED
 SH
-# the pattern is put together when it runs: OpenCode keeps the command's
-# text in its own files (under /workspace/.oc), which must not count
+# the pattern is put together when it runs: OpenCode logs the command's
+# text (/workspace/.oc/data/opencode/log/opencode.log), which must not count
 my $LOOK = <<'SH';
 p=ghp_; p=${p}REAL
 echo "TOKEN-ENV: $(env | grep -c "$p")"
