@@ -37,7 +37,8 @@ package SMCP::Stack;
 # Everything the runner makes is removed at the end: containers labelled
 # smcp.runner=<a runner name of this file> (names embed test_id(), so the
 # containers of a test file killed earlier are swept on the next start),
-# and the session volumes (smcp-<sessionId>) of the runs this file queued.
+# and the session volumes (smcp-<sessionId>) of the runs this file queued
+# and of every session in its Redis.
 # Runner processes are stopped by PID (TERM, then KILL).
 #
 # SMCP_TEST_BACKEND=swarm runs the runners with --backend swarm (the
@@ -664,6 +665,11 @@ sub cleanup {
     # session's hash once a run took it
     my @pooled = $self->_pool_volumes;
     $self->_remove_runner_leftovers($_) for sort keys %{ $self->{names} };
+    # and every session this file's Redis knows (runs queued through
+    # call(), the dashboard or MCP tasks): their volumes are this file's too
+    for my $k (eval { $self->{t}->redis_keys('smcp:session:ses_*') }) {
+        $self->{sessions}{$1} = 1 if $k =~ /^smcp:session:(ses_[0-9a-f]{24})$/;
+    }
     for my $ses (sort keys %{ $self->{sessions} }) {
         my $h = eval { $self->{t}->redis_hgetall("smcp:session:$ses") } || {};
         for my $v ("smcp-$ses", $h->{volume} // ()) {
