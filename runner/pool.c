@@ -86,7 +86,7 @@ static int
 runner_pool_make(runner_sandbox_t *sb, char *err, size_t errlen)
 {
     long     st;
-    char     hex[17];
+    char     hex[17], egress[1024];
     json_t  *env, *labels, *spec;
 
     if (smcp_random_hex(hex, 8) != SMCP_OK) {
@@ -97,8 +97,18 @@ runner_pool_make(runner_sandbox_t *sb, char *err, size_t errlen)
     sb->id[0] = '\0';
     snprintf(sb->name, sizeof(sb->name), RUNNER_POOL_PREFIX "%s", hex);
 
-    /* nothing of a run: the entry script waits for it */
-    env = json_pack("[s]", "SMCP_POOL=1");
+    /*
+     * nothing of a run: the entry script waits for it; the egress URL (not
+     * a secret) lets it start and warm OpenCode ahead, behind its relay
+     */
+    if (snprintf(egress, sizeof(egress), "SMCP_EGRESS_URL=%s",
+                 runner_config->egress_url) >= (int) sizeof(egress))
+    {
+        snprintf(err, errlen, "egress url too long");
+        return RUNNER_ERR;
+    }
+
+    env = json_pack("[s, s]", "SMCP_POOL=1", egress);
     labels = json_pack("{s:s, s:s, s:s}", "smcp.pool", runner_config->name,
                        "smcp.runner", runner_config->name,
                        "smcp.store", runner_store_id());

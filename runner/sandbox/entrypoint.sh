@@ -72,6 +72,128 @@ ws=/workspace
 repo=$ws/repo
 oc=$ws/.oc
 
+export HOME=${HOME:-/home/sandbox}
+export XDG_CONFIG_HOME=$oc/config XDG_DATA_HOME=$oc/data
+export XDG_CACHE_HOME=$oc/cache XDG_STATE_HOME=$oc/state
+export TMPDIR=${TMPDIR:-/tmp}
+export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1
+export OPENCODE_DISABLE_DEFAULT_PLUGINS=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1
+export OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_CLAUDE_CODE=1
+export OPENCODE_DISABLE_EXTERNAL_SKILLS=1
+
+mkdir -p "$repo" "$XDG_CONFIG_HOME/opencode" "$XDG_DATA_HOME" \
+         "$XDG_CACHE_HOME" "$XDG_STATE_HOME" "$HOME" "$oc/smcp"
+
+# stops OpenCode's background npm install of its plugin package (the
+# network is closed anyway; this keeps it from trying)
+mkdir -p "$XDG_CONFIG_HOME/opencode/node_modules"
+printf '{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}\n' \
+    > "$XDG_CONFIG_HOME/opencode/package-lock.json"
+
+# The warm pool's OpenCode (SMCP_POOL=1 with SMCP_EGRESS_URL given at
+# creation): OpenCode's start is ~90% of a cold run's time to its first
+# model request, so a pooled sandbox starts `opencode serve` (127.0.0.1
+# only, in /workspace/repo) ahead and warms it with one prompt.  A warmed
+# server keeps the provider key it first read, so its providers (those of
+# warm_providers) point at key-relay on 127.0.0.1 with a fixed placeholder
+# key; the relay forwards to the egress with the placeholder swapped for
+# the run token, read at each request from $warm/token (none before the
+# handover: it answers 401 itself, which ends the warm-up prompt at
+# once).  Nothing of a run is in it: no token, no task.  The server, the
+# relay and the warm-up print nothing on the container's output (their
+# logs are in $warm).  The server's tools get the run's environment
+# through BASH_ENV ($warm/env, written at the handover: what the entry
+# script exported since the server started, as a cold run's agent would
+# inherit it).
+warm=$TMPDIR/smcp-warm
+warm_port=4096
+warm_relay_port=4097
+warm_key=smcp-pool-placeholder-not-a-token
+warm_providers="anthropic openai google"
+warm_egress=""
+declare -A warm_env0=()
+
+warm_start() {
+    local r=http://127.0.0.1:$warm_relay_port n
+    [[ ${SMCP_EGRESS_URL:-} =~ ^http://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$ ]] \
+        || return 0
+    command -v perl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 \
+        || return 0
+    warm_egress=${SMCP_EGRESS_URL%/}
+    mkdir -m 0700 "$warm"
+    cat > "$XDG_CONFIG_HOME/opencode/opencode.json" <<JSON
+{
+  "\$schema": "https://opencode.ai/config.json",
+  "autoupdate": false,
+  "share": "disabled",
+  "snapshot": false,
+  "model": "anthropic/claude-sonnet-4-5",
+  "provider": {
+    "anthropic": { "options": { "baseURL": "$r/anthropic/v1",
+                                "apiKey": "$warm_key" } },
+    "openai": { "options": { "baseURL": "$r/openai/v1",
+                             "apiKey": "$warm_key" } },
+    "google": { "options": { "baseURL": "$r/google/v1beta",
+                             "apiKey": "$warm_key" } }
+  }
+}
+JSON
+    perl /usr/local/lib/smcp/key-relay "$warm_relay_port" "$warm_egress" \
+        "$warm_key" "$warm/token" < /dev/null > "$warm/relay.log" 2>&1 &
+    for n in $(compgen -e); do
+        warm_env0[$n]=${!n}
+    done
+    (cd "$repo" && BASH_ENV=$warm/env exec opencode serve \
+        --hostname 127.0.0.1 --port "$warm_port") \
+        < /dev/null > "$warm/server.log" 2>&1 &
+    # the warm-up: one prompt (the relay's 401 ends it), its session
+    # deleted; then $warm/ready
+    (
+        u=http://127.0.0.1:$warm_port q="directory=$repo" sid=""
+        for _ in $(seq 1 600); do
+            curl -sf -m 1 -o /dev/null "$u/global/health" && break
+            sleep 0.1
+        done
+        sid=$(curl -sf -m 10 -X POST -H 'Content-Type: application/json' \
+                  --data '{}' "$u/session?$q" \
+              | grep -o '"id":"ses_[A-Za-z0-9]*"' | head -n 1 | cut -d'"' -f4)
+        [ -n "$sid" ] || exit 1
+        curl -s -m 60 -o /dev/null -X POST \
+            -H 'Content-Type: application/json' \
+            --data '{"model":{"providerID":"anthropic","modelID":"claude-sonnet-4-5"},"parts":[{"type":"text","text":"warm-up"}]}' \
+            "$u/session/$sid/message?$q"
+        curl -s -m 10 -o /dev/null -X DELETE "$u/session/$sid?$q"
+        touch "$warm/ready"
+    ) < /dev/null > "$warm/warmup.log" 2>&1 &
+}
+
+# at the handover: 0 when the warm server serves this run (warm-up done,
+# within 30 s if still under way, and healthy; a provider it warmed, the
+# default base URL, the egress it relays to, no command given), else
+# everything of it is killed and the run starts OpenCode cold
+warm_take() {
+    local p=${SMCP_MODEL:-anthropic/claude-sonnet-4-5} i
+    p=${p%%/*}
+    if [ -n "$warm_egress" ] && [ $# -eq 0 ] \
+       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] \
+       && [ "${SMCP_EGRESS_URL%/}" = "$warm_egress" ] \
+       && [[ " $warm_providers " == *" $p "* ]]; then
+        for ((i = 0; i < 3000; i++)); do
+            [ -e "$warm/ready" ] && break
+            read -r -t 0.01 -u 9 _ || true
+        done
+        if [ -e "$warm/ready" ] && curl -sf -m 2 -o /dev/null \
+               "http://127.0.0.1:$warm_port/global/health"; then
+            return 0
+        fi
+    fi
+    if [ -n "$warm_egress" ]; then
+        kill -KILL -1 2>/dev/null || true
+        warm_egress=""
+    fi
+    return 1
+}
+
 # A pooled sandbox (SMCP_POOL=1, the runner's --pool) starts with nothing
 # of a run: it waits, silent, until a run takes it.  The runner puts the
 # run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
@@ -79,19 +201,24 @@ oc=$ws/.oc
 # as values (nothing is evaluated), and both files go before anything
 # else happens.  Polled every 10 ms without a process per poll (a read
 # with a timeout on a pipe nobody writes).
+warm_run=0
 if [ "${SMCP_POOL:-}" = 1 ]; then
     unset SMCP_POOL
+    warm_start
     exec 9<> <(:)
     until [ -e $ws/.smcp-ready ]; do
         read -r -t 0.01 -u 9 _ || true
     done
-    exec 9<&-
     while IFS= read -r -d '' kv; do
         if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_POOL= ]]; then
             export "${kv?}"
         fi
     done < $ws/.smcp-run
     rm -f $ws/.smcp-run $ws/.smcp-ready
+    if warm_take "$@"; then
+        warm_run=1
+    fi
+    exec 9<&-
 fi
 
 : "${SMCP_EGRESS_URL:?SMCP_EGRESS_URL is not set}"
@@ -134,17 +261,6 @@ case $provider in
 esac
 base_url=${SMCP_PROVIDER_BASE_URL:-$default_base}
 
-export HOME=${HOME:-/home/sandbox}
-export XDG_CONFIG_HOME=$oc/config XDG_DATA_HOME=$oc/data
-export XDG_CACHE_HOME=$oc/cache XDG_STATE_HOME=$oc/state
-export TMPDIR=${TMPDIR:-/tmp}
-export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1
-export OPENCODE_DISABLE_DEFAULT_PLUGINS=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1
-export OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_CLAUDE_CODE=1
-export OPENCODE_DISABLE_EXTERNAL_SKILLS=1
-
-mkdir -p "$repo" "$XDG_CONFIG_HOME/opencode" "$XDG_DATA_HOME" \
-         "$XDG_CACHE_HOME" "$XDG_STATE_HOME" "$HOME" "$oc/smcp"
 
 # JSON string literal of stdin's bytes (no jq in the image): control
 # characters escaped, invalid UTF-8 bytes replaced by U+FFFD, so a runner's
@@ -245,6 +361,9 @@ case $provider in
         provider_extra=$(printf ',"models":{%s:{}}' "$(json_str "$model")") ;;
 esac
 
+# (a warm run keeps the warm server's configuration: its providers
+# reach the egress through the relay, which adds the token)
+if [ $warm_run = 0 ]; then
 cat > "$XDG_CONFIG_HOME/opencode/opencode.json" <<JSON
 {
   "\$schema": "https://opencode.ai/config.json",
@@ -263,12 +382,7 @@ cat > "$XDG_CONFIG_HOME/opencode/opencode.json" <<JSON
   }
 }
 JSON
-
-# stops OpenCode's background npm install of its plugin package (the
-# network is closed anyway; this keeps it from trying)
-mkdir -p "$XDG_CONFIG_HOME/opencode/node_modules"
-printf '{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}\n' \
-    > "$XDG_CONFIG_HOME/opencode/package-lock.json"
+fi
 
 # git: the git host is reached through the proxy, which adds the real
 # token; the sandbox authenticates with its run token
@@ -406,8 +520,10 @@ first_line=$(LC_ALL=C.UTF-8; printf '%s' "${first_line:0:80}")
 oc_dir_file=$oc/smcp/oc-dir
 oc_dir=$(cat "$oc_dir_file" 2>/dev/null || printf '%s' "$repo")
 args=(run --format json --auto --model "$oc_model")
+session_id=""
 if [ -n "${SMCP_SESSION:-}" ] && [ "$oc_dir" = "$own" ]; then
     args+=(--session "$SMCP_SESSION")
+    session_id=$SMCP_SESSION
 else
     printf '%s' "$own" > "$oc_dir_file"
     title=${SMCP_TITLE:-$first_line}
@@ -419,8 +535,43 @@ fi
 # and under an init the signal would end only this script)
 printf '%s' "${SMCP_TASK:-}" > "$TMPDIR/smcp-task"
 signal=""
-lifecycle agent_start
-opencode "${args[@]}" < "$TMPDIR/smcp-task" &
+reader=""
+if [ $warm_run = 1 ]; then
+    # the warm server's run: its tools' environment (BASH_ENV: what was
+    # exported since the server started, as a cold agent inherits it) and
+    # the token for the relay, files only this user reads, on the tmpfs
+    (
+        umask 077
+        for n in $(compgen -e); do
+            case $n in PWD|OLDPWD|SHLVL|_) continue ;; esac
+            if [ "${warm_env0[$n]+set}" != set ] \
+               || [ "${warm_env0[$n]}" != "${!n}" ]; then
+                declare -p "$n"
+            fi
+        done > "$warm/env"
+        printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token"
+    )
+    # the run's lines come from the server's events (session-events: the
+    # attached client stops printing early), subscribed before the prompt
+    # is sent: the first event (server.connected) read first
+    mkfifo -m 0600 "$warm/events"
+    curl -sN "http://127.0.0.1:$warm_port/event?directory=$own" \
+        > "$warm/events" 2>/dev/null &
+    exec 8< "$warm/events"
+    IFS= read -r -t 10 -u 8 _ || true
+    perl /usr/local/lib/smcp/session-events \
+        ${session_id:+"$session_id"} <&8 &
+    reader=$!
+    exec 8<&-
+    lifecycle agent_start '"warm":true'
+    # the client's own lines dropped but its errors (a prompt refused)
+    opencode "${args[@]}" --attach "http://127.0.0.1:$warm_port" \
+        --dir "$own" < "$TMPDIR/smcp-task" \
+        > >(grep --line-buffered '^{"type":"error"' || true) &
+else
+    lifecycle agent_start
+    opencode "${args[@]}" < "$TMPDIR/smcp-task" &
+fi
 agent=$!
 for sig in TERM INT HUP; do
     # shellcheck disable=SC2064
@@ -434,6 +585,20 @@ while kill -0 "$agent" 2>/dev/null; do
     wait "$agent" || status=$?
 done
 trap - TERM INT HUP
+if [ -n "$reader" ]; then
+    # the session's last events (its idle status) follow the client's
+    # return; not waited for after a stop signal
+    for ((i = 0; i < 200; i++)); do
+        [ -z "$signal" ] && kill -0 "$reader" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill "$reader" 2>/dev/null || true
+    rstatus=0
+    wait "$reader" || rstatus=$?
+    if [ "$status" = 0 ] && [ "$rstatus" = 1 ]; then
+        status=1
+    fi
+fi
 # whatever the agent left running goes now (kill -1: every process but the
 # init and this script): from here on only this script writes to the
 # container's output, so the lines the runner trusts, those after the last

@@ -1,0 +1,183 @@
+#!/usr/bin/env perl
+# A pooled sandbox's OpenCode started ahead (issue 13, point 3;
+# entrypoint.sh, runner/sandbox/key-relay, runner/sandbox/session-events):
+# everything real but the model (redis, nginx with the module and the
+# egress, the sandbox image, dockerd, the real OpenCode; the fake
+# Anthropic).
+#
+#   1. an idle pooled sandbox: its OpenCode server warmed, on 127.0.0.1
+#      only; its relay answers 401 itself (no token yet), 431 to a huge
+#      header block, 400 to garbage, and has sent nothing out
+#   2. a run takes it and runs on the warm server (agent_start "warm"):
+#      the model's requests carry the run's token (the egress accepted
+#      them and sent the real key), every step's lines reach the runner
+#      (the final text is the result), the package-registry variables
+#      and the run's own reach the bash tool; a second request on the
+#      relay's connection gets no answer (one request per connection)
+#   3. a follow-up of that session (its own container, OpenCode cold)
+#      continues the conversation
+#   4. a warm run cancelled mid-way (opencode_cancel_run) ends promptly,
+#      its container gone
+#
+# Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
+# image ($SMCP_SANDBOX_IMAGE) is built on first use.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(time);
+
+use SMCP::Docker qw(docker);
+use SMCP::Events qw(agent_data);
+use SMCP::Stack;
+use SMCP::Test qw(json_encode wait_until);
+
+my $POOL = 1;
+my $PH = 'smcp-pool-placeholder-not-a-token';
+
+# the relay, from inside the sandbox: two requests on one connection
+# (the second would ride unswapped if the relay allowed it); prints
+# RESPONSES=<status lines counted>
+my $two = q{perl -MIO::Socket::INET -e '
+my $s = IO::Socket::INET->new("127.0.0.1:4097") or die "connect: $!";
+my $r = "GET /anthropic/v1/models HTTP/1.1\r\nHost: x\r\nx-api-key: PH\r\n\r\n";
+print $s $r . $r; local $/; my $a = <$s> // "";
+my $n = () = $a =~ m{^HTTP/1\.[01] \d{3}}mg; print "RESPONSES=$n\n"'};
+$two =~ s/PH/$PH/;
+
+my %SCRIPTS = (
+    'SCENARIO-WARM' => [
+        { tool_use => { name => 'bash', input => {
+            command => 'echo "PIP=${PIP_INDEX_URL:+set} GO=${GOPROXY:+set} '
+                       . 'NPMRC=$(test -s ~/.npmrc && echo yes) RUN=$SMCP_RUN_ID"; pwd',
+            description => 'Look at the environment' } } },
+        { tool_use => { name => 'bash', input => {
+            command => $two, description => 'Two requests on one connection' } } },
+        { text => 'Warm done.' },
+    ],
+    'SCENARIO-AGAIN' => [
+        { text => 'Again done.' },
+    ],
+    'SCENARIO-HANG' => [
+        { tool_use => { name => 'bash', input => {
+            command => 'echo STARTED', description => 'Start' } } },
+        { hang => 120 },
+    ],
+);
+
+my $s = SMCP::Stack->new(scripts => \%SCRIPTS);
+my $t = $s->t;
+my $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL]);
+
+sub idle_ids {
+    my (undef, $out) = docker('ps', '--no-trunc', '--filter', "label=smcp.pool=$r->{name}",
+                              '--format', '{{.ID}} {{.Names}}');
+    return map { (split ' ')[0] } grep { / smcp-pool-/ } split /\n/, $out;
+}
+
+sub sh {
+    my ($id, $cmd) = @_;
+    my (undef, $out) = docker('exec', $id, 'bash', '-c', $cmd);
+    return $out // '';
+}
+
+# the pool full and every idle sandbox's server warmed
+sub warm_full {
+    return wait_until(120, sub {
+        my @id = idle_ids();
+        @id == $POOL && !grep { sh($_, 'test -e /tmp/smcp-warm/ready && echo y') !~ /y/ } @id;
+    }, 0.5);
+}
+
+sub lifecycle_step {
+    my ($run, $step) = @_;
+    my ($e) = grep { ref $_->{json} && ($_->{json}{type} // '') eq 'smcp'
+                     && ($_->{json}{step} // '') eq $step } $s->stored_events($run);
+    return $e && $e->{json};
+}
+
+sub tool_outputs {
+    my ($run) = @_;
+    return map { $_->{part}{state}{output} // '' }
+        grep { ($_->{type} // '') eq 'tool_use' } agent_data($s->events($run));
+}
+
+##############################################################################
+
+subtest 'an idle pooled sandbox: warmed, its relay closed' => sub {
+    ok(warm_full(), 'the pool full, its server warmed') or diag($s->runner_log_tail($r, 20));
+    my ($id) = idle_ids();
+    like(sh($id, 'curl -s -m 5 http://127.0.0.1:4096/global/health'), qr/"healthy":true/,
+         'the server answers on 127.0.0.1:4096');
+    like(sh($id, 'cat /proc/net/tcp | awk \'$4 == "0A" { print $2 }\''),
+         qr/\A(?:0100007F:[0-9A-F]{4}\n)+\z/, 'every listener on 127.0.0.1 only');
+    like(sh($id, "curl -s -m 5 -o /dev/null -w '%{http_code}' -H 'x-api-key: $PH' "
+                 . 'http://127.0.0.1:4097/anthropic/v1/messages -d {}'),
+         qr/^401$/, 'no token yet: the relay answers 401 itself');
+    like(sh($id, q{curl -s -m 10 -o /dev/null -w '%{http_code}' -H "x-big: $(head -c 70000 /dev/zero | tr '\0' a)" }
+                 . 'http://127.0.0.1:4097/anthropic/v1/messages'),
+         qr/^431$/, 'a header block over 64 KiB: 431');
+    like(sh($id, q{printf 'NONSENSE\r\n\r\n' > /dev/tcp/127.0.0.1/4097; }
+                 . q{exec 3<>/dev/tcp/127.0.0.1/4097; printf 'BAD LINE\r\n\r\n' >&3; head -n 1 <&3}),
+         qr{^HTTP/1\.1 400}, 'garbage: 400');
+    is(scalar(grep { ($_->{path} // '') =~ m{/messages} } $s->anthropic->requests), 0,
+       'nothing reached the model');
+};
+
+my ($run_a, $res_a);
+
+subtest 'a run on the warm server' => sub {
+    my @before = idle_ids();
+    $run_a = $s->run_task(task => 'SCENARIO-WARM: look around', title => 'W');
+    $res_a = $s->wait_done($run_a->{runId}, 180);
+    is($res_a->{status}, 'completed', 'completed') or $s->diag_run($run_a->{runId}, $r);
+    my $h = $s->run_hash($run_a->{runId});
+    is($h->{container_id}, $before[0], 'in the pooled sandbox');
+    my $start = lifecycle_step($run_a->{runId}, 'agent_start');
+    ok($start && $start->{warm}, 'agent_start says warm') or diag(json_encode($start));
+    is($res_a->{result}, 'Warm done.', "the last step's text is the result (every line came)");
+    my @req = grep { ($_->{body} // '') =~ /SCENARIO-WARM/ } $s->anthropic->requests;
+    ok(@req >= 3, scalar(@req) . ' model requests of the run');
+    is(scalar(grep { ($_->{headers}{'x-api-key'} // '') ne $s->anthropic->{key} } @req), 0,
+       'each with the real key: the egress took the run token from the relay');
+    my @out = tool_outputs($run_a->{runId});
+    like($out[0] // '', qr/PIP=set GO=set NPMRC=yes RUN=\Q$run_a->{runId}\E/,
+         "the bash tool has the registries' and the run's environment") or diag($out[0]);
+    like($out[0] // '', qr{^/workspace/repo$}m, '... and works in /workspace/repo');
+    like($out[1] // '', qr/^RESPONSES=1$/m, 'two requests on one relay connection: one answer')
+        or diag($out[1]);
+};
+
+subtest 'a follow-up continues the session' => sub {
+    my $n0 = () = $s->anthropic->requests;
+    my ($run, $res) = $s->run_completed('follow-up', $r, task => 'SCENARIO-AGAIN: more',
+                                        sessionId => $run_a->{sessionId});
+    my $h = $s->run_hash($run->{runId});
+    isnt($h->{container_id}, $s->run_hash($run_a->{runId})->{container_id}, 'its own container');
+    my @req = grep { ($_->{body} // '') =~ /SCENARIO-AGAIN/ } $s->anthropic->requests;
+    ok(@req, 'the model was asked');
+    like($req[0]{body} // '', qr/SCENARIO-WARM.*Warm done\./s,
+         "with the first run's conversation");
+    is($res->{result}, 'Again done.', 'result');
+};
+
+subtest 'a warm run cancelled' => sub {
+    ok(warm_full(), 'the pool warm again');
+    my $run = $s->run_task(task => 'SCENARIO-HANG: wait', title => 'C');
+    ok(wait_until(90, sub { grep { /STARTED/ } tool_outputs($run->{runId}) }, 0.3),
+       'mid-run') or $s->diag_run($run->{runId}, $r);
+    ok(lifecycle_step($run->{runId}, 'agent_start')->{warm}, '... on the warm server');
+    my $tc = time();
+    $s->call('opencode_cancel_run', { runId => $run->{runId} });
+    my $res = $s->wait_done($run->{runId}, 60);
+    my $dt = time() - $tc;
+    is($res->{status}, 'cancelled', sprintf('cancelled (%.2f s)', $dt));
+    cmp_ok($dt, '<', 30, 'promptly');
+    is(scalar($s->run_containers($run->{runId})), 0, 'its container gone');
+};
+
+$s->done;
