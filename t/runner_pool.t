@@ -120,8 +120,9 @@ subtest 'the pool fills; an idle sandbox holds nothing of a run' => sub {
             'cat /proc/[0-9]*/environ 2>/dev/null | tr "\0" "\n" | grep -c "^SMCP_RUN_TOKEN=" || true');
         is($ps + 0, 0, '... nor in any process environment');
         my (undef, $files) = docker('exec', $id, 'sh', '-c',
-            'ls -A /workspace; grep -rls "eyJ" /workspace /tmp /home/sandbox 2>/dev/null || true');
-        is($files, '', '... nor a file in /workspace, /tmp, $HOME (no JWT anywhere)');
+            'ls -A /workspace /workspace/repo; grep -rls "eyJ" /workspace /tmp /home/sandbox 2>/dev/null || true');
+        is($files, "/workspace:\n.oc\nrepo\n\n/workspace/repo:\n",
+           '... nor a file in /workspace (OpenCode\'s own dirs, an empty repo), /tmp, $HOME (no JWT anywhere)');
         my (undef, $lbl) = docker('inspect', '--format', '{{index .Config.Labels "smcp.run"}}', $id);
         chomp $lbl;
         is($lbl, '', '... no run label');

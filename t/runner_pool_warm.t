@@ -114,7 +114,8 @@ subtest 'an idle pooled sandbox: warmed, its relay closed' => sub {
     like(sh($id, 'curl -s -m 5 http://127.0.0.1:4096/global/health'), qr/"healthy":true/,
          'the server answers on 127.0.0.1:4096');
     like(sh($id, 'cat /proc/net/tcp | awk \'$4 == "0A" { print $2 }\''),
-         qr/\A(?:0100007F:[0-9A-F]{4}\n)+\z/, 'every listener on 127.0.0.1 only');
+         qr/\A(?:[0-9A-F]{6}7F:[0-9A-F]{4}\n)+\z/,
+         'every listener on loopback only (the server, the relay, Docker\'s DNS)');
     like(sh($id, "curl -s -m 5 -o /dev/null -w '%{http_code}' -H 'x-api-key: $PH' "
                  . 'http://127.0.0.1:4097/anthropic/v1/messages -d {}'),
          qr/^401$/, 'no token yet: the relay answers 401 itself');
