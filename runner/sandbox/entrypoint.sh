@@ -41,7 +41,10 @@
 #                          A session with a title makes OpenCode skip its
 #                          title-generation request to the model.
 #   SMCP_POOL              1: a pooled sandbox (the runner's --pool): the
-#                          rest arrives when a run takes it (below)
+#                          rest arrives when a run takes it (below); with
+#                          SMCP_EGRESS_URL given too, OpenCode's server is
+#                          started and warmed while it waits, and the run
+#                          attaches to it (a "warm run", below)
 #   SMCP_DIFF_MAX          bytes the diff line may take, newline included
 #                          (default 10485760): a longer diff is cut at a
 #                          line boundary and marked "truncated":true
@@ -49,7 +52,8 @@
 # Output (stdout): OpenCode's JSON events, one per line, framed by lifecycle
 # lines {"type":"smcp","step":...}: clone (repository) | clone_failed
 # (message) | fetch (repository) | fetch_failed (repository, message) |
-# branch (name, created) | branch_failed (name, message) | agent_start |
+# branch (name, created) | branch_failed (name, message) | agent_start
+# (warm: true on a warm run) |
 # agent_exit (exitCode, and signal when the container was asked to stop) |
 # pushed (branch, commit) | push_failed (message) | pr_skipped (reason) |
 # diff (diff: the run's changes as a unified diff, the
@@ -61,6 +65,27 @@
 # Once OpenCode has exited every other process of the sandbox is killed
 # before agent_exit: the runner reads the push, pull request and diff lines
 # only after the last agent_exit, which no agent process outlives.
+#
+# A warm run (a pooled sandbox, SMCP_POOL=1): while it waits, the sandbox
+# runs `opencode serve` on 127.0.0.1:4096 (cwd /workspace/repo) and
+# key-relay on 127.0.0.1:4097, and warms the server with one prompt (the
+# relay answers it 401).  At the handover it is used when the warm-up is
+# done (waited for up to 30 s) and the server healthy, the model's
+# provider is anthropic, openai or google (not through Cloudflare), no
+# SMCP_PROVIDER_BASE_URL is set, the egress URL is the one the relay was
+# started with and no command was given; otherwise every process of it is
+# killed and the run starts OpenCode cold, as without the pool.  A warm run
+# writes the token for the relay and the run's environment for the tools
+# (BASH_ENV) in /tmp/smcp-warm (0700, tmpfs), does the usual setup (git,
+# clone, branch), then runs `opencode run --attach ... --dir <repo>` with
+# the same arguments and stdin; its lines come from session-events (the
+# server's event stream, printed as `opencode run --format json` prints
+# them), its errors from the client.  Stop signals reach the client; once
+# it has exited, kill -KILL -1 ends the server and the relay with the rest.
+# Differences from a cold run: the server's configuration is the warm one
+# (no small_model: OpenCode's choice for the provider; the run token only
+# in the relay's file), its instance for /workspace/repo was made before
+# the clone (OpenCode sees no git worktree there: project "global").
 #
 # Layout of the session volume: /workspace/repo is the worktree,
 # /workspace/.oc holds OpenCode's XDG dirs (kept apart from the worktree so
@@ -175,7 +200,7 @@ warm_take() {
     local p=${SMCP_MODEL:-anthropic/claude-sonnet-4-5} i
     p=${p%%/*}
     if [ -n "$warm_egress" ] && [ $# -eq 0 ] \
-       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] \
+       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] && [ -z "${SMCP_SESSION:-}" ] \
        && [ "${SMCP_EGRESS_URL%/}" = "$warm_egress" ] \
        && [[ " $warm_providers " == *" $p "* ]]; then
         for ((i = 0; i < 3000; i++)); do
@@ -551,23 +576,44 @@ if [ $warm_run = 1 ]; then
         done > "$warm/env"
         printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token"
     )
-    # the run's lines come from the server's events (session-events: the
-    # attached client stops printing early), subscribed before the prompt
-    # is sent: the first event (server.connected) read first
+    # the run through the server's HTTP API, as `opencode run --auto`
+    # makes it (its session: the title, the permissions it denies; the
+    # prompt: the model, the task), no client started; its lines come
+    # from the server's events (session-events), subscribed before the
+    # prompt is sent (the first event, server.connected, read first)
+    u=http://127.0.0.1:$warm_port q="directory=$own"
+    sid=$(printf '{%s"permission":[%s,%s,%s]}' \
+              "${title:+\"title\":$(json_str "$title"),}" \
+              '{"permission":"question","action":"deny","pattern":"*"}' \
+              '{"permission":"plan_enter","action":"deny","pattern":"*"}' \
+              '{"permission":"plan_exit","action":"deny","pattern":"*"}' \
+          | curl -sf -m 30 -X POST -H 'Content-Type: application/json' \
+                --data-binary @- "$u/session?$q" \
+          | grep -o '"id":"ses_[A-Za-z0-9]*"' | head -n 1 | cut -d'"' -f4) \
+        || true
     mkfifo -m 0600 "$warm/events"
-    curl -sN "http://127.0.0.1:$warm_port/event?directory=$own" \
-        > "$warm/events" 2>/dev/null &
+    curl -sN "$u/event?$q" > "$warm/events" 2>/dev/null &
     exec 8< "$warm/events"
     IFS= read -r -t 10 -u 8 _ || true
-    perl /usr/local/lib/smcp/session-events \
-        ${session_id:+"$session_id"} <&8 &
-    reader=$!
+    if [ -n "$sid" ]; then
+        perl /usr/local/lib/smcp/session-events "$sid" "$warm_port" "$own" \
+            <&8 &
+        reader=$!
+    fi
     exec 8<&-
+    printf '{"model":{"providerID":%s,"modelID":%s},"parts":[{"type":"text","text":%s}]}' \
+        "$(json_str "${oc_model%%/*}")" "$(json_str "${oc_model#*/}")" \
+        "$(json_stdin < "$TMPDIR/smcp-task")" > "$warm/prompt"
     lifecycle agent_start '"warm":true'
-    # the client's own lines dropped but its errors (a prompt refused)
-    opencode "${args[@]}" --attach "http://127.0.0.1:$warm_port" \
-        --dir "$own" < "$TMPDIR/smcp-task" \
-        > >(grep --line-buffered '^{"type":"error"' || true) &
+    if [ -n "$sid" ]; then
+        curl -s -o "$warm/answer" -w '%{http_code}' -X POST \
+            -H 'Content-Type: application/json' --data-binary "@$warm/prompt" \
+            "$u/session/$sid/message?$q" > "$warm/status" 2>/dev/null &
+    else
+        # no session made: said as OpenCode's client says it
+        printf '{"type":"error","error":{"name":"UnknownError","data":{"message":"warm server: the session could not be created"}}}\n'
+        false &
+    fi
 else
     lifecycle agent_start
     opencode "${args[@]}" < "$TMPDIR/smcp-task" &
@@ -598,6 +644,15 @@ if [ -n "$reader" ]; then
     if [ "$status" = 0 ] && [ "$rstatus" = 1 ]; then
         status=1
     fi
+fi
+if [ $warm_run = 1 ] && [ -z "$signal" ] && [ -n "$sid" ] \
+   && [[ ! $(cat "$warm/status" 2>/dev/null) =~ ^2 ]]; then
+    # the prompt refused (a model unknown to OpenCode...): its answer as
+    # the client prints it
+    printf '{"type":"error","timestamp":%s,"sessionID":"%s","error":{"name":"APIError","data":{"message":%s}}}\n' \
+        "$(date +%s%3N)" "$sid" \
+        "$(head -c 4000 "$warm/answer" 2>/dev/null | json_stdin)"
+    status=1
 fi
 # whatever the agent left running goes now (kill -1: every process but the
 # init and this script): from here on only this script writes to the
