@@ -32,7 +32,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 use SMCP::Docker qw(docker);
-use SMCP::Events qw(agent_data);
+use SMCP::Events qw(agent_data kinds);
 use SMCP::Stack;
 use SMCP::Test qw(json_encode wait_until);
 
@@ -142,7 +142,10 @@ subtest 'a run on the warm server' => sub {
     ok($start && $start->{warm}, 'agent_start says warm') or diag(json_encode($start));
     is($res_a->{result}, 'Warm done.', "the last step's text is the result (every line came)");
     my @req = grep { ($_->{body} // '') =~ /SCENARIO-WARM/ } $s->anthropic->requests;
-    ok(@req >= 3, scalar(@req) . ' model requests of the run');
+    is(scalar(@req), 3, 'three model requests (no title request: the session has its title)');
+    is(join(' ', kinds(agent_data($s->events($run_a->{runId})))),
+       join(' ', ('step_start tool_use:bash step_finish') x 2, 'step_start text step_finish'),
+       "the run's lines, as `opencode run --format json` prints them");
     is(scalar(grep { ($_->{headers}{'x-api-key'} // '') ne $s->anthropic->{key} } @req), 0,
        'each with the real key: the egress took the run token from the relay');
     my @out = tool_outputs($run_a->{runId});

@@ -70,22 +70,26 @@
 # runs `opencode serve` on 127.0.0.1:4096 (cwd /workspace/repo) and
 # key-relay on 127.0.0.1:4097, and warms the server with one prompt (the
 # relay answers it 401).  At the handover it is used when the warm-up is
-# done (waited for up to 30 s) and the server healthy, the model's
-# provider is anthropic, openai or google (not through Cloudflare), no
-# SMCP_PROVIDER_BASE_URL is set, the egress URL is the one the relay was
-# started with and no command was given; otherwise every process of it is
-# killed and the run starts OpenCode cold, as without the pool.  A warm run
-# writes the token for the relay and the run's environment for the tools
-# (BASH_ENV) in /tmp/smcp-warm (0700, tmpfs), does the usual setup (git,
-# clone, branch), then runs `opencode run --attach ... --dir <repo>` with
-# the same arguments and stdin; its lines come from session-events (the
-# server's event stream, printed as `opencode run --format json` prints
-# them), its errors from the client.  Stop signals reach the client; once
-# it has exited, kill -KILL -1 ends the server and the relay with the rest.
-# Differences from a cold run: the server's configuration is the warm one
-# (no small_model: OpenCode's choice for the provider; the run token only
-# in the relay's file), its instance for /workspace/repo was made before
-# the clone (OpenCode sees no git worktree there: project "global").
+# done (waited for up to 30 s) and the server healthy, the run starts a
+# new session (no SMCP_SESSION), the model's provider is anthropic, openai
+# or google (not through Cloudflare), no SMCP_PROVIDER_BASE_URL is set,
+# the egress URL is the one the relay was started with and no command was
+# given; otherwise every process of it is killed and the run starts
+# OpenCode cold, as without the pool.  A warm run writes the token for the
+# relay and the run's environment for the tools (BASH_ENV) in
+# /tmp/smcp-warm (0700, tmpfs), does the usual setup (git, clone, branch),
+# then makes the session and sends the prompt through the server's HTTP
+# API as `opencode run --auto` does (the title, the permissions it denies,
+# the model, the task): no OpenCode client is started.  Its lines come
+# from session-events (the server's event stream, printed as `opencode run
+# --format json` prints them; it answers permission requests "once", as
+# --auto).  Stop signals end the prompt's request; kill -KILL -1 then ends
+# the server and the relay with the rest.  Differences from a cold run:
+# the server's configuration is the warm one (no small_model: OpenCode's
+# choice for the provider; the run token only in the relay's file), and
+# its instance for /workspace/repo was made before the clone (OpenCode
+# sees no git worktree there: project "global"); a follow-up (cold, on the
+# volume) finds the session by its id all the same.
 #
 # Layout of the session volume: /workspace/repo is the worktree,
 # /workspace/.oc holds OpenCode's XDG dirs (kept apart from the worktree so
