@@ -16,7 +16,9 @@
 #      relay's connection gets no answer (one request per connection)
 #   3. a follow-up of that session (its own container, OpenCode cold)
 #      continues the conversation
-#   4. a warm run cancelled mid-way (opencode_cancel_run) ends promptly,
+#   4. a run of a provider the server did not warm (azure) starts
+#      OpenCode cold in the pooled sandbox
+#   5. a warm run cancelled mid-way (opencode_cancel_run) ends promptly,
 #      its container gone
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
@@ -167,6 +169,19 @@ subtest 'a follow-up continues the session' => sub {
     like($req[0]{body} // '', qr/SCENARIO-WARM.*Warm done\./s,
          "with the first run's conversation");
     is($res->{result}, 'Again done.', 'result');
+};
+
+subtest 'a provider the server did not warm: OpenCode cold, in the pooled sandbox' => sub {
+    ok(warm_full(), 'the pool warm again');
+    my @before = idle_ids();
+    my $run = $s->run_task(task => 'SCENARIO-AGAIN: azure', title => 'Z',
+                           model => 'azure/some-deployment');
+    my $res = $s->wait_done($run->{runId}, 180);
+    ok(SMCP::Stack::terminal($res->{status}), "ended ($res->{status})");
+    is($s->run_hash($run->{runId})->{container_id}, $before[0], 'in the pooled sandbox');
+    my $start = lifecycle_step($run->{runId}, 'agent_start');
+    ok($start && !$start->{warm}, 'agent_start, not warm: the cold start')
+        or diag(json_encode($start));
 };
 
 subtest 'a warm run cancelled' => sub {
