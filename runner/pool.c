@@ -315,9 +315,9 @@ runner_pool_thread(void *arg)
     int                  i, n, short_of;
     int64_t              now, next_check;
     char                 err[RUNNER_ERRLEN];
+    struct timespec      ts;
     runner_sandbox_t     sb, list[RUNNER_POOL_MAX];
     runner_pool_list_t  *l;
-    struct timespec      ts;
 
     runner_pool_leftovers();
 

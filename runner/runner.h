@@ -22,8 +22,8 @@
  * expired), pr.c (a run's pull request, through the egress proxy),
  * image.c (the sandbox image's contract, checked at start), pool.c (the
  * warm pool: --pool and --pool-images sandboxes made ahead, one given
- * to a new session's run of their image), archive.c (files put into a container: how it is given one),
- * metrics.c (the counters and their /metrics listener).  smcp_token.c is
+ * to a new session's run of their image), archive.c (files put into a
+ * container: how it is given one), metrics.c (the counters and their /metrics listener).  smcp_token.c is
  * a tool of its own (smcp-token), not part of the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
@@ -213,9 +213,8 @@ typedef struct {
     int              pool;                  /* --pool: idle sandboxes of
                                                the default image */
     char             pool_images[1024];     /* --pool-images, as given */
-    runner_pool_size_t  pools[RUNNER_POOL_IMAGES];  /* --pool's (the
-                                               default image), then
-                                               --pool-images' */
+    /* the pools: --pool's (the default image), then --pool-images' */
+    runner_pool_size_t  pools[RUNNER_POOL_IMAGES];
     int              npools;
     int              pool_total;            /* their n, added up: 0 no
                                                pool */
