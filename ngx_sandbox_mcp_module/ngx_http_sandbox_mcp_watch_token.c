@@ -122,7 +122,7 @@ ngx_http_sandbox_mcp_watch_token(ngx_http_sandbox_mcp_call_t *call,
     }
 
     /* a token id: `make revoke` can withdraw one link */
-    if (smcp_random_hex(jti, NGX_HTTP_SANDBOX_MCP_WATCH_JTI_LEN / 2)
+    if (smcp_random_id_hex(jti, NGX_HTTP_SANDBOX_MCP_WATCH_JTI_LEN / 2)
         != SMCP_OK)
     {
         return NGX_ERROR;

@@ -134,9 +134,15 @@ static const runner_option_t  runner_options[] = {
       RUNNER_OPT_COUNT, 0, RUNNER_F(pids), 0, 1, INT32_MAX, NULL },
 
     { "pool", "N", "SMCP_POOL", "0",
-      "sandboxes kept created, started and idle for the runs that start a "
-      "new session (docker backend, the default image); 0: none",
+      "sandboxes of the default image kept created, started and idle for "
+      "the runs that start a new session (docker backend); 0: none",
       RUNNER_OPT_INT, 0, RUNNER_F(pool), 0, 0, RUNNER_POOL_MAX, NULL },
+
+    { "pool-images", "LIST", "SMCP_POOL_IMAGES", NULL,
+      "warm pools by image: IMAGE=N, comma-separated, each image one of "
+      "--allowed-images (or --image, when --pool is 0); with --pool, at "
+      "most 64 sandboxes in all",
+      RUNNER_OPT_STRING, 0, RUNNER_S(pool_images), 0, 0, NULL },
 
     { "claim-idle", "MS", "SMCP_CLAIM_IDLE", "60000",
       "take over the runs of a runner silent this long",
@@ -642,6 +648,139 @@ runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
 }
 
 
+/* the next name of the comma list *p into buf (spaces trimmed, longer
+ * ones skipped); 0 at its end */
+int
+runner_config_list_next(const char **p, char *buf, size_t size)
+{
+    size_t       n;
+    const char  *s;
+
+    for ( ;; ) {
+        s = *p + strspn(*p, " ,");
+
+        if (*s == '\0') {
+            return 0;
+        }
+
+        n = strcspn(s, ", ");
+        *p = s + n;
+
+        if (n < size) {
+            memcpy(buf, s, n);
+            buf[n] = '\0';
+            return 1;
+        }
+    }
+}
+
+
+/* 1: a run may choose image (--image, one of --allowed-images) */
+int
+runner_config_offers(const runner_config_t *cfg, const char *image)
+{
+    const char  *p;
+    char         name[sizeof(cfg->image)];
+
+    if (strcmp(image, cfg->image) == 0) {
+        return 1;
+    }
+
+    p = cfg->allowed_images;
+
+    while (runner_config_list_next(&p, name, sizeof(name))) {
+        if (strcmp(name, image) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * The warm pools into cfg->pools: --pool's (the default image), then each
+ * IMAGE=N of --pool-images (an image a run may choose, named once, N from
+ * 0 to RUNNER_POOL_MAX); all of them RUNNER_POOL_MAX sandboxes at most.
+ */
+static int
+runner_config_pools(runner_config_t *cfg, char *err, size_t errlen)
+{
+    int                  i;
+    int64_t              n;
+    char                *eq, entry[sizeof(cfg->pool_images)];
+    const char          *p;
+    runner_pool_size_t  *ps;
+
+    cfg->npools = 0;
+    cfg->pool_total = 0;
+
+    if (cfg->pool > 0) {
+        ps = &cfg->pools[cfg->npools++];
+        strcpy(ps->image, cfg->image);
+        ps->n = cfg->pool;
+        cfg->pool_total = cfg->pool;
+    }
+
+    p = cfg->pool_images;
+
+    while (runner_config_list_next(&p, entry, sizeof(entry))) {
+        eq = strrchr(entry, '=');
+
+        if (eq == NULL || eq == entry) {
+            snprintf(err, errlen, "--pool-images: \"%.200s\": want IMAGE=N",
+                     entry);
+            return RUNNER_ERR;
+        }
+
+        *eq = '\0';
+        n = runner_config_size(eq + 1, 0);
+
+        if (n < 0 || n > RUNNER_POOL_MAX) {
+            snprintf(err, errlen, "--pool-images: %.200s=\"%.32s\": not a "
+                     "number from 0 to %d", entry, eq + 1, RUNNER_POOL_MAX);
+            return RUNNER_ERR;
+        }
+
+        if (strlen(entry) >= sizeof(ps->image)
+            || !runner_config_offers(cfg, entry))
+        {
+            snprintf(err, errlen, "--pool-images: %.200s is not an image a "
+                     "run may choose (--image, --allowed-images)", entry);
+            return RUNNER_ERR;
+        }
+
+        for (i = 0; i < cfg->npools; i++) {
+            if (strcmp(cfg->pools[i].image, entry) == 0) {
+                snprintf(err, errlen, "--pool-images: %.200s is named twice%s",
+                         entry, (i == 0 && cfg->pool > 0)
+                                ? " (--pool is the default image's)" : "");
+                return RUNNER_ERR;
+            }
+        }
+
+        if (cfg->npools == RUNNER_POOL_IMAGES) {
+            snprintf(err, errlen, "--pool-images: more than %d images",
+                     RUNNER_POOL_IMAGES);
+            return RUNNER_ERR;
+        }
+
+        ps = &cfg->pools[cfg->npools++];
+        strcpy(ps->image, entry);
+        ps->n = (int) n;
+        cfg->pool_total += (int) n;
+    }
+
+    if (cfg->pool_total > RUNNER_POOL_MAX) {
+        snprintf(err, errlen, "--pool and --pool-images: %d sandboxes in "
+                 "all, at most %d", cfg->pool_total, RUNNER_POOL_MAX);
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
 /*
  * RUNNER_OK (cfg filled), RUNNER_ERR (err says why), RUNNER_AGAIN (--help:
  * printed on stdout).
@@ -696,6 +835,10 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         if (runner_config_set(cfg, o, v, what, err, errlen) != RUNNER_OK) {
             return RUNNER_ERR;
         }
+    }
+
+    if (runner_config_pools(cfg, err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
     }
 
     /* this process, in claims: a restart is another claimant */

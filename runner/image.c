@@ -120,33 +120,6 @@ runner_image_check(const char *image, char *err, size_t errlen)
 }
 
 
-/* the next name of the comma list *p into buf (spaces trimmed); 0 at its
- * end */
-static int
-runner_image_next(const char **p, char *buf, size_t size)
-{
-    size_t       n;
-    const char  *s;
-
-    for ( ;; ) {
-        s = *p + strspn(*p, " ,");
-
-        if (*s == '\0') {
-            return 0;
-        }
-
-        n = strcspn(s, ", ");
-        *p = s + n;
-
-        if (n < size) {
-            memcpy(buf, s, n);
-            buf[n] = '\0';
-            return 1;
-        }
-    }
-}
-
-
 /* every image of --allowed-images, as runner_image_check() */
 int
 runner_image_check_allowed(char *err, size_t errlen)
@@ -157,7 +130,7 @@ runner_image_check_allowed(char *err, size_t errlen)
 
     p = runner_config->allowed_images;
 
-    while (runner_image_next(&p, name, sizeof(name))) {
+    while (runner_config_list_next(&p, name, sizeof(name))) {
         rc = runner_image_check(name, err, errlen);
 
         if (rc == RUNNER_ERR) {
@@ -182,10 +155,6 @@ int
 runner_image_for_run(const char *wanted, char *image, size_t size,
     char *err, size_t errlen)
 {
-    int          found;
-    const char  *p;
-    char         name[256];
-
     if (wanted == NULL || *wanted == '\0'
         || strcmp(wanted, runner_config->image) == 0)
     {
@@ -193,14 +162,9 @@ runner_image_for_run(const char *wanted, char *image, size_t size,
         return RUNNER_OK;
     }
 
-    found = 0;
-    p = runner_config->allowed_images;
-
-    while (!found && runner_image_next(&p, name, sizeof(name))) {
-        found = strcmp(name, wanted) == 0;
-    }
-
-    if (!found || strlen(wanted) >= size) {
+    if (!runner_config_offers(runner_config, wanted)
+        || strlen(wanted) >= size)
+    {
         snprintf(err, errlen, "the image %.200s is not one this runner "
                  "offers (--image, --allowed-images)", wanted);
         return RUNNER_ERR;

@@ -1,7 +1,8 @@
 /*
- * The warm pool (--pool N): N sandboxes of the default image kept
- * created, started and idle on the sandbox network, each with a fresh
- * volume, for the runs that start a new session.
+ * The warm pools (--pool N, --pool-images IMAGE=N,...): for each pooled
+ * image, N sandboxes of it kept created, started and idle on the sandbox
+ * network, each with a fresh volume, for the runs of that image that
+ * start a new session.
  *
  * An idle one holds nothing of a run: no token, no task.  Its entry
  * script waits for the run's environment, which run.c puts into it
@@ -9,11 +10,13 @@
  * One run takes it, and it goes as any run's container goes: it is never
  * handed to another.
  *
- * Its thread makes new ones while fewer than N are idle, and removes idle
- * ones that stopped (a killed one is replaced); at start it removes the
- * idle ones a runner of this name left behind (their name still
+ * Its thread makes new ones while fewer than an image's N are idle (the
+ * image furthest from its N first), and removes idle ones that stopped (a
+ * killed one is replaced); at start it removes the idle ones a runner of
+ * this name left behind, of any image (their name still
  * RUNNER_POOL_PREFIX: a taken one was renamed for its run), and at stop
- * (SIGTERM) its own idle ones.  The list of idle ones is the lock's.
+ * (SIGTERM) its own idle ones.  The lists of idle ones (one an image) are
+ * the lock's.
  */
 
 #include <stdio.h>
@@ -25,20 +28,32 @@
 #include "runner.h"
 
 
-static pthread_mutex_t   runner_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t    runner_pool_cond = PTHREAD_COND_INITIALIZER;
-static runner_sandbox_t  runner_pool_idle[RUNNER_POOL_MAX];
-static int               runner_pool_n;         /* idle ones listed */
-static int64_t           runner_pool_taken_at;  /* ms: the last take */
-static pthread_t         runner_pool_thread_id;
-static int               runner_pool_up;
+/* one image's idle sandboxes */
+typedef struct {
+    const char        *image;           /* runner_config->pools[i]'s */
+    int                want;
+    int                n;               /* idle ones listed */
+    int64_t            next_make;       /* ms: the thread's own */
+    runner_sandbox_t   idle[RUNNER_POOL_MAX];
+} runner_pool_list_t;
 
 
-/* whether --pool can hold with the other flags (main.c, at start) */
+static pthread_mutex_t      runner_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t       runner_pool_cond = PTHREAD_COND_INITIALIZER;
+static runner_pool_list_t  *runner_pool_lists;  /* one a pooled image */
+static int                  runner_pool_nlists;
+static int                  runner_pool_idle;   /* of all images */
+static int64_t              runner_pool_taken_at;   /* ms: the last take */
+static pthread_t            runner_pool_thread_id;
+static int                  runner_pool_up;
+
+
+/* whether --pool, --pool-images can hold with the other flags (main.c,
+ * at start) */
 int
 runner_pool_check(char *err, size_t errlen)
 {
-    if (runner_config->pool == 0) {
+    if (runner_config->pool_total == 0) {
         return RUNNER_OK;
     }
 
@@ -81,9 +96,10 @@ runner_pool_discard(const runner_sandbox_t *sb)
 }
 
 
-/* a new one, started: RUNNER_OK with sb set */
+/* a new one of image, started: RUNNER_OK with sb set */
 static int
-runner_pool_make(runner_sandbox_t *sb, char *err, size_t errlen)
+runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
+    size_t errlen)
 {
     long     st;
     char     hex[17], egress[1024];
@@ -113,7 +129,11 @@ runner_pool_make(runner_sandbox_t *sb, char *err, size_t errlen)
                        "smcp.runner", runner_config->name,
                        "smcp.store", runner_store_id());
 
-    spec = runner_sandbox_spec(runner_config->image, env, labels, sb->name,
+    /* what it was made of: a restart under other pools removes it all
+     * the same (smcp.pool), and says what it was */
+    json_object_set_new(labels, "smcp.pool.image", json_string(image));
+
+    spec = runner_sandbox_spec(image, env, labels, sb->name,
                                runner_config->network);
     if (spec == NULL) {
         snprintf(err, errlen, "cannot build the container spec");
@@ -138,22 +158,27 @@ runner_pool_make(runner_sandbox_t *sb, char *err, size_t errlen)
 }
 
 
-/* takes sb off the idle list: 1 when it was on it */
+/* takes sb off its idle list: 1 when it was on one */
 static int
 runner_pool_unlist(const runner_sandbox_t *sb)
 {
-    int  i, found;
+    int                  i, j, found;
+    runner_pool_list_t  *l;
 
     found = 0;
 
     pthread_mutex_lock(&runner_pool_lock);
 
-    for (i = 0; i < runner_pool_n; i++) {
-        if (strcmp(runner_pool_idle[i].id, sb->id) == 0) {
-            runner_pool_idle[i] = runner_pool_idle[--runner_pool_n];
-            runner_metrics_pool(runner_pool_n, 0);
-            found = 1;
-            break;
+    for (i = 0; !found && i < runner_pool_nlists; i++) {
+        l = &runner_pool_lists[i];
+
+        for (j = 0; j < l->n; j++) {
+            if (strcmp(l->idle[j].id, sb->id) == 0) {
+                l->idle[j] = l->idle[--l->n];
+                runner_metrics_pool(--runner_pool_idle, 0);
+                found = 1;
+                break;
+            }
         }
     }
 
@@ -172,9 +197,16 @@ runner_pool_prune(void)
     char              err[RUNNER_ERRLEN];
     runner_sandbox_t  list[RUNNER_POOL_MAX];
 
+    n = 0;
+
     pthread_mutex_lock(&runner_pool_lock);
-    n = runner_pool_n;
-    memcpy(list, runner_pool_idle, n * sizeof(runner_sandbox_t));
+
+    for (i = 0; i < runner_pool_nlists; i++) {
+        memcpy(&list[n], runner_pool_lists[i].idle,
+               runner_pool_lists[i].n * sizeof(runner_sandbox_t));
+        n += runner_pool_lists[i].n;
+    }
+
     pthread_mutex_unlock(&runner_pool_lock);
 
     for (i = 0; i < n; i++) {
@@ -201,8 +233,8 @@ static void
 runner_pool_leftovers(void)
 {
     size_t            i;
-    json_t           *list, *ct, *names;
-    const char       *id, *name, *store;
+    json_t           *list, *ct, *names, *labels;
+    const char       *id, *name, *store, *image;
     char              err[RUNNER_ERRLEN], label[192];
     runner_sandbox_t  sb;
 
@@ -217,9 +249,9 @@ runner_pool_leftovers(void)
         id = json_string_value(json_object_get(ct, "Id"));
         names = json_object_get(ct, "Names");
         name = json_string_value(json_array_get(names, 0));
-        store = json_string_value(json_object_get(json_object_get(ct,
-                                                                  "Labels"),
-                                                  "smcp.store"));
+        labels = json_object_get(ct, "Labels");
+        store = json_string_value(json_object_get(labels, "smcp.store"));
+        image = json_string_value(json_object_get(labels, "smcp.pool.image"));
 
         if (id == NULL || name == NULL || store == NULL
             || !runner_docker_valid_id(id)
@@ -235,8 +267,9 @@ runner_pool_leftovers(void)
         snprintf(sb.id, sizeof(sb.id), "%s", id);
         snprintf(sb.name, sizeof(sb.name), "%s", name + 1);
 
-        runner_log("info", NULL, "pool: removing sandbox %.12s, left idle "
-                   "by an earlier runner", id);
+        runner_log("info", NULL, "pool: removing sandbox %.12s of %.200s, "
+                   "left idle by an earlier runner", id,
+                   image ? image : "an image unknown");
         runner_pool_discard(&sb);
     }
 
@@ -244,19 +277,61 @@ runner_pool_leftovers(void)
 }
 
 
+/*
+ * The list to make one for now, or NULL: the image furthest from its N of
+ * those due (a failed make waits RUNNER_POOL_RETRY_MS; after a take, one
+ * with some left waits RUNNER_POOL_REFILL_MS: the run's start goes first
+ * on dockerd and the cores).  *short_of: some list is below its N.  The
+ * lock held.
+ */
+static runner_pool_list_t *
+runner_pool_due(int64_t now, int *short_of)
+{
+    int                  i, most;
+    int64_t              due;
+    runner_pool_list_t  *l, *pick;
+
+    pick = NULL;
+    most = 0;
+    *short_of = 0;
+
+    for (i = 0; i < runner_pool_nlists; i++) {
+        l = &runner_pool_lists[i];
+
+        if (l->n >= l->want) {
+            continue;
+        }
+
+        *short_of = 1;
+        due = l->next_make;
+
+        if (l->n > 0 && due < runner_pool_taken_at + RUNNER_POOL_REFILL_MS) {
+            due = runner_pool_taken_at + RUNNER_POOL_REFILL_MS;
+        }
+
+        if (now >= due && l->want - l->n > most) {
+            most = l->want - l->n;
+            pick = l;
+        }
+    }
+
+    return pick;
+}
+
+
 static void *
 runner_pool_thread(void *arg)
 {
-    int               n;
-    int64_t           now, next_check, next_make, due;
-    char              err[RUNNER_ERRLEN];
-    runner_sandbox_t  sb;
-    struct timespec   ts;
+    int                  i, n, short_of;
+    int64_t              now, next_check;
+    char                 err[RUNNER_ERRLEN];
+    struct timespec      ts;
+    runner_sandbox_t     sb, list[RUNNER_POOL_MAX];
+    runner_pool_list_t  *l;
 
     runner_pool_leftovers();
 
     next_check = smcp_now_ms() + RUNNER_POOL_CHECK_MS;
-    next_make = 0;
 
     while (!atomic_load(&runner_stop)) {
         now = smcp_now_ms();
@@ -267,63 +342,68 @@ runner_pool_thread(void *arg)
         }
 
         pthread_mutex_lock(&runner_pool_lock);
-        n = runner_pool_n;
-        due = next_make;
-
-        /* a run just took one: its start first (dockerd and the cores
-         * are busy with it), unless none is left */
-        if (n > 0 && due < runner_pool_taken_at + RUNNER_POOL_REFILL_MS) {
-            due = runner_pool_taken_at + RUNNER_POOL_REFILL_MS;
-        }
-
+        l = runner_pool_due(now, &short_of);
         pthread_mutex_unlock(&runner_pool_lock);
 
-        if (n < runner_config->pool && now >= due) {
-
-            if (runner_pool_make(&sb, err, sizeof(err)) != RUNNER_OK) {
-                runner_log("error", NULL, "pool: %s", err);
-                next_make = now + RUNNER_POOL_RETRY_MS;
+        if (l) {
+            /* l->image and l->next_make: never written by another */
+            if (runner_pool_make(l->image, &sb, err, sizeof(err))
+                != RUNNER_OK)
+            {
+                runner_log("error", NULL, "pool: %.200s: %s", l->image, err);
+                l->next_make = now + RUNNER_POOL_RETRY_MS;
                 continue;
             }
 
             pthread_mutex_lock(&runner_pool_lock);
-            runner_pool_idle[runner_pool_n++] = sb;
-            runner_metrics_pool(runner_pool_n, 0);
+            l->idle[l->n++] = sb;
+            runner_metrics_pool(++runner_pool_idle, 0);
             pthread_mutex_unlock(&runner_pool_lock);
 
             continue;
         }
 
-        /* a take wakes it at once */
+        if (short_of) {
+            usleep(RUNNER_IDLE_MS * 1000);      /* a failed make, a take */
+            continue;
+        }
+
+        /* all full: a take wakes it at once */
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += RUNNER_IDLE_MS * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
 
         pthread_mutex_lock(&runner_pool_lock);
+        (void) runner_pool_due(now, &short_of);
 
-        if (runner_pool_n >= runner_config->pool) {
+        if (!short_of) {
             (void) pthread_cond_timedwait(&runner_pool_cond,
                                           &runner_pool_lock, &ts);
         }
 
-        n = runner_pool_n;
         pthread_mutex_unlock(&runner_pool_lock);
-
-        if (n < runner_config->pool && now < due) {
-            usleep(RUNNER_IDLE_MS * 1000);      /* a failed make, a take */
-        }
     }
 
     /* drained: the idle ones go */
+    n = 0;
+
     pthread_mutex_lock(&runner_pool_lock);
-    n = runner_pool_n;
-    runner_pool_n = 0;
+
+    for (i = 0; i < runner_pool_nlists; i++) {
+        l = &runner_pool_lists[i];
+        memcpy(&list[n], l->idle, l->n * sizeof(runner_sandbox_t));
+        n += l->n;
+        l->n = 0;
+    }
+
+    runner_pool_idle = 0;
     runner_metrics_pool(0, 0);
+
     pthread_mutex_unlock(&runner_pool_lock);
 
     while (n-- > 0) {
-        runner_pool_discard(&runner_pool_idle[n]);
+        runner_pool_discard(&list[n]);
     }
 
     runner_log("info", NULL, "pool: drained");
@@ -332,15 +412,35 @@ runner_pool_thread(void *arg)
 }
 
 
-/* RUNNER_OK: the thread runs (or --pool 0: none needed) */
+/* RUNNER_OK: the thread runs (or no pool: none needed) */
 int
 runner_pool_start(void)
 {
-    int  rc;
+    int                        i, rc;
+    runner_pool_list_t        *lists;
+    const runner_pool_size_t  *ps;
 
-    if (runner_config->pool == 0) {
+    if (runner_config->pool_total == 0) {
         return RUNNER_OK;
     }
+
+    lists = calloc(runner_config->npools, sizeof(runner_pool_list_t));
+    if (lists == NULL) {
+        runner_log("error", NULL, "pool: out of memory");
+        return RUNNER_ERR;
+    }
+
+    for (i = 0; i < runner_config->npools; i++) {
+        ps = &runner_config->pools[i];
+        lists[i].image = ps->image;
+        lists[i].want = ps->n;
+    }
+
+    /* runs may be starting already: takes look at it under the lock */
+    pthread_mutex_lock(&runner_pool_lock);
+    runner_pool_lists = lists;
+    runner_pool_nlists = runner_config->npools;
+    pthread_mutex_unlock(&runner_pool_lock);
 
     rc = pthread_create(&runner_pool_thread_id, NULL, runner_pool_thread,
                         NULL);
@@ -374,24 +474,59 @@ runner_pool_stop(void)
 }
 
 
-/* RUNNER_OK with sb: an idle one, now the caller's; RUNNER_AGAIN: none */
+/* 1: new sessions' runs of image take pooled sandboxes */
 int
-runner_pool_take(runner_sandbox_t *sb)
+runner_pool_has(const char *image)
 {
-    int  rc;
+    int  i;
+
+    for (i = 0; i < runner_config->npools; i++) {
+        if (runner_config->pools[i].n > 0
+            && strcmp(runner_config->pools[i].image, image) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * RUNNER_OK with sb: an idle one of image, now the caller's; RUNNER_AGAIN:
+ * none (counted as the pool empty when image has a pool)
+ */
+int
+runner_pool_take(const char *image, runner_sandbox_t *sb)
+{
+    int                  i, rc;
+    runner_pool_list_t  *l;
 
     rc = RUNNER_AGAIN;
+    l = NULL;
 
     pthread_mutex_lock(&runner_pool_lock);
 
-    if (runner_pool_n > 0) {
-        *sb = runner_pool_idle[--runner_pool_n];
+    for (i = 0; i < runner_pool_nlists; i++) {
+        if (runner_pool_lists[i].want > 0
+            && strcmp(runner_pool_lists[i].image, image) == 0)
+        {
+            l = &runner_pool_lists[i];
+            break;
+        }
+    }
+
+    if (l && l->n > 0) {
+        *sb = l->idle[--l->n];
+        runner_pool_idle--;
         runner_pool_taken_at = smcp_now_ms();
         pthread_cond_signal(&runner_pool_cond);
         rc = RUNNER_OK;
     }
 
-    runner_metrics_pool(runner_pool_n, rc != RUNNER_OK);
+    if (l) {
+        runner_metrics_pool(runner_pool_idle, rc != RUNNER_OK);
+    }
 
     pthread_mutex_unlock(&runner_pool_lock);
 

@@ -662,8 +662,8 @@ runner_run_stored_volume(runner_run_t *run, char *err, size_t errlen)
 
 /*
  * The session's workspace (runner_run_stored_volume).  A run that starts
- * a new session on the default image takes a pooled sandbox, when one is
- * idle: sb, and the session's hash names its volume from now on.
+ * a new session on a pooled image takes a pooled sandbox of it, when one
+ * is idle: sb, and the session's hash names its volume from now on.
  */
 static int
 runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
@@ -679,8 +679,7 @@ runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
         return rc;
     }
 
-    if (runner_config->pool == 0 || strcmp(image, runner_config->image) != 0)
-    {
+    if (!runner_pool_has(image)) {
         return RUNNER_OK;
     }
 
@@ -688,7 +687,7 @@ runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
     st = runner_docker_volume_mountpoint(run->volume, mp, sizeof(mp), err,
                                          errlen);
 
-    if (st != 404 || runner_pool_take(sb) != RUNNER_OK) {
+    if (st != 404 || runner_pool_take(image, sb) != RUNNER_OK) {
         return RUNNER_OK;
     }
 

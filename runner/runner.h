@@ -21,9 +21,9 @@
  * to), workspace.c (a session volume's size), janitor.c (idle sessions
  * expired), pr.c (a run's pull request, through the egress proxy),
  * image.c (the sandbox image's contract, checked at start), pool.c (the
- * warm pool: --pool sandboxes made ahead, one given to a new session's
- * run), archive.c (files put into a container: how it is given one),
- * metrics.c (the counters and their /metrics listener).  smcp_token.c is
+ * warm pool: --pool and --pool-images sandboxes made ahead, one given
+ * to a new session's run of their image), archive.c (files put into a
+ * container: how it is given one), metrics.c (the counters and their /metrics listener).  smcp_token.c is
  * a tool of its own (smcp-token), not part of the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
@@ -149,7 +149,9 @@
 #define RUNNER_CONTAINER_SIZE        80     /* a buffer for one */
 
 /* the warm pool (pool.c) */
-#define RUNNER_POOL_MAX              64     /* --pool's largest */
+#define RUNNER_POOL_MAX              64     /* the pooled sandboxes of
+                                               all images, at most */
+#define RUNNER_POOL_IMAGES           16     /* images with a pool */
 #define RUNNER_POOL_CHECK_MS         2000   /* idle ones still running? */
 #define RUNNER_POOL_RETRY_MS         2000   /* after a failed make */
 #define RUNNER_POOL_REFILL_MS        1000   /* after a take, while some
@@ -169,6 +171,13 @@ typedef struct {
     unsigned char   data[SMCP_SECRET_MAX];
     size_t          len;
 } runner_secret_t;
+
+
+/* an image's warm pool: n sandboxes of it kept idle */
+typedef struct {
+    char            image[256];
+    int             n;
+} runner_pool_size_t;
 
 
 /*
@@ -201,7 +210,14 @@ typedef struct {
     char             git_author_name[128];  /* a run's commits (--git-author) */
     char             git_author_email[128];
     int              concurrency;
-    int              pool;                  /* idle sandboxes kept ahead */
+    int              pool;                  /* --pool: idle sandboxes of
+                                               the default image */
+    char             pool_images[1024];     /* --pool-images, as given */
+    /* the pools: --pool's (the default image), then --pool-images' */
+    runner_pool_size_t  pools[RUNNER_POOL_IMAGES];
+    int              npools;
+    int              pool_total;            /* their n, added up: 0 no
+                                               pool */
     int64_t          memory;                /* bytes */
     int64_t          nano_cpus;
     int64_t          pids;
@@ -331,6 +347,8 @@ extern atomic_int              runner_release_failed;   /* reconcile soon */
 /* config.c */
 int runner_config_load(runner_config_t *cfg, int argc, char **argv,
     char *err, size_t errlen);
+int runner_config_list_next(const char **p, char *buf, size_t size);
+int runner_config_offers(const runner_config_t *cfg, const char *image);
 void runner_config_usage(FILE *f);
 void runner_config_markdown(FILE *f);
 
@@ -635,7 +653,8 @@ typedef struct {
 int runner_pool_check(char *err, size_t errlen);
 int runner_pool_start(void);
 void runner_pool_stop(void);
-int runner_pool_take(runner_sandbox_t *sb);
+int runner_pool_has(const char *image);
+int runner_pool_take(const char *image, runner_sandbox_t *sb);
 int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen);
 

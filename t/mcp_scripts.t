@@ -376,13 +376,32 @@ subtest 'run_create: refusals write nothing' => sub {
 };
 
 subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
-    my $run = id('run_', '4');
+    # one run in 16 trims: those whose id ends in 0
+    my $run = 'run_' . ('4' x 23) . '0';
     my $ses = id('ses_', '4');
     $t->redis('ZADD', "${P}runs:alice", $now - 2000000, id('run_', 'a'));
     $t->redis('ZADD', "${P}tenant:alice:sessions", $now - 1500000, id('ses_', 'a'),
               $now - 2500000, id('ses_', 'b'));
-    my ($r, $b, $a) = create(run => $run, session => $ses, max_queued => 9,
-                             started => 'queued');
+    my $other = 'run_' . ('4' x 23) . 'f';
+    my ($r, $b, $a) = create(run => $other, session => id('ses_', 'c'),
+                             max_queued => 9);
+    is($r, 1, 'a run whose id does not end in 0: created');
+    ok((grep { $_ eq id('run_', 'a') } @{ $a->{"${P}runs:alice"}{value} })
+       && (grep { $_ eq id('ses_', 'b') }
+                @{ $a->{"${P}tenant:alice:sessions"}{value} }),
+       '... and the old index entries kept');
+    is(scalar(grep { uc $_->[0] eq 'ZREMRANGEBYSCORE' } @LAST_CMDS), 0,
+       '... no trim run');
+    $t->redis('DEL', "${P}run:$other", "${P}run:$other:events",
+              "${P}session:" . id('ses_', 'c'), "${P}session:" . id('ses_', 'c') . ':runs',
+              "${P}session:" . id('ses_', 'c') . ':active');
+    $t->redis('ZREM', "${P}runs:alice", $other);
+    $t->redis('ZREM', "${P}tenant:alice:sessions", id('ses_', 'c'));
+    $t->redis('ZREM', "${P}sessions", id('ses_', 'c'));
+    $t->redis('SREM', "${P}tenant:alice:started", $other);
+    $t->redis('DEL', "${P}queue");
+    ($r, $b, $a) = create(run => $run, session => $ses, max_queued => 9,
+                          started => 'queued');
     is($r, 1, 'created');
     is($a->{"${P}run:$run"}{value}{status}, 'queued', 'the status name is ARGV');
     is_deeply($a->{"${P}run:$run:events"}{value}[0]{data}, '{"status":"queued"}',

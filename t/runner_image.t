@@ -27,7 +27,8 @@ use File::Temp qw(tempdir);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Docker qw(ensure_docker ensure_sandbox_image docker test_id base_image);
+use SMCP::Docker qw(ensure_docker ensure_sandbox_image docker test_id base_image
+                    image_from_sandbox);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(repo_root wait_until tool_err);
 
@@ -41,21 +42,12 @@ my $dir = tempdir('smcp-runner-image-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 my $tag = 'smcp-byo-test:' . lc(test_id());
 $tag =~ s/[^a-z0-9:_.-]/-/g;
 my @built;
-END { docker('image', 'rm', '-f', @built) if @built }
 
 # byo(NAME, DOCKERFILE LINES): an image FROM the sandbox image
 sub byo {
     my ($name, @lines) = @_;
-    my $ctx = "$dir/$name";
-    mkdir $ctx or die "$ctx: $!";
-    open(my $fh, '>', "$ctx/Dockerfile") or die $!;
-    print $fh join("\n", "FROM $base", @lines), "\n";
-    close $fh;
-    my $image = "$tag-$name";
-    my ($rc, $out, $err) = docker({ timeout => 300 }, 'build', '-q', '-t', $image, $ctx);
-    die "docker build $name: $err$out" if $rc;
-    push @built, $image;
-    return $image;
+    push @built, image_from_sandbox("$tag-$name", @lines);
+    return $built[-1];
 }
 
 open(my $sfh, '>', "$dir/secret") or die $!;

@@ -27,6 +27,11 @@ int smcp_b64url_decode(unsigned char *dst, size_t *dlen, const char *src,
  * NUL in dst; SMCP_ERR if the CSPRNG fails */
 int smcp_random_hex(char *dst, size_t nbytes);
 
+/* the same for identifiers (run and session ids, token ids; never a
+ * secret): from a per-thread pool of CSPRNG bytes, refilled 1 KiB at a
+ * time, emptied in the child of a fork */
+int smcp_random_id_hex(char *dst, size_t nbytes);
+
 /* "run_" / "ses_" + 24 hex digits */
 int smcp_make_id(char *dst, const char *prefix);
 int smcp_valid_id(const char *s, size_t len, const char *prefix);

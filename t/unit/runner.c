@@ -849,6 +849,108 @@ test_log_escape(void)
 }
 
 
+/* --pool-images: IMAGE=N of the images a run may choose, each once, all
+ * the pools RUNNER_POOL_MAX sandboxes at most; what is wrong said */
+static void
+test_config_pools(void)
+{
+    int               rc;
+    size_t            i;
+    char              err[RUNNER_ERRLEN], list[400];
+    runner_config_t   c;
+    char             *argv[10];
+
+    static const struct {
+        const char  *pool;
+        const char  *images;
+        const char  *want;          /* the error's words */
+    } bad[] = {
+        { "0", "a:1", "\"a:1\": want IMAGE=N" },
+        { "0", "=2", "\"=2\": want IMAGE=N" },
+        { "0", "a:1=", "a:1=\"\": not a number from 0 to 64" },
+        { "0", "a:1=x", "a:1=\"x\": not a number from 0 to 64" },
+        { "0", "a:1=-1", "a:1=\"-1\": not a number from 0 to 64" },
+        { "0", "a:1=65", "a:1=\"65\": not a number from 0 to 64" },
+        { "0", "c:1=1", "c:1 is not an image a run may choose (--image, "
+                        "--allowed-images)" },
+        { "0", "a:1=1,a:1=2", "a:1 is named twice" },
+        { "2", "d:1=1", "d:1 is named twice (--pool is the default "
+                        "image's)" },
+        { "0", "a:1=40,b:1=25", "--pool and --pool-images: 65 sandboxes in "
+                                "all, at most 64" },
+        { "10", "a:1=30,b:1=25", "65 sandboxes in all, at most 64" },
+    };
+
+    setenv("SMCP_EGRESS_URL", "http://10.0.0.1:8090", 1);
+
+    argv[0] = "smcp-runner";
+    argv[1] = "--image";
+    argv[2] = "d:1";
+    argv[3] = "--allowed-images";
+    argv[4] = "a:1, b:1";
+    argv[5] = "--pool";
+    argv[6] = "2";
+    argv[7] = "--pool-images";
+    argv[8] = " a:1=3 ,b:1=0";
+    argv[9] = NULL;
+
+    rc = runner_config_load(&c, 9, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.npools == 3 && c.pool_total == 5
+       && strcmp(c.pools[0].image, "d:1") == 0 && c.pools[0].n == 2
+       && strcmp(c.pools[1].image, "a:1") == 0 && c.pools[1].n == 3
+       && strcmp(c.pools[2].image, "b:1") == 0 && c.pools[2].n == 0,
+       "config: --pool is the default image's, then --pool-images' (%s)",
+       rc == RUNNER_OK ? "ok" : err);
+
+    argv[6] = "0";
+    argv[8] = "d:1=4,a:1=60";
+    rc = runner_config_load(&c, 9, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.npools == 2 && c.pool_total == 64
+       && strcmp(c.pools[0].image, "d:1") == 0 && c.pools[0].n == 4,
+       "config: --pool 0: --pool-images may name the default image; 64 "
+       "in all");
+
+    rc = runner_config_load(&c, 5, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.npools == 0 && c.pool_total == 0,
+       "config: no pool by default");
+
+    setenv("SMCP_POOL_IMAGES", "b:1=1", 1);
+    rc = runner_config_load(&c, 5, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.npools == 1 && c.pool_total == 1
+       && strcmp(c.pools[0].image, "b:1") == 0,
+       "config: $SMCP_POOL_IMAGES");
+    unsetenv("SMCP_POOL_IMAGES");
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        argv[6] = (char *) bad[i].pool;
+        snprintf(list, sizeof(list), "%s", bad[i].images);
+        argv[8] = list;
+        rc = runner_config_load(&c, 9, argv, err, sizeof(err));
+        ok(rc == RUNNER_ERR && strstr(err, "--pool") != NULL
+           && strstr(err, bad[i].want) != NULL,
+           "config: --pool %s --pool-images \"%s\" refused: %s",
+           bad[i].pool, bad[i].images, rc == RUNNER_ERR ? err : "(taken)");
+    }
+
+    /* longer than RUNNER_POOL_IMAGES images */
+    snprintf(list, sizeof(list), "a:1=1");
+
+    for (i = 1; i <= RUNNER_POOL_IMAGES; i++) {
+        snprintf(list + strlen(list), sizeof(list) - strlen(list),
+                 ",x%zu:1=1", i);
+    }
+
+    argv[4] = "a:1,x1:1,x2:1,x3:1,x4:1,x5:1,x6:1,x7:1,x8:1,x9:1,x10:1,"
+              "x11:1,x12:1,x13:1,x14:1,x15:1,x16:1";
+    argv[6] = "0";
+    argv[8] = list;
+    rc = runner_config_load(&c, 9, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--pool-images: more than 16 "
+                                  "images"), "config: %s",
+       rc == RUNNER_ERR ? err : "(taken)");
+}
+
+
 /* the option table: flag, else environment, else default; bad values
  * refused with what was wrong; README's table is the table's */
 static void
@@ -920,6 +1022,8 @@ test_config(void)
     ok(rc == RUNNER_OK && strcmp(c.redis_unix, "/run/redis.sock") == 0,
        "config: --redis unix:/path");
     unsetenv("SMCP_REDIS");
+
+    test_config_pools();
 
     f = open_memstream(&md, &mdlen);
     runner_config_markdown(f);

@@ -7,12 +7,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "runner.h"
 #include "smcp_jwt.h"
 #include "runner_globals.h"
 #include "lines.h"
 #include "tap.h"
+
+
+static void unit_ids(void);
 
 
 /* log framing */
@@ -210,6 +215,7 @@ test_common(void)
        "run ids: made and recognised");
     ok(!smcp_valid_id("run_ZZZZZZZZZZZZZZZZZZZZZZZZ", 28, SMCP_RUN_ID_PREFIX),
        "run ids: only lowercase hex");
+    unit_ids();
 
     claims = json_pack("{s:s, s:I, s:s}", "sub", "alice", "exp",
                        (json_int_t) time(NULL) + 60, "scope", "mcp");
@@ -304,6 +310,61 @@ test_common(void)
     }
 }
 
+
+
+/* ids from the per-thread pool (smcp_random_id_hex): valid, distinct
+ * across refills, and a child of fork() never gets the parent's next */
+static void
+unit_ids(void)
+{
+    int     fd[2], status, same, bad;
+    char    ids[1000][SMCP_ID_LEN + 1], child[SMCP_ID_LEN + 1],
+            parent[SMCP_ID_LEN + 1];
+    pid_t   pid;
+    size_t  i, j;
+
+    bad = 0;
+    same = 0;
+
+    for (i = 0; i < 1000; i++) {
+        if (smcp_make_id(ids[i], SMCP_SESSION_ID_PREFIX) != SMCP_OK
+            || !smcp_valid_id(ids[i], strlen(ids[i]), SMCP_SESSION_ID_PREFIX))
+        {
+            bad++;
+        }
+
+        for (j = 0; j < i; j++) {
+            same += strcmp(ids[i], ids[j]) == 0;
+        }
+    }
+
+    ok(bad == 0 && same == 0, "1,000 ids from the pool (refilled 11 times): "
+       "valid, all different");
+
+    memset(child, 0, sizeof(child));
+
+    if (pipe(fd) != 0 || (pid = fork()) < 0) {
+        ok(0, "fork");
+        return;
+    }
+
+    if (pid == 0) {
+        close(fd[0]);
+        status = smcp_make_id(child, SMCP_RUN_ID_PREFIX) == SMCP_OK
+                 && write(fd[1], child, SMCP_ID_LEN) == SMCP_ID_LEN;
+        _exit(status ? 0 : 1);
+    }
+
+    close(fd[1]);
+    status = read(fd[0], child, SMCP_ID_LEN) == SMCP_ID_LEN;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+
+    ok(status && smcp_make_id(parent, SMCP_RUN_ID_PREFIX) == SMCP_OK
+       && strcmp(child, parent) != 0,
+       "a forked child's first id is not the parent's next (the pool is "
+       "emptied in the child)");
+}
 
 int
 main(void)

@@ -27,6 +27,7 @@ use warnings;
 
 use Exporter qw(import);
 use File::Basename qw(basename);
+use File::Temp ();
 use IO::Select;
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
@@ -38,7 +39,7 @@ use SMCP::Test qw(repo_root run_cmd prereq_fail which_bin);
 
 our @EXPORT_OK = qw(
     docker_available ensure_docker ensure_dockerd ensure_base_image base_image
-    sandbox_image ensure_sandbox_image
+    sandbox_image ensure_sandbox_image image_from_sandbox
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
     exec_in probe_tcp container_ip container_inspect_field
@@ -133,6 +134,30 @@ sub ensure_sandbox_image {
     prereq_fail("sandbox image $image: runner/sandbox/build-image failed: $err$out")
         if $rc != 0;
     return ($image, time() - $t0);
+}
+
+# image_from_sandbox(TAG, DOCKERFILE LINES) -> TAG: an image built FROM
+# the sandbox image (metadata, a file: seconds), as an operator's own
+# image is; removed at the end of the test file
+my @FROM_IMAGES;
+
+sub image_from_sandbox {
+    my ($tag, @lines) = @_;
+    my $dir = File::Temp::tempdir('smcp-from-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    open(my $fh, '>', "$dir/Dockerfile") or die "$dir/Dockerfile: $!";
+    print $fh join("\n", 'FROM ' . sandbox_image(), @lines), "\n";
+    close $fh;
+    my ($rc, $out, $err) = docker({ timeout => 300 }, 'build', '-q', '-t', $tag, $dir);
+    die "docker build $tag: $err$out" if $rc;
+    push @FROM_IMAGES, $tag;
+    return $tag;
+}
+
+END {
+    if ($$ == $OWNER && @FROM_IMAGES && !$ENV{SMCP_TEST_KEEP}) {
+        local $?;
+        docker('image', 'rm', '-f', @FROM_IMAGES);
+    }
 }
 
 # ensure_docker(root => 1, image => 1|NAME): the engine (and, unless
