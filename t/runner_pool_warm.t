@@ -150,6 +150,14 @@ subtest 'a run on the warm server' => sub {
        "the run's lines, as `opencode run --format json` prints them");
     is(scalar(grep { ($_->{headers}{'x-api-key'} // '') ne $s->anthropic->{key} } @req), 0,
        'each with the real key: the egress took the run token from the relay');
+    # the run's directory is first seen by the server after the entry
+    # script made it a repository: OpenCode tells the model so, as a cold
+    # run does (warmed there before, it would keep "no")
+    my ($env) = ($req[0]{body} // '') =~ m{(<env>.*?</env>)}s;
+    ok(($env // '') =~ /Is directory a git repo: yes/,
+       "the model is told the run's directory is a git repository")
+        or diag($env // 'no <env> block');
+    ok(($req[0]{body} // '') !~ /smcp-warm/, '... and nothing of the warm-up directory');
     my @out = tool_outputs($run_a->{runId});
     like($out[0] // '', qr/PIP=set GO=set NPMRC=yes RUN=\Q$run_a->{runId}\E/,
          "the bash tool has the registries' and the run's environment") or diag($out[0]);

@@ -66,30 +66,31 @@
 # before agent_exit: the runner reads the push, pull request and diff lines
 # only after the last agent_exit, which no agent process outlives.
 #
-# A warm run (a pooled sandbox, SMCP_POOL=1): while it waits, the sandbox
-# runs `opencode serve` on 127.0.0.1:4096 (cwd /workspace/repo) and
-# key-relay on 127.0.0.1:4097, and warms the server with one prompt (the
-# relay answers it 401).  At the handover it is used when the warm-up is
-# done (waited for up to 30 s) and the server healthy, the run starts a
-# new session (no SMCP_SESSION), the model's provider is anthropic, openai
-# or google (not through Cloudflare), no SMCP_PROVIDER_BASE_URL is set,
-# the egress URL is the one the relay was started with and no command was
-# given; otherwise every process of it is killed and the run starts
-# OpenCode cold, as without the pool.  A warm run writes the token for the
-# relay and the run's environment for the tools (BASH_ENV) in
-# /tmp/smcp-warm (0700, tmpfs), does the usual setup (git, clone, branch),
-# then makes the session and sends the prompt through the server's HTTP
-# API as `opencode run --auto` does (the title, the permissions it denies,
-# the model, the task): no OpenCode client is started.  Its lines come
+# A warm run (a pooled sandbox, SMCP_POOL=1): while it waits, the sandbox runs
+# `opencode serve` on 127.0.0.1:4096 and key-relay on 127.0.0.1:4097, and warms
+# the server with one prompt in a directory of its own, /tmp/smcp-warm/w (the
+# relay answers it 401).  At the handover it is used when the warm-up is done
+# (waited for up to 30 s) and the server healthy, the run starts a new session
+# (no SMCP_SESSION), the model's provider is anthropic, openai or google (not
+# through Cloudflare), no SMCP_PROVIDER_BASE_URL is set, the egress URL is the
+# one the relay was started with and no command was given; otherwise every
+# process of it is killed and the run starts OpenCode cold, as without the
+# pool.  A warm run writes the token for the relay and the run's environment for
+# the tools (BASH_ENV) in /tmp/smcp-warm (0700, tmpfs), does the usual setup
+# (git, clone, branch), then makes the session and sends the prompt through the
+# server's HTTP API as `opencode run --auto` does (the title, the permissions it
+# denies, the model, the task): no OpenCode client is started.  Its lines come
 # from session-events (the server's event stream, printed as `opencode run
 # --format json` prints them; it answers permission requests "once", as
-# --auto).  Stop signals end the prompt's request; kill -KILL -1 then ends
-# the server and the relay with the rest.  Differences from a cold run:
-# the server's configuration is the warm one (no small_model: OpenCode's
-# choice for the provider; the run token only in the relay's file), and
-# its instance for /workspace/repo was made before the clone (OpenCode
-# sees no git worktree there: project "global"); a follow-up (cold, on the
-# volume) finds the session by its id all the same.
+# --auto).  Stop signals end the prompt's request; kill -KILL -1 then ends the
+# server and the relay with the rest.  Differences from a cold run: the server's
+# configuration is the warm one (no small_model: OpenCode's choice for the
+# provider; the run token only in the relay's file).  The run's directory is
+# first seen by the server at the prompt, after the clone: OpenCode makes its
+# instance there as a cold run does (the git project, "Is directory a git repo:
+# yes"), which costs the warm run about a second; warmed in /workspace/repo
+# itself, the server would keep what it found before the clone (no repository:
+# project "global").
 #
 # Layout of the session volume: /workspace/repo is the worktree,
 # /workspace/.oc holds OpenCode's XDG dirs (kept apart from the worktree so
@@ -119,21 +120,21 @@ mkdir -p "$XDG_CONFIG_HOME/opencode/node_modules"
 printf '{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}\n' \
     > "$XDG_CONFIG_HOME/opencode/package-lock.json"
 
-# The warm pool's OpenCode (SMCP_POOL=1 with SMCP_EGRESS_URL given at
-# creation): OpenCode's start is ~90% of a cold run's time to its first
-# model request, so a pooled sandbox starts `opencode serve` (127.0.0.1
-# only, in /workspace/repo) ahead and warms it with one prompt.  A warmed
-# server keeps the provider key it first read, so its providers (those of
-# warm_providers) point at key-relay on 127.0.0.1 with a fixed placeholder
-# key; the relay forwards to the egress with the placeholder swapped for
-# the run token, read at each request from $warm/token (none before the
-# handover: it answers 401 itself, which ends the warm-up prompt at
-# once).  Nothing of a run is in it: no token, no task.  The server, the
-# relay and the warm-up print nothing on the container's output (their
-# logs are in $warm).  The server's tools get the run's environment
-# through BASH_ENV ($warm/env, written at the handover: what the entry
-# script exported since the server started, as a cold run's agent would
-# inherit it).
+# The warm pool's OpenCode (SMCP_POOL=1 with SMCP_EGRESS_URL given at creation):
+# OpenCode's start is ~90% of a cold run's time to its first model request, so a
+# pooled sandbox starts `opencode serve` (127.0.0.1 only) ahead and warms it
+# with one prompt in $warm/w, never in the run's directory (an instance made
+# there before the clone would stay without its repository).  A warmed server
+# keeps the provider key it first read, so its providers (those of
+# warm_providers) point at key-relay on 127.0.0.1 with a fixed placeholder key;
+# the relay forwards to the egress with the placeholder swapped for the run
+# token, read at each request from $warm/token (none before the handover: it
+# answers 401 itself, which ends the warm-up prompt at once).  Nothing of a run
+# is in it: no token, no task.  The server, the relay and the warm-up print
+# nothing on the container's output (their logs are in $warm).  The server's
+# tools get the run's environment through BASH_ENV ($warm/env, written at the
+# handover: what the entry script exported since the server started, as a cold
+# run's agent would inherit it).
 warm=$TMPDIR/smcp-warm
 warm_port=4096
 warm_relay_port=4097
@@ -172,13 +173,14 @@ JSON
     for n in $(compgen -e); do
         warm_env0[$n]=${!n}
     done
-    (cd "$repo" && BASH_ENV=$warm/env exec opencode serve \
+    mkdir "$warm/w"
+    (cd "$warm/w" && BASH_ENV=$warm/env exec opencode serve \
         --hostname 127.0.0.1 --port "$warm_port") \
         < /dev/null > "$warm/server.log" 2>&1 &
     # the warm-up: one prompt (the relay's 401 ends it), its session
     # deleted; then $warm/ready
     (
-        u=http://127.0.0.1:$warm_port q="directory=$repo" sid=""
+        u=http://127.0.0.1:$warm_port q="directory=$warm/w" sid=""
         for _ in $(seq 1 600); do
             curl -sf -m 1 -o /dev/null "$u/global/health" && break
             sleep 0.1
