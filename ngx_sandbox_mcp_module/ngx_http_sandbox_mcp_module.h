@@ -211,6 +211,11 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                               2025-03-26 */
     unsigned                            initialize:1;
     unsigned                            done:1;
+
+    /* the session lookup's commands: HEXISTS revoked first; HGETALL of
+     * the run last */
+    unsigned                            lookup_revoked:1;
+    unsigned                            lookup_run:1;
 };
 
 
