@@ -20,6 +20,7 @@ ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
     json_t *(*filter)(ngx_http_sandbox_mcp_call_t *call, json_t *result);
 
     call->output.len = 0;
+    call->result_text = 0;
 
     if (result == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
@@ -67,6 +68,30 @@ ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+void
+ngx_http_sandbox_mcp_call_empty_result(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = call->ctx;
+
+    if (ctx->batch || ctx->finish || call->filter || call->progress) {
+        ngx_http_sandbox_mcp_call_result(call, json_object());
+        return;
+    }
+
+    if (call->response) {
+        json_decref(call->response);
+    }
+
+    /* answered (json_null() is never freed): the text is written at the
+     * end, as json_dumps() writes {"jsonrpc":"2.0","id":ID,"result":{}} */
+    call->response = json_null();
+    ngx_str_set(&call->output, "{}");
+    call->result_text = 1;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *output)
@@ -98,10 +123,11 @@ ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
 
 
 /*
- * A single answer that is a tool's output, written from its text: the
- * envelope and the result as json_dumps() writes them (same keys, same
- * order, compact), structuredContent verbatim and once escaped as the
- * text content, instead of serialising the result twice more.
+ * A single answer written from its text: a tool's output (the envelope
+ * and the result as json_dumps() writes them: same keys, same order,
+ * compact; structuredContent verbatim and once escaped as the text
+ * content) instead of serialising the result twice more, or a result
+ * given as text (result_text: ping's {}).
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
@@ -111,8 +137,10 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     size_t      len, idlen;
     u_char     *b, *p;
     ngx_str_t  *out;
+    u_char      num[NGX_INT64_LEN + 1];
 
     static u_char  head[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+    static u_char  result[] = ",\"result\":";
     static u_char  text[] = ",\"result\":{\"content\":[{\"type\":\"text\","
                             "\"text\":\"";
     static u_char  sc[] = "\"}],\"structuredContent\":";
@@ -120,17 +148,31 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
 
     out = &call->output;
 
-    id = json_dumps(call->id, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (id == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (json_is_integer(call->id)) {
+        /* as jansson writes it: "%" JSON_INTEGER_FORMAT */
+        id = NULL;
+        idlen = ngx_sprintf(num, "%L",
+                            (int64_t) json_integer_value(call->id)) - num;
+
+    } else {
+        id = json_dumps(call->id, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (id == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        idlen = ngx_strlen(id);
     }
 
-    idlen = ngx_strlen(id);
+    if (call->result_text) {
+        len = sizeof(head) - 1 + idlen + sizeof(result) - 1 + out->len
+              + sizeof(tail) - 2;
 
-    len = sizeof(head) - 1 + idlen + sizeof(text) - 1
-          + out->len + ngx_http_sandbox_mcp_escape_json(NULL, out->data,
-                                                        out->len)
-          + sizeof(sc) - 1 + out->len + sizeof(tail) - 1;
+    } else {
+        len = sizeof(head) - 1 + idlen + sizeof(text) - 1
+              + out->len + ngx_http_sandbox_mcp_escape_json(NULL, out->data,
+                                                            out->len)
+              + sizeof(sc) - 1 + out->len + sizeof(tail) - 1;
+    }
 
     b = ngx_pnalloc(r->pool, len);
     if (b == NULL) {
@@ -139,12 +181,21 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     p = ngx_cpymem(b, head, sizeof(head) - 1);
-    p = ngx_cpymem(p, id, idlen);
-    p = ngx_cpymem(p, text, sizeof(text) - 1);
-    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, out->data, out->len);
-    p = ngx_cpymem(p, sc, sizeof(sc) - 1);
-    p = ngx_cpymem(p, out->data, out->len);
-    p = ngx_cpymem(p, tail, sizeof(tail) - 1);
+    p = ngx_cpymem(p, id ? (u_char *) id : num, idlen);
+
+    if (call->result_text) {
+        p = ngx_cpymem(p, result, sizeof(result) - 1);
+        p = ngx_cpymem(p, out->data, out->len);
+        p = ngx_cpymem(p, tail + 1, sizeof(tail) - 2);
+
+    } else {
+        p = ngx_cpymem(p, text, sizeof(text) - 1);
+        p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, out->data,
+                                                        out->len);
+        p = ngx_cpymem(p, sc, sizeof(sc) - 1);
+        p = ngx_cpymem(p, out->data, out->len);
+        p = ngx_cpymem(p, tail, sizeof(tail) - 1);
+    }
 
     free(id);
 
@@ -176,6 +227,7 @@ ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
     va_end(args);
 
     call->output.len = 0;
+    call->result_text = 0;
 
     if (call->response) {
         json_decref(call->response);

@@ -25,6 +25,9 @@ void ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
  */
 ngx_int_t ngx_http_sandbox_mcp_call_output_text(
     ngx_http_sandbox_mcp_call_t *call, ngx_str_t *output);
+/* the result {} (ping): a lone answer is written as text, no value built
+ * (call->response is json_null(), a marker) */
+void ngx_http_sandbox_mcp_call_empty_result(ngx_http_sandbox_mcp_call_t *call);
 /* an answer's text: fmt (nginx's formats: %V, %uz, %L, %*s ...) into buf,
  * cut to fit, NUL-terminated */
 void ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size,

@@ -168,6 +168,10 @@ struct ngx_http_sandbox_mcp_call_s {
     unsigned                            hold:1;         /* its filter took
                                                            another step: not
                                                            done yet */
+    unsigned                            result_text:1;  /* output is the
+                                                           result's JSON text
+                                                           (response a
+                                                           marker) */
 };
 
 
