@@ -96,7 +96,6 @@ ngx_int_t
 ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *output)
 {
-    json_t                      *response;
     ngx_http_sandbox_mcp_ctx_t  *ctx;
 
     ctx = call->ctx;
@@ -105,18 +104,14 @@ ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
         return NGX_DECLINED;
     }
 
-    response = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0",
-                         "id", call->id, "result");
-    if (response == NULL) {
-        return NGX_ERROR;
-    }
-
     if (call->response) {
         json_decref(call->response);
     }
 
-    call->response = response;
+    /* answered, no error (json_null() is never freed): the metrics' */
+    call->response = json_null();
     call->output = *output;
+    call->result_text = 0;
 
     return NGX_OK;
 }

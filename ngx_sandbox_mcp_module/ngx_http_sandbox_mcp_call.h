@@ -19,9 +19,9 @@ void ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
 /*
  * The same when only its text is needed: a lone answer (no batch, no
  * filter, no progress stream, no finish of its own) is written from the
- * text, and call->response holds what the metrics read of it (the id, a
- * result that is no error).  NGX_DECLINED: the result is needed as a value
- * (call_output then); NGX_ERROR.
+ * text, and call->response is json_null(), a marker (answered; the
+ * metrics read no error in it).  NGX_DECLINED: the result is needed as a value
+ * (call_output then).
  */
 ngx_int_t ngx_http_sandbox_mcp_call_output_text(
     ngx_http_sandbox_mcp_call_t *call, ngx_str_t *output);
