@@ -533,10 +533,17 @@ static u_char  ngx_http_sandbox_mcp_json_extra[256] = {
 };
 
 
+/* the letter of a two-byte escape (ngx_escape_json()'s) */
+static u_char  ngx_http_sandbox_mcp_json_short[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n',
+    ['\f'] = 'f', ['\r'] = 'r'
+};
+
+
 uintptr_t
 ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
 {
-    u_char  *last, *run;
+    u_char  *last;
     size_t   len;
 
     last = src + size;
@@ -552,16 +559,24 @@ ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
     }
 
     while (src < last) {
-        run = src;
+
+        /* runs are short in JSON text (a quote every few bytes): copied
+         * here, not by memcpy(); two-byte escapes written here, the
+         * \u00XX ones by ngx_escape_json() */
 
         while (src < last && ngx_http_sandbox_mcp_json_extra[*src] == 0) {
-            src++;
+            *dst++ = *src++;
         }
-
-        dst = ngx_cpymem(dst, run, src - run);
 
         if (src == last) {
             break;
+        }
+
+        if (ngx_http_sandbox_mcp_json_extra[*src] == 1) {
+            *dst++ = '\\';
+            *dst++ = ngx_http_sandbox_mcp_json_short[*src];
+            src++;
+            continue;
         }
 
         dst = (u_char *) ngx_escape_json(dst, src++, 1);

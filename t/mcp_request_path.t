@@ -223,7 +223,7 @@ sub cli_token {
     my $sid = session_for($tok);
     my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'w' },
                                            token => $tok), 'a run')->{runId};
-    my $nasty = qq{q"uote \\back\\slash\n\r\t\x01\x1f </script> \x{2028} caf\x{e9} \x{1F600} {"a":[1]}};
+    my $nasty = qq{q"uote \\back\\slash\n\r\t\b\f\x01\x1f\x7f </script> \x{2028} caf\x{e9} \x{1F600} {"a":[1]}};
     my $bytes = $nasty;
     utf8::encode($bytes);
     $t->redis('HSET', "${P}run:$run", result => $bytes, error => "e\"\\", title => "t\x7f",
