@@ -131,7 +131,8 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     char       *id;
     size_t      len, idlen;
     u_char     *b, *p;
-    ngx_str_t  *out;
+    ngx_int_t   rc;
+    ngx_str_t  *out, parts[3];
     u_char      num[NGX_INT64_LEN + 1];
 
     static u_char  head[] = "{\"jsonrpc\":\"2.0\",\"id\":";
@@ -158,15 +159,18 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
         idlen = ngx_strlen(id);
     }
 
+    /* written here: the envelope up to the verbatim output (and the text
+     * content before it); the output itself and the tail are sent as they
+     * are */
+
     if (call->result_text) {
-        len = sizeof(head) - 1 + idlen + sizeof(result) - 1 + out->len
-              + sizeof(tail) - 2;
+        len = sizeof(head) - 1 + idlen + sizeof(result) - 1;
 
     } else {
         len = sizeof(head) - 1 + idlen + sizeof(text) - 1
               + out->len + ngx_http_sandbox_mcp_escape_json(NULL, out->data,
                                                             out->len)
-              + sizeof(sc) - 1 + out->len + sizeof(tail) - 1;
+              + sizeof(sc) - 1;
     }
 
     b = ngx_pnalloc(r->pool, len);
@@ -178,24 +182,32 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     p = ngx_cpymem(b, head, sizeof(head) - 1);
     p = ngx_cpymem(p, id ? (u_char *) id : num, idlen);
 
+    free(id);
+
     if (call->result_text) {
         p = ngx_cpymem(p, result, sizeof(result) - 1);
-        p = ngx_cpymem(p, out->data, out->len);
-        p = ngx_cpymem(p, tail + 1, sizeof(tail) - 2);
+
+        parts[2].data = tail + 1;
+        parts[2].len = sizeof(tail) - 2;
 
     } else {
         p = ngx_cpymem(p, text, sizeof(text) - 1);
         p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, out->data,
                                                         out->len);
         p = ngx_cpymem(p, sc, sizeof(sc) - 1);
-        p = ngx_cpymem(p, out->data, out->len);
-        p = ngx_cpymem(p, tail, sizeof(tail) - 1);
+
+        parts[2].data = tail;
+        parts[2].len = sizeof(tail) - 1;
     }
 
-    free(id);
+    parts[0].data = b;
+    parts[0].len = p - b;
+    parts[1] = *out;
 
-    return ngx_http_sandbox_mcp_send_body(r, status, "application/json", b,
-                                          p - b);
+    rc = ngx_http_sandbox_mcp_send_parts(r, status, "application/json", parts,
+                                         3);
+
+    return rc;
 }
 
 

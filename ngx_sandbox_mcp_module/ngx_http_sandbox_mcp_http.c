@@ -5,6 +5,7 @@
 
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 
 
 ngx_table_elt_t *
@@ -69,15 +70,40 @@ ngx_int_t
 ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, u_char *data, size_t len)
 {
+    ngx_str_t  part;
+
+    part.data = data;
+    part.len = len;
+
+    return ngx_http_sandbox_mcp_send_parts(r, status, type, &part, 1);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_send_parts(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, ngx_str_t *parts, ngx_uint_t n)
+{
+    off_t         len;
     ngx_int_t     rc;
     ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_uint_t    i, k;
+    ngx_chain_t  *cl, out[NGX_HTTP_SANDBOX_MCP_SEND_PARTS];
+
+    if (n > NGX_HTTP_SANDBOX_MCP_SEND_PARTS) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     /* an unread body on a keep-alive connection would be taken for the
      * next request */
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
         return rc;
+    }
+
+    len = 0;
+
+    for (i = 0; i < n; i++) {
+        len += parts[i].len;
     }
 
     r->headers_out.status = status;
@@ -95,16 +121,37 @@ ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
         return ngx_http_send_header(r);
     }
 
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    /* one buffer per part, no copy: the header and every part go out in
+     * one writev */
+
+    cl = NULL;
+
+    for (i = 0, k = 0; i < n; i++) {
+        if (parts[i].len == 0) {
+            continue;
+        }
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        b->pos = parts[i].data;
+        b->last = parts[i].data + parts[i].len;
+        b->memory = 1;
+
+        out[k].buf = b;
+        out[k].next = NULL;
+
+        if (cl) {
+            cl->next = &out[k];
+        }
+
+        cl = &out[k++];
     }
 
-    b->pos = data;
-    b->last = data + len;
-    b->memory = 1;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
+    cl->buf->last_buf = (r == r->main) ? 1 : 0;
+    cl->buf->last_in_chain = 1;
 
     rc = ngx_http_send_header(r);
 
@@ -112,10 +159,7 @@ ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
         return rc;
     }
 
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_output_filter(r, &out[0]);
 }
 
 

@@ -254,6 +254,19 @@ sub cli_token {
         unlike(substr($r->{body}, 0, -1), qr/[\x00-\x1f]/,
                "$label: no raw control character in the body");
     }
+    # an answer larger than the socket takes at once: its parts are sent
+    # as the client reads
+    my $big = join '', map { chr(32 + $_ % 90) } 1 .. 3_000_000;
+    $t->redis('HSET', "${P}run:$run", result => $big);
+    my $br = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                          arguments => { runId => $run } }),
+                          token => $tok, session => $sid);
+    ok(($br->{json}{result}{structuredContent}{result} // '') eq $big,
+       'a 3 MB result: answered whole');
+    is_deeply(SMCP::Test::json_decode_text($br->{json}{result}{content}[0]{text} // '{}'),
+              $br->{json}{result}{structuredContent}, '... its text is structuredContent\'s JSON');
+    $t->redis('HSET', "${P}run:$run", result => $bytes);
+
     # a batch (2025-03-26) and errors still go the general way
     my $r = $t->mcp_post({ jsonrpc => '2.0', id => 7, method => 'tools/call',
                            params => { name => 'opencode_get_result',
