@@ -122,7 +122,8 @@ ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
  * and the result as json_dumps() writes them: same keys, same order,
  * compact; structuredContent verbatim and once escaped as the text
  * content) instead of serialising the result twice more, or a result
- * given as text (result_text: ping's {}).
+ * given as text (result_text: ping's {}).  Sent in three parts, the
+ * output itself not copied.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
@@ -131,7 +132,6 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     char       *id;
     size_t      len, idlen;
     u_char     *b, *p;
-    ngx_int_t   rc;
     ngx_str_t  *out, parts[3];
     u_char      num[NGX_INT64_LEN + 1];
 
@@ -204,10 +204,8 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     parts[0].len = p - b;
     parts[1] = *out;
 
-    rc = ngx_http_sandbox_mcp_send_parts(r, status, "application/json", parts,
-                                         3);
-
-    return rc;
+    return ngx_http_sandbox_mcp_send_parts(r, status, "application/json",
+                                           parts, 3);
 }
 
 
