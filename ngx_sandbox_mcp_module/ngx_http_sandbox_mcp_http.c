@@ -584,11 +584,57 @@ static u_char  ngx_http_sandbox_mcp_json_short[256] = {
 };
 
 
+#define ngx_http_sandbox_mcp_ones   0x0101010101010101ULL
+#define ngx_http_sandbox_mcp_highs  0x8080808080808080ULL
+
+
+/* 0 when none of the 8 bytes of w needs escaping (none below 0x20, no '"',
+ * no '\\'): the bit tricks "hasless" and "haszero", exact as a yes/no */
+static ngx_inline uint64_t
+ngx_http_sandbox_mcp_json_special(uint64_t w)
+{
+    uint64_t  q, b;
+
+    q = w ^ (ngx_http_sandbox_mcp_ones * '"');
+    b = w ^ (ngx_http_sandbox_mcp_ones * '\\');
+
+    return (((w - ngx_http_sandbox_mcp_ones * 0x20) & ~w)
+            | ((q - ngx_http_sandbox_mcp_ones) & ~q)
+            | ((b - ngx_http_sandbox_mcp_ones) & ~b))
+           & ngx_http_sandbox_mcp_highs;
+}
+
+
+/* one byte escaped as ngx_escape_json() escapes it */
+static ngx_inline u_char *
+ngx_http_sandbox_mcp_escape_byte(u_char *dst, u_char *src)
+{
+    switch (ngx_http_sandbox_mcp_json_extra[*src]) {
+
+    case 0:
+        *dst++ = *src;
+        return dst;
+
+    case 1:
+        *dst++ = '\\';
+        *dst++ = ngx_http_sandbox_mcp_json_short[*src];
+        return dst;
+
+    default:
+        return (u_char *) ngx_escape_json(dst, src, 1);
+    }
+}
+
+
 uintptr_t
 ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
 {
-    u_char  *last;
-    size_t   len;
+    u_char    *last, *end;
+    size_t     len;
+    uint64_t   w;
+
+    /* 8 bytes at a time where none needs escaping (long runs of text);
+     * byte by byte in the words that hold one */
 
     last = src + size;
 
@@ -596,34 +642,48 @@ ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
         len = 0;
 
         while (src < last) {
-            len += ngx_http_sandbox_mcp_json_extra[*src++];
+            if (last - src >= 8) {
+                ngx_memcpy(&w, src, 8);
+
+                if (ngx_http_sandbox_mcp_json_special(w) == 0) {
+                    src += 8;
+                    continue;
+                }
+
+                end = src + 8;
+
+            } else {
+                end = last;
+            }
+
+            while (src < end) {
+                len += ngx_http_sandbox_mcp_json_extra[*src++];
+            }
         }
 
         return (uintptr_t) len;
     }
 
     while (src < last) {
+        if (last - src >= 8) {
+            ngx_memcpy(&w, src, 8);
 
-        /* runs are short in JSON text (a quote every few bytes): copied
-         * here, not by memcpy(); two-byte escapes written here, the
-         * \u00XX ones by ngx_escape_json() */
+            if (ngx_http_sandbox_mcp_json_special(w) == 0) {
+                ngx_memcpy(dst, &w, 8);
+                dst += 8;
+                src += 8;
+                continue;
+            }
 
-        while (src < last && ngx_http_sandbox_mcp_json_extra[*src] == 0) {
-            *dst++ = *src++;
+            end = src + 8;
+
+        } else {
+            end = last;
         }
 
-        if (src == last) {
-            break;
+        while (src < end) {
+            dst = ngx_http_sandbox_mcp_escape_byte(dst, src++);
         }
-
-        if (ngx_http_sandbox_mcp_json_extra[*src] == 1) {
-            *dst++ = '\\';
-            *dst++ = ngx_http_sandbox_mcp_json_short[*src];
-            src++;
-            continue;
-        }
-
-        dst = (u_char *) ngx_escape_json(dst, src++, 1);
     }
 
     return (uintptr_t) dst;

@@ -254,6 +254,24 @@ sub cli_token {
         unlike(substr($r->{body}, 0, -1), qr/[\x00-\x1f]/,
                "$label: no raw control character in the body");
     }
+    # the hostile text at every offset of an 8-byte word (the escaping
+    # skips words that need none)
+    for my $pad (0 .. 8) {
+        my $text = ('x' x $pad) . $nasty . ('y' x (8 - $pad));
+        my $b = $text;
+        utf8::encode($b);
+        $t->redis('HSET', "${P}run:$run", result => $b);
+        my $pr = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                              arguments => { runId => $run } }),
+                              token => $tok, session => $sid);
+        my $psc = $pr->{json}{result}{structuredContent} // {};
+        ok(($psc->{result} // '') eq $text
+           && json_encode(SMCP::Test::json_decode_text($pr->{json}{result}{content}[0]{text}
+                                                        // '{}')) eq json_encode($psc),
+           "the hostile text $pad bytes in: intact, its text structuredContent's JSON");
+    }
+    $t->redis('HSET', "${P}run:$run", result => $bytes);
+
     # an answer larger than the socket takes at once: its parts are sent
     # as the client reads
     my $big = join '', map { chr(32 + $_ % 90) } 1 .. 3_000_000;
