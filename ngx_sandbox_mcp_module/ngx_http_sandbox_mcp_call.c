@@ -129,11 +129,12 @@ static ngx_int_t
 ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_sandbox_mcp_call_t *call)
 {
-    char       *id;
-    size_t      len, idlen;
-    u_char     *b, *p;
-    ngx_str_t  *out, parts[3];
-    u_char      num[NGX_INT64_LEN + 1];
+    char        *id;
+    size_t       len, idlen;
+    u_char      *b, *p;
+    ngx_str_t   *out, parts[3];
+    json_int_t   v;
+    u_char       num[NGX_INT64_LEN + 1];
 
     static u_char  head[] = "{\"jsonrpc\":\"2.0\",\"id\":";
     static u_char  result[] = ",\"result\":";
@@ -145,10 +146,18 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     out = &call->output;
 
     if (json_is_integer(call->id)) {
-        /* as jansson writes it: "%" JSON_INTEGER_FORMAT */
+        /* as jansson writes it: "%" JSON_INTEGER_FORMAT (the magnitude
+         * unsigned: -2^63 has no positive int64_t) */
         id = NULL;
-        idlen = ngx_sprintf(num, "%L",
-                            (int64_t) json_integer_value(call->id)) - num;
+        v = json_integer_value(call->id);
+        p = num;
+
+        if (v < 0) {
+            *p++ = '-';
+        }
+
+        idlen = ngx_sprintf(p, "%uL", v < 0 ? 0 - (uint64_t) v : (uint64_t) v)
+                - num;
 
     } else {
         id = json_dumps(call->id, JSON_COMPACT | JSON_ENCODE_ANY);

@@ -478,7 +478,7 @@ ngx_http_sandbox_mcp_redis_auth_done(redisAsyncContext *ac, void *r,
  * calls freeReplyObject).  A get_result's HGETALL is 55 objects.
  */
 static redisReply *
-ngx_http_sandbox_mcp_redis_reply_object(const redisReadTask *task,
+ngx_http_sandbox_mcp_redis_reply_object(const redisReadTask *task, int type,
     size_t extra)
 {
     redisReply  *r, *parent;
@@ -489,7 +489,7 @@ ngx_http_sandbox_mcp_redis_reply_object(const redisReadTask *task,
     }
 
     ngx_memzero(r, sizeof(redisReply));
-    r->type = task->type;
+    r->type = type;
 
     if (task->parent) {
         parent = task->parent->obj;
@@ -506,7 +506,8 @@ ngx_http_sandbox_mcp_redis_reply_string(const redisReadTask *task,
 {
     redisReply  *r;
 
-    r = ngx_http_sandbox_mcp_redis_reply_object(task, len + 1);
+    /* a bulk string, a status or an error: the task's type */
+    r = ngx_http_sandbox_mcp_redis_reply_object(task, task->type, len + 1);
     if (r == NULL) {
         return NULL;
     }
@@ -529,7 +530,8 @@ ngx_http_sandbox_mcp_redis_reply_array(const redisReadTask *task,
 
     size = elements > 0 ? (size_t) elements * sizeof(redisReply *) : 0;
 
-    r = ngx_http_sandbox_mcp_redis_reply_object(task, size);
+    r = ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_ARRAY,
+                                                size);
     if (r == NULL) {
         return NULL;
     }
@@ -552,7 +554,7 @@ ngx_http_sandbox_mcp_redis_reply_integer(const redisReadTask *task,
 {
     redisReply  *r;
 
-    r = ngx_http_sandbox_mcp_redis_reply_object(task, 0);
+    r = ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_INTEGER, 0);
     if (r == NULL) {
         return NULL;
     }
@@ -566,7 +568,9 @@ ngx_http_sandbox_mcp_redis_reply_integer(const redisReadTask *task,
 static void *
 ngx_http_sandbox_mcp_redis_reply_nil(const redisReadTask *task)
 {
-    return ngx_http_sandbox_mcp_redis_reply_object(task, 0);
+    /* the task's type is that of its prefix ($-1, *-1): a nil is NIL, as
+     * hiredis makes it */
+    return ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_NIL, 0);
 }
 
 
