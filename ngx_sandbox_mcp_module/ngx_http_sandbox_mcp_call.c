@@ -20,6 +20,7 @@ ngx_http_sandbox_mcp_call_result(ngx_http_sandbox_mcp_call_t *call,
     json_t *(*filter)(ngx_http_sandbox_mcp_call_t *call, json_t *result);
 
     call->output.len = 0;
+    call->result_text = 0;
 
     if (result == NULL) {
         ngx_http_sandbox_mcp_call_error(call,
@@ -67,11 +68,34 @@ ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+void
+ngx_http_sandbox_mcp_call_empty_result(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = call->ctx;
+
+    if (ctx->batch || ctx->finish || call->filter || call->progress) {
+        ngx_http_sandbox_mcp_call_result(call, json_object());
+        return;
+    }
+
+    if (call->response) {
+        json_decref(call->response);
+    }
+
+    /* answered (json_null() is never freed): the text is written at the
+     * end, as json_dumps() writes {"jsonrpc":"2.0","id":ID,"result":{}} */
+    call->response = json_null();
+    ngx_str_set(&call->output, "{}");
+    call->result_text = 1;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *output)
 {
-    json_t                      *response;
     ngx_http_sandbox_mcp_ctx_t  *ctx;
 
     ctx = call->ctx;
@@ -80,39 +104,40 @@ ngx_http_sandbox_mcp_call_output_text(ngx_http_sandbox_mcp_call_t *call,
         return NGX_DECLINED;
     }
 
-    response = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0",
-                         "id", call->id, "result");
-    if (response == NULL) {
-        return NGX_ERROR;
-    }
-
     if (call->response) {
         json_decref(call->response);
     }
 
-    call->response = response;
+    /* answered, no error (json_null() is never freed): the metrics' */
+    call->response = json_null();
     call->output = *output;
+    call->result_text = 0;
 
     return NGX_OK;
 }
 
 
 /*
- * A single answer that is a tool's output, written from its text: the
- * envelope and the result as json_dumps() writes them (same keys, same
- * order, compact), structuredContent verbatim and once escaped as the
- * text content, instead of serialising the result twice more.
+ * A single answer written from its text: a tool's output (the envelope
+ * and the result as json_dumps() writes them: same keys, same order,
+ * compact; structuredContent verbatim and once escaped as the text
+ * content) instead of serialising the result twice more, or a result
+ * given as text (result_text: ping's {}).  Sent in three parts, the
+ * output itself not copied.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_sandbox_mcp_call_t *call)
 {
-    char       *id;
-    size_t      len, idlen;
-    u_char     *b, *p;
-    ngx_str_t  *out;
+    char        *id;
+    size_t       len, idlen;
+    u_char      *b, *p;
+    ngx_str_t   *out, parts[3];
+    json_int_t   v;
+    u_char       num[NGX_INT64_LEN + 1];
 
     static u_char  head[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+    static u_char  result[] = ",\"result\":";
     static u_char  text[] = ",\"result\":{\"content\":[{\"type\":\"text\","
                             "\"text\":\"";
     static u_char  sc[] = "\"}],\"structuredContent\":";
@@ -120,17 +145,42 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
 
     out = &call->output;
 
-    id = json_dumps(call->id, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (id == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (json_is_integer(call->id)) {
+        /* as jansson writes it: "%" JSON_INTEGER_FORMAT (the magnitude
+         * unsigned: -2^63 has no positive int64_t) */
+        id = NULL;
+        v = json_integer_value(call->id);
+        p = num;
+
+        if (v < 0) {
+            *p++ = '-';
+        }
+
+        idlen = ngx_sprintf(p, "%uL", v < 0 ? 0 - (uint64_t) v : (uint64_t) v)
+                - num;
+
+    } else {
+        id = json_dumps(call->id, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (id == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        idlen = ngx_strlen(id);
     }
 
-    idlen = ngx_strlen(id);
+    /* written here: the envelope up to the verbatim output (and the text
+     * content before it); the output itself and the tail are sent as they
+     * are */
 
-    len = sizeof(head) - 1 + idlen + sizeof(text) - 1
-          + out->len + ngx_http_sandbox_mcp_escape_json(NULL, out->data,
-                                                        out->len)
-          + sizeof(sc) - 1 + out->len + sizeof(tail) - 1;
+    if (call->result_text) {
+        len = sizeof(head) - 1 + idlen + sizeof(result) - 1;
+
+    } else {
+        len = sizeof(head) - 1 + idlen + sizeof(text) - 1
+              + out->len + ngx_http_sandbox_mcp_escape_json(NULL, out->data,
+                                                            out->len)
+              + sizeof(sc) - 1;
+    }
 
     b = ngx_pnalloc(r->pool, len);
     if (b == NULL) {
@@ -139,17 +189,32 @@ ngx_http_sandbox_mcp_send_output(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     p = ngx_cpymem(b, head, sizeof(head) - 1);
-    p = ngx_cpymem(p, id, idlen);
-    p = ngx_cpymem(p, text, sizeof(text) - 1);
-    p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, out->data, out->len);
-    p = ngx_cpymem(p, sc, sizeof(sc) - 1);
-    p = ngx_cpymem(p, out->data, out->len);
-    p = ngx_cpymem(p, tail, sizeof(tail) - 1);
+    p = ngx_cpymem(p, id ? (u_char *) id : num, idlen);
 
     free(id);
 
-    return ngx_http_sandbox_mcp_send_body(r, status, "application/json", b,
-                                          p - b);
+    if (call->result_text) {
+        p = ngx_cpymem(p, result, sizeof(result) - 1);
+
+        parts[2].data = tail + 1;
+        parts[2].len = sizeof(tail) - 2;
+
+    } else {
+        p = ngx_cpymem(p, text, sizeof(text) - 1);
+        p = (u_char *) ngx_http_sandbox_mcp_escape_json(p, out->data,
+                                                        out->len);
+        p = ngx_cpymem(p, sc, sizeof(sc) - 1);
+
+        parts[2].data = tail;
+        parts[2].len = sizeof(tail) - 1;
+    }
+
+    parts[0].data = b;
+    parts[0].len = p - b;
+    parts[1] = *out;
+
+    return ngx_http_sandbox_mcp_send_parts(r, status, "application/json",
+                                           parts, 3);
 }
 
 
@@ -176,6 +241,7 @@ ngx_http_sandbox_mcp_call_error(ngx_http_sandbox_mcp_call_t *call,
     va_end(args);
 
     call->output.len = 0;
+    call->result_text = 0;
 
     if (call->response) {
         json_decref(call->response);

@@ -19,12 +19,15 @@ void ngx_http_sandbox_mcp_call_output(ngx_http_sandbox_mcp_call_t *call,
 /*
  * The same when only its text is needed: a lone answer (no batch, no
  * filter, no progress stream, no finish of its own) is written from the
- * text, and call->response holds what the metrics read of it (the id, a
- * result that is no error).  NGX_DECLINED: the result is needed as a value
- * (call_output then); NGX_ERROR.
+ * text, and call->response is json_null(), a marker (answered; the
+ * metrics read no error in it).  NGX_DECLINED: the result is needed as a value
+ * (call_output then).
  */
 ngx_int_t ngx_http_sandbox_mcp_call_output_text(
     ngx_http_sandbox_mcp_call_t *call, ngx_str_t *output);
+/* the result {} (ping): a lone answer is written as text, no value built
+ * (call->response is json_null(), a marker) */
+void ngx_http_sandbox_mcp_call_empty_result(ngx_http_sandbox_mcp_call_t *call);
 /* an answer's text: fmt (nginx's formats: %V, %uz, %L, %*s ...) into buf,
  * cut to fit, NUL-terminated */
 void ngx_http_sandbox_mcp_call_message(u_char *buf, size_t size,

@@ -51,6 +51,11 @@
                                                            each) per event
                                                            before yielding */
 #define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           48      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_SEND_PARTS        4       /* of one answer */
+#define NGX_HTTP_SANDBOX_MCP_REDIS_FORMATTED    1024    /* bytes: a command
+                                                           formatted on the
+                                                           stack; longer:
+                                                           hiredis's way */
 #define NGX_HTTP_SANDBOX_MCP_LOADING_PROBE      100     /* ms: while Redis
                                                            loads its
                                                            dataset, the

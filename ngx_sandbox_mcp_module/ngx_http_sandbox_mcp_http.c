@@ -5,6 +5,7 @@
 
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 
 
 ngx_table_elt_t *
@@ -69,15 +70,40 @@ ngx_int_t
 ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, u_char *data, size_t len)
 {
+    ngx_str_t  part;
+
+    part.data = data;
+    part.len = len;
+
+    return ngx_http_sandbox_mcp_send_parts(r, status, type, &part, 1);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_send_parts(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, ngx_str_t *parts, ngx_uint_t n)
+{
+    off_t         len;
     ngx_int_t     rc;
     ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_uint_t    i, k;
+    ngx_chain_t  *cl, out[NGX_HTTP_SANDBOX_MCP_SEND_PARTS];
+
+    if (n > NGX_HTTP_SANDBOX_MCP_SEND_PARTS) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     /* an unread body on a keep-alive connection would be taken for the
      * next request */
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
         return rc;
+    }
+
+    len = 0;
+
+    for (i = 0; i < n; i++) {
+        len += parts[i].len;
     }
 
     r->headers_out.status = status;
@@ -95,16 +121,37 @@ ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
         return ngx_http_send_header(r);
     }
 
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    /* one buffer per part, no copy: the header and every part go out in
+     * one writev */
+
+    cl = NULL;
+
+    for (i = 0, k = 0; i < n; i++) {
+        if (parts[i].len == 0) {
+            continue;
+        }
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        b->pos = parts[i].data;
+        b->last = parts[i].data + parts[i].len;
+        b->memory = 1;
+
+        out[k].buf = b;
+        out[k].next = NULL;
+
+        if (cl) {
+            cl->next = &out[k];
+        }
+
+        cl = &out[k++];
     }
 
-    b->pos = data;
-    b->last = data + len;
-    b->memory = 1;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
+    cl->buf->last_buf = (r == r->main) ? 1 : 0;
+    cl->buf->last_in_chain = 1;
 
     rc = ngx_http_send_header(r);
 
@@ -112,10 +159,7 @@ ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r, ngx_uint_t status,
         return rc;
     }
 
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_output_filter(r, &out[0]);
 }
 
 
@@ -533,11 +577,64 @@ static u_char  ngx_http_sandbox_mcp_json_extra[256] = {
 };
 
 
+/* the letter of a two-byte escape (ngx_escape_json()'s) */
+static u_char  ngx_http_sandbox_mcp_json_short[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n',
+    ['\f'] = 'f', ['\r'] = 'r'
+};
+
+
+#define ngx_http_sandbox_mcp_ones   0x0101010101010101ULL
+#define ngx_http_sandbox_mcp_highs  0x8080808080808080ULL
+
+
+/* 0 when none of the 8 bytes of w needs escaping (none below 0x20, no '"',
+ * no '\\'): the bit tricks "hasless" and "haszero", exact as a yes/no */
+static ngx_inline uint64_t
+ngx_http_sandbox_mcp_json_special(uint64_t w)
+{
+    uint64_t  q, b;
+
+    q = w ^ (ngx_http_sandbox_mcp_ones * '"');
+    b = w ^ (ngx_http_sandbox_mcp_ones * '\\');
+
+    return (((w - ngx_http_sandbox_mcp_ones * 0x20) & ~w)
+            | ((q - ngx_http_sandbox_mcp_ones) & ~q)
+            | ((b - ngx_http_sandbox_mcp_ones) & ~b))
+           & ngx_http_sandbox_mcp_highs;
+}
+
+
+/* one byte escaped as ngx_escape_json() escapes it */
+static ngx_inline u_char *
+ngx_http_sandbox_mcp_escape_byte(u_char *dst, u_char *src)
+{
+    switch (ngx_http_sandbox_mcp_json_extra[*src]) {
+
+    case 0:
+        *dst++ = *src;
+        return dst;
+
+    case 1:
+        *dst++ = '\\';
+        *dst++ = ngx_http_sandbox_mcp_json_short[*src];
+        return dst;
+
+    default:
+        return (u_char *) ngx_escape_json(dst, src, 1);
+    }
+}
+
+
 uintptr_t
 ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
 {
-    u_char  *last, *run;
-    size_t   len;
+    u_char    *last, *end;
+    size_t     len;
+    uint64_t   w;
+
+    /* 8 bytes at a time where none needs escaping (long runs of text);
+     * byte by byte in the words that hold one */
 
     last = src + size;
 
@@ -545,26 +642,48 @@ ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
         len = 0;
 
         while (src < last) {
-            len += ngx_http_sandbox_mcp_json_extra[*src++];
+            if (last - src >= 8) {
+                ngx_memcpy(&w, src, 8);
+
+                if (ngx_http_sandbox_mcp_json_special(w) == 0) {
+                    src += 8;
+                    continue;
+                }
+
+                end = src + 8;
+
+            } else {
+                end = last;
+            }
+
+            while (src < end) {
+                len += ngx_http_sandbox_mcp_json_extra[*src++];
+            }
         }
 
         return (uintptr_t) len;
     }
 
     while (src < last) {
-        run = src;
+        if (last - src >= 8) {
+            ngx_memcpy(&w, src, 8);
 
-        while (src < last && ngx_http_sandbox_mcp_json_extra[*src] == 0) {
-            src++;
+            if (ngx_http_sandbox_mcp_json_special(w) == 0) {
+                ngx_memcpy(dst, &w, 8);
+                dst += 8;
+                src += 8;
+                continue;
+            }
+
+            end = src + 8;
+
+        } else {
+            end = last;
         }
 
-        dst = ngx_cpymem(dst, run, src - run);
-
-        if (src == last) {
-            break;
+        while (src < end) {
+            dst = ngx_http_sandbox_mcp_escape_byte(dst, src++);
         }
-
-        dst = (u_char *) ngx_escape_json(dst, src++, 1);
     }
 
     return (uintptr_t) dst;

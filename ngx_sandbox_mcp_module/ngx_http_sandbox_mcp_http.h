@@ -43,6 +43,10 @@ void ngx_http_sandbox_mcp_end_request(ngx_http_request_t *r, ngx_int_t rc);
  * only; type NULL: none set) */
 ngx_int_t ngx_http_sandbox_mcp_send_body(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, u_char *data, size_t len);
+/* the same, the body in n parts (at most NGX_HTTP_SANDBOX_MCP_SEND_PARTS),
+ * sent as they are: they must live as long as the request */
+ngx_int_t ngx_http_sandbox_mcp_send_parts(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, ngx_str_t *parts, ngx_uint_t n);
 
 /* the answer: json (NULL: no body), as application/json */
 ngx_int_t ngx_http_sandbox_mcp_send_json(ngx_http_request_t *r,

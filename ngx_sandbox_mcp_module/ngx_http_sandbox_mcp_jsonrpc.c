@@ -219,7 +219,7 @@ ngx_http_sandbox_mcp_start_call(ngx_http_sandbox_mcp_call_t *call,
     }
 
     if (ngx_strcmp(method, "ping") == 0) {
-        ngx_http_sandbox_mcp_call_result(call, json_object());
+        ngx_http_sandbox_mcp_call_empty_result(call);
         return;
     }
 

@@ -168,6 +168,10 @@ struct ngx_http_sandbox_mcp_call_s {
     unsigned                            hold:1;         /* its filter took
                                                            another step: not
                                                            done yet */
+    unsigned                            result_text:1;  /* output is the
+                                                           result's JSON text
+                                                           (response a
+                                                           marker) */
 };
 
 
@@ -211,6 +215,11 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                               2025-03-26 */
     unsigned                            initialize:1;
     unsigned                            done:1;
+
+    /* the session lookup's commands: HEXISTS revoked first; HGETALL of
+     * the run last */
+    unsigned                            lookup_revoked:1;
+    unsigned                            lookup_run:1;
 };
 
 

@@ -470,6 +470,141 @@ ngx_http_sandbox_mcp_redis_auth_done(redisAsyncContext *ac, void *r,
 }
 
 
+/*
+ * Reply objects in one allocation each (hiredis's own take two for a
+ * string, the object and its text, and two for an array): the object and
+ * its text, or its element pointers, in one block.  The same redisReply;
+ * freed only by hiredis, through its reader's freeObject (the module never
+ * calls freeReplyObject).  A get_result's HGETALL is 55 objects.
+ */
+static redisReply *
+ngx_http_sandbox_mcp_redis_reply_object(const redisReadTask *task, int type,
+    size_t extra)
+{
+    redisReply  *r, *parent;
+
+    r = malloc(sizeof(redisReply) + extra);
+    if (r == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(r, sizeof(redisReply));
+    r->type = type;
+
+    if (task->parent) {
+        parent = task->parent->obj;
+        parent->element[task->idx] = r;
+    }
+
+    return r;
+}
+
+
+static void *
+ngx_http_sandbox_mcp_redis_reply_string(const redisReadTask *task,
+    char *str, size_t len)
+{
+    redisReply  *r;
+
+    /* a bulk string, a status or an error: the task's type */
+    r = ngx_http_sandbox_mcp_redis_reply_object(task, task->type, len + 1);
+    if (r == NULL) {
+        return NULL;
+    }
+
+    r->str = (char *) (r + 1);
+    r->len = len;
+    ngx_memcpy(r->str, str, len);
+    r->str[len] = '\0';
+
+    return r;
+}
+
+
+static void *
+ngx_http_sandbox_mcp_redis_reply_array(const redisReadTask *task,
+    int elements)
+{
+    size_t       size;
+    redisReply  *r;
+
+    size = elements > 0 ? (size_t) elements * sizeof(redisReply *) : 0;
+
+    r = ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_ARRAY,
+                                                size);
+    if (r == NULL) {
+        return NULL;
+    }
+
+    if (elements > 0) {
+        /* zeroed: a reply cut short is freed with what it has */
+        r->element = (redisReply **) (r + 1);
+        ngx_memzero(r->element, size);
+    }
+
+    r->elements = elements > 0 ? elements : 0;
+
+    return r;
+}
+
+
+static void *
+ngx_http_sandbox_mcp_redis_reply_integer(const redisReadTask *task,
+    long long value)
+{
+    redisReply  *r;
+
+    r = ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_INTEGER, 0);
+    if (r == NULL) {
+        return NULL;
+    }
+
+    r->integer = value;
+
+    return r;
+}
+
+
+static void *
+ngx_http_sandbox_mcp_redis_reply_nil(const redisReadTask *task)
+{
+    /* the task's type is that of its prefix ($-1, *-1): a nil is NIL, as
+     * hiredis makes it */
+    return ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_NIL, 0);
+}
+
+
+static void
+ngx_http_sandbox_mcp_redis_reply_free(void *reply)
+{
+    size_t       i;
+    redisReply  *r;
+
+    r = reply;
+
+    if (r == NULL) {
+        return;
+    }
+
+    if (r->type == REDIS_REPLY_ARRAY && r->element) {
+        for (i = 0; i < r->elements; i++) {
+            ngx_http_sandbox_mcp_redis_reply_free(r->element[i]);
+        }
+    }
+
+    free(r);
+}
+
+
+static redisReplyObjectFunctions  ngx_http_sandbox_mcp_redis_reply_fns = {
+    ngx_http_sandbox_mcp_redis_reply_string,
+    ngx_http_sandbox_mcp_redis_reply_array,
+    ngx_http_sandbox_mcp_redis_reply_integer,
+    ngx_http_sandbox_mcp_redis_reply_nil,
+    ngx_http_sandbox_mcp_redis_reply_free
+};
+
+
 static void
 ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
 {
@@ -514,6 +649,8 @@ ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
         ngx_http_sandbox_mcp_redis_schedule(link);
         return;
     }
+
+    ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
 
     link->connect_start = ngx_current_msec;
 

@@ -1,9 +1,10 @@
 /*
  * MCP sessions, kept in Redis (mcp:{id}, with a TTL) so that any worker of
  * any nginx instance serves them: initialize creates one, every later
- * request looks it up (refreshing it; for a lone opencode_get_result the
- * run's HGETALL goes along, one round trip), DELETE ends it.  The protocol
- * versions spoken.
+ * request looks it up (plain reads, pipelined; session_touch refreshes it
+ * once less than half of its TTL is left; for a lone opencode_get_result
+ * the run's HGETALL goes along, one round trip), DELETE ends it.  The
+ * protocol versions spoken.
  */
 
 #include "ngx_http_sandbox_mcp_session.h"
@@ -20,6 +21,8 @@
 static ngx_int_t ngx_http_sandbox_mcp_session_command(
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_http_sandbox_mcp_script_t *script,
     ngx_http_sandbox_mcp_redis_handler_pt handler);
+static ngx_int_t ngx_http_sandbox_mcp_session_accept(
+    ngx_http_sandbox_mcp_ctx_t *ctx, u_char *version, size_t len);
 
 
 static ngx_str_t  ngx_http_sandbox_mcp_versions[] = {
@@ -211,8 +214,18 @@ ngx_http_sandbox_mcp_session_create(ngx_http_sandbox_mcp_ctx_t *ctx)
 }
 
 
+/* unknown, expired, deleted, or another tenant's: the same answer */
+static ngx_int_t
+ngx_http_sandbox_mcp_session_not_found(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    return ngx_http_sandbox_mcp_send_error(ctx->request, NGX_HTTP_NOT_FOUND,
+                                      NGX_HTTP_SANDBOX_MCP_SESSION_NOT_FOUND,
+                                      "Session not found");
+}
+
+
 /*
- * The session lookup's answer: NGX_DECLINED when the session is the
+ * The session script's answer: NGX_DECLINED when the session is the
  * tenant's (ctx->version set), else what the request answers.
  */
 static ngx_int_t
@@ -238,10 +251,26 @@ ngx_http_sandbox_mcp_session_known(ngx_http_sandbox_mcp_ctx_t *ctx,
 
     if (reply->type != REDIS_REPLY_STRING) {
         /* unknown, expired, deleted, or another tenant's */
-        return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_NOT_FOUND,
-                                      NGX_HTTP_SANDBOX_MCP_SESSION_NOT_FOUND,
-                                      "Session not found");
+        return ngx_http_sandbox_mcp_session_not_found(ctx);
     }
+
+    return ngx_http_sandbox_mcp_session_accept(ctx, (u_char *) reply->str,
+                                               reply->len);
+}
+
+
+/*
+ * The session is the tenant's; version: its negotiated protocol version
+ * ("" if none was stored).  NGX_DECLINED (ctx->version set), else what the
+ * request answers.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_session_accept(ngx_http_sandbox_mcp_ctx_t *ctx,
+    u_char *version, size_t len)
+{
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
 
     if (ctx->initialize) {
         return ngx_http_sandbox_mcp_send_error(r, NGX_HTTP_BAD_REQUEST,
@@ -251,13 +280,13 @@ ngx_http_sandbox_mcp_session_known(ngx_http_sandbox_mcp_ctx_t *ctx,
     }
 
     /* the negotiated version, or the spec's fallback */
-    ctx->version.len = reply->len;
-    ctx->version.data = ngx_pnalloc(r->pool, reply->len);
+    ctx->version.len = len;
+    ctx->version.data = ngx_pnalloc(r->pool, len);
     if (ctx->version.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_memcpy(ctx->version.data, reply->str, reply->len);
+    ngx_memcpy(ctx->version.data, version, len);
 
     if (!ngx_http_sandbox_mcp_version_supported(&ctx->version)) {
         ctx->version = ngx_http_sandbox_mcp_batch_version;
@@ -320,10 +349,16 @@ ngx_http_sandbox_mcp_session_found(void *data, redisReply *reply)
 
 
 /*
- * The session lookup and the tool's read (HGETALL of the run), sent at
- * once: one round trip.  Reply 0 is the session's, reply 1 the run's,
- * which waits for it.  The run's reply is dropped unread (the command
- * cancelled) when the session is refused.
+ * The session lookup without a script, pipelined (one write, one round
+ * trip): [HEXISTS revoked jti] HMGET mcp:{sid} tenant protocol, PTTL
+ * mcp:{sid} [HGETALL run:{id}].  It refuses what session_touch refuses, in
+ * its order: a revoked token, then a session unknown or another tenant's
+ * (the same 404); the commands still to answer are dropped unread then.
+ * A session with less than half of its TTL left (or none, or gone since
+ * the HMGET) is looked up again by session_touch, which refreshes it
+ * atomically with its checks: once per half TTL, and the run's reply is
+ * dropped (the tool reads the run itself).  i is counted as if HEXISTS
+ * had been sent.
  */
 static void
 ngx_http_sandbox_mcp_session_read(void *data, ngx_uint_t i,
@@ -331,41 +366,116 @@ ngx_http_sandbox_mcp_session_read(void *data, ngx_uint_t i,
 {
     ngx_http_sandbox_mcp_ctx_t *ctx = data;
 
-    ngx_int_t  rc;
+    ngx_int_t                         rc;
+    long long                         ttl;
+    redisReply                       *t, *v;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
-    if (i == 1) {
+    if (!ctx->lookup_revoked) {
+        i++;
+    }
+
+    if (i == 3) {
+        /* the run, the session being the tenant's */
         ctx->cmd = NULL;
         ngx_http_sandbox_mcp_session_dispatch(ctx, reply);
         return;
     }
 
-    if (reply && reply->type == REDIS_REPLY_ERROR
-        && reply->len >= sizeof("NOSCRIPT") - 1
-        && ngx_strncmp(reply->str, "NOSCRIPT", sizeof("NOSCRIPT") - 1) == 0)
-    {
-        /* Redis lost the scripts: the lookup alone, which loads them */
-        ngx_http_sandbox_mcp_redis_cancel(ctx->cmd);
-        ctx->cmd = NULL;
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        /* 503, the error logged */
+        rc = ngx_http_sandbox_mcp_session_known(ctx, reply);
+        goto refused;
+    }
 
-        rc = ngx_http_sandbox_mcp_session_command(ctx,
-                                   &ngx_http_sandbox_mcp_script_session_touch,
-                                   ngx_http_sandbox_mcp_session_found);
-        if (rc != NGX_DONE) {
-            ngx_http_sandbox_mcp_finalize(ctx, rc);
+    switch (i) {
+
+    case 0:     /* HEXISTS revoked jti */
+
+        if (reply->type != REDIS_REPLY_INTEGER) {
+            rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
+            goto refused;
+        }
+
+        if (reply->integer == 0) {
+            return;
+        }
+
+        rc = ngx_http_sandbox_mcp_revoked_answer(ctx);
+        goto refused;
+
+    case 1:     /* HMGET mcp:{sid} tenant protocol */
+
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+            rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
+            goto refused;
+        }
+
+        t = reply->element[0];
+        v = reply->element[1];
+
+        if (t->type != REDIS_REPLY_STRING || t->len != ctx->tenant.len
+            || ngx_memcmp(t->str, ctx->tenant.data, t->len) != 0)
+        {
+            rc = ngx_http_sandbox_mcp_session_not_found(ctx);
+            goto refused;
+        }
+
+        if (v->type == REDIS_REPLY_STRING) {
+            rc = ngx_http_sandbox_mcp_session_accept(ctx, (u_char *) v->str,
+                                                     v->len);
+
+        } else {
+            rc = ngx_http_sandbox_mcp_session_accept(ctx, (u_char *) "", 0);
+        }
+
+        if (rc != NGX_DECLINED) {
+            goto refused;
         }
 
         return;
-    }
 
-    rc = ngx_http_sandbox_mcp_session_known(ctx, reply);
+    default:    /* PTTL mcp:{sid} */
 
-    if (rc != NGX_DECLINED) {
-        ngx_http_sandbox_mcp_redis_cancel(ctx->cmd);
+        if (reply->type != REDIS_REPLY_INTEGER) {
+            rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
+            goto refused;
+        }
+
+        lcf = ngx_http_get_module_loc_conf(ctx->request,
+                                           ngx_http_sandbox_mcp_module);
+        ttl = (long long) lcf->session_ttl * 1000;
+
+        /* session_touch's PTTL < ttl / 2, in whole milliseconds */
+        if (reply->integer < (ttl + 1) / 2) {
+            ngx_http_sandbox_mcp_redis_cancel(ctx->cmd);
+            ctx->cmd = NULL;
+
+            rc = ngx_http_sandbox_mcp_session_command(ctx,
+                                   &ngx_http_sandbox_mcp_script_session_touch,
+                                   ngx_http_sandbox_mcp_session_found);
+            if (rc != NGX_DONE) {
+                ngx_http_sandbox_mcp_finalize(ctx, rc);
+            }
+
+            return;
+        }
+
+        if (ctx->lookup_run) {
+            /* the run's reply comes next */
+            return;
+        }
+
         ctx->cmd = NULL;
-        ngx_http_sandbox_mcp_finalize(ctx, rc);
+        ngx_http_sandbox_mcp_session_dispatch(ctx, NULL);
+        return;
     }
 
-    /* the session is known: the run's reply comes next */
+refused:
+
+    ngx_http_sandbox_mcp_redis_cancel(ctx->cmd);
+    ctx->cmd = NULL;
+    ngx_http_sandbox_mcp_finalize(ctx, rc);
 }
 
 
@@ -406,19 +516,14 @@ ngx_http_sandbox_mcp_session_deleted(void *data, redisReply *reply)
 
 
 /*
- * The session script's KEYS (2) and ARGV (3): NGX_DECLINED for an id we
- * never issue (64 hex digits), NGX_ERROR.
+ * The session's key, mcp:{sid}: NGX_DECLINED for an id we never issue (64
+ * hex digits), NGX_ERROR.
  */
 static ngx_int_t
-ngx_http_sandbox_mcp_session_args(ngx_http_sandbox_mcp_ctx_t *ctx,
-    ngx_str_t *argv)
+ngx_http_sandbox_mcp_session_key(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *key)
 {
-    u_char                           *p;
-    ngx_http_request_t               *r;
-    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
-
-    r = ctx->request;
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+    u_char  *p;
 
     if (ctx->session_id.len != NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN) {
         return NGX_DECLINED;
@@ -433,12 +538,41 @@ ngx_http_sandbox_mcp_session_args(ngx_http_sandbox_mcp_ctx_t *ctx,
         }
     }
 
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
+    if (ngx_http_sandbox_mcp_redis_key(ctx->request->pool, key,
                                        SMCP_KEY_MCP_SESSION, &ctx->session_id)
-        != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_REVOKED,
-                                          NULL)
-           != NGX_OK)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The session script's KEYS (2) and ARGV (3): NGX_DECLINED for an id we
+ * never issue (64 hex digits), NGX_ERROR.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_session_args(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *argv)
+{
+    ngx_int_t                         rc;
+    ngx_http_request_t               *r;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    r = ctx->request;
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_module);
+
+    rc = ngx_http_sandbox_mcp_session_key(ctx, &argv[0]);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_REVOKED,
+                                       NULL)
+        != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -499,25 +633,11 @@ ngx_http_sandbox_mcp_session_command(ngx_http_sandbox_mcp_ctx_t *ctx,
 ngx_int_t
 ngx_http_sandbox_mcp_session_lookup(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    ngx_int_t                       rc;
-    ngx_str_t                       argv[10];
-    ngx_uint_t                      argc[2];
-    ngx_http_sandbox_mcp_script_t  *script;
+    ngx_int_t    rc;
+    ngx_str_t    key, *a, argv[11];
+    ngx_uint_t   n, argc[4];
 
-    script = &ngx_http_sandbox_mcp_script_session_touch;
-
-    /* what the tool reads goes along: EVALSHA session_touch, HGETALL */
-
-    rc = ngx_http_sandbox_mcp_get_result_key(ctx, &argv[9]);
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_sandbox_mcp_session_command(ctx, script,
-                                          ngx_http_sandbox_mcp_session_found);
-    }
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_sandbox_mcp_session_args(ctx, &argv[3]);
-    }
+    rc = ngx_http_sandbox_mcp_session_key(ctx, &key);
 
     if (rc == NGX_DECLINED) {
         return ngx_http_sandbox_mcp_session_unknown(ctx);
@@ -527,17 +647,56 @@ ngx_http_sandbox_mcp_session_lookup(ngx_http_sandbox_mcp_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argc[0] = 8;
-    argc[1] = 2;
+    n = 0;
+    a = argv;
 
-    ngx_str_set(&argv[0], "EVALSHA");
-    argv[1].data = (u_char *) script->sha1;
-    argv[1].len = sizeof(script->sha1) - 1;
-    ngx_str_set(&argv[2], "2");
-    ngx_str_set(&argv[8], "HGETALL");
+    /* the token's jti, when the worker's revoked set is not current */
+
+    ctx->lookup_revoked = ctx->jti.len ? 1 : 0;
+
+    if (ctx->lookup_revoked) {
+        ngx_str_set(&a[0], "HEXISTS");
+        a[2] = ctx->jti;
+
+        if (ngx_http_sandbox_mcp_redis_key(ctx->request->pool, &a[1],
+                                           SMCP_KEY_REVOKED, NULL)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        argc[n++] = 3;
+        a += 3;
+    }
+
+    ngx_str_set(&a[0], "HMGET");
+    a[1] = key;
+    ngx_str_set(&a[2], "tenant");
+    ngx_str_set(&a[3], "protocol");
+    ngx_str_set(&a[4], "PTTL");
+    a[5] = key;
+
+    argc[n++] = 4;
+    argc[n++] = 2;
+    a += 6;
+
+    /* what the tool reads goes along: HGETALL of the run */
+
+    rc = ngx_http_sandbox_mcp_get_result_key(ctx, &a[1]);
+
+    if (rc != NGX_OK && rc != NGX_DECLINED) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->lookup_run = (rc == NGX_OK);
+
+    if (ctx->lookup_run) {
+        ngx_str_set(&a[0], "HGETALL");
+        argc[n++] = 2;
+    }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_each(
-                   ngx_http_sandbox_mcp_session_read, ctx, 2, argc, argv);
+                   ngx_http_sandbox_mcp_session_read, ctx, n, argc, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(ctx->request);

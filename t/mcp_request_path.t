@@ -24,6 +24,14 @@
 #   the session script (Redis reads both at once); a waiting get_result, a
 #   wrong session, another tenant's run, an unknown or malformed runId, a
 #   revoked token, Redis having lost its scripts answer as before.
+# - the session lookup without a script (HMGET, PTTL, pipelined): no Lua
+#   on a read; the TTL refreshed by session_touch once below half (301 s
+#   of 600 left alone, 299.999 s refreshed, no TTL given one); an expiring
+#   session served and refreshed, an expired or deleted one 404; another
+#   tenant, a prefix of it, no tenant field: 404; no protocol stored:
+#   served; the key of another type: 503.
+# - ping's answer written as text: byte for byte json_dumps()'s for
+#   integer and string ids, with a progressToken, in a batch.
 # - the watchUrl kept by the worker: polls of a run get the same link
 #   while less than half of its lifetime (sandbox_mcp_ui_token_ttl, 4 s
 #   here) has passed, then a new one; a revoked link is replaced at once;
@@ -215,7 +223,7 @@ sub cli_token {
     my $sid = session_for($tok);
     my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'w' },
                                            token => $tok), 'a run')->{runId};
-    my $nasty = qq{q"uote \\back\\slash\n\r\t\x01\x1f </script> \x{2028} caf\x{e9} \x{1F600} {"a":[1]}};
+    my $nasty = qq{q"uote \\back\\slash\n\r\t\b\f\x01\x1f\x7f </script> \x{2028} caf\x{e9} \x{1F600} {"a":[1]}};
     my $bytes = $nasty;
     utf8::encode($bytes);
     $t->redis('HSET', "${P}run:$run", result => $bytes, error => "e\"\\", title => "t\x7f",
@@ -246,6 +254,37 @@ sub cli_token {
         unlike(substr($r->{body}, 0, -1), qr/[\x00-\x1f]/,
                "$label: no raw control character in the body");
     }
+    # the hostile text at every offset of an 8-byte word (the escaping
+    # skips words that need none)
+    for my $pad (0 .. 8) {
+        my $text = ('x' x $pad) . $nasty . ('y' x (8 - $pad));
+        my $b = $text;
+        utf8::encode($b);
+        $t->redis('HSET', "${P}run:$run", result => $b);
+        my $pr = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                              arguments => { runId => $run } }),
+                              token => $tok, session => $sid);
+        my $psc = $pr->{json}{result}{structuredContent} // {};
+        ok(($psc->{result} // '') eq $text
+           && json_encode(SMCP::Test::json_decode_text($pr->{json}{result}{content}[0]{text}
+                                                        // '{}')) eq json_encode($psc),
+           "the hostile text $pad bytes in: intact, its text structuredContent's JSON");
+    }
+    $t->redis('HSET', "${P}run:$run", result => $bytes);
+
+    # an answer larger than the socket takes at once: its parts are sent
+    # as the client reads
+    my $big = join '', map { chr(32 + $_ % 90) } 1 .. 3_000_000;
+    $t->redis('HSET', "${P}run:$run", result => $big);
+    my $br = $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                          arguments => { runId => $run } }),
+                          token => $tok, session => $sid);
+    ok(($br->{json}{result}{structuredContent}{result} // '') eq $big,
+       'a 3 MB result: answered whole');
+    is_deeply(SMCP::Test::json_decode_text($br->{json}{result}{content}[0]{text} // '{}'),
+              $br->{json}{result}{structuredContent}, '... its text is structuredContent\'s JSON');
+    $t->redis('HSET', "${P}run:$run", result => $bytes);
+
     # a batch (2025-03-26) and errors still go the general way
     my $r = $t->mcp_post({ jsonrpc => '2.0', id => 7, method => 'tools/call',
                            params => { name => 'opencode_get_result',
@@ -339,7 +378,8 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
                                            token => $tok), 'a run')->{runId};
     my $calls = sub { info_field('commandstats', qr/^cmdstat_\Q$_[0]\E:calls=(\d+)/m) };
     my $reads = sub { info_field('stats', qr/^total_reads_processed:(\d+)/m) };
-    my ($ev0, $hg0) = ($calls->('evalsha'), $calls->('hgetall'));
+    my @cmds = qw(evalsha hmget pttl hgetall);
+    my %c0 = map { $_ => $calls->($_) } @cmds;
     my $rd0 = $reads->();
     for (1 .. 20) {
         my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
@@ -347,8 +387,9 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
         is($sc->{runId}, $run, '... of the run') if $_ == 1;
     }
     my $rd = $reads->() - $rd0;
-    is($calls->('evalsha') - $ev0, 20, '20 get_results: 20 session lookups (EVALSHA)');
-    is($calls->('hgetall') - $hg0, 20, '... and 20 HGETALLs of the run');
+    is_deeply({ map { $_ => $calls->($_) - $c0{$_} } @cmds },
+              { evalsha => 0, hmget => 20, pttl => 20, hgetall => 20 },
+              '20 get_results: 20 session lookups (HMGET, PTTL: no script) and 20 HGETALLs');
     ok($rd < 30, "... sent together: Redis read $rd times (two round trips: 40 and more)");
     my $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result',
                                           { runId => $run, waitSeconds => 0 }, token => $tok),
@@ -385,6 +426,137 @@ sub aof_size { info_field('persistence', qr/^aof_current_size:(\d+)/m) }
     $sc = tool_ok(scalar $t->call_tool($sid, 'opencode_get_result', { runId => $run },
                                        token => $tok), '... and again');
     is($sc->{runId}, $run, '... the run');
+}
+
+###############################################################################
+# ping's answer written as text: byte for byte what json_dumps() wrote
+
+{
+    my $tok = $t->token(sub => 'pinger');
+    my $sid = session_for($tok);
+    my %ids = (
+        '1' => '1', '0' => '0', '-7' => '-7',
+        '9223372036854775807' => '9223372036854775807',
+        '-9223372036854775808' => '-9223372036854775808',
+        '"s\\"q\\\\"' => '"s\\"q\\\\"', '""' => '""',
+        '"\\u2028\\u0001\\/"' => qq{"\x{e2}\x{80}\x{a8}\\u0001/"},
+    );
+    for my $in (sort keys %ids) {
+        my $r = $t->mcp_post(qq({"jsonrpc":"2.0","id":$in,"method":"ping"}),
+                             token => $tok, session => $sid);
+        is($r->{status}, 200, "ping, id $in: 200");
+        is($r->{body}, qq({"jsonrpc":"2.0","id":$ids{$in},"result":{}}\n),
+           "... the answer as jansson wrote it");
+    }
+    my $r = $t->mcp_post('{"jsonrpc":"2.0","id":3,"method":"ping",'
+                         . '"params":{"_meta":{"progressToken":"p"}}}',
+                         token => $tok, session => $sid);
+    is($r->{body}, qq({"jsonrpc":"2.0","id":3,"result":{}}\n), 'ping with a progressToken');
+    my ($bsid) = $t->initialize(token => $tok, version => '2025-03-26');
+    $r = $t->mcp_post('[{"jsonrpc":"2.0","id":1,"method":"ping"},'
+                      . '{"jsonrpc":"2.0","method":"notifications/initialized"},'
+                      . '{"jsonrpc":"2.0","id":"b","method":"ping"}]',
+                      token => $tok, session => $bsid, version => '2025-03-26');
+    is($r->{body}, qq([{"jsonrpc":"2.0","id":1,"result":{}},)
+                   . qq({"jsonrpc":"2.0","id":"b","result":{}}]\n),
+       'two pings in a batch: the general way, the same answers');
+}
+
+###############################################################################
+# the session lookup without a script: what session_touch refused is
+# refused, the TTL refreshed by the same rule (below half: session_touch)
+
+{
+    my $tok = $t->token(sub => 'edge');
+    my $sid = session_for($tok);
+    my $run = tool_ok(scalar $t->call_tool($sid, 'opencode_run_task', { task => 'edge' },
+                                           token => $tok), 'a run')->{runId};
+    my $key = "${P}mcp:$sid";
+    my $calls = sub { info_field('commandstats', qr/^cmdstat_\Q$_[0]\E:calls=(\d+)/m) };
+    my $count = sub {
+        my ($what) = @_;
+        my @c = qw(evalsha hmget pttl pexpire hgetall hexists);
+        my %c0 = map { $_ => $calls->($_) } @c;
+        my @r = $what->();
+        return ({ map { $_ => $calls->($_) - $c0{$_} } @c }, @r);
+    };
+    my $get = sub {
+        $t->mcp_post($t->request_msg('tools/call', { name => 'opencode_get_result',
+                                                     arguments => { runId => $run } }),
+                     token => $tok, session => $sid);
+    };
+
+    my ($c) = $count->(sub { ping_status($tok, $sid) == 200 or fail('ping') for 1 .. 10 });
+    is_deeply($c, { evalsha => 0, hmget => 10, pttl => 10, pexpire => 0, hgetall => 0,
+                    hexists => 0 },
+              '10 pings: HMGET and PTTL each, no script, no write');
+
+    # the TTL around half of it (300 s of 600)
+    $t->redis('PEXPIRE', $key, 301_000);
+    ($c) = $count->(sub { is(ping_status($tok, $sid), 200, 'a ping with 301 s of 600 left') });
+    ok($t->redis('PTTL', $key) <= 301_000, '... left the ttl alone');
+    is($c->{pexpire} + $c->{evalsha}, 0, '... no script, no PEXPIRE');
+
+    # (exactly half, 300,000 ms on arrival, is left alone as by session_touch:
+    # PTTL < ttl / 2; a clock cannot hit it from here)
+    $t->redis('PEXPIRE', $key, 299_999);
+    ($c) = $count->(sub { is(ping_status($tok, $sid), 200, 'a ping with 1 ms under half left') });
+    ok($t->redis('PTTL', $key) > 590_000, '... refreshed');
+    is_deeply([ @$c{qw(evalsha pexpire)} ], [ 1, 1 ], '... by session_touch, one PEXPIRE');
+
+    $t->redis('PEXPIRE', $key, 200_000);
+    my $r;
+    ($c, $r) = $count->($get);
+    is($r->{status}, 200, 'a get_result with 200 s left');
+    like($r->{body}, qr/"runId":"\Q$run\E"/, '... answers the run');
+    ok($t->redis('PTTL', $key) > 590_000, '... refreshed the ttl');
+    is_deeply([ @$c{qw(evalsha pexpire hgetall)} ], [ 1, 1, 2 ],
+              '... by session_touch (the run read along dropped, read again)');
+
+    $t->redis('PERSIST', $key);
+    is(ping_status($tok, $sid), 200, 'a session without a TTL: served');
+    ok($t->redis('PTTL', $key) > 590_000, '... and given its ttl, as session_touch does');
+
+    # expiring and expired
+    $t->redis('PEXPIRE', $key, 400);
+    is(ping_status($tok, $sid), 200, 'a session 0.4 s from expiring: served');
+    ok($t->redis('PTTL', $key) > 590_000, '... and refreshed');
+    $t->redis('PEXPIRE', $key, 1);
+    sleep(0.05);
+    is(ping_status($tok, $sid), 404, 'an expired session: 404');
+    $r = $get->();
+    is($r->{status}, 404, '... get_result too');
+    unlike($r->{body}, qr/\Q$run\E/, '... nothing of the run');
+
+    # the hash itself
+    my $sid2 = session_for($tok);
+    my $key2 = "${P}mcp:$sid2";
+    my %h = @{ $t->redis('HGETALL', $key2) };
+    is($h{tenant}, 'edge', 'the session hash holds its tenant');
+    $t->redis('HDEL', $key2, 'protocol');
+    is(ping_status($tok, $sid2), 200, 'no protocol stored: served (the fallback version)');
+    $t->redis('HSET', $key2, 'tenant', 'edgy');
+    is(ping_status($tok, $sid2), 404, 'another tenant in the hash: 404');
+    $t->redis('HSET', $key2, 'tenant', 'edg');
+    is(ping_status($tok, $sid2), 404, '... a prefix of the tenant: 404');
+    $t->redis('HSET', $key2, 'tenant', "edge\0");
+    is(ping_status($tok, $sid2), 404, '... the tenant and a NUL: 404');
+    $t->redis('HDEL', $key2, 'tenant');
+    is(ping_status($tok, $sid2), 404, 'no tenant in the hash: 404');
+    $t->redis('HSET', $key2, 'tenant', 'edge');
+    is(ping_status($tok, $sid2), 200, 'its tenant again: served');
+    $t->redis('DEL', $key2);
+    ($c) = $count->(sub { is(ping_status($tok, $sid2), 404, 'a deleted session: 404') });
+    is($c->{evalsha} + $c->{pexpire}, 0, '... nothing refreshed, no script');
+    $t->redis('SET', $key2, 'a string');
+    $t->allow_log(qr/sandbox_mcp: redis: WRONGTYPE/);
+    is(ping_status($tok, $sid2), 503, 'the session key of another type: 503');
+    is($t->redis('GET', $key2), 'a string', '... left as it was');
+    $t->redis('DEL', $key2);
+
+    # a session id we never issue: not looked up
+    ($c) = $count->(sub { is(ping_status($tok, 'A' x 64), 404, 'a malformed session id: 404') });
+    is($c->{hmget}, 0, '... not looked up');
 }
 
 ###############################################################################

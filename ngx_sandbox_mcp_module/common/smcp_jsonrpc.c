@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "smcp_json.h"
 #include "smcp_jsonrpc.h"
 
 
@@ -16,8 +17,15 @@ smcp_jsonrpc_parse(const char *body, size_t len, json_t **out, int *batch)
     *out = NULL;
     *batch = 0;
 
-    j = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
-                   &err);
+    /* the plain shapes (nearly every request) without jansson's reader;
+     * the rest as always */
+    j = smcp_json_load_plain(body, len);
+
+    if (j == NULL) {
+        j = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+                       &err);
+    }
+
     if (j == NULL) {
         return SMCP_JSONRPC_PARSE_ERROR;
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "smcp_diff.h"
+#include "smcp_json.h"
 #include "smcp_jsonrpc.h"
 #include "smcp_keys.h"
 #include "smcp_revoked.h"
@@ -974,6 +975,86 @@ test_jsonrpc(void)
 }
 
 
+/* the fast reader: what it takes it reads as jansson does; the rest it
+ * leaves to jansson */
+static void
+test_json_plain(void)
+{
+    static const struct {
+        const char  *text;
+        const char  *dumped;    /* NULL: declined */
+        const char  *what;
+    } cases[] = {
+        { "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}",
+          "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}", "a ping" },
+        { " \t\r\n{ \"b\" : [ 1 , -0 , true , false , null , { } , [ ] ] ,"
+          " \"a\" : \"x\x7f\" } \n",
+          "{\"b\":[1,0,true,false,null,{},[]],\"a\":\"x\x7f\"}",
+          "whitespace, literals, DEL, the keys' order" },
+        { "[999999999999999999,-999999999999999999]",
+          "[999999999999999999,-999999999999999999]", "18 digits" },
+        { "{\"\":\"\"}", "{\"\":\"\"}", "an empty key and string" },
+        { "[1999999999999999999]", NULL, "19 digits: jansson's" },
+        { "[1.5]", NULL, "a real: jansson's" },
+        { "[1e2]", NULL, "an exponent: jansson's" },
+        { "[\"a\\\"b\"]", NULL, "an escape: jansson's" },
+        { "[\"caf\xc3\xa9\"]", NULL, "non-ASCII: jansson's" },
+        { "[\"a\tb\"]", NULL, "a control character: refused by jansson" },
+        { "{\"a\":1,\"a\":2}", NULL, "a key twice: refused by jansson" },
+        { "[01]", NULL, "a leading zero: refused by jansson" },
+        { "[-]", NULL, "a lone minus" },
+        { "[1,]", NULL, "a trailing comma" },
+        { "{\"a\":1,}", NULL, "a trailing comma in an object" },
+        { "[truex]", NULL, "truex" },
+        { "[tru]", NULL, "tru" },
+        { "[1-2]", NULL, "1-2" },
+        { "[\"a\"\"b\"]", NULL, "two strings without a comma" },
+        { "{\"a\" 1}", NULL, "no colon" },
+        { "[1] x", NULL, "text after the value" },
+        { "[1]\0", NULL, "a NUL after the value" },
+        { "1", NULL, "a number alone: jansson's" },
+        { "\"s\"", NULL, "a string alone: jansson's" },
+        { "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+          NULL, "33 deep: jansson's" },
+        { "", NULL, "nothing" },
+        { "[", NULL, "cut" },
+    };
+
+    char    *d;
+    size_t   i, len;
+    json_t  *j, *ref;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        len = strlen(cases[i].text);
+
+        if (strcmp(cases[i].what, "a NUL after the value") == 0) {
+            len++;
+        }
+
+        j = smcp_json_load_plain(cases[i].text, len);
+
+        if (cases[i].dumped == NULL) {
+            ok(j == NULL, "json plain: declined: %s", cases[i].what);
+            json_decref(j);
+            continue;
+        }
+
+        d = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        ref = json_loadb(cases[i].text, len,
+                         JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
+
+        ok(d != NULL && strcmp(d, cases[i].dumped) == 0
+           && json_equal(j, ref),
+           "json plain: %s: read as jansson reads it (%s)", cases[i].what,
+           d ? d : "declined");
+
+        free(d);
+        json_decref(j);
+        json_decref(ref);
+    }
+}
+
+
 int
 main(void)
 {
@@ -988,6 +1069,7 @@ main(void)
     test_diff_hostile();
     test_revoked();
     test_jsonrpc();
+    test_json_plain();
 
     return tap_done();
 }

@@ -1,6 +1,9 @@
 -- An MCP session's lookup, which refreshes its TTL once less than half of
 -- it is left: most lookups only read, so a read-only load writes nothing
--- (no PEXPIRE in the append-only file or to the replicas).
+-- (no PEXPIRE in the append-only file or to the replicas).  The module
+-- reads a session with plain commands (HMGET tenant protocol, PTTL,
+-- pipelined: no Lua on a read) and comes here only when less than half of
+-- the TTL is left, so that the refresh and its checks are one step.
 --
 -- KEYS[1] mcp:{sid}   KEYS[2] revoked
 -- ARGV: tenant, ttl (ms), token id (jti; '' when the worker's revoked set
