@@ -338,18 +338,16 @@ ngx_http_sandbox_mcp_redis_args(ngx_uint_t argc, ngx_str_t *argv,
 
 
 /*
- * A command queued: formatted (RESP) here in one pass on the stack, which
- * costs less than hiredis's own formatting (sdscatfmt, an sds per
- * command); a long command goes hiredis's way.
+ * A command as RESP, written here in one pass: hiredis's own formatting
+ * (sdscatfmt for every argument, an sds per command) was 5.5% of a
+ * worker's time on run_task.  The length first (an upper bound), then the
+ * text.
  */
-static ngx_int_t
-ngx_http_sandbox_mcp_redis_send(ngx_http_sandbox_mcp_redis_cmd_t *cmd,
-    ngx_uint_t argc, const char **av, size_t *al)
+static size_t
+ngx_http_sandbox_mcp_redis_resp_len(ngx_uint_t argc, size_t *al)
 {
-    u_char      *p;
-    size_t       len;
-    ngx_uint_t   i;
-    u_char       buf[NGX_HTTP_SANDBOX_MCP_REDIS_FORMATTED];
+    size_t      len;
+    ngx_uint_t  i;
 
     len = sizeof("*\r\n") - 1 + NGX_INT_T_LEN;
 
@@ -357,14 +355,17 @@ ngx_http_sandbox_mcp_redis_send(ngx_http_sandbox_mcp_redis_cmd_t *cmd,
         len += sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + al[i];
     }
 
-    if (len > sizeof(buf)) {
-        return redisAsyncCommandArgv(ngx_http_sandbox_mcp_cmd_link.c.ac,
-                                     ngx_http_sandbox_mcp_redis_reply, cmd,
-                                     (int) argc, av, al)
-               == REDIS_OK ? NGX_OK : NGX_ERROR;
-    }
+    return len;
+}
 
-    p = ngx_sprintf(buf, "*%ui\r\n", argc);
+
+static u_char *
+ngx_http_sandbox_mcp_redis_resp(u_char *p, ngx_uint_t argc, const char **av,
+    size_t *al)
+{
+    ngx_uint_t  i;
+
+    p = ngx_sprintf(p, "*%ui\r\n", argc);
 
     for (i = 0; i < argc; i++) {
         p = ngx_sprintf(p, "$%uz\r\n", al[i]);
@@ -372,6 +373,27 @@ ngx_http_sandbox_mcp_redis_send(ngx_http_sandbox_mcp_redis_cmd_t *cmd,
         *p++ = CR;
         *p++ = LF;
     }
+
+    return p;
+}
+
+
+/* a command queued: formatted on the stack; a long one goes hiredis's way */
+static ngx_int_t
+ngx_http_sandbox_mcp_redis_send(ngx_http_sandbox_mcp_redis_cmd_t *cmd,
+    ngx_uint_t argc, const char **av, size_t *al)
+{
+    u_char  *p;
+    u_char   buf[NGX_HTTP_SANDBOX_MCP_REDIS_FORMATTED];
+
+    if (ngx_http_sandbox_mcp_redis_resp_len(argc, al) > sizeof(buf)) {
+        return redisAsyncCommandArgv(ngx_http_sandbox_mcp_cmd_link.c.ac,
+                                     ngx_http_sandbox_mcp_redis_reply, cmd,
+                                     (int) argc, av, al)
+               == REDIS_OK ? NGX_OK : NGX_ERROR;
+    }
+
+    p = ngx_http_sandbox_mcp_redis_resp(buf, argc, av, al);
 
     return redisAsyncFormattedCommand(ngx_http_sandbox_mcp_cmd_link.c.ac,
                                       ngx_http_sandbox_mcp_redis_reply, cmd,
@@ -465,52 +487,38 @@ ngx_http_sandbox_mcp_redis_each(ngx_http_sandbox_mcp_redis_each_pt handler,
 }
 
 
-/*
- * EVALSHA sha nkeys argv... as RESP, written here: hiredis's
- * redisFormatSdsCommandArgv (sdscatfmt for every argument) was 5.5% of a
- * worker's time on run_task (45 arguments).
- */
+/* EVALSHA sha nkeys argv... as RESP, in an sds: kept, NOSCRIPT sends it
+ * again */
 static sds
 ngx_http_sandbox_mcp_redis_format_script(
     ngx_http_sandbox_mcp_script_t *script, ngx_uint_t nkeys, ngx_uint_t argc,
     ngx_str_t *argv)
 {
     sds          s;
-    u_char      *p, *n;
-    size_t       len;
+    u_char      *p;
     ngx_uint_t   i;
     u_char       nbuf[NGX_INT_T_LEN];
+    size_t       al[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
+    const char  *av[NGX_HTTP_SANDBOX_MCP_MAX_ARGS];
 
-    n = ngx_sprintf(nbuf, "%ui", nkeys);
-
-    len = sizeof("*\r\n$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1
-          + NGX_INT_T_LEN + sizeof(script->sha1) + 2 * NGX_INT_T_LEN;
+    av[0] = "EVALSHA";
+    al[0] = sizeof("EVALSHA") - 1;
+    av[1] = script->sha1;
+    al[1] = sizeof(script->sha1) - 1;
+    av[2] = (const char *) nbuf;
+    al[2] = ngx_sprintf(nbuf, "%ui", nkeys) - nbuf;
 
     for (i = 0; i < argc; i++) {
-        len += sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + argv[i].len;
+        av[i + 3] = argv[i].len ? (const char *) argv[i].data : "";
+        al[i + 3] = argv[i].len;
     }
 
-    s = sdsnewlen(NULL, len);
+    s = sdsnewlen(NULL, ngx_http_sandbox_mcp_redis_resp_len(argc + 3, al));
     if (s == NULL) {
         return NULL;
     }
 
-    p = ngx_sprintf((u_char *) s, "*%ui\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n"
-                    "$%uz\r\n", argc + 3, script->sha1, (size_t) (n - nbuf));
-    p = ngx_cpymem(p, nbuf, n - nbuf);
-    *p++ = '\r';
-    *p++ = '\n';
-
-    for (i = 0; i < argc; i++) {
-        p = ngx_sprintf(p, "$%uz\r\n", argv[i].len);
-
-        if (argv[i].len) {
-            p = ngx_cpymem(p, argv[i].data, argv[i].len);
-        }
-
-        *p++ = '\r';
-        *p++ = '\n';
-    }
+    p = ngx_http_sandbox_mcp_redis_resp((u_char *) s, argc + 3, av, al);
 
     sdssetlen(s, p - (u_char *) s);
     *p = '\0';
