@@ -626,59 +626,56 @@ ngx_http_sandbox_mcp_escape_byte(u_char *dst, u_char *src)
 }
 
 
+/* the end of the run of whole words from src that need no escaping */
+static ngx_inline u_char *
+ngx_http_sandbox_mcp_json_plain(u_char *src, u_char *last)
+{
+    uint64_t  w;
+
+    while (last - src >= 8) {
+        ngx_memcpy(&w, src, 8);
+
+        if (ngx_http_sandbox_mcp_json_special(w)) {
+            break;
+        }
+
+        src += 8;
+    }
+
+    return src;
+}
+
+
+/*
+ * ngx_escape_json()'s contract (dst NULL: the bytes escaping adds), 8
+ * bytes at a time where none needs escaping (long runs of text), byte by
+ * byte in the words that hold one and in the tail
+ */
 uintptr_t
 ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
 {
-    u_char    *last, *end;
-    size_t     len;
-    uint64_t   w;
-
-    /* 8 bytes at a time where none needs escaping (long runs of text);
-     * byte by byte in the words that hold one */
+    u_char  *last, *end, *plain;
+    size_t   len;
 
     last = src + size;
+    len = 0;
 
-    if (dst == NULL) {
-        len = 0;
+    while (src < last) {
+        plain = ngx_http_sandbox_mcp_json_plain(src, last);
 
-        while (src < last) {
-            if (last - src >= 8) {
-                ngx_memcpy(&w, src, 8);
+        if (dst) {
+            dst = ngx_cpymem(dst, src, plain - src);
+        }
 
-                if (ngx_http_sandbox_mcp_json_special(w) == 0) {
-                    src += 8;
-                    continue;
-                }
+        src = plain;
+        end = (last - src >= 8) ? src + 8 : last;
 
-                end = src + 8;
-
-            } else {
-                end = last;
-            }
-
+        if (dst == NULL) {
             while (src < end) {
                 len += ngx_http_sandbox_mcp_json_extra[*src++];
             }
-        }
 
-        return (uintptr_t) len;
-    }
-
-    while (src < last) {
-        if (last - src >= 8) {
-            ngx_memcpy(&w, src, 8);
-
-            if (ngx_http_sandbox_mcp_json_special(w) == 0) {
-                ngx_memcpy(dst, &w, 8);
-                dst += 8;
-                src += 8;
-                continue;
-            }
-
-            end = src + 8;
-
-        } else {
-            end = last;
+            continue;
         }
 
         while (src < end) {
@@ -686,5 +683,5 @@ ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
         }
     }
 
-    return (uintptr_t) dst;
+    return dst ? (uintptr_t) dst : (uintptr_t) len;
 }
