@@ -27,7 +27,7 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
-               runner/pool.c
+               runner/pool.c runner/spec.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 
 # the Redis scripts module and runner share (one NAME.lua per script) and

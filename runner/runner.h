@@ -22,9 +22,11 @@
  * expired), pr.c (a run's pull request, through the egress proxy),
  * image.c (the sandbox image's contract, checked at start), pool.c (the
  * warm pool: --pool and --pool-images sandboxes made ahead, one given
- * to a new session's run of their image), archive.c (files put into a
- * container: how it is given one), metrics.c (the counters and their /metrics listener).  smcp_token.c is
- * a tool of its own (smcp-token), not part of the runner.
+ * to a new session's run of their image), spec.c (the container spec
+ * and lock-down every sandbox gets, a run's or the pool's), archive.c
+ * (files put into a container: how it is given one), metrics.c (the
+ * counters and their /metrics listener).  smcp_token.c is a tool of its
+ * own (smcp-token), not part of the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -670,6 +672,8 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+
+/* spec.c: the container spec every sandbox gets (run.c, pool.c) */
 json_t *runner_sandbox_spec(const char *image, json_t *env, json_t *labels,
     const char *volume, const char *net);
 
