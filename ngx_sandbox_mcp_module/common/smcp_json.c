@@ -132,6 +132,27 @@ smcp_json_literal(smcp_json_reader_t *rd, const char *word, size_t len,
 }
 
 
+/* after a member or an element: 1 at the closing byte (taken), 0 at a
+ * comma (taken, and the space after it), -1: declined */
+static int
+smcp_json_next(smcp_json_reader_t *rd, unsigned char close)
+{
+    smcp_json_space(rd);
+
+    if (rd->p == rd->last || (*rd->p != close && *rd->p != ',')) {
+        return -1;
+    }
+
+    if (*rd->p++ == close) {
+        return 1;
+    }
+
+    smcp_json_space(rd);
+
+    return 0;
+}
+
+
 static json_t *
 smcp_json_object(smcp_json_reader_t *rd)
 {
@@ -179,23 +200,12 @@ smcp_json_object(smcp_json_reader_t *rd)
             goto declined;
         }
 
-        smcp_json_space(rd);
-
-        if (rd->p == rd->last) {
-            goto declined;
-        }
-
-        if (*rd->p == '}') {
-            rd->p++;
+        switch (smcp_json_next(rd, '}')) {
+        case 1:
             return obj;
-        }
-
-        if (*rd->p != ',') {
+        case -1:
             goto declined;
         }
-
-        rd->p++;
-        smcp_json_space(rd);
     }
 
 declined:
@@ -230,23 +240,12 @@ smcp_json_array(smcp_json_reader_t *rd)
             goto declined;
         }
 
-        smcp_json_space(rd);
-
-        if (rd->p == rd->last) {
-            goto declined;
-        }
-
-        if (*rd->p == ']') {
-            rd->p++;
+        switch (smcp_json_next(rd, ']')) {
+        case 1:
             return arr;
-        }
-
-        if (*rd->p != ',') {
+        case -1:
             goto declined;
         }
-
-        rd->p++;
-        smcp_json_space(rd);
     }
 
 declined:
