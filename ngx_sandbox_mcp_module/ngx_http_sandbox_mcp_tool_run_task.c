@@ -664,7 +664,6 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_TENANT_STARTED, &call->ctx->tenant },
         { SMCP_KEY_SESSIONS, NULL },
         { SMCP_KEY_QUEUE, NULL },
-        { SMCP_CHAN_RUN, &call->run_id },
         { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
         { SMCP_CHAN_TENANT, &call->ctx->tenant }
     };
