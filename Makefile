@@ -22,6 +22,8 @@ MODULE_SO  := $(BUILD)/ngx_http_sandbox_mcp_module.so
 TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
+               runner/store_queue.c runner/store_run.c runner/store_event.c \
+               runner/store_session.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
@@ -88,7 +90,7 @@ $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
 	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -I$(BUILD) -o $@ \
 	    runner/smcp_token.c $(COMMON_SRCS) -lhiredis -ljansson -lcrypto
 
-$(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h $(COMMON_SRCS) \
+$(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h runner/store.h $(COMMON_SRCS) \
                $(wildcard ngx_sandbox_mcp_module/common/*.h) \
                $(BUILD)/smcp_scripts.h
 	mkdir -p $(BUILD)

@@ -8,9 +8,13 @@
  * runners, on one host or many, share one queue.
  *
  * Files, one concern each: main.c (signals, the loop), config.c (the
- * option table), log.c, store.c (every Redis call; its scripts are the
- * .lua files in ngx_sandbox_mcp_module/common/scripts, embedded at
- * build), docker.c (Engine API over the unix socket: HTTP statuses back
+ * option table), log.c, store.c (every Redis call is in store*.c: a
+ * connection, the commands and scripts, its scripts being the .lua files
+ * in ngx_sandbox_mcp_module/common/scripts, embedded at build; store.h
+ * is theirs alone), store_queue.c (the queue and its consumer group),
+ * store_run.c (a run's hash and its status scripts), store_event.c (a
+ * run's events), store_session.c (sessions, the janitor's scripts),
+ * docker.c (Engine API over the unix socket: HTTP statuses back
  * to the caller), backend.c (what runs a sandbox: `docker`, docker.c's
  * containers, or `swarm`, swarm.c's one-replica services; run.c,
  * follow.c and watchdog.c call it), logstream.c (Docker's multiplexed
@@ -378,7 +382,7 @@ void runner_metrics_queue(int64_t depth, int64_t lag_ms);
 void runner_metrics_active(int n);
 
 /*
- * store.c: every Redis call of the runner.  A connection is one thread's
+ * store*.c: every Redis call of the runner.  A connection is one thread's
  * own; RUNNER_ERR with runner_store_lost() true means it broke (close it,
  * connect again).  wait: a Redis loading its dataset is waited for.
  */

@@ -1,0 +1,57 @@
+/*
+ * The store's own header, for store*.c only (the rest of the runner sees
+ * runner.h's runner_store_*): a connection, the scripts' numbers, the key
+ * names and the commands every part of the store sends through (store.c).
+ */
+
+#ifndef RUNNER_STORE_H
+#define RUNNER_STORE_H
+
+#include <hiredis/hiredis.h>
+
+#include "runner.h"
+
+
+struct runner_store_s {
+    redisContext  *c;
+    char           err[RUNNER_ERRLEN];      /* the last failure */
+};
+
+
+/* the scripts (store.c's runner_scripts, in this order) */
+#define RUNNER_LUA_CLAIM          0
+#define RUNNER_LUA_RUNNING        1
+#define RUNNER_LUA_FINISH         2
+#define RUNNER_LUA_JANITOR_BEGIN  3
+#define RUNNER_LUA_JANITOR_END    4
+
+
+#define RUNNER_KEY(buf, fmt, arg)                                             \
+    snprintf(buf, sizeof(buf), fmt, runner_config->prefix, arg)
+#define RUNNER_KEY0(buf, fmt)                                                 \
+    snprintf(buf, sizeof(buf), fmt, runner_config->prefix)
+#define RUNNER_NUM(buf, v)                                                    \
+    snprintf(buf, sizeof(buf), "%lld", (long long) (v))
+
+
+/* a reply: an error with this code ("NOSCRIPT", "BUSYGROUP"), a string, an
+ * array of n elements (n < 0: any number) */
+int runner_store_is(redisReply *r, const char *code);
+int runner_store_str(redisReply *r);
+int runner_store_array(redisReply *r, long n);
+
+/* one command (NULL: st->err says why), one whose reply only matters as
+ * success, a script by EVALSHA, a script answering a status word */
+redisReply *runner_store_argv(runner_store_t *st, int argc,
+    const char **argv, const size_t *lens);
+int runner_store_do(runner_store_t *st, int argc, const char **argv);
+redisReply *runner_store_script(runner_store_t *st, int script, int nkeys,
+    const char **keys, int nargs, const char **args, const size_t *lens);
+int runner_store_script_status(runner_store_t *st, redisReply *r,
+    char *status, size_t slen);
+
+/* members of a run set (zset: a zset) whose run ended or is gone, dropped
+ * (store_run.c): how many (-1: Redis trouble) */
+int runner_store_prune(runner_store_t *st, const char *key, int zset);
+
+#endif /* RUNNER_STORE_H */

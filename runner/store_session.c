@@ -1,0 +1,184 @@
+/*
+ * Sessions: a field of a session's hash (the OpenCode conversation its
+ * runs continue, its workspace's volume), and the janitor's side: the
+ * sessions due, then janitor_begin.lua and janitor_end.lua around the
+ * removal of a session's sandbox resources.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+
+/* a field of a session's hash ("" when none): opencode_session (the
+ * OpenCode conversation its runs continue), volume (its workspace's,
+ * when not smcp-<id>: a pooled sandbox's) */
+int
+runner_store_session_get(runner_store_t *st, const char *session,
+    const char *field, char *buf, size_t size)
+{
+    char         key[RUNNER_KEY_MAX];
+    const char  *argv[3];
+    redisReply  *r;
+
+    RUNNER_KEY(key, SMCP_KEY_SESSION, session);
+    argv[0] = "HGET";
+    argv[1] = key;
+    argv[2] = field;
+
+    buf[0] = '\0';
+    r = runner_store_argv(st, 3, argv, NULL);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    if (runner_store_str(r) && r->len < size
+        && memchr(r->str, '\0', r->len) == NULL)
+    {
+        memcpy(buf, r->str, r->len + 1);
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
+int
+runner_store_session_set(runner_store_t *st, const char *session,
+    const char *field, const char *value)
+{
+    char         key[RUNNER_KEY_MAX];
+    const char  *argv[4];
+
+    RUNNER_KEY(key, SMCP_KEY_SESSION, session);
+    argv[0] = "HSET";
+    argv[1] = key;
+    argv[2] = field;
+    argv[3] = value;
+
+    return runner_store_do(st, 4, argv);
+}
+
+
+/* the janitor: sessions due by now (at most max of them, ids valid) */
+int
+runner_store_sessions_due(runner_store_t *st, int64_t now,
+    char ids[][SMCP_ID_LEN + 1], int max, int *n)
+{
+    char         sessions[RUNNER_KEY_MAX], until[32], count[32];
+    size_t       i;
+    const char  *argv[7];
+    redisReply  *r, *e;
+
+    RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
+    RUNNER_NUM(until, now);
+    RUNNER_NUM(count, max);
+
+    argv[0] = "ZRANGEBYSCORE";
+    argv[1] = sessions;
+    argv[2] = "-inf";
+    argv[3] = until;
+    argv[4] = "LIMIT";
+    argv[5] = "0";
+    argv[6] = count;
+
+    *n = 0;
+    r = runner_store_argv(st, 7, argv, NULL);
+
+    if (!runner_store_array(r, -1) || r->elements > (size_t) max) {
+        if (r) {
+            freeReplyObject(r);
+        }
+        return RUNNER_ERR;
+    }
+
+    for (i = 0; i < r->elements; i++) {
+        e = r->element[i];
+
+        /* it names a Docker volume: only a session id */
+        if (runner_store_str(e)
+            && smcp_valid_id(e->str, e->len, SMCP_SESSION_ID_PREFIX))
+        {
+            memcpy(ids[(*n)++], e->str, e->len + 1);
+        }
+    }
+
+    i = r->elements;
+    freeReplyObject(r);
+
+    return i == (size_t) max ? RUNNER_AGAIN : RUNNER_OK;
+}
+
+
+/* janitor_begin.lua / janitor_end.lua on one session: the answer */
+static int
+runner_store_janitor(runner_store_t *st, int script, const char *id,
+    char *status, size_t slen)
+{
+    char         key[RUNNER_KEY_MAX], second[RUNNER_KEY_MAX];
+    char         sessions[RUNNER_KEY_MAX], now[32], arg[32];
+    const char  *keys[3], *args[4];
+
+    RUNNER_KEY(key, SMCP_KEY_SESSION, id);
+    RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
+    RUNNER_NUM(now, smcp_now_ms());
+
+    if (script == RUNNER_LUA_JANITOR_BEGIN) {
+        RUNNER_KEY(second, SMCP_KEY_SESSION_ACTIVE, id);
+        RUNNER_NUM(arg, RUNNER_JANITOR_STALE_MS);
+
+    } else {
+        RUNNER_KEY(second, SMCP_KEY_SESSION_RUNS, id);
+        RUNNER_NUM(arg, SMCP_DEFAULT_RETENTION);
+    }
+
+    keys[0] = key;
+    keys[1] = second;
+    keys[2] = sessions;
+    args[0] = id;
+    args[1] = now;
+    args[2] = runner_config->instance;
+    args[3] = arg;
+
+    return runner_store_script_status(st,
+               runner_store_script(st, script, 3, keys, 4, args, NULL),
+               status, slen) == RUNNER_ERR ? RUNNER_ERR : RUNNER_OK;
+}
+
+
+/* "busy" because of a member whose run ended (what a status change
+ * missed) is cleared, and the mark tried again */
+int
+runner_store_janitor_begin(runner_store_t *st, const char *id, char *status,
+    size_t slen)
+{
+    int   rc;
+    char  active[RUNNER_KEY_MAX];
+
+    rc = runner_store_janitor(st, RUNNER_LUA_JANITOR_BEGIN, id, status,
+                              slen);
+
+    if (rc == RUNNER_OK && strcmp(status, "busy") == 0) {
+        RUNNER_KEY(active, SMCP_KEY_SESSION_ACTIVE, id);
+
+        if (runner_store_prune(st, active, 1) > 0) {
+            rc = runner_store_janitor(st, RUNNER_LUA_JANITOR_BEGIN, id,
+                                      status, slen);
+        }
+    }
+
+    return rc;
+}
+
+
+int
+runner_store_janitor_end(runner_store_t *st, const char *id, char *status,
+    size_t slen)
+{
+    return runner_store_janitor(st, RUNNER_LUA_JANITOR_END, id, status,
+                                slen);
+}
