@@ -175,6 +175,19 @@ runner_store_entry(redisReply *e, char *run_id, char *stream_id)
 }
 
 
+/* the first of a list of stream entries (runner_store_entry); RUNNER_AGAIN
+ * when it is not a list or an empty one */
+static int
+runner_store_first(redisReply *list, char *run_id, char *stream_id)
+{
+    if (!runner_store_array(list, -1) || list->elements == 0) {
+        return RUNNER_AGAIN;
+    }
+
+    return runner_store_entry(list->element[0], run_id, stream_id);
+}
+
+
 /*
  * The next queue entry for this consumer: a new one (waiting block_ms at
  * most), or (pending) our own unacknowledged one after stream_id.
@@ -223,10 +236,8 @@ runner_store_next(runner_store_t *st, int block_ms, char *run_id,
     /* nil (nothing within block_ms) or [[queue, [entry...]]] */
     s = runner_store_array(r, 1) ? r->element[0] : NULL;
 
-    if (runner_store_array(s, 2) && runner_store_array(s->element[1], -1)
-        && s->element[1]->elements > 0
-        && runner_store_entry(s->element[1]->element[0], run_id, stream_id)
-           == RUNNER_OK)
+    if (runner_store_array(s, 2)
+        && runner_store_first(s->element[1], run_id, stream_id) == RUNNER_OK)
     {
         rc = RUNNER_OK;
     }
@@ -271,10 +282,7 @@ runner_store_autoclaim(runner_store_t *st, char *run_id, char *stream_id,
 
     /* [next id, [entry...], (7.0: deleted ids)] */
     if (runner_store_array(r, -1) && r->elements >= 2
-        && runner_store_array(r->element[1], -1)
-        && r->element[1]->elements > 0
-        && runner_store_entry(r->element[1]->element[0], run_id, stream_id)
-           == RUNNER_OK)
+        && runner_store_first(r->element[1], run_id, stream_id) == RUNNER_OK)
     {
         rc = RUNNER_OK;
     }

@@ -153,6 +153,23 @@ smcp_json_next(smcp_json_reader_t *rd, unsigned char close)
 }
 
 
+/* past an object's or an array's opening byte and the space after it: 1
+ * when the closing byte follows at once (empty: consumed too), else 0 */
+static int
+smcp_json_open(smcp_json_reader_t *rd, unsigned char close)
+{
+    rd->p++;
+    smcp_json_space(rd);
+
+    if (rd->p < rd->last && *rd->p == close) {
+        rd->p++;
+        return 1;
+    }
+
+    return 0;
+}
+
+
 static json_t *
 smcp_json_object(smcp_json_reader_t *rd)
 {
@@ -165,11 +182,7 @@ smcp_json_object(smcp_json_reader_t *rd)
         return NULL;
     }
 
-    rd->p++;
-    smcp_json_space(rd);
-
-    if (rd->p < rd->last && *rd->p == '}') {
-        rd->p++;
+    if (smcp_json_open(rd, '}')) {
         return obj;
     }
 
@@ -225,11 +238,7 @@ smcp_json_array(smcp_json_reader_t *rd)
         return NULL;
     }
 
-    rd->p++;
-    smcp_json_space(rd);
-
-    if (rd->p < rd->last && *rd->p == ']') {
-        rd->p++;
+    if (smcp_json_open(rd, ']')) {
         return arr;
     }
 
