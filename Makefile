@@ -12,12 +12,13 @@
 #   make revoke JTI=<jti or token>   revoke one token in every worker
 #   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
 #   make fuzz-ci    run each harness briefly; fail on any crash or report
-#   make test-asan  the unit, MCP, egress and runner tests against ASan and
-#                   UBSan builds (build/asan/)
+#   make test-asan  only the files make test runs against the ASan and
+#                   UBSan builds (build/asan/; t/schedule marks them)
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
 BUILD      := $(CURDIR)/build
+ASAN_DIR   := $(BUILD)/asan
 MODULE_SO  := $(BUILD)/ngx_http_sandbox_mcp_module.so
 TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
@@ -131,8 +132,14 @@ docker-ready:
 sandbox-image: docker-ready
 	runner/sandbox/build-image $(SMCP_SANDBOX_IMAGE)
 
-test: deps all static docker-ready sandbox-image
-	prove -r t
+# every file of t/ once, TEST_JOBS at a time; t/schedule says which run
+# alone (they own the Docker engine or load the machine), which start
+# first, and which run against the ASan+UBSan builds (t/lib/SMCP/Harness.pm)
+TEST_JOBS ?= 4
+PROVE      = PERL5LIB=$(CURDIR)/t/lib prove --harness SMCP::Harness -j $(TEST_JOBS)
+
+test: deps all static asan docker-ready sandbox-image $(ASAN_DIR)/test.env
+	SMCP_TEST_SANITIZED_ENV=$(ASAN_DIR)/test.env $(PROVE) -r t
 
 # figures: ratios against a baseline measured in the same run
 bench: deps all
@@ -179,6 +186,8 @@ clean:
 FUZZ_CC        ?= clang
 FUZZ_SECONDS   ?= 60
 FUZZ_CI_SECONDS ?= 20
+# harnesses at a time: one per core
+FUZZ_JOBS      ?= $(shell nproc 2>/dev/null || echo 1)
 # every fuzz/*.c but the driver is a harness; a " * links: FILE..." line in
 # its opening comment names the project sources it needs besides common/
 FUZZ_HARNESSES ?= $(filter-out driver,$(basename $(notdir $(wildcard fuzz/*.c))))
@@ -200,11 +209,12 @@ $(FUZZ_DIR)/%: fuzz/%.c $(wildcard fuzz/*.h) $(COMMON_SRCS) runner/runner.h \
 
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_HARNESSES="jwt utf8"]
 fuzz: $(FUZZ_BINS)
-	@fuzz/run $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+	@FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
 
 # bounded: a crash, a leak, a timeout or any sanitizer report fails
-fuzz-ci: deps $(FUZZ_BINS)
-	@fuzz/run $(FUZZ_CI_SECONDS) $(FUZZ_HARNESSES)
+fuzz-ci: deps
+	@$(MAKE) --no-print-directory -j$(FUZZ_JOBS) fuzz-build
+	@FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run $(FUZZ_CI_SECONDS) $(FUZZ_HARNESSES)
 
 
 # ---------------------------------------------------------------------------
@@ -215,34 +225,33 @@ fuzz-ci: deps $(FUZZ_BINS)
 # stderr.log (the master's), in a runner's log (SMCP::Test checks them
 # all), or in a unit test (it exits non-zero).
 
-ASAN_DIR    := $(BUILD)/asan
 ASAN_CC     ?= clang
 ASAN_SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
 ASAN_RUNNER := $(ASAN_DIR)/smcp-runner
 ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
 ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
 UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
-# unit tests, the MCP endpoint (own tests, the SDK client, poll), the
-# dashboard's server side, the OAuth authorization server (and the SDK's
-# OAuth flow), the egress proxy, the runner end to end (Docker, the sandbox
-# image)
-ASAN_TESTS  ?= t/unit.t t/unit_runner.t $(wildcard t/mcp_*.t) \
-               t/sdk_client.t t/sdk_oauth.t $(wildcard t/oauth*.t) t/poll.t \
-               $(wildcard t/egress*.t t/runner*.t) \
-               t/hostile_agent.t t/ui_auth.t t/ui_api.t t/ui_sse.t
 # ASan reports end the process; UBSan's go on (each one in the log, every
 # log checked) except in the unit tests, built not to recover; leaks are
 # reported at exit.  The suppression files hold nginx core's only.  A 16 MB
 # quarantine (256 by default) keeps a worker's RSS meaningful for the
 # tests that watch it (t/mcp_security.t of issue 7).
 ASAN_OPTS   := halt_on_error=1:detect_leaks=1:abort_on_error=0:quarantine_size_mb=16
-ASAN_ENV    := ASAN_OPTIONS=$(ASAN_OPTS) \
-               LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-nginx.supp \
-               UBSAN_OPTIONS=print_stacktrace=1:suppressions=$(UBSAN_SUPP) \
-               SMCP_TEST_NGINX=$(ASAN_NGX) SMCP_TEST_RUNNER=$(ASAN_RUNNER) \
-               SMCP_TEST_TOKEN_TOOL=$(ASAN_TOKEN) SMCP_UNIT_CC=$(ASAN_CC) \
-               SMCP_UNIT_CFLAGS="$(ASAN_SAN) -fno-sanitize-recover=undefined" \
-               SMCP_UNIT_OUT=$(ASAN_DIR)/unit-tests
+
+# the environment of the files t/schedule marks `sanitized`, one VAR=value
+# a line (SMCP::Harness reads it)
+$(ASAN_DIR)/test.env: Makefile
+	mkdir -p $(ASAN_DIR)
+	{ echo 'ASAN_OPTIONS=$(ASAN_OPTS)'; \
+	  echo 'LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-nginx.supp'; \
+	  echo 'UBSAN_OPTIONS=print_stacktrace=1:suppressions=$(UBSAN_SUPP)'; \
+	  echo 'SMCP_TEST_NGINX=$(ASAN_NGX)'; \
+	  echo 'SMCP_TEST_RUNNER=$(ASAN_RUNNER)'; \
+	  echo 'SMCP_TEST_TOKEN_TOOL=$(ASAN_TOKEN)'; \
+	  echo 'SMCP_UNIT_CC=$(ASAN_CC)'; \
+	  echo 'SMCP_UNIT_CFLAGS=$(ASAN_SAN) -fno-sanitize-recover=undefined'; \
+	  echo 'SMCP_UNIT_OUT=$(ASAN_DIR)/unit-tests'; } > $@.tmp
+	mv -f $@.tmp $@
 
 asan: asan-tools $(ASAN_NGX)
 
@@ -254,5 +263,7 @@ asan-tools:
 $(ASAN_NGX): $(MODULE_SRCS)
 	.ci/build-static-nginx --asan $(ASAN_DIR)/nginx-static
 
-test-asan: deps asan docker-ready sandbox-image
-	$(ASAN_ENV) prove $(ASAN_TESTS)
+# only the sanitized files (make test runs them too, once)
+test-asan: deps asan docker-ready sandbox-image $(ASAN_DIR)/test.env
+	SMCP_TEST_SANITIZED_ENV=$(ASAN_DIR)/test.env SMCP_TEST_SANITIZED_ONLY=1 \
+	    $(PROVE) -r t

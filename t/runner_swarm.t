@@ -1,14 +1,15 @@
 #!/usr/bin/env perl
 # The swarm backend (runner --backend swarm, runner/swarm.c) on a
 # single-node swarm this test makes when the engine is in none (and
-# leaves at the end; one it found is left as it was):
+# leaves at the end; one it found is left as it was).  It owns the
+# engine's swarm state, so t/schedule runs it alone.
 #
 #   0. the runner refuses --backend swarm on an engine in no swarm (exit
-#      2, saying why) and a backend it does not know; then
-#      t/stack.t with SMCP_TEST_BACKEND=swarm, before the swarm is made:
-#      `SMCP_BACKEND=swarm make up` makes a single-node swarm when the
-#      engine is in none (and says so), a task completes through it, and
-#      `make down` leaves the swarm as it found it
+#      2, saying why) and a backend it does not know; then, before the
+#      swarm is made, `SMCP_BACKEND=swarm make up` makes a single-node
+#      swarm when the engine is in none (and says so), a task completes
+#      through it, and `make down` leaves the swarm as it found it and
+#      removes the egress relay
 #   1. the session network isolates as the bridge one does: on an
 #      internal, attachable overlay network (the runner's recipe), a
 #      hardened probe container reaches the egress (a listener joined with
@@ -20,11 +21,12 @@
 #      nginx replicated behind the routing mesh, egress and runner on
 #      every sandbox node, no credential in any environment (Docker
 #      secrets), the provider key in egress alone
-#   3. the runner tests against the swarm backend: t/runner.t (a run end
-#      to end, two sessions at once, a session's runs in order),
-#      t/runner_failures.t (cancel, deadline), t/runner_reattach.t (a
-#      runner restarted mid-run re-attaches to its service), each run with
-#      SMCP_TEST_BACKEND=swarm (t/lib/SMCP/Stack.pm)
+#   3. runs on the swarm backend, each path of the bridge backend's
+#      runner tests once, in one stack: a run with a repository writes a
+#      file; the next run of its session starts after it, sees the file
+#      and continues the conversation; a runner killed (-9) mid-run is
+#      replaced and re-attaches to the runs' services; cancel and a
+#      deadline end a run and remove its service
 #
 # Needs root, Docker, `make` and redis-server (as the runner tests).
 # Traffic goes only to loopback, host addresses and containers this test
@@ -41,7 +43,10 @@ use Test::More;
 use Time::HiRes qw(time);
 
 use SMCP::Docker qw(:all);
-use SMCP::Test qw(wait_until);
+use SMCP::Events qw(agent_data);
+use SMCP::MakeUp;
+use SMCP::Stack;
+use SMCP::Test qw(wait_until json_encode);
 
 ensure_docker(root => 1);
 
@@ -60,20 +65,6 @@ my $state = $swarm_state->();
 my (undef, $gwb) = docker('network', 'ls', '-q', '--filter', 'name=^docker_gwbridge$');
 my $made = 0;
 
-# a test file run with SMCP_TEST_BACKEND=swarm: whether it passed
-sub swarm_run {
-    my ($file) = @_;
-    my $t1 = time();
-    local $ENV{SMCP_TEST_BACKEND} = 'swarm';
-    my $out = `$^X $FindBin::Bin/$file 2>&1`;
-    my $rc = $? >> 8;
-    ok($rc == 0 && $out !~ /^not ok/m,
-       sprintf('%s passes with SMCP_TEST_BACKEND=swarm (%.0f s)', $file, time() - $t1))
-        or diag($out);
-    note($out) if $ENV{SMCP_TEST_VERBOSE};
-    return $out;
-}
-
 # 0. the runner refuses the swarm backend on an engine in no swarm, and
 #    a backend it does not know
 {
@@ -91,12 +82,34 @@ sub swarm_run {
 }
 
 # 0. SMCP_BACKEND=swarm make up, first: on an engine in no swarm it makes
-#    one (and says so), make down leaves it (t/stack.t checks both)
-my $out = swarm_run('stack.t');
-if ($state eq 'inactive') {
-    like($out, qr/ok \d+ - \.\.\. which make up made, and says so/, 'make up made a swarm');
-    is($swarm_state->(), 'inactive', 'make down left it: the engine is in none again');
-}
+#    one (and says so), make down leaves it
+subtest 'SMCP_BACKEND=swarm make up' => sub {
+    my $up = SMCP::MakeUp->new(backend => 'swarm', text => 'swarm stack done');
+    my ($rc, $out) = $up->up;
+    is($rc, 0, 'make up exits 0') or return diag($out);
+    like($out, qr/^  Runner: .*backend swarm$/m, 'the runner\'s backend: swarm');
+    is($swarm_state->(), 'active', '... on a swarm');
+    if ($state eq 'inactive') {
+        like($out, qr/made a single-node swarm/, '... which make up made, and says so');
+    } else {
+        unlike($out, qr/made a single-node swarm/, '... the one there was');
+    }
+    my ($token) = $out =~ m{Token:\s+(\S+)};
+    my $sid = $up->initialize($token // '');
+    ok($sid, 'the printed token initializes an MCP session');
+    my $rt = $up->call($token, $sid, 'opencode_run_task', { task => 'Say hello.' });
+    my $res = $up->wait_done($token, $sid, $rt->{runId} // '', 180);
+    is($res->{status}, 'completed', 'a task completes through it')
+        or diag(explain($res), SMCP::Test::slurp($up->state . '/logs/runner.log'));
+    is($res->{result}, 'swarm stack done', '... with the model\'s answer');
+    ($rc, $out) = $up->down;
+    is($rc, 0, 'make down exits 0') or diag($out);
+    is($swarm_state->(), $state, "make down leaves the swarm as it found it ($state)");
+    my $net = $up->net;
+    is(`docker ps -aq --filter name=^\Q$net\E-egress-relay\$`, '',
+       'make down removed the egress relay');
+    $up->stop_fakes;
+};
 
 if ($state eq 'inactive') {
     # its own address pool: clear of the 172.16/12 networks tests make
@@ -219,13 +232,111 @@ subtest 'docker-stack.yml' => sub {
 };
 
 ##############################################################################
-# 3. the runner tests, against the swarm backend
+# 3. runs on the swarm backend
 
-# SMCP_TEST_SWARM_QUICK=1: parts 1 and 2 only (while working on them)
-swarm_run($_) for $ENV{SMCP_TEST_SWARM_QUICK} ? () : qw(runner.t runner_failures.t runner_reattach.t);
+my $NOTE = "NOTE-swarm-5e1d\n";
+my $LINES = 200;
+my $PRINT = qq{for i in \$(seq $LINES); do echo "line-\$i"; done > /proc/1/fd/1; echo printed};
+
+$ENV{SMCP_TEST_BACKEND} = 'swarm';
+my $s = SMCP::Stack->new(
+    scripts => {
+        'SCENARIO-WRITE' => [
+            { tool_use => { name => 'write', input => {
+                filePath => '/workspace/repo/notes.txt', content => $NOTE } } },
+            { text => 'Wrote the note.', hang => 3 },
+        ],
+        'SCENARIO-READ' => [
+            { tool_use => { name => 'bash', input => {
+                command => 'cat notes.txt', description => 'Read the note' } } },
+            { text => 'Read the note.' },
+        ],
+        'SCENARIO-LONG' => [
+            { tool_use => { name => 'bash', input => { command => $PRINT,
+                                                       description => 'Print' } } },
+            { text => 'Long done.', hang => 12 },
+        ],
+        'SCENARIO-HANG' => [ { hang => 150 } ],
+        'SCENARIO-CANCEL' => [
+            { tool_use => { name => 'write', input => {
+                filePath => '/workspace/repo/partial.txt', content => "partial\n" } } },
+            { hang => 150 },
+        ],
+    },
+    repos => { 'owner/repo' => { 'README.md' => "# Demo\n" } },
+);
+my $runner = $s->start_runner(concurrency => 3);
+
+sub lines_stored {
+    my ($id) = @_;
+    return grep { ($_->{type} // '') eq 'log' && ($_->{data} // '') =~ /^line-\d+$/ }
+        $s->stored_events($id);
+}
+
+subtest 'a session\'s runs in order; a runner killed mid-run re-attaches' => sub {
+    my $w = $s->run_task(task => 'SCENARIO-WRITE: leave a note',
+                         repository => 'https://github.com/owner/repo', title => 'write');
+    my $rd = $s->run_task(task => 'SCENARIO-READ: read the note', sessionId => $w->{sessionId});
+    my $long = $s->run_task(task => 'SCENARIO-LONG: print, then answer late', title => 'long');
+
+    ok(wait_until(180, sub { lines_stored($long->{runId}) >= $LINES }, 0.3),
+       "the long run's $LINES lines are stored") or diag($s->runner_log_tail($runner));
+    $s->stop_runner($runner, 'KILL');
+    $runner = $s->start_runner(concurrency => 3);
+
+    my %r = map { ($_->[0] => $s->wait_done($_->[1]{runId}, 180)) }
+            (['w', $w], ['rd', $rd], ['long', $long]);
+    for (qw(w rd long)) {
+        is($r{$_}{status}, 'completed', "$_: completed") or $s->diag_run($r{$_}{runId}, $runner);
+    }
+    is($r{w}{result}, 'Wrote the note.', 'write: its answer');
+    is_deeply([sort map { $_->{path} } @{ $r{w}{filesChanged} || [] }], ['notes.txt'],
+              'write: filesChanged, from the cloned repository');
+    my %h = map { ($_ => $s->run_hash($r{$_}{runId})) } qw(w rd);
+    ok($h{rd}{started_at} && $h{w}{finished_at} && $h{rd}{started_at} >= $h{w}{finished_at},
+       'read started after write finished');
+    my ($cat) = grep { ($_->{type} // '') eq 'tool_use' } agent_data($s->events($r{rd}{runId}));
+    is($cat && $cat->{part}{state}{output}, $NOTE, 'read: `cat notes.txt` shows the note')
+        or diag(json_encode($cat && $cat->{part}{state}));
+    my %oc = map {
+        my ($x) = grep { $_->{sessionID} } agent_data($s->events($r{$_}{runId}));
+        ($_ => $x && $x->{sessionID})
+    } qw(w rd);
+    ok($oc{w} && $oc{w} eq ($oc{rd} // ''), "read continued write's OpenCode session");
+    is($r{long}{result}, 'Long done.', 'long: its answer, after the runner was replaced');
+    like($s->runner_log($runner), qr/run=\Q$long->{runId}\E.*re-attached/,
+         'the new runner re-attached to the long run');
+    my %seen;
+    my @lines = map { $_->{data} } lines_stored($long->{runId});
+    is(scalar(@lines), $LINES, "long: its $LINES lines");
+    is(scalar(grep { $seen{$_}++ } @lines), 0, '... each stored once');
+};
+
+subtest 'cancel and deadline' => sub {
+    my $hang = $s->run_task(task => 'SCENARIO-HANG: the model never answers', title => 'hang',
+                            timeoutSeconds => 40);
+    my $cancel = $s->run_task(task => 'SCENARIO-CANCEL: write, then wait', title => 'cancel');
+    my $id = $cancel->{runId};
+    ok(wait_until(150, sub {
+        scalar grep { ($_->{type} // '') eq 'tool_use' } agent_data($s->events($id)) }, 0.3),
+       'cancel: the write is stored (the run is mid-way)') or $s->diag_run($id, $runner);
+    $s->call('opencode_cancel_run', { runId => $id });
+    my $r = $s->wait_done($id, 60);
+    is($r->{status}, 'cancelled', 'cancel: cancelled') or $s->diag_run($id, $runner);
+    ok(wait_until(30, sub { !$s->run_containers($id) }), '... and its service is gone');
+
+    $r = $s->wait_done($hang->{runId}, 150);
+    is($r->{status}, 'failed', 'deadline: failed') or $s->diag_run($hang->{runId}, $runner);
+    like($r->{error} // '', qr/deadline/, '... at its deadline: ' . ($r->{error} // 'null'));
+    ok(wait_until(30, sub { !$s->run_containers($hang->{runId}) }),
+       '... and its service is gone');
+};
+
+ok($s->runner_alive($runner), 'the runner is up');
+$s->stop_runner($runner, 'TERM');
 
 my (undef, $left) = docker('service', 'ls', '-q', '--filter', 'label=smcp.runner');
 note("services left by others: $left") if $left =~ /\S/;
 
 note(sprintf('total %.1f s', time() - $T0));
-done_testing;
+$s->done;

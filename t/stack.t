@@ -19,114 +19,30 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use File::Temp qw(tempdir);
 use Test::More;
 use SMCP::Test qw(:all);
-use SMCP::Docker qw(docker_available free_subnet bridge_name test_id);
-use SMCP::Fakes;
+use SMCP::Docker qw(docker_available);
+use SMCP::MakeUp;
 
 my $root = repo_root();
 
 require_prereqs('build/smcp-token and the module (run `make`)')
     unless -x "$root/build/smcp-token" && -f module_path();
 
-my $state = tempdir('smcp-stack-XXXXXX', TMPDIR => 1,
-                    CLEANUP => !$ENV{SMCP_TEST_KEEP});
-my $port = free_port();
-my $rport = free_port();
-my $mport = free_port();     # the runner's metrics
-my $emport = free_port();    # the egress instance's
-
-local $ENV{SMCP_STATE} = $state;
-local $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
-local $ENV{SMCP_REDIS_PORT} = $rport;
-local $ENV{SMCP_TENANT} = 'stack-tenant';
-local $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
-local $ENV{SMCP_RUNNER_METRICS} = "127.0.0.1:$mport";
-local $ENV{SMCP_EGRESS_METRICS} = "127.0.0.1:$emport";
-
-# nginx through a wrapper that records the environment each instance is
-# started with (a running nginx master overwrites /proc/PID/environ with
-# its process title, so that cannot tell)
-my $envdir = tempdir('smcp-stack-env-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-{
-    open(my $fh, '>', "$envdir/nginx") or die $!;
-    print $fh <<"SH";
-#!/bin/sh
-conf=x
-prev=
-for a in "\$@"; do [ "\$prev" = -c ] && conf=\$(basename "\$a"); prev=\$a; done
-case " \$* " in *" -t "*|*" -s "*) ;; *) env > "$envdir/\$conf.env" ;; esac
-exec /usr/sbin/nginx "\$@"
-SH
-    close $fh;
-    chmod 0755, "$envdir/nginx";
-}
-local $ENV{SMCP_NGINX} = "$envdir/nginx";
-delete local $ENV{PROXY_JWT_SECRET};
-
-# the egress side of `make up`: its own sandbox network, a fake model
-my ($egress, $fake, $gh, $eport, $net) = (0);
-my ($reg, $npm, $pypi, $pyfiles);
-if (docker_available() || is_ci()) {
-    $egress = 1;
-    $eport = free_port();
-    $net = 'smcp-' . test_id();
-    $fake = SMCP::Fakes::start_anthropic(key => 'sk-ant-REAL-stack-0123456789',
-                                         text => 'stack run done');
-    $ENV{SMCP_EGRESS} = 'on';
-    $ENV{SMCP_SANDBOX_NET} = $net;
-    $ENV{SMCP_SANDBOX_BRIDGE} = bridge_name();
-    $ENV{SMCP_SANDBOX_SUBNET} = free_subnet();
-    $ENV{SMCP_EGRESS_PORT} = $eport;
-    $ENV{ANTHROPIC_API_KEY} = 'sk-ant-REAL-stack-0123456789';
-    $ENV{ANTHROPIC_BASE_URL} = $fake->url;
-    $gh = SMCP::Fakes::start_github(token => 'ghp_REAL_stack_0123456789');
-    $gh->create_repo('owner/repo', files => { 'README.md' => "stack\n" });
-    $ENV{GITHUB_TOKEN} = 'ghp_REAL_stack_0123456789';
-    $ENV{GITHUB_URL} = $gh->url;
-    $ENV{GITHUB_API_URL} = $gh->url;
-    $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
-    # package registries (issue 14): npm and pypi enabled, in front of
-    # stand-ins on loopback
-    $reg = tempdir('smcp-stack-reg-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-    $npm = SMCP::Fakes::start_static(root => "$reg/npm", kind => 'npm');
-    $pypi = SMCP::Fakes::start_static(root => "$reg/pypi", kind => 'pypi');
-    $pyfiles = SMCP::Fakes::start_static(root => "$reg/files", kind => 'files');
-    $ENV{SMCP_REGISTRIES} = 'npm,pypi';
-    $ENV{NPM_REGISTRY_URL} = $npm->url;
-    $ENV{PYPI_INDEX_URL} = $pypi->url . '/simple';
-    $ENV{PYPI_FILES_URL} = $pyfiles->url;
-    spew("$reg/npm/smcp-pad/index.json", json_encode({
-        name => 'smcp-pad', 'dist-tags' => { latest => '1.0.0' },
-        versions => { '1.0.0' => { name => 'smcp-pad', version => '1.0.0',
-            dist => { tarball => $npm->url . '/smcp-pad/-/smcp-pad-1.0.0.tgz' } } } }));
-    spew("$reg/files/packages/ab/smcp_demo-1.0-py3-none-any.whl", 'PK wheel');
-    spew("$reg/pypi/simple/smcp-demo/index.html",
-         '<a href="' . $pyfiles->url . '/packages/ab/smcp_demo-1.0-py3-none-any.whl">w</a>');
-    # SMCP_TEST_BACKEND=swarm (t/runner_swarm.t): SMCP_BACKEND=swarm make up
-    $ENV{SMCP_BACKEND} = $ENV{SMCP_TEST_BACKEND} // 'docker';
-} else {
-    diag('no dockerd: make up without the egress side');
-    $ENV{SMCP_EGRESS} = 'off';
-}
-
-my $swarm = $egress && $ENV{SMCP_BACKEND} eq 'swarm';
-my $swarm_was = $swarm ? `docker info --format '{{.Swarm.LocalNodeState}}'` : '';
-chomp $swarm_was;
+# the egress side (its own sandbox network, a fake model, a fake GitHub,
+# the package registries' stand-ins) when there is a Docker engine
+my $egress = (docker_available() || is_ci()) ? 1 : 0;
+diag('no dockerd: make up without the egress side') unless $egress;
+# (SMCP_BACKEND=swarm make up: t/runner_swarm.t)
+my $up = SMCP::MakeUp->new(egress => $egress, registries => 1);
+my ($state, $port, $rport, $mport, $emport, $envdir)
+    = map { $up->$_ } qw(state port rport mport emport envdir);
+my ($fake, $gh, $eport, $net, $npm, $pypi, $pyfiles)
+    = map { $up->$_ } qw(fake gh eport net npm pypi pyfiles);
 
 # `make up` also runs `make deps`; .ci/stack is what it calls after that
-my $out = `$root/.ci/stack up 2>&1`;
-is($?, 0, 'stack up exits 0') or diag($out);
-if ($swarm) {
-    like($out, qr/^  Runner: .*backend swarm$/m, 'SMCP_BACKEND=swarm: the runner\'s backend');
-    like(`docker info --format '{{.Swarm.LocalNodeState}}'`, qr/^active$/, '... on a swarm');
-    if ($swarm_was eq 'inactive') {
-        like($out, qr/made a single-node swarm/, '... which make up made, and says so');
-    } else {
-        unlike($out, qr/made a single-node swarm/, '... the one there was');
-    }
-}
+my ($rc0, $out) = $up->up;
+is($rc0, 0, 'stack up exits 0') or diag($out);
 
 my ($url) = $out =~ m{MCP URL:\s+(\S+)};
 my ($token) = $out =~ m{Token:\s+(\S+)};
@@ -289,7 +205,7 @@ if ($egress) {
     chomp $egress_pid;
     ok($egress_pid =~ /^\d+$/ && kill(0, $egress_pid), 'the egress nginx runs');
     isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
-    my $key = 'sk-ant-REAL-stack-0123456789';
+    my $key = $SMCP::MakeUp::KEY;
     my $eenv = slurp("$envdir/egress.conf.env");
     like($eenv, qr/^ANTHROPIC_API_KEY=\Q$key\E$/m, '... started with the provider key');
     my $menv = slurp("$envdir/nginx.conf.env");
@@ -325,7 +241,7 @@ if ($egress) {
         headers => { 'x-api-key' => $etok, 'content-type' => 'application/json' },
         content => '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' });
     is($r->{status}, 200, 'egress: the anthropic route of make up works');
-    is($fake->last_request->{headers}{'x-api-key'}, 'sk-ant-REAL-stack-0123456789',
+    is($fake->last_request->{headers}{'x-api-key'}, $key,
        'egress: the upstream got the real key');
 
     # the package registries make up enabled (SMCP_REGISTRIES=npm,pypi):
@@ -460,14 +376,14 @@ if ($egress) {
 }
 
 # a second `up` is idempotent: same processes, reloaded config
-$out = `$root/.ci/stack up 2>&1`;
-is($?, 0, 'second stack up exits 0') or diag($out);
+(my $rc2, $out) = $up->up;
+is($rc2, 0, 'second stack up exits 0') or diag($out);
 my $nginx_pid2 = slurp("$state/nginx.pid");
 chomp $nginx_pid2;
 is($nginx_pid2, $nginx_pid, 'second up keeps the same nginx master');
 
-$out = `$root/.ci/stack down 2>&1`;
-is($?, 0, 'stack down exits 0') or diag($out);
+(my $rcd, $out) = $up->down;
+is($rcd, 0, 'stack down exits 0') or diag($out);
 ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
 if ($egress) {
     my $epid = (slurp("$state/egress.pid") =~ /(\d+)/)[0] // 0;
@@ -478,19 +394,12 @@ ok(!-f "$state/runner.pid"
    || !kill(0, (slurp("$state/runner.pid") =~ /(\d+)/)[0] // 0),
    'runner stopped');
 ok(!-f "$state/supervisor.pid", '... and its supervisor');
-if ($swarm) {
-    like(`docker info --format '{{.Swarm.LocalNodeState}}'`, qr/^\Q$swarm_was\E$/,
-         "make down leaves the swarm as it found it ($swarm_was)");
-    is(`docker ps -aq --filter name=^\Q$net\E-egress-relay\$`, '', 'make down removed the egress relay');
-}
 if ($egress) {
     my $nets = `docker network ls --format '{{.Name}}'`;
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
     my $rules = `iptables -S INPUT`;
     unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
-    $fake->stop;
-    $gh->stop;
-    $_->stop for $npm, $pypi, $pyfiles;
+    $up->stop_fakes;
 }
 
 my $log = slurp("$state/logs/error.log");

@@ -651,6 +651,50 @@ sub _sweep_stale_runner_containers {
     docker({ timeout => 120 }, 'rm', '-f', '-v', @c) if @c;
 }
 
+# the volume names of this file's sessions: the ones it queued, and every
+# session this file's Redis knows (runs queued through call(), the
+# dashboard or MCP tasks): their volumes are this file's too
+sub _session_volumes {
+    my ($self) = @_;
+    for my $k (eval { $self->{t}->redis_keys('smcp:session:ses_*') }) {
+        $self->{sessions}{$1} = 1 if $k =~ /^smcp:session:(ses_[0-9a-f]{24})$/;
+    }
+    my @v;
+    for my $ses (sort keys %{ $self->{sessions} }) {
+        my $h = eval { $self->{t}->redis_hgetall("smcp:session:$ses") } || {};
+        push @v, "smcp-$ses", ($h->{volume} // ());
+    }
+    my %seen;
+    return grep { !$seen{$_}++ } @v;
+}
+
+# left_on_host() -> { what => bytes }: what this file's runs left on the
+# host's disk, measured where it is (not the engine's free space, which
+# also takes whatever else the engine writes): each session volume's
+# files, and each container of its runners still there (writable layer
+# and log file)
+sub left_on_host {
+    my ($self) = @_;
+    my %left;
+    for my $v ($self->_session_volumes) {
+        my ($rc, $mp) = docker('volume', 'inspect', '--format', '{{.Mountpoint}}', $v);
+        chomp $mp;
+        next if $rc != 0 || !-d $mp;
+        my ($bytes) = `du -sb '$mp' 2>/dev/null` =~ /^(\d+)/;
+        $left{"volume $v"} = $bytes // 0;
+    }
+    for my $name (sort keys %{ $self->{names} }) {
+        my (undef, $ids) = docker('ps', '-aq', '--filter', "label=smcp.runner=$name");
+        for my $id (split ' ', $ids) {
+            my (undef, $out) = docker('inspect', '--size', '--format',
+                                      '{{.SizeRw}} {{.LogPath}}', $id);
+            my ($rw, $log) = split ' ', $out // '';
+            $left{"container $id"} = ($rw // 0) + (($log && -s $log) || 0);
+        }
+    }
+    return \%left;
+}
+
 sub cleanup {
     my ($self) = @_;
     return if $self->{cleaned}++ || $self->{owner} != $$;
@@ -665,18 +709,10 @@ sub cleanup {
     # session's hash once a run took it
     my @pooled = $self->_pool_volumes;
     $self->_remove_runner_leftovers($_) for sort keys %{ $self->{names} };
-    # and every session this file's Redis knows (runs queued through
-    # call(), the dashboard or MCP tasks): their volumes are this file's too
-    for my $k (eval { $self->{t}->redis_keys('smcp:session:ses_*') }) {
-        $self->{sessions}{$1} = 1 if $k =~ /^smcp:session:(ses_[0-9a-f]{24})$/;
-    }
-    for my $ses (sort keys %{ $self->{sessions} }) {
-        my $h = eval { $self->{t}->redis_hgetall("smcp:session:$ses") } || {};
-        for my $v ("smcp-$ses", $h->{volume} // ()) {
-            my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
-            docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
-            docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
-        }
+    for my $v ($self->_session_volumes) {
+        my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
+        docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
+        docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
     }
     docker({ timeout => 60 }, 'volume', 'rm', '-f', @pooled) if @pooled;
     $self->_swarm_down if $self->{relay};

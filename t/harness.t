@@ -1,0 +1,117 @@
+#!/usr/bin/env perl
+# The harness `make test` runs (t/lib/SMCP/Harness.pm), on test files of
+# its own in a temp dir, through prove as the Makefile calls it:
+#
+#   1. side by side: two files run at once (each waits to see the other
+#      started), and a file marked `alone` starts after both ended
+#   2. the files marked `sanitized` start with the environment of
+#      SMCP_TEST_SANITIZED_ENV's file, the others without it
+#   3. under CI=true a file that skips everything, or skips one test, fails
+#      (saying so), and passes without CI
+#   4. each file's time is printed, slowest first, before prove's result
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use File::Temp qw(tempdir);
+use Test::More;
+
+use SMCP::Test qw(spew run_cmd);
+
+my $lib = "$FindBin::Bin/lib";
+my $dir = tempdir('smcp-harness-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+
+# prove as make test calls it, on FILES, with ENV: (exit code, output)
+sub prove {
+    my ($files, %env) = @_;
+    local @ENV{keys %env} = values %env;
+    local $ENV{PERL5LIB} = $lib;
+    local $ENV{SMCP_TEST_SCHEDULE} = "$dir/schedule";
+    my ($rc, $out, $err) = run_cmd(['prove', '--harness', 'SMCP::Harness', '-j', '3',
+                                    map { "$dir/$_" } @$files], timeout => 60, dir => $dir);
+    return ($rc, "$out$err");
+}
+
+my $wait = <<'PL';
+sub wait_for { my ($f) = @_; for (1 .. 600) { return 1 if -e $f; select(undef, undef, undef, 0.05) } 0 }
+PL
+
+spew("$dir/schedule", <<"S");
+# a test schedule
+alone      $dir/alone.t
+sanitized  $dir/san*.t
+S
+for my $me (qw(par1 par2)) {
+    my $other = $me eq 'par1' ? 'par2' : 'par1';
+    spew("$dir/$me.t", <<"PL");
+use Test::More;
+$wait
+open(my \$fh, '>', '$dir/$me.start') or die; close \$fh;
+ok(wait_for('$dir/$other.start'), '$me runs while $other runs');
+ok(!-e '$dir/alone.start', 'alone has not started');
+open(\$fh, '>', '$dir/$me.end') or die; close \$fh;
+done_testing;
+PL
+}
+spew("$dir/alone.t", <<"PL");
+use Test::More;
+ok(-e '$dir/par1.end' && -e '$dir/par2.end', 'alone starts after the others ended');
+open(my \$fh, '>', '$dir/alone.start') or die; close \$fh;
+done_testing;
+PL
+spew("$dir/san.t", <<'PL');
+use Test::More;
+is($ENV{SMCP_TEST_SANITIZED}, 1, 'marked sanitized');
+is($ENV{ASAN_OPTIONS}, 'halt_on_error=1', 'the environment file\'s ASAN_OPTIONS');
+is($ENV{SMCP_UNIT_CFLAGS}, '-fsanitize=address -O1', '... a value with a space');
+done_testing;
+PL
+spew("$dir/plain.t", <<'PL');
+use Test::More;
+ok(!exists $ENV{SMCP_TEST_SANITIZED} && !exists $ENV{ASAN_OPTIONS}, 'not sanitized');
+done_testing;
+PL
+spew("$dir/asan.env", "# the sanitizers\nASAN_OPTIONS=halt_on_error=1\n"
+                    . "SMCP_UNIT_CFLAGS=-fsanitize=address -O1\n");
+spew("$dir/skipall.t", "use Test::More; plan skip_all => 'no frobnicator';\n");
+spew("$dir/skipone.t", "use Test::More; SKIP: { skip 'no widget', 1; ok(1) } ok(1); done_testing;\n");
+
+delete local $ENV{CI};
+delete local $ENV{ASAN_OPTIONS};
+
+subtest 'side by side, and alone after' => sub {
+    my ($rc, $out) = prove([qw(par1.t par2.t alone.t)]);
+    is($rc, 0, 'all pass') or diag($out);
+    like($out, qr/^Result: PASS$/m, 'Result: PASS');
+};
+
+subtest 'sanitized files get the environment, others not' => sub {
+    my ($rc, $out) = prove([qw(san.t plain.t)], SMCP_TEST_SANITIZED_ENV => "$dir/asan.env");
+    is($rc, 0, 'both pass') or diag($out);
+    ($rc, $out) = prove([qw(san.t plain.t)], SMCP_TEST_SANITIZED_ENV => "$dir/asan.env",
+                        SMCP_TEST_SANITIZED_ONLY => 1);
+    like($out, qr/Files=1,/, 'SMCP_TEST_SANITIZED_ONLY=1: the sanitized file alone') or diag($out);
+};
+
+subtest 'a skip is a failure under CI=true' => sub {
+    my ($rc, $out) = prove([qw(skipall.t skipone.t plain.t)]);
+    is($rc, 0, 'without CI: passes') or diag($out);
+    like($out, qr/2 skip\(s\)/, '... counting the skips');
+    ($rc, $out) = prove([qw(skipall.t skipone.t plain.t)], CI => 'true');
+    isnt($rc, 0, 'CI=true: fails');
+    like($out, qr/skipped under CI=true: no frobnicator/, '... the skipped file, with its reason');
+    like($out, qr/test 1 skipped under CI=true/, '... the skipped test');
+    like($out, qr/^Result: FAIL$/m, 'Result: FAIL');
+};
+
+subtest 'each file\'s time' => sub {
+    my ($rc, $out) = prove([qw(plain.t skipone.t)]);
+    like($out, qr/^Time per file \(wall, slowest first\):\n  \S+\.t +\d+\.\d s\n  \S+\.t +\d+\.\d s\n  total /m,
+         'a line per file, then the total') or diag($out);
+    like($out, qr/Time per file[\s\S]*^Result: PASS$/m, '... before the result line');
+};
+
+done_testing;

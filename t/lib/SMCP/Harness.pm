@@ -1,0 +1,193 @@
+package SMCP::Harness;
+
+# The harness `make test` runs t/ with: TAP::Harness (prove --harness
+# SMCP::Harness) with what t/schedule says and four habits of CI:
+#
+#   1. side by side: with prove -j N the files run N at a time, but the
+#      files marked `alone` in t/schedule (they own the Docker engine or
+#      load the whole machine) run one by one after the others; the files
+#      marked `first` start first (the longest: the side-by-side part then
+#      ends together)
+#   2. sanitized: when SMCP_TEST_SANITIZED_ENV names a file of VAR=value
+#      lines (make test writes build/asan/test.env), the files marked
+#      `sanitized` run with that environment: against the ASan+UBSan
+#      builds, each file still run once (SMCP_TEST_SANITIZED_ONLY=1: only
+#      those files, make test-asan)
+#   3. under CI=true a skip is a failure: a file that skips all its tests,
+#      or skips one, fails with the reason (a missing prerequisite on a new
+#      machine must not pass unseen)
+#   4. each file's wall time, slowest first, before prove's last lines
+#
+#   PERL5LIB=t/lib prove --harness SMCP::Harness -j 4 -r t
+#
+# Core Perl only (Test::Harness 3.x).
+
+use strict;
+use warnings;
+
+use parent 'TAP::Harness';
+
+use File::Basename qw(dirname);
+use Time::HiRes qw(time);
+
+# SMCP_TEST_SCHEDULE: another schedule (t/harness.t)
+my $SCHEDULE = $ENV{SMCP_TEST_SCHEDULE} // dirname(__FILE__) . '/../../schedule';
+
+sub _is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
+
+# t/schedule: "KIND PATTERN" lines (# comments); patterns are globs
+# relative to the repository's top (t/mcp_*.t)
+sub _schedule {
+    my %s = (alone => [], first => [], sanitized => []);
+    open(my $fh, '<', $SCHEDULE) or die "SMCP::Harness: $SCHEDULE: $!";
+    while (my $line = <$fh>) {
+        $line =~ s/#.*//;
+        next unless $line =~ /\S/;
+        my @f = split ' ', $line;
+        die "SMCP::Harness: $SCHEDULE:$.: expected KIND PATTERN\n"
+            if @f != 2 || !exists $s{ $f[0] };
+        push @{ $s{ $f[0] } }, $f[1];
+    }
+    close $fh;
+    return \%s;
+}
+
+# a glob (*, ?, {a,b}) as a regular expression over a whole path
+sub _glob_re {
+    my ($glob) = @_;
+    my $re = '';
+    for my $c (split //, $glob) {
+        $re .= $c eq '*' ? '[^/]*'
+             : $c eq '?' ? '[^/]'
+             : $c eq '{' ? '(?:'
+             : $c eq '}' ? ')'
+             : $c eq ',' ? '|'
+             : quotemeta $c;
+    }
+    return qr/\A(?:\.\/)?$re\z/;
+}
+
+sub _matches {
+    my ($path, $globs) = @_;
+    for my $g (@$globs) {
+        return 1 if $path =~ _glob_re($g);
+    }
+    return 0;
+}
+
+# VAR=value lines (# comments), as a hash
+sub _read_env {
+    my ($file) = @_;
+    my %env;
+    open(my $fh, '<', $file) or die "SMCP::Harness: $file: $!";
+    while (my $line = <$fh>) {
+        chomp $line;
+        next if $line =~ /^\s*(#|$)/;
+        $line =~ /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/
+            or die "SMCP::Harness: $file:$.: expected VAR=value\n";
+        $env{$1} = $2;
+    }
+    close $fh;
+    return \%env;
+}
+
+sub new {
+    my ($class, $args) = @_;
+    my $self = $class->SUPER::new($args);
+    $self->{smcp} = { schedule => _schedule(), times => {}, skips => 0 };
+    if (my $f = $ENV{SMCP_TEST_SANITIZED_ENV}) {
+        $self->{smcp}{sanitized_env} = _read_env($f);
+    }
+    return $self;
+}
+
+# the files in the order they start; with jobs, the rules: the side-by-side
+# files first (the `first` ones leading), then the `alone` ones in sequence
+sub runtests {
+    my ($self, @tests) = @_;
+    my $s = $self->{smcp}{schedule};
+    my $name = sub { ref $_[0] ? $_[0][0] : $_[0] };
+    # make test-asan: the sanitized files alone
+    @tests = grep { _matches($name->($_), $s->{sanitized}) } @tests
+        if $ENV{SMCP_TEST_SANITIZED_ONLY};
+    my @alone = grep { _matches($name->($_), $s->{alone}) } @tests;
+    my @rest = grep { !_matches($name->($_), $s->{alone}) } @tests;
+    my @first;
+    for my $g (@{ $s->{first} }) {
+        push @first, grep { $name->($_) =~ _glob_re($g) } @rest;
+        @rest = grep { $name->($_) !~ _glob_re($g) } @rest;
+    }
+    @tests = (@first, @rest, @alone);
+    if (($self->jobs // 1) > 1) {
+        my @par = map { $name->($_) } @first, @rest;
+        my @seq = map { $name->($_) } @alone;
+        $self->rules({ seq => [
+            (@par ? { par => [map { _escape($_) } @par] } : ()),
+            (@seq ? { seq => [map { _escape($_) } @seq] } : ()),
+        ] });
+    }
+    $self->{smcp}{t0} = time();
+    return $self->SUPER::runtests(@tests);
+}
+
+# a path as a rule pattern that matches only itself
+sub _escape {
+    my ($p) = @_;
+    $p =~ s/([\\*?{},])/\\$1/g;
+    return $p;
+}
+
+# a sanitized file starts with the sanitizers' environment
+sub make_parser {
+    my ($self, $job) = @_;
+    my $env = $self->{smcp}{sanitized_env};
+    if ($env && _matches($job->filename, $self->{smcp}{schedule}{sanitized})) {
+        local @ENV{ keys %$env } = values %$env;
+        local $ENV{SMCP_TEST_SANITIZED} = 1;
+        return $self->SUPER::make_parser($job);
+    }
+    return $self->SUPER::make_parser($job);
+}
+
+# before the file's line is printed: its time, and under CI its skips as
+# errors
+sub finish_parser {
+    my ($self, $parser, $session) = @_;
+    my $file = $session->name;
+    my $took = ($parser->end_time // time()) - ($parser->start_time // time());
+    $self->{smcp}{times}{$file} = $took;
+    if (defined(my $why = $parser->skip_all)) {
+        $self->{smcp}{skips}++;
+        $parser->_add_error("skipped under CI=true: $why") if _is_ci();
+    }
+    for my $n ($parser->skipped) {
+        $self->{smcp}{skips}++;
+        $parser->_add_error("test $n skipped under CI=true") if _is_ci();
+    }
+    return $self->SUPER::finish_parser($parser, $session);
+}
+
+# each file's time, slowest first, then prove's summary (its last line is
+# what CI reads)
+sub summary {
+    my ($self, @args) = @_;
+    my $t = $self->{smcp}{times};
+    my @files = sort { $t->{$b} <=> $t->{$a} || $a cmp $b } keys %$t;
+    if (@files) {
+        my $sum = 0;
+        $sum += $_ for values %$t;
+        my $w = 0;
+        for (@files) { $w = length if length > $w }
+        print "\nTime per file (wall, slowest first):\n";
+        printf "  %-*s %8.1f s\n", $w, $_, $t->{$_} for @files;
+        printf "  %-*s %8.1f s of files, %.1f s of wall time, %d at a time\n",
+               $w, 'total', $sum, time() - ($self->{smcp}{t0} // time()),
+               $self->jobs // 1;
+        printf "  %d skip(s)%s\n", $self->{smcp}{skips},
+               _is_ci() ? ' (each a failure under CI=true)' : ''
+            if $self->{smcp}{skips};
+    }
+    return $self->SUPER::summary(@args);
+}
+
+1;

@@ -1,0 +1,210 @@
+package SMCP::MakeUp;
+
+# `make up` as a test drives it: .ci/stack (what `make up` runs after `make
+# deps all`) in a temp state directory on free ports, with the egress side
+# in front of fakes (a scripted Anthropic, a fake GitHub) on a sandbox
+# network of its own, and `make down` at the end.
+#
+#   my $up = SMCP::MakeUp->new(text => 'done', backend => 'swarm');
+#   my ($rc, $out) = $up->up;             # .ci/stack up: exit code, output
+#   my $res = $up->call($token, $sid, 'opencode_run_task', {...});
+#   $up->down;                            # .ci/stack down (also at END)
+#
+# new() sets the process's environment for .ci/stack (SMCP_STATE,
+# SMCP_LISTEN, SMCP_REDIS_PORT, ..., the provider key and base URL, the
+# GitHub token and URLs) and returns the object holding the fakes and the
+# ports; egress => 0 runs make up with SMCP_EGRESS=off (no Docker).
+# registries => 1 also enables SMCP_REGISTRIES=npm,pypi in front of
+# static stand-ins ($up->{npm}, {pypi}, {pyfiles}).  nginx is started
+# through a wrapper that records each instance's environment in
+# $up->envdir/<conf>.env (a running master's /proc/PID/environ holds its
+# process title instead).
+
+use strict;
+use warnings;
+
+use File::Temp qw(tempdir);
+use HTTP::Tiny;
+
+use SMCP::Docker qw(free_subnet bridge_name test_id);
+use SMCP::Fakes;
+use SMCP::Test qw(free_port json_encode json_decode repo_root spew accessors);
+
+accessors(qw(state port rport mport emport eport net envdir egress fake gh
+             npm pypi pyfiles));
+
+our $KEY = 'sk-ant-REAL-stack-0123456789';
+our $GH_TOKEN = 'ghp_REAL_stack_0123456789';
+
+my @LIVE;
+
+sub new {
+    my ($class, %o) = @_;
+    my $self = bless {
+        egress => $o{egress} // 1,
+        state  => tempdir('smcp-stack-XXXXXX', TMPDIR => 1,
+                          CLEANUP => !$ENV{SMCP_TEST_KEEP}),
+        port   => free_port(),
+        rport  => free_port(),
+        mport  => free_port(),      # the runner's metrics
+        emport => free_port(),      # the egress instance's
+        owner  => $$,
+    }, $class;
+    $ENV{SMCP_STATE} = $self->{state};
+    $ENV{SMCP_LISTEN} = "127.0.0.1:$self->{port}";
+    $ENV{SMCP_REDIS_PORT} = $self->{rport};
+    $ENV{SMCP_TENANT} = $o{tenant} // 'stack-tenant';
+    $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
+    $ENV{SMCP_RUNNER_METRICS} = "127.0.0.1:$self->{mport}";
+    $ENV{SMCP_EGRESS_METRICS} = "127.0.0.1:$self->{emport}";
+    delete $ENV{PROXY_JWT_SECRET};
+    $self->_nginx_wrapper;
+    if ($self->{egress}) {
+        $self->_egress_side(%o);
+    } else {
+        $ENV{SMCP_EGRESS} = 'off';
+    }
+    push @LIVE, $self;
+    return $self;
+}
+
+sub _nginx_wrapper {
+    my ($self) = @_;
+    my $envdir = $self->{envdir} = tempdir('smcp-stack-env-XXXXXX', TMPDIR => 1,
+                                           CLEANUP => 1);
+    spew("$envdir/nginx", <<"SH");
+#!/bin/sh
+conf=x
+prev=
+for a in "\$@"; do [ "\$prev" = -c ] && conf=\$(basename "\$a"); prev=\$a; done
+case " \$* " in *" -t "*|*" -s "*) ;; *) env > "$envdir/\$conf.env" ;; esac
+exec /usr/sbin/nginx "\$@"
+SH
+    chmod 0755, "$envdir/nginx";
+    $ENV{SMCP_NGINX} = "$envdir/nginx";
+}
+
+# the egress side of `make up`: its own sandbox network, a fake model, a
+# fake GitHub (and the registries' stand-ins)
+sub _egress_side {
+    my ($self, %o) = @_;
+    $self->{eport} = free_port();
+    $self->{net} = 'smcp-' . test_id();
+    $self->{fake} = SMCP::Fakes::start_anthropic(key => $KEY,
+        text => $o{text} // 'stack run done');
+    $ENV{SMCP_EGRESS} = 'on';
+    $ENV{SMCP_SANDBOX_NET} = $self->{net};
+    $ENV{SMCP_SANDBOX_BRIDGE} = bridge_name();
+    $ENV{SMCP_SANDBOX_SUBNET} = free_subnet();
+    $ENV{SMCP_EGRESS_PORT} = $self->{eport};
+    $ENV{ANTHROPIC_API_KEY} = $KEY;
+    $ENV{ANTHROPIC_BASE_URL} = $self->{fake}->url;
+    $self->{gh} = SMCP::Fakes::start_github(token => $GH_TOKEN);
+    $self->{gh}->create_repo('owner/repo', files => { 'README.md' => "stack\n" });
+    $ENV{GITHUB_TOKEN} = $GH_TOKEN;
+    $ENV{GITHUB_URL} = $self->{gh}->url;
+    $ENV{GITHUB_API_URL} = $self->{gh}->url;
+    $ENV{SMCP_RUNNER_NAME} = 'stack-' . test_id();
+    $ENV{SMCP_BACKEND} = $o{backend} // 'docker';
+    $self->_registries if $o{registries};
+}
+
+# package registries: npm and pypi enabled, in front of stand-ins on
+# loopback
+sub _registries {
+    my ($self) = @_;
+    my $reg = tempdir('smcp-stack-reg-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    my $npm = $self->{npm} = SMCP::Fakes::start_static(root => "$reg/npm", kind => 'npm');
+    my $pypi = $self->{pypi} = SMCP::Fakes::start_static(root => "$reg/pypi", kind => 'pypi');
+    my $files = $self->{pyfiles} = SMCP::Fakes::start_static(root => "$reg/files",
+                                                             kind => 'files');
+    $ENV{SMCP_REGISTRIES} = 'npm,pypi';
+    $ENV{NPM_REGISTRY_URL} = $npm->url;
+    $ENV{PYPI_INDEX_URL} = $pypi->url . '/simple';
+    $ENV{PYPI_FILES_URL} = $files->url;
+    spew("$reg/npm/smcp-pad/index.json", json_encode({
+        name => 'smcp-pad', 'dist-tags' => { latest => '1.0.0' },
+        versions => { '1.0.0' => { name => 'smcp-pad', version => '1.0.0',
+            dist => { tarball => $npm->url . '/smcp-pad/-/smcp-pad-1.0.0.tgz' } } } }));
+    spew("$reg/files/packages/ab/smcp_demo-1.0-py3-none-any.whl", 'PK wheel');
+    spew("$reg/pypi/simple/smcp-demo/index.html",
+         '<a href="' . $files->url . '/packages/ab/smcp_demo-1.0-py3-none-any.whl">w</a>');
+}
+
+# .ci/stack up|down: (exit code, output)
+sub stack {
+    my ($self, $verb) = @_;
+    my $out = `${\ repo_root()}/.ci/stack $verb 2>&1`;
+    my $rc = $? >> 8;
+    $self->{up} = 1 if $verb eq 'up';
+    $self->{up} = 0 if $verb eq 'down' && $rc == 0;
+    return ($rc, $out);
+}
+
+sub up   { return $_[0]->stack('up') }
+sub down { return $_[0]->stack('down') }
+
+# url(): the MCP URL make up serves
+sub url { return "http://127.0.0.1:$_[0]{port}/mcp" }
+
+# post($token, $body, header => value...): an HTTP::Tiny answer from /mcp
+sub post {
+    my ($self, $tok, $body, %h) = @_;
+    return HTTP::Tiny->new(timeout => 10)->post($self->url, {
+        headers => {
+            'Authorization' => "Bearer $tok",
+            'Accept' => 'application/json, text/event-stream',
+            'Content-Type' => 'application/json',
+            %h,
+        },
+        content => $body,
+    });
+}
+
+# initialize($token) -> the MCP session id ('' when refused)
+sub initialize {
+    my ($self, $tok) = @_;
+    my $r = $self->post($tok, json_encode({ jsonrpc => '2.0', id => 1,
+        method => 'initialize', params => { protocolVersion => '2025-11-25',
+            capabilities => {}, clientInfo => { name => 'SMCP::MakeUp', version => '1' } } }));
+    return $r->{status} == 200 ? ($r->{headers}{'mcp-session-id'} // '') : '';
+}
+
+# call($token, $sid, $tool, \%args) -> its structuredContent ({} if none)
+sub call {
+    my ($self, $tok, $sid, $name, $args) = @_;
+    my $r = $self->post($tok, json_encode({ jsonrpc => '2.0', id => 2,
+        method => 'tools/call', params => { name => $name, arguments => $args } }),
+        'Mcp-Session-Id' => $sid);
+    my $j = json_decode($r->{content} // '') // {};
+    return $j->{result}{structuredContent} // {};
+}
+
+# wait_done($token, $sid, $runId, $seconds) -> get_result's last answer
+sub wait_done {
+    my ($self, $tok, $sid, $id, $secs) = @_;
+    my $res = {};
+    my $until = time() + $secs;
+    while (time() < $until) {
+        $res = $self->call($tok, $sid, 'opencode_get_result',
+                           { runId => $id, waitSeconds => 20 });
+        last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
+    }
+    return $res;
+}
+
+sub stop_fakes {
+    my ($self) = @_;
+    $_->stop for grep { $_ } @{$self}{qw(fake gh npm pypi pyfiles)};
+}
+
+# a stack left up by a failed test: down, so that nothing outlives it
+END {
+    for my $self (@LIVE) {
+        next if $self->{owner} != $$;
+        $self->down if $self->{up} && !$ENV{SMCP_TEST_KEEP};
+        $self->stop_fakes;
+    }
+}
+
+1;
