@@ -6,6 +6,9 @@
 #   make up/down    start/stop the local stack (redis, nginx + module,
 #                   sandbox network, runner)
 #   make sandbox-image   build the sandbox image
+#   make runner-test  the runner's test build (build/test/smcp-runner: the
+#                   release's sources and runner/test_hooks.c), for the
+#                   tests that need a hook; `make test` builds it
 #   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
 #                   tenant "alice" (that may name those repositories);
 #                   UI=1: a link to alice's dashboard (run list) instead
@@ -22,6 +25,7 @@ ASAN_DIR   := $(BUILD)/asan
 MODULE_SO  := $(BUILD)/ngx_http_sandbox_mcp_module.so
 TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
+RUNNER_TEST_BIN := $(BUILD)/test/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/store_queue.c runner/store_run.c runner/store_event.c \
                runner/store_session.c \
@@ -57,13 +61,14 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan
+.PHONY: all module tools runner runner-test bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan
 
 all: module tools runner
 
 module: $(MODULE_SO)
 tools: $(TOKEN_BIN)
 runner: $(RUNNER_BIN)
+runner-test: $(RUNNER_TEST_BIN)
 
 # Debian's recipe for out-of-tree dynamic modules: configure a copy of the
 # nginx-dev tree with the packaged nginx's own flags (--with-compat), then
@@ -91,13 +96,24 @@ $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
 	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -I$(BUILD) -o $@ \
 	    runner/smcp_token.c $(COMMON_SRCS) -lhiredis -ljansson -lcrypto
 
-$(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h runner/store.h $(COMMON_SRCS) \
+RUNNER_DEPS := $(RUNNER_SRCS) runner/runner.h runner/store.h $(COMMON_SRCS) \
                $(wildcard ngx_sandbox_mcp_module/common/*.h) \
                $(BUILD)/smcp_scripts.h
+RUNNER_CC    = $(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
+               -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD)
+RUNNER_LINK := $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
+
+# the release build: no test hook in it (it refuses SMCP_RUNNER_TEST_*)
+$(RUNNER_BIN): $(RUNNER_DEPS)
 	mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
-	    -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD) -o $@ \
-	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
+	$(RUNNER_CC) -o $@ $(RUNNER_SRCS) $(RUNNER_LINK)
+
+# the test build: the same and the hooks of runner/test_hooks.c; never
+# installed or put in an image (t/lib/SMCP/Stack.pm starts it on request)
+$(RUNNER_TEST_BIN): $(RUNNER_DEPS) runner/test_hooks.c
+	mkdir -p $(BUILD)/test
+	$(RUNNER_CC) -DRUNNER_TEST_HOOKS -o $@ $(RUNNER_SRCS) \
+	    runner/test_hooks.c $(RUNNER_LINK)
 
 # smcp-embed: data files (Lua scripts, tool definitions) checked and
 # embedded as C strings; nginx's build makes its own copy (config.make)
@@ -138,7 +154,8 @@ sandbox-image: docker-ready
 TEST_JOBS ?= 4
 PROVE      = PERL5LIB=$(CURDIR)/t/lib prove --harness SMCP::Harness -j $(TEST_JOBS)
 
-test: deps all static asan docker-ready sandbox-image $(ASAN_DIR)/test.env
+test: deps all runner-test static asan docker-ready sandbox-image \
+      $(ASAN_DIR)/test.env
 	SMCP_TEST_SANITIZED_ENV=$(ASAN_DIR)/test.env $(PROVE) -r t
 
 # figures: ratios against a baseline measured in the same run
@@ -228,6 +245,7 @@ fuzz-ci: deps
 ASAN_CC     ?= clang
 ASAN_SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
 ASAN_RUNNER := $(ASAN_DIR)/smcp-runner
+ASAN_TEST_RUNNER := $(ASAN_DIR)/test/smcp-runner
 ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
 ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
 UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
@@ -247,6 +265,7 @@ $(ASAN_DIR)/test.env: Makefile
 	  echo 'UBSAN_OPTIONS=print_stacktrace=1:suppressions=$(UBSAN_SUPP)'; \
 	  echo 'SMCP_TEST_NGINX=$(ASAN_NGX)'; \
 	  echo 'SMCP_TEST_RUNNER=$(ASAN_RUNNER)'; \
+	  echo 'SMCP_TEST_HOOK_RUNNER=$(ASAN_TEST_RUNNER)'; \
 	  echo 'SMCP_TEST_TOKEN_TOOL=$(ASAN_TOKEN)'; \
 	  echo 'SMCP_UNIT_CC=$(ASAN_CC)'; \
 	  echo 'SMCP_UNIT_CFLAGS=$(ASAN_SAN) -fno-sanitize-recover=undefined'; \
@@ -255,9 +274,10 @@ $(ASAN_DIR)/test.env: Makefile
 
 asan: asan-tools $(ASAN_NGX)
 
-# the runner and the token tool by their own rules, into build/asan/
+# the runner (release and test builds) and the token tool by their own
+# rules, into build/asan/
 asan-tools:
-	$(MAKE) --no-print-directory runner tools BUILD=$(ASAN_DIR) \
+	$(MAKE) --no-print-directory runner runner-test tools BUILD=$(ASAN_DIR) \
 	    CC=$(ASAN_CC) CFLAGS="-O1 -g $(ASAN_SAN)"
 
 $(ASAN_NGX): $(MODULE_SRCS)

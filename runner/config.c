@@ -33,6 +33,8 @@
 
 #define RUNNER_OPT_WRAP      72     /* help text column */
 
+#define RUNNER_TEST_ENV      "SMCP_RUNNER_TEST_"    /* test hooks' prefix */
+
 
 typedef struct {
     const char  *flag;              /* without its dashes */
@@ -776,6 +778,37 @@ runner_config_pools(runner_config_t *cfg, char *err, size_t errlen)
                  "all, at most %d", cfg->pool_total, RUNNER_POOL_MAX);
         return RUNNER_ERR;
     }
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * SMCP_RUNNER_TEST_* variables are the test build's hooks (test_hooks.c):
+ * a release build refuses to start with one set, rather than run as if it
+ * were not.  RUNNER_ERR: err names it.
+ */
+int
+runner_config_test_hooks(char *err, size_t errlen)
+{
+#ifndef RUNNER_TEST_HOOKS
+    size_t   n;
+    char   **e;
+
+    for (e = environ; *e; e++) {
+        if (strncmp(*e, RUNNER_TEST_ENV, sizeof(RUNNER_TEST_ENV) - 1) != 0) {
+            continue;
+        }
+
+        n = strcspn(*e, "=");
+
+        snprintf(err, errlen, "%.*s is set: SMCP_RUNNER_TEST_* variables are "
+                 "test hooks, which only the test build (make runner-test) "
+                 "has; this runner is a release build and will not start "
+                 "with one: unset it", (int) (n < 64 ? n : 64), *e);
+        return RUNNER_ERR;
+    }
+#endif
 
     return RUNNER_OK;
 }

@@ -333,6 +333,11 @@ main(int argc, char **argv)
     runner_timers_t    tm;
     struct sigaction   sa;
 
+    if (runner_config_test_hooks(err, sizeof(err)) != RUNNER_OK) {
+        fprintf(stderr, "smcp-runner: %s\n", err);
+        return 2;
+    }
+
     rc = runner_config_load(&runner_config_data, argc, argv, err,
                             sizeof(err));
 

@@ -549,31 +549,6 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
 
 
 /*
- * Tests only (t/runner_crash.t): SMCP_RUNNER_TEST_HOLD_RUNNING=<s> holds
- * the run between its sandbox's start and `running`, the window a runner
- * killed there leaves (a started container, a `started` run).  Unset in
- * any deployment: nothing happens.
- */
-static void
-runner_run_test_hold(void)
-{
-    const char  *v;
-    long         s;
-
-    v = getenv("SMCP_RUNNER_TEST_HOLD_RUNNING");
-    if (v == NULL) {
-        return;
-    }
-
-    s = strtol(v, NULL, 10);
-
-    if (s > 0 && s <= 3600) {
-        sleep((unsigned int) s);
-    }
-}
-
-
-/*
  * The session's workspace into run->volume: the one its hash names (its
  * first run's pooled sandbox's), else smcp-<session>; RUNNER_AGAIN: its
  * hash names none.
@@ -778,7 +753,9 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
-    runner_run_test_hold();
+#ifdef RUNNER_TEST_HOOKS
+    runner_test_hold_running(run);
+#endif
 
     rc = runner_store_set_running(run->store, run->id, run->container,
                                   run->deadline_ms, status, sizeof(status));

@@ -29,8 +29,9 @@
  * to a new session's run of their image), spec.c (the container spec
  * and lock-down every sandbox gets, a run's or the pool's), archive.c
  * (files put into a container: how it is given one), metrics.c (the
- * counters and their /metrics listener).  smcp_token.c is a tool of its
- * own (smcp-token), not part of the runner.
+ * counters and their /metrics listener), test_hooks.c (the test build's
+ * hooks: only `make runner-test` compiles it in).  smcp_token.c is a tool
+ * of its own (smcp-token), not part of the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -357,6 +358,7 @@ int runner_config_list_next(const char **p, char *buf, size_t size);
 int runner_config_offers(const runner_config_t *cfg, const char *image);
 void runner_config_usage(FILE *f);
 void runner_config_markdown(FILE *f);
+int runner_config_test_hooks(char *err, size_t errlen);
 
 /* log.c: one line per event, key=value, never a secret; the message is
  * escaped (quotes, backslashes, anything but printable ASCII): text from a
@@ -676,6 +678,11 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+
+#ifdef RUNNER_TEST_HOOKS
+/* test_hooks.c: the test build only */
+void runner_test_hold_running(runner_run_t *run);
+#endif
 
 /* spec.c: the container spec every sandbox gets (run.c, pool.c) */
 json_t *runner_sandbox_spec(const char *image, json_t *env, json_t *labels,

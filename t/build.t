@@ -2,7 +2,10 @@
 
 # Build outputs: the dynamic module (warning-free: nginx compiles addon code
 # with -Werror), Debian's nginx accepts it with load_module (`nginx -t`),
-# the token CLI, and the static nginx with the module built in.
+# the token CLI, the static nginx with the module built in, and the
+# runner: the release build (`make`, the runner image) has no test hook
+# and refuses to start with a hook's variable set; only the test build
+# (`make runner-test`) has them.
 
 use strict;
 use warnings;
@@ -128,6 +131,54 @@ SKIP: {
     my ($hdr, $cl) = SMCP::Test::decode_jwt($tok);
     is($cl->{sub}, 'alice', 'sub');
     ok(($cl->{exp} // 0) > time() && $cl->{exp} <= time() + 121, 'exp = now + ttl');
+}
+
+###############################################################################
+# the runner: test hooks only in the test build
+
+# the runner started with extra environment: (exit status, output); a
+# runner that does not stop on its own within 30 s is killed (status 124)
+sub runner_with_env {
+    my ($bin, %env) = @_;
+    local @ENV{keys %env} = values %env;
+    my $out = `timeout -s KILL 30 $bin --redis 127.0.0.1:9 --secret-file $dir/secret --egress-url http://127.0.0.1:9 --image none --network none --docker-socket $dir/no-docker.sock --name build-t 2>&1`;
+    return ($? & 127 ? 124 : $? >> 8, $out);
+}
+
+SKIP: {
+    my $rel = "$root/build/smcp-runner";
+    skip_or_fail('build/smcp-runner not built (run `make`)', 8) unless -x $rel;
+    ok(index(slurp($rel), 'HOLD_RUNNING') < 0,
+       'the release runner holds no test hook (SMCP_RUNNER_TEST_HOLD_RUNNING '
+       . 'is not in it)');
+    my %names = map { $_ => 1 } slurp($rel) =~ /(SMCP_\w*TEST\w*)/g;
+    is_deeply([ sort keys %names ], [ 'SMCP_RUNNER_TEST_' ],
+              '... its only test name: the prefix it refuses');
+    for my $var ('SMCP_RUNNER_TEST_HOLD_RUNNING', 'SMCP_RUNNER_TEST_ANY') {
+        my ($rc, $out) = runner_with_env($rel, $var => 600);
+        is($rc, 2, "the release runner with $var set: refuses to start (exit 2)");
+        like($out, qr/^smcp-runner: \Q$var\E is set: SMCP_RUNNER_TEST_\* variables are test hooks, which only the test build \(make runner-test\) has; this runner is a release build and will not start with one: unset it$/m,
+             '... saying why') or diag($out);
+    }
+    my $docker = slurp("$root/runner/Dockerfile");
+    like($docker, qr/^RUN make runner$/m, 'the runner image builds the release runner');
+    unlike($docker, qr/runner-test|RUNNER_TEST_HOOKS/, '... and not the test build');
+}
+
+# the module and the token tool: no test hook at all
+for my $bin ($so, $static, "$root/build/smcp-token") {
+    SKIP: {
+        skip_or_fail("$bin not built", 1) unless -f $bin;
+        is_deeply([ slurp($bin) =~ /(SMCP_\w*TEST\w*)/g ], [],
+                  "$bin: no SMCP_*TEST* variable in it");
+    }
+}
+
+SKIP: {
+    my $out = `make -s -C '$root' runner-test 2>&1`;
+    skip_or_fail("make runner-test: $out", 1) if $?;
+    ok(index(slurp("$root/build/test/smcp-runner"), 'SMCP_RUNNER_TEST_HOLD_RUNNING') >= 0,
+       'the test build has the hook (t/runner_crash.t uses it)');
 }
 
 ###############################################################################

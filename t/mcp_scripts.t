@@ -265,12 +265,15 @@ sub create_argv {
              expiring => 'expiring', expired => 'expired', base_branch => '',
              pr_title => '', draft => 0,
              watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
-             max_repos => 3, sessions_trim => $now - 2000000, image => '', %o);
-    return [ @a{qw(run tenant session new now task repository branch model
-                   title create_pr timeout maxlen max_queued max_running
-                   max_cost retention idle_ttl idle_at trim started
-                   expiring expired base_branch pr_title draft watch_base
-                   max_repos sessions_trim image)} ];
+             max_repos => 3, sessions_trim => $now - 2000000, image => '',
+             grants => '*', %o);
+    my @argv = @a{qw(run tenant session new now task repository branch model
+                     title create_pr timeout maxlen max_queued max_running
+                     max_cost retention idle_ttl idle_at trim started
+                     expiring expired base_branch pr_title draft watch_base
+                     max_repos sessions_trim image grants)};
+    pop @argv unless defined $argv[-1];     # grants => undef: left out
+    return \@argv;
 }
 
 sub create {
@@ -494,6 +497,66 @@ subtest 'run_create: repositories of a session' => sub {
     unchanged($b, $a, 'follow-up, no repository');
 };
 
+subtest 'run_create: every repository of the run is granted' => sub {
+    # a follow-up fetches all of its session's repositories and works on
+    # the first unless it names another: each is checked against the
+    # token's grants (ARGV: lower case, without .git, ',' between them)
+    my $ses = id('ses_', 'g');
+    my ($A, $B) = ('https://github.com/Acme/App', 'https://github.com/acme/lib');
+    my $n = 0;
+    my $grant = sub {
+        my (%o) = @_;
+        return create(run => sprintf('run_%024x', 0xa11ce0 + ++$n),
+                      session => $ses, new => 0, max_queued => 99, %o);
+    };
+    my ($r, $b, $a) = create(run => id('run_', 'g'), session => $ses,
+                             max_queued => 99, repository => $A,
+                             grants => 'acme/app');
+    is($r, 1, "a new session on $A, granted acme/app (the case is GitHub's)");
+
+    for my $c ([ '', 'no grants' ], [ 'acme/lib', 'another repository' ],
+               [ 'acme/ap', 'a prefix of its name' ],
+               [ 'acme/app-x', 'a longer name' ],
+               [ 'acm/*', 'a prefix of its owner' ],
+               [ 'acme-x/*', 'another owner' ], [ 'app', 'a bare name' ],
+               [ undef, 'no grants argument' ]) {
+        my ($g, $what) = @$c;
+        ($r, $b, $a) = $grant->(grants => $g);
+        is($r, $A, "a follow-up naming no repository, $what: the URL refused");
+        unchanged($b, $a, "follow-up, $what");
+        ($r, $b, $a) = $grant->(repository => $B, create_pr => 1,
+                                defined $g ? (grants => "$g,acme/lib")
+                                           : (grants => 'acme/lib'));
+        is($r, $A, "... naming a granted one, $what: the session's refused");
+        unchanged($b, $a, "follow-up naming acme/lib, $what");
+    }
+
+    for my $g ('acme/app', 'ACME/APP', 'acme/*', '*', 'x/y,acme/app,z/*') {
+        ($r) = $grant->(grants => lc $g, create_pr => 1);
+        is($r, 1, "a follow-up, granted '$g': created");
+    }
+
+    ($r, $b, $a) = $grant->(repository => $B, grants => 'acme/app');
+    is($r, $B, 'naming an ungranted second repository: its URL');
+    unchanged($b, $a, 'second repository not granted');
+    ($r) = $grant->(repository => $B, grants => 'acme/app,acme/lib');
+    is($r, 1, 'both granted: created');
+    ($r, $b, $a) = $grant->(grants => 'acme/lib');
+    is($r, $A, 'the session holds both now: a token granting only the second '
+              . 'is refused the first');
+    ($r, $b, $a) = $grant->(repository => $B, grants => 'acme/lib');
+    is($r, $A, '... even naming the second');
+    unchanged($b, $a, 'one of two granted');
+
+    my $bare = id('ses_', 'h');
+    ($r) = create(run => id('run_', 'h'), session => $bare, max_queued => 99,
+                  grants => '');
+    is($r, 1, 'a session without repositories: no grant needed');
+    ($r) = create(run => id('run_', 'i'), session => $bare, new => 0,
+                  max_queued => 99, grants => '');
+    is($r, 1, '... nor for its follow-ups');
+};
+
 $t->redis('FLUSHALL');
 
 ###############################################################################
@@ -705,11 +768,12 @@ subtest 'run_create: the run\'s image' => sub {
     is($r, 1, 'created: 1');
     is($t->redis('HGET', "${P}run:$run", 'image'), 'smcp-sandbox-go:1',
        'the run hash holds the image it names');
-    # a caller of the script before the argument existed: no image
+    # a caller of the script before the argument existed: no image (nor
+    # the grants after it: a run without a repository needs none)
     my $run2 = id('run_', 'j');
     my $ses2 = id('ses_', 'j');
     my $argv = create_argv(run => $run2, session => $ses2);
-    pop @$argv;
+    splice(@$argv, -2);
     ($r) = script('run_create', create_keys($run2, 'alice', $ses2), $argv);
     is($r, 1, 'without the argument: created');
     is($t->redis('HGET', "${P}run:$run2", 'image'), '', '... with no image (the runner\'s)');

@@ -20,18 +20,25 @@
 -- session states `expiring` and `expired`; then base branch, pr title,
 -- draft (1/0), watch base (the run page's URL), the most repositories a
 -- session may hold, the sessions' trim score (ms: older sessions' keys are
--- gone), the run's image ("" or missing: the runner's own)
+-- gone), the run's image ("" or missing: the runner's own), the token's
+-- grants (its "repos" claim in lower case, without ".git", ',' between
+-- them, e.g. "acme/app,tools/*"; "" or missing: none)
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
 -- array and its `repository`: the one it names, else the session's first.
+-- The run reaches every one of them (it fetches them all, and clones,
+-- pushes and opens its pull request on its own): each must be granted to
+-- the token that asks, not only the one it names (the module checked
+-- that one already).
 --
 -- Returns 1; 0 when an existing session is unknown to this tenant (or a
 -- new one's id is taken); -1 when it expired (or is expiring); -2 when the
 -- tenant has max queued runs started already; -3 when the session holds
 -- the most repositories already and the run names another; -4 when the run
--- needs a repository (a branch, a pull request) and has none.  Only 1
--- writes anything.
+-- needs a repository (a branch, a pull request) and has none; the URL of a
+-- repository of the run that the grants do not cover.  Only 1 writes
+-- anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 
 local repos = {}
@@ -58,6 +65,17 @@ if not seen then
   repos[#repos + 1] = own
 end
 if own == '' and (ARGV[8] ~= '' or ARGV[11] == '1') then return -4 end
+
+local grants = ',' .. (ARGV[31] or '') .. ','
+for _, url in ipairs(repos) do
+  local o, n = string.match(string.lower(url), '^https://[^/]+/([^/]+)/([^/]+)$')
+  if not (o and (string.find(grants, ',*,', 1, true)
+                 or string.find(grants, ',' .. o .. '/*,', 1, true)
+                 or string.find(grants, ',' .. o .. '/' .. n .. ',', 1, true)))
+  then
+    return url
+  end
+end
 
 -- the URLs are checked (https, host, owner, name): nothing to escape
 local list = '[]'
