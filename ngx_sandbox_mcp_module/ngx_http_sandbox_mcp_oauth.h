@@ -48,8 +48,12 @@ typedef struct {
 } ngx_http_sandbox_mcp_oauth_req_t;
 
 
+typedef struct ngx_http_sandbox_mcp_oauth_ctx_s
+    ngx_http_sandbox_mcp_oauth_ctx_t;
+
+
 /* one request to the endpoints */
-typedef struct {
+struct ngx_http_sandbox_mcp_oauth_ctx_s {
     ngx_http_request_t                 *request;
     ngx_http_sandbox_mcp_loc_conf_t    *lcf;
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;
@@ -76,14 +80,86 @@ typedef struct {
     ngx_str_t                           sub_body;
     ngx_int_t                         (*sub_next)(void *ctx);
 
+    /* the endpoint's next steps, for the shared code below it: the
+     * client is known (its name and redirect URIs, JSON); the access key
+     * a code was to be issued for is revoked */
+    ngx_int_t                         (*client_known)(
+                                          ngx_http_sandbox_mcp_oauth_ctx_t
+                                          *ctx, ngx_str_t *name,
+                                          ngx_str_t *uris_json);
+    ngx_int_t                         (*key_revoked)(
+                                          ngx_http_sandbox_mcp_oauth_ctx_t
+                                          *ctx);
+
     /* token */
     ngx_str_t                           access_jti;
     ngx_str_t                           refresh;    /* the new one */
     time_t                              access_exp;
 
     unsigned                            done:1;
-} ngx_http_sandbox_mcp_oauth_ctx_t;
+};
 
+
+/*
+ * _oauth.c, the top: configuration, the routes, the discovery documents
+ */
+
+/* the handler of sandbox_mcp_oauth_endpoints */
+ngx_int_t ngx_http_sandbox_mcp_oauth_handler(ngx_http_request_t *r);
+char *ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_oauth_conf_t *prev,
+    ngx_http_sandbox_mcp_oauth_conf_t *conf);
+void ngx_http_sandbox_mcp_oauth_init_conf(
+    ngx_http_sandbox_mcp_oauth_conf_t *conf);
+
+
+/*
+ * the endpoints, each in its file: _oauth_register.c, _oauth_authorize.c
+ * (which goes on in _oauth_github.c and _oauth_client_metadata.c),
+ * _oauth_token.c (token and revocation)
+ */
+
+ngx_int_t ngx_http_sandbox_mcp_oauth_register(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_oauth_authorize(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_oauth_token(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_oauth_revoke(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+
+/* registration's checks of client metadata: NULL, or why not (and the
+ * OAuth error in *error); client metadata documents are held to them */
+const char *ngx_http_sandbox_mcp_oauth_check_metadata(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, json_t *md, const char **error);
+
+/* GitHub sign-in: directives, the start (from the sign-in page), the
+ * callback */
+char *ngx_http_sandbox_mcp_oauth_github_conf(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+char *ngx_http_sandbox_mcp_oauth_github_allow(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+void ngx_http_sandbox_mcp_oauth_github_merge(
+    ngx_http_sandbox_mcp_oauth_conf_t *prev,
+    ngx_http_sandbox_mcp_oauth_conf_t *conf);
+ngx_int_t ngx_http_sandbox_mcp_oauth_github_start(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_req_t *req);
+ngx_int_t ngx_http_sandbox_mcp_oauth_github_callback(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+
+/* client ID metadata documents: client_id an https URL (and the server
+ * configured for them); its document fetched, checked and cached, then
+ * ctx->client_known() */
+ngx_uint_t ngx_http_sandbox_mcp_oauth_metadata_client(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_oauth_fetch_metadata(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+
+
+/*
+ * _oauth_http.c, below them all
+ */
 
 /* the issuer and the MCP URL (the resource) this request is served for */
 ngx_int_t ngx_http_sandbox_mcp_oauth_urls(ngx_http_request_t *r,
@@ -94,13 +170,8 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_urls(ngx_http_request_t *r,
 ngx_int_t ngx_http_sandbox_mcp_oauth_metadata_url(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *url);
 
-/* the handler of sandbox_mcp_oauth_endpoints */
-ngx_int_t ngx_http_sandbox_mcp_oauth_handler(ngx_http_request_t *r);
-char *ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
-    ngx_http_sandbox_mcp_oauth_conf_t *prev,
-    ngx_http_sandbox_mcp_oauth_conf_t *conf);
-void ngx_http_sandbox_mcp_oauth_init_conf(
-    ngx_http_sandbox_mcp_oauth_conf_t *conf);
+/* the path of a URL ("" when it has none) */
+void ngx_http_sandbox_mcp_oauth_path(ngx_str_t *url, ngx_str_t *path);
 
 /* a parameter of the query or the form: NGX_OK, or NGX_DECLINED (absent) */
 ngx_int_t ngx_http_sandbox_mcp_oauth_param(
@@ -157,51 +228,11 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_cookie(
     ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t create);
 
 /* a code for the tenant (repos: the grant as JSON text, jti: the access
- * key's id or empty) stored, then the browser sent to the client */
+ * key's id or empty) stored, then the browser sent to the client (a
+ * revoked key: ctx->key_revoked(), else an error page) */
 ngx_int_t ngx_http_sandbox_mcp_oauth_grant_code(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *tenant,
     ngx_str_t *repos, ngx_str_t *jti, time_t key_exp);
-
-/* GitHub sign-in: directives, the start (from the sign-in page), the
- * callback */
-char *ngx_http_sandbox_mcp_oauth_github_conf(ngx_conf_t *cf,
-    ngx_command_t *cmd, void *conf);
-char *ngx_http_sandbox_mcp_oauth_github_allow(ngx_conf_t *cf,
-    ngx_command_t *cmd, void *conf);
-void ngx_http_sandbox_mcp_oauth_github_merge(
-    ngx_http_sandbox_mcp_oauth_conf_t *prev,
-    ngx_http_sandbox_mcp_oauth_conf_t *conf);
-ngx_int_t ngx_http_sandbox_mcp_oauth_github_start(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_http_sandbox_mcp_oauth_req_t *req);
-ngx_int_t ngx_http_sandbox_mcp_oauth_github_callback(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
-
-/* client ID metadata documents: client_id an https URL (and the server
- * configured for them); its document fetched, checked and cached, then
- * ngx_http_sandbox_mcp_oauth_client_known() */
-ngx_uint_t ngx_http_sandbox_mcp_oauth_metadata_client(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
-ngx_int_t ngx_http_sandbox_mcp_oauth_fetch_metadata(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
-ngx_int_t ngx_http_sandbox_mcp_oauth_client_known(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *name,
-    ngx_str_t *uris_json);
-
-/* registration's checks of client metadata: NULL, or why not (and the
- * OAuth error in *error) */
-const char *ngx_http_sandbox_mcp_oauth_check_metadata(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, json_t *md, const char **error);
-
-/* the steps of each endpoint */
-ngx_int_t ngx_http_sandbox_mcp_oauth_register(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
-ngx_int_t ngx_http_sandbox_mcp_oauth_authorize(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
-ngx_int_t ngx_http_sandbox_mcp_oauth_token(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
-ngx_int_t ngx_http_sandbox_mcp_oauth_revoke(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_OAUTH_H_INCLUDED_ */

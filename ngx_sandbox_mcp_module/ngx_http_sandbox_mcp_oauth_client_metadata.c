@@ -99,8 +99,7 @@ ngx_http_sandbox_mcp_oauth_cimd_stored(void *data, redisReply *reply)
         rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
 
     } else {
-        rc = ngx_http_sandbox_mcp_oauth_client_known(ctx, &cm->name,
-                                                     &cm->uris);
+        rc = ctx->client_known(ctx, &cm->name, &cm->uris);
     }
 
     if (rc != NGX_DONE) {
