@@ -313,6 +313,27 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.client_ttl),
       NULL },
 
+    { ngx_string("sandbox_mcp_oauth_unused_client_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.unused_client_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_unused_clients"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.unused_clients),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_github_pending"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.github_pending),
+      NULL },
+
     { ngx_string("sandbox_mcp_oauth_redirect_hosts"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_sandbox_mcp_str_list,

@@ -71,6 +71,11 @@ typedef struct {
     time_t                      refresh_ttl;
     time_t                      code_ttl;
     time_t                      client_ttl;
+    time_t                      unused_client_ttl;  /* until a sign-in */
+    ngx_uint_t                  unused_clients;     /* such clients, at
+                                                       most */
+    ngx_uint_t                  github_pending;     /* GitHub sign-ins
+                                                       under way, at most */
     ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
                                                    any https host */
     ngx_str_t                   metadata_location;  /* "": no client

@@ -80,6 +80,9 @@ ngx_http_sandbox_mcp_oauth_init_conf(ngx_http_sandbox_mcp_oauth_conf_t *conf)
     conf->refresh_ttl = NGX_CONF_UNSET;
     conf->code_ttl = NGX_CONF_UNSET;
     conf->client_ttl = NGX_CONF_UNSET;
+    conf->unused_client_ttl = NGX_CONF_UNSET;
+    conf->unused_clients = NGX_CONF_UNSET_UINT;
+    conf->github_pending = NGX_CONF_UNSET_UINT;
     conf->redirect_hosts = NGX_CONF_UNSET_PTR;
     conf->github_allow = NGX_CONF_UNSET_PTR;
 }
@@ -101,6 +104,13 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
                              NGX_HTTP_SANDBOX_MCP_OAUTH_CODE_TTL);
     ngx_conf_merge_sec_value(conf->client_ttl, prev->client_ttl,
                              NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL);
+    ngx_conf_merge_sec_value(conf->unused_client_ttl,
+                             prev->unused_client_ttl,
+                             NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_TTL);
+    ngx_conf_merge_uint_value(conf->unused_clients, prev->unused_clients,
+                              NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_MAX);
+    ngx_conf_merge_uint_value(conf->github_pending, prev->github_pending,
+                              NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_MAX);
     ngx_conf_merge_ptr_value(conf->redirect_hosts, prev->redirect_hosts,
                              NULL);
     ngx_conf_merge_str_value(conf->metadata_location,
@@ -109,7 +119,8 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
     ngx_http_sandbox_mcp_oauth_github_merge(prev, conf);
 
     if (conf->token_ttl == 0 || conf->refresh_ttl == 0
-        || conf->code_ttl == 0 || conf->client_ttl == 0)
+        || conf->code_ttl == 0 || conf->client_ttl == 0
+        || conf->unused_client_ttl == 0)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp_oauth_*_ttl must be more than 0");

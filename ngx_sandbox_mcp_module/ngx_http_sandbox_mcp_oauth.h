@@ -34,6 +34,13 @@
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_REFRESH_TTL  (30 * 86400)
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_CODE_TTL     60
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL   (30 * 86400)
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_TTL   3600    /* a client no
+                                                           sign-in used */
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_MAX   10000   /* such clients at
+                                                           once */
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_MAX  10000   /* GitHub sign-ins
+                                                           under way */
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_TTL  600     /* s: one of them */
 
 
 /* the parameters of an authorization request (query, form, or kept in
@@ -192,6 +199,13 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *error, const char *description);
 ngx_int_t ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
     ngx_uint_t status, const char *page, ngx_keyval_t *vars, ngx_uint_t n);
+
+/* a bounded store is full: 503 with Retry-After (seconds) and the error
+ * temporarily_unavailable; the header alone */
+ngx_int_t ngx_http_sandbox_mcp_oauth_full(ngx_http_request_t *r,
+    time_t retry, const char *description);
+ngx_int_t ngx_http_sandbox_mcp_oauth_retry_after(ngx_http_request_t *r,
+    time_t retry);
 
 /* a subrequest (in memory) to uri?args: its answer in ctx->sub_status
  * and ctx->sub_body; then next(ctx) runs, whose result (unless NGX_DONE)

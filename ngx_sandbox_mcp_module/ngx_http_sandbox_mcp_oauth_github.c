@@ -24,6 +24,7 @@
 
 #include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
 
 #include "smcp_validate.h"
 
@@ -31,7 +32,6 @@
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_AUTHORIZE                                 \
     "https://github.com/login/oauth/authorize"
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_LOCATION     "/_smcp_github"
-#define NGX_HTTP_SANDBOX_MCP_GITHUB_PENDING_TTL  "600"
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_BODY_MAX     65536
 
 
@@ -266,7 +266,15 @@ ngx_http_sandbox_mcp_github_pending_stored(void *data, redisReply *reply)
     oc = &ctx->lcf->oauth;
     ctx->cmd = NULL;
 
-    if (reply == NULL || reply->type != REDIS_REPLY_STATUS) {
+    if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer < 0) {
+        ngx_http_sandbox_mcp_oauth_finalize(ctx,
+            ngx_http_sandbox_mcp_oauth_deny(ctx, "temporarily_unavailable",
+                                  "too many GitHub sign-ins are under way: "
+                                  "try again in a few minutes"));
+        return;
+    }
+
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
         ngx_http_sandbox_mcp_oauth_finalize(ctx,
                                      ngx_http_sandbox_mcp_send_unavailable(r));
         return;
@@ -323,7 +331,7 @@ ngx_http_sandbox_mcp_oauth_github_start(ngx_http_sandbox_mcp_oauth_ctx_t
 {
     char                *s;
     json_t              *pending;
-    ngx_str_t            argv[5];
+    ngx_str_t            argv[6];
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -370,19 +378,27 @@ ngx_http_sandbox_mcp_oauth_github_start(ngx_http_sandbox_mcp_oauth_ctx_t
     ngx_memcpy(argv[2].data, s, argv[2].len);
     free(s);
 
-    ngx_str_set(&argv[0], "SET");
-    ngx_str_set(&argv[3], "EX");
-    ngx_str_set(&argv[4], NGX_HTTP_SANDBOX_MCP_GITHUB_PENDING_TTL);
+    /* anyone may start one: at most github_pending at once */
+    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                       NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_TTL);
+    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                       ctx->lcf->oauth.github_pending);
 
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
                                        SMCP_KEY_OAUTH_PENDING, &ctx->refresh)
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_OAUTH_SIGNINS, NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_github_pending_stored, ctx, 5, argv);
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
+                   &ngx_http_sandbox_mcp_script_oauth_pending,
+                   ngx_http_sandbox_mcp_github_pending_stored, ctx, 2, 6,
+                   argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

@@ -209,6 +209,38 @@ ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* a bounded store is full: 503, Retry-After (seconds), the OAuth error
+ * temporarily_unavailable */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_full(ngx_http_request_t *r, time_t retry,
+    const char *description)
+{
+    if (ngx_http_sandbox_mcp_oauth_retry_after(r, retry) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                            "temporarily_unavailable",
+                                            description);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_retry_after(ngx_http_request_t *r, time_t retry)
+{
+    ngx_str_t  v;
+
+    v.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (v.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    v.len = ngx_sprintf(v.data, "%T", ngx_max(retry, 1)) - v.data;
+
+    return ngx_http_sandbox_mcp_add_header(r, "Retry-After", &v);
+}
+
+
 /* the page with its {{name}} placeholders filled in, HTML-escaped */
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_send_html(ngx_http_request_t *r,
@@ -603,12 +635,19 @@ ngx_int_t
 ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_str_t *tenant, ngx_str_t *repos, ngx_str_t *jti, time_t key_exp)
 {
-    ngx_str_t                          hash, argv[13];
+    time_t                             client_ttl;
+    ngx_str_t                          hash, argv[15];
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_oauth_req_t  *req;
 
     r = ctx->request;
     req = ctx->step;
+
+    /* a registered client lives on from its sign-ins; a client metadata
+     * document stays cached no longer than it was */
+    client_ttl = (ctx->client_id.len == NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_ID_LEN
+                  && ngx_strncmp(ctx->client_id.data, "mcp_", 4) == 0)
+                 ? ctx->lcf->oauth.client_ttl : 0;
 
     /* the code: only its hash is stored */
     if (ngx_http_sandbox_mcp_oauth_random(r->pool, &ctx->refresh, "ac_", 32)
@@ -634,27 +673,31 @@ ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
            != NGX_OK
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
                                           SMCP_KEY_REVOKED, NULL)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
+                                          SMCP_KEY_OAUTH_UNUSED, NULL)
            != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[3] = ctx->client_id;
-    argv[4] = ctx->redirect_uri;
-    argv[5] = ctx->challenge;
-    argv[6] = req->resource;
-    argv[7] = *tenant;
-    argv[8] = *repos;
-    argv[9] = *jti;
-    argv[10] = ngx_http_sandbox_mcp_redis_number(r->pool, key_exp);
-    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                   ngx_time() + ctx->lcf->oauth.code_ttl);
+    argv[4] = ctx->client_id;
+    argv[5] = ctx->redirect_uri;
+    argv[6] = ctx->challenge;
+    argv[7] = req->resource;
+    argv[8] = *tenant;
+    argv[9] = *repos;
+    argv[10] = *jti;
+    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool, key_exp);
     argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                   ngx_time() + ctx->lcf->oauth.code_ttl);
+    argv[13] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                                  ctx->lcf->oauth.code_ttl);
+    argv[14] = ngx_http_sandbox_mcp_redis_number(r->pool, client_ttl);
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_code,
-                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 3, 13, argv);
+                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 4, 15, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

@@ -28,6 +28,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(revoke);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_client);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_code);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_grant);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_pending);
 
 
 ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
@@ -44,5 +45,6 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_oauth_client,
     &ngx_http_sandbox_mcp_script_oauth_code,
     &ngx_http_sandbox_mcp_script_oauth_grant,
+    &ngx_http_sandbox_mcp_script_oauth_pending,
     NULL
 };

@@ -17,10 +17,12 @@
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
 #   subscribe    an MCP session's resource subscription, bounded
-#   oauth_client, oauth_code, oauth_grant   the OAuth
-#                authorization server: clients, codes (spent on first use,
-#                a reuse revoking their family), refresh families (rotation,
-#                reuse revoking the family and its last access token)
+#   oauth_client, oauth_code, oauth_grant, oauth_pending   the OAuth
+#                authorization server: clients (unused ones bounded, out of
+#                the bound at their first sign-in), codes (spent on first
+#                use, a reuse revoking their family), refresh families
+#                (rotation, reuse revoking the family and its last access
+#                token), GitHub sign-ins under way (bounded)
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -42,7 +44,7 @@ my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
-                 oauth_client oauth_code oauth_grant)) {
+                 oauth_client oauth_code oauth_grant oauth_pending)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -742,41 +744,86 @@ my $FAM = "${P}oauth:family:" . ('f' x 24);
 my $CH = "${P}revoked";
 my $sec = int(time());
 
+my $UNUSED = "${P}oauth:unused";
+my $SIGNINS = "${P}oauth:signins";
+
 subtest 'oauth_client' => sub {
-    my ($r, $b, $a) = script('oauth_client', [ $CL ],
-                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600 ]);
+    my ($r, $b, $a) = script('oauth_client', [ $CL, $UNUSED ],
+                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600, 2 ]);
     is($r, 1, 'registered: 1');
     is_deeply($a->{$CL}{value}, { name => 'Claude', redirect_uris => '["https://claude.ai/cb"]',
                                   created_at => $sec }, '... its hash');
-    ok($a->{$CL}{expires}, '... expiring');
-    ($r, $b, $a) = script('oauth_client', [ $CL ], [ 'x', '[]', $sec, 3600 ]);
+    ok($a->{$CL}{expires} && $t->redis('TTL', $CL) <= 3600, '... expiring after its ttl');
+    is_deeply($a->{$UNUSED}{value}, [ $CL, $sec + 3600 ], '... an unused client until then');
+    ($r, $b, $a) = script('oauth_client', [ $CL, $UNUSED ], [ 'x', '[]', $sec, 3600, 2 ]);
     is($r, 0, 'the id taken: 0');
     unchanged($b, $a, 'the id taken');
+
+    my $cl2 = "${P}oauth:client:mcp_" . ('2' x 32);
+    my $cl3 = "${P}oauth:client:mcp_" . ('3' x 32);
+    ($r) = script('oauth_client', [ $cl2, $UNUSED ], [ 'x', '[]', $sec, 600, 2 ]);
+    is($r, 1, 'a second: 1');
+    ($r, $b, $a) = script('oauth_client', [ $cl3, $UNUSED ], [ 'x', '[]', $sec, 600, 2 ]);
+    is($r, -600, 'a third, 2 at most: -600 (full; the soonest frees in 600 s)');
+    unchanged($b, $a, 'full');
+    ($r, $b, $a) = script('oauth_client', [ $cl3, $UNUSED ], [ 'x', '[]', $sec + 601, 600, 2 ]);
+    is($r, 1, 'once one has expired: 1');
+    is_deeply($a->{$UNUSED}{value}, [ $cl3, $sec + 1201, $CL, $sec + 3600 ],
+              '... the expired one left the set');
+    $t->redis('DEL', $cl2, $cl3);
+    $t->redis('ZREM', $UNUSED, $cl3);
 };
 
 my @code_argv = ('mcp_' . ('1' x 32), 'https://claude.ai/cb', 'CHAL', 'http://h/mcp',
-                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60);
+                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60, 86400);
 
 subtest 'oauth_code' => sub {
+    my @k = ($CL, $CODE, $REV, $UNUSED);
     my @a = @code_argv;
     $a[1] = 'https://evil.example/cb';
-    my ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@a);
+    my ($r, $b, $a) = script('oauth_code', \@k, \@a);
     is($r, 'NOCLIENT', 'a redirect_uri not registered: NOCLIENT');
     unchanged($b, $a, 'NOCLIENT');
-    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV, $UNUSED ],
+                          \@code_argv);
     is($r, 'NOCLIENT', 'an unknown client: NOCLIENT');
     $t->redis('HSET', $REV, 'key-1', $sec + 3600);
-    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', \@k, \@code_argv);
     is($r, 'REVOKED', 'a revoked access key: REVOKED');
     unchanged($b, $a, 'REVOKED');
     $t->redis('HDEL', $REV, 'key-1');
-    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', \@k, \@code_argv);
     is($r, 'OK', 'stored: OK');
     is_deeply($a->{$CODE}{value}, { client_id => $code_argv[0], redirect_uri => $code_argv[1],
         challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice',
         repos => '["acme/*"]', key_jti => 'key-1', key_exp => $sec + 3600,
         exp => $sec + 60 }, '... its hash');
     ok($a->{$CODE}{expires}, '... expiring');
+    ok(!exists $a->{$UNUSED}, '... the client used: out of the unused ones');
+    ok($t->redis('TTL', $CL) > 3600, '... living the client ttl from now');
+    $t->redis('EXPIRE', $CL, 3600);
+    $a[1] = $code_argv[1];
+    $a[10] = 0;
+    ($r, $b, $a) = script('oauth_code', \@k, \@a);
+    is($r, 'OK', 'client ttl 0 (a metadata document): OK');
+    ok($t->redis('TTL', $CL) <= 3600, '... its expiry kept');
+};
+
+subtest 'oauth_pending' => sub {
+    my $p1 = "${P}oauth:pending:" . ('a' x 32);
+    my $p2 = "${P}oauth:pending:" . ('b' x 32);
+    my ($r, $b, $a) = script('oauth_pending', [ $p1, $SIGNINS ], [ '{"x":1}', 600, $sec, 1 ]);
+    is($r, 1, 'stored: 1');
+    is($a->{$p1}{value}, '{"x":1}', '... the request');
+    ok($a->{$p1}{expires}, '... expiring');
+    is_deeply($a->{$SIGNINS}{value}, [ $p1, $sec + 600 ], '... counted until then');
+    ($r, $b, $a) = script('oauth_pending', [ $p2, $SIGNINS ], [ '{"x":2}', 600, $sec + 10, 1 ]);
+    is($r, -590, 'one more, 1 at most: -590 (full)');
+    unchanged($b, $a, 'full');
+    ($r, $b, $a) = script('oauth_pending', [ $p2, $SIGNINS ], [ '{"x":2}', 600, $sec + 600, 1 ]);
+    is($r, 1, 'once the first expired: 1');
+    is_deeply($a->{$SIGNINS}{value}, [ $p2, $sec + 1200 ], '... it left the set');
+    $t->redis('DEL', $p1, $p2, $SIGNINS);
 };
 
 # oauth_grant's ARGV: mode, client_id, proof, resource, now, new refresh

@@ -11,7 +11,8 @@
 # SMCP_REGISTRIES=npm,pypi (upstreams NPM_REGISTRY_URL, PYPI_INDEX_URL,
 # PYPI_FILES_URL at loopback stand-ins) are served through the printed
 # egress listener: metadata rewritten to the egress, the second GET a cache
-# hit, a registry not enabled 403, a PUT 405.
+# hit, a registry not enabled 403, a PUT 405.  SMCP_OAUTH=on serves the
+# OAuth sign-in, registrations limited per client address.
 
 use strict;
 use warnings;
@@ -44,6 +45,7 @@ local $ENV{SMCP_TENANT} = 'stack-tenant';
 local $ENV{SMCP_REDIS_MAXMEMORY} = '512mb';
 local $ENV{SMCP_RUNNER_METRICS} = "127.0.0.1:$mport";
 local $ENV{SMCP_EGRESS_METRICS} = "127.0.0.1:$emport";
+local $ENV{SMCP_OAUTH} = 'on';
 
 # nginx through a wrapper that records the environment each instance is
 # started with (a running nginx master overwrites /proc/PID/environ with
@@ -267,6 +269,24 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     ok(!exists $cl->{run}, '... for no one run');
     $r = $ht->get($link =~ s/\s+\z//r);
     is($r->{status}, 303, '... that the dashboard takes');
+}
+
+# SMCP_OAUTH=on: the sign-in's locations (oauth-locations.sh), and what a
+# client without a token can have stored limited per address
+{
+    my $c = SMCP::Test->client(port => $port);
+    my $meta = $c->http(method => 'GET', path => '/.well-known/oauth-authorization-server');
+    is($meta->{status}, 200, 'SMCP_OAUTH=on: the authorization server\'s metadata');
+    my $reg = { method => 'POST', path => '/oauth/register',
+                headers => [ 'Content-Type' => 'application/json' ],
+                body => json_encode({ redirect_uris => [ 'http://127.0.0.1:9/cb' ] }) };
+    my %n;
+    $n{ $_->{status} }++ for $c->http_keepalive(map { $reg } 1 .. 40);
+    ok($n{201} && $n{429}, "... one address registering 40 clients at once: $n{201} 201, "
+                           . ($n{429} // 0) . ' 429 (SMCP_OAUTH_BURST 30)');
+    my $r = $c->http(%$reg);
+    is($r->{status}, 429, '... then 429');
+    is((json_decode($r->{body}) // {})->{error}, 'temporarily_unavailable', '... an OAuth error');
 }
 
 sub environ {

@@ -59,6 +59,14 @@
                                                      authorization request
                                                      while the user is at
                                                      GitHub */
+#define SMCP_KEY_OAUTH_UNUSED       "%soauth:unused"      /* zset: clients
+                                                     no sign-in used yet
+                                                     (their keys), by
+                                                     expiry: bounded */
+#define SMCP_KEY_OAUTH_SIGNINS      "%soauth:signins"     /* zset: GitHub
+                                                     sign-ins under way
+                                                     (their pending keys),
+                                                     by expiry: bounded */
 
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE
