@@ -83,6 +83,7 @@ ngx_http_sandbox_mcp_oauth_init_conf(ngx_http_sandbox_mcp_oauth_conf_t *conf)
     conf->unused_client_ttl = NGX_CONF_UNSET;
     conf->unused_clients = NGX_CONF_UNSET_UINT;
     conf->github_pending = NGX_CONF_UNSET_UINT;
+    conf->revoke_rate = NGX_CONF_UNSET_UINT;
     conf->redirect_hosts = NGX_CONF_UNSET_PTR;
     conf->github_allow = NGX_CONF_UNSET_PTR;
 }
@@ -111,6 +112,8 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
                               NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_MAX);
     ngx_conf_merge_uint_value(conf->github_pending, prev->github_pending,
                               NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_MAX);
+    ngx_conf_merge_uint_value(conf->revoke_rate, prev->revoke_rate,
+                              NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE_RATE);
     ngx_conf_merge_ptr_value(conf->redirect_hosts, prev->redirect_hosts,
                              NULL);
     ngx_conf_merge_str_value(conf->metadata_location,

@@ -41,6 +41,10 @@
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_MAX  10000   /* GitHub sign-ins
                                                            under way */
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_TTL  600     /* s: one of them */
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE_RATE  10      /* new revoked ids
+                                                           a tenant makes a
+                                                           minute */
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE_WINDOW 60     /* s */
 
 
 /* the parameters of an authorization request (query, form, or kept in

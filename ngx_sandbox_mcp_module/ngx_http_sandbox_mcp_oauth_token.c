@@ -13,6 +13,7 @@
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 #include "smcp_jwt.h"
+#include "smcp_validate.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_RT_LEN                                    \
@@ -224,9 +225,10 @@ ngx_http_sandbox_mcp_oauth_new_tokens(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
 
 /*
- * oauth_grant.lua: KEYS family, revoked, its channel, the code's key ('');
- * ARGV mode, client_id, proof, resource, now, new refresh hash, access
- * jti, its exp, refresh ttl, redirect_uri.  new_hash NULL: revoke.
+ * oauth_grant.lua: KEYS family, revoked, its channel, the code's key (''),
+ * revoked:exp; ARGV mode, client_id, proof, resource, now, new refresh
+ * hash, access jti, its exp, refresh ttl, redirect_uri.  new_hash NULL:
+ * revoke.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
@@ -235,12 +237,12 @@ ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_redis_handler_pt handler)
 {
     ngx_uint_t           i;
-    ngx_str_t            argv[14];
+    ngx_str_t            argv[15], *a;
     ngx_http_request_t  *r;
 
     r = ctx->request;
 
-    for (i = 0; i < 14; i++) {
+    for (i = 0; i < 15; i++) {
         ngx_str_null(&argv[i]);
     }
 
@@ -254,32 +256,36 @@ ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         || (code
             && ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
                                               SMCP_KEY_OAUTH_CODE, code)
-               != NGX_OK))
+               != NGX_OK)
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[4],
+                                          SMCP_KEY_REVOKED_EXP, NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[4].data = (u_char *) mode;
-    argv[4].len = ngx_strlen(mode);
-    argv[5] = ctx->client_id;
-    argv[6] = *proof;
+    a = &argv[5];   /* ARGV */
+
+    a[0].data = (u_char *) mode;
+    a[0].len = ngx_strlen(mode);
+    a[1] = ctx->client_id;
+    a[2] = *proof;
 
     if (new_hash) {
-        argv[7] = *resource;
-        argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-        argv[9].data = new_hash;
-        argv[9].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-        argv[10] = ctx->access_jti;
-        argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                     ctx->access_exp);
-        argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
+        a[3] = *resource;
+        a[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+        a[5].data = new_hash;
+        a[5].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+        a[6] = ctx->access_jti;
+        a[7] = ngx_http_sandbox_mcp_redis_number(r->pool, ctx->access_exp);
+        a[8] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                            ctx->lcf->oauth.refresh_ttl);
-        argv[13] = ctx->redirect_uri;
+        a[9] = ctx->redirect_uri;
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_grant, handler, ctx,
-                   4, new_hash ? 14 : 7, argv);
+                   5, new_hash ? 15 : 8, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -470,6 +476,14 @@ ngx_http_sandbox_mcp_oauth_revoked(void *data, redisReply *reply)
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
 
+    } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer < 0) {
+        /* RFC 7009 2.2.1: 503, the client must assume the token still
+         * exists (until its exp) and may retry */
+        rc = ngx_http_sandbox_mcp_oauth_full(ctx->request, -reply->integer,
+                               "too many revocations for this tenant this "
+                               "minute: the token is not revoked, retry "
+                               "later");
+
     } else {
         rc = ngx_http_sandbox_mcp_oauth_revoke_done(ctx->request);
     }
@@ -478,15 +492,44 @@ ngx_http_sandbox_mcp_oauth_revoked(void *data, redisReply *reply)
 }
 
 
+/* a JSON string claim into the pool; NGX_DECLINED: not a string */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_claim(ngx_pool_t *pool, json_t *claims,
+    const char *name, ngx_str_t *out)
+{
+    json_t  *v;
+
+    v = json_object_get(claims, name);
+
+    if (!json_is_string(v)) {
+        return NGX_DECLINED;
+    }
+
+    out->len = json_string_length(v);
+    out->data = ngx_pnalloc(pool, out->len + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, json_string_value(v), out->len);
+
+    return NGX_OK;
+}
+
+
 /*
  * RFC 7009: a refresh token revokes its family (and its access token), an
- * access token of ours its id; anything else is already worthless: 200.
+ * access token of ours its id; anything else (a token not ours, one
+ * already expired: no entry) is worthless already: 200.  A new revoked id
+ * is a worker's memory: a tenant makes at most
+ * sandbox_mcp_oauth_revoke_rate a minute, then 503 (revoke.lua).
  */
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
-    json_t                            *claims, *jti, *exp;
-    ngx_str_t                          tok, family, hash, argv[5];
+    json_t                            *claims;
+    ngx_int_t                          rc, rc2;
+    ngx_str_t                          tok, family, hash, sub, argv[9];
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
     char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
@@ -519,42 +562,50 @@ ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
         return ngx_http_sandbox_mcp_oauth_revoke_done(r);
     }
 
-    jti = json_object_get(claims, "jti");
-    exp = json_object_get(claims, "exp");
+    /* an access token of the authorization server: aud, jti, exp, sub */
 
-    if (!json_is_string(jti) || !json_is_integer(exp)
-        || json_object_get(claims, "aud") == NULL)
+    rc = ngx_http_sandbox_mcp_oauth_claim(r->pool, claims, "jti", &argv[4]);
+    rc2 = ngx_http_sandbox_mcp_oauth_claim(r->pool, claims, "sub", &sub);
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                 json_integer_value(json_object_get(claims, "exp")));
+
+    if (rc == NGX_DECLINED || rc2 == NGX_DECLINED
+        || !json_is_integer(json_object_get(claims, "exp"))
+        || json_object_get(claims, "aud") == NULL
+        || !smcp_valid_tenant((char *) sub.data, sub.len))
     {
-        /* not an access token of the authorization server */
         json_decref(claims);
         return ngx_http_sandbox_mcp_oauth_revoke_done(r);
     }
 
-    argv[2].len = json_string_length(jti);
-    argv[2].data = ngx_pnalloc(r->pool, argv[2].len);
-    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                json_integer_value(exp));
-    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-
-    if (argv[2].data) {
-        ngx_memcpy(argv[2].data, json_string_value(jti), argv[2].len);
-    }
-
     json_decref(claims);
 
-    if (argv[2].data == NULL
+    if (rc == NGX_ERROR || rc2 == NGX_ERROR
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
                                           SMCP_KEY_REVOKED, NULL) != NGX_OK
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
-                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK)
+                                          SMCP_KEY_REVOKED_EXP, NULL)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
+                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
+                                          SMCP_KEY_OAUTH_REVOKES, &sub)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the token's id revoked in every worker (revoke.lua, as smcp-token) */
+    argv[6] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+    argv[7] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                            ctx->lcf->oauth.revoke_rate);
+    argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                     NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE_WINDOW);
+
+    /* the token's id revoked in every worker (revoke.lua, as smcp-token),
+     * within the tenant's budget */
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_revoke,
-                   ngx_http_sandbox_mcp_oauth_revoked, ctx, 2, 5, argv);
+                   ngx_http_sandbox_mcp_oauth_revoked, ctx, 4, 9, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

@@ -29,6 +29,8 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_revoke;
 extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_revoked_load;
+extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_client;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_code;

@@ -23,6 +23,9 @@
 #                use, a reuse revoking their family), refresh families
 #                (rotation, reuse revoking the family and its last access
 #                token), GitHub sign-ins under way (bounded)
+#   revoke, revoked_load   revoked token ids: stored with their exp and
+#                indexed by it, the expired dropped on the way, a tenant's
+#                budget; a worker's copy, or their number past its maximum
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -44,7 +47,8 @@ my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
-                 oauth_client oauth_code oauth_grant oauth_pending)) {
+                 oauth_client oauth_code oauth_grant oauth_pending revoke
+                 revoked_load)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -742,6 +746,7 @@ my $CL = "${P}oauth:client:mcp_" . ('1' x 32);
 my $CODE = "${P}oauth:code:" . ('c' x 64);
 my $FAM = "${P}oauth:family:" . ('f' x 24);
 my $CH = "${P}revoked";
+my $REVX = "${P}revoked:exp";
 my $sec = int(time());
 
 my $UNUSED = "${P}oauth:unused";
@@ -837,7 +842,7 @@ sub grant_argv {
 }
 
 subtest 'oauth_grant: code' => sub {
-    my @k = ($FAM, $REV, $CH, $CODE);
+    my @k = ($FAM, $REV, $CH, $CODE, $REVX);
     my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(proof => 'WRONG'));
     is_deeply($r, [ 'ERR', 'invalid_grant',
                     'PKCE verification failed: code_verifier does not match' ],
@@ -865,6 +870,7 @@ subtest 'oauth_grant: code' => sub {
     like($r->[2], qr/already used/, 'reused: refused');
     ok(!exists $a->{$FAM}, '... the family is gone');
     is($a->{$REV}{value}{'at-1'}, $sec + 3600, '... its access token revoked');
+    is_deeply($a->{$REVX}{value}, [ 'at-1', $sec + 3600 ], '... indexed by its exp');
     is($sub->next_message(5)->[1], "at-1 " . ($sec + 3600), '... and published');
     $sub->close;
 
@@ -880,7 +886,7 @@ subtest 'oauth_grant: code' => sub {
 };
 
 subtest 'oauth_grant: refresh, revoke' => sub {
-    my @k = ($FAM, $REV, $CH, '');
+    my @k = ($FAM, $REV, $CH, '', $REVX);
     my %fam = (client_id => $code_argv[0], sub => 'alice', repos => '',
                resource => 'http://h/mcp', key_jti => 'key-2', key_exp => $sec + 3600,
                current => 'h1', access_jti => 'at-1', access_exp => $sec + 3600);
@@ -920,6 +926,61 @@ subtest 'oauth_grant: refresh, revoke' => sub {
     ok(!exists $a->{$FAM}, '... the family gone');
     ($r) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/unknown/, 'then: unknown');
+};
+
+###############################################################################
+# revoked token ids: revoke (make revoke, /oauth/revoke), revoked_load (a
+# worker's copy)
+
+subtest 'revoke' => sub {
+    $t->redis('DEL', $REV, $REVX);
+    my $BUD = "${P}oauth:revokes:rita";
+    my @k = ($REV, $REVX, $CH);
+    my $sub = $t->redis_connect;
+    $sub->subscribe($CH);
+    my ($r, $b, $a) = script('revoke', \@k, [ 'j1', $sec + 100, $sec ]);
+    is($r, 1, 'revoked: 1');
+    is_deeply($a->{$REV}{value}, { j1 => $sec + 100 }, '... the id with its exp');
+    is_deeply($a->{$REVX}{value}, [ 'j1', $sec + 100 ], '... indexed by it');
+    is($sub->next_message(5)->[1], 'j1 ' . ($sec + 100), '... published');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j1', $sec + 50, $sec ]);
+    is($r, 1, 'again with an earlier exp: 1');
+    unchanged($b, $a, 'an earlier exp');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j0', $sec - 1, $sec ]);
+    is($r, 1, 'a token already expired: 1');
+    unchanged($b, $a, 'already expired');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j2', $sec + 300, $sec + 200 ]);
+    is_deeply($a->{$REV}{value}, { j2 => $sec + 300 }, 'the expired ones dropped on the way');
+    is_deeply($a->{$REVX}{value}, [ 'j2', $sec + 300 ], '... from the index too');
+
+    my @kb = (@k, $BUD);
+    for my $i (1 .. 2) {
+        ($r) = script('revoke', \@kb, [ "b$i", $sec + 100, $sec, 2, 60 ]);
+        is($r, 1, "a tenant's revocation $i of 2: 1");
+    }
+    ($r) = script('revoke', \@kb, [ 'b1', $sec + 200, $sec, 2, 60 ]);
+    is($r, 1, '... an id it revoked already, later: 1 (not counted)');
+    ($r, $b, $a) = script('revoke', \@kb, [ 'b3', $sec + 100, $sec, 2, 60 ]);
+    ok($r < 0 && $r >= -60, "a third: $r (the budget spent, renewed in seconds)");
+    unchanged($b, $a, 'budget spent');
+    is($t->redis('GET', $BUD), 2, '... the budget counted 2');
+    ok($t->redis('TTL', $BUD) > 0, '... for the window');
+    $sub->close;
+};
+
+subtest 'revoked_load' => sub {
+    $t->redis('DEL', $REV, $REVX);
+    $t->redis('HSET', $REV, 'a', $sec - 10, 'b', $sec + 10, 'c', $sec + 20);
+    $t->redis('ZADD', $REVX, $sec - 10, 'a', $sec + 10, 'b', $sec + 20, 'c');
+    my ($r, $b, $a) = script('revoked_load', [ $REV, $REVX ], [ $sec, 1, 1000 ]);
+    is($r, 2, 'more than the worker holds: their number (the expired one dropped)');
+    ok(!exists $a->{$REV}{value}{a}, '... the expired one gone');
+    ($r) = script('revoked_load', [ $REV, $REVX ], [ $sec, 5, 1000 ]);
+    is_deeply({ @$r }, { b => $sec + 10, c => $sec + 20 }, 'else the ids and their exp');
+    $t->redis('HSET', $REV, 'x', $sec - 5, 'y', $sec - 5);
+    $t->redis('ZADD', $REVX, $sec - 5, 'x', $sec - 5, 'y');
+    ($r, $b, $a) = script('revoked_load', [ $REV, $REVX ], [ $sec, 5, 1 ]);
+    is(scalar(keys %{ $a->{$REV}{value} }), 3, 'at most ARGV[3] expired ones dropped at once');
 };
 
 $mon->close;

@@ -49,6 +49,9 @@
                                                      runner refreshes it */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
+#define SMCP_KEY_REVOKED_EXP        "%srevoked:exp"   /* zset: the same
+                                                     ids by exp, to drop
+                                                     the expired */
 #define SMCP_KEY_OAUTH_CLIENT       "%soauth:client:%s"   /* hash: a
                                                      registered client */
 #define SMCP_KEY_OAUTH_CODE         "%soauth:code:%s"     /* hash, by the
@@ -63,6 +66,9 @@
                                                      no sign-in used yet
                                                      (their keys), by
                                                      expiry: bounded */
+#define SMCP_KEY_OAUTH_REVOKES      "%soauth:revokes:%s"  /* string: a
+                                                     tenant's revocations
+                                                     this minute */
 #define SMCP_KEY_OAUTH_SIGNINS      "%soauth:signins"     /* zset: GitHub
                                                      sign-ins under way
                                                      (their pending keys),

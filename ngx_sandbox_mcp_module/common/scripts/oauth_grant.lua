@@ -10,6 +10,7 @@
 -- KEYS[1] oauth:family:{family} (for a code, the id the module derives
 -- from it)   KEYS[2] revoked   KEYS[3] channel revoked
 -- KEYS[4] oauth:code:{sha256 hex of the code} (mode code; else '')
+-- KEYS[5] revoked:exp (zset: revoked's ids by exp)
 -- ARGV: mode (code | refresh | revoke), client_id, proof (code: the S256
 -- challenge of the code_verifier; refresh, revoke: the hash of the
 -- presented refresh token), resource ('' when not sent), now (unix
@@ -33,6 +34,7 @@ local function revoke_family()
     local old = tonumber(redis.call('HGET', KEYS[2], f[1]))
     if not old or old < tonumber(f[2]) then
       redis.call('HSET', KEYS[2], f[1], f[2])
+      redis.call('ZADD', KEYS[5], f[2], f[1])
     end
     redis.call('PUBLISH', KEYS[3], f[1] .. ' ' .. f[2])
   end
