@@ -61,6 +61,46 @@ typedef struct {
 
 typedef struct ngx_http_sandbox_mcp_oauth_ctx_s
     ngx_http_sandbox_mcp_oauth_ctx_t;
+typedef struct ngx_http_sandbox_mcp_github_user_s
+    ngx_http_sandbox_mcp_github_user_t;
+
+
+/* what a code is issued for (a sign-in) */
+typedef struct {
+    ngx_str_t                           tenant;
+    ngx_str_t                           repos;      /* the grant, JSON text
+                                                       ("": none) */
+    ngx_str_t                           key_jti;    /* the access key's id
+                                                       ("": none) */
+    time_t                              key_exp;
+    ngx_str_t                           github;     /* a GitHub sign-in's
+                                                       token, sealed ("":
+                                                       none) */
+    ngx_str_t                           label;      /* ... its login */
+} ngx_http_sandbox_mcp_oauth_grant_t;
+
+
+/* the look-up of a GitHub user ended: NGX_OK, u->rule lets it in;
+ * NGX_DECLINED, no rule does, or GitHub refused the token; NGX_ERROR,
+ * GitHub or Redis failed (u->status) */
+typedef ngx_int_t (*ngx_http_sandbox_mcp_github_done_pt)(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_github_user_t *u, ngx_int_t rc);
+
+#define NGX_HTTP_SANDBOX_MCP_GITHUB_USER    1       /* the look-up's steps */
+#define NGX_HTTP_SANDBOX_MCP_GITHUB_ORGS    2
+
+/* a GitHub user, looked up (_oauth_github_user.c) */
+struct ngx_http_sandbox_mcp_github_user_s {
+    ngx_str_t                           token;      /* GitHub's, to ask */
+    ngx_str_t                           login;      /* found: its login */
+    ngx_str_t                           id;         /* ... its id (decimal) */
+    ngx_str_t                           orgs;       /* ... "id:login,..." */
+    ngx_keyval_t                       *rule;       /* the rule it matched */
+    ngx_uint_t                          status;     /* GitHub's, on failure */
+    ngx_uint_t                          step;
+    ngx_http_sandbox_mcp_github_done_pt done;
+};
 
 
 /* one request to the endpoints */
@@ -102,12 +142,22 @@ struct ngx_http_sandbox_mcp_oauth_ctx_s {
                                           ngx_http_sandbox_mcp_oauth_ctx_t
                                           *ctx);
 
+    /* the GitHub user being looked up */
+    ngx_http_sandbox_mcp_github_user_t *github;
+
     /* token */
     ngx_str_t                           access_jti;
     ngx_str_t                           refresh;    /* the new one */
     time_t                              access_exp;
 
+    /* the refresh of a GitHub sign-in: its tenant; once GitHub was asked
+     * again, the grant its rules give now and the login now */
+    ngx_str_t                           github_sub;
+    ngx_str_t                           github_repos;
+    ngx_str_t                           github_label;
+
     unsigned                            done:1;
+    unsigned                            github_checked:1;
 };
 
 
@@ -127,7 +177,8 @@ void ngx_http_sandbox_mcp_oauth_init_conf(
 /*
  * the endpoints, each in its file: _oauth_register.c, _oauth_authorize.c
  * (which goes on in _oauth_github.c and _oauth_client_metadata.c),
- * _oauth_token.c (token and revocation)
+ * _oauth_token.c (token and revocation); a GitHub user looked up
+ * (_oauth_github_user.c) below the sign-in and the token endpoint
  */
 
 ngx_int_t ngx_http_sandbox_mcp_oauth_register(
@@ -158,6 +209,21 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_github_start(
     ngx_http_sandbox_mcp_oauth_req_t *req);
 ngx_int_t ngx_http_sandbox_mcp_oauth_github_callback(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx);
+
+/* who a GitHub user is now (a sign-in, a refresh of its grant): a
+ * subrequest is started (NGX_OK), then u->done(); its tenant; the GitHub
+ * token sealed for Redis and back; whether a rule names an organization */
+ngx_int_t ngx_http_sandbox_mcp_github_user(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_github_user_t *u);
+ngx_int_t ngx_http_sandbox_mcp_github_tenant(ngx_pool_t *pool, ngx_str_t *id,
+    ngx_str_t *tenant);
+ngx_int_t ngx_http_sandbox_mcp_github_seal(ngx_http_request_t *r,
+    ngx_str_t *token, ngx_str_t *sealed);
+ngx_int_t ngx_http_sandbox_mcp_github_unseal(ngx_http_request_t *r,
+    ngx_str_t *sealed, ngx_str_t *token);
+ngx_uint_t ngx_http_sandbox_mcp_github_wants_orgs(
+    ngx_http_sandbox_mcp_oauth_conf_t *oc);
 
 /* client ID metadata documents: client_id an https URL (and the server
  * configured for them); its document fetched, checked and cached, then
@@ -245,12 +311,11 @@ ngx_int_t ngx_http_sandbox_mcp_oauth_cookie(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t create);
 
-/* a code for the tenant (repos: the grant as JSON text, jti: the access
- * key's id or empty) stored, then the browser sent to the client (a
+/* a code for the grant stored, then the browser sent to the client (a
  * revoked key: ctx->key_revoked(), else an error page) */
 ngx_int_t ngx_http_sandbox_mcp_oauth_grant_code(
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *tenant,
-    ngx_str_t *repos, ngx_str_t *jti, time_t key_exp);
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_grant_t *g);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_OAUTH_H_INCLUDED_ */

@@ -176,13 +176,14 @@ static ngx_int_t
 ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req)
 {
-    char                        *s;
-    json_t                      *key, *jti;
-    ngx_int_t                    rc;
-    ngx_str_t                    sent, repos, id;
-    const char                  *reason;
-    ngx_http_request_t          *r;
-    ngx_http_sandbox_mcp_ctx_t   mctx;
+    char                                *s;
+    json_t                              *key, *jti;
+    ngx_int_t                            rc;
+    ngx_str_t                            sent;
+    const char                          *reason;
+    ngx_http_request_t                  *r;
+    ngx_http_sandbox_mcp_ctx_t           mctx;
+    ngx_http_sandbox_mcp_oauth_grant_t   g;
 
     r = ctx->request;
 
@@ -217,7 +218,7 @@ ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     }
 
     ctx->key = key;
-    ngx_str_null(&repos);
+    ngx_memzero(&g, sizeof(ngx_http_sandbox_mcp_oauth_grant_t));
 
     if (json_object_get(key, "repos")) {
         s = json_dumps(json_object_get(key, "repos"), JSON_COMPACT);
@@ -225,25 +226,26 @@ ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        repos.len = ngx_strlen(s);
-        repos.data = ngx_pnalloc(r->pool, repos.len);
-        if (repos.data == NULL) {
+        g.repos.len = ngx_strlen(s);
+        g.repos.data = ngx_pnalloc(r->pool, g.repos.len);
+        if (g.repos.data == NULL) {
             free(s);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ngx_memcpy(repos.data, s, repos.len);
+        ngx_memcpy(g.repos.data, s, g.repos.len);
         free(s);
     }
 
     jti = json_object_get(key, "jti");
-    id.data = (u_char *) (jti ? json_string_value(jti) : "");
-    id.len = jti ? json_string_length(jti) : 0;
+    g.key_jti.data = (u_char *) (jti ? json_string_value(jti) : "");
+    g.key_jti.len = jti ? json_string_length(jti) : 0;
+    g.key_exp = (time_t) json_integer_value(json_object_get(key, "exp"));
+    g.tenant = mctx.tenant;
 
     ctx->key_revoked = ngx_http_sandbox_mcp_oauth_key_revoked;
 
-    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &mctx.tenant, &repos,
-               &id, (time_t) json_integer_value(json_object_get(key, "exp")));
+    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &g);
 }
 
 

@@ -424,6 +424,14 @@ ngx_http_sandbox_mcp_oauth_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    /* a subrequest shares its parent's body (a form with a refresh token
+     * or an access key, for the token endpoint and the consent): it goes
+     * upstream with none, whatever the location says */
+    sr->request_body = NULL;
+    sr->headers_in.content_length = NULL;
+    sr->headers_in.content_length_n = -1;
+    sr->headers_in.chunked = 0;
+
     ctx->sub_next = next;
     r->write_event_handler = ngx_http_sandbox_mcp_oauth_resume;
 
@@ -633,10 +641,10 @@ ngx_http_sandbox_mcp_oauth_code_stored(void *data, redisReply *reply)
 
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_str_t *tenant, ngx_str_t *repos, ngx_str_t *jti, time_t key_exp)
+    ngx_http_sandbox_mcp_oauth_grant_t *g)
 {
     time_t                             client_ttl;
-    ngx_str_t                          hash, argv[15];
+    ngx_str_t                          hash, argv[17];
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_oauth_req_t  *req;
 
@@ -685,19 +693,21 @@ ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     argv[5] = ctx->redirect_uri;
     argv[6] = ctx->challenge;
     argv[7] = req->resource;
-    argv[8] = *tenant;
-    argv[9] = *repos;
-    argv[10] = *jti;
-    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool, key_exp);
+    argv[8] = g->tenant;
+    argv[9] = g->repos;
+    argv[10] = g->key_jti;
+    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool, g->key_exp);
     argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
                    ngx_time() + ctx->lcf->oauth.code_ttl);
     argv[13] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                                  ctx->lcf->oauth.code_ttl);
     argv[14] = ngx_http_sandbox_mcp_redis_number(r->pool, client_ttl);
+    argv[15] = g->github;
+    argv[16] = g->label;
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_code,
-                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 4, 15, argv);
+                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 4, 17, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

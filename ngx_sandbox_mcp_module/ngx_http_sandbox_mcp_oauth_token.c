@@ -22,6 +22,8 @@
 
 static void ngx_http_sandbox_mcp_oauth_revoked(void *data,
     redisReply *reply);
+static ngx_int_t ngx_http_sandbox_mcp_oauth_github_refresh(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, redisReply *reply);
 
 
 /* code_verifier (RFC 7636 4.1): 43-128 of [A-Za-z0-9-._~] */
@@ -172,6 +174,17 @@ ngx_http_sandbox_mcp_oauth_granted(void *data, redisReply *reply)
     {
         rc = ngx_http_sandbox_mcp_oauth_answer(ctx, reply);
 
+    } else if (ngx_strcmp(reply->element[0]->str, "GITHUB") == 0
+               && reply->elements == 3 && !ctx->github_checked)
+    {
+        rc = ngx_http_sandbox_mcp_oauth_github_refresh(ctx, reply);
+
+        if (rc == NGX_DONE) {
+            /* the subrequest runs from the posted requests */
+            ngx_http_run_posted_requests(r->connection);
+            return;
+        }
+
     } else {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "sandbox_mcp: oauth: token refused: %s: %s",
@@ -227,8 +240,9 @@ ngx_http_sandbox_mcp_oauth_new_tokens(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 /*
  * oauth_grant.lua: KEYS family, revoked, its channel, the code's key (''),
  * revoked:exp; ARGV mode, client_id, proof, resource, now, new refresh
- * hash, access jti, its exp, refresh ttl, redirect_uri.  new_hash NULL:
- * revoke.
+ * hash, access jti, its exp, refresh ttl, redirect_uri, then whether
+ * GitHub was asked again (a GitHub grant's refresh) and what it gives now
+ * (repos, label).  new_hash NULL: revoke.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
@@ -237,12 +251,12 @@ ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_redis_handler_pt handler)
 {
     ngx_uint_t           i;
-    ngx_str_t            argv[15], *a;
+    ngx_str_t            argv[18], *a;
     ngx_http_request_t  *r;
 
     r = ctx->request;
 
-    for (i = 0; i < 15; i++) {
+    for (i = 0; i < 18; i++) {
         ngx_str_null(&argv[i]);
     }
 
@@ -281,11 +295,17 @@ ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         a[8] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                            ctx->lcf->oauth.refresh_ttl);
         a[9] = ctx->redirect_uri;
+
+        if (ctx->github_checked) {
+            ngx_str_set(&a[10], "1");
+            a[11] = ctx->github_repos;
+            a[12] = ctx->github_label;
+        }
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_grant, handler, ctx,
-                   5, new_hash ? 15 : 8, argv);
+                   5, new_hash ? 18 : 8, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -359,6 +379,27 @@ ngx_http_sandbox_mcp_oauth_code_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
+/* the presented refresh token: its family and its hash (hash: 65 bytes);
+ * NGX_DECLINED: not one of ours */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_presented(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_str_t *family, ngx_str_t *hash)
+{
+    ngx_str_t  rt;
+
+    if (ngx_http_sandbox_mcp_oauth_param(ctx, "refresh_token", &rt) != NGX_OK
+        || ngx_http_sandbox_mcp_oauth_family(&rt, family) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_sandbox_mcp_oauth_sha256_hex(hash->data, rt.data, rt.len);
+    hash->len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_refresh_grant(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *resource)
@@ -386,15 +427,14 @@ ngx_http_sandbox_mcp_oauth_refresh_grant(
                                "invalid_scope", "the only scope is mcp");
     }
 
-    if (ngx_http_sandbox_mcp_oauth_family(&rt, &family) != NGX_OK) {
+    hash.data = old;
+
+    if (ngx_http_sandbox_mcp_oauth_presented(ctx, &family, &hash) != NGX_OK)
+    {
         return ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_BAD_REQUEST,
                                "invalid_grant", "unknown, expired or "
                                "revoked refresh token");
     }
-
-    ngx_http_sandbox_mcp_oauth_sha256_hex(old, rt.data, rt.len);
-    hash.data = old;
-    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
 
     if (ngx_http_sandbox_mcp_oauth_new_tokens(ctx, &family, rth) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -403,6 +443,120 @@ ngx_http_sandbox_mcp_oauth_refresh_grant(
     return ngx_http_sandbox_mcp_oauth_grant(ctx, "refresh", &family, NULL,
                                             &hash, resource, rth,
                                             ngx_http_sandbox_mcp_oauth_granted);
+}
+
+
+/* a GitHub grant its account lost: the family revoked, then refused */
+static void
+ngx_http_sandbox_mcp_oauth_github_lost(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ctx->cmd = NULL;
+
+    ngx_http_sandbox_mcp_oauth_finalize(ctx,
+        (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+        ? ngx_http_sandbox_mcp_send_unavailable(ctx->request)
+        : ngx_http_sandbox_mcp_oauth_error(ctx->request,
+                               NGX_HTTP_BAD_REQUEST, "invalid_grant",
+                               "this GitHub account is no longer allowed "
+                               "here: the grant is revoked"));
+}
+
+
+/* GitHub asked again at a refresh: the refresh goes on, or the grant ends */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_github_rechecked(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_github_user_t *u, ngx_int_t rc)
+{
+    ngx_str_t            family, hash, tenant, resource;
+    ngx_http_request_t  *r;
+    u_char               h[NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX + 1];
+
+    r = ctx->request;
+
+    if (rc == NGX_ERROR) {
+        /* GitHub could not tell: the grant stays, the client retries */
+        return ngx_http_sandbox_mcp_oauth_full(r, 5, "GitHub cannot be "
+                               "asked about this account now: retry "
+                               "shortly");
+    }
+
+    if (rc == NGX_OK
+        && ngx_http_sandbox_mcp_github_tenant(r->pool, &u->id, &tenant)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_OK && tenant.len == ctx->github_sub.len
+        && ngx_strncmp(tenant.data, ctx->github_sub.data, tenant.len) == 0)
+    {
+        /* still allowed: the refresh again, with what the rules give now */
+        ctx->github_checked = 1;
+        ctx->github_repos = u->rule->value;
+        ctx->github_label = u->login;
+
+        (void) ngx_http_sandbox_mcp_oauth_param(ctx, "resource", &resource);
+
+        return ngx_http_sandbox_mcp_oauth_refresh_grant(ctx, &resource);
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "sandbox_mcp: oauth: the GitHub grant of %V ends: the "
+                  "account is no longer allowed", &ctx->github_sub);
+
+    hash.data = h;
+
+    if (ngx_http_sandbox_mcp_oauth_presented(ctx, &family, &hash) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_oauth_grant(ctx, "revoke", &family, NULL,
+                                            &hash, NULL, NULL,
+                                        ngx_http_sandbox_mcp_oauth_github_lost);
+}
+
+
+/* the refresh of a GitHub sign-in: who the user is now, first */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_github_refresh(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, redisReply *reply)
+{
+    ngx_str_t                            sealed;
+    ngx_http_request_t                  *r;
+    ngx_http_sandbox_mcp_github_user_t  *u;
+
+    r = ctx->request;
+
+    u = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_github_user_t));
+    if (u == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    sealed.data = (u_char *) reply->element[1]->str;
+    sealed.len = reply->element[1]->len;
+
+    ctx->github_sub.len = reply->element[2]->len;
+    ctx->github_sub.data = ngx_pnalloc(r->pool, ctx->github_sub.len);
+    if (ctx->github_sub.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->github_sub.data, reply->element[2]->str,
+               ctx->github_sub.len);
+
+    u->done = ngx_http_sandbox_mcp_oauth_github_rechecked;
+
+    if (ngx_http_sandbox_mcp_github_unseal(r, &sealed, &u->token) != NGX_OK)
+    {
+        /* not sealed with this secret: nobody can ask GitHub for it */
+        return u->done(ctx, u, NGX_DECLINED);
+    }
+
+    return ngx_http_sandbox_mcp_github_user(ctx, u) == NGX_OK
+           ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 

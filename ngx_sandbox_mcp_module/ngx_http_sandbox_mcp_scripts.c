@@ -30,6 +30,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_client);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_code);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_grant);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_pending);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_github);
 
 
 ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
@@ -48,5 +49,6 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_oauth_code,
     &ngx_http_sandbox_mcp_script_oauth_grant,
     &ngx_http_sandbox_mcp_script_oauth_pending,
+    &ngx_http_sandbox_mcp_script_oauth_github,
     NULL
 };

@@ -38,6 +38,8 @@ extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_grant;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_pending;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_oauth_github;
 
 /* NULL-terminated: the scripts the Redis layer loads (on every connect,
  * once Redis has loaded its dataset, after a NOSCRIPT) */

@@ -22,7 +22,9 @@
 #                the bound at their first sign-in), codes (spent on first
 #                use, a reuse revoking their family), refresh families
 #                (rotation, reuse revoking the family and its last access
-#                token), GitHub sign-ins under way (bounded)
+#                token; a GitHub sign-in's asking GitHub again first), GitHub
+#                sign-ins under way (bounded), which rule lets a GitHub user
+#                in (bound to ids: renames change nothing)
 #   revoke, revoked_load   revoked token ids: stored with their exp and
 #                indexed by it, the expired dropped on the way, a tenant's
 #                budget; a worker's copy, or their number past its maximum
@@ -48,7 +50,7 @@ my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
                  oauth_client oauth_code oauth_grant oauth_pending revoke
-                 revoked_load)) {
+                 revoked_load oauth_github)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -780,7 +782,7 @@ subtest 'oauth_client' => sub {
 };
 
 my @code_argv = ('mcp_' . ('1' x 32), 'https://claude.ai/cb', 'CHAL', 'http://h/mcp',
-                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60, 86400);
+                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60, 86400, '', '');
 
 subtest 'oauth_code' => sub {
     my @k = ($CL, $CODE, $REV, $UNUSED);
@@ -802,7 +804,7 @@ subtest 'oauth_code' => sub {
     is_deeply($a->{$CODE}{value}, { client_id => $code_argv[0], redirect_uri => $code_argv[1],
         challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice',
         repos => '["acme/*"]', key_jti => 'key-1', key_exp => $sec + 3600,
-        exp => $sec + 60 }, '... its hash');
+        exp => $sec + 60, github => '', label => '' }, '... its hash');
     ok($a->{$CODE}{expires}, '... expiring');
     ok(!exists $a->{$UNUSED}, '... the client used: out of the unused ones');
     ok($t->redis('TTL', $CL) > 3600, '... living the client ttl from now');
@@ -837,8 +839,9 @@ sub grant_argv {
     my (%o) = @_;
     my %d = (mode => 'code', client => $code_argv[0], proof => 'CHAL', resource => '',
              now => $sec, new => 'h1', jti => 'at-1', exp => $sec + 3600, ttl => 86400,
-             redirect => $code_argv[1], %o);
-    return [ @d{qw(mode client proof resource now new jti exp ttl redirect)} ];
+             redirect => $code_argv[1], checked => '', repos => '', label => '', %o);
+    return [ @d{qw(mode client proof resource now new jti exp ttl redirect checked repos
+                   label)} ];
 }
 
 subtest 'oauth_grant: code' => sub {
@@ -861,7 +864,7 @@ subtest 'oauth_grant: code' => sub {
     is_deeply($a->{$FAM}{value}, { client_id => $code_argv[0], sub => 'alice',
         repos => '["acme/*"]', resource => 'http://h/mcp', key_jti => 'key-1',
         key_exp => $sec + 3600, current => 'h1', access_jti => 'at-1',
-        access_exp => $sec + 3600 }, '... the family');
+        access_exp => $sec + 3600, github => '', label => '' }, '... the family');
     ok($a->{$FAM}{expires}, '... expiring');
 
     my $sub = $t->redis_connect;
@@ -926,6 +929,54 @@ subtest 'oauth_grant: refresh, revoke' => sub {
     ok(!exists $a->{$FAM}, '... the family gone');
     ($r) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/unknown/, 'then: unknown');
+
+    # a GitHub sign-in's family: GitHub asked again before each rotation
+    $t->redis('HSET', $FAM, %fam, sub => 'github-7', key_jti => '', github => 'SEALED',
+              label => 'octo');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
+    is_deeply($r, [ 'GITHUB', 'SEALED', 'github-7' ],
+              'a GitHub grant: GITHUB, its sealed token and tenant first');
+    unchanged($b, $a, 'GITHUB');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, checked => '1',
+                                                         repos => '["acme/docs"]',
+                                                         label => 'octo-new'));
+    is_deeply($r, [ 'OK', 'github-7', '["acme/docs"]', $sec + 3600 ],
+              'then, GitHub asked: rotated, with the grant the rules give now');
+    is($a->{$FAM}{value}{label}, 'octo-new', '... the login now as its label');
+    is($a->{$FAM}{value}{github}, 'SEALED', '... the sealed token kept');
+    ($r) = script('oauth_grant', \@k, grant_argv(%rf, checked => '1'));
+    like($r->[2], qr/already used/, '... the spent token again: refused, revoked');
+};
+
+subtest 'oauth_github' => sub {
+    my $BOUND = "${P}oauth:github:bound";
+    my @rules = ('login:octo', 'id:42', 'org:acme', 'login:other');
+    my $match = sub {
+        my ($uid, $login, $orgs) = @_;
+        return script('oauth_github', [ $BOUND ], [ $uid, $login, $orgs, @rules ]);
+    };
+    my ($r, $b, $a) = $match->(7, 'octo', '');
+    is($r, 1, 'a login rule: 1');
+    is_deeply($a->{$BOUND}{value}, { 'login:octo' => 7 }, '... bound to the id it let in');
+    ($r, $b, $a) = $match->(8, 'octo', '');
+    is($r, 0, 'another id with that login: 0');
+    unchanged($b, $a, 'another id');
+    ($r) = $match->(7, 'octo-renamed', '');
+    is($r, 1, 'the bound id under another login: 1');
+    ($r) = $match->(42, 'whoever', '');
+    is($r, 2, 'id:42: 2');
+    ($r, $b, $a) = $match->(9, 'nine', '100:acme,200:other');
+    is($r, 3, 'a member of acme: 3');
+    is($a->{$BOUND}{value}{'org:acme'}, 100, '... the rule bound to the organization\'s id');
+    ($r) = $match->(10, 'ten', '300:acme');
+    is($r, 0, 'a member of another "acme": 0');
+    ($r) = $match->(11, 'eleven', '100:acme-renamed');
+    is($r, 3, 'a member of the bound one, renamed: 3');
+    ($r) = $match->(7, 'octo', '100:acme');
+    is($r, 1, "the user's rules come before the organizations'");
+    ($r, $b, $a) = $match->(12, 'twelve', '');
+    is($r, 0, 'no rule: 0');
+    unchanged($b, $a, 'no rule');
 };
 
 ###############################################################################

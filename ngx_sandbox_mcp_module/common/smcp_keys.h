@@ -66,6 +66,10 @@
                                                      no sign-in used yet
                                                      (their keys), by
                                                      expiry: bounded */
+#define SMCP_KEY_OAUTH_GITHUB_BOUND "%soauth:github:bound" /* hash: a
+                                                     login or organization
+                                                     rule -> the GitHub id
+                                                     it is bound to */
 #define SMCP_KEY_OAUTH_REVOKES      "%soauth:revokes:%s"  /* string: a
                                                      tenant's revocations
                                                      this minute */

@@ -10,7 +10,9 @@
 -- ARGV: client_id, redirect_uri, code_challenge (S256), resource, sub
 -- (tenant), repos (the key's grant as JSON text, '' for none), key_jti
 -- ('' for none), key_exp, exp (unix seconds), ttl (seconds), the client's
--- ttl from now (seconds; 0: keep its expiry)
+-- ttl from now (seconds; 0: keep its expiry), a GitHub sign-in's sealed
+-- GitHub token ('' for none: its refreshes look the user up again), a
+-- label ('' for none: the GitHub login)
 --
 -- Returns the status OK, NOCLIENT (client unknown or expired, or the
 -- redirect_uri not one it registered) or REVOKED; nothing written unless
@@ -35,7 +37,7 @@ end
 redis.call('HSET', KEYS[2], 'client_id', ARGV[1], 'redirect_uri', ARGV[2],
            'challenge', ARGV[3], 'resource', ARGV[4], 'sub', ARGV[5],
            'repos', ARGV[6], 'key_jti', ARGV[7], 'key_exp', ARGV[8],
-           'exp', ARGV[9])
+           'exp', ARGV[9], 'github', ARGV[12], 'label', ARGV[13])
 redis.call('EXPIRE', KEYS[2], ARGV[10])
 redis.call('ZREM', KEYS[4], KEYS[1])
 if tonumber(ARGV[11]) > 0 then
