@@ -52,7 +52,8 @@ ngx_http_sandbox_mcp_oauth_host_listed(ngx_array_t *hosts, u_char *host,
 
 /*
  * https://HOST[:port]/... with HOST allowed, or http:// on a loopback
- * name; no fragment, no userinfo, nothing below 0x21.
+ * name; no fragment, no userinfo, nothing below 0x21 or above 0x7e, none
+ * of " < > ` { } | ^ \.
  */
 static ngx_uint_t
 ngx_http_sandbox_mcp_oauth_redirect_ok(ngx_http_sandbox_mcp_loc_conf_t *lcf,
@@ -62,6 +63,7 @@ ngx_http_sandbox_mcp_oauth_redirect_ok(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     size_t       hlen;
     ngx_uint_t   https, i;
 
+    static u_char     bad[] = "#\\\"<>`{}|^";
     static ngx_str_t  loopback[] = {
         ngx_string("127.0.0.1"), ngx_string("localhost"),
         ngx_string("[::1]"), ngx_null_string
@@ -73,8 +75,12 @@ ngx_http_sandbox_mcp_oauth_redirect_ok(ngx_http_sandbox_mcp_loc_conf_t *lcf,
 
     last = s + len;
 
+    /* no fragment, and none of what a URI may not hold unescaped (RFC
+     * 3986): what is stored is the URI's own bytes, JSON needs no escape */
     for (p = s; p < last; p++) {
-        if (*p <= 0x20 || *p >= 0x7f || *p == '#' || *p == '\\') {
+        if (*p <= 0x20 || *p >= 0x7f
+            || ngx_strlchr(bad, bad + sizeof(bad) - 1, *p))
+        {
             return 0;
         }
     }

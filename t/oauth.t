@@ -162,6 +162,8 @@ subtest 'registration' => sub {
         [ 'a fragment',         { redirect_uris => ['https://a.example/cb#x'] }, 'invalid_redirect_uri' ],
         [ 'userinfo',           { redirect_uris => ['https://a.example@evil.example/cb'] }, 'invalid_redirect_uri' ],
         [ 'a space',            { redirect_uris => ['https://a.example/c b'] }, 'invalid_redirect_uri' ],
+        [ 'a quote (RFC 3986)', { redirect_uris => ['https://a.example/c"b'] }, 'invalid_redirect_uri' ],
+        [ 'a brace (RFC 3986)', { redirect_uris => ['https://a.example/{cb}'] }, 'invalid_redirect_uri' ],
         [ 'too long',           { redirect_uris => ['https://a.example/' . 'a' x 600] }, 'invalid_redirect_uri' ],
         [ 'too many',           { redirect_uris => [ map { "https://a.example/$_" } 1 .. 9 ] }, 'invalid_redirect_uri' ],
         [ 'not strings',        { redirect_uris => [ { a => 1 } ] }, 'invalid_redirect_uri' ],

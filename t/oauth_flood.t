@@ -19,7 +19,7 @@
 #            error=temporarily_unavailable); a client metadata document
 #            (the sibling anonymous write) refused too; Redis's memory
 #            grows by no more than the stated bound (README, Directives:
-#            6 KiB a client, 1 KiB a sign-in); an unused client
+#            6 KiB a client, 3 KiB a sign-in); an unused client
 #            expires within sandbox_mcp_oauth_unused_client_ttl, a used
 #            one lives sandbox_mcp_oauth_client_ttl and leaves the bound
 #   a tenant    meanwhile and after: run_task, get_result and the
@@ -44,7 +44,7 @@ my $N = 20_000;             # registrations, and as many sign-ins started
 my $CLIENTS = 2000;         # sandbox_mcp_oauth_unused_clients
 my $PENDING = 2000;         # sandbox_mcp_oauth_github_pending
 my $CLIENT_BYTES = 6144;    # an unused client in Redis, at most (stated)
-my $PENDING_BYTES = 1024;   # a sign-in under way, at most (stated)
+my $PENDING_BYTES = 3072;   # a sign-in under way, at most (stated)
 my $ROOM = 48 << 20;        # Redis's maxmemory above its start: 20,000
                             # clients of 4.5 KB (90 MB) would not fit
 my $P = 'smcp:';
@@ -136,7 +136,11 @@ subtest 'the shipped per-address limit' => sub {
     $t->stop_nginx('shipped');
 };
 
-my $client = $o->register;                    # the sign-ins' client
+# the sign-ins' client, and the largest request a sign-in keeps: a
+# redirect URI of 512 bytes, a state of 512 that JSON doubles
+my $redirect = 'http://127.0.0.1:9/' . ('r' x 493);
+die 'not the largest URI' unless length($redirect) == 512;
+my $client = $o->register(redirect_uris => [ $redirect, $o->{redirect} ]);
 my $mem0 = used_memory();
 $t->redis('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
 $t->redis('CONFIG', 'SET', 'maxmemory', $mem0 + $ROOM);
@@ -164,7 +168,9 @@ subtest "$N anonymous registrations" => sub {
 
 subtest "$N GitHub sign-ins started" => sub {
     my ($v, $c) = SMCP::OAuth::pkce();
-    my @p = $o->auth_params($client, challenge => $c, state => 'st-flood');
+    my $state = '"' x 512;
+    my @p = $o->auth_params($client, challenge => $c, state => $state,
+                            redirect_uri => $redirect);
     my $page = $o->authorize_page(@p);
     my $form = SMCP::OAuth::form(@p, csrf => $page->{csrf}, action => 'github');
     my ($count, $first) = flood($N, sub {
@@ -180,9 +186,9 @@ subtest "$N GitHub sign-ins started" => sub {
         headers => [ 'Content-Type' => 'application/x-www-form-urlencoded',
                      Cookie => $page->{cookie} ]);
     my $q = SMCP::OAuth::query($last->{headers}{location});
-    like($last->{headers}{location}, qr{^\Q$o->{redirect}\E\?}, 'past the bound: back to the client');
+    like($last->{headers}{location}, qr{^\Q$redirect\E\?}, 'past the bound: back to the client');
     is($q->{error}, 'temporarily_unavailable', '... error=temporarily_unavailable');
-    is($q->{state}, 'st-flood', '... with its state');
+    is($q->{state}, $state, '... with its state');
 };
 
 subtest 'a client metadata document, the bound full' => sub {
