@@ -19,7 +19,7 @@
 #            error=temporarily_unavailable); a client metadata document
 #            (the sibling anonymous write) refused too; Redis's memory
 #            grows by no more than the stated bound (README, Directives:
-#            6 KiB a client, 3 KiB a sign-in); an unused client
+#            7 KiB a client, 3 KiB a sign-in); an unused client
 #            expires within sandbox_mcp_oauth_unused_client_ttl, a used
 #            one lives sandbox_mcp_oauth_client_ttl and leaves the bound
 #   a tenant    meanwhile and after: run_task, get_result and the
@@ -43,7 +43,7 @@ use SMCP::Test qw(json_encode json_decode);
 my $N = 20_000;             # registrations, and as many sign-ins started
 my $CLIENTS = 2000;         # sandbox_mcp_oauth_unused_clients
 my $PENDING = 2000;         # sandbox_mcp_oauth_github_pending
-my $CLIENT_BYTES = 6144;    # an unused client in Redis, at most (stated)
+my $CLIENT_BYTES = 7168;    # an unused client in Redis, at most (stated)
 my $PENDING_BYTES = 3072;   # a sign-in under way, at most (stated)
 my $ROOM = 48 << 20;        # Redis's maxmemory above its start: 20,000
                             # clients of 4.5 KB (90 MB) would not fit
@@ -141,6 +141,21 @@ subtest 'the shipped per-address limit' => sub {
 my $redirect = 'http://127.0.0.1:9/' . ('r' x 493);
 die 'not the largest URI' unless length($redirect) == 512;
 my $client = $o->register(redirect_uris => [ $redirect, $o->{redirect} ]);
+
+# the largest client metadata document: a URL of 512 bytes, 8 redirect
+# URIs of 512, a name of 128
+my $big_cimd = 'https://client.example/' . ('d' x 489);
+die 'not the largest URL' unless length($big_cimd) == 512;
+{
+    my ($path) = $big_cimd =~ m{^https://[^/]+(/.*)$};
+    $docs->set_file($path, json_encode({ client_id => $big_cimd, client_name => 'D' x 128,
+        redirect_uris => \@uris, token_endpoint_auth_method => 'none' }));
+    my $page = $o->authorize_page($o->auth_params({ client_id => $big_cimd },
+                                                  challenge => (SMCP::OAuth::pkce())[1],
+                                                  redirect_uri => $uris[0]));
+    die "the largest metadata document was not taken: $page->{status}\n"
+        unless $page->{status} == 200;
+}
 my $mem0 = used_memory();
 $t->redis('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
 $t->redis('CONFIG', 'SET', 'maxmemory', $mem0 + $ROOM);
@@ -209,9 +224,10 @@ subtest 'Redis memory within the stated bound' => sub {
     note(sprintf('Redis grew by %.1f MB; bound %.1f MB', $grew / 2**20, $bound / 2**20));
     ok($grew <= $bound, sprintf('%.1f MB <= %d clients x %d B + %d sign-ins x %d B',
                                 $grew / 2**20, $CLIENTS, $CLIENT_BYTES, $PENDING, $PENDING_BYTES));
-    my $ids = $t->redis('ZRANGE', "${P}oauth:unused", 0, 0);
-    my $one = $t->redis('MEMORY', 'USAGE', $ids->[0]);
-    ok($one < $CLIENT_BYTES, "the largest client: $one bytes");
+    my $key = "${P}oauth:client:$big_cimd";
+    # its hash, and its entry in oauth:unused (the key again, a node)
+    my $one = $t->redis('MEMORY', 'USAGE', $key) + length($key) + 128;
+    ok($one < $CLIENT_BYTES, "the largest client (a metadata document): $one bytes");
     my ($pk) = @{ $t->redis('KEYS', "${P}oauth:pending:*") };
     my $pend = $t->redis('MEMORY', 'USAGE', $pk);
     ok($pend < $PENDING_BYTES, "a sign-in under way: $pend bytes");
