@@ -18,6 +18,12 @@
 /* directive defaults (docs/contracts.md, README "Directives"): seconds,
  * bytes, counts */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT      3000    /* ms */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        50000   /* revoked token ids
+                                                           a worker keeps:
+                                                           its table takes
+                                                           at most 20 MiB
+                                                           (smcp_revoked_
+                                                           max_bytes) */
 #define NGX_HTTP_SANDBOX_MCP_MAX_BODY           (1024 * 1024)
 #define NGX_HTTP_SANDBOX_MCP_SESSION_TTL        86400
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_HOST        SMCP_DEFAULT_GIT_HOST
@@ -63,8 +69,12 @@
                                                            this often */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS    4       /* layers that hear
                                                            pub/sub */
-#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        1000000 /* revoked token ids
-                                                           a worker keeps */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_RETRY      10000   /* ms: the ids read
+                                                           again while they
+                                                           do not fit */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_PRUNE      1000    /* expired ids
+                                                           dropped per
+                                                           read */
 
 /* /mcp requests */
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN     64      /* hex: 256 bits */

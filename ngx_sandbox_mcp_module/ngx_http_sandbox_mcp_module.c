@@ -103,6 +103,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_main_conf_t, redis_password_from),
       NULL },
 
+    { ngx_string("sandbox_mcp_revoked_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, revoked_max),
+      NULL },
+
     { ngx_string("sandbox_mcp_secret_file"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_str_slot,
@@ -313,6 +320,34 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.client_ttl),
       NULL },
 
+    { ngx_string("sandbox_mcp_oauth_unused_client_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.unused_client_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_unused_clients"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.unused_clients),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_github_pending"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.github_pending),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_revoke_rate"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.revoke_rate),
+      NULL },
+
     { ngx_string("sandbox_mcp_oauth_redirect_hosts"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_sandbox_mcp_str_list,
@@ -416,7 +451,8 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
     if (ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf,
                                                ngx_http_sandbox_mcp_scripts)
         != NGX_OK
-        || ngx_http_sandbox_mcp_revoked_init_worker(cycle) != NGX_OK
+        || ngx_http_sandbox_mcp_revoked_init_worker(cycle, mcf->revoked_max)
+           != NGX_OK
         || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK)
     {
         return NGX_ERROR;
@@ -461,6 +497,7 @@ ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf)
 
     mcf->redis_port = NGX_CONF_UNSET;
     mcf->redis_timeout = NGX_CONF_UNSET_MSEC;
+    mcf->revoked_max = NGX_CONF_UNSET_UINT;
 
     return mcf;
 }
@@ -483,6 +520,8 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_msec_value(mcf->redis_timeout,
                              NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT);
+    ngx_conf_init_uint_value(mcf->revoked_max,
+                             NGX_HTTP_SANDBOX_MCP_REVOKED_MAX);
 
     if (!mcf->enabled) {
         return NGX_CONF_OK;

@@ -46,6 +46,8 @@ typedef struct {
     ngx_str_t                   redis_unix;
     ngx_str_t                   prefix;
     ngx_msec_t                  redis_timeout;
+    ngx_uint_t                  revoked_max;    /* revoked ids a worker
+                                                   keeps */
     ngx_str_t                   redis_password_from;    /* env:N | file:P */
     u_char                     *redis_password;         /* NULL: no AUTH */
     size_t                      redis_password_len;
@@ -71,6 +73,14 @@ typedef struct {
     time_t                      refresh_ttl;
     time_t                      code_ttl;
     time_t                      client_ttl;
+    time_t                      unused_client_ttl;  /* until a sign-in */
+    ngx_uint_t                  unused_clients;     /* such clients, at
+                                                       most */
+    ngx_uint_t                  github_pending;     /* GitHub sign-ins
+                                                       under way, at most */
+    ngx_uint_t                  revoke_rate;        /* new revoked ids a
+                                                       tenant makes a
+                                                       minute */
     ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
                                                    any https host */
     ngx_str_t                   metadata_location;  /* "": no client
@@ -182,7 +192,12 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                        token's grants */
     ngx_str_t                           jti;        /* to check in Redis:
                                                        the worker's revoked
-                                                       set is not loaded */
+                                                       set cannot tell */
+    ngx_str_t                           jti_ask;    /* the dashboard: such
+                                                       an id to ask Redis
+                                                       about */
+    ngx_str_t                           jti_asked;  /* ... and the one it
+                                                       answered for */
     ngx_str_t                           session_id;     /* Mcp-Session-Id */
     ngx_str_t                           version;        /* effective */
     ngx_str_t                           header_version; /* as sent */
@@ -215,6 +230,8 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                               2025-03-26 */
     unsigned                            initialize:1;
     unsigned                            done:1;
+    unsigned                            jti_revoked:1;  /* Redis's answer
+                                                           for jti_asked */
 
     /* the session lookup's commands: HEXISTS revoked first; HGETALL of
      * the run last */

@@ -65,8 +65,21 @@ ngx_http_sandbox_mcp_ui_check(ngx_http_request_t *r,
     json_decref(claims);
 
     if (rc == NGX_OK && ctx->jti.len) {
-        /* the worker's revoked set is not loaded: fail closed */
-        rc = NGX_AGAIN;
+        /* the worker's revoked set cannot tell: Redis's word, once asked
+         * (fail closed until then) */
+        if (ctx->jti_asked.len == ctx->jti.len
+            && ngx_memcmp(ctx->jti_asked.data, ctx->jti.data, ctx->jti.len)
+               == 0)
+        {
+            rc = ctx->jti_revoked ? NGX_DECLINED : NGX_OK;
+
+        } else {
+            rc = NGX_AGAIN;
+
+            if (ctx->jti_ask.len == 0) {
+                ctx->jti_ask = ctx->jti;
+            }
+        }
     }
 
     if (rc != NGX_OK) {

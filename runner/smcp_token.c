@@ -368,7 +368,7 @@ smcp_token_revoke(smcp_token_opts_t *o)
     long           exp;
     redisReply    *reply;
     redisContext  *c;
-    char           jti[SMCP_JTI_MAX + 1], key[256], chan[256];
+    char           jti[SMCP_JTI_MAX + 1], key[256], idx[256], chan[256];
 
     if (strlen(o->prefix) > 200) {
         fprintf(stderr, "smcp-token: --prefix is too long\n");
@@ -385,11 +385,12 @@ smcp_token_revoke(smcp_token_opts_t *o)
     }
 
     snprintf(key, sizeof(key), SMCP_KEY_REVOKED, o->prefix);
+    snprintf(idx, sizeof(idx), SMCP_KEY_REVOKED_EXP, o->prefix);
     snprintf(chan, sizeof(chan), SMCP_CHAN_REVOKED, o->prefix);
 
     /* common/scripts/revoke.lua: a one-shot tool sends it whole */
-    reply = redisCommand(c, "EVAL %s 2 %s %s %s %ld %ld", smcp_lua_revoke,
-                         key, chan, jti, exp, (long) time(NULL));
+    reply = redisCommand(c, "EVAL %s 3 %s %s %s %s %ld %ld", smcp_lua_revoke,
+                         key, idx, chan, jti, exp, (long) time(NULL));
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         fprintf(stderr, "smcp-token: revoking failed: %s\n",

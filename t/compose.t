@@ -25,6 +25,8 @@
 #     removed
 #   - a second task of one of those sessions, queued meanwhile, runs after
 #     the first one on the session's network made anew, and completes
+#   - SMCP_OAUTH=on: the OAuth endpoints, registrations limited per client
+#     address (429 past the burst)
 #   - package registries (issue 14), SMCP_REGISTRIES=npm with
 #     NPM_REGISTRY_URL a stand-in on docker0: the egress container's
 #     entrypoint renders the npm route (and no other), nginx -t passes in
@@ -337,6 +339,11 @@ delete @ENV{ grep { /^(PYPI|GOPROXY|GOSUMDB|CRATES|MAVEN|RUBYGEMS|DEBIAN_MIRROR)
 my $port = free_port();
 $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 
+# the OAuth sign-in (SMCP_OAUTH=on), its per-address limit rendered by the
+# nginx container's entrypoint
+$ENV{SMCP_OAUTH} = 'on';
+delete @ENV{qw(SMCP_OAUTH_RATE SMCP_OAUTH_BURST)};
+
 ##############################################################################
 # build and start
 
@@ -436,6 +443,20 @@ is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}
 # the harness's client half (HTTP, MCP, JWT) pointed at the published port;
 # nothing of it is started (new() would want a host redis and nginx)
 my $mcp = SMCP::Test->client(port => $port, secret => $secret, tenant => $tenant);
+
+# SMCP_OAUTH=on: the OAuth endpoints, and what a client without a token can
+# have stored limited per address (oauth-locations.sh in the image)
+{
+    my $meta = $mcp->http(method => 'GET', path => '/.well-known/oauth-authorization-server');
+    is($meta->{status}, 200, 'SMCP_OAUTH=on: the authorization server\'s metadata');
+    my $reg = { method => 'POST', path => '/oauth/register',
+                headers => [ 'Content-Type' => 'application/json' ],
+                body => JSON::PP->new->encode({ redirect_uris => [ 'http://127.0.0.1:9/cb' ] }) };
+    my %n;
+    $n{ $_->{status} }++ for $mcp->http_keepalive(map { $reg } 1 .. 40);
+    ok($n{201} && $n{429}, "... 40 registrations from one address: " . ($n{201} // 0)
+                           . ' 201, ' . ($n{429} // 0) . ' 429');
+}
 
 # the registry routes of SMCP_REGISTRIES=npm, rendered by the egress
 # container's entrypoint: in its configuration, which nginx -t takes, and

@@ -17,10 +17,17 @@
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
 #   subscribe    an MCP session's resource subscription, bounded
-#   oauth_client, oauth_code, oauth_grant   the OAuth
-#                authorization server: clients, codes (spent on first use,
-#                a reuse revoking their family), refresh families (rotation,
-#                reuse revoking the family and its last access token)
+#   oauth_client, oauth_code, oauth_grant, oauth_pending   the OAuth
+#                authorization server: clients (unused ones bounded, out of
+#                the bound at their first sign-in), codes (spent on first
+#                use, a reuse revoking their family), refresh families
+#                (rotation, reuse revoking the family and its last access
+#                token; a GitHub sign-in's asking GitHub again first), GitHub
+#                sign-ins under way (bounded), which rule lets a GitHub user
+#                in (bound to ids: renames change nothing)
+#   revoke, revoked_load   revoked token ids: stored with their exp and
+#                indexed by it, the expired dropped on the way, a tenant's
+#                budget; a worker's copy, or their number past its maximum
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -42,7 +49,8 @@ my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
-                 oauth_client oauth_code oauth_grant)) {
+                 oauth_client oauth_code oauth_grant oauth_pending revoke
+                 revoked_load oauth_github)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -804,43 +812,89 @@ my $CL = "${P}oauth:client:mcp_" . ('1' x 32);
 my $CODE = "${P}oauth:code:" . ('c' x 64);
 my $FAM = "${P}oauth:family:" . ('f' x 24);
 my $CH = "${P}revoked";
+my $REVX = "${P}revoked:exp";
 my $sec = int(time());
 
+my $UNUSED = "${P}oauth:unused";
+my $SIGNINS = "${P}oauth:signins";
+
 subtest 'oauth_client' => sub {
-    my ($r, $b, $a) = script('oauth_client', [ $CL ],
-                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600 ]);
+    my ($r, $b, $a) = script('oauth_client', [ $CL, $UNUSED ],
+                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600, 2 ]);
     is($r, 1, 'registered: 1');
     is_deeply($a->{$CL}{value}, { name => 'Claude', redirect_uris => '["https://claude.ai/cb"]',
                                   created_at => $sec }, '... its hash');
-    ok($a->{$CL}{expires}, '... expiring');
-    ($r, $b, $a) = script('oauth_client', [ $CL ], [ 'x', '[]', $sec, 3600 ]);
+    ok($a->{$CL}{expires} && $t->redis('TTL', $CL) <= 3600, '... expiring after its ttl');
+    is_deeply($a->{$UNUSED}{value}, [ $CL, $sec + 3600 ], '... an unused client until then');
+    ($r, $b, $a) = script('oauth_client', [ $CL, $UNUSED ], [ 'x', '[]', $sec, 3600, 2 ]);
     is($r, 0, 'the id taken: 0');
     unchanged($b, $a, 'the id taken');
+
+    my $cl2 = "${P}oauth:client:mcp_" . ('2' x 32);
+    my $cl3 = "${P}oauth:client:mcp_" . ('3' x 32);
+    ($r) = script('oauth_client', [ $cl2, $UNUSED ], [ 'x', '[]', $sec, 600, 2 ]);
+    is($r, 1, 'a second: 1');
+    ($r, $b, $a) = script('oauth_client', [ $cl3, $UNUSED ], [ 'x', '[]', $sec, 600, 2 ]);
+    is($r, -600, 'a third, 2 at most: -600 (full; the soonest frees in 600 s)');
+    unchanged($b, $a, 'full');
+    ($r, $b, $a) = script('oauth_client', [ $cl3, $UNUSED ], [ 'x', '[]', $sec + 601, 600, 2 ]);
+    is($r, 1, 'once one has expired: 1');
+    is_deeply($a->{$UNUSED}{value}, [ $cl3, $sec + 1201, $CL, $sec + 3600 ],
+              '... the expired one left the set');
+    $t->redis('DEL', $cl2, $cl3);
+    $t->redis('ZREM', $UNUSED, $cl3);
 };
 
 my @code_argv = ('mcp_' . ('1' x 32), 'https://claude.ai/cb', 'CHAL', 'http://h/mcp',
-                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60);
+                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60, 86400, '', '');
 
 subtest 'oauth_code' => sub {
+    my @k = ($CL, $CODE, $REV, $UNUSED);
     my @a = @code_argv;
     $a[1] = 'https://evil.example/cb';
-    my ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@a);
+    my ($r, $b, $a) = script('oauth_code', \@k, \@a);
     is($r, 'NOCLIENT', 'a redirect_uri not registered: NOCLIENT');
     unchanged($b, $a, 'NOCLIENT');
-    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV, $UNUSED ],
+                          \@code_argv);
     is($r, 'NOCLIENT', 'an unknown client: NOCLIENT');
     $t->redis('HSET', $REV, 'key-1', $sec + 3600);
-    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', \@k, \@code_argv);
     is($r, 'REVOKED', 'a revoked access key: REVOKED');
     unchanged($b, $a, 'REVOKED');
     $t->redis('HDEL', $REV, 'key-1');
-    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', \@k, \@code_argv);
     is($r, 'OK', 'stored: OK');
     is_deeply($a->{$CODE}{value}, { client_id => $code_argv[0], redirect_uri => $code_argv[1],
         challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice',
         repos => '["acme/*"]', key_jti => 'key-1', key_exp => $sec + 3600,
-        exp => $sec + 60 }, '... its hash');
+        exp => $sec + 60, github => '', label => '' }, '... its hash');
     ok($a->{$CODE}{expires}, '... expiring');
+    ok(!exists $a->{$UNUSED}, '... the client used: out of the unused ones');
+    ok($t->redis('TTL', $CL) > 3600, '... living the client ttl from now');
+    $t->redis('EXPIRE', $CL, 3600);
+    $a[1] = $code_argv[1];
+    $a[10] = 0;
+    ($r, $b, $a) = script('oauth_code', \@k, \@a);
+    is($r, 'OK', 'client ttl 0 (a metadata document): OK');
+    ok($t->redis('TTL', $CL) <= 3600, '... its expiry kept');
+};
+
+subtest 'oauth_pending' => sub {
+    my $p1 = "${P}oauth:pending:" . ('a' x 32);
+    my $p2 = "${P}oauth:pending:" . ('b' x 32);
+    my ($r, $b, $a) = script('oauth_pending', [ $p1, $SIGNINS ], [ '{"x":1}', 600, $sec, 1 ]);
+    is($r, 1, 'stored: 1');
+    is($a->{$p1}{value}, '{"x":1}', '... the request');
+    ok($a->{$p1}{expires}, '... expiring');
+    is_deeply($a->{$SIGNINS}{value}, [ $p1, $sec + 600 ], '... counted until then');
+    ($r, $b, $a) = script('oauth_pending', [ $p2, $SIGNINS ], [ '{"x":2}', 600, $sec + 10, 1 ]);
+    is($r, -590, 'one more, 1 at most: -590 (full)');
+    unchanged($b, $a, 'full');
+    ($r, $b, $a) = script('oauth_pending', [ $p2, $SIGNINS ], [ '{"x":2}', 600, $sec + 600, 1 ]);
+    is($r, 1, 'once the first expired: 1');
+    is_deeply($a->{$SIGNINS}{value}, [ $p2, $sec + 1200 ], '... it left the set');
+    $t->redis('DEL', $p1, $p2, $SIGNINS);
 };
 
 # oauth_grant's ARGV: mode, client_id, proof, resource, now, new refresh
@@ -849,12 +903,13 @@ sub grant_argv {
     my (%o) = @_;
     my %d = (mode => 'code', client => $code_argv[0], proof => 'CHAL', resource => '',
              now => $sec, new => 'h1', jti => 'at-1', exp => $sec + 3600, ttl => 86400,
-             redirect => $code_argv[1], %o);
-    return [ @d{qw(mode client proof resource now new jti exp ttl redirect)} ];
+             redirect => $code_argv[1], checked => '', repos => '', label => '', %o);
+    return [ @d{qw(mode client proof resource now new jti exp ttl redirect checked repos
+                   label)} ];
 }
 
 subtest 'oauth_grant: code' => sub {
-    my @k = ($FAM, $REV, $CH, $CODE);
+    my @k = ($FAM, $REV, $CH, $CODE, $REVX);
     my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(proof => 'WRONG'));
     is_deeply($r, [ 'ERR', 'invalid_grant',
                     'PKCE verification failed: code_verifier does not match' ],
@@ -873,7 +928,7 @@ subtest 'oauth_grant: code' => sub {
     is_deeply($a->{$FAM}{value}, { client_id => $code_argv[0], sub => 'alice',
         repos => '["acme/*"]', resource => 'http://h/mcp', key_jti => 'key-1',
         key_exp => $sec + 3600, current => 'h1', access_jti => 'at-1',
-        access_exp => $sec + 3600 }, '... the family');
+        access_exp => $sec + 3600, github => '', label => '' }, '... the family');
     ok($a->{$FAM}{expires}, '... expiring');
 
     my $sub = $t->redis_connect;
@@ -882,6 +937,7 @@ subtest 'oauth_grant: code' => sub {
     like($r->[2], qr/already used/, 'reused: refused');
     ok(!exists $a->{$FAM}, '... the family is gone');
     is($a->{$REV}{value}{'at-1'}, $sec + 3600, '... its access token revoked');
+    is_deeply($a->{$REVX}{value}, [ 'at-1', $sec + 3600 ], '... indexed by its exp');
     is($sub->next_message(5)->[1], "at-1 " . ($sec + 3600), '... and published');
     $sub->close;
 
@@ -897,7 +953,7 @@ subtest 'oauth_grant: code' => sub {
 };
 
 subtest 'oauth_grant: refresh, revoke' => sub {
-    my @k = ($FAM, $REV, $CH, '');
+    my @k = ($FAM, $REV, $CH, '', $REVX);
     my %fam = (client_id => $code_argv[0], sub => 'alice', repos => '',
                resource => 'http://h/mcp', key_jti => 'key-2', key_exp => $sec + 3600,
                current => 'h1', access_jti => 'at-1', access_exp => $sec + 3600);
@@ -937,6 +993,109 @@ subtest 'oauth_grant: refresh, revoke' => sub {
     ok(!exists $a->{$FAM}, '... the family gone');
     ($r) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/unknown/, 'then: unknown');
+
+    # a GitHub sign-in's family: GitHub asked again before each rotation
+    $t->redis('HSET', $FAM, %fam, sub => 'github-7', key_jti => '', github => 'SEALED',
+              label => 'octo');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
+    is_deeply($r, [ 'GITHUB', 'SEALED', 'github-7' ],
+              'a GitHub grant: GITHUB, its sealed token and tenant first');
+    unchanged($b, $a, 'GITHUB');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, checked => '1',
+                                                         repos => '["acme/docs"]',
+                                                         label => 'octo-new'));
+    is_deeply($r, [ 'OK', 'github-7', '["acme/docs"]', $sec + 3600 ],
+              'then, GitHub asked: rotated, with the grant the rules give now');
+    is($a->{$FAM}{value}{label}, 'octo-new', '... the login now as its label');
+    is($a->{$FAM}{value}{github}, 'SEALED', '... the sealed token kept');
+    ($r) = script('oauth_grant', \@k, grant_argv(%rf, checked => '1'));
+    like($r->[2], qr/already used/, '... the spent token again: refused, revoked');
+};
+
+subtest 'oauth_github' => sub {
+    my $BOUND = "${P}oauth:github:bound";
+    my @rules = ('login:octo', 'id:42', 'org:acme', 'login:other');
+    my $match = sub {
+        my ($uid, $login, $orgs) = @_;
+        return script('oauth_github', [ $BOUND ], [ $uid, $login, $orgs, @rules ]);
+    };
+    my ($r, $b, $a) = $match->(7, 'octo', '');
+    is($r, 1, 'a login rule: 1');
+    is_deeply($a->{$BOUND}{value}, { 'login:octo' => 7 }, '... bound to the id it let in');
+    ($r, $b, $a) = $match->(8, 'octo', '');
+    is($r, 0, 'another id with that login: 0');
+    unchanged($b, $a, 'another id');
+    ($r) = $match->(7, 'octo-renamed', '');
+    is($r, 1, 'the bound id under another login: 1');
+    ($r) = $match->(42, 'whoever', '');
+    is($r, 2, 'id:42: 2');
+    ($r, $b, $a) = $match->(9, 'nine', '100:acme,200:other');
+    is($r, 3, 'a member of acme: 3');
+    is($a->{$BOUND}{value}{'org:acme'}, 100, '... the rule bound to the organization\'s id');
+    ($r) = $match->(10, 'ten', '300:acme');
+    is($r, 0, 'a member of another "acme": 0');
+    ($r) = $match->(11, 'eleven', '100:acme-renamed');
+    is($r, 3, 'a member of the bound one, renamed: 3');
+    ($r) = $match->(7, 'octo', '100:acme');
+    is($r, 1, "the user's rules come before the organizations'");
+    ($r, $b, $a) = $match->(12, 'twelve', '');
+    is($r, 0, 'no rule: 0');
+    unchanged($b, $a, 'no rule');
+};
+
+###############################################################################
+# revoked token ids: revoke (make revoke, /oauth/revoke), revoked_load (a
+# worker's copy)
+
+subtest 'revoke' => sub {
+    $t->redis('DEL', $REV, $REVX);
+    my $BUD = "${P}oauth:revokes:rita";
+    my @k = ($REV, $REVX, $CH);
+    my $sub = $t->redis_connect;
+    $sub->subscribe($CH);
+    my ($r, $b, $a) = script('revoke', \@k, [ 'j1', $sec + 100, $sec ]);
+    is($r, 1, 'revoked: 1');
+    is_deeply($a->{$REV}{value}, { j1 => $sec + 100 }, '... the id with its exp');
+    is_deeply($a->{$REVX}{value}, [ 'j1', $sec + 100 ], '... indexed by it');
+    is($sub->next_message(5)->[1], 'j1 ' . ($sec + 100), '... published');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j1', $sec + 50, $sec ]);
+    is($r, 1, 'again with an earlier exp: 1');
+    unchanged($b, $a, 'an earlier exp');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j0', $sec - 1, $sec ]);
+    is($r, 1, 'a token already expired: 1');
+    unchanged($b, $a, 'already expired');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j2', $sec + 300, $sec + 200 ]);
+    is_deeply($a->{$REV}{value}, { j2 => $sec + 300 }, 'the expired ones dropped on the way');
+    is_deeply($a->{$REVX}{value}, [ 'j2', $sec + 300 ], '... from the index too');
+
+    my @kb = (@k, $BUD);
+    for my $i (1 .. 2) {
+        ($r) = script('revoke', \@kb, [ "b$i", $sec + 100, $sec, 2, 60 ]);
+        is($r, 1, "a tenant's revocation $i of 2: 1");
+    }
+    ($r) = script('revoke', \@kb, [ 'b1', $sec + 200, $sec, 2, 60 ]);
+    is($r, 1, '... an id it revoked already, later: 1 (not counted)');
+    ($r, $b, $a) = script('revoke', \@kb, [ 'b3', $sec + 100, $sec, 2, 60 ]);
+    ok($r < 0 && $r >= -60, "a third: $r (the budget spent, renewed in seconds)");
+    unchanged($b, $a, 'budget spent');
+    is($t->redis('GET', $BUD), 2, '... the budget counted 2');
+    ok($t->redis('TTL', $BUD) > 0, '... for the window');
+    $sub->close;
+};
+
+subtest 'revoked_load' => sub {
+    $t->redis('DEL', $REV, $REVX);
+    $t->redis('HSET', $REV, 'a', $sec - 10, 'b', $sec + 10, 'c', $sec + 20);
+    $t->redis('ZADD', $REVX, $sec - 10, 'a', $sec + 10, 'b', $sec + 20, 'c');
+    my ($r, $b, $a) = script('revoked_load', [ $REV, $REVX ], [ $sec, 1, 1000 ]);
+    is($r, 2, 'more than the worker holds: their number (the expired one dropped)');
+    ok(!exists $a->{$REV}{value}{a}, '... the expired one gone');
+    ($r) = script('revoked_load', [ $REV, $REVX ], [ $sec, 5, 1000 ]);
+    is_deeply({ @$r }, { b => $sec + 10, c => $sec + 20 }, 'else the ids and their exp');
+    $t->redis('HSET', $REV, 'x', $sec - 5, 'y', $sec - 5);
+    $t->redis('ZADD', $REVX, $sec - 5, 'x', $sec - 5, 'y');
+    ($r, $b, $a) = script('revoked_load', [ $REV, $REVX ], [ $sec, 5, 1 ]);
+    is(scalar(keys %{ $a->{$REV}{value} }), 3, 'at most ARGV[3] expired ones dropped at once');
 };
 
 $mon->close;

@@ -162,6 +162,8 @@ subtest 'registration' => sub {
         [ 'a fragment',         { redirect_uris => ['https://a.example/cb#x'] }, 'invalid_redirect_uri' ],
         [ 'userinfo',           { redirect_uris => ['https://a.example@evil.example/cb'] }, 'invalid_redirect_uri' ],
         [ 'a space',            { redirect_uris => ['https://a.example/c b'] }, 'invalid_redirect_uri' ],
+        [ 'a quote (RFC 3986)', { redirect_uris => ['https://a.example/c"b'] }, 'invalid_redirect_uri' ],
+        [ 'a brace (RFC 3986)', { redirect_uris => ['https://a.example/{cb}'] }, 'invalid_redirect_uri' ],
         [ 'too long',           { redirect_uris => ['https://a.example/' . 'a' x 600] }, 'invalid_redirect_uri' ],
         [ 'too many',           { redirect_uris => [ map { "https://a.example/$_" } 1 .. 9 ] }, 'invalid_redirect_uri' ],
         [ 'not strings',        { redirect_uris => [ { a => 1 } ] }, 'invalid_redirect_uri' ],
@@ -534,7 +536,8 @@ subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
                . 'prefix=""; password_conf=""; log_format=text; render_mcp';
         local %ENV = (%ENV, SMCP_RENDER_CONF => 'no', PROXY_JWT_SECRET => 'x',
                       SMCP_MCP_ADDR => '*', SMCP_OAUTH => $oauth,
-                      SMCP_PUBLIC_URL => 'https://mcp.example.com');
+                      SMCP_PUBLIC_URL => 'https://mcp.example.com',
+                      SMCP_CONF_SCRIPTS => repo_root() . '/ngx_sandbox_mcp_module/conf');
         return run_cmd([ 'bash', '-c', $sh, 'render',
                          repo_root() . '/ngx_sandbox_mcp_module/docker-entrypoint.sh',
                          $t->{secret_file} ]);
@@ -544,6 +547,12 @@ subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
     like($conf, qr/sandbox_mcp_oauth on;/, 'the switch');
     like($conf, qr{location /\.well-known/ \{\s*sandbox_mcp_oauth_endpoints;}, 'discovery');
     like($conf, qr{location /oauth/ \{\s*sandbox_mcp_oauth_endpoints;}, 'the endpoints');
+    like($conf, qr{limit_req_zone \$binary_remote_addr zone=smcp_oauth_addr:10m rate=30r/m;},
+         'a per-address limit (oauth-locations.sh)');
+    like($conf, qr!location = /oauth/register \{[^}]*limit_req zone=smcp_oauth_addr burst=30 nodelay;!,
+         '... on registration');
+    like($conf, qr!location = /oauth/authorize \{[^}]*limit_req zone=smcp_oauth_addr burst=30 nodelay;!,
+         '... and on the authorization endpoint');
     my $load = $t->{static} ? '' : 'load_module ' . module_path() . ';';
     $conf =~ s{load_module modules/\S+;}{$load};
     $conf =~ s{user www-data;}{$> == 0 ? 'user root;' : ''}e;

@@ -11,7 +11,8 @@
 # SMCP_REGISTRIES=npm,pypi (upstreams NPM_REGISTRY_URL, PYPI_INDEX_URL,
 # PYPI_FILES_URL at loopback stand-ins) are served through the printed
 # egress listener: metadata rewritten to the egress, the second GET a cache
-# hit, a registry not enabled 403, a PUT 405.
+# hit, a registry not enabled 403, a PUT 405.  SMCP_OAUTH=on serves the
+# OAuth sign-in, registrations limited per client address.
 
 use strict;
 use warnings;
@@ -39,6 +40,8 @@ my ($state, $port, $rport, $mport, $emport, $envdir)
     = map { $up->$_ } qw(state port rport mport emport envdir);
 my ($fake, $gh, $eport, $net, $npm, $pypi, $pyfiles)
     = map { $up->$_ } qw(fake gh eport net npm pypi pyfiles);
+# the OAuth locations of SMCP_OAUTH=on (their rate limit per address)
+$ENV{SMCP_OAUTH} = 'on';
 
 # `make up` also runs `make deps`; .ci/stack is what it calls after that
 my ($rc0, $out) = $up->up;
@@ -183,6 +186,24 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     ok(!exists $cl->{run}, '... for no one run');
     $r = $ht->get($link =~ s/\s+\z//r);
     is($r->{status}, 303, '... that the dashboard takes');
+}
+
+# SMCP_OAUTH=on: the sign-in's locations (oauth-locations.sh), and what a
+# client without a token can have stored limited per address
+{
+    my $c = SMCP::Test->client(port => $port);
+    my $meta = $c->http(method => 'GET', path => '/.well-known/oauth-authorization-server');
+    is($meta->{status}, 200, 'SMCP_OAUTH=on: the authorization server\'s metadata');
+    my $reg = { method => 'POST', path => '/oauth/register',
+                headers => [ 'Content-Type' => 'application/json' ],
+                body => json_encode({ redirect_uris => [ 'http://127.0.0.1:9/cb' ] }) };
+    my %n;
+    $n{ $_->{status} }++ for $c->http_keepalive(map { $reg } 1 .. 40);
+    ok($n{201} && $n{429}, "... one address registering 40 clients at once: $n{201} 201, "
+                           . ($n{429} // 0) . ' 429 (SMCP_OAUTH_BURST 30)');
+    my $r = $c->http(%$reg);
+    is($r->{status}, 429, '... then 429');
+    is((json_decode($r->{body}) // {})->{error}, 'temporarily_unavailable', '... an OAuth error');
 }
 
 sub environ {

@@ -209,6 +209,11 @@ package SMCP::Fakes;
 #   client_id => 'gh-client'  client_secret => 'gh-secret'
 #   login => 'octo-alice'     who "approves" at the authorize page
 #   orgs => {login => ['acme', ...]}   organizations of each login
+#   ids => {login => id}      a user's numeric id (default: a number made
+#                             from the login, the same every time); a
+#                             token belongs to the id, so a renamed user's
+#                             token answers the new login
+#   org_ids => {org => id}    an organization's id (default likewise)
 #   GET /login/oauth/authorize?client_id&redirect_uri&state[&scope]
 #       -> 302 redirect_uri?code=..&state=.. (the user approved), or with
 #       deny => 1 (->set(deny => 1)): ?error=access_denied&state=..;
@@ -218,9 +223,12 @@ package SMCP::Fakes;
 #       {access_token, token_type bearer, scope}; a wrong client or secret
 #       {error: incorrect_client_credentials}; an unknown, used or other
 #       redirect_uri's code {error: bad_verification_code} (200, as GitHub)
-#   GET /user (Bearer gho_...) -> {login, id}; GET /user/orgs -> [{login}];
-#       a bad token 401 Bad credentials
-#   Methods: ->set(login => 'x', deny => 0, orgs => {...})  ->requests
+#   GET /user (Bearer gho_...) -> {login, id} (the id's login now; a user
+#       with no login any more: 401); GET /user/orgs -> [{login, id}];
+#       a bad token 401 Bad credentials; fail => 1: both 503
+#   Methods: ->set(login => 'x', deny => 0, orgs => {...}, ids => {...},
+#   fail => 0)  ->rename(OLD, NEW): the user of login OLD (its id and
+#   organizations) is NEW from now on  ->id(LOGIN)  ->requests
 #
 # STATIC (start_static): files over HTTP, scripted or from a directory
 #   files => {'/path' => BODY | [STATUS, BODY, CONTENT_TYPE]}
@@ -2464,12 +2472,13 @@ package SMCP::Fakes::GitHubOAuth;
 
 use strict;
 use warnings;
+use Digest::SHA qw(sha1);
 our @ISA = ('SMCP::Fakes::Server');
 
 sub _defaults {
     return (kind => 'github-oauth', client_id => 'gh-client',
             client_secret => 'gh-secret', login => 'octo-alice', orgs => {},
-            deny => 0);
+            ids => {}, org_ids => {}, deny => 0, fail => 0);
 }
 
 sub _init {
@@ -2478,12 +2487,35 @@ sub _init {
     $self->set();
 }
 
-# ->set(login => .., deny => .., orgs => {...}): who approves next
+# ->set(login => .., deny => .., orgs => {...}, ids => {...}, fail => ..)
 sub set {
     my ($self, %o) = @_;
     $self->{$_} = $o{$_} for keys %o;
     $self->_state_write('config.json',
-        { map { $_ => $self->{$_} } qw(login orgs deny) });
+        { map { $_ => $self->{$_} } qw(login orgs ids org_ids deny fail) });
+}
+
+# a number made from a name: the same every time, different names apart
+sub _made_id {
+    my ($name, $base) = @_;
+    return $base + unpack('N', sha1(lc $name)) % 900_000;
+}
+
+# the numeric id of a login now
+sub id {
+    my ($self, $login) = @_;
+    return $self->{ids}{$login} // _made_id($login, 1000);
+}
+
+# ->rename(OLD, NEW): the same user (id, organizations), another login
+sub rename {
+    my ($self, $old, $new) = @_;
+    my %ids = %{ $self->{ids} };
+    my %orgs = %{ $self->{orgs} };
+    $ids{$new} = $self->id($old);
+    $ids{$old} = -1;                        # nobody holds OLD any more
+    $orgs{$new} = delete $orgs{$old} if $orgs{$old};
+    $self->set(ids => \%ids, orgs => \%orgs);
 }
 
 sub _params {
@@ -2510,6 +2542,7 @@ sub _handle {
     my %q = _params($req->{query});
     my $cfg = $self->_state_read('config.json');
     my $st = $self->_state_read('oauth.json');
+    my $id_of = sub { $cfg->{ids}{ $_[0] } // _made_id($_[0], 1000) };
 
     if ($p eq '/login/oauth/authorize' && $m eq 'GET') {
         return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "no such app\n")
@@ -2520,8 +2553,9 @@ sub _handle {
                 . "error=access_denied&state=" . _esc($q{state} // '') ], '');
         }
         my $code = 'ghc_' . SMCP::Fakes::Server::_rand_id(20);
-        $st->{codes}{$code} = { login => $cfg->{login}, redirect_uri => $q{redirect_uri},
-                                scope => $q{scope} // '' };
+        $st->{codes}{$code} = { id => $id_of->($cfg->{login}),
+                                redirect_uri => $q{redirect_uri}, scope => $q{scope} // '' };
+        $st->{logins}{ $cfg->{login} } = 1;
         $self->_state_write('oauth.json', $st);
         return $self->_reply($c, $req, 302, [ Location => "$q{redirect_uri}${sep}code="
             . _esc($code) . '&state=' . _esc($q{state} // '') ], '');
@@ -2547,20 +2581,28 @@ sub _handle {
         }
         $code->{used} = 1;
         my $tok = 'gho_' . SMCP::Fakes::Server::_rand_id(36);
-        $st->{tokens}{$tok} = $code->{login};
+        $st->{tokens}{$tok} = $code->{id};
         $self->_state_write('oauth.json', $st);
         return $answer->({ access_token => $tok, token_type => 'bearer',
                            scope => $code->{scope} });
     }
     if (($p eq '/user' || $p eq '/user/orgs') && $m eq 'GET') {
+        return $self->_json_reply($c, $req, 503, { message => 'Service unavailable' })
+            if $cfg->{fail};
         my ($tok) = ($req->{headers}{authorization} // '') =~ /^(?:Bearer|token)\s+(\S+)$/i;
-        my $login = defined $tok ? $st->{tokens}{$tok} : undef;
+        my $id = defined $tok ? $st->{tokens}{$tok} : undef;
+        my ($login) = defined $id
+            ? grep { $id_of->($_) == $id } sort(keys %{ $cfg->{ids} }, $cfg->{login},
+                                                keys %{ $cfg->{orgs} },
+                                                keys %{ $st->{logins} || {} })
+            : ();
         return $self->_json_reply($c, $req, 401, { message => 'Bad credentials' })
             unless defined $login;
-        return $self->_json_reply($c, $req, 200, { login => $login, id => 1000 + length $login })
+        return $self->_json_reply($c, $req, 200, { login => $login, id => $id + 0 })
             if $p eq '/user';
         return $self->_json_reply($c, $req, 200,
-            [ map { { login => $_ } } @{ $cfg->{orgs}{$login} || [] } ]);
+            [ map { { login => $_, id => $cfg->{org_ids}{$_} // _made_id($_, 9_000_000) } }
+              @{ $cfg->{orgs}{$login} || [] } ]);
     }
     return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n");
 }

@@ -81,6 +81,7 @@ my @STACKS;
 # new(scripts => {MARK => [steps]}, repos => {'o/r' => {path => content}},
 #     workers => 2, location => '...' (extra /mcp directives),
 #     server => '...' (more in the server: location /ui/ { sandbox_mcp_ui; }),
+#     http => '...' (more in the http{}),
 #     anthropic => {extra start_anthropic options},
 #     github => {extra start_github options, e.g. web_base},
 #     github_api_path => '/api/v3' (GITHUB_API_URL is the fake's URL with
@@ -144,7 +145,7 @@ sub new {
     $ENV{GITHUB_API_URL} = $self->{github}->url . ($o{github_api_path} // '');
     $t->render_routes;
 
-    $t->start(http => SMCP::Test::egress_server_conf("$gw:$eport"));
+    $t->start(http => ($o{http} // '') . SMCP::Test::egress_server_conf("$gw:$eport"));
     $self->{sid} = $t->initialize;
     die "MCP initialize failed\n" unless $self->{sid};
     Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));

@@ -404,6 +404,24 @@ sub render_routes {
     return 1;
 }
 
+# $t->render_oauth(%o): the OAuth sign-in's locations that ship
+# (ngx_sandbox_mcp_module/conf/oauth-locations.sh), rendered into
+# DIR/oauth-http.conf (the per-address limit's zone, for the http{}) and
+# DIR/oauth.conf (for the server{}); every key of %o is an environment
+# variable for the script (SMCP_OAUTH_RATE, SMCP_OAUTH_BURST,
+# SMCP_OAUTH_LOCATION).  Dies with the script's message.
+sub render_oauth {
+    my ($self, %o) = @_;
+    my $script = repo_root() . '/ngx_sandbox_mcp_module/conf/oauth-locations.sh';
+    local @ENV{keys %o} = values %o;
+    for my $part ('--http', '') {
+        my $out = `bash $script $part 2>&1`;
+        die "oauth-locations.sh $part: $out" if $?;
+        _write_file("$self->{dir}/oauth" . ($part ? '-http.conf' : '.conf'), $out);
+    }
+    return 1;
+}
+
 # egress_server_conf($listen, name => 'routes'): the http{} lines of an
 # egress proxy serving the routes of render_routes() on $listen
 sub egress_server_conf {
@@ -1073,7 +1091,8 @@ sub decode_jwt {
 #   method => 'POST', path => '/mcp', headers => [name => value, ...] or {},
 #   body => string, port => P (default main instance), host => Host value
 #   (default 127.0.0.1:PORT; undef omits), timeout => seconds (default 30),
-#   body_parts => [..] (sent one by one, part_delay seconds apart, default 0.3)
+#   body_parts => [..] (sent one by one, part_delay seconds apart, default 0.3),
+#   local_addr => '127.0.0.2' (the client's address: any of 127/8)
 sub http {
     my ($self, %o) = @_;
     my $p = $self->http_start(%o);
@@ -1119,6 +1138,9 @@ sub http_start {
     my $t0 = time();
     my $s = $o{sock} // IO::Socket::INET->new(PeerAddr => '127.0.0.1',
                                               PeerPort => $port,
+                                              ($o{local_addr}
+                                               ? (LocalAddr => $o{local_addr})
+                                               : ()),
                                               Proto => 'tcp', Timeout => 5);
     return { error => "connect: $!", t0 => $t0 } unless $s;
     binmode $s;
@@ -1156,6 +1178,8 @@ sub http_keepalive {
     my ($self, @reqs) = @_;
     my $port = $reqs[0]{port} // $self->{port};
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  ($reqs[0]{local_addr}
+                                   ? (LocalAddr => $reqs[0]{local_addr}) : ()),
                                   Proto => 'tcp', Timeout => 5)
         or return map { { status => 0, error => "connect: $!", headers => {},
                           body => '' } } @reqs;
