@@ -64,7 +64,10 @@
 # still prints agent_exit and the diff, then exits with OpenCode's status.
 # Once OpenCode has exited every other process of the sandbox is killed
 # before agent_exit: the runner reads the push, pull request and diff lines
-# only after the last agent_exit, which no agent process outlives.
+# only after the last agent_exit, which no agent process outlives.  After
+# it nothing the agent wrote is run or obeyed: PATH loses the directories
+# it could write, and the git steps are git-after.sh's (a git directory of
+# their own; the diff printed is that of the commit pushed).
 #
 # A warm run (a pooled sandbox, SMCP_POOL=1): while it waits, the sandbox runs
 # `opencode serve` on 127.0.0.1:4096 and key-relay on 127.0.0.1:4097, and warms
@@ -376,6 +379,31 @@ diff_line() {
     fi
 }
 
+# PATH without the directories the agent could have written to: an entry
+# that is, or is under, a directory this user owns or may write (the
+# workspace, $HOME, /tmp, or an image's ENV PATH=$HOME/.local/bin:...);
+# once the agent is gone, no command is taken from where it may have put
+# one (builtins only: nothing is looked up on PATH before it is cleaned)
+path_not_writable() {
+    local d p ok out="" parts
+    IFS=: read -ra parts <<< "$PATH"
+    for d in "${parts[@]}"; do
+        [[ $d == /* ]] || continue
+        p=$d ok=1
+        while :; do
+            if [ -e "$p" ] && { [ -w "$p" ] || [ -O "$p" ]; }; then
+                ok=0
+                break
+            fi
+            [ "$p" = / ] && break
+            p=${p%/*}
+            p=${p:-/}
+        done
+        [ $ok = 1 ] && out=${out:+$out:}$d
+    done
+    printf '%s' "$out"
+}
+
 lifecycle() {
     # one JSON line on stdout, beside OpenCode's own events
     printf '{"type":"smcp","step":"%s"%s}\n' "$1" "${2:+,$2}"
@@ -672,6 +700,8 @@ fi
 # agent_exit (push, pull request, diff), cannot be forged by a process of
 # the agent writing to /proc/1/fd/1
 kill -KILL -1 2>/dev/null || true
+PATH=$(path_not_writable)
+hash -r
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # From here on no program or configuration of the agent's may run: every
@@ -685,6 +715,7 @@ lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 mkdir -p "$oc/smcp" 2>/dev/null || true
 diff_file=$(mktemp "$oc/smcp/.diff.XXXXXX" 2>/dev/null) \
     || diff_file=$(mktemp)
+chmod 0644 "$diff_file"
 tree_ok=0
 if git_after_tree "$diff_file" 2>/dev/null; then
     tree_ok=1
