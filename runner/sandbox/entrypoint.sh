@@ -709,18 +709,12 @@ lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 # the agent's but its work tree (hashed here) and its objects (checked by
 # their hashes).  The run's tree is taken once; the diff stored is the
 # diff of the run's start and that tree, and the commit pushed has that
-# tree.  The diff goes through a file made now (a path the agent left, a
-# symlink to the container's output say, is never opened for writing),
-# renamed to $oc/smcp/diff at the end.
-mkdir -p "$oc/smcp" 2>/dev/null || true
-diff_file=$(mktemp "$oc/smcp/.diff.XXXXXX" 2>/dev/null) \
-    || diff_file=$(mktemp)
-chmod 0644 "$diff_file"
+# tree.
 tree_ok=0
-if git_after_tree "$diff_file" 2>/dev/null; then
+diff_file=/dev/null
+if git_after_tree 2>/dev/null; then
     tree_ok=1
-else
-    : > "$diff_file"
+    diff_file=$gsf/diff
 fi
 
 # the pull request's branch: what changed since the run started, the
@@ -742,13 +736,12 @@ fi
 
 # the diff, the run's last line: the runner stores it (a/ b/ prefixes, the
 # runner's diff index reads them).  Through a file, not a shell variable:
-# keeps the final newline (git apply needs it) and any byte.
+# keeps the final newline (git apply needs it) and any byte.  The whole
+# diff is left in $oc/smcp/diff by a rename (a symlink the agent left
+# there, to the container's output say, is replaced, not written through).
 diff_line "$diff_file"
-if [ "$diff_file" != "${diff_file#"$oc/smcp/"}" ]; then
-    mv -fT "$diff_file" "$oc/smcp/diff" 2>/dev/null || rm -f "$diff_file"
-else
-    rm -f "$diff_file"
-fi
+mkdir -p "$oc/smcp" 2>/dev/null || true
+gs_put "$diff_file" "$oc/smcp/diff" 2>/dev/null || true
 git_after_done
 
 exit $status

@@ -15,8 +15,8 @@
 # (info/attributes, which outranks .gitattributes) and no hooks.  An object
 # of the agent's repository enters that directory only through `git
 # index-pack`, which names each object by the hash of its content: an
-# object the agent altered (or a replace ref, graft, commit-graph or
-# alternate that says otherwise) is then simply missing, and what reads it
+# object the agent altered (or one a replace ref, graft or commit-graph
+# says is another) is then simply missing, and what reads it
 # fails.  The work tree is hashed by us.  The diff is taken between the
 # run's start and that tree, reading checked objects only; the commit
 # pushed has that tree.
@@ -25,7 +25,8 @@
 #      empty tree), basic (the git host's Basic credential: the run
 #      token), lifecycle, json_str and git_words; the current directory:
 #      the run's repository; SMCP_* (the run's)
-# Out: git_after_tree, git_after_push, git_after_hand_back, git_after_done
+# Out: git_after_tree, git_after_push, git_after_hand_back, git_after_done,
+#      gs_put
 
 gsf=""              # the fresh git directory (its git/, index, files)
 gs_wt=""            # the work tree, its physical path
@@ -86,11 +87,12 @@ gs_init() {
         > "$gsf/git/info/attributes"
 }
 
-# the work tree as a tree, against BASE (start, or the empty tree): the
-# index is BASE's, refreshed from the files (what BASE tracked, plus what
-# is new and not ignored by the work tree's .gitignore files), hashed
-# without writing; then the blobs a diff of BASE and the tree reads: BASE's
-# copied in (checked), the work tree's written; then that diff into $1
+# gs_tree_against BASE OUT: the work tree as a tree, against BASE (start,
+# or the empty tree): the index is BASE's, refreshed from the files (what
+# BASE tracked, plus what is new and not ignored by the work tree's
+# .gitignore files), hashed without writing; then the blobs a diff of BASE
+# and the tree reads: BASE's copied in (checked), the work tree's written;
+# then that diff into OUT
 gs_tree_against() {
     local base=$1 out=$2
     gs_base=$base
@@ -110,8 +112,8 @@ gs_tree_against() {
         --src-prefix=a/ --dst-prefix=b/ "$base" "$gs_tree" > "$out"
 }
 
-# git_after_tree DIFF_FILE: the fresh directory, the run's tree and its
-# diff against the run's start into DIFF_FILE.  A start that cannot be read
+# git_after_tree: the fresh directory, the run's tree and its diff against
+# the run's start in $gsf/diff.  A start that cannot be read
 # back from the agent's repository as it was (missing, altered) leaves
 # nothing to diff against: the diff is then the whole tree's, against the
 # empty tree, and no commit is made (git_after_push says so).  1: no diff
@@ -125,11 +127,11 @@ git_after_tree() {
         printf '%s\n' "$start" > "$gsf/git/shallow"
         gs_alt=1 sg rev-list --objects --no-object-names --no-walk \
             --filter=blob:none "$start" 2>/dev/null | gs_copy_in 2>/dev/null
-        if gs_tree_against "$start" "$1" 2>/dev/null; then
+        if gs_tree_against "$start" "$gsf/diff" 2>/dev/null; then
             return 0
         fi
     fi
-    gs_tree_against "$empty" "$1"
+    gs_tree_against "$empty" "$gsf/diff"
 }
 
 # the agent's HEAD commit, read as data (no git runs in its repository):
@@ -216,12 +218,13 @@ git_after_push() {
     fi
 }
 
-# gs_put SRC DEST: DEST replaced by a copy of SRC: a new file made beside
-# it, renamed over it (no path the agent left is opened for writing)
+# gs_put SRC DEST: DEST replaced by a copy of SRC (mode 0644): a new file
+# made beside it, renamed over it (no path the agent left is opened for
+# writing)
 gs_put() {
     local tmp
     tmp=$(mktemp "$(dirname "$2")/.smcp.XXXXXX") || return 1
-    if cat "$1" > "$tmp" && mv -fT "$tmp" "$2"; then
+    if cat "$1" > "$tmp" && chmod 0644 "$tmp" && mv -fT "$tmp" "$2"; then
         return 0
     fi
     rm -f "$tmp"
