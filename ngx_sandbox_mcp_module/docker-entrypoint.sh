@@ -65,7 +65,8 @@
 #                                container's /etc/resolv.conf; compose:
 #                                Docker's 127.0.0.11)
 #   SMCP_EGRESS_RATE, SMCP_EGRESS_BURST, SMCP_EGRESS_CONN,
-#   SMCP_EGRESS_HEADER_TIMEOUT   see egress-routes.sh
+#   SMCP_EGRESS_HEADER_TIMEOUT,
+#   SMCP_<ROUTE>_SERVER_TOOLS    see egress-routes.sh
 #   provider keys and base URLs (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
 #   OPENAI_*, AZURE_OPENAI_*, GOOGLE_*, CF_AIG_*, COMPAT_*, GITHUB_TOKEN,
 #   GITHUB_URL, GITHUB_API_URL): a route per provider whose key is set, see

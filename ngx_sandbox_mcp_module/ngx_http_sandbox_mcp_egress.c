@@ -11,6 +11,7 @@
 #include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_egress_credential.h"
 #include "ngx_http_sandbox_mcp_egress_log.h"
+#include "ngx_http_sandbox_mcp_egress_model.h"
 #include "ngx_http_sandbox_mcp_egress_push.h"
 #include "ngx_http_sandbox_mcp_egress_token.h"
 #include "ngx_http_sandbox_mcp_http.h"
@@ -97,6 +98,20 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, strict_path),
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_model"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, model),
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_server_tools"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_sandbox_mcp_egress_server_tools,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
       ngx_null_command
@@ -388,7 +403,8 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     }
 
     if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PUSH
-        || ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST)
+        || ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST
+        || lcf->model)
     {
         /* the body decides; ctx->done stays 0 while it is read */
         rc = ngx_http_read_client_request_body(r,
@@ -766,6 +782,8 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
      */
 
     conf->strict_path = NGX_CONF_UNSET;
+    conf->model = NGX_CONF_UNSET;
+    conf->server_tools = NGX_CONF_UNSET_PTR;
 
     conf->repository = NGX_CONF_UNSET_PTR;
     conf->push = NGX_CONF_UNSET_UINT;
@@ -790,6 +808,8 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_bitmask_value(conf->methods, prev->methods,
                                  NGX_CONF_BITMASK_SET);
     ngx_conf_merge_value(conf->strict_path, prev->strict_path, 0);
+    ngx_conf_merge_value(conf->model, prev->model, 0);
+    ngx_conf_merge_ptr_value(conf->server_tools, prev->server_tools, NULL);
 
     return NGX_CONF_OK;
 }
