@@ -66,7 +66,8 @@
 # proxy_pass URL).
 #   SMCP_EGRESS_RATE    requests per run (token) and second or minute
 #                       (10r/s); SMCP_EGRESS_BURST above it (40), then 429
-#   SMCP_EGRESS_CONN    requests at once per sandbox address (32), then 429
+#   SMCP_EGRESS_CONN    requests at once per sandbox (its run token; a
+#                       request without one: its address) (32), then 429
 #   SMCP_EGRESS_HEADER_TIMEOUT  an idle or slow connection is closed after
 #                       this long without a complete request header (10s)
 #
@@ -146,8 +147,14 @@ if [ "${1:-}" = --http ]; then
 # (they are refused with 401 in the access phase)
 limit_req_zone \$sandbox_mcp_token_run zone=smcp_egress_run:10m rate=$rate;
 
-# requests at once per sandbox (its address on the sandbox network)
-limit_conn_zone \$binary_remote_addr zone=smcp_egress_addr:10m;
+# requests at once per sandbox: its run (a valid token's), else its
+# address; never the address alone (behind runner/egress-relay every
+# sandbox has the relay's)
+map \$sandbox_mcp_token_run \$smcp_egress_sandbox {
+    ""      \$binary_remote_addr;
+    default \$sandbox_mcp_token_run;
+}
+limit_conn_zone \$smcp_egress_sandbox zone=smcp_egress_addr:10m;
 
 map \$limit_conn_status \$smcp_limited {
     REJECTED "egress: too many requests at once from this sandbox";
