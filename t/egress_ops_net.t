@@ -28,7 +28,6 @@ use SMCP::Docker qw(:all);
 use SMCP::Test qw(repo_root rhex wait_until);
 
 ensure_docker();
-my ($sandbox_image) = ensure_sandbox_image();
 
 my $root = repo_root();
 my $tag = ($ENV{SMCP_TEST_TAG} // '') =~ /^([\w.-]+)$/ ? $1 : 'test';
@@ -56,14 +55,8 @@ my $peer = run_container(network => $backend->{name}, cmd => ['sleep', 'infinity
                                   $session->{name}, $egress);
     is($rc, 0, 'the egress container joins the session network as `egress`') or diag($err);
 }
-my $sandbox = run_container(image => $sandbox_image, sandbox => 1, network => $session->{name},
+my $sandbox = run_container(sandbox => 1, network => $session->{name},
                             cmd => ['sleep', 'infinity']);
-
-sub listening {
-    my ($id) = @_;
-    return probe_tcp($id, '127.0.0.1', 8090)->{connected}
-        || probe_tcp($peer, container_ip($egress, $backend->{name}), 8090)->{connected};
-}
 
 sub check {
     my ($when) = @_;
