@@ -94,11 +94,16 @@ proxy_cache_path $dir levels=1:2 keys_zone=smcp_registry:16m
                  max_size=$size inactive=$files use_temp_path=off;
 
 # npm and PyPI answer differently by Accept: the upstream gets one of
-# these fixed values (none: its default), and the cache key has it
-map \$http_accept \$smcp_registry_accept {
-    "~vnd\\.npm\\.install-v1"
+# these fixed values (none: its default), and the cache key its kind
+map \$http_accept \$smcp_registry_accept_kind {
+    "~vnd\\.npm\\.install-v1"          npm-abbreviated;
+    "~vnd\\.pypi\\.simple\\.v1\\+json" pypi-json;
+    default                           "";
+}
+map \$smcp_registry_accept_kind \$smcp_registry_accept {
+    npm-abbreviated
         "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*";
-    "~vnd\\.pypi\\.simple\\.v1\\+json"
+    pypi-json
         "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, text/html; q=0.01";
     default "";
 }
@@ -178,7 +183,7 @@ location $prefix/ {
     proxy_set_header User-Agent "sandbox-mcp-egress";
     proxy_buffering on;
     proxy_cache smcp_registry;
-    proxy_cache_key "\$smcp_upstream\$uri\$is_args\$args|\$smcp_registry_accept";
+    proxy_cache_key "\$smcp_upstream\$uri\$is_args\$args|\$smcp_registry_accept_kind";
     proxy_cache_valid 200 $valid;
     proxy_cache_valid 404 1m;
     proxy_cache_lock on;
