@@ -157,6 +157,8 @@ my @responses_bad = (
 );
 my @chat_bad = (
     [ 'web_search_options', sub { $_[0]{web_search_options} = {} }, qr/web_search_options/ ],
+    [ 'plugins (web search on OpenRouter)', sub { $_[0]{plugins} = [ { id => 'web' } ] },
+      qr/plugins/ ],
     [ 'tool web_search', sub { push @{ $_[0]{tools} }, { type => 'web_search' } }, qr/web_search/ ],
     [ 'an image by URL', sub { $_[0]{messages}[0]{content} = [ { type => 'image_url',
           image_url => { url => 'https://x.example/a.png' } } ] }, qr/image_url/ ],

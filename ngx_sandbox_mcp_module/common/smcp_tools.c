@@ -69,12 +69,14 @@ static const smcp_tools_rule_t  smcp_tools_openai[] = {
 
 
 /* Chat Completions: tools other than functions, web_search_options,
+ * plugins (OpenRouter's web search on an OpenAI-compatible server),
  * images the provider fetches by URL */
 static const smcp_tools_rule_t  smcp_tools_chat[] = {
     { SMCP_RULE_TYPE, { "tools", "*", "type" }, { "function", "custom" },
       NULL },
     { SMCP_RULE_KEY, { "web_search_options" }, { NULL },
       "web_search_options" },
+    { SMCP_RULE_KEY, { "plugins" }, { NULL }, "plugins" },
     { SMCP_RULE_DATA, { "messages", "*", "content", "*", "image_url", "url" },
       { NULL }, "image_url" },
     { SMCP_RULE_LAST, { NULL }, { NULL }, NULL }
