@@ -31,9 +31,14 @@
 #                                request (sandbox_mcp_log_format)
 #   SMCP_METRICS_PORT=9113       a listener of its own for GET /metrics
 #                                (Prometheus) and /healthz (Redis, the
-#                                runners' heartbeats), on every interface
-#                                of the container (compose: `backend`,
-#                                not published); `off`: none
+#                                runners' heartbeats); `off`: none
+#   SMCP_METRICS_ADDR=auto       where it listens: 127.0.0.1 and the
+#                                container's address on the network that
+#                                reaches Redis (compose: `backend`, not
+#                                published), never the sandboxes' networks
+#                                the egress container joins (the egress
+#                                listener is the one thing a sandbox
+#                                reaches); an address; `*`: every interface
 # mcp:
 #   SMCP_MCP_PORT=8080           the MCP listener
 #   SMCP_MCP_ADDR=auto           address it binds, besides 127.0.0.1: `auto`
@@ -69,7 +74,8 @@
 #                                container's /etc/resolv.conf; compose:
 #                                Docker's 127.0.0.11)
 #   SMCP_EGRESS_RATE, SMCP_EGRESS_BURST, SMCP_EGRESS_CONN,
-#   SMCP_EGRESS_HEADER_TIMEOUT   see egress-routes.sh
+#   SMCP_EGRESS_HEADER_TIMEOUT,
+#   SMCP_<ROUTE>_SERVER_TOOLS    see egress-routes.sh
 #   provider keys and base URLs (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
 #   OPENAI_*, AZURE_OPENAI_*, GOOGLE_*, CF_AIG_*, COMPAT_*, GITHUB_TOKEN,
 #   GITHUB_URL, GITHUB_API_URL): a route per provider whose key is set, see
@@ -95,6 +101,38 @@ default_route_addr() {
         print $s->sockhost, "\n";' 2>/dev/null
 }
 
+# the source address towards HOST (the container's address on the
+# network that reaches it), as default_route_addr
+route_addr() {
+    SMCP_TO=$1 perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(Proto => "udp", PeerAddr => $ENV{SMCP_TO},
+                                      PeerPort => 9) or exit 1;
+        print $s->sockhost, "\n";' 2>/dev/null
+}
+
+# the metrics listener's listen lines (SMCP_METRICS_ADDR)
+ops_listens() {
+    local port=$1 addr=${SMCP_METRICS_ADDR:-auto} host
+
+    case $addr in
+        '*'|0.0.0.0) echo "listen $port;"; return 0 ;;
+        auto)
+            host=${redis%:*}
+            case $redis in
+                unix:*) addr=$(default_route_addr) ;;
+                *) addr=$(route_addr "$host") || addr=$(default_route_addr) ;;
+            esac \
+                || die "SMCP_METRICS_ADDR=auto: no route to Redis ($redis) nor a default route (set SMCP_METRICS_ADDR)"
+            ;;
+        *)
+            [[ $addr =~ ^[0-9.]+$|^\[[0-9A-Fa-f:]+\]$ ]] \
+                || die "SMCP_METRICS_ADDR=$addr: an address, auto or *"
+            ;;
+    esac
+    echo "listen 127.0.0.1:$port;"
+    [ "$addr" = 127.0.0.1 ] || echo "        listen $addr:$port;"
+}
+
 # the directives both roles share
 common_http() {
     cat <<CONF
@@ -118,7 +156,7 @@ ops_server() {
 
     # operations: Prometheus metrics and health (SMCP_METRICS_PORT)
     server {
-        listen $port;
+        $ops_listen
         location = /metrics {
             sandbox_mcp_metrics;
         }
@@ -283,6 +321,10 @@ render() {
         || die "SMCP_METRICS_PORT=$SMCP_METRICS_PORT: a port number or off"
     prefix=""
     [ -n "${SMCP_REDIS_PREFIX:-}" ] && prefix="sandbox_mcp_redis_prefix $SMCP_REDIS_PREFIX;"
+    ops_listen=""
+    if [ "${SMCP_METRICS_PORT:-9113}" != off ]; then
+        ops_listen=$(ops_listens "${SMCP_METRICS_PORT:-9113}") || exit 1
+    fi
     password_conf=""
     [ -n "${SMCP_REDIS_PASSWORD:-}" ] \
         && password_conf="sandbox_mcp_redis_password env:SMCP_REDIS_PASSWORD;"

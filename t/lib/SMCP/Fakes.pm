@@ -2623,6 +2623,34 @@ my %TYPES = (html => 'text/html', json => 'application/json',
 
 sub _defaults { return (kind => 'static', files => {}) }
 
+# artifactory => 1: what a registry on Tomcat or Jetty (Artifactory,
+# Nexus) does with what a client sends: a path segment's ";parameters"
+# are dropped and "..;" is "..", resolved before the file is looked up;
+# URLs of itself in what it serves are built from X-Forwarded-Proto/Host
+# or X-Artifactory-Override-Base-Url; and "Accept: text/html" gets an
+# HTML page in place of the JSON
+sub _tomcat_path {
+    my ($path) = @_;
+    my @out;
+    for my $seg (split m{/}, $path, -1) {
+        $seg =~ s/;.*//s;
+        if ($seg eq '..') { pop @out if @out > 1 }
+        elsif ($seg ne '.') { push @out, $seg }
+    }
+    return join('/', @out) || '/';
+}
+
+sub _forwarded_body {
+    my ($self, $req, $body) = @_;
+    my $h = $req->{headers};
+    my $base = $h->{'x-artifactory-override-base-url'};
+    $base //= ($h->{'x-forwarded-proto'} // 'http') . "://$h->{'x-forwarded-host'}"
+        if defined $h->{'x-forwarded-host'};
+    my $self_url = $self->url;
+    $body =~ s{\Q$self_url\E}{$base}g if defined $base;
+    return $body;
+}
+
 sub _init {
     my ($self) = @_;
     $self->_state_write('files.json', $self->{files});
@@ -2640,6 +2668,12 @@ sub _handle {
     my $h = $self->{headers} || [];
     if ($req->{method} !~ /^(GET|HEAD)$/) {
         return $self->_reply($c, $req, 405, [Allow => 'GET, HEAD', @$h], "no\n");
+    }
+    if ($self->{artifactory}) {
+        $req = { %$req, path => _tomcat_path($req->{path}) };
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/html', @$h],
+                             "<html>the HTML variant</html>\n")
+            if ($req->{headers}{accept} // '') =~ m{text/html};
     }
     my $f = ($self->_state_read('files.json') // {})->{ $req->{path} };
     if (defined $f) {
@@ -2669,6 +2703,7 @@ sub _dir_file {
     my ($ext) = $f =~ /\.([A-Za-z0-9]+)$/;
     my $type = ($self->{types} || {})->{$ext // ''} // $TYPES{$ext // ''}
              // 'application/octet-stream';
+    $body = $self->_forwarded_body($req, $body) if $self->{artifactory};
     return $self->_reply($c, $req, 200, ['Content-Type' => $type, @$h], $body);
 }
 

@@ -165,11 +165,8 @@ sub _swarm_relay {
         unless $state =~ /active/;
     my $port = $self->{egress_port};
     my $name = $self->{relay} = 'smcp-relay-' . test_id();
-    my $relay = SMCP::Test::repo_root() . '/runner/egress-relay';
-    SMCP::Docker::run_container(name => $name, network => $self->{net}{name},
-        labels => { 'smcp.relay' => '1' },
-        extra => ['-v', "$relay:/egress-relay:ro"],
-        cmd => ['perl', '/egress-relay', $port, $self->{gateway}]);
+    SMCP::Docker::egress_relay_up($self->{net}, port => $port, name => $name,
+                                  image => SMCP::Docker::base_image());
     $self->{egress_url} = "http://egress:$port";
     Test::More::note("swarm backend: egress relay $name, $self->{egress_url}");
 }
