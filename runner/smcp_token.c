@@ -6,6 +6,7 @@
  *              [--repos GRANT,...] [--run RUNID] [--secret-file FILE]
  *   smcp-token --revoke JTI|TOKEN [--exp EPOCH] [--redis ADDR]
  *              [--prefix P] [--redis-password-file FILE]
+ *   smcp-token --version
  *
  * Without --secret-file the secret comes from $PROXY_JWT_SECRET; without
  * --redis-password-file the Redis password (if any) from
@@ -31,6 +32,7 @@
 #include "smcp_revoked.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
+#include "smcp_version.h"
 
 
 /* a bare jti has no known expiry: it is remembered this long */
@@ -63,6 +65,7 @@ smcp_token_usage(void)
         "       smcp-token --revoke JTI|TOKEN [--exp EPOCH] "
         "[--redis ADDR]\n"
         "                  [--prefix P] [--redis-password-file FILE]\n"
+        "       smcp-token --version\n"
         "  --ttl      lifetime in seconds (default 2592000 = 30 days)\n"
         "  --scope    mcp (default), ui or egress\n"
         "  --repos    repositories the tenant may name, comma-separated:\n"
@@ -420,8 +423,13 @@ main(int argc, char **argv)
     o.redis = SMCP_DEFAULT_REDIS;
     o.prefix = SMCP_DEFAULT_PREFIX;
 
-    /* every option takes a value: argv holds pairs */
+    /* --version alone; every other option takes a value: argv holds pairs */
     for (i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("smcp-token " SMCP_VERSION "\n");
+            return 0;
+        }
+
         rc = (i + 1 < argc) ? smcp_token_opt(&o, argv[i], argv[i + 1]) : 0;
 
         if (rc <= 0) {

@@ -2,7 +2,9 @@
 
 # Build outputs: the dynamic module (warning-free: nginx compiles addon code
 # with -Werror), Debian's nginx accepts it with load_module (`nginx -t`),
-# the token CLI, and the static nginx with the module built in.
+# the token CLI, and the static nginx with the module built in.  The
+# version, written once (common/smcp_version.h): `--version` of smcp-token
+# and smcp-runner; the runner's --help.
 
 use strict;
 use warnings;
@@ -13,7 +15,8 @@ use lib "$FindBin::Bin/lib";
 use Digest::SHA qw(hmac_sha256);
 use File::Temp qw(tempdir);
 use Test::More;
-use SMCP::Test qw(repo_root module_path static_nginx_path b64url slurp skip_or_fail);
+use SMCP::Test qw(repo_root module_path static_nginx_path b64url slurp skip_or_fail
+                  run_cmd smcp_version);
 
 my $root = repo_root();
 my $so = module_path();
@@ -118,8 +121,9 @@ SKIP: {
 SKIP: {
     my $cli = "$root/build/smcp-token";
     skip_or_fail('build/smcp-token not built', 5) unless -x $cli;
-    my $tok = `$cli --sub alice --ttl 120 --secret-file $dir/secret 2>&1`;
-    is($? >> 8, 0, 'smcp-token runs');
+    my ($rc, $tok) = run_cmd([$cli, '--sub', 'alice', '--ttl', '120',
+                              '--secret-file', "$dir/secret"]);
+    is($rc, 0, 'smcp-token runs');
     chomp $tok;
     my ($h, $p, $s) = split /\./, $tok;
     ok(defined $s, 'prints a JWT') or diag($tok);
@@ -128,6 +132,31 @@ SKIP: {
     my ($hdr, $cl) = SMCP::Test::decode_jwt($tok);
     is($cl->{sub}, 'alice', 'sub');
     ok(($cl->{exp} // 0) > time() && $cl->{exp} <= time() + 121, 'exp = now + ttl');
+}
+
+###############################################################################
+# the version: --version of both binaries; the runner's --help
+
+my $version = smcp_version();
+like($version, qr/^\d+\.\d+\.\d+(-[\w.]+)?$/, "common/smcp_version.h: $version");
+
+for my $bin (qw(smcp-token smcp-runner)) {
+    SKIP: {
+        skip_or_fail("build/$bin not built", 3) unless -x "$root/build/$bin";
+        my ($rc, $out, $err) = run_cmd(["$root/build/$bin", '--version']);
+        is($rc, 0, "$bin --version: exit 0");
+        is($out, "$bin $version\n", "... prints \"$bin $version\"");
+        is($err, '', '... nothing on stderr');
+    }
+}
+
+SKIP: {
+    skip_or_fail('build/smcp-runner not built', 4) unless -x "$root/build/smcp-runner";
+    my ($rc, $out, $err) = run_cmd(["$root/build/smcp-runner", '--help']);
+    is($rc, 0, 'smcp-runner --help: exit 0');
+    like($out, qr/^usage: smcp-runner \[options\]\n/, '... its usage on stdout');
+    like($out, qr/^ +--version +/m, '... which names --version');
+    is($err, '', '... nothing on stderr');
 }
 
 ###############################################################################
