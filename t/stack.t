@@ -146,7 +146,7 @@ my $sid = $r->{headers}{'mcp-session-id'} // '';
 like($sid, qr/^[0-9a-f]{64}$/, 'session id issued');
 
 my $secret_file = "$state/secret";
-my $tok3 = `$root/build/smcp-token --sub carol --ttl 600 --secret-file $secret_file`;
+my $tok3 = `$root/build/smcp-token --sub carol --ttl 600 --secret-file $secret_file 2>/dev/null`;
 chomp $tok3;
 is(post($tok3, $init)->{status}, 200, 'smcp-token --secret-file token accepted');
 
@@ -174,9 +174,13 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     is($r->{status}, 200, '... then the run list');
     like($r->{content}, qr/runs\.js/, '... the list page');
 
-    my $link = `make -s -C $root token SUB=dora UI=1 SMCP_STATE=$state SMCP_LISTEN=127.0.0.1:$port 2>&1`;
+    my ($rc, $link, $info) = run_cmd(['make', '-s', '-C', $root, 'token', 'SUB=dora',
+                                      'UI=1', "SMCP_STATE=$state",
+                                      "SMCP_LISTEN=127.0.0.1:$port"]);
     like($link, qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+\n\z},
-         'make token SUB=dora UI=1 prints a dashboard link');
+         'make token SUB=dora UI=1 prints a dashboard link, alone on stdout');
+    like($info, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\n\z/,
+         '... its jti and expiry on stderr');
     my ($tok) = $link =~ /token=([\w.-]+)/;
     my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
     is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
@@ -235,7 +239,7 @@ if ($egress) {
     is($r->{status}, 404, 'egress listener up: unknown route 404');
     my $run = 'run_0123456789abcdef01234567';
     system("redis-cli -p $rport HSET smcp:run:$run tenant stack-tenant status running >/dev/null");
-    my $etok = `$root/build/smcp-token --sub stack-tenant --scope egress --run $run --ttl 300 --secret-file $state/secret`;
+    my $etok = `$root/build/smcp-token --sub stack-tenant --scope egress --run $run --ttl 300 --secret-file $state/secret 2>/dev/null`;
     chomp $etok;
     $r = $ht->post("http://$gw:$eport/anthropic/v1/messages", {
         headers => { 'x-api-key' => $etok, 'content-type' => 'application/json' },
