@@ -4,7 +4,8 @@
 # with -Werror), Debian's nginx accepts it with load_module (`nginx -t`),
 # the token CLI, and the static nginx with the module built in.  The
 # version, written once (common/smcp_version.h): `--version` of smcp-token
-# and smcp-runner; the runner's --help.
+# and smcp-runner; the runner's --help; `make help` lists every target of
+# the Makefile, one line each, from its opening comment.
 
 use strict;
 use warnings;
@@ -157,6 +158,25 @@ SKIP: {
     like($out, qr/^usage: smcp-runner \[options\]\n/, '... its usage on stdout');
     like($out, qr/^ +--version +/m, '... which names --version');
     is($err, '', '... nothing on stderr');
+}
+
+###############################################################################
+# make help: the Makefile's targets, one line each, from its opening comment
+
+{
+    my ($rc, $out, $err) = run_cmd(['make', '-s', '-C', $root, 'help']);
+    is($rc, 0, 'make help: exit 0') or diag($err);
+    my @lines = split /\n/, $out;
+    is(shift(@lines), "sandbox-mcp $version: make TARGET [VAR=value ...]",
+       '... the version first');
+    my @bad = grep { !/^  make ([\w-]+) +\S/ || length($_) > 80 } @lines;
+    is_deeply(\@bad, [], '... then "make TARGET  what it does", one line each, '
+                        . 'within 80 columns');
+    my @listed = sort map { /^  make ([\w-]+)/ ? $1 : () } @lines;
+    my @phony = sort map { split ' ' }
+                     slurp("$root/Makefile") =~ /^\.PHONY:(.*)$/mg;
+    is("@listed", "@phony", 'every .PHONY target of the Makefile, once ('
+                            . scalar(@phony) . ')');
 }
 
 ###############################################################################
