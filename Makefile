@@ -1,22 +1,34 @@
-# sandbox-mcp: build, test and run the stack.
+# sandbox-mcp: build, test and run the stack.  The targets, one line each
+# (`make help` prints these lines, so that the list lives here only):
 #
-#   make            build the dynamic nginx module and the tools
-#   make deps       install every apt/npm package the build and tests need
-#   make test       deps + build + every test (prove -r t)
-#   make up/down    start/stop the local stack (redis, nginx + module,
-#                   sandbox network, runner)
-#   make sandbox-image   build the sandbox image
-#   make runner-test  the runner's test build (build/test/smcp-runner: the
-#                   release's sources and runner/test_hooks.c), for the
-#                   tests that need a hook; `make test` builds it
-#   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
-#                   tenant "alice" (that may name those repositories);
-#                   UI=1: a link to alice's dashboard (run list) instead
-#   make revoke JTI=<jti or token>   revoke one token in every worker
-#   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
-#   make fuzz-ci    run each harness briefly; fail on any crash or report
-#   make test-asan  only the files make test runs against the ASan and
-#                   UBSan builds (build/asan/; t/schedule marks them)
+#   make all             the module, smcp-token and smcp-runner (also: make)
+#   make module          the dynamic nginx module (build/*.so)
+#   make tools           the token tool, build/smcp-token
+#   make runner          the runner daemon, build/smcp-runner
+#   make runner-test     the runner's test build with its hooks (build/test/)
+#   make static          nginx from source with the module built in
+#   make deps            install every apt/npm package build and tests need
+#   make test            deps, build, then every file of t/ (t/schedule)
+#   make test-asan       only the files make test runs under ASan and UBSan
+#   make up              start the local stack; prints its URL and a token
+#   make down            stop what make up started
+#   make token           a token: SUB=alice [REPOS=acme/*] [TTL=30d] [UI=1]
+#   make revoke          revoke a token in every worker: JTI=<jti or token>
+#   make sandbox-image   build the sandbox image (OpenCode, locked down)
+#   make docker-ready    start dockerd, build the local Debian base image
+#   make bench           the benchmarks: ratios against a baseline (bench/)
+#   make fuzz            every libFuzzer harness of fuzz/ for FUZZ_SECONDS
+#   make fuzz-ci         each harness briefly; fails on a crash or a report
+#   make fuzz-build      build the harnesses (build/fuzz/)
+#   make asan            the runner, smcp-token and nginx under ASan+UBSan
+#   make asan-tools      the runner and smcp-token of make asan
+#   make clean           remove build/
+#   make help            this list, and the version
+#
+# make token: a token of tenant SUB that may name the repositories REPOS
+# (owner/repo or owner/*, comma separated), valid TTL (30d, 12h, 90m,
+# 3600s; default 30d); UI=1: a link to the tenant's dashboard (run list)
+# instead.  The version: ngx_sandbox_mcp_module/common/smcp_version.h.
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
@@ -36,6 +48,9 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
                runner/pool.c runner/spec.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
+# the version, from the one place that defines it
+VERSION_H  := ngx_sandbox_mcp_module/common/smcp_version.h
+VERSION    := $(shell sed -n 's/^.define SMCP_VERSION *"\([^"]*\)".*/\1/p' $(VERSION_H))
 
 # the Redis scripts module and runner share (one NAME.lua per script) and
 # the generator that embeds them (and the tool definitions) into C headers
@@ -61,7 +76,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner runner-test bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan
+.PHONY: all module tools runner runner-test bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
@@ -172,7 +187,7 @@ down:
 # the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
 # $$SMCP_LISTEN (make up's address)
 token: $(TOKEN_BIN)
-	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*] [UI=1]}" \
+	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
 	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
 	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
@@ -191,6 +206,11 @@ revoke: $(TOKEN_BIN)
 
 clean:
 	rm -rf $(BUILD)
+
+# the "#   make" lines of this file's opening comment
+help:
+	@echo "sandbox-mcp $(VERSION): make TARGET [VAR=value ...]"
+	@sed -n '1,/^$$/s/^#   \(make .*\)/  \1/p' $(firstword $(MAKEFILE_LIST))
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include "smcp_jwt.h"
 
 
+static ngx_int_t ngx_http_sandbox_mcp_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle);
 static void ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle);
 static void *ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf);
@@ -415,7 +416,7 @@ ngx_module_t  ngx_http_sandbox_mcp_module = {
     ngx_http_sandbox_mcp_commands,         /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_sandbox_mcp_init_module,      /* init module */
     ngx_http_sandbox_mcp_init_worker,      /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -423,6 +424,20 @@ ngx_module_t  ngx_http_sandbox_mcp_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/* the master, at start and at each reload: which module this is (not
+ * under nginx -t) */
+static ngx_int_t
+ngx_http_sandbox_mcp_init_module(ngx_cycle_t *cycle)
+{
+    if (!ngx_test_config) {
+        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                      "ngx_http_sandbox_mcp_module " SMCP_VERSION);
+    }
+
+    return NGX_OK;
+}
 
 
 static ngx_int_t

@@ -20,9 +20,9 @@
 
 #include "smcp_keys.h"
 #include "smcp_util.h"
+#include "smcp_version.h"
 
 
-#define NGX_HTTP_SANDBOX_MCP_VERSION        "0.1.0"
 #define NGX_HTTP_SANDBOX_MCP_SERVER_NAME    "sandbox-mcp"
 
 /* JSON-RPC and MCP error codes */

@@ -2,8 +2,8 @@
  * Configuration: one table of options (flag, environment name, default,
  * help text), read by getopt_long: the flag, else the environment, else
  * the default.  The same table prints the usage and README's table
- * (--help=markdown).  Loaded once, before any thread starts; never written
- * again.
+ * (--help=markdown); --version prints the version (common/smcp_version.h).
+ * Loaded once, before any thread starts; never written again.
  */
 
 #include <getopt.h>
@@ -34,6 +34,11 @@
 #define RUNNER_OPT_WRAP      72     /* help text column */
 
 #define RUNNER_TEST_ENV      "SMCP_RUNNER_TEST_"    /* test hooks' prefix */
+
+/* what to print instead of running: --help, --help=markdown, --version */
+#define RUNNER_SHOW_HELP     1
+#define RUNNER_SHOW_MARKDOWN 2
+#define RUNNER_SHOW_VERSION  3
 
 
 typedef struct {
@@ -274,7 +279,9 @@ runner_config_usage(FILE *f)
     fprintf(f, "usage: smcp-runner [options]\n"
                "Each option: the flag, else the environment, else the "
                "default.\n"
-               "  -h, --help[=markdown]   this text (or README's table)\n");
+               "  -h, --help[=markdown]   this text (or README's table)\n"
+               "      --version           the version (smcp-runner "
+               SMCP_VERSION ")\n");
 
     for (i = 0; i < RUNNER_NOPTIONS; i++) {
         o = &runner_options[i];
@@ -598,13 +605,14 @@ runner_config_set(runner_config_t *cfg, const runner_option_t *o,
 }
 
 
-/* the flags given: vals[i] for runner_options[i]; RUNNER_AGAIN: --help */
+/* the flags given: vals[i] for runner_options[i]; RUNNER_AGAIN: *show
+ * says what to print instead (--help, --version) */
 static int
-runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
+runner_config_flags(int argc, char **argv, const char **vals, int *show,
     char *err, size_t errlen)
 {
     int            i, c, idx;
-    struct option  longopts[RUNNER_NOPTIONS + 2];
+    struct option  longopts[RUNNER_NOPTIONS + 3];
 
     for (i = 0; i < (int) RUNNER_NOPTIONS; i++) {
         longopts[i].name = runner_options[i].flag;
@@ -614,7 +622,8 @@ runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
     }
 
     longopts[i] = (struct option) { "help", optional_argument, NULL, 'h' };
-    longopts[i + 1] = (struct option) { NULL, 0, NULL, 0 };
+    longopts[i + 1] = (struct option) { "version", no_argument, NULL, 'V' };
+    longopts[i + 2] = (struct option) { NULL, 0, NULL, 0 };
 
     optind = 0;                     /* glibc: start over */
     opterr = 0;
@@ -627,7 +636,12 @@ runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
             break;
 
         case 'h':
-            *markdown = (optarg && strcmp(optarg, "markdown") == 0);
+            *show = (optarg && strcmp(optarg, "markdown") == 0)
+                    ? RUNNER_SHOW_MARKDOWN : RUNNER_SHOW_HELP;
+            return RUNNER_AGAIN;
+
+        case 'V':
+            *show = RUNNER_SHOW_VERSION;
             return RUNNER_AGAIN;
 
         case ':':
@@ -815,14 +829,14 @@ runner_config_test_hooks(char *err, size_t errlen)
 
 
 /*
- * RUNNER_OK (cfg filled), RUNNER_ERR (err says why), RUNNER_AGAIN (--help:
- * printed on stdout).
+ * RUNNER_OK (cfg filled), RUNNER_ERR (err says why), RUNNER_AGAIN (--help
+ * or --version: printed on stdout).
  */
 int
 runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     size_t errlen)
 {
-    int                     rc, markdown;
+    int                     rc, show;
     size_t                  i;
     char                    rnd[17];
     char                    what[64];
@@ -831,15 +845,22 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
 
     memset(cfg, 0, sizeof(*cfg));
     memset(vals, 0, sizeof(vals));
-    markdown = 0;
+    show = 0;
 
-    rc = runner_config_flags(argc, argv, vals, &markdown, err, errlen);
+    rc = runner_config_flags(argc, argv, vals, &show, err, errlen);
 
     if (rc == RUNNER_AGAIN) {
-        if (markdown) {
-            runner_config_markdown(stdout);
+        switch (show) {
 
-        } else {
+        case RUNNER_SHOW_MARKDOWN:
+            runner_config_markdown(stdout);
+            break;
+
+        case RUNNER_SHOW_VERSION:
+            printf("smcp-runner " SMCP_VERSION "\n");
+            break;
+
+        default:
             runner_config_usage(stdout);
         }
 

@@ -342,7 +342,7 @@ main(int argc, char **argv)
                             sizeof(err));
 
     if (rc == RUNNER_AGAIN) {
-        return 0;                   /* --help */
+        return 0;                   /* --help, --version */
     }
 
     if (rc != RUNNER_OK) {
@@ -380,7 +380,7 @@ main(int argc, char **argv)
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "backend=%s concurrency=%d pool=%d image=%s network=%s",
-               RUNNER_VERSION, runner_config->name, runner_config->backend,
+               SMCP_VERSION, runner_config->name, runner_config->backend,
                runner_config->concurrency, runner_config->pool_total,
                runner_config->image,
                runner_config->network);

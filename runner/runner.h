@@ -54,13 +54,13 @@
 #include "smcp_keys.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
+#include "smcp_version.h"
 
 #define RUNNER_OK       0
 #define RUNNER_ERR     -1
 #define RUNNER_AGAIN   -2       /* try later: not an error */
 
 #define RUNNER_ERRLEN   256
-#define RUNNER_VERSION  "0.1.0"
 
 
 /*

@@ -5,7 +5,10 @@
 # the token CLI, the static nginx with the module built in, and the
 # runner: the release build (`make`, the runner image) has no test hook
 # and refuses to start with a hook's variable set; only the test build
-# (`make runner-test`) has them.
+# (`make runner-test`) has them.  The version, written once
+# (common/smcp_version.h): `--version` of smcp-token and smcp-runner; the
+# runner's --help; `make help` lists every target of the Makefile, one line
+# each, from its opening comment.
 
 use strict;
 use warnings;
@@ -16,7 +19,8 @@ use lib "$FindBin::Bin/lib";
 use Digest::SHA qw(hmac_sha256);
 use File::Temp qw(tempdir);
 use Test::More;
-use SMCP::Test qw(repo_root module_path static_nginx_path b64url slurp skip_or_fail);
+use SMCP::Test qw(repo_root module_path static_nginx_path b64url slurp skip_or_fail
+                  run_cmd smcp_version);
 
 my $root = repo_root();
 my $so = module_path();
@@ -121,8 +125,9 @@ SKIP: {
 SKIP: {
     my $cli = "$root/build/smcp-token";
     skip_or_fail('build/smcp-token not built', 5) unless -x $cli;
-    my $tok = `$cli --sub alice --ttl 120 --secret-file $dir/secret 2>&1`;
-    is($? >> 8, 0, 'smcp-token runs');
+    my ($rc, $tok) = run_cmd([$cli, '--sub', 'alice', '--ttl', '120',
+                              '--secret-file', "$dir/secret"]);
+    is($rc, 0, 'smcp-token runs');
     chomp $tok;
     my ($h, $p, $s) = split /\./, $tok;
     ok(defined $s, 'prints a JWT') or diag($tok);
@@ -174,11 +179,55 @@ for my $bin ($so, $static, "$root/build/smcp-token") {
     }
 }
 
+###############################################################################
+# the version: --version of both binaries; the runner's --help
+
+my $version = smcp_version();
+like($version, qr/^\d+\.\d+\.\d+(-[\w.]+)?$/, "common/smcp_version.h: $version");
+
+for my $bin (qw(smcp-token smcp-runner)) {
+    SKIP: {
+        skip_or_fail("build/$bin not built", 3) unless -x "$root/build/$bin";
+        my ($rc, $out, $err) = run_cmd(["$root/build/$bin", '--version']);
+        is($rc, 0, "$bin --version: exit 0");
+        is($out, "$bin $version\n", "... prints \"$bin $version\"");
+        is($err, '', '... nothing on stderr');
+    }
+}
+
 SKIP: {
     my $out = `make -s -C '$root' runner-test 2>&1`;
     skip_or_fail("make runner-test: $out", 1) if $?;
     ok(index(slurp("$root/build/test/smcp-runner"), 'SMCP_RUNNER_TEST_HOLD_RUNNING') >= 0,
        'the test build has the hook (t/runner_crash.t uses it)');
+}
+
+SKIP: {
+    skip_or_fail('build/smcp-runner not built', 4) unless -x "$root/build/smcp-runner";
+    my ($rc, $out, $err) = run_cmd(["$root/build/smcp-runner", '--help']);
+    is($rc, 0, 'smcp-runner --help: exit 0');
+    like($out, qr/^usage: smcp-runner \[options\]\n/, '... its usage on stdout');
+    like($out, qr/^ +--version +/m, '... which names --version');
+    is($err, '', '... nothing on stderr');
+}
+
+###############################################################################
+# make help: the Makefile's targets, one line each, from its opening comment
+
+{
+    my ($rc, $out, $err) = run_cmd(['make', '-s', '-C', $root, 'help']);
+    is($rc, 0, 'make help: exit 0') or diag($err);
+    my @lines = split /\n/, $out;
+    is(shift(@lines), "sandbox-mcp $version: make TARGET [VAR=value ...]",
+       '... the version first');
+    my @bad = grep { !/^  make ([\w-]+) +\S/ || length($_) > 80 } @lines;
+    is_deeply(\@bad, [], '... then "make TARGET  what it does", one line each, '
+                        . 'within 80 columns');
+    my @listed = sort map { /^  make ([\w-]+)/ ? $1 : () } @lines;
+    my @phony = sort map { split ' ' }
+                     slurp("$root/Makefile") =~ /^\.PHONY:(.*)$/mg;
+    is("@listed", "@phony", 'every .PHONY target of the Makefile, once ('
+                            . scalar(@phony) . ')');
 }
 
 ###############################################################################

@@ -33,6 +33,10 @@
 #     it, a run token gets the packument rewritten to the egress, pypi (not
 #     enabled) 403, PUT 405; SMCP_REGISTRIES=npm,cpan keeps the egress
 #     container from starting, naming 'cpan'
+#   - the images carry the version (common/smcp_version.h): nginx's
+#     /healthz and the runner's --version; the image's smcp-token prints
+#     the token alone on stdout (`docker exec`), its jti and expiry on
+#     stderr
 #
 # Cleanup (END, and for runs of this file killed earlier, at start): the
 # runner is stopped first, then the sandboxes (label smcp.runner=<project>,
@@ -68,7 +72,8 @@ use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use SMCP::Docker qw(:all);
-use SMCP::Test qw(json_decode repo_root wait_until rhex prereq_fail which_bin free_port);
+use SMCP::Test qw(json_decode repo_root wait_until rhex prereq_fail which_bin free_port
+                  smcp_version);
 use SMCP::Fakes;
 
 my $t0 = time();
@@ -507,15 +512,19 @@ my $mcp = SMCP::Test->client(port => $port, secret => $secret, tenant => $tenant
         or diag("compose: $out$err\ncontainer: $lo$le");
 }
 
-# a token from the image's own smcp-token (PROXY_JWT_SECRET of the container)
+# a token from the image's own smcp-token (PROXY_JWT_SECRET of the
+# container), through `docker exec` as docker-compose.yml's header says:
+# docker-compose v1's exec hands the container's stderr (the token's jti
+# and expiry) to its stdout, even with -T
 my $token = do {
-    my ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'smcp-token',
-                                    '--sub', $tenant, '--ttl', '3600']);
+    my ($rc, $out, $err) = docker('exec', $nginx_name, 'smcp-token',
+                                  '--sub', $tenant, '--ttl', '1h');
     is($rc, 0, 'smcp-token in the nginx container mints a token') or diag($err);
+    like($err, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\n\z/, '... its jti and expiry on stderr');
     chomp $out;
     $out;
 };
-like($token, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, '... a JWT');
+like($token, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, '... a JWT, alone on stdout');
 
 my ($sid, $init);
 wait_until(60, sub {
@@ -1005,6 +1014,12 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
          'runner metrics (9464): the completed runs');
     like($get->('nginx', 9113, '/healthz'), qr/"runners":"ok"/,
          'nginx /healthz: the runner\'s heartbeat');
+    # the images' binaries: built with common/smcp_version.h
+    my $v = smcp_version();
+    like($get->('nginx', 9113, '/healthz'), qr/"version":"\Q$v\E"/,
+         "nginx /healthz: the version ($v)");
+    my (undef, $out) = compose(['exec', '-T', 'runner', 'smcp-runner', '--version']);
+    is($out, "smcp-runner $v\n", 'the runner image: smcp-runner --version');
 }
 
 ##############################################################################

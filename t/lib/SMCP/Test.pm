@@ -51,7 +51,7 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
                     which_bin egress_server_conf accessors node_bin js_checks
-                    chromium_bin browser_missing);
+                    chromium_bin browser_missing smcp_version);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -82,6 +82,15 @@ sub static_nginx_path {
 }
 sub token_tool_path {
     return $ENV{SMCP_TEST_TOKEN_TOOL} || repo_root() . '/build/smcp-token';
+}
+
+# the version, as common/smcp_version.h defines it once
+sub smcp_version {
+    my $h = repo_root() . '/ngx_sandbox_mcp_module/common/smcp_version.h';
+    open(my $fh, '<', $h) or die "$h: $!";
+    my ($v) = join('', <$fh>) =~ /^#define\s+SMCP_VERSION\s+"([^"]+)"/m;
+    close $fh;
+    return $v // die "$h: no SMCP_VERSION";
 }
 
 # the script that prints the egress routes that ship
