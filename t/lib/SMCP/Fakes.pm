@@ -333,7 +333,8 @@ sub scenario_script {
 # MCP client (Claude Code: its tools named mcp__NAME__TOOL).  plan is
 # called with the MCP calls made so far in the conversation, oldest first,
 # each {tool (without the prefix), input, text (the result's text), json
-# (that text decoded, when it is JSON), error (1: is_error)}, and returns
+# (that text decoded, when it is JSON), error (1: is_error)}, in an array,
+# and the request (decoded: its messages hold the prompt), and returns
 # the next call {tool => 'opencode_get_result', input => {...}} or the
 # answer {text => '...'}.  Both forms a client offers its MCP tools in
 # are handled: listed in `tools` (called at once), or deferred (named in
@@ -370,7 +371,7 @@ sub mcp_client_script {
                                error => $b->{is_error} ? 1 : 0 };
             }
         }
-        my $next = $plan->(@calls);
+        my $next = $plan->(\@calls, $j);
         return $next unless defined $next->{tool};
         my $name = $prefix . $next->{tool};
         return { tool_use => { name => $name, input => $next->{input} // {} } }
