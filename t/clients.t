@@ -31,7 +31,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use SMCP::Test qw(repo_root json_decode json_encode slurp);
-use SMCP::Clients qw(snippet snippets localize);
+use SMCP::Clients qw(snippet snippets localize claude_name desktop_entry);
 
 my $root = repo_root();
 
@@ -50,6 +50,7 @@ my $t = SMCP::Test->new(workers => 2);
 $t->start;
 
 my $base = 'http://127.0.0.1:' . $t->port;
+my $name = claude_name();
 # `make -s token` in the doc's lines signs with the test's secret
 my %signer = (PROXY_JWT_SECRET => $t->secret);
 
@@ -81,7 +82,7 @@ subtest 'README: the doc\'s Claude Code line, no other configuration' => sub {
 subtest 'Claude Code: claude mcp add, claude mcp list' => sub {
     my ($rc, $out, $err) = $c->sh(snippet('claude-code-add'), url => $base, env => \%signer);
     is($rc, 0, 'the doc\'s claude mcp add line runs') or diag("$out$err");
-    like($out, qr/Added HTTP MCP server opencode with URL: \Q$base\E\/mcp/,
+    like($out, qr/Added HTTP MCP server \Q$name\E with URL: \Q$base\E\/mcp/,
          '... and adds the server');
     my ($hdr) = slurp($c->home . '/.claude.json') =~ /"Authorization": "Bearer ([^"]+)"/;
     my (undef, $claims) = SMCP::Test::decode_jwt($hdr // '');
@@ -90,7 +91,7 @@ subtest 'Claude Code: claude mcp add, claude mcp list' => sub {
 
     ($rc, $out, $err) = $c->run(['claude', 'mcp', 'list'], timeout => 60);
     is($rc, 0, 'claude mcp list') or diag("$out$err");
-    like($out, qr/^opencode: \Q$base\E\/mcp \(HTTP\) - \S+ Connected$/m,
+    like($out, qr/^\Q$name\E: \Q$base\E\/mcp \(HTTP\) - \S+ Connected$/m,
          '... connects: the server is connected') or diag($out);
 };
 
@@ -98,8 +99,7 @@ subtest 'Claude Desktop: mcp-remote with a token, over stdio' => sub {
     my $json = localize(snippet('claude-desktop-token'), $base);
     my $tok = $t->token(sub => 'alice');
     $json =~ s/\Q$SMCP::Clients::TOKEN\E/$tok/g;
-    my $cfg = json_decode($json);
-    my $entry = ref $cfg eq 'HASH' ? $cfg->{mcpServers}{opencode} : undef;
+    my $entry = desktop_entry($json);
     ok($entry && $entry->{command}, 'the doc\'s claude_desktop_config.json parses: a stdio server')
         or diag($json);
     ok(!exists $entry->{url} && !exists $entry->{type}, '... not a url, as Claude Desktop needs');

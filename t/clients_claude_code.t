@@ -28,7 +28,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time);
 use SMCP::Test qw(json_decode json_encode);
-use SMCP::Clients qw(snippet);
+use SMCP::Clients qw(snippet claude_name);
 use SMCP::Fakes qw(mcp_client_script);
 use SMCP::Stack;
 
@@ -47,6 +47,7 @@ my $s = SMCP::Stack->new(
 my $t = $s->t;
 my $runner = $s->start_runner(concurrency => 1);
 my $base = 'http://127.0.0.1:' . $t->port;
+my $name = claude_name();        # the doc's: Claude Code's tools are mcp__NAME__TOOL
 
 sub terminal { return ($_[0] // '') =~ /^(completed|failed|cancelled)$/ ? 1 : 0 }
 
@@ -77,14 +78,14 @@ my $plan = sub {
     return { text => "Run $id " . ($status // '?') . ': ' . ($added // 'no diff') };
 };
 my $model = SMCP::Fakes::start_anthropic(key => undef,
-    script => [ mcp_client_script(server => 'opencode', plan => $plan) ]);
+    script => [ mcp_client_script(server => $name, plan => $plan) ]);
 
 my %claude_env = (ANTHROPIC_BASE_URL => $model->url, ANTHROPIC_API_KEY => 'sk-ant-fake-client');
 
 # claude -p PROMPT: (exit code, the JSON result, stderr)
 sub claude_p {
     my ($prompt, %env) = @_;
-    my ($rc, $out, $err) = $c->run(['claude', '-p', $prompt, '--allowedTools', 'mcp__opencode',
+    my ($rc, $out, $err) = $c->run(['claude', '-p', $prompt, '--allowedTools', "mcp__$name",
                                     '--output-format', 'json'],
                                    env => { %claude_env, %env }, timeout => 480);
     return ($rc, json_decode($out) // { raw => $out }, $err);
@@ -104,7 +105,7 @@ my ($rc, $out, $err) = $c->sh(snippet('claude-code-add'), url => $base,
                               env => { PROXY_JWT_SECRET => $t->secret });
 is($rc, 0, 'the doc\'s claude mcp add line') or diag("$out$err");
 ($rc, $out, $err) = $c->run(['claude', 'mcp', 'list'], timeout => 60);
-like($out, qr/^opencode: \Q$base\E\/mcp \(HTTP\) - \S+ Connected$/m, 'claude mcp list: connected')
+like($out, qr/^\Q$name\E: \Q$base\E\/mcp \(HTTP\) - \S+ Connected$/m, 'claude mcp list: connected')
     or diag("$out$err");
 
 my $id;
@@ -119,10 +120,9 @@ subtest 'claude -p, tools deferred: run_task, get_result, get_diff' => sub {
        'the answer: the run completed, its diff adds hello.txt') or diag(json_encode($res));
 
     my @calls = tool_calls('Add hello.txt to acme/app');
-    my @mcp = grep { /^mcp__opencode__/ } @calls;
-    ok(@mcp >= 3 && $mcp[0] eq 'mcp__opencode__opencode_run_task'
-       && $mcp[-1] eq 'mcp__opencode__opencode_get_diff'
-       && !grep({ $_ ne 'mcp__opencode__opencode_get_result' } @mcp[1 .. $#mcp - 1]),
+    my @mcp = map { /^mcp__\Q$name\E__(.+)$/ ? $1 : () } @calls;
+    ok(@mcp >= 3 && $mcp[0] eq 'opencode_run_task' && $mcp[-1] eq 'opencode_get_diff'
+       && !grep({ $_ ne 'opencode_get_result' } @mcp[1 .. $#mcp - 1]),
        'the calls: run_task, get_result until the end, get_diff') or diag("@calls");
     is(scalar(grep { $_ eq 'ToolSearch' } @calls), 3,
        'each of the three tools loaded through ToolSearch first (deferred)') or diag("@calls");
@@ -143,7 +143,7 @@ subtest 'claude -p, tools listed: get_result, get_diff' => sub {
     is($res->{result}, "Run $id completed: hello from Claude Code", 'the answer')
         or diag(json_encode($res));
     my @calls = tool_calls("Check on run $id");
-    is_deeply(\@calls, [ 'mcp__opencode__opencode_get_result', 'mcp__opencode__opencode_get_diff' ],
+    is_deeply(\@calls, [ map { "mcp__${name}__$_" } qw(opencode_get_result opencode_get_diff) ],
               'called at once: the tools came in the request') or diag("@calls");
 };
 

@@ -31,7 +31,7 @@ use File::Temp qw(tempdir);
 use SMCP::Test qw(repo_root require_prereqs browser_missing chromium_bin json_decode
                   json_encode run_cmd spew slurp test_cert js_report which_bin node22_bin
                   wait_until);
-use SMCP::Clients qw(snippet localize);
+use SMCP::Clients qw(snippet localize desktop_entry);
 use SMCP::MakeUp;
 
 my $root = repo_root();
@@ -42,10 +42,12 @@ require_prereqs(browser_missing(), SMCP::Clients::missing(),
 my $c = SMCP::Clients->new;
 my $dir = tempdir('smcp-public-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SMCP_TEST_KEEP});
 
-# the certificate: a CA of the test's, localhost signed by it
+# the certificate: a CA of the test's, localhost signed by it; the key
+# readable by its owner alone
 my ($crt, $key) = eval { test_cert($dir, 'mcp', 'DNS:localhost', 'IP:127.0.0.1') };
 ok($crt, 'a test CA and a certificate for localhost (openssl)') or BAIL_OUT($@);
 my $ca = "$dir/ca.crt";
+chmod 0600, $key;
 
 my $up = SMCP::MakeUp->new(egress => 0);
 my $port = $up->port;
@@ -99,6 +101,13 @@ subtest 'https with the certificate, and only https' => sub {
     unlike($conf, qr/BEGIN .*PRIVATE KEY/, '... naming the key file, not holding the key');
 };
 
+subtest 'make up again (a reload, as after a renewal): still https' => sub {
+    my ($rc, $out) = $up->up;
+    is($rc, 0, 'make up again') or diag($out);
+    my ($code, $body) = curl("$public/healthz");
+    is($code, 0, 'https://localhost/healthz: the certificate verifies') or diag($body);
+};
+
 subtest 'OAuth on: discovery at the public URL' => sub {
     my ($code, $hdrs) = curl('-D', '-', '-o', '/dev/null', '-X', 'POST',
                              '-H', 'Content-Type: application/json',
@@ -121,7 +130,7 @@ chomp $akey;
 
 # Claude Desktop's entry with the URL alone, and the browser it opens
 my $json = localize(snippet('claude-desktop-oauth'), $public);
-my $entry = (json_decode($json) // {})->{mcpServers}{opencode};
+my $entry = desktop_entry($json);
 ok($entry && $entry->{command} && !grep({ /--header/ } @{ $entry->{args} || [] }),
    'the doc\'s OAuth entry: a stdio server, the URL alone') or diag($json);
 my $checks = "$dir/signin.jsonl";

@@ -31,7 +31,7 @@ use File::Temp qw(tempdir);
 
 use SMCP::Test qw(repo_root require_prereqs run_cmd node22_bin slurp);
 
-our @EXPORT_OK = qw(snippet snippets localize);
+our @EXPORT_OK = qw(snippet snippets localize claude_name desktop_entry);
 
 our $DOC = 'docs/clients.md';
 our $DOC_URL = 'http://127.0.0.1:8080';
@@ -144,6 +144,24 @@ sub snippets {
     my @names = $doc =~ /<!-- test: ([a-z0-9-]+) -->\s*\n```/g;
     my $configs = () = $doc =~ /^```(?:sh|json)\n.*?^```/msg;
     return (\@names, $configs);
+}
+
+# claude_name(): the server's name in the doc's `claude mcp add` line
+# (Claude Code's tools are mcp__NAME__TOOL)
+sub claude_name {
+    my ($name) = snippet('claude-code-add') =~ /claude mcp add --transport http (\S+)/
+        or die "$DOC: claude-code-add names no server\n";
+    return $name;
+}
+
+# desktop_entry($json): the one server of a claude_desktop_config.json
+# (undef unless it holds exactly one)
+sub desktop_entry {
+    my ($json) = @_;
+    my $cfg = SMCP::Test::json_decode($json);
+    my $servers = ref $cfg eq 'HASH' ? $cfg->{mcpServers} : undef;
+    return undef unless ref $servers eq 'HASH' && keys %$servers == 1;
+    return (values %$servers)[0];
 }
 
 # localize($text, $base): the doc's addresses made $base (scheme, host
