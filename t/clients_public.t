@@ -14,7 +14,8 @@
 #     and opens the browser, a headless Chromium that signs in with an
 #     access key (t/js/signin.mjs, through xdg-open's BROWSER), then
 #     initialize, tools/list and tools/call go through with the access
-#     token; started again, it reuses its tokens without the browser.
+#     token; started again, it reuses its tokens without the browser;
+#   - the public URL's host is an allowed Host, another name is not.
 #
 # Needs nginx + the module, redis-server, openssl, curl, Node 22, npx,
 # the clients from `npm ci`, playwright-core and Chromium; CI=true turns
@@ -44,7 +45,8 @@ my $dir = tempdir('smcp-public-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SMCP_TEST_
 
 # the certificate: a CA of the test's, localhost signed by it; the key
 # readable by its owner alone
-my ($crt, $key) = eval { test_cert($dir, 'mcp', 'DNS:localhost', 'IP:127.0.0.1') };
+my ($crt, $key) = eval { test_cert($dir, 'mcp', 'DNS:localhost', 'IP:127.0.0.1',
+                                   'DNS:mcp.smcp.test', 'DNS:evil.smcp.test') };
 ok($crt, 'a test CA and a certificate for localhost (openssl)') or BAIL_OUT($@);
 my $ca = "$dir/ca.crt";
 chmod 0600, $key;
@@ -164,6 +166,30 @@ subtest 'mcp-remote started again: its tokens, no browser' => sub {
                   [ "$root/t/js/stdio_client.mjs", json_encode($entry), 'opencode_list_runs' ],
                   \@stdio, env => \%env, timeout => 120);
     ok(!-e $checks, 'no browser opened');
+};
+
+# a public name of its own: allowed as Host without SMCP_ALLOWED_HOSTS
+subtest 'the public URL\'s host is allowed, no other' => sub {
+    local $ENV{SMCP_PUBLIC_URL} = "https://mcp.smcp.test:$port";
+    my ($rc, $out) = $up->up;
+    is($rc, 0, 'make up with SMCP_PUBLIC_URL=https://mcp.smcp.test:PORT') or diag($out);
+    my $init = json_encode({ jsonrpc => '2.0', id => 1, method => 'initialize',
+        params => { protocolVersion => '2025-06-18', capabilities => {},
+                    clientInfo => { name => 'curl', version => '1' } } });
+    my $status = sub {
+        my ($host) = @_;
+        my (undef, $code) = curl('-o', '/dev/null', '-w', '%{http_code}',
+            '--resolve', "$host:$port:127.0.0.1", '-X', 'POST',
+            '-H', "Authorization: Bearer $akey", '-H', 'Content-Type: application/json',
+            '-H', 'Accept: application/json, text/event-stream', '--data', $init,
+            "https://$host:$port/mcp");
+        return $code;
+    };
+    # make up reloads nginx: the new workers answer once they are up
+    my $got;
+    wait_until(30, sub { ($got = $status->('mcp.smcp.test')) eq '200' }, 0.2);
+    is($got, '200', 'initialize at https://mcp.smcp.test: 200');
+    is($status->('evil.smcp.test'), '403', 'initialize at https://evil.smcp.test: 403');
 };
 
 ($rc, $out) = $up->down;
