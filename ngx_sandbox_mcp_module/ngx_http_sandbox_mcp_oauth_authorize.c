@@ -1,6 +1,6 @@
 /*
  * The authorization endpoint: the request checked (client, exact
- * redirect_uri, PKCE S256, resource, state), the sign-in page with its
+ * redirect_uri, PKCE S256, resource, state if any), the sign-in page with its
  * consent line and access-key form (CSRF: a cookie and an HMAC of it and
  * of the request in the form), and the code issued to the redirect_uri.
  * Nothing is ever sent to a redirect_uri the client did not register.
@@ -265,11 +265,14 @@ ngx_http_sandbox_mcp_oauth_check_request(
                                "response_type must be code");
     }
 
-    if (ctx->state.len == 0
-        || ctx->state.len > NGX_HTTP_SANDBOX_MCP_OAUTH_STATE_MAX)
-    {
+    /*
+     * state is optional (OAuth 2.1, section 4.1.1): PKCE, required below,
+     * carries the CSRF protection; when sent, it is echoed
+     */
+    if (ctx->state.len > NGX_HTTP_SANDBOX_MCP_OAUTH_STATE_MAX) {
+        ngx_str_null(&ctx->state);
         return ngx_http_sandbox_mcp_oauth_deny(ctx, "invalid_request",
-                               "state is required (at most 512 bytes)");
+                               "state is at most 512 bytes");
     }
 
     if (req->method.len != 4 || ngx_strncmp(req->method.data, "S256", 4) != 0)
@@ -512,7 +515,12 @@ ngx_http_sandbox_mcp_oauth_authorize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
                                             &ctx->challenge);
     (void) ngx_http_sandbox_mcp_oauth_param(ctx, "code_challenge_method",
                                             &req->method);
-    (void) ngx_http_sandbox_mcp_oauth_param(ctx, "state", &ctx->state);
+    if (ngx_http_sandbox_mcp_oauth_param(ctx, "state", &ctx->state)
+        != NGX_OK)
+    {
+        ngx_str_set(&ctx->state, "");       /* none: none echoed */
+    }
+
     (void) ngx_http_sandbox_mcp_oauth_param(ctx, "resource", &req->resource);
     (void) ngx_http_sandbox_mcp_oauth_param(ctx, "scope", &req->scope);
 

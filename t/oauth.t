@@ -270,6 +270,27 @@ subtest 'code flow with an access key' => sub {
     is($f->{current}, sha256_hex($tokens->{refresh_token}), '... as its SHA-256');
 };
 
+# OAuth 2.1 makes state optional when PKCE carries the CSRF protection
+# (the SDK's provider sends none unless it defines state()): the flow
+# goes on, and no state comes back
+subtest 'code flow without state (PKCE S256)' => sub {
+    my ($v, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($client, challenge => $c, state => undef);
+    my $page = $o->authorize_page(@p);
+    is($page->{status}, 200, 'the sign-in page') or diag($page->{body});
+    like($page->{body}, qr/name="state" value=""/, '... with an empty state');
+    my $r = $o->consent($page, \@p, key => $key);
+    is($r->{status}, 302, 'consent: 302') or diag($r->{body});
+    my $loc = $r->{headers}{location} // '';
+    like($loc, qr{^\Q$o->{redirect}\E\?code=ac_[0-9a-f]{64}&iss=}, 'a code, then iss');
+    my $q = SMCP::OAuth::query($loc);
+    ok(!exists $q->{state}, 'no state in the redirect');
+    $r = $o->token(grant_type => 'authorization_code', code => $q->{code},
+                   redirect_uri => $o->{redirect}, client_id => $client->{client_id},
+                   code_verifier => $v, resource => $resource);
+    is($r->{status}, 200, 'the code exchanged') or diag($r->{body});
+};
+
 subtest 'refresh rotation' => sub {
     my $r = $o->token(grant_type => 'refresh_token', refresh_token => $tokens->{refresh_token},
                       client_id => $client->{client_id});
@@ -387,8 +408,11 @@ subtest 'authorization request refusals' => sub {
     is($r->{status}, 400, 'a parameter twice: 400 page');
 
     redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
-        $o->auth_params($client, challenge => $c, state => undef))),
-        'invalid_request', 'missing state');
+        $o->auth_params($client, challenge => $c, state => 'x' x 513))),
+        'invalid_request', 'a state over 512 bytes', state => undef);
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => undef, state => undef))),
+        'invalid_request', 'no state and no PKCE', state => undef);
     redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
         $o->auth_params($client, challenge => $c, resource => 'https://other.example/mcp', state => 's1'))),
         'invalid_target', 'a resource for another server', state => 's1');

@@ -246,6 +246,10 @@ package SMCP::Fakes;
 # scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
 #     code ref) for start_anthropic that plays one script per task
 #     (exportable)
+# mcp_client_script(server => 'opencode', plan => sub { ... }) -> a script
+#     step for start_anthropic that plays the model of an MCP client such
+#     as Claude Code, calling the server's tools as plan decides (see
+#     below; exportable)
 #
 # t/fake/serve.pl runs one fake in the foreground for non-Perl callers.
 
@@ -257,7 +261,7 @@ use Exporter qw(import);
 our @EXPORT_OK = qw(start_anthropic start_openai start_azure start_gemini
                     start_cloudflare start_github start_github_git
                     start_github_api start_github_oauth start_static parse_sse
-                    scenario_script);
+                    scenario_script mcp_client_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our @LIVE;    # fakes started by this process, for END cleanup
@@ -329,6 +333,61 @@ sub scenario_script {
         my $step = $steps->[$n < $#$steps ? $n : $#$steps];
         $step = $step->($j, $n) if ref $step eq 'CODE';
         return $step;
+    };
+}
+
+# mcp_client_script(server => NAME, plan => CODE) -> a code ref, the one
+# step of start_anthropic(script => [...]) that plays the model behind an
+# MCP client (Claude Code: its tools named mcp__NAME__TOOL).  plan is
+# called with the MCP calls made so far in the conversation, oldest first,
+# each {tool (without the prefix), input, text (the result's text), json
+# (that text decoded, when it is JSON), error (1: is_error)}, in an array,
+# and the request (decoded: its messages hold the prompt), and returns
+# the next call {tool => 'opencode_get_result', input => {...}} or the
+# answer {text => '...'}.  Both forms a client offers its MCP tools in
+# are handled: listed in `tools` (called at once), or deferred (named in
+# the system prompt, with a ToolSearch tool that loads them: the step
+# calls ToolSearch with "select:mcp__NAME__TOOL" first, as the real model
+# does).  A request with no tools (a title or a summary) gets a short
+# text.
+sub mcp_client_script {
+    my (%o) = @_;
+    my $prefix = "mcp__$o{server}__";
+    my $plan = $o{plan};
+    return sub {
+        my ($j) = @_;
+        my %offered = map { ($_->{name} // '') => 1 } @{ $j->{tools} || [] };
+        return { text => 'A fake title' } unless %offered;
+        my (%use, @calls);
+        for my $m (@{ $j->{messages} || [] }) {
+            next unless ref $m->{content} eq 'ARRAY';
+            for my $b (@{ $m->{content} }) {
+                my $type = $b->{type} // '';
+                if ($type eq 'tool_use') {
+                    $use{ $b->{id} // '' } = $b;
+                    next;
+                }
+                next unless $type eq 'tool_result';
+                my $u = $use{ $b->{tool_use_id} // '' } or next;
+                my ($tool) = ($u->{name} // '') =~ /^\Q$prefix\E(.+)$/ or next;
+                my $c = $b->{content};
+                my $text = ref $c eq 'ARRAY'
+                    ? join('', map { ($_->{type} // '') eq 'text' ? ($_->{text} // '') : () } @$c)
+                    : ($c // '');
+                push @calls, { tool => $tool, input => $u->{input}, text => $text,
+                               json => scalar eval { $SMCP::Fakes::Server::JSON_CHARS->decode($text) },
+                               error => $b->{is_error} ? 1 : 0 };
+            }
+        }
+        my $next = $plan->(\@calls, $j);
+        return $next unless defined $next->{tool};
+        my $name = $prefix . $next->{tool};
+        return { tool_use => { name => $name, input => $next->{input} // {} } }
+            if $offered{$name};
+        return { tool_use => { name => 'ToolSearch',
+                               input => { query => "select:$name", max_results => 5 } } }
+            if $offered{ToolSearch};
+        return { text => "the client offers no tool $name" };
     };
 }
 

