@@ -73,7 +73,9 @@ my $plan = sub {
     if ($last->{tool} eq 'opencode_get_result') {
         return { tool => 'opencode_get_diff', input => { runId => $id } };
     }
-    my ($status) = map { $_->{json}{status} } grep { $_->{tool} eq 'opencode_get_result' } @$calls;
+    # the last get_result's status: the run's end (the first may say running)
+    my ($status) = reverse map { $_->{json}{status} }
+                   grep { $_->{tool} eq 'opencode_get_result' } @$calls;
     my ($added) = ($last->{json}{diff} // '') =~ /^\+(hello.*)$/m;
     return { text => "Run $id " . ($status // '?') . ': ' . ($added // 'no diff') };
 };

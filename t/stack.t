@@ -415,7 +415,7 @@ if ($egress) {
     $rlog = slurp("$state/logs/runner.log");
     like($rlog, qr/smcp-runner \(pid $rpid\) killed by signal 9 \(KILL\) after \d+ s; restarting in 1 s/,
          '... the crash logged with its signal, and the restart');
-    ok(wait_until(10, sub { slurp("$state/logs/runner.log")
+    ok(wait_until(30, sub { slurp("$state/logs/runner.log")
                             =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
        '... the new runner is up (its start line)');
 
