@@ -27,6 +27,16 @@
 #include "ngx_http_sandbox_mcp_ui_files.h"
 
 
+/* the 401 of the JSON and stream routes, which the pages show: what to do
+ * (ui/denied.html says the same for the pages) */
+#define NGX_HTTP_SANDBOX_MCP_UI_DENIED                                        \
+    "This link is not valid: it has expired, was changed, or does not open "  \
+    "this page (a run's link opens that run only). For a new link to a run, " \
+    "ask the assistant for the run's watchUrl again (opencode_get_result "    \
+    "returns it); for the list of all runs, run "                             \
+    "`make token SUB=<tenant> UI=1` on the server."
+
+
 typedef enum {
     NGX_HTTP_SANDBOX_MCP_UI_LIST = 0,
     NGX_HTTP_SANDBOX_MCP_UI_ASSET,
@@ -319,7 +329,7 @@ ngx_http_sandbox_mcp_ui_token_page(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_http_sandbox_mcp_ui_route_e route,
-    ngx_str_t *run_id)
+    ngx_str_t *run_id, ngx_uint_t tenant_rights)
 {
     switch (route) {
 
@@ -330,7 +340,7 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_ui_page(r, NGX_HTTP_OK, "run.html");
 
     case NGX_HTTP_SANDBOX_MCP_UI_DATA:
-        return ngx_http_sandbox_mcp_ui_run_data(ctx, run_id);
+        return ngx_http_sandbox_mcp_ui_run_data(ctx, run_id, tenant_rights);
 
     case NGX_HTTP_SANDBOX_MCP_UI_DIFF:
         return ngx_http_sandbox_mcp_ui_run_diff(ctx, run_id);
@@ -365,6 +375,7 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
 {
     ngx_int_t                         rc;
     ngx_str_t                         rel, run_id, name, token, *rid;
+    ngx_uint_t                        tenant_rights;
     ngx_http_core_loc_conf_t         *clcf;
     ngx_http_sandbox_mcp_ctx_t       *ctx;
     const smcp_ui_file_t             *f;
@@ -434,7 +445,7 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
                                                   &clcf->name, rid);
     }
 
-    rc = ngx_http_sandbox_mcp_ui_auth(r, ctx, rid);
+    rc = ngx_http_sandbox_mcp_ui_auth(r, ctx, rid, &tenant_rights);
 
     if (rc == NGX_DECLINED) {
         if (route == NGX_HTTP_SANDBOX_MCP_UI_LIST
@@ -444,8 +455,7 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
         }
 
         return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_UNAUTHORIZED,
-                                  NULL, "this link is not valid (expired, "
-                                  "changed, or not for this page)");
+                                  NULL, NGX_HTTP_SANDBOX_MCP_UI_DENIED);
     }
 
     if (rc == NGX_AGAIN) {
@@ -458,7 +468,7 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_sandbox_mcp_ui_serve(r, ctx, route, rid);
+    rc = ngx_http_sandbox_mcp_ui_serve(r, ctx, route, rid, tenant_rights);
 
     if (rc == NGX_DONE) {
         /* a Redis reply (or the stream's end) finalizes the request */
