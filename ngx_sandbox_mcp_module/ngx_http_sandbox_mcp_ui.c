@@ -42,6 +42,16 @@ typedef enum {
 } ngx_http_sandbox_mcp_ui_route_e;
 
 
+/* the 401 of the JSON and stream routes, which the pages show: what to do
+ * (ui/denied.html says the same for the pages) */
+#define NGX_HTTP_SANDBOX_MCP_UI_DENIED                                        \
+    "This link is not valid: it has expired, was changed, or does not open "  \
+    "this page (a run's link opens that run only). For a new link to a run, " \
+    "ask the assistant for the run's watchUrl again (opencode_get_result "    \
+    "returns it); for the list of all runs, run "                             \
+    "`make token SUB=<tenant> UI=1` on the server."
+
+
 /* a dashboard request on its way to its route */
 typedef struct {
     ngx_http_sandbox_mcp_ctx_t         *ctx;
@@ -334,7 +344,7 @@ ngx_http_sandbox_mcp_ui_token_page(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_http_sandbox_mcp_ui_route_e route,
-    ngx_str_t *run_id)
+    ngx_str_t *run_id, ngx_uint_t tenant_rights)
 {
     switch (route) {
 
@@ -345,7 +355,7 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_ui_page(r, NGX_HTTP_OK, "run.html");
 
     case NGX_HTTP_SANDBOX_MCP_UI_DATA:
-        return ngx_http_sandbox_mcp_ui_run_data(ctx, run_id);
+        return ngx_http_sandbox_mcp_ui_run_data(ctx, run_id, tenant_rights);
 
     case NGX_HTTP_SANDBOX_MCP_UI_DIFF:
         return ngx_http_sandbox_mcp_ui_run_diff(ctx, run_id);
@@ -382,17 +392,19 @@ ngx_http_sandbox_mcp_ui_go(ngx_http_sandbox_mcp_ui_req_t *u)
 {
     ngx_int_t                    rc;
     ngx_str_t                   *rid;
+    ngx_uint_t                   tenant_rights;
     ngx_http_request_t          *r;
     ngx_http_sandbox_mcp_ctx_t  *ctx;
 
     ctx = u->ctx;
     r = ctx->request;
     rid = u->run_id.len ? &u->run_id : NULL;
+    tenant_rights = 0;
 
     rc = u->token_page
          ? ngx_http_sandbox_mcp_ui_token_page(r, ctx, &u->token, &u->prefix,
                                               rid)
-         : ngx_http_sandbox_mcp_ui_auth(r, ctx, rid);
+         : ngx_http_sandbox_mcp_ui_auth(r, ctx, rid, &tenant_rights);
 
     if (rc == NGX_AGAIN) {
         return ngx_http_sandbox_mcp_ui_ask(u);
@@ -410,15 +422,15 @@ ngx_http_sandbox_mcp_ui_go(ngx_http_sandbox_mcp_ui_req_t *u)
         }
 
         return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_UNAUTHORIZED,
-                                  NULL, "this link is not valid (expired, "
-                                  "changed, or not for this page)");
+                                  NULL, NGX_HTTP_SANDBOX_MCP_UI_DENIED);
     }
 
     if (rc != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_sandbox_mcp_ui_serve(r, ctx, u->route, rid);
+    return ngx_http_sandbox_mcp_ui_serve(r, ctx, u->route, rid,
+                                         tenant_rights);
 }
 
 
