@@ -203,9 +203,9 @@ static const runner_option_t  runner_options[] = {
       "idle sessions are expired this often",
       RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
 
-    { "metrics", "ADDR", "SMCP_RUNNER_METRICS", NULL,
+    { "metrics", "ADDR|off", "SMCP_RUNNER_METRICS", "off",
       "serve Prometheus metrics at http://ADDR/metrics (IP:PORT, "
-      "\":PORT\" for every address); default off",
+      "\":PORT\" for every address), or off: none",
       RUNNER_OPT_STRING, 0, RUNNER_S(metrics), 0, 0, NULL },
 
     { "log-format", "FORMAT", "SMCP_LOG_FORMAT", "text",

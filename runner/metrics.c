@@ -1,8 +1,9 @@
 /*
  * Metrics (--metrics ADDR): counters every thread adds to (C11 atomics)
  * and a tiny HTTP listener, on its own thread, that serves them in
- * Prometheus' text format at GET /metrics.  Off unless --metrics is set;
- * the hooks cost an atomic add either way.
+ * Prometheus' text format at GET /metrics.  Off unless --metrics names an
+ * address (by default, and with --metrics off: no listener); the hooks
+ * cost an atomic add either way.
  *
  * The listener answers one connection at a time, reads at most
  * RUNNER_METRICS_REQUEST_MAX bytes of a request within
@@ -332,7 +333,7 @@ runner_metrics_loop(void *arg)
 
 
 /* --metrics ADDR: "ip:port", "[v6]:port" or ":port" (all addresses); an
- * address, never a name to resolve */
+ * address, never a name to resolve; "off" (or nothing): no listener */
 int
 runner_metrics_start(const char *addr, char *err, size_t errlen)
 {
@@ -341,7 +342,7 @@ runner_metrics_start(const char *addr, char *err, size_t errlen)
     const char       *port;
     struct addrinfo   hints, *ai;
 
-    if (addr[0] == '\0') {
+    if (addr[0] == '\0' || strcmp(addr, "off") == 0) {
         return RUNNER_OK;
     }
 

@@ -2,7 +2,8 @@
 # .ci/supervise, which keeps `make up`'s runner running the way
 # docker-compose's restart policy keeps the runner container: a killed or
 # failing child is restarted with backoff and every exit is logged with
-# its status or signal; SIGTERM stops the child and the supervisor.
+# its status or signal; one exiting 2 (a configuration error) is not
+# restarted; SIGTERM stops the child and the supervisor.
 
 use strict;
 use warnings;
@@ -78,6 +79,20 @@ is(system("$sup x 2>/dev/null") >> 8, 2, 'usage: exit 2');
     is_deeply([ @d[0 .. 2] ], [1, 2, 4], '... with backoff 1, 2, 4 s, its status logged');
     kill 'TERM', $sup_pid;
     ok(wait_until(5, sub { reaped($sup_pid) }), 'SIGTERM while waiting to restart: it exits');
+}
+
+# a child that exits 2 (the runner's bad configuration, e.g.
+# SMCP_RUNNER_METRICS=nowhere): said so, never restarted
+{
+    my ($sup_pid, $pidf, $log) = start(cmd => ['sh', '-c', 'echo "bad option" >&2; exit 2']);
+    ok(wait_until(10, sub { reaped($sup_pid) }), 'a child exiting 2: the supervisor exits');
+    is($? >> 8, 2, '... with status 2');
+    my $l = slurp($log);
+    like($l, qr/sh \(pid \d+\) exited with status 2 after \d+ s: a configuration error .*; not restarting it/,
+         '... saying the child\'s configuration is wrong') or diag($l);
+    is(scalar(() = $l =~ /sh started/g), 1, '... the child started once, not restarted');
+    like($l, qr/bad option/, '... the child\'s own words kept');
+    ok(!-e $pidf, '... the pid file removed');
 }
 
 # a child that ignores SIGTERM: SIGKILL after the grace period

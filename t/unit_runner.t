@@ -13,5 +13,6 @@ cbuild "$out" "the runner unit tests" -pthread -DSMCP_TOP="\"$top\"" \
     "$top/t/unit/runner.c" "$top/runner/logstream.c" \
     "$top/runner/outcome.c" "$top/runner/log.c" \
     "$top/runner/workspace.c" "$top/runner/config.c" \
+    "$top/runner/metrics.c" \
     "$top"/ngx_sandbox_mcp_module/common/*.c -ljansson -lcrypto -lhiredis
 exec "$out"

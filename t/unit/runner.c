@@ -952,13 +952,12 @@ test_config_pools(void)
 
 
 /* the option table: flag, else environment, else default; bad values
- * refused with what was wrong; README's table is the table's */
+ * refused with what was wrong; --metrics off */
 static void
 test_config(void)
 {
     int               rc;
-    long              n;
-    char              err[RUNNER_ERRLEN], *md, *readme;
+    char              err[RUNNER_ERRLEN], *md;
     size_t            mdlen;
     FILE             *f;
     runner_config_t   c;
@@ -1025,26 +1024,36 @@ test_config(void)
 
     test_config_pools();
 
+    /* --metrics: off by default and with "off" (make up's setting when
+     * there is to be no listener), an address otherwise */
+    setenv("SMCP_EGRESS_URL", "http://10.0.0.1:8090", 1);
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && strcmp(c.metrics, "off") == 0
+       && runner_metrics_start(c.metrics, err, sizeof(err)) == RUNNER_OK
+       && !runner_metrics_enabled(), "config: --metrics off by default");
+
+    setenv("SMCP_RUNNER_METRICS", "off", 1);
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK
+       && runner_metrics_start(c.metrics, err, sizeof(err)) == RUNNER_OK
+       && !runner_metrics_enabled(), "config: SMCP_RUNNER_METRICS=off: no "
+       "listener, and no error");
+
+    setenv("SMCP_RUNNER_METRICS", "nowhere", 1);
+    rc = runner_config_load(&c, 1, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK
+       && runner_metrics_start(c.metrics, err, sizeof(err)) == RUNNER_ERR
+       && strstr(err, "--metrics nowhere: want IP:PORT"),
+       "config: SMCP_RUNNER_METRICS=nowhere: %s", err);
+    unsetenv("SMCP_RUNNER_METRICS");
+
+    /* the reference's entries (docs/configuration.md) of the options:
+     * t/config_reference.t holds them against this table */
     f = open_memstream(&md, &mdlen);
     runner_config_markdown(f);
     fclose(f);
-
-    readme = NULL;
-    f = fopen(SMCP_TOP "/README.md", "r");
-
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        n = ftell(f);
-        rewind(f);
-        readme = calloc(1, n + 1);
-        n = (long) fread(readme, 1, n, f);
-        fclose(f);
-    }
-
-    ok(readme && strstr(readme, md) != NULL, "README's table of the "
-       "runner's options is `smcp-runner --help=markdown`");
-
-    free(readme);
+    ok(strstr(md, "| `--metrics ADDR|off` | `SMCP_RUNNER_METRICS` | `off` |")
+       != NULL, "config: --help=markdown: --metrics, its default off");
     free(md);
 }
 
