@@ -67,8 +67,9 @@
                                                            dataset, the
                                                            scripts are tried
                                                            this often */
-#define NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS    4       /* layers that hear
-                                                           pub/sub */
+#define NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS    6       /* layers that hear
+                                                           pub/sub or the
+                                                           connection */
 #define NGX_HTTP_SANDBOX_MCP_REVOKED_RETRY      10000   /* ms: the ids read
                                                            again while they
                                                            do not fit */

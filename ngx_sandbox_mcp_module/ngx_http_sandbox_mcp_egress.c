@@ -9,6 +9,7 @@
 
 #include "ngx_http_sandbox_mcp_egress.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
+#include "ngx_http_sandbox_mcp_egress_announce.h"
 #include "ngx_http_sandbox_mcp_egress_credential.h"
 #include "ngx_http_sandbox_mcp_egress_log.h"
 #include "ngx_http_sandbox_mcp_egress_model.h"
@@ -23,6 +24,9 @@
 
 static ngx_int_t ngx_http_sandbox_mcp_egress_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_sandbox_mcp_egress_init(ngx_conf_t *cf);
+static void *ngx_http_sandbox_mcp_egress_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_sandbox_mcp_egress_init_main_conf(ngx_conf_t *cf,
+    void *conf);
 static void *ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
@@ -114,6 +118,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
       0,
       NULL },
 
+    { ngx_string("sandbox_mcp_egress_announce"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_http_sandbox_mcp_egress_announce,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_main_conf_t, announce),
+      NULL },
+
       ngx_null_command
 };
 
@@ -122,8 +133,8 @@ static ngx_http_module_t  ngx_http_sandbox_mcp_egress_module_ctx = {
     ngx_http_sandbox_mcp_egress_add_variables, /* preconfiguration */
     ngx_http_sandbox_mcp_egress_init,          /* postconfiguration */
 
-    NULL,                                      /* create main configuration */
-    NULL,                                      /* init main configuration */
+    ngx_http_sandbox_mcp_egress_create_main_conf,
+    ngx_http_sandbox_mcp_egress_init_main_conf,
 
     NULL,                                      /* create server configuration */
     NULL,                                      /* merge server configuration */
@@ -762,6 +773,40 @@ ngx_http_sandbox_mcp_egress_init(ngx_conf_t *cf)
 
 
 static void *
+ngx_http_sandbox_mcp_egress_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_sandbox_mcp_egress_main_conf_t  *emcf;
+
+    emcf = ngx_pcalloc(cf->pool,
+                       sizeof(ngx_http_sandbox_mcp_egress_main_conf_t));
+    if (emcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     emcf->routes = NULL;
+     */
+
+    emcf->announce = NGX_CONF_UNSET;
+
+    return emcf;
+}
+
+
+static char *
+ngx_http_sandbox_mcp_egress_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_sandbox_mcp_egress_main_conf_t *emcf = conf;
+
+    ngx_conf_init_value(emcf->announce, 0);
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
 ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
 {
     ngx_http_sandbox_mcp_egress_loc_conf_t  *conf;
@@ -840,6 +885,13 @@ ngx_http_sandbox_mcp_egress(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     lcf->route = value[1];
+
+    /* the instance's routes, for sandbox_mcp_egress_announce */
+    if (ngx_http_sandbox_mcp_egress_announce_route(cf, &lcf->route)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     /* the workers need their Redis connections */
     mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);

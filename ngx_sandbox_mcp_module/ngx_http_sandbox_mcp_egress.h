@@ -26,6 +26,14 @@
 
 
 typedef struct {
+    ngx_flag_t                  announce;       /* the routes, in Redis */
+    ngx_array_t                *routes;         /* ngx_str_t: every
+                                                   sandbox_mcp_egress name,
+                                                   once */
+} ngx_http_sandbox_mcp_egress_main_conf_t;
+
+
+typedef struct {
     ngx_str_t                   route;
     ngx_str_t                   credential;     /* formatted header value */
     ngx_http_complex_value_t   *repository;     /* expected owner/repo */

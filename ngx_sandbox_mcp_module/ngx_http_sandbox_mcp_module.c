@@ -4,6 +4,7 @@
 
 #include "ngx_http_sandbox_mcp_module.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
+#include "ngx_http_sandbox_mcp_egress_announce.h"
 #include "ngx_http_sandbox_mcp_handler.h"
 #include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_redis.h"
@@ -468,7 +469,8 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
         != NGX_OK
         || ngx_http_sandbox_mcp_revoked_init_worker(cycle, mcf->revoked_max)
            != NGX_OK
-        || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK)
+        || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK
+        || ngx_http_sandbox_mcp_egress_announce_init_worker(cycle) != NGX_OK)
     {
         return NGX_ERROR;
     }

@@ -250,6 +250,10 @@ ngx_http_sandbox_mcp_redis_subscribe(redisAsyncContext *ac)
     for (i = 0; i < ngx_http_sandbox_mcp_redis_nlisteners; i++) {
         l = &ngx_http_sandbox_mcp_redis_listeners[i];
 
+        if (l->channel.len == 0) {
+            continue;           /* the connection's events only */
+        }
+
         redisAsyncCommand(ac, ngx_http_sandbox_mcp_redis_sub_handler, NULL,
                           l->pattern ? "PSUBSCRIBE %b" : "SUBSCRIBE %b",
                           l->channel.data, l->channel.len);

@@ -77,7 +77,8 @@ typedef void (*ngx_http_sandbox_mcp_redis_listener_pt)(
     ngx_str_t *message);
 
 
-/* the worker's connections: init (no I/O), listeners, then start */
+/* the worker's connections: init (no I/O), listeners, then start; a
+ * listener of an empty channel subscribes to nothing */
 ngx_int_t ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
     ngx_http_sandbox_mcp_main_conf_t *mcf,
     ngx_http_sandbox_mcp_script_t **scripts);

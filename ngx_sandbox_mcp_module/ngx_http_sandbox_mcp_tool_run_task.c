@@ -7,6 +7,7 @@
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 #include "ngx_http_sandbox_mcp_args.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_providers.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -49,6 +50,8 @@ typedef struct {
 
 static void ngx_http_sandbox_mcp_task_grant_text(
     ngx_http_sandbox_mcp_call_t *call, u_char *buf, size_t size);
+static void ngx_http_sandbox_mcp_task_no_route(
+    ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
 
 
 /*
@@ -125,6 +128,12 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
     lcf = ngx_http_get_module_loc_conf(call->ctx->request,
                                        ngx_http_sandbox_mcp_module);
 
+    if (reply->type == REDIS_REPLY_ARRAY) {
+        /* a route the run needs that the egress does not have */
+        ngx_http_sandbox_mcp_task_no_route(call, reply);
+        return;
+    }
+
     if (reply->type == REDIS_REPLY_STRING) {
         /* a repository of the session that the token does not grant */
         ngx_http_sandbox_mcp_task_grant_text(call, grants, sizeof(grants));
@@ -191,6 +200,77 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_tool_output_text(call,
         ngx_http_sandbox_mcp_run_started(call, &text) == NGX_OK ? &text
                                                                 : NULL);
+}
+
+
+/*
+ * run_create's {"route", name, routes}: the run needs the egress route
+ * name, which the egress's announced routes lack.  The refusal names the
+ * setting that gives the egress that route, and what it can do instead.
+ */
+static void
+ngx_http_sandbox_mcp_task_no_route(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *reply)
+{
+    u_char      *p, *last;
+    ngx_str_t    route, routes;
+    const char  *setting;
+    u_char       models[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 4];
+
+    if (reply->elements != 3
+        || reply->element[1]->type != REDIS_REPLY_STRING
+        || reply->element[2]->type != REDIS_REPLY_STRING)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    route.data = (u_char *) reply->element[1]->str;
+    route.len = ngx_min(reply->element[1]->len, 64);
+    routes.data = (u_char *) reply->element[2]->str;
+    routes.len = reply->element[2]->len;
+    setting = ngx_http_sandbox_mcp_route_setting(&route);
+
+    if (route.len == sizeof(NGX_HTTP_SANDBOX_MCP_GITHUB_ROUTE) - 1
+        && ngx_strncmp(route.data, NGX_HTTP_SANDBOX_MCP_GITHUB_ROUTE,
+                       route.len) == 0)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "This server cannot run tasks "
+                                        "on repositories: its egress proxy "
+                                        "has no GitHub route, so the sandbox "
+                                        "could not clone one. The operator "
+                                        "sets %s where the egress proxy runs "
+                                        "(make up's environment, or "
+                                        "docker-compose's egress service) "
+                                        "and restarts it. Until then, leave "
+                                        "out 'repository' (and the sessionId "
+                                        "of a session with one).", setting);
+        return;
+    }
+
+    last = models + sizeof(models) - 1;
+    p = ngx_http_sandbox_mcp_route_models(models, last, &routes);
+    *p = '\0';
+
+    ngx_http_sandbox_mcp_tool_error(call, "This server cannot reach the "
+                                    "model's provider: its egress proxy "
+                                    "has no %V route, so the agent could "
+                                    "not call the model. %s%s%s%s%s%s",
+                                    &route,
+                                    *setting ? "The operator sets " : "",
+                                    setting,
+                                    *setting ? " where the egress proxy "
+                                               "runs (make up's environment,"
+                                               " or docker-compose's egress "
+                                               "service) and restarts it. "
+                                             : "",
+                                    p == models
+                                    ? "It serves no model provider yet: no "
+                                      "run can start until it does."
+                                    : "Models it serves: ",
+                                    p == models ? "" : (char *) models,
+                                    p == models ? "" : " (pass one as "
+                                                       "'model').");
 }
 
 
@@ -749,7 +829,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[31];
+    ngx_str_t                    args[32];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -762,7 +842,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_SESSIONS, NULL },
         { SMCP_KEY_QUEUE, NULL },
         { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
-        { SMCP_CHAN_TENANT, &call->ctx->tenant }
+        { SMCP_CHAN_TENANT, &call->ctx->tenant },
+        { SMCP_KEY_EGRESS_ROUTES, NULL }
     };
 
     pool = call->ctx->request->pool;
@@ -821,6 +902,9 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
                          * 1000);
     args[29] = t->image;
     args[30] = t->grants;
+
+    /* the route its model is reached through (GitHub's: the script) */
+    ngx_http_sandbox_mcp_model_route(&t->model, &args[31]);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,

@@ -10,7 +10,8 @@
 #   session_create, session_touch, session_delete   MCP sessions
 #   run_create   the run, its indexes, session:{id}:active,
 #                tenant:{t}:started (refusing past max queued), the event,
-#                the queue entry
+#                the queue entry; refusing a run whose model or repository
+#                needs a route the egress did not announce
 #   run_cancel   a started run: cancelled, out of tenant:{t}:started and
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
@@ -257,7 +258,7 @@ sub create_keys {
              "${P}session:$ses", "${P}session:$ses:runs",
              "${P}session:$ses:active", "${P}tenant:$tenant:started",
              "${P}sessions", "${P}queue", "${P}tenant:$tenant:sessions",
-             "${P}tenant:$tenant" ];
+             "${P}tenant:$tenant", "${P}egress:routes" ];
 }
 
 # the module's ARGV; %o overrides by name
@@ -274,13 +275,15 @@ sub create_argv {
              pr_title => '', draft => 0,
              watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
              max_repos => 3, sessions_trim => $now - 2000000, image => '',
-             grants => '*', %o);
+             grants => '*', route => '', %o);
     my @argv = @a{qw(run tenant session new now task repository branch model
                      title create_pr timeout maxlen max_queued max_running
                      max_cost retention idle_ttl idle_at trim started
                      expiring expired base_branch pr_title draft watch_base
-                     max_repos sessions_trim image grants)};
-    pop @argv unless defined $argv[-1];     # grants => undef: left out
+                     max_repos sessions_trim image grants route)};
+    # grants => undef: left out, and the route after them; route => undef
+    splice(@argv, -2) unless defined $a{grants};
+    pop @argv if defined $a{grants} && !defined $a{route};
     return \@argv;
 }
 
@@ -768,6 +771,59 @@ subtest 'ui_events' => sub {
     is($r, undef, 'unknown run: nil');
 };
 
+subtest 'run_create: the routes the egress announced' => sub {
+    # what the egress serves (sandbox_mcp_egress_announce): a run needs its
+    # model's route, and GitHub's with a repository; refused with the
+    # route it needs and the ones there are, nothing written
+    $t->redis('FLUSHALL');
+    my $R = "${P}egress:routes";
+    my $n = 0;
+    my $try = sub {
+        my (%o) = @_;
+        $n++;
+        return create(run => sprintf('run_%024x', 0xe0 + $n),
+                      session => sprintf('ses_%024x', 0xe0 + $n),
+                      max_queued => 99, %o);
+    };
+    my ($r, $b, $a) = $try->(route => 'openai', repository => 'https://github.com/acme/app');
+    is($r, 1, 'nothing announced: nothing checked, created');
+
+    $t->redis('SET', $R, 'anthropic');
+    ($r, $b, $a) = $try->(route => 'openai');
+    is_deeply($r, [ 'route', 'openai', 'anthropic' ],
+              'announced "anthropic", a run of an openai model: {route, openai, routes}');
+    unchanged($b, $a, 'no route for the model');
+    ($r, $b, $a) = $try->(route => 'anthropic', repository => 'https://github.com/acme/app');
+    is_deeply($r, [ 'route', 'github', 'anthropic' ],
+              '... a run on a repository: {route, github, routes}');
+    unchanged($b, $a, 'no route for the repository');
+    ($r) = $try->(route => 'anthropic');
+    is($r, 1, '... an anthropic run without a repository: created');
+    ($r) = $try->(route => '');
+    is($r, 1, '... no route asked (a caller before the argument): created');
+    ($r) = $try->(route => undef);
+    is($r, 1, '... the argument left out: created');
+    ($r, $b, $a) = $try->(route => 'anthro');
+    is_deeply($r, [ 'route', 'anthro', 'anthropic' ], '... a part of a name is not it');
+
+    $t->redis('SET', $R, 'registry-npm anthropic github github-api');
+    ($r) = $try->(route => 'anthropic', repository => 'https://github.com/acme/app',
+                  session => id('ses_', 'e'), run => id('run_', 'e'));
+    is($r, 1, 'announced with github: a run on a repository created');
+    $t->redis('SET', $R, 'anthropic github-api');
+    ($r, $b, $a) = create(run => id('run_', 'f'), session => id('ses_', 'e'), new => 0,
+                          route => 'anthropic', max_queued => 99);
+    is_deeply($r, [ 'route', 'github', 'anthropic github-api' ],
+              'a follow-up naming no repository, of a session with one, without github: refused');
+    unchanged($b, $a, 'follow-up without github');
+
+    $t->redis('SET', $R, '');
+    ($r, $b, $a) = $try->(route => 'anthropic');
+    is_deeply($r, [ 'route', 'anthropic', '' ], 'announced none: every model refused');
+    unchanged($b, $a, 'no route at all');
+    $t->redis('FLUSHALL');
+};
+
 subtest 'run_create: the run\'s image' => sub {
     $t->redis('FLUSHALL');
     my $run = id('run_', 'i');
@@ -781,7 +837,7 @@ subtest 'run_create: the run\'s image' => sub {
     my $run2 = id('run_', 'j');
     my $ses2 = id('ses_', 'j');
     my $argv = create_argv(run => $run2, session => $ses2);
-    splice(@$argv, -2);
+    splice(@$argv, -3);
     ($r) = script('run_create', create_keys($run2, 'alice', $ses2), $argv);
     is($r, 1, 'without the argument: created');
     is($t->redis('HGET', "${P}run:$run2", 'image'), '', '... with no image (the runner\'s)');

@@ -71,7 +71,11 @@ my %SCRIPTS = (
     ],
 );
 
-my $s = SMCP::Stack->new(scripts => \%SCRIPTS);
+# an Azure route (to nothing: the run only has to start cold), else
+# opencode_run_task refuses the azure model at once (t/egress_announce.t)
+my $s = SMCP::Stack->new(scripts => \%SCRIPTS,
+    egress_env => { AZURE_OPENAI_API_KEY => 'azure-warm-test',
+                    AZURE_OPENAI_BASE_URL => 'http://127.0.0.1:9' });
 my $t = $s->t;
 my $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL]);
 

@@ -47,6 +47,11 @@
                                                      its last heartbeat
                                                      (ms); expires when no
                                                      runner refreshes it */
+#define SMCP_KEY_EGRESS_ROUTES      "%segress:routes" /* string: the routes
+                                                     the egress proxy
+                                                     serves, space-separated
+                                                     (sandbox_mcp_egress_
+                                                     announce) */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
 #define SMCP_KEY_REVOKED_EXP        "%srevoked:exp"   /* zset: the same

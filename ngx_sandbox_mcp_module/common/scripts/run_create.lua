@@ -12,6 +12,7 @@
 -- KEYS[6] session:{sid}:active   KEYS[7] tenant:{tenant}:started
 -- KEYS[8] sessions   KEYS[9] queue   KEYS[10] tenant:{tenant}:sessions
 -- KEYS[11] channel tenant:{tenant} ("<run id> <status>": the dashboard)
+-- KEYS[12] egress:routes (what the egress proxy announced it serves)
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
 -- repository (the URL the run names, or ""), branch, model, title,
 -- create_pr (1/0), timeout (s), events maxlen, max queued, max running,
@@ -22,7 +23,8 @@
 -- session may hold, the sessions' trim score (ms: older sessions' keys are
 -- gone), the run's image ("" or missing: the runner's own), the token's
 -- grants (its "repos" claim in lower case, without ".git", ',' between
--- them, e.g. "acme/app,tools/*"; "" or missing: none)
+-- them, e.g. "acme/app,tools/*"; "" or missing: none), the egress route
+-- of the run's model ("anthropic"; "" or missing: not checked)
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
@@ -37,8 +39,10 @@
 -- tenant has max queued runs started already; -3 when the session holds
 -- the most repositories already and the run names another; -4 when the run
 -- needs a repository (a branch, a pull request) and has none; the URL of a
--- repository of the run that the grants do not cover.  Only 1 writes
--- anything.
+-- repository of the run that the grants do not cover; {"route", NAME,
+-- ROUTES} when the egress announced its routes (ROUTES, space-separated)
+-- and the run needs NAME, which is not one of them: its model's, or
+-- "github" for a run with a repository.  Only 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 
 local repos = {}
@@ -74,6 +78,18 @@ for _, url in ipairs(repos) do
                  or string.find(grants, ',' .. o .. '/' .. n .. ',', 1, true)))
   then
     return url
+  end
+end
+
+-- the routes the run needs: nothing announced, nothing checked
+local routes = redis.call('GET', KEYS[12])
+if routes then
+  local have, model = ' ' .. routes .. ' ', ARGV[32] or ''
+  if model ~= '' and not string.find(have, ' ' .. model .. ' ', 1, true) then
+    return {'route', model, routes}
+  end
+  if #repos > 0 and not string.find(have, ' github ', 1, true) then
+    return {'route', 'github', routes}
   end
 end
 
