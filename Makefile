@@ -7,10 +7,12 @@
 #   make runner          the runner daemon, build/smcp-runner
 #   make runner-test     the runner's test build with its hooks (build/test/)
 #   make static          nginx from source with the module built in
-#   make deps            install every apt/npm package build and tests need
+#   make deps            install every package: the stack's and the tests'
+#   make deps-run        install what building and running the stack needs
 #   make test            deps, build, then every file of t/ (t/schedule)
 #   make test-asan       only the files make test runs under ASan and UBSan
-#   make up              start the local stack; prints its URL and a token
+#   make up-check        what make up needs: root, x86-64, a model key
+#   make up              check, deps-run, build, start the stack; URL, token
 #   make down            stop what make up started
 #   make token           a token: SUB=alice [REPOS=acme/*] [TTL=30d] [UI=1]
 #   make revoke          revoke a token in every worker: JTI=<jti or token>
@@ -76,7 +78,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner runner-test bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
+.PHONY: all module tools runner runner-test bench deps deps-run test static up up-check down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
@@ -149,8 +151,13 @@ static: $(STATIC_NGX)
 $(STATIC_NGX): $(MODULE_SRCS)
 	.ci/build-static-nginx $(BUILD)/nginx-static
 
+# the packages: the stack's (deps-run: make up) and the test toolchain's
+# (deps: make test, CI), .ci/install-deps' two lists
 deps:
 	.ci/install-deps
+
+deps-run:
+	.ci/install-deps --run
 
 # dockerd and the locally built Debian base image (no registry reachable)
 docker-ready:
@@ -177,8 +184,12 @@ test: deps all runner-test static asan docker-ready sandbox-image \
 bench: deps all
 	bench/run
 
-up: deps all
+# its inputs checked before anything is installed or started
+up: up-check deps-run all
 	.ci/stack up
+
+up-check:
+	.ci/stack check
 
 down:
 	.ci/stack down
@@ -196,11 +207,12 @@ token: $(TOKEN_BIN)
 	else echo "$$tok"; fi
 
 # a token revoked at once in every nginx worker (no secret rotation): JTI is
-# the token's jti or the whole token; Redis of `make up` unless REDIS=
+# the token's jti or the whole token; Redis of `make up` (its port and key
+# prefix) unless REDIS=, REDIS_PREFIX=
 revoke: $(TOKEN_BIN)
 	@$(TOKEN_BIN) --revoke "$${JTI:?usage: make revoke JTI=jti-or-token [REDIS=host:port] [REDIS_PASSWORD_FILE=path]}" \
 	    --redis "$${REDIS:-127.0.0.1:$${SMCP_REDIS_PORT:-6390}}" \
-	    $${REDIS_PREFIX:+--prefix "$$REDIS_PREFIX"} \
+	    --prefix "$${REDIS_PREFIX:-$${SMCP_REDIS_PREFIX:-smcp:}}" \
 	    $$(pw=$${REDIS_PASSWORD_FILE:-$${SMCP_STATE:-$(BUILD)/stack}/redis-password}; \
 	       [ -f "$$pw" ] && echo --redis-password-file "$$pw")
 

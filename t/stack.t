@@ -71,7 +71,7 @@ sub summary_ok {
        'make up: every value of the summary in one column, '
        . scalar(@lines) . ' lines') or diag($out);
     my @labels = map { /^  ([^:]+):/ ? $1 : '?' } @lines;
-    is("@labels", 'MCP URL Token Claude Code Dashboard Egress Runner Metrics '
+    is("@labels", 'MCP URL Token Claude Code Dashboard Egress Routes Runner Metrics '
                   . 'Health Redis Logs Stop', '... its labels');
     my %v = map { /^  ([^:]+): +(.*)$/ ? ($1 => $2) : () } @lines;
     my ($tok) = ($v{Token} // '') =~ /^(\S+)/;
@@ -259,6 +259,11 @@ sub environ {
 
 if (!$egress) {
     like($out, qr/^  Egress: +off$/m, 'prints Egress: off') or diag($out);
+    like($out, qr/^  Routes: +off$/m, '... and Routes: off') or diag($out);
+} else {
+    # the routes runs can reach (those the egress announces to run_task)
+    like($out, qr/^  Routes: +anthropic github github-api registry-npm registry-pypi-simple registry-pypi-files$/m,
+         'prints the egress routes') or diag($out);
 }
 
 if ($egress) {

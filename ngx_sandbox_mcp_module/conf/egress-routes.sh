@@ -90,9 +90,31 @@
 # The egress proxy runs as its own nginx instance (`make up`,
 # docker-compose): a sandbox that opens thousands of idle connections
 # exhausts at most the egress workers, never the MCP endpoint's.
+#
+#   egress-routes.sh --routes   the route names it renders (those the egress
+#                       announces: sandbox_mcp_egress_announce), one line
+#   egress-routes.sh --check    every setting above checked, and a model
+#                       provider required: make up stops here without one
 set -euo pipefail
 
 die() { echo "egress-routes.sh: $*" >&2; exit 1; }
+
+# --routes, --check: the routes rendered (every setting checked on the way)
+case "${1:-}" in
+    --routes|--check)
+        self=${BASH_SOURCE[0]}
+        bash "$self" --http >/dev/null || exit 1
+        conf=$(bash "$self") || exit 1
+        if [ "$1" = --routes ]; then
+            sed -n 's/^ *sandbox_mcp_egress \([A-Za-z0-9._-]*\);$/\1/p' <<< "$conf" \
+                | awk '!seen[$0]++' | paste -sd' '
+            exit 0
+        fi
+        [[ $conf == *"sandbox_mcp_egress_model on;"* ]] \
+            || die "no model provider: set ANTHROPIC_API_KEY (or OPENAI_API_KEY; AZURE_OPENAI_API_KEY with AZURE_OPENAI_BASE_URL; GOOGLE_API_KEY; CF_AIG_TOKEN with CF_AIG_BASE_URL; COMPAT_API_KEY with COMPAT_BASE_URL): without one the egress proxy reaches no model, and every run would fail"
+        exit 0
+        ;;
+esac
 
 # the package registries' routes (issue 14)
 . "$(dirname "${BASH_SOURCE[0]}")/registry-routes.sh"

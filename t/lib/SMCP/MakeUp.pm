@@ -15,7 +15,10 @@ package SMCP::MakeUp;
 # GitHub token and URLs) and returns the object holding the fakes and the
 # ports; egress => 0 runs make up with SMCP_EGRESS=off (no Docker).
 # registries => 1 also enables SMCP_REGISTRIES=npm,pypi in front of
-# static stand-ins ($up->{npm}, {pypi}, {pyfiles}).  nginx is started
+# static stand-ins ($up->{npm}, {pypi}, {pyfiles}).  key => 0 leaves every
+# model provider's key out (make up refuses to start), github => 0 the
+# GitHub token; env => {NAME => value} sets more (undef: unset), last.
+# nginx is started
 # through a wrapper that records each instance's environment in
 # $up->envdir/<conf>.env (a running master's /proc/PID/environ holds its
 # process title instead).
@@ -59,11 +62,23 @@ sub new {
     $ENV{SMCP_EGRESS_METRICS} = "127.0.0.1:$self->{emport}";
     delete $ENV{PROXY_JWT_SECRET};
     $self->_nginx_wrapper;
+    # no key of the machine's own environment reaches make up
+    delete @ENV{qw(ANTHROPIC_API_KEY OPENAI_API_KEY AZURE_OPENAI_API_KEY
+                   GOOGLE_API_KEY CF_AIG_TOKEN COMPAT_API_KEY GITHUB_TOKEN)};
     if ($self->{egress}) {
         $self->_egress_side(%o);
     } else {
         $ENV{SMCP_EGRESS} = 'off';
     }
+    delete $ENV{ANTHROPIC_API_KEY} if defined $o{key} && !$o{key};
+    delete @ENV{qw(GITHUB_TOKEN GITHUB_URL GITHUB_API_URL)}
+        if defined $o{github} && !$o{github};
+    for my $k (keys %{ $o{env} || {} }) {
+        defined $o{env}{$k} ? ($ENV{$k} = $o{env}{$k}) : delete $ENV{$k};
+    }
+    # its own environment, for the `make down` at the end (another new()
+    # since has changed the process's)
+    $self->{env} = { %ENV };
     push @LIVE, $self;
     return $self;
 }
@@ -202,7 +217,10 @@ sub stop_fakes {
 END {
     for my $self (@LIVE) {
         next if $self->{owner} != $$;
-        $self->down if $self->{up} && !$ENV{SMCP_TEST_KEEP};
+        if ($self->{up} && !$ENV{SMCP_TEST_KEEP}) {
+            local %ENV = %{ $self->{env} };
+            $self->down;
+        }
         $self->stop_fakes;
     }
 }
