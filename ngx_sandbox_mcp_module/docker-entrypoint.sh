@@ -15,72 +15,14 @@
 #            flooding it cannot take /mcp down), and the only container that
 #            holds the provider keys.
 #
-# Settings (environment, with defaults):
-#   SMCP_ROLE=mcp                mcp | egress
-#   PROXY_JWT_SECRET             signing secret (>= the module's minimum
-#                                length); read by the nginx master at start
-#   PROXY_JWT_SECRET_FILE        or: a file holding it (a Docker secret);
-#                                wins over PROXY_JWT_SECRET
-#   SMCP_REDIS=redis:6379        host:port or unix:/path of Redis
-#   SMCP_REDIS_PREFIX            key prefix (module default smcp:)
-#   SMCP_REDIS_PASSWORD          Redis's password, when it has one (read
-#                                by the nginx master at start; never logged)
-#   SMCP_WORKERS=auto            worker_processes
-#   SMCP_LOG_LEVEL=notice        error_log level
-#   SMCP_LOG_FORMAT=text         json: one JSON line per MCP and egress
-#                                request (sandbox_mcp_log_format)
-#   SMCP_METRICS_PORT=9113       a listener of its own for GET /metrics
-#                                (Prometheus) and /healthz (Redis, the
-#                                runners' heartbeats); `off`: none
-#   SMCP_METRICS_ADDR=auto       where it listens: 127.0.0.1 and the
-#                                container's address on the network that
-#                                reaches Redis (compose: `backend`, not
-#                                published), never the sandboxes' networks
-#                                the egress container joins (the egress
-#                                listener is the one thing a sandbox
-#                                reaches); an address; `*`: every interface
-# mcp:
-#   SMCP_MCP_PORT=8080           the MCP listener
-#   SMCP_MCP_ADDR=auto           address it binds, besides 127.0.0.1: `auto`
-#                                is the container's address on the network
-#                                with the default route (compose: `backend`);
-#                                `*` binds all
-#   SMCP_ALLOWED_HOSTS="localhost 127.0.0.1"   Host header check (DNS
-#                                rebinding): add the name clients use
-#   SMCP_ALLOWED_ORIGINS         default: http(s)://<allowed host>:<any port>
-#   SMCP_PUBLIC_URL              base of watchUrl links (default: from Host)
-#   SMCP_IMAGES                  sandbox images a run may name (sandbox_mcp_images)
-#   SMCP_OAUTH=off               on: the OAuth 2.1 sign-in (sandbox_mcp_oauth:
-#                                discovery, /.well-known/ and /oauth/, the
-#                                access-key page) for clients that take a
-#                                URL only; set SMCP_PUBLIC_URL to the https
-#                                address clients use
-#   SMCP_OAUTH_RATE=30r/m, SMCP_OAUTH_BURST=30   requests per client address
-#                                to the endpoints a client without a token
-#                                can make store something (register,
-#                                authorize), see oauth-locations.sh
-#   SMCP_GIT_HOST=github.com     the host of the repositories tasks may name
-#                                (sandbox_mcp_github_host): a GitHub
-#                                Enterprise host, with GITHUB_URL and
-#                                GITHUB_API_URL given to the egress role and
-#                                the same SMCP_GIT_HOST to the runner
-# egress:
-#   SMCP_EGRESS_PORT=8090        the egress listener, on every interface: the
-#                                sandbox networks (also those the runner
-#                                connects later) reach it by the alias
-#                                `egress`
-#   SMCP_EGRESS_CONNECTIONS=4096 worker_connections
-#   SMCP_RESOLVER                DNS for the upstream names (default: this
-#                                container's /etc/resolv.conf; compose:
-#                                Docker's 127.0.0.11)
-#   SMCP_EGRESS_RATE, SMCP_EGRESS_BURST, SMCP_EGRESS_CONN,
-#   SMCP_EGRESS_HEADER_TIMEOUT,
-#   SMCP_<ROUTE>_SERVER_TOOLS    see egress-routes.sh
-#   provider keys and base URLs (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
-#   OPENAI_*, AZURE_OPENAI_*, GOOGLE_*, CF_AIG_*, COMPAT_*, GITHUB_TOKEN,
-#   GITHUB_URL, GITHUB_API_URL): a route per provider whose key is set, see
-#   egress-routes.sh.  The master reads the keys from its environment (the
-#   container's) at start; workers never see them.
+# Settings: the environment (SMCP_ROLE, PROXY_JWT_SECRET or
+# PROXY_JWT_SECRET_FILE, SMCP_REDIS, SMCP_REDIS_PREFIX, SMCP_REDIS_PASSWORD,
+# SMCP_LOG_FORMAT, SMCP_METRICS_PORT; mcp: SMCP_ALLOWED_HOSTS,
+# SMCP_PUBLIC_URL, SMCP_OAUTH, ...; egress: SMCP_EGRESS_PORT, the provider
+# keys and GITHUB_TOKEN, read by egress-routes.sh, ...), every one with its
+# default in docs/configuration.md ("Read by: the nginx image").  The master
+# reads the keys from its environment (the container's) at start; workers
+# never see them.
 set -euo pipefail
 
 dir=/run/smcp

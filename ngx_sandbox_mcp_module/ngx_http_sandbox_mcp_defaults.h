@@ -15,7 +15,7 @@
 #include "smcp_defaults.h"
 
 
-/* directive defaults (docs/contracts.md, README "Directives"): seconds,
+/* directive defaults (docs/configuration.md): seconds,
  * bytes, counts */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT      3000    /* ms */
 #define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        50000   /* revoked token ids

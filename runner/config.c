@@ -1,8 +1,9 @@
 /*
  * Configuration: one table of options (flag, environment name, default,
  * help text), read by getopt_long: the flag, else the environment, else
- * the default.  The same table prints the usage and README's table
- * (--help=markdown); --version prints the version (common/smcp_version.h).
+ * the default.  The same table prints the usage and a markdown table
+ * (--help=markdown: t/config_reference.t holds docs/configuration.md
+ * against it); --version prints the version (common/smcp_version.h).
  * Loaded once, before any thread starts; never written again.
  */
 
@@ -279,7 +280,7 @@ runner_config_usage(FILE *f)
     fprintf(f, "usage: smcp-runner [options]\n"
                "Each option: the flag, else the environment, else the "
                "default.\n"
-               "  -h, --help[=markdown]   this text (or README's table)\n"
+               "  -h, --help[=markdown]   this text (or a markdown table)\n"
                "      --version           the version (smcp-runner "
                SMCP_VERSION ")\n");
 
@@ -301,7 +302,7 @@ runner_config_usage(FILE *f)
 }
 
 
-/* README's table of the options */
+/* the options as a markdown table: flag, environment, default, help */
 void
 runner_config_markdown(FILE *f)
 {

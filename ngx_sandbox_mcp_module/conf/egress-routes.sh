@@ -50,26 +50,19 @@
 #                                       Enterprise: https://HOST/api/v3)
 #                GET the run's repository, GET/POST its pulls
 #
-#   SMCP_CA_BUNDLE      CA certificates for TLS upstreams
-#                       (/etc/ssl/certs/ca-certificates.crt)
-#   SMCP_RESOLVER       DNS servers for the upstream names, "ADDR[:PORT] ..."
-#                       (default: the nameservers of /etc/resolv.conf, or of
-#                       SMCP_RESOLV_CONF; docker-compose: 127.0.0.11)
-#   SMCP_RESOLVER_VALID how long an answer is used (default: its TTL)
-#   SMCP_RESOLVER_IPV6  on: AAAA records too (default off)
+# The credentials and base URLs above, and the settings of the routes
+# (SMCP_CA_BUNDLE, SMCP_RESOLVER, SMCP_RESOLVER_VALID, SMCP_RESOLVER_IPV6,
+# SMCP_RESOLV_CONF, SMCP_EGRESS_RATE, SMCP_EGRESS_BURST, SMCP_EGRESS_CONN,
+# SMCP_EGRESS_HEADER_TIMEOUT, SMCP_<ROUTE>_SERVER_TOOLS, the registries'),
+# with their defaults: docs/configuration.md, "The egress routes".
 #
 # Upstream names are resolved while nginx runs, not when it starts: a name
 # that does not resolve (yet) is a JSON 502 on its route until it does, and
 # a provider that moves is followed within the answer's TTL.  proxy_pass
 # takes the upstream from a variable for that; TLS still sends the name as
 # SNI and verifies the certificate against it (nginx takes both from the
-# proxy_pass URL).
-#   SMCP_EGRESS_RATE    requests per run (token) and second or minute
-#                       (10r/s); SMCP_EGRESS_BURST above it (40), then 429
-#   SMCP_EGRESS_CONN    requests at once per sandbox (its run token; a
-#                       request without one: its address) (32), then 429
-#   SMCP_EGRESS_HEADER_TIMEOUT  an idle or slow connection is closed after
-#                       this long without a complete request header (10s)
+# proxy_pass URL).  Requests are limited per run (limit_req on the run
+# token), per sandbox at once (limit_conn), and idle connections closed.
 #
 # Every model request's body is read before it goes upstream
 # (sandbox_mcp_egress_model): one that asks the provider for a server-side
@@ -79,13 +72,9 @@
 # computer_use_preview, stored prompts, images and files by URL; Chat
 # Completions' web_search_options; Gemini's google_search, url_context,
 # code_execution, files by URI) is a JSON 403 naming the tool and its
-# setting, unless the route allows it:
-#   SMCP_<ROUTE>_SERVER_TOOLS  (SMCP_ANTHROPIC_SERVER_TOOLS,
-#                       SMCP_OPENAI_SERVER_TOOLS, ..._AZURE_, ..._GOOGLE_,
-#                       ..._CLOUDFLARE_, ..._COMPAT_): a comma list of the
-#                       settings the 403 names (web_search,web_fetch), or
-#                       all (default: none).  The agent's own function
-#                       tools always pass.
+# setting, unless the route allows it (SMCP_<ROUTE>_SERVER_TOOLS: a comma
+# list of the settings the 403 names, or all).  The agent's own function
+# tools always pass.
 #
 # The egress proxy runs as its own nginx instance (`make up`,
 # docker-compose): a sandbox that opens thousands of idle connections

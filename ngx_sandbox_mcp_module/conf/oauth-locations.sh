@@ -23,12 +23,9 @@
 # a proxy that terminates TLS, give nginx the client's address (realip:
 # set_real_ip_from, real_ip_header), or every client shares one.
 #
-#   SMCP_OAUTH_RATE      requests per client address to /oauth/register
-#                        and /oauth/authorize (30r/m)
-#   SMCP_OAUTH_BURST     above it, before 429 (30)
-#   SMCP_OAUTH_LOCATION  directives every location gets (e.g.
-#                        "sandbox_mcp_allowed_hosts mcp.example.com;
-#                        sandbox_mcp_public_url https://mcp.example.com;")
+# Settings (SMCP_OAUTH_RATE, SMCP_OAUTH_BURST: the per-address limit;
+# SMCP_OAUTH_LOCATION: directives every location gets), with their
+# defaults: docs/configuration.md, "OAuth locations".
 set -euo pipefail
 
 die() { echo "oauth-locations.sh: $*" >&2; exit 1; }

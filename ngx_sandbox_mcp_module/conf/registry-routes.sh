@@ -32,14 +32,10 @@
 # value ("Bearer ..." or "Basic ..."), read by the nginx master like a
 # model key; the sandbox never sees it.
 #
-#   SMCP_REGISTRY_CACHE_DIR    the cache (/var/cache/smcp-registry)
-#   SMCP_REGISTRY_CACHE_SIZE   its cap (10g); least recently used goes first
-#   SMCP_REGISTRY_INDEX_VALID  how long metadata is served from it (5m)
-#   SMCP_REGISTRY_FILES_VALID  how long package files are (30d; they never
-#                              change under one name)
-#   SMCP_REGISTRY_RATE         registry requests per run (200r/s; an install
-#                              asks for hundreds of files at once), in place
-#                              of SMCP_EGRESS_RATE; SMCP_REGISTRY_BURST (1000)
+# The cache and the registry routes' limits (SMCP_REGISTRY_CACHE_DIR,
+# _CACHE_SIZE, _INDEX_VALID, _FILES_VALID, _RATE, _BURST), the upstreams
+# and their credentials, with their defaults: docs/configuration.md,
+# "Package registries".
 #
 # Only GET and HEAD (sandbox_mcp_egress_methods: anything else is a JSON
 # 405 after the token check, audited); the run token is required as on
