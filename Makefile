@@ -24,13 +24,13 @@ TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/store_queue.c runner/store_run.c runner/store_event.c \
-               runner/store_session.c \
+               runner/store_session.c runner/store_budget.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
-               runner/pool.c runner/spec.c
+               runner/pool.c runner/spec.c runner/budget.c runner/floor.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 
 # the Redis scripts module and runner share (one NAME.lua per script) and

@@ -196,6 +196,21 @@ static const runner_option_t  runner_options[] = {
       "idle sessions are expired this often",
       RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
 
+    { "min-free-disk", "SIZE", "SMCP_MIN_FREE_DISK", "5g",
+      "the host floor: no sandbox starts while the workspaces' disk "
+      "(--disk-path) has less free; queued runs wait, saying why; 0: off",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_disk), 0, 0, INT64_MAX, NULL },
+
+    { "min-free-redis", "SIZE", "SMCP_MIN_FREE_REDIS", "128m",
+      "the host floor: no sandbox starts while Redis has less of its "
+      "maxmemory free (no maxmemory: not checked); 0: off",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_redis), 0, 0, INT64_MAX, NULL },
+
+    { "disk-path", "PATH", "SMCP_DISK_PATH", NULL,
+      "whose free disk --min-free-disk reads; default the engine's volumes "
+      "directory (DockerRootDir/volumes)",
+      RUNNER_OPT_STRING, 0, RUNNER_S(disk_path), 0, 0, NULL },
+
     { "metrics", "ADDR", "SMCP_RUNNER_METRICS", NULL,
       "serve Prometheus metrics at http://ADDR/metrics (IP:PORT, "
       "\":PORT\" for every address); default off",

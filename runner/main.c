@@ -397,6 +397,13 @@ main(int argc, char **argv)
         return 2;
     }
 
+    if (!atomic_load(&runner_stop)
+        && runner_floor_init(err, sizeof(err)) != RUNNER_OK)
+    {
+        runner_log("warn", NULL, "the host floor's free disk is not "
+                   "measured: %s (--disk-path names it)", err);
+    }
+
     /* an image of one's own must follow the sandbox contract */
     rc = atomic_load(&runner_stop) ? RUNNER_OK
          : runner_image_check(runner_config->image, err, sizeof(err));

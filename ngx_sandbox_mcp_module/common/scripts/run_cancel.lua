@@ -9,16 +9,21 @@
 --         read before ('' for none)
 -- KEYS[6] channel run:{id}   KEYS[7] channel cancel
 -- KEYS[8] channel tenant:{tenant} ("<run id> <status>": the dashboard)
+-- KEYS[9] budget:expiry (absent: an older caller)
 -- ARGV: tenant, now (ms), run id, events maxlen, retention (s) when the
 -- run has none, the session id KEYS[5] is of ('' for none), then the
 -- names of the statuses `started`, `running` and `cancelled`
+--
+-- A run cancelled before it started is listed in budget:expiry as the
+-- finish lists one (the bytes run_create counted for it go when its keys
+-- do).
 --
 -- Returns the run hash (HGETALL), or nil (unknown, another tenant's, or
 -- not of that session any more: nothing written).
 local started, running, cancelled = ARGV[7], ARGV[8], ARGV[9]
 
 local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'retention',
-                     'session')
+                     'session', 'bytes')
 if h[1] ~= ARGV[1] or (h[4] or '') ~= ARGV[6] then return nil end
 
 if h[2] == started then
@@ -32,6 +37,10 @@ if h[2] == started then
   local keep = tonumber(h[3]) or tonumber(ARGV[5])
   for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3]}) do
     redis.call('EXPIRE', k, keep)
+  end
+  if KEYS[9] and tonumber(h[5] or '0') > 0 then
+    redis.call('ZADD', KEYS[9], tonumber(ARGV[2]) + keep * 1000,
+               ARGV[3] .. ' ' .. h[5] .. ' ' .. ARGV[1])
   end
   redis.call('PUBLISH', KEYS[6], cancelled)
   redis.call('PUBLISH', KEYS[8], ARGV[3] .. ' ' .. cancelled)
