@@ -113,13 +113,11 @@ runner_budget_resume(runner_run_t *run)
 }
 
 
-/* 1: an event of len bytes would pass the tenant's budget */
+/* 1: the tenant's runs hold its budget of Redis bytes, as last seen */
 int
-runner_budget_event(runner_run_t *run, size_t len)
+runner_budget_event(runner_run_t *run)
 {
-    return run->tenant_bytes_max
-           && run->tenant_bytes + (int64_t) len + RUNNER_EVENT_BYTES
-              > run->tenant_bytes_max;
+    return run->tenant_bytes_max && run->tenant_bytes >= run->tenant_bytes_max;
 }
 
 
@@ -134,7 +132,8 @@ runner_budget_diff(runner_run_t *run)
     int64_t  bytes, disk;
     char     warn[256];
 
-    if (run->out.diff == NULL || run->tenant_bytes_max == 0
+    if (run->out.diff == NULL || run->out.diff_len == 0
+        || run->tenant_bytes_max == 0
         || run->tenant[0] == '\0'
         || runner_store_usage(run->store, run->tenant, &bytes, &disk)
            != RUNNER_OK

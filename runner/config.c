@@ -201,7 +201,7 @@ static const runner_option_t  runner_options[] = {
       "(--disk-path) has less free; queued runs wait, saying why; 0: off",
       RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_disk), 0, 0, INT64_MAX, NULL },
 
-    { "min-free-redis", "SIZE", "SMCP_MIN_FREE_REDIS", "128m",
+    { "min-free-redis", "SIZE", "SMCP_MIN_FREE_REDIS", "160m",
       "the host floor: no sandbox starts while Redis has less of its "
       "maxmemory free (no maxmemory: not checked); 0: off",
       RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_redis), 0, 0, INT64_MAX, NULL },

@@ -5,7 +5,8 @@
  * maxmemory free.  A run that meets it is not claimed: it stays queued
  * (its entry pending, read again every second) with the reason as its
  * error, and starts once the floor is met again.  Runs already going are
- * not touched.  Measured at most once a second for the whole process.
+ * not touched.  The main loop measures it, at most once a second; run
+ * threads read what it found.
  */
 
 #include <stdio.h>
@@ -17,8 +18,9 @@
 
 static char             runner_floor_path[512];    /* set before threads */
 static pthread_mutex_t  runner_floor_lock = PTHREAD_MUTEX_INITIALIZER;
-static int64_t          runner_floor_at;            /* ms of the last look */
-static int              runner_floor_rc;
+static int64_t          runner_floor_at;            /* ms of the last look:
+                                                       the main loop's */
+static int              runner_floor_rc;            /* guarded by the lock */
 static char             runner_floor_why[RUNNER_ERRLEN];
 static atomic_int       runner_floor_warned;
 
@@ -108,33 +110,48 @@ runner_floor_measure(runner_store_t *st, char *why, size_t size)
 }
 
 
-/* RUNNER_OK: a sandbox may start; RUNNER_AGAIN: not now, why says why */
-int
-runner_floor_check(runner_store_t *st, char *why, size_t size)
+/* the main loop, every turn: the floor measured at most once a second,
+ * each change logged */
+void
+runner_floor_update(runner_store_t *st)
 {
     int      rc;
     int64_t  now;
-
-    pthread_mutex_lock(&runner_floor_lock);
+    char     why[RUNNER_ERRLEN];
 
     now = smcp_now_ms();
 
-    if (runner_floor_at == 0 || now - runner_floor_at >= RUNNER_CHECK_MS) {
-        rc = runner_floor_measure(st, runner_floor_why,
-                                  sizeof(runner_floor_why));
-
-        if (rc != runner_floor_rc) {
-            runner_log("info", NULL, "host floor: %s", rc == RUNNER_OK
-                       ? "met again: queued runs start" : runner_floor_why);
-        }
-
-        runner_floor_rc = rc;
-        runner_floor_at = now;
+    if (runner_floor_at && now - runner_floor_at < RUNNER_CHECK_MS) {
+        return;
     }
 
-    rc = runner_floor_rc;
-    snprintf(why, size, "%s", rc == RUNNER_OK ? "" : runner_floor_why);
+    runner_floor_at = now;
+    rc = runner_floor_measure(st, why, sizeof(why));
 
+    pthread_mutex_lock(&runner_floor_lock);
+
+    if (rc != runner_floor_rc) {
+        runner_log("info", NULL, "host floor: %s", rc == RUNNER_OK
+                   ? "met again: queued runs start" : why);
+    }
+
+    runner_floor_rc = rc;
+    strcpy(runner_floor_why, rc == RUNNER_OK ? "" : why);
+
+    pthread_mutex_unlock(&runner_floor_lock);
+}
+
+
+/* a run thread: RUNNER_OK, a sandbox may start; RUNNER_AGAIN, not now
+ * (why says why) */
+int
+runner_floor_check(char *why, size_t size)
+{
+    int  rc;
+
+    pthread_mutex_lock(&runner_floor_lock);
+    rc = runner_floor_rc;
+    snprintf(why, size, "%s", runner_floor_why);
     pthread_mutex_unlock(&runner_floor_lock);
 
     return rc;

@@ -59,11 +59,28 @@ runner_run_budget_hit(runner_run_t *run, const char *warn, const char *what,
 }
 
 
+/* the tenant's budget of Redis bytes reached: its warning */
+static int
+runner_run_tenant_hit(runner_run_t *run)
+{
+    char  warn[256];
+
+    snprintf(warn, sizeof(warn), "{\"warning\":\"tenant budget exceeded\","
+             "\"budget\":\"sandbox_mcp_tenant_redis_bytes\",\"limit\":%lld,"
+             "\"held\":%lld}", (long long) run->tenant_bytes_max,
+             (long long) run->tenant_bytes);
+
+    return runner_run_budget_hit(run, warn, "the tenant's budget",
+                                 run->tenant_bytes_max);
+}
+
+
 /*
  * An event of the run: counted in event_bytes, and in its tenant's usage;
- * past --max-event-bytes, or past the tenant's budget of Redis bytes, one
- * warning is stored, and nothing more (the outcome still counts every
- * line).
+ * past --max-event-bytes one warning is stored, and nothing more (the
+ * outcome still counts every line); likewise once the tenant's runs hold
+ * its budget of Redis bytes (the event that reaches it is stored: the
+ * usage is at the budget, and opencode_run_task refuses the tenant).
  */
 int
 runner_run_store(runner_run_t *run, const char *type, const char *data,
@@ -86,15 +103,9 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
                                      runner_config->max_event_bytes);
     }
 
-    if (runner_budget_event(run, len)) {
-        snprintf(warn, sizeof(warn), "{\"warning\":\"tenant budget "
-                 "exceeded\",\"budget\":\"sandbox_mcp_tenant_redis_bytes\","
-                 "\"limit\":%lld,\"held\":%lld}",
-                 (long long) run->tenant_bytes_max,
-                 (long long) run->tenant_bytes);
-
-        return runner_run_budget_hit(run, warn, "the tenant's budget",
-                                     run->tenant_bytes_max);
+    /* at the tenant's budget already (its other runs): nothing more */
+    if (runner_budget_event(run)) {
+        return runner_run_tenant_hit(run);
     }
 
     if (runner_store_event(run->store, run->id, run->tenant, type, data, len,
@@ -110,6 +121,11 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
 
     if (usage >= 0) {
         run->tenant_bytes = usage;
+    }
+
+    /* this one reached it: the last stored */
+    if (runner_budget_event(run)) {
+        return runner_run_tenant_hit(run);
     }
 
     return RUNNER_OK;

@@ -267,6 +267,7 @@ runner_turn(runner_store_t *st, runner_timers_t *tm)
     now = time(NULL);
 
     runner_beat(st, tm);
+    runner_floor_update(st);
 
     /* runs waiting for their turn (or for Redis): read our pending
      * entries again a second later */
@@ -427,6 +428,7 @@ main(int argc, char **argv)
     st = runner_connect_wait();
 
     if (st) {
+        runner_floor_update(st);
         runner_run_reconcile(st);
         runner_pending(st);
 

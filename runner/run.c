@@ -1009,7 +1009,7 @@ runner_run_begin(runner_run_t *run)
     long long  attempts;
 
     /* the host's floor: the run stays queued, saying why */
-    if (runner_floor_check(run->store, err, sizeof(err)) == RUNNER_AGAIN) {
+    if (runner_floor_check(err, sizeof(err)) == RUNNER_AGAIN) {
         if (runner_store_waiting(run->store, run->id, err) != RUNNER_OK) {
             runner_log("error", run->id, "%s",
                        runner_store_error(run->store));

@@ -701,15 +701,17 @@ int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
 int runner_budget_start(runner_run_t *run, json_t *h, char *err,
     size_t errlen);
 int runner_budget_resume(runner_run_t *run);
-int runner_budget_event(runner_run_t *run, size_t len);
+int runner_budget_event(runner_run_t *run);
 void runner_budget_diff(runner_run_t *run);
 int runner_budget_disk(runner_run_t *run, runner_store_t *st,
     int64_t bytes, int64_t *total);
 
-/* floor.c: the host's floor (free disk, Redis headroom): RUNNER_OK, or
- * RUNNER_AGAIN with why no sandbox may start now */
+/* floor.c: the host's floor (free disk, Redis headroom), measured by the
+ * main loop; a run thread's check: RUNNER_OK, or RUNNER_AGAIN with why no
+ * sandbox may start now */
 int runner_floor_init(char *err, size_t errlen);
-int runner_floor_check(runner_store_t *st, char *why, size_t size);
+void runner_floor_update(runner_store_t *st);
+int runner_floor_check(char *why, size_t size);
 
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
