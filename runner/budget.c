@@ -1,11 +1,12 @@
 /*
  * The tenant's budgets, as one of its runs meets them (docs/contracts.md,
  * "Tenant budgets").  run_create refuses a new run of a tenant over a
- * budget and writes the budgets into the run hash (`tenant_bytes`,
- * `tenant_disk`: nginx's directives are the one place they are set); the
- * runner keeps the usage they are held against as it writes (events,
- * the diff: tenant:{t}:usage `bytes`; workspaces measured: `disk`), and
- * a run that passes one stores nothing more (one warning) or is stopped.
+ * budget (nginx's sandbox_mcp_tenant_* directives); the runner keeps the
+ * usage they are held against as it writes (events: tenant:{t}:usage
+ * `bytes`; workspaces measured: `disk`) and holds running runs to the
+ * same budgets (its --tenant-redis-bytes, --tenant-disk: one value on
+ * both sides, set by one variable in make up): a run that passes one
+ * stores nothing more (one warning) or is stopped.
  * A run of a tenant already over a budget when its turn comes does not
  * start.  Other tenants' runs are not touched: every figure is the
  * tenant's own.
@@ -18,27 +19,8 @@
 #include "runner.h"
 
 
-/* a budget field of the run hash: bytes, 0 none */
-static int64_t
-runner_budget_field(json_t *h, const char *name)
-{
-    long long    n;
-    const char  *v;
-
-    v = json_string_value(json_object_get(h, name));
-
-    if (v == NULL || *v < '0' || *v > '9') {
-        return 0;
-    }
-
-    n = atoll(v);
-
-    return n > 0 ? n : 0;
-}
-
-
 /*
- * The run's tenant and budgets, from its hash; RUNNER_ERR (err: the
+ * The run's tenant, from its hash, and its budgets; RUNNER_ERR (err: the
  * words the run fails with) when its tenant is over one already.
  */
 int
@@ -51,8 +33,8 @@ runner_budget_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
 
     run->tenant[0] = '\0';
     run->tenant_bytes = 0;
-    run->tenant_bytes_max = runner_budget_field(h, "tenant_bytes");
-    run->tenant_disk_max = runner_budget_field(h, "tenant_disk");
+    run->tenant_bytes_max = runner_config->tenant_bytes;
+    run->tenant_disk_max = runner_config->tenant_disk;
 
     if (tenant == NULL || !smcp_valid_tenant(tenant, strlen(tenant))) {
         return RUNNER_OK;

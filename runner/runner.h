@@ -243,6 +243,9 @@ typedef struct {
     int64_t          workspace_inodes;
     int              janitor_interval;      /* s between idle-session
                                                passes */
+    int64_t          tenant_bytes;          /* a tenant's budgets (0: none):
+                                               Redis bytes of its runs */
+    int64_t          tenant_disk;           /* ... its workspaces' bytes */
     int64_t          min_free_disk;         /* the host floor: no sandbox
                                                starts below it */
     int64_t          min_free_redis;        /* ... nor below this much of

@@ -636,18 +636,19 @@ subtest 'run_create: the tenant\'s usage and its budgets' => sub {
     my ($r, $b, $a) = create_b(task => 'x' x 100, title => 't', max_bytes => 10000,
                                max_sessions => 2, max_disk => 5000);
     is($r, 1, 'created');
-    my $bytes = 1024 + 100 + 1 + 0 + 2 * length('[]');
-    is_deeply($a->{$USAGE}{value}, { bytes => $bytes, sessions => 1,
-                                     's:' . id('ses_', '1') => 0 },
-              "the tenant's usage: what the run holds, one session (0 bytes measured)");
-    my $h = $a->{"${P}run:" . id('run_', '1')}{value};
-    is_deeply([ @$h{qw(bytes tenant_bytes tenant_disk)} ], [ $bytes, 10000, 5000 ],
-              'the run hash: its bytes and the budgets the runner holds it to');
+    is_deeply($a->{$USAGE}{value}, { sessions => 1, 's:' . id('ses_', '1') => 0 },
+              "the tenant's usage: one session (0 bytes measured); the run's bytes "
+              . 'are counted when it ends');
+    my @w = grep { $_->[1] eq $USAGE } @LAST_CMDS;
+    is_deeply([ map { uc $_->[0] } @w ], [qw(HMGET HSET HINCRBY)],
+              '... one read of it, two writes for the new session');
 
     ($r, $b, $a) = create_b(run => id('run_', '2'), new => 0, max_bytes => 10000,
                             max_sessions => 2, max_disk => 5000);
     is($r, 1, 'a follow-up in the session: created');
     is($a->{$USAGE}{value}{sessions}, 1, '... no new session counted');
+    is_deeply([ map { uc $_->[0] } grep { $_->[1] eq $USAGE } @LAST_CMDS ], ['HMGET'],
+              '... the usage read once, nothing written');
 
     ($r, $b, $a) = create_b(run => id('run_', '3'), session => id('ses_', '2'),
                             max_sessions => 2);
@@ -678,15 +679,21 @@ subtest 'run_create: the tenant\'s usage and its budgets' => sub {
     is($r, -5, 'refusals come in order: bytes first');
 };
 
-subtest 'run_cancel: a started run is listed for its bytes\' release' => sub {
+subtest 'run_cancel: a started run is counted and listed for its bytes\' release' => sub {
     my $run = id('run_', '1');
-    my $bytes = $t->redis('HGET', "${P}run:$run", 'bytes');
+    my $h = $t->redis_hgetall("${P}run:$run");
+    my $bytes = 1024 + length($h->{task}) + length($h->{title}) + length($h->{pr_title})
+                + 2 * length($h->{repositories});
+    my $before = $t->redis('HGET', $USAGE, 'bytes') // 0;
     $t->redis('HSET', "${P}run:$run", retention => 100);
     my ($r, $b, $a) = script('run_cancel',
-        [ @{ cancel_keys($run, 'alice', id('ses_', '1')) }, "${P}budget:expiry" ],
+        [ @{ cancel_keys($run, 'alice', id('ses_', '1')) }, $USAGE, "${P}budget:expiry" ],
         [ 'alice', $now, $run, 100000, 86400, id('ses_', '1'), 'started', 'running',
           'cancelled' ]);
     is({ @{ $r || [] } }->{status}, 'cancelled', 'cancelled');
+    is($a->{$USAGE}{value}{bytes}, $before + $bytes,
+       "the tenant's usage gains what the run holds (its hash, task, title)");
+    is($a->{"${P}run:$run"}{value}{bytes}, $bytes, '... and so does the run\'s own bytes');
     is_deeply($a->{"${P}budget:expiry"}{value}, [ "$run $bytes alice", $now + 100000 ],
               'budget:expiry: "<run> <bytes> <tenant>" when its keys expire');
 };

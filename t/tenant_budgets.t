@@ -2,17 +2,19 @@
 # One tenant must not exhaust what all tenants share (issue 22, point 2),
 # end to end: MCP through nginx, build/smcp-runner, dockerd, the sandbox
 # image with the real OpenCode; only the model and GitHub are fakes.  The
-# budgets are small and set by this file (nginx's directives, the runner's
-# flags), so the floods take seconds:
+# budgets are small and set by this file (nginx's sandbox_mcp_tenant_*
+# directives, the runner's --tenant-* flags alike), so the floods take
+# seconds:
 #
 #   mallory  floods Redis through the container's output, run after run in
-#            one session (5 MB a run; --max-event-bytes 3m per run,
+#            one session (5 MB a run, in 8 KiB lines; --max-event-bytes 3m per run,
 #            sandbox_mcp_tenant_redis_bytes 5m): the second run passes the
 #            tenant's budget and stores nothing more (one warning), the
 #            next run_task is refused naming the budget, its setting and
-#            the way out; once the first runs' keys expire
-#            (sandbox_mcp_retention 45s) the janitor takes their bytes off
-#            and mallory may run again
+#            the way out; once its runs' keys expire (made due now, as
+#            their retention's end would: PEXPIRE and their budget:expiry
+#            score) the janitor takes their bytes off and mallory may run
+#            again
 #   trudy    starts a new session per run and fills each workspace (15 MB
 #            a run; sandbox_mcp_tenant_disk 40m, sandbox_mcp_tenant_sessions
 #            3): the run that passes the disk budget is stopped, `failed`
@@ -41,9 +43,9 @@ use SMCP::Test qw(json_encode wait_until);
 my $MB = 1024 * 1024;
 my $TENANT_BYTES = 5 * $MB;
 my $TENANT_DISK = 40 * $MB;
-my $RETENTION = 45;
+my $RETENTION = 300;
 
-my $FLOOD = q{yes "$(printf '%0999d' 0)" | head -c 5000000 > /proc/1/fd/1; echo flooded};
+my $FLOOD = q{yes "$(printf '%08191d' 0)" | head -c 5000000 > /proc/1/fd/1; echo flooded};
 my $FILL = q{dd if=/dev/zero of=/workspace/fill.bin bs=1M count=15 2>/dev/null; echo filled};
 
 my $s = SMCP::Stack->new(
@@ -62,7 +64,8 @@ my $s = SMCP::Stack->new(
 );
 my $t = $s->t;
 my $runner = $s->start_runner(concurrency => 4, args => [
-    '--max-event-bytes', '3m', '--janitor-interval', '1']);
+    '--max-event-bytes', '3m', '--janitor-interval', '1',
+    '--tenant-redis-bytes', $TENANT_BYTES, '--tenant-disk', $TENANT_DISK]);
 
 # a tenant of its own: its token, its MCP session
 sub tenant {
@@ -89,7 +92,7 @@ sub run_as {
 
 sub done_as {
     my ($who, $id, $timeout) = @_;
-    my $deadline = time() + ($timeout // 120);
+    my $deadline = time() + ($timeout // 300);
     while (1) {
         my $r = SMCP::Test::sc(call_as($who, 'opencode_get_result',
                                        { runId => $id, waitSeconds => 20 }));
@@ -136,7 +139,6 @@ subtest 'mallory: the second flood passes the tenant\'s budget' => sub {
        "its usage: at its budget, overshot by an event at most ($u->{bytes})");
 };
 
-my $refused_bytes;
 subtest 'mallory: run_task refused, naming the budget and the way out' => sub {
     my $res = call_as($mallory, 'opencode_run_task', { task => 'SCENARIO-FLOOD: again' });
     SMCP::Test::tool_err($res, qr/Tenant budget exceeded: .*$TENANT_BYTES bytes.*sandbox_mcp_tenant_redis_bytes.*expire.*$RETENTION seconds.*sandbox_mcp_retention/,
@@ -145,12 +147,11 @@ subtest 'mallory: run_task refused, naming the budget and the way out' => sub {
                    { task => 'SCENARIO-ONE: in the session', sessionId => $m1->{sessionId} });
     ok(SMCP::Test::is_error_result($res), '... in its session too');
     is($t->redis('SCARD', 'smcp:tenant:mallory:started'), 0, '... nothing queued');
-    $refused_bytes = time();
 };
 
 subtest 'alice: every run completes, nothing of hers lost' => sub {
     for my $i (0, 1) {
-        my $r = $s->wait_done($nice[$i]{runId}, 120);
+        my $r = $s->wait_done($nice[$i]{runId}, 300);
         is($r->{status}, 'completed', "nice $i completed") or $s->diag_run($nice[$i]{runId}, $runner);
         $s->check_events_exact($nice[$i]{runId}, "nice $i");
         my $n = $i + 1;
@@ -188,7 +189,7 @@ subtest 'trudy: the run that passes the disk budget is stopped' => sub {
     ok($u->{disk} < $TENANT_DISK, "two workspaces: $u->{disk} bytes, under the budget");
     my $d3 = run_as($trudy, task => 'SCENARIO-FILLHANG: fill 3', title => 'fill 3',
                     timeoutSeconds => 300);
-    $r = done_as($trudy, $d3->{runId}, 90);
+    $r = done_as($trudy, $d3->{runId}, 200);
     is($r->{status}, 'failed', 'fill 3 passes the budget: failed') or $s->diag_run($d3->{runId}, $runner);
     like($r->{error} // '', qr/^tenant budget exceeded: the workspaces of your sessions hold \d+ bytes, over sandbox_mcp_tenant_disk \($TENANT_DISK\); the sandbox was stopped/,
          'the error names the budget: ' . ($r->{error} // 'null'));
@@ -215,9 +216,11 @@ subtest 'trudy: a session expired frees its workspace and its place' => sub {
     my $ses = $trudy->{sessions}[2];
     $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $ses);
     ok(wait_until(30, sub { ($t->redis('HGET', "smcp:session:$ses", 'state') // '') eq 'expired' }),
-       'the janitor expired the session');
+       'the janitor expired the session')
+        or diag(json_encode($t->redis_hgetall("smcp:session:$ses")) . "\n"
+                . $s->runner_log($runner));
     my $u = usage('trudy');
-    is($u->{sessions}, 2, 'two sessions left');
+    is($u->{sessions}, 2, 'two sessions left') or diag(json_encode($u));
     ok(!exists $u->{"s:$ses"} && $u->{disk} < $TENANT_DISK,
        "its workspace's bytes gone: $u->{disk}");
     my $run = run_as($trudy, task => 'SCENARIO-ONE: again', title => 'again');
@@ -230,15 +233,24 @@ subtest 'trudy: a session expired frees its workspace and its place' => sub {
 # the expiry frees mallory's bytes
 
 subtest 'mallory: the runs\' keys expire, and so does what they held' => sub {
-    my $left = $RETENTION + 60 - (time() - $refused_bytes);
-    my $t1 = time();
-    ok(wait_until($left > 30 ? $left : 30,
-                  sub { (usage('mallory')->{bytes} // 0) < $TENANT_BYTES }),
-       'mallory\'s usage falls under the budget') or diag(json_encode(usage('mallory')));
-    note(sprintf('freed %.1f s after the refusal', time() - $refused_bytes));
-    is($t->redis('EXISTS', "smcp:run:$m1->{runId}:events"), 0,
-       '... once the first flood\'s events have expired (not before)');
-    is($t->redis('ZCOUNT', 'smcp:budget:expiry', '-inf', int(time() * 1000) - 3000), 0,
+    # their retention's end, now: the keys expire, their entries are due
+    my $now = int(time() * 1000);
+    my %due;
+    for my $m (@{ $t->redis('ZRANGE', 'smcp:budget:expiry', 0, -1) }) {
+        my ($run, undef, $ten) = split / /, $m;
+        next unless $ten eq 'mallory';
+        $due{$run} = 1;
+        $t->redis('ZADD', 'smcp:budget:expiry', 'XX', $now, $m);
+        $t->redis('PEXPIRE', "smcp:run:$run$_", 1) for '', ':events', ':diff';
+    }
+    is_deeply([ sort keys %due ], [ sort map { $_->{runId} } $m1, $m2 ],
+              'budget:expiry lists each of mallory\'s ended runs');
+    ok(wait_until(30, sub { (usage('mallory')->{bytes} // 0) < $TENANT_BYTES }),
+       'the janitor takes their bytes off: mallory\'s usage falls under the budget')
+        or diag(json_encode(usage('mallory')));
+    is(usage('mallory')->{bytes}, 0, '... to nothing: every run of its was counted once');
+    is($t->redis('EXISTS', map { "smcp:run:$_:events" } keys %due), 0, '... their events gone');
+    is($t->redis('ZCOUNT', 'smcp:budget:expiry', '-inf', $now), 0,
        'budget:expiry: nothing due is left');
     my $run = run_as($mallory, task => 'SCENARIO-ONE: quietly', title => 'quiet');
     my $r = done_as($mallory, $run->{runId});

@@ -24,8 +24,12 @@
 -- field; absent: the sessions index is left alone); the tenant's session
 -- index scores it by that last activity.
 --
--- What the outcome adds to Redis (FINISH_BYTES, the fields' values, the
--- diff) is added to the run's `bytes` and to its tenant's usage `bytes`;
+-- What the run holds is counted now, once: its hash and status events
+-- (RUN_BYTES, its task, title, pr title and repositories: what
+-- run_create wrote; run_cancel.lua counts the same) and its outcome
+-- (FINISH_BYTES, the fields' values, the diff) are added to the run's
+-- `bytes` (which holds its events, counted by the runner as it stored
+-- them) and to its tenant's usage `bytes`;
 -- a run whose keys expire is listed in budget:expiry, scored by when they
 -- do, as "<run id> <its bytes> <tenant>": the runner's janitor takes its
 -- bytes off the tenant's usage then (budget_release.lua).
@@ -54,10 +58,13 @@ if KEYS[11] ~= '' then
   redis.call('PUBLISH', KEYS[11], ARGV[4] .. ' ' .. ARGV[1])
 end
 
-local FINISH_BYTES = 256
+local RUN_BYTES, FINISH_BYTES = 1024, 256
 local usage, total = KEYS[12] or '', 0
 if usage ~= '' then
-  local added = FINISH_BYTES
+  local r = redis.call('HMGET', KEYS[1], 'task', 'title', 'pr_title',
+                       'repositories')
+  local added = RUN_BYTES + FINISH_BYTES + #(r[1] or '') + #(r[2] or '')
+                + #(r[3] or '') + 2 * #(r[4] or '')
   for i = 6, #ARGV do added = added + #ARGV[i] end
   total = redis.call('HINCRBY', KEYS[1], 'bytes', added)
   redis.call('HINCRBY', usage, 'bytes', added)

@@ -25,12 +25,13 @@
 -- tenant's budgets (each 0: none): bytes of Redis its runs hold, live
 -- sessions, bytes of its sessions' workspaces
 --
--- The tenant's usage hash (docs/contracts.md, "Tenant budgets"): `bytes`
--- gains what this run holds now (RUN_BYTES for its hash and status
--- events, plus its task, title, pr title and repositories), also kept as
--- the run's own `bytes`; a new session is one more `sessions`, its
--- workspace `s:<session id>` (0 bytes until the runner measures it).
--- The run hash carries the bytes and disk budgets for the runner.
+-- The tenant's usage hash (docs/contracts.md, "Tenant budgets") is read
+-- once; a new session is one more `sessions`, its workspace
+-- `s:<session id>` (0 bytes until the runner measures it).  What the run
+-- holds is counted when it ends (finish.lua, run_cancel.lua): the hot
+-- path reads one key more and, for a new session, writes two fields.
+-- The runner holds running runs to the same budgets (its --tenant-*
+-- flags).
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
@@ -45,7 +46,6 @@
 -- its sessions budget, -7 when its workspaces hold its disk budget.  Only
 -- 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
-local RUN_BYTES = 1024
 local usage = KEYS[12] or ''
 
 local repos = {}
@@ -114,16 +114,10 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
   'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
   'image', ARGV[30] or '')
 
-if usage ~= '' then
-  local bytes = RUN_BYTES + #ARGV[6] + #ARGV[10] + #(ARGV[25] or '')
-                + 2 * #list
-  redis.call('HSET', KEYS[1], 'bytes', bytes, 'tenant_bytes', max_bytes,
-    'tenant_disk', max_disk)
-  redis.call('HINCRBY', usage, 'bytes', bytes)
-  if ARGV[4] == '1' and redis.call('HSETNX', usage, 's:' .. ARGV[3], 0) == 1
-  then
-    redis.call('HINCRBY', usage, 'sessions', 1)
-  end
+-- a new session's id is new (checked above): no HSETNX needed
+if usage ~= '' and ARGV[4] == '1' then
+  redis.call('HSET', usage, 's:' .. ARGV[3], 0)
+  redis.call('HINCRBY', usage, 'sessions', 1)
 end
 
 redis.call('SADD', KEYS[7], ARGV[1])
