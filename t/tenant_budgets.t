@@ -208,8 +208,10 @@ subtest 'trudy: run_task refused for a fourth session, and for more disk' => sub
                    { task => 'SCENARIO-ONE: session 1', sessionId => $trudy->{sessions}[0] });
     SMCP::Test::tool_err($res, qr/Tenant budget exceeded: the workspaces of your sessions hold $TENANT_DISK bytes.*sandbox_mcp_tenant_disk.*sandbox_mcp_session_idle/,
                          'more runs in its sessions');
+    # (alice has three sessions too: her budget's; one of them goes on)
     my ($run) = $s->run_completed('alice, while trudy is refused', $runner,
-                                  task => 'SCENARIO-ONE: hello', title => 'one');
+                                  task => 'SCENARIO-ONE: hello', title => 'one',
+                                  sessionId => $nice[0]{sessionId});
 };
 
 subtest 'trudy: a session expired frees its workspace and its place' => sub {
