@@ -114,7 +114,7 @@ runner_budget_diff(runner_run_t *run)
     int64_t  bytes, disk;
     char     warn[256];
 
-    if (run->out.diff == NULL || run->out.diff_len == 0
+    if (run->diff_dropped || run->out.diff == NULL || run->out.diff_len == 0
         || run->tenant_bytes_max == 0
         || run->tenant[0] == '\0'
         || runner_store_usage(run->store, run->tenant, &bytes, &disk)

@@ -46,11 +46,13 @@ my $TENANT_DISK = 40 * $MB;
 my $RETENTION = 300;
 
 my $FLOOD = q{yes "$(printf '%08191d' 0)" | head -c 5000000 > /proc/1/fd/1; echo flooded};
+my $FLOOD2 = q{echo changed > /workspace/repo/flood.txt; } . $FLOOD;
 my $FILL = q{dd if=/dev/zero of=/workspace/fill.bin bs=1M count=15 2>/dev/null; echo filled};
 
 my $s = SMCP::Stack->new(
     scripts => {
         'SCENARIO-FLOOD'    => [ bash_step($FLOOD, 'Print'), { text => 'flood done' } ],
+        'SCENARIO-FLOODDIFF' => [ bash_step($FLOOD2, 'Print'), { text => 'flood done' } ],
         'SCENARIO-FILL'     => [ bash_step($FILL, 'Fill'), { text => 'fill done' } ],
         'SCENARIO-FILLHANG' => [ bash_step($FILL, 'Fill'), { hang => 120 } ],
         'SCENARIO-NICE1'    => SMCP::Stack::four_steps('NICE1', 0, 0),
@@ -112,7 +114,7 @@ my $alice = { sub => $t->tenant, tok => $t->token, sid => $s->sid };
 
 my $t0 = time();
 my $m1 = run_as($mallory, task => 'SCENARIO-FLOOD: print a lot', title => 'flood 1');
-my $m2 = run_as($mallory, task => 'SCENARIO-FLOOD: print more', title => 'flood 2',
+my $m2 = run_as($mallory, task => 'SCENARIO-FLOODDIFF: print more', title => 'flood 2',
                 sessionId => $m1->{sessionId});
 my $d1 = run_as($trudy, task => 'SCENARIO-FILL: fill 1', title => 'fill 1');
 my @nice = map { $s->run_task(task => "SCENARIO-NICE$_: two files", title => "nice $_") } 1, 2;
@@ -125,11 +127,22 @@ subtest 'mallory: the second flood passes the tenant\'s budget' => sub {
     my @w1 = grep { ($_->{json}{warning} // '') =~ /budget/ } $s->stored_events($m1->{runId});
     is_deeply([ map { $_->{json}{warning} } @w1 ], ['output budget exceeded'],
               'the first: the run\'s own budget (--max-event-bytes)');
-    my @w2 = grep { ($_->{json}{warning} // '') =~ /budget/ } $s->stored_events($m2->{runId});
+    my @w2 = grep { ($_->{json}{warning} // '') =~ /budget/ && !exists $_->{json}{diff} }
+             $s->stored_events($m2->{runId});
     is(scalar(@w2), 1, 'the second: one warning') or diag(json_encode([ map { $_->{json} } @w2 ]));
     is($w2[0]{json}{warning}, 'tenant budget exceeded', '... the tenant\'s budget');
     is($w2[0]{json}{budget}, 'sandbox_mcp_tenant_redis_bytes', '... naming its setting');
     is($w2[0]{json}{limit}, $TENANT_BYTES, '... and its limit');
+    my ($wd) = grep { exists $_->{json}{diff} } $s->stored_events($m2->{runId});
+    my $j = $wd ? $wd->{json} : {};
+    is_deeply([ $j->{warning}, $j->{budget}, defined $j->{stored} && !$j->{stored} ? 1 : 0 ],
+              [ 'tenant budget exceeded', 'sandbox_mcp_tenant_redis_bytes', 1 ],
+              'the second\'s diff: not stored, one warning saying why')
+        or diag(json_encode($j));
+    is($t->redis('EXISTS', "smcp:run:$m2->{runId}:diff"), 0, '... no diff in Redis');
+    is($s->run_hash($m2->{runId})->{diff_truncated}, 1, '... diff_truncated');
+    is_deeply([ map { $_->{path} } @{ $r2->{filesChanged} || [] } ], ['flood.txt'],
+              '... its files changed still listed');
     my $stored = 0;
     $stored += length($_->{data}) for map { $s->stored_events($_) } $m1->{runId}, $m2->{runId};
     my $u = usage('mallory');
