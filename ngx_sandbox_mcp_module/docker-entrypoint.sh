@@ -127,7 +127,7 @@ oauth_conf() {
 
 render_mcp() {
     local mcp_port mcp_addr hosts listens origins public git_host oauth
-    local oauth_http
+    local oauth_http budgets b d v
 
     mcp_port=${SMCP_MCP_PORT:-8080}
     mcp_addr=${SMCP_MCP_ADDR:-auto}
@@ -159,6 +159,16 @@ render_mcp() {
     git_host=${SMCP_GIT_HOST:-github.com}
     [[ $git_host =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]] \
         || die "SMCP_GIT_HOST=$git_host: want a host name (ghe.example.com)"
+    # a tenant's budgets: the same variables as the runner's --tenant-*
+    budgets=""
+    for b in "redis_bytes ${SMCP_TENANT_REDIS_BYTES:-}" \
+             "sessions ${SMCP_TENANT_SESSIONS:-}" "disk ${SMCP_TENANT_DISK:-}"; do
+        read -r d v <<< "$b"
+        [ -n "${v:-}" ] || continue
+        [[ $v =~ ^[0-9]+[kKmMgG]?$ ]] \
+            || die "SMCP_TENANT_${d^^}=$v: want a size (k, m, g)"
+        budgets+="sandbox_mcp_tenant_$d $v; "
+    done
     oauth=$(oauth_conf)
     oauth_http=$(oauth_conf --http)
 
@@ -185,6 +195,7 @@ $oauth_http
             $origins
             $public
             $images
+            $budgets
         }
         # the dashboard: the watchUrl's run pages, the tenant's run list
         location /ui/ {

@@ -15,6 +15,10 @@
 #   run_cancel   a started run: cancelled, out of tenant:{t}:started and
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
+#   the tenant's budgets: run_create refuses a tenant at its bytes, disk or
+#                (a new session) sessions budget, writing nothing, and
+#                counts what a run holds in tenant:{t}:usage; a started
+#                run's cancel lists it in budget:expiry
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
 #   subscribe    an MCP session's resource subscription, bounded
@@ -252,13 +256,15 @@ $t->redis('FLUSHALL');
 
 sub id { my ($p, $c) = @_; return $p . ($c x 24) }
 
+# the module's KEYS; usage => the tenant's usage hash (KEYS[12]; '': no
+# budgets), then egress:routes
 sub create_keys {
-    my ($run, $tenant, $ses) = @_;
+    my ($run, $tenant, $ses, %o) = @_;
     return [ "${P}run:$run", "${P}run:$run:events", "${P}runs:$tenant",
              "${P}session:$ses", "${P}session:$ses:runs",
              "${P}session:$ses:active", "${P}tenant:$tenant:started",
              "${P}sessions", "${P}queue", "${P}tenant:$tenant:sessions",
-             "${P}tenant:$tenant", "${P}egress:routes" ];
+             "${P}tenant:$tenant", $o{usage} // '', "${P}egress:routes" ];
 }
 
 # the module's ARGV; %o overrides by name
@@ -275,15 +281,17 @@ sub create_argv {
              pr_title => '', draft => 0,
              watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
              max_repos => 3, sessions_trim => $now - 2000000, image => '',
-             grants => '*', route => '', %o);
+             grants => '*', max_bytes => 0, max_sessions => 0, max_disk => 0,
+             route => '', %o);
     my @argv = @a{qw(run tenant session new now task repository branch model
                      title create_pr timeout maxlen max_queued max_running
                      max_cost retention idle_ttl idle_at trim started
                      expiring expired base_branch pr_title draft watch_base
-                     max_repos sessions_trim image grants route)};
-    # grants => undef: left out, and the route after them; route => undef
-    splice(@argv, -2) unless defined $a{grants};
-    pop @argv if defined $a{grants} && !defined $a{route};
+                     max_repos sessions_trim image grants max_bytes
+                     max_sessions max_disk route)};
+    # an older caller: an argument => undef leaves it out and those after it
+    my ($cut) = grep { !defined $argv[$_] } 0 .. $#argv;
+    splice(@argv, $cut) if defined $cut;
     return \@argv;
 }
 
@@ -687,6 +695,88 @@ subtest 'run_cancel: refusals and ended runs write nothing' => sub {
 $t->redis('FLUSHALL');
 
 ###############################################################################
+# the tenant's budgets (docs/contracts.md, "Tenant budgets")
+
+my $USAGE = "${P}tenant:alice:usage";
+
+# run_create with the tenant's usage and budgets (bytes, sessions, disk)
+sub create_b {
+    my (%o) = @_;
+    my $run = $o{run} // id('run_', '1');
+    my $ses = $o{session} // id('ses_', '1');
+    return script('run_create', create_keys($run, 'alice', $ses, usage => $USAGE),
+                  create_argv(max_queued => 99, %o, run => $run, session => $ses));
+}
+
+subtest 'run_create: the tenant\'s usage and its budgets' => sub {
+    my ($r, $b, $a) = create_b(task => 'x' x 100, title => 't', max_bytes => 10000,
+                               max_sessions => 2, max_disk => 5000);
+    is($r, 1, 'created');
+    is_deeply($a->{$USAGE}{value}, { sessions => 1, 's:' . id('ses_', '1') => 0 },
+              "the tenant's usage: one session (0 bytes measured); the run's bytes "
+              . 'are counted when it ends');
+    my @w = grep { $_->[1] eq $USAGE } @LAST_CMDS;
+    is_deeply([ map { uc $_->[0] } @w ], [qw(HMGET HSET HINCRBY)],
+              '... one read of it, two writes for the new session');
+
+    ($r, $b, $a) = create_b(run => id('run_', '2'), new => 0, max_bytes => 10000,
+                            max_sessions => 2, max_disk => 5000);
+    is($r, 1, 'a follow-up in the session: created');
+    is($a->{$USAGE}{value}{sessions}, 1, '... no new session counted');
+    is_deeply([ map { uc $_->[0] } grep { $_->[1] eq $USAGE } @LAST_CMDS ], ['HMGET'],
+              '... the usage read once, nothing written');
+
+    ($r, $b, $a) = create_b(run => id('run_', '3'), session => id('ses_', '2'),
+                            max_sessions => 2);
+    is($r, 1, 'a second session: created');
+    is($a->{$USAGE}{value}{sessions}, 2, '... two sessions');
+
+    ($r, $b, $a) = create_b(run => id('run_', '4'), session => id('ses_', '3'),
+                            max_sessions => 2);
+    is($r, -6, 'a third session past the sessions budget (2): -6');
+    unchanged($b, $a, 'sessions budget');
+    ($r, $b, $a) = create_b(run => id('run_', '4'), new => 0, max_sessions => 2);
+    is($r, 1, '... a run in a session it has still may');
+
+    $t->redis('HSET', $USAGE, bytes => 10000);
+    ($r, $b, $a) = create_b(run => id('run_', '5'), new => 0, max_bytes => 10000);
+    is($r, -5, 'the runs hold the bytes budget: -5');
+    unchanged($b, $a, 'bytes budget');
+    ($r, $b, $a) = create_b(run => id('run_', '5'), new => 0, max_bytes => 0);
+    is($r, 1, '... a budget of 0 is none');
+
+    $t->redis('HSET', $USAGE, disk => 5000);
+    ($r, $b, $a) = create_b(run => id('run_', '6'), new => 0, max_disk => 5000);
+    is($r, -7, 'the workspaces hold the disk budget: -7');
+    unchanged($b, $a, 'disk budget');
+
+    ($r, $b, $a) = create_b(run => id('run_', '6'), session => id('ses_', '4'),
+                            tenant => 'alice', max_bytes => 10000, max_sessions => 9);
+    is($r, -5, 'refusals come in order: bytes first');
+};
+
+subtest 'run_cancel: a started run is counted and listed for its bytes\' release' => sub {
+    my $run = id('run_', '1');
+    my $h = $t->redis_hgetall("${P}run:$run");
+    my $bytes = 1024 + length($h->{task}) + length($h->{title}) + length($h->{pr_title})
+                + 2 * length($h->{repositories});
+    my $before = $t->redis('HGET', $USAGE, 'bytes') // 0;
+    $t->redis('HSET', "${P}run:$run", retention => 100);
+    my ($r, $b, $a) = script('run_cancel',
+        [ @{ cancel_keys($run, 'alice', id('ses_', '1')) }, $USAGE, "${P}budget:expiry" ],
+        [ 'alice', $now, $run, 100000, 86400, id('ses_', '1'), 'started', 'running',
+          'cancelled' ]);
+    is({ @{ $r || [] } }->{status}, 'cancelled', 'cancelled');
+    is($a->{$USAGE}{value}{bytes}, $before + $bytes,
+       "the tenant's usage gains what the run holds (its hash, task, title)");
+    is($a->{"${P}run:$run"}{value}{bytes}, $bytes, '... and so does the run\'s own bytes');
+    is_deeply($a->{"${P}budget:expiry"}{value}, [ "$run $bytes alice", $now + 100000 ],
+              'budget:expiry: "<run> <bytes> <tenant>" when its keys expire');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
 # run_diff and run_events
 
 my $DIFF = "diff --git a/x b/x\n--- a/x\n+++ b/x\n\@\@ -1 +1 \@\@\n-a\n+b\n"
@@ -836,8 +926,7 @@ subtest 'run_create: the run\'s image' => sub {
     # the grants after it: a run without a repository needs none)
     my $run2 = id('run_', 'j');
     my $ses2 = id('ses_', 'j');
-    my $argv = create_argv(run => $run2, session => $ses2);
-    splice(@$argv, -3);
+    my $argv = create_argv(run => $run2, session => $ses2, image => undef);
     ($r) = script('run_create', create_keys($run2, 'alice', $ses2), $argv);
     is($r, 1, 'without the argument: created');
     is($t->redis('HGET', "${P}run:$run2", 'image'), '', '... with no image (the runner\'s)');
