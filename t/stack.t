@@ -46,7 +46,8 @@ my ($fake, $gh, $eport, $net, $npm, $pypi, $pyfiles)
 # the OAuth locations of SMCP_OAUTH=on (their rate limit per address)
 $ENV{SMCP_OAUTH} = 'on';
 
-# `make up` also runs `make deps`; .ci/stack is what it calls after that
+# `make up` also runs `make up-check deps-run all`; .ci/stack is what it
+# calls after that
 my ($rc0, $out) = $up->up;
 is($rc0, 0, 'stack up exits 0') or diag($out);
 

@@ -1,9 +1,9 @@
 package SMCP::MakeUp;
 
 # `make up` as a test drives it: .ci/stack (what `make up` runs after `make
-# deps all`) in a temp state directory on free ports, with the egress side
-# in front of fakes (a scripted Anthropic, a fake GitHub) on a sandbox
-# network of its own, and `make down` at the end.
+# up-check deps-run all`) in a temp state directory on free ports, with the
+# egress side in front of fakes (a scripted Anthropic, a fake GitHub) on a
+# sandbox network of its own, and `make down` at the end.
 #
 #   my $up = SMCP::MakeUp->new(text => 'done', backend => 'swarm');
 #   my ($rc, $out) = $up->up;             # .ci/stack up: exit code, output
