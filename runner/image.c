@@ -80,7 +80,8 @@ runner_image_breach(json_t *cfg)
 /*
  * RUNNER_OK: the image follows the contract; RUNNER_AGAIN: it is not in
  * the engine (err says so); RUNNER_ERR: it breaks the contract or cannot
- * be inspected (err says which part, and what to do)
+ * be inspected (err says which part, and what to do); RUNNER_RETRY: the
+ * engine did not answer (no answer, or a 5xx): ask again
  */
 int
 runner_image_check(const char *image, char *err, size_t errlen)
@@ -104,7 +105,8 @@ runner_image_check(const char *image, char *err, size_t errlen)
         json_decref(out);
         snprintf(err, errlen, "sandbox image %s cannot be inspected: %s",
                  image, derr);
-        return RUNNER_ERR;
+        return (st == RUNNER_DOCKER_DOWN || st == RUNNER_DOCKER_TIMEOUT
+                || st >= 500) ? RUNNER_RETRY : RUNNER_ERR;
     }
 
     breach = runner_image_breach(json_object_get(out, "Config"));
@@ -133,8 +135,8 @@ runner_image_check_allowed(char *err, size_t errlen)
     while (runner_config_list_next(&p, name, sizeof(name))) {
         rc = runner_image_check(name, err, errlen);
 
-        if (rc == RUNNER_ERR) {
-            return RUNNER_ERR;
+        if (rc == RUNNER_ERR || rc == RUNNER_RETRY) {
+            return rc;
         }
 
         if (rc == RUNNER_AGAIN) {

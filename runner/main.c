@@ -324,6 +324,68 @@ runner_turn(runner_store_t *st, runner_timers_t *tm)
 }
 
 
+/* the backend (swarm: the engine a manager) */
+static int
+runner_backend_init_check(char *err, size_t errlen)
+{
+    return runner_backend_init(runner_config->backend, err, errlen);
+}
+
+
+/* --image, then every --allowed-images */
+static int
+runner_images_check(char *err, size_t errlen)
+{
+    int  rc;
+
+    rc = runner_image_check(runner_config->image, err, errlen);
+
+    if (rc == RUNNER_ERR || rc == RUNNER_RETRY) {
+        return rc;
+    }
+
+    switch (runner_image_check_allowed(err, errlen)) {
+
+    case RUNNER_ERR:
+        return RUNNER_ERR;
+
+    case RUNNER_RETRY:
+        return RUNNER_RETRY;
+
+    default:
+        return rc;
+    }
+}
+
+
+/*
+ * A start check, asked again with backoff while the engine does not
+ * answer (RUNNER_RETRY): only its verdict (RUNNER_OK, RUNNER_AGAIN,
+ * RUNNER_ERR) is returned; RUNNER_OK when the runner stops meanwhile.
+ */
+static int
+runner_start_check(int (*check)(char *err, size_t errlen), char *err,
+    size_t errlen)
+{
+    int  rc, delay;
+
+    for (delay = 1; !atomic_load(&runner_stop);
+         delay = delay < RUNNER_BACKOFF_MAX_S ? delay * 2 : delay)
+    {
+        rc = check(err, errlen);
+
+        if (rc != RUNNER_RETRY) {
+            return rc;
+        }
+
+        runner_log("error", NULL, "%s; retrying in %d s", err, delay);
+        sleep(delay);
+    }
+
+    return RUNNER_OK;
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -394,10 +456,11 @@ main(int argc, char **argv)
         sleep(delay);
     }
 
-    if (!atomic_load(&runner_stop)
-        && runner_backend_init(runner_config->backend, err, sizeof(err))
-           != RUNNER_OK)
-    {
+    /* exit status 2 says the configuration is wrong (.ci/supervise then
+     * stops): an engine that does not answer (yet) is asked again */
+    rc = runner_start_check(runner_backend_init_check, err, sizeof(err));
+
+    if (rc == RUNNER_ERR) {
         runner_log("error", NULL, "%s", err);
         curl_global_cleanup();
         return 2;
@@ -411,14 +474,7 @@ main(int argc, char **argv)
     }
 
     /* an image of one's own must follow the sandbox contract */
-    rc = atomic_load(&runner_stop) ? RUNNER_OK
-         : runner_image_check(runner_config->image, err, sizeof(err));
-
-    if (rc != RUNNER_ERR && !atomic_load(&runner_stop)
-        && runner_image_check_allowed(err, sizeof(err)) == RUNNER_ERR)
-    {
-        rc = RUNNER_ERR;
-    }
+    rc = runner_start_check(runner_images_check, err, sizeof(err));
 
     if (rc == RUNNER_ERR) {
         runner_log("error", NULL, "%s", err);

@@ -59,6 +59,8 @@
 #define RUNNER_OK       0
 #define RUNNER_ERR     -1
 #define RUNNER_AGAIN   -2       /* try later: not an error */
+#define RUNNER_RETRY   -3       /* the engine did not answer (yet): no
+                                   verdict on the configuration */
 
 #define RUNNER_ERRLEN   256
 

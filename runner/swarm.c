@@ -95,7 +95,8 @@ runner_swarm_init(char *err, size_t errlen)
         }
 
         json_decref(out);
-        return RUNNER_ERR;
+        return (st == RUNNER_DOCKER_DOWN || st == RUNNER_DOCKER_TIMEOUT
+                || st >= 500) ? RUNNER_RETRY : RUNNER_ERR;
     }
 
     strcpy(runner_swarm_node, node);

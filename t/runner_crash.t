@@ -24,6 +24,10 @@
 #      ends (`failed`, a clear error) instead of staying `running`, and its
 #      sandbox does not outlive it once Docker is back (and a restarted
 #      runner's reconciliation removes it in any case)
+#   4. the engine does not answer the runner's start check of its image
+#      (the forwarder closes those connections): the runner asks again
+#      and goes on, instead of exiting 2, which says its configuration is
+#      wrong (.ci/supervise stops then)
 #
 # Needs root, Docker, `make` and redis-server; CI=true turns skips into
 # failures.
@@ -256,6 +260,22 @@ subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
         like($s->runner_log($r2), qr/run=\Q$id\E.*removing the container of an ended run/,
              'runner log: removing the container of an ended run');
     }
+};
+
+##############################################################################
+# 4. the engine does not answer a start check: asked again (exit status 2
+# says the configuration is wrong, and .ci/supervise stops then)
+
+subtest 'the engine does not answer the image check at start' => sub {
+    $s->stop_runner($r2, 'TERM');
+    $s->stop_docker_forwarder($fwd, $sock);
+    $fwd = $s->start_docker_forwarder($sock, drop => qr{^GET \S*/images/\S+/json }, times => 2);
+    $r2 = $s->start_runner(concurrency => 2, name => "$name-fwd", docker_socket => $sock);
+    ok(wait_until(30, sub { $s->runner_log($r2) =~ /cannot be inspected.*retrying in 2 s/ }),
+       'the runner says so, and asks again') or diag($s->runner_log_tail($r2, 10));
+    ok(wait_until(30, sub { $t->redis('ZSCORE', 'smcp:runners', "$name-fwd") }),
+       '... then goes on: its heartbeat') or diag($s->runner_log_tail($r2, 10));
+    ok($s->runner_alive($r2), '... up, not exited 2');
 };
 
 $s->stop_runner($r2, 'TERM');

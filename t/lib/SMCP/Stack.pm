@@ -358,17 +358,20 @@ sub docker_events {
 ##############################################################################
 # a Docker socket forwarder (Docker "going away" without touching dockerd)
 
-# start_docker_forwarder($path) -> pid.  Listens on $path, forwards each
-# connection to /var/run/docker.sock; stop it with stop_docker_forwarder
-# (every connection through it is closed at once).
+# start_docker_forwarder($path, drop => qr/^GET .../, times => N) -> pid.
+# Listens on $path, forwards each connection to /var/run/docker.sock; stop
+# it with stop_docker_forwarder (every connection through it is closed at
+# once).  drop: the first N connections (1) whose request matches are
+# closed unanswered (an engine that does not answer that call).
 sub start_docker_forwarder {
-    my ($self, $path) = @_;
+    my ($self, $path, %o) = @_;
+    my $drops = $o{drop} ? ($o{times} // 1) : 0;
     unlink $path;
     my $srv = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $path, Listen => 64)
         or die "forwarder: listen on $path: $!\n";
     my $pid = fork_child(sub {
         my $sel = IO::Select->new($srv);
-        my (%peer, %obj);
+        my (%peer, %obj, %first);
         until (orphaned()) {
             my @ready = $sel->can_read(1);
             for my $fh (@ready) {
@@ -380,12 +383,17 @@ sub start_docker_forwarder {
                     if (!$d) { close $c; next }
                     $peer{"$c"} = $d; $peer{"$d"} = $c;
                     $obj{"$c"} = $c; $obj{"$d"} = $d;
+                    $first{"$c"} = 1;
                     $sel->add($c, $d);
                     next;
                 }
                 my $p = $peer{"$fh"};
                 my $n = sysread($fh, my $buf, 65536);
                 my $ok = $n;
+                if ($ok && delete $first{"$fh"} && $drops > 0 && $buf =~ $o{drop}) {
+                    $drops--;
+                    $ok = 0;
+                }
                 while ($ok && length $buf) {
                     my $w = syswrite($p, $buf);
                     if (!defined $w) { $ok = 0; last }
