@@ -51,6 +51,7 @@
 
 #include "smcp_defaults.h"
 #include "smcp_diff.h"
+#include "smcp_keyring.h"
 #include "smcp_keys.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
@@ -240,7 +241,10 @@ typedef struct {
                                                passes */
     char             metrics[256];          /* --metrics ADDR; "": off */
     char             log_format[8];         /* "text" or "json" */
-    runner_secret_t  secret;                /* signs the run tokens */
+    runner_secret_t  secret;                /* --secret-file: into keys,
+                                               then wiped */
+    smcp_keyring_t   keys;                  /* key[0] signs the run
+                                               tokens */
 } runner_config_t;
 
 
