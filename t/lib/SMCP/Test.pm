@@ -1088,7 +1088,8 @@ END {
 #            omitted: such a token may name no repository)
 #   jti => token id (omitted unless given)
 #   iat, run, extra => {claims}
-#   header => {...} (default {alg=>HS256,typ=>JWT})
+#   header => {...} (default {alg=>HS256,typ=>JWT}, and kid => K with
+#             kid => K: a key id, as a keys file's key signs)
 #   alg => 'none'|'HS512'|'RS256' (header alg; signature computed as follows:
 #          none -> empty signature, HS512 -> hmac_sha512, others -> hmac_sha256)
 #   secret => other secret; signature => raw signature bytes
@@ -1107,7 +1108,8 @@ sub token {
     for (keys %claims) { delete $claims{$_} unless defined $claims{$_} }
 
     my $alg = $o{alg} // 'HS256';
-    my $header = $o{header} // { alg => $alg, typ => 'JWT' };
+    my $header = $o{header} // { alg => $alg, typ => 'JWT',
+                                 (defined $o{kid} ? (kid => $o{kid}) : ()) };
     my $h = b64url(ref $header ? json_encode($header) : $header);
     my $p = b64url(exists $o{payload} ? $o{payload} : json_encode(\%claims));
     my $input = "$h.$p";
