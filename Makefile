@@ -14,6 +14,8 @@
 #   make down            stop what make up started
 #   make token           a token: SUB=alice [REPOS=acme/*] [TTL=30d] [UI=1]
 #   make revoke          revoke a token in every worker: JTI=<jti or token>
+#   make rotate-secret   make up's keys: a new one signs, the old still verify
+#   make retire-secret   make up's keys: KID=<key id> verifies no more
 #   make sandbox-image   build the sandbox image (OpenCode, locked down)
 #   make docker-ready    start dockerd, build the local Debian base image
 #   make bench           the benchmarks: ratios against a baseline (bench/)
@@ -76,7 +78,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner runner-test bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
+.PHONY: all module tools runner runner-test bench deps test static up down token revoke rotate-secret retire-secret clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
@@ -183,14 +185,16 @@ up: deps all
 down:
 	.ci/stack down
 
-# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated; UI=1:
+# the key: $$PROXY_JWT_SECRET, else the first of `make up`'s keys; UI=1:
 # the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
 # $$SMCP_LISTEN (make up's address)
 token: $(TOKEN_BIN)
 	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
 	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
-	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
+	    $$(st=$${SMCP_STATE:-$(BUILD)/stack}; [ -n "$${PROXY_JWT_SECRET:-}" ] || \
+	       { [ -s "$$st/keys" ] && echo --keys-file "$$st/keys"; } || \
+	       echo --secret-file "$$st/secret")) && \
 	if [ -n "$${UI:-}" ]; then \
 	    echo "$${SMCP_PUBLIC_URL:-http://$${SMCP_LISTEN:-127.0.0.1:8080}}/ui/?token=$$tok"; \
 	else echo "$$tok"; fi
@@ -203,6 +207,15 @@ revoke: $(TOKEN_BIN)
 	    $${REDIS_PREFIX:+--prefix "$$REDIS_PREFIX"} \
 	    $$(pw=$${REDIS_PASSWORD_FILE:-$${SMCP_STATE:-$(BUILD)/stack}/redis-password}; \
 	       [ -f "$$pw" ] && echo --redis-password-file "$$pw")
+
+# make up's signing keys (README "Rotating the signing secret"): a new key
+# signs, nginx reloaded, the runner restarted (its runs go on); then, once
+# the runs the old key signed have ended, the old key retired
+rotate-secret: $(TOKEN_BIN)
+	@.ci/stack rotate-secret
+
+retire-secret: $(TOKEN_BIN)
+	@.ci/stack retire-secret "$${KID:?usage: make retire-secret KID=key-id (the keys: $${SMCP_STATE:-$(BUILD)/stack}/keys)}"
 
 clean:
 	rm -rf $(BUILD)

@@ -7,13 +7,15 @@ package SMCP::MakeUp;
 #
 #   my $up = SMCP::MakeUp->new(text => 'done', backend => 'swarm');
 #   my ($rc, $out) = $up->up;             # .ci/stack up: exit code, output
+#   my ($rc, $out) = $up->make('retire-secret', KID => $kid);   # a target
 #   my $res = $up->call($token, $sid, 'opencode_run_task', {...});
 #   $up->down;                            # .ci/stack down (also at END)
 #
 # new() sets the process's environment for .ci/stack (SMCP_STATE,
 # SMCP_LISTEN, SMCP_REDIS_PORT, ..., the provider key and base URL, the
 # GitHub token and URLs) and returns the object holding the fakes and the
-# ports; egress => 0 runs make up with SMCP_EGRESS=off (no Docker).
+# ports; egress => 0 runs make up with SMCP_EGRESS=off (no Docker);
+# script => [turns]: the fake model's script (SMCP::Fakes), else text.
 # registries => 1 also enables SMCP_REGISTRIES=npm,pypi in front of
 # static stand-ins ($up->{npm}, {pypi}, {pyfiles}).  nginx is started
 # through a wrapper that records each instance's environment in
@@ -91,7 +93,8 @@ sub _egress_side {
     $self->{eport} = free_port();
     $self->{net} = 'smcp-' . test_id();
     $self->{fake} = SMCP::Fakes::start_anthropic(key => $KEY,
-        text => $o{text} // 'stack run done');
+        text => $o{text} // 'stack run done',
+        ($o{script} ? (script => $o{script}) : ()));
     $ENV{SMCP_EGRESS} = 'on';
     $ENV{SMCP_SANDBOX_NET} = $self->{net};
     $ENV{SMCP_SANDBOX_BRIDGE} = bridge_name();
@@ -143,6 +146,16 @@ sub stack {
 
 sub up   { return $_[0]->stack('up') }
 sub down { return $_[0]->stack('down') }
+
+# make(TARGET, VAR => value...): `make TARGET VAR=value` at the top of the
+# repository, with this stack's environment: (exit code, output)
+sub make {
+    my ($self, $target, %vars) = @_;
+    my ($rc, $out, $err) = SMCP::Test::run_cmd(
+        [ 'make', '-s', '-C', repo_root(), $target, map { "$_=$vars{$_}" } sort keys %vars ],
+        timeout => 300);
+    return ($rc, $out . $err);
+}
 
 # url(): the MCP URL make up serves
 sub url { return "http://127.0.0.1:$_[0]{port}/mcp" }
