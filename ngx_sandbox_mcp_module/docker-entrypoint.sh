@@ -21,6 +21,12 @@
 #                                length); read by the nginx master at start
 #   PROXY_JWT_SECRET_FILE        or: a file holding it (a Docker secret);
 #                                wins over PROXY_JWT_SECRET
+#   PROXY_JWT_KEYS_FILE          or: a keys file, "KID SECRET [legacy]" a
+#                                line, the first signs (sandbox_mcp_keys_file;
+#                                README "Rotating the signing secret"):
+#                                wins over both; read at start and at every
+#                                reload (SIGHUP), so mount its directory,
+#                                not the file, to see it replaced
 #   SMCP_REDIS=redis:6379        host:port or unix:/path of Redis
 #   SMCP_REDIS_PREFIX            key prefix (module default smcp:)
 #   SMCP_REDIS_PASSWORD          Redis's password, when it has one (read
@@ -297,19 +303,30 @@ $(ops_server)
 CONF
 }
 
-render() {
-    local conf=$dir/nginx.conf
-
-    if [ -n "${PROXY_JWT_SECRET_FILE:-}" ]; then
+# the signing keys' directive into secret_conf: PROXY_JWT_KEYS_FILE, else
+# PROXY_JWT_SECRET_FILE, else PROXY_JWT_SECRET
+signing_conf() {
+    if [ -n "${PROXY_JWT_KEYS_FILE:-}" ]; then
+        [[ $PROXY_JWT_KEYS_FILE =~ ^/[A-Za-z0-9._/@+-]+$ ]] \
+            || die "PROXY_JWT_KEYS_FILE=$PROXY_JWT_KEYS_FILE: an absolute path of plain characters"
+        [ -r "$PROXY_JWT_KEYS_FILE" ] \
+            || die "PROXY_JWT_KEYS_FILE=$PROXY_JWT_KEYS_FILE is not readable"
+        secret_conf="sandbox_mcp_keys_file $PROXY_JWT_KEYS_FILE;"
+    elif [ -n "${PROXY_JWT_SECRET_FILE:-}" ]; then
         [ -r "$PROXY_JWT_SECRET_FILE" ] \
             || die "PROXY_JWT_SECRET_FILE=$PROXY_JWT_SECRET_FILE is not readable"
         secret_conf="sandbox_mcp_secret_file $PROXY_JWT_SECRET_FILE;"
     elif [ -n "${PROXY_JWT_SECRET:-}" ]; then
         secret_conf="sandbox_mcp_secret_env PROXY_JWT_SECRET;"
     else
-        die "set PROXY_JWT_SECRET (or PROXY_JWT_SECRET_FILE): the secret that signs every token"
+        die "set PROXY_JWT_SECRET (or PROXY_JWT_SECRET_FILE, PROXY_JWT_KEYS_FILE): the secret that signs every token"
     fi
+}
 
+render() {
+    local conf=$dir/nginx.conf
+
+    signing_conf
     mkdir -p "$dir"
     redis=${SMCP_REDIS:-redis:6379}
     log_format=${SMCP_LOG_FORMAT:-text}

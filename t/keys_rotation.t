@@ -11,7 +11,8 @@
 # work).  A bad keys file (too many keys, a short secret, a duplicate kid,
 # a kid with odd characters, ...) stops nginx at start with the line named
 # and never a secret, and a reload with one changes nothing.  smcp-token
-# --keys-file signs with the first key.
+# --keys-file signs with the first key; the nginx image's entrypoint takes
+# PROXY_JWT_KEYS_FILE.
 
 use strict;
 use warnings;
@@ -246,6 +247,31 @@ is((egress($k2{egress}))[0], 200, 'egress: a run token of k2');
     is_deeply([ mcp($k3) ], [ 401, 'unknown token key id' ], '... k3 was not taken');
     unlike($t->error_log, qr/\Q$S1\E|\Q$S2\E|\Q$S3\E|\Q${\ substr($S3, 0, 20)}\E/,
            'no secret in the error log');
+}
+
+###############################################################################
+# the nginx image's entrypoint (docker-compose): PROXY_JWT_KEYS_FILE
+
+{
+    my $signing = sub {
+        my (%env) = @_;
+        my $sh = 'exec() { :; }; source "$1"; signing_conf; echo "$secret_conf"';
+        local %ENV = (%ENV, SMCP_RENDER_CONF => 'no', %env);
+        delete local $ENV{PROXY_JWT_SECRET_FILE};
+        return run_cmd([ 'bash', '-c', $sh, 'signing',
+                         repo_root() . '/ngx_sandbox_mcp_module/docker-entrypoint.sh' ]);
+    };
+    my ($rc, $out, $err) = $signing->(PROXY_JWT_KEYS_FILE => "$dir/keys",
+                                      PROXY_JWT_SECRET => 'x' x 32);
+    is("$rc $out", "0 sandbox_mcp_keys_file $dir/keys;\n",
+       'entrypoint: PROXY_JWT_KEYS_FILE: sandbox_mcp_keys_file, over PROXY_JWT_SECRET')
+        or diag($err);
+    ($rc, $out, $err) = $signing->(PROXY_JWT_KEYS_FILE => "$dir/no-keys");
+    isnt($rc, 0, 'entrypoint: a keys file not there: refused');
+    like($err, qr/PROXY_JWT_KEYS_FILE=\Q$dir\E\/no-keys is not readable/, '... said so');
+    ($rc, $out, $err) = $signing->(PROXY_JWT_KEYS_FILE => "$dir/keys; evil");
+    isnt($rc, 0, 'entrypoint: a path that would write nginx.conf: refused');
+    like($err, qr/an absolute path of plain characters/, '... said so');
 }
 
 ###############################################################################
