@@ -12,8 +12,9 @@
  * A minted token goes alone on stdout (scripts capture it); its jti, expiry
  * and kid on stderr.  --keys-file: the first key of a keys file signs, its
  * kid in the header (common/smcp_keyring.h); --secret-file: a bare secret,
- * no kid; without either the secret comes from $PROXY_JWT_SECRET; without --redis-password-file the Redis password (if
- * any) from $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a
+ * no kid; without either the secret comes from $PROXY_JWT_SECRET.
+ * Without --redis-password-file the Redis password (if any) comes from
+ * $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a
  * revocation writes jti -> exp into the hash <prefix>revoked and publishes
  * "<jti> <exp>" on the channel <prefix>revoked, in one step.  Exit codes:
  * 0 done, 1 failed, 2 bad usage.
