@@ -42,13 +42,13 @@ RUNNER_BIN := $(BUILD)/smcp-runner
 RUNNER_TEST_BIN := $(BUILD)/test/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/store_queue.c runner/store_run.c runner/store_event.c \
-               runner/store_session.c \
+               runner/store_session.c runner/store_budget.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
-               runner/pool.c runner/spec.c
+               runner/pool.c runner/spec.c runner/budget.c runner/floor.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 # the version, from the one place that defines it
 VERSION_H  := ngx_sandbox_mcp_module/common/smcp_version.h

@@ -39,6 +39,9 @@
 #define NGX_HTTP_SANDBOX_MCP_MAX_COST           25000000    /* micro-USD */
 #define NGX_HTTP_SANDBOX_MCP_RETENTION          SMCP_DEFAULT_RETENTION
 #define NGX_HTTP_SANDBOX_MCP_SESSION_IDLE       (7 * 86400)
+#define NGX_HTTP_SANDBOX_MCP_TENANT_BYTES       (128 * 1024 * 1024)
+#define NGX_HTTP_SANDBOX_MCP_TENANT_SESSIONS    16
+#define NGX_HTTP_SANDBOX_MCP_TENANT_DISK        (20LL * 1024 * 1024 * 1024)
 #define NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT       15000   /* ms */
 #define NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER   (256 * 1024)
 
@@ -56,7 +59,7 @@
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
                                                            each) per event
                                                            before yielding */
-#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           48      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           64      /* of one command */
 #define NGX_HTTP_SANDBOX_MCP_SEND_PARTS        4       /* of one answer */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_FORMATTED    1024    /* bytes: a command
                                                            formatted on the

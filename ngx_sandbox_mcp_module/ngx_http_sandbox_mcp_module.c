@@ -272,6 +272,27 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, session_idle),
       NULL },
 
+    { ngx_string("sandbox_mcp_tenant_redis_bytes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_bytes),
+      NULL },
+
+    { ngx_string("sandbox_mcp_tenant_sessions"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_sessions),
+      NULL },
+
+    { ngx_string("sandbox_mcp_tenant_disk"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_disk),
+      NULL },
+
     { ngx_string("sandbox_mcp_oauth_endpoints"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_sandbox_mcp_oauth_endpoints,
@@ -769,6 +790,9 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->max_cost = NGX_CONF_UNSET;
     conf->retention = NGX_CONF_UNSET;
     conf->session_idle = NGX_CONF_UNSET;
+    conf->tenant_bytes = NGX_CONF_UNSET;
+    conf->tenant_sessions = NGX_CONF_UNSET_UINT;
+    conf->tenant_disk = NGX_CONF_UNSET;
     conf->ui = NGX_CONF_UNSET;
     conf->ui_heartbeat = NGX_CONF_UNSET_MSEC;
     conf->ui_stream_buffer = NGX_CONF_UNSET_SIZE;
@@ -904,6 +928,12 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                              NGX_HTTP_SANDBOX_MCP_RETENTION);
     ngx_conf_merge_sec_value(conf->session_idle, prev->session_idle,
                              NGX_HTTP_SANDBOX_MCP_SESSION_IDLE);
+    ngx_conf_merge_off_value(conf->tenant_bytes, prev->tenant_bytes,
+                             NGX_HTTP_SANDBOX_MCP_TENANT_BYTES);
+    ngx_conf_merge_uint_value(conf->tenant_sessions, prev->tenant_sessions,
+                              NGX_HTTP_SANDBOX_MCP_TENANT_SESSIONS);
+    ngx_conf_merge_off_value(conf->tenant_disk, prev->tenant_disk,
+                             NGX_HTTP_SANDBOX_MCP_TENANT_DISK);
     ngx_conf_merge_value(conf->ui, prev->ui, 0);
     ngx_conf_merge_msec_value(conf->ui_heartbeat, prev->ui_heartbeat,
                               NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT);

@@ -121,6 +121,10 @@ typedef struct {
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
     time_t                      retention;      /* ended runs' keys live */
     time_t                      session_idle;   /* idle sessions expire */
+    off_t                       tenant_bytes;   /* a tenant's budgets (0:
+                                                   none): Redis bytes */
+    ngx_uint_t                  tenant_sessions;    /* ... live sessions */
+    off_t                       tenant_disk;    /* ... workspaces' bytes */
 
     ngx_flag_t                  ui;             /* sandbox_mcp_ui */
     ngx_msec_t                  ui_heartbeat;   /* event streams' comment */

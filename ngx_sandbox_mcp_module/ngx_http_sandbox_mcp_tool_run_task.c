@@ -23,6 +23,9 @@
 #define NGX_HTTP_SANDBOX_MCP_QUEUE_FULL        -2
 #define NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS     -3
 #define NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY      -4
+#define NGX_HTTP_SANDBOX_MCP_OVER_BYTES         -5
+#define NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS      -6
+#define NGX_HTTP_SANDBOX_MCP_OVER_DISK          -7
 
 
 /* the arguments of opencode_run_task, validated */
@@ -170,6 +173,45 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         "'branch' and 'createPullRequest' "
                                         "need one; pass 'repository'.",
                                         &call->path);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_OVER_BYTES:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: your "
+                                        "runs, their events and diffs hold "
+                                        "%O bytes of storage or more, your "
+                                        "budget (sandbox_mcp_tenant_redis_"
+                                        "bytes). An ended run frees what it "
+                                        "holds when its keys expire, %T "
+                                        "seconds after it ended "
+                                        "(sandbox_mcp_retention); try again "
+                                        "then.", lcf->tenant_bytes,
+                                        lcf->retention);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: you "
+                                        "have %ui live sessions, your budget "
+                                        "(sandbox_mcp_tenant_sessions). "
+                                        "Continue one of them (sessionId; "
+                                        "opencode_list_sessions lists them), "
+                                        "or wait until an idle one expires, "
+                                        "%T seconds after its last run "
+                                        "(sandbox_mcp_session_idle).",
+                                        lcf->tenant_sessions,
+                                        lcf->session_idle);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_OVER_DISK:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: the "
+                                        "workspaces of your sessions hold "
+                                        "%O bytes of disk or more, your "
+                                        "budget (sandbox_mcp_tenant_disk). "
+                                        "An idle session's workspace is "
+                                        "removed %T seconds after its last "
+                                        "run (sandbox_mcp_session_idle; "
+                                        "opencode_list_sessions lists "
+                                        "them); try again then.",
+                                        lcf->tenant_disk, lcf->session_idle);
         return;
 
     case NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED:
@@ -749,7 +791,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[31];
+    ngx_str_t                    args[34];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -762,7 +804,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_SESSIONS, NULL },
         { SMCP_KEY_QUEUE, NULL },
         { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
-        { SMCP_CHAN_TENANT, &call->ctx->tenant }
+        { SMCP_CHAN_TENANT, &call->ctx->tenant },
+        { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant }
     };
 
     pool = call->ctx->request->pool;
@@ -821,6 +864,11 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
                          * 1000);
     args[29] = t->image;
     args[30] = t->grants;
+
+    /* the tenant's budgets (docs/contracts.md, "Tenant budgets") */
+    args[31] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_bytes);
+    args[32] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_sessions);
+    args[33] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_disk);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,

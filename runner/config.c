@@ -215,6 +215,33 @@ static const runner_option_t  runner_options[] = {
       "idle sessions are expired this often",
       RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
 
+    { "tenant-redis-bytes", "SIZE", "SMCP_TENANT_REDIS_BYTES", "128m",
+      "a tenant's budget of Redis (nginx's sandbox_mcp_tenant_redis_bytes: "
+      "set both alike): once its runs hold it, a run stores no more events "
+      "and no diff; 0: none",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(tenant_bytes), 0, 0, INT64_MAX, NULL },
+
+    { "tenant-disk", "SIZE", "SMCP_TENANT_DISK", "20g",
+      "a tenant's budget of workspace disk (nginx's sandbox_mcp_tenant_disk: "
+      "set both alike): a run whose tenant's sessions pass it is stopped; "
+      "0: none",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(tenant_disk), 0, 0, INT64_MAX, NULL },
+
+    { "min-free-disk", "SIZE", "SMCP_MIN_FREE_DISK", "5g",
+      "the host floor: no sandbox starts while the workspaces' disk "
+      "(--disk-path) has less free; queued runs wait, saying why; 0: off",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_disk), 0, 0, INT64_MAX, NULL },
+
+    { "min-free-redis", "SIZE", "SMCP_MIN_FREE_REDIS", "160m",
+      "the host floor: no sandbox starts while Redis has less of its "
+      "maxmemory free (no maxmemory: not checked); 0: off",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_redis), 0, 0, INT64_MAX, NULL },
+
+    { "disk-path", "PATH", "SMCP_DISK_PATH", NULL,
+      "whose free disk --min-free-disk reads; default the engine's volumes "
+      "directory (DockerRootDir/volumes)",
+      RUNNER_OPT_STRING, 0, RUNNER_S(disk_path), 0, 0, NULL },
+
     { "metrics", "ADDR", "SMCP_RUNNER_METRICS", NULL,
       "serve Prometheus metrics at http://ADDR/metrics (IP:PORT, "
       "\":PORT\" for every address); default off",

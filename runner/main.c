@@ -267,6 +267,7 @@ runner_turn(runner_store_t *st, runner_timers_t *tm)
     now = time(NULL);
 
     runner_beat(st, tm);
+    runner_floor_update(st);
 
     /* runs waiting for their turn (or for Redis): read our pending
      * entries again a second later */
@@ -402,6 +403,13 @@ main(int argc, char **argv)
         return 2;
     }
 
+    if (!atomic_load(&runner_stop)
+        && runner_floor_init(err, sizeof(err)) != RUNNER_OK)
+    {
+        runner_log("warn", NULL, "the host floor's free disk is not "
+                   "measured: %s (--disk-path names it)", err);
+    }
+
     /* an image of one's own must follow the sandbox contract */
     rc = atomic_load(&runner_stop) ? RUNNER_OK
          : runner_image_check(runner_config->image, err, sizeof(err));
@@ -425,6 +433,7 @@ main(int argc, char **argv)
     st = runner_connect_wait();
 
     if (st) {
+        runner_floor_update(st);
         runner_run_reconcile(st);
         runner_pending(st);
 

@@ -296,6 +296,8 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         return RUNNER_ERR;
     }
 
+    runner_budget_diff(run);
+
     if (strcmp(status, SMCP_STATUS_COMPLETED) == 0) {
         runner_run_pr(run, &diff);
 
@@ -720,6 +722,12 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     snprintf(run->session, sizeof(run->session), "%s", session);
     runner_log_tenant(tenant);
 
+    /* a tenant over a budget already: no sandbox */
+    if (runner_budget_start(run, h, err, errlen) != RUNNER_OK) {
+        json_decref(h);
+        return RUNNER_ERR;
+    }
+
     /* the run's own image: one this runner offers, following the contract */
     if (runner_image_for_run(json_string_value(json_object_get(h, "image")),
                              image, sizeof(image), err, errlen)
@@ -919,6 +927,8 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
         run->event_bytes = atoll(v);
     }
 
+    (void) runner_budget_resume(run);
+
     if (runner_store_last_log_ts(run->store, run) != RUNNER_OK
         || runner_store_replay(run->store, run->id, runner_run_replayed, run)
            != RUNNER_OK)
@@ -973,6 +983,17 @@ runner_run_begin(runner_run_t *run)
     int        rc;
     int64_t    started;
     long long  attempts;
+
+    /* the host's floor: the run stays queued, saying why */
+    if (runner_floor_check(err, sizeof(err)) == RUNNER_AGAIN) {
+        if (runner_store_waiting(run->store, run->id, err) != RUNNER_OK) {
+            runner_log("error", run->id, "%s",
+                       runner_store_error(run->store));
+        }
+
+        atomic_store(&run->state, RUNNER_RUN_WAIT);
+        return RUNNER_ERR;
+    }
 
     rc = runner_store_claim(run->store, run->id, status, sizeof(status));
 

@@ -14,6 +14,10 @@
 #   run_cancel   a started run: cancelled, out of tenant:{t}:started and
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
+#   the tenant's budgets: run_create refuses a tenant at its bytes, disk or
+#                (a new session) sessions budget, writing nothing, and
+#                counts what a run holds in tenant:{t}:usage; a started
+#                run's cancel lists it in budget:expiry
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
 #   subscribe    an MCP session's resource subscription, bounded
@@ -679,6 +683,90 @@ subtest 'run_cancel: refusals and ended runs write nothing' => sub {
     ($r, $b, $a) = cancel($run7, session => '');
     is({ @{ $r || [] } }->{status}, 'cancelled', "a run of no session ('' key): cancelled");
     ok(!$t->redis('SISMEMBER', "${P}tenant:alice:started", $run7), '... out of the started set');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
+# the tenant's budgets (docs/contracts.md, "Tenant budgets")
+
+my $USAGE = "${P}tenant:alice:usage";
+
+# run_create with the tenant's usage and budgets (bytes, sessions, disk)
+sub create_b {
+    my (%o) = @_;
+    my $run = $o{run} // id('run_', '1');
+    my $ses = $o{session} // id('ses_', '1');
+    my @b = map { delete $o{$_} // 0 } qw(max_bytes max_sessions max_disk);
+    return script('run_create', [ @{ create_keys($run, 'alice', $ses) }, $USAGE ],
+                  [ @{ create_argv(max_queued => 99, %o, run => $run, session => $ses) },
+                    @b ]);
+}
+
+subtest 'run_create: the tenant\'s usage and its budgets' => sub {
+    my ($r, $b, $a) = create_b(task => 'x' x 100, title => 't', max_bytes => 10000,
+                               max_sessions => 2, max_disk => 5000);
+    is($r, 1, 'created');
+    is_deeply($a->{$USAGE}{value}, { sessions => 1, 's:' . id('ses_', '1') => 0 },
+              "the tenant's usage: one session (0 bytes measured); the run's bytes "
+              . 'are counted when it ends');
+    my @w = grep { $_->[1] eq $USAGE } @LAST_CMDS;
+    is_deeply([ map { uc $_->[0] } @w ], [qw(HMGET HSET HINCRBY)],
+              '... one read of it, two writes for the new session');
+
+    ($r, $b, $a) = create_b(run => id('run_', '2'), new => 0, max_bytes => 10000,
+                            max_sessions => 2, max_disk => 5000);
+    is($r, 1, 'a follow-up in the session: created');
+    is($a->{$USAGE}{value}{sessions}, 1, '... no new session counted');
+    is_deeply([ map { uc $_->[0] } grep { $_->[1] eq $USAGE } @LAST_CMDS ], ['HMGET'],
+              '... the usage read once, nothing written');
+
+    ($r, $b, $a) = create_b(run => id('run_', '3'), session => id('ses_', '2'),
+                            max_sessions => 2);
+    is($r, 1, 'a second session: created');
+    is($a->{$USAGE}{value}{sessions}, 2, '... two sessions');
+
+    ($r, $b, $a) = create_b(run => id('run_', '4'), session => id('ses_', '3'),
+                            max_sessions => 2);
+    is($r, -6, 'a third session past the sessions budget (2): -6');
+    unchanged($b, $a, 'sessions budget');
+    ($r, $b, $a) = create_b(run => id('run_', '4'), new => 0, max_sessions => 2);
+    is($r, 1, '... a run in a session it has still may');
+
+    $t->redis('HSET', $USAGE, bytes => 10000);
+    ($r, $b, $a) = create_b(run => id('run_', '5'), new => 0, max_bytes => 10000);
+    is($r, -5, 'the runs hold the bytes budget: -5');
+    unchanged($b, $a, 'bytes budget');
+    ($r, $b, $a) = create_b(run => id('run_', '5'), new => 0, max_bytes => 0);
+    is($r, 1, '... a budget of 0 is none');
+
+    $t->redis('HSET', $USAGE, disk => 5000);
+    ($r, $b, $a) = create_b(run => id('run_', '6'), new => 0, max_disk => 5000);
+    is($r, -7, 'the workspaces hold the disk budget: -7');
+    unchanged($b, $a, 'disk budget');
+
+    ($r, $b, $a) = create_b(run => id('run_', '6'), session => id('ses_', '4'),
+                            tenant => 'alice', max_bytes => 10000, max_sessions => 9);
+    is($r, -5, 'refusals come in order: bytes first');
+};
+
+subtest 'run_cancel: a started run is counted and listed for its bytes\' release' => sub {
+    my $run = id('run_', '1');
+    my $h = $t->redis_hgetall("${P}run:$run");
+    my $bytes = 1024 + length($h->{task}) + length($h->{title}) + length($h->{pr_title})
+                + 2 * length($h->{repositories});
+    my $before = $t->redis('HGET', $USAGE, 'bytes') // 0;
+    $t->redis('HSET', "${P}run:$run", retention => 100);
+    my ($r, $b, $a) = script('run_cancel',
+        [ @{ cancel_keys($run, 'alice', id('ses_', '1')) }, $USAGE, "${P}budget:expiry" ],
+        [ 'alice', $now, $run, 100000, 86400, id('ses_', '1'), 'started', 'running',
+          'cancelled' ]);
+    is({ @{ $r || [] } }->{status}, 'cancelled', 'cancelled');
+    is($a->{$USAGE}{value}{bytes}, $before + $bytes,
+       "the tenant's usage gains what the run holds (its hash, task, title)");
+    is($a->{"${P}run:$run"}{value}{bytes}, $bytes, '... and so does the run\'s own bytes');
+    is_deeply($a->{"${P}budget:expiry"}{value}, [ "$run $bytes alice", $now + 100000 ],
+              'budget:expiry: "<run> <bytes> <tenant>" when its keys expire');
 };
 
 $t->redis('FLUSHALL');

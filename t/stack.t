@@ -162,18 +162,7 @@ if ($> == 0) {
     is((stat "$state/tmp/body")[4], $nobody, '... their temp dir is nobody\'s');
 }
 
-sub post {
-    my ($tok, $body, %h) = @_;
-    return HTTP::Tiny->new(timeout => 10)->post($url, {
-        headers => {
-            'Authorization' => "Bearer $tok",
-            'Accept' => 'application/json, text/event-stream',
-            'Content-Type' => 'application/json',
-            %h,
-        },
-        content => $body,
-    });
-}
+sub post { return $up->post(@_) }
 
 require HTTP::Tiny;
 

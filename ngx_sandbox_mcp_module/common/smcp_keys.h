@@ -41,6 +41,16 @@
                                                      last activity (ms):
                                                      run_create and the
                                                      runner's finish */
+#define SMCP_KEY_TENANT_USAGE       "%stenant:%s:usage"   /* hash: what
+                                                     the tenant holds, for
+                                                     its budgets: bytes,
+                                                     sessions, disk, and
+                                                     s:<session id> (bytes
+                                                     of its workspace) */
+#define SMCP_KEY_BUDGET_EXPIRY      "%sbudget:expiry"  /* zset: "<run id>
+                                                     <bytes> <tenant>" by
+                                                     when the run's keys
+                                                     expire (ms) */
 #define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
                                                      store identity */
 #define SMCP_KEY_RUNNERS            "%srunners"   /* zset: runner name ->

@@ -12,6 +12,7 @@
 -- KEYS[6] session:{sid}:active   KEYS[7] tenant:{tenant}:started
 -- KEYS[8] sessions   KEYS[9] queue   KEYS[10] tenant:{tenant}:sessions
 -- KEYS[11] channel tenant:{tenant} ("<run id> <status>": the dashboard)
+-- KEYS[12] tenant:{tenant}:usage (absent: an older caller, no budgets)
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
 -- repository (the URL the run names, or ""), branch, model, title,
 -- create_pr (1/0), timeout (s), events maxlen, max queued, max running,
@@ -22,7 +23,17 @@
 -- session may hold, the sessions' trim score (ms: older sessions' keys are
 -- gone), the run's image ("" or missing: the runner's own), the token's
 -- grants (its "repos" claim in lower case, without ".git", ',' between
--- them, e.g. "acme/app,tools/*"; "" or missing: none)
+-- them, e.g. "acme/app,tools/*"; "" or missing: none); then the tenant's
+-- budgets (each 0: none): bytes of Redis its runs hold, live sessions,
+-- bytes of its sessions' workspaces
+--
+-- The tenant's usage hash (docs/contracts.md, "Tenant budgets") is read
+-- once; a new session is one more `sessions`, its workspace
+-- `s:<session id>` (0 bytes until the runner measures it).  What the run
+-- holds is counted when it ends (finish.lua, run_cancel.lua): the hot
+-- path reads one key more and, for a new session, writes two fields.
+-- The runner holds running runs to the same budgets (its --tenant-*
+-- flags).
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
@@ -37,9 +48,12 @@
 -- tenant has max queued runs started already; -3 when the session holds
 -- the most repositories already and the run names another; -4 when the run
 -- needs a repository (a branch, a pull request) and has none; the URL of a
--- repository of the run that the grants do not cover.  Only 1 writes
--- anything.
+-- repository of the run that the grants do not cover; -5 when the
+-- tenant's runs hold its bytes budget, -6 when a new session would pass
+-- its sessions budget, -7 when its workspaces hold its disk budget.  Only
+-- 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
+local usage = KEYS[12] or ''
 
 local repos = {}
 if ARGV[4] == '1' then
@@ -83,6 +97,21 @@ if #repos > 0 then list = '["' .. table.concat(repos, '","') .. '"]' end
 
 if redis.call('SCARD', KEYS[7]) >= tonumber(ARGV[14]) then return -2 end
 
+local max_bytes, max_sessions, max_disk =
+  tonumber(ARGV[32] or '0'), tonumber(ARGV[33] or '0'),
+  tonumber(ARGV[34] or '0')
+if usage ~= '' then
+  local u = redis.call('HMGET', usage, 'bytes', 'sessions', 'disk')
+  if max_bytes > 0 and tonumber(u[1] or '0') >= max_bytes then
+    return -5
+  end
+  if ARGV[4] == '1' and max_sessions > 0
+     and tonumber(u[2] or '0') >= max_sessions then
+    return -6
+  end
+  if max_disk > 0 and tonumber(u[3] or '0') >= max_disk then return -7 end
+end
+
 if ARGV[4] == '1' then
   redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5],
     'last_run', ARGV[1], 'last_active', ARGV[5], 'idle_ttl', ARGV[18],
@@ -102,6 +131,12 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
   'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
   'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
   'image', ARGV[30] or '')
+
+-- a new session's id is new (checked above): no HSETNX needed
+if usage ~= '' and ARGV[4] == '1' then
+  redis.call('HSET', usage, 's:' .. ARGV[3], 0)
+  redis.call('HINCRBY', usage, 'sessions', 1)
+end
 
 redis.call('SADD', KEYS[7], ARGV[1])
 redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
