@@ -209,8 +209,8 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
                                       "SMCP_LISTEN=127.0.0.1:$port"]);
     like($link, qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+\n\z},
          'make token SUB=dora UI=1 prints a dashboard link, alone on stdout');
-    like($info, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\n\z/,
-         '... its jti and expiry on stderr');
+    like($info, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\nkid: k\d{14}-[0-9a-f]{4}\n\z/,
+         '... its jti, expiry and kid (make up\'s keys) on stderr');
     my ($tok) = $link =~ /token=([\w.-]+)/;
     my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
     is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
