@@ -348,7 +348,9 @@ typedef struct runner_run_s {
 
 /* main.c: the globals every thread reads */
 extern const runner_config_t  *runner_config;
-extern atomic_int              runner_stop;     /* SIGTERM, SIGINT */
+extern atomic_int              runner_stop;     /* SIGTERM, SIGINT, a
+                                                   second SIGUSR1 */
+extern atomic_int              runner_drain;    /* SIGUSR1: no new run */
 extern atomic_int              runner_release_failed;   /* reconcile soon */
 
 /* config.c */
@@ -399,7 +401,7 @@ int runner_store_lost(runner_store_t *st);
 const char *runner_store_error(runner_store_t *st);
 int runner_store_init_group(runner_store_t *st, char *err, size_t errlen);
 /* this runner's heartbeat (SMCP_KEY_RUNNERS), for /healthz */
-int runner_store_heartbeat(runner_store_t *st);
+int runner_store_heartbeat(runner_store_t *st, int draining);
 /* queued runs no runner took yet, and the age of the oldest (ms, 0: none) */
 int runner_store_queue_stats(runner_store_t *st, int64_t *depth,
     int64_t *lag_ms);
