@@ -22,7 +22,7 @@
 #   make fuzz-build      build the harnesses (build/fuzz/)
 #   make asan            the runner, smcp-token and nginx under ASan+UBSan
 #   make asan-tools      the runner and smcp-token of make asan
-#   make clean           remove build/
+#   make clean           remove build/ (never the state: refused while up)
 #   make help            this list, and the version
 #
 # make token: a token of tenant SUB that may name the repositories REPOS
@@ -190,7 +190,7 @@ token: $(TOKEN_BIN)
 	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
 	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
-	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
+	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $$(.ci/state dir)/secret)) && \
 	if [ -n "$${UI:-}" ]; then \
 	    echo "$${SMCP_PUBLIC_URL:-http://$${SMCP_LISTEN:-127.0.0.1:8080}}/ui/?token=$$tok"; \
 	else echo "$$tok"; fi
@@ -201,10 +201,13 @@ revoke: $(TOKEN_BIN)
 	@$(TOKEN_BIN) --revoke "$${JTI:?usage: make revoke JTI=jti-or-token [REDIS=host:port] [REDIS_PASSWORD_FILE=path]}" \
 	    --redis "$${REDIS:-127.0.0.1:$${SMCP_REDIS_PORT:-6390}}" \
 	    $${REDIS_PREFIX:+--prefix "$$REDIS_PREFIX"} \
-	    $$(pw=$${REDIS_PASSWORD_FILE:-$${SMCP_STATE:-$(BUILD)/stack}/redis-password}; \
+	    $$(pw=$${REDIS_PASSWORD_FILE:-$$(.ci/state dir)/redis-password}; \
 	       [ -f "$$pw" ] && echo --redis-password-file "$$pw")
 
+# build/ only: make up's state lives elsewhere (.ci/state dir), and a
+# stack that is up keeps its module and binaries
 clean:
+	@.ci/state clean-check
 	rm -rf $(BUILD)
 
 # the "#   make" lines of this file's opening comment
