@@ -108,6 +108,9 @@
 #define RUNNER_KILL_RETRY_MS         2000
 #define RUNNER_KILL_GRACE_MS         30000  /* a killed sandbox's log ends */
 #define RUNNER_WS_CHECK_MS           5000   /* the workspace measured */
+#define RUNNER_EGRESS_CHECK_MS       2000   /* --egress-container on the
+                                               session's network (a
+                                               recreated one is not) */
 #define RUNNER_WS_BUSY_MS            300    /* another run's walk */
 #define RUNNER_WS_SHARE              10     /* a walk: 1/10 of the time */
 #define RUNNER_WS_DEPTH              128    /* directories open in a walk */
@@ -680,6 +683,7 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+void runner_run_network(runner_run_t *run, char *buf, size_t size);
 
 #ifdef RUNNER_TEST_HOOKS
 /* test_hooks.c: the test build only */
