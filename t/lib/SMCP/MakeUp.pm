@@ -198,6 +198,16 @@ sub stack {
 sub up   { return $_[0]->stack('up') }
 sub down { return $_[0]->stack('down') }
 
+# t(): SMCP::Test's client half for this stack: its MCP port, its Redis
+# with make up's password ($up->t->run_events($id), ->run_hash($id))
+sub t {
+    my ($self) = @_;
+    my $pw = SMCP::Test::slurp("$self->{state}/redis-password");
+    chomp $pw;
+    return SMCP::Test->client(port => $self->{port}, redis_port => $self->{rport},
+                              redis_password => $pw);
+}
+
 # url(): the MCP URL make up serves
 sub url { return "http://127.0.0.1:$_[0]{port}/mcp" }
 
