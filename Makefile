@@ -13,6 +13,8 @@
 #   make up              start the local stack; prints its URL and a token
 #   make down            stop what make up started
 #   make drain           the runner takes no new run, finishes its runs
+#   make backup          secrets, Redis, session volumes to a file [BACKUP=F]
+#   make restore         a backup into an empty state: BACKUP=file
 #   make token           a token: SUB=alice [REPOS=acme/*] [TTL=30d] [UI=1]
 #   make revoke          revoke a token in every worker: JTI=<jti or token>
 #   make sandbox-image   build the sandbox image (OpenCode, locked down)
@@ -77,7 +79,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner runner-test bench deps test static up down drain token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
+.PHONY: all module tools runner runner-test bench deps test static up down drain backup restore token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
@@ -188,6 +190,13 @@ down:
 # (docs/operations.md); make up then starts the new one
 drain:
 	.ci/stack drain
+
+# docs/operations.md: the archive holds the signing secret (mode 600)
+backup:
+	.ci/backup backup $(BACKUP)
+
+restore:
+	.ci/backup restore $(BACKUP)
 
 # the secret: $$PROXY_JWT_SECRET, else the one `make up` generated; UI=1:
 # the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at

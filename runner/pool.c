@@ -15,8 +15,8 @@
  * killed one is replaced); at start it removes the idle ones a runner of
  * this name left behind, of any image (their name still
  * RUNNER_POOL_PREFIX: a taken one was renamed for its run), and at stop
- * (SIGTERM) or drain (SIGUSR1) its own idle ones.  The lists of idle ones (one an image) are
- * the lock's.
+ * (SIGTERM) or drain (SIGUSR1) its own idle ones.  The lists of idle
+ * ones (one an image) are the lock's.
  */
 
 #include <stdio.h>
