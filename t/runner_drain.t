@@ -74,8 +74,10 @@ ok(wait_until(180, sub { ticks($id) >= 2 }, 0.3),
    'a run is running: its sandbox prints ticks') or $s->diag_run($id, $runner);
 is(metric('smcp_runner_draining'), 0, 'metrics: smcp_runner_draining 0 before the signal');
 
+# (the runners of this file share their name, and so their log: each
+# line carries the pid of the one that wrote it)
 kill 'USR1', $runner->{pid};
-ok(wait_until(10, sub { $s->runner_log($runner) =~ /msg="draining: 1 run\(s\) to finish/ }, 0.2),
+ok(wait_until(10, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="draining: 1 run\(s\) to finish/ }, 0.2),
    'SIGUSR1: the runner logs "draining: 1 run(s) to finish"')
     or diag($s->runner_log_tail($runner, 10));
 is(metric('smcp_runner_draining'), 1, 'metrics: smcp_runner_draining 1');
@@ -96,7 +98,7 @@ is($r->{result}, 'Finished while draining.', '... with its answer');
 $s->check_events_exact($id, 'the run that finished during the drain',
                        agent => \@SMCP::Stack::GATE_AGENT, ticks => 1);
 
-ok(wait_until(15, sub { $s->runner_log($runner) =~ /msg="drained: no run left/ }, 0.2),
+ok(wait_until(15, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="drained: no run left/ }, 0.2),
    'then the runner logs "drained: no run left"') or diag($s->runner_log_tail($runner, 10));
 ok($s->runner_alive($runner), '... and stays up, idle');
 is(metric('smcp_runner_runs_active'), 0, 'metrics: smcp_runner_runs_active 0');
@@ -126,12 +128,13 @@ $id = $run->{runId};
 ok(wait_until(180, sub { ticks($id) >= 2 }, 0.3), 'another run is running')
     or $s->diag_run($id, $next);
 kill 'USR1', $next->{pid};
-ok(wait_until(10, sub { $s->runner_log($next) =~ /msg="draining: 1 run/ }, 0.2),
+ok(wait_until(10, sub { $s->runner_log($next) =~ /pid=$next->{pid} msg="draining: 1 run/ }, 0.2),
    'first SIGUSR1: draining');
+# (once it said so: two signals of a kind sent at once are one)
 kill 'USR1', $next->{pid};
 ok(wait_until(20, sub { !$s->runner_alive($next) }, 0.2), 'second SIGUSR1: the runner exits')
     or diag($s->runner_log_tail($next, 10));
-like($s->runner_log($next), qr/stopping: 1 run\(s\) detach and go on in their containers/,
+like($s->runner_log($next), qr/pid=$next->{pid} msg="stopping: 1 run\(s\) detach and go on in their containers/,
      '... its run detached');
 my @running = $s->run_containers_running($id);
 is(scalar(@running), 1, '... its sandbox goes on');
