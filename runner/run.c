@@ -28,7 +28,7 @@ static char *runner_run_token(runner_run_t *run, const char *tenant,
 
 
 /* the network a session's sandboxes run on */
-static void
+void
 runner_run_network(runner_run_t *run, char *buf, size_t size)
 {
     if (runner_config->egress_container[0]) {

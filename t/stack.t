@@ -259,7 +259,14 @@ if ($egress) {
     isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
     my $key = $SMCP::MakeUp::KEY;
     my $eenv = slurp("$envdir/egress.conf.env");
-    like($eenv, qr/^ANTHROPIC_API_KEY=\Q$key\E$/m, '... started with the provider key');
+    ok(length($eenv) && index($eenv, $key) < 0,
+       '... started without the provider key in its environment (nginx\'s binary upgrade would lose it)');
+    is(slurp("$state/keys/ANTHROPIC_API_KEY"), $key,
+       '... which make up wrote to keys/ of the state directory');
+    is(sprintf('%o', (stat "$state/keys/ANTHROPIC_API_KEY")[2] & 07777), '600', '... mode 600');
+    like(slurp("$state/egress-routes.conf"),
+         qr{sandbox_mcp_egress_credential file:\Q$state\E/keys/ANTHROPIC_API_KEY },
+         '... and its routes read it from there');
     my $menv = slurp("$envdir/nginx.conf.env");
     ok(length($menv) && index($menv, $key) < 0,
        'the MCP nginx was started without the provider key in its environment');

@@ -199,18 +199,18 @@ spew("$gates/newkey.open", '1');
 ###############################################################################
 # make retire-secret
 
-($rc, $out) = $up->make('retire-secret', KID => $kid1);
+($rc, $out) = $up->make('retire-secret', "KID=$kid1");
 isnt($rc, 0, 'make retire-secret of the signing key: refused');
 like($out, qr/KID=\Q$kid1\E signs: make rotate-secret first/, '... said so');
-($rc, $out) = $up->make('retire-secret', KID => 'k-none');
+($rc, $out) = $up->make('retire-secret', 'KID=k-none');
 isnt($rc, 0, 'make retire-secret of an unknown key: refused');
 like($out, qr/KID=k-none: no such key in \Q$state\E\/keys \(\Q$kid1 $kid0\E\)/, '... the keys named');
-($rc, $out) = $up->make('retire-secret', KID => 'x;y');
+($rc, $out) = $up->make('retire-secret', 'KID=x;y');
 isnt($rc, 0, 'make retire-secret KID=x;y: refused');
 like($out, qr/KID=x;y: want a key id/, '... said so');
 is(scalar(keys_now()), 2, '... the keys file unchanged');
 
-($rc, $out) = $up->make('retire-secret', KID => $kid0);
+($rc, $out) = $up->make('retire-secret', "KID=$kid0");
 is($rc, 0, "make retire-secret KID=$kid0") or diag($out);
 @k = keys_now();
 is_deeply(\@k, [ [ $kid1, undef ] ], '... one key left, the new one');

@@ -722,14 +722,17 @@ sub redis_connect {
 }
 
 # $t->redis('HSET', $key, f => v, ...) : one command on a shared connection,
-# reconnecting when needed; returns the reply as one scalar (arrays as array
-# refs, nil as undef); dies on a Redis error reply.
+# reconnecting when needed (AUTH first when the object has a
+# redis_password: a client() of make up's Redis); returns the reply as one
+# scalar (arrays as array refs, nil as undef); dies on a Redis error reply.
 sub redis {
     my ($self, @cmd) = @_;
     my $c = $self->{redis_conn};
     for my $try (1, 2) {
         $c //= $self->{redis_conn} = SMCP::Test::Redis->new(
             port => $self->{redis_port});
+        $c->cmd('AUTH', $self->{redis_password})
+            if defined $self->{redis_password} && !$c->{authed}++;
         my $r;
         my $ok = eval { $r = $c->cmd(@cmd); 1 };
         return $r if $ok;
