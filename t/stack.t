@@ -261,11 +261,11 @@ if ($egress) {
     my $eenv = slurp("$envdir/egress.conf.env");
     ok(length($eenv) && index($eenv, $key) < 0,
        '... started without the provider key in its environment (nginx\'s binary upgrade would lose it)');
-    is(slurp("$state/keys/ANTHROPIC_API_KEY"), $key,
-       '... which make up wrote to keys/ of the state directory');
-    is(sprintf('%o', (stat "$state/keys/ANTHROPIC_API_KEY")[2] & 07777), '600', '... mode 600');
+    is(slurp("$state/provider-keys/ANTHROPIC_API_KEY"), $key,
+       '... which make up wrote to provider-keys/ of the state directory');
+    is(sprintf('%o', (stat "$state/provider-keys/ANTHROPIC_API_KEY")[2] & 07777), '600', '... mode 600');
     like(slurp("$state/egress-routes.conf"),
-         qr{sandbox_mcp_egress_credential file:\Q$state\E/keys/ANTHROPIC_API_KEY },
+         qr{sandbox_mcp_egress_credential file:\Q$state\E/provider-keys/ANTHROPIC_API_KEY },
          '... and its routes read it from there');
     my $menv = slurp("$envdir/nginx.conf.env");
     ok(length($menv) && index($menv, $key) < 0,
