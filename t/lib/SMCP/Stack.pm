@@ -208,7 +208,7 @@ sub start_runner {
     my $r = { pid => $pid, guard => $guard, name => $name, log => $log, started => time() };
     $self->{runners}{$pid} = $r;
     # up: it logs its start line at once
-    wait_until(5, sub { $self->runner_log($r) =~ /starting/ });
+    wait_until(30, sub { $self->runner_log($r) =~ /starting/ });
     return $r;
 }
 

@@ -639,7 +639,7 @@ sub stop_redis {
     kill 'CONT', $pid;
     $self->stop_pid($pid, $o{signal} // 'TERM', 10);
     # the port must be closed before we return
-    wait_until(5, sub { !_port_open($self->{redis_port}) });
+    wait_until(30, sub { !_port_open($self->{redis_port}) });
 }
 
 # SIGSTOP / SIGCONT the redis-server (a Redis that accepts but never answers)
@@ -850,7 +850,7 @@ sub start_nginx {
     }
     # wait until the workers are there
     my $want = $o{workers} // $self->{workers};
-    wait_until(5, sub { my @w = $self->worker_pids($name); @w >= $want });
+    wait_until(30, sub { my @w = $self->worker_pids($name); @w >= $want });
     return $port;
 }
 
