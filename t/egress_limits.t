@@ -177,7 +177,7 @@ sub flood {
     for my $i (1 .. $n) {
         my $at = time();
         my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-                                      Proto => 'tcp', Timeout => 2) or last;
+                                      Proto => 'tcp', Timeout => 10) or last;
         syswrite($s, "POST /compat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
             if $partial && ($partial == 1 || $i % 2);
         $opened->{ fileno $s } = $at if $opened;
@@ -220,6 +220,10 @@ NGINX
     ok($ok, 'control: a shared instance answers /mcp before the flood');
     my @s = flood($shared_egress, 1200, 1);
     note(scalar(@s) . ' connections with a started header to the shared egress listener');
+    # a connect is done once the kernel holds it, not once nginx took it:
+    # wait until nginx has taken all it can
+    ok(wait_until(60, sub { $t->error_log('shared') =~ /worker_connections are not enough/ }),
+       'control: the shared instance runs out of connections');
     my ($ok2) = mcp_prompt($shared, 1, 3);
     ok(!$ok2, 'control: with egress in the same instance, /mcp is refused or does not answer');
     close $_ for @s;
@@ -267,10 +271,11 @@ NGINX
     my @life = sort { $a <=> $b } values %life;
     is(scalar(@life), scalar(@s), sprintf('egress closed every idle connection (%.1f s)',
                                           time() - $t0));
-    # none before the header timeout (3 s), all well before the 10 s the
-    # routes would give without SMCP_EGRESS_HEADER_TIMEOUT
-    ok(@life && $life[0] >= 2.5 && $life[-1] < 9,
-       sprintf('... each after about the header timeout (3 s): %.2f to %.2f s',
+    # none before the header timeout (3 s); the first soon after it, where
+    # the routes' default (10 s, without SMCP_EGRESS_HEADER_TIMEOUT) would
+    # close none before 10 s (a loaded machine only makes the last later)
+    ok(@life && $life[0] >= 2.5 && $life[0] < 9,
+       sprintf('... by the header timeout (3 s): the first after %.2f s, the last %.2f s',
                @life ? @life[0, -1] : (0, 0)));
     close $_ for @s;
     is($t->http(port => $egress_port, method => 'POST', path => '/compat/v1/chat/completions',
