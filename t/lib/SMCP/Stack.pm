@@ -309,11 +309,13 @@ sub _watch_docker_events {
     my ($self, $name) = @_;
     return if $self->{events_pids}{$name};
     my $file = $self->{t}->dir . "/docker-events-$name.jsonl";
-    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--filter',
-        'type=container', '--filter', "label=smcp.runner=$name", '--format', '{{json .}}'],
-        $file);
+    # --since a moment before: what happens before the subscription is up
+    # comes first, from the engine's buffer (no sleep that hopes it is up)
+    my $since = sprintf('%.3f', time() - 1);
+    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--since', $since,
+        '--filter', 'type=container', '--filter', "label=smcp.runner=$name",
+        '--format', '{{json .}}'], $file);
     $self->{events_pids}{$name} = [$pid, $file, $guard];
-    sleep(0.3);    # subscribed
 }
 
 # docker_events(run => ID) -> ({action, id, time (epoch float), run}, ...)
