@@ -15,6 +15,9 @@ package SMCP::Test;
 #   $t->start;                       # redis + nginx
 #   my ($sid) = $t->initialize;
 #   my $res = $t->call_tool($sid, 'opencode_list_runs', {});
+#   my $p = $t->mcp_start(...);      # a call that waits (a long-poll) ...
+#   $t->wait_long_polls(1);          # ... seen waiting, not slept on
+#   $t->http_read_until($p, qr/x/);  # part of its answer came
 #   ...
 #   $t->done;                        # log checks + done_testing
 #
