@@ -81,7 +81,7 @@ sub tool_output {
 sub run_ok {
     my ($what, %args) = @_;
     my $run = $s->run_task(%args);
-    my $r = $s->wait_done($run->{runId}, 180);
+    my $r = $s->wait_done($run->{runId}, 300);
     is($r->{status}, 'completed', "$what: completed")
         or $s->diag_run($run->{runId}, $runner);
     return ($run, $r);

@@ -443,7 +443,7 @@ sub wait_done {
 sub run_completed {
     my ($self, $what, $runner, %args) = @_;
     my $run = $self->run_task(%args);
-    my $res = $self->wait_done($run->{runId}, 180);
+    my $res = $self->wait_done($run->{runId}, 300);
     Test::More::is($res->{status}, 'completed', "$what: completed")
         or $self->diag_run($run->{runId}, $runner);
     return ($run, $res);
