@@ -1,19 +1,34 @@
-# sandbox-mcp: build, test and run the stack.
+# sandbox-mcp: build, test and run the stack.  The targets, one line each
+# (`make help` prints these lines, so that the list lives here only):
 #
-#   make            build the dynamic nginx module and the tools
-#   make deps       install every apt/npm package the build and tests need
-#   make test       deps + build + every test (prove -r t)
-#   make up/down    start/stop the local stack (redis, nginx + module,
-#                   sandbox network, runner)
-#   make sandbox-image   build the sandbox image
-#   make token SUB=alice [REPOS=acme/app,acme/*]   mint a bearer token for
-#                   tenant "alice" (that may name those repositories);
-#                   UI=1: a link to alice's dashboard (run list) instead
-#   make revoke JTI=<jti or token>   revoke one token in every worker
-#   make fuzz       run every libFuzzer harness of fuzz/ for FUZZ_SECONDS
-#   make fuzz-ci    run each harness briefly; fail on any crash or report
-#   make test-asan  only the files make test runs against the ASan and
-#                   UBSan builds (build/asan/; t/schedule marks them)
+#   make all             the module, smcp-token and smcp-runner (also: make)
+#   make module          the dynamic nginx module (build/*.so)
+#   make tools           the token tool, build/smcp-token
+#   make runner          the runner daemon, build/smcp-runner
+#   make runner-test     the runner's test build with its hooks (build/test/)
+#   make static          nginx from source with the module built in
+#   make deps            install every apt/npm package build and tests need
+#   make test            deps, build, then every file of t/ (t/schedule)
+#   make test-asan       only the files make test runs under ASan and UBSan
+#   make up              start the local stack; prints its URL and a token
+#   make down            stop what make up started
+#   make token           a token: SUB=alice [REPOS=acme/*] [TTL=30d] [UI=1]
+#   make revoke          revoke a token in every worker: JTI=<jti or token>
+#   make sandbox-image   build the sandbox image (OpenCode, locked down)
+#   make docker-ready    start dockerd, build the local Debian base image
+#   make bench           the benchmarks: ratios against a baseline (bench/)
+#   make fuzz            every libFuzzer harness of fuzz/ for FUZZ_SECONDS
+#   make fuzz-ci         each harness briefly; fails on a crash or a report
+#   make fuzz-build      build the harnesses (build/fuzz/)
+#   make asan            the runner, smcp-token and nginx under ASan+UBSan
+#   make asan-tools      the runner and smcp-token of make asan
+#   make clean           remove build/
+#   make help            this list, and the version
+#
+# make token: a token of tenant SUB that may name the repositories REPOS
+# (owner/repo or owner/*, comma separated), valid TTL (30d, 12h, 90m,
+# 3600s; default 30d); UI=1: a link to the tenant's dashboard (run list)
+# instead.  The version: ngx_sandbox_mcp_module/common/smcp_version.h.
 
 SHELL      := /bin/bash
 NGX_SRC    ?= /usr/share/nginx/src
@@ -22,16 +37,20 @@ ASAN_DIR   := $(BUILD)/asan
 MODULE_SO  := $(BUILD)/ngx_http_sandbox_mcp_module.so
 TOKEN_BIN  := $(BUILD)/smcp-token
 RUNNER_BIN := $(BUILD)/smcp-runner
+RUNNER_TEST_BIN := $(BUILD)/test/smcp-runner
 RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/store_queue.c runner/store_run.c runner/store_event.c \
-               runner/store_session.c \
+               runner/store_session.c runner/store_budget.c \
                runner/docker.c runner/logstream.c runner/outcome.c \
                runner/run.c runner/follow.c runner/watchdog.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
-               runner/pool.c runner/spec.c
+               runner/pool.c runner/spec.c runner/budget.c runner/floor.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
+# the version, from the one place that defines it
+VERSION_H  := ngx_sandbox_mcp_module/common/smcp_version.h
+VERSION    := $(shell sed -n 's/^.define SMCP_VERSION *"\([^"]*\)".*/\1/p' $(VERSION_H))
 
 # the Redis scripts module and runner share (one NAME.lua per script) and
 # the generator that embeds them (and the tool definitions) into C headers
@@ -57,13 +76,14 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan
+.PHONY: all module tools runner runner-test bench deps test static up down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
 module: $(MODULE_SO)
 tools: $(TOKEN_BIN)
 runner: $(RUNNER_BIN)
+runner-test: $(RUNNER_TEST_BIN)
 
 # Debian's recipe for out-of-tree dynamic modules: configure a copy of the
 # nginx-dev tree with the packaged nginx's own flags (--with-compat), then
@@ -91,13 +111,24 @@ $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
 	$(CC) $(CFLAGS) $(WARN) -Ingx_sandbox_mcp_module/common -I$(BUILD) -o $@ \
 	    runner/smcp_token.c $(COMMON_SRCS) -lhiredis -ljansson -lcrypto
 
-$(RUNNER_BIN): $(RUNNER_SRCS) runner/runner.h runner/store.h $(COMMON_SRCS) \
+RUNNER_DEPS := $(RUNNER_SRCS) runner/runner.h runner/store.h $(COMMON_SRCS) \
                $(wildcard ngx_sandbox_mcp_module/common/*.h) \
                $(BUILD)/smcp_scripts.h
+RUNNER_CC    = $(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
+               -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD)
+RUNNER_LINK := $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
+
+# the release build: no test hook in it (it refuses SMCP_RUNNER_TEST_*)
+$(RUNNER_BIN): $(RUNNER_DEPS)
 	mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
-	    -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD) -o $@ \
-	    $(RUNNER_SRCS) $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
+	$(RUNNER_CC) -o $@ $(RUNNER_SRCS) $(RUNNER_LINK)
+
+# the test build: the same and the hooks of runner/test_hooks.c; never
+# installed or put in an image (t/lib/SMCP/Stack.pm starts it on request)
+$(RUNNER_TEST_BIN): $(RUNNER_DEPS) runner/test_hooks.c
+	mkdir -p $(BUILD)/test
+	$(RUNNER_CC) -DRUNNER_TEST_HOOKS -o $@ $(RUNNER_SRCS) \
+	    runner/test_hooks.c $(RUNNER_LINK)
 
 # smcp-embed: data files (Lua scripts, tool definitions) checked and
 # embedded as C strings; nginx's build makes its own copy (config.make)
@@ -138,7 +169,8 @@ sandbox-image: docker-ready
 TEST_JOBS ?= 4
 PROVE      = PERL5LIB=$(CURDIR)/t/lib prove --harness SMCP::Harness -j $(TEST_JOBS)
 
-test: deps all static asan docker-ready sandbox-image $(ASAN_DIR)/test.env
+test: deps all runner-test static asan docker-ready sandbox-image \
+      $(ASAN_DIR)/test.env
 	SMCP_TEST_SANITIZED_ENV=$(ASAN_DIR)/test.env $(PROVE) -r t
 
 # figures: ratios against a baseline measured in the same run
@@ -155,7 +187,7 @@ down:
 # the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
 # $$SMCP_LISTEN (make up's address)
 token: $(TOKEN_BIN)
-	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=seconds] [REPOS=owner/repo,owner/*] [UI=1]}" \
+	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
 	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
 	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
@@ -174,6 +206,11 @@ revoke: $(TOKEN_BIN)
 
 clean:
 	rm -rf $(BUILD)
+
+# the "#   make" lines of this file's opening comment
+help:
+	@echo "sandbox-mcp $(VERSION): make TARGET [VAR=value ...]"
+	@sed -n '1,/^$$/s/^#   \(make .*\)/  \1/p' $(firstword $(MAKEFILE_LIST))
 
 
 # ---------------------------------------------------------------------------
@@ -228,6 +265,7 @@ fuzz-ci: deps
 ASAN_CC     ?= clang
 ASAN_SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
 ASAN_RUNNER := $(ASAN_DIR)/smcp-runner
+ASAN_TEST_RUNNER := $(ASAN_DIR)/test/smcp-runner
 ASAN_TOKEN  := $(ASAN_DIR)/smcp-token
 ASAN_NGX    := $(ASAN_DIR)/nginx-static/sbin/nginx
 UBSAN_SUPP  := $(CURDIR)/.ci/ubsan-nginx.supp
@@ -247,6 +285,7 @@ $(ASAN_DIR)/test.env: Makefile
 	  echo 'UBSAN_OPTIONS=print_stacktrace=1:suppressions=$(UBSAN_SUPP)'; \
 	  echo 'SMCP_TEST_NGINX=$(ASAN_NGX)'; \
 	  echo 'SMCP_TEST_RUNNER=$(ASAN_RUNNER)'; \
+	  echo 'SMCP_TEST_HOOK_RUNNER=$(ASAN_TEST_RUNNER)'; \
 	  echo 'SMCP_TEST_TOKEN_TOOL=$(ASAN_TOKEN)'; \
 	  echo 'SMCP_UNIT_CC=$(ASAN_CC)'; \
 	  echo 'SMCP_UNIT_CFLAGS=$(ASAN_SAN) -fno-sanitize-recover=undefined'; \
@@ -255,9 +294,10 @@ $(ASAN_DIR)/test.env: Makefile
 
 asan: asan-tools $(ASAN_NGX)
 
-# the runner and the token tool by their own rules, into build/asan/
+# the runner (release and test builds) and the token tool by their own
+# rules, into build/asan/
 asan-tools:
-	$(MAKE) --no-print-directory runner tools BUILD=$(ASAN_DIR) \
+	$(MAKE) --no-print-directory runner runner-test tools BUILD=$(ASAN_DIR) \
 	    CC=$(ASAN_CC) CFLAGS="-O1 -g $(ASAN_SAN)"
 
 $(ASAN_NGX): $(MODULE_SRCS)

@@ -31,9 +31,14 @@
 #                                request (sandbox_mcp_log_format)
 #   SMCP_METRICS_PORT=9113       a listener of its own for GET /metrics
 #                                (Prometheus) and /healthz (Redis, the
-#                                runners' heartbeats), on every interface
-#                                of the container (compose: `backend`,
-#                                not published); `off`: none
+#                                runners' heartbeats); `off`: none
+#   SMCP_METRICS_ADDR=auto       where it listens: 127.0.0.1 and the
+#                                container's address on the network that
+#                                reaches Redis (compose: `backend`, not
+#                                published), never the sandboxes' networks
+#                                the egress container joins (the egress
+#                                listener is the one thing a sandbox
+#                                reaches); an address; `*`: every interface
 # mcp:
 #   SMCP_MCP_PORT=8080           the MCP listener
 #   SMCP_MCP_ADDR=auto           address it binds, besides 127.0.0.1: `auto`
@@ -50,6 +55,10 @@
 #                                access-key page) for clients that take a
 #                                URL only; set SMCP_PUBLIC_URL to the https
 #                                address clients use
+#   SMCP_OAUTH_RATE=30r/m, SMCP_OAUTH_BURST=30   requests per client address
+#                                to the endpoints a client without a token
+#                                can make store something (register,
+#                                authorize), see oauth-locations.sh
 #   SMCP_GIT_HOST=github.com     the host of the repositories tasks may name
 #                                (sandbox_mcp_github_host): a GitHub
 #                                Enterprise host, with GITHUB_URL and
@@ -65,7 +74,8 @@
 #                                container's /etc/resolv.conf; compose:
 #                                Docker's 127.0.0.11)
 #   SMCP_EGRESS_RATE, SMCP_EGRESS_BURST, SMCP_EGRESS_CONN,
-#   SMCP_EGRESS_HEADER_TIMEOUT   see egress-routes.sh
+#   SMCP_EGRESS_HEADER_TIMEOUT,
+#   SMCP_<ROUTE>_SERVER_TOOLS    see egress-routes.sh
 #   provider keys and base URLs (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
 #   OPENAI_*, AZURE_OPENAI_*, GOOGLE_*, CF_AIG_*, COMPAT_*, GITHUB_TOKEN,
 #   GITHUB_URL, GITHUB_API_URL): a route per provider whose key is set, see
@@ -74,6 +84,10 @@
 set -euo pipefail
 
 dir=/run/smcp
+# the scripts that render the routes and locations that ship (the image's;
+# SMCP_CONF_SCRIPTS: another directory of them, the repository's
+# ngx_sandbox_mcp_module/conf for the tests)
+lib=${SMCP_CONF_SCRIPTS:-/usr/local/lib/smcp}
 
 die() { echo "smcp-nginx-entrypoint: $*" >&2; exit 1; }
 
@@ -85,6 +99,38 @@ default_route_addr() {
         my $s = IO::Socket::INET->new(Proto => "udp", PeerAddr => "192.0.2.1",
                                       PeerPort => 9) or exit 1;
         print $s->sockhost, "\n";' 2>/dev/null
+}
+
+# the source address towards HOST (the container's address on the
+# network that reaches it), as default_route_addr
+route_addr() {
+    SMCP_TO=$1 perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(Proto => "udp", PeerAddr => $ENV{SMCP_TO},
+                                      PeerPort => 9) or exit 1;
+        print $s->sockhost, "\n";' 2>/dev/null
+}
+
+# the metrics listener's listen lines (SMCP_METRICS_ADDR)
+ops_listens() {
+    local port=$1 addr=${SMCP_METRICS_ADDR:-auto} host
+
+    case $addr in
+        '*'|0.0.0.0) echo "listen $port;"; return 0 ;;
+        auto)
+            host=${redis%:*}
+            case $redis in
+                unix:*) addr=$(default_route_addr) ;;
+                *) addr=$(route_addr "$host") || addr=$(default_route_addr) ;;
+            esac \
+                || die "SMCP_METRICS_ADDR=auto: no route to Redis ($redis) nor a default route (set SMCP_METRICS_ADDR)"
+            ;;
+        *)
+            [[ $addr =~ ^[0-9.]+$|^\[[0-9A-Fa-f:]+\]$ ]] \
+                || die "SMCP_METRICS_ADDR=$addr: an address, auto or *"
+            ;;
+    esac
+    echo "listen 127.0.0.1:$port;"
+    [ "$addr" = 127.0.0.1 ] || echo "        listen $addr:$port;"
 }
 
 # the directives both roles share
@@ -110,7 +156,7 @@ ops_server() {
 
     # operations: Prometheus metrics and health (SMCP_METRICS_PORT)
     server {
-        listen $port;
+        $ops_listen
         location = /metrics {
             sandbox_mcp_metrics;
         }
@@ -124,31 +170,22 @@ ops_server() {
 CONF
 }
 
-# SMCP_OAUTH=on: the OAuth server's switch and its locations
+# SMCP_OAUTH=on: the OAuth server's switch and its locations, or (--http)
+# their rate-limit zone (oauth-locations.sh)
 oauth_conf() {
     case ${SMCP_OAUTH:-off} in
         on|yes|1) ;;
         off|no|0) return 0 ;;
         *) die "SMCP_OAUTH=$SMCP_OAUTH: on or off" ;;
     esac
-    cat <<CONF
-        # OAuth 2.1 sign-in (SMCP_OAUTH=on): discovery and the endpoints
-        sandbox_mcp_oauth on;
-        location /.well-known/ {
-            sandbox_mcp_oauth_endpoints;
-            sandbox_mcp_allowed_hosts $hosts;
-            $public
-        }
-        location /oauth/ {
-            sandbox_mcp_oauth_endpoints;
-            sandbox_mcp_allowed_hosts $hosts;
-            $public
-        }
-CONF
+    SMCP_OAUTH_LOCATION="sandbox_mcp_allowed_hosts $hosts; $public" \
+        "$lib/oauth-locations.sh" "$@" | sed 's/^/        /' \
+        || die "oauth-locations.sh failed"
 }
 
 render_mcp() {
     local mcp_port mcp_addr hosts listens origins public git_host oauth
+    local oauth_http
 
     mcp_port=${SMCP_MCP_PORT:-8080}
     mcp_addr=${SMCP_MCP_ADDR:-auto}
@@ -181,6 +218,7 @@ render_mcp() {
     [[ $git_host =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]] \
         || die "SMCP_GIT_HOST=$git_host: want a host name (ghe.example.com)"
     oauth=$(oauth_conf)
+    oauth_http=$(oauth_conf --http)
 
     cat <<CONF
 # generated by smcp-nginx-entrypoint at container start: edits are lost
@@ -193,6 +231,7 @@ error_log stderr ${SMCP_LOG_LEVEL:-notice};
 events { worker_connections 1024; }
 http {
 $(common_http)
+$oauth_http
 
     # the MCP endpoint: the published port (backend network) and loopback
     server {
@@ -227,9 +266,9 @@ render_egress() {
     conns=${SMCP_EGRESS_CONNECTIONS:-4096}
     [[ $conns =~ ^[1-9][0-9]*$ ]] || die "SMCP_EGRESS_CONNECTIONS=$conns: want a number"
 
-    /usr/local/lib/smcp/egress-routes.sh > "$dir/egress-routes.conf.tmp" \
+    "$lib/egress-routes.sh" > "$dir/egress-routes.conf.tmp" \
         || die "egress-routes.sh failed (a provider key without its base URL?)"
-    /usr/local/lib/smcp/egress-routes.sh --http > "$dir/egress-http.conf.tmp" \
+    "$lib/egress-routes.sh" --http > "$dir/egress-http.conf.tmp" \
         || die "egress-routes.sh --http failed"
     mv -f "$dir/egress-routes.conf.tmp" "$dir/egress-routes.conf"
     mv -f "$dir/egress-http.conf.tmp" "$dir/egress-http.conf"
@@ -282,6 +321,10 @@ render() {
         || die "SMCP_METRICS_PORT=$SMCP_METRICS_PORT: a port number or off"
     prefix=""
     [ -n "${SMCP_REDIS_PREFIX:-}" ] && prefix="sandbox_mcp_redis_prefix $SMCP_REDIS_PREFIX;"
+    ops_listen=""
+    if [ "${SMCP_METRICS_PORT:-9113}" != off ]; then
+        ops_listen=$(ops_listens "${SMCP_METRICS_PORT:-9113}") || exit 1
+    fi
     password_conf=""
     [ -n "${SMCP_REDIS_PASSWORD:-}" ] \
         && password_conf="sandbox_mcp_redis_password env:SMCP_REDIS_PASSWORD;"

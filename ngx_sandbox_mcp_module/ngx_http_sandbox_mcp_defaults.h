@@ -18,6 +18,12 @@
 /* directive defaults (docs/contracts.md, README "Directives"): seconds,
  * bytes, counts */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT      3000    /* ms */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        50000   /* revoked token ids
+                                                           a worker keeps:
+                                                           its table takes
+                                                           at most 20 MiB
+                                                           (smcp_revoked_
+                                                           max_bytes) */
 #define NGX_HTTP_SANDBOX_MCP_MAX_BODY           (1024 * 1024)
 #define NGX_HTTP_SANDBOX_MCP_SESSION_TTL        86400
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_HOST        SMCP_DEFAULT_GIT_HOST
@@ -33,6 +39,9 @@
 #define NGX_HTTP_SANDBOX_MCP_MAX_COST           25000000    /* micro-USD */
 #define NGX_HTTP_SANDBOX_MCP_RETENTION          SMCP_DEFAULT_RETENTION
 #define NGX_HTTP_SANDBOX_MCP_SESSION_IDLE       (7 * 86400)
+#define NGX_HTTP_SANDBOX_MCP_TENANT_BYTES       (128 * 1024 * 1024)
+#define NGX_HTTP_SANDBOX_MCP_TENANT_SESSIONS    16
+#define NGX_HTTP_SANDBOX_MCP_TENANT_DISK        (20LL * 1024 * 1024 * 1024)
 #define NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT       15000   /* ms */
 #define NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER   (256 * 1024)
 
@@ -50,7 +59,7 @@
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
                                                            each) per event
                                                            before yielding */
-#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           48      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           64      /* of one command */
 #define NGX_HTTP_SANDBOX_MCP_SEND_PARTS        4       /* of one answer */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_FORMATTED    1024    /* bytes: a command
                                                            formatted on the
@@ -63,8 +72,12 @@
                                                            this often */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS    4       /* layers that hear
                                                            pub/sub */
-#define NGX_HTTP_SANDBOX_MCP_REVOKED_MAX        1000000 /* revoked token ids
-                                                           a worker keeps */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_RETRY      10000   /* ms: the ids read
+                                                           again while they
+                                                           do not fit */
+#define NGX_HTTP_SANDBOX_MCP_REVOKED_PRUNE      1000    /* expired ids
+                                                           dropped per
+                                                           read */
 
 /* /mcp requests */
 #define NGX_HTTP_SANDBOX_MCP_SESSION_ID_LEN     64      /* hex: 256 bits */

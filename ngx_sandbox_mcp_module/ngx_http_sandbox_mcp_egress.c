@@ -8,13 +8,17 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_egress_credential.h"
 #include "ngx_http_sandbox_mcp_egress_log.h"
+#include "ngx_http_sandbox_mcp_egress_model.h"
 #include "ngx_http_sandbox_mcp_egress_push.h"
 #include "ngx_http_sandbox_mcp_egress_token.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_metrics.h"
 #include "ngx_http_sandbox_mcp_redis.h"
+
+#include "smcp_path.h"
 
 
 static ngx_int_t ngx_http_sandbox_mcp_egress_add_variables(ngx_conf_t *cf);
@@ -88,6 +92,27 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, methods),
       &ngx_http_sandbox_mcp_egress_method_names },
+
+    { ngx_string("sandbox_mcp_egress_strict_path"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, strict_path),
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_model"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_egress_loc_conf_t, model),
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_server_tools"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_sandbox_mcp_egress_server_tools,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
 
       ngx_null_command
 };
@@ -378,7 +403,8 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     }
 
     if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PUSH
-        || ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST)
+        || ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST
+        || lcf->model)
     {
         /* the body decides; ctx->done stays 0 while it is read */
         rc = ngx_http_read_client_request_body(r,
@@ -554,6 +580,34 @@ ngx_http_sandbox_mcp_egress_refused(ngx_http_request_t *r,
 }
 
 
+/*
+ * sandbox_mcp_egress_strict_path: the path as the sandbox sent it, every
+ * segment plain (smcp_path.h); NULL, or the refusal
+ */
+static const char *
+ngx_http_sandbox_mcp_egress_path(ngx_http_request_t *r)
+{
+    u_char      *msg, *last;
+    const char  *why;
+
+    why = smcp_path_check(r->unparsed_uri.data, r->unparsed_uri.len);
+    if (why == NULL) {
+        return NULL;
+    }
+
+    msg = ngx_pnalloc(r->pool, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX);
+    if (msg == NULL) {
+        return "egress: path refused";
+    }
+
+    last = ngx_snprintf(msg, NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX - 1,
+                        "egress: path refused: %s", why);
+    *last = '\0';
+
+    return (const char *) msg;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
 {
@@ -598,6 +652,15 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
         return ngx_http_sandbox_mcp_egress_refused(r, ctx, NGX_HTTP_FORBIDDEN,
                                    "egress: no repository in the request "
                                    "path");
+    }
+
+    if (lcf->strict_path) {
+        msg = ngx_http_sandbox_mcp_egress_path(r);
+        if (msg) {
+            return ngx_http_sandbox_mcp_egress_refused(r, ctx,
+                                                       NGX_HTTP_BAD_REQUEST,
+                                                       msg);
+        }
     }
 
     msg = ngx_http_sandbox_mcp_egress_classify(r, lcf->push, &ctx->kind,
@@ -718,6 +781,10 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
      *     conf->methods = 0;
      */
 
+    conf->strict_path = NGX_CONF_UNSET;
+    conf->model = NGX_CONF_UNSET;
+    conf->server_tools = NGX_CONF_UNSET_PTR;
+
     conf->repository = NGX_CONF_UNSET_PTR;
     conf->push = NGX_CONF_UNSET_UINT;
 
@@ -740,6 +807,9 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_str_value(conf->deny, prev->deny, "");
     ngx_conf_merge_bitmask_value(conf->methods, prev->methods,
                                  NGX_CONF_BITMASK_SET);
+    ngx_conf_merge_value(conf->strict_path, prev->strict_path, 0);
+    ngx_conf_merge_value(conf->model, prev->model, 0);
+    ngx_conf_merge_ptr_value(conf->server_tools, prev->server_tools, NULL);
 
     return NGX_CONF_OK;
 }

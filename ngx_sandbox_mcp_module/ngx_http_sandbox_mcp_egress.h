@@ -32,6 +32,9 @@ typedef struct {
     ngx_uint_t                  push;
     ngx_str_t                   deny;           /* refusal of the route */
     ngx_uint_t                  methods;        /* allowed; 0: any */
+    ngx_flag_t                  strict_path;    /* plain segments only */
+    ngx_flag_t                  model;          /* bodies checked */
+    ngx_array_t                *server_tools;   /* allowed (ngx_str_t) */
 } ngx_http_sandbox_mcp_egress_loc_conf_t;
 
 

@@ -5,13 +5,14 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_push.h"
+#include "ngx_http_sandbox_mcp_egress_model.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 #include "smcp_pktline.h"
 
 
 /* no Content-Encoding, or identity: the body is what it says */
-static ngx_uint_t
+ngx_uint_t
 ngx_http_sandbox_mcp_egress_identity(ngx_http_request_t *r)
 {
     u_char           *p, *last;
@@ -347,7 +348,8 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
 }
 
 
-/* the body of a push or a pull request is read: it decides */
+/* the body of a push, a pull request or a model request is read: it
+ * decides */
 void
 ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
 {
@@ -362,9 +364,11 @@ ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
     if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PUSH) {
         status = ngx_http_sandbox_mcp_egress_check_push(r, ctx, err,
                                                          sizeof(err));
-    } else {
+    } else if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST) {
         status = ngx_http_sandbox_mcp_egress_check_pull(r, ctx, err,
                                                          sizeof(err));
+    } else {
+        status = ngx_http_sandbox_mcp_egress_model(r, err, sizeof(err));
     }
 
     ctx->done = 1;

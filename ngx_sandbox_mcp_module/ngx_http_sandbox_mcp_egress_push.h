@@ -17,8 +17,11 @@
 const char *ngx_http_sandbox_mcp_egress_classify(ngx_http_request_t *r,
     ngx_uint_t push, ngx_uint_t *kind, ngx_uint_t *status);
 
-/* the body of a push or a pull request is read: it decides (the body
- * handler of ngx_http_read_client_request_body) */
+/* no Content-Encoding, or identity */
+ngx_uint_t ngx_http_sandbox_mcp_egress_identity(ngx_http_request_t *r);
+
+/* the body of a push, a pull request or a model request is read: it
+ * decides (the body handler of ngx_http_read_client_request_body) */
 void ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r);
 
 

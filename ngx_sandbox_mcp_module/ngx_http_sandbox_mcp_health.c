@@ -1,8 +1,9 @@
 /*
- * /healthz (sandbox_mcp_health): Redis answers a PING, and what the
- * runners' heartbeats (SMCP_KEY_RUNNERS) say: how many are alive, how old
- * the newest is.  200 while Redis answers, 503 when it does not; runners
- * that are all stale or absent are reported, not a failure of this nginx.
+ * /healthz (sandbox_mcp_health): this module's version, Redis answers a
+ * PING, and what the runners' heartbeats (SMCP_KEY_RUNNERS) say: how many
+ * are alive, how old the newest is.  200 while Redis answers, 503 when it
+ * does not; runners that are all stale or absent are reported, not a
+ * failure of this nginx.
  */
 
 #include "ngx_http_sandbox_mcp_health.h"
@@ -141,7 +142,8 @@ ngx_http_sandbox_mcp_health_answer(ngx_http_sandbox_mcp_health_t *h)
     ngx_int_t   rc;
 
     if (!h->ok) {
-        j = json_pack("{s:s, s:s}", "status", "unavailable",
+        j = json_pack("{s:s, s:s, s:s}", "status", "unavailable",
+                      "version", SMCP_VERSION,
                       "redis", ngx_http_sandbox_mcp_redis_unavailable());
         rc = ngx_http_sandbox_mcp_send_json(h->request,
                                             NGX_HTTP_SERVICE_UNAVAILABLE, j);
@@ -151,7 +153,8 @@ ngx_http_sandbox_mcp_health_answer(ngx_http_sandbox_mcp_health_t *h)
 
     /* runners: "ok" (one alive at least), "stale" (heartbeats, all too
      * old) or "none" (no heartbeat at all) */
-    j = json_pack("{s:s, s:s, s:s, s:I, s:o}", "status", "ok", "redis", "ok",
+    j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:o}", "status", "ok",
+                  "version", SMCP_VERSION, "redis", "ok",
                   "runners", h->alive > 0 ? "ok"
                                           : (h->newest >= 0 ? "stale"
                                                             : "none"),

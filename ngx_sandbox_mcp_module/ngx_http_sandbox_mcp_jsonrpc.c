@@ -147,7 +147,7 @@ ngx_http_sandbox_mcp_initialize_result(ngx_http_sandbox_mcp_ctx_t *ctx)
                      "serverInfo",
                          "name", NGX_HTTP_SANDBOX_MCP_SERVER_NAME,
                          "title", "OpenCode sandboxes",
-                         "version", NGX_HTTP_SANDBOX_MCP_VERSION,
+                         "version", SMCP_VERSION,
                      "instructions",
                      "Delegate long coding tasks to the OpenCode agent in an "
                      "isolated sandbox. opencode_run_task returns a runId at "

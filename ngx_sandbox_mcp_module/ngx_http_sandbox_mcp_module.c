@@ -16,6 +16,7 @@
 #include "smcp_jwt.h"
 
 
+static ngx_int_t ngx_http_sandbox_mcp_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle);
 static void ngx_http_sandbox_mcp_exit_worker(ngx_cycle_t *cycle);
 static void *ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf);
@@ -101,6 +102,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_main_conf_t, redis_password_from),
+      NULL },
+
+    { ngx_string("sandbox_mcp_revoked_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, revoked_max),
       NULL },
 
     { ngx_string("sandbox_mcp_secret_file"),
@@ -257,6 +265,27 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, session_idle),
       NULL },
 
+    { ngx_string("sandbox_mcp_tenant_redis_bytes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_bytes),
+      NULL },
+
+    { ngx_string("sandbox_mcp_tenant_sessions"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_sessions),
+      NULL },
+
+    { ngx_string("sandbox_mcp_tenant_disk"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, tenant_disk),
+      NULL },
+
     { ngx_string("sandbox_mcp_oauth_endpoints"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_sandbox_mcp_oauth_endpoints,
@@ -311,6 +340,34 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_conf_set_sec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.client_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_unused_client_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.unused_client_ttl),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_unused_clients"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.unused_clients),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_github_pending"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.github_pending),
+      NULL },
+
+    { ngx_string("sandbox_mcp_oauth_revoke_rate"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_loc_conf_t, oauth.revoke_rate),
       NULL },
 
     { ngx_string("sandbox_mcp_oauth_redirect_hosts"),
@@ -380,7 +437,7 @@ ngx_module_t  ngx_http_sandbox_mcp_module = {
     ngx_http_sandbox_mcp_commands,         /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_sandbox_mcp_init_module,      /* init module */
     ngx_http_sandbox_mcp_init_worker,      /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -388,6 +445,20 @@ ngx_module_t  ngx_http_sandbox_mcp_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/* the master, at start and at each reload: which module this is (not
+ * under nginx -t) */
+static ngx_int_t
+ngx_http_sandbox_mcp_init_module(ngx_cycle_t *cycle)
+{
+    if (!ngx_test_config) {
+        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                      "ngx_http_sandbox_mcp_module " SMCP_VERSION);
+    }
+
+    return NGX_OK;
+}
 
 
 static ngx_int_t
@@ -416,7 +487,8 @@ ngx_http_sandbox_mcp_init_worker(ngx_cycle_t *cycle)
     if (ngx_http_sandbox_mcp_redis_init_worker(cycle, mcf,
                                                ngx_http_sandbox_mcp_scripts)
         != NGX_OK
-        || ngx_http_sandbox_mcp_revoked_init_worker(cycle) != NGX_OK
+        || ngx_http_sandbox_mcp_revoked_init_worker(cycle, mcf->revoked_max)
+           != NGX_OK
         || ngx_http_sandbox_mcp_waiter_init_worker(cycle) != NGX_OK)
     {
         return NGX_ERROR;
@@ -461,6 +533,7 @@ ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf)
 
     mcf->redis_port = NGX_CONF_UNSET;
     mcf->redis_timeout = NGX_CONF_UNSET_MSEC;
+    mcf->revoked_max = NGX_CONF_UNSET_UINT;
 
     return mcf;
 }
@@ -483,6 +556,8 @@ ngx_http_sandbox_mcp_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_msec_value(mcf->redis_timeout,
                              NGX_HTTP_SANDBOX_MCP_REDIS_TIMEOUT);
+    ngx_conf_init_uint_value(mcf->revoked_max,
+                             NGX_HTTP_SANDBOX_MCP_REVOKED_MAX);
 
     if (!mcf->enabled) {
         return NGX_CONF_OK;
@@ -636,6 +711,9 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->max_cost = NGX_CONF_UNSET;
     conf->retention = NGX_CONF_UNSET;
     conf->session_idle = NGX_CONF_UNSET;
+    conf->tenant_bytes = NGX_CONF_UNSET;
+    conf->tenant_sessions = NGX_CONF_UNSET_UINT;
+    conf->tenant_disk = NGX_CONF_UNSET;
     conf->ui = NGX_CONF_UNSET;
     conf->ui_heartbeat = NGX_CONF_UNSET_MSEC;
     conf->ui_stream_buffer = NGX_CONF_UNSET_SIZE;
@@ -771,6 +849,12 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                              NGX_HTTP_SANDBOX_MCP_RETENTION);
     ngx_conf_merge_sec_value(conf->session_idle, prev->session_idle,
                              NGX_HTTP_SANDBOX_MCP_SESSION_IDLE);
+    ngx_conf_merge_off_value(conf->tenant_bytes, prev->tenant_bytes,
+                             NGX_HTTP_SANDBOX_MCP_TENANT_BYTES);
+    ngx_conf_merge_uint_value(conf->tenant_sessions, prev->tenant_sessions,
+                              NGX_HTTP_SANDBOX_MCP_TENANT_SESSIONS);
+    ngx_conf_merge_off_value(conf->tenant_disk, prev->tenant_disk,
+                             NGX_HTTP_SANDBOX_MCP_TENANT_DISK);
     ngx_conf_merge_value(conf->ui, prev->ui, 0);
     ngx_conf_merge_msec_value(conf->ui_heartbeat, prev->ui_heartbeat,
                               NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT);

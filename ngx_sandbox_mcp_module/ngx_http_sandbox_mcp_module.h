@@ -20,9 +20,9 @@
 
 #include "smcp_keys.h"
 #include "smcp_util.h"
+#include "smcp_version.h"
 
 
-#define NGX_HTTP_SANDBOX_MCP_VERSION        "0.1.0"
 #define NGX_HTTP_SANDBOX_MCP_SERVER_NAME    "sandbox-mcp"
 
 /* JSON-RPC and MCP error codes */
@@ -46,6 +46,8 @@ typedef struct {
     ngx_str_t                   redis_unix;
     ngx_str_t                   prefix;
     ngx_msec_t                  redis_timeout;
+    ngx_uint_t                  revoked_max;    /* revoked ids a worker
+                                                   keeps */
     ngx_str_t                   redis_password_from;    /* env:N | file:P */
     u_char                     *redis_password;         /* NULL: no AUTH */
     size_t                      redis_password_len;
@@ -71,6 +73,14 @@ typedef struct {
     time_t                      refresh_ttl;
     time_t                      code_ttl;
     time_t                      client_ttl;
+    time_t                      unused_client_ttl;  /* until a sign-in */
+    ngx_uint_t                  unused_clients;     /* such clients, at
+                                                       most */
+    ngx_uint_t                  github_pending;     /* GitHub sign-ins
+                                                       under way, at most */
+    ngx_uint_t                  revoke_rate;        /* new revoked ids a
+                                                       tenant makes a
+                                                       minute */
     ngx_array_t                *redirect_hosts; /* of ngx_str_t; NULL:
                                                    any https host */
     ngx_str_t                   metadata_location;  /* "": no client
@@ -108,6 +118,10 @@ typedef struct {
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
     time_t                      retention;      /* ended runs' keys live */
     time_t                      session_idle;   /* idle sessions expire */
+    off_t                       tenant_bytes;   /* a tenant's budgets (0:
+                                                   none): Redis bytes */
+    ngx_uint_t                  tenant_sessions;    /* ... live sessions */
+    off_t                       tenant_disk;    /* ... workspaces' bytes */
 
     ngx_flag_t                  ui;             /* sandbox_mcp_ui */
     ngx_msec_t                  ui_heartbeat;   /* event streams' comment */
@@ -182,7 +196,12 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                        token's grants */
     ngx_str_t                           jti;        /* to check in Redis:
                                                        the worker's revoked
-                                                       set is not loaded */
+                                                       set cannot tell */
+    ngx_str_t                           jti_ask;    /* the dashboard: such
+                                                       an id to ask Redis
+                                                       about */
+    ngx_str_t                           jti_asked;  /* ... and the one it
+                                                       answered for */
     ngx_str_t                           session_id;     /* Mcp-Session-Id */
     ngx_str_t                           version;        /* effective */
     ngx_str_t                           header_version; /* as sent */
@@ -215,6 +234,8 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                                               2025-03-26 */
     unsigned                            initialize:1;
     unsigned                            done:1;
+    unsigned                            jti_revoked:1;  /* Redis's answer
+                                                           for jti_asked */
 
     /* the session lookup's commands: HEXISTS revoked first; HGETALL of
      * the run last */

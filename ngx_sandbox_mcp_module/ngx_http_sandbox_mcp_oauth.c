@@ -9,7 +9,6 @@
 #include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_http.h"
 
-#include "ngx_http_sandbox_mcp_oauth_html.h"
 #include "ngx_http_sandbox_mcp_oauth_css.h"
 
 
@@ -81,6 +80,10 @@ ngx_http_sandbox_mcp_oauth_init_conf(ngx_http_sandbox_mcp_oauth_conf_t *conf)
     conf->refresh_ttl = NGX_CONF_UNSET;
     conf->code_ttl = NGX_CONF_UNSET;
     conf->client_ttl = NGX_CONF_UNSET;
+    conf->unused_client_ttl = NGX_CONF_UNSET;
+    conf->unused_clients = NGX_CONF_UNSET_UINT;
+    conf->github_pending = NGX_CONF_UNSET_UINT;
+    conf->revoke_rate = NGX_CONF_UNSET_UINT;
     conf->redirect_hosts = NGX_CONF_UNSET_PTR;
     conf->github_allow = NGX_CONF_UNSET_PTR;
 }
@@ -102,6 +105,15 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
                              NGX_HTTP_SANDBOX_MCP_OAUTH_CODE_TTL);
     ngx_conf_merge_sec_value(conf->client_ttl, prev->client_ttl,
                              NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_TTL);
+    ngx_conf_merge_sec_value(conf->unused_client_ttl,
+                             prev->unused_client_ttl,
+                             NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_TTL);
+    ngx_conf_merge_uint_value(conf->unused_clients, prev->unused_clients,
+                              NGX_HTTP_SANDBOX_MCP_OAUTH_UNUSED_MAX);
+    ngx_conf_merge_uint_value(conf->github_pending, prev->github_pending,
+                              NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_MAX);
+    ngx_conf_merge_uint_value(conf->revoke_rate, prev->revoke_rate,
+                              NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE_RATE);
     ngx_conf_merge_ptr_value(conf->redirect_hosts, prev->redirect_hosts,
                              NULL);
     ngx_conf_merge_str_value(conf->metadata_location,
@@ -110,7 +122,8 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
     ngx_http_sandbox_mcp_oauth_github_merge(prev, conf);
 
     if (conf->token_ttl == 0 || conf->refresh_ttl == 0
-        || conf->code_ttl == 0 || conf->client_ttl == 0)
+        || conf->code_ttl == 0 || conf->client_ttl == 0
+        || conf->unused_client_ttl == 0)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp_oauth_*_ttl must be more than 0");
@@ -118,119 +131,6 @@ ngx_http_sandbox_mcp_oauth_merge(ngx_conf_t *cf,
     }
 
     return NGX_CONF_OK;
-}
-
-
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_urls(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *issuer,
-    ngx_str_t *resource)
-{
-    u_char     *p;
-    ngx_str_t  *host;
-
-    if (lcf->oauth.issuer.len) {
-        *issuer = lcf->oauth.issuer;
-
-    } else if (lcf->public_url.len) {
-        *issuer = lcf->public_url;
-
-    } else {
-        /* the Host was checked against sandbox_mcp_allowed_hosts */
-        host = r->headers_in.host ? &r->headers_in.host->value : NULL;
-
-        issuer->data = ngx_pnalloc(r->pool, sizeof("https://localhost")
-                                            + (host ? host->len : 0));
-        if (issuer->data == NULL) {
-            return NGX_ERROR;
-        }
-
-        p = ngx_sprintf(issuer->data, "%s://",
-#if (NGX_HTTP_SSL)
-                        r->connection->ssl ? "https" :
-#endif
-                        "http");
-
-        if (host) {
-            p = ngx_cpymem(p, host->data, host->len);
-
-        } else {
-            p = ngx_cpymem(p, "localhost", 9);
-        }
-
-        issuer->len = p - issuer->data;
-    }
-
-    if (lcf->oauth.resource.len) {
-        *resource = lcf->oauth.resource;
-        return NGX_OK;
-    }
-
-    resource->len = issuer->len + sizeof("/mcp") - 1;
-    resource->data = ngx_pnalloc(r->pool, resource->len);
-    if (resource->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = ngx_cpymem(resource->data, issuer->data, issuer->len);
-    ngx_memcpy(p, "/mcp", 4);
-
-    return NGX_OK;
-}
-
-
-/* the path of a URL ("" when it has none) */
-static void
-ngx_http_sandbox_mcp_oauth_path(ngx_str_t *url, ngx_str_t *path)
-{
-    u_char  *p, *last;
-
-    p = url->data;
-    last = p + url->len;
-
-    p = ngx_strlcasestrn(p, last, (u_char *) "://", 3 - 1);
-    p = p ? p + 3 : url->data;
-
-    while (p < last && *p != '/') {
-        p++;
-    }
-
-    path->data = p;
-    path->len = last - p;
-}
-
-
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_metadata_url(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *url)
-{
-    ngx_str_t  issuer, resource, path;
-
-    ngx_str_null(url);
-
-    if (!lcf->oauth.enable) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_sandbox_mcp_oauth_urls(r, lcf, &issuer, &resource)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    ngx_http_sandbox_mcp_oauth_path(&resource, &path);
-
-    url->data = ngx_pnalloc(r->pool, issuer.len + path.len
-                            + sizeof("/.well-known/oauth-protected-resource"));
-    if (url->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    url->len = ngx_sprintf(url->data, "%V/.well-known/oauth-protected-resource"
-                           "%V", &issuer, &path)
-               - url->data;
-
-    return NGX_OK;
 }
 
 

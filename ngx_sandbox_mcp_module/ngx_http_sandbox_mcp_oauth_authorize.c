@@ -1,6 +1,6 @@
 /*
  * The authorization endpoint: the request checked (client, exact
- * redirect_uri, PKCE S256, resource, state), the sign-in page with its
+ * redirect_uri, PKCE S256, resource, state if any), the sign-in page with its
  * consent line and access-key form (CSRF: a cookie and an HMAC of it and
  * of the request in the form), and the code issued to the redirect_uri.
  * Nothing is ever sent to a redirect_uri the client did not register.
@@ -16,97 +16,6 @@
 
 #include "ngx_http_sandbox_mcp_oauth_html.h"
 
-
-#define NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE      "smcp_oauth_csrf"
-#define NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN  32      /* hex */
-
-
-/* a name and a value, from C strings */
-static void
-ngx_http_sandbox_mcp_oauth_kv(ngx_keyval_t *kv, const char *key,
-    const char *value)
-{
-    kv->key.data = (u_char *) key;
-    kv->key.len = ngx_strlen(key);
-    kv->value.data = (u_char *) value;
-    kv->value.len = ngx_strlen(value);
-}
-
-
-/* the answer through the user agent: redirect_uri?name=value&... */
-static ngx_int_t
-ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_keyval_t *kv, ngx_uint_t n)
-{
-    u_char              *p;
-    size_t               len;
-    ngx_str_t            loc;
-    ngx_uint_t           i;
-    ngx_http_request_t  *r;
-
-    static ngx_str_t  no_store = ngx_string("no-store");
-
-    r = ctx->request;
-
-    len = ctx->redirect_uri.len + 3 * ctx->issuer.len + sizeof("&iss=");
-
-    for (i = 0; i < n; i++) {
-        len += kv[i].key.len + 3 * kv[i].value.len + 2;
-    }
-
-    loc.data = ngx_pnalloc(r->pool, len);
-    if (loc.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    p = ngx_cpymem(loc.data, ctx->redirect_uri.data, ctx->redirect_uri.len);
-    *p++ = ngx_strlchr(ctx->redirect_uri.data,
-                       ctx->redirect_uri.data + ctx->redirect_uri.len, '?')
-           ? '&' : '?';
-
-    for (i = 0; i < n; i++) {
-        if (kv[i].value.len == 0) {
-            continue;
-        }
-
-        p = ngx_cpymem(p, kv[i].key.data, kv[i].key.len);
-        *p++ = '=';
-        p = ngx_http_sandbox_mcp_oauth_escape(p, &kv[i].value);
-        *p++ = '&';
-    }
-
-    /* RFC 9207: the issuer of the answer */
-    p = ngx_cpymem(p, "iss=", 4);
-    p = ngx_http_sandbox_mcp_oauth_escape(p, &ctx->issuer);
-
-    loc.len = p - loc.data;
-
-    /* the code is in the address: nothing keeps it */
-    if (ngx_http_sandbox_mcp_add_header(r, "Location", &loc) != NGX_OK
-        || ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_store)
-           != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_sandbox_mcp_send_json(r, NGX_HTTP_MOVED_TEMPORARILY,
-                                          NULL);
-}
-
-
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_deny(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    const char *error, const char *description)
-{
-    ngx_keyval_t  kv[3];
-
-    ngx_http_sandbox_mcp_oauth_kv(&kv[0], "error", error);
-    ngx_http_sandbox_mcp_oauth_kv(&kv[1], "error_description", description);
-    ngx_str_set(&kv[2].key, "state");
-    kv[2].value = ctx->state;
-
-    return ngx_http_sandbox_mcp_oauth_redirect(ctx, kv, 3);
-}
 
 
 /* "<ts>.<b64url HMAC-SHA256(secret, csrf|ts|cookie|request)>" */
@@ -190,67 +99,6 @@ ngx_http_sandbox_mcp_oauth_csrf_ok(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
-/* the browser's CSRF cookie, or a new one (set on the page's answer) */
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_cookie(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t create)
-{
-    u_char              *p;
-    ngx_str_t            name, v;
-    ngx_uint_t           i;
-    ngx_http_request_t  *r;
-
-    r = ctx->request;
-    ngx_str_set(&name, NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE);
-
-    if (ngx_http_parse_multi_header_lines(&r->headers_in.cookies, &name,
-                                          &req->cookie)
-        != NGX_DECLINED)
-    {
-        for (i = 0; i < req->cookie.len; i++) {
-            if (!((req->cookie.data[i] >= '0' && req->cookie.data[i] <= '9')
-                  || (req->cookie.data[i] >= 'a'
-                      && req->cookie.data[i] <= 'f')))
-            {
-                break;
-            }
-        }
-
-        if (req->cookie.len == NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN
-            && i == req->cookie.len)
-        {
-            return NGX_OK;
-        }
-    }
-
-    ngx_str_null(&req->cookie);
-
-    if (!create) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_sandbox_mcp_oauth_random(r->pool, &req->cookie, "",
-                                    NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN / 2)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    v.data = ngx_pnalloc(r->pool, 128);
-    if (v.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = ngx_sprintf(v.data, NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE "=%V; "
-                    "Path=/oauth/; HttpOnly; SameSite=Lax%s", &req->cookie,
-                    ngx_strncmp(ctx->issuer.data, "https:", 6) == 0
-                    ? "; Secure" : "");
-    v.len = p - v.data;
-
-    return ngx_http_sandbox_mcp_add_header(r, "Set-Cookie", &v);
-}
-
-
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_signin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t status)
@@ -312,106 +160,14 @@ ngx_http_sandbox_mcp_oauth_signin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
-static void
-ngx_http_sandbox_mcp_oauth_code_stored(void *data, redisReply *reply)
+/* the access key was revoked before its code was stored: the page again */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_key_revoked(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
-    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+    ngx_str_set(&ctx->key_error, "That access key was revoked.");
 
-    ngx_int_t                          rc;
-    ngx_keyval_t                       kv[2];
-    ngx_http_sandbox_mcp_oauth_req_t  *req;
-
-    ctx->cmd = NULL;
-    req = ctx->step;
-
-    if (reply == NULL || reply->type != REDIS_REPLY_STATUS) {
-        rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
-
-    } else if (ngx_strcmp(reply->str, "OK") == 0) {
-        ngx_str_set(&kv[0].key, "code");
-        kv[0].value = ctx->refresh;     /* the code, here */
-        ngx_str_set(&kv[1].key, "state");
-        kv[1].value = ctx->state;
-
-        rc = ngx_http_sandbox_mcp_oauth_redirect(ctx, kv, 2);
-
-    } else if (ngx_strcmp(reply->str, "REVOKED") == 0) {
-        ngx_str_set(&ctx->key_error, "That access key was revoked.");
-        rc = ngx_http_sandbox_mcp_oauth_signin(ctx, req,
-                                               NGX_HTTP_UNAUTHORIZED);
-
-    } else {
-        rc = ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
-                               "Unknown client", "This client is not "
-                               "registered (invalid_client), or no longer.");
-    }
-
-    ngx_http_sandbox_mcp_oauth_finalize(ctx, rc);
-}
-
-
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_str_t *tenant, ngx_str_t *repos, ngx_str_t *jti, time_t key_exp)
-{
-    ngx_str_t                          hash, argv[13];
-    ngx_http_request_t                *r;
-    ngx_http_sandbox_mcp_oauth_req_t  *req;
-
-    r = ctx->request;
-    req = ctx->step;
-
-    /* the code: only its hash is stored */
-    if (ngx_http_sandbox_mcp_oauth_random(r->pool, &ctx->refresh, "ac_", 32)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-    hash.data = ngx_pnalloc(r->pool, hash.len + 1);
-    if (hash.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_http_sandbox_mcp_oauth_sha256_hex(hash.data, ctx->refresh.data,
-                                          ctx->refresh.len);
-
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
-                                       SMCP_KEY_OAUTH_CLIENT, &ctx->client_id)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
-                                          SMCP_KEY_OAUTH_CODE, &hash)
-           != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
-                                          SMCP_KEY_REVOKED, NULL)
-           != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    argv[3] = ctx->client_id;
-    argv[4] = ctx->redirect_uri;
-    argv[5] = ctx->challenge;
-    argv[6] = req->resource;
-    argv[7] = *tenant;
-    argv[8] = *repos;
-    argv[9] = *jti;
-    argv[10] = ngx_http_sandbox_mcp_redis_number(r->pool, key_exp);
-    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                   ngx_time() + ctx->lcf->oauth.code_ttl);
-    argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                 ctx->lcf->oauth.code_ttl);
-
-    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
-                   &ngx_http_sandbox_mcp_script_oauth_code,
-                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 3, 13, argv);
-
-    if (ctx->cmd == NULL) {
-        return ngx_http_sandbox_mcp_send_unavailable(r);
-    }
-
-    return NGX_DONE;
+    return ngx_http_sandbox_mcp_oauth_signin(ctx, ctx->step,
+                                             NGX_HTTP_UNAUTHORIZED);
 }
 
 
@@ -420,13 +176,14 @@ static ngx_int_t
 ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_oauth_req_t *req)
 {
-    char                        *s;
-    json_t                      *key, *jti;
-    ngx_int_t                    rc;
-    ngx_str_t                    sent, repos, id;
-    const char                  *reason;
-    ngx_http_request_t          *r;
-    ngx_http_sandbox_mcp_ctx_t   mctx;
+    char                                *s;
+    json_t                              *key, *jti;
+    ngx_int_t                            rc;
+    ngx_str_t                            sent;
+    const char                          *reason;
+    ngx_http_request_t                  *r;
+    ngx_http_sandbox_mcp_ctx_t           mctx;
+    ngx_http_sandbox_mcp_oauth_grant_t   g;
 
     r = ctx->request;
 
@@ -461,7 +218,7 @@ ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     }
 
     ctx->key = key;
-    ngx_str_null(&repos);
+    ngx_memzero(&g, sizeof(ngx_http_sandbox_mcp_oauth_grant_t));
 
     if (json_object_get(key, "repos")) {
         s = json_dumps(json_object_get(key, "repos"), JSON_COMPACT);
@@ -469,23 +226,26 @@ ngx_http_sandbox_mcp_oauth_issue(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        repos.len = ngx_strlen(s);
-        repos.data = ngx_pnalloc(r->pool, repos.len);
-        if (repos.data == NULL) {
+        g.repos.len = ngx_strlen(s);
+        g.repos.data = ngx_pnalloc(r->pool, g.repos.len);
+        if (g.repos.data == NULL) {
             free(s);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ngx_memcpy(repos.data, s, repos.len);
+        ngx_memcpy(g.repos.data, s, g.repos.len);
         free(s);
     }
 
     jti = json_object_get(key, "jti");
-    id.data = (u_char *) (jti ? json_string_value(jti) : "");
-    id.len = jti ? json_string_length(jti) : 0;
+    g.key_jti.data = (u_char *) (jti ? json_string_value(jti) : "");
+    g.key_jti.len = jti ? json_string_length(jti) : 0;
+    g.key_exp = (time_t) json_integer_value(json_object_get(key, "exp"));
+    g.tenant = mctx.tenant;
 
-    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &mctx.tenant, &repos,
-               &id, (time_t) json_integer_value(json_object_get(key, "exp")));
+    ctx->key_revoked = ngx_http_sandbox_mcp_oauth_key_revoked;
+
+    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &g);
 }
 
 
@@ -505,11 +265,14 @@ ngx_http_sandbox_mcp_oauth_check_request(
                                "response_type must be code");
     }
 
-    if (ctx->state.len == 0
-        || ctx->state.len > NGX_HTTP_SANDBOX_MCP_OAUTH_STATE_MAX)
-    {
+    /*
+     * state is optional (OAuth 2.1, section 4.1.1): PKCE, required below,
+     * carries the CSRF protection; when sent, it is echoed
+     */
+    if (ctx->state.len > NGX_HTTP_SANDBOX_MCP_OAUTH_STATE_MAX) {
+        ngx_str_null(&ctx->state);
         return ngx_http_sandbox_mcp_oauth_deny(ctx, "invalid_request",
-                               "state is required (at most 512 bytes)");
+                               "state is at most 512 bytes");
     }
 
     if (req->method.len != 4 || ngx_strncmp(req->method.data, "S256", 4) != 0)
@@ -561,7 +324,7 @@ ngx_http_sandbox_mcp_oauth_check_request(
  * The client is known (registered, or its metadata document fetched): its
  * name and redirect URIs (a JSON array); the request goes on from here.
  */
-ngx_int_t
+static ngx_int_t
 ngx_http_sandbox_mcp_oauth_client_known(ngx_http_sandbox_mcp_oauth_ctx_t
     *ctx, ngx_str_t *name, ngx_str_t *uris_json)
 {
@@ -685,20 +448,6 @@ ngx_http_sandbox_mcp_oauth_client_found(void *data, redisReply *reply)
 }
 
 
-ngx_int_t
-ngx_http_sandbox_mcp_oauth_page(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_uint_t status, const char *title, const char *message)
-{
-    ngx_keyval_t  vars[2];
-
-    ngx_http_sandbox_mcp_oauth_kv(&vars[0], "title", title);
-    ngx_http_sandbox_mcp_oauth_kv(&vars[1], "message", message);
-
-    return ngx_http_sandbox_mcp_oauth_send_html(ctx->request, status,
-                                                smcp_html_error, vars, 2);
-}
-
-
 /* a POST whose Origin is another site's is nobody's consent */
 static ngx_uint_t
 ngx_http_sandbox_mcp_oauth_same_origin(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
@@ -742,6 +491,7 @@ ngx_http_sandbox_mcp_oauth_authorize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
     }
 
     ctx->step = req;
+    ctx->client_known = ngx_http_sandbox_mcp_oauth_client_known;
 
     if (ctx->params == NULL
         || ngx_http_sandbox_mcp_oauth_param(ctx, "client_id",
@@ -765,7 +515,12 @@ ngx_http_sandbox_mcp_oauth_authorize(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
                                             &ctx->challenge);
     (void) ngx_http_sandbox_mcp_oauth_param(ctx, "code_challenge_method",
                                             &req->method);
-    (void) ngx_http_sandbox_mcp_oauth_param(ctx, "state", &ctx->state);
+    if (ngx_http_sandbox_mcp_oauth_param(ctx, "state", &ctx->state)
+        != NGX_OK)
+    {
+        ngx_str_set(&ctx->state, "");       /* none: none echoed */
+    }
+
     (void) ngx_http_sandbox_mcp_oauth_param(ctx, "resource", &req->resource);
     (void) ngx_http_sandbox_mcp_oauth_param(ctx, "scope", &req->scope);
 

@@ -98,9 +98,21 @@ ngx_http_sandbox_mcp_oauth_cimd_stored(void *data, redisReply *reply)
     if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
         rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
 
+    } else if (reply->integer < 0) {
+        /* the unused clients' bound is reached: nothing was cached */
+        rc = ngx_http_sandbox_mcp_oauth_retry_after(ctx->request,
+                                                    -reply->integer)
+             != NGX_OK
+             ? NGX_HTTP_INTERNAL_SERVER_ERROR
+             : ngx_http_sandbox_mcp_oauth_page(ctx,
+                               NGX_HTTP_SERVICE_UNAVAILABLE,
+                               "Try again later", "Too many new clients "
+                               "are signing in now "
+                               "(temporarily_unavailable): try again in a "
+                               "while.");
+
     } else {
-        rc = ngx_http_sandbox_mcp_oauth_client_known(ctx, &cm->name,
-                                                     &cm->uris);
+        rc = ctx->client_known(ctx, &cm->name, &cm->uris);
     }
 
     if (rc != NGX_DONE) {
@@ -130,7 +142,7 @@ ngx_http_sandbox_mcp_oauth_cimd_check(void *data)
 
     char                               *s;
     json_t                             *md, *v;
-    ngx_str_t                           argv[5];
+    ngx_str_t                           argv[7];
     const char                         *why, *error;
     ngx_http_request_t                 *r;
     ngx_http_sandbox_mcp_oauth_cimd_t  *cm;
@@ -208,20 +220,26 @@ ngx_http_sandbox_mcp_oauth_cimd_check(void *data)
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
                                        SMCP_KEY_OAUTH_CLIENT, &ctx->client_id)
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_OAUTH_UNUSED, NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[1] = cm->name;
-    argv[2] = cm->uris;
-    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool,
+    /* anyone may name a document: it counts among the unused clients */
+    argv[2] = cm->name;
+    argv[3] = cm->uris;
+    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                          NGX_HTTP_SANDBOX_MCP_OAUTH_CIMD_TTL);
+    argv[6] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                         ctx->lcf->oauth.unused_clients);
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_client,
-                   ngx_http_sandbox_mcp_oauth_cimd_stored, cm, 1, 5, argv);
+                   ngx_http_sandbox_mcp_oauth_cimd_stored, cm, 2, 7, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

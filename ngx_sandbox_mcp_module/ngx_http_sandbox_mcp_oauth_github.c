@@ -2,9 +2,11 @@
  * "Sign in with GitHub" on the sign-in page: the module is a GitHub OAuth
  * client.  The pending authorization request waits in Redis (bound to the
  * browser's CSRF cookie) while the user is at GitHub; on the way back the
- * code exchange and the user lookup go through subrequests to an internal
- * location (never a blocking call in a worker); the GitHub login, if
- * allowed (by login or organization), becomes the tenant.
+ * code exchange goes through a subrequest to an internal location (never
+ * a blocking call in a worker), then who the user is and which rule lets
+ * it in (_oauth_github_user.c): the tenant is its numeric id, the login a
+ * label, and the code keeps GitHub's token (sealed) so that every refresh
+ * asks GitHub again.
  *
  *   location = /_smcp_github/token {          # POST, parameters in the query
  *       internal;
@@ -24,6 +26,7 @@
 
 #include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
 
 #include "smcp_validate.h"
 
@@ -31,28 +34,17 @@
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_AUTHORIZE                                 \
     "https://github.com/login/oauth/authorize"
 #define NGX_HTTP_SANDBOX_MCP_GITHUB_LOCATION     "/_smcp_github"
-#define NGX_HTTP_SANDBOX_MCP_GITHUB_PENDING_TTL  "600"
-#define NGX_HTTP_SANDBOX_MCP_GITHUB_BODY_MAX     65536
 
 
-typedef enum {
-    NGX_HTTP_SANDBOX_MCP_GITHUB_TOKEN = 0,
-    NGX_HTTP_SANDBOX_MCP_GITHUB_USER,
-    NGX_HTTP_SANDBOX_MCP_GITHUB_ORGS
-} ngx_http_sandbox_mcp_github_step_e;
+#define NGX_HTTP_SANDBOX_MCP_GITHUB_RULES_MAX    32
 
 
 /* what the callback learns on its way */
 typedef struct {
     ngx_http_sandbox_mcp_oauth_req_t     req;       /* first: ctx->step */
-    ngx_http_sandbox_mcp_github_step_e   step;
     ngx_str_t                            code;      /* GitHub's */
-    ngx_str_t                            token;     /* GitHub's */
-    ngx_str_t                            login;
+    ngx_http_sandbox_mcp_github_user_t   user;
 } ngx_http_sandbox_mcp_github_t;
-
-
-static ngx_int_t ngx_http_sandbox_mcp_github_next(void *data);
 
 
 char *
@@ -115,7 +107,63 @@ ngx_http_sandbox_mcp_oauth_github_conf(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
-/* sandbox_mcp_oauth_github_allow login|@org [owner/repo,owner/NAME,...] */
+/*
+ * A rule's subject as oauth_github.lua reads it: "id:<digits>" (a GitHub
+ * user's numeric id), "login:<login>" or "org:<organization>" (lowercase:
+ * GitHub's names are case-insensitive); NGX_DECLINED: not one.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_github_subject(ngx_conf_t *cf, ngx_str_t *v,
+    ngx_str_t *subject)
+{
+    u_char      *p, *name;
+    size_t       len;
+    ngx_uint_t   i;
+    const char  *kind;
+
+    if (v->len > 3 && ngx_strncmp(v->data, "id:", 3) == 0) {
+        kind = "id:";
+        name = v->data + 3;
+        len = v->len - 3;
+
+        for (i = 0; i < len; i++) {
+            if (name[i] < '0' || name[i] > '9') {
+                return NGX_DECLINED;
+            }
+        }
+
+        if (len > 19 || name[0] == '0') {
+            return NGX_DECLINED;
+        }
+
+    } else {
+        kind = (v->data[0] == '@') ? "org:" : "login:";
+        name = v->data + (v->data[0] == '@');
+        len = v->data + v->len - name;
+
+        if (!smcp_valid_tenant((char *) name, len)) {
+            return NGX_DECLINED;
+        }
+    }
+
+    subject->data = ngx_pnalloc(cf->pool, ngx_strlen(kind) + len);
+    if (subject->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(subject->data, kind, ngx_strlen(kind));
+    ngx_strlow(p, name, len);
+    subject->len = p + len - subject->data;
+
+    return NGX_OK;
+}
+
+
+/*
+ * sandbox_mcp_oauth_github_allow login|@org|id:N [owner/repo,owner/NAME,...]
+ * (a login or an organization: the account that first signs in with it,
+ * by its numeric id; oauth_github.lua)
+ */
 char *
 ngx_http_sandbox_mcp_oauth_github_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
@@ -123,6 +171,7 @@ ngx_http_sandbox_mcp_oauth_github_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_sandbox_mcp_loc_conf_t *lcf = conf;
 
     u_char        *p, *last, *end, *d;
+    ngx_int_t      rc;
     ngx_str_t     *value;
     ngx_keyval_t  *kv;
 
@@ -136,17 +185,28 @@ ngx_http_sandbox_mcp_oauth_github_allow(ngx_conf_t *cf, ngx_command_t *cmd,
         }
     }
 
+    if (lcf->oauth.github_allow->nelts
+        == NGX_HTTP_SANDBOX_MCP_GITHUB_RULES_MAX)
+    {
+        return "takes at most 32 rules (name an organization instead)";
+    }
+
     kv = ngx_array_push(lcf->oauth.github_allow);
     if (kv == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    kv->key = value[1];
+    rc = (value[1].len == 0)
+         ? NGX_DECLINED
+         : ngx_http_sandbox_mcp_github_subject(cf, &value[1], &kv->key);
 
-    p = value[1].data + (value[1].data[0] == '@');
+    if (rc == NGX_ERROR) {
+        return NGX_CONF_ERROR;
+    }
 
-    if (!smcp_valid_tenant((char *) p, value[1].data + value[1].len - p)) {
-        return "takes a GitHub login or @organization first";
+    if (rc == NGX_DECLINED) {
+        return "takes a GitHub login, @organization or id:N (a user's "
+               "numeric id) first";
     }
 
     /* the grant as the JSON array the tokens carry */
@@ -229,28 +289,6 @@ ngx_http_sandbox_mcp_github_callback_url(ngx_http_sandbox_mcp_oauth_ctx_t
 }
 
 
-static ngx_uint_t
-ngx_http_sandbox_mcp_github_wants_orgs(ngx_http_sandbox_mcp_oauth_conf_t *oc)
-{
-    ngx_uint_t     i;
-    ngx_keyval_t  *kv;
-
-    if (oc->github_allow == NULL) {
-        return 0;
-    }
-
-    kv = oc->github_allow->elts;
-
-    for (i = 0; i < oc->github_allow->nelts; i++) {
-        if (kv[i].key.data[0] == '@') {
-            return 1;
-        }
-    }
-
-    return 0;
-}
-
-
 static void
 ngx_http_sandbox_mcp_github_pending_stored(void *data, redisReply *reply)
 {
@@ -266,7 +304,15 @@ ngx_http_sandbox_mcp_github_pending_stored(void *data, redisReply *reply)
     oc = &ctx->lcf->oauth;
     ctx->cmd = NULL;
 
-    if (reply == NULL || reply->type != REDIS_REPLY_STATUS) {
+    if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer < 0) {
+        ngx_http_sandbox_mcp_oauth_finalize(ctx,
+            ngx_http_sandbox_mcp_oauth_deny(ctx, "temporarily_unavailable",
+                                  "too many GitHub sign-ins are under way: "
+                                  "try again in a few minutes"));
+        return;
+    }
+
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
         ngx_http_sandbox_mcp_oauth_finalize(ctx,
                                      ngx_http_sandbox_mcp_send_unavailable(r));
         return;
@@ -323,7 +369,7 @@ ngx_http_sandbox_mcp_oauth_github_start(ngx_http_sandbox_mcp_oauth_ctx_t
 {
     char                *s;
     json_t              *pending;
-    ngx_str_t            argv[5];
+    ngx_str_t            argv[6];
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -370,19 +416,27 @@ ngx_http_sandbox_mcp_oauth_github_start(ngx_http_sandbox_mcp_oauth_ctx_t
     ngx_memcpy(argv[2].data, s, argv[2].len);
     free(s);
 
-    ngx_str_set(&argv[0], "SET");
-    ngx_str_set(&argv[3], "EX");
-    ngx_str_set(&argv[4], NGX_HTTP_SANDBOX_MCP_GITHUB_PENDING_TTL);
+    /* anyone may start one: at most github_pending at once */
+    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                       NGX_HTTP_SANDBOX_MCP_OAUTH_PENDING_TTL);
+    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                       ctx->lcf->oauth.github_pending);
 
-    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
                                        SMCP_KEY_OAUTH_PENDING, &ctx->refresh)
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_OAUTH_SIGNINS, NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_github_pending_stored, ctx, 5, argv);
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
+                   &ngx_http_sandbox_mcp_script_oauth_pending,
+                   ngx_http_sandbox_mcp_github_pending_stored, ctx, 2, 6,
+                   argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -392,145 +446,58 @@ ngx_http_sandbox_mcp_oauth_github_start(ngx_http_sandbox_mcp_oauth_ctx_t
 }
 
 
-/* a subrequest to {location}/{what}?{args}; the parent resumes after it */
+/* the user looked up: a code for its tenant, or refused */
 static ngx_int_t
-ngx_http_sandbox_mcp_github_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    const char *what, ngx_str_t *args)
+ngx_http_sandbox_mcp_github_signed_in(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_github_user_t *u, ngx_int_t rc)
 {
-    ngx_str_t                           uri;
-    ngx_http_sandbox_mcp_oauth_conf_t  *oc;
+    ngx_http_sandbox_mcp_oauth_grant_t  g;
 
-    oc = &ctx->lcf->oauth;
-
-    uri.data = ngx_pnalloc(ctx->request->pool, oc->github_location.len + 8);
-    if (uri.data == NULL) {
-        return NGX_ERROR;
+    if (rc == NGX_ERROR) {
+        return ngx_http_sandbox_mcp_oauth_deny(ctx, "server_error",
+                                               "GitHub sign-in failed");
     }
 
-    uri.len = ngx_sprintf(uri.data, "%V/%s", &oc->github_location, what)
-              - uri.data;
-
-    return ngx_http_sandbox_mcp_oauth_subrequest(ctx, &uri, args,
-                                       ngx_http_sandbox_mcp_github_next);
-}
-
-
-/* ?token=<the GitHub token> for the user and orgs lookups */
-static ngx_int_t
-ngx_http_sandbox_mcp_github_lookup(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    ngx_http_sandbox_mcp_github_step_e step)
-{
-    u_char                         *p;
-    ngx_str_t                       args;
-    ngx_http_sandbox_mcp_github_t  *gh;
-
-    gh = ctx->step;
-    gh->step = step;
-
-    args.data = ngx_pnalloc(ctx->request->pool, 6 + 3 * gh->token.len);
-    if (args.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = ngx_cpymem(args.data, "token=", 6);
-    p = ngx_http_sandbox_mcp_oauth_escape(p, &gh->token);
-    args.len = p - args.data;
-
-    return ngx_http_sandbox_mcp_github_subrequest(ctx,
-               step == NGX_HTTP_SANDBOX_MCP_GITHUB_USER ? "user" : "orgs",
-               &args);
-}
-
-
-/* the rule that lets the login in (its login, else one of its orgs) */
-static ngx_keyval_t *
-ngx_http_sandbox_mcp_github_rule(ngx_http_sandbox_mcp_oauth_conf_t *oc,
-    ngx_str_t *login, json_t *orgs)
-{
-    size_t         k;
-    json_t        *o;
-    ngx_uint_t     i;
-    const char    *name;
-    ngx_keyval_t  *kv;
-
-    if (oc->github_allow == NULL) {
-        return NULL;
-    }
-
-    kv = oc->github_allow->elts;
-
-    for (i = 0; i < oc->github_allow->nelts; i++) {
-        if (kv[i].key.data[0] != '@'
-            && kv[i].key.len == login->len
-            && ngx_strncasecmp(kv[i].key.data, login->data, login->len) == 0)
-        {
-            return &kv[i];
-        }
-    }
-
-    for (i = 0; i < oc->github_allow->nelts; i++) {
-        if (kv[i].key.data[0] != '@') {
-            continue;
-        }
-
-        json_array_foreach(orgs, k, o) {
-            name = json_string_value(json_object_get(o, "login"));
-
-            if (name && ngx_strlen(name) == kv[i].key.len - 1
-                && ngx_strncasecmp(kv[i].key.data + 1, (u_char *) name,
-                                   kv[i].key.len - 1) == 0)
-            {
-                return &kv[i];
-            }
-        }
-    }
-
-    return NULL;
-}
-
-
-/* the login known (and its orgs, when asked): a code, or access_denied */
-static ngx_int_t
-ngx_http_sandbox_mcp_github_decide(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
-    json_t *orgs)
-{
-    ngx_str_t                       none;
-    ngx_keyval_t                   *rule;
-    ngx_http_sandbox_mcp_github_t  *gh;
-
-    gh = ctx->step;
-
-    rule = ngx_http_sandbox_mcp_github_rule(&ctx->lcf->oauth, &gh->login,
-                                            orgs);
-
-    if (rule == NULL) {
-        if (orgs == NULL
-            && ngx_http_sandbox_mcp_github_wants_orgs(&ctx->lcf->oauth))
-        {
-            return ngx_http_sandbox_mcp_github_lookup(ctx,
-                                       NGX_HTTP_SANDBOX_MCP_GITHUB_ORGS)
-                   == NGX_OK ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
+    if (rc == NGX_DECLINED) {
         ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
-                      "sandbox_mcp: oauth: GitHub user \"%V\" is not "
-                      "allowed", &gh->login);
+                      "sandbox_mcp: oauth: GitHub user \"%V\" (id %V) is "
+                      "not allowed", &u->login, &u->id);
 
         return ngx_http_sandbox_mcp_oauth_deny(ctx, "access_denied",
                                  "this GitHub account is not allowed here");
     }
 
-    ngx_str_null(&none);
+    ngx_memzero(&g, sizeof(ngx_http_sandbox_mcp_oauth_grant_t));
 
-    /* a GitHub sign-in lasts as long as its refresh grant */
-    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &gh->login,
-               &rule->value, &none, ngx_time() + ctx->lcf->oauth.refresh_ttl);
+    /* the tenant is the id: a rename changes the label only */
+    if (ngx_http_sandbox_mcp_github_tenant(ctx->request->pool, &u->id,
+                                           &g.tenant)
+        != NGX_OK
+        || ngx_http_sandbox_mcp_github_seal(ctx->request, &u->token,
+                                            &g.github)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    g.repos = u->rule->value;
+    g.label = u->login;
+
+    /* a GitHub sign-in lasts as long as its refresh grant, each refresh
+     * asking GitHub again */
+    g.key_exp = ngx_time() + ctx->lcf->oauth.refresh_ttl;
+
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "sandbox_mcp: oauth: GitHub user \"%V\" signed in as "
+                  "%V", &u->login, &g.tenant);
+
+    return ngx_http_sandbox_mcp_oauth_grant_code(ctx, &g);
 }
 
 
-/* a subrequest ended: the next step */
+/* the code exchange ended: GitHub's token, then who the user is */
 static ngx_int_t
-ngx_http_sandbox_mcp_github_next(void *data)
+ngx_http_sandbox_mcp_github_exchanged(void *data)
 {
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
 
@@ -546,71 +513,40 @@ ngx_http_sandbox_mcp_github_next(void *data)
 
     if (j == NULL) {
         ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
-                      "sandbox_mcp: oauth: GitHub answered %ui at step %d",
-                      ctx->sub_status, (int) gh->step);
+                      "sandbox_mcp: oauth: GitHub answered %ui to the code "
+                      "exchange", ctx->sub_status);
 
         return ngx_http_sandbox_mcp_oauth_deny(ctx, "server_error",
-                                         "GitHub sign-in failed");
+                                               "GitHub sign-in failed");
     }
 
-    rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    v = json_object_get(j, "access_token");
 
-    switch (gh->step) {
-
-    case NGX_HTTP_SANDBOX_MCP_GITHUB_TOKEN:
-        v = json_object_get(j, "access_token");
-
-        if (!json_is_string(v) || json_string_length(v) == 0
-            || json_string_length(v) > 255)
-        {
-            rc = ngx_http_sandbox_mcp_oauth_deny(ctx, "access_denied",
-                                   "GitHub refused the sign-in");
-            break;
-        }
-
-        gh->token.len = json_string_length(v);
-        gh->token.data = ngx_pnalloc(ctx->request->pool, gh->token.len);
-        if (gh->token.data == NULL) {
-            break;
-        }
-
-        ngx_memcpy(gh->token.data, json_string_value(v), gh->token.len);
-
-        rc = ngx_http_sandbox_mcp_github_lookup(ctx,
-                                           NGX_HTTP_SANDBOX_MCP_GITHUB_USER)
-             == NGX_OK ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
-        break;
-
-    case NGX_HTTP_SANDBOX_MCP_GITHUB_USER:
-        v = json_object_get(j, "login");
-
-        if (!smcp_valid_tenant(json_string_value(v), json_string_length(v))) {
-            rc = ngx_http_sandbox_mcp_oauth_deny(ctx, "server_error",
-                                   "GitHub gave no usable login");
-            break;
-        }
-
-        gh->login.len = json_string_length(v);
-        gh->login.data = ngx_pnalloc(ctx->request->pool, gh->login.len);
-        if (gh->login.data == NULL) {
-            break;
-        }
-
-        ngx_memcpy(gh->login.data, json_string_value(v), gh->login.len);
-
-        rc = ngx_http_sandbox_mcp_github_decide(ctx, NULL);
-        break;
-
-    default: /* NGX_HTTP_SANDBOX_MCP_GITHUB_ORGS */
-        rc = json_is_array(j) ? ngx_http_sandbox_mcp_github_decide(ctx, j)
-                              : ngx_http_sandbox_mcp_oauth_deny(ctx,
-                                    "server_error", "GitHub sign-in failed");
-        break;
+    if (!json_is_string(v) || json_string_length(v) == 0
+        || json_string_length(v) > 255)
+    {
+        json_decref(j);
+        return ngx_http_sandbox_mcp_oauth_deny(ctx, "access_denied",
+                                               "GitHub refused the sign-in");
     }
 
+    gh->user.token.len = json_string_length(v);
+    gh->user.token.data = ngx_pnalloc(ctx->request->pool,
+                                      gh->user.token.len);
+    if (gh->user.token.data == NULL) {
+        json_decref(j);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(gh->user.token.data, json_string_value(v),
+               gh->user.token.len);
     json_decref(j);
 
-    return rc;
+    gh->user.done = ngx_http_sandbox_mcp_github_signed_in;
+
+    rc = ngx_http_sandbox_mcp_github_user(ctx, &gh->user);
+
+    return (rc == NGX_OK) ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 
@@ -621,7 +557,7 @@ ngx_http_sandbox_mcp_github_pending(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 {
     u_char                            *p;
     json_t                            *j;
-    ngx_str_t                          args, cb, error, *f[6];
+    ngx_str_t                          uri, args, cb, error, *f[6];
     ngx_uint_t                         i;
     ngx_http_sandbox_mcp_github_t     *gh;
     ngx_http_sandbox_mcp_oauth_conf_t *oc;
@@ -706,9 +642,17 @@ ngx_http_sandbox_mcp_github_pending(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     p = ngx_http_sandbox_mcp_oauth_escape(p, &cb);
     args.len = p - args.data;
 
-    gh->step = NGX_HTTP_SANDBOX_MCP_GITHUB_TOKEN;
+    uri.data = ngx_pnalloc(ctx->request->pool,
+                           oc->github_location.len + sizeof("/token"));
+    if (uri.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    if (ngx_http_sandbox_mcp_github_subrequest(ctx, "token", &args)
+    uri.len = ngx_sprintf(uri.data, "%V/token", &oc->github_location)
+              - uri.data;
+
+    if (ngx_http_sandbox_mcp_oauth_subrequest(ctx, &uri, &args,
+                                         ngx_http_sandbox_mcp_github_exchanged)
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -1,14 +1,139 @@
 /*
- * What the OAuth endpoints share: the form parameters (query or body,
- * decoded, bounded, each at most once), the answers (JSON with no-store
- * and CORS, OAuth errors, HTML pages from their templates), subrequests
- * (in memory), and small helpers (escape, SHA-256, random ids).
+ * What the OAuth files share, below all of them: the issuer and the MCP
+ * URL (also /mcp's 401), the form parameters (query or body, decoded,
+ * bounded, each at most once), the answers (JSON with no-store and CORS,
+ * OAuth errors, HTML pages from their templates; the authorization
+ * endpoint's: an error at the redirect_uri, an error page, the browser's
+ * CSRF cookie), an authorization code issued and sent to the client,
+ * subrequests (in memory), and small helpers (escape, SHA-256, random
+ * ids).  Nothing here calls up into an endpoint: where an endpoint must
+ * go on, it leaves its next step in the context.
  */
 
 #include <openssl/sha.h>
 
 #include "ngx_http_sandbox_mcp_oauth.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_scripts.h"
+
+#include "ngx_http_sandbox_mcp_oauth_html.h"
+
+
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE      "smcp_oauth_csrf"
+#define NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN  32      /* hex */
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_urls(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *issuer,
+    ngx_str_t *resource)
+{
+    u_char     *p;
+    ngx_str_t  *host;
+
+    if (lcf->oauth.issuer.len) {
+        *issuer = lcf->oauth.issuer;
+
+    } else if (lcf->public_url.len) {
+        *issuer = lcf->public_url;
+
+    } else {
+        /* the Host was checked against sandbox_mcp_allowed_hosts */
+        host = r->headers_in.host ? &r->headers_in.host->value : NULL;
+
+        issuer->data = ngx_pnalloc(r->pool, sizeof("https://localhost")
+                                            + (host ? host->len : 0));
+        if (issuer->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = ngx_sprintf(issuer->data, "%s://",
+#if (NGX_HTTP_SSL)
+                        r->connection->ssl ? "https" :
+#endif
+                        "http");
+
+        if (host) {
+            p = ngx_cpymem(p, host->data, host->len);
+
+        } else {
+            p = ngx_cpymem(p, "localhost", 9);
+        }
+
+        issuer->len = p - issuer->data;
+    }
+
+    if (lcf->oauth.resource.len) {
+        *resource = lcf->oauth.resource;
+        return NGX_OK;
+    }
+
+    resource->len = issuer->len + sizeof("/mcp") - 1;
+    resource->data = ngx_pnalloc(r->pool, resource->len);
+    if (resource->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(resource->data, issuer->data, issuer->len);
+    ngx_memcpy(p, "/mcp", 4);
+
+    return NGX_OK;
+}
+
+
+/* the path of a URL ("" when it has none) */
+void
+ngx_http_sandbox_mcp_oauth_path(ngx_str_t *url, ngx_str_t *path)
+{
+    u_char  *p, *last;
+
+    p = url->data;
+    last = p + url->len;
+
+    p = ngx_strlcasestrn(p, last, (u_char *) "://", 3 - 1);
+    p = p ? p + 3 : url->data;
+
+    while (p < last && *p != '/') {
+        p++;
+    }
+
+    path->data = p;
+    path->len = last - p;
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_metadata_url(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_str_t *url)
+{
+    ngx_str_t  issuer, resource, path;
+
+    ngx_str_null(url);
+
+    if (!lcf->oauth.enable) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_sandbox_mcp_oauth_urls(r, lcf, &issuer, &resource)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_sandbox_mcp_oauth_path(&resource, &path);
+
+    url->data = ngx_pnalloc(r->pool, issuer.len + path.len
+                            + sizeof("/.well-known/oauth-protected-resource"));
+    if (url->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    url->len = ngx_sprintf(url->data, "%V/.well-known/oauth-protected-resource"
+                           "%V", &issuer, &path)
+               - url->data;
+
+    return NGX_OK;
+}
 
 
 ngx_int_t
@@ -81,6 +206,38 @@ ngx_http_sandbox_mcp_oauth_error(ngx_http_request_t *r, ngx_uint_t status,
     return ngx_http_sandbox_mcp_oauth_send_json(r, status,
                json_pack("{s:s, s:s}", "error", error, "error_description",
                          description));
+}
+
+
+/* a bounded store is full: 503, Retry-After (seconds), the OAuth error
+ * temporarily_unavailable */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_full(ngx_http_request_t *r, time_t retry,
+    const char *description)
+{
+    if (ngx_http_sandbox_mcp_oauth_retry_after(r, retry) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                            "temporarily_unavailable",
+                                            description);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_retry_after(ngx_http_request_t *r, time_t retry)
+{
+    ngx_str_t  v;
+
+    v.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (v.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    v.len = ngx_sprintf(v.data, "%T", ngx_max(retry, 1)) - v.data;
+
+    return ngx_http_sandbox_mcp_add_header(r, "Retry-After", &v);
 }
 
 
@@ -267,11 +424,298 @@ ngx_http_sandbox_mcp_oauth_subrequest(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    /* a subrequest shares its parent's body (a form with a refresh token
+     * or an access key, for the token endpoint and the consent): it goes
+     * upstream with none, whatever the location says */
+    sr->request_body = NULL;
+    sr->headers_in.content_length = NULL;
+    sr->headers_in.content_length_n = -1;
+    sr->headers_in.chunked = 0;
+
     ctx->sub_next = next;
     r->write_event_handler = ngx_http_sandbox_mcp_oauth_resume;
 
     return NGX_OK;
 }
+
+
+/* a name and a value, from C strings */
+static void
+ngx_http_sandbox_mcp_oauth_kv(ngx_keyval_t *kv, const char *key,
+    const char *value)
+{
+    kv->key.data = (u_char *) key;
+    kv->key.len = ngx_strlen(key);
+    kv->value.data = (u_char *) value;
+    kv->value.len = ngx_strlen(value);
+}
+
+
+/* the answer through the user agent: redirect_uri?name=value&... */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_redirect(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_keyval_t *kv, ngx_uint_t n)
+{
+    u_char              *p;
+    size_t               len;
+    ngx_str_t            loc;
+    ngx_uint_t           i;
+    ngx_http_request_t  *r;
+
+    static ngx_str_t  no_store = ngx_string("no-store");
+
+    r = ctx->request;
+
+    len = ctx->redirect_uri.len + 3 * ctx->issuer.len + sizeof("&iss=");
+
+    for (i = 0; i < n; i++) {
+        len += kv[i].key.len + 3 * kv[i].value.len + 2;
+    }
+
+    loc.data = ngx_pnalloc(r->pool, len);
+    if (loc.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_cpymem(loc.data, ctx->redirect_uri.data, ctx->redirect_uri.len);
+    *p++ = ngx_strlchr(ctx->redirect_uri.data,
+                       ctx->redirect_uri.data + ctx->redirect_uri.len, '?')
+           ? '&' : '?';
+
+    for (i = 0; i < n; i++) {
+        if (kv[i].value.len == 0) {
+            continue;
+        }
+
+        p = ngx_cpymem(p, kv[i].key.data, kv[i].key.len);
+        *p++ = '=';
+        p = ngx_http_sandbox_mcp_oauth_escape(p, &kv[i].value);
+        *p++ = '&';
+    }
+
+    /* RFC 9207: the issuer of the answer */
+    p = ngx_cpymem(p, "iss=", 4);
+    p = ngx_http_sandbox_mcp_oauth_escape(p, &ctx->issuer);
+
+    loc.len = p - loc.data;
+
+    /* the code is in the address: nothing keeps it */
+    if (ngx_http_sandbox_mcp_add_header(r, "Location", &loc) != NGX_OK
+        || ngx_http_sandbox_mcp_add_header(r, "Cache-Control", &no_store)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_send_json(r, NGX_HTTP_MOVED_TEMPORARILY,
+                                          NULL);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_deny(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    const char *error, const char *description)
+{
+    ngx_keyval_t  kv[3];
+
+    ngx_http_sandbox_mcp_oauth_kv(&kv[0], "error", error);
+    ngx_http_sandbox_mcp_oauth_kv(&kv[1], "error_description", description);
+    ngx_str_set(&kv[2].key, "state");
+    kv[2].value = ctx->state;
+
+    return ngx_http_sandbox_mcp_oauth_redirect(ctx, kv, 3);
+}
+
+
+/* the browser's CSRF cookie, or a new one (set on the page's answer) */
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_cookie(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_req_t *req, ngx_uint_t create)
+{
+    u_char              *p;
+    ngx_str_t            name, v;
+    ngx_uint_t           i;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    ngx_str_set(&name, NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE);
+
+    if (ngx_http_parse_multi_header_lines(&r->headers_in.cookies, &name,
+                                          &req->cookie)
+        != NGX_DECLINED)
+    {
+        for (i = 0; i < req->cookie.len; i++) {
+            if (!((req->cookie.data[i] >= '0' && req->cookie.data[i] <= '9')
+                  || (req->cookie.data[i] >= 'a'
+                      && req->cookie.data[i] <= 'f')))
+            {
+                break;
+            }
+        }
+
+        if (req->cookie.len == NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN
+            && i == req->cookie.len)
+        {
+            return NGX_OK;
+        }
+    }
+
+    ngx_str_null(&req->cookie);
+
+    if (!create) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_sandbox_mcp_oauth_random(r->pool, &req->cookie, "",
+                                    NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE_LEN / 2)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    v.data = ngx_pnalloc(r->pool, 128);
+    if (v.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(v.data, NGX_HTTP_SANDBOX_MCP_OAUTH_COOKIE "=%V; "
+                    "Path=/oauth/; HttpOnly; SameSite=Lax%s", &req->cookie,
+                    ngx_strncmp(ctx->issuer.data, "https:", 6) == 0
+                    ? "; Secure" : "");
+    v.len = p - v.data;
+
+    return ngx_http_sandbox_mcp_add_header(r, "Set-Cookie", &v);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_page(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_uint_t status, const char *title, const char *message)
+{
+    ngx_keyval_t  vars[2];
+
+    ngx_http_sandbox_mcp_oauth_kv(&vars[0], "title", title);
+    ngx_http_sandbox_mcp_oauth_kv(&vars[1], "message", message);
+
+    return ngx_http_sandbox_mcp_oauth_send_html(ctx->request, status,
+                                                smcp_html_error, vars, 2);
+}
+
+
+static void
+ngx_http_sandbox_mcp_oauth_code_stored(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ngx_int_t     rc;
+    ngx_keyval_t  kv[2];
+
+    ctx->cmd = NULL;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_STATUS) {
+        rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
+
+    } else if (ngx_strcmp(reply->str, "OK") == 0) {
+        ngx_str_set(&kv[0].key, "code");
+        kv[0].value = ctx->refresh;     /* the code, here */
+        ngx_str_set(&kv[1].key, "state");
+        kv[1].value = ctx->state;
+
+        rc = ngx_http_sandbox_mcp_oauth_redirect(ctx, kv, 2);
+
+    } else if (ngx_strcmp(reply->str, "REVOKED") == 0
+               && ctx->key_revoked)
+    {
+        /* the endpoint that took the access key says so */
+        rc = ctx->key_revoked(ctx);
+
+    } else {
+        rc = ngx_http_sandbox_mcp_oauth_page(ctx, NGX_HTTP_BAD_REQUEST,
+                               "Unknown client", "This client is not "
+                               "registered (invalid_client), or no longer.");
+    }
+
+    ngx_http_sandbox_mcp_oauth_finalize(ctx, rc);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_oauth_grant_t *g)
+{
+    time_t                             client_ttl;
+    ngx_str_t                          hash, argv[17];
+    ngx_http_request_t                *r;
+    ngx_http_sandbox_mcp_oauth_req_t  *req;
+
+    r = ctx->request;
+    req = ctx->step;
+
+    /* a registered client lives on from its sign-ins; a client metadata
+     * document stays cached no longer than it was */
+    client_ttl = (ctx->client_id.len == NGX_HTTP_SANDBOX_MCP_OAUTH_CLIENT_ID_LEN
+                  && ngx_strncmp(ctx->client_id.data, "mcp_", 4) == 0)
+                 ? ctx->lcf->oauth.client_ttl : 0;
+
+    /* the code: only its hash is stored */
+    if (ngx_http_sandbox_mcp_oauth_random(r->pool, &ctx->refresh, "ac_", 32)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+    hash.data = ngx_pnalloc(r->pool, hash.len + 1);
+    if (hash.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_sandbox_mcp_oauth_sha256_hex(hash.data, ctx->refresh.data,
+                                          ctx->refresh.len);
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
+                                       SMCP_KEY_OAUTH_CLIENT, &ctx->client_id)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_OAUTH_CODE, &hash)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
+                                          SMCP_KEY_REVOKED, NULL)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
+                                          SMCP_KEY_OAUTH_UNUSED, NULL)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    argv[4] = ctx->client_id;
+    argv[5] = ctx->redirect_uri;
+    argv[6] = ctx->challenge;
+    argv[7] = req->resource;
+    argv[8] = g->tenant;
+    argv[9] = g->repos;
+    argv[10] = g->key_jti;
+    argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool, g->key_exp);
+    argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                   ngx_time() + ctx->lcf->oauth.code_ttl);
+    argv[13] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                                 ctx->lcf->oauth.code_ttl);
+    argv[14] = ngx_http_sandbox_mcp_redis_number(r->pool, client_ttl);
+    argv[15] = g->github;
+    argv[16] = g->label;
+
+    ctx->cmd = ngx_http_sandbox_mcp_redis_script(
+                   &ngx_http_sandbox_mcp_script_oauth_code,
+                   ngx_http_sandbox_mcp_oauth_code_stored, ctx, 4, 17, argv);
+
+    if (ctx->cmd == NULL) {
+        return ngx_http_sandbox_mcp_send_unavailable(r);
+    }
+
+    return NGX_DONE;
+}
+
 
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_unhex(u_char c)

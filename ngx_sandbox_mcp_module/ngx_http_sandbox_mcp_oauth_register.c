@@ -1,7 +1,10 @@
 /*
  * Dynamic client registration (RFC 7591) for public clients: redirect
  * URIs https (on an allowed host) or loopback http, bounded metadata,
- * stored in Redis with an expiry.
+ * stored in Redis with an expiry.  Anyone may register, so what that
+ * writes is bounded: a client no sign-in used yet lives
+ * sandbox_mcp_oauth_unused_client_ttl, and there are at most
+ * sandbox_mcp_oauth_unused_clients of them (then 503).
  */
 
 #include "ngx_http_sandbox_mcp_oauth.h"
@@ -49,7 +52,8 @@ ngx_http_sandbox_mcp_oauth_host_listed(ngx_array_t *hosts, u_char *host,
 
 /*
  * https://HOST[:port]/... with HOST allowed, or http:// on a loopback
- * name; no fragment, no userinfo, nothing below 0x21.
+ * name; no fragment, no userinfo, nothing below 0x21 or above 0x7e, none
+ * of " < > ` { } | ^ \.
  */
 static ngx_uint_t
 ngx_http_sandbox_mcp_oauth_redirect_ok(ngx_http_sandbox_mcp_loc_conf_t *lcf,
@@ -59,6 +63,7 @@ ngx_http_sandbox_mcp_oauth_redirect_ok(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     size_t       hlen;
     ngx_uint_t   https, i;
 
+    static u_char     bad[] = "#\\\"<>`{}|^";
     static ngx_str_t  loopback[] = {
         ngx_string("127.0.0.1"), ngx_string("localhost"),
         ngx_string("[::1]"), ngx_null_string
@@ -70,8 +75,12 @@ ngx_http_sandbox_mcp_oauth_redirect_ok(ngx_http_sandbox_mcp_loc_conf_t *lcf,
 
     last = s + len;
 
+    /* no fragment, and none of what a URI may not hold unescaped (RFC
+     * 3986): what is stored is the URI's own bytes, JSON needs no escape */
     for (p = s; p < last; p++) {
-        if (*p <= 0x20 || *p >= 0x7f || *p == '#' || *p == '\\') {
+        if (*p <= 0x20 || *p >= 0x7f
+            || ngx_strlchr(bad, bad + sizeof(bad) - 1, *p))
+        {
             return 0;
         }
     }
@@ -275,8 +284,13 @@ ngx_http_sandbox_mcp_oauth_registered(void *data, redisReply *reply)
     r = ctx->request;
     ctx->cmd = NULL;
 
-    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER
-        || reply->integer != 1)
+    if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer < 0) {
+        rc = ngx_http_sandbox_mcp_oauth_full(r, -reply->integer,
+                               "too many clients are registered and not "
+                               "yet used for a sign-in: try again later");
+
+    } else if (reply == NULL || reply->type != REDIS_REPLY_INTEGER
+               || reply->integer != 1)
     {
         rc = ngx_http_sandbox_mcp_send_unavailable(r);
 
@@ -294,7 +308,7 @@ ngx_http_sandbox_mcp_oauth_register(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
     char                              *uris;
     json_t                            *md, *name, *answer;
-    ngx_str_t                          id, argv[5];
+    ngx_str_t                          id, argv[7];
     const char                        *why, *error;
     json_error_t                       jerr;
     ngx_http_request_t                *r;
@@ -351,20 +365,23 @@ ngx_http_sandbox_mcp_oauth_register(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[2].len = ngx_strlen(uris);
-    argv[2].data = ngx_pnalloc(r->pool, argv[2].len);
-    if (argv[2].data == NULL) {
+    argv[3].len = ngx_strlen(uris);
+    argv[3].data = ngx_pnalloc(r->pool, argv[3].len);
+    if (argv[3].data == NULL) {
         free(uris);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_memcpy(argv[2].data, uris, argv[2].len);
+    ngx_memcpy(argv[3].data, uris, argv[3].len);
     free(uris);
 
     reg = ngx_palloc(r->pool, sizeof(ngx_http_sandbox_mcp_oauth_reg_t));
     if (reg == NULL
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
                                           SMCP_KEY_OAUTH_CLIENT, &id)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
+                                          SMCP_KEY_OAUTH_UNUSED, NULL)
            != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -373,16 +390,20 @@ ngx_http_sandbox_mcp_oauth_register(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
     reg->ctx = ctx;
     reg->answer = answer;
 
-    argv[1].data = (u_char *) json_string_value(json_object_get(answer,
+    /* anyone may register: a client lives unused_client_ttl (and counts
+     * among the unused ones, at most unused_clients) until a sign-in */
+    argv[2].data = (u_char *) json_string_value(json_object_get(answer,
                                                              "client_name"));
-    argv[1].len = ngx_strlen(argv[1].data);
-    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                ctx->lcf->oauth.client_ttl);
+    argv[2].len = ngx_strlen(argv[2].data);
+    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                        ctx->lcf->oauth.unused_client_ttl);
+    argv[6] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                        ctx->lcf->oauth.unused_clients);
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_client,
-                   ngx_http_sandbox_mcp_oauth_registered, reg, 1, 5, argv);
+                   ngx_http_sandbox_mcp_oauth_registered, reg, 2, 7, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

@@ -13,6 +13,7 @@
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 #include "smcp_jwt.h"
+#include "smcp_validate.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_OAUTH_RT_LEN                                    \
@@ -21,6 +22,8 @@
 
 static void ngx_http_sandbox_mcp_oauth_revoked(void *data,
     redisReply *reply);
+static ngx_int_t ngx_http_sandbox_mcp_oauth_github_refresh(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, redisReply *reply);
 
 
 /* code_verifier (RFC 7636 4.1): 43-128 of [A-Za-z0-9-._~] */
@@ -171,6 +174,17 @@ ngx_http_sandbox_mcp_oauth_granted(void *data, redisReply *reply)
     {
         rc = ngx_http_sandbox_mcp_oauth_answer(ctx, reply);
 
+    } else if (ngx_strcmp(reply->element[0]->str, "GITHUB") == 0
+               && reply->elements == 3 && !ctx->github_checked)
+    {
+        rc = ngx_http_sandbox_mcp_oauth_github_refresh(ctx, reply);
+
+        if (rc == NGX_DONE) {
+            /* the subrequest runs from the posted requests */
+            ngx_http_run_posted_requests(r->connection);
+            return;
+        }
+
     } else {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "sandbox_mcp: oauth: token refused: %s: %s",
@@ -224,9 +238,11 @@ ngx_http_sandbox_mcp_oauth_new_tokens(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 
 
 /*
- * oauth_grant.lua: KEYS family, revoked, its channel, the code's key ('');
- * ARGV mode, client_id, proof, resource, now, new refresh hash, access
- * jti, its exp, refresh ttl, redirect_uri.  new_hash NULL: revoke.
+ * oauth_grant.lua: KEYS family, revoked, its channel, the code's key (''),
+ * revoked:exp; ARGV mode, client_id, proof, resource, now, new refresh
+ * hash, access jti, its exp, refresh ttl, redirect_uri, then whether
+ * GitHub was asked again (a GitHub grant's refresh) and what it gives now
+ * (repos, label).  new_hash NULL: revoke.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
@@ -235,12 +251,12 @@ ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
     ngx_http_sandbox_mcp_redis_handler_pt handler)
 {
     ngx_uint_t           i;
-    ngx_str_t            argv[14];
+    ngx_str_t            argv[18], *a;
     ngx_http_request_t  *r;
 
     r = ctx->request;
 
-    for (i = 0; i < 14; i++) {
+    for (i = 0; i < 18; i++) {
         ngx_str_null(&argv[i]);
     }
 
@@ -254,32 +270,42 @@ ngx_http_sandbox_mcp_oauth_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         || (code
             && ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
                                               SMCP_KEY_OAUTH_CODE, code)
-               != NGX_OK))
+               != NGX_OK)
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[4],
+                                          SMCP_KEY_REVOKED_EXP, NULL)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    argv[4].data = (u_char *) mode;
-    argv[4].len = ngx_strlen(mode);
-    argv[5] = ctx->client_id;
-    argv[6] = *proof;
+    a = &argv[5];   /* ARGV */
+
+    a[0].data = (u_char *) mode;
+    a[0].len = ngx_strlen(mode);
+    a[1] = ctx->client_id;
+    a[2] = *proof;
 
     if (new_hash) {
-        argv[7] = *resource;
-        argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-        argv[9].data = new_hash;
-        argv[9].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
-        argv[10] = ctx->access_jti;
-        argv[11] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                     ctx->access_exp);
-        argv[12] = ngx_http_sandbox_mcp_redis_number(r->pool,
+        a[3] = *resource;
+        a[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+        a[5].data = new_hash;
+        a[5].len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+        a[6] = ctx->access_jti;
+        a[7] = ngx_http_sandbox_mcp_redis_number(r->pool, ctx->access_exp);
+        a[8] = ngx_http_sandbox_mcp_redis_number(r->pool,
                                            ctx->lcf->oauth.refresh_ttl);
-        argv[13] = ctx->redirect_uri;
+        a[9] = ctx->redirect_uri;
+
+        if (ctx->github_checked) {
+            ngx_str_set(&a[10], "1");
+            a[11] = ctx->github_repos;
+            a[12] = ctx->github_label;
+        }
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_oauth_grant, handler, ctx,
-                   4, new_hash ? 14 : 7, argv);
+                   5, new_hash ? 18 : 8, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);
@@ -353,6 +379,27 @@ ngx_http_sandbox_mcp_oauth_code_grant(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
+/* the presented refresh token: its family and its hash (hash: 65 bytes);
+ * NGX_DECLINED: not one of ours */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_presented(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_str_t *family, ngx_str_t *hash)
+{
+    ngx_str_t  rt;
+
+    if (ngx_http_sandbox_mcp_oauth_param(ctx, "refresh_token", &rt) != NGX_OK
+        || ngx_http_sandbox_mcp_oauth_family(&rt, family) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_sandbox_mcp_oauth_sha256_hex(hash->data, rt.data, rt.len);
+    hash->len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_oauth_refresh_grant(
     ngx_http_sandbox_mcp_oauth_ctx_t *ctx, ngx_str_t *resource)
@@ -380,15 +427,14 @@ ngx_http_sandbox_mcp_oauth_refresh_grant(
                                "invalid_scope", "the only scope is mcp");
     }
 
-    if (ngx_http_sandbox_mcp_oauth_family(&rt, &family) != NGX_OK) {
+    hash.data = old;
+
+    if (ngx_http_sandbox_mcp_oauth_presented(ctx, &family, &hash) != NGX_OK)
+    {
         return ngx_http_sandbox_mcp_oauth_error(r, NGX_HTTP_BAD_REQUEST,
                                "invalid_grant", "unknown, expired or "
                                "revoked refresh token");
     }
-
-    ngx_http_sandbox_mcp_oauth_sha256_hex(old, rt.data, rt.len);
-    hash.data = old;
-    hash.len = NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX;
 
     if (ngx_http_sandbox_mcp_oauth_new_tokens(ctx, &family, rth) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -397,6 +443,120 @@ ngx_http_sandbox_mcp_oauth_refresh_grant(
     return ngx_http_sandbox_mcp_oauth_grant(ctx, "refresh", &family, NULL,
                                             &hash, resource, rth,
                                             ngx_http_sandbox_mcp_oauth_granted);
+}
+
+
+/* a GitHub grant its account lost: the family revoked, then refused */
+static void
+ngx_http_sandbox_mcp_oauth_github_lost(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx = data;
+
+    ctx->cmd = NULL;
+
+    ngx_http_sandbox_mcp_oauth_finalize(ctx,
+        (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+        ? ngx_http_sandbox_mcp_send_unavailable(ctx->request)
+        : ngx_http_sandbox_mcp_oauth_error(ctx->request,
+                               NGX_HTTP_BAD_REQUEST, "invalid_grant",
+                               "this GitHub account is no longer allowed "
+                               "here: the grant is revoked"));
+}
+
+
+/* GitHub asked again at a refresh: the refresh goes on, or the grant ends */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_github_rechecked(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
+    ngx_http_sandbox_mcp_github_user_t *u, ngx_int_t rc)
+{
+    ngx_str_t            family, hash, tenant, resource;
+    ngx_http_request_t  *r;
+    u_char               h[NGX_HTTP_SANDBOX_MCP_OAUTH_SHA256_HEX + 1];
+
+    r = ctx->request;
+
+    if (rc == NGX_ERROR) {
+        /* GitHub could not tell: the grant stays, the client retries */
+        return ngx_http_sandbox_mcp_oauth_full(r, 5, "GitHub cannot be "
+                               "asked about this account now: retry "
+                               "shortly");
+    }
+
+    if (rc == NGX_OK
+        && ngx_http_sandbox_mcp_github_tenant(r->pool, &u->id, &tenant)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_OK && tenant.len == ctx->github_sub.len
+        && ngx_strncmp(tenant.data, ctx->github_sub.data, tenant.len) == 0)
+    {
+        /* still allowed: the refresh again, with what the rules give now */
+        ctx->github_checked = 1;
+        ctx->github_repos = u->rule->value;
+        ctx->github_label = u->login;
+
+        (void) ngx_http_sandbox_mcp_oauth_param(ctx, "resource", &resource);
+
+        return ngx_http_sandbox_mcp_oauth_refresh_grant(ctx, &resource);
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "sandbox_mcp: oauth: the GitHub grant of %V ends: the "
+                  "account is no longer allowed", &ctx->github_sub);
+
+    hash.data = h;
+
+    if (ngx_http_sandbox_mcp_oauth_presented(ctx, &family, &hash) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_oauth_grant(ctx, "revoke", &family, NULL,
+                                            &hash, NULL, NULL,
+                                        ngx_http_sandbox_mcp_oauth_github_lost);
+}
+
+
+/* the refresh of a GitHub sign-in: who the user is now, first */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_github_refresh(
+    ngx_http_sandbox_mcp_oauth_ctx_t *ctx, redisReply *reply)
+{
+    ngx_str_t                            sealed;
+    ngx_http_request_t                  *r;
+    ngx_http_sandbox_mcp_github_user_t  *u;
+
+    r = ctx->request;
+
+    u = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_github_user_t));
+    if (u == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    sealed.data = (u_char *) reply->element[1]->str;
+    sealed.len = reply->element[1]->len;
+
+    ctx->github_sub.len = reply->element[2]->len;
+    ctx->github_sub.data = ngx_pnalloc(r->pool, ctx->github_sub.len);
+    if (ctx->github_sub.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->github_sub.data, reply->element[2]->str,
+               ctx->github_sub.len);
+
+    u->done = ngx_http_sandbox_mcp_oauth_github_rechecked;
+
+    if (ngx_http_sandbox_mcp_github_unseal(r, &sealed, &u->token) != NGX_OK)
+    {
+        /* not sealed with this secret: nobody can ask GitHub for it */
+        return u->done(ctx, u, NGX_DECLINED);
+    }
+
+    return ngx_http_sandbox_mcp_github_user(ctx, u) == NGX_OK
+           ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 
@@ -470,6 +630,14 @@ ngx_http_sandbox_mcp_oauth_revoked(void *data, redisReply *reply)
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         rc = ngx_http_sandbox_mcp_send_unavailable(ctx->request);
 
+    } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer < 0) {
+        /* RFC 7009 2.2.1: 503, the client must assume the token still
+         * exists (until its exp) and may retry */
+        rc = ngx_http_sandbox_mcp_oauth_full(ctx->request, -reply->integer,
+                               "too many revocations for this tenant this "
+                               "minute: the token is not revoked, retry "
+                               "later");
+
     } else {
         rc = ngx_http_sandbox_mcp_oauth_revoke_done(ctx->request);
     }
@@ -478,15 +646,44 @@ ngx_http_sandbox_mcp_oauth_revoked(void *data, redisReply *reply)
 }
 
 
+/* a JSON string claim into the pool; NGX_DECLINED: not a string */
+static ngx_int_t
+ngx_http_sandbox_mcp_oauth_claim(ngx_pool_t *pool, json_t *claims,
+    const char *name, ngx_str_t *out)
+{
+    json_t  *v;
+
+    v = json_object_get(claims, name);
+
+    if (!json_is_string(v)) {
+        return NGX_DECLINED;
+    }
+
+    out->len = json_string_length(v);
+    out->data = ngx_pnalloc(pool, out->len + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, json_string_value(v), out->len);
+
+    return NGX_OK;
+}
+
+
 /*
  * RFC 7009: a refresh token revokes its family (and its access token), an
- * access token of ours its id; anything else is already worthless: 200.
+ * access token of ours its id; anything else (a token not ours, one
+ * already expired: no entry) is worthless already: 200.  A new revoked id
+ * is a worker's memory: a tenant makes at most
+ * sandbox_mcp_oauth_revoke_rate a minute, then 503 (revoke.lua).
  */
 ngx_int_t
 ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
 {
-    json_t                            *claims, *jti, *exp;
-    ngx_str_t                          tok, family, hash, argv[5];
+    json_t                            *claims;
+    ngx_int_t                          rc, rc2;
+    ngx_str_t                          tok, family, hash, sub, argv[9];
     ngx_http_request_t                *r;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
     char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
@@ -519,42 +716,50 @@ ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
         return ngx_http_sandbox_mcp_oauth_revoke_done(r);
     }
 
-    jti = json_object_get(claims, "jti");
-    exp = json_object_get(claims, "exp");
+    /* an access token of the authorization server: aud, jti, exp, sub */
 
-    if (!json_is_string(jti) || !json_is_integer(exp)
-        || json_object_get(claims, "aud") == NULL)
+    rc = ngx_http_sandbox_mcp_oauth_claim(r->pool, claims, "jti", &argv[4]);
+    rc2 = ngx_http_sandbox_mcp_oauth_claim(r->pool, claims, "sub", &sub);
+    argv[5] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                 json_integer_value(json_object_get(claims, "exp")));
+
+    if (rc == NGX_DECLINED || rc2 == NGX_DECLINED
+        || !json_is_integer(json_object_get(claims, "exp"))
+        || json_object_get(claims, "aud") == NULL
+        || !smcp_valid_tenant((char *) sub.data, sub.len))
     {
-        /* not an access token of the authorization server */
         json_decref(claims);
         return ngx_http_sandbox_mcp_oauth_revoke_done(r);
     }
 
-    argv[2].len = json_string_length(jti);
-    argv[2].data = ngx_pnalloc(r->pool, argv[2].len);
-    argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
-                                                json_integer_value(exp));
-    argv[4] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
-
-    if (argv[2].data) {
-        ngx_memcpy(argv[2].data, json_string_value(jti), argv[2].len);
-    }
-
     json_decref(claims);
 
-    if (argv[2].data == NULL
+    if (rc == NGX_ERROR || rc2 == NGX_ERROR
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[0],
                                           SMCP_KEY_REVOKED, NULL) != NGX_OK
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1],
-                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK)
+                                          SMCP_KEY_REVOKED_EXP, NULL)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
+                                          SMCP_CHAN_REVOKED, NULL) != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[3],
+                                          SMCP_KEY_OAUTH_REVOKES, &sub)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the token's id revoked in every worker (revoke.lua, as smcp-token) */
+    argv[6] = ngx_http_sandbox_mcp_redis_number(r->pool, ngx_time());
+    argv[7] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                            ctx->lcf->oauth.revoke_rate);
+    argv[8] = ngx_http_sandbox_mcp_redis_number(r->pool,
+                                     NGX_HTTP_SANDBOX_MCP_OAUTH_REVOKE_WINDOW);
+
+    /* the token's id revoked in every worker (revoke.lua, as smcp-token),
+     * within the tenant's budget */
     ctx->cmd = ngx_http_sandbox_mcp_redis_script(
                    &ngx_http_sandbox_mcp_script_revoke,
-                   ngx_http_sandbox_mcp_oauth_revoked, ctx, 2, 5, argv);
+                   ngx_http_sandbox_mcp_oauth_revoked, ctx, 4, 9, argv);
 
     if (ctx->cmd == NULL) {
         return ngx_http_sandbox_mcp_send_unavailable(r);

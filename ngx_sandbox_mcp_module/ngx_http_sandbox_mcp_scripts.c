@@ -25,9 +25,12 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(ui_events);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(subscribe);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(revoke);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(revoked_load);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_client);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_code);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_grant);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_pending);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(oauth_github);
 
 
 ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
@@ -41,8 +44,11 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_ui_events,
     &ngx_http_sandbox_mcp_script_subscribe,
     &ngx_http_sandbox_mcp_script_revoke,
+    &ngx_http_sandbox_mcp_script_revoked_load,
     &ngx_http_sandbox_mcp_script_oauth_client,
     &ngx_http_sandbox_mcp_script_oauth_code,
     &ngx_http_sandbox_mcp_script_oauth_grant,
+    &ngx_http_sandbox_mcp_script_oauth_pending,
+    &ngx_http_sandbox_mcp_script_oauth_github,
     NULL
 };

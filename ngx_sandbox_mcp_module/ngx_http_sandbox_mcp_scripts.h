@@ -29,11 +29,17 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_revoke;
 extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_revoked_load;
+extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_client;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_code;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_oauth_grant;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_oauth_pending;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_oauth_github;
 
 /* NULL-terminated: the scripts the Redis layer loads (on every connect,
  * once Redis has loaded its dataset, after a NOSCRIPT) */

@@ -53,7 +53,9 @@ ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
         { SMCP_KEY_SESSION_ACTIVE, &call->path },
         { SMCP_CHAN_RUN, &call->run_id },
         { SMCP_CHAN_CANCEL, NULL },
-        { SMCP_CHAN_TENANT, &call->ctx->tenant }
+        { SMCP_CHAN_TENANT, &call->ctx->tenant },
+        { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant },
+        { SMCP_KEY_BUDGET_EXPIRY, NULL }
     };
 
     pool = call->ctx->request->pool;

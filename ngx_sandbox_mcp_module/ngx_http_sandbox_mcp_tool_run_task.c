@@ -23,6 +23,9 @@
 #define NGX_HTTP_SANDBOX_MCP_QUEUE_FULL        -2
 #define NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS     -3
 #define NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY      -4
+#define NGX_HTTP_SANDBOX_MCP_OVER_BYTES         -5
+#define NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS      -6
+#define NGX_HTTP_SANDBOX_MCP_OVER_DISK          -7
 
 
 /* the arguments of opencode_run_task, validated */
@@ -37,6 +40,7 @@ typedef struct {
     ngx_str_t                   model;
     ngx_str_t                   image;      /* "": the runner's */
     ngx_str_t                   title;
+    ngx_str_t                   grants;     /* as run_create reads them */
     json_int_t                  timeout;
     ngx_uint_t                  create_pr;
     ngx_uint_t                  draft;
@@ -44,6 +48,10 @@ typedef struct {
     u_char                      title_buf[NGX_HTTP_SANDBOX_MCP_AUTO_TITLE];
     u_char                      cost_buf[NGX_INT64_LEN + 2];
 } ngx_http_sandbox_mcp_task_t;
+
+
+static void ngx_http_sandbox_mcp_task_grant_text(
+    ngx_http_sandbox_mcp_call_t *call, u_char *buf, size_t size);
 
 
 /*
@@ -108,6 +116,8 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
+    u_char                            grants[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX
+                                                 / 2];
     ngx_str_t                         text;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
@@ -117,6 +127,20 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 
     lcf = ngx_http_get_module_loc_conf(call->ctx->request,
                                        ngx_http_sandbox_mcp_module);
+
+    if (reply->type == REDIS_REPLY_STRING) {
+        /* a repository of the session that the token does not grant */
+        ngx_http_sandbox_mcp_task_grant_text(call, grants, sizeof(grants));
+        ngx_http_sandbox_mcp_tool_error(call, "Session %V works on %*s, "
+                                        "which this token does not grant (a "
+                                        "run reaches every repository of its "
+                                        "session). Omit sessionId to start a "
+                                        "new session, or use a token that "
+                                        "grants it; %s", &call->path,
+                                        (size_t) ngx_min(reply->len, 200),
+                                        reply->str, grants);
+        return;
+    }
 
     switch (reply->type == REDIS_REPLY_INTEGER
             ? reply->integer : NGX_HTTP_SANDBOX_MCP_NO_SESSION)
@@ -151,6 +175,45 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         &call->path);
         return;
 
+    case NGX_HTTP_SANDBOX_MCP_OVER_BYTES:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: your "
+                                        "runs, their events and diffs hold "
+                                        "%O bytes of storage or more, your "
+                                        "budget (sandbox_mcp_tenant_redis_"
+                                        "bytes). An ended run frees what it "
+                                        "holds when its keys expire, %T "
+                                        "seconds after it ended "
+                                        "(sandbox_mcp_retention); try again "
+                                        "then.", lcf->tenant_bytes,
+                                        lcf->retention);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: you "
+                                        "have %ui live sessions, your budget "
+                                        "(sandbox_mcp_tenant_sessions). "
+                                        "Continue one of them (sessionId; "
+                                        "opencode_list_sessions lists them), "
+                                        "or wait until an idle one expires, "
+                                        "%T seconds after its last run "
+                                        "(sandbox_mcp_session_idle).",
+                                        lcf->tenant_sessions,
+                                        lcf->session_idle);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_OVER_DISK:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: the "
+                                        "workspaces of your sessions hold "
+                                        "%O bytes of disk or more, your "
+                                        "budget (sandbox_mcp_tenant_disk). "
+                                        "An idle session's workspace is "
+                                        "removed %T seconds after its last "
+                                        "run (sandbox_mcp_session_idle; "
+                                        "opencode_list_sessions lists "
+                                        "them); try again then.",
+                                        lcf->tenant_disk, lcf->session_idle);
+        return;
+
     case NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED:
         ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
                                         "longer than %T seconds and its "
@@ -173,15 +236,53 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 }
 
 
+/*
+ * What the token grants, the end of a refusal: "it may name only: a/b,
+ * c/d." or "this token grants no repositories (...)."; NUL-terminated.
+ */
+static void
+ngx_http_sandbox_mcp_task_grant_text(ngx_http_sandbox_mcp_call_t *call,
+    u_char *buf, size_t size)
+{
+    u_char      *p, *last;
+    ngx_str_t   *g;
+    ngx_uint_t   i, n;
+
+    g = call->ctx->repos ? call->ctx->repos->elts : NULL;
+    n = call->ctx->repos ? call->ctx->repos->nelts : 0;
+    last = buf + size - 5;
+
+    if (n == 0) {
+        p = ngx_slprintf(buf, buf + size - 1, "this token grants no "
+                         "repositories (its \"repos\" claim is missing). Ask "
+                         "for a token minted with --repos owner/repo.");
+        *p = '\0';
+        return;
+    }
+
+    p = ngx_slprintf(buf, last, "it may name only: ");
+
+    for (i = 0; i < n && p < last; i++) {
+        p = ngx_slprintf(p, last, "%s%V", i ? ", " : "", &g[i]);
+    }
+
+    if (i < n || p == last) {
+        p = ngx_cpymem(p, "...", 3);
+    }
+
+    *p++ = '.';
+    *p = '\0';
+}
+
+
 /* is the repository among the token's grants (its "repos" claim)? */
 static ngx_int_t
 ngx_http_sandbox_mcp_task_granted(ngx_http_sandbox_mcp_call_t *call,
     smcp_repo_t *repo)
 {
-    u_char      *p, *last;
     ngx_str_t   *g;
     ngx_uint_t   i, n;
-    u_char       list[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
+    u_char       text[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX / 2];
 
     g = call->ctx->repos ? call->ctx->repos->elts : NULL;
     n = call->ctx->repos ? call->ctx->repos->nelts : 0;
@@ -192,35 +293,73 @@ ngx_http_sandbox_mcp_task_granted(ngx_http_sandbox_mcp_call_t *call,
         }
     }
 
-    if (n == 0) {
-        ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not "
-                                        "granted: this token grants no "
-                                        "repositories (its \"repos\" claim "
-                                        "is missing). Ask for a token "
-                                        "minted with --repos owner/repo.",
-                                        repo->owner_len, repo->owner,
-                                        repo->name_len, repo->name);
+    ngx_http_sandbox_mcp_task_grant_text(call, text, sizeof(text));
+
+    ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not granted"
+                                    "%s %s", repo->owner_len, repo->owner,
+                                    repo->name_len, repo->name,
+                                    n ? " to this token;" : ":", text);
+    return NGX_ERROR;
+}
+
+
+/*
+ * The token's grants as run_create compares them: lower case, without
+ * ".git", ',' between them ("" grants none).  The script checks every
+ * repository the run reaches against them, its session's included.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_grants(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *out)
+{
+    u_char      *p;
+    size_t       len;
+    ngx_str_t   *g;
+    ngx_uint_t   i, n;
+
+    g = call->ctx->repos ? call->ctx->repos->elts : NULL;
+    n = call->ctx->repos ? call->ctx->repos->nelts : 0;
+
+    len = 0;
+
+    for (i = 0; i < n; i++) {
+        len += g[i].len + 1;
+    }
+
+    ngx_str_set(out, "");
+
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    out->data = ngx_pnalloc(call->ctx->request->pool, len);
+    if (out->data == NULL) {
         return NGX_ERROR;
     }
 
-    p = list;
-    last = list + sizeof(list) - 4;
+    p = out->data;
 
-    for (i = 0; i < n && p < last; i++) {
-        p = ngx_slprintf(p, last, "%s%V", i ? ", " : "", &g[i]);
+    for (i = 0; i < n; i++) {
+        if (i) {
+            *p++ = ',';
+        }
+
+        len = g[i].len;
+
+        /* checked when the token was read (smcp_grant_valid) */
+        if (len > 4 && ngx_strncasecmp(g[i].data + len - 4,
+                                       (u_char *) ".git", 4) == 0)
+        {
+            len -= 4;
+        }
+
+        ngx_strlow(p, g[i].data, len);
+        p += len;
     }
 
-    if (i < n || p == last) {
-        p = ngx_cpymem(p, "...", 3);
-    }
+    out->len = p - out->data;
 
-    *p = '\0';
-
-    ngx_http_sandbox_mcp_tool_error(call, "Repository %*s/%*s is not granted "
-                                    "to this token; it may name only: %s.",
-                                    repo->owner_len, repo->owner,
-                                    repo->name_len, repo->name, list);
-    return NGX_ERROR;
+    return NGX_OK;
 }
 
 
@@ -652,7 +791,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[30];
+    ngx_str_t                    args[34];
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -665,7 +804,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_SESSIONS, NULL },
         { SMCP_KEY_QUEUE, NULL },
         { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
-        { SMCP_CHAN_TENANT, &call->ctx->tenant }
+        { SMCP_CHAN_TENANT, &call->ctx->tenant },
+        { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant }
     };
 
     pool = call->ctx->request->pool;
@@ -723,6 +863,12 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
                    now - ((int64_t) lcf->retention + lcf->session_idle)
                          * 1000);
     args[29] = t->image;
+    args[30] = t->grants;
+
+    /* the tenant's budgets (docs/contracts.md, "Tenant budgets") */
+    args[31] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_bytes);
+    args[32] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_sessions);
+    args[33] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_disk);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
@@ -753,7 +899,8 @@ ngx_http_sandbox_mcp_run_task(ngx_http_sandbox_mcp_call_t *call)
 
     ngx_http_sandbox_mcp_task_title(&t);
 
-    if (ngx_http_sandbox_mcp_task_ids(call, &t) != NGX_OK
+    if (ngx_http_sandbox_mcp_task_grants(call, &t.grants) != NGX_OK
+        || ngx_http_sandbox_mcp_task_ids(call, &t) != NGX_OK
         || ngx_http_sandbox_mcp_run_page(call, &call->run_id, 0,
                                          &t.watch_base)
            != NGX_OK)

@@ -18,6 +18,7 @@
 
 #include "ngx_http_sandbox_mcp_ui.h"
 #include "ngx_http_sandbox_mcp_request.h"
+#include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_ui_api.h"
 #include "ngx_http_sandbox_mcp_ui_auth.h"
@@ -39,6 +40,31 @@ typedef enum {
     NGX_HTTP_SANDBOX_MCP_UI_STREAM,
     NGX_HTTP_SANDBOX_MCP_UI_NONE
 } ngx_http_sandbox_mcp_ui_route_e;
+
+
+/* the 401 of the JSON and stream routes, which the pages show: what to do
+ * (ui/denied.html says the same for the pages) */
+#define NGX_HTTP_SANDBOX_MCP_UI_DENIED                                        \
+    "This link is not valid: it has expired, was changed, or does not open "  \
+    "this page (a run's link opens that run only). For a new link to a run, " \
+    "ask the assistant for the run's watchUrl again (opencode_get_result "    \
+    "returns it); for the list of all runs, run "                             \
+    "`make token SUB=<tenant> UI=1` on the server."
+
+
+/* a dashboard request on its way to its route */
+typedef struct {
+    ngx_http_sandbox_mcp_ctx_t         *ctx;
+    ngx_http_sandbox_mcp_ui_route_e     route;
+    ngx_str_t                           run_id;     /* empty: none */
+    ngx_str_t                           token;      /* ?token= */
+    ngx_str_t                           prefix;     /* the location */
+    unsigned                            token_page:1;   /* ?token= sent */
+} ngx_http_sandbox_mcp_ui_req_t;
+
+
+static ngx_int_t ngx_http_sandbox_mcp_ui_ask(
+    ngx_http_sandbox_mcp_ui_req_t *u);
 
 
 static const smcp_ui_file_t *
@@ -305,9 +331,8 @@ ngx_http_sandbox_mcp_ui_token_page(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_ui_denied(r);
 
     case NGX_AGAIN:
-        return ngx_http_sandbox_mcp_ui_send_json(r,
-                                        NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
-                                        "try again in a moment");
+        /* only Redis can tell whether the token is revoked */
+        return NGX_AGAIN;
 
     default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -319,7 +344,7 @@ ngx_http_sandbox_mcp_ui_token_page(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, ngx_http_sandbox_mcp_ui_route_e route,
-    ngx_str_t *run_id)
+    ngx_str_t *run_id, ngx_uint_t tenant_rights)
 {
     switch (route) {
 
@@ -330,7 +355,7 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
         return ngx_http_sandbox_mcp_ui_page(r, NGX_HTTP_OK, "run.html");
 
     case NGX_HTTP_SANDBOX_MCP_UI_DATA:
-        return ngx_http_sandbox_mcp_ui_run_data(ctx, run_id);
+        return ngx_http_sandbox_mcp_ui_run_data(ctx, run_id, tenant_rights);
 
     case NGX_HTTP_SANDBOX_MCP_UI_DIFF:
         return ngx_http_sandbox_mcp_ui_run_diff(ctx, run_id);
@@ -360,14 +385,121 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
 }
 
 
+/* the token checked (in Redis too, when the worker's revoked set cannot
+ * tell), then the route served */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_go(ngx_http_sandbox_mcp_ui_req_t *u)
+{
+    ngx_int_t                    rc;
+    ngx_str_t                   *rid;
+    ngx_uint_t                   tenant_rights;
+    ngx_http_request_t          *r;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = u->ctx;
+    r = ctx->request;
+    rid = u->run_id.len ? &u->run_id : NULL;
+    tenant_rights = 0;
+
+    rc = u->token_page
+         ? ngx_http_sandbox_mcp_ui_token_page(r, ctx, &u->token, &u->prefix,
+                                              rid)
+         : ngx_http_sandbox_mcp_ui_auth(r, ctx, rid, &tenant_rights);
+
+    if (rc == NGX_AGAIN) {
+        return ngx_http_sandbox_mcp_ui_ask(u);
+    }
+
+    if (u->token_page) {
+        return rc;
+    }
+
+    if (rc == NGX_DECLINED) {
+        if (u->route == NGX_HTTP_SANDBOX_MCP_UI_LIST
+            || u->route == NGX_HTTP_SANDBOX_MCP_UI_RUN)
+        {
+            return ngx_http_sandbox_mcp_ui_denied(r);
+        }
+
+        return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_UNAUTHORIZED,
+                                  NULL, NGX_HTTP_SANDBOX_MCP_UI_DENIED);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_ui_serve(r, ctx, u->route, rid,
+                                         tenant_rights);
+}
+
+
+static void
+ngx_http_sandbox_mcp_ui_asked(void *data, ngx_int_t revoked)
+{
+    ngx_http_sandbox_mcp_ui_req_t *u = data;
+
+    ngx_int_t                    rc;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = u->ctx;
+    ctx->cmd = NULL;
+
+    if (revoked == NGX_ERROR) {
+        rc = ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                        NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                        "try again in a moment");
+
+    } else {
+        ctx->jti_asked = ctx->jti_ask;
+        ctx->jti_revoked = (revoked == NGX_DECLINED);
+        ngx_str_null(&ctx->jti_ask);
+
+        rc = ngx_http_sandbox_mcp_ui_go(u);
+
+        if (rc == NGX_DONE) {
+            /* the route's own Redis step finalizes the request */
+            return;
+        }
+    }
+
+    ngx_http_sandbox_mcp_finalize(ctx, rc);
+}
+
+
+/* the worker's revoked set cannot tell: Redis is asked, once */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_ask(ngx_http_sandbox_mcp_ui_req_t *u)
+{
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = u->ctx;
+
+    if (ctx->jti_asked.len == 0) {
+        ctx->cmd = ngx_http_sandbox_mcp_revoked_ask(ctx->request->pool,
+                                          &ctx->jti_ask,
+                                          ngx_http_sandbox_mcp_ui_asked, u);
+        if (ctx->cmd) {
+            return NGX_DONE;
+        }
+    }
+
+    /* Redis is away, or another cookie's token came up */
+    return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                        NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                        "try again in a moment");
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
 {
     ngx_int_t                         rc;
-    ngx_str_t                         rel, run_id, name, token, *rid;
+    ngx_str_t                         rel, run_id, name;
     ngx_http_core_loc_conf_t         *clcf;
     ngx_http_sandbox_mcp_ctx_t       *ctx;
     const smcp_ui_file_t             *f;
+    ngx_http_sandbox_mcp_ui_req_t    *u;
     ngx_http_sandbox_mcp_ui_route_e   route;
 
     static ngx_str_t  get = ngx_string("GET, HEAD");
@@ -420,45 +552,23 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
     }
 
     ctx = ngx_http_sandbox_mcp_ctx_create(r);
-    if (ctx == NULL) {
+    u = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_ui_req_t));
+
+    if (ctx == NULL || u == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rid = run_id.len ? &run_id : NULL;
+    u->ctx = ctx;
+    u->route = route;
+    u->run_id = run_id;
+    u->prefix = clcf->name;
 
-    if ((route == NGX_HTTP_SANDBOX_MCP_UI_LIST
-         || route == NGX_HTTP_SANDBOX_MCP_UI_RUN)
-        && ngx_http_arg(r, (u_char *) "token", 5, &token) == NGX_OK)
-    {
-        return ngx_http_sandbox_mcp_ui_token_page(r, ctx, &token,
-                                                  &clcf->name, rid);
-    }
+    u->token_page = (route == NGX_HTTP_SANDBOX_MCP_UI_LIST
+                     || route == NGX_HTTP_SANDBOX_MCP_UI_RUN)
+                    && ngx_http_arg(r, (u_char *) "token", 5, &u->token)
+                       == NGX_OK;
 
-    rc = ngx_http_sandbox_mcp_ui_auth(r, ctx, rid);
-
-    if (rc == NGX_DECLINED) {
-        if (route == NGX_HTTP_SANDBOX_MCP_UI_LIST
-            || route == NGX_HTTP_SANDBOX_MCP_UI_RUN)
-        {
-            return ngx_http_sandbox_mcp_ui_denied(r);
-        }
-
-        return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_UNAUTHORIZED,
-                                  NULL, "this link is not valid (expired, "
-                                  "changed, or not for this page)");
-    }
-
-    if (rc == NGX_AGAIN) {
-        return ngx_http_sandbox_mcp_ui_send_json(r,
-                                        NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
-                                        "try again in a moment");
-    }
-
-    if (rc != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_sandbox_mcp_ui_serve(r, ctx, route, rid);
+    rc = ngx_http_sandbox_mcp_ui_go(u);
 
     if (rc == NGX_DONE) {
         /* a Redis reply (or the stream's end) finalizes the request */

@@ -26,6 +26,7 @@ typedef enum {
 typedef struct {
     ngx_http_sandbox_mcp_ui_api_step_e    step;
     json_t                               *run;      /* step RUN's answer */
+    ngx_uint_t                            tenant_rights;
 } ngx_http_sandbox_mcp_ui_api_t;
 
 
@@ -205,6 +206,29 @@ ngx_http_sandbox_mcp_ui_api_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
     if (api->step == NGX_HTTP_SANDBOX_MCP_UI_API_RUN) {
 
         api->run = out;
+
+        if (json_object_set_new(out, "access",
+                                json_string(api->tenant_rights ? "tenant"
+                                                               : "run"))
+            != 0)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (!api->tenant_rights) {
+            /*
+             * A watchUrl's token opens its run only: the session's other
+             * runs are not read.  Reading them would widen one leaked
+             * link to every run of the session, later ones too, for the
+             * link's lifetime (sandbox_mcp_ui_token_ttl); and their pages
+             * would not open with it anyway (its cookie's path is this
+             * run's page).
+             */
+            return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                                     NGX_HTTP_OK, api->run,
+                                                     NULL);
+        }
+
         session = json_string_value(json_object_get(out, "sessionId"));
 
         if (session && *session) {
@@ -348,14 +372,17 @@ ngx_http_sandbox_mcp_ui_api_create(ngx_http_sandbox_mcp_ctx_t *ctx,
 
 ngx_int_t
 ngx_http_sandbox_mcp_ui_run_data(ngx_http_sandbox_mcp_ctx_t *ctx,
-    ngx_str_t *run_id)
+    ngx_str_t *run_id, ngx_uint_t tenant_rights)
 {
-    if (ngx_http_sandbox_mcp_ui_api_create(ctx,
-                                           NGX_HTTP_SANDBOX_MCP_UI_API_RUN)
-        == NULL)
-    {
+    ngx_http_sandbox_mcp_ui_api_t  *api;
+
+    api = ngx_http_sandbox_mcp_ui_api_create(ctx,
+                                             NGX_HTTP_SANDBOX_MCP_UI_API_RUN);
+    if (api == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    api->tenant_rights = tenant_rights;
 
     return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_get_result",
                                  ngx_http_sandbox_mcp_ui_api_run_args(run_id));

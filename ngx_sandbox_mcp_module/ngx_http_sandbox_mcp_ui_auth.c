@@ -65,8 +65,21 @@ ngx_http_sandbox_mcp_ui_check(ngx_http_request_t *r,
     json_decref(claims);
 
     if (rc == NGX_OK && ctx->jti.len) {
-        /* the worker's revoked set is not loaded: fail closed */
-        rc = NGX_AGAIN;
+        /* the worker's revoked set cannot tell: Redis's word, once asked
+         * (fail closed until then) */
+        if (ctx->jti_asked.len == ctx->jti.len
+            && ngx_memcmp(ctx->jti_asked.data, ctx->jti.data, ctx->jti.len)
+               == 0)
+        {
+            rc = ctx->jti_revoked ? NGX_DECLINED : NGX_OK;
+
+        } else {
+            rc = NGX_AGAIN;
+
+            if (ctx->jti_ask.len == 0) {
+                ctx->jti_ask = ctx->jti;
+            }
+        }
     }
 
     if (rc != NGX_OK) {
@@ -138,18 +151,46 @@ ngx_http_sandbox_mcp_ui_cookie(ngx_http_request_t *r,
 
 ngx_int_t
 ngx_http_sandbox_mcp_ui_auth(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_str_t *run_id)
+    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_str_t *run_id,
+    ngx_uint_t *tenant_rights)
 {
     ngx_int_t  rc, rc2;
+    ngx_str_t  tenant;
 
+    *tenant_rights = 0;
     rc = NGX_DECLINED;
 
     if (run_id) {
         rc = ngx_http_sandbox_mcp_ui_cookie(r, ctx,
                                             NGX_HTTP_SANDBOX_MCP_UI_COOKIE_RUN,
                                             run_id);
-        if (rc == NGX_OK || rc == NGX_ERROR) {
+        if (rc == NGX_ERROR) {
             return rc;
+        }
+
+        if (rc == NGX_OK) {
+            /* the run's token opens this run only; the tenant's, held
+             * too, opens the rest (the list, the session's other runs)
+             * when it is of the same tenant */
+            tenant = ctx->tenant;
+
+            rc2 = ngx_http_sandbox_mcp_ui_cookie(r, ctx,
+                                         NGX_HTTP_SANDBOX_MCP_UI_COOKIE_TENANT,
+                                         NULL);
+            if (rc2 == NGX_ERROR) {
+                return rc2;
+            }
+
+            *tenant_rights = (rc2 == NGX_OK
+                              && ctx->tenant.len == tenant.len
+                              && ngx_memcmp(ctx->tenant.data, tenant.data,
+                                            tenant.len)
+                                 == 0);
+
+            ctx->tenant = tenant;
+            ngx_str_null(&ctx->jti);
+
+            return NGX_OK;
         }
     }
 
@@ -158,6 +199,10 @@ ngx_http_sandbox_mcp_ui_auth(ngx_http_request_t *r,
     rc2 = ngx_http_sandbox_mcp_ui_cookie(r, ctx,
                                          NGX_HTTP_SANDBOX_MCP_UI_COOKIE_TENANT,
                                          NULL);
+
+    if (rc2 == NGX_OK) {
+        *tenant_rights = 1;
+    }
 
     if (rc2 == NGX_DECLINED && rc == NGX_AGAIN) {
         return NGX_AGAIN;

@@ -18,11 +18,16 @@
 /*
  * The request's cookies hold a valid ui token: for run_id, a token of that
  * run or the tenant's; without run_id (the tenant's pages), the tenant's
- * only.  NGX_OK with ctx->tenant set; NGX_DECLINED: none (401); NGX_AGAIN:
- * whether the token is revoked is not known now (503); NGX_ERROR.
+ * only.  NGX_OK with ctx->tenant set and *tenant_rights 1 when the tenant's
+ * token is among them (its list and all of its runs open), 0 when only the
+ * run's is (that run, nothing else); NGX_DECLINED: none (401); NGX_AGAIN:
+ * whether the token is revoked only Redis can tell: ask it about
+ * ctx->jti_ask, put its answer in ctx->jti_asked and ctx->jti_revoked and
+ * call again; NGX_ERROR.
  */
 ngx_int_t ngx_http_sandbox_mcp_ui_auth(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_str_t *run_id);
+    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_str_t *run_id,
+    ngx_uint_t *tenant_rights);
 
 /*
  * ?token= on a page (prefix: the location, run_id: the run page's run or

@@ -2,8 +2,8 @@
  * Configuration: one table of options (flag, environment name, default,
  * help text), read by getopt_long: the flag, else the environment, else
  * the default.  The same table prints the usage and README's table
- * (--help=markdown).  Loaded once, before any thread starts; never written
- * again.
+ * (--help=markdown); --version prints the version (common/smcp_version.h).
+ * Loaded once, before any thread starts; never written again.
  */
 
 #include <getopt.h>
@@ -32,6 +32,13 @@
 #define RUNNER_OPT_HOSTNAME  0x02   /* default: the host name */
 
 #define RUNNER_OPT_WRAP      72     /* help text column */
+
+#define RUNNER_TEST_ENV      "SMCP_RUNNER_TEST_"    /* test hooks' prefix */
+
+/* what to print instead of running: --help, --help=markdown, --version */
+#define RUNNER_SHOW_HELP     1
+#define RUNNER_SHOW_MARKDOWN 2
+#define RUNNER_SHOW_VERSION  3
 
 
 typedef struct {
@@ -196,6 +203,33 @@ static const runner_option_t  runner_options[] = {
       "idle sessions are expired this often",
       RUNNER_OPT_INT, 0, RUNNER_F(janitor_interval), 0, 1, 86400, NULL },
 
+    { "tenant-redis-bytes", "SIZE", "SMCP_TENANT_REDIS_BYTES", "128m",
+      "a tenant's budget of Redis (nginx's sandbox_mcp_tenant_redis_bytes: "
+      "set both alike): once its runs hold it, a run stores no more events "
+      "and no diff; 0: none",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(tenant_bytes), 0, 0, INT64_MAX, NULL },
+
+    { "tenant-disk", "SIZE", "SMCP_TENANT_DISK", "20g",
+      "a tenant's budget of workspace disk (nginx's sandbox_mcp_tenant_disk: "
+      "set both alike): a run whose tenant's sessions pass it is stopped; "
+      "0: none",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(tenant_disk), 0, 0, INT64_MAX, NULL },
+
+    { "min-free-disk", "SIZE", "SMCP_MIN_FREE_DISK", "5g",
+      "the host floor: no sandbox starts while the workspaces' disk "
+      "(--disk-path) has less free; queued runs wait, saying why; 0: off",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_disk), 0, 0, INT64_MAX, NULL },
+
+    { "min-free-redis", "SIZE", "SMCP_MIN_FREE_REDIS", "160m",
+      "the host floor: no sandbox starts while Redis has less of its "
+      "maxmemory free (no maxmemory: not checked); 0: off",
+      RUNNER_OPT_SIZE, 0, RUNNER_F(min_free_redis), 0, 0, INT64_MAX, NULL },
+
+    { "disk-path", "PATH", "SMCP_DISK_PATH", NULL,
+      "whose free disk --min-free-disk reads; default the engine's volumes "
+      "directory (DockerRootDir/volumes)",
+      RUNNER_OPT_STRING, 0, RUNNER_S(disk_path), 0, 0, NULL },
+
     { "metrics", "ADDR", "SMCP_RUNNER_METRICS", NULL,
       "serve Prometheus metrics at http://ADDR/metrics (IP:PORT, "
       "\":PORT\" for every address); default off",
@@ -272,7 +306,9 @@ runner_config_usage(FILE *f)
     fprintf(f, "usage: smcp-runner [options]\n"
                "Each option: the flag, else the environment, else the "
                "default.\n"
-               "  -h, --help[=markdown]   this text (or README's table)\n");
+               "  -h, --help[=markdown]   this text (or README's table)\n"
+               "      --version           the version (smcp-runner "
+               SMCP_VERSION ")\n");
 
     for (i = 0; i < RUNNER_NOPTIONS; i++) {
         o = &runner_options[i];
@@ -596,13 +632,14 @@ runner_config_set(runner_config_t *cfg, const runner_option_t *o,
 }
 
 
-/* the flags given: vals[i] for runner_options[i]; RUNNER_AGAIN: --help */
+/* the flags given: vals[i] for runner_options[i]; RUNNER_AGAIN: *show
+ * says what to print instead (--help, --version) */
 static int
-runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
+runner_config_flags(int argc, char **argv, const char **vals, int *show,
     char *err, size_t errlen)
 {
     int            i, c, idx;
-    struct option  longopts[RUNNER_NOPTIONS + 2];
+    struct option  longopts[RUNNER_NOPTIONS + 3];
 
     for (i = 0; i < (int) RUNNER_NOPTIONS; i++) {
         longopts[i].name = runner_options[i].flag;
@@ -612,7 +649,8 @@ runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
     }
 
     longopts[i] = (struct option) { "help", optional_argument, NULL, 'h' };
-    longopts[i + 1] = (struct option) { NULL, 0, NULL, 0 };
+    longopts[i + 1] = (struct option) { "version", no_argument, NULL, 'V' };
+    longopts[i + 2] = (struct option) { NULL, 0, NULL, 0 };
 
     optind = 0;                     /* glibc: start over */
     opterr = 0;
@@ -625,7 +663,12 @@ runner_config_flags(int argc, char **argv, const char **vals, int *markdown,
             break;
 
         case 'h':
-            *markdown = (optarg && strcmp(optarg, "markdown") == 0);
+            *show = (optarg && strcmp(optarg, "markdown") == 0)
+                    ? RUNNER_SHOW_MARKDOWN : RUNNER_SHOW_HELP;
+            return RUNNER_AGAIN;
+
+        case 'V':
+            *show = RUNNER_SHOW_VERSION;
             return RUNNER_AGAIN;
 
         case ':':
@@ -782,14 +825,45 @@ runner_config_pools(runner_config_t *cfg, char *err, size_t errlen)
 
 
 /*
- * RUNNER_OK (cfg filled), RUNNER_ERR (err says why), RUNNER_AGAIN (--help:
- * printed on stdout).
+ * SMCP_RUNNER_TEST_* variables are the test build's hooks (test_hooks.c):
+ * a release build refuses to start with one set, rather than run as if it
+ * were not.  RUNNER_ERR: err names it.
+ */
+int
+runner_config_test_hooks(char *err, size_t errlen)
+{
+#ifndef RUNNER_TEST_HOOKS
+    size_t   n;
+    char   **e;
+
+    for (e = environ; *e; e++) {
+        if (strncmp(*e, RUNNER_TEST_ENV, sizeof(RUNNER_TEST_ENV) - 1) != 0) {
+            continue;
+        }
+
+        n = strcspn(*e, "=");
+
+        snprintf(err, errlen, "%.*s is set: SMCP_RUNNER_TEST_* variables are "
+                 "test hooks, which only the test build (make runner-test) "
+                 "has; this runner is a release build and will not start "
+                 "with one: unset it", (int) (n < 64 ? n : 64), *e);
+        return RUNNER_ERR;
+    }
+#endif
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * RUNNER_OK (cfg filled), RUNNER_ERR (err says why), RUNNER_AGAIN (--help
+ * or --version: printed on stdout).
  */
 int
 runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     size_t errlen)
 {
-    int                     rc, markdown;
+    int                     rc, show;
     size_t                  i;
     char                    rnd[17];
     char                    what[64];
@@ -798,15 +872,22 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
 
     memset(cfg, 0, sizeof(*cfg));
     memset(vals, 0, sizeof(vals));
-    markdown = 0;
+    show = 0;
 
-    rc = runner_config_flags(argc, argv, vals, &markdown, err, errlen);
+    rc = runner_config_flags(argc, argv, vals, &show, err, errlen);
 
     if (rc == RUNNER_AGAIN) {
-        if (markdown) {
-            runner_config_markdown(stdout);
+        switch (show) {
 
-        } else {
+        case RUNNER_SHOW_MARKDOWN:
+            runner_config_markdown(stdout);
+            break;
+
+        case RUNNER_SHOW_VERSION:
+            printf("smcp-runner " SMCP_VERSION "\n");
+            break;
+
+        default:
             runner_config_usage(stdout);
         }
 

@@ -35,16 +35,59 @@ typedef struct {
 } runner_follow_state_t;
 
 
+/* the one warning after which nothing more of the run is stored */
+static int
+runner_run_budget_hit(runner_run_t *run, const char *warn, const char *what,
+    int64_t limit)
+{
+    int64_t  usage;
+
+    if (runner_store_event(run->store, run->id, run->tenant, "lifecycle",
+                           warn, strlen(warn), NULL, 0, &usage)
+        != RUNNER_OK)
+    {
+        runner_log("error", run->id, "storing an event failed: %s",
+                   runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
+
+    run->budget_hit = 1;
+    runner_log("info", run->id, "%s of %lld bytes reached: later output is "
+               "not stored", what, (long long) limit);
+
+    return RUNNER_OK;
+}
+
+
+/* the tenant's budget of Redis bytes reached: its warning */
+static int
+runner_run_tenant_hit(runner_run_t *run)
+{
+    char  warn[256];
+
+    snprintf(warn, sizeof(warn), "{\"warning\":\"tenant budget exceeded\","
+             "\"budget\":\"sandbox_mcp_tenant_redis_bytes\",\"limit\":%lld,"
+             "\"held\":%lld}", (long long) run->tenant_bytes_max,
+             (long long) run->tenant_bytes);
+
+    return runner_run_budget_hit(run, warn, "the tenant's budget",
+                                 run->tenant_bytes_max);
+}
+
+
 /*
- * An event of the run: counted in event_bytes; past --max-event-bytes
- * one warning is stored, and nothing more (the outcome still counts every
- * line).
+ * An event of the run: counted in event_bytes, and in its tenant's usage;
+ * past --max-event-bytes one warning is stored, and nothing more (the
+ * outcome still counts every line); likewise once the tenant's runs hold
+ * its budget of Redis bytes (the event that reaches it is stored: the
+ * usage is at the budget, and opencode_run_task refuses the tenant).
  */
 int
 runner_run_store(runner_run_t *run, const char *type, const char *data,
     size_t len, const char *dts)
 {
-    char  warn[160];
+    char     warn[256];
+    int64_t  usage;
 
     if (run->budget_hit) {
         return RUNNER_OK;
@@ -56,23 +99,17 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
                  (long long) runner_config->max_event_bytes,
                  (long long) run->event_bytes);
 
-        if (runner_store_event(run->store, run->id, "lifecycle", warn,
-                               strlen(warn), NULL, 0) != RUNNER_OK)
-        {
-            runner_log("error", run->id, "storing an event failed: %s",
-                       runner_store_error(run->store));
-            return RUNNER_ERR;
-        }
-
-        run->budget_hit = 1;
-        runner_log("info", run->id, "output budget of %lld bytes reached: "
-                   "later output is not stored",
-                   (long long) runner_config->max_event_bytes);
-
-        return RUNNER_OK;
+        return runner_run_budget_hit(run, warn, "output budget",
+                                     runner_config->max_event_bytes);
     }
 
-    if (runner_store_event(run->store, run->id, type, data, len, dts, len)
+    /* at the tenant's budget already (its other runs): nothing more */
+    if (runner_budget_event(run)) {
+        return runner_run_tenant_hit(run);
+    }
+
+    if (runner_store_event(run->store, run->id, run->tenant, type, data, len,
+                           dts, len, &usage)
         != RUNNER_OK)
     {
         runner_log("error", run->id, "storing an event failed: %s",
@@ -81,6 +118,15 @@ runner_run_store(runner_run_t *run, const char *type, const char *data,
     }
 
     run->event_bytes += len;
+
+    if (usage >= 0) {
+        run->tenant_bytes = usage;
+    }
+
+    /* this one reached it: the last stored */
+    if (runner_budget_event(run)) {
+        return runner_run_tenant_hit(run);
+    }
 
     return RUNNER_OK;
 }
@@ -311,7 +357,11 @@ runner_run_replayed(void *data, const char *json, size_t len, int from_log)
         }
 
         s = json_string_value(json_object_get(ev, "warning"));
-        if (s && strcmp(s, "output budget exceeded") == 0 && !from_log) {
+        if (s && (strcmp(s, "output budget exceeded") == 0
+                  || (strcmp(s, "tenant budget exceeded") == 0
+                      && !json_is_false(json_object_get(ev, "stored"))))
+            && !from_log)
+        {
             run->budget_hit = 1;
         }
 

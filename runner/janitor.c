@@ -8,6 +8,10 @@
  * its keys live `retention` more (janitor_end.lua).  A runner that dies
  * between the two leaves the mark; after RUNNER_JANITOR_STALE_MS another
  * one takes it over.
+ *
+ * Each pass also takes the bytes of ended runs whose keys have expired off
+ * their tenants' usage (budget:expiry: docs/architecture.md, "Tenant
+ * budgets"), so a tenant's budget of Redis bytes frees up with the keys.
  */
 
 #include <stdio.h>
@@ -101,6 +105,7 @@ runner_janitor_pass(runner_store_t *st)
 void *
 runner_janitor_thread(void *arg)
 {
+    int              rc, rc2;
     runner_store_t  *st;
     int64_t          now, next;
     char             err[RUNNER_ERRLEN];
@@ -129,8 +134,19 @@ runner_janitor_thread(void *arg)
             }
         }
 
-        if (runner_janitor_pass(st) == RUNNER_AGAIN) {
-            next = now + RUNNER_CHECK_MS;   /* a full batch: more are due */
+        rc = runner_janitor_pass(st);
+
+        if (rc != RUNNER_ERR) {
+            rc2 = runner_store_budget_release(st, now);
+
+            if (rc2 == RUNNER_ERR) {
+                runner_log("error", NULL, "janitor: budgets: %s",
+                           runner_store_error(st));
+            }
+
+            if (rc == RUNNER_AGAIN || rc2 == RUNNER_AGAIN) {
+                next = now + RUNNER_CHECK_MS;   /* a full batch: more due */
+            }
         }
     }
 

@@ -267,6 +267,7 @@ runner_turn(runner_store_t *st, runner_timers_t *tm)
     now = time(NULL);
 
     runner_beat(st, tm);
+    runner_floor_update(st);
 
     /* runs waiting for their turn (or for Redis): read our pending
      * entries again a second later */
@@ -333,11 +334,16 @@ main(int argc, char **argv)
     runner_timers_t    tm;
     struct sigaction   sa;
 
+    if (runner_config_test_hooks(err, sizeof(err)) != RUNNER_OK) {
+        fprintf(stderr, "smcp-runner: %s\n", err);
+        return 2;
+    }
+
     rc = runner_config_load(&runner_config_data, argc, argv, err,
                             sizeof(err));
 
     if (rc == RUNNER_AGAIN) {
-        return 0;                   /* --help */
+        return 0;                   /* --help, --version */
     }
 
     if (rc != RUNNER_OK) {
@@ -375,7 +381,7 @@ main(int argc, char **argv)
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "backend=%s concurrency=%d pool=%d image=%s network=%s",
-               RUNNER_VERSION, runner_config->name, runner_config->backend,
+               SMCP_VERSION, runner_config->name, runner_config->backend,
                runner_config->concurrency, runner_config->pool_total,
                runner_config->image,
                runner_config->network);
@@ -395,6 +401,13 @@ main(int argc, char **argv)
         runner_log("error", NULL, "%s", err);
         curl_global_cleanup();
         return 2;
+    }
+
+    if (!atomic_load(&runner_stop)
+        && runner_floor_init(err, sizeof(err)) != RUNNER_OK)
+    {
+        runner_log("warn", NULL, "the host floor's free disk is not "
+                   "measured: %s (--disk-path names it)", err);
     }
 
     /* an image of one's own must follow the sandbox contract */
@@ -420,6 +433,7 @@ main(int argc, char **argv)
     st = runner_connect_wait();
 
     if (st) {
+        runner_floor_update(st);
         runner_run_reconcile(st);
         runner_pending(st);
 

@@ -83,7 +83,7 @@ runner_pr_call(const char *method, const char *path, const char *token,
     hdrs = curl_slist_append(NULL, auth);
     hdrs = curl_slist_append(hdrs, "Accept: application/vnd.github+json");
     hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-    hdrs = curl_slist_append(hdrs, "User-Agent: smcp-runner/" RUNNER_VERSION);
+    hdrs = curl_slist_append(hdrs, "User-Agent: smcp-runner/" SMCP_VERSION);
 
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);

@@ -296,6 +296,8 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         return RUNNER_ERR;
     }
 
+    runner_budget_diff(run);
+
     if (strcmp(status, SMCP_STATUS_COMPLETED) == 0) {
         runner_run_pr(run, &diff);
 
@@ -549,31 +551,6 @@ runner_run_container(runner_run_t *run, json_t *spec, char *err,
 
 
 /*
- * Tests only (t/runner_crash.t): SMCP_RUNNER_TEST_HOLD_RUNNING=<s> holds
- * the run between its sandbox's start and `running`, the window a runner
- * killed there leaves (a started container, a `started` run).  Unset in
- * any deployment: nothing happens.
- */
-static void
-runner_run_test_hold(void)
-{
-    const char  *v;
-    long         s;
-
-    v = getenv("SMCP_RUNNER_TEST_HOLD_RUNNING");
-    if (v == NULL) {
-        return;
-    }
-
-    s = strtol(v, NULL, 10);
-
-    if (s > 0 && s <= 3600) {
-        sleep((unsigned int) s);
-    }
-}
-
-
-/*
  * The session's workspace into run->volume: the one its hash names (its
  * first run's pooled sandbox's), else smcp-<session>; RUNNER_AGAIN: its
  * hash names none.
@@ -746,6 +723,12 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     snprintf(run->session, sizeof(run->session), "%s", session);
     runner_log_tenant(tenant);
 
+    /* a tenant over a budget already: no sandbox */
+    if (runner_budget_start(run, h, err, errlen) != RUNNER_OK) {
+        json_decref(h);
+        return RUNNER_ERR;
+    }
+
     /* the run's own image: one this runner offers, following the contract */
     if (runner_image_for_run(json_string_value(json_object_get(h, "image")),
                              image, sizeof(image), err, errlen)
@@ -778,7 +761,9 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
-    runner_run_test_hold();
+#ifdef RUNNER_TEST_HOOKS
+    runner_test_hold_running(run);
+#endif
 
     rc = runner_store_set_running(run->store, run->id, run->container,
                                   run->deadline_ms, status, sizeof(status));
@@ -943,6 +928,8 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
         run->event_bytes = atoll(v);
     }
 
+    (void) runner_budget_resume(run);
+
     if (runner_store_last_log_ts(run->store, run) != RUNNER_OK
         || runner_store_replay(run->store, run->id, runner_run_replayed, run)
            != RUNNER_OK)
@@ -997,6 +984,17 @@ runner_run_begin(runner_run_t *run)
     int        rc;
     int64_t    started;
     long long  attempts;
+
+    /* the host's floor: the run stays queued, saying why */
+    if (runner_floor_check(err, sizeof(err)) == RUNNER_AGAIN) {
+        if (runner_store_waiting(run->store, run->id, err) != RUNNER_OK) {
+            runner_log("error", run->id, "%s",
+                       runner_store_error(run->store));
+        }
+
+        atomic_store(&run->state, RUNNER_RUN_WAIT);
+        return RUNNER_ERR;
+    }
 
     rc = runner_store_claim(run->store, run->id, status, sizeof(status));
 

@@ -29,8 +29,9 @@
  * to a new session's run of their image), spec.c (the container spec
  * and lock-down every sandbox gets, a run's or the pool's), archive.c
  * (files put into a container: how it is given one), metrics.c (the
- * counters and their /metrics listener).  smcp_token.c is a tool of its
- * own (smcp-token), not part of the runner.
+ * counters and their /metrics listener), test_hooks.c (the test build's
+ * hooks: only `make runner-test` compiles it in).  smcp_token.c is a tool
+ * of its own (smcp-token), not part of the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -53,13 +54,13 @@
 #include "smcp_keys.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
+#include "smcp_version.h"
 
 #define RUNNER_OK       0
 #define RUNNER_ERR     -1
 #define RUNNER_AGAIN   -2       /* try later: not an error */
 
 #define RUNNER_ERRLEN   256
-#define RUNNER_VERSION  "0.1.0"
 
 
 /*
@@ -110,10 +111,15 @@
 #define RUNNER_WS_BUSY_MS            300    /* another run's walk */
 #define RUNNER_WS_SHARE              10     /* a walk: 1/10 of the time */
 #define RUNNER_WS_DEPTH              128    /* directories open in a walk */
+#define RUNNER_WS_LAST_TRIES         10     /* the last measure, when
+                                               another walk is going on */
 #define RUNNER_MAX_ATTEMPTS          3      /* takes (claims, re-attaches,
                                                less clean detaches) that
                                                crashed runners: failed */
 #define RUNNER_ERROR_MAX             4096   /* bytes of a run's error */
+#define RUNNER_EVENT_BYTES           64     /* what an event holds in Redis
+                                               beside its data (its tenant's
+                                               budget) */
 #define RUNNER_STDERR_TAIL           2048   /* bytes of the agent's stderr
                                                kept for a failed run's
                                                error */
@@ -168,7 +174,8 @@
                                                put: its volume */
 
 /* the janitor */
-#define RUNNER_JANITOR_BATCH         100    /* sessions per look */
+#define RUNNER_JANITOR_BATCH         100    /* sessions, expired runs'
+                                               bytes, per look */
 #define RUNNER_JANITOR_STALE_MS      (10 * 60 * 1000)   /* a dead runner's
                                                mark is taken over */
 
@@ -237,6 +244,15 @@ typedef struct {
     int64_t          workspace_inodes;
     int              janitor_interval;      /* s between idle-session
                                                passes */
+    int64_t          tenant_bytes;          /* a tenant's budgets (0: none):
+                                               Redis bytes of its runs */
+    int64_t          tenant_disk;           /* ... its workspaces' bytes */
+    int64_t          min_free_disk;         /* the host floor: no sandbox
+                                               starts below it */
+    int64_t          min_free_redis;        /* ... nor below this much of
+                                               Redis' maxmemory free */
+    char             disk_path[256];        /* whose free disk: "" the
+                                               engine's volumes */
     char             metrics[256];          /* --metrics ADDR; "": off */
     char             log_format[8];         /* "text" or "json" */
     runner_secret_t  secret;                /* signs the run tokens */
@@ -323,6 +339,12 @@ typedef struct runner_run_s {
     int                  diff_marker;       /* the diff's marker is stored */
     int64_t              event_bytes;       /* stored, of the budget */
     int                  budget_hit;        /* later output is not stored */
+    char                 tenant[SMCP_TENANT_MAX + 1];  /* "": unknown */
+    int64_t              tenant_bytes_max;  /* its budgets (0: none) */
+    int64_t              tenant_disk_max;
+    int64_t              tenant_bytes;      /* its usage, as last seen */
+    int                  diff_dropped;      /* its diff is not stored: the
+                                               tenant's budget */
     atomic_int           state;
     runner_outcome_t     out;
     runner_store_t      *store;             /* the run thread's */
@@ -357,6 +379,7 @@ int runner_config_list_next(const char **p, char *buf, size_t size);
 int runner_config_offers(const runner_config_t *cfg, const char *image);
 void runner_config_usage(FILE *f);
 void runner_config_markdown(FILE *f);
+int runner_config_test_hooks(char *err, size_t errlen);
 
 /* log.c: one line per event, key=value, never a secret; the message is
  * escaped (quotes, backslashes, anything but printable ASCII): text from a
@@ -417,8 +440,23 @@ int runner_store_finish(runner_store_t *st, runner_run_t *run,
     const char *status, int exit_code, const char *error,
     const runner_diff_t *diff, const runner_pr_t *pr);
 int runner_store_event(runner_store_t *st, const char *run_id,
-    const char *type, const char *data, size_t len, const char *dts,
-    size_t count);
+    const char *tenant, const char *type, const char *data, size_t len,
+    const char *dts, size_t count, int64_t *usage);
+/* the tenant's usage (tenant:{t}:usage): bytes of Redis, workspaces */
+int runner_store_usage(runner_store_t *st, const char *tenant,
+    int64_t *bytes, int64_t *disk);
+/* a session's workspace measured: the tenant's disk usage, into *disk */
+int runner_store_usage_disk(runner_store_t *st, const char *tenant,
+    const char *session, int64_t bytes, int64_t *disk);
+/* ended runs whose keys expired: their bytes off their tenants' usage
+ * (RUNNER_AGAIN: a full batch, more may be due) */
+int runner_store_budget_release(runner_store_t *st, int64_t now);
+/* Redis' used_memory and maxmemory (0: no cap) */
+int runner_store_memory(runner_store_t *st, int64_t *used, int64_t *max);
+/* a queued run held back: why, as its error and an event (when it
+ * changed); "" once it goes on */
+int runner_store_waiting(runner_store_t *st, const char *run_id,
+    const char *why);
 int runner_store_attempts(runner_store_t *st, const char *run_id,
     int delta, long long *n);
 int runner_store_hget(runner_store_t *st, const char *run_id,
@@ -664,6 +702,22 @@ int runner_pool_take(const char *image, runner_sandbox_t *sb);
 int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen);
 
+/* budget.c: the tenant's budgets, as a run meets them */
+int runner_budget_start(runner_run_t *run, json_t *h, char *err,
+    size_t errlen);
+int runner_budget_resume(runner_run_t *run);
+int runner_budget_event(runner_run_t *run);
+void runner_budget_diff(runner_run_t *run);
+int runner_budget_disk(runner_run_t *run, runner_store_t *st,
+    int64_t bytes, int64_t *total);
+
+/* floor.c: the host's floor (free disk, Redis headroom), measured by the
+ * main loop; a run thread's check: RUNNER_OK, or RUNNER_AGAIN with why no
+ * sandbox may start now */
+int runner_floor_init(char *err, size_t errlen);
+void runner_floor_update(runner_store_t *st);
+int runner_floor_check(char *why, size_t size);
+
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
 
@@ -676,6 +730,11 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+
+#ifdef RUNNER_TEST_HOOKS
+/* test_hooks.c: the test build only */
+void runner_test_hold_running(runner_run_t *run);
+#endif
 
 /* spec.c: the container spec every sandbox gets (run.c, pool.c) */
 json_t *runner_sandbox_spec(const char *image, json_t *env, json_t *labels,

@@ -2,16 +2,19 @@
  * smcp-token: mints an HS256 bearer token with the project's signing
  * secret, or revokes one.
  *
- *   smcp-token --sub alice [--ttl SECONDS] [--scope mcp|ui|egress]
+ *   smcp-token --sub alice [--ttl 30d] [--scope mcp|ui|egress]
  *              [--repos GRANT,...] [--run RUNID] [--secret-file FILE]
  *   smcp-token --revoke JTI|TOKEN [--exp EPOCH] [--redis ADDR]
  *              [--prefix P] [--redis-password-file FILE]
+ *   smcp-token --help | --version
  *
- * Without --secret-file the secret comes from $PROXY_JWT_SECRET; without
- * --redis-password-file the Redis password (if any) from
- * $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a revocation
- * writes jti -> exp into the hash <prefix>revoked and publishes
- * "<jti> <exp>" on the channel <prefix>revoked, in one step.
+ * A minted token goes alone on stdout (scripts capture it); its jti and
+ * expiry on stderr.  Without --secret-file the secret comes from
+ * $PROXY_JWT_SECRET; without --redis-password-file the Redis password (if
+ * any) from $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a
+ * revocation writes jti -> exp into the hash <prefix>revoked and publishes
+ * "<jti> <exp>" on the channel <prefix>revoked, in one step.  Exit codes:
+ * 0 done, 1 failed, 2 bad usage.
  */
 
 #include <stddef.h>
@@ -31,10 +34,15 @@
 #include "smcp_revoked.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
+#include "smcp_version.h"
 
 
 /* a bare jti has no known expiry: it is remembered this long */
 #define SMCP_TOKEN_REVOKE_DEFAULT  (10L * 365 * 24 * 3600)
+
+/* --ttl: by default, and at most (s) */
+#define SMCP_TOKEN_TTL_DEFAULT     (30L * 86400)
+#define SMCP_TOKEN_TTL_MAX         (3650L * 86400)
 
 
 typedef struct {
@@ -54,16 +62,20 @@ typedef struct {
 
 
 static void
-smcp_token_usage(void)
+smcp_token_usage(FILE *f)
 {
-    fprintf(stderr,
-        "usage: smcp-token --sub TENANT [--ttl SECONDS] [--scope SCOPE]\n"
+    fprintf(f,
+        "usage: smcp-token --sub TENANT [--ttl DURATION] [--scope SCOPE]\n"
         "                  [--repos GRANTS] [--run RUNID] "
         "[--secret-file FILE]\n"
         "       smcp-token --revoke JTI|TOKEN [--exp EPOCH] "
         "[--redis ADDR]\n"
         "                  [--prefix P] [--redis-password-file FILE]\n"
-        "  --ttl      lifetime in seconds (default 2592000 = 30 days)\n"
+        "       smcp-token --help | --version\n"
+        "Mints a token (alone on stdout; its jti and expiry on stderr) or\n"
+        "revokes one.\n"
+        "  --ttl      lifetime: 30d, 12h, 90m, 3600s or plain seconds\n"
+        "             (default 30d, at most 3650d)\n"
         "  --scope    mcp (default), ui or egress\n"
         "  --repos    repositories the tenant may name, comma-separated:\n"
         "             owner/repo, owner/* or * (default: none)\n"
@@ -74,6 +86,53 @@ smcp_token_usage(void)
         SMCP_DEFAULT_REDIS ")\n"
         "  --prefix   Redis key prefix (default smcp:)\n"
         "  password:  --redis-password-file, else $SMCP_REDIS_PASSWORD\n");
+}
+
+
+/* "30d", "12h", "90m", "3600s" or "3600": 1 s .. SMCP_TOKEN_TTL_MAX */
+static int
+smcp_token_duration(const char *name, const char *s, long *out)
+{
+    long   n, unit;
+    char  *end;
+
+    end = (char *) s;
+    n = (*s >= '0' && *s <= '9') ? strtol(s, &end, 10) : 0;
+
+    switch (n > 0 ? *end : '?') {
+    case '\0':
+    case 's':
+        unit = 1;
+        break;
+    case 'm':
+        unit = 60;
+        break;
+    case 'h':
+        unit = 3600;
+        break;
+    case 'd':
+        unit = 86400;
+        break;
+    default:
+        unit = 0;
+    }
+
+    if (unit == 0 || (*end != '\0' && end[1] != '\0')) {
+        fprintf(stderr, "smcp-token: %s: \"%.64s\" is not a duration (a "
+                "number of seconds, or with a unit: 3600s, 90m, 12h, 30d)\n",
+                name, s);
+        return SMCP_ERR;
+    }
+
+    if (n > SMCP_TOKEN_TTL_MAX / unit) {
+        fprintf(stderr, "smcp-token: %s: \"%.64s\" is longer than %ldd\n",
+                name, s, SMCP_TOKEN_TTL_MAX / 86400);
+        return SMCP_ERR;
+    }
+
+    *out = n * unit;
+
+    return SMCP_OK;
 }
 
 
@@ -117,20 +176,31 @@ smcp_token_opt(smcp_token_opts_t *o, const char *name, const char *v)
 
     for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         if (strcmp(name, strs[i].name) == 0) {
-            *(const char **) ((char *) o + strs[i].off) = v;
-            return 1;
+            break;
         }
     }
 
+    if (i == sizeof(strs) / sizeof(strs[0])
+        && strcmp(name, "--ttl") != 0 && strcmp(name, "--exp") != 0)
+    {
+        return 0;
+    }
+
+    if (v == NULL) {
+        fprintf(stderr, "smcp-token: %s needs a value\n", name);
+        return -1;
+    }
+
+    if (i < sizeof(strs) / sizeof(strs[0])) {
+        *(const char **) ((char *) o + strs[i].off) = v;
+        return 1;
+    }
+
     if (strcmp(name, "--ttl") == 0) {
-        return smcp_token_number(name, v, &o->ttl) == SMCP_OK ? 1 : -1;
+        return smcp_token_duration(name, v, &o->ttl) == SMCP_OK ? 1 : -1;
     }
 
-    if (strcmp(name, "--exp") == 0) {
-        return smcp_token_number(name, v, &o->exp) == SMCP_OK ? 1 : -1;
-    }
-
-    return 0;
+    return smcp_token_number(name, v, &o->exp) == SMCP_OK ? 1 : -1;
 }
 
 
@@ -172,10 +242,11 @@ smcp_token_repos(const char *list)
 static int
 smcp_token_mint(smcp_token_opts_t *o)
 {
-    char           *tok, err[256], jti[33];
+    char           *tok, err[256], jti[33], expires[32];
     size_t          keylen;
     json_t         *claims;
-    time_t          now;
+    time_t          now, exp;
+    struct tm       tm;
     unsigned char   key[SMCP_SECRET_MAX];
 
     if (strcmp(o->scope, SMCP_SCOPE_MCP) != 0
@@ -203,10 +274,11 @@ smcp_token_mint(smcp_token_opts_t *o)
     }
 
     now = time(NULL);
+    exp = now + o->ttl;
 
     claims = json_pack("{s:s, s:I, s:I, s:s, s:s}", "sub", o->sub,
                        "iat", (json_int_t) now,
-                       "exp", (json_int_t) (now + o->ttl), "scope", o->scope,
+                       "exp", (json_int_t) exp, "scope", o->scope,
                        "jti", jti);
 
     if (claims == NULL
@@ -231,7 +303,18 @@ smcp_token_mint(smcp_token_opts_t *o)
         return 1;
     }
 
+    /* the token alone on stdout; what a person wants to know about it on
+     * stderr, after it */
     printf("%s\n", tok);
+    fflush(stdout);
+
+    if (gmtime_r(&exp, &tm) == NULL
+        || strftime(expires, sizeof(expires), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+    {
+        snprintf(expires, sizeof(expires), "%ld", (long) exp);
+    }
+
+    fprintf(stderr, "jti: %s\nexpires: %s\n", jti, expires);
 
     free(tok);
     json_decref(claims);
@@ -368,7 +451,7 @@ smcp_token_revoke(smcp_token_opts_t *o)
     long           exp;
     redisReply    *reply;
     redisContext  *c;
-    char           jti[SMCP_JTI_MAX + 1], key[256], chan[256];
+    char           jti[SMCP_JTI_MAX + 1], key[256], idx[256], chan[256];
 
     if (strlen(o->prefix) > 200) {
         fprintf(stderr, "smcp-token: --prefix is too long\n");
@@ -385,11 +468,12 @@ smcp_token_revoke(smcp_token_opts_t *o)
     }
 
     snprintf(key, sizeof(key), SMCP_KEY_REVOKED, o->prefix);
+    snprintf(idx, sizeof(idx), SMCP_KEY_REVOKED_EXP, o->prefix);
     snprintf(chan, sizeof(chan), SMCP_CHAN_REVOKED, o->prefix);
 
     /* common/scripts/revoke.lua: a one-shot tool sends it whole */
-    reply = redisCommand(c, "EVAL %s 2 %s %s %s %ld %ld", smcp_lua_revoke,
-                         key, chan, jti, exp, (long) time(NULL));
+    reply = redisCommand(c, "EVAL %s 3 %s %s %s %s %ld %ld", smcp_lua_revoke,
+                         key, idx, chan, jti, exp, (long) time(NULL));
 
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
         fprintf(stderr, "smcp-token: revoking failed: %s\n",
@@ -416,19 +500,31 @@ main(int argc, char **argv)
 
     memset(&o, 0, sizeof(smcp_token_opts_t));
     o.scope = SMCP_SCOPE_MCP;
-    o.ttl = 30L * 24 * 3600;
+    o.ttl = SMCP_TOKEN_TTL_DEFAULT;
     o.redis = SMCP_DEFAULT_REDIS;
     o.prefix = SMCP_DEFAULT_PREFIX;
 
-    /* every option takes a value: argv holds pairs */
+    /* --help and --version alone; every other option takes a value */
     for (i = 1; i < argc; i += 2) {
-        rc = (i + 1 < argc) ? smcp_token_opt(&o, argv[i], argv[i + 1]) : 0;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            smcp_token_usage(stdout);
+            return 0;
+        }
+
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("smcp-token " SMCP_VERSION "\n");
+            return 0;
+        }
+
+        rc = smcp_token_opt(&o, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+
+        if (rc == 0) {
+            fprintf(stderr, "smcp-token: unknown option \"%.64s\"\n",
+                    argv[i]);
+            smcp_token_usage(stderr);
+        }
 
         if (rc <= 0) {
-            if (rc == 0) {
-                smcp_token_usage();
-            }
-
             return 2;
         }
     }
@@ -438,7 +534,9 @@ main(int argc, char **argv)
     }
 
     if (o.sub == NULL || *o.sub == '\0') {
-        smcp_token_usage();
+        fprintf(stderr, "smcp-token: --sub (the tenant) or --revoke is "
+                "required\n");
+        smcp_token_usage(stderr);
         return 2;
     }
 

@@ -42,6 +42,9 @@ static runner_script_t  runner_scripts[] = {
     { "finish", smcp_lua_finish, "" },
     { "janitor_begin", smcp_lua_janitor_begin, "" },
     { "janitor_end", smcp_lua_janitor_end, "" },
+    { "budget_release", smcp_lua_budget_release, "" },
+    { "usage_disk", smcp_lua_usage_disk, "" },
+    { "run_waiting", smcp_lua_run_waiting, "" },
 };
 
 #define RUNNER_NSCRIPTS  (sizeof(runner_scripts) / sizeof(runner_scripts[0]))

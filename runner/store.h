@@ -24,6 +24,9 @@ struct runner_store_s {
 #define RUNNER_LUA_FINISH         2
 #define RUNNER_LUA_JANITOR_BEGIN  3
 #define RUNNER_LUA_JANITOR_END    4
+#define RUNNER_LUA_BUDGET_RELEASE 5
+#define RUNNER_LUA_USAGE_DISK     6
+#define RUNNER_LUA_RUN_WAITING    7
 
 
 #define RUNNER_KEY(buf, fmt, arg)                                             \

@@ -13,23 +13,31 @@
 #include "store.h"
 
 
-/* an event; `count` more bytes in the run's event_bytes (pipelined) */
+/*
+ * An event; `count` more bytes in the run's event_bytes; with a tenant,
+ * what it holds in Redis (its data and RUNNER_EVENT_BYTES) added to the
+ * run's `bytes` and to the tenant's usage, whose new `bytes` go to *usage
+ * (-1: no tenant).  Pipelined, with the ping for watchers.
+ */
 int
-runner_store_event(runner_store_t *st, const char *run_id, const char *type,
-    const char *data, size_t len, const char *dts, size_t count)
+runner_store_event(runner_store_t *st, const char *run_id,
+    const char *tenant, const char *type, const char *data, size_t len,
+    const char *dts, size_t count, int64_t *usage)
 {
     char         events[RUNNER_KEY_MAX], chan[RUNNER_KEY_MAX];
-    char         key[RUNNER_KEY_MAX], now[32], cnt[32];
+    char         key[RUNNER_KEY_MAX], ukey[RUNNER_KEY_MAX], now[32];
+    char         cnt[32], held[32];
     const char  *argv[14];
     size_t       lens[14];
     redisReply  *r;
-    int          i, n, rc, replies;
+    int          i, n, rc, replies, at_usage;
 
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     RUNNER_NUM(now, smcp_now_ms());
     RUNNER_NUM(cnt, count);
+    RUNNER_NUM(held, len + RUNNER_EVENT_BYTES);
 
     n = 0;
     argv[n++] = "XADD";
@@ -66,9 +74,21 @@ runner_store_event(runner_store_t *st, const char *run_id, const char *type,
         replies++;
     }
 
+    at_usage = -1;
+
+    /* what the tenant's usage gains, the run's `bytes` too: the same */
+    if (tenant && tenant[0]) {
+        RUNNER_KEY(ukey, SMCP_KEY_TENANT_USAGE, tenant);
+        redisAppendCommand(st->c, "HINCRBY %s bytes %s", key, held);
+        redisAppendCommand(st->c, "HINCRBY %s bytes %s", ukey, held);
+        at_usage = count ? 3 : 2;   /* after XADD, event_bytes, bytes */
+        replies += 2;
+    }
+
     redisAppendCommand(st->c, "PUBLISH %s event", chan);
 
     rc = RUNNER_OK;
+    *usage = -1;
 
     for (i = 0; i < replies; i++) {
         if (redisGetReply(st->c, (void **) &r) != REDIS_OK) {
@@ -80,6 +100,9 @@ runner_store_event(runner_store_t *st, const char *run_id, const char *type,
             snprintf(st->err, sizeof(st->err), "redis: storing an event: "
                      "%.200s", r->str);
             rc = RUNNER_ERR;
+
+        } else if (i == at_usage && r->type == REDIS_REPLY_INTEGER) {
+            *usage = r->integer;
         }
 
         freeReplyObject(r);

@@ -207,6 +207,7 @@ typedef struct {
     char        claimed[RUNNER_KEY_MAX];    /* tenant:{t}:claimed */
     char        sessions[RUNNER_KEY_MAX];   /* tenant:{t}:sessions */
     char        tchan[RUNNER_KEY_MAX];      /* channel tenant:{t} */
+    char        usage[RUNNER_KEY_MAX];      /* tenant:{t}:usage */
     char        tenant[SMCP_TENANT_MAX + 1];
     char        session_id[SMCP_ID_LEN + 1];
     char        created_at[RUNNER_NUM_MAX];
@@ -239,6 +240,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
     k->started[0] = k->claimed[0] = k->tenant[0] = k->created_at[0] = '\0';
     k->sessions[0] = '\0';
     k->tchan[0] = '\0';
+    k->usage[0] = '\0';
 
     if (smcp_valid_id(v[1], strlen(v[1]), SMCP_SESSION_ID_PREFIX)) {
         strcpy(k->session_id, v[1]);
@@ -253,6 +255,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
         RUNNER_KEY(k->claimed, SMCP_KEY_TENANT_CLAIMED, v[0]);
         RUNNER_KEY(k->sessions, SMCP_KEY_TENANT_SESSIONS, v[0]);
         RUNNER_KEY(k->tchan, SMCP_CHAN_TENANT, v[0]);
+        RUNNER_KEY(k->usage, SMCP_KEY_TENANT_USAGE, v[0]);
     }
 
     if (strlen(v[2]) < sizeof(k->created_at)
@@ -585,9 +588,10 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
 {
     int                n, i;
     char               sessions[RUNNER_KEY_MAX], now[32], num[8][32];
+    char               expiry[RUNNER_KEY_MAX];
     char              *files, *index;
     size_t             lens[RUNNER_STORE_ARGS];
-    const char        *keys[11], *args[RUNNER_STORE_ARGS];
+    const char        *keys[13], *args[RUNNER_STORE_ARGS];
     redisReply        *r;
     runner_run_keys_t  k;
     runner_outcome_t  *o = &run->out;
@@ -597,12 +601,13 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     }
 
     RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
+    RUNNER_KEY0(expiry, SMCP_KEY_BUDGET_EXPIRY);
     RUNNER_NUM(now, smcp_now_ms());
 
     keys[0] = k.run;
     keys[1] = k.events;
     keys[2] = k.chan;
-    keys[3] = o->diff ? k.diff : "";
+    keys[3] = o->diff && !run->diff_dropped ? k.diff : "";
     keys[4] = k.active;
     keys[5] = k.started;
     keys[6] = k.claimed;
@@ -610,6 +615,8 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     keys[8] = sessions;
     keys[9] = k.sessions;
     keys[10] = k.tchan;
+    keys[11] = k.usage;
+    keys[12] = expiry;
 
     files = json_dumps(diff->files, JSON_COMPACT);
     index = json_dumps(diff->index, JSON_COMPACT);
@@ -637,7 +644,8 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     RUNNER_FV("files_changed", files ? files : "[]");
     RUNNER_FV("diff_index", index ? index : "{}");
     RUNNER_FV("diff_stat", diff->stat);
-    RUNNER_FV("diff_truncated", o->diff_truncated ? "1" : "0");
+    RUNNER_FV("diff_truncated",
+              o->diff_truncated || run->diff_dropped ? "1" : "0");
 
     if (pr && pr->status) {
         RUNNER_FV("pr_status", pr->status);
@@ -653,13 +661,13 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     }
 
     /* the diff, last (binary-safe length): the script SETs ARGV[#ARGV] */
-    if (o->diff) {
+    if (o->diff && !run->diff_dropped) {
         args[n] = o->diff;
         lens[n] = o->diff_len;
         n++;
     }
 
-    r = runner_store_script(st, RUNNER_LUA_FINISH, 11, keys, n, args, lens);
+    r = runner_store_script(st, RUNNER_LUA_FINISH, 13, keys, n, args, lens);
     free(files);
     free(index);
 

@@ -119,13 +119,18 @@ static int
 runner_store_janitor(runner_store_t *st, int script, const char *id,
     char *status, size_t slen)
 {
+    int          nkeys;
     char         key[RUNNER_KEY_MAX], second[RUNNER_KEY_MAX];
     char         sessions[RUNNER_KEY_MAX], now[32], arg[32];
-    const char  *keys[3], *args[4];
+    char         tenant[SMCP_TENANT_MAX + 1], usage[RUNNER_KEY_MAX];
+    const char  *keys[4], *args[4];
 
     RUNNER_KEY(key, SMCP_KEY_SESSION, id);
     RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
     RUNNER_NUM(now, smcp_now_ms());
+
+    nkeys = 3;
+    usage[0] = '\0';
 
     if (script == RUNNER_LUA_JANITOR_BEGIN) {
         RUNNER_KEY(second, SMCP_KEY_SESSION_ACTIVE, id);
@@ -134,18 +139,29 @@ runner_store_janitor(runner_store_t *st, int script, const char *id,
     } else {
         RUNNER_KEY(second, SMCP_KEY_SESSION_RUNS, id);
         RUNNER_NUM(arg, SMCP_DEFAULT_RETENTION);
+
+        /* the session leaves its tenant's usage (checked: a key name) */
+        if (runner_store_session_get(st, id, "tenant", tenant,
+                                     sizeof(tenant)) == RUNNER_OK
+            && smcp_valid_tenant(tenant, strlen(tenant)))
+        {
+            RUNNER_KEY(usage, SMCP_KEY_TENANT_USAGE, tenant);
+        }
+
+        nkeys = 4;
     }
 
     keys[0] = key;
     keys[1] = second;
     keys[2] = sessions;
+    keys[3] = usage;
     args[0] = id;
     args[1] = now;
     args[2] = runner_config->instance;
     args[3] = arg;
 
     return runner_store_script_status(st,
-               runner_store_script(st, script, 3, keys, 4, args, NULL),
+               runner_store_script(st, script, nkeys, keys, 4, args, NULL),
                status, slen) == RUNNER_ERR ? RUNNER_ERR : RUNNER_OK;
 }
 

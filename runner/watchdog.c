@@ -135,17 +135,20 @@ runner_run_kill(runner_run_t *run, int64_t now, int64_t *last_try)
 typedef struct {
     char        mountpoint[512];
     int         off;
+    int         busy;               /* the last look met another's walk */
     int64_t     next;
 } runner_ws_watch_t;
 
 static atomic_int  runner_run_ws_warned;
 
 
+/* last: the run is over, its measure only kept (nothing stops) */
 static void
-runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
+runner_run_workspace(runner_run_t *run, runner_store_t *st,
+    runner_ws_watch_t *w, int64_t now, int last)
 {
     int              rc;
-    int64_t          took;
+    int64_t          took, total;
     char             err[RUNNER_ERRLEN];
     runner_usage_t   u;
 
@@ -170,6 +173,8 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
                                 sizeof(err));
     took = smcp_now_ms() - now;
 
+    w->busy = (rc == RUNNER_AGAIN);
+
     if (rc == RUNNER_AGAIN) {
         w->next = now + RUNNER_WS_BUSY_MS;  /* another run's walk: soon */
         return;
@@ -193,6 +198,19 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
         w->next = now + took * RUNNER_WS_SHARE;
     }
 
+    /* the session's share of its tenant's disk */
+    if (runner_budget_disk(run, st, u.bytes, &total) && !last) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "tenant budget exceeded: "
+                        "the workspaces of your sessions hold %lld bytes, "
+                        "over sandbox_mcp_tenant_disk (%lld); the sandbox "
+                        "was stopped", (long long) total,
+                        (long long) run->tenant_disk_max);
+    }
+
+    if (last) {
+        return;
+    }
+
     if (u.too_deep) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "workspace limit exceeded: "
                         "the session's workspace nests more than %d "
@@ -210,6 +228,32 @@ runner_run_workspace(runner_run_t *run, runner_ws_watch_t *w, int64_t now)
                         "the session's workspace holds more than %lld files "
                         "(--workspace-inodes); the sandbox was stopped",
                         (long long) runner_config->workspace_inodes);
+    }
+}
+
+
+/* the run is over: its workspace measured once more, for its tenant's
+ * disk (another run's walk is waited for, a little) */
+static void
+runner_run_workspace_last(runner_run_t *run, runner_store_t *st,
+    runner_ws_watch_t *w)
+{
+    int  i;
+
+    if (st == NULL || w->mountpoint[0] == '\0' || atomic_load(&runner_stop))
+    {
+        return;
+    }
+
+    for (i = 0; i < RUNNER_WS_LAST_TRIES; i++) {
+        w->next = 0;
+        runner_run_workspace(run, st, w, smcp_now_ms(), 1);
+
+        if (w->off || !w->busy) {
+            return;
+        }
+
+        usleep(RUNNER_WS_BUSY_MS * 1000);
     }
 }
 
@@ -251,12 +295,15 @@ runner_run_watchdog(void *arg)
             runner_run_check(run, runner_store_lost(st) ? NULL : st, now);
         }
 
-        runner_run_workspace(run, &ws, now);
+        runner_run_workspace(run, runner_store_lost(st) ? NULL : st, &ws,
+                             now, 0);
 
         runner_run_kill(run, now, &last_kill);
 
         usleep(RUNNER_TICK_MS * 1000);
     }
+
+    runner_run_workspace_last(run, runner_store_lost(st) ? NULL : st, &ws);
 
     runner_store_close(st);
 

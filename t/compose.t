@@ -25,12 +25,18 @@
 #     removed
 #   - a second task of one of those sessions, queued meanwhile, runs after
 #     the first one on the session's network made anew, and completes
+#   - SMCP_OAUTH=on: the OAuth endpoints, registrations limited per client
+#     address (429 past the burst)
 #   - package registries (issue 14), SMCP_REGISTRIES=npm with
 #     NPM_REGISTRY_URL a stand-in on docker0: the egress container's
 #     entrypoint renders the npm route (and no other), nginx -t passes in
 #     it, a run token gets the packument rewritten to the egress, pypi (not
 #     enabled) 403, PUT 405; SMCP_REGISTRIES=npm,cpan keeps the egress
 #     container from starting, naming 'cpan'
+#   - the images carry the version (common/smcp_version.h): nginx's
+#     /healthz and the runner's --version; the image's smcp-token prints
+#     the token alone on stdout (`docker exec`), its jti and expiry on
+#     stderr
 #
 # Cleanup (END, and for runs of this file killed earlier, at start): the
 # runner is stopped first, then the sandboxes (label smcp.runner=<project>,
@@ -66,7 +72,8 @@ use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 use SMCP::Docker qw(:all);
-use SMCP::Test qw(json_decode repo_root wait_until rhex prereq_fail which_bin free_port);
+use SMCP::Test qw(json_decode repo_root wait_until rhex prereq_fail which_bin free_port
+                  smcp_version);
 use SMCP::Fakes;
 
 my $t0 = time();
@@ -337,6 +344,11 @@ delete @ENV{ grep { /^(PYPI|GOPROXY|GOSUMDB|CRATES|MAVEN|RUBYGEMS|DEBIAN_MIRROR)
 my $port = free_port();
 $ENV{SMCP_LISTEN} = "127.0.0.1:$port";
 
+# the OAuth sign-in (SMCP_OAUTH=on), its per-address limit rendered by the
+# nginx container's entrypoint
+$ENV{SMCP_OAUTH} = 'on';
+delete @ENV{qw(SMCP_OAUTH_RATE SMCP_OAUTH_BURST)};
+
 ##############################################################################
 # build and start
 
@@ -437,6 +449,20 @@ is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}
 # nothing of it is started (new() would want a host redis and nginx)
 my $mcp = SMCP::Test->client(port => $port, secret => $secret, tenant => $tenant);
 
+# SMCP_OAUTH=on: the OAuth endpoints, and what a client without a token can
+# have stored limited per address (oauth-locations.sh in the image)
+{
+    my $meta = $mcp->http(method => 'GET', path => '/.well-known/oauth-authorization-server');
+    is($meta->{status}, 200, 'SMCP_OAUTH=on: the authorization server\'s metadata');
+    my $reg = { method => 'POST', path => '/oauth/register',
+                headers => [ 'Content-Type' => 'application/json' ],
+                body => JSON::PP->new->encode({ redirect_uris => [ 'http://127.0.0.1:9/cb' ] }) };
+    my %n;
+    $n{ $_->{status} }++ for $mcp->http_keepalive(map { $reg } 1 .. 40);
+    ok($n{201} && $n{429}, "... 40 registrations from one address: " . ($n{201} // 0)
+                           . ' 201, ' . ($n{429} // 0) . ' 429');
+}
+
 # the registry routes of SMCP_REGISTRIES=npm, rendered by the egress
 # container's entrypoint: in its configuration, which nginx -t takes, and
 # served (rewritten to the egress) to a run token; an unknown registry name
@@ -486,15 +512,19 @@ my $mcp = SMCP::Test->client(port => $port, secret => $secret, tenant => $tenant
         or diag("compose: $out$err\ncontainer: $lo$le");
 }
 
-# a token from the image's own smcp-token (PROXY_JWT_SECRET of the container)
+# a token from the image's own smcp-token (PROXY_JWT_SECRET of the
+# container), through `docker exec` as docker-compose.yml's header says:
+# docker-compose v1's exec hands the container's stderr (the token's jti
+# and expiry) to its stdout, even with -T
 my $token = do {
-    my ($rc, $out, $err) = compose(['exec', '-T', 'nginx', 'smcp-token',
-                                    '--sub', $tenant, '--ttl', '3600']);
+    my ($rc, $out, $err) = docker('exec', $nginx_name, 'smcp-token',
+                                  '--sub', $tenant, '--ttl', '1h');
     is($rc, 0, 'smcp-token in the nginx container mints a token') or diag($err);
+    like($err, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\n\z/, '... its jti and expiry on stderr');
     chomp $out;
     $out;
 };
-like($token, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, '... a JWT');
+like($token, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, '... a JWT, alone on stdout');
 
 my ($sid, $init);
 wait_until(60, sub {
@@ -990,6 +1020,12 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
          'runner metrics (9464): the completed runs');
     like($get->('nginx', 9113, '/healthz'), qr/"runners":"ok"/,
          'nginx /healthz: the runner\'s heartbeat');
+    # the images' binaries: built with common/smcp_version.h
+    my $v = smcp_version();
+    like($get->('nginx', 9113, '/healthz'), qr/"version":"\Q$v\E"/,
+         "nginx /healthz: the version ($v)");
+    my (undef, $out) = compose(['exec', '-T', 'runner', 'smcp-runner', '--version']);
+    is($out, "smcp-runner $v\n", 'the runner image: smcp-runner --version');
 }
 
 ##############################################################################

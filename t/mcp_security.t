@@ -195,6 +195,88 @@ sub session_for {
     }
 }
 
+{
+    # a follow-up (sessionId) reaches every repository of its session: it
+    # fetches them all, and works on the first (clone, push, pull request)
+    # unless it names another.  The token that asks must grant each one,
+    # whatever token started the session.
+    my $gh = 'https://github.com';
+    my %tok = (wide   => $t->token(sub => 'g5', repos => ['*']),
+               narrow => $t->token(sub => 'g5', repos => ['acme/app']),
+               none   => $t->token(sub => 'g5', repos => undef),
+               cased  => $t->token(sub => 'g5', repos => ['ACME/Secret.git']),
+               owner  => $t->token(sub => 'g5', repos => ['acme/*']));
+    my %sid = map { $_ => session_for($tok{$_}) } sort keys %tok;
+    my $call = sub {
+        my ($who, $args) = @_;
+        my $res = $t->call_tool($sid{$who}, 'opencode_run_task',
+                                { task => 't', %$args }, token => $tok{$who});
+        return $res;
+    };
+    my $ses = tool_ok($call->('wide', { repository => "$gh/acme/secret",
+                                        createPullRequest => JSON::PP::true() }),
+                      'a wide token starts a session on acme/secret')->{sessionId};
+    my $wide_run = $t->redis('HGET', "${P}session:$ses", 'last_run');
+
+    my $not_granted = qr{^Session \Q$ses\E works on \Q$gh/acme/secret\E, which this }
+                      . 'token does not grant .*start a new session.*; '
+                      . 'it may name only: acme/app\.$';
+    $not_granted = qr/$not_granted/;
+    for my $c ([ 'no repository, a pull request',
+                 { sessionId => $ses, createPullRequest => JSON::PP::true() } ],
+               [ 'no repository', { sessionId => $ses } ],
+               [ 'a branch', { sessionId => $ses, branch => 'feature' } ],
+               [ 'naming its granted acme/app',
+                 { sessionId => $ses, repository => "$gh/acme/app",
+                   createPullRequest => JSON::PP::true() } ]) {
+        my ($what, $args) = @$c;
+        refused($sid{narrow}, 'opencode_run_task', { task => 't', %$args },
+                $not_granted, "a narrow token continuing the wide session, $what",
+                token => $tok{narrow});
+    }
+    refused($sid{none}, 'opencode_run_task', { task => 't', sessionId => $ses },
+            qr{works on \Q$gh/acme/secret\E, which this token does not grant.*this token grants no repositories},
+            'a token without a repos claim continuing it', token => $tok{none});
+    is($t->redis('HGET', "${P}session:$ses", 'last_run'), $wide_run,
+       'the session ran nothing for them');
+
+    for my $who (qw(wide cased owner)) {
+        my $sc = tool_ok($call->($who, { sessionId => $ses,
+                                         createPullRequest => JSON::PP::true() }),
+                         "a token granting acme/secret ($who) continues it");
+        is($t->redis('HGET', "${P}run:$sc->{runId}", 'repository'), "$gh/acme/secret",
+           "... on the session's repository");
+    }
+
+    # the session gains acme/app: a token granting only acme/secret is
+    # refused now, even naming acme/secret
+    tool_ok($call->('wide', { sessionId => $ses, repository => "$gh/acme/app" }),
+            'the wide token adds acme/app to the session');
+    refused($sid{cased}, 'opencode_run_task',
+            { task => 't', sessionId => $ses, repository => "$gh/acme/secret" },
+            qr{works on \Q$gh/acme/app\E, which this token does not grant.*it may name only: ACME/Secret\.git\.},
+            'a token granting one of its two repositories, naming it',
+            token => $tok{cased});
+    tool_ok($call->('owner', { sessionId => $ses }), 'acme/* grants both');
+
+    # the narrow token's own session and one without a repository
+    my $own = tool_ok($call->('narrow', { repository => "$gh/acme/app" }),
+                      'the narrow token starts its own session')->{sessionId};
+    tool_ok($call->('narrow', { sessionId => $own,
+                                createPullRequest => JSON::PP::true() }),
+            '... and continues it');
+    my $bare = tool_ok($call->('none', {}), 'a session without a repository')
+        ->{sessionId};
+    tool_ok($call->('none', { sessionId => $bare }),
+            '... continued by a token without a repos claim');
+    tool_ok($call->('narrow', { sessionId => $bare, repository => "$gh/acme/app" }),
+            '... then by the narrow token naming acme/app');
+    refused($sid{none}, 'opencode_run_task', { task => 't', sessionId => $bare },
+            qr{works on \Q$gh/acme/app\E, which this token does not grant},
+            '... after which the token without a claim is refused',
+            token => $tok{none});
+}
+
 ###############################################################################
 # quotas: sandbox_mcp_max_queued started runs per tenant (the set
 # tenant:{t}:started, kept by the scripts that change a status: run_create

@@ -5,7 +5,9 @@
 # values bounded whatever a client sends; sandbox_mcp_health answers 200
 # with the runners' heartbeats (none, alive, stale) and 503 without Redis;
 # sandbox_mcp_log_format json writes one JSON line per MCP and egress
-# request with the run id and tenant and never a token.
+# request with the run id and tenant and never a token.  The version
+# (common/smcp_version.h): /healthz carries it, and the error log has one
+# notice line with the module's name and version per start and reload.
 
 use strict;
 use warnings;
@@ -59,6 +61,17 @@ NGINX
             sandbox_mcp_ui;
         }
 SERVER
+
+# the module's line at start and at each reload: its name and version
+my $version = smcp_version();
+sub start_lines {
+    return scalar grep { /\[notice\] \d+#\d+: ngx_http_sandbox_mcp_module \Q$version\E$/ }
+                  split /\n/, $t->error_log;
+}
+wait_until(5, sub { start_lines() });      # (the master writes it)
+is(start_lines(), 1, "error log: one notice line at start, "
+                     . "\"ngx_http_sandbox_mcp_module $version\"")
+    or diag($t->error_log);
 
 # the metrics, parsed (a scrape that is not 200 parses as nothing)
 sub scrape {
@@ -213,9 +226,12 @@ sub settled {
         return value($m, 'smcp_streams', { kind => 'dashboard' }) == 0;
     }, 0.2);
     ok($seen, 'smcp_streams{kind="dashboard"} back to 0 once it closed');
-    my (undef, $m) = scrape();
-    ok(value($m, 'smcp_http_responses_total', { endpoint => 'ui', status => '2xx' }) >= 1,
-       'the dashboard request counted (endpoint ui)');
+    # counted at the request's log phase, which may come after the stream
+    # gauge went down
+    ok(wait_until(10, sub {
+        my (undef, $m) = scrape();
+        return value($m, 'smcp_http_responses_total', { endpoint => 'ui', status => '2xx' }) >= 1;
+    }, 0.2), 'the dashboard request counted (endpoint ui)');
 }
 
 ###############################################################################
@@ -257,6 +273,7 @@ my ($erun, $etok) = $t->live_run;
     my $n = value($m, 'smcp_mcp_requests_total',
                   { method => 'tools/call', tool => 'other', status => 'error' });
     ok($t->reload, 'nginx reloaded (new workers)');
+    is(start_lines(), 2, '... and the error log has the module\'s line again');
     (undef, $m) = scrape();
     is(value($m, 'smcp_mcp_requests_total',
              { method => 'tools/call', tool => 'other', status => 'error' }), $n,
@@ -275,6 +292,7 @@ sub health {
     my ($r, $j) = health();
     is($r->{status}, 200, 'healthz: 200');
     like($r->{headers}{'content-type'} // '', qr{^application/json}, 'healthz: JSON');
+    is($j->{version}, $version, "healthz: the version ($version)");
     is($j->{redis}, 'ok', 'healthz: redis ok');
     is($j->{runners}, 'none', 'healthz: no runner heartbeat yet');
     is($j->{heartbeatAgeMs}, undef, 'healthz: no heartbeat age');
@@ -297,6 +315,7 @@ sub health {
     ($r, $j) = health();
     is($r->{status}, 503, 'healthz: Redis down: 503');
     is($j->{status}, 'unavailable', 'healthz: status unavailable');
+    is($j->{version}, $version, '... with the version');
 
     $t->start_redis;
     ok(wait_until(15, sub { (health())[0]{status} == 200 }, 0.3),

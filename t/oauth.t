@@ -162,6 +162,8 @@ subtest 'registration' => sub {
         [ 'a fragment',         { redirect_uris => ['https://a.example/cb#x'] }, 'invalid_redirect_uri' ],
         [ 'userinfo',           { redirect_uris => ['https://a.example@evil.example/cb'] }, 'invalid_redirect_uri' ],
         [ 'a space',            { redirect_uris => ['https://a.example/c b'] }, 'invalid_redirect_uri' ],
+        [ 'a quote (RFC 3986)', { redirect_uris => ['https://a.example/c"b'] }, 'invalid_redirect_uri' ],
+        [ 'a brace (RFC 3986)', { redirect_uris => ['https://a.example/{cb}'] }, 'invalid_redirect_uri' ],
         [ 'too long',           { redirect_uris => ['https://a.example/' . 'a' x 600] }, 'invalid_redirect_uri' ],
         [ 'too many',           { redirect_uris => [ map { "https://a.example/$_" } 1 .. 9 ] }, 'invalid_redirect_uri' ],
         [ 'not strings',        { redirect_uris => [ { a => 1 } ] }, 'invalid_redirect_uri' ],
@@ -266,6 +268,27 @@ subtest 'code flow with an access key' => sub {
     my $f = $t->redis_hgetall($fam);
     isnt($f->{current}, $tokens->{refresh_token}, 'the refresh token is stored hashed');
     is($f->{current}, sha256_hex($tokens->{refresh_token}), '... as its SHA-256');
+};
+
+# OAuth 2.1 makes state optional when PKCE carries the CSRF protection
+# (the SDK's provider sends none unless it defines state()): the flow
+# goes on, and no state comes back
+subtest 'code flow without state (PKCE S256)' => sub {
+    my ($v, $c) = SMCP::OAuth::pkce();
+    my @p = $o->auth_params($client, challenge => $c, state => undef);
+    my $page = $o->authorize_page(@p);
+    is($page->{status}, 200, 'the sign-in page') or diag($page->{body});
+    like($page->{body}, qr/name="state" value=""/, '... with an empty state');
+    my $r = $o->consent($page, \@p, key => $key);
+    is($r->{status}, 302, 'consent: 302') or diag($r->{body});
+    my $loc = $r->{headers}{location} // '';
+    like($loc, qr{^\Q$o->{redirect}\E\?code=ac_[0-9a-f]{64}&iss=}, 'a code, then iss');
+    my $q = SMCP::OAuth::query($loc);
+    ok(!exists $q->{state}, 'no state in the redirect');
+    $r = $o->token(grant_type => 'authorization_code', code => $q->{code},
+                   redirect_uri => $o->{redirect}, client_id => $client->{client_id},
+                   code_verifier => $v, resource => $resource);
+    is($r->{status}, 200, 'the code exchanged') or diag($r->{body});
 };
 
 subtest 'refresh rotation' => sub {
@@ -385,8 +408,11 @@ subtest 'authorization request refusals' => sub {
     is($r->{status}, 400, 'a parameter twice: 400 page');
 
     redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
-        $o->auth_params($client, challenge => $c, state => undef))),
-        'invalid_request', 'missing state');
+        $o->auth_params($client, challenge => $c, state => 'x' x 513))),
+        'invalid_request', 'a state over 512 bytes', state => undef);
+    redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
+        $o->auth_params($client, challenge => undef, state => undef))),
+        'invalid_request', 'no state and no PKCE', state => undef);
     redirect_error($o->get('/oauth/authorize?' . SMCP::OAuth::form(
         $o->auth_params($client, challenge => $c, resource => 'https://other.example/mcp', state => 's1'))),
         'invalid_target', 'a resource for another server', state => 's1');
@@ -534,7 +560,8 @@ subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
                . 'prefix=""; password_conf=""; log_format=text; render_mcp';
         local %ENV = (%ENV, SMCP_RENDER_CONF => 'no', PROXY_JWT_SECRET => 'x',
                       SMCP_MCP_ADDR => '*', SMCP_OAUTH => $oauth,
-                      SMCP_PUBLIC_URL => 'https://mcp.example.com');
+                      SMCP_PUBLIC_URL => 'https://mcp.example.com',
+                      SMCP_CONF_SCRIPTS => repo_root() . '/ngx_sandbox_mcp_module/conf');
         return run_cmd([ 'bash', '-c', $sh, 'render',
                          repo_root() . '/ngx_sandbox_mcp_module/docker-entrypoint.sh',
                          $t->{secret_file} ]);
@@ -544,6 +571,12 @@ subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
     like($conf, qr/sandbox_mcp_oauth on;/, 'the switch');
     like($conf, qr{location /\.well-known/ \{\s*sandbox_mcp_oauth_endpoints;}, 'discovery');
     like($conf, qr{location /oauth/ \{\s*sandbox_mcp_oauth_endpoints;}, 'the endpoints');
+    like($conf, qr{limit_req_zone \$binary_remote_addr zone=smcp_oauth_addr:10m rate=30r/m;},
+         'a per-address limit (oauth-locations.sh)');
+    like($conf, qr!location = /oauth/register \{[^}]*limit_req zone=smcp_oauth_addr burst=30 nodelay;!,
+         '... on registration');
+    like($conf, qr!location = /oauth/authorize \{[^}]*limit_req zone=smcp_oauth_addr burst=30 nodelay;!,
+         '... and on the authorization endpoint');
     my $load = $t->{static} ? '' : 'load_module ' . module_path() . ';';
     $conf =~ s{load_module modules/\S+;}{$load};
     $conf =~ s{user www-data;}{$> == 0 ? 'user root;' : ''}e;

@@ -4,10 +4,17 @@
 # fake GitHub OAuth server (SMCP::Fakes::start_github_oauth) reached only
 # through internal locations (subrequests: the worker never blocks):
 # the pending request bound to the browser, the code exchange, the user
-# and organization lookups, allowed logins and @organizations with their
-# repositories, the GitHub login as tenant; refusals: a login not allowed,
-# the user denying at GitHub, another browser's callback, a callback used
-# twice or made up; no GitHub token or client secret in the logs.
+# and organization lookups, allowed logins, @organizations and id:N with
+# their repositories, the GitHub user's numeric id as tenant
+# (github-<id>; the login a label); refusals: a login not allowed, the
+# user denying at GitHub, another browser's callback, a callback used
+# twice or made up; no GitHub token or client secret in the logs or in
+# Redis.  Who someone is cannot be renamed (issue 22, point 4): a member
+# renamed to another tenant's name stays its own tenant; a login rule
+# follows the account that first signed in with it, not one that takes
+# the freed login (an organization rule likewise); a refresh asks GitHub
+# again: a member removed from the organization loses the grant at the
+# next refresh, GitHub down keeps it (503, retry).
 #
 # Needs nginx + the module and redis-server; CI=true turns skips into
 # failures.
@@ -23,8 +30,10 @@ use SMCP::Test qw(rhex);
 use SMCP::OAuth;
 use SMCP::Fakes qw(start_github_oauth);
 
-my $gh = start_github_oauth(orgs => { 'octo-bob' => ['acme', 'other'] });
+my $gh = start_github_oauth(orgs => { 'octo-bob' => ['acme', 'other'],
+                                       'octo-carol' => ['acme'] });
 my $G = $gh->url;
+my $DAVE = $gh->id('octo-dave');
 
 my $t = SMCP::Test->new(
     workers => 2,
@@ -33,6 +42,7 @@ my $t = SMCP::Test->new(
         sandbox_mcp_oauth_github gh-client file:%%DIR%%/gh-secret;
         sandbox_mcp_oauth_github_authorize_url $G/login/oauth/authorize;
         sandbox_mcp_oauth_github_allow octo-alice acme/app;
+        sandbox_mcp_oauth_github_allow id:$DAVE acme/ops;
         sandbox_mcp_oauth_github_allow \@acme acme/*,tools/cli;
         location /.well-known/ { sandbox_mcp_oauth_endpoints; }
         location /oauth/ { sandbox_mcp_oauth_endpoints; }
@@ -122,7 +132,8 @@ subtest 'an allowed login' => sub {
     my $tok = exchange($back, $v);
     ok($tok->{access_token}, 'tokens') or diag(explain($tok));
     my (undef, $claims) = SMCP::Test::decode_jwt($tok->{access_token});
-    is($claims->{sub}, 'octo-alice', 'the tenant is the GitHub login');
+    is($claims->{sub}, 'github-' . $gh->id('octo-alice'),
+       'the tenant is the GitHub user\'s numeric id');
     is_deeply($claims->{repos}, ['acme/app'], "the login's repositories");
     my ($sid) = $t->initialize(token => $tok->{access_token});
     ok($sid, '/mcp accepts it');
@@ -138,7 +149,7 @@ subtest 'a member of an allowed organization' => sub {
     my ($back) = back_from_github($r, $page);
     my $tok = exchange($back, $v);
     my (undef, $claims) = SMCP::Test::decode_jwt($tok->{access_token} // '');
-    is($claims->{sub}, 'octo-bob', 'tenant octo-bob');
+    is($claims->{sub}, 'github-' . $gh->id('octo-bob'), "tenant octo-bob's id");
     is_deeply($claims->{repos}, ['acme/*', 'tools/cli'], "the organization's repositories");
 };
 
@@ -172,10 +183,145 @@ subtest 'refusals' => sub {
        'a malformed state: 400');
 };
 
-subtest 'no GitHub secret or token in the logs' => sub {
+# a sign-in as whoever GitHub's authorize page approves now: the tokens
+sub sign_in_as {
+    my ($login) = @_;
+    $gh->set(login => $login);
+    my ($r, $p, $page, $v) = to_github();
+    my ($back) = back_from_github($r, $page);
+    return exchange($back, $v) // {};
+}
+
+sub claims { return (SMCP::Test::decode_jwt($_[0] // ''))[1] // {} }
+
+sub refresh {
+    my ($rt) = @_;
+    return $o->token(grant_type => 'refresh_token', refresh_token => $rt,
+                     client_id => $client->{client_id});
+}
+
+subtest 'a rename changes the label, never the tenant' => sub {
+    # a tenant "alice" (an access key's) with a run
+    my ($asid) = $t->initialize(token => $t->token(sub => 'alice'));
+    my $run = SMCP::Test::sc($t->call_tool($asid, 'opencode_run_task', { task => 'alice work' },
+                                           token => $t->token(sub => 'alice'))) // {};
+    ok($run->{runId}, 'tenant alice has a run');
+
+    my $tok = sign_in_as('octo-bob');
+    my $bob = 'github-' . $gh->id('octo-bob');
+    is(claims($tok->{access_token})->{sub}, $bob, 'octo-bob signs in as its id');
+    $gh->rename('octo-bob', 'alice');
+    $tok = sign_in_as('alice');
+    is(claims($tok->{access_token})->{sub}, $bob, 'renamed to "alice": still its own tenant');
+    is_deeply(claims($tok->{access_token})->{repos}, [ 'acme/*', 'tools/cli' ],
+              '... with its organization\'s repositories, nothing more');
+    my ($sid) = $t->initialize(token => $tok->{access_token});
+    my $list = SMCP::Test::sc($t->call_tool($sid, 'opencode_list_runs', {},
+                                            token => $tok->{access_token})) // {};
+    is_deeply($list->{runs}, [], "... alice's runs are not its");
+    my $res = $t->call_tool($sid, 'opencode_get_result', { runId => $run->{runId} },
+                            token => $tok->{access_token});
+    ok(SMCP::Test::is_error_result($res), "... nor alice's run") or diag(explain($res));
+    my %labels = map { ($t->redis('HGET', $_, 'label') // '') => 1 } $t->redis_keys('smcp:oauth:family:*');
+    ok($labels{alice}, 'the login now is the grant\'s label');
+    $gh->rename('alice', 'octo-bob');
+};
+
+subtest 'a freed login taken by another account' => sub {
+    my $alice = 'github-' . $gh->id('octo-alice');
+    $gh->rename('octo-alice', 'octo-alice2');
+    my $tok = sign_in_as('octo-alice2');
+    is(claims($tok->{access_token})->{sub}, $alice, 'octo-alice renamed: still its tenant');
+    is_deeply(claims($tok->{access_token})->{repos}, ['acme/app'],
+              '... the login rule follows it (bound at its first sign-in)');
+
+    # mallory takes the freed login "octo-alice"
+    $gh->set(ids => { %{ $gh->{ids} }, 'octo-alice' => 777_001 });
+    $gh->set(login => 'octo-alice');
+    my ($r, $p, $page) = to_github(state => 'st-mallory');
+    my ($back) = back_from_github($r, $page);
+    my $q = SMCP::OAuth::query($back->{headers}{location});
+    is($q->{error}, 'access_denied', 'the new holder of "octo-alice": access_denied');
+    ok(!$q->{code}, '... no code');
+
+    # and as a member of acme, only what the organization gives
+    $gh->set(orgs => { %{ $gh->{orgs} }, 'octo-alice' => ['acme'] });
+    $tok = sign_in_as('octo-alice');
+    is(claims($tok->{access_token})->{sub}, 'github-777001', '... a member of acme: its own tenant');
+    is_deeply(claims($tok->{access_token})->{repos}, [ 'acme/*', 'tools/cli' ],
+              '... with the organization\'s repositories, not the login rule\'s');
+};
+
+subtest 'an organization renamed, its name taken' => sub {
+    my $acme = SMCP::Fakes::GitHubOAuth::_made_id('acme', 9_000_000);
+    my %orgs = %{ $gh->{orgs} };
+    $orgs{'octo-bob'} = ['acme-old'];
+    $orgs{'octo-eve'} = ['acme'];
+    $gh->set(orgs => \%orgs, org_ids => { 'acme-old' => $acme, acme => 888_002 });
+    my $tok = sign_in_as('octo-bob');
+    is_deeply(claims($tok->{access_token})->{repos}, [ 'acme/*', 'tools/cli' ],
+              'a member of acme, renamed acme-old: still let in by @acme');
+    $gh->set(login => 'octo-eve');
+    my ($r, $p, $page) = to_github(state => 'st-eve2');
+    my ($back) = back_from_github($r, $page);
+    is(SMCP::OAuth::query($back->{headers}{location})->{error}, 'access_denied',
+       'a member of the new "acme": access_denied');
+    $orgs{'octo-bob'} = ['acme', 'other'];
+    delete $orgs{'octo-eve'};
+    $gh->set(orgs => \%orgs, org_ids => {});
+};
+
+subtest 'id:N' => sub {
+    $gh->rename('octo-dave', 'dave-anything');
+    my $tok = sign_in_as('dave-anything');
+    is(claims($tok->{access_token})->{sub}, "github-$DAVE", 'the user of id:N, whatever its login');
+    is_deeply(claims($tok->{access_token})->{repos}, ['acme/ops'], '... its repositories');
+};
+
+subtest 'a refresh asks GitHub again' => sub {
+    my $tok = sign_in_as('octo-carol');
+    my $carol = 'github-' . $gh->id('octo-carol');
+    is(claims($tok->{access_token})->{sub}, $carol, 'octo-carol, a member of acme');
+    my $n = grep { $_->{path} eq '/user/orgs' } $gh->requests;
+    my $r = refresh($tok->{refresh_token});
+    is($r->{status}, 200, 'a refresh') or diag($r->{body});
+    ok((grep { $_->{path} eq '/user/orgs' } $gh->requests) > $n, '... asked GitHub');
+    is(claims($r->{json}{access_token})->{sub}, $carol, '... the same tenant');
+    my $rt = $r->{json}{refresh_token};
+
+    $gh->set(fail => 1);
+    $r = refresh($rt);
+    is($r->{status}, 503, 'GitHub down: 503');
+    is($r->{json}{error}, 'temporarily_unavailable', '... temporarily_unavailable');
+    $gh->set(fail => 0);
+    $r = refresh($rt);
+    is($r->{status}, 200, '... the same refresh token works once GitHub is back');
+    $rt = $r->{json}{refresh_token};
+    my $at = $r->{json}{access_token};
+
+    my %orgs = %{ $gh->{orgs} };
+    $orgs{'octo-carol'} = [];
+    $gh->set(orgs => \%orgs);
+    $r = refresh($rt);
+    is($r->{status}, 400, 'removed from acme: the next refresh is refused');
+    is($r->{json}{error}, 'invalid_grant', '... invalid_grant');
+    like($r->{json}{error_description}, qr/no longer allowed/, '... saying why');
+    $orgs{'octo-carol'} = ['acme'];
+    $gh->set(orgs => \%orgs);
+    is(refresh($rt)->{status}, 400, '... and stays refused (the grant is revoked)');
+    my ($sid, $ir) = $t->initialize(token => $at);
+    is($ir->{status}, 401, '... its last access token too');
+};
+
+subtest 'no GitHub secret or token in the logs or in Redis' => sub {
     my $log = $t->error_log . $t->read_file("$t->{dir}/access.log");
     unlike($log, qr/gh-secret/, 'not the client secret');
     unlike($log, qr/gho_/, 'not a GitHub token');
+    my $redis = join "\n", map { my $k = $_; my $ty = $t->redis('TYPE', $k);
+        $ty eq 'hash' ? join(' ', @{ $t->redis('HGETALL', $k) }) : $ty eq 'string'
+        ? $t->redis('GET', $k) // '' : '' } $t->redis_keys('*');
+    unlike($redis, qr/gho_/, 'Redis holds no GitHub token in the clear');
+    like($redis, qr/\bgithub\b/, '... (the grants hold it sealed)');
 };
 
 $t->done;

@@ -9,8 +9,9 @@
 #      with the same Docker timestamp and data); a second run of that
 #      runner, whose model hangs, still ends at its deadline
 #   1b. the runner is killed between its sandbox's start and `running`
-#      (a test hook holds it there: the run `started`, claimed by the dead
-#      process, its container up) and started again (same --name): the
+#      (a hook of the runner's test build holds it there: the run
+#      `started`, claimed by the dead process, its container up) and
+#      started again (the release build, same --name): the
 #      new runner adopts that container (no second one), marks the run
 #      `running` once, and the run completes with exactly the script's
 #      events
@@ -145,6 +146,7 @@ $s->stop_runner($runner, 'TERM');
 
 subtest 'runner killed between the sandbox start and `running`' => sub {
     my $r1 = $s->start_runner(concurrency => 2, name => "$name-early",
+                              test_hooks => 1,
                               env => { SMCP_RUNNER_TEST_HOLD_RUNNING => 600 });
     my $t0 = time();
     my $run = $s->run_task(task => 'SCENARIO-EARLY: two files, show them, answer', title => 'early');

@@ -80,7 +80,7 @@ my $runner = $s->start_runner(concurrency => 3, args => \@RUNNER_ARGS);
 subtest 'max_running 1: one run at a time' => sub {
     my $t0 = time();
     my ($max, %seen) = (0);
-    wait_until(120, sub {
+    wait_until(360, sub {
         my @st = map { $s->run_hash($_->{runId})->{status} // '' } @one;
         my $n = grep { $_ eq 'running' } @st;
         $max = $n if $n > $max;

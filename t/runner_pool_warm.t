@@ -89,7 +89,7 @@ sub sh {
 
 # the pool full and every idle sandbox's server warmed
 sub warm_full {
-    return wait_until(120, sub {
+    return wait_until(300, sub {
         my @id = idle_ids();
         @id == $POOL && !grep { sh($_, 'test -e /tmp/smcp-warm/ready && echo y') !~ /y/ } @id;
     }, 0.5);
@@ -195,7 +195,7 @@ subtest 'a provider the server did not warm: OpenCode cold, in the pooled sandbo
 subtest 'a warm run cancelled' => sub {
     ok(warm_full(), 'the pool warm again');
     my $run = $s->run_task(task => 'SCENARIO-HANG: wait', title => 'C');
-    ok(wait_until(90, sub { grep { /STARTED/ } tool_outputs($run->{runId}) }, 0.3),
+    ok(wait_until(180, sub { grep { /STARTED/ } tool_outputs($run->{runId}) }, 0.3),
        'mid-run') or $s->diag_run($run->{runId}, $r);
     ok(lifecycle_step($run->{runId}, 'agent_start')->{warm}, '... on the warm server');
     my $tc = time();

@@ -20,7 +20,15 @@
 #   janitor_begin.lua / janitor_end.lua   an idle session (due in
 #                `sessions`, session:{id}:active empty) marked `expiring` by
 #                one runner at a time (a dead runner's mark taken over when
-#                stale), then `expired`, its keys kept `retention` more
+#                stale), then `expired`, its keys kept `retention` more, and
+#                off its tenant's usage (sessions, disk)
+#   the tenant's budgets: finish.lua adds what the outcome holds to the
+#                run's and the tenant's `bytes` and lists the run in
+#                budget:expiry; budget_release.lua takes it off once its
+#                keys expired, once; usage_disk.lua keeps a session's
+#                workspace in the tenant's `disk`
+#   run_waiting.lua   a queued run held by the host floor says why, once;
+#                running.lua clears it
 #
 # And the runner itself against that Redis (needs Docker: the runner pings
 # dockerd first): a Redis that wants a password (--redis-password-file,
@@ -46,7 +54,7 @@ $t->start_redis;
 
 my $P = 'smcp:';
 my %LUA;
-for my $f (glob(repo_root() . '/ngx_sandbox_mcp_module/common/scripts/{claim,running,finish,janitor_begin,janitor_end}.lua')) {
+for my $f (glob(repo_root() . '/ngx_sandbox_mcp_module/common/scripts/{claim,running,finish,janitor_begin,janitor_end,budget_release,usage_disk,run_waiting}.lua')) {
     my ($name) = $f =~ m{([^/]+)\.lua$};
     $LUA{$name} = $t->read_file($f);
 }
@@ -389,6 +397,115 @@ subtest 'janitor: a dead runner\'s mark, orphans, the default retention' => sub 
     is(jend('ses_j3', 'a/1/x'), 'ok', '... then it leaves sessions');
     is($t->redis('ZSCORE', "${P}sessions", 'ses_j3'), undef, '... gone');
     is($t->redis('EXISTS', "${P}session:ses_j3"), 0, '... no hash made');
+};
+
+##############################################################################
+# the tenant's budgets (docs/contracts.md, "Tenant budgets")
+
+my $USAGE = "${P}tenant:erin:usage";
+my $EXPIRY = "${P}budget:expiry";
+
+# finish with the tenant's usage and budget:expiry, as the runner passes them
+sub finish_b {
+    my ($id, $status, $fields, $diff) = @_;
+    return script('finish',
+        [ "${P}run:$id", "${P}run:$id:events", "${P}run:$id",
+          defined $diff ? "${P}run:$id:diff" : '',
+          "${P}session:ses_b:active", "${P}tenant:erin:started",
+          "${P}tenant:erin:claimed", "${P}session:ses_b", "${P}sessions",
+          "${P}tenant:erin:sessions", "${P}tenant:erin", $USAGE, $EXPIRY ],
+        [ $status, $now, 100000, $id, 'ses_b', %{ $fields || {} },
+          defined $diff ? ($diff) : () ]);
+}
+
+subtest 'budgets: the finish counts what it adds, and lists the run' => sub {
+    $t->redis('DEL', $USAGE, $EXPIRY);
+    $t->redis('HSET', $USAGE, bytes => 5000, sessions => 1, disk => 0, 's:ses_b' => 0);
+    run('run_b1', tenant => 'erin', session => 'ses_b', status => 'running',
+        retention => 100, bytes => 1100, task => 'x' x 50, title => 't');
+    my %f = (result => 'done', error => '', diff_index => '{}');
+    my $diff = "diff --git a/x b/x\n+" . ('y' x 1000) . "\n";
+    is(finish_b('run_b1', 'completed', \%f, $diff), 'ok', 'finish: ok');
+    my $added = 1024 + length('x' x 50) + length('t') + 256 + length(join '', %f)
+                + length($diff);
+    is(hash("${P}run:run_b1")->{bytes}, 1100 + $added,
+       "the run's bytes: its events (counted as stored), its hash and task, the outcome ($added)");
+    is(hash($USAGE)->{bytes}, 5000 + $added, "the tenant's usage gains the same");
+    my $m = $t->redis('ZRANGE', $EXPIRY, 0, -1, 'WITHSCORES');
+    is_deeply($m, [ 'run_b1 ' . (1100 + $added) . ' erin', $now + 100 * 1000 ],
+              'budget:expiry: "<run> <bytes> <tenant>", scored when its keys expire');
+    is(finish_b('run_b1', 'failed', { result => 'again' }), 'completed',
+       'a second finish: the status it had');
+    is(hash($USAGE)->{bytes}, 5000 + $added, '... nothing counted twice');
+    is($t->redis('ZCARD', $EXPIRY), 1, '... nor listed twice');
+
+    run('run_b2', tenant => 'erin', session => 'ses_b', status => 'running', bytes => 1100);
+    is(finish_b('run_b2', 'completed', {}), 'ok', 'a run without retention');
+    is($t->redis('ZCARD', $EXPIRY), 1,
+       '... is not listed: its keys stay, and so do its bytes');
+};
+
+subtest 'budgets: budget_release takes an expired run\'s bytes off, once' => sub {
+    my $member = 'run_b1 ' . hash("${P}run:run_b1")->{bytes} . ' erin';
+    my $before = hash($USAGE)->{bytes};
+    my $bytes = (split / /, $member)[1];
+    is(script('budget_release', [ $EXPIRY, $USAGE ], [ $member, $bytes ]), 1,
+       'released: 1');
+    is(hash($USAGE)->{bytes}, $before - $bytes, "the tenant's usage lost the run's bytes");
+    is($t->redis('ZCARD', $EXPIRY), 0, 'the member is gone');
+    is(script('budget_release', [ $EXPIRY, $USAGE ], [ $member, $bytes ]), 0,
+       'another runner at the same member: 0');
+    is(hash($USAGE)->{bytes}, $before - $bytes, '... nothing taken twice');
+    $t->redis('ZADD', $EXPIRY, $now, 'run_b9 999999 erin');
+    is(script('budget_release', [ $EXPIRY, $USAGE ], [ 'run_b9 999999 erin', 999999 ]), 1,
+       'more than the usage holds');
+    is(hash($USAGE)->{bytes}, 0, '... the usage stops at 0');
+};
+
+subtest 'budgets: usage_disk and janitor_end keep the tenant\'s workspaces' => sub {
+    $t->redis('DEL', $USAGE);
+    $t->redis('HSET', $USAGE, sessions => 1, disk => 100, 's:ses_d1' => 100);
+    is(script('usage_disk', [ $USAGE ], [ 'ses_d1', 700 ]), 700,
+       'a listed session measured again: the disk moves by the difference');
+    is(script('usage_disk', [ $USAGE ], [ 'ses_d2', 300 ]), 1000,
+       'a session not listed yet (made before): listed, its bytes added');
+    is_deeply(hash($USAGE), { sessions => 2, disk => 1000, 's:ses_d1' => 700,
+                              's:ses_d2' => 300 }, 'the usage hash');
+    my $ses = 'ses_d1';
+    $t->redis('HSET', "${P}session:$ses", tenant => 'erin');
+    $t->redis('ZADD', "${P}sessions", $now - 1000, $ses);
+    is(jbegin($ses, 'a/1/x'), 'ok', 'the session is due: marked');
+    is(script('janitor_end',
+              [ "${P}session:$ses", "${P}session:$ses:runs", "${P}sessions", $USAGE ],
+              [ $ses, $now, 'a/1/x', 2592000 ]), 'ok', 'expired');
+    is_deeply(hash($USAGE), { sessions => 1, disk => 300, 's:ses_d2' => 300 },
+              'it left its tenant\'s usage: one session less, its bytes off the disk');
+    is(script('janitor_end',
+              [ "${P}session:$ses", "${P}session:$ses:runs", "${P}sessions", $USAGE ],
+              [ $ses, $now, 'a/1/x', 2592000 ]), 'ok', 'ended again');
+    is_deeply(hash($USAGE), { sessions => 1, disk => 300, 's:ses_d2' => 300 },
+              '... nothing taken twice');
+};
+
+subtest 'run_waiting: a queued run says why, once; running clears it' => sub {
+    my $why = 'waiting for the host: the free disk of /x is below --min-free-disk';
+    created('run_w', tenant => 'erin', session => 'ses_w');
+    my @k = ("${P}run:run_w", "${P}run:run_w:events");
+    is(script('run_waiting', \@k, [ $why, $now, 100000, 'started' ]), 1, 'said: 1');
+    is(hash("${P}run:run_w")->{error}, $why, 'its error says why');
+    my $ev = $t->redis('XRANGE', "${P}run:run_w:events", '-', '+');
+    is(scalar(@$ev), 1, 'one event');
+    is_deeply(json_decode({ @{ $ev->[0][1] } }->{data}), { waiting => $why },
+              '... {"waiting": why}');
+    is(script('run_waiting', \@k, [ $why, $now, 100000, 'started' ]), 0,
+       'the same reason again: 0');
+    is($t->redis('XLEN', "${P}run:run_w:events"), 1, '... no second event');
+    is(claim('run_w', 'r1/1/a'), 'ok', 'claimed');
+    is(running('run_w'), 'ok', 'running');
+    is(hash("${P}run:run_w")->{error}, undef, 'running: the reason is gone');
+    is(script('run_waiting', \@k, [ 'another', $now, 100000, 'started' ]), 0,
+       'a running run: 0');
+    is(hash("${P}run:run_w")->{error}, undef, '... nothing written');
 };
 
 ##############################################################################

@@ -16,7 +16,8 @@
 #     stdin, the derived --title, --session, lifecycle lines, the diff of
 #     the run (commits included, against the start) as strict JSON whatever
 #     the bytes, the exit status, and a stop signal passed on to the agent
-#     (agent_exit and the diff still printed)
+#     (agent_exit and the diff still printed); commands the agent put on
+#     PATH are not run after it
 #
 # Needs root and Docker; the first build fetches OpenCode with `npm pack`
 # (~60 MB) and takes ~10-30 s, later runs reuse the image.
@@ -110,8 +111,8 @@ is(image_field($image, '{{json .Config.Volumes}}'), 'null',
 {
     my $dir = tempdir('smcp-sandbox-img-XXXXXX', TMPDIR => 1, CLEANUP => 1);
     mkdir "$dir/sandbox" or die $!;
-    for my $f (qw(Dockerfile entrypoint.sh registries.sh key-relay session-events
-                  build-image)) {
+    for my $f (qw(Dockerfile entrypoint.sh registries.sh git-after.sh key-relay
+                  session-events build-image)) {
         my ($rc, undef, $err) = run_cmd(['cp', '-p', "$root/runner/sandbox/$f", "$dir/sandbox/$f"]);
         die "cp $f: $err" if $rc;
     }
@@ -359,6 +360,18 @@ edit)
     printf 'ctl:\001\033 bad:\377\303 utf8:\303\251 quote:" back:\\ tab:\t\n' > ctl.txt
     printf 'no final newline' > nonl.txt
     ;;
+plant)
+    # programs on PATH (its /workspace/bin first) named as the commands
+    # the entry script runs: each leaves a mark when it runs
+    mkdir -p /workspace/.oc/path-ran
+    for c in git env mktemp awk sed find mv rm cat chmod perl tail head \
+             sort stat; do
+        printf '#!/bin/sh\ntouch /workspace/.oc/path-ran/%s\nexec /usr/bin/%s "$@"\n' \
+            "$c" "$c" > /workspace/bin/$c
+        chmod 0755 /workspace/bin/$c
+    done
+    printf 'planted\n' > planted.txt
+    ;;
 sleep)
     printf 'partial\n' > partial.txt
     trap 'echo "{\"type\":\"text\",\"part\":{\"text\":\"got TERM\"}}"; exit 143' TERM
@@ -490,6 +503,24 @@ my $task = "\n   Fix   the   bug \x{e9}\n\nSecond line \"quoted\" \$HOME `x`\n";
                  PATH => $path }));
     $argv = read_vol($v3, '/workspace/.oc/fake-argv') // '';
     like($argv, qr/\n--title\nGiven title\n\z/, 'SMCP_TITLE wins');
+}
+
+# commands the agent put on PATH are not run after it (issue 22, point 8):
+# PATH then keeps only directories this user cannot write
+{
+    my $v5 = new_volume();
+    install_fake($v5);
+    my ($exit, $out, $err) = run_sync(sandbox_opts($v5,
+        env => { HOME => '/home/sandbox', SMCP_EGRESS_URL => $egress,
+                 SMCP_RUN_TOKEN => $token, SMCP_TASK => 'plant', PATH => $path,
+                 FAKE_MODE => 'plant' }));
+    is($exit, 0, 'an agent planting commands on PATH: exit 0') or diag($err . $out);
+    my @ev = json_lines($out);
+    like($ev[-1]{json}{diff} // '', qr{^\+planted$}m, 'the diff has its change');
+    my ($rc, $ran) = run_sync(sandbox_opts($v5, entrypoint => 'ls',
+                                           cmd => ['-A', '/workspace/.oc/path-ran']));
+    is($rc, 0, 'the marks\' directory is there');
+    is($ran, '', 'none of the planted commands ran after the agent') or diag($ran);
 }
 
 # a stop signal reaches the agent; agent_exit and the diff still come out

@@ -16,6 +16,9 @@
 #      janitor every second) is expired, its volume removed; a later
 #      run_task with its sessionId is an isError saying so.
 #   5. Another tenant's sessionId behaves as an unknown one.
+#   6. A token granting less than the session holds (issue 22): its
+#      follow-up is refused with a clear error, nothing runs, nothing is
+#      pushed to the fake GitHub and no pull request is opened.
 #
 # Needs root, Docker, `make` and redis-server; CI=true turns skips into
 # failures.  Uses $SMCP_SANDBOX_IMAGE.
@@ -54,6 +57,10 @@ my $s = SMCP::Stack->new(
                                        . 'cat /workspace/repo/RELEASE.md', 'Where'),
                              { text => 'Beside.' } ],
         'SCENARIO-IDLE' => [ { text => 'Idle now.' } ],
+        'SCENARIO-NARROW' => [ { tool_use => { name => 'write', input => {
+                                   filePath => '/workspace/repo/narrow.txt',
+                                   content => "narrow\n" } } },
+                               { text => 'Narrow written.' } ],
     },
     repos => {
         'acme/app' => { 'README.md' => "# app\n" },
@@ -152,6 +159,36 @@ subtest 'a second repository: cloned beside the first' => sub {
 };
 
 $s->timing('a session of five runs', time() - $t0);
+
+# right after the session's last run: it expires when idle $IDLE s
+subtest 'a narrower token continuing the session: refused, nothing pushed' => sub {
+    my @repos = qw(acme/app acme/lib);
+    my %refs = map { $_ => $gh->refs($_) } @repos;
+    my %pulls = map { $_ => scalar(@{ $gh->pulls($_) }) } @repos;
+    my $runs = $t->redis('ZCARD', "smcp:session:$ses:runs");
+    my $narrow = $t->token(repos => ['acme/lib']);
+    my $sid = $t->initialize(token => $narrow);
+    ok($sid, 'the narrow token has an MCP session');
+    my $res = $t->call_tool($sid, 'opencode_run_task',
+        { task => 'SCENARIO-NARROW: narrow', sessionId => $ses,
+          createPullRequest => JSON::PP::true }, token => $narrow);
+    ok($res->{isError}, 'a follow-up naming no repository (the session\'s first '
+                        . 'is acme/app): isError');
+    like(SMCP::Test::result_text($res),
+         qr{^Session \Q$ses\E works on \Q$APP\E, which this token does not grant},
+         '... saying which repository is not granted')
+        or diag(SMCP::Test::result_text($res));
+    if (my $id = (SMCP::Test::sc($res) // {})->{runId}) {
+        # queued after all: let it end, so that what it pushed shows
+        diag("BUG: run $id queued for a token that does not grant $APP");
+        $s->wait_done($id, 180);
+    }
+    is($t->redis('ZCARD', "smcp:session:$ses:runs"), $runs, 'no run in the session');
+    is_deeply({ map { $_ => $gh->refs($_) } @repos }, \%refs,
+              'the fake GitHub\'s refs are as they were: nothing pushed');
+    is_deeply({ map { $_ => scalar(@{ $gh->pulls($_) }) } @repos }, \%pulls,
+              '... and no pull request opened');
+};
 
 subtest 'another tenant\'s sessionId: unknown' => sub {
     my $tok = $t->token(sub => 'mallory');

@@ -11,7 +11,11 @@
 # SMCP_REGISTRIES=npm,pypi (upstreams NPM_REGISTRY_URL, PYPI_INDEX_URL,
 # PYPI_FILES_URL at loopback stand-ins) are served through the printed
 # egress listener: metadata rewritten to the egress, the second GET a cache
-# hit, a registry not enabled 403, a PUT 405.
+# hit, a registry not enabled 403, a PUT 405.  SMCP_OAUTH=on serves the
+# OAuth sign-in, registrations limited per client address.  Its summary:
+# the version, every value in one column, the MCP URL and the dashboard
+# link at SMCP_PUBLIC_URL when set, and a `claude mcp add` line with that
+# URL and the printed token.
 
 use strict;
 use warnings;
@@ -39,15 +43,51 @@ my ($state, $port, $rport, $mport, $emport, $envdir)
     = map { $up->$_ } qw(state port rport mport emport envdir);
 my ($fake, $gh, $eport, $net, $npm, $pypi, $pyfiles)
     = map { $up->$_ } qw(fake gh eport net npm pypi pyfiles);
+# the OAuth locations of SMCP_OAUTH=on (their rate limit per address)
+$ENV{SMCP_OAUTH} = 'on';
 
 # `make up` also runs `make deps`; .ci/stack is what it calls after that
 my ($rc0, $out) = $up->up;
 is($rc0, 0, 'stack up exits 0') or diag($out);
 
-my ($url) = $out =~ m{MCP URL:\s+(\S+)};
-my ($token) = $out =~ m{Token:\s+(\S+)};
+my ($url) = $out =~ m{^  MCP URL:\s+(\S+)}m;
+my ($token) = $out =~ m{^  Token:\s+(\S+)}m;
 is($url, "http://127.0.0.1:$port/mcp", 'prints the MCP URL');
 like($token // '', qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'prints a bearer token');
+
+# the summary: "sandbox-mcp VERSION is up.", then a line per label, every
+# value starting in the same column; the claude line adds this server
+summary_ok($out, "http://127.0.0.1:$port");
+
+sub summary_ok {
+    my ($out, $base) = @_;
+    my $version = smcp_version();
+    like($out, qr/^sandbox-mcp \Q$version\E is up\.$/m,
+         "make up: \"sandbox-mcp $version is up.\"");
+    my ($block) = $out =~ /^sandbox-mcp (?:.* )?is up\.\n((?:  .*\n)+)/m;
+    my @lines = split /\n/, $block // '';
+    my %col = map { /^(  [A-Z][\w ]*: +)\S/ ? (length($1) => 1) : ('?' => 1) } @lines;
+    is(join(',', keys %col), length('  Claude Code: '),
+       'make up: every value of the summary in one column, '
+       . scalar(@lines) . ' lines') or diag($out);
+    my @labels = map { /^  ([^:]+):/ ? $1 : '?' } @lines;
+    is("@labels", 'MCP URL Token Claude Code Dashboard Egress Runner Metrics '
+                  . 'Health Redis Logs Stop', '... its labels');
+    my %v = map { /^  ([^:]+): +(.*)$/ ? ($1 => $2) : () } @lines;
+    my ($tok) = ($v{Token} // '') =~ /^(\S+)/;
+    is($v{'MCP URL'}, "$base/mcp", "... the MCP URL at $base");
+    like($v{Dashboard} // '', qr{^\Q$base\E/ui/\?token=[\w.-]+$},
+         '... the dashboard link too');
+    my ($curl, $ctok) = ($v{'Claude Code'} // '')
+        =~ m{^claude mcp add --transport http sandbox-mcp (\S+) --header "Authorization: Bearer (\S+)"$};
+    is($curl // 'none', "$base/mcp", '... the claude mcp add line: the MCP URL');
+    like($tok // '', qr/^[\w-]+\.[\w-]+\.[\w-]+$/, '... a token on the Token: line');
+    is($ctok // 'none', $tok // 'no token', '... the claude line\'s is that token');
+    my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
+    my ($exp) = ($v{Token} // '') =~ /expires (\S+)\)$/;
+    is(iso2epoch($exp // '') // 'none', $cl->{exp} // 'no exp',
+       "... the token's expiry (" . ($exp // 'none') . ')');
+}
 
 # operations: the Metrics: line, /metrics and /healthz of the MCP instance
 {
@@ -65,6 +105,7 @@ like($token // '', qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'prints a bearer token');
     my $h = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/healthz');
     is($h->{status}, 200, 'make up: /healthz 200');
     like($h->{body}, qr/"redis":"ok"/, '... Redis ok');
+    is((json_decode($h->{body}) // {})->{version}, smcp_version(), '... the version');
 }
 
 ok(-s "$state/secret", 'a secret was generated');
@@ -121,18 +162,7 @@ if ($> == 0) {
     is((stat "$state/tmp/body")[4], $nobody, '... their temp dir is nobody\'s');
 }
 
-sub post {
-    my ($tok, $body, %h) = @_;
-    return HTTP::Tiny->new(timeout => 10)->post($url, {
-        headers => {
-            'Authorization' => "Bearer $tok",
-            'Accept' => 'application/json, text/event-stream',
-            'Content-Type' => 'application/json',
-            %h,
-        },
-        content => $body,
-    });
-}
+sub post { return $up->post(@_) }
 
 require HTTP::Tiny;
 
@@ -146,7 +176,7 @@ my $sid = $r->{headers}{'mcp-session-id'} // '';
 like($sid, qr/^[0-9a-f]{64}$/, 'session id issued');
 
 my $secret_file = "$state/secret";
-my $tok3 = `$root/build/smcp-token --sub carol --ttl 600 --secret-file $secret_file`;
+my $tok3 = `$root/build/smcp-token --sub carol --ttl 600 --secret-file $secret_file 2>/dev/null`;
 chomp $tok3;
 is(post($tok3, $init)->{status}, 200, 'smcp-token --secret-file token accepted');
 
@@ -163,7 +193,7 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
 
 # the dashboard: make up's link, and `make token UI=1`
 {
-    my ($dash) = $out =~ m{^Dashboard:\s+(\S+)}m;
+    my ($dash) = $out =~ m{^  Dashboard:\s+(\S+)}m;
     like($dash // '', qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+$},
          'make up prints a Dashboard: link');
     my $ht = HTTP::Tiny->new(timeout => 10, max_redirect => 0);
@@ -174,15 +204,37 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     is($r->{status}, 200, '... then the run list');
     like($r->{content}, qr/runs\.js/, '... the list page');
 
-    my $link = `make -s -C $root token SUB=dora UI=1 SMCP_STATE=$state SMCP_LISTEN=127.0.0.1:$port 2>&1`;
+    my ($rc, $link, $info) = run_cmd(['make', '-s', '-C', $root, 'token', 'SUB=dora',
+                                      'UI=1', "SMCP_STATE=$state",
+                                      "SMCP_LISTEN=127.0.0.1:$port"]);
     like($link, qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+\n\z},
-         'make token SUB=dora UI=1 prints a dashboard link');
+         'make token SUB=dora UI=1 prints a dashboard link, alone on stdout');
+    like($info, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\n\z/,
+         '... its jti and expiry on stderr');
     my ($tok) = $link =~ /token=([\w.-]+)/;
     my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
     is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
     ok(!exists $cl->{run}, '... for no one run');
     $r = $ht->get($link =~ s/\s+\z//r);
     is($r->{status}, 303, '... that the dashboard takes');
+}
+
+# SMCP_OAUTH=on: the sign-in's locations (oauth-locations.sh), and what a
+# client without a token can have stored limited per address
+{
+    my $c = SMCP::Test->client(port => $port);
+    my $meta = $c->http(method => 'GET', path => '/.well-known/oauth-authorization-server');
+    is($meta->{status}, 200, 'SMCP_OAUTH=on: the authorization server\'s metadata');
+    my $reg = { method => 'POST', path => '/oauth/register',
+                headers => [ 'Content-Type' => 'application/json' ],
+                body => json_encode({ redirect_uris => [ 'http://127.0.0.1:9/cb' ] }) };
+    my %n;
+    $n{ $_->{status} }++ for $c->http_keepalive(map { $reg } 1 .. 40);
+    ok($n{201} && $n{429}, "... one address registering 40 clients at once: $n{201} 201, "
+                           . ($n{429} // 0) . ' 429 (SMCP_OAUTH_BURST 30)');
+    my $r = $c->http(%$reg);
+    is($r->{status}, 429, '... then 429');
+    is((json_decode($r->{body}) // {})->{error}, 'temporarily_unavailable', '... an OAuth error');
 }
 
 sub environ {
@@ -195,7 +247,7 @@ sub environ {
 }
 
 if (!$egress) {
-    like($out, qr/^  Egress:   off$/m, 'prints Egress: off') or diag($out);
+    like($out, qr/^  Egress: +off$/m, 'prints Egress: off') or diag($out);
 }
 
 if ($egress) {
@@ -235,7 +287,7 @@ if ($egress) {
     is($r->{status}, 404, 'egress listener up: unknown route 404');
     my $run = 'run_0123456789abcdef01234567';
     system("redis-cli -p $rport HSET smcp:run:$run tenant stack-tenant status running >/dev/null");
-    my $etok = `$root/build/smcp-token --sub stack-tenant --scope egress --run $run --ttl 300 --secret-file $state/secret`;
+    my $etok = `$root/build/smcp-token --sub stack-tenant --scope egress --run $run --ttl 300 --secret-file $state/secret 2>/dev/null`;
     chomp $etok;
     $r = $ht->post("http://$gw:$eport/anthropic/v1/messages", {
         headers => { 'x-api-key' => $etok, 'content-type' => 'application/json' },
@@ -352,7 +404,7 @@ if ($egress) {
     $rlog = slurp("$state/logs/runner.log");
     like($rlog, qr/smcp-runner \(pid $rpid\) killed by signal 9 \(KILL\) after \d+ s; restarting in 1 s/,
          '... the crash logged with its signal, and the restart');
-    ok(wait_until(10, sub { slurp("$state/logs/runner.log")
+    ok(wait_until(30, sub { slurp("$state/logs/runner.log")
                             =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
        '... the new runner is up (its start line)');
 
@@ -375,9 +427,13 @@ if ($egress) {
     }, 0.5), 'make up: /healthz sees the runner\'s heartbeat') or diag($hz->{body});
 }
 
-# a second `up` is idempotent: same processes, reloaded config
+# a second `up` is idempotent: same processes, reloaded config; with
+# SMCP_PUBLIC_URL its summary gives the addresses there
+$ENV{SMCP_PUBLIC_URL} = 'https://mcp.example.test/';
 (my $rc2, $out) = $up->up;
+delete $ENV{SMCP_PUBLIC_URL};
 is($rc2, 0, 'second stack up exits 0') or diag($out);
+summary_ok($out, 'https://mcp.example.test');
 my $nginx_pid2 = slurp("$state/nginx.pid");
 chomp $nginx_pid2;
 is($nginx_pid2, $nginx_pid, 'second up keeps the same nginx master');
@@ -404,6 +460,8 @@ if ($egress) {
 
 my $log = slurp("$state/logs/error.log");
 unlike($log, qr/\[(alert|crit|emerg)\]/, 'no alert/crit/emerg in the stack error.log');
+is(scalar(() = $log =~ /\[notice\] \d+#\d+: ngx_http_sandbox_mcp_module \Q${\ smcp_version()}\E$/mg),
+   2, 'the stack error.log: the module\'s name and version at start and at the reload');
 my $elog = slurp("$state/logs/egress-error.log");
 unlike($elog, qr/\[(alert|crit|emerg)\]/, '... nor in the egress error log');
 unlike($log, qr/\Q$token\E/, 'the token never appears in the log');

@@ -2,9 +2,10 @@
 
 # The dashboard's JSON (sandbox_mcp_ui at /ui/), answered by the tools
 # themselves: a run as opencode_get_result shows it plus the other runs of
-# its session, its diff in pages, the tenant's list with filters and paging,
-# and cancel, which needs a same-origin request (Origin, or Sec-Fetch-Site)
-# with X-SMCP-CSRF: 1 (403 and nothing changed otherwise).
+# its session (to the tenant's token; a run's token: t/ui_auth.t), its diff
+# in pages, the tenant's list with filters and paging, and cancel, which
+# needs a same-origin request (Origin, or Sec-Fetch-Site) with
+# X-SMCP-CSRF: 1 (403 and nothing changed otherwise).
 
 use strict;
 use warnings;
@@ -62,6 +63,7 @@ sub get {
                   pullRequestUrl tokens cost maxCostUsd timeoutSeconds cancelRequested)) {
         is_deeply($d->{$k}, $mcp->{$k}, "data.$k as get_result");
     }
+    is($d->{access}, 'tenant', 'access: "tenant" (the tenant\'s token)');
     is_deeply([ sort map { $_->{runId} } @{ $d->{sessionRuns} } ],
               [ sort map { $_->{runId} } @runs[1, 2] ],
               'sessionRuns: the other runs of the session');

@@ -4,9 +4,13 @@
 # moves its token into a path-scoped HttpOnly SameSite=Strict cookie with a
 # 303 to the address without it; a tenant link does the same for the run
 # list; bad, expired, alg none, wrong-scope, another run's, revoked tokens
-# get the 401 page, which holds no run data; another tenant's run is not
-# found; every answer carries the CSP and the other headers; the pages and
-# assets are the embedded files of ngx_sandbox_mcp_module/ui/.
+# get the 401 page, which holds no run data and says how to get a new link
+# (and that advice works); a run's token reads its run only: not its
+# session's other runs, not even their ids (issue 23, 11), while the
+# tenant's token, also when held with a run's, opens them; another
+# tenant's run is not found; every answer carries the CSP and the other
+# headers; the pages and assets are the embedded files of
+# ngx_sandbox_mcp_module/ui/.
 
 use strict;
 use warnings;
@@ -95,7 +99,8 @@ is($r->{status}, 200, 'data with the cookie: 200');
 my $d = json_decode($r->{body}) || {};
 is($d->{runId}, $id, '... the run');
 is($d->{task}, 'SECRET-TASK-TEXT fix the tests', '... its task');
-is(ref $d->{sessionRuns}, 'ARRAY', '... sessionRuns');
+is($d->{access}, 'run', '... access "run": the watchUrl opens this run only');
+ok(!exists $d->{sessionRuns}, '... nothing of its session');
 headers_ok($r, 'data');
 
 # under https (sandbox_mcp_public_url): Secure
@@ -160,6 +165,26 @@ $r = $t->http(path => "/ui/runs/$id");
 is($r->{status}, 401, 'no token: 401 page');
 is($r->{body}, $ui->file('denied.html'), '... denied.html');
 
+# the 401s say how to get a new link (issue 23, 11), and the advice works
+like($r->{body}, qr{<code>opencode_get_result</code>.*<code>watchUrl</code>}s,
+     '401 page: a run\'s new link is opencode_get_result\'s watchUrl');
+like($r->{body}, qr{make token SUB=&lt;tenant&gt; UI=1},
+     '... the list\'s: make token SUB=<tenant> UI=1');
+$r = $t->http(path => "/ui/runs/$id/data");
+is($r->{status}, 401, 'data without a token: 401');
+like((json_decode($r->{body}) || {})->{error} // '',
+     qr{watchUrl again \(opencode_get_result returns it\).*`make token SUB=<tenant> UI=1`},
+     '... its message says how to get a new link');
+{
+    my $sc = SMCP::Test::sc($t->call_tool($sid, 'opencode_get_result', { runId => $id })) || {};
+    my ($path) = ($sc->{watchUrl} // '') =~ m{^https?://[^/]+(/ui/runs/\Q$id\E\?token=.+)$};
+    my $r = $t->http(path => $path // '/ui/nothing');
+    my ($c) = ($r->{headers}{'set-cookie'} // '') =~ /^(smcp_ui_run=[^;]+)/;
+    is($r->{status}, 303, "opencode_get_result's watchUrl: 303");
+    $r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => $c // '']);
+    is((json_decode($r->{body}) || {})->{runId}, $id, '... and its cookie opens the run');
+}
+
 ###############################################################################
 # the tenant's link: the list, any of its runs
 
@@ -180,6 +205,48 @@ headers_ok($r, 'list page');
 $r = $t->http(path => "/ui/runs/$other/data", headers => [Cookie => $tcookie]);
 is($r->{status}, 200, 'tenant token opens any of its runs');
 is((json_decode($r->{body}) || {})->{task}, 'OTHER-RUN-TASK', '... that run');
+is((json_decode($r->{body}) || {})->{access}, 'tenant', '... access "tenant"');
+
+###############################################################################
+# a run's token and its session (issue 23, 11): one leaked watchUrl opens
+# its run, not the session's other runs, earlier or later
+
+my $later = SMCP::Test::sc($t->call_tool($sid, 'opencode_run_task',
+                           { task => 'LATER-RUN-TASK in the session', title => 'later',
+                             sessionId => $run->{sessionId} })) || {};
+like($later->{runId} // '', qr/^run_/, 'a later run of the session');
+my $lid = $later->{runId} // 'run_' . ('0' x 24);
+
+$r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => $cookie]);
+is($r->{status}, 200, 'the run token: its run');
+unlike($r->{body}, qr/\Q$lid\E|LATER-RUN/, '... not a word of the later run');
+
+for my $path ("/ui/runs/$lid", "/ui/runs/$lid/data", "/ui/runs/$lid/diff",
+              "/ui/runs/$lid/events", "/ui/api/runs?sessionId=$run->{sessionId}")
+{
+    my $r = $t->http(path => $path, headers => [Cookie => $cookie], timeout => 5);
+    is($r->{status}, 401, "the run token on its session: $path 401");
+    unlike($r->{body}, qr/LATER-RUN/, '... no run data');
+}
+$r = $t->http(method => 'POST', path => "/ui/runs/$lid/cancel", body => '',
+              headers => [Cookie => $cookie, 'Sec-Fetch-Site' => 'same-origin',
+                          'X-SMCP-CSRF' => 1]);
+is($r->{status}, 401, '... nor cancels its later run');
+is($t->redis('HGET', "${P}run:$lid", 'status'), 'started', '... which is unchanged');
+
+# the tenant's token: the session's runs
+$r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => $tcookie]);
+$d = json_decode($r->{body}) || {};
+is($d->{access}, 'tenant', 'the tenant token: access "tenant"');
+is_deeply([ map { $_->{runId} } @{ $d->{sessionRuns} || [] } ], [ $lid ],
+          '... and the session\'s other runs');
+
+# both cookies, as a browser sends them on a run page: the tenant's rights
+$r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => "$cookie; $tcookie"]);
+$d = json_decode($r->{body}) || {};
+is($d->{access}, 'tenant', 'run and tenant cookies: access "tenant"');
+is_deeply([ map { $_->{runId} } @{ $d->{sessionRuns} || [] } ], [ $lid ],
+          '... the session\'s other runs');
 
 # a tenant link on a run page: the tenant cookie
 $r = $t->http(path => "/ui/runs/$id?token=$ttok");
@@ -197,6 +264,14 @@ my $bobrun = $t->token(sub => 'bob', scope => 'ui', run => $id);
 $r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => "smcp_ui_run=$bobrun"]);
 is($r->{status}, 404, "another tenant's token naming the run: 404");
 unlike($r->{body}, qr/SECRET-TASK/, '... no run data');
+
+# alice's run token and bob's tenant token: alice's run, no more
+$r = $t->http(path => "/ui/runs/$id/data", headers => [Cookie => "$cookie; smcp_ui=$bob"]);
+$d = json_decode($r->{body}) || {};
+is($r->{status}, 200, "a run cookie beside another tenant's cookie: the run");
+is($d->{runId}, $id, '... that run');
+is($d->{access}, 'run', '... access "run": no tenant rights from bob\'s token');
+ok(!exists $d->{sessionRuns}, '... nothing of its session');
 
 $r = $t->http(path => '/ui/api/runs', headers => [Cookie => "smcp_ui=$bob"]);
 is($r->{status}, 200, "bob's list");

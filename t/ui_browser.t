@@ -11,7 +11,14 @@
 # tenant writes; the run list (order, cursor paging, status filter, live
 # statuses, across a reload, a new run at the top, links); 390 px without
 # sideways scrolling (long unbroken words too), dark mode; a tampered
-# link's 401 page; no request leaving the origin.  Screenshots go to
+# link's 401 page; no request leaving the origin.  Issue 23, 11: the page
+# works for whoever holds its link (a watchUrl shows no link it cannot
+# open: not All runs, not the session's other runs, and says how to reach
+# them; the tenant's link shows both and they open), the session id shown
+# and copied (Clipboard API, else selected; 390 px), the status leading the
+# tab's title live (started, running, completed, cancelled, failed), and
+# the 401 page, and a page whose link stopped working, saying how to get
+# a new link.  Screenshots go to
 # build/ui-screenshots/ (the README's are copies in docs/screenshots/).
 #
 # The browser side is t/js/ui_browser.mjs; it reports one JSON line per
@@ -35,20 +42,27 @@ my @EXPECTED = (
     'the watchUrl loads the run page and the address bar has no token',
     'the run cookie is HttpOnly, SameSite=Strict, scoped to the run',
     'the run page shows task, title, repository, model and status',
+    'the tab title leads with the status: started',
+    'the session id is shown; Copy puts it on the clipboard',
+    'without the Clipboard API, Copy selects the session id',
     'the status turns running without reload',
+    'the tab title turns running, live',
     'the timeline grows without reload: tool call, command, folded output, egress',
     'the timeline grows further: text reply, error, log line',
     'tokens and cost so far add up the steps',
     'the status turns completed without reload',
+    'the tab title turns completed, live',
     'the result, the pull request link and the diff render',
-    'the other runs of the session are listed and linked',
+    "a watchUrl: every link on the page opens; All runs and the session's runs are not offered, the page says how to reach them",
     'the page was loaded once: no reload, no script error',
     '390 px: the run page does not scroll sideways',
+    '390 px: the session id and its Copy button fit the screen',
     'dark mode: the page follows the system setting',
     'nginx reload: the page reconnects and resumes, missing nothing',
     'a running run has a Cancel button',
     'Cancel clicked: cancel requested in Redis and the runners told',
     'the page shows cancelled once the runner stopped the run',
+    'the tab title turns cancelled, live',
     'Cancel by keyboard on a started run: cancelled at once',
     'XSS: task, title, result, tool output and file names show as text',
     'XSS: no script ran and no element came from the data',
@@ -60,8 +74,12 @@ my @EXPECTED = (
     'run list: after an nginx reload it reconnects and shows what changed',
     'run list: a new run appears at the top, live',
     'run list: a row links to its run page',
+    "a failed run's tab title says failed",
+    "the tenant's link: the run page offers All runs and the session's runs, and they open",
     '390 px: the run list does not scroll sideways',
     'a tampered link: the 401 page, no run data',
+    "the 401 page says how to get a new link: opencode_get_result's watchUrl, make token SUB=<tenant> UI=1",
+    'a link that stops working under an open page: it says how to get a new one',
     'no request left the origin',
 );
 
@@ -111,9 +129,11 @@ my $started = run_task({ task => 'Queued work', title => 'Queued' }, 'started ru
 my $xss = run_task({ task => "task $X", title => "title $X" }, 'XSS run');
 my $reload = run_task({ task => 'Watched across a reload', title => 'Reload' },
                       'run watched across a reload');
+my $expiring = run_task({ task => 'Watched while its link expires', title => 'Expiring' },
+                        'run watched while its link expires');
 my @fill = map { run_task({ task => "filler $_", title => "Filler $_" }, "filler $_") } 1 .. 19;
 
-my @all = ($sibling, $live, $cancel, $started, $xss, $reload, @fill);
+my @all = ($sibling, $live, $cancel, $started, $xss, $reload, $expiring, @fill);
 is(scalar(grep { ($_->{watchUrl} // '') =~ m{/ui/runs/run_[0-9a-f]{24}\?token=} } @all),
    scalar(@all), 'every run has a watchUrl');
 
@@ -149,6 +169,7 @@ my %cfg = (
     scripts => "$root/ngx_sandbox_mcp_module/common/scripts", shots => $shots,
     live => {
         runId => $live->{runId}, watchUrl => $live->{watchUrl}, %live,
+        sessionId => $live->{sessionId},
         repository => $repo, reply => 'The check compared a string with a number.',
         result => "Fixed the session check in src/login.js and documented it.",
         prUrl => 'https://github.com/acme/app/pull/7', diff => $diff,
@@ -156,7 +177,8 @@ my %cfg = (
     },
     reload => { runId => $reload->{runId}, watchUrl => $reload->{watchUrl} },
     nginxPid => $t->nginx_pid,
-    cancel => { runId => $cancel->{runId}, watchUrl => $cancel->{watchUrl} },
+    cancel => { runId => $cancel->{runId}, watchUrl => $cancel->{watchUrl},
+                title => 'Refactor' },
     cancelStarted => { runId => $started->{runId}, watchUrl => $started->{watchUrl} },
     xss => { runId => $xss->{runId}, watchUrl => $xss->{watchUrl}, payload => $X,
              task => "task $X", title => "title $X", diff => $xdiff },
@@ -165,9 +187,11 @@ my %cfg = (
         newestFirst => [ map { $_->{runId} } reverse @all ],
         completed => [ $xss->{runId}, $live->{runId} ],
         changing => $fill[-1]{runId},
+        changingTitle => 'Filler 19',
         changingAway => $fill[-2]{runId},
     },
     denied => { url => $tampered },
+    expiring => { runId => $expiring->{runId}, watchUrl => $expiring->{watchUrl} },
     mcp => { url => "$origin/mcp", token => $t->token },
 );
 my $cfg_file = $t->dir . '/ui_browser.json';

@@ -41,6 +41,16 @@
                                                      last activity (ms):
                                                      run_create and the
                                                      runner's finish */
+#define SMCP_KEY_TENANT_USAGE       "%stenant:%s:usage"   /* hash: what
+                                                     the tenant holds, for
+                                                     its budgets: bytes,
+                                                     sessions, disk, and
+                                                     s:<session id> (bytes
+                                                     of its workspace) */
+#define SMCP_KEY_BUDGET_EXPIRY      "%sbudget:expiry"  /* zset: "<run id>
+                                                     <bytes> <tenant>" by
+                                                     when the run's keys
+                                                     expire (ms) */
 #define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
                                                      store identity */
 #define SMCP_KEY_RUNNERS            "%srunners"   /* zset: runner name ->
@@ -49,6 +59,9 @@
                                                      runner refreshes it */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
+#define SMCP_KEY_REVOKED_EXP        "%srevoked:exp"   /* zset: the same
+                                                     ids by exp, to drop
+                                                     the expired */
 #define SMCP_KEY_OAUTH_CLIENT       "%soauth:client:%s"   /* hash: a
                                                      registered client */
 #define SMCP_KEY_OAUTH_CODE         "%soauth:code:%s"     /* hash, by the
@@ -59,6 +72,21 @@
                                                      authorization request
                                                      while the user is at
                                                      GitHub */
+#define SMCP_KEY_OAUTH_UNUSED       "%soauth:unused"      /* zset: clients
+                                                     no sign-in used yet
+                                                     (their keys), by
+                                                     expiry: bounded */
+#define SMCP_KEY_OAUTH_GITHUB_BOUND "%soauth:github:bound" /* hash: a
+                                                     login or organization
+                                                     rule -> the GitHub id
+                                                     it is bound to */
+#define SMCP_KEY_OAUTH_REVOKES      "%soauth:revokes:%s"  /* string: a
+                                                     tenant's revocations
+                                                     this minute */
+#define SMCP_KEY_OAUTH_SIGNINS      "%soauth:signins"     /* zset: GitHub
+                                                     sign-ins under way
+                                                     (their pending keys),
+                                                     by expiry: bounded */
 
 /* pub/sub channels */
 #define SMCP_CHAN_RUN               "%srun:%s"    /* workers PSUBSCRIBE

@@ -1,6 +1,8 @@
 /*
  * Revoked token ids: linear probing over a power-of-two table kept at most
  * half full; growing rebuilds the table and leaves expired entries behind.
+ * The table never grows past the smallest power of two that holds max
+ * entries half full: its memory is bounded by max (smcp_revoked_max_bytes).
  */
 
 #include <stdlib.h>
@@ -24,6 +26,7 @@ struct smcp_revoked_s {
     size_t                 size;    /* power of two */
     size_t                 used;
     size_t                 max;
+    size_t                 cap;     /* size at most */
     int64_t                min_exp;     /* the soonest expiry: a rebuild
                                            before it frees nothing */
 };
@@ -91,6 +94,35 @@ smcp_revoked_slot(const smcp_revoked_t *set, const char *jti, size_t len)
 }
 
 
+/* the most slots a set of max entries takes: they fill half of it */
+static size_t
+smcp_revoked_cap(size_t max)
+{
+    size_t  cap;
+
+    for (cap = SMCP_REVOKED_MIN; cap / 2 < max; cap *= 2) {
+        /* void */
+    }
+
+    return cap;
+}
+
+
+size_t
+smcp_revoked_max_bytes(size_t max)
+{
+    /* the table, and the one a rebuild makes before it frees the old */
+    return 2 * smcp_revoked_cap(max) * sizeof(smcp_revoked_entry_t);
+}
+
+
+size_t
+smcp_revoked_bytes(const smcp_revoked_t *set)
+{
+    return set->size * sizeof(smcp_revoked_entry_t);
+}
+
+
 smcp_revoked_t *
 smcp_revoked_create(size_t max)
 {
@@ -103,6 +135,7 @@ smcp_revoked_create(size_t max)
 
     set->size = SMCP_REVOKED_MIN;
     set->max = max;
+    set->cap = smcp_revoked_cap(max);
     set->min_exp = INT64_MAX;
     set->slots = calloc(set->size, sizeof(smcp_revoked_entry_t));
 
@@ -214,7 +247,7 @@ smcp_revoked_add(smcp_revoked_t *set, const char *jti, size_t len,
             return SMCP_ERR;
         }
 
-        while ((set->used + 1) * 4 > size) {
+        while ((set->used + 1) * 4 > size && size < set->cap) {
             size *= 2;
         }
 

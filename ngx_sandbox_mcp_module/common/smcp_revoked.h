@@ -39,6 +39,11 @@ int smcp_revoked_has(const smcp_revoked_t *set, const char *jti, size_t len,
 
 size_t smcp_revoked_count(const smcp_revoked_t *set);
 
+/* the bytes of its table now; the most a set of max entries takes at any
+ * moment (a rebuild holds two tables for a while) */
+size_t smcp_revoked_bytes(const smcp_revoked_t *set);
+size_t smcp_revoked_max_bytes(size_t max);
+
 /* a revocation message "<jti> <exp>" */
 int smcp_revoked_parse(const char *msg, size_t len, const char **jti,
     size_t *jti_len, int64_t *exp);

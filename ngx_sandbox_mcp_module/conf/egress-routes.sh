@@ -66,9 +66,26 @@
 # proxy_pass URL).
 #   SMCP_EGRESS_RATE    requests per run (token) and second or minute
 #                       (10r/s); SMCP_EGRESS_BURST above it (40), then 429
-#   SMCP_EGRESS_CONN    requests at once per sandbox address (32), then 429
+#   SMCP_EGRESS_CONN    requests at once per sandbox (its run token; a
+#                       request without one: its address) (32), then 429
 #   SMCP_EGRESS_HEADER_TIMEOUT  an idle or slow connection is closed after
 #                       this long without a complete request header (10s)
+#
+# Every model request's body is read before it goes upstream
+# (sandbox_mcp_egress_model): one that asks the provider for a server-side
+# tool (Anthropic's web_search, web_fetch, code_execution, mcp_servers,
+# container, image and document sources by URL; OpenAI's web_search,
+# file_search, code_interpreter, mcp, image_generation,
+# computer_use_preview, stored prompts, images and files by URL; Chat
+# Completions' web_search_options; Gemini's google_search, url_context,
+# code_execution, files by URI) is a JSON 403 naming the tool and its
+# setting, unless the route allows it:
+#   SMCP_<ROUTE>_SERVER_TOOLS  (SMCP_ANTHROPIC_SERVER_TOOLS,
+#                       SMCP_OPENAI_SERVER_TOOLS, ..._AZURE_, ..._GOOGLE_,
+#                       ..._CLOUDFLARE_, ..._COMPAT_): a comma list of the
+#                       settings the 403 names (web_search,web_fetch), or
+#                       all (default: none).  The agent's own function
+#                       tools always pass.
 #
 # The egress proxy runs as its own nginx instance (`make up`,
 # docker-compose): a sandbox that opens thousands of idle connections
@@ -130,8 +147,14 @@ if [ "${1:-}" = --http ]; then
 # (they are refused with 401 in the access phase)
 limit_req_zone \$sandbox_mcp_token_run zone=smcp_egress_run:10m rate=$rate;
 
-# requests at once per sandbox (its address on the sandbox network)
-limit_conn_zone \$binary_remote_addr zone=smcp_egress_addr:10m;
+# requests at once per sandbox: its run (a valid token's), else its
+# address; never the address alone (behind runner/egress-relay every
+# sandbox has the relay's)
+map \$sandbox_mcp_token_run \$smcp_egress_sandbox {
+    ""      \$binary_remote_addr;
+    default \$sandbox_mcp_token_run;
+}
+limit_conn_zone \$smcp_egress_sandbox zone=smcp_egress_addr:10m;
 
 map \$limit_conn_status \$smcp_limited {
     REJECTED "egress: too many requests at once from this sandbox";
@@ -241,12 +264,26 @@ upstream() {
 CONF
 }
 
+# server_tools NAME: the provider's server-side tools the route allows,
+# from SMCP_<NAME>_SERVER_TOOLS (a comma list of settings: web_search,
+# web_fetch, code_execution, mcp_servers, mcp, google_search, url_context,
+# ...; "all"; default none)
+server_tools() {
+    local var="SMCP_${1^^}_SERVER_TOOLS" list
+    list=${!var:-off}
+    list=${list//,/ }
+    [[ $list =~ ^[A-Za-z0-9_\ ]+$ ]] \
+        || die "$var=${!var}: want a comma list of tool settings (web_search,web_fetch), all or off"
+    printf '%s' "$list"
+}
+
 # route NAME CRED_ENV FORMAT HEADER BASE_URL ALLOWED WHAT
 #   ALLOWED: a regex of the paths under /NAME the agent may POST to;
 #   WHAT: the same in words, for the refusal of everything else
 route() {
-    local name=$1 env=$2 format=$3 header=$4 url=$5 allowed=$6 what=$7
+    local name=$1 env=$2 format=$3 header=$4 url=$5 allowed=$6 what=$7 tools
     split_url "$name" "$url"
+    tools=$(server_tools "$name") || exit 1
     cat <<CONF
 
 # $name: POST $what
@@ -260,6 +297,8 @@ location ~ "^/$name$allowed\$" {
         return 405 '$(json_error invalid_request_error "egress: $name: only POST is allowed here")';
     }
     sandbox_mcp_egress $name;
+    sandbox_mcp_egress_model on;
+    sandbox_mcp_egress_server_tools $tools;
 $(upstream "$name" "$env" "$format" "$header" "$origin" "$path")
 CONF
 }

@@ -43,7 +43,13 @@
 #
 # Only GET and HEAD (sandbox_mcp_egress_methods: anything else is a JSON
 # 405 after the token check, audited); the run token is required as on
-# every route.  Metadata naming the upstream's own URL (npm packuments'
+# every route.  Paths are checked as sent (sandbox_mcp_egress_strict_path:
+# no ";", no escaped ".", "/" or "\", no empty, "." or ".." segment: a
+# JSON 400), so no upstream server reads one as leaving the route's
+# prefix ("..;" is ".." to Tomcat and Jetty, which Artifactory and Nexus
+# run on).  The upstream gets an allow-list of headers, the same for
+# every run (Host, Accept as the cache key has it, a fixed User-Agent,
+# the route's credential), never the sandbox's own.  Metadata naming the upstream's own URL (npm packuments'
 # tarballs, PyPI simple pages' file links, crates' config.json) is
 # rewritten to the egress URL the sandbox used (sub_filter, streaming; the
 # upstream is asked for no compression so the body can be rewritten; the
@@ -87,11 +93,19 @@ limit_req_zone \$sandbox_mcp_token_run zone=smcp_egress_registry:10m rate=$regis
 proxy_cache_path $dir levels=1:2 keys_zone=smcp_registry:16m
                  max_size=$size inactive=$files use_temp_path=off;
 
-# npm and PyPI answer differently by Accept: part of the cache key
-map \$http_accept \$smcp_registry_accept {
+# npm and PyPI answer differently by Accept: the upstream gets one of
+# these fixed values (none: its default), and the cache key its kind
+map \$http_accept \$smcp_registry_accept_kind {
     "~vnd\\.npm\\.install-v1"          npm-abbreviated;
     "~vnd\\.pypi\\.simple\\.v1\\+json" pypi-json;
     default                           "";
+}
+map \$smcp_registry_accept_kind \$smcp_registry_accept {
+    npm-abbreviated
+        "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*";
+    pypi-json
+        "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, text/html; q=0.01";
+    default "";
 }
 CONF
 }
@@ -154,13 +168,22 @@ registry_route() {
 location $prefix/ {
     sandbox_mcp_egress $route;
     sandbox_mcp_egress_methods GET HEAD;
-    limit_req zone=smcp_egress_registry burst=$registry_burst nodelay;$auth
+    sandbox_mcp_egress_strict_path on;
+    limit_req zone=smcp_egress_registry burst=$registry_burst nodelay;
+    # the upstream gets these headers and no other of the sandbox's (no
+    # X-Forwarded-*, no override of its base URL, no Accept of its own):
+    # nothing the answer, which every run shares, could vary on beyond the
+    # cache key below
+    proxy_pass_request_headers off;
+    proxy_pass_request_body off;$auth
     proxy_set_header Connection "";
-    proxy_set_header Accept-Encoding "";
-    proxy_set_header Cookie "";
+    proxy_set_header Content-Length "";
+    proxy_set_header Transfer-Encoding "";
+    proxy_set_header Accept \$smcp_registry_accept;
+    proxy_set_header User-Agent "sandbox-mcp-egress";
     proxy_buffering on;
     proxy_cache smcp_registry;
-    proxy_cache_key "\$smcp_upstream\$uri\$is_args\$args|\$smcp_registry_accept";
+    proxy_cache_key "\$smcp_upstream\$uri\$is_args\$args|\$smcp_registry_accept_kind";
     proxy_cache_valid 200 $valid;
     proxy_cache_valid 404 1m;
     proxy_cache_lock on;

@@ -64,7 +64,10 @@
 # still prints agent_exit and the diff, then exits with OpenCode's status.
 # Once OpenCode has exited every other process of the sandbox is killed
 # before agent_exit: the runner reads the push, pull request and diff lines
-# only after the last agent_exit, which no agent process outlives.
+# only after the last agent_exit, which no agent process outlives.  After
+# it nothing the agent wrote is run or obeyed: PATH loses the directories
+# it could write, and the git steps are git-after.sh's (a git directory of
+# their own; the diff printed is that of the commit pushed).
 #
 # A warm run (a pooled sandbox, SMCP_POOL=1): while it waits, the sandbox runs
 # `opencode serve` on 127.0.0.1:4096 and key-relay on 127.0.0.1:4097, and warms
@@ -362,16 +365,43 @@ diff_line() {
     fi
     # no perl: the raw diff cut so that even escaped it fits (6 bytes per
     # byte at worst), at a line boundary
-    local max=${SMCP_DIFF_MAX:-10485760} size limit
+    local max=${SMCP_DIFF_MAX:-10485760} size limit cut
     size=$(wc -c < "$1")
     limit=$(( (max - 100) / 6 ))
     if [ "$size" -le "$limit" ]; then
         printf '{"type":"smcp","step":"diff","diff":%s}\n' "$(json_stdin < "$1")"
     else
-        head -c "$limit" "$1" | sed '$d' > "$TMPDIR/smcp-diff-cut"
+        cut=$(mktemp)
+        head -c "$limit" "$1" | sed '$d' > "$cut"
         printf '{"type":"smcp","step":"diff","diff":%s,"truncated":true}\n' \
-            "$(json_stdin < "$TMPDIR/smcp-diff-cut")"
+            "$(json_stdin < "$cut")"
+        rm -f "$cut"
     fi
+}
+
+# PATH without the directories the agent could have written to: an entry
+# that is, or is under, a directory this user owns or may write (the
+# workspace, $HOME, /tmp, or an image's ENV PATH=$HOME/.local/bin:...);
+# once the agent is gone, no command is taken from where it may have put
+# one (builtins only: nothing is looked up on PATH before it is cleaned)
+path_not_writable() {
+    local d p ok out="" parts
+    IFS=: read -ra parts <<< "$PATH"
+    for d in "${parts[@]}"; do
+        [[ $d == /* ]] || continue
+        p=$d ok=1
+        while :; do
+            if [ -e "$p" ] && { [ -w "$p" ] || [ -O "$p" ]; }; then
+                ok=0
+                break
+            fi
+            [ "$p" = / ] && break
+            p=${p%/*}
+            p=${p:-/}
+        done
+        [ $ok = 1 ] && out=${out:+$out:}$d
+    done
+    printf '%s' "$out"
 }
 
 lifecycle() {
@@ -428,6 +458,9 @@ git config --global safe.directory "$repo"
 # package registries through the egress: npm, pip, Go, cargo, Maven, gem,
 # apt (registries.sh)
 . /usr/local/lib/smcp/registries.sh
+# the git steps after the agent (git-after.sh: functions only)
+# shellcheck source=runner/sandbox/git-after.sh
+. /usr/local/lib/smcp/git-after.sh
 
 if [ $# -gt 0 ]; then
     exec "$@"
@@ -441,8 +474,9 @@ if [ -n "$gateway_unsupported" ]; then
     exit 2
 fi
 
-# git's last words on stderr, for a lifecycle line (bounded)
-git_words() { tail -c 2000 "$TMPDIR/git.err" | json_stdin; }
+# git's last words on stderr (the file it went to), for a lifecycle line
+# (bounded)
+git_words() { tail -c 2000 "$1" | json_stdin; }
 
 # repo_dir URL: where a repository of the session lives: /workspace/repo
 # for the session's first (or whichever repository is there already),
@@ -473,14 +507,14 @@ sync_repo() {
         lifecycle clone "\"repository\":$(json_str "$url")"
         if ! git clone --quiet ${branch:+--branch "$branch"} "$url" "$dir" \
                  2>"$TMPDIR/git.err"; then
-            lifecycle clone_failed "\"message\":$(git_words)"
+            lifecycle clone_failed "\"message\":$(git_words "$TMPDIR/git.err")"
             return 1
         fi
         return 0
     fi
     lifecycle fetch "\"repository\":$(json_str "$url")"
     if ! git -C "$dir" fetch --quiet origin 2>"$TMPDIR/git.err"; then
-        lifecycle fetch_failed "\"repository\":$(json_str "$url"),\"message\":$(git_words)"
+        lifecycle fetch_failed "\"repository\":$(json_str "$url"),\"message\":$(git_words "$TMPDIR/git.err")"
     fi
 }
 
@@ -514,7 +548,7 @@ for url in $repos; do
         sync_repo "$url" "$dir" "${SMCP_BRANCH:-}" || exit 3
         if [ -n "${SMCP_BRANCH:-}" ] && [ $existed = 1 ]; then
             if ! on_branch "$dir" "$SMCP_BRANCH"; then
-                lifecycle branch_failed "\"name\":$(json_str "$SMCP_BRANCH"),\"message\":$(git_words)"
+                lifecycle branch_failed "\"name\":$(json_str "$SMCP_BRANCH"),\"message\":$(git_words "$TMPDIR/git.err")"
                 exit 3
             fi
         fi
@@ -666,7 +700,22 @@ fi
 # agent_exit (push, pull request, diff), cannot be forged by a process of
 # the agent writing to /proc/1/fd/1
 kill -KILL -1 2>/dev/null || true
+PATH=$(path_not_writable)
+hash -r
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
+
+# From here on no program or configuration of the agent's may run: every
+# git step is git-after.sh's, in a git directory made now, with nothing of
+# the agent's but its work tree (hashed here) and its objects (checked by
+# their hashes).  The run's tree is taken once; the diff stored is the
+# diff of the run's start and that tree, and the commit pushed has that
+# tree.
+tree_ok=0
+diff_file=/dev/null
+if git_after_tree 2>/dev/null; then
+    tree_ok=1
+    diff_file=$gsf/diff
+fi
 
 # the pull request's branch: what changed since the run started, the
 # agent's own commits included, on opencode/<runId>, pushed through the
@@ -675,38 +724,24 @@ lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 if [ "$status" = 0 ] && [ -z "$signal" ] && [ "${SMCP_CREATE_PR:-}" = 1 ] \
    && [ -n "${SMCP_REPOSITORY:-}" ]; then
     pr_branch=opencode/${SMCP_RUN_ID:-run}
-    git -c core.fsmonitor= add -A . >/dev/null 2>&1 || true
-    if git -c core.fsmonitor= diff --cached --quiet "$start" 2>/dev/null; then
-        git reset -q >/dev/null 2>&1 || true
-        lifecycle pr_skipped '"reason":"no changes"'
+    subject=${SMCP_TITLE:-$first_line}
+    if [ $tree_ok = 1 ]; then
+        git_after_push "$pr_branch" "${subject:-sandbox-mcp run}" \
+            "sandbox-mcp run ${SMCP_RUN_ID:-}" "$gsf/git.err" || true
+        git_after_hand_back "$pr_branch" 2>/dev/null || true
     else
-        git checkout -q -B "$pr_branch" 2>/dev/null || true
-        if ! git diff --cached --quiet 2>/dev/null; then
-            subject=${SMCP_TITLE:-$first_line}
-            git -c core.hooksPath=/dev/null commit -q --no-verify \
-                -m "${subject:-sandbox-mcp run}" \
-                -m "sandbox-mcp run ${SMCP_RUN_ID:-}" 2>"$TMPDIR/git.err" || true
-        fi
-        commit=$(git rev-parse -q --verify HEAD 2>/dev/null || true)
-        if git -c core.hooksPath=/dev/null push --quiet --no-verify origin "HEAD:refs/heads/$pr_branch" \
-               2>"$TMPDIR/git.err"; then
-            lifecycle pushed "\"branch\":$(json_str "$pr_branch"),\"commit\":$(json_str "$commit")"
-        else
-            lifecycle push_failed "\"message\":$(git_words)"
-        fi
+        lifecycle push_failed '"message":"the run'"'"'s tree could not be made from the work tree: nothing pushed"'
     fi
 fi
 
-# the diff, the run's last line: the runner stores it (untrusted input:
-# no external diff drivers, textconv or fsmonitor from the repo's config;
-# the a/ b/ prefixes the runner's diff index reads, whatever
-# diff.noprefix or diff.mnemonicPrefix say).
-# Through a file, not a shell variable: keeps the final newline (git apply
-# needs it) and any byte.
-git -c core.fsmonitor= add -N . >/dev/null 2>&1 || true
-git -c core.fsmonitor= diff --no-ext-diff --no-textconv --no-color \
-    --src-prefix=a/ --dst-prefix=b/ "$start" \
-    > "$oc/smcp/diff" 2>/dev/null || true
-diff_line "$oc/smcp/diff"
+# the diff, the run's last line: the runner stores it (a/ b/ prefixes, the
+# runner's diff index reads them).  Through a file, not a shell variable:
+# keeps the final newline (git apply needs it) and any byte.  The whole
+# diff is left in $oc/smcp/diff by a rename (a symlink the agent left
+# there, to the container's output say, is replaced, not written through).
+diff_line "$diff_file"
+mkdir -p "$oc/smcp" 2>/dev/null || true
+gs_put "$diff_file" "$oc/smcp/diff" 2>/dev/null || true
+git_after_done
 
 exit $status

@@ -4,7 +4,11 @@
 // authorization request, the access key typed into the page, the code
 // exchanged, tools/call with the access token, then a refresh.
 //
-//   node t/js/sdk_oauth.mjs URL ACCESS_KEY CHROMIUM
+//   node t/js/sdk_oauth.mjs URL ACCESS_KEY CHROMIUM [state|nostate]
+//
+// nostate: the provider defines no state(), as the SDK's own examples
+// write it; the authorization request then carries none (PKCE S256 is
+// the CSRF protection, OAuth 2.1) and the redirect brings none back.
 //
 // One JSON line per check, then {"done": true}; t/sdk_oauth.t makes each
 // an assertion (SMCP::Test's js_checks).
@@ -14,11 +18,12 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { Browser, check, assert, done, report } from './lib/browser.mjs';
 
-const [url, accessKey, chromiumPath] = process.argv.slice(2);
-if (!url || !accessKey || !chromiumPath) {
-    console.error('usage: node sdk_oauth.mjs URL ACCESS_KEY CHROMIUM');
+const [url, accessKey, chromiumPath, mode = 'state'] = process.argv.slice(2);
+if (!url || !accessKey || !chromiumPath || !/^(no)?state$/.test(mode)) {
+    console.error('usage: node sdk_oauth.mjs URL ACCESS_KEY CHROMIUM [state|nostate]');
     process.exit(2);
 }
+const withState = mode === 'state';
 
 // a loopback redirect URI nothing listens on: the browser's request to it
 // is intercepted and its code read
@@ -29,7 +34,10 @@ class MemoryProvider {
     constructor() {
         this.saved = {};
         this.authorizationUrl = null;
-        this.stateValue = 'sdk-' + Math.random().toString(16).slice(2);
+        if (withState) {
+            this.stateValue = 'sdk-' + Math.random().toString(16).slice(2);
+            this.state = () => this.stateValue;
+        }
     }
     get redirectUrl() { return redirectUrl; }
     get clientMetadata() {
@@ -41,7 +49,6 @@ class MemoryProvider {
             token_endpoint_auth_method: 'none',
         };
     }
-    state() { return this.stateValue; }
     clientInformation() { return this.saved.client; }
     saveClientInformation(c) { this.saved.client = c; }
     tokens() { return this.saved.tokens; }
@@ -85,10 +92,10 @@ try {
                json(provider.saved.client));
         return provider.saved.client.client_id;
     });
-    await check('the authorization URL carries PKCE S256, resource and state', async () => {
+    await check(`the authorization URL carries PKCE S256, resource and ${withState ? 'state' : 'no state'}`, async () => {
         const q = provider.authorizationUrl?.searchParams;
         assert(q && q.get('code_challenge_method') === 'S256' && q.get('code_challenge')
-               && q.get('resource') === url && q.get('state') === provider.stateValue,
+               && q.get('resource') === url && q.get('state') === (provider.stateValue ?? null),
                String(provider.authorizationUrl));
         return String(provider.authorizationUrl);
     });
@@ -119,7 +126,7 @@ try {
         await page.click('#approve');
         for (let i = 0; i < 100 && !redirected; i++) await new Promise((r) => setTimeout(r, 100));
         assert(redirected?.searchParams.get('code')
-               && redirected.searchParams.get('state') === provider.stateValue,
+               && redirected.searchParams.get('state') === (provider.stateValue ?? null),
                String(redirected));
         return String(redirected).replace(/code=[^&]+/, 'code=...');
     });

@@ -25,6 +25,25 @@ fs.mkdirSync(shots, { recursive: true });
 const desk = await browser.desktop();
 const phone = await browser.phone();
 
+// the tab's title while a run has a status (issue 23, 11)
+const tabTitle = (mark, status, title) => `${mark} ${status} — ${title} — sandbox-mcp`;
+const waitTitle = (page, want) => page.waitForFunction((t) => document.title === t, want,
+                                                       { timeout: WAIT });
+
+// every link a page shows that stays on the origin, with the answer the
+// page's own cookies get for it: [[href, status], ...]
+const followLinks = (page) => page.evaluate(async (origin) => {
+    const hrefs = [...document.querySelectorAll('a[href]')]
+        .filter((a) => a.getClientRects().length > 0)
+        .map((a) => a.href).filter((h) => h.startsWith(`${origin}/`));
+    const out = [];
+    for (const h of hrefs) {
+        const r = await fetch(h, { credentials: 'same-origin', cache: 'no-store' });
+        out.push([h, r.status]);
+    }
+    return out;
+}, cfg.origin);
+
 // ---------------------------------------------------------------------------
 // a live run: opened while started, fed events, completed
 
@@ -61,6 +80,39 @@ await check('the run page shows task, title, repository, model and status', asyn
     return st;
 });
 
+await check('the tab title leads with the status: started', async () => {
+    const want = tabTitle('○', 'started', L.title);
+    await waitTitle(page, want);
+    return await page.title();
+});
+
+await check('the session id is shown; Copy puts it on the clipboard', async () => {
+    await desk.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: cfg.origin });
+    const id = page.locator('#session-id');
+    await id.waitFor({ timeout: WAIT });
+    assert((await id.innerText()) === L.sessionId, `shown: ${await id.innerText()}`);
+    await page.getByRole('button', { name: 'Copy the session id' }).click();
+    await page.locator('#copy-note', { hasText: /^Copied\.$/ }).waitFor({ timeout: WAIT });
+    const clip = await page.evaluate(() => navigator.clipboard.readText());
+    assert(clip === L.sessionId, `clipboard: ${clip}`);
+    return clip;
+});
+
+await check('without the Clipboard API, Copy selects the session id', async () => {
+    await page.evaluate(() => {
+        window.getSelection().removeAllRanges();
+        Object.defineProperty(Navigator.prototype, 'clipboard',
+                              { get: () => undefined, configurable: true });
+    });
+    await page.getByRole('button', { name: 'Copy the session id' }).click();
+    await page.locator('#copy-note', { hasText: /selected/ }).waitFor({ timeout: WAIT });
+    const sel = await page.evaluate(() => window.getSelection().toString());
+    assert(sel === L.sessionId, `selected: ${JSON.stringify(sel)}`);
+    const note = await text(page, '#copy-note');
+    await page.evaluate(() => window.getSelection().removeAllRanges());
+    return `${sel}; ${note}`;
+});
+
 const before = await page.locator('#timeline > li').count();
 await fr.running(L.runId);
 await fr.event(L.runId, 'lifecycle', { type: 'smcp', step: 'clone' });
@@ -79,6 +131,11 @@ await fr.event(L.runId, 'agent', { type: 'step_finish', part: { type: 'step-fini
 await check('the status turns running without reload', async () => {
     await page.locator('#status').filter({ hasText: /^running$/ }).waitFor({ timeout: WAIT });
     return 'running';
+});
+
+await check('the tab title turns running, live', async () => {
+    await waitTitle(page, tabTitle('●', 'running', L.title));
+    return await page.title();
 });
 
 await check('the timeline grows without reload: tool call, command, folded output, egress', async () => {
@@ -136,6 +193,11 @@ await check('the status turns completed without reload', async () => {
     return 'completed';
 });
 
+await check('the tab title turns completed, live', async () => {
+    await waitTitle(page, tabTitle('✓', 'completed', L.title));
+    return await page.title();
+});
+
 await check('the result, the pull request link and the diff render', async () => {
     await page.locator('#result', { hasText: L.result }).waitFor({ timeout: WAIT });
     const pr = page.locator('#pr a');
@@ -155,12 +217,17 @@ await check('the result, the pull request link and the diff render', async () =>
     return `${files.length} files, +${add.length} -${del.length}`;
 });
 
-await check('the other runs of the session are listed and linked', async () => {
-    const a = page.locator('#session-runs a', { hasText: L.sibling.title });
-    await a.waitFor({ timeout: WAIT });
-    const href = await a.evaluate((e) => e.href);
-    assert(href === `${cfg.origin}${cfg.prefixPath}runs/${L.sibling.runId}`, href);
-    return href;
+await check('a watchUrl: every link on the page opens; All runs and the session\'s runs are not offered, the page says how to reach them', async () => {
+    const links = await followLinks(page);
+    const refused = links.filter(([, st]) => st !== 200);
+    assert(refused.length === 0, `links refused: ${JSON.stringify(refused)}`);
+    await page.locator('#run-only').waitFor({ timeout: WAIT });
+    assert(await page.locator('#all-runs').isHidden(), 'All runs is shown');
+    assert(await page.locator('#session-runs a').count() === 0, 'the session\'s runs are linked');
+    const how = await text(page, '#run-only');
+    assert(/opencode_get_result/.test(how) && /watchUrl/.test(how)
+           && /make token SUB=<tenant> UI=1/.test(how), how);
+    return `${links.length} links, all 200`;
 });
 
 await check('the page was loaded once: no reload, no script error', async () => {
@@ -170,6 +237,10 @@ await check('the page was loaded once: no reload, no script error', async () => 
 });
 
 await page.evaluate(() => document.querySelectorAll('#timeline details').forEach((d, i) => { if (i === 0) d.open = true; }));
+await page.evaluate(() => {
+    const note = document.getElementById('copy-note');
+    if (note) note.textContent = '';
+});
 await page.screenshot({ path: `${shots}/run-desktop.png`, fullPage: true });
 await page.close();
 
@@ -180,6 +251,21 @@ await check('390 px: the run page does not scroll sideways', async () => {
     const [sw, vw] = await widths(pp);
     assert(vw === 390 && sw <= vw, `scrollWidth ${sw} > ${vw}`);
     return `scrollWidth ${sw}, viewport ${vw}`;
+});
+await check('390 px: the session id and its Copy button fit the screen', async () => {
+    const [id, button] = await pp.evaluate(() => ['session-id', 'copy-session'].map((x) => {
+        const b = document.getElementById(x).getBoundingClientRect();
+        return { left: b.left, right: b.right, top: b.top, bottom: b.bottom, height: b.height };
+    }));
+    const vw = 390;
+    for (const b of [id, button]) {
+        assert(b.left >= 0 && b.right <= vw && b.height > 0, `box ${JSON.stringify(b)}`);
+    }
+    assert(button.height >= 44, `button ${button.height} px high`);
+    assert(id.right <= button.left || button.top >= id.bottom, 'the button covers the id');
+    assert((await text(pp, '#session-id')) === L.sessionId, 'the id');
+    return `id ${Math.round(id.left)}-${Math.round(id.right)} px, button `
+           + `${Math.round(button.left)}-${Math.round(button.right)} px`;
 });
 await check('dark mode: the page follows the system setting', async () => {
     const bg = await pp.evaluate(() => getComputedStyle(document.body).backgroundColor);
@@ -263,6 +349,10 @@ await check('the page shows cancelled once the runner stopped the run', async ()
     const st = await redis.cmd('HGET', `${cfg.prefix}run:${C.runId}`, 'status');
     assert(st === 'cancelled', `redis status ${st}`);
     return st;
+});
+await check('the tab title turns cancelled, live', async () => {
+    await waitTitle(page, tabTitle('⊘', 'cancelled', C.title));
+    return await page.title();
 });
 await page.close();
 
@@ -454,6 +544,29 @@ await check('run list: a row links to its run page', async () => {
     await page.locator('#run-error', { hasText: 'the tests fail' }).waitFor({ timeout: WAIT });
     return page.url();
 });
+
+await check('a failed run\'s tab title says failed', async () => {
+    await waitTitle(page, tabTitle('✗', 'failed', R.changingTitle));
+    return await page.title();
+});
+
+await check('the tenant\'s link: the run page offers All runs and the session\'s runs, and they open', async () => {
+    await page.goto(`${cfg.origin}${cfg.prefixPath}runs/${L.runId}`);
+    const sib = page.locator('#session-runs a', { hasText: L.sibling.title });
+    await sib.waitFor({ timeout: WAIT });
+    await page.locator('#all-runs').waitFor({ timeout: WAIT });
+    assert(await page.locator('#run-only').isHidden(), 'the run-only note is shown');
+    const links = await followLinks(page);
+    const refused = links.filter(([, st]) => st !== 200);
+    assert(refused.length === 0, `links refused: ${JSON.stringify(refused)}`);
+    await sib.click();
+    await page.waitForURL(`${cfg.origin}${cfg.prefixPath}runs/${L.sibling.runId}`, { timeout: WAIT });
+    await page.locator('#title', { hasText: L.sibling.title }).waitFor({ timeout: WAIT });
+    await page.locator('#all-runs').click();
+    await page.waitForURL(`${cfg.origin}${cfg.prefixPath}`, { timeout: WAIT });
+    await page.locator('#runs li').first().waitFor({ timeout: WAIT });
+    return `${links.length} links, all 200; the sibling, then the list`;
+});
 await page.close();
 
 page = await open(phone, R.url);
@@ -478,7 +591,36 @@ await check('a tampered link: the 401 page, no run data', async () => {
     assert(!body.includes(L.title) && !body.includes(L.runId.slice(4)), 'run data in the page');
     return h1;
 });
+
+await check('the 401 page says how to get a new link: opencode_get_result\'s watchUrl, make token SUB=<tenant> UI=1', async () => {
+    const how = await text(page, 'main');
+    assert(/opencode_get_result/.test(how) && /watchUrl/.test(how), how);
+    assert(/make token SUB=<tenant> UI=1/.test(how), how);
+    await page.screenshot({ path: `${shots}/denied-desktop.png` });
+    return how.split('\n').filter((l) => /opencode_get_result|make token/.test(l)).join(' / ');
+});
 await fresh.close();
+
+// a link that stops working under an open page (the token expired: its
+// cookie, which lives as long, is gone)
+const E = cfg.expiring;
+const gone = await browser.desktop();
+page = await open(gone, E.watchUrl);
+await check('a link that stops working under an open page: it says how to get a new one', async () => {
+    await page.locator('#status').filter({ hasText: /^started$/ }).waitFor({ timeout: WAIT });
+    await page.waitForFunction(() => window.__sse.opens === 1, null, { timeout: WAIT });
+    await gone.clearCookies();
+    await fr.running(E.runId);
+    const err = page.locator('#load-error');
+    await err.waitFor({ timeout: WAIT });
+    const msg = await err.innerText();
+    assert(/opencode_get_result/.test(msg) && /make token SUB=<tenant> UI=1/.test(msg), msg);
+    await page.reload();
+    const h1 = await text(page, 'h1');
+    assert(/not valid/.test(h1), `after a reload: ${h1}`);
+    return msg;
+});
+await gone.close();
 
 await check('no request left the origin', async () => {
     const out = browser.offOrigin(cfg.origin);

@@ -888,6 +888,13 @@ test_revoked(void)
 
     ok(!all && smcp_revoked_count(set) == 5000,
        "the set stops at its maximum");
+    ok(2 * smcp_revoked_bytes(set) <= smcp_revoked_max_bytes(5000)
+       && smcp_revoked_max_bytes(5000) == 2 * 16384 * 80,
+       "... its table within the stated bound (%zu bytes; at most %zu)",
+       smcp_revoked_bytes(set), smcp_revoked_max_bytes(5000));
+    ok(smcp_revoked_max_bytes(50000) <= 21 * 1024 * 1024,
+       "the default maximum (50,000 ids) takes at most %zu bytes",
+       smcp_revoked_max_bytes(50000));
 
     smcp_revoked_clear(set);
     ok(smcp_revoked_count(set) == 0 && !smcp_revoked_has(set, "id0", 3, 1600),

@@ -10,6 +10,9 @@
 -- KEYS[10] tenant:{tenant}:sessions   ('' when unknown)
 -- KEYS[11] channel tenant:{tenant}    ('' when unknown; "<run id>
 --                                     <status>": the dashboard)
+-- KEYS[12] tenant:{tenant}:usage      ('' when unknown; absent: an older
+--                                     caller, nothing accounted)
+-- KEYS[13] budget:expiry
 -- ARGV: status, now (ms), events maxlen, run id, session id, then
 -- field/value pairs for the run hash, then (when KEYS[4] is given) the
 -- diff.
@@ -20,6 +23,16 @@
 -- now, and is due to expire `idle_ttl` seconds later (the session hash's
 -- field; absent: the sessions index is left alone); the tenant's session
 -- index scores it by that last activity.
+--
+-- What the run holds is counted now, once: its hash and status events
+-- (RUN_BYTES, its task, title, pr title and repositories: what
+-- run_create wrote; run_cancel.lua counts the same) and its outcome
+-- (FINISH_BYTES, the fields' values, the diff) are added to the run's
+-- `bytes` (which holds its events, counted by the runner as it stored
+-- them) and to its tenant's usage `bytes`;
+-- a run whose keys expire is listed in budget:expiry, scored by when they
+-- do, as "<run id> <its bytes> <tenant>": the runner's janitor takes its
+-- bytes off the tenant's usage then (budget_release.lua).
 --
 -- Returns 'ok', or the status the run already had.
 if KEYS[5] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
@@ -45,12 +58,29 @@ if KEYS[11] ~= '' then
   redis.call('PUBLISH', KEYS[11], ARGV[4] .. ' ' .. ARGV[1])
 end
 
-local retention = tonumber(redis.call('HGET', KEYS[1], 'retention') or '')
+local RUN_BYTES, FINISH_BYTES = 1024, 256
+local usage, total = KEYS[12] or '', 0
+if usage ~= '' then
+  local r = redis.call('HMGET', KEYS[1], 'task', 'title', 'pr_title',
+                       'repositories')
+  local added = RUN_BYTES + FINISH_BYTES + #(r[1] or '') + #(r[2] or '')
+                + #(r[3] or '') + 2 * #(r[4] or '')
+  for i = 6, #ARGV do added = added + #ARGV[i] end
+  total = redis.call('HINCRBY', KEYS[1], 'bytes', added)
+  redis.call('HINCRBY', usage, 'bytes', added)
+end
+
+local h = redis.call('HMGET', KEYS[1], 'retention', 'tenant')
+local retention = tonumber(h[1] or '')
 if retention and retention >= 1 then
   retention = math.floor(retention)
   redis.call('EXPIRE', KEYS[1], retention)
   redis.call('EXPIRE', KEYS[2], retention)
   if KEYS[4] ~= '' then redis.call('EXPIRE', KEYS[4], retention) end
+  if usage ~= '' and h[2] then
+    redis.call('ZADD', KEYS[13], tonumber(ARGV[2]) + retention * 1000,
+               ARGV[4] .. ' ' .. total .. ' ' .. h[2])
+  end
 end
 
 if KEYS[8] ~= '' then

@@ -10,14 +10,20 @@
 -- KEYS[1] oauth:family:{family} (for a code, the id the module derives
 -- from it)   KEYS[2] revoked   KEYS[3] channel revoked
 -- KEYS[4] oauth:code:{sha256 hex of the code} (mode code; else '')
+-- KEYS[5] revoked:exp (zset: revoked's ids by exp)
 -- ARGV: mode (code | refresh | revoke), client_id, proof (code: the S256
 -- challenge of the code_verifier; refresh, revoke: the hash of the
 -- presented refresh token), resource ('' when not sent), now (unix
 -- seconds), new refresh token hash, new access token jti, its exp, refresh
--- ttl (seconds), redirect_uri (code); revoke reads mode and proof only
+-- ttl (seconds), redirect_uri (code), then (refresh of a GitHub sign-in)
+-- '1' once the module looked the user up at GitHub again and its rules
+-- still let it in, the grant they give now (repos), the login now (label);
+-- revoke reads mode and proof only
 --
 -- Returns {'OK', sub, repos, key_exp} (code, refresh), {'OK'} (revoke),
--- or {'ERR', OAuth error, description}.
+-- {'GITHUB', sealed GitHub token, sub} (the refresh of a GitHub sign-in
+-- before that look-up: nothing written), or {'ERR', OAuth error,
+-- description}.
 local mode, now = ARGV[1], tonumber(ARGV[5])
 
 local function fields(key)
@@ -33,6 +39,7 @@ local function revoke_family()
     local old = tonumber(redis.call('HGET', KEYS[2], f[1]))
     if not old or old < tonumber(f[2]) then
       redis.call('HSET', KEYS[2], f[1], f[2])
+      redis.call('ZADD', KEYS[5], f[2], f[1])
     end
     redis.call('PUBLISH', KEYS[3], f[1] .. ' ' .. f[2])
   end
@@ -52,7 +59,8 @@ local function issue(g)
   redis.call('HSET', KEYS[1], 'client_id', g.client_id, 'sub', g.sub,
              'repos', g.repos, 'resource', g.resource, 'key_jti', g.key_jti,
              'key_exp', g.key_exp, 'current', ARGV[6], 'access_jti', ARGV[7],
-             'access_exp', ARGV[8])
+             'access_exp', ARGV[8], 'github', g.github or '',
+             'label', g.label or '')
   redis.call('EXPIRE', KEYS[1],
              math.min(tonumber(ARGV[9]), tonumber(g.key_exp) - now))
   return {'OK', g.sub, g.repos, g.key_exp}
@@ -105,5 +113,12 @@ if f.current ~= ARGV[3] or f.client_id ~= ARGV[2] then
 end
 if ARGV[4] ~= '' and ARGV[4] ~= f.resource then
   return err('invalid_target', 'resource is not this MCP server')
+end
+if (f.github or '') ~= '' then
+  -- a GitHub sign-in: who the user is now decides, first
+  if ARGV[11] ~= '1' then
+    return {'GITHUB', f.github, f.sub}
+  end
+  f.repos, f.label = ARGV[12], ARGV[13]
 end
 return issue(f)

@@ -9,16 +9,23 @@
 --         read before ('' for none)
 -- KEYS[6] channel run:{id}   KEYS[7] channel cancel
 -- KEYS[8] channel tenant:{tenant} ("<run id> <status>": the dashboard)
+-- KEYS[9] tenant:{tenant}:usage   KEYS[10] budget:expiry (both absent:
+--         an older caller)
 -- ARGV: tenant, now (ms), run id, events maxlen, retention (s) when the
 -- run has none, the session id KEYS[5] is of ('' for none), then the
 -- names of the statuses `started`, `running` and `cancelled`
+--
+-- A run cancelled before it started holds its hash and events until its
+-- keys expire: counted now in its tenant's usage `bytes` (RUN_BYTES, its
+-- task, title, pr title and repositories, as finish.lua counts them) and
+-- listed in budget:expiry as the finish lists a run.
 --
 -- Returns the run hash (HGETALL), or nil (unknown, another tenant's, or
 -- not of that session any more: nothing written).
 local started, running, cancelled = ARGV[7], ARGV[8], ARGV[9]
 
 local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'retention',
-                     'session')
+                     'session', 'task', 'title', 'pr_title', 'repositories')
 if h[1] ~= ARGV[1] or (h[4] or '') ~= ARGV[6] then return nil end
 
 if h[2] == started then
@@ -32,6 +39,15 @@ if h[2] == started then
   local keep = tonumber(h[3]) or tonumber(ARGV[5])
   for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3]}) do
     redis.call('EXPIRE', k, keep)
+  end
+  if KEYS[10] then
+    local RUN_BYTES = 1024
+    local n = RUN_BYTES + #(h[5] or '') + #(h[6] or '') + #(h[7] or '')
+              + 2 * #(h[8] or '')
+    local total = redis.call('HINCRBY', KEYS[1], 'bytes', n)
+    redis.call('HINCRBY', KEYS[9], 'bytes', n)
+    redis.call('ZADD', KEYS[10], tonumber(ARGV[2]) + keep * 1000,
+               ARGV[3] .. ' ' .. total .. ' ' .. ARGV[1])
   end
   redis.call('PUBLISH', KEYS[6], cancelled)
   redis.call('PUBLISH', KEYS[8], ARGV[3] .. ' ' .. cancelled)

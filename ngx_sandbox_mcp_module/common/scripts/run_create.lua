@@ -12,6 +12,7 @@
 -- KEYS[6] session:{sid}:active   KEYS[7] tenant:{tenant}:started
 -- KEYS[8] sessions   KEYS[9] queue   KEYS[10] tenant:{tenant}:sessions
 -- KEYS[11] channel tenant:{tenant} ("<run id> <status>": the dashboard)
+-- KEYS[12] tenant:{tenant}:usage (absent: an older caller, no budgets)
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
 -- repository (the URL the run names, or ""), branch, model, title,
 -- create_pr (1/0), timeout (s), events maxlen, max queued, max running,
@@ -20,19 +21,39 @@
 -- session states `expiring` and `expired`; then base branch, pr title,
 -- draft (1/0), watch base (the run page's URL), the most repositories a
 -- session may hold, the sessions' trim score (ms: older sessions' keys are
--- gone), the run's image ("" or missing: the runner's own)
+-- gone), the run's image ("" or missing: the runner's own), the token's
+-- grants (its "repos" claim in lower case, without ".git", ',' between
+-- them, e.g. "acme/app,tools/*"; "" or missing: none); then the tenant's
+-- budgets (each 0: none): bytes of Redis its runs hold, live sessions,
+-- bytes of its sessions' workspaces
+--
+-- The tenant's usage hash (docs/contracts.md, "Tenant budgets") is read
+-- once; a new session is one more `sessions`, its workspace
+-- `s:<session id>` (0 bytes until the runner measures it).  What the run
+-- holds is counted when it ends (finish.lua, run_cancel.lua): the hot
+-- path reads one key more and, for a new session, writes two fields.
+-- The runner holds running runs to the same budgets (its --tenant-*
+-- flags).
 --
 -- The session's `repositories` (a JSON array of URLs, first named first,
 -- compared without case) gains the run's repository; the run gets that
 -- array and its `repository`: the one it names, else the session's first.
+-- The run reaches every one of them (it fetches them all, and clones,
+-- pushes and opens its pull request on its own): each must be granted to
+-- the token that asks, not only the one it names (the module checked
+-- that one already).
 --
 -- Returns 1; 0 when an existing session is unknown to this tenant (or a
 -- new one's id is taken); -1 when it expired (or is expiring); -2 when the
 -- tenant has max queued runs started already; -3 when the session holds
 -- the most repositories already and the run names another; -4 when the run
--- needs a repository (a branch, a pull request) and has none.  Only 1
--- writes anything.
+-- needs a repository (a branch, a pull request) and has none; the URL of a
+-- repository of the run that the grants do not cover; -5 when the
+-- tenant's runs hold its bytes budget, -6 when a new session would pass
+-- its sessions budget, -7 when its workspaces hold its disk budget.  Only
+-- 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
+local usage = KEYS[12] or ''
 
 local repos = {}
 if ARGV[4] == '1' then
@@ -59,11 +80,37 @@ if not seen then
 end
 if own == '' and (ARGV[8] ~= '' or ARGV[11] == '1') then return -4 end
 
+local grants = ',' .. (ARGV[31] or '') .. ','
+for _, url in ipairs(repos) do
+  local o, n = string.match(string.lower(url), '^https://[^/]+/([^/]+)/([^/]+)$')
+  if not (o and (string.find(grants, ',*,', 1, true)
+                 or string.find(grants, ',' .. o .. '/*,', 1, true)
+                 or string.find(grants, ',' .. o .. '/' .. n .. ',', 1, true)))
+  then
+    return url
+  end
+end
+
 -- the URLs are checked (https, host, owner, name): nothing to escape
 local list = '[]'
 if #repos > 0 then list = '["' .. table.concat(repos, '","') .. '"]' end
 
 if redis.call('SCARD', KEYS[7]) >= tonumber(ARGV[14]) then return -2 end
+
+local max_bytes, max_sessions, max_disk =
+  tonumber(ARGV[32] or '0'), tonumber(ARGV[33] or '0'),
+  tonumber(ARGV[34] or '0')
+if usage ~= '' then
+  local u = redis.call('HMGET', usage, 'bytes', 'sessions', 'disk')
+  if max_bytes > 0 and tonumber(u[1] or '0') >= max_bytes then
+    return -5
+  end
+  if ARGV[4] == '1' and max_sessions > 0
+     and tonumber(u[2] or '0') >= max_sessions then
+    return -6
+  end
+  if max_disk > 0 and tonumber(u[3] or '0') >= max_disk then return -7 end
+end
 
 if ARGV[4] == '1' then
   redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5],
@@ -84,6 +131,12 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
   'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
   'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
   'image', ARGV[30] or '')
+
+-- a new session's id is new (checked above): no HSETNX needed
+if usage ~= '' and ARGV[4] == '1' then
+  redis.call('HSET', usage, 's:' .. ARGV[3], 0)
+  redis.call('HINCRBY', usage, 'sessions', 1)
+end
 
 redis.call('SADD', KEYS[7], ARGV[1])
 redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])

@@ -8,6 +8,7 @@
 --                                     <status>": the dashboard)
 -- ARGV: now (ms), container id, events maxlen, deadline (ms), run id
 --
+-- The reason it waited for the host (run_waiting.lua's `error`) goes.
 -- A run that ended meanwhile (cancelled while its sandbox was starting)
 -- leaves its session's active set and its tenant's sets: its claim ends
 -- here, no finish follows.
@@ -24,6 +25,7 @@ if st ~= 'started' then
 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1],
            'container_id', ARGV[2], 'deadline', ARGV[4])
+redis.call('HDEL', KEYS[1], 'error')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',
            'lifecycle', 'data', '{"status":"running"}', 'ts', ARGV[1])
 redis.call('PUBLISH', KEYS[3], 'running')

@@ -117,7 +117,10 @@ var SMCP = (function () {
         return TERMINAL[st] === 1;
     }
 
-    /* GET or POST, same origin, JSON back; rejects with a message */
+    /*
+     * GET or POST, same origin, JSON back; rejects with the server's
+     * message ({"error": text}: a 401's says how to get a new link)
+     */
     function fetchJson(url, opts) {
         opts = opts || {};
         return fetch(url, {
@@ -126,14 +129,20 @@ var SMCP = (function () {
             cache: "no-store",
             headers: opts.headers || { "Accept": "application/json" }
         }).then(function (r) {
-            if (r.status === 401) {
-                throw new Error("This link is not valid any more: ask for "
-                                + "a new one.");
+            if (r.ok) {
+                return r.json();
             }
-            if (!r.ok) {
-                throw new Error("The server answered " + r.status + ".");
-            }
-            return r.json();
+            return r.json().then(function (j) {
+                return j && typeof j.error === "string" ? j.error : "";
+            }, function () {
+                return "";
+            }).then(function (msg) {
+                throw new Error(msg ? cut(msg, 1000)
+                                : r.status === 401
+                                ? "This link is not valid any more: reload "
+                                  + "the page to see how to get a new one."
+                                : "The server answered " + r.status + ".");
+            });
         });
     }
 

@@ -2,7 +2,13 @@
  * The run page: the run's facts from runs/{id}/data, its steps live from
  * runs/{id}/events (server-sent events: the types and data of
  * opencode_get_events), its diff from runs/{id}/diff once it has ended,
- * and a Cancel button while it is started or running.
+ * and a Cancel button while it is started or running.  The status leads
+ * the tab's title, so a background tab tells how the run is going.
+ *
+ * Only links that open with the page's own link are shown: data says
+ * "access": "tenant" (the tenant's link: "All runs" and the session's
+ * other runs) or "run" (a watchUrl: this run only; its cookie does not
+ * reach other pages, and the server sends nothing of the session).
  */
 "use strict";
 
@@ -14,6 +20,11 @@
     var MAX_EVENTS = 5000;       /* timeline entries kept on the page */
     var MAX_DIFF_PAGES = 16;     /* 64 KiB pages of a diff fetched */
     var MAX_DIFF_LINES = 4000;   /* lines of one file's diff shown */
+    var MAX_TAB_TITLE = 80;      /* characters of the title in the tab */
+
+    /* the status at the head of the tab's title: told apart by sign too */
+    var MARKS = { started: "○", running: "●", completed: "✓", failed: "✗",
+                  cancelled: "⊘" };
 
     var base = window.location.pathname.replace(/\/+$/, "");
     var runId = base.slice(base.lastIndexOf("/") + 1);
@@ -26,6 +37,7 @@
     var source = null;
     var diffLoaded = false;
     var cancelAsked = false;
+    var copyTimer = null;        /* clears the copy button's note */
 
     function num(v) {
         return typeof v === "number" && isFinite(v) && v >= 0 ? v : 0;
@@ -48,6 +60,18 @@
         }
         s.className = SMCP.statusClass(st);
         showCancel(st);
+        showTabTitle(st);
+    }
+
+    /* "● running — Fix the login bug — sandbox-mcp" */
+    function showTabTitle(st) {
+        var name = String((run && (run.title || run.runId)) || "Run");
+
+        if (name.length > MAX_TAB_TITLE) {
+            name = name.slice(0, MAX_TAB_TITLE) + "…";
+        }
+        document.title = (MARKS[st] || "?") + " " + SMCP.statusText(st)
+                         + " — " + name + " — sandbox-mcp";
     }
 
     function showCancel(st) {
@@ -110,7 +134,6 @@
         var dl = document.getElementById("facts"), pr, url, res, err;
 
         run = r;
-        document.title = (r.title || r.runId || "Run") + " — sandbox-mcp";
         SMCP.setText("title", r.title || r.runId || "Run");
         showStatus(r.status);
         tick();
@@ -144,7 +167,10 @@
                                      text: "Pull request: " + url }));
         }
 
-        showSession(r.sessionRuns);
+        showSessionId(r.sessionId);
+        document.getElementById("all-runs").hidden = r.access !== "tenant";
+        showSession(r.access === "tenant" ? r.sessionRuns : null,
+                    r.access === "tenant");
 
         if (SMCP.isTerminal(r.status) && !diffLoaded) {
             diffLoaded = true;
@@ -152,7 +178,9 @@
         }
     }
 
-    function showSession(list) {
+    /* the session's other runs (the tenant's link), or with a run's link
+     * how to reach them */
+    function showSession(list, tenant) {
         var ul = document.getElementById("session-runs"), i, o;
 
         list = Array.isArray(list) ? list : [];
@@ -172,7 +200,56 @@
                 el("span", { class: "muted", text: SMCP.time(o.createdAt) })
             ]));
         }
-        document.getElementById("session-box").hidden = !ul.firstChild;
+        document.getElementById("run-only").hidden = tenant;
+        document.getElementById("session-box").hidden = tenant
+                                                        && !ul.firstChild;
+    }
+
+    /* -- the session id: shown, selectable, copied by a button ----------- */
+
+    function showSessionId(id) {
+        var code = document.getElementById("session-id");
+
+        id = typeof id === "string" ? id.slice(0, 200) : "";
+        if (code.textContent !== id) {
+            code.textContent = id;
+        }
+        document.getElementById("session-line").hidden = !id;
+    }
+
+    function copyNote(text) {
+        SMCP.setText("copy-note", text);
+        clearTimeout(copyTimer);
+        copyTimer = setTimeout(function () {
+            SMCP.setText("copy-note", "");
+        }, 8000);
+    }
+
+    /* without the Clipboard API (or its permission): the id selected */
+    function selectSessionId() {
+        var range = document.createRange(), sel = window.getSelection();
+
+        range.selectNodeContents(document.getElementById("session-id"));
+        sel.removeAllRanges();
+        sel.addRange(range);
+        copyNote("The id is selected: copy it (Ctrl+C, ⌘C or the menu).");
+    }
+
+    function copySessionId() {
+        var id = document.getElementById("session-id").textContent;
+
+        if (!id) {
+            return;
+        }
+        if (!navigator.clipboard
+            || typeof navigator.clipboard.writeText !== "function")
+        {
+            selectSessionId();
+            return;
+        }
+        navigator.clipboard.writeText(id).then(function () {
+            copyNote("Copied.");
+        }, selectSessionId);
     }
 
     function load() {
@@ -592,6 +669,8 @@
     }
 
     document.getElementById("cancel").addEventListener("click", cancel);
+    document.getElementById("copy-session").addEventListener("click",
+                                                             copySessionId);
     setInterval(tick, 1000);
     load().then(function () {
         if (run) {

@@ -15,32 +15,9 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const { chromium } = require('playwright-core');
 
+export { report, check, assert, done } from './checks.mjs';
+
 export const WAIT = 15000;       // ms a page may take to show a change
-
-export function report(check, ok, detail = '') {
-    process.stdout.write(JSON.stringify({ check, ok: !!ok, detail: String(detail) }) + '\n');
-}
-
-// check(name, async () => detail-or-throw): one reported check
-export async function check(name, fn) {
-    try {
-        const detail = await fn();
-        report(name, true, detail ?? '');
-        return true;
-    } catch (e) {
-        report(name, false, e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e);
-        return false;
-    }
-}
-
-export function assert(cond, msg) {
-    if (!cond) throw new Error(msg);
-}
-
-// the last line: the script ran to its end
-export function done() {
-    process.stdout.write(JSON.stringify({ done: true }) + '\n');
-}
 
 export const text = (page, sel) => page.locator(sel).innerText();
 

@@ -45,6 +45,7 @@ our @EXPORT_OK = qw(
     exec_in probe_tcp container_ip container_inspect_field
     create_network remove_network network_gateway free_subnet host_ip
     sandbox_net_up sandbox_net_down sandbox_net_rules sandbox_net_script
+    egress_relay_up
     bridge_name fork_child orphaned tcp_listener stop_child cleanup
 );
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
@@ -523,6 +524,33 @@ sub sandbox_net_up {
         last unless $auto && _retry_subnet_err($e);
     }
     die "sandbox-net up $name failed: $err";
+}
+
+# egress_relay_up($net, port => EGRESS_PORT, limit => N, image => I,
+#                 name => N) -> { name, id, ip }: runner/egress-relay as
+# `SMCP_BACKEND=swarm make up` runs it: a container at the last address
+# of the sandbox network $net (sandbox_net_up's), forwarding PORT to the
+# gateway, at most `limit` connections per sandbox; the network's rules
+# made anew with SMCP_EGRESS_RELAY (its connection limit not for the
+# relay's address).  Removed with the test's containers.
+sub egress_relay_up {
+    my ($net, %o) = @_;
+    my ($a, $len) = $net->{subnet} =~ m{^([\d.]+)/(\d+)$} or die "bad subnet";
+    my $ip = _int2ip(_ip2int($a) + 2 ** (32 - $len) - 2);
+    my ($rc, $out, $err) = run_cmd(['env', "SMCP_EGRESS_RELAY=$ip", sandbox_net_script(),
+                                    'up', $net->{name}, $net->{bridge}, $net->{subnet},
+                                    $o{port}], timeout => 60);
+    die "sandbox-net up (relay $ip): $err$out" if $rc;
+    my $relay = repo_root() . '/runner/egress-relay';
+    my $name = $o{name} // sprintf('%s-relay%d', test_id(), ++$SEQ);
+    my $id = run_container(name => $name, network => $net->{name}, ip => $ip,
+        image => $o{image} // sandbox_image(),
+        labels => { 'smcp.relay' => '1' }, read_only => 1, user => '65534',
+        cap_drop => ['ALL'], no_new_privileges => 1,
+        extra => ['-v', "$relay:/egress-relay:ro"], entrypoint => 'perl',
+        cmd => ['/egress-relay', $o{port}, $net->{gateway},
+                $o{limit} // $ENV{SMCP_EGRESS_CONNLIMIT} // 64]);
+    return { name => $name, id => $id, ip => $ip };
 }
 
 # sandbox_net_down($name, $bridge) -> (rc, stdout, stderr)

