@@ -245,7 +245,7 @@ subtest 'a sign-in takes its client out of the bound' => sub {
 };
 
 subtest 'the tenant, after the flood' => sub {
-    my $res = $s->wait_done($early->{runId}, 180);
+    my $res = $s->wait_done($early->{runId}, 300);
     is($res->{status}, 'completed', 'the run queued before: completed (the runner\'s finish)')
         or $s->diag_run($early->{runId}, $runner);
     $s->run_completed('run_task, get_result after the flood', $runner,

@@ -338,7 +338,7 @@ if ($egress) {
         is(scalar @{ $npm->requests(method => 'PUT') }, 0, '... nothing upstream');
         # the audit (written at the log phase, after the answer): a miss, a hit
         my @pk;
-        wait_until(5, sub {
+        wait_until(30, sub {
             @pk = grep { ($_->{path} // '') eq '/registry/npm/smcp-pad'
                          && ($_->{method} // '') eq 'GET' }
                   map { json_decode($_) // {} }
@@ -390,7 +390,7 @@ if ($egress) {
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
     # (the run's status is stored before its log line is written)
     my $rlog = '';
-    wait_until(5, sub { $rlog = slurp("$state/logs/runner.log");
+    wait_until(30, sub { $rlog = slurp("$state/logs/runner.log");
                         $rlog =~ /run=\Q$rt->{runId}\E msg="completed/ });
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
 

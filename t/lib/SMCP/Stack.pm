@@ -212,7 +212,7 @@ sub start_runner {
     my $r = { pid => $pid, guard => $guard, name => $name, log => $log, started => time() };
     $self->{runners}{$pid} = $r;
     # up: it logs its start line at once
-    wait_until(5, sub { $self->runner_log($r) =~ /starting/ });
+    wait_until(30, sub { $self->runner_log($r) =~ /starting/ });
     return $r;
 }
 
@@ -330,11 +330,13 @@ sub _watch_docker_events {
     my ($self, $name) = @_;
     return if $self->{events_pids}{$name};
     my $file = $self->{t}->dir . "/docker-events-$name.jsonl";
-    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--filter',
-        'type=container', '--filter', "label=smcp.runner=$name", '--format', '{{json .}}'],
-        $file);
+    # --since a moment before: what happens before the subscription is up
+    # comes first, from the engine's buffer (no sleep that hopes it is up)
+    my $since = sprintf('%.3f', time() - 1);
+    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--since', $since,
+        '--filter', 'type=container', '--filter', "label=smcp.runner=$name",
+        '--format', '{{json .}}'], $file);
     $self->{events_pids}{$name} = [$pid, $file, $guard];
-    sleep(0.3);    # subscribed
 }
 
 # docker_events(run => ID) -> ({action, id, time (epoch float), run}, ...)
@@ -462,7 +464,7 @@ sub wait_done {
 sub run_completed {
     my ($self, $what, $runner, %args) = @_;
     my $run = $self->run_task(%args);
-    my $res = $self->wait_done($run->{runId}, 180);
+    my $res = $self->wait_done($run->{runId}, 300);
     Test::More::is($res->{status}, 'completed', "$what: completed")
         or $self->diag_run($run->{runId}, $runner);
     return ($run, $res);
