@@ -67,6 +67,13 @@ my $volume = "smcp-$ses";
 my ($vrc) = docker('volume', 'inspect', $volume);
 is($vrc, 0, "its session's volume $volume");
 
+# a rotated key signs a second token: the keys file goes with the backup
+($rc, $out) = $up->make('rotate-secret');
+is($rc, 0, 'make rotate-secret') or diag($out);
+(my $trc, my $token2) = $up->make('token', 'SUB=stack-tenant');
+($token2) = ($token2 // '') =~ /^([\w-]+\.[\w-]+\.[\w-]+)$/m;
+ok($token2 && $up->initialize($token2), 'a token the new key signed works');
+
 # ---------------------------------------------------------------------------
 # make backup, the stack up
 
@@ -79,8 +86,9 @@ is(sprintf('%o', (stat $file)[2] & 07777), '600', '... a file of mode 600 (the s
 my (undef, $list) = run_cmd(['tar', '-tzf', $file]);
 is(join(' ', sort grep { !m{/$} } split /\n/, $list),
    join(' ', map { "sandbox-mcp-backup/$_" }
-             sort('MANIFEST', 'redis-password', 'redis.rdb', 'secret', "volumes/$volume.tar")),
-   '... the manifest, the secrets, the Redis snapshot, the session\'s volume');
+             sort('MANIFEST', 'keys', 'redis-password', 'redis.rdb', 'secret',
+                  "volumes/$volume.tar")),
+   '... the manifest, the secret and the keys file, the Redis snapshot, the session\'s volume');
 ($rc, $out) = $up->make('backup', "BACKUP=$file");
 isnt($rc, 0, 'make backup to a file that exists refuses');
 like($out, qr/exists: name another file/, '... saying so');
@@ -128,6 +136,7 @@ is($rc, 0, 'make up on the restored state') or diag($out);
 # as before
 
 ok($up->initialize($token), 'the token of before works');
+ok($token2 && $up->initialize($token2), '... and the one the rotated key signed');
 $res = $up->call($token, $sid, 'opencode_get_result', { runId => $run });
 is($res->{status}, 'completed', 'get_result of the old run, in the MCP session of before: completed');
 is($res->{result}, 'Wrote it.', '... with its result');
