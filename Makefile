@@ -14,8 +14,13 @@
 #   make up-check        what make up needs: root, x86-64, a model key
 #   make up              check, deps-run, build, start the stack; URL, token
 #   make down            stop what make up started
+#   make drain           the runner takes no new run, finishes its runs
+#   make backup          secrets, Redis, session volumes to a file [BACKUP=F]
+#   make restore         a backup into an empty state: BACKUP=file
 #   make token           a token: SUB=alice [REPOS=acme/*] [TTL=30d] [UI=1]
 #   make revoke          revoke a token in every worker: JTI=<jti or token>
+#   make rotate-secret   make up's keys: a new one signs, the old still verify
+#   make retire-secret   make up's keys: KID=<key id> verifies no more
 #   make sandbox-image   build the sandbox image (OpenCode, locked down)
 #   make docker-ready    start dockerd, build the local Debian base image
 #   make bench           the benchmarks: ratios against a baseline (bench/)
@@ -24,7 +29,7 @@
 #   make fuzz-build      build the harnesses (build/fuzz/)
 #   make asan            the runner, smcp-token and nginx under ASan+UBSan
 #   make asan-tools      the runner and smcp-token of make asan
-#   make clean           remove build/
+#   make clean           remove build/ (never the state: refused while up)
 #   make help            this list, and the version
 #
 # make token: a token of tenant SUB that may name the repositories REPOS
@@ -78,7 +83,7 @@ COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 CFLAGS     ?= -O2 -g
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner runner-test bench deps deps-run test static up up-check down token revoke clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
+.PHONY: all module tools runner runner-test bench deps deps-run test static up up-check down drain backup restore token revoke rotate-secret retire-secret clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
@@ -194,14 +199,28 @@ up-check:
 down:
 	.ci/stack down
 
-# the secret: $$PROXY_JWT_SECRET, else the one `make up` generated; UI=1:
+# before an upgrade, when the runs going on should end on the old runner
+# (docs/operations.md); make up then starts the new one
+drain:
+	.ci/stack drain
+
+# docs/operations.md: the archive holds the signing secret (mode 600)
+backup:
+	.ci/backup backup $(BACKUP)
+
+restore:
+	.ci/backup restore $(BACKUP)
+
+# the key: $$PROXY_JWT_SECRET, else the first of `make up`'s keys; UI=1:
 # the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
 # $$SMCP_LISTEN (make up's address)
 token: $(TOKEN_BIN)
 	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
 	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
-	    $$([ -n "$${PROXY_JWT_SECRET:-}" ] || echo --secret-file $${SMCP_STATE:-$(BUILD)/stack}/secret)) && \
+	    $$(st=$$(.ci/state dir); [ -n "$${PROXY_JWT_SECRET:-}" ] || \
+	       { [ -s "$$st/keys" ] && echo --keys-file "$$st/keys"; } || \
+	       echo --secret-file "$$st/secret")) && \
 	if [ -n "$${UI:-}" ]; then \
 	    echo "$${SMCP_PUBLIC_URL:-http://$${SMCP_LISTEN:-127.0.0.1:8080}}/ui/?token=$$tok"; \
 	else echo "$$tok"; fi
@@ -213,10 +232,22 @@ revoke: $(TOKEN_BIN)
 	@$(TOKEN_BIN) --revoke "$${JTI:?usage: make revoke JTI=jti-or-token [REDIS=host:port] [REDIS_PASSWORD_FILE=path]}" \
 	    --redis "$${REDIS:-127.0.0.1:$${SMCP_REDIS_PORT:-6390}}" \
 	    --prefix "$${REDIS_PREFIX:-$${SMCP_REDIS_PREFIX:-smcp:}}" \
-	    $$(pw=$${REDIS_PASSWORD_FILE:-$${SMCP_STATE:-$(BUILD)/stack}/redis-password}; \
+	    $$(pw=$${REDIS_PASSWORD_FILE:-$$(.ci/state dir)/redis-password}; \
 	       [ -f "$$pw" ] && echo --redis-password-file "$$pw")
 
+# make up's signing keys (README "Rotating the signing secret"): a new key
+# signs, nginx reloaded, the runner restarted (its runs go on); then, once
+# the runs the old key signed have ended, the old key retired
+rotate-secret: $(TOKEN_BIN)
+	@.ci/stack rotate-secret
+
+retire-secret: $(TOKEN_BIN)
+	@.ci/stack retire-secret "$${KID:?usage: make retire-secret KID=key-id (the keys: $$(.ci/state dir)/keys)}"
+
+# build/ only: make up's state lives elsewhere (.ci/state dir), and a
+# stack that is up keeps its module and binaries
 clean:
+	@.ci/state clean-check
 	rm -rf $(BUILD)
 
 # the "#   make" lines of this file's opening comment

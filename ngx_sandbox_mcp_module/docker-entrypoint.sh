@@ -15,8 +15,8 @@
 #            flooding it cannot take /mcp down), and the only container that
 #            holds the provider keys.
 #
-# Settings: the environment (SMCP_ROLE, PROXY_JWT_SECRET or
-# PROXY_JWT_SECRET_FILE, SMCP_REDIS, SMCP_REDIS_PREFIX, SMCP_REDIS_PASSWORD,
+# Settings: the environment (SMCP_ROLE, PROXY_JWT_SECRET,
+# PROXY_JWT_SECRET_FILE or PROXY_JWT_KEYS_FILE, SMCP_REDIS, SMCP_REDIS_PREFIX, SMCP_REDIS_PASSWORD,
 # SMCP_LOG_FORMAT, SMCP_METRICS_PORT; mcp: SMCP_ALLOWED_HOSTS,
 # SMCP_PUBLIC_URL, SMCP_OAUTH, ...; egress: SMCP_EGRESS_PORT, the provider
 # keys and GITHUB_TOKEN, read by egress-routes.sh, ...), every one with its
@@ -250,19 +250,30 @@ $(ops_server)
 CONF
 }
 
-render() {
-    local conf=$dir/nginx.conf
-
-    if [ -n "${PROXY_JWT_SECRET_FILE:-}" ]; then
+# the signing keys' directive into secret_conf: PROXY_JWT_KEYS_FILE, else
+# PROXY_JWT_SECRET_FILE, else PROXY_JWT_SECRET
+signing_conf() {
+    if [ -n "${PROXY_JWT_KEYS_FILE:-}" ]; then
+        [[ $PROXY_JWT_KEYS_FILE =~ ^/[A-Za-z0-9._/@+-]+$ ]] \
+            || die "PROXY_JWT_KEYS_FILE=$PROXY_JWT_KEYS_FILE: an absolute path of plain characters"
+        [ -r "$PROXY_JWT_KEYS_FILE" ] \
+            || die "PROXY_JWT_KEYS_FILE=$PROXY_JWT_KEYS_FILE is not readable"
+        secret_conf="sandbox_mcp_keys_file $PROXY_JWT_KEYS_FILE;"
+    elif [ -n "${PROXY_JWT_SECRET_FILE:-}" ]; then
         [ -r "$PROXY_JWT_SECRET_FILE" ] \
             || die "PROXY_JWT_SECRET_FILE=$PROXY_JWT_SECRET_FILE is not readable"
         secret_conf="sandbox_mcp_secret_file $PROXY_JWT_SECRET_FILE;"
     elif [ -n "${PROXY_JWT_SECRET:-}" ]; then
         secret_conf="sandbox_mcp_secret_env PROXY_JWT_SECRET;"
     else
-        die "set PROXY_JWT_SECRET (or PROXY_JWT_SECRET_FILE): the secret that signs every token"
+        die "set PROXY_JWT_SECRET (or PROXY_JWT_SECRET_FILE, PROXY_JWT_KEYS_FILE): the secret that signs every token"
     fi
+}
 
+render() {
+    local conf=$dir/nginx.conf
+
+    signing_conf
     mkdir -p "$dir"
     redis=${SMCP_REDIS:-redis:6379}
     log_format=${SMCP_LOG_FORMAT:-text}

@@ -194,8 +194,8 @@ ngx_http_sandbox_mcp_verify_token(ngx_http_request_t *r,
 
     mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
-    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token, len,
-                        ngx_time(), claims, err, errlen)
+    if (smcp_jwt_verify(mcf->keys, (char *) token, len, ngx_time(), claims,
+                        err, errlen)
         != SMCP_OK)
     {
         return NGX_DECLINED;

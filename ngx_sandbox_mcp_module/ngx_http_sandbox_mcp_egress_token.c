@@ -200,9 +200,9 @@ ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r, ngx_str_t *token,
 
     mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
 
-    if (mcf->secret == NULL
-        || smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) token->data,
-                           token->len, ngx_time(), &claims, err, sizeof(err))
+    if (mcf->keys == NULL
+        || smcp_jwt_verify(mcf->keys, (char *) token->data, token->len,
+                           ngx_time(), &claims, err, sizeof(err))
            != SMCP_OK)
     {
         *refusal = "egress: sandbox token refused";

@@ -1,7 +1,8 @@
 /*
  * /healthz (sandbox_mcp_health): this module's version, Redis answers a
  * PING, and what the runners' heartbeats (SMCP_KEY_RUNNERS) say: how many
- * are alive, how old the newest is.  200 while Redis answers, 503 when it
+ * are alive, how many of them drain (SMCP_KEY_RUNNERS_DRAINING: they take
+ * no new run), how old the newest is.  200 while Redis answers, 503 when it
  * does not; runners that are all stale or absent are reported, not a
  * failure of this nginx.
  */
@@ -19,6 +20,7 @@ typedef struct {
     int64_t                             now;
     ngx_uint_t                          ok;         /* PONG */
     long long                           alive;
+    long long                           draining;
     int64_t                             newest;     /* ms; -1: none */
 } ngx_http_sandbox_mcp_health_t;
 
@@ -34,8 +36,8 @@ ngx_int_t
 ngx_http_sandbox_mcp_health_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
-    ngx_str_t                       argv[10];
-    ngx_uint_t                      argc[3];
+    ngx_str_t                       argv[14];
+    ngx_uint_t                      argc[4];
     ngx_pool_cleanup_t             *cln;
     ngx_http_sandbox_mcp_health_t  *h;
 
@@ -54,6 +56,9 @@ ngx_http_sandbox_mcp_health_handler(ngx_http_request_t *r)
     if (h == NULL || cln == NULL
         || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[2],
                                           SMCP_KEY_RUNNERS, NULL)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &argv[11],
+                                          SMCP_KEY_RUNNERS_DRAINING, NULL)
            != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -67,7 +72,8 @@ ngx_http_sandbox_mcp_health_handler(ngx_http_request_t *r)
     cln->data = h;
 
     /* PING; ZCOUNT runners (now - stale) +inf; ZRANGE runners -1 -1
-     * WITHSCORES: the newest heartbeat */
+     * WITHSCORES: the newest heartbeat; ZCOUNT runners:draining (now -
+     * stale) +inf */
     ngx_str_set(&argv[0], "PING");
     ngx_str_set(&argv[1], "ZCOUNT");
     argv[3] = ngx_http_sandbox_mcp_redis_number(r->pool,
@@ -78,17 +84,21 @@ ngx_http_sandbox_mcp_health_handler(ngx_http_request_t *r)
     ngx_str_set(&argv[7], "-1");
     ngx_str_set(&argv[8], "-1");
     ngx_str_set(&argv[9], "WITHSCORES");
+    ngx_str_set(&argv[10], "ZCOUNT");
+    argv[12] = argv[3];
+    ngx_str_set(&argv[13], "+inf");
 
     argc[0] = 1;
     argc[1] = 4;
     argc[2] = 5;
+    argc[3] = 4;
 
     if (argv[3].len == 0) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     h->cmd = ngx_http_sandbox_mcp_redis_each(ngx_http_sandbox_mcp_health_reply,
-                                             h, 3, argc, argv);
+                                             h, 4, argc, argv);
 
     if (h->cmd == NULL) {
         return ngx_http_sandbox_mcp_health_answer(h);
@@ -117,7 +127,7 @@ ngx_http_sandbox_mcp_health_reply(void *data, ngx_uint_t i, redisReply *reply)
                    ? reply->integer : 0;
         return;
 
-    default:
+    case 2:
         if (reply && reply->type == REDIS_REPLY_ARRAY
             && reply->elements == 2
             && reply->element[1]->type == REDIS_REPLY_STRING)
@@ -126,6 +136,11 @@ ngx_http_sandbox_mcp_health_reply(void *data, ngx_uint_t i, redisReply *reply)
                                  reply->element[1]->len);
         }
 
+        return;
+
+    default:
+        h->draining = (reply && reply->type == REDIS_REPLY_INTEGER)
+                      ? reply->integer : 0;
         h->cmd = NULL;
         break;
     }
@@ -151,14 +166,17 @@ ngx_http_sandbox_mcp_health_answer(ngx_http_sandbox_mcp_health_t *h)
         return rc;
     }
 
-    /* runners: "ok" (one alive at least), "stale" (heartbeats, all too
-     * old) or "none" (no heartbeat at all) */
-    j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:o}", "status", "ok",
+    /* runners: "ok" (one alive at least that takes runs), "draining"
+     * (alive, all draining), "stale" (heartbeats, all too old) or "none"
+     * (no heartbeat at all) */
+    j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "status", "ok",
                   "version", SMCP_VERSION, "redis", "ok",
-                  "runners", h->alive > 0 ? "ok"
-                                          : (h->newest >= 0 ? "stale"
-                                                            : "none"),
+                  "runners", h->alive > h->draining ? "ok"
+                             : h->alive > 0 ? "draining"
+                             : h->newest >= 0 ? "stale" : "none",
                   "runnersAlive", (json_int_t) h->alive,
+                  "runnersDraining", (json_int_t) ngx_min(h->draining,
+                                                          h->alive),
                   "heartbeatAgeMs", h->newest >= 0
                                     ? json_integer(ngx_max(h->now - h->newest,
                                                            0))

@@ -126,6 +126,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       offsetof(ngx_http_sandbox_mcp_main_conf_t, secret_env),
       NULL },
 
+    { ngx_string("sandbox_mcp_keys_file"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_sandbox_mcp_main_conf_t, keys_file),
+      NULL },
+
     { ngx_string("sandbox_mcp_allowed_hosts"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_sandbox_mcp_str_list,
@@ -528,6 +535,8 @@ ngx_http_sandbox_mcp_create_main_conf(ngx_conf_t *cf)
      *     mcf->prefix = { 0, NULL };
      *     mcf->secret_file = { 0, NULL };
      *     mcf->secret_env = { 0, NULL };
+     *     mcf->keys_file = { 0, NULL };
+     *     mcf->keys = NULL;
      *     mcf->redis_password_from = { 0, NULL };
      *     mcf->redis_password = NULL;
      *     mcf->enabled = 0;
@@ -622,27 +631,70 @@ ngx_http_sandbox_mcp_read_password(ngx_conf_t *cf,
 }
 
 
+static void
+ngx_http_sandbox_mcp_clear_keys(void *data)
+{
+    smcp_keyring_clear(data);
+}
+
+
 /*
- * The signing secret and the Redis password are read here, in the master,
- * at configuration time: the workers get them with the configuration
- * (nginx clears their environment), and a reload picks up new ones.
- * Neither is ever logged.
+ * The signing keys: sandbox_mcp_keys_file (several, with their ids: a
+ * rotation), else the one bare secret of sandbox_mcp_secret_file or
+ * sandbox_mcp_secret_env.  A bad keys file stops the start or the reload
+ * whole, with the line named: the workers keep the keys they have.
  */
 static char *
-ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
+ngx_http_sandbox_mcp_read_keys(ngx_conf_t *cf,
     ngx_http_sandbox_mcp_main_conf_t *mcf)
 {
-    int   rc;
-    char  err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
+    int                  rc;
+    size_t               len;
+    u_char              *secret;
+    ngx_pool_cleanup_t  *cln;
+    char                 err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
 
-    if (mcf->redis_password_from.len
-        && ngx_http_sandbox_mcp_read_password(cf, mcf) != NGX_CONF_OK)
-    {
+    mcf->keys = ngx_palloc(cf->pool, sizeof(smcp_keyring_t));
+    if (mcf->keys == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    mcf->secret = ngx_pnalloc(cf->pool, SMCP_SECRET_MAX);
-    if (mcf->secret == NULL) {
+    /* wiped with the configuration's pool */
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_clear_keys;
+    cln->data = mcf->keys;
+
+    if (mcf->keys_file.len) {
+        if (mcf->secret_file.len || mcf->secret_env.len) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "sandbox_mcp_keys_file takes the place of "
+                               "sandbox_mcp_secret_file and "
+                               "sandbox_mcp_secret_env: set one of them");
+            return NGX_CONF_ERROR;
+        }
+
+        if (ngx_conf_full_name(cf->cycle, &mcf->keys_file, 1) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (smcp_keyring_load(mcf->keys, (char *) mcf->keys_file.data, err,
+                              sizeof(err))
+            != SMCP_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "sandbox_mcp_keys_file: %s", err);
+            return NGX_CONF_ERROR;
+        }
+
+        return NGX_CONF_OK;
+    }
+
+    secret = ngx_pnalloc(cf->pool, SMCP_SECRET_MAX);
+    if (secret == NULL) {
         return NGX_CONF_ERROR;
     }
 
@@ -652,8 +704,8 @@ ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
         }
 
         rc = smcp_secret_from_file((char *) mcf->secret_file.data,
-                                   SMCP_SECRET_MIN, mcf->secret,
-                                   &mcf->secret_len, err, sizeof(err));
+                                   SMCP_SECRET_MIN, secret, &len, err,
+                                   sizeof(err));
 
     } else {
         if (mcf->secret_env.len == 0) {
@@ -661,19 +713,46 @@ ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
         }
 
         rc = smcp_secret_from_env((char *) mcf->secret_env.data,
-                                  SMCP_SECRET_MIN, mcf->secret,
-                                  &mcf->secret_len, err, sizeof(err));
+                                  SMCP_SECRET_MIN, secret, &len, err,
+                                  sizeof(err));
     }
+
+    if (rc == SMCP_OK) {
+        rc = smcp_keyring_single(mcf->keys, secret, len);
+    }
+
+    ngx_explicit_memzero(secret, SMCP_SECRET_MAX);
 
     if (rc != SMCP_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sandbox_mcp: no signing secret: %s "
-                           "(set sandbox_mcp_secret_file or "
+                           "(set sandbox_mcp_keys_file, "
+                           "sandbox_mcp_secret_file or "
                            "sandbox_mcp_secret_env)", err);
         return NGX_CONF_ERROR;
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * The signing keys and the Redis password are read here, in the master,
+ * at configuration time: the workers get them with the configuration
+ * (nginx clears their environment), and a reload picks up new ones.
+ * Neither is ever logged.
+ */
+static char *
+ngx_http_sandbox_mcp_read_secrets(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_main_conf_t *mcf)
+{
+    if (mcf->redis_password_from.len
+        && ngx_http_sandbox_mcp_read_password(cf, mcf) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    return ngx_http_sandbox_mcp_read_keys(cf, mcf);
 }
 
 

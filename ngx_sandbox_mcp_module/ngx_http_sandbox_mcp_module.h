@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <hiredis/hiredis.h>
 
+#include "smcp_keyring.h"
 #include "smcp_keys.h"
 #include "smcp_util.h"
 #include "smcp_version.h"
@@ -54,8 +55,10 @@ typedef struct {
 
     ngx_str_t                   secret_file;
     ngx_str_t                   secret_env;
-    u_char                     *secret;
-    size_t                      secret_len;
+    ngx_str_t                   keys_file;
+    smcp_keyring_t             *keys;           /* key[0] signs; read by
+                                                   the master at start and
+                                                   reload */
 
     ngx_flag_t                  enabled;        /* some location uses us */
     ngx_str_t                   ui_location;    /* the first location of

@@ -48,8 +48,9 @@ ngx_http_sandbox_mcp_oauth_csrf(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
                     &ctx->client_id, &ctx->redirect_uri, &ctx->challenge,
                     &ctx->state, &req->resource);
 
-    if (HMAC(EVP_sha256(), mcf->secret, mcf->secret_len, msg, p - msg, md,
-             &mdlen) == NULL)
+    if (HMAC(EVP_sha256(), mcf->keys->key[0].secret,
+             (int) mcf->keys->key[0].len, msg, p - msg, md, &mdlen)
+        == NULL)
     {
         return NGX_ERROR;
     }

@@ -8,8 +8,9 @@
  * login or organization rule is bound to the id it first let in; `id:N`
  * names the user's id).  The tenant is the id ("github-<id>"); the login
  * is a label.  The GitHub token a grant keeps for its refreshes is sealed
- * (AES-256-GCM under a key derived from the secret) before it goes to
- * Redis.
+ * (AES-256-GCM under a key derived from the signing key, whose kid is
+ * written before it: "KID:SEALED"; none: the legacy key's) before it goes
+ * to Redis.
  */
 
 #include <openssl/evp.h>
@@ -74,16 +75,13 @@ ngx_http_sandbox_mcp_github_tenant(ngx_pool_t *pool, ngx_str_t *id,
 }
 
 
-/* the sealing key: HMAC-SHA256(secret, what it is for) */
+/* the sealing key: HMAC-SHA256(the signing key's secret, what it is for) */
 static ngx_int_t
-ngx_http_sandbox_mcp_github_key(ngx_http_request_t *r, u_char *key)
+ngx_http_sandbox_mcp_github_key(const smcp_key_t *k, u_char *key)
 {
-    unsigned int                       len;
-    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+    unsigned int  len;
 
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
-
-    return HMAC(EVP_sha256(), mcf->secret, mcf->secret_len,
+    return HMAC(EVP_sha256(), k->secret, (int) k->len,
                 (u_char *) NGX_HTTP_SANDBOX_MCP_GITHUB_SEAL_INFO,
                 sizeof(NGX_HTTP_SANDBOX_MCP_GITHUB_SEAL_INFO) - 1, key, &len)
            ? NGX_OK : NGX_ERROR;
@@ -92,14 +90,14 @@ ngx_http_sandbox_mcp_github_key(ngx_http_request_t *r, u_char *key)
 
 /* AES-256-GCM in or out: NGX_OK, or NGX_ERROR (a bad tag included) */
 static ngx_int_t
-ngx_http_sandbox_mcp_github_gcm(ngx_http_request_t *r, ngx_uint_t seal,
+ngx_http_sandbox_mcp_github_gcm(const smcp_key_t *k, ngx_uint_t seal,
     u_char *iv, u_char *in, size_t len, u_char *out, u_char *tag)
 {
     int              n, ok;
     u_char           key[EVP_MAX_MD_SIZE];
     EVP_CIPHER_CTX  *c;
 
-    if (ngx_http_sandbox_mcp_github_key(r, key) != NGX_OK) {
+    if (ngx_http_sandbox_mcp_github_key(k, key) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -125,17 +123,24 @@ ngx_http_sandbox_mcp_github_gcm(ngx_http_request_t *r, ngx_uint_t seal,
 }
 
 
-/* base64url(iv | ciphertext | tag) */
+/* "KID:" (the signing key's, if it has one), then base64url(iv |
+ * ciphertext | tag) */
 ngx_int_t
 ngx_http_sandbox_mcp_github_seal(ngx_http_request_t *r, ngx_str_t *token,
     ngx_str_t *sealed)
 {
-    size_t  n;
-    u_char  buf[NGX_HTTP_SANDBOX_MCP_GITHUB_SEALED];
+    u_char                            *p;
+    size_t                             n;
+    const smcp_key_t                  *k;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+    u_char                             buf[NGX_HTTP_SANDBOX_MCP_GITHUB_SEALED];
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+    k = &mcf->keys->key[0];
 
     if (token->len == 0 || token->len > NGX_HTTP_SANDBOX_MCP_GITHUB_TOKEN_MAX
         || RAND_bytes(buf, NGX_HTTP_SANDBOX_MCP_GITHUB_IV) != 1
-        || ngx_http_sandbox_mcp_github_gcm(r, 1, buf, token->data,
+        || ngx_http_sandbox_mcp_github_gcm(k, 1, buf, token->data,
                   token->len, buf + NGX_HTTP_SANDBOX_MCP_GITHUB_IV,
                   buf + NGX_HTTP_SANDBOX_MCP_GITHUB_IV + token->len)
            != NGX_OK)
@@ -145,14 +150,50 @@ ngx_http_sandbox_mcp_github_seal(ngx_http_request_t *r, ngx_str_t *token,
 
     n = NGX_HTTP_SANDBOX_MCP_GITHUB_OVER + token->len;
 
-    sealed->data = ngx_pnalloc(r->pool, smcp_b64url_encoded_len(n) + 1);
+    sealed->data = ngx_pnalloc(r->pool,
+                               k->kid_len + 1 + smcp_b64url_encoded_len(n)
+                               + 1);
     if (sealed->data == NULL) {
         return NGX_ERROR;
     }
 
-    sealed->len = smcp_b64url_encode((char *) sealed->data, buf, n);
+    p = sealed->data;
+
+    if (k->kid_len) {
+        p = ngx_cpymem(p, k->kid, k->kid_len);
+        *p++ = ':';
+    }
+
+    p += smcp_b64url_encode((char *) p, buf, n);
+    sealed->len = p - sealed->data;
 
     return NGX_OK;
+}
+
+
+/* the key a sealed token names: "KID:...", else the legacy key */
+static const smcp_key_t *
+ngx_http_sandbox_mcp_github_sealer(ngx_http_request_t *r, ngx_str_t *sealed)
+{
+    u_char                            *colon;
+    const smcp_key_t                  *k;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+
+    colon = ngx_strlchr(sealed->data, sealed->data + sealed->len, ':');
+
+    if (colon == NULL) {
+        return smcp_keyring_legacy(mcf->keys);
+    }
+
+    k = smcp_keyring_find(mcf->keys, (char *) sealed->data,
+                          colon - sealed->data);
+
+    sealed->len -= colon + 1 - sealed->data;
+    sealed->data = colon + 1;
+
+    return k;
 }
 
 
@@ -160,11 +201,17 @@ ngx_int_t
 ngx_http_sandbox_mcp_github_unseal(ngx_http_request_t *r, ngx_str_t *sealed,
     ngx_str_t *token)
 {
-    size_t  n;
-    u_char  buf[NGX_HTTP_SANDBOX_MCP_GITHUB_SEALED];
+    size_t             n;
+    ngx_str_t          b64;
+    const smcp_key_t  *k;
+    u_char             buf[NGX_HTTP_SANDBOX_MCP_GITHUB_SEALED];
 
-    if (sealed->len > smcp_b64url_encoded_len(sizeof(buf))
-        || smcp_b64url_decode(buf, &n, (char *) sealed->data, sealed->len)
+    b64 = *sealed;
+    k = ngx_http_sandbox_mcp_github_sealer(r, &b64);
+
+    if (k == NULL
+        || b64.len > smcp_b64url_encoded_len(sizeof(buf))
+        || smcp_b64url_decode(buf, &n, (char *) b64.data, b64.len)
            != SMCP_OK
         || n <= NGX_HTTP_SANDBOX_MCP_GITHUB_OVER)
     {
@@ -180,7 +227,7 @@ ngx_http_sandbox_mcp_github_unseal(ngx_http_request_t *r, ngx_str_t *sealed,
 
     token->len = n;
 
-    return ngx_http_sandbox_mcp_github_gcm(r, 0, buf,
+    return ngx_http_sandbox_mcp_github_gcm(k, 0, buf,
                buf + NGX_HTTP_SANDBOX_MCP_GITHUB_IV, n, token->data,
                buf + NGX_HTTP_SANDBOX_MCP_GITHUB_IV + n);
 }

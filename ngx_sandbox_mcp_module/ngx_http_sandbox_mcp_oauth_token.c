@@ -122,7 +122,7 @@ ngx_http_sandbox_mcp_oauth_answer(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
         }
     }
 
-    rc = smcp_jwt_sign(mcf->secret, mcf->secret_len, claims, &tok);
+    rc = smcp_jwt_sign(&mcf->keys->key[0], claims, &tok);
     json_decref(claims);
 
     if (rc != SMCP_OK) {
@@ -708,8 +708,8 @@ ngx_http_sandbox_mcp_oauth_revoke(ngx_http_sandbox_mcp_oauth_ctx_t *ctx)
                                             ngx_http_sandbox_mcp_oauth_revoked);
     }
 
-    if (smcp_jwt_verify(mcf->secret, mcf->secret_len, (char *) tok.data,
-                        tok.len, ngx_time(), &claims, err, sizeof(err))
+    if (smcp_jwt_verify(mcf->keys, (char *) tok.data, tok.len, ngx_time(),
+                        &claims, err, sizeof(err))
         != SMCP_OK)
     {
         /* not ours, or expired: worth nothing already */

@@ -142,8 +142,7 @@ ngx_http_sandbox_mcp_watch_token(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    if (smcp_jwt_sign(mcf->secret, mcf->secret_len, claims, &tok) != SMCP_OK)
-    {
+    if (smcp_jwt_sign(&mcf->keys->key[0], claims, &tok) != SMCP_OK) {
         json_decref(claims);
         return NGX_ERROR;
     }

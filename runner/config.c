@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "runner.h"
 
 
@@ -27,10 +29,13 @@
 #define RUNNER_OPT_REDIS     5      /* host:port or unix:/path */
 #define RUNNER_OPT_SECRET    6      /* a file; else env_value's value */
 #define RUNNER_OPT_AUTHOR    7      /* "Name <email>" */
+#define RUNNER_OPT_KEYS      8      /* a keys file (common/smcp_keyring.h) */
 
 /* option flags */
 #define RUNNER_OPT_REQUIRED  0x01
 #define RUNNER_OPT_HOSTNAME  0x02   /* default: the host name */
+#define RUNNER_OPT_SIGNING   0x04   /* the bare signing secret: none with
+                                       --keys-file */
 
 #define RUNNER_OPT_WRAP      72     /* help text column */
 
@@ -84,9 +89,16 @@ static const runner_option_t  runner_options[] = {
       "consumer name: keep it stable per host, restarts re-attach by it",
       RUNNER_OPT_STRING, RUNNER_OPT_HOSTNAME, RUNNER_S(name), 0, 0, NULL },
 
+    { "keys-file", "PATH", "SMCP_KEYS_FILE", NULL,
+      "the token signing keys, \"KID SECRET [legacy]\" a line: the first "
+      "signs the run tokens (read at start: restart the runner after a "
+      "rotation); takes the place of --secret-file",
+      RUNNER_OPT_KEYS, 0, RUNNER_F(keys), 0, 0, 0, NULL },
+
     { "secret-file", "PATH", "SMCP_SECRET_FILE", NULL,
-      "the token signing secret",
-      RUNNER_OPT_SECRET, RUNNER_OPT_REQUIRED, RUNNER_F(secret), 0,
+      "the token signing secret, when there is no --keys-file (one of the "
+      "two is required)",
+      RUNNER_OPT_SECRET, RUNNER_OPT_SIGNING, RUNNER_F(secret), 0,
       SMCP_SECRET_MIN, 0, "PROXY_JWT_SECRET" },
 
     { "docker-socket", "PATH", "SMCP_DOCKER_SOCKET", "/var/run/docker.sock",
@@ -585,7 +597,9 @@ runner_config_set(runner_config_t *cfg, const runner_option_t *o,
 {
     char  host[128];
 
-    if (v == NULL && o->type != RUNNER_OPT_SECRET) {
+    if (v == NULL && o->type != RUNNER_OPT_SECRET
+        && o->type != RUNNER_OPT_KEYS)
+    {
         if (o->flags & RUNNER_OPT_REQUIRED) {
             snprintf(err, errlen, "--%s (or $%s) is required: %s", o->flag,
                      o->env, o->help);
@@ -622,7 +636,25 @@ runner_config_set(runner_config_t *cfg, const runner_option_t *o,
     case RUNNER_OPT_AUTHOR:
         return runner_config_author(cfg, v, what, err, errlen);
 
+    case RUNNER_OPT_KEYS:
+        if (v == NULL) {
+            return RUNNER_OK;
+        }
+
+        return smcp_keyring_load(&cfg->keys, v, err, errlen) == SMCP_OK
+               ? RUNNER_OK : RUNNER_ERR;
+
     case RUNNER_OPT_SECRET:
+        if ((o->flags & RUNNER_OPT_SIGNING) && cfg->keys.n) {
+            if (v) {
+                snprintf(err, errlen, "--keys-file and --%s (or $%s): set "
+                         "one of them", o->flag, o->env);
+                return RUNNER_ERR;
+            }
+
+            return RUNNER_OK;
+        }
+
         return runner_config_secret(o, (runner_secret_t *) ((char *) cfg
                                                             + o->offset),
                                     v, err, errlen);
@@ -825,6 +857,31 @@ runner_config_pools(runner_config_t *cfg, char *err, size_t errlen)
 }
 
 
+/* the signing keys: --keys-file's, else a ring of the bare secret */
+static int
+runner_config_signing(runner_config_t *cfg, char *err, size_t errlen)
+{
+    int  rc;
+
+    if (cfg->keys.n) {
+        return RUNNER_OK;
+    }
+
+    if (cfg->secret.len == 0) {
+        snprintf(err, errlen, "--keys-file or --secret-file (or "
+                 "$SMCP_KEYS_FILE, $SMCP_SECRET_FILE or $PROXY_JWT_SECRET) "
+                 "is required: the token signing keys");
+        return RUNNER_ERR;
+    }
+
+    rc = smcp_keyring_single(&cfg->keys, cfg->secret.data, cfg->secret.len);
+
+    OPENSSL_cleanse(&cfg->secret, sizeof(cfg->secret));
+
+    return rc == SMCP_OK ? RUNNER_OK : RUNNER_ERR;
+}
+
+
 /*
  * SMCP_RUNNER_TEST_* variables are the test build's hooks (test_hooks.c):
  * a release build refuses to start with one set, rather than run as if it
@@ -919,7 +976,9 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
         }
     }
 
-    if (runner_config_pools(cfg, err, errlen) != RUNNER_OK) {
+    if (runner_config_pools(cfg, err, errlen) != RUNNER_OK
+        || runner_config_signing(cfg, err, errlen) != RUNNER_OK)
+    {
         return RUNNER_ERR;
     }
 

@@ -4,7 +4,10 @@
  * went silent; re-attaches to its own runs after a restart.  SIGTERM and
  * SIGINT only set a flag: the loop stops taking runs and the run threads
  * detach from their containers, which go on; a restarted runner picks them
- * up again.
+ * up again.  SIGUSR1 drains: no new run is taken (nor one of a silent
+ * runner) while the runs it has go on to their end; the runner then stays
+ * up, idle, until it is stopped.  A second SIGUSR1 stops it as SIGTERM
+ * does (its runs left to the next runner).
  */
 
 #include <errno.h>
@@ -23,6 +26,7 @@ static runner_config_t  runner_config_data;
 
 const runner_config_t  *runner_config = &runner_config_data;
 atomic_int              runner_stop;
+atomic_int              runner_drain;
 atomic_int              runner_release_failed;
 
 static runner_run_t   *runner_runs;         /* threads, active or ended */
@@ -36,13 +40,19 @@ typedef struct {
     time_t      retry_at;           /* reads its pending entries again */
     int64_t     last_beat;          /* wrote the heartbeat (ms) */
     int64_t     last_queue;         /* measured the queue (ms) */
+    int         drain_said;         /* 1: "draining" logged, 2: "drained" */
 } runner_timers_t;
 
 
 static void
 runner_signal(int signo)
 {
-    /* lock-free: safe in a handler */
+    /* lock-free: safe in a handler; the first SIGUSR1 drains, anything
+     * else stops */
+    if (signo == SIGUSR1 && atomic_exchange(&runner_drain, 1) == 0) {
+        return;
+    }
+
     atomic_store(&runner_stop, 1);
 }
 
@@ -162,7 +172,13 @@ runner_dispatch(runner_store_t *st, const char *run_id, const char *stream_id)
     }
 
     if (strcmp(status, SMCP_STATUS_STARTED) == 0) {
-        runner_spawn(run_id, stream_id, 0);
+        /* draining: not begun, so not ours to finish; the entry stays
+         * pending for the next runner of this name (or another, after
+         * --claim-idle) */
+        if (!atomic_load(&runner_drain)) {
+            runner_spawn(run_id, stream_id, 0);
+        }
+
         return;
     }
 
@@ -245,10 +261,33 @@ runner_beat(runner_store_t *st, runner_timers_t *tm)
     if (now - tm->last_beat >= SMCP_RUNNER_HEARTBEAT_MS) {
         tm->last_beat = now;
 
-        if (runner_store_heartbeat(st) != RUNNER_OK) {
+        if (runner_store_heartbeat(st, atomic_load(&runner_drain))
+            != RUNNER_OK)
+        {
             runner_log("error", NULL, "heartbeat: %s",
                        runner_store_error(st));
         }
+    }
+}
+
+
+/* draining: what it says once, then once drained (no run left, none
+ * waiting to be read again) */
+static void
+runner_drain_say(runner_timers_t *tm)
+{
+    if (tm->drain_said == 0) {
+        tm->drain_said = 1;
+        tm->last_beat = 0;          /* the heartbeat says it at once */
+        runner_log("info", NULL, "draining: %d run(s) to finish; no new run "
+                   "is taken (SIGUSR1 again or SIGTERM: leave them to the "
+                   "next runner)", runner_active);
+    }
+
+    if (tm->drain_said == 1 && runner_active == 0 && tm->retry_at == 0) {
+        tm->drain_said = 2;
+        runner_log("info", NULL, "drained: no run left; stop this runner "
+                   "(SIGTERM) to replace it");
     }
 }
 
@@ -288,6 +327,12 @@ runner_turn(runner_store_t *st, runner_timers_t *tm)
     {
         tm->last_reconcile = now;
         runner_run_reconcile(st);
+    }
+
+    if (atomic_load(&runner_drain)) {
+        runner_drain_say(tm);
+        usleep(RUNNER_IDLE_MS * 1000);
+        return st;
     }
 
     if (runner_active >= runner_config->concurrency) {
@@ -429,6 +474,7 @@ main(int argc, char **argv)
     sa.sa_handler = runner_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -507,6 +553,7 @@ main(int argc, char **argv)
     tm.last_claim = tm.last_reconcile = time(NULL);
     tm.retry_at = 0;
     tm.last_beat = tm.last_queue = 0;
+    tm.drain_said = 0;
 
     while (!atomic_load(&runner_stop) && st) {
         st = runner_turn(st, &tm);

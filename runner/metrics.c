@@ -201,6 +201,10 @@ runner_metrics_text(char *buf, size_t size)
                        "Runs this runner follows now",
                        atomic_load(&runner_metrics.active));
 
+    runner_metrics_one(buf, size, &n, "smcp_runner_draining", "gauge",
+                       "1 while draining (SIGUSR1): no new run is taken",
+                       atomic_load(&runner_drain));
+
     runner_metrics_one(buf, size, &n, "smcp_runner_queue_depth", "gauge",
                        "Queued runs no runner took yet",
                        atomic_load(&runner_metrics.queue_depth));

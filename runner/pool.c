@@ -15,8 +15,8 @@
  * killed one is replaced); at start it removes the idle ones a runner of
  * this name left behind, of any image (their name still
  * RUNNER_POOL_PREFIX: a taken one was renamed for its run), and at stop
- * (SIGTERM) its own idle ones.  The lists of idle ones (one an image) are
- * the lock's.
+ * (SIGTERM) or drain (SIGUSR1) its own idle ones.  The lists of idle
+ * ones (one an image) are the lock's.
  */
 
 #include <stdio.h>
@@ -333,7 +333,8 @@ runner_pool_thread(void *arg)
 
     next_check = smcp_now_ms() + RUNNER_POOL_CHECK_MS;
 
-    while (!atomic_load(&runner_stop)) {
+    /* a draining runner takes no new run: its idle sandboxes go */
+    while (!atomic_load(&runner_stop) && !atomic_load(&runner_drain)) {
         now = smcp_now_ms();
 
         if (now >= next_check) {

@@ -28,7 +28,7 @@ static char *runner_run_token(runner_run_t *run, const char *tenant,
 
 
 /* the network a session's sandboxes run on */
-static void
+void
 runner_run_network(runner_run_t *run, char *buf, size_t size)
 {
     if (runner_config->egress_container[0]) {
@@ -410,8 +410,7 @@ runner_run_token(runner_run_t *run, const char *tenant, int64_t timeout)
                                             + RUNNER_TOKEN_GRACE_S));
 
     if (claims == NULL
-        || smcp_jwt_sign(runner_config->secret.data,
-                         runner_config->secret.len, claims, &token)
+        || smcp_jwt_sign(&runner_config->keys.key[0], claims, &token)
            != SMCP_OK)
     {
         token = NULL;

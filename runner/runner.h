@@ -51,6 +51,7 @@
 
 #include "smcp_defaults.h"
 #include "smcp_diff.h"
+#include "smcp_keyring.h"
 #include "smcp_keys.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
@@ -110,6 +111,9 @@
 #define RUNNER_KILL_RETRY_MS         2000
 #define RUNNER_KILL_GRACE_MS         30000  /* a killed sandbox's log ends */
 #define RUNNER_WS_CHECK_MS           5000   /* the workspace measured */
+#define RUNNER_EGRESS_CHECK_MS       2000   /* --egress-container on the
+                                               session's network (a
+                                               recreated one is not) */
 #define RUNNER_WS_BUSY_MS            300    /* another run's walk */
 #define RUNNER_WS_SHARE              10     /* a walk: 1/10 of the time */
 #define RUNNER_WS_DEPTH              128    /* directories open in a walk */
@@ -257,7 +261,10 @@ typedef struct {
                                                engine's volumes */
     char             metrics[256];          /* --metrics ADDR; "": off */
     char             log_format[8];         /* "text" or "json" */
-    runner_secret_t  secret;                /* signs the run tokens */
+    runner_secret_t  secret;                /* --secret-file: into keys,
+                                               then wiped */
+    smcp_keyring_t   keys;                  /* key[0] signs the run
+                                               tokens */
 } runner_config_t;
 
 
@@ -371,7 +378,9 @@ typedef struct runner_run_s {
 
 /* main.c: the globals every thread reads */
 extern const runner_config_t  *runner_config;
-extern atomic_int              runner_stop;     /* SIGTERM, SIGINT */
+extern atomic_int              runner_stop;     /* SIGTERM, SIGINT, a
+                                                   second SIGUSR1 */
+extern atomic_int              runner_drain;    /* SIGUSR1: no new run */
 extern atomic_int              runner_release_failed;   /* reconcile soon */
 
 /* config.c */
@@ -422,7 +431,7 @@ int runner_store_lost(runner_store_t *st);
 const char *runner_store_error(runner_store_t *st);
 int runner_store_init_group(runner_store_t *st, char *err, size_t errlen);
 /* this runner's heartbeat (SMCP_KEY_RUNNERS), for /healthz */
-int runner_store_heartbeat(runner_store_t *st);
+int runner_store_heartbeat(runner_store_t *st, int draining);
 /* queued runs no runner took yet, and the age of the oldest (ms, 0: none) */
 int runner_store_queue_stats(runner_store_t *st, int64_t *depth,
     int64_t *lag_ms);
@@ -732,6 +741,7 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 /* run.c */
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
+void runner_run_network(runner_run_t *run, char *buf, size_t size);
 
 #ifdef RUNNER_TEST_HOOKS
 /* test_hooks.c: the test build only */

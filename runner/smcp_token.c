@@ -1,17 +1,20 @@
 /*
  * smcp-token: mints an HS256 bearer token with the project's signing
- * secret, or revokes one.
+ * key, or revokes one.
  *
  *   smcp-token --sub alice [--ttl 30d] [--scope mcp|ui|egress]
- *              [--repos GRANT,...] [--run RUNID] [--secret-file FILE]
+ *              [--repos GRANT,...] [--run RUNID]
+ *              [--keys-file FILE | --secret-file FILE]
  *   smcp-token --revoke JTI|TOKEN [--exp EPOCH] [--redis ADDR]
  *              [--prefix P] [--redis-password-file FILE]
  *   smcp-token --help | --version
  *
- * A minted token goes alone on stdout (scripts capture it); its jti and
- * expiry on stderr.  Without --secret-file the secret comes from
- * $PROXY_JWT_SECRET; without --redis-password-file the Redis password (if
- * any) from $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a
+ * A minted token goes alone on stdout (scripts capture it); its jti, expiry
+ * and kid on stderr.  --keys-file: the first key of a keys file signs, its
+ * kid in the header (common/smcp_keyring.h); --secret-file: a bare secret,
+ * no kid; without either the secret comes from $PROXY_JWT_SECRET.
+ * Without --redis-password-file the Redis password (if any) comes from
+ * $SMCP_REDIS_PASSWORD.  Every token carries a random "jti"; a
  * revocation writes jti -> exp into the hash <prefix>revoked and publishes
  * "<jti> <exp>" on the channel <prefix>revoked, in one step.  Exit codes:
  * 0 done, 1 failed, 2 bad usage.
@@ -26,6 +29,7 @@
 
 #include <hiredis/hiredis.h>
 #include <jansson.h>
+#include <openssl/crypto.h>
 
 #include "smcp_defaults.h"
 #include "smcp_jwt.h"
@@ -51,6 +55,7 @@ typedef struct {
     const char     *run;
     const char     *repos;
     const char     *secret_file;
+    const char     *keys_file;
     long            ttl;
 
     const char     *revoke;
@@ -66,20 +71,22 @@ smcp_token_usage(FILE *f)
 {
     fprintf(f,
         "usage: smcp-token --sub TENANT [--ttl DURATION] [--scope SCOPE]\n"
-        "                  [--repos GRANTS] [--run RUNID] "
-        "[--secret-file FILE]\n"
+        "                  [--repos GRANTS] [--run RUNID]\n"
+        "                  [--keys-file FILE | --secret-file FILE]\n"
         "       smcp-token --revoke JTI|TOKEN [--exp EPOCH] "
         "[--redis ADDR]\n"
         "                  [--prefix P] [--redis-password-file FILE]\n"
         "       smcp-token --help | --version\n"
-        "Mints a token (alone on stdout; its jti and expiry on stderr) or\n"
+        "Mints a token (alone on stdout; its jti, expiry and kid on stderr)\n"
+        "or\n"
         "revokes one.\n"
         "  --ttl      lifetime: 30d, 12h, 90m, 3600s or plain seconds\n"
         "             (default 30d, at most 3650d)\n"
         "  --scope    mcp (default), ui or egress\n"
         "  --repos    repositories the tenant may name, comma-separated:\n"
         "             owner/repo, owner/* or * (default: none)\n"
-        "  secret:    --secret-file, else $PROXY_JWT_SECRET\n"
+        "  key:       --keys-file (its first key signs, \"KID SECRET\" a\n"
+        "             line), --secret-file, else $PROXY_JWT_SECRET\n"
         "  --revoke   a token's jti, or the whole token (its exp is kept);\n"
         "             a bare jti is kept until --exp (default: 10 years)\n"
         "  --redis    host:port or unix:/path (default "
@@ -165,6 +172,7 @@ smcp_token_opt(smcp_token_opts_t *o, const char *name, const char *v)
         { "--run", offsetof(smcp_token_opts_t, run) },
         { "--repos", offsetof(smcp_token_opts_t, repos) },
         { "--secret-file", offsetof(smcp_token_opts_t, secret_file) },
+        { "--keys-file", offsetof(smcp_token_opts_t, keys_file) },
         { "--revoke", offsetof(smcp_token_opts_t, revoke) },
         { "--redis", offsetof(smcp_token_opts_t, redis) },
         { "--prefix", offsetof(smcp_token_opts_t, prefix) },
@@ -239,15 +247,56 @@ smcp_token_repos(const char *list)
 }
 
 
+/* the signing keys: --keys-file's, else a ring of the bare secret */
+static int
+smcp_token_keys(smcp_token_opts_t *o, smcp_keyring_t *ring)
+{
+    int             rc;
+    char            err[512];
+    size_t          keylen;
+    unsigned char   key[SMCP_SECRET_MAX];
+
+    if (o->keys_file && o->secret_file) {
+        fprintf(stderr, "smcp-token: --keys-file and --secret-file: give "
+                "one of them\n");
+        return 2;
+    }
+
+    if (o->keys_file) {
+        rc = smcp_keyring_load(ring, o->keys_file, err, sizeof(err));
+
+    } else {
+        rc = o->secret_file
+             ? smcp_secret_from_file(o->secret_file, SMCP_SECRET_MIN, key,
+                                     &keylen, err, sizeof(err))
+             : smcp_secret_from_env("PROXY_JWT_SECRET", SMCP_SECRET_MIN, key,
+                                    &keylen, err, sizeof(err));
+
+        if (rc == SMCP_OK) {
+            rc = smcp_keyring_single(ring, key, keylen);
+        }
+
+        OPENSSL_cleanse(key, sizeof(key));
+    }
+
+    if (rc != SMCP_OK) {
+        fprintf(stderr, "smcp-token: %s\n", err);
+        return 1;
+    }
+
+    return 0;
+}
+
+
 static int
 smcp_token_mint(smcp_token_opts_t *o)
 {
-    char           *tok, err[256], jti[33], expires[32];
-    size_t          keylen;
+    int             rc;
+    char           *tok, jti[33], expires[32];
     json_t         *claims;
     time_t          now, exp;
     struct tm       tm;
-    unsigned char   key[SMCP_SECRET_MAX];
+    smcp_keyring_t  ring;
 
     if (strcmp(o->scope, SMCP_SCOPE_MCP) != 0
         && strcmp(o->scope, SMCP_SCOPE_UI) != 0
@@ -257,15 +306,9 @@ smcp_token_mint(smcp_token_opts_t *o)
         return 2;
     }
 
-    if ((o->secret_file
-         ? smcp_secret_from_file(o->secret_file, SMCP_SECRET_MIN, key,
-                                 &keylen, err, sizeof(err))
-         : smcp_secret_from_env("PROXY_JWT_SECRET", SMCP_SECRET_MIN, key,
-                                &keylen, err, sizeof(err)))
-        != SMCP_OK)
-    {
-        fprintf(stderr, "smcp-token: %s\n", err);
-        return 1;
+    rc = smcp_token_keys(o, &ring);
+    if (rc != 0) {
+        return rc;
     }
 
     if (smcp_random_hex(jti, 16) != SMCP_OK) {
@@ -297,7 +340,10 @@ smcp_token_mint(smcp_token_opts_t *o)
         return 2;
     }
 
-    if (smcp_jwt_sign(key, keylen, claims, &tok) != SMCP_OK) {
+    rc = smcp_jwt_sign(&ring.key[0], claims, &tok);
+
+    if (rc != SMCP_OK) {
+        smcp_keyring_clear(&ring);
         json_decref(claims);
         fprintf(stderr, "smcp-token: signing failed\n");
         return 1;
@@ -315,6 +361,12 @@ smcp_token_mint(smcp_token_opts_t *o)
     }
 
     fprintf(stderr, "jti: %s\nexpires: %s\n", jti, expires);
+
+    if (ring.key[0].kid_len) {
+        fprintf(stderr, "kid: %s\n", ring.key[0].kid);
+    }
+
+    smcp_keyring_clear(&ring);
 
     free(tok);
     json_decref(claims);

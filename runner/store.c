@@ -454,24 +454,43 @@ runner_store_script_status(runner_store_t *st, redisReply *r, char *status,
 /*
  * This runner's heartbeat: its name's score in SMCP_KEY_RUNNERS set to now
  * (ms); the key lives SMCP_RUNNER_STALE_MS past the newest heartbeat, and
- * names silent for a day are dropped from it.
+ * names silent for a day are dropped from it.  A draining runner's name is
+ * in SMCP_KEY_RUNNERS_DRAINING too, the same way; any other's is taken out
+ * of it (a runner restarted under the name of a drained one).
  */
 int
-runner_store_heartbeat(runner_store_t *st)
+runner_store_heartbeat(runner_store_t *st, int draining)
 {
     int64_t      now;
-    char         key[RUNNER_KEY_MAX], ms[RUNNER_NUM_MAX], old[RUNNER_NUM_MAX];
-    char         ttl[RUNNER_NUM_MAX];
+    char         key[RUNNER_KEY_MAX], dkey[RUNNER_KEY_MAX];
+    char         ms[RUNNER_NUM_MAX], old[RUNNER_NUM_MAX], ttl[RUNNER_NUM_MAX];
     const char  *zadd[] = { "ZADD", key, ms, runner_config->name };
     const char  *prune[] = { "ZREMRANGEBYSCORE", key, "-inf", old };
     const char  *expire[] = { "PEXPIRE", key, ttl };
+    const char  *zrem[] = { "ZREM", dkey, runner_config->name };
 
     now = smcp_now_ms();
 
-    RUNNER_KEY0(key, SMCP_KEY_RUNNERS);
+    RUNNER_KEY0(dkey, SMCP_KEY_RUNNERS_DRAINING);
     RUNNER_NUM(ms, now);
     RUNNER_NUM(old, now - 86400000LL);
     RUNNER_NUM(ttl, SMCP_RUNNER_STALE_MS);
+
+    if (draining) {
+        RUNNER_KEY0(key, SMCP_KEY_RUNNERS_DRAINING);
+
+        if (runner_store_do(st, 4, zadd) != RUNNER_OK
+            || runner_store_do(st, 4, prune) != RUNNER_OK
+            || runner_store_do(st, 3, expire) != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
+
+    } else if (runner_store_do(st, 3, zrem) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    RUNNER_KEY0(key, SMCP_KEY_RUNNERS);
 
     if (runner_store_do(st, 4, zadd) != RUNNER_OK
         || runner_store_do(st, 4, prune) != RUNNER_OK

@@ -2,7 +2,10 @@
  * The watchdog: a thread per live run, independent of the log.  It keeps
  * the run's queue entry touched, sees cancels, the deadline and the
  * limits, and kills the sandbox when the run must stop.  The first
- * reason to stop wins; the run (run.c) ends with it.
+ * reason to stop wins; the run (run.c) ends with it.  With
+ * --egress-container (compose) it also keeps that container on the
+ * session's network: a recreated one (an upgrade, a changed key) is a new
+ * container, on none of them.
  */
 
 #include <math.h>
@@ -258,17 +261,71 @@ runner_run_workspace_last(runner_run_t *run, runner_store_t *st,
 }
 
 
+/*
+ * The egress container on the session's network, every
+ * RUNNER_EGRESS_CHECK_MS: joined again when it is not (docker-compose
+ * recreated it); *lost remembers a failed join, said once until one works.
+ */
+static void
+runner_run_egress(runner_run_t *run, int64_t now, int64_t *next, int *lost)
+{
+    int   member;
+    long  st;
+    char  net[128], err[RUNNER_ERRLEN];
+
+    if (runner_config->egress_container[0] == '\0' || run->session[0] == '\0'
+        || now < *next)
+    {
+        return;
+    }
+
+    *next = now + RUNNER_EGRESS_CHECK_MS;
+
+    runner_run_network(run, net, sizeof(net));
+
+    st = runner_docker_network_member(net, runner_config->egress_container,
+                                      &member, err, sizeof(err));
+
+    if (st != 200 || member) {
+        return;
+    }
+
+    if (runner_backend->net(net, run->session,
+                            runner_config->egress_container, err, sizeof(err))
+        != RUNNER_OK)
+    {
+        if (!*lost) {
+            runner_log("error", run->id, "the egress container %s is not on "
+                       "%s and cannot join it: %s",
+                       runner_config->egress_container, net, err);
+        }
+
+        *lost = 1;
+        return;
+    }
+
+    runner_log("info", run->id, "the egress container %s was not on %s "
+               "(recreated): joined it again",
+               runner_config->egress_container, net);
+    *lost = 0;
+}
+
+
 static void *
 runner_run_watchdog(void *arg)
 {
     runner_run_t       *run = arg;
     runner_store_t     *st;
+    int                 egress_lost;
     int64_t             now, last_touch, last_check, last_connect, last_kill;
+    int64_t             next_egress;
     char                err[RUNNER_ERRLEN];
     runner_ws_watch_t   ws;
 
     st = NULL;
     last_touch = last_check = last_connect = last_kill = 0;
+    next_egress = smcp_now_ms() + RUNNER_EGRESS_CHECK_MS;
+    egress_lost = 0;
     memset(&ws, 0, sizeof(ws));
 
     while (!atomic_load(&run->watch_end) && !atomic_load(&runner_stop)) {
@@ -297,6 +354,8 @@ runner_run_watchdog(void *arg)
 
         runner_run_workspace(run, runner_store_lost(st) ? NULL : st, &ws,
                              now, 0);
+
+        runner_run_egress(run, now, &next_egress, &egress_lost);
 
         runner_run_kill(run, now, &last_kill);
 

@@ -11,8 +11,10 @@
 #                      table: flag, environment, default) and --help,
 #                      --version
 #   smcp-token         its option names and getenv()s (runner/smcp_token.c)
-#   shell scripts      .ci/stack (make up), .ci/supervise, ngx_sandbox_mcp_
-#                      module/docker-entrypoint.sh (the nginx image),
+#   shell scripts      .ci/stack and .ci/state (make up), .ci/backup (make
+#                      backup), .ci/supervise, .ci/install-deps,
+#                      ngx_sandbox_mcp_module/docker-entrypoint.sh (the
+#                      nginx image),
 #                      conf/egress-routes.sh with registry-routes.sh,
 #                      conf/oauth-locations.sh, runner/sandbox/build-image,
 #                      .ci/build-base-image, runner/sandbox-net: every
@@ -133,6 +135,8 @@ sub shell {
 }
 
 shell('.ci/stack', 'make up');
+shell('.ci/state', 'make up');
+shell('.ci/backup', 'make backup');
 shell('.ci/supervise', '.ci/supervise');
 shell('.ci/install-deps', '.ci/install-deps');
 shell('ngx_sandbox_mcp_module/docker-entrypoint.sh', 'the nginx image');
@@ -222,20 +226,26 @@ is_deeply(\@dup, [], 'each directive and variable has one entry');
 
 sub missing { my ($a, $b) = @_; return [ sort grep { !$b->{$_} } keys %$a ] }
 
-is_deeply(missing(\%directive, \%doc_directive), [],
-          'every directive of the module has its entry');
-is_deeply(missing(\%doc_directive, \%directive), [],
-          'every directive entry is one of the module\'s');
+# none missing, else every one named
+sub none_missing {
+    my ($m, $what) = @_;
+    ok(!@$m, $what) or diag(join ', ', @$m);
+}
+
+none_missing(missing(\%directive, \%doc_directive),
+             'every directive of the module has its entry');
+none_missing(missing(\%doc_directive, \%directive),
+             'every directive entry is one of the module\'s');
 for my $d (sort keys %directive) {
     my $e = $doc_directive{$d} or next;
     is($e->{Context}, $directive{$d}, "$d: Context: $directive{$d}");
     like($e->{Syntax}, qr/^\Q$d\E[ ;]/, "$d: its Syntax: line");
 }
 
-is_deeply(missing(\%env, \%doc_env), [],
-          'every variable the code reads has its entry');
-is_deeply(missing(\%doc_env, \%env), [],
-          'every variable entry is one the code reads');
+none_missing(missing(\%env, \%doc_env),
+             'every variable the code reads has its entry');
+none_missing(missing(\%doc_env, \%env),
+             'every variable entry is one the code reads');
 for my $n (sort keys %env) {
     my $e = $doc_env{$n} or next;
     my $by = $e->{'Read by'} // '';
@@ -256,7 +266,7 @@ for my $f (keys %doc_flag) {
            "$f ($e->{'Read by'}): a flag its reader takes");
     }
 }
-is_deeply(missing(\%all_flags, \%doc_flags), [], 'every flag has its entry');
+none_missing(missing(\%all_flags, \%doc_flags), 'every flag has its entry');
 
 # the runner's defaults, as its table has them
 for my $f (sort keys %runner_default) {

@@ -88,13 +88,13 @@ my $dpid = $t->spawn('dnsmasq', "$dir/dnsmasq.out", $dnsmasq, '--keep-in-foregro
     '--listen-address=127.0.0.1', '--bind-interfaces', "--port=$dport",
     '--local-ttl=1', '--user=' . getpwuid($>), '--pid-file=', "--log-facility=$dlog",
     '--log-queries');
-ok(wait_until(10, sub { reads() >= 1 }), "dnsmasq on 127.0.0.1:$dport read its hosts file")
+ok(wait_until(30, sub { reads() >= 1 }), "dnsmasq on 127.0.0.1:$dport read its hosts file")
     or diag($t->read_file("$dir/dnsmasq.out"));
 
 sub dns_hup {
     my $n = reads();
     kill 'HUP', $dpid;
-    return wait_until(10, sub { reads() > $n });
+    return wait_until(30, sub { reads() > $n });
 }
 
 ###############################################################################
@@ -174,7 +174,7 @@ my $chat = '/compat/v1/chat/completions';
     hosts(%names, 'up.smcp.test' => '127.0.0.1');
     ok(dns_hup(), 'up.smcp.test added (dnsmasq re-read its hosts)');
     my $t0 = time();
-    ok(wait_until(10, sub { egress($chat)->{status} == 200 }), 'the route works once the name resolves');
+    ok(wait_until(30, sub { egress($chat)->{status} == 200 }), 'the route works once the name resolves');
     note(sprintf('added: answered after %.2f s', time() - $t0));
     is(scalar @{ $f1->requests(path => '/v1/chat/completions') } > 0, 1, '... at 127.0.0.1');
     is($f1->last_request->{headers}{host}, 'up.smcp.test:' . $f1->port, '... with Host: the name');
@@ -182,13 +182,15 @@ my $chat = '/compat/v1/chat/completions';
     hosts(%names, 'up.smcp.test' => '127.0.0.2');
     ok(dns_hup(), 'up.smcp.test moved to 127.0.0.2');
     $t0 = time();
-    my $moved = wait_until(10, sub {
+    my $moved = wait_until(30, sub {
         egress($chat);
         return scalar @{ $f2->requests(path => '/v1/chat/completions') };
     }, 0.1);
     my $took = time() - $t0;
     ok($moved, 'egress follows the name to the second fake');
-    ok($took < 3, sprintf('... within the TTL (1 s; took %.2f s)', $took));
+    # by the answer's TTL (1 s), not a validity of its own (SMCP_RESOLVER_VALID,
+    # 30 s in the check above) nor never
+    ok($took < 10, sprintf('... within a few TTLs (1 s; took %.2f s)', $took));
     # each worker caches the answer for its TTL, counted by nginx in whole
     # seconds (an answer of TTL 1 may serve until the end of the next
     # second): past that, every one follows
@@ -199,7 +201,7 @@ my $chat = '/compat/v1/chat/completions';
 
     hosts(%names);
     ok(dns_hup(), 'up.smcp.test removed');
-    ok(wait_until(10, sub { egress($chat)->{status} == 502 }), 'the route answers 502 again');
+    ok(wait_until(30, sub { egress($chat)->{status} == 502 }), 'the route answers 502 again');
 }
 
 ###############################################################################

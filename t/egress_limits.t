@@ -43,8 +43,10 @@ $ENV{COMPAT_API_KEY} = $real;
 my %NO_KEYS = map { ($_ => undef) } qw(ANTHROPIC_API_KEY OPENAI_API_KEY
     AZURE_OPENAI_API_KEY GOOGLE_API_KEY CF_AIG_TOKEN GITHUB_TOKEN);
 my $eport = $t->free_port;
+# 12 a minute: a request's slot comes back after 5 s, which the eleven
+# requests below take far less than, however loaded the machine
 $t->render_routes(%NO_KEYS, name => 'routes', COMPAT_BASE_URL => $compat->url,
-              SMCP_EGRESS_RATE => '2r/s', SMCP_EGRESS_BURST => 3);
+              SMCP_EGRESS_RATE => '12r/m', SMCP_EGRESS_BURST => 3);
 $t->start(http => egress_server_conf("127.0.0.1:$eport"));
 
 my (%tok, %id);
@@ -71,12 +73,15 @@ for (1 .. 12) {
        401, "bad token $_ naming run a: 401, not 429");
 }
 
+my $t_a = time();
 my @st = map { call($tok{a})->{status} } 1 .. 10;
 is(scalar(grep { $_ == 200 } @st), 4, 'run a: 1 + burst 3 requests pass at once')
     or diag("@st");
 is(scalar(grep { $_ == 429 } @st), 6, 'run a: the rest get 429');
 my $r = call($tok{a});
 is($r->{status}, 429, 'run a: still limited');
+note(sprintf('the eleven requests of run a took %.2f s (a slot comes back after 5)',
+             time() - $t_a));
 my $j = json_decode($r->{body}) // {};
 is($j->{type}, 'error', '429: a JSON error');
 is($j->{error}{type}, 'rate_limit_error', '429: rate_limit_error');
@@ -86,13 +91,13 @@ like($r->{headers}{'content-type'} // '', qr{application/json}, '429: applicatio
 is(call($tok{b})->{status}, 200, 'run b: its own budget');
 is(call($forged)->{status}, 401, 'a forged token for run a while a is limited: 401');
 
-sleep(1.1);
-is(call($tok{a})->{status}, 200, 'run a: passes again a second later (2r/s)');
+sleep(5.1);     # time passes: one request's slot comes back (12r/m)
+is(call($tok{a})->{status}, 200, 'run a: passes again 5 s later (12r/m)');
 
 # limited requests stop before the access phase: neither proxied nor
 # audited (the audit is written after the response: wait for it)
 my @d;
-wait_until(5, sub {
+wait_until(30, sub {
     @d = map { $_->{json} } $t->run_events($id{a});
     return @d >= 5;
 });
@@ -103,8 +108,9 @@ is(scalar(@{ $compat->requests }), 6, 'upstream: exactly the granted requests (5
 ###############################################################################
 # connections
 
-# routes with 2 requests at once per address and a 3 s header timeout
-my $slow = SMCP::Fakes::start_openai(key => $real, chunk_delay => 0.6, deltas => 4);
+# routes with 2 requests at once per address and a 3 s header timeout;
+# streams of 1 s between chunks: the third request comes while two go on
+my $slow = SMCP::Fakes::start_openai(key => $real, chunk_delay => 1, deltas => 4);
 $t->render_routes(%NO_KEYS, name => 'conn', COMPAT_BASE_URL => $slow->url, SMCP_EGRESS_RATE => '1000r/s',
               SMCP_EGRESS_CONN => 2, SMCP_EGRESS_HEADER_TIMEOUT => '3s');
 my $d = $t->dir;
@@ -146,14 +152,14 @@ sub start_stream {
 # limit_conn: two streams at once from one address, the third is refused
 {
     my @p = map { start_stream($egress_port) } 1 .. 2;
-    ok($slow->wait_requests(2, timeout => 10), 'two streams going on');
+    ok($slow->wait_requests(2, timeout => 30), 'two streams going on');
     my $r = $t->http(port => $egress_port, method => 'POST', path => '/compat/v1/chat/completions',
                      headers => [ Authorization => "Bearer $tok{b}", 'Content-Type' => 'application/json' ],
                      body => $stream, timeout => 10);
     is($r->{status}, 429, 'a third at once from the same address: 429');
     my $j = json_decode($r->{body}) // {};
     like($j->{error}{message} // '', qr/at once from this sandbox/, '... a JSON error saying why');
-    my @done = map { $t->http_finish($_, 15) } @p;
+    my @done = map { $t->http_finish($_, 40) } @p;
     is_deeply([ map { $_->{status} } @done ], [200, 200], 'the two streams complete');
     like($done[0]{body}, qr/\[DONE\]/, '... to the end');
     is($t->http(port => $egress_port, method => 'POST', path => '/compat/v1/chat/completions',
@@ -164,30 +170,33 @@ sub start_stream {
 # connections that hold on: opened, then (every other one, $partial) the
 # start of a request header and nothing more.  (nginx closes connections
 # that sent nothing when it runs short; a started header it keeps until
-# client_header_timeout.)
+# client_header_timeout.)  %$opened: fileno => when it was opened.
 sub flood {
-    my ($port, $n, $partial) = @_;
+    my ($port, $n, $partial, $opened) = @_;
     my @s;
     for my $i (1 .. $n) {
+        my $at = time();
         my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-                                      Proto => 'tcp', Timeout => 2) or last;
+                                      Proto => 'tcp', Timeout => 10) or last;
         syswrite($s, "POST /compat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
             if $partial && ($partial == 1 || $i % 2);
+        $opened->{ fileno $s } = $at if $opened;
         push @s, $s;
     }
     return @s;
 }
 
-# /mcp answers an initialize within a second, $n times in a row
+# /mcp answers an initialize, $n times in a row, each within $timeout s:
+# (answered, the slowest)
 sub mcp_prompt {
-    my ($port, $n) = @_;
+    my ($port, $n, $timeout) = @_;
     my $worst = 0;
     for (1 .. $n) {
         my $t0 = time();
         my $r = $t->mcp_post($t->request_msg('initialize', {
                                  protocolVersion => '2025-11-25', capabilities => {},
                                  clientInfo => { name => 'flood', version => '1' } }),
-                             port => $port, timeout => 3);
+                             port => $port, timeout => $timeout);
         return (0, time() - $t0) unless ($r->{status} // 0) == 200;
         $worst = time() - $t0 if time() - $t0 > $worst;
     }
@@ -207,14 +216,18 @@ sub mcp_prompt {
         include $d/ctl.conf;
     }
 NGINX
-    my ($ok) = mcp_prompt($shared, 3);
+    my ($ok) = mcp_prompt($shared, 3, 10);
     ok($ok, 'control: a shared instance answers /mcp before the flood');
     my @s = flood($shared_egress, 1200, 1);
     note(scalar(@s) . ' connections with a started header to the shared egress listener');
-    my ($ok2) = mcp_prompt($shared, 1);
+    # a connect is done once the kernel holds it, not once nginx took it:
+    # wait until nginx has taken all it can
+    ok(wait_until(60, sub { $t->error_log('shared') =~ /worker_connections are not enough/ }),
+       'control: the shared instance runs out of connections');
+    my ($ok2) = mcp_prompt($shared, 1, 3);
     ok(!$ok2, 'control: with egress in the same instance, /mcp is refused or does not answer');
     close $_ for @s;
-    ok(wait_until(15, sub { (mcp_prompt($shared, 1))[0] }),
+    ok(wait_until(30, sub { (mcp_prompt($shared, 1, 10))[0] }),
        'control: /mcp answers again once the connections are gone');
     $t->stop_nginx('shared');
     $t->allow_log(qr/worker_connections are not enough/);
@@ -222,25 +235,48 @@ NGINX
 
 # egress as its own instance: /mcp (the main instance) is untouched
 {
-    my @s = flood($egress_port, 3000, 2);
+    my %opened;
+    my @s = flood($egress_port, 3000, 2, \%opened);
     is(scalar(@s), 3000, '3000 connections to the egress listener (half with a started header)');
-    my ($ok, $worst) = mcp_prompt($t->port, 10);
-    ok($ok, '/mcp keeps answering during the flood');
-    ok($worst < 1, sprintf('... promptly (slowest of 10: %.3f s)', $worst));
 
-    # the egress instance closes them after the header timeout (3 s)
-    my $t0 = time();
+    # /mcp asked from a child meanwhile, while this process sees the
+    # egress instance close each connection (its lifetime, from its open)
+    pipe(my $rd, my $wr) or die "pipe: $!";
+    my $kid = fork() // die "fork: $!";
+    if (!$kid) {
+        close $rd;
+        printf $wr "%d %.3f\n", mcp_prompt($t->port, 10, 10);
+        close $wr;
+        POSIX::_exit(0);
+    }
+    close $wr;
     my $sel = IO::Select->new(@s);
-    my %closed;
-    while (keys(%closed) < @s && time() - $t0 < 10) {
+    my %life;
+    my $t0 = time();
+    while (keys(%life) < @s && time() - $t0 < 60) {
         for my $c ($sel->can_read(0.5)) {
             my $n = sysread($c, my $buf, 1);
-            if (!$n) { $closed{fileno $c} = 1; $sel->remove($c) }
+            next if $n;
+            $life{ fileno $c } = time() - $opened{ fileno $c };
+            $sel->remove($c);
         }
     }
-    my $took = time() - $t0;
-    is(scalar(keys %closed), scalar(@s), sprintf('egress closed every idle connection (%.1f s)', $took));
-    ok($took >= 1.5 && $took < 8, '... after about the header timeout (3 s)');
+    my ($ok, $worst) = split ' ', <$rd> // '0 0';
+    close $rd;
+    waitpid($kid, 0);
+    ok($ok, '/mcp keeps answering during the flood');
+    # the control answers none at all; 5 s is room for a loaded machine
+    ok($worst < 5, sprintf('... promptly (slowest of 10: %.3f s)', $worst));
+
+    my @life = sort { $a <=> $b } values %life;
+    is(scalar(@life), scalar(@s), sprintf('egress closed every idle connection (%.1f s)',
+                                          time() - $t0));
+    # none before the header timeout (3 s); the first soon after it, where
+    # the routes' default (10 s, without SMCP_EGRESS_HEADER_TIMEOUT) would
+    # close none before 10 s (a loaded machine only makes the last later)
+    ok(@life && $life[0] >= 2.5 && $life[0] < 9,
+       sprintf('... by the header timeout (3 s): the first after %.2f s, the last %.2f s',
+               @life ? @life[0, -1] : (0, 0)));
     close $_ for @s;
     is($t->http(port => $egress_port, method => 'POST', path => '/compat/v1/chat/completions',
                 headers => [ Authorization => "Bearer $tok{b}", 'Content-Type' => 'application/json' ],

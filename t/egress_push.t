@@ -207,7 +207,7 @@ $before = state();
     my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$eport") or die $!;
     print $s "POST $rp HTTP/1.1\r\nHost: x\r\nAuthorization: $yes->{basic}\r\n"
            . "Content-Length: 100000\r\n\r\n" . substr($cmd_ok, 0, 40);
-    sleep(0.3);
+    sleep(0.3);         # a pause between the two: the part, then the close
     close $s;
     is(egress(method => 'GET', path => '/github/owner/repo.git/info/refs?service=git-receive-pack',
               headers => [ Authorization => $yes->{basic} ])->{status},

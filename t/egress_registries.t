@@ -397,7 +397,7 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
     # audit records are written at the log phase, after the answer: wait
     # for the last request's
     my $last = sub { grep { ($_->{json}{path} // '') eq '/registry/rubygems/api/v1/gems' } @_ };
-    wait_until(5, sub { $last->($t->run_events($run, type => 'egress')) });
+    wait_until(30, sub { $last->($t->run_events($run, type => 'egress')) });
     my @eg = map { $_->{json} } $t->run_events($run, type => 'egress');
     my @tgz = grep { $_->{path} eq '/registry/npm/smcp-pad/-/smcp-pad-1.0.0.tgz'
                      && $_->{method} eq 'GET' } @eg;
@@ -430,7 +430,7 @@ egress_error_ok(get('/registry/cpan/x'), 403, 'an unknown registry');
                      headers => [ Authorization => "Bearer $tok2" ]);
     is($r->{status}, 200, 'another run: the tarball');
     # the audit record is written at the log phase, after the answer
-    wait_until(5, sub { $t->run_events($run2, type => 'egress') });
+    wait_until(30, sub { $t->run_events($run2, type => 'egress') });
     my ($e) = map { $_->{json} } $t->run_events($run2, type => 'egress');
     is($e && $e->{cache}, 'hit', "another run: served from the shared cache");
     is(seen($npm, '/smcp-pad/-/smcp-pad-1.0.0.tgz'), 1,

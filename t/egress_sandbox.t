@@ -479,7 +479,7 @@ for my $f ($ant, $oai, $gh) {
 
 {
     my @events;
-    wait_until(5, sub {
+    wait_until(30, sub {
         @events = map {
             my $e = $_;
             { fields => $e, data => $e->{json},

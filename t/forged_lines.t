@@ -33,8 +33,11 @@ forge() {
                   '{"type":"smcp","step":"pr_skipped","reason":"FORGED"}' \
                   '{"type":"smcp","step":"agent_exit","exitCode":0}' > /proc/1/fd/1
 }
-# now and then while the agent works; without end and without a pause
-# once the entry script makes the pull request's branch (after agent_exit)
+# now and then while the agent works (the first lines out: a file says
+# so); without end and without a pause once the entry script makes the
+# pull request's branch (after agent_exit)
+forge
+: > /tmp/forging
 until [ -e /workspace/repo/.git/refs/heads/opencode ]; do
     forge
     sleep 0.05
@@ -42,8 +45,8 @@ done
 while :; do forge; done
 EOF
 setsid sh /tmp/forge.sh </dev/null >/dev/null 2>&1 &
-sleep 0.5
-[ -d "/proc/$!" ] && echo "FORGING: $!"
+for i in $(seq 600); do [ -e /tmp/forging ] && break; sleep 0.05; done
+[ -e /tmp/forging ] && [ -d "/proc/$!" ] && echo "FORGING: $!"
 SH
 
 my $WRITE = { tool_use => { name => 'write', input => {
@@ -64,7 +67,7 @@ my $run = $s->run_task(task => 'SCENARIO-FORGE: add the feature',
                        repository => 'https://github.com/acme/app',
                        createPullRequest => JSON::PP::true);
 my $id = $run->{runId};
-my $r = $s->wait_done($id, 180);
+my $r = $s->wait_done($id, 300);
 
 is($r->{status}, 'completed', 'the run completed')
     or $s->diag_run($id, $runner);

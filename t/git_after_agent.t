@@ -211,7 +211,7 @@ my $alter = $s->run_task(task => 'SCENARIO-ALTER: alter',
                          repository => 'https://github.com/acme/alter',
                          createPullRequest => JSON::PP::true);
 my $id = $one->{runId};
-my $r = $s->wait_done($id, 180);
+my $r = $s->wait_done($id, 300);
 is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
 
 subtest 'control: the planted programs work' => sub {
@@ -262,7 +262,7 @@ subtest 'a follow-up starts on that commit, its diff its own' => sub {
     my $two = $s->run_task(task => 'SCENARIO-NEXT: next', sessionId => $one->{sessionId},
                            createPullRequest => JSON::PP::true);
     my $id2 = $two->{runId};
-    my $r2 = $s->wait_done($id2, 180);
+    my $r2 = $s->wait_done($id2, 300);
     is($r2->{status}, 'completed', 'the follow-up completed')
         or $s->diag_run($id2, $runner);
     my $out = tool_output($id2);
@@ -285,7 +285,7 @@ subtest 'a follow-up starts on that commit, its diff its own' => sub {
 
 subtest 'an object of the start altered in place: nothing pushed, the whole tree shown' => sub {
     my $id3 = $alter->{runId};
-    my $r3 = $s->wait_done($id3, 180);
+    my $r3 = $s->wait_done($id3, 300);
     like(tool_output($id3), qr/^OWN-DIFF: 0$/m,
          'control: the agent\'s own git diff sees no change');
     is($r3->{status}, 'failed', 'the run failed') or $s->diag_run($id3, $runner);

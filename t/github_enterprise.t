@@ -43,7 +43,7 @@ my $run = $s->run_task(task => 'SCENARIO-GHE: write', repository => "https://$HO
                        createPullRequest => JSON::PP::true, baseBranch => 'main',
                        prTitle => 'Enterprise change', draft => JSON::PP::true);
 my $id = $run->{runId};
-my $r = $s->wait_done($id, 180);
+my $r = $s->wait_done($id, 300);
 is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
 
 my @ev = map { $_->{json} } grep { ref $_->{json} eq 'HASH' } $s->stored_events($id);

@@ -63,7 +63,7 @@ subtest 'free disk below --min-free-disk: the run waits, then starts' => sub {
 
     $s->stop_runner($r1);
     my $r2 = $s->start_runner(args => [ '--min-free-disk', '1m', '--min-free-redis', '64m' ]);
-    $res = $s->wait_done($id, 120);
+    $res = $s->wait_done($id, 300);
     is($res->{status}, 'completed', 'the floor lowered: the same queued run completes')
         or $s->diag_run($id, $r2);
     is($res->{error}, undef, '... the reason gone');
@@ -90,7 +90,7 @@ subtest 'Redis headroom below --min-free-redis: running runs go on, new ones wai
     is($h->{status}, 'started', 'the new run: still started');
     is_deeply([ $s->run_containers($id) ], [], '... no sandbox made');
 
-    my $res = $s->wait_done($long->{runId}, 120);
+    my $res = $s->wait_done($long->{runId}, 300);
     is($res->{status}, 'completed', 'the run going on completes') or $s->diag_run($long->{runId}, $r2);
     is($res->{result}, 'Long done.', '... with its result');
     is(scalar(grep { ($_->{json}{type} // '') eq 'text' } $s->stored_events($long->{runId})), 1,
@@ -98,7 +98,7 @@ subtest 'Redis headroom below --min-free-redis: running runs go on, new ones wai
     is($s->run_hash($id)->{status}, 'started', 'the new run still waits');
 
     $t->redis('CONFIG', 'SET', 'maxmemory', 0);
-    $res = $s->wait_done($id, 120);
+    $res = $s->wait_done($id, 300);
     is($res->{status}, 'completed', 'maxmemory restored: the same runner starts it')
         or $s->diag_run($id, $r2);
     is($res->{error}, undef, '... the reason gone');

@@ -171,7 +171,8 @@ subtest 'session_create' => sub {
                                  client_name => 'cli', client_version => '1.0',
                                  created_at => $now }, '... its hash');
     my $ttl = $t->redis('PTTL', $S);
-    ok($ttl > 59000 && $ttl <= 60000, "... expiring in the ttl ($ttl ms)");
+    # the ttl given, less what the reads since took (a loaded machine)
+    ok($ttl > 50000 && $ttl <= 60000, "... expiring in the ttl ($ttl ms)");
     is(scalar(keys %$a), 1, '... the only key');
 
     ($r, $b, $a) = script('session_create', [ $S, $REV ],

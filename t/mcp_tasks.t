@@ -190,7 +190,7 @@ my $run2 = $task2->{taskId};
 {
     my $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run1 }),
                           session => $sid);
-    sleep 0.5;
+    ok($t->wait_long_polls(1), 'tasks/result waits');
     my $ping = $t->rpc($sid, 'ping', {});
     is_deeply($ping->{json}{result}, {}, 'the one worker answers a ping meanwhile');
     my $g = rpc('tasks/get', { taskId => $run1 })->{result} || {};
@@ -223,7 +223,7 @@ my $run2 = $task2->{taskId};
 {
     my $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run2 }),
                           session => $sid);
-    sleep 0.3;
+    ok($t->wait_long_polls(1), 'tasks/result waits');
     finish_run($run2, 'failed', error => 'tests failed');
     my $res = ($t->mcp_finish($p, 20)->{json} || {})->{result} || {};
     ok($res->{isError}, 'a failed run: tasks/result isError');
@@ -283,12 +283,13 @@ my $run2 = $task2->{taskId};
     my $p = $t->mcp_start($t->request_msg('tools/call', {
         name => 'opencode_get_result', arguments => { runId => $run, waitSeconds => 20 },
         _meta => { progressToken => 'tok-1' } }), session => $sid);
-    sleep 0.5;
+    ok($t->wait_long_polls(1), 'the call with a progressToken waits');
     $ev->($run, 'agent', { type => 'step_start', part => {} });
     $ev->($run, 'agent', { type => 'tool_use', part => { tool => 'bash',
           state => { input => { command => 'npm test' } } } });
     $t->redis('PUBLISH', "${P}run:$run", 'event');
-    sleep 0.3;
+    # the rest comes after the first step went out: a second wake
+    ok($t->http_read_until($p, qr/ran `npm test`/), 'the first step is sent as it comes');
     $ev->($run, 'agent', { type => 'tool_use', part => { tool => 'write',
           state => { input => { filePath => '/workspace/repo/a.js' } } } });
     $ev->($run, 'lifecycle', { step => 'push_failed', message => 'no' });
@@ -318,7 +319,7 @@ my $run2 = $task2->{taskId};
     $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run3,
                                                         _meta => { progressToken => 7 } }),
                        session => $sid);
-    sleep 0.5;
+    ok($t->wait_long_polls(1), 'tasks/result with a progressToken waits');
     $ev->($run3, 'lifecycle', { step => 'clone' });
     $ev->($run3, 'lifecycle', { step => 'clone_failed' });
     finish_run($run3, 'failed', error => 'clone failed');
@@ -370,26 +371,26 @@ my $run2 = $task2->{taskId};
     my $p1 = $wait->('w-1');
     my $p2 = $wait->(77);
     my $pb = $wait->('w-1', run => $bob_run, sid => $bob_sid, http => { token => $bob_tok });
-    sleep 0.5;
+    ok($t->wait_long_polls(3), 'three calls wait');
     my $t0 = time;
     is($cancel->('w-1')->{status}, 202, 'notifications/cancelled: 202');
-    my $r = $t->mcp_finish($p1, 10);
+    my $r = $t->mcp_finish($p1, 45);
     is($r->{status}, 200, 'the cancelled wait ends');
-    ok(time - $t0 < 10, 'at once, not at the end of its 30 s');
+    ok(time - $t0 < 20, sprintf('at once (%.2f s), not at the end of its 30 s', time - $t0));
     is_deeply($r->{sse} // [], [], 'with no JSON-RPC answer');
     is($t->redis('HGET', "${P}run:$run", 'status'), 'started', 'the run goes on');
 
     # a wait that streams progress: it ends after what it sent
     my $pp = $wait->('w-2', params => { _meta => { progressToken => 'pt' } });
-    sleep 0.3;
+    ok($t->wait_long_polls(3), 'it waits (with the two still waiting)');
     $t->redis('XADD', "${P}run:$run:events", '*', type => 'agent',
               data => json_encode({ type => 'tool_use', part => { tool => 'bash',
                                     state => { input => { command => 'make' } } } }),
               ts => now_ms());
     $t->redis('PUBLISH', "${P}run:$run", 'event');
-    sleep 0.3;
+    ok($t->http_read_until($pp, qr/ran `make`/), 'its progress is sent');
     $cancel->('w-2');
-    $r = $t->mcp_finish($pp, 10);
+    $r = $t->mcp_finish($pp, 20);
     my @pm = @{ $r->{sse} || [] };
     is_deeply([ map { $_->{params}{message} // () } @pm ], [ 'ran `make`' ],
               'a progress stream cancelled: what it sent ...');
@@ -400,11 +401,11 @@ my $run2 = $task2->{taskId};
     is($cancel->('x' x 100000)->{status}, 202, 'a huge requestId: 202, nothing happens');
     $cancel->('"77"');
     finish_run($run, 'completed');
-    $r = $t->mcp_finish($p2, 10);
+    $r = $t->mcp_finish($p2, 20);
     is($r->{json}{result}{structuredContent}{status}, 'completed',
        'another request of the session (id 77, not "77") still answered');
     finish_run($bob_run, 'completed');
-    $r = $t->mcp_finish($pb, 10);
+    $r = $t->mcp_finish($pb, 20);
     is($r->{json}{result}{structuredContent}{status}, 'completed',
        "bob's request of the same id, waiting meanwhile: not cancelled by alice's notification");
 }
@@ -463,7 +464,7 @@ my $run2 = $task2->{taskId};
             'Authorization: Bearer ' . ($o{token} // $t->token),
             'Mcp-Session-Id: ' . ($o{sid} // $sid), @{ $o{headers} || [] } ],
             (defined $o{last_id} ? (last_id => $o{last_id}) : ()));
-        $st->pump(3, sub { @{ $_[0]->events } >= 1 || $_[0]->closed });
+        $st->pump(10, sub { @{ $_[0]->events } >= 1 || $_[0]->closed });
         return $st;
     };
     my $updates = sub {
@@ -517,10 +518,10 @@ my $run2 = $task2->{taskId};
     my $sb = $open->(sid => $bob_sid, token => $bob_tok);
     $status->($rb, 'running', started_at => now_ms());
     $status->($ra, 'running', started_at => now_ms());
-    $s1->pump(5, sub { @{ $updates->($_[0]) } >= 2 });
+    $s1->pump(10, sub { @{ $updates->($_[0]) } >= 2 });
     is_deeply([ sort @{ $updates->($s1) } ], [ $ua, "$ua/diff" ],
               'a status change: notifications/resources/updated for each subscribed URI, not the other run');
-    $s1->pump(2, sub { grep { ($_->{json}{method} // '') eq 'notifications/message' } @{ $_[0]->events } });
+    $s1->pump(10, sub { grep { ($_->{json}{method} // '') eq 'notifications/message' } @{ $_[0]->events } });
     is_deeply([ map { $_->{json}{params} } grep { ($_->{json}{method} // '') eq 'notifications/message' }
                 @{ $s1->events } ],
               [ { level => 'info', logger => 'run', data => { runId => $ra, status => 'running' } } ],
@@ -536,7 +537,7 @@ my $run2 = $task2->{taskId};
     sleep 0.1;
     $status->($ra, 'completed', finished_at => now_ms());
     my $s2 = $open->(last_id => $last);
-    $s2->pump(3, sub { @{ $updates->($_[0]) } >= 2 });
+    $s2->pump(10, sub { @{ $updates->($_[0]) } >= 2 });
     is_deeply([ sort @{ $updates->($s2) } ], [ $ua, "$ua/diff" ],
               'resumed with Last-Event-ID: what changed while away');
     ok(!grep({ defined $_->{id} && $_->{id} <= $last } @{ $s2->events }[1 .. $#{ $s2->events }]),
@@ -551,17 +552,17 @@ my $run2 = $task2->{taskId};
     my $s3 = $open->(last_id => $s2->events->[-1]{id});
     $s3->pump(1);
     is_deeply($updates->($s3), [], 'resumed again from the end: nothing twice');
-    $s2->pump(3, sub { $_[0]->closed || $_[0]->ended });
+    $s2->pump(10, sub { $_[0]->closed || $_[0]->ended });
     ok($s2->closed || $s2->ended, 'a newer stream of the session ends the older one');
 
     is_deeply(rpc('resources/unsubscribe', { uri => "$ua/diff" })->{result}, {}, 'unsubscribe');
     rpc('logging/setLevel', { level => 'warning' });
     $status->($ra, 'completed');
-    $s3->pump(3, sub { @{ $updates->($_[0]) } >= 1 });
+    $s3->pump(10, sub { @{ $updates->($_[0]) } >= 1 });
     is_deeply($updates->($s3), [ $ua ], 'after it: only what is still subscribed');
     ok(!grep({ ($_->{json}{method} // '') eq 'notifications/message' } @{ $s3->events }),
        'at level warning: no info line');
-    $s3->pump(2.5, sub { $_[0]->comments >= 2 });
+    $s3->pump(10, sub { $_[0]->comments >= 2 });
     ok($s3->comments >= 2, 'a comment each heartbeat (sandbox_mcp_ui_heartbeat)');
     ok(!$s3->closed, 'the stream stays open');
     $s3->close;
@@ -577,7 +578,7 @@ my $run2 = $task2->{taskId};
     my $d = $t->http(method => 'DELETE', path => '/mcp', headers => [
         Authorization => 'Bearer ' . $t->token, 'Mcp-Session-Id' => $sid2 ]);
     is($d->{status}, 200, 'DELETE');
-    $s4->pump(5, sub { $_[0]->closed || $_[0]->ended });
+    $s4->pump(10, sub { $_[0]->closed || $_[0]->ended });
     ok($s4->closed || $s4->ended, 'the stream ends with the session');
     is($t->redis('EXISTS', "${P}mcp:$sid2:subs", "${P}mcp:$sid2:log"), 0,
        'its subscriptions and level are gone');

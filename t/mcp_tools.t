@@ -416,7 +416,8 @@ my $gadgets = 'https://github.com/acme/gadgets';
                      'long-poll expiring');
     my $el = time() - $t1;
     is($sc->{status}, 'started', 'status started after the wait');
-    ok($el >= 1.8 && $el < 6, sprintf('waited about 2 s (%.2f)', $el));
+    # its 2 s: not at once, nor held to max_wait (30 s)
+    ok($el >= 1.8 && $el < 20, sprintf('waited about 2 s (%.2f)', $el));
 
     # terminal runs answer at once
     $t1 = time();
@@ -424,7 +425,7 @@ my $gadgets = 'https://github.com/acme/gadgets';
                   'long-poll on a terminal run');
     $el = time() - $t1;
     is($sc->{status}, 'completed', 'completed');
-    ok($el < 1.5, sprintf('terminal run: no wait (%.2f s)', $el));
+    ok($el < 10, sprintf('terminal run: no wait, well under its 20 s (%.2f s)', $el));
 
     # clamped to sandbox_mcp_max_wait (2s on /shortwait)
     $t1 = time();
@@ -432,14 +433,15 @@ my $gadgets = 'https://github.com/acme/gadgets';
                   { runId => $run2, waitSeconds => 50 }, path => '/shortwait'),
                   'long-poll clamped');
     $el = time() - $t1;
-    ok($el >= 1.5 && $el < 6, sprintf('waitSeconds 50 clamped to max_wait 2s (%.2f)', $el));
+    ok($el >= 1.5 && $el < 20,
+       sprintf('waitSeconds 50 clamped to max_wait 2s, not 50 (%.2f)', $el));
 
-    # woken early by PUBLISH; three concurrent waiters
+    # woken early by PUBLISH; three concurrent waiters, each of 30 s
     my @p = map {
         $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
-            arguments => { runId => $run2, waitSeconds => 20 } }), session => $sid)
+            arguments => { runId => $run2, waitSeconds => 30 } }), session => $sid)
     } 1 .. 3;
-    sleep(1);
+    ok($t->wait_long_polls(3), 'three long-polls wait');
     $t1 = time();
     my $ft = now_ms();
     $t->redis('HSET', "${P}run:$run2", status => 'completed', result => 'woken',
@@ -448,15 +450,16 @@ my $gadgets = 'https://github.com/acme/gadgets';
     my $i = 0;
     for my $p (@p) {
         $i++;
-        my $r = $t->mcp_finish($p, 25);
+        my $r = $t->mcp_finish($p, 45);
         my $res = $r->{json} && $r->{json}{result};
         my $sc = tool_ok($res, "woken long-poll $i");
         is($sc->{status}, 'completed', "waiter $i sees completed");
         is($sc->{result}, 'woken', "waiter $i sees the result");
-        ok($r->{elapsed} < 10, sprintf('waiter %d answered well before the wait (%.2f s)',
+        ok($r->{elapsed} < 20, sprintf('waiter %d answered well before its 30 s (%.2f s)',
                                        $i, $r->{elapsed}));
     }
-    ok(time() - $t1 < 5, 'all waiters woken within 5 s of the PUBLISH');
+    ok(time() - $t1 < 20, sprintf('all waiters woken by the PUBLISH (%.2f s after it), '
+                                  . 'not at the end of their wait', time() - $t1));
 }
 
 ###############################################################################
@@ -471,18 +474,18 @@ my $gadgets = 'https://github.com/acme/gadgets';
         $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
             arguments => { runId => $ra, waitSeconds => $_ % 2 ? 1 : 20 } }), session => $sid)
     } 1 .. 6;
-    sleep(0.5);
+    ok($t->wait_long_polls(6), 'six long-polls wait');
     close $_->{sock} for @p;          # the clients go away
-    sleep(0.3);
-    $t->redis('PUBLISH', "${P}run:$ra", 'running');    # wakes the 20 s waiters
-    sleep(1.2);                       # the 1 s waiters' timers expire
+    ok($t->wait_long_polls(0), '... and their waits end with them');
+    $t->redis('PUBLISH', "${P}run:$ra", 'running');    # nobody waits on it now
+    sleep(1.2);         # time passes: a timer left behind (1 s) would fire
     $t->redis('HSET', "${P}run:$ra", status => 'completed', finished_at => now_ms());
     $t->redis('PUBLISH', "${P}run:$ra", 'completed');
-    sleep(0.3);
-    is_deeply([ $t->worker_pids ], \@w, 'workers survive clients leaving long-polls');
     my $sc = tool_ok(call('opencode_get_result', { runId => $ra, waitSeconds => 1 }),
                      'serving after abandoned long-polls');
     is($sc->{status}, 'completed', '... completed');
+    # (a worker that crashed later still shows in error.log, checked at the end)
+    is_deeply([ $t->worker_pids ], \@w, 'workers survive clients leaving long-polls');
 }
 
 ###############################################################################
@@ -495,8 +498,8 @@ my $gadgets = 'https://github.com/acme/gadgets';
     my $rc = $s->{runId} // 'run_x';
     $runs{$rc} = {};
     my $p = $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
-        arguments => { runId => $rc, waitSeconds => 20 } }), session => $sid);
-    sleep(0.5);
+        arguments => { runId => $rc, waitSeconds => 30 } }), session => $sid);
+    ok($t->wait_long_polls(1), 'a long-poll on it waits');
     my $t_cancel = now_ms();
     my $sc = tool_ok(call('opencode_cancel_run', { runId => $rc }), 'cancel started run');
     my $t_answer = now_ms();
@@ -510,10 +513,10 @@ my $gadgets = 'https://github.com/acme/gadgets';
     $sc = tool_ok(call('opencode_get_result', { runId => $rc }), 'get_result cancelled');
     is($sc->{status}, 'cancelled', 'get_result shows cancelled');
     is(iso_ms($sc->{finishedAt}), $h->{finished_at}, 'get_result finishedAt: finished_at');
-    my $r = $t->mcp_finish($p, 25);
+    my $r = $t->mcp_finish($p, 45);
     my $lp = SMCP::Test::sc($r->{json} && $r->{json}{result}) || {};
     is($lp->{status}, 'cancelled', 'long-poll woken by the cancel');
-    ok($r->{elapsed} < 10, sprintf('... early (%.2f s)', $r->{elapsed}));
+    ok($r->{elapsed} < 20, sprintf('... early (%.2f s of its 30)', $r->{elapsed}));
 
     # running -> cancel_requested + PUBLISH on cancel
     $s = tool_ok(call('opencode_run_task', { task => 'running one' }), 'run to set running');
@@ -528,7 +531,7 @@ my $gadgets = 'https://github.com/acme/gadgets';
     $h = $t->run_hash($rr);
     is($h->{cancel_requested}, '1', 'cancel_requested=1 in Redis');
     is($h->{status}, 'running', 'Redis status still running');
-    my $msg = $subc->next_message(3);
+    my $msg = $subc->next_message(10);
     is_deeply($msg, [ "${P}cancel", $rr ], 'run id published on smcp:cancel');
 
     # terminal -> unchanged, no publish

@@ -94,7 +94,7 @@ is($before{egress}, 0, 'no egress request yet');
 # a run through the stack
 
 my $run = $s->run_task(task => 'SCENARIO-METRICS: answer', title => 'metrics');
-my $res = $s->wait_done($run->{runId}, 180);
+my $res = $s->wait_done($run->{runId}, 300);
 is($res->{status}, 'completed', 'the run completed')
     or $s->diag_run($run->{runId}, $r);
 
@@ -171,11 +171,15 @@ my $r2;
         my $h = $s->run_hash($run2->{runId});
         return ($h->{status} // '') eq 'running' && ($h->{container_id} // '') ne '';
     }, 0.3), 'the second run\'s sandbox runs');
-    sleep(1);
+    # mid-run: the model holds its answer 8 s from its request on
+    ok(wait_until(120, sub {
+        grep { ($_->{body} // '') =~ /SCENARIO-REATTACH/
+               && ($_->{body} // '') !~ /title generator/i } $s->anthropic->requests
+    }, 0.2), '... and waits for the model');
     $s->stop_runner($r, 'KILL');
     $r2 = $s->start_runner(args => [ '--metrics', "127.0.0.1:$mport",
                                      '--log-format', 'json' ]);
-    my $res2 = $s->wait_done($run2->{runId}, 120);
+    my $res2 = $s->wait_done($run2->{runId}, 300);
     is($res2->{status}, 'completed', 'the second run completed after the re-attach')
         or $s->diag_run($run2->{runId}, $r2);
     my $n = 0;

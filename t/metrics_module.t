@@ -131,7 +131,7 @@ $t->mcp_post({ jsonrpc => '2.0', id => 1, method => 'ping' }, token => undef);
 sub settled {
     my ($cond) = @_;
     my $m;
-    wait_until(5, sub { (undef, $m) = scrape(); return $cond->($m) }, 0.1);
+    wait_until(30, sub { (undef, $m) = scrape(); return $cond->($m) }, 0.1);
     return $m;
 }
 
@@ -178,28 +178,32 @@ sub settled {
 # a long-poll and a stream are gauges while they last
 
 {
+    # a wait far longer than the scrapes that look for it; its client ends it
     my $lp = $t->mcp_start($t->request_msg('tools/call', {
         name => 'opencode_get_result',
-        arguments => { runId => $run, waitSeconds => 4 } }), session => $sid);
-    my $seen = wait_until(3, sub {
+        arguments => { runId => $run, waitSeconds => 60 } }), session => $sid);
+    my $seen = wait_until(30, sub {
         my (undef, $m) = scrape();
         return value($m, 'smcp_long_polls', {}) == 1;
     }, 0.2);
     ok($seen, 'smcp_long_polls is 1 while a get_result waits');
-    $t->mcp_finish($lp, 10);
-    my (undef, $m) = scrape();
-    is(value($m, 'smcp_long_polls', {}), 0, 'smcp_long_polls back to 0');
+    close $lp->{sock} if $lp->{sock};
+    $seen = wait_until(30, sub {
+        my (undef, $m) = scrape();
+        return value($m, 'smcp_long_polls', {}) == 0;
+    }, 0.2);
+    ok($seen, 'smcp_long_polls back to 0 once the call ended (its client left)');
 
     my $st = $t->http_start(method => 'GET', path => '/mcp',
                             headers => $t->mcp_headers(session => $sid,
                                                        accept => 'text/event-stream'));
-    $seen = wait_until(3, sub {
+    $seen = wait_until(30, sub {
         my (undef, $m) = scrape();
         return value($m, 'smcp_streams', { kind => 'mcp' }) == 1;
     }, 0.2);
     ok($seen, 'smcp_streams{kind="mcp"} is 1 while a GET stream is open');
     close $st->{sock} if $st->{sock};
-    $seen = wait_until(5, sub {
+    $seen = wait_until(30, sub {
         my (undef, $m) = scrape();
         return value($m, 'smcp_streams', { kind => 'mcp' }) == 0;
     }, 0.2);
@@ -211,13 +215,13 @@ sub settled {
     my $ui = SMCP::UI->new($t);
     my $cookie = 'smcp_ui=' . $t->token(scope => 'ui', repos => undef);
     my $sse = $ui->sse("/ui/runs/$run/events", cookie => $cookie);
-    my $seen = wait_until(3, sub {
+    my $seen = wait_until(30, sub {
         my (undef, $m) = scrape();
         return value($m, 'smcp_streams', { kind => 'dashboard' }) == 1;
     }, 0.2);
     ok($seen, 'smcp_streams{kind="dashboard"} is 1 while a dashboard stream is open');
     $sse->close;
-    $seen = wait_until(5, sub {
+    $seen = wait_until(30, sub {
         my (undef, $m) = scrape();
         return value($m, 'smcp_streams', { kind => 'dashboard' }) == 0;
     }, 0.2);

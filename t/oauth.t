@@ -309,7 +309,7 @@ subtest 'refresh rotation' => sub {
     $r = $o->token(grant_type => 'refresh_token', refresh_token => $new->{refresh_token},
                    client_id => $client->{client_id});
     oauth_error($r, 400, 'invalid_grant', 'the live one of the family is dead too');
-    ok(SMCP::Test::wait_until(5, sub {
+    ok(SMCP::Test::wait_until(30, sub {
         $t->mcp_post($ping, session => $sid, token => $new->{access_token})->{status} == 401 }),
        'the family\'s last access token is refused by /mcp');
 };
@@ -351,7 +351,7 @@ subtest 'token endpoint refusals' => sub {
     $r = redeem($c, $v);
     oauth_error($r, 400, 'invalid_grant', 'reused code');
     like($r->{json}{error_description}, qr/already used/, 'says so');
-    ok(SMCP::Test::wait_until(5, sub {
+    ok(SMCP::Test::wait_until(30, sub {
         $t->mcp_post($ping, session => $sid, token => $at)->{status} == 401 }),
        'the tokens issued with the reused code are revoked');
 
@@ -541,7 +541,7 @@ subtest 'revocation (RFC 7009)' => sub {
     ok($sid, 'a new access token works');
     $r = $o->post('/oauth/revoke', SMCP::OAuth::form(token => $tok->{access_token}));
     is($r->{status}, 200, 'access token revoked: 200');
-    ok(SMCP::Test::wait_until(5, sub {
+    ok(SMCP::Test::wait_until(30, sub {
         $t->mcp_post($ping, session => $sid, token => $tok->{access_token})->{status} == 401 }),
        '/mcp refuses it');
     is($o->post('/oauth/revoke', SMCP::OAuth::form(token => 'whatever'))->{status}, 200,

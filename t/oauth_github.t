@@ -14,7 +14,9 @@
 # follows the account that first signed in with it, not one that takes
 # the freed login (an organization rule likewise); a refresh asks GitHub
 # again: a member removed from the organization loses the grant at the
-# next refresh, GitHub down keeps it (503, retry).
+# next refresh, GitHub down keeps it (503, retry).  A rotation of the
+# signing key keeps the grants; retiring the key that sealed one's GitHub
+# token ends it.
 #
 # Needs nginx + the module and redis-server; CI=true turns skips into
 # failures.
@@ -311,6 +313,45 @@ subtest 'a refresh asks GitHub again' => sub {
     is(refresh($rt)->{status}, 400, '... and stays refused (the grant is revoked)');
     my ($sid, $ir) = $t->initialize(token => $at);
     is($ir->{status}, 401, '... its last access token too');
+};
+
+# the GitHub token a grant keeps is sealed under the signing key, named
+# by its kid: a rotation keeps the grants (the old key still opens them),
+# retiring the old key ends those it sealed
+subtest 'a rotation of the signing key' => sub {
+    my $sealed = sub { [ map { $t->redis('HGET', $_, 'github') // '' }
+                         $t->redis_keys('smcp:oauth:family:*') ] };
+    my %before = map { $_ => 1 } @{ $sealed->() };
+    my $old = sign_in_as('octo-carol');
+    my @new = grep { !$before{$_} } @{ $sealed->() };
+    is(scalar @new, 1, 'a grant of the bare secret');
+    unlike($new[0] // '', qr/:/, '... its GitHub token sealed without a kid');
+
+    my $S2 = 'rotated-' . rhex(32);
+    SMCP::Test::_write_file("$t->{dir}/keys", "k2 $S2\nk1 $t->{secret} legacy\n");
+    ok($t->reload(undef, conf_opts => { secret_conf => 'sandbox_mcp_keys_file %%DIR%%/keys;' }),
+       'rotated: k2 signs, the bare secret is k1, the legacy key');
+    my $r = refresh($old->{refresh_token});
+    is($r->{status}, 200, 'the old grant refreshes (the legacy key opens its seal)')
+        or diag($r->{body});
+    is((SMCP::Test::decode_jwt($r->{json}{access_token} // ''))[0]{kid}, 'k2',
+       '... its new access token names k2');
+    my $old_rt = $r->{json}{refresh_token};
+
+    %before = map { $_ => 1 } @{ $sealed->() };
+    my $newer = sign_in_as('octo-carol');
+    @new = grep { !$before{$_} } @{ $sealed->() };
+    like($new[0] // '', qr/^k2:[\w-]+$/, 'a new grant: sealed under k2, named');
+    $r = refresh($newer->{refresh_token});
+    is($r->{status}, 200, '... it refreshes') or diag($r->{body});
+    my $newer_rt = $r->{json}{refresh_token};
+
+    SMCP::Test::_write_file("$t->{dir}/keys", "k2 $S2\n");
+    ok($t->reload, 'k1 retired');
+    $r = refresh($old_rt);
+    is($r->{status}, 400, "a grant sealed under k1: its refresh is refused");
+    is($r->{json}{error}, 'invalid_grant', '... invalid_grant');
+    is(refresh($newer_rt)->{status}, 200, "a grant sealed under k2 refreshes");
 };
 
 subtest 'no GitHub secret or token in the logs or in Redis' => sub {

@@ -466,10 +466,11 @@ record_shapes(@$ev3);
         scalar(grep { ($_->{body} // '') =~ /SCENARIO-STOP/ && !$_->{status} } $anthropic->requests) });
     ok($hung, 'stop: the second model request is hanging');
     my $t0 = time();
-    my ($rc, undef, $err) = docker({ timeout => 60 }, 'stop', '-t', '20', $cid);
+    my ($rc, undef, $err) = docker({ timeout => 120 }, 'stop', '-t', '60', $cid);
     my $dt = time() - $t0;
     is($rc, 0, 'stop: docker stop') or diag($err);
-    ok($dt < 5, sprintf('stop: the container stopped in %.2f s (no 20 s kill timeout)', $dt));
+    # on the SIGTERM (exit 143 below), not the KILL after docker stop's 60 s
+    ok($dt < 30, sprintf('stop: the container stopped in %.2f s (no 60 s kill timeout)', $dt));
     push @timings, ['docker stop while the model hangs', { secs => $dt }];
     is(container_inspect_field($cid, '{{.State.ExitCode}}'), 143, 'stop: exit status 143');
     my (undef, $logs) = docker('logs', $cid);

@@ -21,6 +21,7 @@ my $t = SMCP::Test->new(
     workers          => 2,
     listen           => 'reuseport',
     redis_appendonly => 1,
+    redis_timeout    => '10s',  # well apart from a 503 answered at once
 );
 $t->start;
 
@@ -35,21 +36,22 @@ like($sid // '', qr/^[0-9a-f]{64}$/, 'initialize under poll') or diag($ir->{body
 is($t->redis('EXISTS', "${P}mcp:" . ($sid // 'x')), 1, 'session in Redis');
 
 # many requests per worker: a stale ready flag under poll hangs the second one
+# (until the client gives up on it: each has 10 s)
 {
     my $bad = 0;
     my $t0 = time();
     for my $i (1 .. 60) {
         my $r = $t->mcp_post({ jsonrpc => '2.0', id => $i, method => 'ping' },
-                             session => $sid, timeout => 5);
+                             session => $sid, timeout => 10);
         $bad++ unless is_pong($r);
     }
-    is($bad, 0, '60 sequential requests all answered');
-    ok(time() - $t0 < 15, sprintf('... quickly (%.2f s)', time() - $t0));
+    is($bad, 0, sprintf('60 sequential requests all answered, none hung (%.2f s)',
+                        time() - $t0));
 
     # concurrent requests
     my @p = map { $t->mcp_start({ jsonrpc => '2.0', id => $_, method => 'tools/list' },
                                 session => $sid) } 1 .. 20;
-    my @r = map { $t->mcp_finish($_, 10) } @p;
+    my @r = map { $t->mcp_finish($_, 30) } @p;
     is(scalar(grep { $_->{status} == 200 && @{ $_->{json}{result}{tools} || [] } == 7 } @r),
        20, '20 concurrent tools/list all answered (the 7 tools)');
 }
@@ -71,21 +73,23 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
                   'long-poll expiring');
     my $el = time() - $t0;
     is($s->{status}, 'started', 'still started');
-    ok($el >= 0.8 && $el < 5, sprintf('waited about 1 s (%.2f)', $el));
+    # waited its 1 s: not answered at once, nor held to max_wait (60 s)
+    ok($el >= 0.8 && $el < 20, sprintf('waited about 1 s (%.2f)', $el));
 
+    # woken by the PUBLISH: long before their 60 s
     my @p = map {
         $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
-            arguments => { runId => $run, waitSeconds => 20 } }), session => $sid)
+            arguments => { runId => $run, waitSeconds => 60 } }), session => $sid)
     } 1 .. 2;
-    sleep(0.8);
+    ok($t->wait_long_polls(2), 'two long-polls wait');
     $t->redis('HSET', "${P}run:$run", status => 'completed', result => 'poll ok',
               finished_at => now_ms(), started_at => now_ms() - 10, exit_code => 0);
     $t->redis('PUBLISH', "${P}run:$run", 'completed');
     for my $p (@p) {
-        my $r = $t->mcp_finish($p, 25);
+        my $r = $t->mcp_finish($p, 90);
         my $s = SMCP::Test::sc($r->{json} && $r->{json}{result}) || {};
         is($s->{status}, 'completed', 'long-poll woken: completed');
-        ok($r->{elapsed} < 10, sprintf('... early (%.2f s)', $r->{elapsed}));
+        ok($r->{elapsed} < 30, sprintf('... early (%.2f s of its 60)', $r->{elapsed}));
     }
 }
 
@@ -130,13 +134,15 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
     my $r = $t->mcp_post($ping, session => $sid, timeout => 5);
     is($r->{status}, 503, 'Redis down: 503');
     is($r->{headers}{'retry-after'}, '1', 'Retry-After');
-    ok($r->{elapsed} < 1, sprintf('fast (%.3f s)', $r->{elapsed}));
+    # at once, not after the 10 s Redis timeout
+    ok($r->{elapsed} < 5, sprintf('fast (%.3f s)', $r->{elapsed}));
     $t->start_redis;
     my $t0 = time();
-    my $ok = wait_until(10, sub { is_pong($t->mcp_post($ping, session => $sid, timeout => 5)) },
+    my $ok = wait_until(30, sub { is_pong($t->mcp_post($ping, session => $sid, timeout => 5)) },
                         0.1);
     ok($ok, sprintf('recovered after Redis restart (%.2f s)', time() - $t0));
-    ok(time() - $t0 < 5, 'within 5 s');
+    # by the reconnect (backoff at most 1 s), not only a restart of nginx
+    ok(time() - $t0 < 20, 'within 20 s');
     my $bad = 0;
     for (1 .. 20) { $bad++ unless is_pong($t->mcp_post($ping, session => $sid, timeout => 5)) }
     is($bad, 0, '20 requests after recovery');
@@ -146,15 +152,15 @@ ok(defined $t->redis('ZSCORE', "${P}runs:alice", $run), 'run in runs:alice');
     my $res = $t->call_tool($sid, 'opencode_run_task', { task => 'after restart' });
     my $id = (SMCP::Test::sc($res) || {})->{runId} // 'run_1';
     my $lp = $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
-        arguments => { runId => $id, waitSeconds => 15 } }), session => $sid);
-    sleep(0.7);
+        arguments => { runId => $id, waitSeconds => 60 } }), session => $sid);
+    ok($t->wait_long_polls(1), 'a long-poll waits');
     $t->redis('HSET', "${P}run:$id", status => 'failed', finished_at => now_ms(),
               error => 'boom');
     $t->redis('PUBLISH', "${P}run:$id", 'failed');
-    my $lr = $t->mcp_finish($lp, 20);
+    my $lr = $t->mcp_finish($lp, 90);
     is((SMCP::Test::sc($lr->{json} && $lr->{json}{result}) || {})->{status}, 'failed',
        'long-poll after recovery woken');
-    ok($lr->{elapsed} < 8, sprintf('... early (%.2f s)', $lr->{elapsed}));
+    ok($lr->{elapsed} < 30, sprintf('... early (%.2f s of its 60)', $lr->{elapsed}));
 }
 
 # reload under poll

@@ -303,7 +303,7 @@ for my $c (@CASES) {
 }
 
 subtest 'a gateway vendor the sandbox cannot set up: the run fails saying so' => sub {
-    my $res = $s->wait_done($bad->{runId}, 120);
+    my $res = $s->wait_done($bad->{runId}, 300);
     is($res->{status}, 'failed', 'failed');
     like($res->{error} // '', qr/workers-ai.*not supported.*anthropic, openai, google-ai-studio/,
          'the error names the vendor and what is supported') or diag($res->{error});

@@ -109,7 +109,7 @@ sub pr_run {
 
 sub done_ok {
     my ($run, $status, $what) = @_;
-    my $r = $s->wait_done($run->{runId}, 180);
+    my $r = $s->wait_done($run->{runId}, 300);
     is($r->{status}, $status, "$what: $status")
         or $s->diag_run($run->{runId}, $runner);
     return $r;

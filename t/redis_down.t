@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 
-# Redis outages: requests get 503 + Retry-After fast while Redis is down,
+# Redis outages: requests get 503 + Retry-After fast while Redis is down
+# (well under the Redis timeout, 10 s here),
 # workers survive (same PIDs) and keep answering, the module reconnects on
 # its own when Redis is back, a long-poll in flight ends with an answer,
 # nginx started while Redis is down recovers too, and a Redis that stops
@@ -19,7 +20,7 @@ use SMCP::Test qw(json_encode json_decode now_ms wait_until is_pong);
 my $t = SMCP::Test->new(
     workers          => 2,
     listen           => 'reuseport',
-    redis_timeout    => '3s',
+    redis_timeout    => '10s',
     redis_appendonly => 1,
 );
 $t->start;
@@ -47,7 +48,7 @@ sub check_503 {
         my $e = ref $r->{json} eq 'HASH' ? $r->{json}{error} : undef;
         is($e && $e->{code}, -32603, 'JSON-RPC -32603');
         like($e && $e->{message} // '', qr/redis/i, 'message mentions Redis');
-        ok($r->{elapsed} < 1, sprintf('fast: %.3f s (redis timeout is 3 s)', $r->{elapsed}));
+        ok($r->{elapsed} < 5, sprintf('fast: %.3f s (redis timeout is 10 s)', $r->{elapsed}));
     };
 }
 
@@ -67,24 +68,24 @@ sub recovery_time {
 
 {
     my $lp = $t->mcp_start($t->request_msg('tools/call', {
-        name => 'opencode_get_result', arguments => { runId => $run, waitSeconds => 10 } }),
+        name => 'opencode_get_result', arguments => { runId => $run, waitSeconds => 60 } }),
         session => $sid);
-    sleep(0.7);
+    ok($t->wait_long_polls(1), 'a long-poll waits');
     my $t_kill = time();
     $t->stop_redis(signal => 'KILL');
 
-    my $r = $t->mcp_finish($lp, 25);
+    my $r = $t->mcp_finish($lp, 90);
     my $after = time() - $t_kill;
     ok(!$r->{timed_out} && $r->{status} > 0, 'the long-poll in flight got an answer')
         or diag("status $r->{status} $r->{body}");
-    ok($after < 10 + 3 + 2,
+    ok($after < 60 + 10 + 5,
        sprintf('... %.2f s after Redis died: no later than the wait + redis timeout', $after));
     ok($r->{status} == 503
        || ($r->{status} == 200 && ref $r->{json} eq 'HASH'),
        "... a 503 or a JSON-RPC answer (HTTP $r->{status})");
     is($r->{headers}{'retry-after'}, '1', '... with Retry-After') if $r->{status} == 503;
     # a lost connection wakes every waiter, which then fails fast
-    ok($after < 5, sprintf('... promptly (%.2f s), not at the end of the wait', $after));
+    ok($after < 30, sprintf('... promptly (%.2f s), not at the end of its 60 s wait', $after));
 }
 
 ###############################################################################
@@ -115,9 +116,10 @@ sub recovery_time {
 
 {
     $t->start_redis;
-    my $rt = recovery_time(10);
+    my $rt = recovery_time(30);
     ok(defined $rt, 'requests succeed again after Redis restarted');
-    ok(defined $rt && $rt < 5, sprintf('recovered within %.2f s', $rt // -1));
+    # by the module's reconnect (its backoff is at most 1 s)
+    ok(defined $rt && $rt < 20, sprintf('recovered within %.2f s', $rt // -1));
 
     my $bad = 0;
     for my $i (1 .. 30) {
@@ -135,17 +137,17 @@ sub recovery_time {
         my ($r2) = $t->call_tool($sid, 'opencode_run_task', { task => "after outage $i" });
         my $id = (SMCP::Test::sc($r2) || {})->{runId} // 'run_1';
         my $lp = $t->mcp_start($t->request_msg('tools/call', {
-            name => 'opencode_get_result', arguments => { runId => $id, waitSeconds => 15 } }),
+            name => 'opencode_get_result', arguments => { runId => $id, waitSeconds => 60 } }),
             session => $sid);
-        sleep(0.7);
+        ok($t->wait_long_polls(1), "long-poll $i after recovery waits");
         $t->redis('HSET', "${P}run:$id", status => 'completed', finished_at => now_ms(),
                   result => 'ok');
         $t->redis('PUBLISH', "${P}run:$id", 'completed');
-        my $r = $t->mcp_finish($lp, 20);
+        my $r = $t->mcp_finish($lp, 90);
         my $sc = SMCP::Test::sc($r->{json} && $r->{json}{result}) || {};
         is($sc->{status}, 'completed', "long-poll $i after recovery sees completed");
-        ok($r->{elapsed} < 8, sprintf('long-poll %d woken by PUBLISH after recovery (%.2f s)',
-                                      $i, $r->{elapsed}));
+        ok($r->{elapsed} < 30, sprintf('long-poll %d woken by PUBLISH after recovery '
+                                       . '(%.2f s of its 60)', $i, $r->{elapsed}));
     }
     is_deeply([ $t->worker_pids ], \@workers, 'still the same worker PIDs');
 }
@@ -159,8 +161,8 @@ sub recovery_time {
     sleep(2.5);    # let reconnect attempts back off
     check_503($t->mcp_post($ping, session => $sid), 'still 503 during backoff, still fast');
     $t->start_redis;
-    my $rt = recovery_time(10);
-    ok(defined $rt && $rt < 5, sprintf('recovered again (%.2f s)', $rt // -1));
+    my $rt = recovery_time(30);
+    ok(defined $rt && $rt < 20, sprintf('recovered again (%.2f s)', $rt // -1));
 }
 
 ###############################################################################
@@ -172,8 +174,8 @@ sub recovery_time {
     check_503($t->mcp_post($ping, session => $sid, port => $port2),
               'instance started without Redis: 503');
     $t->start_redis;
-    my $rt = recovery_time(10, port => $port2);
-    ok(defined $rt && $rt < 5,
+    my $rt = recovery_time(30, port => $port2);
+    ok(defined $rt && $rt < 20,
        sprintf('instance started without Redis recovers (%.2f s)', $rt // -1));
     $t->stop_nginx('cold');
 }
@@ -186,18 +188,19 @@ sub recovery_time {
     $t->pause_redis;
     my $t0 = time();
     my @p = map { $t->mcp_start($ping, session => $sid) } 1 .. 3;
-    my @r = map { $t->mcp_finish($_, 15) } @p;
+    my @r = map { $t->mcp_finish($_, 40) } @p;
     $t->resume_redis;
     for my $i (0 .. $#r) {
         my $r = $r[$i];
         ok(!$r->{timed_out} && $r->{status} == 503,
            "stalled Redis: request $i answered 503 (HTTP $r->{status})");
-        ok($r->{elapsed} >= 1.5 && $r->{elapsed} < 7,
-           sprintf('... after about the 3 s timeout (%.2f s)', $r->{elapsed}));
+        # cut off by the timeout: not before it, and answered
+        ok($r->{elapsed} >= 8 && $r->{elapsed} < 30,
+           sprintf('... after about the 10 s timeout (%.2f s)', $r->{elapsed}));
         is($r->{headers}{'retry-after'}, '1', '... with Retry-After');
     }
-    my $rt = recovery_time(10);
-    ok(defined $rt && $rt < 6, sprintf('recovered after the stall (%.2f s)', $rt // -1));
+    my $rt = recovery_time(30);
+    ok(defined $rt && $rt < 20, sprintf('recovered after the stall (%.2f s)', $rt // -1));
     is_deeply([ $t->worker_pids ], \@workers, 'same worker PIDs at the end');
 }
 

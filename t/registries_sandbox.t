@@ -222,7 +222,7 @@ sub registry_events {
 sub build_ok {
     my ($name, $id) = @_;
     my $t0 = time();
-    my $r = $s->wait_done($id, 240);
+    my $r = $s->wait_done($id, 300);
     $s->timing("$name: run", time() - $t0);
     is($r->{status}, 'completed', "$name: completed") or $s->diag_run($id, $runner);
     my $out = tool_output($id);

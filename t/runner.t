@@ -116,7 +116,7 @@ subtest 'end to end: clone, write, write, bash, answer' => sub {
     ok($live, 'get_events showed tool calls while the run was still running')
         and note("live: $live->{tools} tool call(s) at " . sprintf('%.1f s', $live->{t}));
 
-    my $res = $s->wait_done($id, 120);
+    my $res = $s->wait_done($id, 300);
     $s->timing('end-to-end run (run_task -> completed)', time() - $t0);
     is($res->{status}, 'completed', 'get_result (waitSeconds): completed')
         or $s->diag_run($id, $runner);

@@ -20,10 +20,10 @@
 #      (closing every connection) and started again; the run ends and the
 #      runner's log names the Docker error.  The real dockerd is never
 #      touched.
-#   3. Docker goes away for longer than the runner retries: the run still
-#      ends (`failed`, a clear error) instead of staying `running`, and its
-#      sandbox does not outlive it once Docker is back (and a restarted
-#      runner's reconciliation removes it in any case)
+#   3. Docker goes away for longer than the runner retries (until the run
+#      ended): the run still ends (`failed`, a clear error) instead of
+#      staying `running`, and its sandbox does not outlive it once Docker is
+#      back (and a restarted runner's reconciliation removes it in any case)
 #   4. the engine does not answer the runner's start check of its image
 #      (the forwarder closes those connections): the runner asks again
 #      and goes on, instead of exiting 2, which says its configuration is
@@ -51,7 +51,7 @@ use SMCP::Test qw(wait_until);
 # the runner is killed and restarted
 my $HANG_TIMEOUT = 40;
 my $OUTAGE = 4;           # seconds Docker is away in 2.
-my $LONG_OUTAGE = 36;     # ... and in 3. (the runner retries ~31 s)
+my $RETRIES = 31;         # how long the runner retries Docker (3.: until then)
 
 my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-CRASH'  => SMCP::Stack::four_steps('CRASH', 3, 2),
@@ -88,7 +88,7 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     my $id = $crash->{runId};
     ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
        'the first tool call is stored') or $s->diag_run($id, $runner);
-    ok(wait_until(30, sub { $s->result($hang->{runId})->{status} eq 'running' }, 0.2),
+    ok(wait_until(120, sub { $s->result($hang->{runId})->{status} eq 'running' }, 0.2),
        'the hanging run is running too');
     my $stored_before = () = $s->container_events($id);
 
@@ -99,14 +99,14 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     my @cont = $s->run_containers($id);
     is(scalar(@cont), 1, 'the sandbox goes on without its runner');
     # the container prints while nobody follows it
-    ok(wait_until(30, sub { (grep { ($_->{body} // '') =~ /SCENARIO-CRASH/ } $s->anthropic->requests) >= 3 }, 0.2),
+    ok(wait_until(120, sub { (grep { ($_->{body} // '') =~ /SCENARIO-CRASH/ } $s->anthropic->requests) >= 3 }, 0.2),
        'OpenCode went on (its third model request came while the runner was dead)');
     is(scalar(() = $s->container_events($id)), $stored_before,
        'no container line stored meanwhile (egress events are nginx\'s)');
     is($s->result($id)->{status}, 'running', 'the run is still `running`');
 
     $runner = $s->start_runner(concurrency => 2, name => $name);
-    my $r = $s->wait_done($id, 90);
+    my $r = $s->wait_done($id, 300);
     $s->timing('SIGKILL + restart: run_task -> completed', time() - $t0);
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
     is($r->{result}, 'Done with CRASH.', 'result');
@@ -119,10 +119,12 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     is($bash[0] && $bash[0]{part}{state}{output}, "one\ntwo\n", 'the bash output');
     ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
 
-    # the hanging run, re-attached too: its deadline still holds
+    # the hanging run, re-attached too: its deadline still holds (the one
+    # stored when it started; the model's 150 s hang would end it later)
     my $hid = $hang->{runId};
-    my $left = $HANG_TIMEOUT + 25 - (time() - $t0);
-    my $h = $s->wait_done($hid, $left > 5 ? $left : 5);
+    my $h = $s->wait_done($hid, 300);
+    my $hh = $s->run_hash($hid);
+    my $past = (($hh->{finished_at} // 0) - ($hh->{deadline} // 0)) / 1000;
     is($h->{status}, 'failed', "the re-attached hanging run failed at its deadline ($HANG_TIMEOUT s)")
         or do {
             diag("status $h->{status} " . sprintf('%.1f s after run_task', time() - $t0));
@@ -130,6 +132,8 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
             $s->diag_run($hid, $runner);
         };
     like($h->{error} // '', qr/deadline/i, '... with the deadline error');
+    ok($hh->{deadline} && $past >= 0 && $past < 30,
+       sprintf('... %.1f s after the deadline stored when it started', $past));
     if (!SMCP::Stack::terminal($h->{status})) {
         # end it, so the rest of the file runs on a clean runner
         $s->call('opencode_cancel_run', { runId => $hid });
@@ -162,7 +166,7 @@ subtest 'runner killed between the sandbox start and `running`' => sub {
                  time() - $t0, $h->{claimed_by} // ''));
 
     my $r2 = $s->start_runner(concurrency => 2, name => "$name-early");
-    my $r = $s->wait_done($id, 120);
+    my $r = $s->wait_done($id, 300);
     $s->timing('SIGKILL before running + restart: run_task -> completed', time() - $t0);
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $r2);
     is($r->{result}, 'Done with EARLY.', 'result');
@@ -197,7 +201,7 @@ subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
     $fwd = $s->start_docker_forwarder($sock);
     note(sprintf('Docker away for %.2f s', time() - $down));
 
-    my $r = $s->wait_done($id, 90);
+    my $r = $s->wait_done($id, 300);
     $s->timing("Docker away $OUTAGE s: run_task -> $r->{status}", time() - $t0);
     ok(SMCP::Stack::terminal($r->{status}), "the run ended: $r->{status}")
         or $s->diag_run($id, $r2);
@@ -217,7 +221,7 @@ subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
 ##############################################################################
 # 3. Docker away for longer than the runner retries
 
-subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
+subtest "Docker unreachable mid-run for longer than the runner retries ($RETRIES s)" => sub {
     my $t0 = time();
     my $run = $s->run_task(task => 'SCENARIO-LONG: write, then the model hangs', title => 'long');
     my $id = $run->{runId};
@@ -225,15 +229,17 @@ subtest "Docker unreachable for $LONG_OUTAGE s mid-run" => sub {
        'the first tool call is stored') or $s->diag_run($id, $r2);
     $s->stop_docker_forwarder($fwd, $sock);
     my $down = time();
-    my $r = $s->wait_done($id, $LONG_OUTAGE);
+    # Docker stays away until the run ended (or the wait gave up): it ended
+    # while Docker was away, by the order of the two
+    my $r = $s->wait_done($id, 300);
     my $ended = time() - $down;
     $s->timing("Docker away: down -> $r->{status}", $ended);
     ok(SMCP::Stack::terminal($r->{status}),
-       sprintf('the run ended while Docker was away: %s after %.1f s', $r->{status}, $ended))
+       sprintf('the run ended while Docker was away: %s after %.1f s (the runner '
+               . 'retries %d s)', $r->{status}, $ended, $RETRIES))
         or $s->diag_run($id, $r2);
     is($r->{status}, 'failed', 'failed');
     like($r->{error} // '', qr/docker|dockerd/i, 'a clear error: ' . ($r->{error} // 'null'));
-    sleep($LONG_OUTAGE - (time() - $down)) if time() - $down < $LONG_OUTAGE;
     $fwd = $s->start_docker_forwarder($sock);
     note(sprintf('Docker back after %.1f s', time() - $down));
 

@@ -5,7 +5,7 @@
 # (concurrency 3):
 #
 #   1. the model answers 401: `failed`, the provider's message in error
-#   2. the model hangs: the run's timeoutSeconds (20) ends it: `failed`,
+#   2. the model hangs: the run's timeoutSeconds (90) ends it: `failed`,
 #      an error about the deadline, the container stopped and removed
 #   3. opencode_cancel_run while the model hangs: `cancelled`, and the
 #      container is gone (docker ps -a) by the time the status says so
@@ -28,14 +28,14 @@ use SMCP::Test qw(json_encode wait_until iso_ms);
 
 my $AUTH_MSG = 'invalid x-api-key (scripted refusal 4711)';
 # long enough for OpenCode to reach the model first on a loaded 2-core
-# machine (it has taken over 20 s)
-my $TIMEOUT = 40;
+# machine (it has taken over 40 s, with 4 test files side by side)
+my $TIMEOUT = 90;
 
 my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-AUTH' => [
         { error => { status => 401, type => 'authentication_error', message => $AUTH_MSG } },
     ],
-    'SCENARIO-HANG' => [ { hang => 120 } ],
+    'SCENARIO-HANG' => [ { hang => 240 } ],
     'SCENARIO-CANCEL' => [
         { tool_use => { name => 'write', input => {
             filePath => '/workspace/repo/partial.txt', content => "partial work\n" } } },
@@ -56,7 +56,7 @@ my $cancel = $s->run_task(task => 'SCENARIO-CANCEL: write, then wait for the mod
 # 1. 401 from the provider
 
 subtest 'the model answers 401' => sub {
-    my $r = $s->wait_done($auth->{runId}, 90);
+    my $r = $s->wait_done($auth->{runId}, 300);
     $s->timing('401 (run_task -> failed)', time() - $t0);
     is($r->{status}, 'failed', 'failed') or $s->diag_run($auth->{runId}, $runner);
     like($r->{error} // '', qr/\Q$AUTH_MSG\E/, "error: the provider's message")
@@ -90,7 +90,7 @@ subtest 'opencode_cancel_run mid-run' => sub {
     ok($c, 'opencode_cancel_run answered') or diag(json_encode($c));
     note('cancel_run answered: status ' . ($c && $c->{status} // 'null')
          . ', cancelRequested ' . ($c && $c->{cancelRequested} ? 'true' : 'false'));
-    my $r = $s->wait_done($id, 60);
+    my $r = $s->wait_done($id, 300);
     my @left = $s->run_containers($id);    # at once
     my $dt = time() - $tc;
     $s->timing('cancel_run -> cancelled', $dt);
@@ -134,20 +134,26 @@ subtest 'opencode_cancel_run mid-run' => sub {
 
 subtest "the model hangs: timeoutSeconds $TIMEOUT" => sub {
     my $id = $hang->{runId};
-    my $r = $s->wait_done($id, $TIMEOUT + 90);
+    my $r = $s->wait_done($id, 300);
     $s->timing("deadline (run_task -> failed, timeout $TIMEOUT s)", time() - $t0);
     is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/deadline/i, 'error mentions the deadline')
         or diag('error: ' . ($r->{error} // 'null'));
     is($r->{timeoutSeconds}, $TIMEOUT, "timeoutSeconds $TIMEOUT");
     my $h = $s->run_hash($id);
-    # the deadline counts from the claim (between created_at and started_at)
-    my $ran = ($h->{finished_at} - $h->{created_at}) / 1000;
-    ok($ran < $TIMEOUT + 10, sprintf('stopped %.2f s after run_task: about its timeout', $ran));
-    ok($ran >= $TIMEOUT - 1, sprintf('... not before %d s (whole seconds)', $TIMEOUT - 1));
+    # the deadline counts from the claim (between created_at and
+    # started_at); the runner stores it (ms) when the run starts
+    my ($created, $started, $deadline, $finished) =
+        map { $_ // 0 } @$h{qw(created_at started_at deadline finished_at)};
+    ok($deadline >= $created + $TIMEOUT * 1000 && $deadline <= $started + $TIMEOUT * 1000,
+       "the deadline: $TIMEOUT s after the claim");
+    ok($finished >= $deadline, sprintf('stopped at it, not before (%.2f s after)',
+                                       ($finished - $deadline) / 1000));
+    # by the deadline, not by the model's 240 s hang
+    ok($finished - $deadline < 30_000, '... within 30 s of it');
     note(sprintf('deadline: finished_at - created_at = %.3f s, - started_at = %.3f s '
-                 . '(timeoutSeconds %d)', $ran, ($h->{finished_at} - $h->{started_at}) / 1000,
-                 $TIMEOUT));
+                 . '(timeoutSeconds %d)', ($finished - $created) / 1000,
+                 ($finished - $started) / 1000, $TIMEOUT));
     ok(scalar(grep { ($_->{body} // '') =~ /SCENARIO-HANG/ && !$_->{status} }
               $s->anthropic->requests), 'the model was hanging');
     my $fin = $h->{finished_at} / 1000;

@@ -10,7 +10,8 @@
 #      "line truncated" warning, the NUL line is stored byte for byte
 #   2. an endless line streaming while the run's deadline passes: the run
 #      still fails at its deadline (the follower never sees a line end)
-#   3. the same while the run is cancelled: cancelled within seconds
+#   3. the same while the run is cancelled: cancelled, within seconds (not
+#      at the model's 150 s hang)
 #   4. forged step_finish lines (negative, absurd tokens and costs): the
 #      run's tokens and cost count only OpenCode's own steps
 #   5. 3 MB of output against --max-event-bytes 1m: one "output budget
@@ -85,7 +86,7 @@ my $budget = $s->run_task(task => 'SCENARIO-BUDGET: 3 MB of output', title => 'b
 
 subtest 'a 70 MB line and a line with NUL bytes' => sub {
     my $id = $huge->{runId};
-    my $r = $s->wait_done($id, 150);
+    my $r = $s->wait_done($id, 300);
     $s->timing('70 MB line: run_task -> done', time() - $t0);
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
     is($r->{result}, 'Huge done.', 'with the agent\'s answer');
@@ -126,13 +127,18 @@ subtest 'a 70 MB line and a line with NUL bytes' => sub {
 
 subtest "an endless line while the deadline ($DEADLINE s) passes" => sub {
     my $id = $dl->{runId};
-    my $r = $s->wait_done($id, $DEADLINE + 60);
+    my $r = $s->wait_done($id, 300);
     my $h = $s->run_hash($id);
     my $ran = (($h->{finished_at} // 0) - ($h->{created_at} // 0)) / 1000;
     $s->timing("endless line: run_task -> $r->{status}", $ran);
     is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/deadline/i, 'at its deadline: ' . ($r->{error} // 'null'));
-    ok($ran < $DEADLINE + 30, sprintf("%.1f s after run_task (deadline %d s)", $ran, $DEADLINE));
+    # the deadline the runner stored (ms) when the run started: ended after
+    # it, and soon (the endless line and the model's 150 s hang would not)
+    my $past = (($h->{finished_at} // 0) - ($h->{deadline} // 0)) / 1000;
+    ok($h->{deadline} && $past >= 0 && $past < 30,
+       sprintf('ended %.1f s after its deadline (%.1f s after run_task, deadline %d s)',
+               $past, $ran, $DEADLINE));
     ok(endless_started($id), 'the line before the endless one is stored')
         or diag($s->show_events($id));
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
@@ -143,15 +149,16 @@ subtest 'an endless line while the run is cancelled' => sub {
     my $id = $cancel->{runId};
     ok(wait_until(90, sub { endless_started($id) }, 0.3), 'the line is streaming')
         or $s->diag_run($id, $runner);
-    sleep(3);
+    sleep(3);           # the endless line goes on a while (15 MB): the cancel comes inside it
     my $tc = time();
     $s->call('opencode_cancel_run', { runId => $id });
-    my $r = $s->wait_done($id, 40);
+    my $r = $s->wait_done($id, 300);
     my $dt = time() - $tc;
     $s->timing('endless line: cancel -> cancelled', $dt);
     is($r->{status}, 'cancelled', sprintf('cancelled, %.1f s after the cancel', $dt))
         or $s->diag_run($id, $runner);
-    ok($dt < 15, 'within seconds');
+    # not left to the endless line or the model's 150 s hang
+    ok($dt < 30, 'within seconds');
     ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
 };
 
@@ -175,7 +182,7 @@ subtest 'forged step_finish lines' => sub {
 
 subtest "3 MB of output against --max-event-bytes $BUDGET" => sub {
     my $id = $budget->{runId};
-    my $r = $s->wait_done($id, 120);
+    my $r = $s->wait_done($id, 300);
     is($r->{status}, 'completed', 'completed') or $s->diag_run($id, $runner);
     is($r->{result}, 'Budget done.', 'the result, from a line after the budget');
     my @ev = $s->stored_events($id);
@@ -229,7 +236,7 @@ subtest 'a run that kills its runner on every take' => sub {
         ok(wait_until(30, sub { $s->runner_log($lr) =~ /pid=$lr->{pid} run=\Q$id\E.*re-attached/ },
                       0.2), 'the restarted runner re-attached') or diag($s->runner_log_tail($lr, 10));
     }
-    my $r = $s->wait_done($id, 60);
+    my $r = $s->wait_done($id, 300);
     $s->timing('crash loop: run_task -> failed', time() - $t0);
     is($r->{status}, 'failed', 'failed on the 4th take') or $s->diag_run($id, $lr);
     like($r->{error} // '', qr/crashed its runner 3 times/, 'error: ' . ($r->{error} // 'null'));

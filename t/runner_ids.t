@@ -51,7 +51,7 @@ $t->redis('XADD', 'smcp:queue', '*', run => "$bad->{runId}/../x");
 my $runner = $s->start_runner(concurrency => 2);
 
 subtest 'a hostile container_id' => sub {
-    my $r = $s->wait_done($bad->{runId}, 60);
+    my $r = $s->wait_done($bad->{runId}, 300);
     is($r->{status}, 'failed', 'the run is failed');
     like($r->{error} // '', qr/container_id is malformed/, 'saying why: ' . ($r->{error} // ''));
     is(container_inspect_field($canary, '{{.State.Running}}'), 'true', 'the canary still runs');
@@ -60,7 +60,7 @@ subtest 'a hostile container_id' => sub {
 };
 
 subtest 'a hostile session' => sub {
-    my $r = $s->wait_done($ses->{runId}, 60);
+    my $r = $s->wait_done($ses->{runId}, 300);
     is($r->{status}, 'failed', 'the run is failed');
     like($r->{error} // '', qr/no valid tenant or session/, 'saying why: ' . ($r->{error} // ''));
     is(scalar($s->run_containers($ses->{runId})), 0, 'no sandbox was made for it');

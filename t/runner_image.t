@@ -145,17 +145,17 @@ sub tool_output {
         grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
 }
 
-my $done = $s->wait_done($mine->{runId}, 120);
+my $done = $s->wait_done($mine->{runId}, 300);
 is($done->{status}, 'completed', 'a run naming an allowed image: completed')
     or $s->diag_run($mine->{runId}, $r);
 like(tool_output($mine->{runId}), qr/^extra$/m, '... in that image');
 is($s->run_hash($mine->{runId})->{image}, $good, '... the run hash names it');
-$done = $s->wait_done($dflt->{runId}, 120);
+$done = $s->wait_done($dflt->{runId}, 300);
 is($done->{status}, 'completed', 'a run naming none: completed');
 like(tool_output($dflt->{runId}), qr/^extra$/m,
      '... in its tenant\'s image (sandbox_mcp_tenant_image)');
 is($s->run_hash($dflt->{runId})->{image}, $good, '... the run hash names it');
-$done = $s->wait_done($refused->{runId}, 60);
+$done = $s->wait_done($refused->{runId}, 300);
 is($done->{status}, 'failed', 'an image nginx offers but this runner does not: failed');
 like($done->{error} // '', qr/the image \Q$other\E is not one this runner offers/,
      '... saying so') or diag(explain($done));

@@ -111,7 +111,7 @@ my $ren = $s->run_task(task => 'SCENARIO-RENAME: rename README.md',
 
 subtest 'maxCostUsd: the sandbox is stopped' => sub {
     my $id = $cost->{runId};
-    my $r = $s->wait_done($id, 90);
+    my $r = $s->wait_done($id, 300);
     is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/spend cap exceeded: the run has cost \$0\.4\d+, over its maxCostUsd of \$0\.20+/,
          'the error names the cost and the cap: ' . ($r->{error} // 'null'));
@@ -128,7 +128,7 @@ subtest 'maxCostUsd: the sandbox is stopped' => sub {
 
 subtest 'the finish: diff_index, retention, the session\'s expiry' => sub {
     my $id = $ren->{runId};
-    my $r = $s->wait_done($id, 120);
+    my $r = $s->wait_done($id, 300);
     is($r->{status}, 'completed', 'completed') or $s->diag_run($id, $runner);
     my $h = $s->run_hash($id);
     my $diff = $t->redis('GET', "smcp:run:$id:diff") // '';
@@ -182,7 +182,7 @@ $t->redis('ZADD', 'smcp:sessions', int(time() * 1000) - 1000, $disk->{sessionId}
 
 subtest '--workspace-limit 50m: 80 MB written' => sub {
     my $id = $disk->{runId};
-    my $r = $s->wait_done($id, 90);
+    my $r = $s->wait_done($id, 300);
     is($r->{status}, 'failed', 'failed') or $s->diag_run($id, $runner);
     like($r->{error} // '', qr/workspace limit exceeded: .*more than 52428800 bytes/,
          'the error names the limit: ' . ($r->{error} // 'null'));

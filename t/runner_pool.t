@@ -176,7 +176,7 @@ subtest "an expired session's pooled volume goes" => sub {
 
 subtest 'two runs at once: two sandboxes' => sub {
     my @runs = map { $s->run_task(task => "SCENARIO-HOLD: hold $_", title => "H$_") } 1, 2;
-    my @res = map { $s->wait_done($_->{runId}, 120) } @runs;
+    my @res = map { $s->wait_done($_->{runId}, 300) } @runs;
     is_deeply([map { $_->{status} } @res], ['completed', 'completed'], 'both completed');
     my @c = map { $s->run_hash($_->{runId})->{container_id} // '' } @runs;
     isnt($c[0], $c[1], 'each in its own sandbox');

@@ -140,7 +140,7 @@ my ($run_a, $res_a);
 subtest 'a run on the warm server' => sub {
     my @before = idle_ids();
     $run_a = $s->run_task(task => 'SCENARIO-WARM: look around', title => 'W');
-    $res_a = $s->wait_done($run_a->{runId}, 180);
+    $res_a = $s->wait_done($run_a->{runId}, 300);
     is($res_a->{status}, 'completed', 'completed') or $s->diag_run($run_a->{runId}, $r);
     my $h = $s->run_hash($run_a->{runId});
     is($h->{container_id}, $before[0], 'in the pooled sandbox');
@@ -188,7 +188,7 @@ subtest 'a provider the server did not warm: OpenCode cold, in the pooled sandbo
     my @before = idle_ids();
     my $run = $s->run_task(task => 'SCENARIO-AGAIN: azure', title => 'Z',
                            model => 'azure/some-deployment');
-    my $res = $s->wait_done($run->{runId}, 180);
+    my $res = $s->wait_done($run->{runId}, 300);
     ok(SMCP::Stack::terminal($res->{status}), "ended ($res->{status})");
     is($s->run_hash($run->{runId})->{container_id}, $before[0], 'in the pooled sandbox');
     my $start = lifecycle_step($run->{runId}, 'agent_start');
@@ -204,10 +204,11 @@ subtest 'a warm run cancelled' => sub {
     ok(lifecycle_step($run->{runId}, 'agent_start')->{warm}, '... on the warm server');
     my $tc = time();
     $s->call('opencode_cancel_run', { runId => $run->{runId} });
-    my $res = $s->wait_done($run->{runId}, 60);
+    my $res = $s->wait_done($run->{runId}, 300);
     my $dt = time() - $tc;
     is($res->{status}, 'cancelled', sprintf('cancelled (%.2f s)', $dt));
-    cmp_ok($dt, '<', 30, 'promptly');
+    # by the cancel, well before the model's 120 s hang would end the run
+    cmp_ok($dt, '<', 60, 'promptly');
     is(scalar($s->run_containers($run->{runId})), 0, 'its container gone');
 };
 

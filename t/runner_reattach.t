@@ -58,10 +58,12 @@ if ($mon == 0) {
     open(STDOUT, '>', $mon_file) or POSIX::_exit(1);
     exec('redis-cli', '-p', $t->redis_port, 'MONITOR') or POSIX::_exit(127);
 }
-sleep(0.5);
+# redis-cli prints OK once MONITOR is on: from then on every command shows
+ok(wait_until(30, sub { SMCP::Test::slurp($mon_file) =~ /^OK$/m }, 0.05), 'MONITOR is on')
+    or diag(SMCP::Test::slurp($mon_file));
 
 $runner = $s->start_runner(concurrency => 1);
-my $r = $s->wait_done($id, 90);
+my $r = $s->wait_done($id, 300);
 kill 'TERM', $mon;
 waitpid($mon, 0);
 

@@ -21,6 +21,7 @@ use SMCP::Test qw(wait_until);
 # Redis keeps its data across the restarts (AOF), as in production
 my $s = SMCP::Stack->new(redis_appendonly => 1, scripts => {
     'SCENARIO-QUICK' => [ { text => 'quick answer' } ],
+    # 6 s between the events of the answer: it streams on while Redis is away
     'SCENARIO-SLOW' => [ { text => 'slow answer', delay => 6 } ],
 });
 my $t = $s->t;
@@ -31,7 +32,7 @@ my $t = $s->t;
 $t->stop_redis;
 my $runner = $s->start_runner(concurrency => 2);
 
-ok(wait_until(20, sub { $s->runner_log($runner) =~ /level=error.*redis.*retrying/i }),
+ok(wait_until(60, sub { $s->runner_log($runner) =~ /level=error.*redis.*retrying/i }),
    'runner without Redis: a clear error and a retry in its log')
     or diag($s->runner_log_tail($runner, 10));
 ok($s->runner_alive($runner), 'the runner stays up while Redis is away');
@@ -42,12 +43,12 @@ $t->start_redis;
 sub run_task_retry {
     my (%a) = @_;
     my $run;
-    wait_until(15, sub { $run = eval { $s->run_task(%a) }; $run }, 0.3);
+    wait_until(60, sub { $run = eval { $s->run_task(%a) }; $run }, 0.3);
     return $run // BAIL_OUT('opencode_run_task never succeeded');
 }
 
 my $run = run_task_retry(task => 'SCENARIO-QUICK: answer');
-my $r = $s->wait_done($run->{runId}, 120);
+my $r = $s->wait_done($run->{runId}, 300);
 is($r->{status}, 'completed', 'Redis back: a queued run completes')
     or diag($s->runner_log_tail($runner, 20));
 is($r->{result}, 'quick answer', '... with the model\'s answer');
@@ -58,13 +59,19 @@ is($r->{result}, 'quick answer', '... with the model\'s answer');
 $run = run_task_retry(task => 'SCENARIO-SLOW: answer slowly');
 ok(wait_until(60, sub { ($s->run_hash($run->{runId})->{status} // '') eq 'running' }, 0.2),
    'the second run is running');
+# its model call under way (let through by the egress proxy, which asks
+# Redis): the answer streams on through the outage
+ok(wait_until(120, sub {
+    grep { ($_->{body} // '') =~ /SCENARIO-SLOW/ && ($_->{body} // '') !~ /title generator/i }
+         $s->anthropic->requests }, 0.2), 'the model is answering it')
+    or diag($s->runner_log_tail($runner, 20));
 
 $t->stop_redis;
-sleep(8);            # the model answers (6 s) while Redis is away
+sleep(8);            # Redis away 8 s (the outage under test) mid-answer
 ok($s->runner_alive($runner), 'the runner stays up while Redis is away mid-run');
 $t->start_redis;
 
-$r = $s->wait_done($run->{runId}, 120);
+$r = $s->wait_done($run->{runId}, 300);
 is($r->{status}, 'completed', 'the run in flight while Redis was away completes')
     or diag($s->runner_log_tail($runner, 20));
 is($r->{result}, 'slow answer', '... with its answer');
@@ -74,7 +81,7 @@ like($s->runner_log($runner), qr/level=error/, 'the runner logged the Redis trou
 ok($s->runner_alive($runner), 'the runner is still up');
 
 my $run3 = run_task_retry(task => 'SCENARIO-QUICK: again');
-$r = $s->wait_done($run3->{runId}, 120);
+$r = $s->wait_done($run3->{runId}, 300);
 is($r->{status}, 'completed', 'after the outage new runs complete')
     or diag($s->runner_log_tail($runner, 20));
 

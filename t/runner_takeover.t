@@ -45,7 +45,7 @@ subtest 'a live runner keeps its run' => sub {
         or $s->diag_run($id, @R{sort keys %R});
     like($s->run_hash($id)->{claimed_by} // '', qr{^\Q$R{x}{name}\E/}, 'claimed by runner x');
     $R{y} = $s->start_runner(name => "$base-y", claim_idle => 3000, concurrency => 2);
-    my $r = $s->wait_done($id, 90);
+    my $r = $s->wait_done($id, 300);
     $s->timing('one run, two runners: run_task -> completed', time() - $t0);
     is($r->{status}, 'completed', 'completed') or $s->diag_run($id, @R{sort keys %R});
     my $h = $s->run_hash($id);
@@ -78,9 +78,9 @@ subtest 'a dead runner\'s run is taken over' => sub {
     my $stored = () = $s->container_events($id);
     note("runner x SIGKILLed with $stored container lines stored");
     $R{z} = $s->start_runner(name => "$base-z", claim_idle => 3000, concurrency => 2);
-    my $took = wait_until(30, sub { $s->runner_log($R{z}) =~ /run=\Q$id\E.*re-attached/ }, 0.2);
+    my $took = wait_until(90, sub { $s->runner_log($R{z}) =~ /run=\Q$id\E.*re-attached/ }, 0.2);
     ok($took, sprintf('runner z re-attached to it, %.1f s after the kill', time() - $killed));
-    my $r = $s->wait_done($id, 90);
+    my $r = $s->wait_done($id, 300);
     $s->timing('SIGKILL, take-over by another: run_task -> completed', time() - $t0);
     is($r->{status}, 'completed', 'completed') or $s->diag_run($id, @R{sort keys %R});
     is($r->{result}, 'Done with ORPHAN.', 'result');

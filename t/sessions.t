@@ -88,7 +88,7 @@ sub tool_output {
 sub run_ok {
     my ($what, %args) = @_;
     my $run = $s->run_task(%args);
-    my $r = $s->wait_done($run->{runId}, 180);
+    my $r = $s->wait_done($run->{runId}, 300);
     is($r->{status}, 'completed', "$what: completed")
         or $s->diag_run($run->{runId}, $runner);
     return ($run, $r);
@@ -181,7 +181,7 @@ subtest 'a narrower token continuing the session: refused, nothing pushed' => su
     if (my $id = (SMCP::Test::sc($res) // {})->{runId}) {
         # queued after all: let it end, so that what it pushed shows
         diag("BUG: run $id queued for a token that does not grant $APP");
-        $s->wait_done($id, 180);
+        $s->wait_done($id, 300);
     }
     is($t->redis('ZCARD', "smcp:session:$ses:runs"), $runs, 'no run in the session');
     is_deeply({ map { $_ => $gh->refs($_) } @repos }, \%refs,

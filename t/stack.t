@@ -210,8 +210,8 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
                                       "SMCP_LISTEN=127.0.0.1:$port"]);
     like($link, qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+\n\z},
          'make token SUB=dora UI=1 prints a dashboard link, alone on stdout');
-    like($info, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\n\z/,
-         '... its jti and expiry on stderr');
+    like($info, qr/^jti: [0-9a-f]{32}\nexpires: \S+Z\nkid: k\d{14}-[0-9a-f]{4}\n\z/,
+         '... its jti, expiry and kid (make up\'s keys) on stderr');
     my ($tok) = $link =~ /token=([\w.-]+)/;
     my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
     is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
@@ -265,7 +265,14 @@ if ($egress) {
     isnt($egress_pid, $nginx_pid, '... as its own instance (its own master)');
     my $key = $SMCP::MakeUp::KEY;
     my $eenv = slurp("$envdir/egress.conf.env");
-    like($eenv, qr/^ANTHROPIC_API_KEY=\Q$key\E$/m, '... started with the provider key');
+    ok(length($eenv) && index($eenv, $key) < 0,
+       '... started without the provider key in its environment (nginx\'s binary upgrade would lose it)');
+    is(slurp("$state/provider-keys/ANTHROPIC_API_KEY"), $key,
+       '... which make up wrote to provider-keys/ of the state directory');
+    is(sprintf('%o', (stat "$state/provider-keys/ANTHROPIC_API_KEY")[2] & 07777), '600', '... mode 600');
+    like(slurp("$state/egress-routes.conf"),
+         qr{sandbox_mcp_egress_credential file:\Q$state\E/provider-keys/ANTHROPIC_API_KEY },
+         '... and its routes read it from there');
     my $menv = slurp("$envdir/nginx.conf.env");
     ok(length($menv) && index($menv, $key) < 0,
        'the MCP nginx was started without the provider key in its environment');
@@ -337,7 +344,7 @@ if ($egress) {
         is(scalar @{ $npm->requests(method => 'PUT') }, 0, '... nothing upstream');
         # the audit (written at the log phase, after the answer): a miss, a hit
         my @pk;
-        wait_until(5, sub {
+        wait_until(30, sub {
             @pk = grep { ($_->{path} // '') eq '/registry/npm/smcp-pad'
                          && ($_->{method} // '') eq 'GET' }
                   map { json_decode($_) // {} }
@@ -389,7 +396,7 @@ if ($egress) {
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
     # (the run's status is stored before its log line is written)
     my $rlog = '';
-    wait_until(5, sub { $rlog = slurp("$state/logs/runner.log");
+    wait_until(30, sub { $rlog = slurp("$state/logs/runner.log");
                         $rlog =~ /run=\Q$rt->{runId}\E msg="completed/ });
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
 

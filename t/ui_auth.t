@@ -288,7 +288,7 @@ is_deeply([ map { $_->{runId} } @{ (json_decode($r->{body}) || {})->{runs} || []
     $t->redis('HSET', "${P}revoked", $jti, $exp);
     $t->redis('PUBLISH', "${P}revoked", "$jti $exp");
     my %st;
-    SMCP::Test::wait_until(5, sub {
+    SMCP::Test::wait_until(30, sub {
         %st = ();
         $st{ $t->http(path => '/ui/', headers => [Cookie => "smcp_ui=$tok"])->{status} }++
             for 1 .. 6;

@@ -69,7 +69,7 @@ my $id = new_run();
 my @ids = map { event($id, 'agent', "{\"n\":$_}", quiet => 1) } 1 .. 3;
 
 my $s = $ui->sse("/ui/runs/$id/events", cookie => $C);
-ok($s->pump(5, sub { @{ ids($_[0]) } >= 3 }), 'the stored events come');
+ok($s->pump(15, sub { @{ ids($_[0]) } >= 3 }), 'the stored events come');
 is($s->status, 200, 'status 200');
 is($s->headers->{'content-type'}, 'text/event-stream', 'text/event-stream');
 is($s->headers->{'cache-control'}, 'no-store', 'no-store');
@@ -84,17 +84,17 @@ like($e->{json}{time} // '', qr/^\d{4}-\d\d-\d\dT/, '... its time');
 like($s->body, qr/^retry: \d+\n\n/, 'a retry interval first');
 
 push @ids, event($id, 'tool', '{"title":"live"}');
-ok($s->pump(5, sub { @{ ids($_[0]) } >= 4 }), 'a new event comes on the open stream');
+ok($s->pump(15, sub { @{ ids($_[0]) } >= 4 }), 'a new event comes on the open stream');
 is_deeply(ids($s), \@ids, '... after the others');
 
 my $c0 = $s->comments;
-ok($s->pump(5, sub { $_[0]->comments >= $c0 + 2 }), 'heartbeat comments while idle');
+ok($s->pump(15, sub { $_[0]->comments >= $c0 + 2 }), 'heartbeat comments while idle');
 ok(!$s->closed, '... the stream stays open');
 
 # a hostile type: framing holds
 my $evil = event($id, "x\ndata: {\"pwned\":1}\n\nevent: end", '"<img src=x onerror=alert(1)>"');
 push @ids, $evil;
-ok($s->pump(5, sub { @{ ids($_[0]) } >= 5 }), 'an event with a hostile type');
+ok($s->pump(15, sub { @{ ids($_[0]) } >= 5 }), 'an event with a hostile type');
 my ($he) = grep { ($_->{id} // '') eq $evil } @{ $s->events };
 is($he->{event}, 'unknown', '... framed as "unknown"');
 is($he->{json}{type}, "x\ndata: {\"pwned\":1}\n\nevent: end", '... its type kept as data');
@@ -105,14 +105,14 @@ ok(!grep({ ($_->{event} // '') eq 'end' || exists(($_->{json} || {})->{pwned}) }
 # the end
 $t->redis('HSET', "${P}run:$id", status => 'completed');
 push @ids, event($id, 'lifecycle', '{"status":"completed"}');
-ok($s->pump(5, sub { $_[0]->ended }), 'the run ended: the answer ends');
+ok($s->pump(15, sub { $_[0]->ended }), 'the run ended: the answer ends');
 is_deeply(ids($s), \@ids, '... after every event');
 is($s->events->[-1]{event}, 'end', '... with event: end');
 $s->close;
 
 # an ended run: everything, then the end, at once
 $s = $ui->sse("/ui/runs/$id/events", cookie => $C);
-ok($s->pump(5, sub { $_[0]->ended }), 'an ended run: the whole stream, then the end');
+ok($s->pump(15, sub { $_[0]->ended }), 'an ended run: the whole stream, then the end');
 is_deeply(ids($s), \@ids, '... every event');
 $s->close;
 
@@ -120,12 +120,12 @@ $s->close;
 # Last-Event-ID
 
 $s = $ui->sse("/ui/runs/$id/events", cookie => $C, last_id => $ids[1]);
-ok($s->pump(5, sub { $_[0]->ended }), 'Last-Event-ID');
+ok($s->pump(15, sub { $_[0]->ended }), 'Last-Event-ID');
 is_deeply(ids($s), [ @ids[2 .. $#ids] ], '... resumes after that id');
 $s->close;
 
 $s = $ui->sse("/ui/runs/$id/events", cookie => $C, last_id => "bogus\r\nX: y");
-ok($s->pump(5, sub { $_[0]->ended }), 'a Last-Event-ID that is not an id');
+ok($s->pump(15, sub { $_[0]->ended }), 'a Last-Event-ID that is not an id');
 is_deeply(ids($s), \@ids, '... is ignored: everything');
 $s->close;
 
@@ -206,22 +206,23 @@ sub redis_clients {
 
 {
     my $ts = $ui->sse('/ui/api/stream', cookie => $C);
-    ok($ts->pump(5, sub { $_[0]->status }), 'tenant stream');
+    ok($ts->pump(15, sub { $_[0]->status }), 'tenant stream');
     is($ts->status, 200, '... 200');
     is($ts->headers->{'content-type'}, 'text/event-stream', '... event-stream');
     my $bob = $ui->sse('/ui/api/stream',
                        cookie => 'smcp_ui=' . $t->token(sub => 'bob', scope => 'ui', repos => undef));
-    sleep 0.3;
+    # its head comes once it listens to bob's channel
+    ok($bob->pump(15, sub { $_[0]->status }), "another tenant's stream (bob's)");
 
     my ($sid) = $t->initialize;
     my $run = SMCP::Test::sc($t->call_tool($sid, 'opencode_run_task', { task => 'stream me' })) || {};
-    ok($ts->pump(5, sub { grep { ($_->{event} // '') eq 'run' } @{ $_[0]->events } }),
+    ok($ts->pump(15, sub { grep { ($_->{event} // '') eq 'run' } @{ $_[0]->events } }),
        'a new run: said');
     my @runs = grep { ($_->{event} // '') eq 'run' } @{ $ts->events };
     is_deeply($runs[0]{json}, { runId => $run->{runId}, status => 'started' },
               '... event: run {runId, status}');
     $t->call_tool($sid, 'opencode_cancel_run', { runId => $run->{runId} });
-    ok($ts->pump(5, sub { grep { ($_->{json}{status} // '') eq 'cancelled' } @{ $_[0]->events } }),
+    ok($ts->pump(15, sub { grep { ($_->{json}{status} // '') eq 'cancelled' } @{ $_[0]->events } }),
        'cancelled: said');
     $bob->pump(1);
     is(scalar(grep { ($_->{event} // '') eq 'run' } @{ $bob->events }), 0,
@@ -235,7 +236,7 @@ sub redis_clients {
 
 {
     my $slow = $ui->sse('/small/api/stream', cookie => $C);
-    ok($slow->pump(5, sub { $_[0]->status }), 'a tenant stream nobody reads');
+    ok($slow->pump(15, sub { $_[0]->status }), 'a tenant stream nobody reads');
     my $id = 'run_' . rhex();
     my $rc = $t->redis_connect(timeout => 30);
     my $msg = SMCP::Test::Redis::_encode('PUBLISH', "${P}tenant:alice", "$id running");

@@ -62,6 +62,10 @@
                                                      serves, space-separated
                                                      (sandbox_mcp_egress_
                                                      announce) */
+#define SMCP_KEY_RUNNERS_DRAINING   "%srunners:draining" /* zset: the
+                                                     same, of the runners
+                                                     draining (SIGUSR1):
+                                                     taking no new run */
 #define SMCP_KEY_REVOKED            "%srevoked"   /* hash: token jti -> exp
                                                      (unix seconds) */
 #define SMCP_KEY_REVOKED_EXP        "%srevoked:exp"   /* zset: the same

@@ -165,7 +165,7 @@ await check('get_result waiting with onprogress: a notifications/progress per ag
 
 await check('the subscribed run\'s updates arrive on the GET stream: running, completed', async () => {
     const uri = `opencode://runs/${progressRun}`;
-    for (let i = 0; i < 50 && updated.filter((u) => u === uri).length < 2; i++) {
+    for (let i = 0; i < 300 && updated.filter((u) => u === uri).length < 2; i++) {
         await new Promise((r) => setTimeout(r, 100));
     }
     const n = updated.filter((u) => u === uri).length;

@@ -1,7 +1,8 @@
 /*
  * Unit tests of common/smcp_validate.c, common/smcp_diff.c,
- * common/smcp_revoked.c and common/smcp_jsonrpc.c: what a tenant or a
- * sandbox sends, hostile cases
+ * common/smcp_revoked.c, common/smcp_jsonrpc.c, common/smcp_keyring.c and
+ * the key ids of common/smcp_jwt.c: what a tenant, a sandbox or an
+ * operator's keys file sends, hostile cases
  * first (NUL, overlong, non-ASCII, ".lock", "..", userinfo, ports,
  * quoting).  Prints TAP.
  */
@@ -10,10 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "smcp_diff.h"
 #include "smcp_json.h"
 #include "smcp_jsonrpc.h"
+#include "smcp_jwt.h"
+#include "smcp_keyring.h"
 #include "smcp_keys.h"
 #include "smcp_revoked.h"
 #include "smcp_validate.h"
@@ -1062,6 +1069,250 @@ test_json_plain(void)
 }
 
 
+/* keys files: taken whole, or refused whole naming the line, never a
+ * secret */
+#define S1  "old-secret-0123456789abcdef0123456789"
+#define S2  "new-secret-0123456789abcdef0123456789"
+
+static void
+test_keyring(void)
+{
+    int              i, rc;
+    char             err[256], *big;
+    size_t           n;
+    smcp_keyring_t   ring;
+    const char      *text;
+
+    static const struct {
+        const char  *text;
+        const char  *why;           /* in the error */
+        const char  *name;
+    } bad[] = {
+        { "", "no key", "an empty file" },
+        { "# only\n\n  # comments\n", "no key", "only comments" },
+        { "k1 short-secret-0123456789abcdef01\n",
+          "line 1: the secret must be 32-256 bytes (it is 31)",
+          "a secret of 31 bytes" },
+        { "# a\nk1 " S1 "\nk/2 " S2 "\n",
+          "line 3: the key id must be 1-32 of", "a kid with a /" },
+        { "k\xc3\xa9 " S1 "\n", "line 1: the key id must be",
+          "a kid not ASCII" },
+        { "k123456789012345678901234567890123 " S1 "\n",
+          "line 1: the key id must be", "a kid of 33 bytes" },
+        { "k1 " S1 "\nk1 " S2 "\n", "line 2: key id \"k1\" is line 1's too",
+          "a duplicate kid" },
+        { "k1 " S1 " legacy\nk2 " S2 " legacy\n",
+          "line 2: a second legacy key (line 1's is one)",
+          "two legacy keys" },
+        { "k1 " S1 " primary\n", "line 1: the third field may only be",
+          "an unknown flag" },
+        { "k1 " S1 " legacy extra\n", "line 1: want", "four fields" },
+        { S1 "\n", "line 1: want", "a bare secret, no kid" },
+        { "k1 old-secret-0123456789\x01" "abcdef0123456789\n",
+          "line 1: the secret must be printable ASCII",
+          "a control byte in the secret" },
+        { "k1 old-secret-0123456789\x80" "abcdef0123456789\n",
+          "line 1: the secret must be printable ASCII",
+          "a high byte in the secret" },
+    };
+
+    for (i = 0; i < (int) (sizeof(bad) / sizeof(bad[0])); i++) {
+        err[0] = '\0';
+        rc = smcp_keyring_parse(&ring, bad[i].text, strlen(bad[i].text), err,
+                                sizeof(err));
+        ok(rc == SMCP_ERR && ring.n == 0 && strstr(err, bad[i].why)
+           && !strstr(err, "secret-0123"),
+           "keys file, %s: refused (%s)", bad[i].name, err);
+    }
+
+    text = "k1 " S1 "\nk1\0" S2 "\n";
+    ok(smcp_keyring_parse(&ring, text, 3 + 37 + 1 + 40, err, sizeof(err))
+       == SMCP_ERR && strstr(err, "NUL"), "keys file with a NUL: refused");
+
+    /* 17 keys: refused; 16: taken */
+    big = malloc(SMCP_KEYRING_FILE_MAX + 2);
+    n = 0;
+    for (i = 0; i < 17; i++) {
+        n += sprintf(big + n, "k%d %s%02d\n", i, S1, i);
+    }
+    ok(smcp_keyring_parse(&ring, big, n, err, sizeof(err)) == SMCP_ERR
+       && ring.n == 0 && strstr(err, "line 17: more than 16 keys"),
+       "keys file of 17 keys: refused (%s)", err);
+    n -= strlen("k16 " S1 "16\n");
+    ok(smcp_keyring_parse(&ring, big, n, err, sizeof(err)) == SMCP_OK
+       && ring.n == 16 && ring.legacy == -1
+       && strcmp(ring.key[15].kid, "k15") == 0,
+       "keys file of 16 keys: taken");
+
+    memset(big, '#', SMCP_KEYRING_FILE_MAX + 1);
+    ok(smcp_keyring_parse(&ring, big, SMCP_KEYRING_FILE_MAX + 1, err,
+                          sizeof(err)) == SMCP_ERR
+       && strstr(err, "larger than 16384 bytes"),
+       "keys file of 16385 bytes: refused");
+    free(big);
+
+    /* comments, blank lines, tabs, CRLF; the first signs */
+    text = "# rotated 2026-05-01\r\n\r\n\tk-2026.05_b " S2 "\r\n"
+           "  k1  " S1 "  legacy  \n";
+    ok(smcp_keyring_parse(&ring, text, strlen(text), err, sizeof(err))
+       == SMCP_OK && ring.n == 2
+       && strcmp(ring.key[0].kid, "k-2026.05_b") == 0
+       && ring.key[0].len == strlen(S2)
+       && memcmp(ring.key[0].secret, S2, strlen(S2)) == 0
+       && strcmp(ring.key[1].kid, "k1") == 0 && ring.legacy == 1
+       && smcp_keyring_legacy(&ring) == &ring.key[1],
+       "keys file: two keys, the first signs, the second the legacy");
+    ok(smcp_keyring_find(&ring, "k1", 2) == &ring.key[1]
+       && smcp_keyring_find(&ring, "k", 1) == NULL
+       && smcp_keyring_find(&ring, "", 0) == NULL,
+       "keys found by their exact kid only");
+
+    smcp_keyring_clear(&ring);
+    ok(ring.n == 0 && ring.legacy == -1 && ring.key[0].len == 0
+       && ring.key[0].secret[0] == 0, "cleared: no key, secrets wiped");
+
+    ok(smcp_keyring_load(&ring, "/nonexistent/keys", err, sizeof(err))
+       == SMCP_ERR && strstr(err, "cannot open keys file"),
+       "a missing keys file: refused");
+}
+
+
+/* "<b64url(header)>.<b64url(claims)>.<HS256 with secret>", malloc'd */
+static char *
+jwt_with(const char *header, const char *secret)
+{
+    char          *tok, *t;
+    const char    *payload;
+    unsigned char  mac[32];
+    unsigned int   maclen;
+
+    payload = "{\"sub\":\"alice\",\"exp\":4102444800}";
+    tok = xmalloc(512);
+    t = tok;
+    t += smcp_b64url_encode(t, (const unsigned char *) header,
+                            strlen(header));
+    *t++ = '.';
+    t += smcp_b64url_encode(t, (const unsigned char *) payload,
+                            strlen(payload));
+    maclen = sizeof(mac);
+    HMAC(EVP_sha256(), secret, (int) strlen(secret), (unsigned char *) tok,
+         t - tok, mac, &maclen);
+    *t++ = '.';
+    smcp_b64url_encode(t, mac, sizeof(mac));
+
+    return tok;
+}
+
+
+static int
+jwt_verdict(const smcp_keyring_t *ring, const char *tok, const char *want)
+{
+    int      rc;
+    char     err[128];
+    json_t  *claims;
+
+    err[0] = '\0';
+    rc = smcp_jwt_verify(ring, tok, strlen(tok), time(NULL), &claims, err,
+                         sizeof(err));
+    json_decref(claims);
+
+    return want == NULL ? rc == SMCP_OK
+                        : rc == SMCP_ERR && strcmp(err, want) == 0;
+}
+
+
+/* the kid picks the key; none: the legacy key; never a search */
+static void
+test_jwt_kid(void)
+{
+    char            *tok, err[256], h[128];
+    size_t           hn;
+    json_t          *claims;
+    smcp_keyring_t   rotated, retired, bare;
+    const char      *text;
+
+    text = "new " S2 "\nold " S1 " legacy\n";
+    smcp_keyring_parse(&rotated, text, strlen(text), err, sizeof(err));
+    text = "new " S2 "\n";
+    smcp_keyring_parse(&retired, text, strlen(text), err, sizeof(err));
+    smcp_keyring_single(&bare, (const unsigned char *) S1, strlen(S1));
+
+    claims = json_pack("{s:s, s:I}", "sub", "alice",
+                       "exp", (json_int_t) time(NULL) + 60);
+    smcp_jwt_sign(&rotated.key[0], claims, &tok);
+    ok(smcp_b64url_decode((unsigned char *) h, &hn, tok,
+                          strchr(tok, '.') - tok) == SMCP_OK
+       && hn == 39
+       && memcmp(h, "{\"alg\":\"HS256\",\"typ\":\"JWT\",\"kid\":\"new\"}", 39)
+          == 0, "signed by the first key: its kid in the header");
+    ok(jwt_verdict(&rotated, tok, NULL) && jwt_verdict(&retired, tok, NULL)
+       && jwt_verdict(&bare, tok, "unknown token key id"),
+       "... verified by a ring that has it, refused by a bare secret");
+    free(tok);
+
+    smcp_jwt_sign(&bare.key[0], claims, &tok);
+    ok(strncmp(tok, "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.", 37) == 0
+       && jwt_verdict(&bare, tok, NULL) && jwt_verdict(&rotated, tok, NULL)
+       && jwt_verdict(&retired, tok, "token has no key id"),
+       "a bare secret signs without kid: the legacy key verifies it, a ring "
+       "without one refuses it");
+    free(tok);
+    json_decref(claims);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"old\"}", S1);
+    ok(jwt_verdict(&rotated, tok, NULL)
+       && jwt_verdict(&retired, tok, "unknown token key id"),
+       "the old key's token: verified until it is retired");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"new\"}", S1);
+    ok(jwt_verdict(&rotated, tok, "bad token signature"),
+       "kid new, signed by the old secret: refused (no other key tried)");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\"}", S2);
+    ok(jwt_verdict(&rotated, tok, "bad token signature"),
+       "no kid, signed by the new secret: refused (only the legacy key)");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"gone\"}", S2);
+    ok(jwt_verdict(&rotated, tok, "unknown token key id"),
+       "an unknown kid: refused");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":12}", S2);
+    ok(jwt_verdict(&rotated, tok, "malformed token key id"),
+       "a kid that is no string: refused");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"ne/w\"}", S2);
+    ok(jwt_verdict(&rotated, tok, "malformed token key id"),
+       "a kid with odd characters: refused");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"\"}", S2);
+    ok(jwt_verdict(&rotated, tok, "malformed token key id"),
+       "an empty kid: refused");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"new\\u0000\"}", S2);
+    ok(jwt_verdict(&rotated, tok, "malformed token header"),
+       "a kid with a NUL: refused");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"HS256\",\"kid\":\"new\",\"kid\":\"old\"}",
+                   S1);
+    ok(jwt_verdict(&rotated, tok, "malformed token header"),
+       "two kids: refused");
+    free(tok);
+
+    tok = jwt_with("{\"alg\":\"none\",\"kid\":\"new\"}", S2);
+    ok(jwt_verdict(&rotated, tok, "token algorithm must be HS256"),
+       "alg none with a kid: refused");
+    free(tok);
+}
+
+
 int
 main(void)
 {
@@ -1077,6 +1328,8 @@ main(void)
     test_revoked();
     test_jsonrpc();
     test_json_plain();
+    test_keyring();
+    test_jwt_kid();
 
     return tap_done();
 }

@@ -951,6 +951,70 @@ test_config_pools(void)
 }
 
 
+/* --keys-file: the ring, its first key signs; or --secret-file, never
+ * both; a bad file refused naming its line */
+static void
+test_config_keys(void)
+{
+    int               rc, fd;
+    char              err[512], path[] = "/tmp/smcp-unit-keys-XXXXXX";
+    char             *argv[8];
+    runner_config_t   c;
+
+    static const char  keys[] =
+        "# rotated\n"
+        "k2 new-secret-0123456789abcdef0123456789\n"
+        "k1 old-secret-0123456789abcdef0123456789 legacy\n";
+
+    fd = mkstemp(path);
+    if (fd < 0 || write(fd, keys, sizeof(keys) - 1) != sizeof(keys) - 1) {
+        ok(0, "config: a keys file written");
+        return;
+    }
+
+    argv[0] = "smcp-runner";
+    argv[1] = "--egress-url";
+    argv[2] = "http://x";
+    argv[3] = "--keys-file";
+    argv[4] = path;
+    argv[5] = NULL;
+
+    /* $PROXY_JWT_SECRET is set: the keys file takes its place */
+    rc = runner_config_load(&c, 5, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.keys.n == 2 && strcmp(c.keys.key[0].kid, "k2")
+       == 0 && c.keys.legacy == 1 && c.secret.len == 0,
+       "config: --keys-file: two keys, the first signs (%s)",
+       rc == RUNNER_OK ? "ok" : err);
+
+    argv[5] = "--secret-file";
+    argv[6] = path;
+    argv[7] = NULL;
+    rc = runner_config_load(&c, 7, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--keys-file and --secret-file"),
+       "config: --keys-file with --secret-file: refused: %s", err);
+
+    if (ftruncate(fd, 0) != 0
+        || pwrite(fd, "k1 short\n", 9, 0) != 9)
+    {
+        ok(0, "config: the keys file rewritten");
+    }
+
+    rc = runner_config_load(&c, 5, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, path) && strstr(err, "line 1: the "
+       "secret must be 32-256 bytes") && c.keys.n == 0,
+       "config: a bad keys file: refused: %s", err);
+
+    close(fd);
+    unlink(path);
+
+    unsetenv("PROXY_JWT_SECRET");
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--keys-file or --secret-file"),
+       "config: no key: refused: %s", err);
+    setenv("PROXY_JWT_SECRET", "0123456789abcdef0123", 1);
+}
+
+
 /* the option table: flag, else environment, else default; bad values
  * refused with what was wrong; --metrics off */
 static void
@@ -979,7 +1043,11 @@ test_config(void)
        "config: flags (--flag VALUE, --flag=VALUE) win over the "
        "environment");
     ok(strcmp(c.egress_url, "http://10.0.0.1:8090") == 0
-       && c.secret.len == 20, "config: the environment over the default");
+       && c.keys.n == 1 && c.keys.key[0].len == 20
+       && c.keys.key[0].kid_len == 0 && c.keys.legacy == 0
+       && c.secret.len == 0,
+       "config: the environment over the default ($PROXY_JWT_SECRET: a "
+       "ring of one key without kid, the bare secret wiped)");
     ok(strcmp(c.redis_host, "127.0.0.1") == 0 && c.redis_port == 6379
        && c.diff_max == 10 * 1024 * 1024 && c.nano_cpus == 1000000000
        && strcmp(c.prefix, "smcp:") == 0 && c.claim_idle_ms == 60000,
@@ -1023,6 +1091,7 @@ test_config(void)
     unsetenv("SMCP_REDIS");
 
     test_config_pools();
+    test_config_keys();
 
     /* --metrics: off by default and with "off" (make up's setting when
      * there is to be no listener), an address otherwise */

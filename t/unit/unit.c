@@ -187,6 +187,7 @@ test_common(void)
     json_t        *claims, *got;
     int            rc;
     const unsigned char  key[] = "0123456789abcdef0123";
+    smcp_keyring_t       ring, other;
 
     for (i = 0; i < sizeof(raw); i++) {
         raw[i] = (unsigned char) (i * 37 + 11);
@@ -219,24 +220,27 @@ test_common(void)
 
     claims = json_pack("{s:s, s:I, s:s}", "sub", "alice", "exp",
                        (json_int_t) time(NULL) + 60, "scope", "mcp");
-    rc = smcp_jwt_sign(key, sizeof(key) - 1, claims, &tok);
+    smcp_keyring_single(&ring, key, sizeof(key) - 1);
+    smcp_keyring_single(&other, (const unsigned char *) "another-secret-0123",
+                        19);
+    rc = smcp_jwt_sign(&ring.key[0], claims, &tok);
     ok(rc == SMCP_OK, "JWT signed");
-    ok(smcp_jwt_verify(key, sizeof(key) - 1, tok, strlen(tok), time(NULL),
+    ok(smcp_jwt_verify(&ring, tok, strlen(tok), time(NULL),
                        &got, err, sizeof(err)) == SMCP_OK
        && strcmp(json_string_value(json_object_get(got, "sub")), "alice")
           == 0, "JWT verified, claims back");
     json_decref(got);
 
-    ok(smcp_jwt_verify((const unsigned char *) "another-secret-0123", 19,
-                       tok, strlen(tok), time(NULL), &got, err, sizeof(err))
+    ok(smcp_jwt_verify(&other, tok, strlen(tok), time(NULL), &got, err,
+                       sizeof(err))
        == SMCP_ERR && strstr(err, "signature"), "wrong key: refused");
-    ok(smcp_jwt_verify(key, sizeof(key) - 1, tok, strlen(tok),
-                       time(NULL) + 120, &got, err, sizeof(err)) == SMCP_ERR
+    ok(smcp_jwt_verify(&ring, tok, strlen(tok), time(NULL) + 120, &got, err,
+                       sizeof(err)) == SMCP_ERR
        && strstr(err, "expired"), "expired: refused");
 
     tok[strlen(tok) - 2] ^= 1;
-    ok(smcp_jwt_verify(key, sizeof(key) - 1, tok, strlen(tok), time(NULL),
-                       &got, err, sizeof(err)) == SMCP_ERR,
+    ok(smcp_jwt_verify(&ring, tok, strlen(tok), time(NULL), &got, err,
+                       sizeof(err)) == SMCP_ERR,
        "tampered signature: refused");
     free(tok);
     json_decref(claims);
@@ -251,8 +255,14 @@ test_common(void)
             "I6NDEwMjQ0NDgwMH0.nYoLQfhwoR8dPwztQWGA9Ga4mZlk2379UIrKEe1xl-w"
         };
         static const char *keys[] = { "k3y", "another-secret-0123" };
-        int     i, same;
-        json_t *c, *g2;
+        int             i, same;
+        json_t         *c, *g2;
+        smcp_keyring_t  rings[2];
+
+        smcp_keyring_single(&rings[0], (const unsigned char *) keys[0],
+                            strlen(keys[0]));
+        smcp_keyring_single(&rings[1], (const unsigned char *) keys[1],
+                            strlen(keys[1]));
 
         c = json_pack("{s:s, s:I}", "sub", "alice", "exp",
                       (json_int_t) 4102444800LL);
@@ -267,17 +277,13 @@ test_common(void)
             }
 
             tok = NULL;
-            same = smcp_jwt_sign((const unsigned char *) keys[i % 2],
-                                 strlen(keys[i % 2]), c, &tok) == SMCP_OK
+            same = smcp_jwt_sign(&rings[i % 2].key[0], c, &tok) == SMCP_OK
                    && strcmp(tok, want[i % 2]) == 0
-                   && smcp_jwt_verify((const unsigned char *) keys[i % 2],
-                                      strlen(keys[i % 2]), tok, strlen(tok),
+                   && smcp_jwt_verify(&rings[i % 2], tok, strlen(tok),
                                       time(NULL), &got, err, sizeof(err))
                       == SMCP_OK
-                   && smcp_jwt_verify((const unsigned char *) keys[1 - i % 2],
-                                      strlen(keys[1 - i % 2]), tok,
-                                      strlen(tok), time(NULL), &g2, err,
-                                      sizeof(err))
+                   && smcp_jwt_verify(&rings[1 - i % 2], tok, strlen(tok),
+                                      time(NULL), &g2, err, sizeof(err))
                       == SMCP_ERR;
             json_decref(got);
             json_decref(g2);
@@ -292,7 +298,7 @@ test_common(void)
     }
 
     /* {"alg":"none"}.{"sub":"a","exp":9999999999}. */
-    ok(smcp_jwt_verify(key, sizeof(key) - 1,
+    ok(smcp_jwt_verify(&ring,
                        "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIiwiZXhwIjo5OTk5OTk5OTk5fQ.",
                        59, time(NULL), &got, err, sizeof(err)) == SMCP_ERR
        && strstr(err, "HS256"), "alg none: refused");

@@ -42,7 +42,7 @@ our @EXPORT_OK = qw(
     sandbox_image ensure_sandbox_image image_from_sandbox
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
-    exec_in probe_tcp container_ip container_inspect_field
+    exec_in probe_tcp container_ip container_inspect_field open_gate
     create_network remove_network network_gateway free_subnet host_ip
     sandbox_net_up sandbox_net_down sandbox_net_rules sandbox_net_script
     egress_relay_up
@@ -304,6 +304,17 @@ sub exec_in {
     push @a, 'timeout', '-k', '2', $t unless $o{no_timeout};
     push @a, @$cmd;
     return docker({ timeout => $t + 15, stdin => $o{stdin} }, @a);
+}
+
+# open_gate($runId, $mark) -> 1 when done: the file /tmp/<mark> made in
+# the run's running sandbox (label smcp.run), which SMCP::Stack::gate_step
+# waits for
+sub open_gate {
+    my ($run, $mark) = @_;
+    my (undef, $ids) = docker('ps', '-q', '--filter', "label=smcp.run=$run");
+    my ($id) = split ' ', $ids // '' or return 0;
+    my ($rc) = exec_in($id, ['touch', "/tmp/$mark"], timeout => 20);
+    return $rc == 0;
 }
 
 # probe_tcp($id, $host, $port, timeout => S (3), read => S (2)): a TCP

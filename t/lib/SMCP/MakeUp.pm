@@ -7,6 +7,7 @@ package SMCP::MakeUp;
 #
 #   my $up = SMCP::MakeUp->new(text => 'done', backend => 'swarm');
 #   my ($rc, $out) = $up->up;             # .ci/stack up: exit code, output
+#   my ($rc, $out) = $up->make('retire-secret', KID => $kid);   # a target
 #   my $res = $up->call($token, $sid, 'opencode_run_task', {...});
 #   $up->down;                            # .ci/stack down (also at END)
 #
@@ -14,6 +15,15 @@ package SMCP::MakeUp;
 # SMCP_LISTEN, SMCP_REDIS_PORT, ..., the provider key and base URL, the
 # GitHub token and URLs) and returns the object holding the fakes and the
 # ports; egress => 0 runs make up with SMCP_EGRESS=off (no Docker).
+# script => [turns]: the fake model's script (SMCP::Fakes); scripts =>
+# {MARK => [steps]}: the fake model plays them
+# (SMCP::Fakes::scenario_script); else it answers `text`.
+# checkout => 1: .ci/stack and make run from a checkout of this file's own
+# ($up->top: symlinks to the tree's sources, build/ a copy of the tree's
+# module and binaries, $up->build copies them again, new files as `make
+# all` writes them), so that `make clean` and upgrades touch only it.
+# state => 'default': SMCP_STATE unset, XDG_STATE_HOME a temp dir (make
+# up's default state directory: $up->state is XDG_STATE_HOME/sandbox-mcp).
 # registries => 1 also enables SMCP_REGISTRIES=npm,pypi in front of
 # static stand-ins ($up->{npm}, {pypi}, {pyfiles}).  key => 0 leaves every
 # model provider's key out (make up refuses to start), github => 0 the
@@ -34,7 +44,7 @@ use SMCP::Fakes;
 use SMCP::Test qw(free_port json_encode json_decode repo_root spew accessors);
 
 accessors(qw(state port rport mport emport eport net envdir egress fake gh
-             npm pypi pyfiles));
+             npm pypi pyfiles top));
 
 our $KEY = 'sk-ant-REAL-stack-0123456789';
 our $GH_TOKEN = 'ghp_REAL_stack_0123456789';
@@ -47,13 +57,23 @@ sub new {
         egress => $o{egress} // 1,
         state  => tempdir('smcp-stack-XXXXXX', TMPDIR => 1,
                           CLEANUP => !$ENV{SMCP_TEST_KEEP}),
+        top    => repo_root(),
         port   => free_port(),
         rport  => free_port(),
         mport  => free_port(),      # the runner's metrics
         emport => free_port(),      # the egress instance's
         owner  => $$,
     }, $class;
-    $ENV{SMCP_STATE} = $self->{state};
+    if (($o{state} // '') eq 'default') {
+        # the nginx workers (nobody) pass through it to their temp dirs
+        chmod 0711, $self->{state};
+        delete $ENV{SMCP_STATE};
+        $ENV{XDG_STATE_HOME} = $self->{state};
+        $self->{state} .= '/sandbox-mcp';
+    } else {
+        $ENV{SMCP_STATE} = $self->{state};
+    }
+    $self->_checkout if $o{checkout};
     $ENV{SMCP_LISTEN} = "127.0.0.1:$self->{port}";
     $ENV{SMCP_REDIS_PORT} = $self->{rport};
     $ENV{SMCP_TENANT} = $o{tenant} // 'stack-tenant';
@@ -83,6 +103,42 @@ sub new {
     return $self;
 }
 
+# a checkout of its own: the sources by symlinks, build/ a copy
+sub _checkout {
+    my ($self) = @_;
+    my $root = repo_root();
+    my $top = $self->{top} = tempdir('smcp-checkout-XXXXXX', TMPDIR => 1,
+                                     CLEANUP => !$ENV{SMCP_TEST_KEEP});
+    chmod 0711, $top;
+    for my $f (qw(.ci Makefile config config.make runner ngx_sandbox_mcp_module)) {
+        symlink("$root/$f", "$top/$f") or die "symlink $f: $!";
+    }
+    $self->build;
+}
+
+# build(): the tree's module, smcp-token and smcp-runner copied into the
+# checkout's build/, each a new file moved into place (as make all and the
+# module's rule write them: a running process keeps the file it has)
+sub build {
+    my ($self) = @_;
+    my $root = repo_root();
+    mkdir "$self->{top}/build";
+    for my $f (qw(ngx_http_sandbox_mcp_module.so smcp-token smcp-runner)) {
+        my $to = "$self->{top}/build/$f";
+        system('cp', '-p', "$root/build/$f", "$to.tmp") == 0
+            && rename("$to.tmp", $to) or die "copying build/$f: $!";
+    }
+}
+
+# make(@args) -> (exit code, stdout and stderr): make in the stack's
+# checkout
+sub make {
+    my ($self, @args) = @_;
+    my ($rc, $out, $err) = SMCP::Test::run_cmd(['make', '-s', '-C', $self->{top}, @args],
+                                               timeout => 600);
+    return ($rc, $out . $err);
+}
+
 sub _nginx_wrapper {
     my ($self) = @_;
     my $envdir = $self->{envdir} = tempdir('smcp-stack-env-XXXXXX', TMPDIR => 1,
@@ -106,7 +162,9 @@ sub _egress_side {
     $self->{eport} = free_port();
     $self->{net} = 'smcp-' . test_id();
     $self->{fake} = SMCP::Fakes::start_anthropic(key => $KEY,
-        text => $o{text} // 'stack run done');
+        text => $o{text} // 'stack run done',
+        ($o{scripts} ? (script => [SMCP::Fakes::scenario_script($o{scripts})])
+         : $o{script} ? (script => $o{script}) : ()));
     $ENV{SMCP_EGRESS} = 'on';
     $ENV{SMCP_SANDBOX_NET} = $self->{net};
     $ENV{SMCP_SANDBOX_BRIDGE} = bridge_name();
@@ -149,7 +207,7 @@ sub _registries {
 # .ci/stack up|down: (exit code, output)
 sub stack {
     my ($self, $verb) = @_;
-    my $out = `${\ repo_root()}/.ci/stack $verb 2>&1`;
+    my $out = `$self->{top}/.ci/stack $verb 2>&1`;
     my $rc = $? >> 8;
     $self->{up} = 1 if $verb eq 'up';
     $self->{up} = 0 if $verb eq 'down' && $rc == 0;
@@ -158,6 +216,16 @@ sub stack {
 
 sub up   { return $_[0]->stack('up') }
 sub down { return $_[0]->stack('down') }
+
+# t(): SMCP::Test's client half for this stack: its MCP port, its Redis
+# with make up's password ($up->t->run_events($id), ->run_hash($id))
+sub t {
+    my ($self) = @_;
+    my $pw = SMCP::Test::slurp("$self->{state}/redis-password");
+    chomp $pw;
+    return SMCP::Test->client(port => $self->{port}, redis_port => $self->{rport},
+                              redis_password => $pw);
+}
 
 # url(): the MCP URL make up serves
 sub url { return "http://127.0.0.1:$_[0]{port}/mcp" }
@@ -185,14 +253,19 @@ sub initialize {
     return $r->{status} == 200 ? ($r->{headers}{'mcp-session-id'} // '') : '';
 }
 
-# call($token, $sid, $tool, \%args) -> its structuredContent ({} if none)
+# call($token, $sid, $tool, \%args) -> its structuredContent ({} if none);
+# the sessions of the runs it starts are remembered (their volumes go at
+# END)
 sub call {
     my ($self, $tok, $sid, $name, $args) = @_;
     my $r = $self->post($tok, json_encode({ jsonrpc => '2.0', id => 2,
         method => 'tools/call', params => { name => $name, arguments => $args } }),
         'Mcp-Session-Id' => $sid);
     my $j = json_decode($r->{content} // '') // {};
-    return $j->{result}{structuredContent} // {};
+    my $sc = $j->{result}{structuredContent} // {};
+    $self->{sessions}{ $sc->{sessionId} } = 1
+        if $name eq 'opencode_run_task' && ($sc->{sessionId} // '') =~ /^ses_[0-9a-f]{24}$/;
+    return $sc;
 }
 
 # wait_done($token, $sid, $runId, $seconds) -> get_result's last answer
@@ -217,11 +290,15 @@ sub stop_fakes {
 END {
     for my $self (@LIVE) {
         next if $self->{owner} != $$;
-        if ($self->{up} && !$ENV{SMCP_TEST_KEEP}) {
+        next if $ENV{SMCP_TEST_KEEP};
+        if ($self->{up}) {
             local %ENV = %{ $self->{env} };
             $self->down;
         }
         $self->stop_fakes;
+        # the sessions' volumes (make down leaves them, as it should)
+        my @vols = map { "smcp-$_" } sort keys %{ $self->{sessions} || {} };
+        system("docker volume rm -f @vols >/dev/null 2>&1") if @vols;
     }
 }
 

@@ -74,7 +74,7 @@ use SMCP::Docker qw(ensure_docker ensure_sandbox_image docker test_id sandbox_ne
 use SMCP::Events qw(kinds step_totals describe_events);
 use SMCP::Fakes;
 
-our @EXPORT_OK = qw(bash_step);
+our @EXPORT_OK = qw(bash_step gate_step);
 
 my @STACKS;
 
@@ -212,7 +212,7 @@ sub start_runner {
     my $r = { pid => $pid, guard => $guard, name => $name, log => $log, started => time() };
     $self->{runners}{$pid} = $r;
     # up: it logs its start line at once
-    wait_until(5, sub { $self->runner_log($r) =~ /starting/ });
+    wait_until(30, sub { $self->runner_log($r) =~ /starting/ });
     return $r;
 }
 
@@ -330,11 +330,13 @@ sub _watch_docker_events {
     my ($self, $name) = @_;
     return if $self->{events_pids}{$name};
     my $file = $self->{t}->dir . "/docker-events-$name.jsonl";
-    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--filter',
-        'type=container', '--filter', "label=smcp.runner=$name", '--format', '{{json .}}'],
-        $file);
+    # --since a moment before: what happens before the subscription is up
+    # comes first, from the engine's buffer (no sleep that hopes it is up)
+    my $since = sprintf('%.3f', time() - 1);
+    my ($pid, $guard) = _guarded_exec([$ENV{DOCKER} // 'docker', 'events', '--since', $since,
+        '--filter', 'type=container', '--filter', "label=smcp.runner=$name",
+        '--format', '{{json .}}'], $file);
     $self->{events_pids}{$name} = [$pid, $file, $guard];
-    sleep(0.3);    # subscribed
 }
 
 # docker_events(run => ID) -> ({action, id, time (epoch float), run}, ...)
@@ -470,7 +472,7 @@ sub wait_done {
 sub run_completed {
     my ($self, $what, $runner, %args) = @_;
     my $run = $self->run_task(%args);
-    my $res = $self->wait_done($run->{runId}, 180);
+    my $res = $self->wait_done($run->{runId}, 300);
     Test::More::is($res->{status}, 'completed', "$what: completed")
         or $self->diag_run($run->{runId}, $runner);
     return ($run, $res);
@@ -573,6 +575,24 @@ sub bash_step {
         command => $cmd, description => $what // 'Run a command' } } };
 }
 
+# gate_step($mark): a model turn whose bash command prints tick-1,
+# tick-2, ... into the container's log (a line every 0.3 s) until the file
+# /tmp/<mark> exists in the sandbox (SMCP::Docker::open_gate), then says
+# "gate <mark> open": a run that runs until the test lets it go, and whose
+# log shows any line lost or stored twice meanwhile.  $mark: [a-z0-9-]
+sub gate_step {
+    my ($mark) = @_;
+    die "gate_step: $mark" unless $mark =~ /^[a-z0-9-]+$/;
+    return { tool_use => { name => 'bash', input => {
+        command => "i=0; until [ -e /tmp/$mark ]; do i=\$((i+1)); "
+                 . "echo tick-\$i > /proc/1/fd/1; sleep 0.3; done; echo gate $mark open",
+        description => "Wait for $mark", timeout => 600000 } } };
+}
+
+# what OpenCode prints for [gate_step, {text}]: the agent lines
+our @GATE_AGENT = ('step_start', 'tool_use:bash', 'step_finish',
+                   'step_start', 'text', 'step_finish');
+
 # four_steps($mark, $delay2, $delay4): write <mark>-1.txt, write
 # <mark>-2.txt ($delay2 s before the model answers), bash `cat` both,
 # answer "Done with <mark>." ($delay4 s late); files in lower case
@@ -606,38 +626,16 @@ sub container_events {
     return grep { defined $_->{dts} } $self->stored_events($run);
 }
 
-# check_events_exact($runId, $what): the stored events of a finished
+# check_events_exact($runId, $what, %o): the stored events of a finished
 # four-step run are exactly what the script implies (none lost, none
 # twice), in log order, and the outcome counts each step_finish once
+# (SMCP::Events::check_events_exact; %o: agent, lifecycle, ticks)
 sub check_events_exact {
     my ($self, $id, $what, %o) = @_;
-    my $want_agent = $o{agent} || \@FOUR_STEPS_AGENT;
-    my $want_lc = $o{lifecycle} || \@FOUR_STEPS_LIFECYCLE;
-    my @st = $self->stored_events($id);
-    my @agent = grep { $_->{type} eq 'agent' } @st;
-    Test::More::is_deeply([kinds(map { $_->{json} } @agent)], $want_agent,
-        "$what: the agent events are exactly the script's (none lost, none twice)")
-        or Test::More::diag(join ' ', kinds(map { $_->{json} } @agent));
-    my @lc = map { my $j = $_->{json};
-                   $j->{step} ? "smcp:$j->{step}" : $j->{status} ? "status:$j->{status}" : () }
-             grep { $_->{type} eq 'lifecycle' } @st;
-    Test::More::is_deeply(\@lc, $want_lc,
-        "$what: lifecycle " . join(', ', map { s/^\w+://r } @$want_lc) . ' (once each)')
-        or Test::More::diag(join ' ', @lc);
-    my (%seen, @dup);
-    for my $e (grep { defined $_->{dts} } @st) {
-        push @dup, "$e->{dts} $e->{data}" if $seen{"$e->{dts}\0$e->{data}"}++;
-    }
-    Test::More::is(scalar(@dup), 0, "$what: no two stored events with the same dts and data")
-        or Test::More::diag(join "\n", @dup);
-    my @dts = map { $_->{dts} } grep { defined $_->{dts} } @st;
-    Test::More::is_deeply(\@dts, [sort @dts], "$what: container lines stored in log order");
-    Test::More::is(scalar(grep { $_->{type} eq 'log' } @st), 0, "$what: no stray log lines");
-    my ($in, $out, $cost) = step_totals(map { $_->{json} } @agent);
-    my $h = $self->run_hash($id);
-    Test::More::is($h->{tokens_input}, $in, "$what: tokens_input = the sum over the stored step_finish events");
-    Test::More::is($h->{tokens_output}, $out, "$what: tokens_output likewise");
-    Test::More::ok(abs(($h->{cost} // 0) - $cost) < 1e-5, "$what: cost likewise ($h->{cost} vs $cost)");
+    SMCP::Events::check_events_exact([$self->stored_events($id)], $self->run_hash($id), $what,
+        agent => $o{agent} || \@FOUR_STEPS_AGENT,
+        lifecycle => $o{lifecycle} || \@FOUR_STEPS_LIFECYCLE,
+        ticks => $o{ticks});
 }
 
 ##############################################################################

@@ -15,6 +15,9 @@ package SMCP::Test;
 #   $t->start;                       # redis + nginx
 #   my ($sid) = $t->initialize;
 #   my $res = $t->call_tool($sid, 'opencode_list_runs', {});
+#   my $p = $t->mcp_start(...);      # a call that waits (a long-poll) ...
+#   $t->wait_long_polls(1);          # ... seen waiting, not slept on
+#   $t->http_read_until($p, qr/x/);  # part of its answer came
 #   ...
 #   $t->done;                        # log checks + done_testing
 #
@@ -703,7 +706,7 @@ sub stop_redis {
     kill 'CONT', $pid;
     $self->stop_pid($pid, $o{signal} // 'TERM', 10);
     # the port must be closed before we return
-    wait_until(5, sub { !_port_open($self->{redis_port}) });
+    wait_until(30, sub { !_port_open($self->{redis_port}) });
 }
 
 # SIGSTOP / SIGCONT the redis-server (a Redis that accepts but never answers)
@@ -722,14 +725,17 @@ sub redis_connect {
 }
 
 # $t->redis('HSET', $key, f => v, ...) : one command on a shared connection,
-# reconnecting when needed; returns the reply as one scalar (arrays as array
-# refs, nil as undef); dies on a Redis error reply.
+# reconnecting when needed (AUTH first when the object has a
+# redis_password: a client() of make up's Redis); returns the reply as one
+# scalar (arrays as array refs, nil as undef); dies on a Redis error reply.
 sub redis {
     my ($self, @cmd) = @_;
     my $c = $self->{redis_conn};
     for my $try (1, 2) {
         $c //= $self->{redis_conn} = SMCP::Test::Redis->new(
             port => $self->{redis_port});
+        $c->cmd('AUTH', $self->{redis_password})
+            if defined $self->{redis_password} && !$c->{authed}++;
         my $r;
         my $ok = eval { $r = $c->cmd(@cmd); 1 };
         return $r if $ok;
@@ -822,6 +828,11 @@ http {
             return 200 "plain\n";
         }
 
+        # the tests' view of the workers (long_polls())
+        location = /smcp-test/metrics {
+            sandbox_mcp_metrics;
+        }
+
         %%SERVER%%
     }
 }
@@ -909,7 +920,7 @@ sub start_nginx {
     }
     # wait until the workers are there
     my $want = $o{workers} // $self->{workers};
-    wait_until(5, sub { my @w = $self->worker_pids($name); @w >= $want });
+    wait_until(30, sub { my @w = $self->worker_pids($name); @w >= $want });
     return $port;
 }
 
@@ -958,6 +969,30 @@ sub reload {
         my @new = grep { !$old{$_} } @w;
         return @new >= $want && !grep { $old{$_} } @w;
     });
+}
+
+# $t->long_polls(name => NAME): how many calls the instance's workers hold
+# waiting for a run (its smcp_long_polls gauge, read at the default
+# config's /smcp-test/metrics); undef when that does not answer
+sub long_polls {
+    my ($self, %o) = @_;
+    my $i = $self->{nginx}{ $o{name} // 'main' } or return undef;
+    my $r = $self->http(path => '/smcp-test/metrics', port => $i->{port}, timeout => 10);
+    return undef unless ($r->{status} // 0) == 200;
+    return $r->{body} =~ /^smcp_long_polls (\d+)$/m ? $1 + 0 : undef;
+}
+
+# $t->wait_long_polls($n, timeout => 30, name => NAME): true once exactly
+# $n calls wait (a diag says how many did otherwise).  A waiter listens
+# before it first reads the run: a PUBLISH from then on wakes it, which a
+# sleep after starting the call only hopes for.
+sub wait_long_polls {
+    my ($self, $n, %o) = @_;
+    my $got;
+    return 1 if wait_until($o{timeout} // 30, sub {
+        ($got = $self->long_polls(%o) // -1) == $n }, 0.05);
+    Test::More::diag("smcp_long_polls: $got, not $n");
+    return 0;
 }
 
 sub stop_nginx {
@@ -1088,7 +1123,8 @@ END {
 #            omitted: such a token may name no repository)
 #   jti => token id (omitted unless given)
 #   iat, run, extra => {claims}
-#   header => {...} (default {alg=>HS256,typ=>JWT})
+#   header => {...} (default {alg=>HS256,typ=>JWT}, and kid => K with
+#             kid => K: a key id, as a keys file's key signs)
 #   alg => 'none'|'HS512'|'RS256' (header alg; signature computed as follows:
 #          none -> empty signature, HS512 -> hmac_sha512, others -> hmac_sha256)
 #   secret => other secret; signature => raw signature bytes
@@ -1107,7 +1143,8 @@ sub token {
     for (keys %claims) { delete $claims{$_} unless defined $claims{$_} }
 
     my $alg = $o{alg} // 'HS256';
-    my $header = $o{header} // { alg => $alg, typ => 'JWT' };
+    my $header = $o{header} // { alg => $alg, typ => 'JWT',
+                                 (defined $o{kid} ? (kid => $o{kid}) : ()) };
     my $h = b64url(ref $header ? json_encode($header) : $header);
     my $p = b64url(exists $o{payload} ? $o{payload} : json_encode(\%claims));
     my $input = "$h.$p";
@@ -1252,10 +1289,10 @@ sub http_finish {
              elapsed => 0 } if $p->{error};
     my $s = $p->{sock};
     my $sel = IO::Select->new($s);
-    my $buf = '';
+    my $buf = delete $p->{buf} // '';    # what http_read_until read
     my $deadline = time() + $timeout;
     my $timed_out = 0;
-    while (1) {
+    while (!$p->{closed}) {
         my $left = $deadline - time();
         if ($left <= 0) { $timed_out = 1; last }
         last if _response_complete($buf, $p->{method});
@@ -1278,6 +1315,31 @@ sub http_finish {
     $r->{t0} = $p->{t0};
     Test::More::diag("<<< ($elapsed s) $buf") if $ENV{SMCP_TEST_VERBOSE};
     return $r;
+}
+
+# $t->http_read_until($p, qr/.../, $timeout): read on a response begun
+# with http_start or mcp_start until what came so far (the raw bytes: head,
+# chunk sizes and all) matches: true; false when the time (30 s) is up or
+# the peer closed first.  http_finish reads on from there.
+sub http_read_until {
+    my ($self, $p, $re, $timeout) = @_;
+    return 0 if $p->{error};
+    my $sel = IO::Select->new($p->{sock});
+    my $deadline = time() + ($timeout // 30);
+    $p->{buf} //= '';
+    while ($p->{buf} !~ $re) {
+        return 0 if $p->{closed};
+        my $left = $deadline - time();
+        return 0 if $left <= 0;
+        next unless $sel->can_read($left > 0.5 ? 0.5 : $left);
+        my $n = sysread($p->{sock}, $p->{buf}, 65536, length $p->{buf});
+        if (!defined $n) {
+            next if $! == EINTR || $! == EAGAIN;
+            return 0;
+        }
+        $p->{closed} = 1 if $n == 0;
+    }
+    return 1;
 }
 
 sub _response_complete {
