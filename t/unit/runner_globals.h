@@ -14,6 +14,7 @@ static runner_config_t  config;    /* what the tests set */
 
 const runner_config_t  *runner_config = &config;
 atomic_int              runner_stop;
+atomic_int              runner_drain;
 atomic_int              runner_release_failed;
 
 
