@@ -96,6 +96,7 @@ runner_relay_hash(uint64_t h, const char *s)
 int
 runner_relay_check(char *err, size_t errlen)
 {
+    char         pids[16];
     size_t       n;
     uint64_t     h;
     const char  *to, *colon;
@@ -149,7 +150,11 @@ runner_relay_check(char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
+    /* its processes follow --concurrency */
+    snprintf(pids, sizeof(pids), "%d", runner_config->concurrency);
+
     h = 1469598103934665603ULL;
+    h = runner_relay_hash(h, pids);
     h = runner_relay_hash(h, runner_config->image);
     h = runner_relay_hash(h, runner_config->network);
     h = runner_relay_hash(h, to);

@@ -43,7 +43,9 @@
 #      for the egress service on it (runner/egress-relay to the test's
 #      egress listener) and the node labels its constraints want; the
 #      runner makes its relay (locked down, on that network alone until a
-#      session's network is joined), a task completes through it
+#      session's network is joined), a task completes through it; a relay
+#      found stopped is started again, one of other settings made anew
+#      and joined to the networks of the runs under way
 #
 # Needs root, Docker, `make` and redis-server (as the runner tests).
 # Traffic goes only to loopback, host addresses and containers this test
@@ -593,6 +595,36 @@ subtest "sessions isolated: docker-stack.yml's runner" => sub {
         is($res->{result}, 'Hello through the relay.', '... with the model\'s answer');
         ok(wait_until(60, sub { (docker('network', 'inspect', "smcp-net-$hello->{sessionId}"))[0] != 0 }, 0.5),
            '... its session\'s network removed after it');
+
+        # a relay found stopped is started again before the next join
+        docker('stop', '-t', '1', $relay);
+        my $again = $s->run_task(task => 'SCENARIO-HELLO: again', title => 'hello again');
+        is($s->wait_done($again->{runId}, 180)->{status}, 'completed',
+           'a relay found stopped is started again: a task completes')
+            or $s->diag_run($again->{runId}, $r);
+
+        # other settings: the relay is made anew, on the networks of the
+        # runs under way
+        my $live = $s->run_task(task => 'SCENARIO-HANG: under way while the relay changes',
+                                title => 'live', timeoutSeconds => 300);
+        my $cid;
+        ok(wait_until(180, sub { ($cid) = sandbox_of($live->{runId}); $cid }, 0.5),
+           'a run under way') or $s->diag_run($live->{runId}, $r);
+        my $old = container_inspect_field($relay, '{{.Id}}');
+        $s->stop_runner($r, 'TERM');
+        $r = $s->start_runner(name => $r->{name}, argv => [@argv, '--concurrency=3']);
+        ok(wait_until(60, sub { $s->runner_log($r) =~ /egress relay \Q$relay\E: made with other settings/ }, 0.5),
+           'a runner with other settings (--concurrency) makes its relay anew')
+            or diag($s->runner_log_tail($r));
+        isnt(container_inspect_field($relay, '{{.Id}}') // '', $old, '... a new container');
+        my $lnet = "smcp-net-$live->{sessionId}";
+        like(container_inspect_field($relay, '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}') // '',
+             qr/(^| )\Q$lnet\E /, "... on the network of the run under way, $lnet");
+        my ($rc2, $code) = exec_in($cid, ['curl', '-sS', '-o', '/dev/null', '-w', '%{http_code}',
+                                          '--max-time', '10', "http://egress:$to_port/"], timeout => 20);
+        like($code, qr/^[1-5]\d\d$/, "... where the run reaches the egress again (HTTP $code)");
+        $s->call('opencode_cancel_run', { runId => $live->{runId} });
+        is($s->wait_done($live->{runId}, 90)->{status}, 'cancelled', 'the run is cancelled');
 
         sessions_isolated($s, $r, $to_port);
         ok($s->runner_alive($r), 'the runner is up');
