@@ -53,7 +53,8 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
-               runner/pool.c runner/spec.c runner/budget.c runner/floor.c
+               runner/pool.c runner/spec.c runner/budget.c runner/floor.c \
+               runner/relay.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 # the version, from the one place that defines it
 VERSION_H  := ngx_sandbox_mcp_module/common/smcp_version.h
@@ -120,7 +121,7 @@ $(TOKEN_BIN): runner/smcp_token.c $(COMMON_SRCS) \
 
 RUNNER_DEPS := $(RUNNER_SRCS) runner/runner.h runner/store.h $(COMMON_SRCS) \
                $(wildcard ngx_sandbox_mcp_module/common/*.h) \
-               $(BUILD)/smcp_scripts.h
+               $(BUILD)/smcp_scripts.h $(BUILD)/smcp_perl.h
 RUNNER_CC    = $(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -pthread \
                -Ingx_sandbox_mcp_module/common -Irunner -I$(BUILD)
 RUNNER_LINK := $(COMMON_SRCS) -lhiredis -ljansson -lcurl -lcrypto -lm
@@ -148,6 +149,10 @@ $(EMBED_BIN): $(EMBED_SRC)
 # (t/runner_scripts.t and t/mcp_scripts.t run the same files)
 $(BUILD)/smcp_scripts.h: $(EMBED_BIN) $(SCRIPTS_DIR) $(SCRIPTS_LUA)
 	$(EMBED_BIN) lua $@ $(SCRIPTS_DIR)
+
+# the programs the runner starts in a container of their own (relay.c)
+$(BUILD)/smcp_perl.h: $(EMBED_BIN) runner/egress-relay
+	$(EMBED_BIN) perl $@ runner/egress-relay
 
 # Upstream nginx sources with the module linked in statically (and the poll
 # event module, which Debian's nginx lacks): proves the same `config` serves

@@ -173,6 +173,13 @@ static const runner_option_t  runner_options[] = {
       "internal network, which NAME joins as \"egress\"",
       RUNNER_OPT_STRING, 0, RUNNER_S(egress_container), 0, 0, NULL },
 
+    { "egress-relay", "HOST:PORT", "SMCP_EGRESS_RELAY_TO", NULL,
+      "the egress cannot join the session networks (a swarm service: "
+      "docker-stack.yml): the runner keeps the --egress-container itself, "
+      "runner/egress-relay from --image on --network, listening on "
+      "--egress-url's port and forwarding to HOST:PORT",
+      RUNNER_OPT_STRING, 0, RUNNER_S(egress_relay), 0, 0, NULL },
+
     { "backend", "docker|swarm", "SMCP_BACKEND", "docker",
       "what runs a sandbox: a container (docker) or a one-replica service "
       "of the swarm this engine manages (swarm)",

@@ -458,7 +458,9 @@ main(int argc, char **argv)
         return 2;
     }
 
-    if (runner_pool_check(err, sizeof(err)) != RUNNER_OK) {
+    if (runner_pool_check(err, sizeof(err)) != RUNNER_OK
+        || runner_relay_check(err, sizeof(err)) != RUNNER_OK)
+    {
         fprintf(stderr, "smcp-runner: %s\n", err);
         return 2;
     }
@@ -530,6 +532,13 @@ main(int argc, char **argv)
 
     if (rc == RUNNER_AGAIN) {
         runner_log("warn", NULL, "%s", err);
+    }
+
+    /* the relay at once (each run checks it again before its join) */
+    if (runner_config->egress_relay[0] && !atomic_load(&runner_stop)
+        && runner_relay_ensure(err, sizeof(err)) != RUNNER_OK)
+    {
+        runner_log("error", NULL, "egress relay: %s", err);
     }
 
     st = runner_connect_wait();

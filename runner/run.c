@@ -422,13 +422,32 @@ runner_run_token(runner_run_t *run, const char *tenant, int64_t timeout)
 }
 
 
+/* the session's own network (--egress-container), the egress peer on it
+ * as "egress"; the runner's relay (--egress-relay) checked first */
+static int
+runner_run_join(runner_run_t *run, char *err, size_t errlen)
+{
+    char  net[128];
+
+    if (runner_config->egress_relay[0]
+        && runner_relay_ensure(err, errlen) != RUNNER_OK)
+    {
+        return RUNNER_ERR;
+    }
+
+    runner_run_network(run, net, sizeof(net));
+
+    return runner_backend->net(net, run->session,
+                               runner_config->egress_container, err, errlen);
+}
+
+
 /* the session's volume and (compose) network */
 static int
 runner_run_session(runner_run_t *run, const char *volume, char *err,
     size_t errlen)
 {
     long  st;
-    char  net[128];
 
     st = runner_docker_volume_create(volume, run->session, err, errlen);
 
@@ -438,11 +457,7 @@ runner_run_session(runner_run_t *run, const char *volume, char *err,
     }
 
     if (runner_config->egress_container[0]) {
-        runner_run_network(run, net, sizeof(net));
-
-        return runner_backend->net(net, run->session,
-                                         runner_config->egress_container,
-                                         err, errlen);
+        return runner_run_join(run, err, errlen);
     }
 
     return RUNNER_OK;
@@ -880,7 +895,7 @@ runner_run_crashed(runner_run_t *run, long long attempts, char *err,
 static int
 runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
 {
-    char       v[RUNNER_NUM_MAX], net[128];
+    char       v[RUNNER_NUM_MAX];
     long long  attempts;
 
     runner_store_hget(run->store, run->id, "container_id", run->container,
@@ -939,10 +954,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
 
     if (runner_config->egress_container[0]) {
         /* an nginx container recreated meanwhile joins again */
-        runner_run_network(run, net, sizeof(net));
-        runner_backend->net(net, run->session,
-                                  runner_config->egress_container,
-                                  err, errlen);
+        (void) runner_run_join(run, err, errlen);
     }
 
     runner_log("info", run->id, "re-attached to container %.12s after %s",

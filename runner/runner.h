@@ -27,7 +27,9 @@
  * image.c (the sandbox image's contract, checked at start), pool.c (the
  * warm pool: --pool and --pool-images sandboxes made ahead, one given
  * to a new session's run of their image), spec.c (the container spec
- * and lock-down every sandbox gets, a run's or the pool's), archive.c
+ * and lock-down every sandbox gets, a run's or the pool's), relay.c (the
+ * egress relay the runner keeps for a swarm stack: --egress-relay),
+ * archive.c
  * (files put into a container: how it is given one), metrics.c (the
  * counters and their /metrics listener), test_hooks.c (the test build's
  * hooks: only `make runner-test` compiles it in).  smcp_token.c is a tool
@@ -222,6 +224,9 @@ typedef struct {
     char             dns[64];               /* the sandbox network's gateway */
     char             egress_container[128]; /* compose: nginx joins each
                                                session's own network */
+    char             egress_relay[256];     /* HOST:PORT: the runner keeps
+                                               egress_container, a relay
+                                               to it */
     char             backend[16];           /* docker | swarm */
     char             constraints[512];      /* swarm: placement, ';'
                                                between them */
@@ -728,6 +733,10 @@ int runner_budget_disk(runner_run_t *run, runner_store_t *st,
 int runner_floor_init(char *err, size_t errlen);
 void runner_floor_update(runner_store_t *st);
 int runner_floor_check(char *why, size_t size);
+
+/* relay.c: the egress relay of --egress-relay, kept by the runner */
+int runner_relay_check(char *err, size_t errlen);
+int runner_relay_ensure(char *err, size_t errlen);
 
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);

@@ -7,11 +7,12 @@
 # OAuth pages (oauth/), whose pages are laid out on their layouts/:
 #
 #   - a definition that does not parse, or lacks what a tool needs, and a
-#     script without its KEYS/ARGV header, a dashboard file of an unknown
-#     type or one that cannot be read, and a page whose layout or slot is
-#     missing stop smcp-embed, which names the file; the module's objects
-#     depend on the generated headers (so `make` and the `config` build
-#     stop too);
+#     script without its KEYS/ARGV header, a Perl program the runner
+#     starts (runner/egress-relay) without its #! line or use strict, a
+#     dashboard file of an unknown type or one that cannot be read, and a
+#     page whose layout or slot is missing stop smcp-embed, which names
+#     the file; the module's objects depend on the generated headers (so
+#     `make` and the `config` build stop too);
 #   - tools/list serves exactly the files (includes expanded), in order;
 #   - tools/call checks arguments against the same schema: an argument that
 #     is not among its properties is refused naming every property; every
@@ -147,6 +148,27 @@ subtest 'a script without its KEYS/ARGV header' => sub {
     ($rc, $out) = embed('lua', $d);
     isnt($rc, 0, 'a name that is no C identifier: fails');
     like($out, qr{Bad-Name\.lua: the name}, '... named') or diag($out);
+};
+
+subtest 'the programs the runner starts: perl' => sub {
+    my ($rc, $out) = embed('perl', "$root/runner/egress-relay");
+    is($rc, 0, 'runner/egress-relay embeds') or diag($out);
+    like(slurp("$dir/out.h"), qr/static const char smcp_perl_egress_relay\[\]/,
+         'smcp_perl_egress_relay');
+    my $d = "$dir/perl";
+    make_path($d);
+    for my $case ([ 'no #! line', 'a-b', "use strict;\nprint 1;\n", qr/#! line naming perl/ ],
+                  [ 'another interpreter', 'a-b', "#!/bin/sh\nuse strict;\n", qr/#! line/ ],
+                  [ 'no use strict', 'a-b', "#!/usr/bin/perl\nprint 1;\n", qr/use strict/ ],
+                  [ 'a name that is no C identifier', 'a.b', "#!/usr/bin/perl\nuse strict;\n",
+                    qr/the name/ ]) {
+        spew("$d/$case->[1]", $case->[2]);
+        ($rc, $out) = embed('perl', "$d/$case->[1]");
+        isnt($rc, 0, "$case->[0]: smcp-embed fails");
+        like($out, qr{\Q$d/$case->[1]\E: .*$case->[3]}, '... naming the file') or diag($out);
+        ok(!-e "$dir/out.h.tmp", '... no partial output left');
+        unlink "$d/$case->[1]";
+    }
 };
 
 subtest 'the OAuth pages: html and css' => sub {

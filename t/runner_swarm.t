@@ -20,13 +20,32 @@
 #      config`, else `docker-compose config`): redis with AOF, the MCP
 #      nginx replicated behind the routing mesh, egress and runner on
 #      every sandbox node, no credential in any environment (Docker
-#      secrets), the provider key in egress alone
+#      secrets), the provider key in egress alone; every session its own
+#      network: the runner keeps a relay (--egress-container,
+#      --egress-relay) on the `relay` network, where the egress alone is,
+#      as `egress`
 #   3. runs on the swarm backend, each path of the bridge backend's
 #      runner tests once, in one stack: a run with a repository writes a
 #      file; the next run of its session starts after it, sees the file
 #      and continues the conversation; a runner killed (-9) mid-run is
 #      replaced and re-attaches to the runs' services; cancel and a
 #      deadline end a run and remove its service
+#   4. sessions cannot reach each other (issue 22, point 7): two
+#      sessions' sandboxes at once, a listener (a dev server) in the
+#      first; the second reaches it neither by address nor by name (its
+#      service's, tasks.<service>), while the first reaches it by both
+#      (the control); each sandbox is on its session's internal network
+#      alone and reaches the egress there as `egress`.  With the swarm
+#      backend as SMCP::Stack runs it (`SMCP_BACKEND=swarm make up`'s
+#      recipe), and with docker-stack.yml's runner: its flags as the
+#      stack file gives them (the stack's names and secrets mapped to the
+#      test's), the `relay` network as the file declares it, a stand-in
+#      for the egress service on it (runner/egress-relay to the test's
+#      egress listener) and the node labels its constraints want; the
+#      runner makes its relay (locked down, on that network alone until a
+#      session's network is joined), a task completes through it; a relay
+#      found stopped is started again, one of other settings made anew
+#      and joined to the networks of the runs under way
 #
 # Needs root, Docker, `make` and redis-server (as the runner tests).
 # Traffic goes only to loopback, host addresses and containers this test
@@ -53,6 +72,16 @@ ensure_docker(root => 1);
 my $T0 = time();
 my $label = test_label();
 
+# docker-stack.yml as the CLI reads it (part 2), for its runner (part 4)
+my $STACK;
+
+# the networks a service of the stack file is on (a list or a map there)
+sub stack_nets {
+    my ($svc) = @_;
+    my $n = $svc->{networks} // [];
+    return ref $n eq 'HASH' ? sort keys %$n : @$n;
+}
+
 ##############################################################################
 # a single-node swarm, when there is none
 
@@ -74,6 +103,25 @@ my $made = 0;
     my ($rc, $out, $err) = SMCP::Docker::run_cmd([@cmd, '--backend', 'bogus'], timeout => 30);
     isnt($rc, 0, '--backend bogus: refused');
     like("$out$err", qr/unknown backend \\?"bogus/, '... saying so');
+    # --egress-relay: a target that is no HOST:PORT, or the relay itself
+    # (it is `egress` on the session networks), or no container named
+    for my $c ([['--egress-container', 'r', '--egress-relay', 'egress:8090'],
+                qr/names the relay itself/],
+               [['--egress-container', 'r', '--egress-relay', 'Egress.:8090'],
+                qr/names the relay itself/],
+               [['--egress-container', 'r', '--egress-relay', 'egress-service'],
+                qr/want HOST:PORT/],
+               [['--egress-container', 'r', '--egress-relay', 'a/b:8090'],
+                qr/want HOST:PORT/],
+               [['--egress-container', 'r', '--egress-relay', 'egress-service:65536'],
+                qr/want HOST:PORT/],
+               [['--egress-relay', 'egress-service:8090'],
+                qr/name its container with --egress-container/]) {
+        my ($args, $why) = @$c;
+        ($rc, $out, $err) = SMCP::Docker::run_cmd([@cmd, @$args], timeout => 30);
+        is($rc, 2, "@$args: refused (exit 2)");
+        like("$out$err", $why, "... saying why") or diag("$out$err");
+    }
     if ($state eq 'inactive') {
         ($rc, $out, $err) = SMCP::Docker::run_cmd([@cmd, '--backend', 'swarm'], timeout => 30);
         is($rc, 2, '--backend swarm on an engine in no swarm: exit 2');
@@ -208,7 +256,7 @@ subtest 'docker-stack.yml' => sub {
         if $rc != 0 && $err =~ /unknown|not a docker command|Usage/i;
     is($rc, 0, 'the stack file is valid') or return diag($err);
     my $y = CPAN::Meta::YAML->read_string($out) or return fail('YAML: ' . CPAN::Meta::YAML->errstr);
-    my $d = $y->[0];
+    my $d = $STACK = $y->[0];
     my $svc = $d->{services};
     is_deeply([sort keys %$svc], [qw(egress mcp redis runner)], 'redis, mcp, egress, runner');
     like(join(' ', @{ $svc->{redis}{command} }), qr/--appendonly yes/, 'redis: AOF');
@@ -216,8 +264,27 @@ subtest 'docker-stack.yml' => sub {
         and is($svc->{mcp}{ports}[0]{mode}, 'ingress', '... behind the routing mesh');
     is($svc->{$_}{deploy}{mode}, 'global', "$_: one per sandbox node") for qw(egress runner);
     like(join(' ', @{ $svc->{runner}{command} }), qr/--backend=swarm/, 'runner: --backend=swarm');
-    is($d->{networks}{sandboxes}{internal}, 'true', 'the sandboxes\' network is internal');
-    is_deeply($svc->{egress}{networks}{sandboxes}{aliases}, ['egress'], '... the egress on it as egress');
+    # a network per session: the runner keeps a relay on its node, which
+    # joins each one as egress and reaches the egress service on a
+    # network of their own (issue 22, 7)
+    my %flag = map { /^--([\w-]+)=(.*)$/ ? ($1 => $2) : () } @{ $svc->{runner}{command} };
+    is($flag{'egress-container'}, 'smcp-egress-relay',
+       'runner: --egress-container=smcp-egress-relay (a network per session, it joins each)');
+    my ($to) = ($flag{'egress-relay'} // '') =~ /^([\w.-]+):8090$/;
+    ok($to && $to ne 'egress', '... the relay it keeps (--egress-relay), to the egress '
+       . "service's port 8090 as $to (the relay itself is egress)");
+    is($flag{'egress-url'}, 'http://egress:8090', '... which sandboxes reach as egress');
+    my ($relay) = grep { ($d->{networks}{$_}{name} // '') eq ($flag{network} // '-') }
+                  sort keys %{ $d->{networks} };
+    ok($relay, "... on --network=" . ($flag{network} // '') . ', a network of the file')
+        or return;
+    is(join(' ', map { $d->{networks}{$relay}{$_} // '-' } qw(driver internal attachable)),
+       'overlay true true', "$relay: an internal, attachable overlay");
+    is_deeply([grep { grep { $_ eq $relay } stack_nets($svc->{$_}) } sort keys %$svc],
+              ['egress'], "... the egress service alone on it");
+    is_deeply($svc->{egress}{networks}{$relay}{aliases}, [$to // '-'], "... as $to");
+    is_deeply([grep { ($d->{networks}{$_}{internal} // '') eq 'true' } sort keys %{ $d->{networks} }],
+              [$relay], 'no other internal network (none that all sessions share)');
     # no credential in any service's environment: Docker secrets only
     my @env = map { keys %{ $svc->{$_}{environment} || {} } } sort keys %$svc;
     is_deeply([grep { /KEY|TOKEN|PASSWORD$|^PROXY_JWT_SECRET$/ } @env], [],
@@ -257,6 +324,7 @@ my $s = SMCP::Stack->new(
             { text => 'Long done.', hang => 12 },
         ],
         'SCENARIO-HANG' => [ { hang => 150 } ],
+        'SCENARIO-HELLO' => [ { text => 'Hello through the relay.' } ],
         'SCENARIO-CANCEL' => [
             { tool_use => { name => 'write', input => {
                 filePath => '/workspace/repo/partial.txt', content => "partial\n" } } },
@@ -332,8 +400,241 @@ subtest 'cancel and deadline' => sub {
        '... and its service is gone');
 };
 
+##############################################################################
+# 4. sessions cannot reach each other
+
+# the running task container of a run's service, and the service's name
+sub sandbox_of {
+    my ($run) = @_;
+    my (undef, $cid) = docker('ps', '-q', '--filter', "label=smcp.run=$run",
+                              '--filter', 'status=running');
+    my (undef, $svc) = docker('service', 'ls', '--filter', "label=smcp.run=$run",
+                              '--format', '{{.Name}}');
+    ($cid) = split ' ', $cid;
+    ($svc) = split ' ', $svc;
+    return ($cid, $svc);
+}
+
+# two sessions' sandboxes at once (their runs wait on the model), a
+# listener in the first: the second reaches it by no address and no
+# name, the first by both; each is on its session's network alone and
+# reaches the egress there (EGRESS_PORT) as `egress`
+sub sessions_isolated {
+    my ($s, $runner, $eport) = @_;
+    my @runs = map {
+        $s->run_task(task => "SCENARIO-HANG: session $_ waits", title => "isolated $_",
+                     timeoutSeconds => 300)
+    } qw(A B);
+    my (@cid, @svc);
+    for my $i (0, 1) {
+        my $id = $runs[$i]{runId};
+        ok(wait_until(180, sub { ($cid[$i], $svc[$i]) = sandbox_of($id); $cid[$i] && $svc[$i] }, 0.5),
+           "session $i: its sandbox runs (service " . ($svc[$i] // '?') . ')')
+            or return $s->diag_run($id, $runner);
+        my $ses = $runs[$i]{sessionId};
+        my (undef, $nets) = docker('inspect', '--format',
+            '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}', $cid[$i]);
+        is_deeply([split ' ', $nets], ["smcp-net-$ses"], "... on its session's network alone");
+        my (undef, $internal) = docker('network', 'inspect', '--format', '{{.Internal}}',
+                                       "smcp-net-$ses");
+        is($internal, "true\n", '... which is internal');
+        # the egress nginx answers (a request without a run token)
+        my ($rc, $code, $err) = exec_in($cid[$i], ['curl', '-sS', '-o', '/dev/null', '-w',
+            '%{http_code}', '--max-time', '10', "http://egress:$eport/"], timeout => 20);
+        like($code, qr/^[1-5]\d\d$/, "... it reaches the egress as egress:$eport (HTTP $code)")
+            or diag("rc=$rc $err");
+    }
+    my ($a, $b) = @cid;
+    my $ip = container_ip($a);
+
+    # a dev server in A, on every address, as the agent would start one
+    my ($rc, undef, $err) = docker('exec', '-d', '-u', '1000:1000', $a, 'perl',
+        '-MIO::Socket::INET', '-e', 'my $l = IO::Socket::INET->new(LocalPort => 7777, '
+        . 'Listen => 16, ReuseAddr => 1) or die $!; '
+        . 'while (my $c = $l->accept) { print $c "DEVSERVER\n"; close $c }');
+    is($rc, 0, 'a listener on port 7777 in session A\'s sandbox') or diag($err);
+    ok(wait_until(30, sub { probe_tcp($a, '127.0.0.1', 7777)->{reply} =~ /DEVSERVER/ }, 0.5),
+       '... listening');
+
+    # the control: from A's own network, by address and by name
+    my $p = probe_tcp($a, $ip, 7777);
+    like($p->{reply}, qr/DEVSERVER/, "control: A reaches it at its address $ip") or diag($p->{out});
+    my (undef, $hosts) = exec_in($a, ['getent', 'hosts', $svc[0]], timeout => 15);
+    like($hosts, qr/^\d+\.\d+\.\d+\.\d+\s/, "control: A resolves its service name $svc[0]");
+    $p = probe_tcp($a, "tasks.$svc[0]", 7777);
+    like($p->{reply}, qr/DEVSERVER/, "control: ... and reaches it as tasks.$svc[0]")
+        or diag($p->{out});
+
+    # B: by the address, by the names
+    $p = probe_tcp($b, $ip, 7777);
+    ok(!$p->{connected} && $p->{reply} !~ /DEVSERVER/,
+       "session B's sandbox does not reach A's listener at $ip:7777") or diag($p->{out});
+    for my $name ($svc[0], "tasks.$svc[0]") {
+        my ($rc, $out) = exec_in($b, ['getent', 'hosts', $name], timeout => 15);
+        ok($rc != 0 && $out eq '', "... nor resolves $name") or diag("rc=$rc $out");
+        $p = probe_tcp($b, $name, 7777);
+        ok(!$p->{connected} && $p->{reply} !~ /DEVSERVER/, "... nor reaches $name:7777")
+            or diag($p->{out});
+    }
+
+    for my $run (@runs) {
+        $s->call('opencode_cancel_run', { runId => $run->{runId} });
+        is($s->wait_done($run->{runId}, 90)->{status}, 'cancelled', 'the run is cancelled');
+    }
+}
+
+subtest 'sessions isolated: the swarm backend (SMCP_BACKEND=swarm make up)' => sub {
+    sessions_isolated($s, $runner, $s->egress_port);
+};
+
 ok($s->runner_alive($runner), 'the runner is up');
 $s->stop_runner($runner, 'TERM');
+
+# docker-stack.yml's runner, with the flags the file gives it: the stack's
+# names and secrets mapped to this test's
+subtest "sessions isolated: docker-stack.yml's runner" => sub {
+    $STACK or return fail('no stack configuration (part 2)');
+    my $cmd = $STACK->{services}{runner}{command};
+    my %flag = map { /^--([\w-]+)=(.*)$/ ? ($1 => $2) : () } @$cmd;
+    my ($netkey) = grep { ($STACK->{networks}{$_}{name} // '') eq ($flag{network} // '-') }
+                   sort keys %{ $STACK->{networks} };
+    ok($netkey, "the runner's --network is the file's $netkey network")
+        or return diag(join(' ', @$cmd));
+    # the egress service's port: the relay's target, else the sandboxes'
+    my ($to_port) = ($flag{'egress-relay'} // $flag{'egress-url'} // '') =~ /:(\d+)\/?$/;
+    my $id = test_id();
+    my $relay_net = "smcp-relay-$id";
+    my $backend_net = "smcp-backend-$id";
+    my $relay = "smcp-egress-relay-$id";
+    my $egress = "smcp-egress-$id";
+    my %map = (
+        redis                 => '127.0.0.1:' . $s->t->redis_port,
+        # the test's Redis has no password
+        'redis-password-file' => undef,
+        'secret-file'         => $s->t->secret_file,
+        image                 => $s->image,
+        network               => $relay_net,
+        'egress-container'    => $relay,
+    );
+    my @argv = map {
+        my ($k) = /^--([\w-]+)=/;
+        !exists $map{$k} ? $_ : defined $map{$k} ? "--$k=$map{$k}" : ();
+    } @$cmd;
+    note("docker-stack.yml's runner: @argv");
+
+    # the node labels its constraints want
+    my (undef, $node) = docker('info', '--format', '{{.Swarm.NodeID}}');
+    chomp $node;
+    my @labels;
+    for (split /;/, $flag{'swarm-constraints'} // '') {
+        my ($k, $v) = /^node\.labels\.([\w.-]+)\s*==\s*(\S+)$/ or next;
+        my (undef, $has) = docker('node', 'inspect', '--format', "{{index .Spec.Labels \"$k\"}}", $node);
+        chomp $has;
+        next if $has eq $v;
+        docker('node', 'update', '--label-add', "$k=$v", $node);
+        push @labels, $k;
+    }
+
+    # the relay, then the stand-in (its task goes after its service), then
+    # the networks
+    my $cleanup = sub {
+        docker({ timeout => 60 }, 'rm', '-f', $relay);
+        docker({ timeout => 60 }, 'service', 'rm', $egress);
+        wait_until(60, sub { (docker('ps', '-aq', '--filter',
+                                     "label=com.docker.swarm.service.name=$egress"))[1] !~ /\S/ });
+        for my $n ($relay_net, $backend_net) {
+            wait_until(30, sub { my ($rc, undef, $e) = docker('network', 'rm', $n);
+                                 $rc == 0 || $e =~ /not found/ });
+        }
+        docker('node', 'update', '--label-rm', $_, $node) for @labels;
+    };
+
+    my $ok = eval {
+        # the relay network as the file declares it, the backend beside it
+        my $n = $STACK->{networks}{$netkey};
+        my ($rc, undef, $err) = docker({ timeout => 60 }, 'network', 'create',
+            '--driver', $n->{driver} // 'overlay',
+            (($n->{internal} // '') eq 'true' ? '--internal' : ()),
+            (($n->{attachable} // '') eq 'true' ? '--attachable' : ()),
+            '--label', $label, $relay_net);
+        is($rc, 0, "the stack's $netkey network: $relay_net") or die $err;
+        ($rc, undef, $err) = docker({ timeout => 60 }, 'network', 'create', '--driver', 'overlay',
+                                    '--label', $label, $backend_net);
+        is($rc, 0, "... and a backend: $backend_net") or die $err;
+
+        # the egress service, a stand-in on those networks as the file
+        # puts it there: runner/egress-relay to this test's egress listener
+        my $aliases = $STACK->{services}{egress}{networks}{$netkey}{aliases} || [];
+        ($rc, undef, $err) = docker({ timeout => 120 }, 'service', 'create', '--detach',
+            '--name', $egress, '--label', $label, '--constraint', "node.id==$node",
+            '--endpoint-mode', $STACK->{services}{egress}{deploy}{endpoint_mode} // 'vip',
+            '--network', $backend_net,
+            '--network', join(',', "name=$relay_net", map { "alias=$_" } @$aliases),
+            '--mount', 'type=bind,src=' . SMCP::Test::repo_root()
+                       . '/runner/egress-relay,dst=/egress-relay,readonly',
+            '--user', '65534', '--read-only', '--init', '--entrypoint', 'perl',
+            SMCP::Docker::base_image(), '/egress-relay', $to_port,
+            $s->gateway . ':' . $s->egress_port);
+        is($rc, 0, "a stand-in for the egress service on it as @$aliases") or die $err;
+
+        my $r = $s->start_runner(name => 'rt-stack-' . test_id(), argv => \@argv);
+        ok(wait_until(60, sub { $s->runner_log($r) =~ /egress relay \Q$relay\E made/ }, 0.5),
+           'the runner makes its relay') or diag($s->runner_log_tail($r));
+        my (undef, $how) = docker('inspect', '--format',
+            '{{.State.Running}} {{.Config.User}} {{.HostConfig.ReadonlyRootfs}} '
+            . '{{json .HostConfig.CapDrop}} {{json .HostConfig.SecurityOpt}} '
+            . '{{.HostConfig.RestartPolicy.Name}} '
+            . '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}', $relay);
+        is($how, qq(true 65534:65534 true ["ALL"] ["no-new-privileges"] unless-stopped $relay_net \n),
+           '... running, locked down, on that network alone');
+
+        my $hello = $s->run_task(task => 'SCENARIO-HELLO: say hello', title => 'hello');
+        my $res = $s->wait_done($hello->{runId}, 180);
+        is($res->{status}, 'completed', 'a task completes through the relay')
+            or $s->diag_run($hello->{runId}, $r);
+        is($res->{result}, 'Hello through the relay.', '... with the model\'s answer');
+        ok(wait_until(60, sub { (docker('network', 'inspect', "smcp-net-$hello->{sessionId}"))[0] != 0 }, 0.5),
+           '... its session\'s network removed after it');
+
+        # a relay found stopped is started again before the next join
+        docker('stop', '-t', '1', $relay);
+        my $again = $s->run_task(task => 'SCENARIO-HELLO: again', title => 'hello again');
+        is($s->wait_done($again->{runId}, 180)->{status}, 'completed',
+           'a relay found stopped is started again: a task completes')
+            or $s->diag_run($again->{runId}, $r);
+
+        # other settings: the relay is made anew, on the networks of the
+        # runs under way
+        my $live = $s->run_task(task => 'SCENARIO-HANG: under way while the relay changes',
+                                title => 'live', timeoutSeconds => 300);
+        my $cid;
+        ok(wait_until(180, sub { ($cid) = sandbox_of($live->{runId}); $cid }, 0.5),
+           'a run under way') or $s->diag_run($live->{runId}, $r);
+        my $old = container_inspect_field($relay, '{{.Id}}');
+        $s->stop_runner($r, 'TERM');
+        $r = $s->start_runner(name => $r->{name}, argv => [@argv, '--concurrency=3']);
+        ok(wait_until(60, sub { $s->runner_log($r) =~ /egress relay \Q$relay\E: made with other settings/ }, 0.5),
+           'a runner with other settings (--concurrency) makes its relay anew')
+            or diag($s->runner_log_tail($r));
+        isnt(container_inspect_field($relay, '{{.Id}}') // '', $old, '... a new container');
+        my $lnet = "smcp-net-$live->{sessionId}";
+        like(container_inspect_field($relay, '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}') // '',
+             qr/(^| )\Q$lnet\E /, "... on the network of the run under way, $lnet");
+        my ($rc2, $code) = exec_in($cid, ['curl', '-sS', '-o', '/dev/null', '-w', '%{http_code}',
+                                          '--max-time', '10', "http://egress:$to_port/"], timeout => 20);
+        like($code, qr/^[1-5]\d\d$/, "... where the run reaches the egress again (HTTP $code)");
+        $s->call('opencode_cancel_run', { runId => $live->{runId} });
+        is($s->wait_done($live->{runId}, 90)->{status}, 'cancelled', 'the run is cancelled');
+
+        sessions_isolated($s, $r, $to_port);
+        ok($s->runner_alive($r), 'the runner is up');
+        $s->stop_runner($r, 'TERM');
+        1;
+    };
+    my $e = $@;
+    $cleanup->();
+    fail("docker-stack.yml's runner: $e") unless $ok;
+};
 
 my (undef, $left) = docker('service', 'ls', '-q', '--filter', 'label=smcp.runner');
 note("services left by others: $left") if $left =~ /\S/;

@@ -4,9 +4,11 @@
 # real containers: from a hardened sandbox container on the network, only
 # the egress listener on the gateway IP is reachable; host services (via the
 # gateway, docker0 or the host's own address), a stand-in outside host on an
-# ordinary Docker network, a second sandbox on the same network and DNS are
-# not.  Every "not reachable" has a control showing the target is up and
-# reachable from elsewhere.  Traffic goes only to loopback, host addresses
+# ordinary Docker network, a second sandbox on the same network (another
+# session's: the bridge backend runs every session's sandboxes on this one
+# network) by its address or by its name, and DNS are not.  Every "not
+# reachable" has a control showing the target is up and reachable from
+# elsewhere.  Traffic goes only to loopback, host addresses
 # and containers this test creates.
 #
 # Needs root and Docker (.ci/install-deps, .ci/start-dockerd; the base image
@@ -311,6 +313,9 @@ sub wait_listening {
     $p = probe_tcp($sb1, $sb2_ip, 9418, timeout => 3);
     ok(!$p->{connected}, "the second sandbox $sb2_ip:9418 is NOT reachable (icc off)")
         or diag($p->{out});
+    my $sb2_name = container_inspect_field($sb2, '{{.Name}}') =~ s{^/}{}r;
+    $p = probe_tcp($sb1, $sb2_name, 9418, timeout => 3);
+    ok(!$p->{connected}, "... nor by its name $sb2_name") or diag($p->{out});
 
     # DNS: fails by lookup, stopped at the firewall, nothing reached
     # (getent timed inside the sandbox: docker exec's own time is not its)

@@ -152,7 +152,7 @@ sub new {
     return $self;
 }
 
-SMCP::Test::accessors(qw(t anthropic github net gateway egress_url image sid real));
+SMCP::Test::accessors(qw(t anthropic github net gateway egress_port egress_url image sid real));
 
 # the backend the runners use: docker (default) or swarm
 sub backend { return $ENV{SMCP_TEST_BACKEND} || 'docker' }
@@ -179,7 +179,9 @@ sub runner_name { return 'rt-' . test_id() }
 
 # start_runner(name => N, concurrency => 2, claim_idle => 3000,
 #   docker_socket => PATH, args => [...], env => {VAR => value},
-#   test_hooks => 1 (the test build: env may set SMCP_RUNNER_TEST_*))
+#   test_hooks => 1 (the test build: env may set SMCP_RUNNER_TEST_*),
+#   argv => [...] (these flags and --name alone, none of this stack's: a
+#   deployment's own, e.g. docker-stack.yml's))
 #   -> { pid, name, log }
 sub start_runner {
     my ($self, %o) = @_;
@@ -189,7 +191,8 @@ sub start_runner {
     $self->_watch_docker_events($name);
     my $log = $t->dir . "/runner-$name.log";
     $t->watch_log($log);
-    my @cmd = ($o{test_hooks} ? $self->hook_runner_bin : $self->{runner_bin},
+    my $bin = $o{test_hooks} ? $self->hook_runner_bin : $self->{runner_bin};
+    my @cmd = $o{argv} ? ($bin, @{ $o{argv} }, '--name', $name) : ($bin,
         '--redis', '127.0.0.1:' . $t->redis_port,
         '--secret-file', $t->secret_file,
         '--image', $self->{image},
