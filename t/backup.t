@@ -52,7 +52,7 @@ my ($top, $state, $port) = ($up->top, $up->state, $up->port);
 my $dir = tempdir('smcp-backups-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 
 my ($rc, $out) = $up->up;
-is($rc, 0, 'make up') or BAIL_OUT($out);
+is($rc, 0, 'make up') or SMCP::Test::give_up($out);
 my ($token) = $out =~ m{^  Token:\s+(\S+)}m;
 my ($dash) = $out =~ m{^  Dashboard:\s+(\S+)}m;
 my $sid = $up->initialize($token // '');

@@ -47,7 +47,7 @@ my $dir = tempdir('smcp-public-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SMCP_TEST_
 # readable by its owner alone
 my ($crt, $key) = eval { test_cert($dir, 'mcp', 'DNS:localhost', 'IP:127.0.0.1',
                                    'DNS:mcp.smcp.test', 'DNS:evil.smcp.test') };
-ok($crt, 'a test CA and a certificate for localhost (openssl)') or BAIL_OUT($@);
+ok($crt, 'a test CA and a certificate for localhost (openssl)') or SMCP::Test::give_up($@);
 my $ca = "$dir/ca.crt";
 chmod 0600, $key;
 

@@ -331,7 +331,7 @@ my $gated_turn = sub {
 
 my $docker0 = { network_gateway('bridge') }->{gateway};
 ok($docker0, "docker0's address is known: " . ($docker0 // '-'))
-    or BAIL_OUT('no docker0 address: the fake upstream has nowhere to listen');
+    or SMCP::Test::give_up('no docker0 address: the fake upstream has nowhere to listen');
 my $anthropic = SMCP::Fakes::start_anthropic(addr => $docker0, key => $real_key,
                                              text => 'hello from the fake',
                                              script => [$gated_turn]);
@@ -382,7 +382,7 @@ delete @ENV{qw(SMCP_OAUTH_RATE SMCP_OAUTH_BURST)};
     ($rc, $out, $err) = compose(['up', '-d'], timeout => 300);
     $dt = time() - $t;
     is($rc, 0, sprintf('docker-compose up -d (%.1f s)', $dt))
-        or BAIL_OUT("docker-compose up failed: $out$err");
+        or SMCP::Test::give_up("docker-compose up failed: $out$err");
     push @timings, sprintf('docker-compose up -d %.1f s', $dt);
 }
 
@@ -769,7 +769,7 @@ my (%run, %ses, %sb, %net);
 
     my $both = wait_until(150, sub { gate_reached($gate{A}) && gate_reached($gate{B}) }, 0.25);
     ok($both, sprintf('both sandboxes run at once and wait for the model (%.1f s)', time() - $t))
-        or BAIL_OUT('the two runs did not both reach the model: '
+        or SMCP::Test::give_up('the two runs did not both reach the model: '
                     . explain([map { wait_result($run{$_}, 1) } qw(A B)]));
     push @timings, sprintf('two tasks, submit -> both waiting on the model %.1f s', time() - $t);
     $sb{$_} = sandbox_of($run{$_}) for qw(A B);

@@ -105,7 +105,7 @@ my $real = 'sk-REAL-' . rhex();
 my $f1 = SMCP::Fakes::start_openai(key => $real, text => 'from one');
 my $f2 = eval { SMCP::Fakes::start_openai(key => $real, text => 'from two',
                                           addr => '127.0.0.2', port => $f1->port) };
-BAIL_OUT("cannot listen on 127.0.0.2:" . $f1->port . ": $@") unless $f2;
+SMCP::Test::give_up("cannot listen on 127.0.0.2:" . $f1->port . ": $@") unless $f2;
 my $gh = SMCP::Fakes::start_github(token => $real);
 $gh->create_repo('owner/repo', files => { 'README.md' => "ghe\n" });
 
@@ -143,7 +143,7 @@ NGINX
     1;
 };
 ok($started, 'nginx starts while up.smcp.test does not resolve') or diag($@);
-BAIL_OUT('nginx did not start') unless $started;
+SMCP::Test::give_up('nginx did not start') unless $started;
 
 my ($sid) = $t->initialize;
 ok($sid, '/mcp answers meanwhile');

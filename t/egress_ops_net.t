@@ -36,7 +36,7 @@ my $image = "smcp-nginx:$tag";
     my ($rc, $out, $err) = docker({ timeout => 900 }, 'build', '-q', '-f',
         "$root/ngx_sandbox_mcp_module/Dockerfile", '--build-arg', 'BASE=' . base_image(),
         '-t', $image, $root);
-    is($rc, 0, "the nginx image $image builds") or BAIL_OUT("docker build: $err");
+    is($rc, 0, "the nginx image $image builds") or SMCP::Test::give_up("docker build: $err");
 }
 
 my $backend = create_network();

@@ -9,6 +9,7 @@
 #   3. under CI=true a file that skips everything, or skips one test, fails
 #      (saying so), and passes without CI
 #   4. each file's time is printed, slowest first, before prove's result
+#   5. no test file calls BAIL_OUT (it would stop the files beside it)
 
 use strict;
 use warnings;
@@ -114,5 +115,12 @@ subtest 'each file\'s time' => sub {
          'a line per file, then the total') or diag($out);
     like($out, qr/Time per file[\s\S]*^Result: PASS$/m, '... before the result line');
 };
+
+# a file that cannot go on gives up alone (SMCP::Test::give_up): a
+# BAIL_OUT would stop every file running beside it, their stacks left up
+{
+    my @bail = grep { SMCP::Test::slurp($_) =~ /\bBAIL_OUT\s*\(/ } glob("$FindBin::Bin/*.t");
+    is_deeply([map { s{.*/}{}r } @bail], [], 'no test file calls BAIL_OUT (give_up instead)');
+}
 
 done_testing;

@@ -45,11 +45,11 @@ my @SHA = map { sha1_hex($t->read_file(repo_root()
              run_diff run_events);
 
 my ($sid) = $t->initialize;
-ok($sid, 'MCP session') or BAIL_OUT('no session');
+ok($sid, 'MCP session') or SMCP::Test::give_up('no session');
 my $sc = SMCP::Test::sc(scalar $t->call_tool($sid, 'opencode_run_task',
                                              { task => 'recovery' }));
 my $run = $sc->{runId};
-ok($run, 'a run') or BAIL_OUT('no run');
+ok($run, 'a run') or SMCP::Test::give_up('no run');
 
 ###############################################################################
 # a large dataset: ~24 MB of plain commands (no RDB preamble) in the AOF

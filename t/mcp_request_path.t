@@ -62,7 +62,7 @@ my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
 sub session_for {
     my ($tok) = @_;
     my ($sid) = $t->initialize(token => $tok);
-    ok($sid, 'a session') or BAIL_OUT('no session');
+    ok($sid, 'a session') or SMCP::Test::give_up('no session');
     return $sid;
 }
 

@@ -68,14 +68,14 @@ sub redis_out_bytes {
 sub session_for_port {
     my ($tok, $port) = @_;
     my ($sid) = $t->initialize(token => $tok, port => $port);
-    ok($sid, 'an MCP session') or BAIL_OUT('no MCP session');
+    ok($sid, 'an MCP session') or SMCP::Test::give_up('no MCP session');
     return $sid;
 }
 
 sub session_for {
     my ($tok) = @_;
     my ($sid) = $t->initialize(token => $tok);
-    ok($sid, 'an MCP session') or BAIL_OUT('no MCP session');
+    ok($sid, 'an MCP session') or SMCP::Test::give_up('no MCP session');
     return $sid;
 }
 

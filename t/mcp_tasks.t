@@ -33,7 +33,7 @@ $t->start;
 
 my $P = 'smcp:';
 my ($sid, $init) = $t->initialize;
-ok($sid, 'MCP session') or BAIL_OUT('no MCP session');
+ok($sid, 'MCP session') or SMCP::Test::give_up('no MCP session');
 
 my $bob_tok = $t->token(sub => 'bob');
 my ($bob_sid) = $t->initialize(token => $bob_tok);

@@ -44,7 +44,7 @@ $t->start;
 
 my $P = 'smcp:';
 my ($sid) = $t->initialize;
-ok($sid, 'MCP session') or BAIL_OUT('no MCP session: cannot test tools');
+ok($sid, 'MCP session') or SMCP::Test::give_up('no MCP session: cannot test tools');
 
 my $bob_tok = $t->token(sub => 'bob');
 my ($bob_sid) = $t->initialize(token => $bob_tok);

@@ -70,7 +70,7 @@ my $prom = SMCP::Metrics->start_prometheus($t, jobs => {
     nginx  => '127.0.0.1:' . $t->port,
     runner => "127.0.0.1:$mport",
 });
-ok($prom, 'prometheus started') or BAIL_OUT('no prometheus');
+ok($prom, 'prometheus started') or SMCP::Test::give_up('no prometheus');
 
 ok(wait_until(30, sub {
     my $h = $prom->targets;

@@ -107,7 +107,7 @@ sub value { return metric_value(@_) // 0 }
 # MCP calls: by method, tool and outcome
 
 my ($sid) = $t->initialize;
-ok($sid, 'a session') or BAIL_OUT('no session');
+ok($sid, 'a session') or SMCP::Test::give_up('no session');
 
 my ($res) = $t->call_tool($sid, 'opencode_run_task', { task => 'metrics' });
 my $run = (SMCP::Test::sc($res) || {})->{runId};

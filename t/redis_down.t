@@ -29,7 +29,7 @@ my $P = 'smcp:';
 my $ping = { jsonrpc => '2.0', id => 1, method => 'ping' };
 
 my ($sid) = $t->initialize;
-ok($sid, 'session') or BAIL_OUT('no session');
+ok($sid, 'session') or SMCP::Test::give_up('no session');
 my ($res) = $t->call_tool($sid, 'opencode_run_task', { task => 'outage test' });
 my $run = (SMCP::Test::sc($res) || {})->{runId};
 ok($run, 'a run') or diag(json_encode($res));

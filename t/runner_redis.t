@@ -44,7 +44,7 @@ sub run_task_retry {
     my (%a) = @_;
     my $run;
     wait_until(60, sub { $run = eval { $s->run_task(%a) }; $run }, 0.3);
-    return $run // BAIL_OUT('opencode_run_task never succeeded');
+    return $run // SMCP::Test::give_up('opencode_run_task never succeeded');
 }
 
 my $run = run_task_retry(task => 'SCENARIO-QUICK: answer');

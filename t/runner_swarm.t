@@ -164,7 +164,7 @@ if ($state eq 'inactive') {
     my ($rc, $out, $err) = docker({ timeout => 60 }, 'swarm', 'init',
         '--advertise-addr', '127.0.0.1', '--default-addr-pool', '10.213.0.0/16',
         '--default-addr-pool-mask-length', '24');
-    BAIL_OUT("docker swarm init: $err") if $rc;
+    SMCP::Test::give_up("docker swarm init: $err") if $rc;
     $made = 1;
     note('a single-node swarm made for this test');
 } elsif ($state ne 'active') {

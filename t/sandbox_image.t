@@ -67,7 +67,7 @@ my ($t0, $t1);
 }
 
 my $id = image_field($image, '{{.Id}}');
-ok($id, "image $image exists") or BAIL_OUT('no image');
+ok($id, "image $image exists") or SMCP::Test::give_up('no image');
 
 {
     # the docker commands it runs, through a wrapper that writes them down

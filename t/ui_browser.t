@@ -101,7 +101,7 @@ $t->start;
 my $P = 'smcp:';
 my $origin = 'http://127.0.0.1:' . $t->port;
 my ($sid) = $t->initialize;
-ok($sid, 'MCP session') or BAIL_OUT('no MCP session');
+ok($sid, 'MCP session') or SMCP::Test::give_up('no MCP session');
 
 # a run by opencode_run_task: its structuredContent
 sub run_task {

@@ -61,7 +61,7 @@ $ENV{PATH} = "$bindir:$ENV{PATH}";
 my ($base_image) = ensure_sandbox_image();
 my $image = 'smcp-sandbox:upgrade-' . lc(test_id() =~ s/[^A-Za-z0-9_.-]/-/gr);
 my ($trc, undef, $terr) = docker('tag', $base_image, $image);
-is($trc, 0, "the sandbox image tagged $image") or BAIL_OUT($terr);
+is($trc, 0, "the sandbox image tagged $image") or SMCP::Test::give_up($terr);
 $ENV{SMCP_SANDBOX_IMAGE} = $image;
 my $owner = $$;
 # (after make down the tag goes, and the image made for the upgrade with it)
@@ -93,7 +93,7 @@ sub maps_module {
 }
 
 my ($rc, $out) = $up->up;
-is($rc, 0, 'make up') or BAIL_OUT($out);
+is($rc, 0, 'make up') or SMCP::Test::give_up($out);
 my ($token) = $out =~ m{^  Token:\s+(\S+)}m;
 my $sid = $up->initialize($token // '');
 ok($sid, 'an MCP session');

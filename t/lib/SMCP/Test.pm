@@ -186,6 +186,16 @@ sub require_prereqs {
     prereq_fail('missing ' . join(', ', @missing)) if @missing;
 }
 
+# give_up($why): this file cannot go on (what it needed failed): a
+# failure, then exit, so that its END blocks stop what it started; the
+# other files of make test go on (BAIL_OUT would stop them all, under
+# prove -j in the middle of their runs, leaving their stacks behind)
+sub give_up {
+    my ($why) = @_;
+    Test::More::fail("cannot go on: $why");
+    exit 1;
+}
+
 # inside a SKIP block: skip $n tests (a failure first, under CI)
 sub skip_or_fail {
     my ($why, $n) = @_;
