@@ -119,7 +119,8 @@ subtest 'each file\'s time' => sub {
 # a file that cannot go on gives up alone (SMCP::Test::give_up): a
 # BAIL_OUT would stop every file running beside it, their stacks left up
 {
-    my @bail = grep { SMCP::Test::slurp($_) =~ /\bBAIL_OUT\s*\(/ } glob("$FindBin::Bin/*.t");
+    my @bail = grep { !/harness\.t$/ && SMCP::Test::slurp($_) =~ /\bBAIL_OUT\s*\(/ }
+               glob("$FindBin::Bin/*.t");
     is_deeply([map { s{.*/}{}r } @bail], [], 'no test file calls BAIL_OUT (give_up instead)');
 }
 
