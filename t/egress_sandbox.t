@@ -39,6 +39,7 @@ use SMCP::Fakes qw(parse_sse);
 my $T0 = time();
 my $ENTRYPOINT = SMCP::Test::repo_root() . '/runner/sandbox/entrypoint.sh';
 my $REGISTRIES = SMCP::Test::repo_root() . '/runner/sandbox/registries.sh';
+my $GIT_AFTER = SMCP::Test::repo_root() . '/runner/sandbox/git-after.sh';
 
 # nginx + redis (skips when the module is not built), then Docker
 my $t = SMCP::Test->new(workers => 2);
@@ -132,7 +133,8 @@ my $cid = create_container(
     entrypoint  => '/usr/local/bin/smcp-entrypoint',
     extra       => ['--mount', "type=volume,src=$vol,dst=/workspace",
                     '--mount', "type=bind,src=$ENTRYPOINT,dst=/usr/local/bin/smcp-entrypoint,readonly",
-                    '--mount', "type=bind,src=$REGISTRIES,dst=/usr/local/lib/smcp/registries.sh,readonly"],
+                    '--mount', "type=bind,src=$REGISTRIES,dst=/usr/local/lib/smcp/registries.sh,readonly",
+                    '--mount', "type=bind,src=$GIT_AFTER,dst=/usr/local/lib/smcp/git-after.sh,readonly"],
     cmd         => ['sleep', '300'],
 );
 {
