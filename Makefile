@@ -240,7 +240,7 @@ revoke: $(TOKEN_BIN)
 	    $$(pw=$${REDIS_PASSWORD_FILE:-$$(.ci/state dir)/redis-password}; \
 	       [ -f "$$pw" ] && echo --redis-password-file "$$pw")
 
-# make up's signing keys (README "Rotating the signing secret"): a new key
+# make up's signing keys (docs/operations.md, "Rotating the signing secret"): a new key
 # signs, nginx reloaded, the runner restarted (its runs go on); then, once
 # the runs the old key signed have ended, the old key retired
 rotate-secret: $(TOKEN_BIN)

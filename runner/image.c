@@ -1,5 +1,5 @@
 /*
- * The sandbox image's contract (README "The sandbox image"), checked when
+ * The sandbox image's contract (docs/egress.md, "The sandbox image"), checked when
  * the runner starts: an image of one's own is built FROM ours and keeps
  * what the runner and the entry script rely on.  Docker's description of
  * the image says whether it does: the entry point, the user, the labels
@@ -20,7 +20,7 @@
 #define RUNNER_IMAGE_ENTRY     "/usr/local/bin/smcp-sandbox-entry"
 #define RUNNER_IMAGE_CONTRACT  "1"
 #define RUNNER_IMAGE_HOW       "build it FROM smcp-sandbox and keep its " \
-                               "ENTRYPOINT, USER and labels (README, " \
+                               "ENTRYPOINT, USER and labels (docs/egress.md, " \
                                "\"The sandbox image\")"
 
 

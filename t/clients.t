@@ -86,8 +86,10 @@ subtest 'Claude Code: claude mcp add, claude mcp list' => sub {
          '... and adds the server');
     my ($hdr) = slurp($c->home . '/.claude.json') =~ /"Authorization": "Bearer ([^"]+)"/;
     my (undef, $claims) = SMCP::Test::decode_jwt($hdr // '');
-    is($claims && $claims->{sub}, 'alice', '... with a token of make token (tenant alice)');
-    is_deeply($claims && $claims->{repos}, ['acme/*'], '... and its repositories');
+    my $tenant = $ENV{USER} || 'local';
+    is($claims && $claims->{sub}, $tenant,
+       "... with a token of make token (make up's tenant: $tenant)");
+    is_deeply($claims && $claims->{repos}, ['*'], '... and its repositories (any)');
 
     ($rc, $out, $err) = $c->run(['claude', 'mcp', 'list'], timeout => 60);
     is($rc, 0, 'claude mcp list') or diag("$out$err");

@@ -1,5 +1,5 @@
 #!/usr/bin/env perl
-# The sandbox image contract (README "The sandbox image"), checked by
+# The sandbox image contract (docs/egress.md, "The sandbox image"), checked by
 # build/smcp-runner at start, before it touches Redis: an image built FROM
 # ours that keeps the contract is taken (the runner goes on to Redis); one
 # that changes the entry point, runs as root, or is not built FROM ours
