@@ -90,6 +90,7 @@ my $t = SMCP::Test->new(
     workers  => 2,
     location => q{
             sandbox_mcp_max_queued 100;
+            sandbox_mcp_tenant_sessions 100;
             sandbox_mcp_default_model test/model-ui;},
     server   => q{
         location /ui/ {
