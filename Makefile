@@ -219,8 +219,9 @@ restore:
 # the key: $$PROXY_JWT_SECRET, else the first of `make up`'s keys; UI=1:
 # the tenant's dashboard link (a `ui` token) at $$SMCP_PUBLIC_URL, else at
 # $$SMCP_LISTEN (make up's address)
+# (set -f: REPOS='*' is a grant, never a file name)
 token: $(TOKEN_BIN)
-	@tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
+	@set -f; tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
 	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
 	    $$(st=$$(.ci/state dir); [ -n "$${PROXY_JWT_SECRET:-}" ] || \
