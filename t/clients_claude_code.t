@@ -131,10 +131,11 @@ subtest 'claude -p, tools deferred: run_task, get_result, get_diff' => sub {
 
     SKIP: {
         skip 'no run id', 3 unless $id;
-        my $r = $s->result($id);
+        # the run is the doc's tenant's, not the test session's: Redis
+        my $r = $s->run_hash($id);
         is($r->{status}, 'completed', 'the run: completed') or $s->diag_run($id, $runner);
         is($r->{result}, $REPLY, '... with the sandbox agent\'s reply');
-        is($s->run_hash($id)->{tenant}, $ENV{USER} || 'local',
+        is($r->{tenant}, $ENV{USER} || 'local',
            '... for the tenant of the doc\'s token (make up\'s)');
     }
 };
