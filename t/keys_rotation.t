@@ -45,25 +45,7 @@ my $eport = $t->free_port;
 my $echo = $t->free_port;
 local $ENV{SMCP_TEST_ECHO_KEY} = 'sk-REAL-' . rhex();
 
-$t->start(http => <<"NGINX");
-    server {
-        listen 127.0.0.1:$eport;
-
-        location /echo/ {
-            sandbox_mcp_egress echo;
-            sandbox_mcp_egress_credential env:SMCP_TEST_ECHO_KEY bearer;
-            proxy_set_header Authorization \$sandbox_mcp_credential;
-            proxy_pass http://127.0.0.1:$echo/;
-        }
-    }
-
-    server {
-        listen 127.0.0.1:$echo;
-        location / {
-            return 200 'echoed';
-        }
-    }
-NGINX
+$t->start(http => egress_echo_conf($eport, $echo));
 
 # /mcp: initialize's (status, the 401's reason)
 sub mcp {
