@@ -54,7 +54,8 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
                     which_bin egress_server_conf egress_echo_conf accessors node_bin js_checks
-                    chromium_bin browser_missing smcp_version js_report node22_bin test_cert);
+                    chromium_bin browser_missing smcp_version js_report node22_bin test_cert
+                    jwt_kid);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -1200,6 +1201,13 @@ sub decode_jwt {
     my ($tok) = @_;
     my ($h, $p, $s) = split /\./, $tok, 3;
     return (json_decode(b64url_decode($h)), json_decode(b64url_decode($p // '')));
+}
+
+# jwt_kid($token): the kid of a token's header; '(none)' when it names
+# none, '(no header)' when it has no header that decodes
+sub jwt_kid {
+    my ($h) = decode_jwt($_[0] // '');
+    return ref $h eq 'HASH' ? $h->{kid} // '(none)' : '(no header)';
 }
 
 ##############################################################################
