@@ -32,12 +32,11 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use HTTP::Tiny;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(docker test_id ensure_docker ensure_sandbox_image image_from_sandbox);
-use SMCP::Metrics qw(parse_metrics metric_value);
+use SMCP::Metrics qw(scrape_value);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(json_encode wait_until run_cmd);
 
@@ -102,13 +101,6 @@ sub full {
     }, 0.2);
 }
 
-sub metric {
-    my ($name) = @_;
-    my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$mport/metrics");
-    my ($m) = $res->{success} ? parse_metrics($res->{content}) : ();
-    return metric_value($m, $name, {});
-}
-
 sub tool_output {
     my ($id) = @_;
     return join "\n", map { $_->{json}{part}{state}{output} // '' }
@@ -134,7 +126,7 @@ subtest 'each image keeps its own pool' => sub {
         chomp $image;
         is($image, $idle->{$id}, "$id: made of $image, as its label says");
     }
-    is(metric('smcp_runner_pool_idle'), 3, 'metrics: smcp_runner_pool_idle 3 (all images)');
+    is(scrape_value($mport, 'smcp_runner_pool_idle'), 3, 'metrics: smcp_runner_pool_idle 3 (all images)');
     like($s->runner_log($r), qr/starting: .* pool=3 /, 'the runner says pool=3 at start');
 };
 
@@ -171,7 +163,7 @@ subtest 'a run of an image without a pool starts cold' => sub {
     my $id12 = substr($h->{container_id} // 'x', 0, 12);
     like($s->runner_log($r), qr/running in container \Q$id12\E(?! \(pooled\))/, '... not "(pooled)"');
     is_deeply(idle($r), $before, 'the pools untouched');
-    is(metric('smcp_runner_pool_empty_total'), 0,
+    is(scrape_value($mport, 'smcp_runner_pool_empty_total'), 0,
        'metrics: smcp_runner_pool_empty_total 0 (no pool is not an empty pool)');
 };
 
