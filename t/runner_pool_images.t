@@ -101,12 +101,6 @@ sub full {
     }, 0.2);
 }
 
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 # a new session's run of image (undef: the default): (run, its hash)
 sub run_of {
     my ($image, $title) = @_;
@@ -136,7 +130,7 @@ subtest "a run of the other image takes one of that image's" => sub {
     is($before->{ $h->{container_id} // '' }, $img{other},
        'its container: one of the idle ones of the other image')
         or diag(json_encode([$h->{container_id}, $before]));
-    like(tool_output($run->{runId}), qr/^\Q$mark{other}\E$/m, '... its tool ran in that image');
+    like($s->tool_output($run->{runId}), qr/^\Q$mark{other}\E$/m, '... its tool ran in that image');
     is($h->{image}, $img{other}, '... the run hash names it');
     ok(full($r, %WANT), 'that pool refilled, the other untouched')
         or diag(json_encode(counts($r)));
@@ -150,7 +144,7 @@ subtest "a run of the default image takes one of the default's" => sub {
     is($before->{ $h->{container_id} // '' }, $base,
        'its container: the idle one of the default image')
         or diag(json_encode([$h->{container_id}, $before]));
-    like(tool_output($run->{runId}), qr/^BASE-IMAGE$/m, '... its tool ran in that image');
+    like($s->tool_output($run->{runId}), qr/^BASE-IMAGE$/m, '... its tool ran in that image');
     ok(full($r, %WANT), 'refilled');
 };
 
@@ -159,7 +153,7 @@ subtest 'a run of an image without a pool starts cold' => sub {
     my $before = idle($r);
     my ($run, $h) = run_of($img{cold}, 'cold');
     ok(!exists $before->{ $h->{container_id} // '' }, 'its container: not a pooled one');
-    like(tool_output($run->{runId}), qr/^\Q$mark{cold}\E$/m, '... made of its image');
+    like($s->tool_output($run->{runId}), qr/^\Q$mark{cold}\E$/m, '... made of its image');
     my $id12 = substr($h->{container_id} // 'x', 0, 12);
     like($s->runner_log($r), qr/running in container \Q$id12\E(?! \(pooled\))/, '... not "(pooled)"');
     is_deeply(idle($r), $before, 'the pools untouched');
