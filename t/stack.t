@@ -433,11 +433,8 @@ if ($egress) {
     my $em = SMCP::Test->client(port => $emport)->http(method => 'GET', path => '/metrics');
     like($em->{body} // '', qr/^smcp_egress_requests_total\{route="anthropic",status="2xx"\} [1-9]/m,
          'make up: the egress instance counted the model\'s requests');
-    my $hz;
-    ok(wait_until(10, sub {
-        $hz = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/healthz');
-        return ($hz->{body} // '') =~ /"runners":"ok"/;
-    }, 0.5), 'make up: /healthz sees the runner\'s heartbeat') or diag($hz->{body});
+    my ($hz_ok, $hz) = $up->runners_ok(10);
+    ok($hz_ok, 'make up: /healthz sees the runner\'s heartbeat') or diag($hz);
 }
 
 # a second `up` is idempotent: same processes, reloaded config; with

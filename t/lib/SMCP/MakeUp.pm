@@ -41,7 +41,8 @@ use HTTP::Tiny;
 
 use SMCP::Docker qw(free_subnet bridge_name test_id);
 use SMCP::Fakes;
-use SMCP::Test qw(free_port json_encode json_decode repo_root spew accessors);
+use SMCP::Test qw(free_port json_encode json_decode repo_root spew accessors
+                  wait_until);
 
 accessors(qw(state port rport mport emport eport net envdir egress fake gh
              npm pypi pyfiles top));
@@ -266,6 +267,19 @@ sub call {
     $self->{sessions}{ $sc->{sessionId} } = 1
         if $name eq 'opencode_run_task' && ($sc->{sessionId} // '') =~ /^ses_[0-9a-f]{24}$/;
     return $sc;
+}
+
+# runners_ok($seconds) -> (whether /healthz said "runners":"ok" within
+# $seconds, its last body)
+sub runners_ok {
+    my ($self, $secs) = @_;
+    my $hz;
+    my $ok = wait_until($secs, sub {
+        $hz = SMCP::Test->client(port => $self->{port})->http(method => 'GET',
+                                                             path => '/healthz');
+        return ($hz->{body} // '') =~ /"runners":"ok"/;
+    }, 0.5);
+    return ($ok, $hz->{body});
 }
 
 # wait_done($token, $sid, $runId, $seconds) -> get_result's last answer
