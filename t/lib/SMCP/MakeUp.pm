@@ -282,6 +282,25 @@ sub runners_ok {
     return ($ok, $hz->{body});
 }
 
+# ui_open($link) -> (its answer, the smcp_ui cookie it set, '' if none):
+# a dashboard link (make up's Dashboard:, make token UI=1's), not followed;
+# undef: /ui/ without a token
+sub ui_open {
+    my ($self, $link) = @_;
+    my $r = HTTP::Tiny->new(timeout => 10, max_redirect => 0)
+        ->get($link // "http://127.0.0.1:$self->{port}/ui/");
+    my ($c) = ($r->{headers}{'set-cookie'} // '') =~ /^(smcp_ui=[^;]+)/;
+    return ($r, $c // '');
+}
+
+# ui_get($cookie, $path) -> an HTTP::Tiny answer from the dashboard with
+# that cookie
+sub ui_get {
+    my ($self, $cookie, $path) = @_;
+    return HTTP::Tiny->new(timeout => 10, max_redirect => 0)
+        ->get("http://127.0.0.1:$self->{port}$path", { headers => { Cookie => $cookie } });
+}
+
 # wait_done($token, $sid, $runId, $seconds) -> get_result's last answer
 sub wait_done {
     my ($self, $tok, $sid, $id, $secs) = @_;
