@@ -53,6 +53,11 @@ redisReply *runner_store_script(runner_store_t *st, int script, int nkeys,
 int runner_store_script_status(runner_store_t *st, redisReply *r,
     char *status, size_t slen);
 
+/* the members of a sorted set scored up to now, at most max (an array;
+ * NULL: st->err says why) */
+redisReply *runner_store_due(runner_store_t *st, const char *key,
+    int64_t now, long max);
+
 /* members of a run set (zset: a zset) whose run ended or is gone, dropped
  * (store_run.c): how many (-1: Redis trouble) */
 int runner_store_prune(runner_store_t *st, const char *key, int zset);
