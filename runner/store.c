@@ -464,6 +464,25 @@ runner_store_script(runner_store_t *st, int script, int nkeys,
 }
 
 
+/* a script whose reply only matters as success */
+int
+runner_store_script_do(runner_store_t *st, int script, int nkeys,
+    const char **keys, int nargs, const char **args)
+{
+    redisReply  *r;
+
+    r = runner_store_script(st, script, nkeys, keys, nargs, args, NULL);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
+}
+
+
 /* a script answering a status word: RUNNER_OK for "ok", RUNNER_AGAIN for
  * another word (in status), RUNNER_ERR (status: the error) */
 int

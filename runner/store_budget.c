@@ -127,7 +127,7 @@ runner_store_budget_release(runner_store_t *st, int64_t now)
     size_t        i, got;
     int64_t       bytes;
     const char   *argv[3], *keys[2], *args[2];
-    redisReply   *r, *e, *d;
+    redisReply   *r, *e;
 
     RUNNER_KEY0(expiry, SMCP_KEY_BUDGET_EXPIRY);
 
@@ -161,14 +161,13 @@ runner_store_budget_release(runner_store_t *st, int64_t now)
         args[0] = e->str;
         args[1] = n;
 
-        d = runner_store_script(st, RUNNER_LUA_BUDGET_RELEASE, 2, keys, 2,
-                                args, NULL);
-        if (d == NULL) {
+        if (runner_store_script_do(st, RUNNER_LUA_BUDGET_RELEASE, 2, keys, 2,
+                                   args)
+            != RUNNER_OK)
+        {
             freeReplyObject(r);
             return RUNNER_ERR;
         }
-
-        freeReplyObject(d);
     }
 
     got = r->elements;
@@ -237,7 +236,6 @@ runner_store_waiting(runner_store_t *st, const char *run_id,
 {
     char         key[RUNNER_KEY_MAX], events[RUNNER_KEY_MAX], now[32];
     const char  *keys[2], *args[4];
-    redisReply  *r;
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
@@ -249,14 +247,6 @@ runner_store_waiting(runner_store_t *st, const char *run_id,
     args[2] = SMCP_EVENTS_MAXLEN;
     args[3] = SMCP_STATUS_STARTED;
 
-    r = runner_store_script(st, RUNNER_LUA_RUN_WAITING, 2, keys, 4, args,
-                            NULL);
-
-    if (r == NULL) {
-        return RUNNER_ERR;
-    }
-
-    freeReplyObject(r);
-
-    return RUNNER_OK;
+    return runner_store_script_do(st, RUNNER_LUA_RUN_WAITING, 2, keys, 4,
+                                  args);
 }
