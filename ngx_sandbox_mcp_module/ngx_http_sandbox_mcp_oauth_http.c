@@ -717,23 +717,6 @@ ngx_http_sandbox_mcp_oauth_grant_code(ngx_http_sandbox_mcp_oauth_ctx_t *ctx,
 }
 
 
-static ngx_int_t
-ngx_http_sandbox_mcp_oauth_unhex(u_char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    c |= 0x20;
-
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-
-    return -1;
-}
-
-
 /* one form-encoded name or value, decoded in place; NGX_DECLINED: a bad
  * escape or a control character */
 static ngx_int_t
@@ -758,8 +741,8 @@ ngx_http_sandbox_mcp_oauth_decode(u_char *p, size_t len, ngx_str_t *out)
                 return NGX_DECLINED;
             }
 
-            hi = ngx_http_sandbox_mcp_oauth_unhex(p[1]);
-            lo = ngx_http_sandbox_mcp_oauth_unhex(p[2]);
+            hi = smcp_hex_value(p[1]);
+            lo = smcp_hex_value(p[2]);
 
             if (hi < 0 || lo < 0) {
                 return NGX_DECLINED;

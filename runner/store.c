@@ -162,6 +162,43 @@ runner_store_do(runner_store_t *st, int argc, const char **argv)
 }
 
 
+/*
+ * The members of a sorted set scored up to now, at most max of them
+ * (ZRANGEBYSCORE): an array reply; NULL on failure (st->err).
+ */
+redisReply *
+runner_store_due(runner_store_t *st, const char *key, int64_t now, long max)
+{
+    char         until[32], count[32];
+    const char  *argv[7];
+    redisReply  *r;
+
+    RUNNER_NUM(until, now);
+    RUNNER_NUM(count, max);
+
+    argv[0] = "ZRANGEBYSCORE";
+    argv[1] = key;
+    argv[2] = "-inf";
+    argv[3] = until;
+    argv[4] = "LIMIT";
+    argv[5] = "0";
+    argv[6] = count;
+
+    r = runner_store_argv(st, 7, argv, NULL);
+
+    if (!runner_store_array(r, -1)) {
+        if (r) {
+            snprintf(st->err, sizeof(st->err), "redis: ZRANGEBYSCORE: not "
+                     "an array");
+            freeReplyObject(r);
+        }
+        return NULL;
+    }
+
+    return r;
+}
+
+
 /* SCRIPT LOAD: RUNNER_AGAIN while Redis loads its dataset */
 static int
 runner_store_load(runner_store_t *st, size_t i)
@@ -424,6 +461,25 @@ runner_store_script(runner_store_t *st, int script, int nkeys,
     }
 
     return r;
+}
+
+
+/* a script whose reply only matters as success */
+int
+runner_store_script_do(runner_store_t *st, int script, int nkeys,
+    const char **keys, int nargs, const char **args)
+{
+    redisReply  *r;
+
+    r = runner_store_script(st, script, nkeys, keys, nargs, args, NULL);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    freeReplyObject(r);
+
+    return RUNNER_OK;
 }
 
 

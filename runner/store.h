@@ -44,14 +44,22 @@ int runner_store_str(redisReply *r);
 int runner_store_array(redisReply *r, long n);
 
 /* one command (NULL: st->err says why), one whose reply only matters as
- * success, a script by EVALSHA, a script answering a status word */
+ * success, a script by EVALSHA, the same whose reply only matters as
+ * success, a script answering a status word */
 redisReply *runner_store_argv(runner_store_t *st, int argc,
     const char **argv, const size_t *lens);
 int runner_store_do(runner_store_t *st, int argc, const char **argv);
 redisReply *runner_store_script(runner_store_t *st, int script, int nkeys,
     const char **keys, int nargs, const char **args, const size_t *lens);
+int runner_store_script_do(runner_store_t *st, int script, int nkeys,
+    const char **keys, int nargs, const char **args);
 int runner_store_script_status(runner_store_t *st, redisReply *r,
     char *status, size_t slen);
+
+/* the members of a sorted set scored up to now, at most max (an array;
+ * NULL: st->err says why) */
+redisReply *runner_store_due(runner_store_t *st, const char *key,
+    int64_t now, long max);
 
 /* members of a run set (zset: a zset) whose run ended or is gone, dropped
  * (store_run.c): how many (-1: Redis trouble) */

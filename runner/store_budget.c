@@ -122,32 +122,18 @@ runner_store_expired_member(redisReply *e, int64_t *bytes, char *tenant)
 int
 runner_store_budget_release(runner_store_t *st, int64_t now)
 {
-    char          expiry[RUNNER_KEY_MAX], usage[RUNNER_KEY_MAX];
-    char          until[32], count[32], n[32];
+    char          expiry[RUNNER_KEY_MAX], usage[RUNNER_KEY_MAX], n[32];
     char          tenant[SMCP_TENANT_MAX + 1];
     size_t        i, got;
     int64_t       bytes;
-    const char   *argv[7], *keys[2], *args[2];
-    redisReply   *r, *e, *d;
+    const char   *argv[3], *keys[2], *args[2];
+    redisReply   *r, *e;
 
     RUNNER_KEY0(expiry, SMCP_KEY_BUDGET_EXPIRY);
-    RUNNER_NUM(until, now);
-    RUNNER_NUM(count, RUNNER_JANITOR_BATCH);
 
-    argv[0] = "ZRANGEBYSCORE";
-    argv[1] = expiry;
-    argv[2] = "-inf";
-    argv[3] = until;
-    argv[4] = "LIMIT";
-    argv[5] = "0";
-    argv[6] = count;
+    r = runner_store_due(st, expiry, now, RUNNER_JANITOR_BATCH);
 
-    r = runner_store_argv(st, 7, argv, NULL);
-
-    if (!runner_store_array(r, -1)) {
-        if (r) {
-            freeReplyObject(r);
-        }
+    if (r == NULL) {
         return RUNNER_ERR;
     }
 
@@ -160,6 +146,7 @@ runner_store_budget_release(runner_store_t *st, int64_t now)
 
         if (runner_store_expired_member(e, &bytes, tenant) != RUNNER_OK) {
             argv[0] = "ZREM";
+            argv[1] = expiry;
             argv[2] = e->str;
             (void) runner_store_do(st, 3, argv);
             runner_log("error", NULL, "budget: a malformed member of %s "
@@ -174,14 +161,13 @@ runner_store_budget_release(runner_store_t *st, int64_t now)
         args[0] = e->str;
         args[1] = n;
 
-        d = runner_store_script(st, RUNNER_LUA_BUDGET_RELEASE, 2, keys, 2,
-                                args, NULL);
-        if (d == NULL) {
+        if (runner_store_script_do(st, RUNNER_LUA_BUDGET_RELEASE, 2, keys, 2,
+                                   args)
+            != RUNNER_OK)
+        {
             freeReplyObject(r);
             return RUNNER_ERR;
         }
-
-        freeReplyObject(d);
     }
 
     got = r->elements;
@@ -250,7 +236,6 @@ runner_store_waiting(runner_store_t *st, const char *run_id,
 {
     char         key[RUNNER_KEY_MAX], events[RUNNER_KEY_MAX], now[32];
     const char  *keys[2], *args[4];
-    redisReply  *r;
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
@@ -262,14 +247,6 @@ runner_store_waiting(runner_store_t *st, const char *run_id,
     args[2] = SMCP_EVENTS_MAXLEN;
     args[3] = SMCP_STATUS_STARTED;
 
-    r = runner_store_script(st, RUNNER_LUA_RUN_WAITING, 2, keys, 4, args,
-                            NULL);
-
-    if (r == NULL) {
-        return RUNNER_ERR;
-    }
-
-    freeReplyObject(r);
-
-    return RUNNER_OK;
+    return runner_store_script_do(st, RUNNER_LUA_RUN_WAITING, 2, keys, 4,
+                                  args);
 }

@@ -69,30 +69,21 @@ int
 runner_store_sessions_due(runner_store_t *st, int64_t now,
     char ids[][SMCP_ID_LEN + 1], int max, int *n)
 {
-    char         sessions[RUNNER_KEY_MAX], until[32], count[32];
+    char         sessions[RUNNER_KEY_MAX];
     size_t       i;
-    const char  *argv[7];
     redisReply  *r, *e;
 
     RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
-    RUNNER_NUM(until, now);
-    RUNNER_NUM(count, max);
-
-    argv[0] = "ZRANGEBYSCORE";
-    argv[1] = sessions;
-    argv[2] = "-inf";
-    argv[3] = until;
-    argv[4] = "LIMIT";
-    argv[5] = "0";
-    argv[6] = count;
 
     *n = 0;
-    r = runner_store_argv(st, 7, argv, NULL);
+    r = runner_store_due(st, sessions, now, max);
 
-    if (!runner_store_array(r, -1) || r->elements > (size_t) max) {
-        if (r) {
-            freeReplyObject(r);
-        }
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    if (r->elements > (size_t) max) {       /* ids holds max */
+        freeReplyObject(r);
         return RUNNER_ERR;
     }
 

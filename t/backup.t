@@ -27,7 +27,6 @@ use lib "$FindBin::Bin/lib";
 
 use File::Path qw(remove_tree);
 use File::Temp qw(tempdir);
-use HTTP::Tiny;
 use Test::More;
 use SMCP::Test qw(:all);
 use SMCP::Docker qw(docker docker_available);
@@ -152,16 +151,14 @@ ok(grep({ ($_->{data} // '') =~ /\Q$NOTE\E/ } @agent),
    '... and its agent read the file the first run wrote') or diag(map { "$_->{data}\n" } @agent);
 
 {
-    my $ht = HTTP::Tiny->new(timeout => 10, max_redirect => 0);
-    my $r = $ht->get($dash // "http://127.0.0.1:$port/ui/");
+    my ($r, $c) = $up->ui_open($dash);
     is($r->{status}, 303, 'the dashboard link of before opens (303, its cookie)');
-    my ($c) = ($r->{headers}{'set-cookie'} // '') =~ /^(smcp_ui=[^;]+)/;
-    $r = $ht->get("http://127.0.0.1:$port/ui/api/runs", { headers => { Cookie => $c // '' } });
+    $r = $up->ui_get($c, '/ui/api/runs');
     is($r->{status}, 200, '... the run list');
     my $j = json_decode($r->{content} // '') // {};
     ok(grep({ ($_->{runId} // '') eq $run } @{ $j->{runs} || [] }), '... with the old run')
         or diag($r->{content});
-    $r = $ht->get("http://127.0.0.1:$port/ui/runs/$run/data", { headers => { Cookie => $c // '' } });
+    $r = $up->ui_get($c, "/ui/runs/$run/data");
     is((json_decode($r->{content} // '') // {})->{status}, 'completed', '... and its page\'s data');
 }
 

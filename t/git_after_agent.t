@@ -161,12 +161,6 @@ sub host_git {
     return $out;
 }
 
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 sub step { my ($id, $name) = @_;
            return (grep { ($_->{json}{step} // '') eq $name } $s->stored_events($id))[0] }
 
@@ -215,7 +209,7 @@ my $r = $s->wait_done($id, 300);
 is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
 
 subtest 'control: the planted programs work' => sub {
-    my $out = tool_output($id);
+    my $out = $s->tool_output($id);
     like($out, qr/^PLANTED$/m, 'the agent planted them') or diag($out);
     like($out, qr/^REPLACED: 0$/m, 'the replace ref hides the README change from '
          . 'the agent\'s own diff');
@@ -265,7 +259,7 @@ subtest 'a follow-up starts on that commit, its diff its own' => sub {
     my $r2 = $s->wait_done($id2, 300);
     is($r2->{status}, 'completed', 'the follow-up completed')
         or $s->diag_run($id2, $runner);
-    my $out = tool_output($id2);
+    my $out = $s->tool_output($id2);
     like($out, qr/^HEAD: ref: refs\/heads\/\Q$branch\E$/m,
          'the repository is on the first run\'s branch') or diag($out);
     like($out, qr/^AT: \Q$pushed\E$/m, '... at its pushed commit');
@@ -286,7 +280,7 @@ subtest 'a follow-up starts on that commit, its diff its own' => sub {
 subtest 'an object of the start altered in place: nothing pushed, the whole tree shown' => sub {
     my $id3 = $alter->{runId};
     my $r3 = $s->wait_done($id3, 300);
-    like(tool_output($id3), qr/^OWN-DIFF: 0$/m,
+    like($s->tool_output($id3), qr/^OWN-DIFF: 0$/m,
          'control: the agent\'s own git diff sees no change');
     is($r3->{status}, 'failed', 'the run failed') or $s->diag_run($id3, $runner);
     like($r3->{error} // '', qr/^git push failed: the run's start \([0-9a-f]{40}\) cannot be read back/,

@@ -200,13 +200,6 @@ sub monitor {
 my $procs0 = () = glob '/proc/[0-9]*';
 my $mem0 = ($t->redis('INFO', 'memory') // '') =~ /^used_memory:(\d+)/m ? $1 : 0;
 
-# the output of the run's bash tool call(s)
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 sub run_and_wait {
     my ($t0, $id, $timeout, $what) = @_;
     my $r = $s->wait_done($id, $timeout);
@@ -230,7 +223,7 @@ my $conns = $s->run_task(task => 'SCENARIO-CONNS: hold the egress', title => 'co
 subtest 'git: nothing is written, no other repository is read' => sub {
     my $r = run_and_wait($t1, $git->{runId}, 300, 'git');
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($git->{runId}, $runner);
-    my $out = tool_output($git->{runId});
+    my $out = $s->tool_output($git->{runId});
     like($out, qr/git-done/, 'the agent ran every attempt') or diag($out);
     my @allowed = $out =~ /^ALLOWED: (.*)$/mg;
     is_deeply(\@allowed, [], 'no push, clone or ls-remote was allowed')
@@ -248,7 +241,7 @@ subtest 'git: nothing is written, no other repository is read' => sub {
 subtest 'pr: only the run\'s own branch is written' => sub {
     my $r = run_and_wait($t1, $pr->{runId}, 300, 'pr');
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($pr->{runId}, $runner);
-    my $out = tool_output($pr->{runId});
+    my $out = $s->tool_output($pr->{runId});
     like($out, qr/pr-done/, 'the agent ran every attempt') or diag($out);
     my @allowed = $out =~ /^ALLOWED: (.*)$/mg;
     is_deeply(\@allowed, ["git push origin HEAD:refs/heads/opencode/$pr->{runId}"],
@@ -264,7 +257,7 @@ subtest 'pr: only the run\'s own branch is written' => sub {
 subtest 'api: nothing outside inference and the run\'s own repository' => sub {
     my $r = run_and_wait($t1, $api->{runId}, 300, 'api');
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($api->{runId}, $runner);
-    my $out = tool_output($api->{runId});
+    my $out = $s->tool_output($api->{runId});
     like($out, qr/api-done/, 'the agent made every request') or diag($out);
     my @st = $out =~ /-> HTTP\/1\.1 (\d+)/g;
     is(scalar(@st), 16, 'sixteen answers') or diag($out);
@@ -291,7 +284,7 @@ subtest 'api: nothing outside inference and the run\'s own repository' => sub {
 subtest 'conns: 3000 connections to the egress listener' => sub {
     my $r = run_and_wait($t1, $conns->{runId}, 300, 'conns');
     is($r->{status}, 'completed', 'the run completed') or $s->diag_run($conns->{runId}, $runner);
-    my $out = tool_output($conns->{runId});
+    my $out = $s->tool_output($conns->{runId});
     my ($held) = $out =~ /held (\d+) of 3000/;
     ok(defined $held && $held <= 64, 'the sandbox held at most 64 ('
        . ($held // 'none') . ')') or diag($out);

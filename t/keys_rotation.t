@@ -45,25 +45,7 @@ my $eport = $t->free_port;
 my $echo = $t->free_port;
 local $ENV{SMCP_TEST_ECHO_KEY} = 'sk-REAL-' . rhex();
 
-$t->start(http => <<"NGINX");
-    server {
-        listen 127.0.0.1:$eport;
-
-        location /echo/ {
-            sandbox_mcp_egress echo;
-            sandbox_mcp_egress_credential env:SMCP_TEST_ECHO_KEY bearer;
-            proxy_set_header Authorization \$sandbox_mcp_credential;
-            proxy_pass http://127.0.0.1:$echo/;
-        }
-    }
-
-    server {
-        listen 127.0.0.1:$echo;
-        location / {
-            return 200 'echoed';
-        }
-    }
-NGINX
+$t->start(http => egress_echo_conf($eport, $echo));
 
 # /mcp: initialize's (status, the 401's reason)
 sub mcp {
@@ -87,11 +69,6 @@ sub egress {
                                   'Content-Type' => 'application/json' ],
                      body => '{}');
     return ($r->{status}, $r->{body} // '');
-}
-
-sub kid_of {
-    my ($h) = SMCP::Test::decode_jwt($_[0] // '');
-    return ref $h eq 'HASH' ? $h->{kid} // '(none)' : '(no header)';
 }
 
 # a run through MCP and its watchUrl's token
@@ -118,13 +95,13 @@ sub tokens {
 
 my ($run1, $watch1) = new_run();
 like($run1, qr/^run_[0-9a-f]{24}$/, 'a run');
-is(kid_of($watch1), 'k1', "its watchUrl's token names the signing key, k1");
+is(jwt_kid($watch1), 'k1', "its watchUrl's token names the signing key, k1");
 $t->redis('HSET', "smcp:run:$run1", status => 'running');
 
 my %bare = tokens(undef, $S1, $run1);      # issued before kids
 my %k1 = tokens('k1', $S1, $run1);
 my %k2 = tokens('k2', $S2, $run1);
-is(kid_of($bare{mcp}), '(none)', 'a token of the bare secret names no key');
+is(jwt_kid($bare{mcp}), '(none)', 'a token of the bare secret names no key');
 
 is((mcp($bare{mcp}))[0], 200, '/mcp: a token without kid: the legacy key verifies it');
 is((mcp($k1{mcp}))[0], 200, '/mcp: a token of k1');
@@ -189,7 +166,7 @@ is((mcp($k1{mcp}))[0], 200, '/mcp: a token of k1 still works');
 is((mcp($bare{mcp}))[0], 200, '/mcp: a token without kid still works (legacy k1)');
 
 my ($run2, $watch2) = new_run();
-is(kid_of($watch2), 'k2', "a new run's watchUrl names k2");
+is(jwt_kid($watch2), 'k2', "a new run's watchUrl names k2");
 is(dash($run2, $watch2), 303, 'dashboard: the new link opens its run');
 is(dash($run1, $watch1), 303, 'dashboard: the old link (k1) still opens its run');
 is(dash($run1, $k2{ui}), 303, "dashboard: a ui token of k2");
@@ -204,7 +181,7 @@ is((egress($k2{egress}))[0], 200, 'egress: a run token of k2');
                                      '--keys-file', "$dir/keys" ]);
     chomp $out;
     is($rc, 0, 'smcp-token --keys-file: mints') or diag($err);
-    is(kid_of($out), 'k2', '... with the first key, k2');
+    is(jwt_kid($out), 'k2', '... with the first key, k2');
     like($err, qr/^kid: k2$/m, '... said on stderr');
     is((mcp($out))[0], 200, '... and /mcp takes it');
 

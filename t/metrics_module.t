@@ -28,27 +28,8 @@ my $echo = $t->free_port;
 my $real = 'sk-REAL-' . rhex();
 local $ENV{SMCP_TEST_ECHO_KEY} = $real;
 
-$t->start(http => <<"NGINX", server => <<"SERVER");
-    sandbox_mcp_log_format json;
-
-    server {
-        listen 127.0.0.1:$eport;
-
-        location /echo/ {
-            sandbox_mcp_egress echo;
-            sandbox_mcp_egress_credential env:SMCP_TEST_ECHO_KEY bearer;
-            proxy_set_header Authorization \$sandbox_mcp_credential;
-            proxy_pass http://127.0.0.1:$echo/;
-        }
-    }
-
-    server {
-        listen 127.0.0.1:$echo;
-        location / {
-            return 200 'echoed';
-        }
-    }
-NGINX
+$t->start(http => "    sandbox_mcp_log_format json;\n\n"
+                 . egress_echo_conf($eport, $echo), server => <<"SERVER");
         location = /metrics {
             sandbox_mcp_metrics;
         }

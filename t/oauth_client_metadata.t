@@ -31,21 +31,11 @@ my $D = $docs->port;
 
 my $t = SMCP::Test->new(
     workers => 2,
-    server  => qq{
+    server  => q{
         sandbox_mcp_oauth on;
-        sandbox_mcp_oauth_client_metadata_location /_smcp_client_metadata;
         location /.well-known/ { sandbox_mcp_oauth_endpoints; }
-        location /oauth/ { sandbox_mcp_oauth_endpoints; }
-        location = /_smcp_client_metadata {
-            internal;
-            proxy_pass_request_headers off;
-            proxy_pass_request_body off;
-            proxy_method GET;
-            subrequest_output_buffer_size 8k;
-            set \$cm_path "/";
-            if (\$arg_url ~ "^https://[^/]+(/.*)\$") { set \$cm_path \$1; }
-            proxy_pass http://127.0.0.1:$D\$cm_path;
-        }},
+        location /oauth/ { sandbox_mcp_oauth_endpoints; }}
+        . SMCP::OAuth::client_metadata_conf($D),
 );
 $t->start;
 $t->allow_log(qr/too big subrequest response/);

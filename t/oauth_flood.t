@@ -57,18 +57,8 @@ my $oauth = qq{
         sandbox_mcp_oauth on;
         sandbox_mcp_oauth_unused_clients $CLIENTS;
         sandbox_mcp_oauth_github_pending $PENDING;
-        sandbox_mcp_oauth_github gh-client env:SMCP_TEST_GH_SECRET;
-        sandbox_mcp_oauth_client_metadata_location /_smcp_client_metadata;
-        location = /_smcp_client_metadata {
-            internal;
-            proxy_pass_request_headers off;
-            proxy_pass_request_body off;
-            proxy_method GET;
-            subrequest_output_buffer_size 8k;
-            set \$cm_path "/";
-            if (\$arg_url ~ "^https://[^/]+(/.*)\$") { set \$cm_path \$1; }
-            proxy_pass http://127.0.0.1:$D\$cm_path;
-        }};
+        sandbox_mcp_oauth_github gh-client env:SMCP_TEST_GH_SECRET;}
+    . SMCP::OAuth::client_metadata_conf($D);
 
 my $s = SMCP::Stack->new(
     scripts => { 'SCENARIO-FLOOD' => [ { text => 'Done, flood or not.' } ] },

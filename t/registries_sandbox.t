@@ -207,12 +207,6 @@ my $t = $s->t;
 my $runner = $s->start_runner(concurrency => 1);
 my $repo = 'https://github.com/acme/app';
 
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 sub registry_events {
     my ($id) = @_;
     return grep { ($_->{route} // '') =~ /^registry-/ }
@@ -225,7 +219,7 @@ sub build_ok {
     my $r = $s->wait_done($id, 300);
     $s->timing("$name: run", time() - $t0);
     is($r->{status}, 'completed', "$name: completed") or $s->diag_run($id, $runner);
-    my $out = tool_output($id);
+    my $out = $s->tool_output($id);
     like($out, qr/NPM-TEST-OK/, "$name: npm install + npm test passed in the sandbox")
         or diag($out);
     like($out, qr/^1 passed/m, "$name: pip install + pytest passed in the sandbox") or diag($out);

@@ -24,12 +24,11 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use HTTP::Tiny;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(open_gate);
-use SMCP::Metrics qw(parse_metrics metric_value);
+use SMCP::Metrics qw(scrape_value);
 use SMCP::Stack qw(gate_step);
 use SMCP::Test qw(json_decode wait_until);
 
@@ -43,13 +42,6 @@ my $s = SMCP::Stack->new(
 );
 my $t = $s->t;
 my $mport = $t->free_port;
-
-sub metric {
-    my ($name) = @_;
-    my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$mport/metrics");
-    my ($m) = $res->{success} ? parse_metrics($res->{content}) : ();
-    return metric_value($m, $name, {});
-}
 
 sub healthz {
     my $r = $t->http(method => 'GET', path => '/healthz');
@@ -72,7 +64,7 @@ my $run = $s->run_task(task => 'SCENARIO-DRAIN: wait for the gate', title => 'dr
 my $id = $run->{runId};
 ok(wait_until(180, sub { ticks($id) >= 2 }, 0.3),
    'a run is running: its sandbox prints ticks') or $s->diag_run($id, $runner);
-is(metric('smcp_runner_draining'), 0, 'metrics: smcp_runner_draining 0 before the signal');
+is(scrape_value($mport, 'smcp_runner_draining'), 0, 'metrics: smcp_runner_draining 0 before the signal');
 
 # (the runners of this file share their name, and so their log: each
 # line carries the pid of the one that wrote it)
@@ -80,7 +72,7 @@ kill 'USR1', $runner->{pid};
 ok(wait_until(10, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="draining: 1 run\(s\) to finish/ }, 0.2),
    'SIGUSR1: the runner logs "draining: 1 run(s) to finish"')
     or diag($s->runner_log_tail($runner, 10));
-is(metric('smcp_runner_draining'), 1, 'metrics: smcp_runner_draining 1');
+is(scrape_value($mport, 'smcp_runner_draining'), 1, 'metrics: smcp_runner_draining 1');
 my $h = {};
 ok(wait_until(15, sub { $h = healthz(); ($h->{runners} // '') eq 'draining' }, 0.3),
    '/healthz: "runners":"draining" (the heartbeat says so)') or diag(explain($h));
@@ -101,8 +93,8 @@ $s->check_events_exact($id, 'the run that finished during the drain',
 ok(wait_until(15, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="drained: no run left/ }, 0.2),
    'then the runner logs "drained: no run left"') or diag($s->runner_log_tail($runner, 10));
 ok($s->runner_alive($runner), '... and stays up, idle');
-is(metric('smcp_runner_runs_active'), 0, 'metrics: smcp_runner_runs_active 0');
-is(metric('smcp_runner_draining'), 1, 'metrics: still smcp_runner_draining 1');
+is(scrape_value($mport, 'smcp_runner_runs_active'), 0, 'metrics: smcp_runner_runs_active 0');
+is(scrape_value($mport, 'smcp_runner_draining'), 1, 'metrics: still smcp_runner_draining 1');
 my $qh = $s->run_hash($qid);
 is($qh->{status}, 'started', 'the run queued during the drain was not taken');
 ok(!$qh->{claimed_by}, '... nor claimed');
@@ -118,7 +110,7 @@ ok(($s->run_hash($qid)->{claimed_at} // 0) > ($s->run_hash($id)->{finished_at} /
 ok(wait_until(15, sub { $h = healthz(); ($h->{runners} // '') eq 'ok' }, 0.3),
    '/healthz: "runners":"ok" again') or diag(explain($h));
 is($h->{runnersDraining}, 0, '... runnersDraining 0 (the new runner of that name takes runs)');
-is(metric('smcp_runner_draining'), 0, 'metrics: smcp_runner_draining 0');
+is(scrape_value($mport, 'smcp_runner_draining'), 0, 'metrics: smcp_runner_draining 0');
 
 ##############################################################################
 # 2. a second SIGUSR1: the run is left to the next runner, which re-attaches

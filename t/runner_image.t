@@ -139,20 +139,14 @@ my $mine = $s->run_task(task => 'SCENARIO-IMAGE: look', image => $good, title =>
 my $dflt = $s->run_task(task => 'SCENARIO-IMAGE: look', title => 'default');
 my $refused = $s->run_task(task => 'SCENARIO-IMAGE: look', image => $other, title => 'other');
 
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 my $done = $s->wait_done($mine->{runId}, 300);
 is($done->{status}, 'completed', 'a run naming an allowed image: completed')
     or $s->diag_run($mine->{runId}, $r);
-like(tool_output($mine->{runId}), qr/^extra$/m, '... in that image');
+like($s->tool_output($mine->{runId}), qr/^extra$/m, '... in that image');
 is($s->run_hash($mine->{runId})->{image}, $good, '... the run hash names it');
 $done = $s->wait_done($dflt->{runId}, 300);
 is($done->{status}, 'completed', 'a run naming none: completed');
-like(tool_output($dflt->{runId}), qr/^extra$/m,
+like($s->tool_output($dflt->{runId}), qr/^extra$/m,
      '... in its tenant\'s image (sandbox_mcp_tenant_image)');
 is($s->run_hash($dflt->{runId})->{image}, $good, '... the run hash names it');
 $done = $s->wait_done($refused->{runId}, 300);

@@ -26,13 +26,12 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use HTTP::Tiny;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(docker);
 use SMCP::Events qw(agent_data);
-use SMCP::Metrics qw(parse_metrics metric_value);
+use SMCP::Metrics qw(scrape_value);
 use SMCP::Stack;
 use SMCP::Test qw(json_encode wait_until run_cmd);
 
@@ -97,20 +96,12 @@ my $mport = $t->free_port;
 my $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL, '--janitor-interval', '1',
                                                     '--metrics', "127.0.0.1:$mport"]);
 
-# a metric of the runner's /metrics (undef: none, or no answer)
-sub metric {
-    my ($name) = @_;
-    my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$mport/metrics");
-    my ($m) = $res->{success} ? parse_metrics($res->{content}) : ();
-    return metric_value($m, $name, {});
-}
-
 ##############################################################################
 
 subtest 'the pool fills; an idle sandbox holds nothing of a run' => sub {
     ok(full($r), "$POOL idle sandboxes, named smcp-pool-*")
         or diag($s->runner_log_tail($r, 20));
-    is(metric('smcp_runner_pool_idle'), $POOL, "metrics: smcp_runner_pool_idle $POOL");
+    is(scrape_value($mport, 'smcp_runner_pool_idle'), $POOL, "metrics: smcp_runner_pool_idle $POOL");
     for my $id (idle_ids($r)) {
         my (undef, $env) = docker('inspect', '--format',
                                   '{{range .Config.Env}}{{println .}}{{end}}', $id);
@@ -181,7 +172,7 @@ subtest 'two runs at once: two sandboxes' => sub {
     my @c = map { $s->run_hash($_->{runId})->{container_id} // '' } @runs;
     isnt($c[0], $c[1], 'each in its own sandbox');
     ok(full($r), "refilled to $POOL");
-    is(metric('smcp_runner_pool_empty_total'), 0,
+    is(scrape_value($mport, 'smcp_runner_pool_empty_total'), 0,
        'metrics: smcp_runner_pool_empty_total 0 (every new session found one)');
 };
 

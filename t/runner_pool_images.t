@@ -32,12 +32,11 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use HTTP::Tiny;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 use SMCP::Docker qw(docker test_id ensure_docker ensure_sandbox_image image_from_sandbox);
-use SMCP::Metrics qw(parse_metrics metric_value);
+use SMCP::Metrics qw(scrape_value);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(json_encode wait_until run_cmd);
 
@@ -102,19 +101,6 @@ sub full {
     }, 0.2);
 }
 
-sub metric {
-    my ($name) = @_;
-    my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$mport/metrics");
-    my ($m) = $res->{success} ? parse_metrics($res->{content}) : ();
-    return metric_value($m, $name, {});
-}
-
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 # a new session's run of image (undef: the default): (run, its hash)
 sub run_of {
     my ($image, $title) = @_;
@@ -134,7 +120,7 @@ subtest 'each image keeps its own pool' => sub {
         chomp $image;
         is($image, $idle->{$id}, "$id: made of $image, as its label says");
     }
-    is(metric('smcp_runner_pool_idle'), 3, 'metrics: smcp_runner_pool_idle 3 (all images)');
+    is(scrape_value($mport, 'smcp_runner_pool_idle'), 3, 'metrics: smcp_runner_pool_idle 3 (all images)');
     like($s->runner_log($r), qr/starting: .* pool=3 /, 'the runner says pool=3 at start');
 };
 
@@ -144,7 +130,7 @@ subtest "a run of the other image takes one of that image's" => sub {
     is($before->{ $h->{container_id} // '' }, $img{other},
        'its container: one of the idle ones of the other image')
         or diag(json_encode([$h->{container_id}, $before]));
-    like(tool_output($run->{runId}), qr/^\Q$mark{other}\E$/m, '... its tool ran in that image');
+    like($s->tool_output($run->{runId}), qr/^\Q$mark{other}\E$/m, '... its tool ran in that image');
     is($h->{image}, $img{other}, '... the run hash names it');
     ok(full($r, %WANT), 'that pool refilled, the other untouched')
         or diag(json_encode(counts($r)));
@@ -158,7 +144,7 @@ subtest "a run of the default image takes one of the default's" => sub {
     is($before->{ $h->{container_id} // '' }, $base,
        'its container: the idle one of the default image')
         or diag(json_encode([$h->{container_id}, $before]));
-    like(tool_output($run->{runId}), qr/^BASE-IMAGE$/m, '... its tool ran in that image');
+    like($s->tool_output($run->{runId}), qr/^BASE-IMAGE$/m, '... its tool ran in that image');
     ok(full($r, %WANT), 'refilled');
 };
 
@@ -167,11 +153,11 @@ subtest 'a run of an image without a pool starts cold' => sub {
     my $before = idle($r);
     my ($run, $h) = run_of($img{cold}, 'cold');
     ok(!exists $before->{ $h->{container_id} // '' }, 'its container: not a pooled one');
-    like(tool_output($run->{runId}), qr/^\Q$mark{cold}\E$/m, '... made of its image');
+    like($s->tool_output($run->{runId}), qr/^\Q$mark{cold}\E$/m, '... made of its image');
     my $id12 = substr($h->{container_id} // 'x', 0, 12);
     like($s->runner_log($r), qr/running in container \Q$id12\E(?! \(pooled\))/, '... not "(pooled)"');
     is_deeply(idle($r), $before, 'the pools untouched');
-    is(metric('smcp_runner_pool_empty_total'), 0,
+    is(scrape_value($mport, 'smcp_runner_pool_empty_total'), 0,
        'metrics: smcp_runner_pool_empty_total 0 (no pool is not an empty pool)');
 };
 

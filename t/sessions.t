@@ -79,12 +79,6 @@ sub steps {
            map { $_->{json} } grep { ref $_->{json} eq 'HASH' } $s->stored_events($id);
 }
 
-sub tool_output {
-    my ($id) = @_;
-    return join "\n", map { $_->{json}{part}{state}{output} // '' }
-        grep { ($_->{json}{type} // '') eq 'tool_use' } $s->stored_events($id);
-}
-
 sub run_ok {
     my ($what, %args) = @_;
     my $run = $s->run_task(%args);
@@ -113,8 +107,8 @@ subtest 'a follow-up without repository: fetched, changed, pushed' => sub {
     is(scalar(steps($id, 'clone')), 0, 'no clone');
     is((steps($id, 'fetch'))[0]{repository}, $APP, 'the session\'s repository fetched');
     is(scalar(steps($id, 'fetch_failed')), 0, '... without failure');
-    like(tool_output($id), qr/^UPSTREAM: 1$/m, 'the upstream commit is seen');
-    like(tool_output($id), qr/^one\.txt$/m, 'the first run\'s file is there');
+    like($s->tool_output($id), qr/^UPSTREAM: 1$/m, 'the upstream commit is seen');
+    like($s->tool_output($id), qr/^one\.txt$/m, 'the first run\'s file is there');
     is((steps($id, 'pushed'))[0]{branch}, "opencode/$id", 'pushed its branch');
     is($gh->file_content('acme/app', "opencode/$id", 'two.txt'), "two\n",
        'GitHub has the change on it');
@@ -130,14 +124,14 @@ subtest 'a follow-up with a branch: checked out, created when missing' => sub {
     my ($ev) = steps($br->{runId}, 'branch');
     is_deeply($ev, { type => 'smcp', step => 'branch', name => 'feature-x',
                      created => JSON::PP::true }, 'event branch: created');
-    like(tool_output($br->{runId}), qr/^BRANCH: feature-x$/m, 'the agent is on it');
+    like($s->tool_output($br->{runId}), qr/^BRANCH: feature-x$/m, 'the agent is on it');
 
     my ($rel) = run_ok('the remote\'s branch', task => 'SCENARIO-BR: release',
                        sessionId => $ses, branch => 'release');
     ($ev) = steps($rel->{runId}, 'branch');
     is_deeply($ev, { type => 'smcp', step => 'branch', name => 'release',
                      created => JSON::PP::false }, 'event branch: not created');
-    my $out = tool_output($rel->{runId});
+    my $out = $s->tool_output($rel->{runId});
     like($out, qr/^BRANCH: release$/m, 'the agent is on it');
     like($out, qr/^RELEASE\.md$/m, '... with the remote branch\'s files');
 };
@@ -149,7 +143,7 @@ subtest 'a second repository: cloned beside the first' => sub {
     is((steps($id, 'clone'))[0]{repository}, $LIB, 'cloned');
     is((steps($id, 'fetch'))[0]{repository}, $APP, 'the first fetched');
     is(scalar(steps($id, 'fetch_failed')), 0, '... through the egress proxy');
-    my $out = tool_output($id);
+    my $out = $s->tool_output($id);
     like($out, qr{^PWD: /workspace/repo-acme-lib$}m, 'the agent works in the second');
     like($out, qr{^/workspace/repo$}m, 'the first where it was');
     like($out, qr{^release$}m, '... as the last run left it (on release)');

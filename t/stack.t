@@ -197,11 +197,9 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     my ($dash) = $out =~ m{^  Dashboard:\s+(\S+)}m;
     like($dash // '', qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+$},
          'make up prints a Dashboard: link');
-    my $ht = HTTP::Tiny->new(timeout => 10, max_redirect => 0);
-    my $r = $ht->get($dash // "http://127.0.0.1:$port/ui/");
+    my ($r, $c) = $up->ui_open($dash);
     is($r->{status}, 303, '... which answers 303 with its cookie');
-    my ($c) = ($r->{headers}{'set-cookie'} // '') =~ /^(smcp_ui=[^;]+)/;
-    $r = $ht->get("http://127.0.0.1:$port/ui/", { headers => { Cookie => $c // '' } });
+    $r = $up->ui_get($c, '/ui/');
     is($r->{status}, 200, '... then the run list');
     like($r->{content}, qr/runs\.js/, '... the list page');
 
@@ -216,7 +214,7 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
     is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
     ok(!exists $cl->{run}, '... for no one run');
-    $r = $ht->get($link =~ s/\s+\z//r);
+    ($r) = $up->ui_open($link =~ s/\s+\z//r);
     is($r->{status}, 303, '... that the dashboard takes');
 }
 
@@ -433,11 +431,8 @@ if ($egress) {
     my $em = SMCP::Test->client(port => $emport)->http(method => 'GET', path => '/metrics');
     like($em->{body} // '', qr/^smcp_egress_requests_total\{route="anthropic",status="2xx"\} [1-9]/m,
          'make up: the egress instance counted the model\'s requests');
-    my $hz;
-    ok(wait_until(10, sub {
-        $hz = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/healthz');
-        return ($hz->{body} // '') =~ /"runners":"ok"/;
-    }, 0.5), 'make up: /healthz sees the runner\'s heartbeat') or diag($hz->{body});
+    my ($hz_ok, $hz) = $up->runners_ok(10);
+    ok($hz_ok, 'make up: /healthz sees the runner\'s heartbeat') or diag($hz);
 }
 
 # a second `up` is idempotent: same processes, reloaded config; with

@@ -59,11 +59,6 @@ my ($state, $port, $eport, $fake) = map { $up->$_ } qw(state port eport fake);
 my $ht = HTTP::Tiny->new(timeout => 30);
 my @sessions;
 
-sub kid_of {
-    my ($h) = SMCP::Test::decode_jwt($_[0] // '');
-    return ref $h eq 'HASH' ? $h->{kid} // '(none)' : '(no header)';
-}
-
 # the keys of the keys file, in order: ([kid, flag], ...)
 sub keys_now {
     return map { [ (split ' ')[0, 2] ] } grep { !/^\s*(#|$)/ } split /\n/, slurp("$state/keys");
@@ -117,9 +112,9 @@ like(slurp("$state/nginx.conf"), qr{^\s*sandbox_mcp_keys_file \Q$state\E/keys;$}
      'nginx.conf reads it');
 like(slurp("$state/egress.conf"), qr{^\s*sandbox_mcp_keys_file \Q$state\E/keys;$}m,
      'egress.conf reads it');
-is(kid_of($token0), $kid0, 'the printed token names it');
+is(jwt_kid($token0), $kid0, 'the printed token names it');
 my $bare = token_tool("--sub stack-tenant --secret-file $state/secret");
-is(kid_of($bare), '(none)', 'a token of the bare secret (make up\'s) names none');
+is(jwt_kid($bare), '(none)', 'a token of the bare secret (make up\'s) names none');
 is(mcp_status($bare), 200, '... and /mcp takes it');
 
 # an egress token of the old key, for a run the egress sees running
@@ -145,7 +140,7 @@ ok(wait_until(600, sub { -e "$gates/rotate.asked" }, 0.5),
    '... its agent asked the model (held there)')
     or diag(`tail -30 $state/logs/runner.log`);
 my $stok1 = sandbox_token($run1);
-is(kid_of($stok1), $kid0, "... its sandbox's token is the old key's");
+is(jwt_kid($stok1), $kid0, "... its sandbox's token is the old key's");
 
 ###############################################################################
 # make rotate-secret
@@ -182,7 +177,7 @@ ok(scalar(@after), '... its model was asked after the rotation, through the egre
 # new tokens carry the new kid; old ones still work
 my ($mrc, $mtok) = run_cmd([ 'make', '-s', '-C', $root, 'token', 'SUB=stack-tenant' ]);
 chomp $mtok;
-is(kid_of($mtok), $kid1, 'make token: the new key signs');
+is(jwt_kid($mtok), $kid1, 'make token: the new key signs');
 is(mcp_status($mtok), 200, '... /mcp takes it');
 is(mcp_status($token0), 200, 'the printed token (old key) still works');
 is(mcp_status($bare), 200, 'a token without kid still works (the legacy key)');
@@ -193,7 +188,7 @@ my $r2 = $up->call($mtok, $up->initialize($mtok), 'opencode_run_task',
                    { task => 'SCENARIO-NEWKEY: a run after the rotation' });
 push @sessions, $r2->{sessionId} // ();
 ok(wait_until(600, sub { -e "$gates/newkey.asked" }, 0.5), 'a new run started');
-is(kid_of(sandbox_token($r2->{runId} // '')), $kid1, "... its sandbox's token names the new key");
+is(jwt_kid(sandbox_token($r2->{runId} // '')), $kid1, "... its sandbox's token names the new key");
 spew("$gates/newkey.open", '1');
 
 ###############################################################################
@@ -233,7 +228,7 @@ is($res->{status}, 'completed', 'the run after the rotation completes') or diag(
 is($rc, 0, 'make up again') or diag($out);
 is_deeply([ keys_now() ], [ [ $kid1, undef ] ], '... the keys file as it was');
 my ($token2) = $out =~ m{^  Token:\s+(\S+)}m;
-is(kid_of($token2), $kid1, '... its token names the new key');
+is(jwt_kid($token2), $kid1, '... its token names the new key');
 
 ($rc, $out) = $up->down;
 is($rc, 0, 'make down') or diag($out);

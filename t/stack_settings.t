@@ -55,11 +55,8 @@ my $ps = `ps -eo args`;
 like($ps, qr/smcp-runner .*--prefix \Q$prefix\E/, 'the runner: --prefix the same');
 is(rcli('GET', "${prefix}egress:routes"), 'anthropic',
    'the egress announced its routes under the prefix');
-my $hz;
-ok(wait_until(20, sub {
-    $hz = SMCP::Test->client(port => $port)->http(method => 'GET', path => '/healthz');
-    return ($hz->{body} // '') =~ /"runners":"ok"/;
-}, 0.5), '/healthz (nginx) sees the runner\'s heartbeat: one keyspace') or diag($hz->{body});
+my ($hz_ok, $hz) = $up->runners_ok(20);
+ok($hz_ok, '/healthz (nginx) sees the runner\'s heartbeat: one keyspace') or diag($hz);
 
 # no GitHub token: said, and refused at once
 like($out, qr/^  Routes: +anthropic \(no GITHUB_TOKEN: runs on repositories are refused\)$/m,

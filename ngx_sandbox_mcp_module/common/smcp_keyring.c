@@ -8,6 +8,7 @@
 #include <openssl/crypto.h>
 
 #include "smcp_keyring.h"
+#include "smcp_validate.h"
 
 
 #define SMCP_KEYRING_LEGACY  "legacy"
@@ -18,18 +19,13 @@ int
 smcp_keyring_valid_kid(const char *kid, size_t len)
 {
     size_t  i;
-    char    c;
 
     if (len == 0 || len > SMCP_KEYRING_KID_MAX) {
         return 0;
     }
 
     for (i = 0; i < len; i++) {
-        c = kid[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-        {
+        if (!smcp_name_byte((unsigned char) kid[i])) {
             return 0;
         }
     }

@@ -3,6 +3,7 @@
  */
 
 #include "smcp_path.h"
+#include "smcp_util.h"
 
 
 /* a byte a segment may hold, as sent or escaped ('.' only as sent) */
@@ -23,19 +24,6 @@ smcp_path_plain(unsigned char c)
     }
 
     return 0;
-}
-
-
-static int
-smcp_path_hex(unsigned char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    c |= 0x20;
-
-    return (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
 }
 
 
@@ -96,8 +84,8 @@ smcp_path_check(const unsigned char *path, size_t len)
                 return "a broken %-escape in the path";
             }
 
-            hi = smcp_path_hex(path[i + 1]);
-            lo = smcp_path_hex(path[i + 2]);
+            hi = smcp_hex_value(path[i + 1]);
+            lo = smcp_hex_value(path[i + 2]);
 
             if (hi < 0 || lo < 0) {
                 return "a broken %-escape in the path";

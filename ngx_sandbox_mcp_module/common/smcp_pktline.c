@@ -8,25 +8,6 @@
 #include "smcp_pktline.h"
 
 
-static int
-smcp_pkt_hex(int c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-
-    return -1;
-}
-
-
 int
 smcp_pkt_read(const unsigned char *buf, size_t len, smcp_pkt_t *pkt,
     size_t *used)
@@ -41,7 +22,7 @@ smcp_pkt_read(const unsigned char *buf, size_t len, smcp_pkt_t *pkt,
     n = 0;
 
     for (i = 0; i < 4; i++) {
-        d = smcp_pkt_hex(buf[i]);
+        d = smcp_hex_value(buf[i]);
         if (d < 0) {
             return SMCP_PKT_BAD;
         }

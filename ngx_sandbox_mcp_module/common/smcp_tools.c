@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "smcp_tools.h"
+#include "smcp_util.h"
 
 
 /* a rule: what at `path` ("*": an array's element) is refused */
@@ -907,9 +908,7 @@ again:
         return smcp_tools_bad(s, "an unknown escape in a string");
 
     case SMCP_S_HEX:
-        v = (c >= '0' && c <= '9') ? c - '0'
-            : ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') ? (c | 0x20) - 'a' + 10
-            : -1;
+        v = smcp_hex_value(c);
 
         if (v < 0) {
             return smcp_tools_bad(s, "a broken \\u escape");

@@ -1,5 +1,6 @@
 /*
- * Shared helpers: base64url, random identifiers, time formatting.
+ * Shared helpers: base64url, hex digits, random identifiers, time
+ * formatting.
  */
 
 #include <pthread.h>
@@ -121,6 +122,19 @@ smcp_b64url_decode(unsigned char *dst, size_t *dlen, const char *src,
     *dlen = n;
 
     return SMCP_OK;
+}
+
+
+int
+smcp_hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+
+    c |= 0x20;
+
+    return (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
 }
 
 

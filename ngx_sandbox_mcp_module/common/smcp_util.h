@@ -23,6 +23,9 @@ size_t smcp_b64url_encode(char *dst, const unsigned char *src, size_t n);
 int smcp_b64url_decode(unsigned char *dst, size_t *dlen, const char *src,
     size_t len);
 
+/* a hex digit's value, either case; -1 for any other byte */
+int smcp_hex_value(unsigned char c);
+
 /* n random bytes from the OpenSSL CSPRNG as 2n lowercase hex digits plus
  * NUL in dst; SMCP_ERR if the CSPRNG fails */
 int smcp_random_hex(char *dst, size_t nbytes);

@@ -102,8 +102,9 @@ smcp_valid_branch(const char *s, size_t len)
 /* repositories and grants */
 
 
-static int
-smcp_repo_byte(unsigned char c)
+/* [A-Za-z0-9._-] */
+int
+smcp_name_byte(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
            || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
@@ -121,7 +122,7 @@ smcp_repo_part(const char *s, size_t len)
     }
 
     for (i = 0; i < len; i++) {
-        if (!smcp_repo_byte((unsigned char) s[i])) {
+        if (!smcp_name_byte((unsigned char) s[i])) {
             return 0;
         }
     }
@@ -268,7 +269,7 @@ smcp_valid_model(const char *s, size_t len)
         if (i < len && s[i] != '/') {
             c = (unsigned char) s[i];
 
-            if (!smcp_repo_byte(c) && c != ':' && c != '@') {
+            if (!smcp_name_byte(c) && c != ':' && c != '@') {
                 return 0;
             }
 
@@ -297,7 +298,7 @@ smcp_valid_tenant(const char *s, size_t len)
     }
 
     for (i = 0; i < len; i++) {
-        if (!smcp_repo_byte((unsigned char) s[i]) && s[i] != '@') {
+        if (!smcp_name_byte((unsigned char) s[i]) && s[i] != '@') {
             return 0;
         }
     }

@@ -17,6 +17,11 @@
 #include "smcp_util.h"
 
 
+/* a byte of a name: [A-Za-z0-9._-] (a repository's owner or name, and
+ * with more a model or a tenant; a signing key's id) */
+int smcp_name_byte(unsigned char c);
+
+
 /* git check-ref-format for one branch name, at most 255 bytes */
 #define SMCP_BRANCH_MAX        255
 int smcp_valid_branch(const char *s, size_t len);

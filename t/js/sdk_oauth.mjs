@@ -16,7 +16,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-import { Browser, check, assert, done, report } from './lib/browser.mjs';
+import { Browser, check, assert, script } from './lib/browser.mjs';
 
 const [url, accessKey, chromiumPath, mode = 'state'] = process.argv.slice(2);
 if (!url || !accessKey || !chromiumPath || !/^(no)?state$/.test(mode)) {
@@ -72,7 +72,7 @@ async function connect() {
 
 let browser;
 
-try {
+await script(async () => {
     // 1. no token: the 401 starts discovery, registration, the redirect
     const transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
     await check('connect without a token ends in UnauthorizedError (redirect)', async () => {
@@ -171,11 +171,6 @@ try {
         return '';
     });
     await session.client.close();
-} catch (e) {
-    report('unexpected error', false, e && e.stack ? e.stack : e);
-} finally {
+}, async () => {
     if (browser) await browser.close();
-}
-
-done();
-process.exit(0);
+});

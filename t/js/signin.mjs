@@ -11,14 +11,14 @@
 // script, nobody reads its output). The page's certificate is the test's
 // own CA's: not checked here (the client, Node, checks it).
 
-import { Browser, check, assert, done, report } from './lib/browser.mjs';
+import { Browser, check, assert, script } from './lib/browser.mjs';
 
 const [url] = process.argv.slice(2);
 const accessKey = process.env.SMCP_ACCESS_KEY;
 const json = (x) => JSON.stringify(x);
 
 let browser;
-try {
+await script(async () => {
     const auth = new URL(url);
     const redirect = auth.searchParams.get('redirect_uri');
     await check('the client opened the authorization page with PKCE S256', async () => {
@@ -51,11 +51,6 @@ try {
         assert(page.errors.length === 0, json(page.errors));
         return '';
     });
-} catch (e) {
-    report('unexpected error', false, e && e.stack ? e.stack : e);
-} finally {
+}, async () => {
     if (browser) await browser.close();
-}
-
-done();
-process.exit(0);
+});

@@ -11,7 +11,7 @@
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { check, assert, done, report } from './lib/checks.mjs';
+import { check, assert, report, script } from './lib/checks.mjs';
 
 const [entryJson, tool, argsJson = '{}'] = process.argv.slice(2);
 if (!entryJson || !tool) {
@@ -40,7 +40,7 @@ transport.stderr?.on('data', (d) => { stderr += d; });
 const client = new Client({ name: 'smcp-stdio-client', version: '1.0.0' });
 
 let ok = true;
-try {
+await script(async () => {
     ok = (await check('initialize over stdio', async () => {
         await client.connect(transport, { timeout: CONNECT_MS });
         const info = client.getServerVersion();
@@ -58,14 +58,8 @@ try {
         assert(!r.isError && r.structuredContent, json(r));
         return json(r.structuredContent).slice(0, 200);
     })) && ok;
-} catch (e) {
-    ok = false;
-    report('unexpected error', false, e && e.stack ? e.stack : e);
-} finally {
+}, async (threw) => {
     await client.close().catch(() => {});
-}
-// the program's log, for a failure's diagnosis
-if (!ok) report('the stdio server\'s log', false, stderr.slice(-4000));
-
-done();
-process.exit(0);
+    // the program's log, for a failure's diagnosis
+    if (!ok || threw) report('the stdio server\'s log', false, stderr.slice(-4000));
+});

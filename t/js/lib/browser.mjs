@@ -15,7 +15,7 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const { chromium } = require('playwright-core');
 
-export { report, check, assert, done } from './checks.mjs';
+export { report, check, assert, done, script } from './checks.mjs';
 
 export const WAIT = 15000;       // ms a page may take to show a change
 

@@ -4,6 +4,10 @@
 //
 //   await check('the page says hello', async () => { assert(...); return 'detail'; });
 //   done();
+//
+// or, the body's exceptions reported and the cleanup done whatever happens:
+//
+//   await script(async () => { await check(...); ... }, async () => { ... });
 
 import { appendFileSync } from 'node:fs';
 
@@ -37,5 +41,22 @@ export function assert(cond, msg) {
 // the last line: the script ran to its end
 export function done() {
     emit(JSON.stringify({ done: true }));
+}
+
+// a script's whole run: body's checks; an exception out of it is one more
+// check, failed ('unexpected error'); then cleanup(threw) however body
+// ended, the done line, exit 0 (the checks say what failed)
+export async function script(body, cleanup = async () => {}) {
+    let threw = false;
+    try {
+        await body();
+    } catch (e) {
+        threw = true;
+        report('unexpected error', false, e && e.stack ? e.stack : e);
+    } finally {
+        await cleanup(threw);
+    }
+    done();
+    process.exit(0);
 }
 

@@ -41,7 +41,8 @@ use HTTP::Tiny;
 
 use SMCP::Docker qw(free_subnet bridge_name test_id);
 use SMCP::Fakes;
-use SMCP::Test qw(free_port json_encode json_decode repo_root spew accessors);
+use SMCP::Test qw(free_port json_encode json_decode repo_root spew accessors
+                  wait_until);
 
 accessors(qw(state port rport mport emport eport net envdir egress fake gh
              npm pypi pyfiles top));
@@ -266,6 +267,38 @@ sub call {
     $self->{sessions}{ $sc->{sessionId} } = 1
         if $name eq 'opencode_run_task' && ($sc->{sessionId} // '') =~ /^ses_[0-9a-f]{24}$/;
     return $sc;
+}
+
+# runners_ok($seconds) -> (whether /healthz said "runners":"ok" within
+# $seconds, its last body)
+sub runners_ok {
+    my ($self, $secs) = @_;
+    my $hz;
+    my $ok = wait_until($secs, sub {
+        $hz = SMCP::Test->client(port => $self->{port})->http(method => 'GET',
+                                                             path => '/healthz');
+        return ($hz->{body} // '') =~ /"runners":"ok"/;
+    }, 0.5);
+    return ($ok, $hz->{body});
+}
+
+# ui_open($link) -> (its answer, the smcp_ui cookie it set, '' if none):
+# a dashboard link (make up's Dashboard:, make token UI=1's), not followed;
+# undef: /ui/ without a token
+sub ui_open {
+    my ($self, $link) = @_;
+    my $r = HTTP::Tiny->new(timeout => 10, max_redirect => 0)
+        ->get($link // "http://127.0.0.1:$self->{port}/ui/");
+    my ($c) = ($r->{headers}{'set-cookie'} // '') =~ /^(smcp_ui=[^;]+)/;
+    return ($r, $c // '');
+}
+
+# ui_get($cookie, $path) -> an HTTP::Tiny answer from the dashboard with
+# that cookie
+sub ui_get {
+    my ($self, $cookie, $path) = @_;
+    return HTTP::Tiny->new(timeout => 10, max_redirect => 0)
+        ->get("http://127.0.0.1:$self->{port}$path", { headers => { Cookie => $cookie } });
 }
 
 # wait_done($token, $sid, $runId, $seconds) -> get_result's last answer

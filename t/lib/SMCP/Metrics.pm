@@ -10,9 +10,10 @@ use warnings;
 
 use Exporter 'import';
 use File::Path qw(make_path);
+use HTTP::Tiny;
 use SMCP::Test qw(json_decode wait_until which_bin);
 
-our @EXPORT_OK = qw(parse_metrics metric_value);
+our @EXPORT_OK = qw(parse_metrics metric_value scrape_value);
 
 my $NAME = qr/[a-zA-Z_:][a-zA-Z0-9_:]*/;
 my $VALUE = qr/[-+]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|Inf|NaN)/;
@@ -63,6 +64,16 @@ sub metric_value {
         return $s->{value};
     }
     return undef;
+}
+
+# scrape_value($port, $name, \%labels): the value of that sample of the
+# /metrics served on 127.0.0.1:$port (labels: none unless given; undef:
+# no such sample, or no answer)
+sub scrape_value {
+    my ($port, $name, $labels) = @_;
+    my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$port/metrics");
+    my ($m) = $res->{success} ? parse_metrics($res->{content}) : ();
+    return metric_value($m, $name, $labels // {});
 }
 
 # SMCP::Metrics->start_prometheus($t, jobs => { name => "host:port", ... }):

@@ -22,6 +22,26 @@ sub new {
                  $class;
 }
 
+# client_metadata_conf($port): the server{} lines that fetch client ID
+# metadata documents (sandbox_mcp_oauth_client_metadata_location and its
+# internal location), an https URL's path mapped onto 127.0.0.1:$port (a
+# fake: SMCP::Fakes::start_static)
+sub client_metadata_conf {
+    my ($port) = @_;
+    return qq{
+        sandbox_mcp_oauth_client_metadata_location /_smcp_client_metadata;
+        location = /_smcp_client_metadata {
+            internal;
+            proxy_pass_request_headers off;
+            proxy_pass_request_body off;
+            proxy_method GET;
+            subrequest_output_buffer_size 8k;
+            set \$cm_path "/";
+            if (\$arg_url ~ "^https://[^/]+(/.*)\$") { set \$cm_path \$1; }
+            proxy_pass http://127.0.0.1:$port\$cm_path;
+        }};
+}
+
 sub t { $_[0]{t} }
 sub issuer { 'http://127.0.0.1:' . $_[0]{t}->port }
 sub resource { $_[0]->issuer . '/mcp' }

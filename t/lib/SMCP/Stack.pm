@@ -18,7 +18,8 @@ package SMCP::Stack;
 #   $s->done;
 #
 # Also: ->events (opencode_get_events, all pages), ->stored_events /
-# ->container_events (the Redis stream, with dts), ->run_hash, ->diag_run
+# ->container_events (the Redis stream, with dts), ->tool_output($runId)
+# (what its tool calls printed), ->run_hash, ->diag_run
 # ($runId, @runners: the run, its events and the runners' logs as diag),
 # ->timing($what, $seconds) (printed by ->done), bash_step($cmd, $what),
 # ->run_containers, ->docker_events(run => ID) (create/die/destroy times,
@@ -498,6 +499,14 @@ sub events {
 
 # the run's event stream as stored: ({id, type, data, ts, dts, json}, ...)
 sub stored_events { return $_[0]{t}->run_events($_[1]) }
+
+# the output of the run's tool calls, as stored, one after the other
+# (a bash step's: what its command printed)
+sub tool_output {
+    my ($self, $run) = @_;
+    return join "\n", map { $_->{json}{part}{state}{output} // '' }
+        grep { ($_->{json}{type} // '') eq 'tool_use' } $self->stored_events($run);
+}
 
 sub run_hash { return $_[0]{t}->run_hash($_[1]) }
 

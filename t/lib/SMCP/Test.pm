@@ -53,8 +53,9 @@ our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decod
                     rhex slurp spew iso_ms iso2epoch free_port run_cmd
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
-                    which_bin egress_server_conf accessors node_bin js_checks
-                    chromium_bin browser_missing smcp_version js_report node22_bin test_cert);
+                    which_bin egress_server_conf egress_echo_conf accessors node_bin js_checks
+                    chromium_bin browser_missing smcp_version js_report node22_bin test_cert
+                    jwt_kid);
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 our $JSON = JSON::PP->new->canonical(1)->allow_nonref(1)->utf8(1);
@@ -451,6 +452,33 @@ sub egress_server_conf {
     my $n = $o{name} // 'routes';
     return "    include %%DIR%%/$n-http.conf;\n"
          . "    server {\n        listen $listen;\n        include %%DIR%%/$n.conf;\n    }\n";
+}
+
+# egress_echo_conf($eport, $echo): the http{} lines of an egress proxy on
+# 127.0.0.1:$eport with one route, echo, that swaps a run token for
+# $SMCP_TEST_ECHO_KEY (bearer) in front of a server on 127.0.0.1:$echo
+# answering 200 'echoed'
+sub egress_echo_conf {
+    my ($eport, $echo) = @_;
+    return <<"NGINX";
+    server {
+        listen 127.0.0.1:$eport;
+
+        location /echo/ {
+            sandbox_mcp_egress echo;
+            sandbox_mcp_egress_credential env:SMCP_TEST_ECHO_KEY bearer;
+            proxy_set_header Authorization \$sandbox_mcp_credential;
+            proxy_pass http://127.0.0.1:$echo/;
+        }
+    }
+
+    server {
+        listen 127.0.0.1:$echo;
+        location / {
+            return 200 'echoed';
+        }
+    }
+NGINX
 }
 
 # which_bin($name): the path of an executable on PATH (or in the sbin and
@@ -1173,6 +1201,13 @@ sub decode_jwt {
     my ($tok) = @_;
     my ($h, $p, $s) = split /\./, $tok, 3;
     return (json_decode(b64url_decode($h)), json_decode(b64url_decode($p // '')));
+}
+
+# jwt_kid($token): the kid of a token's header; '(none)' when it names
+# none, '(no header)' when it has no header that decodes
+sub jwt_kid {
+    my ($h) = decode_jwt($_[0] // '');
+    return ref $h eq 'HASH' ? $h->{kid} // '(none)' : '(no header)';
 }
 
 ##############################################################################
