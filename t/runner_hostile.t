@@ -37,7 +37,7 @@ use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(json_decode wait_until);
 
 # long enough for the endless line to begin first on a loaded machine
-my $DEADLINE = 90;
+my $DEADLINE = 60;
 
 # bash commands the "agent" runs in the sandbox
 my @FORGED = (
@@ -50,8 +50,9 @@ my $HUGE = $FORGED . 'head -c 70000000 /dev/zero | tr "\0" A > /proc/1/fd/1; '
          . 'echo > /proc/1/fd/1; printf "A\0B\n" > /proc/1/fd/1; echo written';
 # 3000 lines of 1000 digits
 my $FLOOD = q{for i in $(seq 3000); do printf '%01000d\n' $i; done > /proc/1/fd/1; echo flooded};
-# a marker line, then an endless line at 5 MB/s (the tool call never ends)
-my $ENDLESS = 'echo endless-start > /proc/1/fd/1; while :; do head -c 500000 /dev/zero '
+# a marker line, then an endless line at 1 MB/s (the tool call never ends;
+# past --max-line within a second, and cheap enough to share the machine)
+my $ENDLESS = 'echo endless-start > /proc/1/fd/1; while :; do head -c 100000 /dev/zero '
             . '| tr "\0" B; sleep 0.1; done > /proc/1/fd/1';
 
 my $s = SMCP::Stack->new(scripts => {
@@ -149,7 +150,7 @@ subtest 'an endless line while the run is cancelled' => sub {
     my $id = $cancel->{runId};
     ok(wait_until(90, sub { endless_started($id) }, 0.3), 'the line is streaming')
         or $s->diag_run($id, $runner);
-    sleep(3);           # the endless line goes on a while (15 MB): the cancel comes inside it
+    sleep(3);           # the endless line goes on a while (3 MB): the cancel comes inside it
     my $tc = time();
     $s->call('opencode_cancel_run', { runId => $id });
     my $r = $s->wait_done($id, 300);
