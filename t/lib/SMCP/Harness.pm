@@ -5,9 +5,11 @@ package SMCP::Harness;
 #
 #   1. side by side: with prove -j N the files run N at a time, but the
 #      files marked `alone` in t/schedule (they own the Docker engine or
-#      load the whole machine) run one by one after the others; the files
-#      marked `first` start first (the longest: the side-by-side part then
-#      ends together)
+#      load the whole machine) run one by one after the others, in the
+#      schedule's order, and the files marked `beside` (they use no
+#      Docker) run side by side with the last of them; the files marked
+#      `first` start first (the longest: the side-by-side part then ends
+#      together)
 #   2. sanitized: when SMCP_TEST_SANITIZED_ENV names a file of VAR=value
 #      lines (make test writes build/asan/test.env), the files marked
 #      `sanitized` run with that environment: against the ASan+UBSan
@@ -38,7 +40,7 @@ sub _is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
 # t/schedule: "KIND PATTERN" lines (# comments); patterns are globs
 # relative to the repository's top (t/mcp_*.t)
 sub _schedule {
-    my %s = (alone => [], first => [], sanitized => []);
+    my %s = (alone => [], first => [], beside => [], sanitized => []);
     open(my $fh, '<', $SCHEDULE) or die "SMCP::Harness: $SCHEDULE: $!";
     while (my $line = <$fh>) {
         $line =~ s/#.*//;
@@ -101,8 +103,22 @@ sub new {
     return $self;
 }
 
+# (\@picked, \@left): the tests matching the globs, in the globs' order,
+# and the others
+sub _pick {
+    my ($tests, $globs, $name) = @_;
+    my (@picked, @left);
+    @left = @$tests;
+    for my $g (@$globs) {
+        push @picked, grep { $name->($_) =~ _glob_re($g) } @left;
+        @left = grep { $name->($_) !~ _glob_re($g) } @left;
+    }
+    return (\@picked, \@left);
+}
+
 # the files in the order they start; with jobs, the rules: the side-by-side
-# files first (the `first` ones leading), then the `alone` ones in sequence
+# files first (the `first` ones leading), then the `alone` ones in
+# sequence, the last of them beside the `beside` ones
 sub runtests {
     my ($self, @tests) = @_;
     my $s = $self->{smcp}{schedule};
@@ -110,20 +126,20 @@ sub runtests {
     # make test-asan: the sanitized files alone
     @tests = grep { _matches($name->($_), $s->{sanitized}) } @tests
         if $ENV{SMCP_TEST_SANITIZED_ONLY};
-    my @alone = grep { _matches($name->($_), $s->{alone}) } @tests;
-    my @rest = grep { !_matches($name->($_), $s->{alone}) } @tests;
-    my @first;
-    for my $g (@{ $s->{first} }) {
-        push @first, grep { $name->($_) =~ _glob_re($g) } @rest;
-        @rest = grep { $name->($_) !~ _glob_re($g) } @rest;
-    }
-    @tests = (@first, @rest, @alone);
+    my ($alone, $rest) = _pick(\@tests, $s->{alone}, $name);
+    my ($beside, $first);
+    ($beside, $rest) = _pick($rest, $s->{beside}, $name) if @$alone;
+    ($first, $rest) = _pick($rest, $s->{first}, $name);
+    @tests = (@$first, @$rest, @$alone, @{ $beside || [] });
     if (($self->jobs // 1) > 1) {
-        my @par = map { $name->($_) } @first, @rest;
-        my @seq = map { $name->($_) } @alone;
+        my @par = map { _escape($name->($_)) } @$first, @$rest;
+        my @seq = map { _escape($name->($_)) } @$alone;
+        my @by = map { _escape($name->($_)) } @{ $beside || [] };
+        my $last = @by ? pop @seq : undef;
         $self->rules({ seq => [
-            (@par ? { par => [map { _escape($_) } @par] } : ()),
-            (@seq ? { seq => [map { _escape($_) } @seq] } : ()),
+            (@par ? { par => \@par } : ()),
+            (@seq ? { seq => \@seq } : ()),
+            ($last ? { par => [ $last, @by ] } : ()),
         ] });
     }
     $self->{smcp}{t0} = time();
