@@ -415,9 +415,13 @@ if ($egress) {
     $rlog = slurp("$state/logs/runner.log");
     like($rlog, qr/smcp-runner \(pid $rpid\) killed by signal 9 \(KILL\) after \d+ s; restarting in 1 s/,
          '... the crash logged with its signal, and the restart');
-    ok(wait_until(30, sub { slurp("$state/logs/runner.log")
-                            =~ /smcp-runner started \(pid $new\)[\s\S]*starting: name=/ }),
-       '... the new runner is up (its start line)');
+    # the two lines in either order: the new runner may write its own
+    # before the supervisor's (which runs date(1) first) lands
+    ok(wait_until(30, sub { my $l = slurp("$state/logs/runner.log");
+                            $l =~ /smcp-runner started \(pid $new\)/
+                            && $l =~ /pid=$new msg="smcp-runner \S+ starting: name=/ }),
+       '... the new runner is up (its start line, and the supervisor\'s)')
+        or diag(join("", grep { defined } (split(/^/m, slurp("$state/logs/runner.log") // ""))[-20 .. -1]));
 
     # the runner's and the egress instance's metrics, and its heartbeat
     my $rm;
