@@ -3,16 +3,16 @@
 # its own in a temp dir, through prove as the Makefile calls it:
 #
 #   1. side by side: two files run at once (each waits to see the other
-#      started), and a file marked `alone` starts after both ended; the
-#      last `alone` file (the schedule's order) after the other, and a file
-#      marked `beside` runs while it runs, not before
+#      started), and a file marked `alone` starts after both ended, the
+#      `alone` files one by one in the schedule's order, and a file marked
+#      `beside` runs while they run, not before
 #   2. the files marked `sanitized` start with the environment of
 #      SMCP_TEST_SANITIZED_ENV's file, the others without it
 #   3. under CI=true a file that skips everything, or skips one test, fails
 #      (saying so), and passes without CI
 #   4. each file's time is printed, slowest first, before prove's result
 #   5. no test file calls BAIL_OUT (it would stop the files beside it)
-#   6. the files t/schedule runs beside runner_swarm.t run no docker and
+#   6. the files t/schedule runs beside the alone ones run no docker and
 #      no runner
 
 use strict;
@@ -63,30 +63,28 @@ open(\$fh, '>', '$dir/$me.end') or die; close \$fh;
 done_testing;
 PL
 }
-# the alone files in the schedule's order (zfirst.t, then alone.t), the
-# last one beside beside.t
+# the alone files one by one in the schedule's order (zfirst.t, then
+# alone.t), beside.t beside them
 spew("$dir/zfirst.t", <<"PL");
 use Test::More;
+$wait
 ok(-e '$dir/par1.end' && -e '$dir/par2.end', 'alone starts after the others ended');
-ok(!-e '$dir/beside.start', 'beside has not started');
-select(undef, undef, undef, 0.3);
-open(my \$fh, '>', '$dir/zfirst.end') or die; close \$fh;
+open(my \$fh, '>', '$dir/zfirst.start') or die; close \$fh;
+ok(wait_for('$dir/beside.start'), 'it runs while beside runs');
+open(\$fh, '>', '$dir/zfirst.end') or die; close \$fh;
 done_testing;
 PL
 spew("$dir/alone.t", <<"PL");
 use Test::More;
-$wait
-ok(-e '$dir/zfirst.end', 'the last alone file starts after the one before it ended');
-open(my \$fh, '>', '$dir/alone.start') or die; close \$fh;
-ok(wait_for('$dir/beside.start'), 'it runs while beside runs');
+ok(-e '$dir/zfirst.end', 'the alone files one by one, in the order of the schedule');
 done_testing;
 PL
 spew("$dir/beside.t", <<"PL");
 use Test::More;
 $wait
-ok(-e '$dir/zfirst.end', 'beside starts after the alone files but the last');
+ok(-e '$dir/par1.end' && -e '$dir/par2.end', 'beside starts after the side-by-side files ended');
 open(my \$fh, '>', '$dir/beside.start') or die; close \$fh;
-ok(wait_for('$dir/alone.start'), 'beside runs while the last alone file runs');
+ok(wait_for('$dir/zfirst.start'), 'beside runs while an alone file runs');
 done_testing;
 PL
 spew("$dir/san.t", <<'PL');
@@ -110,7 +108,7 @@ spew("$dir/skipone.t", "use Test::More; SKIP: { skip 'no widget', 1; ok(1) } ok(
 delete local @ENV{qw(CI ASAN_OPTIONS SMCP_TEST_SANITIZED_ENV SMCP_TEST_SANITIZED_ONLY
                      SMCP_TEST_SANITIZED)};
 
-subtest 'side by side, alone after, beside the last alone' => sub {
+subtest 'side by side, then alone, and beside the alone ones' => sub {
     my ($rc, $out) = prove([qw(alone.t beside.t par1.t par2.t zfirst.t)]);
     is($rc, 0, 'all pass') or diag($out);
     like($out, qr/^Result: PASS$/m, 'Result: PASS');
@@ -143,14 +141,15 @@ subtest 'each file\'s time' => sub {
 };
 
 # t/schedule's `beside` files run while runner_swarm.t owns the Docker
-# engine: none of them may touch Docker (a runner, a container, a stack)
+# engine and hostile_agent.t counts what its runs left on it: none of them
+# may touch Docker (a runner, a container, a stack)
 {
     my $sched = SMCP::Test::slurp("$FindBin::Bin/schedule");
     my @beside = map { "$FindBin::Bin/../$_" } $sched =~ /^beside\s+(\S+)/mg;
     my $uses = join('|', 'docker', map { "SMCP::$_\\b" } qw(Stack MakeUp Clients));
     my @docker = grep { !/harness\.t$/ && SMCP::Test::slurp($_) =~ /$uses|start_runner/ }
                  map { glob } @beside;
-    ok(@beside > 0, scalar(@beside) . ' files run beside the last alone one');
+    ok(@beside > 0, scalar(@beside) . ' files run beside the alone ones');
     is_deeply([map { s{.*/}{}r } @docker], [], '... and none of them runs docker or a runner');
 }
 

@@ -7,9 +7,8 @@ package SMCP::Harness;
 #      files marked `alone` in t/schedule (they own the Docker engine or
 #      load the whole machine) run one by one after the others, in the
 #      schedule's order, and the files marked `beside` (they use no
-#      Docker) run side by side with the last of them; the files marked
-#      `first` start first (the longest: the side-by-side part then ends
-#      together)
+#      Docker) run side by side with them; the files marked `first` start
+#      first (the longest: the side-by-side part then ends together)
 #   2. sanitized: when SMCP_TEST_SANITIZED_ENV names a file of VAR=value
 #      lines (make test writes build/asan/test.env), the files marked
 #      `sanitized` run with that environment: against the ASan+UBSan
@@ -118,7 +117,7 @@ sub _pick {
 
 # the files in the order they start; with jobs, the rules: the side-by-side
 # files first (the `first` ones leading), then the `alone` ones in
-# sequence, the last of them beside the `beside` ones
+# sequence, beside them the `beside` ones
 sub runtests {
     my ($self, @tests) = @_;
     my $s = $self->{smcp}{schedule};
@@ -135,11 +134,9 @@ sub runtests {
         my @par = map { _escape($name->($_)) } @$first, @$rest;
         my @seq = map { _escape($name->($_)) } @$alone;
         my @by = map { _escape($name->($_)) } @{ $beside || [] };
-        my $last = @by ? pop @seq : undef;
         $self->rules({ seq => [
             (@par ? { par => \@par } : ()),
-            (@seq ? { seq => \@seq } : ()),
-            ($last ? { par => [ $last, @by ] } : ()),
+            (@seq ? { par => [ { seq => \@seq }, @by ] } : ()),
         ] });
     }
     $self->{smcp}{t0} = time();
