@@ -371,21 +371,14 @@ if ($egress) {
     my $got = $gh->last_request(method => 'POST');
     is($got && $got->{body_length}, length($pr), '... whole');
 
-    # the whole stack: a task through the printed URL completes
-    my $call = sub {
-        my ($id, $name, $args) = @_;
-        my $r = post($token, json_encode({ jsonrpc => '2.0', id => $id,
-            method => 'tools/call',
-            params => { name => $name, arguments => $args } }),
-            'Mcp-Session-Id' => $sid);
-        my $j = json_decode($r->{content} // '') // {};
-        return $j->{result}{structuredContent} // {};
-    };
-    my $rt = $call->(10, 'opencode_run_task', { task => 'Say hello.' });
+    # the whole stack: a task through the printed URL completes (MakeUp's
+    # call: the run's session volume goes at the end)
+    my $call = sub { $up->call($token, $sid, @_) };
+    my $rt = $call->('opencode_run_task', { task => 'Say hello.' });
     like($rt->{runId} // '', qr/^run_[0-9a-f]{24}$/, 'make up: run_task answers');
     my $res = {};
     for (1 .. 6) {
-        $res = $call->(11, 'opencode_get_result',
+        $res = $call->('opencode_get_result',
                        { runId => $rt->{runId}, waitSeconds => 20 });
         last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
     }
