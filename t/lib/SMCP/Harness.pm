@@ -126,14 +126,15 @@ sub runtests {
     @tests = grep { _matches($name->($_), $s->{sanitized}) } @tests
         if $ENV{SMCP_TEST_SANITIZED_ONLY};
     my ($alone, $rest) = _pick(\@tests, $s->{alone}, $name);
-    my ($beside, $first);
+    # beside: with alone files only (else they are side-by-side files)
+    my ($beside, $first) = ([]);
     ($beside, $rest) = _pick($rest, $s->{beside}, $name) if @$alone;
     ($first, $rest) = _pick($rest, $s->{first}, $name);
-    @tests = (@$first, @$rest, @$alone, @{ $beside || [] });
+    @tests = (@$first, @$rest, @$alone, @$beside);
     if (($self->jobs // 1) > 1) {
         my @par = map { _escape($name->($_)) } @$first, @$rest;
         my @seq = map { _escape($name->($_)) } @$alone;
-        my @by = map { _escape($name->($_)) } @{ $beside || [] };
+        my @by = map { _escape($name->($_)) } @$beside;
         $self->rules({ seq => [
             (@par ? { par => \@par } : ()),
             (@seq ? { par => [ { seq => \@seq }, @by ] } : ()),
