@@ -618,22 +618,70 @@ sub read_file {
 
 my %USED_PORTS;
 
-# a free TCP port (bind port 0), never the same twice per file: on
-# 127.0.0.1, or on $addr ('0.0.0.0': every address, for a listener that
-# binds an address made later).  $t->free_port, or free_port($addr).
+# Ports come from below the kernel's ephemeral range (ip_local_port_range,
+# 32768-60999 by default), which every outgoing connection of the machine
+# draws its local port from: a port bound once and closed there can be an
+# outgoing connection's a moment later, and the daemon meant for it fails
+# with "Address already in use". Files running side by side each hold the
+# ports they picked as a file in $PORT_DIR with their pid (a dead pid's
+# file is taken over).
+my $PORT_DIR = ($ENV{TMPDIR} // '/tmp') . '/smcp-test-ports';
+my @PORT_FILES;
+
+# (low, high): the range free_port picks from; () where the ephemeral
+# range leaves no room (then the kernel's pick, port 0)
+sub _port_range {
+    my ($lo) = (slurp('/proc/sys/net/ipv4/ip_local_port_range') // '') =~ /^(\d+)/;
+    return ($lo && $lo > 12000) ? (10000, $lo - 1) : ();
+}
+
+# whether this file now holds $port (its file in $PORT_DIR, our pid)
+sub _hold_port {
+    my ($port) = @_;
+    my $f = "$PORT_DIR/$port";
+    for (1 .. 2) {
+        if (sysopen(my $fh, $f, POSIX::O_WRONLY() | POSIX::O_CREAT() | POSIX::O_EXCL())) {
+            print $fh "$$\n";
+            close $fh;
+            push @PORT_FILES, $f;
+            return 1;
+        }
+        my ($pid) = (slurp($f) // '') =~ /^(\d+)/;
+        return 0 if $pid && kill(0, $pid);
+        unlink $f;              # its file outlived it: take it over
+    }
+    return 0;
+}
+
+# a free TCP port, never the same twice per file nor in two files at once:
+# on 127.0.0.1, or on $addr ('0.0.0.0': every address, for a listener
+# that binds an address made later).  $t->free_port, or free_port($addr).
 sub free_port {
     my $addr = ref $_[0] ? $_[1] : $_[0];
-    for (1 .. 50) {
+    my @range = _port_range();
+    make_path($PORT_DIR, { mode => 01777 }) if @range;
+    for (1 .. 200) {
+        my $p = @range ? $range[0] + int(rand($range[1] - $range[0] + 1)) : 0;
+        next if $p && ($USED_PORTS{$p} || !_hold_port($p));
         my $s = IO::Socket::INET->new(
-            LocalAddr => $addr // '127.0.0.1', LocalPort => 0, Proto => 'tcp',
+            LocalAddr => $addr // '127.0.0.1', LocalPort => $p, Proto => 'tcp',
             Listen => 1, ReuseAddr => 1,
-        ) or die "cannot bind a port: $!";
-        my $p = $s->sockport;
+        );
+        die "cannot bind a port: $!" if !$s && !$p;
+        next unless $s;         # in use by something else
+        $p = $s->sockport;
         close $s;
         next if $USED_PORTS{$p}++;
         return $p;
     }
     die "no free port found";
+}
+
+END {
+    for my $f (@PORT_FILES) {
+        my ($pid) = (slurp($f) // '') =~ /^(\d+)/;
+        unlink $f if $pid && $pid == $$;
+    }
 }
 
 sub _port_open {
