@@ -14,6 +14,8 @@
 #   5. no test file calls BAIL_OUT (it would stop the files beside it)
 #   6. the files t/schedule runs beside the alone ones run no docker and
 #      no runner
+#   7. a test's free ports come from below the kernel's ephemeral range,
+#      held by the file that picked them until it ends
 
 use strict;
 use warnings;
@@ -138,6 +140,21 @@ subtest 'each file\'s time' => sub {
     like($out, qr/^Time per file \(wall, slowest first\):\n  \S+\.t +\d+\.\d s\n  \S+\.t +\d+\.\d s\n  total /m,
          'a line per file, then the total') or diag($out);
     like($out, qr/Time per file[\s\S]*^Result: PASS$/m, '... before the result line');
+};
+
+# the ports files running side by side pick: below the kernel's ephemeral
+# range (outgoing connections never take them), each held by its file
+# while the file runs, and let go at its end
+subtest 'free ports' => sub {
+    my ($lo) = SMCP::Test::slurp('/proc/sys/net/ipv4/ip_local_port_range') =~ /^(\d+)/;
+    my $pl = 'use SMCP::Test; my $p = SMCP::Test::free_port(); my $d = ($ENV{TMPDIR} // "/tmp")'
+           . ' . "/smcp-test-ports"; print "$p ", (-e "$d/$p" ? "held" : "free"), "\n";';
+    my ($rc, $out) = run_cmd(['perl', "-I$lib", '-e', $pl], timeout => 30);
+    my ($port, $held) = $out =~ /^(\d+) (\w+)$/m;
+    ok($port && $lo && $port < $lo, "port $port, below the ephemeral range ($lo)")
+        or diag($out);
+    is($held, 'held', '... held by the file while it runs');
+    ok($port && !-e ($ENV{TMPDIR} // '/tmp') . "/smcp-test-ports/$port", '... and let go at its end');
 };
 
 # t/schedule's `beside` files run while runner_swarm.t owns the Docker
