@@ -462,7 +462,7 @@ record_shapes(@$ev3);
                  SMCP_RUN_TOKEN => $tok, SMCP_TASK => 'SCENARIO-STOP: write, then wait.' },
         extra => ['--mount', "type=volume,src=$vol,dst=/workspace"]);
     start_container($cid);
-    my $hung = wait_until(60, sub {
+    my $hung = wait_until(180, sub {
         scalar(grep { ($_->{body} // '') =~ /SCENARIO-STOP/ && !$_->{status} } $anthropic->requests) });
     ok($hung, 'stop: the second model request is hanging');
     my $t0 = time();

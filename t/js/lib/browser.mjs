@@ -17,7 +17,7 @@ const { chromium } = require('playwright-core');
 
 export { report, check, assert, done, script } from './checks.mjs';
 
-export const WAIT = 15000;       // ms a page may take to show a change
+export const WAIT = 60000;       // ms a page may take to show a change (a loaded machine)
 
 export const text = (page, sel) => page.locator(sel).innerText();
 
