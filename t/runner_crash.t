@@ -45,16 +45,19 @@ use SMCP::Events qw(agent_data);
 use SMCP::Stack;
 use SMCP::Test qw(wait_until);
 
-# long enough that the crash run's first tool call (OpenCode's start, a
-# model round trip) comes first on a loaded 2-core machine, where it has
-# taken over 15 s; the hanging run must still be inside its deadline when
-# the runner is killed and restarted
+# the hanging run starts once the crash run's first tool call is stored
+# (OpenCode's start and a model round trip: 44 s on a loaded 2-core
+# machine, beside five other Docker files) and must still be inside its
+# deadline when the runner is killed (as soon as it is `running`, a
+# container start) and started again
 my $HANG_TIMEOUT = 40;
 my $OUTAGE = 4;           # seconds Docker is away in 2.
 my $RETRIES = 31;         # how long the runner retries Docker (3.: until then)
 
 my $s = SMCP::Stack->new(scripts => {
-    'SCENARIO-CRASH'  => SMCP::Stack::four_steps('CRASH', 3, 2),
+    # the second answer held 20 s: the run is still going when the
+    # hanging run, started after its first tool call, is `running`
+    'SCENARIO-CRASH'  => SMCP::Stack::four_steps('CRASH', 20, 2),
     'SCENARIO-HANG'   => [ { hang => 150 } ],
     'SCENARIO-DOCKER' => SMCP::Stack::four_steps('DOCKER', 3, 1),
     'SCENARIO-EARLY'  => SMCP::Stack::four_steps('EARLY', 1, 1),
@@ -83,13 +86,16 @@ my $name = $runner->{name};
 subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     my $t0 = time();
     my $crash = $s->run_task(task => 'SCENARIO-CRASH: two files, show them, answer', title => 'crash');
+    my $id = $crash->{runId};
+    ok(wait_until(120, sub { tool_uses_stored($id) >= 1 }, 0.1),
+       'the first tool call is stored') or $s->diag_run($id, $runner);
     my $hang = $s->run_task(task => 'SCENARIO-HANG: the model never answers', title => 'hang',
                             timeoutSeconds => $HANG_TIMEOUT);
-    my $id = $crash->{runId};
-    ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
-       'the first tool call is stored') or $s->diag_run($id, $runner);
-    ok(wait_until(120, sub { $s->result($hang->{runId})->{status} eq 'running' }, 0.2),
-       'the hanging run is running too');
+    my $th = time();
+    ok(wait_until(30, sub { $s->result($hang->{runId})->{status} eq 'running' }, 0.1),
+       'the hanging run is running too') or $s->diag_run($hang->{runId}, $runner);
+    note(sprintf('first tool call %.2f s, the hanging run running %.2f s later',
+                 $th - $t0, time() - $th));
     my $stored_before = () = $s->container_events($id);
 
     $s->stop_runner($runner, 'KILL');
