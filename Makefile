@@ -82,6 +82,18 @@ MODULE_SRCS := config config.make $(wildcard ngx_sandbox_mcp_module/*.[ch] \
 COMMON_SRCS := $(wildcard ngx_sandbox_mcp_module/common/*.c)
 
 CFLAGS     ?= -O2 -g
+
+# the compilers through ccache where it is installed (make deps installs
+# it; make up's deps-run does not): nginx's three builds and the harnesses
+# of a clean clone, on a machine that built them before, come from its
+# cache (~/.cache/ccache).  Paths are hashed relative to this checkout.
+# CCACHE=0: the compilers as they are.
+CCACHE     ?= 1
+ifeq ($(CCACHE)$(wildcard /usr/lib/ccache/cc),1/usr/lib/ccache/cc)
+export PATH            := /usr/lib/ccache:$(PATH)
+export CCACHE_BASEDIR  := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+endif
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
 .PHONY: all module tools runner runner-test bench deps deps-run test static up up-check down drain backup restore token revoke rotate-secret retire-secret clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help

@@ -551,7 +551,7 @@ await check('a failed run\'s tab title says failed', async () => {
 });
 
 await check('the tenant\'s link: the run page offers All runs and the session\'s runs, and they open', async () => {
-    await page.goto(`${cfg.origin}${cfg.prefixPath}runs/${L.runId}`);
+    await browser.goto(page, `${cfg.origin}${cfg.prefixPath}runs/${L.runId}`);
     const sib = page.locator('#session-runs a', { hasText: L.sibling.title });
     await sib.waitFor({ timeout: WAIT });
     await page.locator('#all-runs').waitFor({ timeout: WAIT });

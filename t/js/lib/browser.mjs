@@ -86,8 +86,25 @@ export class Browser {
         page.errors = [];
         page.on('framenavigated', (f) => { if (f === page.mainFrame()) page.navigations++; });
         page.on('pageerror', (e) => page.errors.push(e.message));
-        await page.goto(url, { waitUntil: 'load' });
+        await this.goto(page, url);
         return page;
+    }
+
+    // page.goto, tried again when Chromium gave the navigation up because
+    // the host's addresses changed (net::ERR_NETWORK_CHANGED: Docker's
+    // interfaces come and go while other files of make test run); an error
+    // page it showed meanwhile is not counted as a navigation
+    async goto(page, url, opts = { waitUntil: 'load' }) {
+        for (let i = 1; ; i++) {
+            const before = page.navigations;
+            try {
+                return await page.goto(url, opts);
+            } catch (e) {
+                if (i >= 5 || !/ERR_NETWORK_CHANGED/.test(String(e?.message))) throw e;
+                page.navigations = before;
+                await new Promise((r) => setTimeout(r, 250));
+            }
+        }
     }
 
     // the requests that left `origin`
