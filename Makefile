@@ -290,20 +290,31 @@ FUZZ_JOBS      ?= $(shell nproc 2>/dev/null || echo 1)
 # its opening comment names the project sources it needs besides common/
 FUZZ_HARNESSES ?= $(filter-out driver,$(basename $(notdir $(wildcard fuzz/*.c))))
 FUZZ_DIR       := $(BUILD)/fuzz
+FUZZ_OBJ       := $(FUZZ_DIR)/obj
 FUZZ_SAN       := -fsanitize=fuzzer,address,undefined \
                   -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS    := -g -O1 $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) $(WARN) \
+                  -D_GNU_SOURCE -Ingx_sandbox_mcp_module/common -Irunner \
+                  -Ifuzz -It/unit
+FUZZ_HEADERS   := $(wildcard fuzz/*.h ngx_sandbox_mcp_module/common/*.h) \
+                  runner/runner.h t/unit/runner_globals.h
 FUZZ_BINS      := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
+# a harness's objects: its own, those its links line names, common/'s
+fuzz_objs       = $(patsubst %.c,$(FUZZ_OBJ)/%.o,fuzz/$(1).c $(COMMON_SRCS) \
+                    $(shell sed -n 's/^ \* links: //p' fuzz/$(1).c))
 
 fuzz-build: $(FUZZ_BINS)
 
-$(FUZZ_DIR)/%: fuzz/%.c $(wildcard fuzz/*.h) $(COMMON_SRCS) runner/runner.h \
-               t/unit/runner_globals.h \
-               $(wildcard runner/*.c ngx_sandbox_mcp_module/common/*.h)
-	mkdir -p $(FUZZ_DIR)
-	$(FUZZ_CC) -g -O1 $(FUZZ_SAN) $(WARN) -D_GNU_SOURCE \
-	    -Ingx_sandbox_mcp_module/common -Irunner -Ifuzz -It/unit -o $@ \
-	    fuzz/$*.c $(shell sed -n 's/^ \* links: //p' fuzz/$*.c) \
-	    $(COMMON_SRCS) -ljansson -lcrypto
+# each source compiled once for every harness (and through ccache, once
+# per machine), then each harness linked
+.PRECIOUS: $(FUZZ_OBJ)/%.o
+$(FUZZ_OBJ)/%.o: %.c $(FUZZ_HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+.SECONDEXPANSION:
+$(FUZZ_DIR)/%: $$(call fuzz_objs,$$*)
+	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ -ljansson -lcrypto
 
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_HARNESSES="jwt utf8"]
 fuzz: $(FUZZ_BINS)

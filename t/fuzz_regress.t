@@ -51,22 +51,43 @@ sub run_harness {
             join("\n", @lines[-($#lines < 7 ? $#lines + 1 : 8) .. -1]));
 }
 
+# each source compiled once (an object under $out/obj/), each harness
+# linked from its own, the driver's, those its links line names and
+# common/'s; (ok, the compiler's words)
+my @cflags = ('-g', '-O1', '-fsanitize=address,undefined',
+              '-fno-sanitize-recover=undefined', '-fno-omit-frame-pointer',
+              '-Wall', '-Wextra', '-Wno-unused-parameter', '-Werror',
+              '-D_GNU_SOURCE', "-I$root/ngx_sandbox_mcp_module/common",
+              "-I$root/runner", "-I$root/fuzz", "-I$root/t/unit");
+my %obj;
+sub cc_ok {
+    my ($log, @cmd) = @_;
+    my $ok = system(join(' ', map { quotemeta } @cmd) . ' 2>' . quotemeta($log)) == 0;
+    return ($ok, $ok ? '' : slurp($log));
+}
+sub object {
+    my ($src) = @_;
+    return $obj{$src} if exists $obj{$src};
+    (my $rel = substr($src, length($root) + 1)) =~ s{/}{__}g;
+    my $o = "$out/obj/$rel.o";
+    make_path("$out/obj");
+    my ($ok, $err) = cc_ok("$o.log", $cc, @cflags, '-c', '-o', $o, $src);
+    return $obj{$src} = $ok ? $o : { error => "$src: $err" };
+}
+
 for my $src (@harnesses) {
     my $h = basename($src, '.c');
     my ($links) = slurp($src) =~ /^ \* links: (.*)$/m;
     my @links = map { "$root/$_" } split ' ', $links // '';
     my $bin = "$out/$h";
 
-    my @cmd = ($cc, '-g', '-O1', '-fsanitize=address,undefined',
-               '-fno-sanitize-recover=undefined', '-fno-omit-frame-pointer',
-               '-Wall', '-Wextra', '-Wno-unused-parameter', '-Werror',
-               '-D_GNU_SOURCE', "-I$root/ngx_sandbox_mcp_module/common",
-               "-I$root/runner", "-I$root/fuzz", "-I$root/t/unit", '-o', $bin,
-               $src, "$root/fuzz/driver.c", @links, @common,
-               '-ljansson', '-lcrypto');
-    my $cmd = join(' ', map { quotemeta } @cmd) . " 2>" . quotemeta("$bin.build.log");
-    if (!ok(system($cmd) == 0, "$h: builds with ASan and UBSan ($cc)")) {
-        diag(slurp("$bin.build.log"));
+    my @objs = map { object($_) } $src, "$root/fuzz/driver.c", @links, @common;
+    my @bad = map { $_->{error} } grep { ref } @objs;
+    my ($ok, $err) = @bad ? (0, join("\n", @bad))
+                          : cc_ok("$bin.build.log", $cc, '-fsanitize=address,undefined',
+                                  '-o', $bin, @objs, '-ljansson', '-lcrypto');
+    if (!ok($ok, "$h: builds with ASan and UBSan ($cc)")) {
+        diag($err);
         next;
     }
 
