@@ -193,7 +193,7 @@ subtest 'end to end: clone, write, write, bash, answer' => sub {
        'the repository was cloned through the /github/ route');
 
     # the container is gone, the session volume stays
-    ok(wait_until(10, sub { !$s->run_containers($id) }), 'the container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container was removed');
     my (undef, $vols) = SMCP::Docker::docker('volume', 'ls', '-q', '--filter',
                                              "label=smcp.session=$run->{sessionId}");
     like($vols, qr/^smcp-\Q$run->{sessionId}\E$/m, 'the session volume smcp-<sessionId> stays');

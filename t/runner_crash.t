@@ -123,7 +123,7 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     my @bash = grep { ($_->{type} // '') eq 'tool_use' && $_->{part}{tool} eq 'bash' }
                agent_data($s->events($id));
     is($bash[0] && $bash[0]{part}{state}{output}, "one\ntwo\n", 'the bash output');
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container was removed');
 
     # the hanging run, re-attached too: its deadline still holds (the one
     # stored when it started; the model's 150 s hang would end it later)
@@ -146,7 +146,7 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
         my $c = $s->wait_done($hid, 30);
         note("the hanging run, cancelled: $c->{status}");
     }
-    ok(wait_until(15, sub { !$s->run_containers($hid) }), 'the hanging run\'s container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($hid) }), 'the hanging run\'s container was removed');
 };
 
 $s->stop_runner($runner, 'TERM');
@@ -184,7 +184,7 @@ subtest 'runner killed between the sandbox start and `running`' => sub {
     like($s->runner_log($r2), qr/run=\Q$id\E.*adopted container/, 'runner log: the container adopted')
         or diag($s->runner_log_tail($r2, 15));
     $s->check_events_exact($id, 'after the restart');
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container was removed');
     $s->stop_runner($r2, 'TERM');
 };
 
@@ -221,7 +221,7 @@ subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
     my @err = grep { /level=error/ && /docker/i } split /\n/, $log;
     ok(@err, 'the runner log names the Docker error') or diag($log);
     note("runner: $_") for @err;
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container was removed');
 };
 
 ##############################################################################

@@ -69,12 +69,12 @@ is(scrape_value($mport, 'smcp_runner_draining'), 0, 'metrics: smcp_runner_draini
 # (the runners of this file share their name, and so their log: each
 # line carries the pid of the one that wrote it)
 kill 'USR1', $runner->{pid};
-ok(wait_until(10, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="draining: 1 run\(s\) to finish/ }, 0.2),
+ok(wait_until(60, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="draining: 1 run\(s\) to finish/ }, 0.2),
    'SIGUSR1: the runner logs "draining: 1 run(s) to finish"')
     or diag($s->runner_log_tail($runner, 10));
 is(scrape_value($mport, 'smcp_runner_draining'), 1, 'metrics: smcp_runner_draining 1');
 my $h = {};
-ok(wait_until(15, sub { $h = healthz(); ($h->{runners} // '') eq 'draining' }, 0.3),
+ok(wait_until(60, sub { $h = healthz(); ($h->{runners} // '') eq 'draining' }, 0.3),
    '/healthz: "runners":"draining" (the heartbeat says so)') or diag(explain($h));
 is($h->{runnersDraining}, 1, '... runnersDraining 1');
 is($h->{runnersAlive}, 1, '... runnersAlive 1');
@@ -90,7 +90,7 @@ is($r->{result}, 'Finished while draining.', '... with its answer');
 $s->check_events_exact($id, 'the run that finished during the drain',
                        agent => \@SMCP::Stack::GATE_AGENT, ticks => 1);
 
-ok(wait_until(15, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="drained: no run left/ }, 0.2),
+ok(wait_until(60, sub { $s->runner_log($runner) =~ /pid=$runner->{pid} msg="drained: no run left/ }, 0.2),
    'then the runner logs "drained: no run left"') or diag($s->runner_log_tail($runner, 10));
 ok($s->runner_alive($runner), '... and stays up, idle');
 is(scrape_value($mport, 'smcp_runner_runs_active'), 0, 'metrics: smcp_runner_runs_active 0');
@@ -107,7 +107,7 @@ is($r->{status}, 'completed', 'the next runner takes the queued run') or $s->dia
 is($r->{result}, 'Taken by the next runner.', '... with its answer');
 ok(($s->run_hash($qid)->{claimed_at} // 0) > ($s->run_hash($id)->{finished_at} // 9e15),
    '... claimed after the drained run finished');
-ok(wait_until(15, sub { $h = healthz(); ($h->{runners} // '') eq 'ok' }, 0.3),
+ok(wait_until(60, sub { $h = healthz(); ($h->{runners} // '') eq 'ok' }, 0.3),
    '/healthz: "runners":"ok" again') or diag(explain($h));
 is($h->{runnersDraining}, 0, '... runnersDraining 0 (the new runner of that name takes runs)');
 is(scrape_value($mport, 'smcp_runner_draining'), 0, 'metrics: smcp_runner_draining 0');
@@ -120,7 +120,7 @@ $id = $run->{runId};
 ok(wait_until(180, sub { ticks($id) >= 2 }, 0.3), 'another run is running')
     or $s->diag_run($id, $next);
 kill 'USR1', $next->{pid};
-ok(wait_until(10, sub { $s->runner_log($next) =~ /pid=$next->{pid} msg="draining: 1 run/ }, 0.2),
+ok(wait_until(60, sub { $s->runner_log($next) =~ /pid=$next->{pid} msg="draining: 1 run/ }, 0.2),
    'first SIGUSR1: draining');
 # (once it said so: two signals of a kind sent at once are one)
 kill 'USR1', $next->{pid};

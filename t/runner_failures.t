@@ -105,7 +105,7 @@ subtest 'opencode_cancel_run mid-run' => sub {
     }
     # the same, from Docker's own clock
     my $fin = $s->run_hash($id)->{finished_at} / 1000;
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container is removed (eventually)');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container is removed (eventually)');
     my @de = $s->docker_events(run => $id);
     my ($die) = grep { $_->{action} eq 'die' } @de;
     my ($destroy) = grep { $_->{action} eq 'destroy' } @de;
@@ -161,7 +161,7 @@ subtest "the model hangs: timeoutSeconds $TIMEOUT" => sub {
     my ($die) = grep { $_->{action} eq 'die' } @de;
     ok($die && $die->{time} <= $fin + 0.001, 'docker: the container was stopped before the run was marked failed')
         or diag(json_encode(\@de));
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container is removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container is removed');
     ($die) = grep { $_->{action} eq 'destroy' } $s->docker_events(run => $id);
     note(sprintf('deadline: destroy - finished_at = %+.4f s', $die->{time} - $fin)) if $die;
     like($s->runner_log($runner), qr/run=\Q$id\E.*deadline reached/, 'runner log: deadline reached');

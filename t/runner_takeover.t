@@ -59,7 +59,7 @@ subtest 'a live runner keeps its run' => sub {
                  . 'its queue entry every 10 s, whatever --claim-idle is');
         };
     $s->check_events_exact($id, 'one follower');
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container was removed');
     $s->stop_runner(delete $R{y}, 'TERM');
 };
 
@@ -85,7 +85,7 @@ subtest 'a dead runner\'s run is taken over' => sub {
     is($r->{status}, 'completed', 'completed') or $s->diag_run($id, @R{sort keys %R});
     is($r->{result}, 'Done with ORPHAN.', 'result');
     $s->check_events_exact($id, 'after the take-over');
-    ok(wait_until(15, sub { !$s->run_containers($id) }), 'the container was removed');
+    ok(wait_until(60, sub { !$s->run_containers($id) }), 'the container was removed');
 };
 
 ##############################################################################

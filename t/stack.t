@@ -445,12 +445,12 @@ is($nginx_pid2, $nginx_pid, 'second up keeps the same nginx master');
 
 (my $rcd, $out) = $up->down;
 is($rcd, 0, 'stack down exits 0') or diag($out);
-ok(wait_until(10, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
+ok(wait_until(30, sub { !kill(0, $nginx_pid) }), 'nginx stopped');
 if ($egress) {
     my $epid = (slurp("$state/egress.pid") =~ /(\d+)/)[0] // 0;
-    ok(!$epid || wait_until(10, sub { !kill(0, $epid) }), 'the egress nginx stopped');
+    ok(!$epid || wait_until(30, sub { !kill(0, $epid) }), 'the egress nginx stopped');
 }
-ok(wait_until(10, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
+ok(wait_until(30, sub { !kill(0, $redis_pid) }), 'redis-server stopped');
 ok(!-f "$state/runner.pid"
    || !kill(0, (slurp("$state/runner.pid") =~ /(\d+)/)[0] // 0),
    'runner stopped');
