@@ -18,7 +18,9 @@
 # and copied (Clipboard API, else selected; 390 px), the status leading the
 # tab's title live (started, running, completed, cancelled, failed), and
 # the 401 page, and a page whose link stopped working, saying how to get
-# a new link.  Screenshots go to
+# a new link.  Issue 25, 4: the run's end told by a notification, asked
+# for by a button (never on load), only on the page whose button was
+# pressed.  Screenshots go to
 # build/ui-screenshots/ (the README's are copies in docs/screenshots/).
 #
 # The browser side is t/js/ui_browser.mjs; it reports one JSON line per
@@ -45,6 +47,8 @@ my @EXPECTED = (
     'the tab title leads with the status: started',
     'the session id is shown; Copy puts it on the clipboard',
     'without the Clipboard API, Copy selects the session id',
+    'the page asks for no notification on load; a live run offers the button',
+    'the button asks the browser; granted, the page says it will tell',
     'the status turns running without reload',
     'the tab title turns running, live',
     'the timeline grows without reload: tool call, command, folded output, egress',
@@ -52,6 +56,7 @@ my @EXPECTED = (
     'tokens and cost so far add up the steps',
     'the status turns completed without reload',
     'the tab title turns completed, live',
+    "the run's end is told by one notification: status, title, the result's first line",
     'the result, the pull request link and the diff render',
     "a watchUrl: every link on the page opens; All runs and the session's runs are not offered, the page says how to reach them",
     'the page was loaded once: no reload, no script error',
@@ -62,6 +67,7 @@ my @EXPECTED = (
     'a running run has a Cancel button',
     'Cancel clicked: cancel requested in Redis and the runners told',
     'the page shows cancelled once the runner stopped the run',
+    'a page whose button was not pressed tells nothing',
     'the tab title turns cancelled, live',
     'Cancel by keyboard on a started run: cancelled at once',
     'XSS: task, title, result, tool output and file names show as text',

@@ -48,6 +48,9 @@ const followLinks = (page) => page.evaluate(async (origin) => {
 // a live run: opened while started, fed events, completed
 
 const L = cfg.live;
+// headless Chromium answers "denied" unless told otherwise: the person
+// who will allow notifications when the page asks
+await desk.grantPermissions(['notifications'], { origin: cfg.origin });
 let page = await open(desk, L.watchUrl);
 
 await check('the watchUrl loads the run page and the address bar has no token', async () => {
@@ -128,6 +131,23 @@ await fr.event(L.runId, 'egress', { route: 'anthropic', method: 'POST',
 await fr.event(L.runId, 'agent', { type: 'step_finish', part: { type: 'step-finish', cost: 0.01,
     tokens: { input: 1000, output: 200, reasoning: 0, cache: { read: 0, write: 0 } } } });
 
+await check('the page asks for no notification on load; a live run offers the button', async () => {
+    await page.locator('#notify').waitFor({ timeout: WAIT });
+    const n = await page.evaluate(() => window.__notify);
+    assert(n.asks === 0 && n.shown.length === 0, JSON.stringify(n));
+    return await text(page, '#notify');
+});
+
+await check('the button asks the browser; granted, the page says it will tell', async () => {
+    await page.click('#notify');
+    await page.locator('#notify-note', { hasText: 'You will be told when this run ends.' })
+        .waitFor({ timeout: WAIT });
+    const n = await page.evaluate(() => window.__notify);
+    assert(n.asks === 1 && n.shown.length === 0, JSON.stringify(n));
+    assert(await page.locator('#notify').isHidden(), 'the button is still shown');
+    return await text(page, '#notify-note');
+});
+
 await check('the status turns running without reload', async () => {
     await page.locator('#status').filter({ hasText: /^running$/ }).waitFor({ timeout: WAIT });
     return 'running';
@@ -196,6 +216,16 @@ await check('the status turns completed without reload', async () => {
 await check('the tab title turns completed, live', async () => {
     await waitTitle(page, tabTitle('✓', 'completed', L.title));
     return await page.title();
+});
+
+await check('the run\'s end is told by one notification: status, title, the result\'s first line', async () => {
+    await page.waitForFunction(() => window.__notify.shown.length > 0, null, { timeout: WAIT });
+    const n = await page.evaluate(() => window.__notify);
+    const want = `✓ completed — ${L.title}`;
+    assert(n.shown.length === 1 && n.shown[0].title === want
+           && n.shown[0].body === L.result.split('\n')[0].slice(0, 200)
+           && n.shown[0].tag === L.runId, JSON.stringify(n));
+    return `${n.shown[0].title}: ${n.shown[0].body}`;
 });
 
 await check('the result, the pull request link and the diff render', async () => {
@@ -350,6 +380,12 @@ await check('the page shows cancelled once the runner stopped the run', async ()
     assert(st === 'cancelled', `redis status ${st}`);
     return st;
 });
+await check('a page whose button was not pressed tells nothing', async () => {
+    const n = await page.evaluate(() => window.__notify);
+    assert(n.asks === 0 && n.shown.length === 0, JSON.stringify(n));
+    return JSON.stringify(n);
+});
+
 await check('the tab title turns cancelled, live', async () => {
     await waitTitle(page, tabTitle('⊘', 'cancelled', C.title));
     return await page.title();

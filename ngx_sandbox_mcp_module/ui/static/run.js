@@ -3,7 +3,9 @@
  * runs/{id}/events (server-sent events: the types and data of
  * opencode_get_events), its diff from runs/{id}/diff once it has ended,
  * and a Cancel button while it is started or running.  The status leads
- * the tab's title, so a background tab tells how the run is going.
+ * the tab's title, so a background tab tells how the run is going; a
+ * button asks the browser for notifications (only when pressed, never on
+ * load), and then the run's end is told by one.
  *
  * Only links that open with the page's own link are shown: data says
  * "access": "tenant" (the tenant's link: "All runs" and the session's
@@ -37,6 +39,8 @@
     var source = null;
     var diffLoaded = false;
     var cancelAsked = false;
+    var notifyAsked = false;     /* the button was pressed */
+    var notified = false;        /* the run's end was told */
     var copyTimer = null;        /* clears the copy button's note */
 
     function num(v) {
@@ -61,6 +65,7 @@
         s.className = SMCP.statusClass(st);
         showCancel(st);
         showTabTitle(st);
+        showNotify(st);
     }
 
     /* "● running — Fix the login bug — sandbox-mcp" */
@@ -88,6 +93,57 @@
             SMCP.setText("cancel-note", "Cancel requested: stopping the "
                          + "agent…");
         }
+    }
+
+    /* -- told when it ends (the Notifications API) ------------------------ */
+
+    function canNotify() {
+        return "Notification" in window
+               && Notification.permission !== "denied";
+    }
+
+    function showNotify(st) {
+        var live = st === "started" || st === "running";
+
+        document.getElementById("notify-box").hidden =
+            !(live && canNotify()) && !notifyAsked;
+        document.getElementById("notify").hidden = notifyAsked;
+        /* told once the outcome is on the page: a status event comes
+           first, the run's data (finishedAt, result, error) after it */
+        if (!live && notifyAsked && !notified && run && run.finishedAt
+            && Notification.permission === "granted")
+        {
+            notified = true;
+            tellEnd(st);
+        }
+    }
+
+    /* "✓ completed — Fix the login bug", and the result's first line */
+    function tellEnd(st) {
+        var body = String(run.error || run.result || run.diffStat || "");
+
+        try {
+            new Notification((MARKS[st] || "?") + " " + SMCP.statusText(st)
+                             + " — " + String(run.title || run.runId),
+                             { body: body.split("\n")[0].slice(0, 200),
+                               tag: String(run.runId) });
+        } catch (e) {
+            SMCP.setText("notify-note", "The browser did not show the "
+                         + "notification.");
+        }
+    }
+
+    function askNotify() {
+        notifyAsked = true;
+        showNotify(run && run.status);
+        SMCP.setText("notify-note", "Asking the browser…");
+        Notification.requestPermission().then(function (p) {
+            SMCP.setText("notify-note", p === "granted"
+                         ? "You will be told when this run ends."
+                         : "The browser does not allow notifications for "
+                           + "this page.");
+            showNotify(run && run.status);
+        });
     }
 
     function tick() {
@@ -669,6 +725,7 @@
     }
 
     document.getElementById("cancel").addEventListener("click", cancel);
+    document.getElementById("notify").addEventListener("click", askNotify);
     document.getElementById("copy-session").addEventListener("click",
                                                              copySessionId);
     setInterval(tick, 1000);

@@ -26,10 +26,29 @@ export const widths = (page) => page.evaluate(() =>
     [document.documentElement.scrollWidth, window.innerWidth]);
 
 // before any script of a page: alert() and the flag an injected script
-// sets (window.__smcpXss), and the ids, opens and errors of its streams
+// sets (window.__smcpXss), the ids, opens and errors of its streams, and
+// the notifications it asked for and made (window.__notify)
 function instrument() {
     window.__smcpXss = 0;
     window.alert = () => { window.__smcpXss = 'alert'; };
+    const N = window.Notification;
+    const notify = window.__notify = { asks: 0, shown: [] };
+    if (N) {
+        const ask = N.requestPermission.bind(N);
+        window.Notification = class extends N {
+            constructor(title, opts) {
+                super(title, opts);
+                notify.shown.push({ title, body: opts?.body ?? '', tag: opts?.tag ?? '' });
+            }
+
+            static get permission() { return N.permission; }
+
+            static requestPermission(...a) {
+                notify.asks++;
+                return ask(...a);
+            }
+        };
+    }
     const ES = window.EventSource;
     const sse = window.__sse = { ids: [], opens: 0, errors: 0 };
     window.EventSource = class extends ES {
