@@ -68,6 +68,11 @@
         showNotify(st);
     }
 
+    /* "● running" */
+    function markedStatus(st) {
+        return (MARKS[st] || "?") + " " + SMCP.statusText(st);
+    }
+
     /* "● running — Fix the login bug — sandbox-mcp" */
     function showTabTitle(st) {
         var name = String((run && (run.title || run.runId)) || "Run");
@@ -75,8 +80,7 @@
         if (name.length > MAX_TAB_TITLE) {
             name = name.slice(0, MAX_TAB_TITLE) + "…";
         }
-        document.title = (MARKS[st] || "?") + " " + SMCP.statusText(st)
-                         + " — " + name + " — sandbox-mcp";
+        document.title = markedStatus(st) + " — " + name + " — sandbox-mcp";
     }
 
     function showCancel(st) {
@@ -123,8 +127,8 @@
         var body = String(run.error || run.result || run.diffStat || "");
 
         try {
-            new Notification((MARKS[st] || "?") + " " + SMCP.statusText(st)
-                             + " — " + String(run.title || run.runId),
+            new Notification(markedStatus(st) + " — "
+                             + String(run.title || run.runId),
                              { body: body.split("\n")[0].slice(0, 200),
                                tag: String(run.runId) });
         } catch (e) {
