@@ -718,19 +718,27 @@ sub stop_pid {
     $sig //= 'TERM';
     $timeout //= 10;
     kill $sig, $pid;
+    return $? if $self->_reaped_within($pid, $timeout);
+    kill 'KILL', $pid;
+    waitpid($pid, 0);
+    delete $self->{pids}{$pid};
+    return $?;
+}
+
+# true once $pid (a child) has exited within $timeout s, reaped ($? its
+# status) and forgotten
+sub _reaped_within {
+    my ($self, $pid, $timeout) = @_;
     my $deadline = time() + $timeout;
     while (time() < $deadline) {
         my $r = waitpid($pid, WNOHANG);
         if ($r == $pid || $r == -1) {
             delete $self->{pids}{$pid};
-            return $?;
+            return 1;
         }
         sleep(0.02);
     }
-    kill 'KILL', $pid;
-    waitpid($pid, 0);
-    delete $self->{pids}{$pid};
-    return $?;
+    return 0;
 }
 
 sub _alive {
@@ -1095,16 +1103,7 @@ sub stop_nginx {
     my $pid = $i->{pid};
     if ($pid && $self->{pids}{$pid}) {
         kill 'QUIT', $pid;
-        my $deadline = time() + 30;
-        while (time() < $deadline) {
-            my $r = waitpid($pid, WNOHANG);
-            if ($r == $pid || $r == -1) {
-                delete $self->{pids}{$pid};
-                last;
-            }
-            sleep(0.02);
-        }
-        $self->stop_pid($pid, 'TERM', 10);
+        $self->stop_pid($pid, 'TERM', 10) unless $self->_reaped_within($pid, 30);
     }
     push @{ $self->{stopped_nginx} }, $i;
 }
