@@ -73,14 +73,18 @@
         return (MARKS[st] || "?") + " " + SMCP.statusText(st);
     }
 
-    /* "● running — Fix the login bug — sandbox-mcp" */
-    function showTabTitle(st) {
+    /* the run's title (the tenant's text), at most MAX_TAB_TITLE long */
+    function shortName() {
         var name = String((run && (run.title || run.runId)) || "Run");
 
-        if (name.length > MAX_TAB_TITLE) {
-            name = name.slice(0, MAX_TAB_TITLE) + "…";
-        }
-        document.title = markedStatus(st) + " — " + name + " — sandbox-mcp";
+        return name.length > MAX_TAB_TITLE
+               ? name.slice(0, MAX_TAB_TITLE) + "…" : name;
+    }
+
+    /* "● running — Fix the login bug — sandbox-mcp" */
+    function showTabTitle(st) {
+        document.title = markedStatus(st) + " — " + shortName()
+                         + " — sandbox-mcp";
     }
 
     function showCancel(st) {
@@ -127,8 +131,7 @@
         var body = String(run.error || run.result || run.diffStat || "");
 
         try {
-            new Notification(markedStatus(st) + " — "
-                             + String(run.title || run.runId),
+            new Notification(markedStatus(st) + " — " + shortName(),
                              { body: body.split("\n")[0].slice(0, 200),
                                tag: String(run.runId) });
         } catch (e) {
