@@ -157,9 +157,9 @@ subtest 'free ports' => sub {
     ok($port && !-e ($ENV{TMPDIR} // '/tmp') . "/smcp-test-ports/$port", '... and let go at its end');
 };
 
-# t/schedule's `beside` files run while hostile_agent.t counts what its
-# runs left on the Docker engine: none of them may touch Docker (a
-# runner, a container, a stack)
+# t/schedule's `beside` files run while runner_swarm.t owns the Docker
+# engine and hostile_agent.t counts what its runs left on it: none of them
+# may touch Docker (a runner, a container, a stack)
 {
     my $sched = SMCP::Test::slurp("$FindBin::Bin/schedule");
     my @beside = map { "$FindBin::Bin/../$_" } $sched =~ /^beside\s+(\S+)/mg;

@@ -1,10 +1,8 @@
 #!/usr/bin/env perl
 # The swarm backend (runner --backend swarm, runner/swarm.c) on a
 # single-node swarm this test makes when the engine is in none (and
-# leaves at the end; one it found is left as it was).  It is the one file
-# that changes the engine's swarm state; the other files' containers and
-# bridge networks are not the swarm's, so t/schedule runs it side by side
-# with them.
+# leaves at the end; one it found is left as it was).  It owns the
+# engine's swarm state, so t/schedule runs it alone.
 #
 #   0. the runner refuses --backend swarm on an engine in no swarm (exit
 #      2, saying why) and a backend it does not know; then, before the

@@ -4,10 +4,10 @@ package SMCP::Harness;
 # SMCP::Harness) with what t/schedule says and four habits of CI:
 #
 #   1. side by side: with prove -j N the files run N at a time, but the
-#      files marked `alone` in t/schedule (they load the whole machine)
-#      run one by one after the others, in the schedule's order, and the
-#      files marked `beside` (they use no Docker) run side by side with
-#      them; the files marked `first` start
+#      files marked `alone` in t/schedule (they own the Docker engine or
+#      load the whole machine) run one by one after the others, in the
+#      schedule's order, and the files marked `beside` (they use no
+#      Docker) run side by side with them; the files marked `first` start
 #      first (the longest: the side-by-side part then ends together)
 #   2. sanitized: when SMCP_TEST_SANITIZED_ENV names a file of VAR=value
 #      lines (make test writes build/asan/test.env), the files marked
