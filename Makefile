@@ -54,7 +54,7 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
                runner/pool.c runner/spec.c runner/budget.c runner/floor.c \
-               runner/relay.c
+               runner/relay.c runner/sentinel.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 # the version, from the one place that defines it
 VERSION_H  := ngx_sandbox_mcp_module/common/smcp_version.h
@@ -314,7 +314,7 @@ $(FUZZ_OBJ)/%.o: %.c $(FUZZ_HEADERS)
 
 .SECONDEXPANSION:
 $(FUZZ_DIR)/%: $$(call fuzz_objs,$$*)
-	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ -ljansson -lcrypto
+	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ -lhiredis -ljansson -lcrypto
 
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_HARNESSES="jwt utf8"]
 fuzz: $(FUZZ_BINS)

@@ -1050,6 +1050,75 @@ ngx_http_sandbox_mcp_oauth_endpoints(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
+/*
+ * sentinel://HOST:PORT[,HOST:PORT...]/MASTER: the sentinels' names resolved
+ * here, by the master, as a single Redis's is (a worker asks them, then
+ * connects to the address they give, which must be an IP address)
+ */
+static char *
+ngx_http_sandbox_mcp_redis_sentinel(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_main_conf_t *mcf, ngx_str_t *value)
+{
+    int                i;
+    char               err[200];
+    size_t             len;
+    ngx_url_t          u;
+    smcp_hostport_t   *hp;
+    smcp_redis_addr_t *a;
+
+    a = ngx_pcalloc(cf->pool, sizeof(smcp_redis_addr_t));
+    if (a == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (smcp_redis_addr_parse((char *) value->data, value->len, a, err,
+                              sizeof(err))
+        != SMCP_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid redis address "
+                           "\"%V\": %s", value, err);
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 0; i < a->nsentinels; i++) {
+        hp = &a->sentinels[i];
+
+        ngx_memzero(&u, sizeof(ngx_url_t));
+
+        len = ngx_strlen(hp->host);
+        u.url.data = ngx_pnalloc(cf->pool, len + 2);
+        if (u.url.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        /* an IPv6 address as ngx_parse_url() takes it: in brackets */
+        u.url.len = ngx_strchr(hp->host, ':')
+                    ? (size_t) (ngx_sprintf(u.url.data, "[%s]", hp->host)
+                                - u.url.data)
+                    : (size_t) (ngx_cpymem(u.url.data, hp->host, len)
+                                - u.url.data);
+        u.default_port = (in_port_t) hp->port;
+
+        if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.naddrs == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid redis address \"%V\": sentinel "
+                               "\"%s\" does not resolve%s%s", value,
+                               hp->host, u.err ? ": " : "",
+                               u.err ? u.err : "");
+            return NGX_CONF_ERROR;
+        }
+
+        len = ngx_sock_ntop(u.addrs[0].sockaddr, u.addrs[0].socklen,
+                            (u_char *) hp->host, SMCP_REDIS_HOST_MAX, 0);
+        hp->host[len] = '\0';
+    }
+
+    mcf->sentinel = a;
+
+    return NGX_CONF_OK;
+}
+
+
 static char *
 ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -1064,6 +1133,10 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
     mcf->redis = value[1];
+
+    if (ngx_strncmp(value[1].data, "sentinel://", 11) == 0) {
+        return ngx_http_sandbox_mcp_redis_sentinel(cf, mcf, &value[1]);
+    }
 
     if (ngx_strncmp(value[1].data, "unix:", 5) == 0) {
         if (value[1].len <= 5) {
@@ -1089,7 +1162,8 @@ ngx_http_sandbox_mcp_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.naddrs == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid redis address \"%V\" (expected "
-                           "host:port or unix:/path)%s%s", &value[1],
+                           "host:port, unix:/path or "
+                           "sentinel://host:port,.../master)%s%s", &value[1],
                            u.err ? ": " : "", u.err ? u.err : "");
         return NGX_CONF_ERROR;
     }

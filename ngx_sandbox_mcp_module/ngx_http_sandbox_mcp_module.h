@@ -20,6 +20,7 @@
 
 #include "smcp_keyring.h"
 #include "smcp_keys.h"
+#include "smcp_redis_addr.h"
 #include "smcp_util.h"
 #include "smcp_version.h"
 
@@ -41,10 +42,14 @@
 
 
 typedef struct {
-    ngx_str_t                   redis;          /* host:port or unix:path */
+    ngx_str_t                   redis;          /* host:port, unix:path or
+                                                   sentinel://... */
     ngx_str_t                   redis_host;
     ngx_int_t                   redis_port;
     ngx_str_t                   redis_unix;
+    smcp_redis_addr_t          *sentinel;       /* sentinel://: the
+                                                   sentinels (addresses
+                                                   resolved), the master */
     ngx_str_t                   prefix;
     ngx_msec_t                  redis_timeout;
     ngx_uint_t                  revoked_max;    /* revoked ids a worker

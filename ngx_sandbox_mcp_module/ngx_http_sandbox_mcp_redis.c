@@ -2,7 +2,8 @@
  * The worker's two Redis connections (commands, pub/sub): connect with
  * backoff, AUTH, command timeouts, and the delivery of pub/sub messages and
  * connection events to the listeners of the layers above.  The commands
- * themselves: ngx_http_sandbox_mcp_redis_command.c.
+ * themselves: ngx_http_sandbox_mcp_redis_command.c; where the master is,
+ * through Sentinel: ngx_http_sandbox_mcp_redis_sentinel.c.
  */
 
 #include "ngx_http_sandbox_mcp_redis.h"
@@ -20,8 +21,6 @@ typedef struct {
 
 static void ngx_http_sandbox_mcp_redis_connect(
     ngx_http_sandbox_mcp_redis_link_t *link);
-static void ngx_http_sandbox_mcp_redis_schedule(
-    ngx_http_sandbox_mcp_redis_link_t *link);
 
 
 ngx_http_sandbox_mcp_main_conf_t         *ngx_http_sandbox_mcp_redis_conf;
@@ -29,7 +28,7 @@ ngx_log_t                                *ngx_http_sandbox_mcp_redis_log;
 ngx_uint_t                                ngx_http_sandbox_mcp_redis_exiting;
 
 ngx_http_sandbox_mcp_redis_link_t         ngx_http_sandbox_mcp_cmd_link;
-static ngx_http_sandbox_mcp_redis_link_t  ngx_http_sandbox_mcp_sub_link;
+ngx_http_sandbox_mcp_redis_link_t         ngx_http_sandbox_mcp_sub_link;
 
 static ngx_http_sandbox_mcp_redis_listener_t
     ngx_http_sandbox_mcp_redis_listeners[NGX_HTTP_SANDBOX_MCP_REDIS_LISTENERS];
@@ -303,6 +302,11 @@ ngx_http_sandbox_mcp_redis_timer_handler(ngx_event_t *ev)
 
     link = ev->data;
 
+    if (link->s.ac) {
+        ngx_http_sandbox_mcp_redis_sentinel_timeout(link);
+        return;
+    }
+
     if (link->c.ac == NULL) {
         return;
     }
@@ -330,7 +334,7 @@ ngx_http_sandbox_mcp_redis_timer_handler(ngx_event_t *ev)
     } else {
         ngx_log_error(NGX_LOG_ERR, ngx_http_sandbox_mcp_redis_log, 0,
                       "sandbox_mcp: redis %s: connect to \"%V\" timed out",
-                      link->c.role, &ngx_http_sandbox_mcp_redis_conf->redis);
+                      link->c.role, &link->where);
     }
 
     /* fails every pending command (callbacks with NULL), then cleanup */
@@ -350,7 +354,7 @@ ngx_http_sandbox_mcp_redis_reconnect_handler(ngx_event_t *ev)
 }
 
 
-static void
+void
 ngx_http_sandbox_mcp_redis_schedule(ngx_http_sandbox_mcp_redis_link_t *link)
 {
     if (link->timer.timer_set) {
@@ -395,8 +399,7 @@ ngx_http_sandbox_mcp_redis_on_connect(const redisAsyncContext *cac,
         if (link->failures++ == 0) {
             ngx_log_error(NGX_LOG_ERR, ngx_http_sandbox_mcp_redis_log, 0,
                           "sandbox_mcp: redis %s: connect to \"%V\" "
-                          "failed: %s", link->c.role,
-                          &ngx_http_sandbox_mcp_redis_conf->redis,
+                          "failed: %s", link->c.role, &link->where,
                           ac->errstr);
         }
 
@@ -406,7 +409,7 @@ ngx_http_sandbox_mcp_redis_on_connect(const redisAsyncContext *cac,
 
     ngx_log_error(NGX_LOG_NOTICE, ngx_http_sandbox_mcp_redis_log, 0,
                   "sandbox_mcp: redis %s: connected to \"%V\"", link->c.role,
-                  &ngx_http_sandbox_mcp_redis_conf->redis);
+                  &link->where);
 
     link->c.connected = 1;
     link->failures = 0;
@@ -600,7 +603,7 @@ ngx_http_sandbox_mcp_redis_reply_free(void *reply)
 }
 
 
-static redisReplyObjectFunctions  ngx_http_sandbox_mcp_redis_reply_fns = {
+redisReplyObjectFunctions  ngx_http_sandbox_mcp_redis_reply_fns = {
     ngx_http_sandbox_mcp_redis_reply_string,
     ngx_http_sandbox_mcp_redis_reply_array,
     ngx_http_sandbox_mcp_redis_reply_integer,
@@ -609,21 +612,15 @@ static redisReplyObjectFunctions  ngx_http_sandbox_mcp_redis_reply_fns = {
 };
 
 
-static void
-ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
+/* ac (connecting) as the link's connection: AUTH, ROLE through Sentinel,
+ * the scripts, the connect timer */
+void
+ngx_http_sandbox_mcp_redis_open(ngx_http_sandbox_mcp_redis_link_t *link,
+    redisAsyncContext *ac)
 {
-    redisAsyncContext                 *ac;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
 
     mcf = ngx_http_sandbox_mcp_redis_conf;
-
-    if (mcf->redis_unix.len) {
-        ac = redisAsyncConnectUnix((char *) mcf->redis_unix.data);
-
-    } else {
-        ac = redisAsyncConnect((char *) mcf->redis_host.data,
-                               (int) mcf->redis_port);
-    }
 
     if (ac == NULL) {
         ngx_log_error(NGX_LOG_ALERT, ngx_http_sandbox_mcp_redis_log, 0,
@@ -636,7 +633,7 @@ ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
         if (link->failures++ == 0) {
             ngx_log_error(NGX_LOG_ERR, ngx_http_sandbox_mcp_redis_log, 0,
                           "sandbox_mcp: redis %s: connect to \"%V\" "
-                          "failed: %s", link->c.role, &mcf->redis,
+                          "failed: %s", link->c.role, &link->where,
                           ac->errstr);
         }
 
@@ -669,11 +666,35 @@ ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
                           mcf->redis_password_len);
     }
 
+    if (mcf->sentinel) {
+        ngx_http_sandbox_mcp_redis_sentinel_role(ac, link);
+    }
+
     if (!link->subscriber) {
         ngx_http_sandbox_mcp_redis_load_scripts(ac);
     }
 
     ngx_http_sandbox_mcp_redis_arm(link);
+}
+
+
+static void
+ngx_http_sandbox_mcp_redis_connect(ngx_http_sandbox_mcp_redis_link_t *link)
+{
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    mcf = ngx_http_sandbox_mcp_redis_conf;
+
+    if (mcf->sentinel) {
+        link->asked = 0;
+        ngx_http_sandbox_mcp_redis_sentinel_ask(link);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_redis_open(link, mcf->redis_unix.len
+        ? redisAsyncConnectUnix((char *) mcf->redis_unix.data)
+        : redisAsyncConnect((char *) mcf->redis_host.data,
+                            (int) mcf->redis_port));
 }
 
 
@@ -698,6 +719,10 @@ ngx_http_sandbox_mcp_redis_link_init(ngx_http_sandbox_mcp_redis_link_t *link,
     link->timer.data = link;
     link->timer.log = ngx_http_sandbox_mcp_redis_log;
     link->timer.cancelable = 1;
+
+    link->where = ngx_http_sandbox_mcp_redis_conf->redis;
+
+    ngx_http_sandbox_mcp_redis_sentinel_init(link);
 }
 
 
@@ -725,6 +750,10 @@ ngx_http_sandbox_mcp_redis_init_worker(ngx_cycle_t *cycle,
 void
 ngx_http_sandbox_mcp_redis_start(void)
 {
+    if (ngx_http_sandbox_mcp_redis_conf->sentinel) {
+        ngx_http_sandbox_mcp_redis_sentinel_start();
+    }
+
     ngx_http_sandbox_mcp_redis_connect(&ngx_http_sandbox_mcp_cmd_link);
     ngx_http_sandbox_mcp_redis_connect(&ngx_http_sandbox_mcp_sub_link);
 }
@@ -740,6 +769,8 @@ ngx_http_sandbox_mcp_redis_link_close(ngx_http_sandbox_mcp_redis_link_t *link)
     if (link->timer.timer_set) {
         ngx_del_timer(&link->timer);
     }
+
+    ngx_http_sandbox_mcp_redis_sentinel_close(link);
 
     if (link->c.ac) {
         redisAsyncFree(link->c.ac);
@@ -761,6 +792,10 @@ ngx_http_sandbox_mcp_redis_exit_worker(ngx_cycle_t *cycle)
 
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_cmd_link);
     ngx_http_sandbox_mcp_redis_link_close(&ngx_http_sandbox_mcp_sub_link);
+
+    if (ngx_http_sandbox_mcp_redis_conf->sentinel) {
+        ngx_http_sandbox_mcp_redis_sentinel_stop();
+    }
 }
 
 

@@ -40,8 +40,23 @@ typedef struct {
     ngx_uint_t                          failures;
     ngx_uint_t                          loads;      /* times the scripts
                                                        were sent to load */
+
+    /* sentinel://: where the master is, asked before each connect */
+    ngx_http_sandbox_mcp_redis_conn_t   s;          /* a sentinel */
+    ngx_event_t                         ask;        /* ask the next one */
+    ngx_uint_t                          next;       /* ... its index */
+    ngx_uint_t                          asked;      /* this round */
+    ngx_uint_t                          epoch;      /* the moves heard
+                                                       when it asked */
+    smcp_hostport_t                     master;     /* its answer */
+    ngx_str_t                           where;      /* for log lines: the
+                                                       setting, or the
+                                                       master's address */
+    u_char                              where_buf[INET6_ADDRSTRLEN + 8];
+
     unsigned                            subscriber:1;
     unsigned                            auth_failed:1;
+    unsigned                            resolved:1; /* master is set */
 } ngx_http_sandbox_mcp_redis_link_t;
 
 
@@ -49,6 +64,8 @@ extern ngx_http_sandbox_mcp_main_conf_t   *ngx_http_sandbox_mcp_redis_conf;
 extern ngx_log_t                          *ngx_http_sandbox_mcp_redis_log;
 extern ngx_uint_t                          ngx_http_sandbox_mcp_redis_exiting;
 extern ngx_http_sandbox_mcp_redis_link_t   ngx_http_sandbox_mcp_cmd_link;
+extern ngx_http_sandbox_mcp_redis_link_t   ngx_http_sandbox_mcp_sub_link;
+extern redisReplyObjectFunctions           ngx_http_sandbox_mcp_redis_reply_fns;
 
 
 /* redis.c: the timer of the oldest pending command; an event for every
@@ -56,6 +73,30 @@ extern ngx_http_sandbox_mcp_redis_link_t   ngx_http_sandbox_mcp_cmd_link;
 void ngx_http_sandbox_mcp_redis_arm(ngx_http_sandbox_mcp_redis_link_t *link);
 void ngx_http_sandbox_mcp_redis_notify(
     ngx_http_sandbox_mcp_redis_event_e event);
+
+/* redis.c: ac (connecting) as the link's connection; the link's next
+ * connect, after its backoff */
+void ngx_http_sandbox_mcp_redis_open(ngx_http_sandbox_mcp_redis_link_t *link,
+    redisAsyncContext *ac);
+void ngx_http_sandbox_mcp_redis_schedule(
+    ngx_http_sandbox_mcp_redis_link_t *link);
+
+/* redis_sentinel.c (sentinel://): a link's events; a sentinel asked where
+ * the master is (then the link connects there); the master's ROLE asked
+ * on a new connection; a sentinel that did not answer in time; the
+ * worker's watch of +switch-master, started and stopped */
+void ngx_http_sandbox_mcp_redis_sentinel_init(
+    ngx_http_sandbox_mcp_redis_link_t *link);
+void ngx_http_sandbox_mcp_redis_sentinel_close(
+    ngx_http_sandbox_mcp_redis_link_t *link);
+void ngx_http_sandbox_mcp_redis_sentinel_ask(
+    ngx_http_sandbox_mcp_redis_link_t *link);
+void ngx_http_sandbox_mcp_redis_sentinel_role(redisAsyncContext *ac,
+    ngx_http_sandbox_mcp_redis_link_t *link);
+void ngx_http_sandbox_mcp_redis_sentinel_timeout(
+    ngx_http_sandbox_mcp_redis_link_t *link);
+void ngx_http_sandbox_mcp_redis_sentinel_start(void);
+void ngx_http_sandbox_mcp_redis_sentinel_stop(void);
 
 /* redis_command.c: the scripts' digests; SCRIPT LOAD of each, queued on a
  * new connection; the command connection lost (or the worker exiting) */

@@ -73,7 +73,8 @@ typedef struct {
 static const runner_option_t  runner_options[] = {
 
     { "redis", "ADDR", "SMCP_REDIS", SMCP_DEFAULT_REDIS,
-      "Redis: host:port or unix:/path",
+      "Redis: host:port, unix:/path, or sentinel://HOST:PORT,.../MASTER "
+      "(the master Redis Sentinel names, followed through a failover)",
       RUNNER_OPT_REDIS, 0, 0, 0, 0, 0, NULL },
 
     { "redis-password-file", "PATH", "SMCP_REDIS_PASSWORD_FILE", NULL,
@@ -418,47 +419,17 @@ runner_config_size_text(int64_t n, char *buf, size_t size)
 }
 
 
-/* host:port or unix:/path */
+/* host:port, unix:/path or sentinel://HOST:PORT,.../MASTER */
 static int
 runner_config_redis(runner_config_t *cfg, const char *v, char *err,
     size_t errlen)
 {
-    int64_t   port;
-    char     *colon;
+    char  why[200];
 
-    if (strncmp(v, "unix:", 5) == 0) {
-        if (v[5] == '\0' || strlen(v + 5) >= sizeof(cfg->redis_unix)) {
-            snprintf(err, errlen, "--redis: a bad socket path");
-            return RUNNER_ERR;
-        }
-
-        strcpy(cfg->redis_unix, v + 5);
-        return RUNNER_OK;
-    }
-
-    if (strlen(v) >= sizeof(cfg->redis_host)) {
-        snprintf(err, errlen, "--redis is too long");
-        return RUNNER_ERR;
-    }
-
-    strcpy(cfg->redis_host, v);
-    cfg->redis_port = SMCP_DEFAULT_REDIS_PORT;
-    colon = strrchr(cfg->redis_host, ':');
-
-    if (colon) {
-        *colon = '\0';
-        port = runner_config_size(colon + 1, 0);
-
-        if (port < 1 || port > 65535) {
-            snprintf(err, errlen, "--redis: bad port in \"%s\"", v);
-            return RUNNER_ERR;
-        }
-
-        cfg->redis_port = (int) port;
-    }
-
-    if (cfg->redis_host[0] == '\0') {
-        snprintf(err, errlen, "--redis: no host in \"%s\"", v);
+    if (smcp_redis_addr_parse(v, strlen(v), &cfg->redis, why, sizeof(why))
+        != SMCP_OK)
+    {
+        snprintf(err, errlen, "--redis: %s", why);
         return RUNNER_ERR;
     }
 

@@ -434,9 +434,9 @@ runner_start_check(int (*check)(char *err, size_t errlen), char *err,
 int
 main(int argc, char **argv)
 {
-    int                rc, delay, waiting, janitor_up;
+    int                rc, delay, waiting, janitor_up, sentinel_up;
     char               err[RUNNER_ERRLEN];
-    pthread_t          janitor;
+    pthread_t          janitor, sentinel;
     runner_store_t    *st;
     runner_timers_t    tm;
     struct sigaction   sa;
@@ -488,6 +488,7 @@ main(int argc, char **argv)
         return 2;
     }
     janitor_up = 0;
+    sentinel_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "backend=%s concurrency=%d pool=%d image=%s network=%s",
@@ -541,6 +542,19 @@ main(int argc, char **argv)
         runner_log("error", NULL, "egress relay: %s", err);
     }
 
+    if (runner_config->redis.kind == SMCP_REDIS_SENTINEL) {
+        if (pthread_create(&sentinel, NULL, runner_sentinel_thread, NULL)
+            == 0)
+        {
+            sentinel_up = 1;
+
+        } else {
+            runner_log("error", NULL, "cannot start the sentinel thread: "
+                       "a failover is followed only when a connection "
+                       "fails");
+        }
+    }
+
     st = runner_connect_wait();
 
     if (st) {
@@ -580,6 +594,10 @@ main(int argc, char **argv)
 
     if (janitor_up) {
         pthread_join(janitor, NULL);
+    }
+
+    if (sentinel_up) {
+        pthread_join(sentinel, NULL);
     }
 
     runner_store_close(st);

@@ -55,6 +55,7 @@
 #include "smcp_diff.h"
 #include "smcp_keyring.h"
 #include "smcp_keys.h"
+#include "smcp_redis_addr.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
 #include "smcp_version.h"
@@ -208,9 +209,8 @@ typedef struct {
  * running (the store's identity) lives with whoever finds it.
  */
 typedef struct {
-    char             redis_host[256];
-    int              redis_port;
-    char             redis_unix[256];
+    smcp_redis_addr_t redis;                /* host:port, unix:/path or
+                                               sentinel://...: where */
     runner_secret_t  redis_password;        /* AUTH; never logged */
     char             prefix[64];
     char             name[128];             /* consumer name: stable per
@@ -387,6 +387,12 @@ extern atomic_int              runner_stop;     /* SIGTERM, SIGINT, a
                                                    second SIGUSR1 */
 extern atomic_int              runner_drain;    /* SIGUSR1: no new run */
 extern atomic_int              runner_release_failed;   /* reconcile soon */
+
+/* sentinel.c: --redis sentinel://...: the moves of the master the
+ * sentinels told of (store connections made before are stale), and the
+ * thread that listens */
+extern atomic_uint             runner_sentinel_epoch;
+void *runner_sentinel_thread(void *arg);
 
 /* config.c */
 int runner_config_load(runner_config_t *cfg, int argc, char **argv,

@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
 
@@ -35,7 +36,9 @@
 #include "smcp_jwt.h"
 #include "smcp_keys.h"
 #include "smcp_scripts.h"
+#include "smcp_redis_addr.h"
 #include "smcp_revoked.h"
+#include "smcp_sentinel.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
 #include "smcp_version.h"
@@ -89,7 +92,8 @@ smcp_token_usage(FILE *f)
         "             line), --secret-file, else $PROXY_JWT_SECRET\n"
         "  --revoke   a token's jti, or the whole token (its exp is kept);\n"
         "             a bare jti is kept until --exp (default: 10 years)\n"
-        "  --redis    host:port or unix:/path (default "
+        "  --redis    host:port, unix:/path or\n"
+        "             sentinel://HOST:PORT,.../MASTER (default "
         SMCP_DEFAULT_REDIS ")\n"
         "  --prefix   Redis key prefix (default smcp:)\n"
         "  password:  --redis-password-file, else $SMCP_REDIS_PASSWORD\n");
@@ -434,36 +438,18 @@ smcp_token_target(smcp_token_opts_t *o, char *jti, long *exp)
 static redisContext *
 smcp_token_redis(smcp_token_opts_t *o)
 {
-    char            host[256], err[256];
-    size_t          pwlen;
-    const char     *colon;
-    redisReply     *reply;
-    redisContext   *c;
-    struct timeval  tv = { 3, 0 };
-    unsigned char   pw[SMCP_SECRET_MAX];
+    char               err[256];
+    size_t             pwlen = 0;
+    redisContext      *c;
+    struct timeval     tv = { 3, 0 };
+    smcp_redis_addr_t  addr;
+    unsigned char      pw[SMCP_SECRET_MAX];
 
-    colon = strrchr(o->redis, ':');
-
-    if (strncmp(o->redis, "unix:", 5) == 0) {
-        c = redisConnectUnixWithTimeout(o->redis + 5, tv);
-
-    } else if (colon && colon > o->redis
-               && (size_t) (colon - o->redis) < sizeof(host))
+    if (smcp_redis_addr_parse(o->redis, strlen(o->redis), &addr, err,
+                              sizeof(err))
+        != SMCP_OK)
     {
-        snprintf(host, sizeof(host), "%.*s", (int) (colon - o->redis),
-                 o->redis);
-        c = redisConnectWithTimeout(host, atoi(colon + 1), tv);
-
-    } else {
-        fprintf(stderr, "smcp-token: --redis must be host:port or "
-                "unix:/path\n");
-        return NULL;
-    }
-
-    if (c == NULL || c->err) {
-        fprintf(stderr, "smcp-token: redis %s: %s\n", o->redis,
-                c ? c->errstr : "out of memory");
-        redisFree(c);
+        fprintf(stderr, "smcp-token: --redis: %s\n", err);
         return NULL;
     }
 
@@ -475,22 +461,18 @@ smcp_token_redis(smcp_token_opts_t *o)
                                    sizeof(err)) != SMCP_OK))
     {
         fprintf(stderr, "smcp-token: %s\n", err);
-        redisFree(c);
         return NULL;
     }
 
-    if (o->password_file || getenv("SMCP_REDIS_PASSWORD")) {
-        reply = redisCommand(c, "AUTH %b", pw, pwlen);
+    c = smcp_redis_connect(&addr, tv,
+                           (o->password_file || getenv("SMCP_REDIS_PASSWORD"))
+                           ? pw : NULL, pwlen, err, sizeof(err));
 
-        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-            fprintf(stderr, "smcp-token: redis AUTH refused: %s\n",
-                    reply ? reply->str : c->errstr);
-            freeReplyObject(reply);
-            redisFree(c);
-            return NULL;
-        }
+    OPENSSL_cleanse(pw, sizeof(pw));
 
-        freeReplyObject(reply);
+    if (c == NULL) {
+        fprintf(stderr, "smcp-token: redis: %s\n", err);
+        return NULL;
     }
 
     return c;

@@ -26,6 +26,7 @@
 
 #include "store.h"
 #include "smcp_scripts.h"
+#include "smcp_sentinel.h"
 
 
 typedef struct {
@@ -83,6 +84,35 @@ runner_store_is(redisReply *r, const char *code)
 }
 
 
+/* a master turned replica (a failover) answers a write READONLY: the
+ * connection is as good as lost, and the next connect asks the sentinels
+ * where the master is now */
+void
+runner_store_demoted(runner_store_t *st, redisReply *r)
+{
+    if (runner_store_is(r, "READONLY")) {
+        st->stale = 1;
+    }
+}
+
+
+/* the sentinels said the master moved since this connection was made
+ * (sentinel.c): nothing more is sent on it */
+int
+runner_store_moved(runner_store_t *st)
+{
+    if (st->epoch == atomic_load(&runner_sentinel_epoch)) {
+        return 0;
+    }
+
+    st->stale = 1;
+    snprintf(st->err, sizeof(st->err), "redis: the master moved "
+             "(sentinel)");
+
+    return 1;
+}
+
+
 /* a string reply (or element) */
 int
 runner_store_str(redisReply *r)
@@ -126,6 +156,10 @@ runner_store_argv(runner_store_t *st, int argc, const char **argv,
         lens = l;
     }
 
+    if (runner_store_moved(st)) {
+        return NULL;
+    }
+
     r = redisCommandArgv(st->c, argc, argv, lens);
 
     if (r == NULL) {
@@ -134,6 +168,7 @@ runner_store_argv(runner_store_t *st, int argc, const char **argv,
     }
 
     if (r->type == REDIS_REPLY_ERROR) {
+        runner_store_demoted(st, r);
         snprintf(st->err, sizeof(st->err), "redis: %s: %.200s", argv[0],
                  r->str);
         freeReplyObject(r);
@@ -275,44 +310,6 @@ runner_store_load_all(runner_store_t *st, int wait)
 }
 
 
-/* AUTH with the configured password (its bytes, never in an error) */
-static int
-runner_store_auth(runner_store_t *st)
-{
-    const char  *argv[2];
-    size_t       lens[2];
-    redisReply  *r;
-    int          rc;
-
-    argv[0] = "AUTH";
-    lens[0] = 4;
-    argv[1] = (const char *) runner_config->redis_password.data;
-    lens[1] = runner_config->redis_password.len;
-
-    r = redisCommandArgv(st->c, 2, argv, lens);
-
-    if (r == NULL) {
-        snprintf(st->err, sizeof(st->err), "redis: AUTH: %s",
-                 st->c->errstr);
-        return RUNNER_ERR;
-    }
-
-    rc = RUNNER_OK;
-
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* the server's words ("WRONGPASS invalid username-password
-         * pair"), never the password */
-        snprintf(st->err, sizeof(st->err), "redis: AUTH refused: %.100s",
-                 r->str);
-        rc = RUNNER_ERR;
-    }
-
-    freeReplyObject(r);
-
-    return rc;
-}
-
-
 /*
  * A connection, authenticated, with the scripts loaded.  wait: a Redis
  * loading its dataset is waited for (else it is an error, err saying so).
@@ -331,17 +328,17 @@ runner_store_connect(int wait, char *err, size_t errlen)
         return NULL;
     }
 
-    if (runner_config->redis_unix[0]) {
-        st->c = redisConnectUnixWithTimeout(runner_config->redis_unix, tv);
+    /* before asking the sentinels: a move heard meanwhile makes it again */
+    st->epoch = atomic_load(&runner_sentinel_epoch);
 
-    } else {
-        st->c = redisConnectWithTimeout(runner_config->redis_host,
-                                        runner_config->redis_port, tv);
-    }
+    st->c = smcp_redis_connect(&runner_config->redis, tv,
+                               runner_config->redis_password.len
+                               ? runner_config->redis_password.data : NULL,
+                               runner_config->redis_password.len,
+                               st->err, sizeof(st->err));
 
-    if (st->c == NULL || st->c->err) {
-        snprintf(err, errlen, "redis: %s",
-                 st->c ? st->c->errstr : "out of memory");
+    if (st->c == NULL) {
+        snprintf(err, errlen, "redis: %s", st->err);
         runner_store_close(st);
         return NULL;
     }
@@ -350,10 +347,7 @@ runner_store_connect(int wait, char *err, size_t errlen)
     tv.tv_sec = RUNNER_REDIS_REPLY_S;
     redisSetTimeout(st->c, tv);
 
-    if ((runner_config->redis_password.len
-         && runner_store_auth(st) != RUNNER_OK)
-        || runner_store_load_all(st, wait) != RUNNER_OK)
-    {
+    if (runner_store_load_all(st, wait) != RUNNER_OK) {
         snprintf(err, errlen, "%s", st->err);
         runner_store_close(st);
         return NULL;
@@ -376,11 +370,12 @@ runner_store_close(runner_store_t *st)
 }
 
 
-/* the connection is broken: close it and connect again */
+/* the connection is broken (or its server no longer the master): close
+ * it and connect again */
 int
 runner_store_lost(runner_store_t *st)
 {
-    return st == NULL || st->c->err != 0;
+    return st == NULL || st->c->err != 0 || st->stale;
 }
 
 
@@ -409,6 +404,10 @@ runner_store_script(runner_store_t *st, int script, int nkeys,
     if (3 + nkeys + nargs > RUNNER_STORE_ARGS) {
         snprintf(st->err, sizeof(st->err), "redis: %s: too many arguments",
                  runner_scripts[script].name);
+        return NULL;
+    }
+
+    if (runner_store_moved(st)) {
         return NULL;
     }
 
@@ -454,6 +453,7 @@ runner_store_script(runner_store_t *st, int script, int nkeys,
     }
 
     if (r->type == REDIS_REPLY_ERROR) {
+        runner_store_demoted(st, r);
         snprintf(st->err, sizeof(st->err), "redis: script %s: %.200s",
                  runner_scripts[script].name, r->str);
         freeReplyObject(r);

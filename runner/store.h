@@ -15,6 +15,12 @@
 struct runner_store_s {
     redisContext  *c;
     char           err[RUNNER_ERRLEN];      /* the last failure */
+    unsigned       epoch;                   /* runner_sentinel_epoch at
+                                               connect */
+    unsigned       stale:1;                 /* its server is no longer
+                                               the master: a write was
+                                               answered READONLY, or the
+                                               sentinels said it moved */
 };
 
 
@@ -38,8 +44,13 @@ struct runner_store_s {
 
 
 /* a reply: an error with this code ("NOSCRIPT", "BUSYGROUP"), a string, an
- * array of n elements (n < 0: any number) */
+ * array of n elements (n < 0: any number); READONLY marks the connection
+ * lost (runner_store_lost: its server is no longer the master), and so
+ * does a move the sentinels told of (runner_store_moved, checked before
+ * each command: 1, st->err saying so) */
 int runner_store_is(redisReply *r, const char *code);
+void runner_store_demoted(runner_store_t *st, redisReply *r);
+int runner_store_moved(runner_store_t *st);
 int runner_store_str(redisReply *r);
 int runner_store_array(redisReply *r, long n);
 

@@ -32,6 +32,10 @@ runner_store_event(runner_store_t *st, const char *run_id,
     redisReply  *r;
     int          i, n, rc, replies, at_usage;
 
+    if (runner_store_moved(st)) {
+        return RUNNER_ERR;
+    }
+
     RUNNER_KEY(events, SMCP_KEY_RUN_EVENTS, run_id);
     RUNNER_KEY(chan, SMCP_CHAN_RUN, run_id);
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
@@ -97,6 +101,7 @@ runner_store_event(runner_store_t *st, const char *run_id,
         }
 
         if (r->type == REDIS_REPLY_ERROR) {
+            runner_store_demoted(st, r);
             snprintf(st->err, sizeof(st->err), "redis: storing an event: "
                      "%.200s", r->str);
             rc = RUNNER_ERR;

@@ -85,7 +85,7 @@ for my $src (@harnesses) {
     my @bad = map { $_->{error} } grep { ref } @objs;
     my ($ok, $err) = @bad ? (0, join("\n", @bad))
                           : cc_ok("$bin.build.log", $cc, '-fsanitize=address,undefined',
-                                  '-o', $bin, @objs, '-ljansson', '-lcrypto');
+                                  '-o', $bin, @objs, '-lhiredis', '-ljansson', '-lcrypto');
     if (!ok($ok, "$h: builds with ASan and UBSan ($cc)")) {
         diag($err);
         next;

@@ -22,7 +22,7 @@ out=${out:-$top/build/unit-docker-tests}
 cbuild "$out" "the Docker client tests" -pthread \
     "$top/t/unit/docker.c" "$top/runner/docker.c" \
     "$top/runner/logstream.c" "$top/runner/log.c" "$top/runner/metrics.c" \
-    "$top"/ngx_sandbox_mcp_module/common/*.c -ljansson -lcrypto -lcurl
+    "$top"/ngx_sandbox_mcp_module/common/*.c -lhiredis -ljansson -lcrypto -lcurl
 rc=0
 "$out" "$image" || rc=$?
 # whatever a failed run left behind

@@ -15,5 +15,5 @@ if ! cc $san -o "$top/build/unit-common-probe" \
     san=
 fi
 cbuild "$out" "the unit tests" $san "$top/t/unit/common.c" \
-    "$top"/ngx_sandbox_mcp_module/common/*.c -ljansson -lcrypto
+    "$top"/ngx_sandbox_mcp_module/common/*.c -lhiredis -ljansson -lcrypto
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 exec "$out"

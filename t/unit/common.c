@@ -1,8 +1,8 @@
 /*
  * Unit tests of common/smcp_validate.c, common/smcp_diff.c,
  * common/smcp_revoked.c, common/smcp_jsonrpc.c, common/smcp_keyring.c and
- * the key ids of common/smcp_jwt.c: what a tenant, a sandbox or an
- * operator's keys file sends, hostile cases
+ * the key ids of common/smcp_jwt.c, common/smcp_redis_addr.c: what a
+ * tenant, a sandbox, an operator's keys file or a Redis Sentinel sends, hostile cases
  * first (NUL, overlong, non-ASCII, ".lock", "..", userinfo, ports,
  * quoting).  Prints TAP.
  */
@@ -22,6 +22,7 @@
 #include "smcp_jwt.h"
 #include "smcp_keyring.h"
 #include "smcp_keys.h"
+#include "smcp_redis_addr.h"
 #include "smcp_revoked.h"
 #include "smcp_validate.h"
 #include "tap.h"
@@ -1313,6 +1314,88 @@ test_jwt_kid(void)
 }
 
 
+/* where Redis is (an operator's setting), and what a sentinel answers
+ * (the network's) */
+static void
+test_redis_addr(void)
+{
+    static const char  *bad[] = {
+        "", "host:0", "host:65536", "host:x", ":6379", "::1:6379", "[::1",
+        "[::1]x", "unix:", "sentinel://", "sentinel:///m", "sentinel://h:1/",
+        "sentinel://h:1", "sentinel://h:1/m m", "sentinel://h:1/m/x",
+        "sentinel://h:99999/m", "sentinel://h:1,/m", "sentinel://,h:1/m",
+        "sentinel://a b:1/m", "sentinel://h:1/"
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "sentinel://1:1,2:2,3:3,4:4,5:5,6:6,7:7,8:8,9:9/m", "h\n:1",
+    };
+
+    char               err[200];
+    size_t             i;
+    smcp_hostport_t    hp;
+    smcp_redis_addr_t  a;
+
+    ok(smcp_redis_addr_parse("redis:6380", 10, &a, err, sizeof(err)) == 0
+       && a.kind == SMCP_REDIS_TCP && strcmp(a.addr.host, "redis") == 0
+       && a.addr.port == 6380, "host:port");
+    ok(smcp_redis_addr_parse("10.0.0.1", 8, &a, err, sizeof(err)) == 0
+       && a.addr.port == 6379, "a host alone: port 6379");
+    ok(smcp_redis_addr_parse("[::1]:7000", 10, &a, err, sizeof(err)) == 0
+       && strcmp(a.addr.host, "::1") == 0 && a.addr.port == 7000,
+       "[IPv6]:port");
+    ok(smcp_redis_addr_parse("unix:/run/r.sock", 16, &a, err, sizeof(err))
+       == 0 && a.kind == SMCP_REDIS_UNIX
+       && strcmp(a.path, "/run/r.sock") == 0, "unix:/path");
+
+    ok(smcp_redis_addr_parse("sentinel://s1:26380,10.0.0.2,[::1]:5/my-m.1",
+                             43, &a, err, sizeof(err)) == 0
+       && a.kind == SMCP_REDIS_SENTINEL && a.nsentinels == 3
+       && strcmp(a.sentinels[0].host, "s1") == 0
+       && a.sentinels[0].port == 26380
+       && a.sentinels[1].port == SMCP_SENTINEL_PORT
+       && strcmp(a.sentinels[2].host, "::1") == 0
+       && strcmp(a.master, "my-m.1") == 0, "sentinel://three/master");
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        ok(smcp_redis_addr_parse(bad[i], strlen(bad[i]), &a, err,
+                                 sizeof(err)) != 0 && err[0],
+           "redis address '%s' refused (%s)", show(bad[i], strlen(bad[i])),
+           err);
+    }
+
+    ok(smcp_redis_addr_parse("h:1\0", 4, &a, err, sizeof(err)) != 0,
+       "a NUL in the address refused");
+
+    /* a sentinel's answer: an IP address and a port, nothing else */
+    ok(smcp_sentinel_master_addr("127.0.0.1", 9, "6380", 4, &hp) == 0
+       && strcmp(hp.host, "127.0.0.1") == 0 && hp.port == 6380,
+       "master 127.0.0.1 6380");
+    ok(smcp_sentinel_master_addr("fd00::2", 7, "1", 1, &hp) == 0,
+       "master fd00::2 1");
+    ok(smcp_sentinel_master_addr("redis", 5, "6379", 4, &hp) != 0,
+       "a host name refused (a worker would block resolving it)");
+    ok(smcp_sentinel_master_addr("127.0.0.1\0x", 11, "6379", 4, &hp) != 0,
+       "a NUL in the address refused");
+    ok(smcp_sentinel_master_addr("127.0.0.1 ", 10, "6379", 4, &hp) != 0,
+       "trailing blank refused");
+    ok(smcp_sentinel_master_addr("", 0, "6379", 4, &hp) != 0,
+       "empty address refused");
+    ok(smcp_sentinel_master_addr("127.0.0.1", 9, "0", 1, &hp) != 0
+       && smcp_sentinel_master_addr("127.0.0.1", 9, "65536", 5, &hp) != 0
+       && smcp_sentinel_master_addr("127.0.0.1", 9, "-1", 2, &hp) != 0
+       && smcp_sentinel_master_addr("127.0.0.1", 9, "63790000", 8, &hp)
+          != 0, "ports 0, 65536, -1, 63790000 refused");
+    ok(smcp_sentinel_master_addr(
+           "1111:2222:3333:4444:5555:6666:7777:8888:9999", 44, "1", 1, &hp)
+       != 0, "an overlong IPv6 address refused");
+
+    ok(smcp_redis_role_master("master", 6)
+       && !smcp_redis_role_master("slave", 5)
+       && !smcp_redis_role_master("master\0", 7)
+       && !smcp_redis_role_master("sentinel", 8), "ROLE master, only");
+}
+
+
 int
 main(void)
 {
@@ -1330,6 +1413,7 @@ main(void)
     test_json_plain();
     test_keyring();
     test_jwt_kid();
+    test_redis_addr();
 
     return tap_done();
 }

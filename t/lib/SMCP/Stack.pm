@@ -90,7 +90,10 @@ my @STACKS;
 #     egress_env => {NAME => value} (more routes: other providers' keys and
 #                   base URLs, e.g. OPENAI_API_KEY, OPENAI_BASE_URL, in the
 #                   environment egress-routes.sh and nginx see; never in
-#                   the runner's))
+#                   the runner's),
+#     sentinel => 1 (Redis Sentinel: the test's Redis a master with a
+#                   replica and three sentinels, SMCP::Sentinel; nginx and
+#                   the runners given sentinel://...; ->sentinel))
 sub new {
     my ($class, %o) = @_;
     my $self = bless { owner => $$, runners => {}, names => {}, sessions => {},
@@ -146,6 +149,16 @@ sub new {
     $ENV{GITHUB_API_URL} = $self->{github}->url . ($o{github_api_path} // '');
     $t->render_routes;
 
+    if ($o{sentinel}) {
+        # the test's Redis the master of a replica and three sentinels;
+        # nginx and the runners find it through them
+        require SMCP::Sentinel;
+        $t->start_redis;
+        $self->{sentinel} = SMCP::Sentinel->new(t => $t);
+        $t->{redis_addr} = $self->{sentinel}->addr;
+        Test::More::note('redis through sentinel: ' . $t->{redis_addr});
+    }
+
     $t->start(http => ($o{http} // '') . SMCP::Test::egress_server_conf("$gw:$eport"));
     $self->{sid} = $t->initialize;
     die "MCP initialize failed\n" unless $self->{sid};
@@ -153,7 +166,8 @@ sub new {
     return $self;
 }
 
-SMCP::Test::accessors(qw(t anthropic github net gateway egress_port egress_url image sid real));
+SMCP::Test::accessors(qw(t anthropic github net gateway egress_port egress_url image sid real
+                         sentinel));
 
 # the backend the runners use: docker (default) or swarm
 sub backend { return $ENV{SMCP_TEST_BACKEND} || 'docker' }
@@ -194,7 +208,8 @@ sub start_runner {
     $t->watch_log($log);
     my $bin = $o{test_hooks} ? $self->hook_runner_bin : $self->{runner_bin};
     my @cmd = $o{argv} ? ($bin, @{ $o{argv} }, '--name', $name) : ($bin,
-        '--redis', '127.0.0.1:' . $t->redis_port,
+        '--redis', $self->{sentinel} ? $self->{sentinel}->addr
+                                     : '127.0.0.1:' . $t->redis_port,
         '--secret-file', $t->secret_file,
         '--image', $self->{image},
         '--network', $self->{net}{name},

@@ -803,6 +803,14 @@ sub stop_redis {
     wait_until(30, sub { !_port_open($self->{redis_port}) });
 }
 
+# the test's Redis is on another port now (a Sentinel failover): what
+# ->redis and its helpers talk to from here on
+sub redis_at {
+    my ($self, $port) = @_;
+    $self->{redis_port} = $port;
+    delete $self->{redis_conn};
+}
+
 # SIGSTOP / SIGCONT the redis-server (a Redis that accepts but never answers)
 sub pause_redis { my ($self) = @_; kill 'STOP', $self->{redis_pid} if $self->{redis_pid} }
 sub resume_redis { my ($self) = @_; kill 'CONT', $self->{redis_pid} if $self->{redis_pid} }
