@@ -24,6 +24,7 @@
 #   make sandbox-image   build the sandbox image (OpenCode, locked down)
 #   make docker-ready    start dockerd, build the local Debian base image
 #   make bench           the benchmarks: ratios against a baseline (bench/)
+#   make soak            runs and faults at once, invariants [SOAK_SECONDS=1200]
 #   make fuzz            every libFuzzer harness of fuzz/ for FUZZ_SECONDS
 #   make fuzz-ci         each harness briefly; fails on a crash or a report
 #   make fuzz-build      build the harnesses (build/fuzz/)
@@ -96,7 +97,7 @@ export CCACHE_NOHASHDIR := 1
 endif
 WARN       := -Wall -Wextra -Wno-unused-parameter -Werror
 
-.PHONY: all module tools runner runner-test bench deps deps-run test static up up-check down drain backup restore token revoke rotate-secret retire-secret clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
+.PHONY: all module tools runner runner-test bench soak deps deps-run test static up up-check down drain backup restore token revoke rotate-secret retire-secret clean docker-ready sandbox-image fuzz fuzz-ci fuzz-build asan asan-tools test-asan help
 
 all: module tools runner
 
@@ -205,6 +206,11 @@ test: deps all runner-test static asan docker-ready sandbox-image \
 # figures: ratios against a baseline measured in the same run
 bench: deps all
 	bench/run
+
+# bench/soak's header says what; SOAK_SECONDS, SOAK_RUNS, SOAK_CONCURRENCY,
+# SOAK_FAULT_EVERY, SOAK_SEED from the environment
+soak: deps all docker-ready sandbox-image
+	PERL5LIB=$(CURDIR)/t/lib prove -v bench/soak
 
 # its inputs checked before anything is installed or started
 up: up-check deps-run all

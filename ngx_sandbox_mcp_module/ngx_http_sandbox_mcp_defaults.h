@@ -60,6 +60,12 @@
                                                            each) per event
                                                            before yielding */
 #define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           64      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_REPLY_ELEMENTS     (4 * 1024 * 1024)
+                                                /* of one reply's array (32
+                                                   MiB of pointers): more
+                                                   than any of the module's
+                                                   replies, two million
+                                                   revoked ids included */
 #define NGX_HTTP_SANDBOX_MCP_SEND_PARTS        4       /* of one answer */
 #define NGX_HTTP_SANDBOX_MCP_REDIS_FORMATTED    1024    /* bytes: a command
                                                            formatted on the

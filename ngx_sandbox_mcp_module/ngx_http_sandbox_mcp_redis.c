@@ -415,14 +415,27 @@ ngx_http_sandbox_mcp_redis_on_connect(const redisAsyncContext *cac,
     link->failures = 0;
     link->backoff = NGX_HTTP_SANDBOX_MCP_BACKOFF_MIN;
 
+    /* through Sentinel: once its ROLE says master (redis_sentinel.c) */
+    if (!ngx_http_sandbox_mcp_redis_conf->sentinel) {
+        ngx_http_sandbox_mcp_redis_ready(link, ac);
+    }
+
+    ngx_http_sandbox_mcp_redis_arm(link);
+}
+
+
+void
+ngx_http_sandbox_mcp_redis_ready(ngx_http_sandbox_mcp_redis_link_t *link,
+    redisAsyncContext *ac)
+{
+    link->verified = 1;
+
     if (link->subscriber) {
         ngx_http_sandbox_mcp_redis_subscribe(ac);
 
     } else {
         ngx_http_sandbox_mcp_redis_notify(NGX_HTTP_SANDBOX_MCP_REDIS_READY);
     }
-
-    ngx_http_sandbox_mcp_redis_arm(link);
 }
 
 
@@ -535,6 +548,13 @@ ngx_http_sandbox_mcp_redis_reply_array(const redisReadTask *task,
     size_t       size;
     redisReply  *r;
 
+    if (elements > NGX_HTTP_SANDBOX_MCP_REPLY_ELEMENTS) {
+        /* no reply of ours is that long: a server (or a sentinel) that
+         * says so is not believed (hiredis takes NULL as out of memory,
+         * and the connection goes) */
+        return NULL;
+    }
+
     size = elements > 0 ? (size_t) elements * sizeof(redisReply *) : 0;
 
     r = ngx_http_sandbox_mcp_redis_reply_object(task, REDIS_REPLY_ARRAY,
@@ -629,6 +649,17 @@ ngx_http_sandbox_mcp_redis_open(ngx_http_sandbox_mcp_redis_link_t *link,
         return;
     }
 
+    if (link->c.ac) {
+        /* never two contexts on one link (the one there stays) */
+        ngx_log_error(NGX_LOG_ALERT, ngx_http_sandbox_mcp_redis_log, 0,
+                      "sandbox_mcp: redis %s: a second connection refused",
+                      link->c.role);
+        redisAsyncFree(ac);
+        return;
+    }
+
+    link->verified = 0;
+
     if (ac->err) {
         if (link->failures++ == 0) {
             ngx_log_error(NGX_LOG_ERR, ngx_http_sandbox_mcp_redis_log, 0,
@@ -652,6 +683,9 @@ ngx_http_sandbox_mcp_redis_open(ngx_http_sandbox_mcp_redis_link_t *link,
     }
 
     ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
+
+    /* a peer gone without a word (a host down) is found out */
+    (void) redisEnableKeepAlive(&ac->c);
 
     link->connect_start = ngx_current_msec;
 

@@ -283,19 +283,6 @@ ngx_http_sandbox_mcp_redis_reply(redisAsyncContext *ac, void *r,
         redisAsyncDisconnect(ac);
     }
 
-    if (ngx_http_sandbox_mcp_redis_error_is(reply, "READONLY")
-        && ngx_http_sandbox_mcp_redis_conf->sentinel
-        && link->c.ac == ac && !(ac->c.flags & REDIS_DISCONNECTING))
-    {
-        /* the master was turned into a replica (a failover): the next
-         * connect asks the sentinels where the master is now */
-        ngx_log_error(NGX_LOG_ERR, ngx_http_sandbox_mcp_redis_log, 0,
-                      "sandbox_mcp: redis %s: \"%V\" answers READONLY: "
-                      "asking the sentinels again", link->c.role,
-                      &link->where);
-        redisAsyncDisconnect(ac);
-    }
-
     if (ngx_http_sandbox_mcp_redis_error_is(reply, "LOADING")) {
         /* unavailable, as when the connection is lost */
         ngx_http_sandbox_mcp_redis_loading_seen();
@@ -339,7 +326,11 @@ ngx_http_sandbox_mcp_redis_usable(void)
 
     link = &ngx_http_sandbox_mcp_cmd_link;
 
-    return link->c.ac != NULL && (link->c.connected || !link->failures);
+    /* through Sentinel: only once its ROLE said master (a write queued
+     * before would reach a server that may not be the master) */
+    return link->c.ac != NULL && (link->c.connected || !link->failures)
+           && (link->verified || ngx_http_sandbox_mcp_redis_conf->sentinel
+                                 == NULL);
 }
 
 

@@ -57,6 +57,10 @@ typedef struct {
     unsigned                            subscriber:1;
     unsigned                            auth_failed:1;
     unsigned                            resolved:1; /* master is set */
+    unsigned                            verified:1; /* its ROLE: master,
+                                                       no move heard since
+                                                       the sentinels were
+                                                       asked */
 } ngx_http_sandbox_mcp_redis_link_t;
 
 
@@ -80,6 +84,12 @@ void ngx_http_sandbox_mcp_redis_open(ngx_http_sandbox_mcp_redis_link_t *link,
     redisAsyncContext *ac);
 void ngx_http_sandbox_mcp_redis_schedule(
     ngx_http_sandbox_mcp_redis_link_t *link);
+
+/* redis.c: the connection is usable (READY for the commands link, the
+ * subscriptions for the other): at connect, through Sentinel once ROLE
+ * said master */
+void ngx_http_sandbox_mcp_redis_ready(ngx_http_sandbox_mcp_redis_link_t *link,
+    redisAsyncContext *ac);
 
 /* redis_sentinel.c (sentinel://): a link's events; a sentinel asked where
  * the master is (then the link connects there); the master's ROLE asked

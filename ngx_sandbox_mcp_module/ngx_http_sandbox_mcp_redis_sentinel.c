@@ -59,6 +59,7 @@ ngx_http_sandbox_mcp_redis_role_done(redisAsyncContext *ac, void *r,
                                   reply->element[0]->len))
     {
         if (link->epoch == ngx_http_sandbox_mcp_redis_epoch) {
+            ngx_http_sandbox_mcp_redis_ready(link, ac);
             return;
         }
 
@@ -97,7 +98,9 @@ static void
 ngx_http_sandbox_mcp_redis_sentinel_next(
     ngx_http_sandbox_mcp_redis_link_t *link)
 {
-    if (!ngx_http_sandbox_mcp_redis_exiting && !link->ask.timer_set) {
+    if (!ngx_http_sandbox_mcp_redis_exiting && !ngx_exiting && !ngx_quit
+        && !ngx_terminate && !link->ask.timer_set)
+    {
         ngx_add_timer(&link->ask, 1);
     }
 }
@@ -175,7 +178,9 @@ ngx_http_sandbox_mcp_redis_sentinel_reply(redisAsyncContext *ac, void *r,
                       ngx_http_sandbox_mcp_redis_conf->sentinel->master);
     }
 
-    redisAsyncDisconnect(ac);
+    /* nothing more is read from it (hiredis 0.14 asserts on a reply
+     * nobody asked for) */
+    redisAsyncFree(ac);
 }
 
 
@@ -219,6 +224,11 @@ ngx_http_sandbox_mcp_redis_sentinel_ask(
 
     a = ngx_http_sandbox_mcp_redis_conf->sentinel;
 
+    if (link->s.ac || link->c.ac) {
+        /* asking, or connected already: never two at once */
+        return;
+    }
+
     if (link->asked == (ngx_uint_t) a->nsentinels) {
         link->asked = 0;
         link->failures++;
@@ -247,6 +257,7 @@ ngx_http_sandbox_mcp_redis_sentinel_ask(
     }
 
     ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
+    (void) redisEnableKeepAlive(&ac->c);
 
     link->connect_start = ngx_current_msec;
 
@@ -289,7 +300,10 @@ ngx_http_sandbox_mcp_redis_sentinel_timeout(
                   link->s.ac->c.tcp.host, link->s.ac->c.tcp.port,
                   ngx_http_sandbox_mcp_redis_conf->redis_timeout);
 
-    /* its close, if it was connected, asks the next one too */
+    /* its close, if it was connected, asks the next one too; not the
+     * master it may have named, whose connection would race the next
+     * sentinel's */
+    link->resolved = 0;
     redisAsyncFree(link->s.ac);
     ngx_http_sandbox_mcp_redis_sentinel_next(link);
 }
@@ -494,6 +508,10 @@ ngx_http_sandbox_mcp_redis_watch_connect(void)
     }
 
     ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
+
+    /* a sentinel gone without a word (its host down) is found out, and
+     * the next one listened to */
+    (void) redisEnableKeepAlive(&ac->c);
 
     redisAsyncSetConnectCallback(ac,
         ngx_http_sandbox_mcp_redis_watch_connected);

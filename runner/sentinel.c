@@ -97,24 +97,8 @@ runner_sentinel_listen(redisContext *c)
     struct pollfd   pfd;
 
     for ( ;; ) {
-        if (atomic_load(&runner_stop)) {
-            return;
-        }
-
-        pfd.fd = c->fd;
-        pfd.events = POLLIN;
-        pfd.revents = 0;
-
-        rc = poll(&pfd, 1, RUNNER_SENTINEL_POLL_MS);
-
-        if (rc == 0 || (rc < 0 && errno == EINTR)) {
-            continue;
-        }
-
-        if (rc < 0 || redisBufferRead(c) != REDIS_OK) {
-            return;
-        }
-
+        /* what was read already first (messages may have come with the
+         * SUBSCRIBE's reply) */
         for ( ;; ) {
             reply = NULL;
 
@@ -131,6 +115,24 @@ runner_sentinel_listen(redisContext *c)
             }
 
             freeReplyObject(reply);
+        }
+
+        if (atomic_load(&runner_stop)) {
+            return;
+        }
+
+        pfd.fd = c->fd;
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+
+        rc = poll(&pfd, 1, RUNNER_SENTINEL_POLL_MS);
+
+        if (rc == 0 || (rc < 0 && errno == EINTR)) {
+            continue;
+        }
+
+        if (rc < 0 || redisBufferRead(c) != REDIS_OK) {
+            return;
         }
     }
 }
@@ -159,6 +161,7 @@ runner_sentinel_thread(void *arg)
 
         if (c && !c->err) {
             redisSetTimeout(c, tv);
+            (void) redisEnableKeepAlive(c);
             r = redisCommand(c, "SUBSCRIBE +switch-master");
         }
 

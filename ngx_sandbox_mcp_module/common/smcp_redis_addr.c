@@ -259,8 +259,9 @@ int
 smcp_sentinel_master_addr(const char *ip, size_t iplen, const char *port,
     size_t portlen, smcp_hostport_t *hp)
 {
-    int             p;
-    unsigned char   buf[sizeof(struct in6_addr)];
+    int                   p;
+    unsigned char         buf[sizeof(struct in6_addr)];
+    static unsigned char  zero[sizeof(struct in6_addr)];
 
     if (iplen == 0 || iplen >= INET6_ADDRSTRLEN
         || memchr(ip, '\0', iplen))
@@ -271,9 +272,18 @@ smcp_sentinel_master_addr(const char *ip, size_t iplen, const char *port,
     memcpy(hp->host, ip, iplen);
     hp->host[iplen] = '\0';
 
-    if (inet_pton(AF_INET, hp->host, buf) != 1
-        && inet_pton(AF_INET6, hp->host, buf) != 1)
-    {
+    /* 0.0.0.0 and :: are nobody's address */
+    if (inet_pton(AF_INET, hp->host, buf) == 1) {
+        if (memcmp(buf, zero, 4) == 0) {
+            return SMCP_ERR;
+        }
+
+    } else if (inet_pton(AF_INET6, hp->host, buf) == 1) {
+        if (memcmp(buf, zero, 16) == 0) {
+            return SMCP_ERR;
+        }
+
+    } else {
         return SMCP_ERR;
     }
 

@@ -62,7 +62,7 @@ int smcp_hostport_parse(const char *s, size_t len, int default_port,
     smcp_hostport_t *hp);
 
 /* SENTINEL get-master-addr-by-name's two strings, checked: an IPv4 or
- * IPv6 address (no name) and a port 1-65535; 0 or -1 */
+ * IPv6 address (no name, not 0.0.0.0 or ::) and a port 1-65535; 0 or -1 */
 int smcp_sentinel_master_addr(const char *ip, size_t iplen, const char *port,
     size_t portlen, smcp_hostport_t *hp);
 

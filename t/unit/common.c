@@ -1372,6 +1372,9 @@ test_redis_addr(void)
        "master 127.0.0.1 6380");
     ok(smcp_sentinel_master_addr("fd00::2", 7, "1", 1, &hp) == 0,
        "master fd00::2 1");
+    ok(smcp_sentinel_master_addr("0.0.0.0", 7, "6379", 4, &hp) != 0
+       && smcp_sentinel_master_addr("::", 2, "6379", 4, &hp) != 0,
+       "0.0.0.0 and :: refused (nobody's address)");
     ok(smcp_sentinel_master_addr("redis", 5, "6379", 4, &hp) != 0,
        "a host name refused (a worker would block resolving it)");
     ok(smcp_sentinel_master_addr("127.0.0.1\0x", 11, "6379", 4, &hp) != 0,
