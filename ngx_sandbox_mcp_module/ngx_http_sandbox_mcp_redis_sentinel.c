@@ -106,6 +106,37 @@ ngx_http_sandbox_mcp_redis_sentinel_next(
 }
 
 
+/* a connection to a sentinel (an address resolved at start), as an nginx
+ * connection: NULL when it cannot even be begun */
+static redisAsyncContext *
+ngx_http_sandbox_mcp_redis_sentinel_connect(
+    ngx_http_sandbox_mcp_redis_conn_t *conn, smcp_hostport_t *hp)
+{
+    redisAsyncContext  *ac;
+
+    ac = redisAsyncConnect(hp->host, hp->port);
+
+    if (ac == NULL || ac->err
+        || ngx_http_sandbox_mcp_redis_attach(conn, ac,
+                                             ngx_http_sandbox_mcp_redis_log)
+           != NGX_OK)
+    {
+        if (ac) {
+            redisAsyncFree(ac);
+        }
+
+        return NULL;
+    }
+
+    ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
+
+    /* a sentinel gone without a word (its host down) is found out */
+    (void) redisEnableKeepAlive(&ac->c);
+
+    return ac;
+}
+
+
 static void
 ngx_http_sandbox_mcp_redis_sentinel_connected(const redisAsyncContext *cac,
     int status)
@@ -241,23 +272,12 @@ ngx_http_sandbox_mcp_redis_sentinel_ask(
     link->resolved = 0;
     link->epoch = ngx_http_sandbox_mcp_redis_epoch;
 
-    ac = redisAsyncConnect(hp->host, hp->port);
+    ac = ngx_http_sandbox_mcp_redis_sentinel_connect(&link->s, hp);
 
-    if (ac == NULL || ac->err
-        || ngx_http_sandbox_mcp_redis_attach(&link->s, ac,
-                                             ngx_http_sandbox_mcp_redis_log)
-           != NGX_OK)
-    {
-        if (ac) {
-            redisAsyncFree(ac);
-        }
-
+    if (ac == NULL) {
         ngx_http_sandbox_mcp_redis_sentinel_next(link);
         return;
     }
-
-    ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
-    (void) redisEnableKeepAlive(&ac->c);
 
     link->connect_start = ngx_current_msec;
 
@@ -492,26 +512,12 @@ ngx_http_sandbox_mcp_redis_watch_connect(void)
     a = ngx_http_sandbox_mcp_redis_conf->sentinel;
     hp = &a->sentinels[w->next++ % a->nsentinels];
 
-    ac = redisAsyncConnect(hp->host, hp->port);
+    ac = ngx_http_sandbox_mcp_redis_sentinel_connect(&w->c, hp);
 
-    if (ac == NULL || ac->err
-        || ngx_http_sandbox_mcp_redis_attach(&w->c, ac,
-                                             ngx_http_sandbox_mcp_redis_log)
-           != NGX_OK)
-    {
-        if (ac) {
-            redisAsyncFree(ac);
-        }
-
+    if (ac == NULL) {
         ngx_http_sandbox_mcp_redis_watch_retry();
         return;
     }
-
-    ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
-
-    /* a sentinel gone without a word (its host down) is found out, and
-     * the next one listened to */
-    (void) redisEnableKeepAlive(&ac->c);
 
     redisAsyncSetConnectCallback(ac,
         ngx_http_sandbox_mcp_redis_watch_connected);

@@ -115,8 +115,8 @@ export OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_CLAUDE_CODE=1
 export OPENCODE_DISABLE_EXTERNAL_SKILLS=1
 # OpenCode is a Bun program: JavaScriptCore's top JIT tier (FTL) compiles
 # its hot functions again, at a cost an agent that mostly waits on the
-# model never earns back (bench/agent-cpu: about 15% less CPU a run
-# without it, and no slower).  An image built on this one may set it to 1.
+# model never earns back (bench/agent-cpu: 7-9% less CPU a run without
+# it, and no slower).  An image built on this one may set it to 1.
 export BUN_JSC_useFTLJIT=${BUN_JSC_useFTLJIT:-0}
 
 mkdir -p "$repo" "$XDG_CONFIG_HOME/opencode" "$XDG_DATA_HOME" \
