@@ -1048,7 +1048,9 @@ test_config(void)
        && c.secret.len == 0,
        "config: the environment over the default ($PROXY_JWT_SECRET: a "
        "ring of one key without kid, the bare secret wiped)");
-    ok(strcmp(c.redis_host, "127.0.0.1") == 0 && c.redis_port == 6379
+    ok(c.redis.kind == SMCP_REDIS_TCP
+       && strcmp(c.redis.addr.host, "127.0.0.1") == 0
+       && c.redis.addr.port == 6379
        && c.diff_max == 10 * 1024 * 1024 && c.nano_cpus == 1000000000
        && strcmp(c.prefix, "smcp:") == 0 && c.claim_idle_ms == 60000,
        "config: the defaults");
@@ -1086,8 +1088,21 @@ test_config(void)
     argv[1] = "--egress-url";
     argv[2] = "http://x";
     rc = runner_config_load(&c, 3, argv, err, sizeof(err));
-    ok(rc == RUNNER_OK && strcmp(c.redis_unix, "/run/redis.sock") == 0,
+    ok(rc == RUNNER_OK && c.redis.kind == SMCP_REDIS_UNIX
+       && strcmp(c.redis.path, "/run/redis.sock") == 0,
        "config: --redis unix:/path");
+
+    setenv("SMCP_REDIS", "sentinel://10.0.0.5:26380,s2/smcp", 1);
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.redis.kind == SMCP_REDIS_SENTINEL
+       && c.redis.nsentinels == 2 && c.redis.sentinels[1].port == 26379
+       && strcmp(c.redis.master, "smcp") == 0,
+       "config: --redis sentinel://two/smcp");
+
+    setenv("SMCP_REDIS", "sentinel://10.0.0.5:26380/", 1);
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "--redis: sentinel://: the master's "
+                                  "name"), "config: %s", err);
     unsetenv("SMCP_REDIS");
 
     test_config_pools();
