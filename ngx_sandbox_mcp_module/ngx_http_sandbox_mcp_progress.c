@@ -1,13 +1,17 @@
 /*
  * Progress of a waiting call, as text/event-stream.  Started once the run
  * is known to be the tenant's and not ended (a call answered at once stays
- * application/json).  The session's log level is read first, then the
- * run's events from its start, 100 at a time, again on every wake of the
- * run's channel: an agent's tool call or reply is a notifications/progress
- * (progress 1, 2, 3 ...: "ran `npm test`", "write /workspace/repo/x"), a
- * lifecycle line a notifications/message (info; "error" for a failed
- * step).  When the call has its answer, the events are read to their end
- * and the answer is the stream's last message.  At most
+ * application/json), or, for tasks/result, ended too.  The session's log
+ * level is read first, then the run's events from its start, 100 at a
+ * time, again on every wake of the run's channel: an agent's tool call or
+ * reply is a notifications/progress (progress 1, 2, 3 ...: "ran `npm
+ * test`", "write /workspace/repo/x") when the call carries a
+ * progressToken, a lifecycle line a notifications/message (info; "error"
+ * for a failed step).  A call without a progressToken streams only when
+ * its session set a level (logging/setLevel): its lifecycle lines, then
+ * the answer; without either nothing changes (the answer as JSON).  When
+ * the call has its answer, the events are read to their end and the
+ * answer is the stream's last message.  At most
  * NGX_HTTP_SANDBOX_MCP_PROGRESS_MAX notifications a request.
  */
 
@@ -17,6 +21,7 @@
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_call.h"
 
 #include "smcp_validate.h"
 
@@ -38,6 +43,7 @@ typedef struct {
 
     unsigned                           again:1;    /* woken while reading */
     unsigned                           finishing:1;
+    unsigned                           streaming:1; /* the header sent */
 } ngx_http_sandbox_mcp_progress_t;
 
 
@@ -87,6 +93,14 @@ ngx_http_sandbox_mcp_progress_notify(ngx_http_sandbox_mcp_progress_t *p,
     if (p->sent++ >= NGX_HTTP_SANDBOX_MCP_PROGRESS_MAX) {
         json_decref(params);
         return NGX_OK;
+    }
+
+    if (p->call->until_end) {
+        /* tasks/result: the task it is about (the run) */
+        json_object_set_new(params, "_meta",
+            json_pack("{s:{s:s%}}", "io.modelcontextprotocol/related-task",
+                      "taskId", (char *) p->call->run_id.data,
+                      p->call->run_id.len));
     }
 
     return ngx_http_sandbox_mcp_sse_send(p->call->ctx->request, -1,
@@ -172,7 +186,9 @@ ngx_http_sandbox_mcp_progress_event(ngx_http_sandbox_mcp_progress_t *p,
     rc = NGX_OK;
 
     if (type->len == 5 && ngx_strncmp(type->str, "agent", 5) == 0) {
-        if (ngx_http_sandbox_mcp_progress_text(d, text, sizeof(text))) {
+        if (p->token
+            && ngx_http_sandbox_mcp_progress_text(d, text, sizeof(text)))
+        {
             rc = ngx_http_sandbox_mcp_progress_notify(p,
                      "notifications/progress",
                      json_pack("{s:O, s:I, s:s}",
@@ -327,6 +343,51 @@ ngx_http_sandbox_mcp_progress_read(ngx_http_sandbox_mcp_progress_t *p)
 }
 
 
+/* the answer becomes a stream: its header now */
+static ngx_int_t
+ngx_http_sandbox_mcp_progress_stream(ngx_http_sandbox_mcp_progress_t *p)
+{
+    ngx_http_request_t  *r;
+
+    r = p->call->ctx->request;
+
+    if (ngx_http_sandbox_mcp_sse_header(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->streaming = 1;
+    r->write_event_handler = ngx_http_sandbox_mcp_sse_writer;
+
+    return NGX_OK;
+}
+
+
+/* nothing to stream after all: the call answers as it would have, now if
+ * it has its answer already */
+static void
+ngx_http_sandbox_mcp_progress_decline(ngx_http_sandbox_mcp_progress_t *p)
+{
+    ngx_int_t                    rc;
+    ngx_http_sandbox_mcp_ctx_t  *ctx;
+
+    ctx = p->call->ctx;
+
+    ctx->finish = NULL;
+    ctx->data = NULL;
+    p->call->progress = 0;
+
+    if (!p->finishing) {
+        return;
+    }
+
+    rc = ngx_http_sandbox_mcp_call_finish(ctx);
+
+    if (rc != NGX_DONE) {
+        ngx_http_sandbox_mcp_finalize(ctx, rc);
+    }
+}
+
+
 /* the session's level (GET mcp:{sid}:log) */
 static void
 ngx_http_sandbox_mcp_progress_level(void *data, redisReply *reply)
@@ -341,10 +402,21 @@ ngx_http_sandbox_mcp_progress_level(void *data, redisReply *reply)
         return;
     }
 
+    rank = -1;
+
     if (reply && reply->type == REDIS_REPLY_STRING) {
         rank = ngx_http_sandbox_mcp_log_rank(reply->str, reply->len);
         if (rank >= 0) {
             p->level = rank;
+        }
+    }
+
+    if (!p->streaming) {
+        /* no progressToken: a stream only for a session that set a
+         * level */
+        if (rank < 0 || ngx_http_sandbox_mcp_progress_stream(p) != NGX_OK) {
+            ngx_http_sandbox_mcp_progress_decline(p);
+            return;
         }
     }
 
@@ -381,7 +453,8 @@ ngx_http_sandbox_mcp_progress_cleanup(void *data)
 
 
 void
-ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call)
+ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call,
+    ngx_uint_t ended)
 {
     json_t                           *token;
     ngx_str_t                         argv[2];
@@ -392,11 +465,12 @@ ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call)
 
     ctx = call->ctx;
     r = ctx->request;
-    token = call->progress_token;
 
-    if (token == NULL || ctx->batch || ctx->finish || ctx->data
-        || r->header_sent
-        || !(json_is_integer(token)
+    /* a run that ended has no progress to tell, only its lifecycle */
+    token = ended ? NULL : call->progress_token;
+
+    if (token
+        && !(json_is_integer(token)
              || (json_is_string(token)
                  && json_string_length(token)
                     <= NGX_HTTP_SANDBOX_MCP_TOKEN_MAX)))
@@ -404,27 +478,34 @@ ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    p = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_progress_t));
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-
-    if (p == NULL || cln == NULL
-        || ngx_http_sandbox_mcp_sse_header(r) != NGX_OK)
-    {
+    if (ctx->batch || ctx->finish || ctx->data || r->header_sent) {
         return;
     }
 
-    cln->handler = ngx_http_sandbox_mcp_progress_cleanup;
-    cln->data = p;
+    p = ngx_pcalloc(r->pool, sizeof(ngx_http_sandbox_mcp_progress_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (p == NULL || cln == NULL) {
+        return;
+    }
 
     p->call = call;
     p->token = token;
     p->level = ngx_http_sandbox_mcp_log_rank("info", 4);
     ngx_str_set(&p->start, "-");
 
+    if (token && ngx_http_sandbox_mcp_progress_stream(p) != NGX_OK) {
+        return;
+    }
+
+    cln->handler = ngx_http_sandbox_mcp_progress_cleanup;
+    cln->data = p;
+
+    /* the answer waits for the stream, or for the level's reply that
+     * decides whether there is one */
     ctx->finish = ngx_http_sandbox_mcp_progress_finish;
     ctx->data = p;
     call->progress = 1;
-    r->write_event_handler = ngx_http_sandbox_mcp_sse_writer;
 
     ngx_str_set(&argv[0], "GET");
 
@@ -437,6 +518,11 @@ ngx_http_sandbox_mcp_progress_start(ngx_http_sandbox_mcp_call_t *call)
     }
 
     if (p->cmd == NULL) {
+        if (!p->streaming) {
+            ngx_http_sandbox_mcp_progress_decline(p);
+            return;
+        }
+
         ngx_http_sandbox_mcp_progress_read(p);
     }
 }

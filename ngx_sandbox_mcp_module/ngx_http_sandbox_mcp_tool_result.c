@@ -111,9 +111,10 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
     if (call->waiting && !call->expired
         && !ngx_http_sandbox_mcp_terminal(reply))
     {
-        if (call->progress_token && !call->progress) {
-            /* the tenant's run, not ended: progress if it was asked */
-            ngx_http_sandbox_mcp_progress_start(call);
+        if (!call->progress) {
+            /* the tenant's run, not ended: progress if it was asked, its
+             * lifecycle if the session set a log level */
+            ngx_http_sandbox_mcp_progress_start(call, 0);
         }
 
         if (call->recheck) {
@@ -126,6 +127,13 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
     }
 
     ngx_http_sandbox_mcp_waiter_remove(call);
+
+    if (call->until_end && !call->progress) {
+        /* tasks/result of a run that ended: its lifecycle first, if the
+         * session set a log level */
+        ngx_http_sandbox_mcp_progress_start(call, 1);
+    }
+
     ngx_http_sandbox_mcp_tool_output_text(call,
         ngx_http_sandbox_mcp_run_json(call, reply, &text) == NGX_OK ? &text
                                                                     : NULL);

@@ -330,6 +330,62 @@ my $run2 = $task2->{taskId};
     is_deeply($m[-1]{result}{_meta}, { 'io.modelcontextprotocol/related-task' => { taskId => $run3 } },
               'tasks/result with a progressToken: streamed, the related task last');
 
+    # issue 25, point 5: a session that set a level hears the lifecycle
+    # without a progressToken: on tasks/result (while the run goes on, and
+    # of a run that ended) and on a waiting get_result; no progress
+    # notifications (no token); a session without a level: JSON as before
+    is_deeply(rpc('logging/setLevel', { level => 'info' })->{result}, {}, 'setLevel info');
+    my $run4 = (task_call({ task => 'four' })->{result} || {})->{task}{taskId};
+    $p = $t->mcp_start($t->request_msg('tasks/result', { taskId => $run4 }), session => $sid);
+    ok($t->wait_long_polls(1), 'tasks/result without a progressToken waits');
+    $ev->($run4, 'lifecycle', { step => 'clone' });
+    $ev->($run4, 'agent', { type => 'tool_use', part => { tool => 'bash',
+          state => { input => { command => 'make' } } } });
+    $t->redis('PUBLISH', "${P}run:$run4", 'event');
+    ok($t->http_read_until($p, qr/"clone"/), '... its lifecycle line is sent as it comes');
+    $ev->($run4, 'lifecycle', { step => 'agent_exit', exitCode => 0 });
+    finish_run($run4, 'completed', result => 'four done');
+    $r = $t->mcp_finish($p, 25);
+    like($r->{headers}{'content-type'} // '', qr{text/event-stream},
+         'tasks/result without a token, the session at info: a stream');
+    @m = @{ $r->{sse} || [] };
+    is_deeply([ map { $_->{params}{data}{event}{step} // $_->{params}{data}{event}{status} }
+                grep { ($_->{method} // '') eq 'notifications/message' } @m ],
+              [ 'started', 'clone', 'agent_exit' ], '... the run\'s lifecycle as log messages');
+    is(scalar(grep { ($_->{method} // '') eq 'notifications/progress' } @m), 0,
+       '... no progress (no token)');
+    is_deeply([ map { $_->{params}{_meta}{'io.modelcontextprotocol/related-task'}{taskId} // '' }
+                grep { ($_->{method} // '') eq 'notifications/message' } @m ],
+              [ ($run4) x 3 ], '... each naming its task (related-task)');
+    is($m[-1]{result}{structuredContent}{result}, 'four done', '... the result last');
+
+    # tasks/result of the run that ended: its lifecycle again, then the result
+    $r = $t->rpc($sid, 'tasks/result', { taskId => $run4 });
+    @m = @{ $r->{sse} || [] };
+    is_deeply([ map { $_->{params}{data}{event}{step} // $_->{params}{data}{event}{status} }
+                grep { ($_->{method} // '') eq 'notifications/message' } @m ],
+              [ 'started', 'clone', 'agent_exit' ],
+              'tasks/result of an ended run: its lifecycle, as the SDK asks after the end');
+    is($m[-1]{result}{structuredContent}{status}, 'completed', '... then the result');
+
+    # the same session: get_result of an ended run stays JSON (a poll)
+    $r = $t->rpc($sid, 'tools/call', { name => 'opencode_get_result',
+                 arguments => { runId => $run4, waitSeconds => 5 } });
+    like($r->{headers}{'content-type'} // '', qr{application/json},
+         'get_result of an ended run: JSON at once, even with a level');
+    # bob set no level: his waiting call without a token answers JSON
+    my $bob4 = (task_call({ task => 'bob four' }, sid => $bob_sid,
+                          token => $bob_tok)->{result} || {})->{task}{taskId};
+    $p = $t->mcp_start($t->request_msg('tools/call', { name => 'opencode_get_result',
+        arguments => { runId => $bob4, waitSeconds => 20 } }), session => $bob_sid,
+        token => $bob_tok);
+    ok($t->wait_long_polls(1), 'a call without a token, in a session without a level, waits');
+    finish_run($bob4, 'completed');
+    $r = $t->mcp_finish($p, 25);
+    like($r->{headers}{'content-type'} // '', qr{application/json}, '... and answers JSON');
+    is($r->{json}{result}{structuredContent}{status}, 'completed', '... the ended run');
+    is_deeply(rpc('logging/setLevel', { level => 'error' })->{result}, {}, 'setLevel error again');
+
     # an ended run answers at once, as JSON
     $r = $t->rpc($sid, 'tools/call', { name => 'opencode_get_result',
                  arguments => { runId => $run, waitSeconds => 5 }, _meta => { progressToken => 'x' } });
@@ -402,8 +458,9 @@ my $run2 = $task2->{taskId};
     $cancel->('"77"');
     finish_run($run, 'completed');
     $r = $t->mcp_finish($p2, 20);
-    is($r->{json}{result}{structuredContent}{status}, 'completed',
-       'another request of the session (id 77, not "77") still answered');
+    # (the session set a level: the answer is a stream's last message)
+    is((($r->{json} // ($r->{sse} || [])->[-1] // {})->{result} || {})->{structuredContent}{status},
+       'completed', 'another request of the session (id 77, not "77") still answered');
     finish_run($bob_run, 'completed');
     $r = $t->mcp_finish($pb, 20);
     is($r->{json}{result}{structuredContent}{status}, 'completed',

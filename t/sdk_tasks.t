@@ -11,7 +11,10 @@
 # notifications/progress per agent step (the first while the run still
 # works) and the run's lifecycle lines as log messages, then the result;
 # the run's resource, subscribed with subscribeResource, is updated on the
-# session's GET stream (the SDK's own) as it runs and completes.
+# session's GET stream (the SDK's own) as it runs and completes.  A client
+# that set a logging level and asked for no progress (callToolStream
+# without onprogress) hears the run's lifecycle as log messages on the
+# task's result stream (issue 25, point 5).
 #
 # Needs root, Docker, `make` (module, runner), redis-server and node; the
 # sandbox image is built on first use.
@@ -34,6 +37,7 @@ my @EXPECTED = (
     'taskStatus messages: working, then completed',
     'the result is the run\'s final answer, with the related task',
     'tasks/get and tasks/list see the task',
+    'callToolStream without onprogress, a logging level set: the run\'s lifecycle as log messages',
     'get_result waiting with onprogress: a notifications/progress per agent step while the run runs, then the result',
     'the subscribed run\'s updates arrive on the GET stream: running, completed',
     'callToolStream of a long run, cancelled while it runs: the stream ends "cancelled"',
@@ -88,7 +92,7 @@ for my $run (@runs) {
     my $ses = $t->redis('HGET', "smcp:run:$run", 'session');
     $s->{sessions}{$ses} = 1 if $ses;
 }
-is(scalar @runs, 3, 'three runs: one per task, one with progress');
+is(scalar @runs, 4, 'four runs: one per task (three), one with progress');
 
 my ($slow) = grep { ($t->redis('HGET', "smcp:run:$_", 'task') // '') =~ /SLOW/ } @runs;
 ok($slow, 'the cancelled task\'s run');

@@ -112,6 +112,27 @@ await check('tasks/get and tasks/list see the task', async () => {
     };
 });
 
+// issue 25, point 5: a client that set a logging level hears the run's
+// lifecycle without asking for progress (the SDK calls tasks/result once
+// the task ended: the lifecycle comes on that stream, then the result)
+await check('callToolStream without onprogress, a logging level set: the run\'s lifecycle as log messages', async () => {
+    const logs = [];
+    client.setNotificationHandler(LoggingMessageNotificationSchema,
+                                  (n) => { logs.push(n.params); });
+    await client.setLoggingLevel('info');
+    const m = await stream({ task: cfg.task, repository: cfg.repository });
+    const id = m[0]?.task?.taskId;
+    const mine = logs.filter((l) => l.data?.runId === id);
+    const steps = mine.map((l) => l.data.event?.step ?? l.data.event?.status);
+    const r = m[m.length - 1];
+    return {
+        ok: r?.type === 'result' && !r.result.isError && steps.includes('agent_start')
+            && steps.includes('agent_exit') && mine.every((l) => l.level === 'info'),
+        detail: { messages: mine.length, steps,
+                  task: mine[0]?._meta?.['io.modelcontextprotocol/related-task'] },
+    };
+});
+
 // progress: a plain run, then get_result waiting with a progress token;
 // its resource subscribed meanwhile (updates on the session's GET stream)
 const updated = [];
