@@ -25,8 +25,9 @@
 #                      of every `route`, <URL>_AUTH and <URL>_AUTH_FILE of
 #                      every `registry_route`); their flags (`--http`,
 #                      `--check`, ...) from their case arms and tests of $1
-#   compose files      docker-compose.yml and docker-stack.yml: every
-#                      environment key and every ${VAR} they substitute
+#   compose files      docker-compose.yml, docker-compose.sentinel.yml and
+#                      docker-stack.yml: every environment key and every
+#                      ${VAR} they substitute
 #   the Makefile       every $${VAR} of its recipes, every VAR ?= and
 #                      every $(VAR) it does not define (make's own left out)
 # Each entry of the reference is a `### ` heading naming it (`name`, or
@@ -148,7 +149,9 @@ shell('.ci/build-base-image', 'build-base-image');
 shell('runner/sandbox-net', 'sandbox-net');
 
 # compose files: environment keys, ${VAR} substitutions
-for my $c ([ 'docker-compose.yml', 'docker-compose' ], [ 'docker-stack.yml', 'docker stack' ]) {
+for my $c ([ 'docker-compose.yml', 'docker-compose' ],
+           [ 'docker-compose.sentinel.yml', 'docker-compose' ],
+           [ 'docker-stack.yml', 'docker stack' ]) {
     my ($file, $label) = @$c;
     my @lines = grep { !/^\s*(#|$)/ } split /\n/, slurp("$root/$file");
     my $in;     # the indent of the environment: list we are in
