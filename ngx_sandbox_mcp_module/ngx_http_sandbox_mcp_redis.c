@@ -684,8 +684,12 @@ ngx_http_sandbox_mcp_redis_open(ngx_http_sandbox_mcp_redis_link_t *link,
 
     ac->c.reader->fn = &ngx_http_sandbox_mcp_redis_reply_fns;
 
-    /* a peer gone without a word (a host down) is found out */
-    (void) redisEnableKeepAlive(&ac->c);
+    /* a peer gone without a word (a host down) is found out; not on a
+     * Unix socket, where it fails and hiredis takes that for an error of
+     * the connection */
+    if (ac->c.connection_type == REDIS_CONN_TCP) {
+        (void) redisEnableKeepAlive(&ac->c);
+    }
 
     link->connect_start = ngx_current_msec;
 
