@@ -13,6 +13,8 @@ package SMCP::Sentinel;
 #                                      # online and in sync
 #   $sen->restart($port)  # redis-server again on a port it had (the
 #                         # sentinels make it a replica of the master)
+#   $sen->wait_replica_known($port, 60)  # every sentinel sees it as a
+#                         # healthy replica (one a failover may pick)
 #   $sen->failover        # SENTINEL FAILOVER: the master turned replica,
 #                         # without dying
 #
@@ -170,6 +172,24 @@ sub pid {
     my ($self, $port) = @_;
     return $self->{pids}{$port} // ($port == $self->{t}->redis_port
                                     ? $self->{t}{redis_pid} : undef);
+}
+
+# every sentinel sees the server on $port as a replica in good health (no
+# flag but "slave", its link to the master up): one a failover may pick
+sub wait_replica_known {
+    my ($self, $port, $timeout) = @_;
+    return wait_until($timeout // 60, sub {
+        for my $p (@{ $self->{sentinels} }) {
+            my $l = eval { $self->sentinel($p, 'SENTINEL', 'REPLICAS', $self->{name}) };
+            return 0 unless ref $l eq 'ARRAY';
+            my ($r) = grep { my %r = @$_; ($r{port} // 0) == $port } @$l;
+            return 0 unless $r;
+            my %r = @$r;
+            return 0 unless ($r{flags} // '') eq 'slave'
+                         && ($r{'master-link-status'} // '') eq 'ok';
+        }
+        return 1;
+    }, 0.2);
 }
 
 # SENTINEL FAILOVER (the first sentinel that takes it)
