@@ -101,11 +101,25 @@ for my $svc (qw(redis-replica sentinel-1 sentinel-2 sentinel-3)) {
 $up = 1;
 is($rc, 0, 'up: redis, its replica, three sentinels, nginx') or diag($err);
 
+# a command to a sentinel (which has no password: the container's
+# REDISCLI_AUTH, the master's, is not sent)
 sub sentinel {
     my ($n, @cmd) = @_;
-    my ($r, $out) = compose(['exec', '-T', '-e', 'REDISCLI_AUTH=', "sentinel-$n",
-                             'redis-cli', '-p', '26379', '--raw', @cmd], timeout => 30);
+    my ($r, $out) = compose(['exec', '-T', "sentinel-$n", 'env', '-u', 'REDISCLI_AUTH',
+                             'redis-cli', '--no-auth-warning', '-p', '26379', '--raw', @cmd],
+                            timeout => 30);
     return $r == 0 ? $out : '';
+}
+# the fields of a flat reply (name, value, name, value ...) that are asked
+sub fields {
+    my ($out, @names) = @_;
+    my @l = split /\n/, $out;
+    my %want = map { $_ => 1 } @names;
+    my %f;
+    for my $i (0 .. $#l - 1) {
+        $f{ $l[$i] } //= $l[$i + 1] if $want{ $l[$i] };
+    }
+    return %f;
 }
 sub container_addr {
     my ($svc) = @_;
@@ -119,15 +133,18 @@ sub container_addr {
 
 my $master_ip = container_addr('redis');
 my $replica_ip = container_addr('redis-replica');
+my $last = '';
 ok(wait_until(120, sub {
+    $last = join "\n---\n", map { sentinel($_, 'SENTINEL', 'MASTER', 'smcp') } 1 .. 3;
     for my $n (1 .. 3) {
-        my $m = sentinel($n, 'SENTINEL', 'MASTER', 'smcp');
-        my %m = split /\n/, $m;
+        my %m = fields(sentinel($n, 'SENTINEL', 'MASTER', 'smcp'),
+                       qw(ip num-slaves num-other-sentinels));
         return 0 unless ($m{ip} // '') eq $master_ip && ($m{'num-slaves'} // 0) >= 1
                      && ($m{'num-other-sentinels'} // 0) >= 2;
     }
     return 1;
-}, 1), "the sentinels see the master ($master_ip), its replica and each other");
+}, 1), "the sentinels see the master ($master_ip), its replica and each other")
+    or diag($last);
 
 my $t = SMCP::Test->client(port => $port, secret => $secret);
 my $sid;
@@ -142,12 +159,16 @@ ok(@{ ($r->{json}{result} || {})->{tools} || [] } > 0, '... and answers in it');
 ($rc, undef, $err) = compose(['kill', 'redis']);
 is($rc, 0, 'the master\'s container killed') or diag($err);
 my $t_kill = time();
-sub named { return (split /\n/, sentinel($_[0], 'SENTINEL', 'get-master-addr-by-name', 'smcp'))[0] // '' }
+sub named {
+    my $out = sentinel($_[0], 'SENTINEL', 'get-master-addr-by-name', 'smcp');
+    return (grep { /^[0-9a-f.:]+$/ && /[.:]/ } split /\n/, $out)[0] // '';
+}
 ok(wait_until(60, sub { named(1) eq $replica_ip && named(2) eq $replica_ip }, 0.2),
-   "the sentinels name the replica ($replica_ip) the master");
+   "the sentinels name the replica ($replica_ip) the master")
+    or diag('sentinel 1: ' . sentinel(1, 'SENTINEL', 'get-master-addr-by-name', 'smcp'));
 my $promoted = time() - $t_kill;
-my ($role_rc, $role) = compose(['exec', '-T', 'redis-replica', 'redis-cli', '--raw', 'ROLE'],
-                               timeout => 30);
+my ($role_rc, $role) = compose(['exec', '-T', 'redis-replica', 'redis-cli',
+                                '--no-auth-warning', '--raw', 'ROLE'], timeout => 30);
 like($role, qr/^master$/m, '... whose ROLE is master');
 
 my $sid2;
