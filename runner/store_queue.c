@@ -6,12 +6,16 @@
  * for the metrics.
  */
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store.h"
 
+
+static void runner_store_trim_queue(runner_store_t *st);
+static redisReply *runner_store_info_field(redisReply *r, const char *name);
 
 int
 runner_store_init_group(runner_store_t *st, char *err, size_t errlen)
@@ -39,7 +43,89 @@ runner_store_init_group(runner_store_t *st, char *err, size_t errlen)
 
     freeReplyObject(r);
 
+    runner_store_trim_queue(st);
+
     return RUNNER_OK;
+}
+
+
+/*
+ * The entries acknowledged before acks deleted them (runners of 0.1.0
+ * left every one in the stream): the stream cut below both the oldest pending entry and the first
+ * not yet delivered.  The group is read first, the pending entries
+ * second, so an entry delivered in between is above the cut.  Best
+ * effort: a failure leaves the stream as it was.
+ */
+static void
+runner_store_trim_queue(runner_store_t *st)
+{
+    char         queue[RUNNER_KEY_MAX], cut[RUNNER_STREAM_ID_SIZE + 24];
+    char         ms[RUNNER_STREAM_ID_SIZE + 1];
+    const char  *info[] = { "XINFO", "GROUPS", queue };
+    const char  *pend[] = { "XPENDING", queue, SMCP_QUEUE_GROUP };
+    const char  *trim[] = { "XTRIM", queue, "MINID", cut };
+    redisReply  *r, *g, *v;
+    size_t       i;
+    unsigned long long  seq;
+
+    RUNNER_KEY0(queue, SMCP_KEY_QUEUE);
+    cut[0] = '\0';
+
+    r = runner_store_argv(st, 3, info, NULL);
+    if (r == NULL) {
+        return;
+    }
+
+    for (i = 0; runner_store_array(r, -1) && i < r->elements; i++) {
+        g = r->element[i];
+
+        if (!runner_store_array(g, -1)
+            || !runner_store_str(v = runner_store_info_field(g, "name"))
+            || strcmp(v->str, SMCP_QUEUE_GROUP) != 0
+            || !runner_store_str(v = runner_store_info_field(g,
+                                                  "last-delivered-id"))
+            || v->len >= RUNNER_STREAM_ID_SIZE
+            || !smcp_valid_stream_id(v->str, v->len)
+            || sscanf(v->str, "%[0-9]-%llu", ms, &seq) != 2
+            || seq == ULLONG_MAX)
+        {
+            continue;
+        }
+
+        /* the first id after the last delivered one */
+        snprintf(cut, sizeof(cut), "%s-%llu", ms, seq + 1);
+    }
+
+    freeReplyObject(r);
+
+    if (cut[0] == '\0' || strcmp(cut, "0-1") == 0) {
+        return;
+    }
+
+    /* [count, smallest, greatest, consumers]: the smallest lower still */
+    r = runner_store_argv(st, 3, pend, NULL);
+    if (r == NULL) {
+        return;
+    }
+
+    if (runner_store_array(r, 4) && r->element[0]->type == REDIS_REPLY_INTEGER
+        && r->element[0]->integer > 0)
+    {
+        v = r->element[1];
+
+        if (!runner_store_str(v) || v->len >= RUNNER_STREAM_ID_SIZE
+            || !smcp_valid_stream_id(v->str, v->len))
+        {
+            freeReplyObject(r);
+            return;
+        }
+
+        memcpy(cut, v->str, v->len + 1);
+    }
+
+    freeReplyObject(r);
+
+    runner_store_do(st, 4, trim);
 }
 
 
@@ -333,8 +419,28 @@ runner_store_touch(runner_store_t *st, const char *stream_id)
 }
 
 
+/*
+ * Acknowledged, then deleted: an entry whose run has ended is of no use
+ * to any runner, and the stream would otherwise keep one entry per run
+ * ever started (the group's lag stays exact: only entries up to its
+ * last-delivered-id are deleted).  An entry left by a crash between the
+ * two is a few bytes; the next ack of it deletes it.
+ */
 int
 runner_store_ack(runner_store_t *st, const char *stream_id)
 {
-    return runner_store_entry_cmd(st, 0, stream_id);
+    char         queue[RUNNER_KEY_MAX];
+    const char  *argv[3];
+
+    if (runner_store_entry_cmd(st, 0, stream_id) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    RUNNER_KEY0(queue, SMCP_KEY_QUEUE);
+
+    argv[0] = "XDEL";
+    argv[1] = queue;
+    argv[2] = stream_id;
+
+    return runner_store_do(st, 3, argv);
 }

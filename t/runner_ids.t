@@ -11,6 +11,12 @@
 #      before any sandbox is made
 #   3. queue entries naming no run id ("../run_x", a run id with a suffix)
 #      are acknowledged and skipped
+#   4. the queue keeps no entry of a run that ended (an ack deletes it),
+#      and a runner's start cuts the entries older runners acknowledged
+#      and left (0.1.0's), below the oldest pending one (a gone
+#      consumer's, kept: --claim-idle is long here) and the first not yet
+#      delivered (this file's runs: read) (issue 24's soak found the
+#      stream growing by one entry a run)
 #
 # Needs root, Docker, `make` and redis-server; CI=true turns skips into
 # failures.
@@ -31,6 +37,15 @@ use SMCP::Test qw(json_encode wait_until);
 my $s = SMCP::Stack->new(scripts => {});
 my $t = $s->t;
 
+# 4. what a runner of 0.1.0 left: two entries acknowledged, one pending
+# (its consumer gone), all three older than every run of this file
+$t->redis('XGROUP', 'CREATE', 'smcp:queue', 'runners', '0', 'MKSTREAM');
+my @old = map { $t->redis('XADD', 'smcp:queue', '*', run => "run_0ld${_}0000000000000000000") }
+          1 .. 3;
+$t->redis('XREADGROUP', 'GROUP', 'runners', 'rt-gone', 'COUNT', '3', 'STREAMS',
+          'smcp:queue', '>');
+$t->redis('XACK', 'smcp:queue', 'runners', @old[0, 1]);
+
 my $canary = run_container(cmd => ['sleep', '600']);
 ok($canary =~ /^[0-9a-f]{64}$/, 'a canary container runs');
 
@@ -48,7 +63,7 @@ $t->redis('HSET', "smcp:run:$ses->{runId}", session => '../ses_x');
 $t->redis('XADD', 'smcp:queue', '*', run => '../run_x');
 $t->redis('XADD', 'smcp:queue', '*', run => "$bad->{runId}/../x");
 
-my $runner = $s->start_runner(concurrency => 2);
+my $runner = $s->start_runner(concurrency => 2, claim_idle => 600_000);
 
 subtest 'a hostile container_id' => sub {
     my $r = $s->wait_done($bad->{runId}, 300);
@@ -71,9 +86,26 @@ subtest 'a hostile session' => sub {
 subtest 'queue entries without a run id' => sub {
     ok(wait_until(20, sub {
         my $p = $t->redis('XPENDING', 'smcp:queue', 'runners');
-        ref $p eq 'ARRAY' && !$p->[0];
+        ref $p eq 'ARRAY' && !grep { $_->[0] ne 'rt-gone' } @{ $p->[3] || [] };
     }), 'every queue entry was acknowledged');
     ok($s->runner_alive($runner), 'the runner is up');
+};
+
+subtest 'the queue keeps no entry of an ended run' => sub {
+    my %left = map { ($_->[0] => 1) } @{ $t->redis('XRANGE', 'smcp:queue', '-', '+') || [] };
+    ok(!$left{ $old[0] } && !$left{ $old[1] },
+       "the acknowledged entries 0.1.0 left were cut at the runner's start");
+    ok($left{ $old[2] }, '... not the one a gone consumer holds pending');
+    my $only_pending = sub {
+        my $l = $t->redis('XRANGE', 'smcp:queue', '-', '+') || [];
+        @$l == 1 && $l->[0][0] eq $old[2];
+    };
+    ok(wait_until(30, $only_pending, 0.2),
+       'once every run of this file ended, the stream holds that one alone')
+        or diag(json_encode($t->redis('XRANGE', 'smcp:queue', '-', '+')));
+    my $more = $s->run_task(task => 'one more', title => 'one more');
+    is($s->wait_done($more->{runId}, 300)->{status}, 'completed', 'a run completes');
+    ok(wait_until(20, $only_pending, 0.2), '... and leaves no entry either');
 };
 
 remove_container($canary);

@@ -38,7 +38,8 @@ use Time::HiRes qw(time sleep);
 use SMCP::Test qw(repo_root run_cmd prereq_fail which_bin);
 
 our @EXPORT_OK = qw(
-    docker_available ensure_docker ensure_dockerd ensure_base_image base_image
+    docker_available ensure_docker ensure_dockerd restart_dockerd
+    ensure_base_image base_image
     sandbox_image ensure_sandbox_image image_from_sandbox
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
@@ -109,6 +110,32 @@ sub ensure_dockerd {
     my ($rc, $out, $err) = run_cmd([$script], timeout => 60);
     return (1) if $rc == 0 && docker_available();
     return (0, "no Docker engine ($script failed: $err$out)");
+}
+
+# restart_dockerd() -> seconds it took, or dies: this machine's engine
+# stopped and started again (bench/soak's dockerd_restart): systemd's
+# docker unit where systemd runs it, otherwise every dockerd process
+# TERMed, waited for (it stops its containers first) and
+# .ci/start-dockerd.  Containers of others stop with it unless the engine
+# has live-restore.
+sub restart_dockerd {
+    my $t0 = time();
+    if (which_bin('systemctl')
+        && system('systemctl is-active --quiet docker 2>/dev/null') == 0)
+    {
+        my ($rc, $out, $err) = run_cmd(['systemctl', 'restart', 'docker'],
+                                       timeout => 180);
+        die "systemctl restart docker: $err$out\n" if $rc != 0;
+    } else {
+        my @pids = grep { /^\d+$/ } split ' ', `pgrep -x dockerd`;
+        die "no dockerd process to restart\n" unless @pids;
+        kill 'TERM', @pids;
+        SMCP::Test::wait_until(120, sub { !grep { kill 0, $_ } @pids }, 0.2)
+            or die "dockerd (@pids) still up 120 s after TERM\n";
+    }
+    my ($ok, $msg) = ensure_dockerd();
+    die "$msg\n" unless $ok;
+    return time() - $t0;
 }
 
 # build the base image when missing; returns (1) or (0, message)
