@@ -440,15 +440,22 @@ runner_run_reconnect(runner_run_t *run)
 }
 
 
-/* the container's exit, in bounded waits (the watchdog stops it when it
- * must): RUNNER_AGAIN when the runner is stopping */
+/*
+ * The container's exit, in bounded waits (the watchdog stops it when it
+ * must): RUNNER_AGAIN when the runner is stopping.  An engine that is not
+ * reached, or answers 5xx (dockerd restarting: its shutdown ends the log
+ * stream first, and stopping the containers can take their stop
+ * timeouts), is asked again as the follow does, RUNNER_FOLLOW_TRIES times
+ * over about half a minute; any other answer (404: the container is gone)
+ * once more only.
+ */
 static int
 runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
 {
-    int   fails;
+    int   tries, away;
     long  st;
 
-    for (fails = 0; /* void */ ; /* void */) {
+    for (tries = 0; /* void */ ; /* void */) {
 
         if (atomic_load(&runner_stop)) {
             return RUNNER_AGAIN;
@@ -466,11 +473,14 @@ runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
             continue;
         }
 
-        if (++fails >= 2) {
+        away = (st == RUNNER_DOCKER_DOWN || st >= 500);
+
+        if (++tries > (away ? RUNNER_FOLLOW_TRIES : 1)) {
             return RUNNER_ERR;
         }
 
-        runner_run_sleep(RUNNER_CHECK_MS);
+        runner_log("error", run->id, "%s; asking again", err);
+        runner_run_sleep(RUNNER_CHECK_MS << (tries - 1));
     }
 }
 

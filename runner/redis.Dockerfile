@@ -17,6 +17,9 @@ LABEL smcp.image=redis \
       org.opencontainers.image.licenses="BSD-2-Clause"
 
 COPY .ci/install-image-packages /usr/local/sbin/
+# Sentinel's option (docker-compose.sentinel.yml, docker-stack.sentinel.yml):
+# Redis started in the role the sentinels say, and a sentinel
+COPY runner/redis/smcp-redis-start runner/redis/smcp-sentinel-start /usr/local/bin/
 RUN set -eux; \
     install-image-packages redis-server; \
     mkdir -p /data; \

@@ -13,6 +13,11 @@
 #     master (its address, ROLE master), and /mcp opens a session again
 #     within seconds (the figure printed); the session of before still
 #     answers (it was replicated)
+#   - the old master started again: it asks the sentinels and comes back
+#     as the new master's replica (runner/redis/smcp-redis-start), not as
+#     a second master; a sentinel restarted (its tmpfs state gone)
+#     monitors the master the others name, not `redis`
+#     (runner/redis/smcp-sentinel-start)
 #   - down -v: nothing of the project is left
 #
 # Needs a Docker engine and docker-compose; builds the images it runs with
@@ -180,6 +185,31 @@ cmp_ok($back, '<', 30, sprintf('... within seconds (promoted %.1f s, /mcp %.1f s
 $r = $t->rpc($sid, 'tools/list', {});
 ok(@{ ($r->{json}{result} || {})->{tools} || [] } > 0,
    'the session of before still answers (it was on the replica)');
+
+###############################################################################
+# the old master back, a sentinel restarted
+
+($rc, undef, $err) = compose(['start', 'redis']);
+is($rc, 0, 'the old master\'s container started again') or diag($err);
+my $old_role = '';
+ok(wait_until(60, sub {
+    (undef, $old_role) = compose(['exec', '-T', 'redis', 'redis-cli', '--no-auth-warning',
+                                  '--raw', 'ROLE'], timeout => 30);
+    $old_role =~ /^slave\n\Q$replica_ip\E\n6379\n(connected|sync)/m;
+}, 0.5), "it is the replica of the new master ($replica_ip), not a master")
+    or diag($old_role);
+my (undef, $rlog) = compose(['logs', '--no-color', 'redis'], timeout => 30);
+like($rlog, qr/smcp-redis-start: the sentinels name \Q$replica_ip\E:6379 the master: its replica/,
+     '... having asked the sentinels');
+
+($rc, undef, $err) = compose(['restart', '-t', '1', 'sentinel-3'], timeout => 60);
+is($rc, 0, 'sentinel 3 restarted') or diag($err);
+ok(wait_until(60, sub { named(3) eq $replica_ip }, 0.5),
+   "... it names the new master ($replica_ip)")
+    or diag(sentinel(3, 'SENTINEL', 'MASTER', 'smcp'));
+my (undef, $slog) = compose(['logs', '--no-color', 'sentinel-3'], timeout => 30);
+like($slog, qr/smcp-sentinel-start: sentinel-\d:26379 names \Q$replica_ip\E:6379 the master/,
+     '... as the other sentinels told it at its start');
 
 ###############################################################################
 # down

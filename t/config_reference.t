@@ -17,7 +17,9 @@
 #                      nginx image),
 #                      conf/egress-routes.sh with registry-routes.sh,
 #                      conf/oauth-locations.sh, runner/sandbox/build-image,
-#                      .ci/build-base-image, runner/sandbox-net: every
+#                      .ci/build-base-image, runner/sandbox-net,
+#                      runner/redis/smcp-redis-start and
+#                      smcp-sentinel-start: every
 #                      ${VAR ...} and $VAR outside comments that the script
 #                      does not set itself (one read with a default, as in
 #                      ${VAR:-x}, is a setting even where it is set); the
@@ -25,8 +27,9 @@
 #                      of every `route`, <URL>_AUTH and <URL>_AUTH_FILE of
 #                      every `registry_route`); their flags (`--http`,
 #                      `--check`, ...) from their case arms and tests of $1
-#   compose files      docker-compose.yml, docker-compose.sentinel.yml and
-#                      docker-stack.yml: every environment key and every
+#   compose files      docker-compose.yml, docker-compose.sentinel.yml,
+#                      docker-stack.yml and docker-stack.sentinel.yml:
+#                      every environment key and every
 #                      ${VAR} they substitute
 #   the Makefile       every $${VAR} of its recipes, every VAR ?= and
 #                      every $(VAR) it does not define (make's own left out)
@@ -147,11 +150,14 @@ shell('ngx_sandbox_mcp_module/conf/oauth-locations.sh', 'oauth-locations.sh');
 shell('runner/sandbox/build-image', 'build-image');
 shell('.ci/build-base-image', 'build-base-image');
 shell('runner/sandbox-net', 'sandbox-net');
+shell('runner/redis/smcp-redis-start', 'smcp-redis-start');
+shell('runner/redis/smcp-sentinel-start', 'smcp-sentinel-start');
 
 # compose files: environment keys, ${VAR} substitutions
 for my $c ([ 'docker-compose.yml', 'docker-compose' ],
            [ 'docker-compose.sentinel.yml', 'docker-compose' ],
-           [ 'docker-stack.yml', 'docker stack' ]) {
+           [ 'docker-stack.yml', 'docker stack' ],
+           [ 'docker-stack.sentinel.yml', 'docker stack' ]) {
     my ($file, $label) = @$c;
     my @lines = grep { !/^\s*(#|$)/ } split /\n/, slurp("$root/$file");
     my $in;     # the indent of the environment: list we are in

@@ -24,6 +24,16 @@
 #      network: the runner keeps a relay (--egress-container,
 #      --egress-relay) on the `relay` network, where the egress alone is,
 #      as `egress`
+#   2b. docker-stack.sentinel.yml (issue 24, point 2): `docker stack
+#      config` of the two files (mcp, egress and the runner given the
+#      sentinels), then its Redis part deployed on this one-node swarm (the
+#      node given the labels, the stack's secrets and relay network under
+#      names of this test, mcp, egress and runner at 0 tasks): the
+#      sentinels see the master, its replica and each other, every member
+#      by its service's address; the master's service scaled to 0: the
+#      replica is promoted and keeps what was written; scaled back to 1:
+#      the new task asks the sentinels and is the new master's replica;
+#      a sentinel's task replaced: it monitors the master the others name
 #   3. runs on the swarm backend, each path of the bridge backend's
 #      runner tests once, in one stack: a run with a repository writes a
 #      file; the next run of its session starts after it, sees the file
@@ -58,6 +68,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use CPAN::Meta::YAML;
+use File::Temp ();
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -259,6 +270,8 @@ subtest 'docker-stack.yml' => sub {
     my $d = $STACK = $y->[0];
     my $svc = $d->{services};
     is_deeply([sort keys %$svc], [qw(egress mcp redis runner)], 'redis, mcp, egress, runner');
+    is_deeply([map { $svc->{$_}{environment}{SMCP_REDIS} } qw(mcp egress runner)],
+              [('redis:6379') x 3], 'mcp, egress, runner: SMCP_REDIS=redis:6379');
     like(join(' ', @{ $svc->{redis}{command} }), qr/--appendonly yes/, 'redis: AOF');
     ok(($svc->{mcp}{deploy}{replicas} // 0) >= 2, 'mcp: replicas')
         and is($svc->{mcp}{ports}[0]{mode}, 'ingress', '... behind the routing mesh');
@@ -296,6 +309,164 @@ subtest 'docker-stack.yml' => sub {
     ok((grep { $_ eq 'smcp_anthropic_api_key' } $secrets->('egress'))
        && !(grep { $_ eq 'smcp_anthropic_api_key' } map { $secrets->($_) } qw(mcp runner redis)),
        'the provider key goes to egress alone');
+};
+
+##############################################################################
+# 2b. docker-stack.sentinel.yml, read, and its Redis part deployed
+
+subtest 'docker-stack.sentinel.yml' => sub {
+    my $top = "$FindBin::Bin/..";
+    my @files = map { ('-c', "$top/$_") } qw(docker-stack.yml docker-stack.sentinel.yml);
+    my ($rc, $out, $err) = docker('stack', 'config', @files);
+    return pass("no `docker stack config` in this CLI: $err")
+        if $rc != 0 && $err =~ /unknown|not a docker command|Usage/i;
+    is($rc, 0, 'the two files are valid together') or return diag($err);
+    my $d = (CPAN::Meta::YAML->read_string($out) || [])->[0] || {};
+    my $svc = $d->{services} || {};
+    is_deeply([sort keys %$svc], [qw(egress mcp redis redis-replica runner sentinel-1
+                                     sentinel-2 sentinel-3)],
+              'redis, its replica, three sentinels beside mcp, egress, runner');
+    my $addr = 'sentinel://sentinel-1:26379,sentinel-2:26379,sentinel-3:26379/smcp';
+    is_deeply([map { $svc->{$_}{environment}{SMCP_REDIS} } qw(mcp egress runner)],
+              [($addr) x 3], "mcp, egress, runner: SMCP_REDIS=$addr");
+    my %on = map { ($_ => join(' ', @{ $svc->{$_}{deploy}{placement}{constraints} || [] })) }
+             qw(sentinel-1 sentinel-2 sentinel-3);
+    is(scalar(keys %{ { reverse %on } }), 3, "each sentinel on a node of its own ($on{'sentinel-1'}, ...)");
+    my @env = map { keys %{ $svc->{$_}{environment} || {} } } sort keys %$svc;
+    is_deeply([grep { /KEY|TOKEN|PASSWORD$|^PROXY_JWT_SECRET$|AUTH/ } @env], [],
+              'no credential in an environment');
+
+    # the Redis part on this swarm, under this test's names
+    my $id = test_id() =~ s/[^a-z0-9]//gr;
+    my $stack = "smcpt$id";
+    my $image = "smcp-redis:swarm-$id";
+    ($rc, $out, $err) = SMCP::Docker::run_cmd(['docker', 'build', '-q', '-f',
+        "$top/runner/redis.Dockerfile", '--build-arg', 'BASE=' . base_image(),
+        '-t', $image, $top], timeout => 900);
+    is($rc, 0, "the Redis image ($image)") or return diag($err);
+    my (undef, $node) = docker('info', '--format', '{{.Swarm.NodeID}}');
+    chomp $node;
+    my @labels = grep {
+        my (undef, $has) = docker('node', 'inspect', '--format', "{{index .Spec.Labels \"$_\"}}", $node);
+        $has !~ /\S/ && (docker('node', 'update', '--label-add', "$_=1", $node))[0] == 0;
+    } qw(smcp-redis smcp-redis-replica smcp-sentinel-1 smcp-sentinel-2 smcp-sentinel-3);
+    my $password = SMCP::Test::rhex(16);
+    my @secrets = map { "${stack}_$_" } qw(jwt_secret redis_password anthropic_api_key github_token);
+    docker({ stdin => $_ eq "${stack}_redis_password" ? $password : SMCP::Test::rhex(8) },
+           'secret', 'create', $_, '-') for @secrets;
+    my $overlay = File::Temp::tempdir(CLEANUP => 1) . "/stack-test-$id.yml";
+    SMCP::Test::spew($overlay, join('', "version: \"3.8\"\nservices:\n",
+        map({ "  $_:\n    deploy:\n      mode: replicated\n      replicas: 0\n" }
+            qw(egress runner)),
+        "networks:\n  relay:\n    name: ${stack}_relay\n",
+        "secrets:\n", map({ my ($n) = /^${stack}_(.*)$/;
+                            "  smcp_$n:\n    external: true\n    name: $_\n" } @secrets)));
+    my $cleanup = sub {
+        docker({ timeout => 120 }, 'stack', 'rm', $stack);
+        wait_until(90, sub {
+            my (undef, $c) = docker('ps', '-aq', '--filter', "label=com.docker.stack.namespace=$stack");
+            $c !~ /\S/;
+        }, 1);
+        for my $v (grep { /^\Q$stack\E_/ } split ' ', (docker('volume', 'ls', '-q'))[1]) {
+            wait_until(30, sub { (docker('volume', 'rm', $v))[0] == 0 }, 1);
+        }
+        wait_until(30, sub { docker('network', 'rm', "${stack}_backend", "${stack}_relay");
+                             (docker('network', 'ls', '-q', '--filter', "name=$stack"))[1] !~ /\S/ }, 1);
+        docker('secret', 'rm', @secrets);
+        docker('node', 'update', '--label-rm', $_, $node) for @labels;
+        docker('image', 'rm', $image);
+    };
+    local $ENV{SMCP_REDIS_IMAGE} = $image;
+    local $ENV{SMCP_SENTINEL_DOWN_MS} = 2000;
+    local $ENV{SMCP_MCP_REPLICAS} = 0;
+    local $ENV{SMCP_PORT} = SMCP::Test::free_port();
+    ($rc, $out, $err) = docker({ timeout => 180 }, 'stack', 'deploy', @files, '-c', $overlay,
+                               $stack);
+    if (!is($rc, 0, "deployed as $stack")) {
+        diag($err);
+        return $cleanup->();
+    }
+
+    my $ctr = sub {
+        my (undef, $c) = docker('ps', '-q', '--filter', "label=com.docker.swarm.service.name=${stack}_$_[0]",
+                                '--filter', 'status=running');
+        return (split ' ', $c)[0] // '';
+    };
+    my $cli = sub {
+        my ($svc, @cmd) = @_;
+        my $c = $ctr->($svc) or return '';
+        my $sentinel = $svc =~ /^sentinel/;
+        my (undef, $o) = docker({ timeout => 20 }, 'exec', $c, 'sh', '-c',
+            ($sentinel ? 'REDISCLI_AUTH= ' : 'REDISCLI_AUTH=$(cat /run/secrets/smcp_redis_password) ')
+            . 'exec redis-cli --no-auth-warning --raw -p ' . ($sentinel ? 26379 : 6379)
+            . ' "$@"', 'cli', @cmd);
+        return $o // '';
+    };
+    # a service's task's address on the stack's backend network
+    my $ip = sub {
+        my $c = $ctr->($_[0]) or return '';
+        return container_ip($c, "${stack}_backend") // '';
+    };
+    my $named = sub {
+        my @l = split /\n/, $cli->("sentinel-$_[0]", 'SENTINEL', 'get-master-addr-by-name', 'smcp');
+        return $l[0] // '';
+    };
+    my ($m_ip, $r_ip);
+    my $last = '';
+    ok(wait_until(180, sub {
+        ($m_ip, $r_ip) = ($ip->('redis'), $ip->('redis-replica'));
+        for my $n (1 .. 3) {
+            $last = $cli->("sentinel-$n", 'SENTINEL', 'MASTER', 'smcp');
+            my %f = $last =~ /^(ip|num-slaves|num-other-sentinels)\n(.*)$/mg;
+            return 0 unless ($f{ip} // '') eq $m_ip && ($f{'num-slaves'} // 0) >= 1
+                         && ($f{'num-other-sentinels'} // 0) >= 2;
+        }
+        my $r = $cli->('sentinel-1', 'SENTINEL', 'REPLICAS', 'smcp');
+        return $r =~ /^\Q$r_ip\E$/m;
+    }, 1), "the sentinels see the master (redis, $m_ip), its replica ($r_ip) "
+         . 'and each other, by their tasks\' addresses')
+        or do { diag($last); return $cleanup->() };
+    like($cli->('redis', 'SET', 'smcp:stack-test', 'kept'), qr/^OK$/m, 'a key written');
+
+    ($rc, undef, $err) = docker({ timeout => 120 }, 'service', 'scale', '--detach',
+                                "${stack}_redis=0");
+    my $t0 = time();
+    ok(wait_until(90, sub { $named->(1) eq $r_ip && $named->(2) eq $r_ip }, 0.5),
+       'redis scaled to 0: the sentinels name the replica the master')
+        or diag($cli->('sentinel-1', 'SENTINEL', 'MASTER', 'smcp'));
+    note(sprintf('promoted %.1f s after the scale', time() - $t0));
+    like($cli->('redis-replica', 'ROLE'), qr/^master$/m, '... whose ROLE is master');
+    like($cli->('redis-replica', 'GET', 'smcp:stack-test'), qr/^kept$/m, '... with the key');
+
+    docker({ timeout => 120 }, 'service', 'scale', '--detach', "${stack}_redis=1");
+    my $role = '';
+    ok(wait_until(120, sub { $role = $cli->('redis', 'ROLE');
+                             $role =~ /^slave\n\Q$r_ip\E\n6379\n/ }, 1),
+       "scaled back to 1: redis is the replica of the new master ($r_ip)") or diag($role);
+    # (the task's stderr: the CLI's)
+    my (undef, $lo, $le) = docker('service', 'logs', '--raw', "${stack}_redis");
+    like("$lo$le", qr/the sentinels name \Q$r_ip\E:6379 the master: its replica/,
+         '... having asked the sentinels');
+
+    docker({ timeout => 120 }, 'service', 'update', '--force', '--detach', "${stack}_sentinel-3");
+    ok(wait_until(120, sub {
+        my (undef, $lo, $le) = docker('service', 'logs', '--raw', "${stack}_sentinel-3");
+        "$lo$le" =~ /names \Q$r_ip\E:6379 the master/ && $named->(3) eq $r_ip;
+    }, 1), 'sentinel 3\'s task replaced: it monitors the master the others name')
+        or diag($cli->('sentinel-3', 'SENTINEL', 'MASTER', 'smcp'));
+    # the addresses gone with the tasks forgotten (SENTINEL RESET), the
+    # live ones learnt again: a failover still has its majority
+    ok(wait_until(60, sub {
+        for my $n (1 .. 3) {
+            $last = $cli->("sentinel-$n", 'SENTINEL', 'MASTER', 'smcp');
+            my %f = $last =~ /^(num-slaves|num-other-sentinels)\n(.*)$/mg;
+            return 0 unless ($f{'num-slaves'} // '') eq '1'
+                         && ($f{'num-other-sentinels'} // '') eq '2';
+        }
+        1;
+    }, 1), '... and every sentinel knows one replica and two other sentinels, '
+           . 'none of the addresses gone with their tasks') or diag($last);
+    $cleanup->();
 };
 
 ##############################################################################
@@ -520,6 +691,8 @@ subtest "sessions isolated: docker-stack.yml's runner" => sub {
         my ($k) = /^--([\w-]+)=/;
         !exists $map{$k} ? $_ : defined $map{$k} ? "--$k=$map{$k}" : ();
     } @$cmd;
+    # SMCP_REDIS of the service's environment, the test's Redis
+    push @argv, "--redis=$map{redis}" unless grep { /^--redis=/ } @argv;
     note("docker-stack.yml's runner: @argv");
 
     # the node labels its constraints want
