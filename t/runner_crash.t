@@ -28,6 +28,11 @@
 #      (the forwarder closes those connections): the runner asks again
 #      and goes on, instead of exiting 2, which says its configuration is
 #      wrong (.ci/supervise stops then)
+#   5. the engine away when a run's log has ended (a dockerd restart ends
+#      the log stream first, then answers nothing for seconds: the soak's
+#      dockerd_restart failed such runs at once): the forwarder closes the
+#      runner's first three waits for the container's exit; the runner
+#      asks again and the run completes with every event
 #
 # Needs root, Docker, `make` and redis-server; CI=true turns skips into
 # failures.
@@ -61,6 +66,7 @@ my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-HANG'   => [ { hang => 150 } ],
     'SCENARIO-DOCKER' => SMCP::Stack::four_steps('DOCKER', 3, 1),
     'SCENARIO-EARLY'  => SMCP::Stack::four_steps('EARLY', 1, 1),
+    'SCENARIO-END'    => SMCP::Stack::four_steps('END', 0, 0),
     'SCENARIO-LONG'   => [
         { tool_use => { name => 'write', input => {
             filePath => '/workspace/repo/long.txt', content => "long\n" } } },
@@ -288,6 +294,23 @@ subtest 'the engine does not answer the image check at start' => sub {
     ok(wait_until(30, sub { $t->redis('ZSCORE', 'smcp:runners', "$name-fwd") }),
        '... then goes on: its heartbeat') or diag($s->runner_log_tail($r2, 10));
     ok($s->runner_alive($r2), '... up, not exited 2');
+};
+
+##############################################################################
+# 5. the engine away at a run's end: its wait asked again
+
+subtest 'the engine away when the log has ended: the wait is asked again' => sub {
+    $s->stop_runner($r2, 'TERM');
+    $s->stop_docker_forwarder($fwd, $sock);
+    $fwd = $s->start_docker_forwarder($sock, drop => qr{^POST \S*/containers/\S+/wait},
+                                      times => 3);
+    $r2 = $s->start_runner(concurrency => 2, name => "$name-fwd", docker_socket => $sock);
+    my $run = $s->run_task(task => 'SCENARIO-END: two files, show them, answer', title => 'end');
+    my $r = $s->wait_done($run->{runId}, 300);
+    is($r->{status}, 'completed', 'the run completes') or $s->diag_run($run->{runId}, $r2);
+    $s->check_events_exact($run->{runId}, 'across the waits');
+    my $n = () = $s->runner_log($r2) =~ /run=\Q$run->{runId}\E.*asking again/g;
+    is($n, 3, 'the runner asked three times more, and said so');
 };
 
 $s->stop_runner($r2, 'TERM');
