@@ -51,10 +51,10 @@ runner_store_init_group(runner_store_t *st, char *err, size_t errlen)
 
 /*
  * The entries acknowledged before acks deleted them (runners of 0.1.0
- * left every one in the stream): the stream cut below both the oldest pending entry and the first
- * not yet delivered.  The group is read first, the pending entries
- * second, so an entry delivered in between is above the cut.  Best
- * effort: a failure leaves the stream as it was.
+ * left every one in the stream): the stream cut below both the oldest
+ * pending entry and the first not yet delivered.  The group is read
+ * first, the pending entries second, so an entry delivered in between is
+ * above the cut.  Best effort: a failure leaves the stream as it was.
  */
 static void
 runner_store_trim_queue(runner_store_t *st)
