@@ -445,17 +445,18 @@ runner_run_reconnect(runner_run_t *run)
  * must): RUNNER_AGAIN when the runner is stopping.  An engine that is not
  * reached, or answers 5xx (dockerd restarting: its shutdown ends the log
  * stream first, and stopping the containers can take their stop
- * timeouts), is asked again as the follow does, RUNNER_FOLLOW_TRIES times
- * over about half a minute; any other answer (404: the container is gone)
- * once more only.
+ * timeouts), is asked again with the tries the follow left of its
+ * RUNNER_FOLLOW_TRIES (about half a minute in all); any other answer
+ * (404: the container is gone) once more only.
  */
 static int
-runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
+runner_run_wait(runner_run_t *run, int tries, int *exit_code, char *err,
+    size_t errlen)
 {
-    int   tries, away;
+    int   away, asked;
     long  st;
 
-    for (tries = 0; /* void */ ; /* void */) {
+    for (asked = 0; /* void */ ; /* void */) {
 
         if (atomic_load(&runner_stop)) {
             return RUNNER_AGAIN;
@@ -475,12 +476,12 @@ runner_run_wait(runner_run_t *run, int *exit_code, char *err, size_t errlen)
 
         away = (st == RUNNER_DOCKER_DOWN || st >= 500);
 
-        if (++tries > (away ? RUNNER_FOLLOW_TRIES : 1)) {
+        if (away ? ++tries > RUNNER_FOLLOW_TRIES : ++asked > 1) {
             return RUNNER_ERR;
         }
 
         runner_log("error", run->id, "%s; asking again", err);
-        runner_run_sleep(RUNNER_CHECK_MS << (tries - 1));
+        runner_run_sleep(RUNNER_CHECK_MS << (away ? tries - 1 : 0));
     }
 }
 
@@ -579,7 +580,7 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
         return RUNNER_AGAIN;
     }
 
-    rc = runner_run_wait(run, exit_code, err, sizeof(err));
+    rc = runner_run_wait(run, tries, exit_code, err, sizeof(err));
 
     if (rc == RUNNER_OK) {
         runner_run_catch_up(run, &st);
