@@ -19,7 +19,8 @@ LABEL smcp.image=redis \
 COPY .ci/install-image-packages /usr/local/sbin/
 # Sentinel's option (docker-compose.sentinel.yml, docker-stack.sentinel.yml):
 # Redis started in the role the sentinels say, and a sentinel
-COPY runner/redis/smcp-redis-start runner/redis/smcp-sentinel-start /usr/local/bin/
+COPY runner/redis/smcp-redis-start runner/redis/smcp-sentinel-start \
+     runner/redis/smcp-sentinel-master /usr/local/bin/
 RUN set -eux; \
     install-image-packages redis-server; \
     mkdir -p /data; \

@@ -18,8 +18,8 @@
 #                      conf/egress-routes.sh with registry-routes.sh,
 #                      conf/oauth-locations.sh, runner/sandbox/build-image,
 #                      .ci/build-base-image, runner/sandbox-net,
-#                      runner/redis/smcp-redis-start and
-#                      smcp-sentinel-start: every
+#                      runner/redis/smcp-redis-start,
+#                      smcp-sentinel-start and smcp-sentinel-master: every
 #                      ${VAR ...} and $VAR outside comments that the script
 #                      does not set itself (one read with a default, as in
 #                      ${VAR:-x}, is a setting even where it is set); the
@@ -152,6 +152,7 @@ shell('.ci/build-base-image', 'build-base-image');
 shell('runner/sandbox-net', 'sandbox-net');
 shell('runner/redis/smcp-redis-start', 'smcp-redis-start');
 shell('runner/redis/smcp-sentinel-start', 'smcp-sentinel-start');
+shell('runner/redis/smcp-sentinel-master', 'smcp-sentinel-master');
 
 # compose files: environment keys, ${VAR} substitutions
 for my $c ([ 'docker-compose.yml', 'docker-compose' ],
