@@ -10,7 +10,11 @@
 #      SMCP_TEST_SANITIZED_ENV's file, the others without it
 #   3. under CI=true a file that skips everything, or skips one test, fails
 #      (saying so), and passes without CI
-#   4. each file's time is printed, slowest first, before prove's result
+#   4. each file's time is printed, slowest first, with when it started,
+#      before prove's result
+#   4b. a failed file's last words (its failed tests' diagnostics, a die
+#      outside eval, SMCP::Report) are printed after the times, above
+#      prove's summary; a file that passes leaves nothing behind
 #   5. no test file calls BAIL_OUT (it would stop the files beside it)
 #   6. the files t/schedule runs beside the alone ones run no docker and
 #      no runner
@@ -103,6 +107,25 @@ done_testing;
 PL
 spew("$dir/asan.env", "# the sanitizers\nASAN_OPTIONS=halt_on_error=1\n"
                     . "SMCP_UNIT_CFLAGS=-fsanitize=address -O1\n");
+my $uses = "use lib '$lib'; use Test::More; use SMCP::Test;";
+spew("$dir/died.t", <<"PL");
+$uses
+ok(1, 'first');
+eval { die "inside an eval\\n" };
+die "the stack did not come up: the sentinels said nothing\\n";
+PL
+spew("$dir/failing.t", <<"PL");
+$uses
+ok(1, 'first');
+is(2, 3, 'two is three');
+if (fork() == 0) { die "a forked child\\n" }
+wait;
+done_testing;
+PL
+spew("$dir/passing.t", <<"PL");
+$uses
+ok(1, 'first'); eval { die "passing's eval\\n" }; done_testing;
+PL
 spew("$dir/skipall.t", "use Test::More; plan skip_all => 'no frobnicator';\n");
 spew("$dir/skipone.t", "use Test::More; SKIP: { skip 'no widget', 1; ok(1) } ok(1); done_testing;\n");
 
@@ -137,9 +160,27 @@ subtest 'a skip is a failure under CI=true' => sub {
 
 subtest 'each file\'s time' => sub {
     my ($rc, $out) = prove([qw(plain.t skipone.t)]);
-    like($out, qr/^Time per file \(wall, slowest first\):\n  \S+\.t +\d+\.\d s\n  \S+\.t +\d+\.\d s\n  total /m,
+    like($out, qr/^Time per file \(wall, slowest first; when it started\):\n(  \S+\.t +\d+\.\d s  \+\d+ s\n){2}  total /m,
          'a line per file, then the total') or diag($out);
     like($out, qr/Time per file[\s\S]*^Result: PASS$/m, '... before the result line');
+};
+
+subtest 'why a file failed' => sub {
+    my $tmp = "$dir/tmp";
+    mkdir $tmp;
+    my ($rc, $out) = prove([qw(died.t failing.t passing.t)], TMPDIR => $tmp);
+    isnt($rc, 0, 'two files fail');
+    like($out, qr/^Why \S*died\.t failed \(its last words\):\n  died after test 1: the stack did not come up: the sentinels said nothing$/m,
+         'a die outside eval: its message, after which test') or diag($out);
+    my ($why) = $out =~ /^(Why [\s\S]*)^Test Summary Report/m;
+    unlike($why // '', qr/inside an eval|a forked child/,
+           '... not a die inside eval, nor a child\'s');
+    like($out, qr/^Why \S*failing\.t failed \(its last words\):\n  #   Failed test 'two is three'\n  #   at \S+ line \d+\.\n  #          got: '2'/m,
+         'a failed test: its diagnostics');
+    unlike($out, qr/Why \S*passing\.t/, 'nothing of a file that passed');
+    like($out, qr/Time per file[\s\S]*Why [\s\S]*^Test Summary Report/m,
+         '... after the times, above prove\'s summary');
+    is_deeply([glob("$tmp/smcp-reports-*")], [], 'the reports\' directory removed');
 };
 
 # the ports files running side by side pick: below the kernel's ephemeral

@@ -17,7 +17,11 @@ package SMCP::Harness;
 #   3. under CI=true a skip is a failure: a file that skips all its tests,
 #      or skips one, fails with the reason (a missing prerequisite on a new
 #      machine must not pass unseen)
-#   4. each file's wall time, slowest first, before prove's last lines
+#   4. each file's wall time, slowest first, and when it started, before
+#      prove's last lines
+#   5. why a file failed: what it kept (SMCP::Report: failed tests' diag
+#      lines, a die outside eval) printed after the times, so that the
+#      last lines of a red CI run name the cause
 #
 #   PERL5LIB=t/lib prove --harness SMCP::Harness -j 4 -r t
 #
@@ -29,6 +33,7 @@ use warnings;
 use parent 'TAP::Harness';
 
 use File::Basename qw(dirname);
+use File::Temp qw(tempdir);
 use Time::HiRes qw(time);
 
 # SMCP_TEST_SCHEDULE: another schedule (t/harness.t)
@@ -95,7 +100,11 @@ sub _read_env {
 sub new {
     my ($class, $args) = @_;
     my $self = $class->SUPER::new($args);
-    $self->{smcp} = { schedule => _schedule(), times => {}, skips => 0 };
+    $self->{smcp} = { schedule => _schedule(), times => {}, starts => {},
+                      failed => {}, skips => 0 };
+    # SMCP::Report's files: one per failing file, removed at the end
+    $ENV{SMCP_TEST_REPORT_DIR} = $self->{smcp}{reports}
+        = tempdir('smcp-reports-XXXXXX', TMPDIR => 1, CLEANUP => 1);
     if (my $f = $ENV{SMCP_TEST_SANITIZED_ENV}) {
         $self->{smcp}{sanitized_env} = _read_env($f);
     }
@@ -170,6 +179,10 @@ sub finish_parser {
     my $file = $session->name;
     my $took = ($parser->end_time // time()) - ($parser->start_time // time());
     $self->{smcp}{times}{$file} = $took;
+    $self->{smcp}{starts}{$file} = ($parser->start_time // time())
+                                   - ($self->{smcp}{t0} // time());
+    $self->{smcp}{failed}{$file} = 1
+        if $parser->has_problems || $parser->exit || $parser->wait;
     if (defined(my $why = $parser->skip_all)) {
         $self->{smcp}{skips}++;
         $parser->_add_error("skipped under CI=true: $why") if _is_ci();
@@ -192,8 +205,9 @@ sub summary {
         $sum += $_ for values %$t;
         my $w = 0;
         for (@files) { $w = length if length > $w }
-        print "\nTime per file (wall, slowest first):\n";
-        printf "  %-*s %8.1f s\n", $w, $_, $t->{$_} for @files;
+        print "\nTime per file (wall, slowest first; when it started):\n";
+        printf "  %-*s %8.1f s  +%.0f s\n", $w, $_, $t->{$_},
+               $self->{smcp}{starts}{$_} // 0 for @files;
         printf "  %-*s %8.1f s of files, %.1f s of wall time, %d at a time\n",
                $w, 'total', $sum, time() - ($self->{smcp}{t0} // time()),
                $self->jobs // 1;
@@ -201,7 +215,33 @@ sub summary {
                _is_ci() ? ' (each a failure under CI=true)' : ''
             if $self->{smcp}{skips};
     }
+    $self->_reports;
     return $self->SUPER::summary(@args);
+}
+
+# what each failed file kept (SMCP::Report), its last lines
+my $REPORT_LINES = 12;
+
+sub _reports {
+    my ($self) = @_;
+    my $dir = $self->{smcp}{reports} // return;
+    for my $file (sort keys %{ $self->{smcp}{failed} }) {
+        (my $name = $file) =~ s{[^A-Za-z0-9._-]}{_}g;
+        my @lines;
+        for my $f (sort glob("$dir/$name.*")) {
+            open(my $fh, '<', $f) or next;
+            push @lines, grep { /\S/ } <$fh>;
+            close $fh;
+        }
+        next unless @lines;
+        splice(@lines, 0, @lines - $REPORT_LINES) if @lines > $REPORT_LINES;
+        print "\nWhy $file failed (its last words):\n";
+        for (@lines) {
+            chomp(my $l = $_);
+            $l = substr($l, 0, 200) . '...' if length $l > 200;
+            print "  $l\n";
+        }
+    }
 }
 
 1;

@@ -85,11 +85,29 @@ EOF
         }
         return 1;
     }, 0.2);
-    die "the sentinels did not see the master, its replica and each other\n"
-        unless $ok;
+    die "the sentinels did not see the master, its replica and each other: "
+        . $self->_views . "\n" unless $ok;
     $self->wait_replicas($master, 1, 60)
         or die "the replica did not sync with the master\n";
     return $self;
+}
+
+# what each sentinel says of the master, in a line (a failure's message)
+sub _views {
+    my ($self) = @_;
+    my @v;
+    for my $p (@{ $self->{sentinels} }) {
+        my $m = eval { $self->sentinel($p, 'SENTINEL', 'MASTER', $self->{name}) };
+        if (ref $m eq 'ARRAY') {
+            my %m = @$m;
+            push @v, "$p: " . join(' ', map { "$_=" . ($m{$_} // '?') }
+                                   qw(flags num-slaves num-other-sentinels));
+        } else {
+            (my $e = $@ || 'no answer') =~ s/\s+$//;
+            push @v, "$p: $e";
+        }
+    }
+    return join('; ', @v);
 }
 
 sub addr {
@@ -162,9 +180,13 @@ sub _redis {
     (my $dir = $conf) =~ s{/[^/]+$}{};
     my $pid = $t->spawn("redis $port", "$dir/stdout.log", $t->{redis_bin}, $conf);
     $self->{pids}{$port} = $pid;
-    wait_until(10, sub { defined eval { $self->sentinel($port, 'PING') } }, 0.05)
-        or die "redis-server did not start on port $port\n";
-    return $pid;
+    return $pid if wait_until(30, sub {
+        defined eval { $self->sentinel($port, 'PING') }
+    }, 0.05);
+    my @log = grep { defined } (split /\n/, SMCP::Test::slurp("$dir/redis.log")
+                                          // SMCP::Test::slurp("$dir/stdout.log")
+                                          // '')[-3 .. -1];
+    die "redis-server did not start on port $port: " . join(' | ', @log) . "\n";
 }
 
 # the redis-server this module started on $port, or the test's master

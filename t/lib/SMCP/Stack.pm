@@ -160,8 +160,15 @@ sub new {
     }
 
     $t->start(http => ($o{http} // '') . SMCP::Test::egress_server_conf("$gw:$eport"));
-    $self->{sid} = $t->initialize;
-    die "MCP initialize failed\n" unless $self->{sid};
+    my ($sid, $r) = $t->initialize;
+    $self->{sid} = $sid;
+    if (!$sid) {
+        my @errs = grep { /\[(error|crit|alert|emerg)\]/ }
+                   split /\n/, SMCP::Test::slurp($t->dir . '/error.log') // '';
+        splice(@errs, 0, @errs - 3) if @errs > 3;
+        die sprintf("MCP initialize failed: HTTP %s %.200s; error.log: %s\n",
+                    $r->{status} // '?', $r->{body} // '', join(' | ', @errs));
+    }
     Test::More::note(sprintf('stack up in %.2f s', time() - $self->{t0}));
     return $self;
 }

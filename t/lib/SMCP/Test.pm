@@ -45,6 +45,7 @@ use JSON::PP;
 use MIME::Base64 qw(encode_base64 decode_base64);
 use POSIX qw(:sys_wait_h setsid);
 use Test::More ();
+use SMCP::Report ();
 use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decode
