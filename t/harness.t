@@ -6,6 +6,8 @@
 #      started), and a file marked `alone` starts after both ended, the
 #      `alone` files one by one in the schedule's order, and a file marked
 #      `beside` runs while they run, not before
+#   1b. a file marked `swarm` starts before the others and runs beside
+#      them, and the files marked `published` start only after it ended
 #   2. the files marked `sanitized` start with the environment of
 #      SMCP_TEST_SANITIZED_ENV's file, the others without it
 #   3. under CI=true a file that skips everything, or skips one test, fails
@@ -56,6 +58,8 @@ alone      $dir/zfirst.t
 alone      $dir/alone.t
 beside     $dir/beside.t
 sanitized  $dir/san*.t
+swarm      $dir/sw.t
+published  $dir/pub*.t
 S
 for my $me (qw(par1 par2)) {
     my $other = $me eq 'par1' ? 'par2' : 'par1';
@@ -93,6 +97,32 @@ open(my \$fh, '>', '$dir/beside.start') or die; close \$fh;
 ok(wait_for('$dir/zfirst.start'), 'beside runs while an alone file runs');
 done_testing;
 PL
+# the swarm file first, beside it the others, the published ones after it
+spew("$dir/sw.t", <<"PL");
+use Test::More;
+$wait
+open(my \$fh, '>', '$dir/sw.start') or die; close \$fh;
+ok(wait_for('$dir/other.start'), 'swarm runs while another file runs');
+ok(!glob('$dir/pub*.start'), 'no published file has started');
+open(\$fh, '>', '$dir/sw.end') or die; close \$fh;
+done_testing;
+PL
+spew("$dir/other.t", <<"PL");
+use Test::More;
+$wait
+open(my \$fh, '>', '$dir/other.start') or die; close \$fh;
+ok(-e '$dir/sw.start', 'the swarm file started first');
+ok(wait_for('$dir/sw.end'), '... and ended while this one ran');
+done_testing;
+PL
+for my $n (1, 2) {
+    spew("$dir/pub$n.t", <<"PL");
+use Test::More;
+ok(-e '$dir/sw.end', 'pub$n starts after the swarm file ended');
+open(my \$fh, '>', '$dir/pub$n.start') or die; close \$fh;
+done_testing;
+PL
+}
 spew("$dir/san.t", <<'PL');
 use Test::More;
 is($ENV{SMCP_TEST_SANITIZED}, 1, 'marked sanitized');
@@ -135,6 +165,12 @@ delete local @ENV{qw(CI ASAN_OPTIONS SMCP_TEST_SANITIZED_ENV SMCP_TEST_SANITIZED
 
 subtest 'side by side, then alone, and beside the alone ones' => sub {
     my ($rc, $out) = prove([qw(alone.t beside.t par1.t par2.t zfirst.t)]);
+    is($rc, 0, 'all pass') or diag($out);
+    like($out, qr/^Result: PASS$/m, 'Result: PASS');
+};
+
+subtest 'the swarm file first, the published ones after it' => sub {
+    my ($rc, $out) = prove([qw(pub1.t pub2.t other.t sw.t)]);
     is($rc, 0, 'all pass') or diag($out);
     like($out, qr/^Result: PASS$/m, 'Result: PASS');
 };

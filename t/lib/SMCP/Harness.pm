@@ -4,11 +4,14 @@ package SMCP::Harness;
 # SMCP::Harness) with what t/schedule says and four habits of CI:
 #
 #   1. side by side: with prove -j N the files run N at a time, but the
-#      files marked `alone` in t/schedule (they own the Docker engine or
-#      load the whole machine) run one by one after the others, in the
-#      schedule's order, and the files marked `beside` (they use no
-#      Docker) run side by side with them; the files marked `first` start
-#      first (the longest: the side-by-side part then ends together)
+#      files marked `alone` in t/schedule (they load the whole machine)
+#      run one by one after the others, in the schedule's order, and the
+#      files marked `beside` (they use no Docker) run side by side with
+#      them; the files marked `swarm` (they make and leave a swarm) start
+#      before all others, one by one, and the files marked `published`
+#      (their stacks publish ports) only after those ended; the files
+#      marked `first` start first among the rest (the longest: the
+#      side-by-side part then ends together)
 #   2. sanitized: when SMCP_TEST_SANITIZED_ENV names a file of VAR=value
 #      lines (make test writes build/asan/test.env), the files marked
 #      `sanitized` run with that environment: against the ASan+UBSan
@@ -44,7 +47,8 @@ sub _is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
 # t/schedule: "KIND PATTERN" lines (# comments); patterns are globs
 # relative to the repository's top (t/mcp_*.t)
 sub _schedule {
-    my %s = (alone => [], first => [], beside => [], sanitized => []);
+    my %s = (alone => [], first => [], beside => [], sanitized => [],
+             swarm => [], published => []);
     open(my $fh, '<', $SCHEDULE) or die "SMCP::Harness: $SCHEDULE: $!";
     while (my $line = <$fh>) {
         $line =~ s/#.*//;
@@ -125,8 +129,9 @@ sub _pick {
 }
 
 # the files in the order they start; with jobs, the rules: the side-by-side
-# files first (the `first` ones leading), then the `alone` ones in
-# sequence, beside them the `beside` ones
+# files first (the `swarm` ones one by one from the start, the `published`
+# ones after them, beside both the others, the `first` ones leading), then
+# the `alone` ones in sequence, beside them the `beside` ones
 sub runtests {
     my ($self, @tests) = @_;
     my $s = $self->{smcp}{schedule};
@@ -136,17 +141,31 @@ sub runtests {
         if $ENV{SMCP_TEST_SANITIZED_ONLY};
     my ($alone, $rest) = _pick(\@tests, $s->{alone}, $name);
     # beside: with alone files only (else they are side-by-side files)
-    my ($beside, $first) = ([]);
+    my ($beside, $first, $swarm, $published) = ([]);
     ($beside, $rest) = _pick($rest, $s->{beside}, $name) if @$alone;
+    ($swarm, $rest) = _pick($rest, $s->{swarm}, $name);
     ($first, $rest) = _pick($rest, $s->{first}, $name);
-    @tests = (@$first, @$rest, @$alone, @$beside);
+    # published: in the order of the others (the `first` ones leading)
+    my @order = (@$first, @$rest);
+    ($published, my $others) = _pick(\@order, $s->{published}, $name);
+    @tests = (@$swarm, @$others, @$published, @$alone, @$beside);
     if (($self->jobs // 1) > 1) {
-        my @par = map { _escape($name->($_)) } @$first, @$rest;
-        my @seq = map { _escape($name->($_)) } @$alone;
-        my @by = map { _escape($name->($_)) } @$beside;
+        my $esc = sub { [ map { _escape($name->($_)) } @_ ] };
+        # blocks: TAP::Harness takes a block's files before the next
+        # block's (a bare file before any block), so the swarm files start
+        # first and the published ones take the slots freed after them
+        my @par = (
+            (@$swarm || @$published
+             ? { seq => [ (@$swarm ? { seq => $esc->(@$swarm) } : ()),
+                          (@$published ? { par => $esc->(@$published) }
+                                       : ()) ] }
+             : ()),
+            (@$others ? { par => $esc->(@$others) } : ()),
+        );
         $self->rules({ seq => [
             (@par ? { par => \@par } : ()),
-            (@seq ? { par => [ { seq => \@seq }, @by ] } : ()),
+            (@$alone ? { par => [ { seq => $esc->(@$alone) },
+                                  @{ $esc->(@$beside) } ] } : ()),
         ] });
     }
     $self->{smcp}{t0} = time();
