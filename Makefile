@@ -289,7 +289,7 @@ help:
 
 FUZZ_CC        ?= clang
 FUZZ_SECONDS   ?= 60
-FUZZ_CI_SECONDS ?= 20
+FUZZ_CI_SECONDS ?= 10
 # harnesses at a time: one per core
 FUZZ_JOBS      ?= $(shell nproc 2>/dev/null || echo 1)
 # every fuzz/*.c but the driver is a harness; a " * links: FILE..." line in

@@ -165,7 +165,8 @@ sub runtests {
         $self->rules({ seq => [
             (@par ? { par => \@par } : ()),
             (@$alone ? { par => [ { seq => $esc->(@$alone) },
-                                  @{ $esc->(@$beside) } ] } : ()),
+                                  (@$beside ? { par => $esc->(@$beside) }
+                                            : ()) ] } : ()),
         ] });
     }
     $self->{smcp}{t0} = time();
