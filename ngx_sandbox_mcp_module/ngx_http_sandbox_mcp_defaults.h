@@ -44,6 +44,10 @@
 #define NGX_HTTP_SANDBOX_MCP_TENANT_DISK        (20LL * 1024 * 1024 * 1024)
 #define NGX_HTTP_SANDBOX_MCP_UI_HEARTBEAT       15000   /* ms */
 #define NGX_HTTP_SANDBOX_MCP_UI_STREAM_BUFFER   (256 * 1024)
+#define NGX_HTTP_SANDBOX_MCP_SESSION_RUNS_MAX   100     /* the runs an MCP
+                                                           session's GET
+                                                           stream logs: its
+                                                           newest */
 
 /* what the directives accept at most */
 #define NGX_HTTP_SANDBOX_MCP_MAX_WAIT_LIMIT     3600

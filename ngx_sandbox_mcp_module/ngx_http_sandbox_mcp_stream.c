@@ -17,6 +17,12 @@
  * T, oldest first: what it missed, coalesced, which is all "updated" says.
  * One stream per session: a new one tells the others (on the session's
  * channel) and they end.
+ *
+ * A session that set a logging level (logging/setLevel; info when none)
+ * also gets notifications/message {runId, status} for each status change
+ * of the runs it subscribed to and of the runs it started itself (the
+ * newest NGX_HTTP_SANDBOX_MCP_SESSION_RUNS_MAX, mcp:{sid}:runs, which
+ * run_create.lua keeps), whether or not it asked for progress.
  */
 
 #include "ngx_http_sandbox_mcp_stream.h"
@@ -47,7 +53,8 @@ typedef struct {
     u_char                             run[SMCP_ID_LEN];
     u_char                             status[NGX_HTTP_SANDBOX_MCP_STATUS_MAX];
     size_t                             status_len;
-    ngx_uint_t                         subscribed;
+    unsigned                           subscribed:1;
+    unsigned                           own:1;     /* the session started it */
 } ngx_http_sandbox_mcp_change_t;
 
 
@@ -65,6 +72,7 @@ typedef struct {
     ngx_str_t                          mark;       /* "stream <random>" */
     ngx_str_t                          subs;       /* mcp:{sid}:subs */
     ngx_str_t                          log;        /* mcp:{sid}:log */
+    ngx_str_t                          runs;       /* mcp:{sid}:runs */
     ngx_buf_t                          beat;       /* the heartbeat's */
 
     ngx_str_t                         *members;    /* resume: the URIs */
@@ -363,8 +371,39 @@ ngx_http_sandbox_mcp_stream_log(ngx_http_sandbox_mcp_stream_t *s,
 }
 
 
-/* GET mcp:{sid}:log, SMEMBERS mcp:{sid}:subs: for the runs heard, an
- * update of each subscribed URI, and a log line */
+/* mark the changes of the runs the session started (ZRANGE
+ * mcp:{sid}:runs): they are logged too */
+static void
+ngx_http_sandbox_mcp_stream_own(ngx_http_sandbox_mcp_stream_t *s,
+    redisReply *reply)
+{
+    size_t                          i;
+    redisReply                     *m;
+    ngx_http_sandbox_mcp_change_t  *c;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
+        return;
+    }
+
+    for (i = 0; i < reply->elements; i++) {
+        m = reply->element[i];
+
+        if (m->type != REDIS_REPLY_STRING || m->len != SMCP_ID_LEN) {
+            continue;
+        }
+
+        c = ngx_http_sandbox_mcp_stream_change(s, (u_char *) m->str);
+
+        if (c) {
+            c->own = 1;
+        }
+    }
+}
+
+
+/* GET mcp:{sid}:log, ZRANGE mcp:{sid}:runs, SMEMBERS mcp:{sid}:subs: for
+ * the runs heard, an update of each subscribed URI, and a log line of
+ * each run subscribed to or started by the session */
 static void
 ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
     redisReply *reply)
@@ -386,6 +425,11 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
             s->level = rank >= 0 ? rank : s->level;
         }
 
+        return;
+    }
+
+    if (n == 1) {
+        ngx_http_sandbox_mcp_stream_own(s, reply);
         return;
     }
 
@@ -428,7 +472,7 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
     }
 
     for (i = 0; i < s->npend; i++) {
-        if (s->pend[i].subscribed
+        if ((s->pend[i].subscribed || s->pend[i].own)
             && ngx_http_sandbox_mcp_stream_log(s, &s->pend[i]) != NGX_OK)
         {
             ngx_http_sandbox_mcp_stream_end(s, NGX_ERROR);
@@ -448,20 +492,25 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
 static void
 ngx_http_sandbox_mcp_stream_check(ngx_http_sandbox_mcp_stream_t *s)
 {
-    ngx_str_t   argv[4];
-    ngx_uint_t  argc[2];
+    ngx_str_t   argv[8];
+    ngx_uint_t  argc[3];
 
     s->again = 0;
 
     ngx_str_set(&argv[0], "GET");
     argv[1] = s->log;
-    ngx_str_set(&argv[2], "SMEMBERS");
-    argv[3] = s->subs;
+    ngx_str_set(&argv[2], "ZRANGE");
+    argv[3] = s->runs;
+    ngx_str_set(&argv[4], "0");
+    ngx_str_set(&argv[5], "-1");
+    ngx_str_set(&argv[6], "SMEMBERS");
+    argv[7] = s->subs;
     argc[0] = 2;
-    argc[1] = 2;
+    argc[1] = 4;
+    argc[2] = 2;
 
     s->cmd = ngx_http_sandbox_mcp_redis_each(
-                 ngx_http_sandbox_mcp_stream_members, s, 2, argc, argv);
+                 ngx_http_sandbox_mcp_stream_members, s, 3, argc, argv);
 
     if (s->cmd == NULL) {
         ngx_http_sandbox_mcp_stream_end(s, NGX_OK);
@@ -494,6 +543,7 @@ ngx_http_sandbox_mcp_stream_tenant(ngx_http_sandbox_mcp_watch_t *w,
         c = &s->pend[s->npend++];
         ngx_memcpy(c->run, message->data, SMCP_ID_LEN);
         c->subscribed = 0;
+        c->own = 0;
     }
 
     if (c == NULL) {
@@ -804,16 +854,16 @@ ngx_http_sandbox_mcp_stream_announced(void *data, redisReply *reply)
 void
 ngx_http_sandbox_mcp_stream_forget(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    ngx_str_t    argv[6];
+    ngx_str_t    argv[7];
     ngx_uint_t   argc[2];
     ngx_pool_t  *pool;
 
     pool = ctx->request->pool;
 
     ngx_str_set(&argv[0], "DEL");
-    ngx_str_set(&argv[3], "PUBLISH");
-    ngx_str_set(&argv[5], "stream ended");
-    argc[0] = 3;
+    ngx_str_set(&argv[4], "PUBLISH");
+    ngx_str_set(&argv[6], "stream ended");
+    argc[0] = 4;
     argc[1] = 3;
 
     if (ngx_http_sandbox_mcp_redis_key(pool, &argv[1], SMCP_KEY_MCP_SUBS,
@@ -822,7 +872,10 @@ ngx_http_sandbox_mcp_stream_forget(ngx_http_sandbox_mcp_ctx_t *ctx)
         || ngx_http_sandbox_mcp_redis_key(pool, &argv[2], SMCP_KEY_MCP_LOG,
                                           &ctx->session_id)
            != NGX_OK
-        || ngx_http_sandbox_mcp_redis_key(pool, &argv[4],
+        || ngx_http_sandbox_mcp_redis_key(pool, &argv[3], SMCP_KEY_MCP_RUNS,
+                                          &ctx->session_id)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(pool, &argv[5],
                                           SMCP_CHAN_MCP_CANCELLED,
                                           &ctx->session_id)
            != NGX_OK)
@@ -939,6 +992,9 @@ ngx_http_sandbox_mcp_stream_start(ngx_http_sandbox_mcp_ctx_t *ctx)
         != NGX_OK
         || ngx_http_sandbox_mcp_redis_key(r->pool, &s->log, SMCP_KEY_MCP_LOG,
                                           &ctx->session_id)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_redis_key(r->pool, &s->runs,
+                                          SMCP_KEY_MCP_RUNS, &ctx->session_id)
            != NGX_OK
         || ngx_http_sandbox_mcp_stream_announce(s) != NGX_OK
         || ngx_http_sandbox_mcp_sse_header(r) != NGX_OK)

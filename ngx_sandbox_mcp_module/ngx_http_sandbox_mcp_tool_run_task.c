@@ -871,7 +871,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[35];
+    ngx_str_t                    args[37];
+    ngx_uint_t                   nkeys;
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -886,7 +887,8 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
         { SMCP_CHAN_TENANT, &call->ctx->tenant },
         { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant },
-        { SMCP_KEY_EGRESS_ROUTES, NULL }
+        { SMCP_KEY_EGRESS_ROUTES, NULL },
+        { SMCP_KEY_MCP_RUNS, &call->ctx->session_id }
     };
 
     pool = call->ctx->request->pool;
@@ -954,10 +956,21 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     /* the route its model is reached through (GitHub's: the script) */
     ngx_http_sandbox_mcp_model_route(&t->model, &args[34]);
 
+    /* the MCP session that asks remembers the run: its GET stream logs
+     * the run's lifecycle */
+    nkeys = sizeof(keys) / sizeof(keys[0]);
+    if (call->ctx->session_id.len == 0) {
+        nkeys--;
+    }
+
+    args[35] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_ttl);
+    args[36] = ngx_http_sandbox_mcp_redis_number(pool,
+                                       NGX_HTTP_SANDBOX_MCP_SESSION_RUNS_MAX);
+
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
-                                     keys, sizeof(keys) / sizeof(keys[0]),
+                                     keys, nkeys,
                                      args, sizeof(args) / sizeof(args[0]));
 }
 

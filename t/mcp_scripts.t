@@ -366,6 +366,30 @@ subtest 'run_create: an existing session' => sub {
               'the started set');
 };
 
+# the MCP session that asks (KEYS[14], issue 25 point 5): its GET stream
+# logs the lifecycle of the runs it started, the newest it remembers
+subtest 'run_create: the MCP session that asks remembers its newest runs' => sub {
+    my $mkey = "${P}mcp:" . ('ab' x 32) . ':runs';
+    my $ses = id('ses_', '7');
+    $t->redis('ZADD', $mkey, $now - 2, id('run_', 'a'), $now - 1, id('run_', 'b'));
+    my $run = id('run_', '8');
+    my ($r, $b, $a) = script('run_create',
+        [ @{ create_keys($run, 'carol', $ses) }, $mkey ],
+        [ @{ create_argv(run => $run, tenant => 'carol', session => $ses) }, 86400, 2 ]);
+    is($r, 1, 'created: 1');
+    is_deeply($a->{$mkey}{value}, [ id('run_', 'b'), $now - 1, $run, $now ],
+              'the run in the MCP session\'s runs; past the most it remembers (2), '
+              . 'the oldest gone');
+    ok($a->{$mkey}{expires}, '... expiring as the MCP session does');
+    # the same without KEYS[14]: no MCP session asks, nothing of one written
+    my $run2 = id('run_', '9');
+    ($r, $b, $a) = script('run_create', create_keys($run2, 'carol', $ses),
+                          create_argv(run => $run2, tenant => 'carol', session => $ses,
+                                      new => 0));
+    is($r, 1, 'without KEYS[14]: created');
+    is_deeply($a->{$mkey}{value}, $b->{$mkey}{value}, '... the MCP session\'s runs untouched');
+};
+
 subtest 'run_create: refusals write nothing' => sub {
     my $run = id('run_', '3');
     my ($r, $b, $a) = create(run => $run, max_queued => 2, new => 0);

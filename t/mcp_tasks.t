@@ -549,7 +549,9 @@ my $run2 = $task2->{taskId};
     is($r->{status}, 404, "GET on another tenant's session: 404");
 
     my $ra = (task_call({ task => 'watched' })->{result} || {})->{task}{taskId};
-    my $rb = (task_call({ task => 'not watched' })->{result} || {})->{task}{taskId};
+    # (the other run: another MCP session's of the same tenant)
+    my $sid_b = $t->initialize;
+    my $rb = (task_call({ task => 'not watched' }, sid => $sid_b)->{result} || {})->{task}{taskId};
     my $ua = "opencode://runs/$ra";
     is_deeply(rpc('resources/subscribe', { uri => $ua })->{result}, {}, 'resources/subscribe');
     is_deeply(rpc('resources/subscribe', { uri => "$ua/diff" })->{result}, {}, '... and its diff');
@@ -583,6 +585,28 @@ my $run2 = $task2->{taskId};
                 @{ $s1->events } ],
               [ { level => 'info', logger => 'run', data => { runId => $ra, status => 'running' } } ],
               'and the status change as a log line, once (the other run: none)');
+
+    # a run this session starts and does not subscribe to: its lifecycle
+    # as log lines all the same (issue 25, point 5), no update
+    my $logs = sub {
+        return [ map { $_->{json}{params}{data} }
+                 grep { ($_->{json}{method} // '') eq 'notifications/message' }
+                 @{ $_[0]->events } ];
+    };
+    my $rc = (task_call({ task => 'started here' })->{result} || {})->{task}{taskId};
+    $status->($rc, 'running', started_at => now_ms());
+    $s1->pump(10, sub { grep { ($_->{runId} // '') eq ($rc // '') && $_->{status} eq 'running' }
+                             @{ $logs->($_[0]) } });
+    is_deeply([ grep { ($_->{runId} // '') eq ($rc // '') } @{ $logs->($s1) } ],
+              [ { runId => $rc, status => 'started' }, { runId => $rc, status => 'running' } ],
+              'a run the session started, not subscribed: started, then running, as log lines');
+    ok(!grep({ index($_, $rc // 'none') >= 0 } @{ $updates->($s1) }),
+       '... and no notifications/resources/updated for it');
+    ok(defined $t->redis('ZSCORE', "${P}mcp:$sid:runs", $rc)
+       && $t->redis('TTL', "${P}mcp:$sid:runs") > 0,
+       'the session\'s runs, in Redis, expiring');
+    ok(!defined $t->redis('ZSCORE', "${P}mcp:$sid:runs", $rb),
+       '... not the other session\'s run');
     my @ids = map { $_->{id} // () } @{ $s1->events };
     ok(!grep({ $ids[$_] <= $ids[$_ - 1] } 1 .. $#ids), 'ids increase');
     $sb->pump(1);
@@ -630,6 +654,8 @@ my $run2 = $task2->{taskId};
     is_deeply(rpc('resources/subscribe', { uri => $ua }, sid => $sid2)->{result}, {},
               'another session subscribes');
     rpc('logging/setLevel', { level => 'debug' }, sid => $sid2);
+    task_call({ task => 'a run of the session that ends' }, sid => $sid2);
+    is($t->redis('ZCARD', "${P}mcp:$sid2:runs"), 1, '... and starts a run');
     my $s4 = $open->(sid => $sid2);
     is($s4->status, 200, 'its stream');
     my $d = $t->http(method => 'DELETE', path => '/mcp', headers => [
@@ -637,8 +663,9 @@ my $run2 = $task2->{taskId};
     is($d->{status}, 200, 'DELETE');
     $s4->pump(10, sub { $_[0]->closed || $_[0]->ended });
     ok($s4->closed || $s4->ended, 'the stream ends with the session');
-    is($t->redis('EXISTS', "${P}mcp:$sid2:subs", "${P}mcp:$sid2:log"), 0,
-       'its subscriptions and level are gone');
+    is($t->redis('EXISTS', "${P}mcp:$sid2:subs", "${P}mcp:$sid2:log",
+                 "${P}mcp:$sid2:runs"), 0,
+       'its subscriptions, level and runs are gone');
     $s4->close;
 }
 

@@ -14,7 +14,8 @@
 # session's GET stream (the SDK's own) as it runs and completes.  A client
 # that set a logging level and asked for no progress (callToolStream
 # without onprogress) hears the run's lifecycle as log messages on the
-# task's result stream (issue 25, point 5).
+# task's result stream, and on the session's GET stream the status
+# changes of the run it started (issue 25, point 5).
 #
 # Needs root, Docker, `make` (module, runner), redis-server and node; the
 # sandbox image is built on first use.
@@ -38,6 +39,7 @@ my @EXPECTED = (
     'the result is the run\'s final answer, with the related task',
     'tasks/get and tasks/list see the task',
     'callToolStream without onprogress, a logging level set: the run\'s lifecycle as log messages',
+    'the GET stream: the status changes of a run the session started, as log messages',
     'get_result waiting with onprogress: a notifications/progress per agent step while the run runs, then the result',
     'the subscribed run\'s updates arrive on the GET stream: running, completed',
     'callToolStream of a long run, cancelled while it runs: the stream ends "cancelled"',

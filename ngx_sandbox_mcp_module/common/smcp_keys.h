@@ -22,6 +22,11 @@
                                                        session subscribed */
 #define SMCP_KEY_MCP_LOG            "%smcp:%s:log"  /* string: the level
                                                        logging/setLevel set */
+#define SMCP_KEY_MCP_RUNS           "%smcp:%s:runs" /* sorted set: the
+                                                       runs the session
+                                                       started, by time (its
+                                                       GET stream logs their
+                                                       lifecycle) */
 #define SMCP_KEY_TENANT_ACTIVE      "%stenant:%s:active"  /* set: the
                                                      tenant's started and
                                                      running runs (quotas);

@@ -207,9 +207,9 @@ JSON
 }
 
 # at the handover: 0 when the warm server serves this run (warm-up done,
-# within 30 s if still under way, and healthy; a provider it warmed, the
-# default base URL, the egress it relays to, no command given), else
-# everything of it is killed and the run starts OpenCode cold
+# within 30 s if still under way, and healthy within 9 s; a provider it
+# warmed, the default base URL, the egress it relays to, no command
+# given), else everything of it is killed and the run starts OpenCode cold
 warm_take() {
     local p=${SMCP_MODEL:-anthropic/claude-sonnet-4-5} i
     p=${p%%/*}
@@ -221,9 +221,13 @@ warm_take() {
             [ -e "$warm/ready" ] && break
             read -r -t 0.01 -u 9 _ || true
         done
-        if [ -e "$warm/ready" ] && curl -sf -m 2 -o /dev/null \
-               "http://127.0.0.1:$warm_port/global/health"; then
-            return 0
+        # healthy: asked three times, 3 s each (a loaded machine starves
+        # the idle server; a cold start costs more than the wait)
+        if [ -e "$warm/ready" ]; then
+            for ((i = 0; i < 3; i++)); do
+                curl -sf -m 3 -o /dev/null \
+                    "http://127.0.0.1:$warm_port/global/health" && return 0
+            done
         fi
     fi
     if [ -n "$warm_egress" ]; then

@@ -115,14 +115,17 @@ await check('tasks/get and tasks/list see the task', async () => {
 // issue 25, point 5: a client that set a logging level hears the run's
 // lifecycle without asking for progress (the SDK calls tasks/result once
 // the task ended: the lifecycle comes on that stream, then the result)
+const streamLogs = [];
+let streamRun = null;
 await check('callToolStream without onprogress, a logging level set: the run\'s lifecycle as log messages', async () => {
-    const logs = [];
+    const logs = streamLogs;
     client.setNotificationHandler(LoggingMessageNotificationSchema,
                                   (n) => { logs.push(n.params); });
     await client.setLoggingLevel('info');
     const m = await stream({ task: cfg.task, repository: cfg.repository });
     const id = m[0]?.task?.taskId;
-    const mine = logs.filter((l) => l.data?.runId === id);
+    streamRun = id;
+    const mine = logs.filter((l) => l.data?.runId === id && l.data?.event);
     const steps = mine.map((l) => l.data.event?.step ?? l.data.event?.status);
     const r = m[m.length - 1];
     return {
@@ -131,6 +134,20 @@ await check('callToolStream without onprogress, a logging level set: the run\'s 
         detail: { messages: mine.length, steps,
                   task: mine[0]?._meta?.['io.modelcontextprotocol/related-task'] },
     };
+});
+
+// ... and the session's GET stream (the SDK's own) carried the status of
+// the run this session started, not subscribed to: {runId, status}
+await check('the GET stream: the status changes of a run the session started, as log messages', async () => {
+    const statuses = () => streamLogs
+        .filter((l) => l.data?.runId === streamRun && l.logger === 'run' && l.data?.status)
+        .map((l) => l.data.status);
+    for (let i = 0; i < 100 && !statuses().includes('completed'); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+    }
+    const seen = statuses();
+    return { ok: seen.includes('running') && seen[seen.length - 1] === 'completed',
+             detail: { statuses: seen } };
 });
 
 // progress: a plain run, then get_result waiting with a progress token;

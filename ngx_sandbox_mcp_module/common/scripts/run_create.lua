@@ -14,6 +14,7 @@
 -- KEYS[11] channel tenant:{tenant} ("<run id> <status>": the dashboard)
 -- KEYS[12] tenant:{tenant}:usage (absent: an older caller, no budgets)
 -- KEYS[13] egress:routes (what the egress proxy announced it serves)
+-- KEYS[14] mcp:{mcp session}:runs (absent: no MCP session asks)
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
 -- repository (the URL the run names, or ""), branch, model, title,
 -- create_pr (1/0), timeout (s), events maxlen, max queued, max running,
@@ -27,7 +28,8 @@
 -- them, e.g. "acme/app,tools/*"; "" or missing: none); then the tenant's
 -- budgets (each 0: none): bytes of Redis its runs hold, live sessions,
 -- bytes of its sessions' workspaces; then the egress route of the run's
--- model ("anthropic"; "" or missing: not checked)
+-- model ("anthropic"; "" or missing: not checked); then, with KEYS[14],
+-- how long an MCP session may live (s) and the most runs it remembers
 --
 -- The tenant's usage hash (docs/contracts.md, "Tenant budgets") is read
 -- once; a new session is one more `sessions`, its workspace
@@ -169,5 +171,13 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',
   'type', 'lifecycle', 'data', '{"status":"' .. started .. '"}',
   'ts', ARGV[5])
 redis.call('XADD', KEYS[9], '*', 'run', ARGV[1])
+
+-- the MCP session that started it hears its lifecycle (its GET stream):
+-- the newest runs it started, before the PUBLISH that says `started`
+if KEYS[14] then
+  redis.call('ZADD', KEYS[14], ARGV[5], ARGV[1])
+  redis.call('ZREMRANGEBYRANK', KEYS[14], 0, -1 - tonumber(ARGV[37]))
+  redis.call('EXPIRE', KEYS[14], ARGV[36])
+end
 redis.call('PUBLISH', KEYS[11], ARGV[1] .. ' ' .. started)
 return 1
