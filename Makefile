@@ -199,8 +199,15 @@ sandbox-image: docker-ready
 TEST_JOBS ?= 6
 PROVE      = PERL5LIB=$(CURDIR)/t/lib prove --harness SMCP::Harness -j $(TEST_JOBS)
 
-test: deps all runner-test static asan docker-ready sandbox-image \
-      $(ASAN_DIR)/test.env
+# the builds the tests need, BUILD_JOBS side by side (one per core): the
+# compilers, and dockerd's start and the images' builds (on a new machine
+# mmdebstrap's downloads) beside them; the packages first
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+TEST_NEEDS := all runner-test static asan docker-ready sandbox-image \
+              $(ASAN_DIR)/test.env
+
+test: deps
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) $(TEST_NEEDS)
 	SMCP_TEST_SANITIZED_ENV=$(ASAN_DIR)/test.env $(PROVE) -r t
 
 # figures: ratios against a baseline measured in the same run
