@@ -1,7 +1,7 @@
 package SMCP::Harness;
 
 # The harness `make test` runs t/ with: TAP::Harness (prove --harness
-# SMCP::Harness) with what t/schedule says and four habits of CI:
+# SMCP::Harness) with what t/schedule says and five habits of CI:
 #
 #   1. side by side: with prove -j N the files run N at a time, but the
 #      files marked `alone` in t/schedule (they load the whole machine)
