@@ -145,6 +145,14 @@
 #define NGX_HTTP_SANDBOX_MCP_SESSION_REPOS      8       /* repositories one
                                                            session may name */
 #define NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX     16
+#define NGX_HTTP_SANDBOX_MCP_STEER_MAX          16384   /* a message to a
+                                                           running agent */
+
+/* opencode_send_message: a run's inbox */
+#define NGX_HTTP_SANDBOX_MCP_STEER_WAITING      10      /* messages not yet
+                                                           taken */
+#define NGX_HTTP_SANDBOX_MCP_STEER_PER_RUN      100     /* messages a run
+                                                           is ever sent */
 
 /* egress */
 #define NGX_HTTP_SANDBOX_MCP_PUSH_HEAD          (64 * 1024)   /* a push's

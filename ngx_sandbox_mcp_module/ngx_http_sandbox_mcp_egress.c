@@ -11,6 +11,7 @@
 #include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_egress_announce.h"
 #include "ngx_http_sandbox_mcp_egress_credential.h"
+#include "ngx_http_sandbox_mcp_egress_inbox.h"
 #include "ngx_http_sandbox_mcp_egress_log.h"
 #include "ngx_http_sandbox_mcp_egress_model.h"
 #include "ngx_http_sandbox_mcp_egress_push.h"
@@ -58,6 +59,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
     { ngx_string("sandbox_mcp_egress"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_sandbox_mcp_egress,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_inbox"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_sandbox_mcp_egress_inbox,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -828,6 +836,7 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
 
     conf->strict_path = NGX_CONF_UNSET;
     conf->model = NGX_CONF_UNSET;
+    conf->inbox = NGX_CONF_UNSET;
     conf->server_tools = NGX_CONF_UNSET_PTR;
 
     conf->repository = NGX_CONF_UNSET_PTR;
@@ -855,6 +864,7 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_value(conf->strict_path, prev->strict_path, 0);
     ngx_conf_merge_value(conf->model, prev->model, 0);
     ngx_conf_merge_ptr_value(conf->server_tools, prev->server_tools, NULL);
+    ngx_conf_merge_value(conf->inbox, prev->inbox, 0);
 
     return NGX_CONF_OK;
 }
@@ -863,19 +873,35 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
 static char *
 ngx_http_sandbox_mcp_egress(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf = conf;
+    ngx_str_t  *value;
 
+    value = cf->args->elts;
+
+    if (value[1].len == sizeof(NGX_HTTP_SANDBOX_MCP_INBOX_ROUTE) - 1
+        && ngx_strncmp(value[1].data, NGX_HTTP_SANDBOX_MCP_INBOX_ROUTE,
+                       value[1].len)
+           == 0)
+    {
+        return "cannot name a route \"" NGX_HTTP_SANDBOX_MCP_INBOX_ROUTE
+               "\": it is sandbox_mcp_egress_inbox's";
+    }
+
+    return ngx_http_sandbox_mcp_egress_set_route(cf, conf, &value[1]);
+}
+
+
+char *
+ngx_http_sandbox_mcp_egress_set_route(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf, ngx_str_t *name)
+{
     u_char                            *p;
-    ngx_str_t                         *value;
     ngx_http_sandbox_mcp_main_conf_t  *mcf;
 
     if (lcf->route.len) {
         return "is duplicate";
     }
 
-    value = cf->args->elts;
-
-    for (p = value[1].data; p < value[1].data + value[1].len; p++) {
+    for (p = name->data; p < name->data + name->len; p++) {
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
               || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
               || *p == '.'))
@@ -884,7 +910,7 @@ ngx_http_sandbox_mcp_egress(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
-    lcf->route = value[1];
+    lcf->route = *name;
 
     /* the instance's routes, for sandbox_mcp_egress_announce */
     if (ngx_http_sandbox_mcp_egress_announce_route(cf, &lcf->route)

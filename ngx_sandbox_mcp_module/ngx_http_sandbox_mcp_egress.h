@@ -43,6 +43,8 @@ typedef struct {
     ngx_flag_t                  strict_path;    /* plain segments only */
     ngx_flag_t                  model;          /* bodies checked */
     ngx_array_t                *server_tools;   /* allowed (ngx_str_t) */
+    ngx_flag_t                  inbox;          /* sandbox_mcp_egress_inbox:
+                                                   not in the audit record */
 } ngx_http_sandbox_mcp_egress_loc_conf_t;
 
 
@@ -65,6 +67,11 @@ typedef struct {
  * clients also parse) */
 ngx_int_t ngx_http_sandbox_mcp_egress_refuse(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *message);
+
+
+/* a location's route (sandbox_mcp_egress NAME), announced */
+char *ngx_http_sandbox_mcp_egress_set_route(ngx_conf_t *cf,
+    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf, ngx_str_t *name);
 
 
 extern ngx_module_t  ngx_http_sandbox_mcp_egress_module;

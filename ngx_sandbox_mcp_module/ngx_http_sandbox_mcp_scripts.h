@@ -21,6 +21,10 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_cancel;
 extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_message;
+extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_inbox;
+extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_diff;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;

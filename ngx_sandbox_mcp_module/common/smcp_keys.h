@@ -13,6 +13,9 @@
 #define SMCP_KEY_RUN                "%srun:%s"
 #define SMCP_KEY_RUN_EVENTS         "%srun:%s:events"
 #define SMCP_KEY_RUN_DIFF           "%srun:%s:diff"
+#define SMCP_KEY_RUN_INBOX          "%srun:%s:inbox"  /* list: messages
+                                        for the run's agent, not yet taken
+                                        by its sandbox (run_message.lua) */
 #define SMCP_KEY_TENANT_RUNS        "%sruns:%s"
 #define SMCP_KEY_SESSION            "%ssession:%s"
 #define SMCP_KEY_SESSION_RUNS       "%ssession:%s:runs"

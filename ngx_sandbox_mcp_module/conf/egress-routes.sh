@@ -95,7 +95,8 @@ case "${1:-}" in
         bash "$self" --http >/dev/null || exit 1
         conf=$(bash "$self") || exit 1
         if [ "$1" = --routes ]; then
-            sed -n 's/^ *sandbox_mcp_egress \([A-Za-z0-9._-]*\);$/\1/p' <<< "$conf" \
+            sed -n -e 's/^ *sandbox_mcp_egress \([A-Za-z0-9._-]*\);$/\1/p' \
+                -e 's/^ *sandbox_mcp_egress_inbox;$/inbox/p' <<< "$conf" \
                 | awk '!seen[$0]++' | paste -sd' '
             exit 0
         fi
@@ -262,6 +263,13 @@ location @smcp_too_large {
 
 location / {
     return 404 '$(json_error not_found_error 'egress: unknown route')';
+}
+
+# messages for the running agent (opencode_send_message): its sandbox
+# takes them here one by one, its run token checked as on every route
+# (route name "inbox", announced)
+location = /smcp/inbox {
+    sandbox_mcp_egress_inbox;
 }
 CONF
 

@@ -588,6 +588,116 @@ start=$(git rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null \
 first_line=$(printf '%s\n' "${SMCP_TASK:-}" | sed -n '/[^[:space:]]/{s/[[:space:]]\{1,\}/ /g;s/^ //;s/ $//;p;q}')
 first_line=$(LC_ALL=C.UTF-8; printf '%s' "${first_line:0:80}")
 
+# the warm server's run: its tools' environment (BASH_ENV: what was
+# exported since the server started, as a cold agent inherits it) and the
+# token for the relay, files only this user reads, on the tmpfs
+warm_handover() {
+    (
+        umask 077
+        for n in $(compgen -e); do
+            case $n in PWD|OLDPWD|SHLVL|_) continue ;; esac
+            if [ "${warm_env0[$n]+set}" != set ] \
+               || [ "${warm_env0[$n]}" != "${!n}" ]; then
+                declare -p "$n"
+            fi
+        done > "$warm/env"
+        printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token"
+    )
+}
+
+# server_start DIR: a cold run's OpenCode server, in DIR, with the run's
+# configuration and environment (its output in $warm/server.log); 0 once
+# healthy (within 60 s), else its last words as an error line
+server_start() {
+    local i
+    mkdir -p "$warm" && chmod 0700 "$warm"
+    (cd "$1" && exec opencode serve --hostname 127.0.0.1 \
+        --port "$warm_port") < /dev/null > "$warm/server.log" 2>&1 &
+    for ((i = 0; i < 600; i++)); do
+        curl -sf -m 1 -o /dev/null "$oc_url/global/health" && return 0
+        sleep 0.1
+    done
+    printf '{"type":"error","error":{"name":"UnknownError","data":{"message":%s}}}\n' \
+        "$(printf "OpenCode's server did not start within 60 s: %s" \
+           "$(tail -c 1500 "$warm/server.log" 2>/dev/null)" | json_stdin)"
+    return 1
+}
+
+# the run's session: the one it continues, or a new one made as `opencode
+# run --auto` makes it (the title, the permissions it denies); its lines
+# come from the server's events (session-events), subscribed before the
+# prompt is sent (the first event, server.connected, read first)
+server_session() {
+    if [ -n "$session_id" ]; then
+        sid=$session_id
+    else
+        sid=$(printf '{%s"permission":[%s,%s,%s]}' \
+                  "${title:+\"title\":$(json_str "$title"),}" \
+                  '{"permission":"question","action":"deny","pattern":"*"}' \
+                  '{"permission":"plan_enter","action":"deny","pattern":"*"}' \
+                  '{"permission":"plan_exit","action":"deny","pattern":"*"}' \
+              | curl -sf -m 30 -X POST -H 'Content-Type: application/json' \
+                    --data-binary @- "$oc_url/session?$oc_q" \
+              | grep -o '"id":"ses_[A-Za-z0-9]*"' | head -n 1 \
+              | cut -d'"' -f4) || true
+    fi
+    mkfifo -m 0600 "$warm/events"
+    curl -sN "$oc_url/event?$oc_q" > "$warm/events" 2>/dev/null &
+    exec 8< "$warm/events"
+    IFS= read -r -t 10 -u 8 _ || true
+    if [ -n "$sid" ]; then
+        perl /usr/local/lib/smcp/session-events "$sid" "$warm_port" "$own" \
+            <&8 &
+        reader=$!
+    fi
+    exec 8<&-
+}
+
+# the prompt (the model, the task) through the server; then the mailman
+server_prompt() {
+    printf '{"model":{"providerID":%s,"modelID":%s},"parts":[{"type":"text","text":%s}]}' \
+        "$(json_str "${oc_model%%/*}")" "$(json_str "${oc_model#*/}")" \
+        "$(json_stdin < "$TMPDIR/smcp-task")" > "$warm/prompt"
+    if [ -z "$sid" ]; then
+        # no session: said as OpenCode's client says it
+        printf '{"type":"error","error":{"name":"UnknownError","data":{"message":"OpenCode server: the session could not be created"}}}\n'
+        false &
+        return
+    fi
+    mailman < /dev/null > /dev/null 2>&1 &
+    mailman=$!
+    curl -s -o "$warm/answer" -w '%{http_code}' -X POST \
+        -H 'Content-Type: application/json' --data-binary "@$warm/prompt" \
+        "$oc_url/session/$sid/message?$oc_q" > "$warm/status" 2>/dev/null &
+}
+
+# The mailman: while the agent runs, the messages sent to it, taken one by
+# one from the egress inbox (GET $SMCP_EGRESS_URL/smcp/inbox with the run
+# token: 200 and the text, or 204), each added to the session
+# (prompt_async: OpenCode queues it and sends it with the session's next
+# model request; no model named, the session's own).  Asked every second;
+# an egress without an inbox (404) ends it.  Nothing of it is printed.
+mailman() {
+    local code
+    while :; do
+        code=$(curl -s -m 30 -o "$warm/inbox" -w '%{http_code}' \
+                   -H "Authorization: Bearer $SMCP_RUN_TOKEN" \
+                   "${SMCP_EGRESS_URL%/}/smcp/inbox") || code=000
+        case $code in
+            200)
+                printf '{"parts":[{"type":"text","text":%s}]}' \
+                    "$(json_stdin < "$warm/inbox")" > "$warm/steer"
+                curl -s -m 30 -o /dev/null -X POST \
+                    -H 'Content-Type: application/json' \
+                    --data-binary "@$warm/steer" \
+                    "$oc_url/session/$sid/prompt_async?$oc_q"
+                continue ;;
+            404) return 0 ;;
+        esac
+        sleep 1
+    done
+}
+
 # OpenCode keeps a session per project (the repository it runs in): the
 # session's conversation goes on only in the directory it was started in;
 # a run in another repository of the session starts a new one
@@ -604,63 +714,47 @@ else
     [ -n "$title" ] && args+=(--title "$title")
 fi
 
-# OpenCode reads the task on stdin until EOF; it runs in the background so
-# a stop signal reaches it (bash as PID 1 would otherwise ignore SIGTERM,
-# and under an init the signal would end only this script)
+# How the agent runs: through OpenCode's server (the warm one, or one
+# started now in the run's directory), prompted over its HTTP API as
+# `opencode run --auto` prompts it, its lines printed from the server's
+# events by session-events; that is what lets a message sent to the
+# running agent (opencode_send_message) reach it: the mailman takes each
+# one from the egress inbox and adds it to the session, and OpenCode sends
+# it with the session's next model request.  An image without curl or
+# Perl's JSON::PP runs `opencode run` as before: no messages reach it.
+# The task goes through a file (`opencode run` reads it on stdin until
+# EOF).  The agent runs in the background so that a stop signal reaches it
+# (bash as PID 1 would otherwise ignore SIGTERM, and under an init the
+# signal would end only this script).
 printf '%s' "${SMCP_TASK:-}" > "$TMPDIR/smcp-task"
 signal=""
 reader=""
-if [ $warm_run = 1 ]; then
-    # the warm server's run: its tools' environment (BASH_ENV: what was
-    # exported since the server started, as a cold agent inherits it) and
-    # the token for the relay, files only this user reads, on the tmpfs
-    (
-        umask 077
-        for n in $(compgen -e); do
-            case $n in PWD|OLDPWD|SHLVL|_) continue ;; esac
-            if [ "${warm_env0[$n]+set}" != set ] \
-               || [ "${warm_env0[$n]}" != "${!n}" ]; then
-                declare -p "$n"
-            fi
-        done > "$warm/env"
-        printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token"
-    )
-    # the run through the server's HTTP API, as `opencode run --auto`
-    # makes it (its session: the title, the permissions it denies; the
-    # prompt: the model, the task), no client started; its lines come
-    # from the server's events (session-events), subscribed before the
-    # prompt is sent (the first event, server.connected, read first)
-    u=http://127.0.0.1:$warm_port q="directory=$own"
-    sid=$(printf '{%s"permission":[%s,%s,%s]}' \
-              "${title:+\"title\":$(json_str "$title"),}" \
-              '{"permission":"question","action":"deny","pattern":"*"}' \
-              '{"permission":"plan_enter","action":"deny","pattern":"*"}' \
-              '{"permission":"plan_exit","action":"deny","pattern":"*"}' \
-          | curl -sf -m 30 -X POST -H 'Content-Type: application/json' \
-                --data-binary @- "$u/session?$q" \
-          | grep -o '"id":"ses_[A-Za-z0-9]*"' | head -n 1 | cut -d'"' -f4) \
-        || true
-    mkfifo -m 0600 "$warm/events"
-    curl -sN "$u/event?$q" > "$warm/events" 2>/dev/null &
-    exec 8< "$warm/events"
-    IFS= read -r -t 10 -u 8 _ || true
-    if [ -n "$sid" ]; then
-        perl /usr/local/lib/smcp/session-events "$sid" "$warm_port" "$own" \
-            <&8 &
-        reader=$!
+mailman=""
+sid=""
+served=$warm_run
+if [ $warm_run = 0 ] && command -v curl >/dev/null 2>&1 \
+   && perl -MJSON::PP -e 1 >/dev/null 2>&1; then
+    served=1
+fi
+if [ $served = 1 ]; then
+    if [ -n "$session_id" ] && [[ ! $session_id =~ ^ses_[A-Za-z0-9]{1,64}$ ]]
+    then
+        session_id=""
+        title=${SMCP_TITLE:-$first_line}
     fi
-    exec 8<&-
-    printf '{"model":{"providerID":%s,"modelID":%s},"parts":[{"type":"text","text":%s}]}' \
-        "$(json_str "${oc_model%%/*}")" "$(json_str "${oc_model#*/}")" \
-        "$(json_stdin < "$TMPDIR/smcp-task")" > "$warm/prompt"
-    lifecycle agent_start '"warm":true'
-    if [ -n "$sid" ]; then
-        curl -s -o "$warm/answer" -w '%{http_code}' -X POST \
-            -H 'Content-Type: application/json' --data-binary "@$warm/prompt" \
-            "$u/session/$sid/message?$q" > "$warm/status" 2>/dev/null &
+    if [ $warm_run = 1 ]; then
+        warm_handover
+    fi
+    oc_url=http://127.0.0.1:$warm_port oc_q="directory=$own"
+    if [ $warm_run = 1 ]; then
+        lifecycle agent_start '"warm":true'
     else
-        # no session made: said as OpenCode's client says it
-        printf '{"type":"error","error":{"name":"UnknownError","data":{"message":"warm server: the session could not be created"}}}\n'
+        lifecycle agent_start
+    fi
+    if [ $warm_run = 1 ] || server_start "$own"; then
+        server_session
+        server_prompt
+    else
         false &
     fi
 else
@@ -680,6 +774,10 @@ while kill -0 "$agent" 2>/dev/null; do
     wait "$agent" || status=$?
 done
 trap - TERM INT HUP
+if [ -n "$mailman" ]; then
+    # no message is taken once the prompt has returned
+    kill "$mailman" 2>/dev/null || true
+fi
 if [ -n "$reader" ]; then
     # the session's last events (its idle status) follow the client's
     # return; not waited for after a stop signal
@@ -694,7 +792,7 @@ if [ -n "$reader" ]; then
         status=1
     fi
 fi
-if [ $warm_run = 1 ] && [ -z "$signal" ] && [ -n "$sid" ] \
+if [ $served = 1 ] && [ -z "$signal" ] && [ -n "$sid" ] \
    && [[ ! $(cat "$warm/status" 2>/dev/null) =~ ^2 ]]; then
     # the prompt refused (a model unknown to OpenCode...): its answer as
     # the client prints it

@@ -1,0 +1,46 @@
+-- A message for a run's agent (opencode_send_message, the run page's
+-- message box): queued in the run's inbox, where the sandbox takes it
+-- (run_inbox.lua, through the egress route `inbox`) and hands it to
+-- OpenCode's server in the run's own session.  The message is an event of
+-- the run's timeline: who sent it, when, its text.
+--
+-- KEYS[1] run:{id}   KEYS[2] run:{id}:inbox (list: the messages waiting,
+--         JSON {id, text}, oldest first)   KEYS[3] run:{id}:events
+-- KEYS[4] channel run:{id}   KEYS[5] egress:routes
+-- ARGV: tenant, now (ms), the text, who sent it, events maxlen, the most
+-- messages waiting at once, the most messages a run is sent, the names of
+-- the statuses `started` and `running`, how it came (mcp | dashboard)
+--
+-- Returns nil (unknown, or another tenant's: nothing written), or
+-- {'ok', message id, messages waiting}, or a refusal that writes nothing:
+-- {'ended', status} | {'full', waiting} | {'limit', sent} | {'noroute'}
+-- (the egress announces its routes and `inbox` is not one of them).
+local started, running = ARGV[8], ARGV[9]
+
+local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'messages')
+if h[1] ~= ARGV[1] then return nil end
+if h[2] ~= started and h[2] ~= running then
+  return {'ended', h[2] or ''}
+end
+
+local routes = redis.call('GET', KEYS[5])
+if routes and not string.find(' ' .. routes .. ' ', ' inbox ', 1, true) then
+  return {'noroute'}
+end
+
+local waiting = redis.call('LLEN', KEYS[2])
+if waiting >= tonumber(ARGV[6]) then return {'full', waiting} end
+local sent = tonumber(h[3]) or 0
+if sent >= tonumber(ARGV[7]) then return {'limit', sent} end
+
+local id = redis.call('HINCRBY', KEYS[1], 'messages', 1)
+redis.call('RPUSH', KEYS[2], cjson.encode({id = id, text = ARGV[3]}))
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
+  'type', 'message',
+  'data', cjson.encode({id = id, from = ARGV[4], via = ARGV[10],
+                        text = ARGV[3]}),
+  'ts', ARGV[2])
+redis.call('PUBLISH', KEYS[4], 'message')
+return {'ok', id, waiting + 1}
