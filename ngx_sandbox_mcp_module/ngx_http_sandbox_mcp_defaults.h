@@ -148,11 +148,19 @@
 #define NGX_HTTP_SANDBOX_MCP_STEER_MAX          16384   /* a message to a
                                                            running agent */
 
+#define NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX       (64 * 1024)   /* the run
+                                                           page's message,
+                                                           as JSON */
+
 /* opencode_send_message: a run's inbox */
 #define NGX_HTTP_SANDBOX_MCP_STEER_WAITING      10      /* messages not yet
                                                            taken */
 #define NGX_HTTP_SANDBOX_MCP_STEER_PER_RUN      100     /* messages a run
                                                            is ever sent */
+#define NGX_HTTP_SANDBOX_MCP_STEER_TTL                                        \
+    (2 * NGX_HTTP_SANDBOX_MCP_RUN_TIMEOUT_MAX)     /* an inbox, from its last
+                                                      message: longer than a
+                                                      run lasts */
 
 /* egress */
 #define NGX_HTTP_SANDBOX_MCP_PUSH_HEAD          (64 * 1024)   /* a push's

@@ -101,7 +101,7 @@ ngx_http_sandbox_mcp_message_reply(void *data, redisReply *reply)
 void
 ngx_http_sandbox_mcp_send_message(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_str_t                   text, args[10];
+    ngx_str_t                   text, args[11];
     ngx_pool_t                 *pool;
     ngx_http_sandbox_mcp_key_t  keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
@@ -141,6 +141,9 @@ ngx_http_sandbox_mcp_send_message(ngx_http_sandbox_mcp_call_t *call)
     } else {
         ngx_str_set(&args[9], "mcp");
     }
+
+    args[10] = ngx_http_sandbox_mcp_redis_number(pool,
+                                          NGX_HTTP_SANDBOX_MCP_STEER_TTL);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_message,

@@ -11,12 +11,16 @@
  *   P runs/{id}/diff        JSON: its diff (?cursor=, ?path=)
  *   P runs/{id}/events      SSE: its events
  *   P runs/{id}/cancel      POST: cancel it (same origin, X-SMCP-CSRF)
+ *   P runs/{id}/message     POST {"message": TEXT}: tell its running agent
+ *                           (opencode_send_message; same origin,
+ *                           X-SMCP-CSRF)
  *   P api/runs              JSON: the tenant's runs (?status= ?cursor=
  *                           ?limit=)
  *   P api/stream            SSE: the tenant's status changes
  */
 
 #include "ngx_http_sandbox_mcp_ui.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_request.h"
 #include "ngx_http_sandbox_mcp_revoked.h"
 #include "ngx_http_sandbox_mcp_http.h"
@@ -36,6 +40,7 @@ typedef enum {
     NGX_HTTP_SANDBOX_MCP_UI_DIFF,
     NGX_HTTP_SANDBOX_MCP_UI_EVENTS,
     NGX_HTTP_SANDBOX_MCP_UI_CANCEL,
+    NGX_HTTP_SANDBOX_MCP_UI_MESSAGE,
     NGX_HTTP_SANDBOX_MCP_UI_RUNS,
     NGX_HTTP_SANDBOX_MCP_UI_STREAM,
     NGX_HTTP_SANDBOX_MCP_UI_NONE
@@ -65,6 +70,10 @@ typedef struct {
 
 static ngx_int_t ngx_http_sandbox_mcp_ui_ask(
     ngx_http_sandbox_mcp_ui_req_t *u);
+static ngx_int_t ngx_http_sandbox_mcp_ui_go(ngx_http_sandbox_mcp_ui_req_t *u);
+static ngx_int_t ngx_http_sandbox_mcp_ui_read(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ui_req_t *u);
+static void ngx_http_sandbox_mcp_ui_body(ngx_http_request_t *r);
 
 
 static const smcp_ui_file_t *
@@ -170,7 +179,8 @@ ngx_http_sandbox_mcp_ui_route(ngx_str_t *rel, ngx_str_t *run_id,
         { "/data", NGX_HTTP_SANDBOX_MCP_UI_DATA },
         { "/diff", NGX_HTTP_SANDBOX_MCP_UI_DIFF },
         { "/events", NGX_HTTP_SANDBOX_MCP_UI_EVENTS },
-        { "/cancel", NGX_HTTP_SANDBOX_MCP_UI_CANCEL }
+        { "/cancel", NGX_HTTP_SANDBOX_MCP_UI_CANCEL },
+        { "/message", NGX_HTTP_SANDBOX_MCP_UI_MESSAGE }
     };
 
     ngx_uint_t  i;
@@ -234,7 +244,7 @@ ngx_http_sandbox_mcp_ui_route(ngx_str_t *rel, ngx_str_t *run_id,
 
 
 /*
- * POST cancel: from the dashboard's own pages only.  Origin, when sent,
+ * POST cancel and message: from the dashboard's own pages only.  Origin, when sent,
  * must be this server's (scheme://Host, or sandbox_mcp_public_url);
  * without it, Sec-Fetch-Site must say same-origin; and the header
  * X-SMCP-CSRF: 1, which a form or a simple cross-site request cannot set.
@@ -373,6 +383,15 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
 
         return ngx_http_sandbox_mcp_ui_run_cancel(ctx, run_id);
 
+    case NGX_HTTP_SANDBOX_MCP_UI_MESSAGE:
+        if (!ngx_http_sandbox_mcp_ui_same_origin(r)) {
+            return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_FORBIDDEN,
+                                  NULL, "a message needs a same-origin "
+                                  "request with the header X-SMCP-CSRF: 1");
+        }
+
+        return ngx_http_sandbox_mcp_ui_run_message(ctx, run_id);
+
     case NGX_HTTP_SANDBOX_MCP_UI_EVENTS:
         return ngx_http_sandbox_mcp_ui_run_events(ctx, run_id);
 
@@ -500,6 +519,7 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
     ngx_http_sandbox_mcp_ctx_t       *ctx;
     const smcp_ui_file_t             *f;
     ngx_http_sandbox_mcp_ui_req_t    *u;
+    ngx_uint_t                        posted;
     ngx_http_sandbox_mcp_ui_route_e   route;
 
     static ngx_str_t  get = ngx_string("GET, HEAD");
@@ -524,13 +544,14 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
                                                  "not found");
     }
 
-    if (route == NGX_HTTP_SANDBOX_MCP_UI_CANCEL
-        ? r->method != NGX_HTTP_POST
-        : !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)))
+    posted = (route == NGX_HTTP_SANDBOX_MCP_UI_CANCEL
+              || route == NGX_HTTP_SANDBOX_MCP_UI_MESSAGE);
+
+    if (posted ? r->method != NGX_HTTP_POST
+               : !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)))
     {
         if (ngx_http_sandbox_mcp_add_header(r, "Allow",
-                                  route == NGX_HTTP_SANDBOX_MCP_UI_CANCEL
-                                  ? &post : &get)
+                                            posted ? &post : &get)
             != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -568,6 +589,10 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
                     && ngx_http_arg(r, (u_char *) "token", 5, &u->token)
                        == NGX_OK;
 
+    if (route == NGX_HTTP_SANDBOX_MCP_UI_MESSAGE) {
+        return ngx_http_sandbox_mcp_ui_read(r, u);
+    }
+
     rc = ngx_http_sandbox_mcp_ui_go(u);
 
     if (rc == NGX_DONE) {
@@ -576,4 +601,56 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
     }
 
     return rc;
+}
+
+
+/*
+ * A message's body is read before its token is looked at (bounded: a
+ * longer one is refused unread); the request then goes on as any other,
+ * the body reader's hold standing for the Redis step's.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_read(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ui_req_t *u)
+{
+    ngx_int_t  rc;
+
+    if (r->headers_in.content_length_n > NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX) {
+        return ngx_http_sandbox_mcp_ui_send_json(r,
+                                  NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
+                                  "the message is too long");
+    }
+
+    u->ctx->data = u;
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_sandbox_mcp_ui_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_sandbox_mcp_ui_body(ngx_http_request_t *r)
+{
+    ngx_int_t                       rc;
+    ngx_http_sandbox_mcp_ctx_t     *ctx;
+    ngx_http_sandbox_mcp_ui_req_t  *u;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_module);
+    u = ctx->data;
+    ctx->data = NULL;
+
+    rc = ngx_http_sandbox_mcp_ui_go(u);
+
+    if (rc == NGX_DONE) {
+        /* a Redis reply finalizes the request */
+        return;
+    }
+
+    ngx_http_finalize_request(r, rc);
 }

@@ -8,6 +8,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_ui_api.h"
+#include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_ui_http.h"
@@ -407,6 +408,54 @@ ngx_http_sandbox_mcp_ui_run_cancel(ngx_http_sandbox_mcp_ctx_t *ctx,
 {
     return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_cancel_run",
                                  ngx_http_sandbox_mcp_ui_api_run_args(run_id));
+}
+
+
+/* the body read: {"message": TEXT}, the tool checks TEXT */
+ngx_int_t
+ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *run_id)
+{
+    json_t        *body, *args, *text;
+    ngx_str_t      raw;
+    json_error_t   err;
+
+    if (ngx_http_sandbox_mcp_read_body(ctx->request, &raw,
+                                       NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX)
+        != NGX_OK)
+    {
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                  NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
+                                  "the message is too long");
+    }
+
+    body = json_loadb((char *) raw.data, raw.len, JSON_REJECT_DUPLICATES,
+                      &err);
+    text = json_object_get(body, "message");
+
+    if (!json_is_object(body) || !json_is_string(text)
+        || json_object_size(body) != 1)
+    {
+        json_decref(body);
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                  NGX_HTTP_BAD_REQUEST, NULL,
+                                  "the body is {\"message\": \"...\"}");
+    }
+
+    args = ngx_http_sandbox_mcp_ui_api_run_args(run_id);
+
+    if (args == NULL
+        || json_object_set(args, "message", text) != 0)
+    {
+        json_decref(args);
+        json_decref(body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json_decref(body);
+
+    return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_send_message",
+                                            args);
 }
 
 

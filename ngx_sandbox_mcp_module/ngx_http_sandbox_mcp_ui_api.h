@@ -23,6 +23,9 @@ ngx_int_t ngx_http_sandbox_mcp_ui_run_data(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_str_t *run_id, ngx_uint_t tenant_rights);
 ngx_int_t ngx_http_sandbox_mcp_ui_run_diff(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_str_t *run_id);
+/* the request's body read */
+ngx_int_t ngx_http_sandbox_mcp_ui_run_message(
+    ngx_http_sandbox_mcp_ctx_t *ctx, ngx_str_t *run_id);
 ngx_int_t ngx_http_sandbox_mcp_ui_run_cancel(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_str_t *run_id);
 ngx_int_t ngx_http_sandbox_mcp_ui_runs(ngx_http_sandbox_mcp_ctx_t *ctx);

@@ -11,6 +11,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use Encode ();
 use IO::Socket::INET;
 use MIME::Base64 qw(encode_base64);
 use Test::More;
@@ -455,6 +456,102 @@ egress_error_ok(egress(path => '/down/v1/x', headers => [ Authorization => "Bear
     unlike($all, qr/\Q$tok\E/, 'audit: no token');
     unlike($all, qr/REAL/, 'audit: no real credential');
 }
+
+###############################################################################
+# the inbox (location = /smcp/inbox): the sandbox takes the messages for its
+# agent, oldest first, with its run token; what is taken is delivered (in
+# the run's timeline), and the polls are not in the egress audit record
+
+subtest 'inbox: a live run takes its messages, oldest first' => sub {
+    my ($irun, $itok) = $t->live_run(repository => 'https://github.com/owner/repo');
+    my ($orun, $otok) = $t->live_run(repository => 'https://github.com/owner/repo');
+    my $inbox = "smcp:run:$irun:inbox";
+    my $get = sub {
+        my (%o) = @_;
+        return egress(method => $o{method} // 'GET', path => '/smcp/inbox',
+                      headers => $o{headers} // [ Authorization => "Bearer $itok" ],
+                      (exists $o{body} ? (body => $o{body}) : ()));
+    };
+
+    # nothing waits: 204, no body, nothing written
+    my $r = $get->();
+    is($r->{status}, 204, 'empty inbox: 204');
+    is($r->{body}, '', 'empty inbox: no body');
+    is($r->{headers}{'smcp-message-id'}, undef, 'empty inbox: no Smcp-Message-Id');
+    is($t->redis('EXISTS', "smcp:run:$irun:events"), 0,
+       'empty inbox: nothing written to the run\'s events');
+
+    # two messages, as the module pushes them; characters, sent as UTF-8
+    my @text = (qq{first "quoted"\nline two \x{e9} \x{2713}}, 'second, plain');
+    $t->redis('RPUSH', $inbox, json_encode({ id => 1, text => $text[0] }));
+    $t->redis('RPUSH', $inbox, json_encode({ id => 2, text => $text[1] }));
+    my @raw = @{ $t->redis('LRANGE', $inbox, 0, -1) };
+    is(scalar @raw, 2, 'two messages wait');
+
+    # refused, and the inbox untouched
+    egress_error_ok($get->(headers => []), 401, 'inbox without a token');
+    egress_error_ok($get->(headers => [ Authorization => 'Bearer ' . $t->token(
+                        sub => 'mallory', scope => 'egress', run => $irun) ]),
+                    401, "inbox with another tenant's token for the run");
+    egress_error_ok($get->(method => 'POST', body => '{}'), 405, 'inbox POST');
+    egress_error_ok($get->(method => 'DELETE'), 405, 'inbox DELETE');
+    for my $st (qw(completed failed cancelled)) {
+        $t->redis('HSET', "smcp:run:$irun", status => $st);
+        egress_error_ok($get->(), 401, "inbox of a $st run");
+    }
+    $t->redis('HSET', "smcp:run:$irun", status => 'started');
+
+    # another run's valid token reads its own (empty) inbox only
+    $r = $get->(headers => [ 'x-api-key' => $otok ]);
+    is($r->{status}, 204, "another run's token: 204, its own inbox is empty");
+    is($r->{body}, '', "another run's token: no body");
+    is_deeply($t->redis('LRANGE', $inbox, 0, -1), \@raw,
+              'after the refusals and the other run: this run\'s inbox untouched');
+    is($t->redis('EXISTS', "smcp:run:$orun:events"), 0,
+       'the other run\'s events: nothing written');
+
+    # taken oldest first, byte-exact; a started run is live; the run's
+    # channel hears of each
+    my $sub = SMCP::Test::Redis->new(port => $t->redis_port);
+    $sub->subscribe("smcp:run:$irun");
+    for my $i (1, 2) {
+        $r = $get->(headers => $i == 1 ? [ Authorization => "Bearer $itok" ]
+                                       : [ 'x-api-key' => $itok ]);
+        is($r->{status}, 200, "message $i: 200");
+        is($r->{headers}{'smcp-message-id'}, $i, "message $i: Smcp-Message-Id $i");
+        is($r->{headers}{'content-type'}, 'text/plain; charset=utf-8',
+           "message $i: text/plain; charset=utf-8");
+        is($r->{body}, Encode::encode_utf8($text[$i - 1]),
+           "message $i: the text, byte for byte");
+        is($r->{headers}{'content-length'}, length Encode::encode_utf8($text[$i - 1]),
+           "message $i: its length");
+        is($t->redis('LLEN', $inbox), 2 - $i, "message $i: taken from the inbox");
+        is_deeply($sub->next_message(5), [ "smcp:run:$irun", 'message' ],
+                  "message $i: published on the run's channel");
+        $t->redis('HSET', "smcp:run:$irun", status => 'running') if $i == 1;
+    }
+    $sub->close;
+    $r = $get->();
+    is($r->{status}, 204, 'all taken: 204');
+    is($r->{body}, '', 'all taken: no body');
+    is($t->redis('EXISTS', $inbox), 0, 'all taken: the inbox list is gone');
+
+    # the timeline: two 'message' events, delivered, and nothing else (no
+    # 'egress' event for any inbox request, taken or refused)
+    my @ev = $t->run_events($irun);
+    is_deeply([ map { [ $_->{type}, $_->{json} ] } @ev ],
+              [ [ message => { id => 1, delivered => JSON::PP::true() } ],
+                [ message => { id => 2, delivered => JSON::PP::true() } ] ],
+              'events: message 1 then 2, delivered, and nothing else');
+    ok(!(grep { ($_->{ts} // '') !~ /^\d{13}$/ } @ev), 'events: each has a ms time');
+    is(scalar(grep { ($_->{json}{route} // '') eq 'inbox' }
+                   $t->run_events($irun, type => 'egress'),
+                   $t->run_events($orun, type => 'egress'),
+                   $t->run_events($run, type => 'egress')),
+       0, 'no egress audit event with route inbox');
+    is($t->redis('EXISTS', "smcp:run:$orun:events"), 0,
+       'the other run\'s events: still nothing');
+};
 
 ###############################################################################
 # Redis away: fail closed, fast, with JSON

@@ -15,6 +15,12 @@
 #   run_cancel   a started run: cancelled, out of tenant:{t}:started and
 #                session:{id}:active, its keys expiring; a running one
 #                flagged; others unchanged
+#   run_message, run_inbox   a message for a run's agent: queued in
+#                run:{id}:inbox (a live run's, bounded, the run's TTL) and
+#                an event; refused, nothing written, for an ended run, a
+#                full inbox, a run sent its most, an egress without the
+#                route `inbox`; the sandbox takes the oldest (delivered: an
+#                event), a malformed one dropped
 #   the tenant's budgets: run_create refuses a tenant at its bytes, disk or
 #                (a new session) sessions budget, writing nothing, and
 #                counts what a run holds in tenant:{t}:usage; a started
@@ -55,7 +61,7 @@ my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
                  oauth_client oauth_code oauth_grant oauth_pending revoke
-                 revoked_load oauth_github)) {
+                 revoked_load oauth_github run_message run_inbox)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -107,6 +113,7 @@ sub state {
         elsif ($type eq 'hash') { $v = { @{ $t->redis('HGETALL', $k) } } }
         elsif ($type eq 'zset') { $v = $t->redis('ZRANGE', $k, 0, -1, 'WITHSCORES') }
         elsif ($type eq 'set') { $v = [ sort @{ $t->redis('SMEMBERS', $k) } ] }
+        elsif ($type eq 'list') { $v = $t->redis('LRANGE', $k, 0, -1) }
         elsif ($type eq 'stream') {
             $v = [ map { { @{ $_->[1] } } } @{ $t->redis('XRANGE', $k, '-', '+') } ];
         }
@@ -715,6 +722,290 @@ subtest 'run_cancel: refusals and ended runs write nothing' => sub {
     ($r, $b, $a) = cancel($run7, session => '');
     is({ @{ $r || [] } }->{status}, 'cancelled', "a run of no session ('' key): cancelled");
     ok(!$t->redis('SISMEMBER', "${P}tenant:alice:started", $run7), '... out of the started set');
+};
+
+$t->redis('FLUSHALL');
+
+###############################################################################
+# run_message and run_inbox: a message for a run's agent
+# (opencode_send_message, the run page's message box) queued in its inbox;
+# the sandbox takes the oldest through the egress route `inbox`
+
+sub message_keys {
+    my ($run) = @_;
+    return [ "${P}run:$run", "${P}run:$run:inbox", "${P}run:$run:events",
+             "${P}run:$run", "${P}egress:routes" ];
+}
+
+# run_message with the module's ARGV; %o overrides by name
+sub message {
+    my ($run, %o) = @_;
+    my %a = (tenant => 'alice', now => $now, text => 'hello', who => 'alice',
+             maxlen => 100000, waiting => 10, per_run => 100,
+             started => 'started', running => 'running', via => 'mcp',
+             ttl => 172800, %o);
+    return script('run_message', message_keys($run),
+                  [ @a{qw(tenant now text who maxlen waiting per_run started
+                          running via ttl)} ]);
+}
+
+# run_inbox with the egress's KEYS and ARGV
+sub take {
+    my ($run, %o) = @_;
+    return script('run_inbox', [ "${P}run:$run", "${P}run:$run:inbox",
+                                 "${P}run:$run:events", "${P}run:$run" ],
+                  [ $o{tenant} // 'alice', $o{now} // $now, 100000 ]);
+}
+
+# a run of alice's: its hash (running unless %f says) and its first event
+sub message_run {
+    my ($run, %f) = @_;
+    $t->redis('HSET', "${P}run:$run", tenant => 'alice', status => 'running', %f);
+    $t->redis('XADD', "${P}run:$run:events", '*', type => 'lifecycle',
+              data => '{"status":"running"}');
+}
+
+# the inbox of a state, its entries decoded
+sub inbox_of {
+    my ($state, $run) = @_;
+    return [ map { json_decode($_) } @{ $state->{"${P}run:$run:inbox"}{value} || [] } ];
+}
+
+# the events of a state after the run's first, their data decoded
+sub events_after_first {
+    my ($state, $run) = @_;
+    my @ev = @{ $state->{"${P}run:$run:events"}{value} || [] };
+    shift @ev;
+    return [ map { { %$_, data => json_decode($_->{data}) } } @ev ];
+}
+
+subtest 'run_message: a running run' => sub {
+    my $run = id('run_', '1');
+    my $IN = "${P}run:$run:inbox";
+    message_run($run);
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}run:$run");
+    my ($r, $b, $a) = message($run, text => 'look at the tests first');
+    is_deeply($r, [ 'ok', 1, 1 ], "queued: {'ok', message id 1, 1 waiting}");
+    is_deeply(inbox_of($a, $run), [ { id => 1, text => 'look at the tests first' } ],
+              'the inbox: one JSON {id, text}');
+    is_deeply($a->{"${P}run:$run"}{value},
+              { tenant => 'alice', status => 'running', messages => 1 },
+              'the run hash counts it: messages 1');
+    is_deeply(events_after_first($a, $run),
+              [ { type => 'message', ts => $now,
+                  data => { id => 1, from => 'alice', via => 'mcp',
+                            text => 'look at the tests first' } } ],
+              "one event 'message' {id, from, via, text}");
+    is_deeply([ sort keys %$a ], [ sort keys(%$b), $IN ], 'one key more: the inbox');
+    my $ttl = $t->redis('TTL', $IN);
+    ok($ttl > 172700 && $ttl <= 172800,
+       "the inbox expires ARGV[11] s after its last message ($ttl s), the run hash's TTL or not");
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'message' ], "the ping: 'message'");
+
+    ($r, $b, $a) = message($run, text => 'and the docs', via => 'dashboard',
+                           now => $now + 7);
+    is_deeply($r, [ 'ok', 2, 2 ], "a second, from the dashboard: {'ok', 2, 2 waiting}");
+    is_deeply(inbox_of($a, $run), [ { id => 1, text => 'look at the tests first' },
+                                    { id => 2, text => 'and the docs' } ],
+              '... queued after the first');
+    is($a->{"${P}run:$run"}{value}{messages}, 2, '... messages 2');
+    is_deeply(events_after_first($a, $run)->[1],
+              { type => 'message', ts => $now + 7,
+                data => { id => 2, from => 'alice', via => 'dashboard',
+                          text => 'and the docs' } },
+              "... its event says via 'dashboard'");
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'message' ], '... a ping');
+    $sub->close;
+};
+
+subtest 'run_message: each message sets the inbox\'s lifetime again' => sub {
+    my $run = id('run_', '2');
+    my $IN = "${P}run:$run:inbox";
+    message_run($run);
+    my ($r) = message($run, ttl => 50);
+    is_deeply($r, [ 'ok', 1, 1 ], 'queued');
+    my $ttl = $t->redis('TTL', $IN);
+    ok($ttl > 40 && $ttl <= 50, "ARGV[11] 50: the inbox expires in $ttl s");
+    ($r) = message($run, ttl => 500);
+    is_deeply($r, [ 'ok', 2, 2 ], 'a second');
+    $ttl = $t->redis('TTL', $IN);
+    ok($ttl > 490 && $ttl <= 500, "... its lifetime set again: $ttl s");
+    is_deeply([ map { [ uc $_->[0], $_->[1] ] } grep { uc $_->[0] =~ /EXPIRE/ } @LAST_CMDS ],
+              [ [ 'EXPIRE', $IN ] ], '... by one EXPIRE of the inbox');
+};
+
+subtest 'run_message: a queued (started) run; the status names are ARGV' => sub {
+    my $run = id('run_', '3');
+    message_run($run, status => 'started');
+    my ($r, $b, $a) = message($run);
+    is_deeply($r, [ 'ok', 1, 1 ], "a 'started' run: queued for when it runs");
+    is_deeply(inbox_of($a, $run), [ { id => 1, text => 'hello' } ], '... in its inbox');
+
+    my $run2 = id('run_', '4');
+    message_run($run2, status => 'queued');
+    ($r) = message($run2, started => 'queued');
+    is_deeply($r, [ 'ok', 1, 1 ], "'queued' named as started: queued");
+    ($r, $b, $a) = message($run2, started => 'waiting', running => 'busy');
+    is_deeply($r, [ 'ended', 'queued' ], "... named neither: {'ended', 'queued'}");
+    unchanged($b, $a, 'a status not named');
+};
+
+subtest 'run_message: refusals write nothing' => sub {
+    my $run = id('run_', '5');
+    my $IN = "${P}run:$run:inbox";
+    my $R = "${P}egress:routes";
+    message_run($run);
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}run:$run");
+
+    my ($r, $b, $a) = message($run, tenant => 'bob');
+    is($r, undef, "another tenant's: nil");
+    unchanged($b, $a, "another tenant's");
+    ($r, $b, $a) = message(id('run_', '0'));
+    is($r, undef, 'unknown: nil');
+    unchanged($b, $a, 'unknown');
+
+    for my $s (qw(completed failed cancelled)) {
+        $t->redis('HSET', "${P}run:$run", status => $s);
+        ($r, $b, $a) = message($run);
+        is_deeply($r, [ 'ended', $s ], "a run $s: {'ended', '$s'}");
+        unchanged($b, $a, "a run $s");
+    }
+    $t->redis('HSET', "${P}run:$run", status => 'running');
+
+    for my $c ([ 'anthropic github', 'without inbox' ],
+               [ 'inboxes anthropic', "with 'inboxes' (a part of a name is not it)" ],
+               [ '', 'announcing none' ]) {
+        $t->redis('SET', $R, $c->[0]);
+        ($r, $b, $a) = message($run);
+        is_deeply($r, [ 'noroute' ], "an egress $c->[1]: {'noroute'}");
+        unchanged($b, $a, "an egress $c->[1]");
+    }
+    is($sub->next_message(0.3), undef, 'no ping for a refusal');
+
+    # waiting: 2 already there (of 2 at most); sent: 2 (of 3 at most)
+    $t->redis('RPUSH', $IN, '{"id":1,"text":"a"}', '{"id":2,"text":"b"}');
+    $t->redis('HSET', "${P}run:$run", messages => 2);
+    for my $routes ('inbox anthropic', 'anthropic inbox', undef) {
+        if (defined $routes) { $t->redis('SET', $R, $routes) } else { $t->redis('DEL', $R) }
+        ($r, $b, $a) = message($run, waiting => 2, per_run => 3);
+        is_deeply($r, [ 'full', 2 ],
+                  'an egress ' . (defined $routes ? "announcing '$routes'" : 'announcing nothing')
+                  . ": past the route check; 2 waiting of 2: {'full', 2}");
+        unchanged($b, $a, 'full');
+    }
+
+    ($r, $b, $a) = message($run, waiting => 3, per_run => 3, text => 'c');
+    is_deeply($r, [ 'ok', 3, 3 ], "3 may wait: {'ok', 3, 3 waiting}");
+    is_deeply(inbox_of($a, $run), [ { id => 1, text => 'a' }, { id => 2, text => 'b' },
+                                    { id => 3, text => 'c' } ], '... last in the inbox');
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'message' ], '... a ping');
+
+    ($r, $b, $a) = message($run, waiting => 9, per_run => 3);
+    is_deeply($r, [ 'limit', 3 ], "3 sent, 3 at most: {'limit', 3}");
+    unchanged($b, $a, 'limit');
+    ($r, $b, $a) = message($run, waiting => 3, per_run => 3);
+    is_deeply($r, [ 'full', 3 ], "both full and at its limit: {'full', 3} first");
+    unchanged($b, $a, 'full and limit');
+    is($sub->next_message(0.3), undef, 'no ping for a refusal');
+    $sub->close;
+};
+
+subtest 'run_message, run_inbox: a text round-trips byte for byte' => sub {
+    my $run = id('run_', '6');
+    message_run($run);
+    # quotes, backslashes, newlines, a control byte, '/', non-ASCII UTF-8
+    my $text = qq(say "hi" \\"quoted\\" C:\\dir\\ \\n is not a newline\n)
+             . "line 2\r\n\ttab / \x01 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+             . "\xf0\x9f\x9a\x80 \"\\";
+    my $chars = $text;
+    utf8::decode($chars) or die 'not UTF-8';
+    my ($r, $b, $a) = message($run, text => $text);
+    is_deeply($r, [ 'ok', 1, 1 ], 'queued');
+    is_deeply(inbox_of($a, $run), [ { id => 1, text => $chars } ],
+              'the inbox JSON decodes to the very text');
+    is_deeply(events_after_first($a, $run)->[0]{data},
+              { id => 1, from => 'alice', via => 'mcp', text => $chars },
+              '... and so does the event JSON');
+    ($r, $b, $a) = take($run);
+    is_deeply($r, [ 1, $text ], 'run_inbox hands back the same bytes');
+};
+
+subtest 'run_inbox: nothing waiting, another tenant\'s' => sub {
+    my $run = id('run_', '7');
+    my $IN = "${P}run:$run:inbox";
+    message_run($run);
+    my ($r, $b, $a) = take($run);
+    is($r, undef, 'nothing waiting: nil');
+    unchanged($b, $a, 'nothing waiting');
+
+    $t->redis('RPUSH', $IN, '{"id":1,"text":"a"}');
+    ($r, $b, $a) = take($run, tenant => 'bob');
+    is($r, undef, "another tenant's: nil");
+    unchanged($b, $a, "another tenant's (the inbox untouched)");
+
+    $t->redis('DEL', "${P}run:$run");
+    ($r, $b, $a) = take($run);
+    is($r, undef, 'the run hash gone: nil');
+    unchanged($b, $a, 'the run hash gone');
+};
+
+subtest 'run_inbox: the oldest first, delivered' => sub {
+    my $run = id('run_', '8');
+    my $IN = "${P}run:$run:inbox";
+    message_run($run, messages => 2);
+    $t->redis('RPUSH', $IN, '{"id":1,"text":"first"}', '{"text":"second","id":2}');
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}run:$run");
+
+    my ($r, $b, $a) = take($run, now => $now + 3);
+    is_deeply($r, [ 1, 'first' ], 'the oldest: {1, first}');
+    is_deeply($a->{$IN}{value}, [ '{"text":"second","id":2}' ], '... out of the inbox');
+    is_deeply(events_after_first($a, $run),
+              [ { type => 'message', ts => $now + 3,
+                  data => { id => 1, delivered => JSON::PP::true() } } ],
+              "... an event 'message' {id: 1, delivered: true}");
+    is_deeply($a->{"${P}run:$run"}{value}, $b->{"${P}run:$run"}{value},
+              '... the run hash untouched');
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'message' ], "... the ping: 'message'");
+
+    ($r, $b, $a) = take($run, now => $now + 4);
+    is_deeply($r, [ 2, 'second' ], 'then the next: {2, second}');
+    ok(!exists $a->{$IN}, '... the inbox empty: gone');
+    is_deeply(events_after_first($a, $run)->[1],
+              { type => 'message', ts => $now + 4,
+                data => { id => 2, delivered => JSON::PP::true() } },
+              '... its event');
+    is_deeply($sub->next_message(2), [ "${P}run:$run", 'message' ], '... a ping');
+
+    ($r, $b, $a) = take($run);
+    is($r, undef, 'then: nil');
+    unchanged($b, $a, 'then');
+    $sub->close;
+};
+
+subtest 'run_inbox: a malformed entry is dropped, nil (no event, no ping)' => sub {
+    my $run = id('run_', '9');
+    my $IN = "${P}run:$run:inbox";
+    message_run($run);
+    my @bad = ('not json', '{"text":"no id"}', '{"id":"3","text":"a string id"}',
+               '{"id":4}', '[4,"an array"]');
+    $t->redis('RPUSH', $IN, @bad, '{"id":5,"text":"good"}');
+    my $sub = $t->redis_connect;
+    $sub->subscribe("${P}run:$run");
+    while (my $e = shift @bad) {
+        my ($r, $b, $a) = take($run);
+        is($r, undef, "'$e': nil");
+        is_deeply($a->{$IN}{value}, [ @bad, '{"id":5,"text":"good"}' ],
+                  '... dropped from the inbox');
+        delete $_->{$IN} for $a, $b;
+        unchanged($b, $a, "... and nothing else: '$e'");
+    }
+    is($sub->next_message(0.3), undef, 'no ping for them');
+    my ($r) = take($run);
+    is_deeply($r, [ 5, 'good' ], 'the next well-formed one: taken');
+    $sub->close;
 };
 
 $t->redis('FLUSHALL');

@@ -5,6 +5,8 @@
 # the tool calls OpenCode prints (write, then bash with its command and
 # folded output) appear while the run is running, the status turns
 # completed without reload, the reply, result, tokens and diff render,
+# a message typed in the page's box while it runs (markup in it) shows as
+# text in the timeline, is taken by the sandbox and reaches the model,
 # 390 px does not scroll sideways, nothing leaves the origin.  Screenshots
 # go to build/ui-screenshots/real-run-*.png.
 #
@@ -25,6 +27,7 @@ use SMCP::Test qw(repo_root json_encode require_prereqs js_checks
 
 my @EXPECTED = (
     'the watchUrl opens the run page while the run has not ended',
+    'a message from the page reaches the running agent: shown as text, then taken',
     'the real OpenCode\'s tool calls appear live: write, then bash with its command',
     'the command\'s output is folded and holds what it printed',
     'the status turns completed, without reload',
@@ -38,7 +41,9 @@ my $chromium = chromium_bin();
 require_prereqs(browser_missing());
 
 my $reply = 'greet.js greets by name; test.sh prints ok.';
-my $command = 'sh test.sh';
+my $command = 'sleep 4; sh test.sh';
+my $mark = 'STEER-UI-' . int(rand(1e9));
+my $steer = "<img src=x onerror=alert(1)> $mark: also say hello";
 my $s = SMCP::Stack->new(
     scripts => {
         'SCENARIO-UI' => [
@@ -75,6 +80,7 @@ print $fh json_encode({
     watchUrl => $run->{watchUrl}, shots => "$root/build/ui-screenshots",
     file => 'greet.js', added => "module.exports = (name) =>",
     command => $command, printed => 'ok 1 - greets by name', reply => $reply,
+    steer => $steer, steerMark => $mark,
 });
 close $fh;
 
@@ -84,5 +90,12 @@ js_checks('browser', ["$root/t/js/ui_runner.mjs", $cfg_file], \@EXPECTED,
 my $r = $s->result($id);
 is($r->{status}, 'completed', 'the run completed') or $s->diag_run($id, $runner);
 is($r->{result}, $reply, 'its result is the reply the page showed');
+my @with = grep { ($_->{body} // '') =~ /\Q$mark\E/ }
+           $s->anthropic->requests(path => qr{/messages$});
+ok(@with >= 1, 'the page\'s message reached the model');
+my ($sent) = grep { ($_->{type} // '') eq 'message' && !$_->{json}{delivered} }
+             $s->stored_events($id);
+is($sent && $sent->{json}{via}, 'dashboard', '... sent via the dashboard');
+is($sent && $sent->{json}{text}, $steer, '... its text as typed');
 
 $s->done;

@@ -775,8 +775,10 @@ while kill -0 "$agent" 2>/dev/null; do
 done
 trap - TERM INT HUP
 if [ -n "$mailman" ]; then
-    # no message is taken once the prompt has returned
+    # no message is taken once the prompt has returned (bash's word of a
+    # job it killed goes to /dev/null: the container's output is the run's)
     kill "$mailman" 2>/dev/null || true
+    wait "$mailman" 2>/dev/null || true
 fi
 if [ -n "$reader" ]; then
     # the session's last events (its idle status) follow the client's
@@ -787,7 +789,7 @@ if [ -n "$reader" ]; then
     done
     kill "$reader" 2>/dev/null || true
     rstatus=0
-    wait "$reader" || rstatus=$?
+    wait "$reader" 2>/dev/null || rstatus=$?
     if [ "$status" = 0 ] && [ "$rstatus" = 1 ]; then
         status=1
     fi
@@ -806,6 +808,8 @@ fi
 # container's output, so the lines the runner trusts, those after the last
 # agent_exit (push, pull request, diff), cannot be forged by a process of
 # the agent writing to /proc/1/fd/1
+# (its jobs disowned first: bash would say "Killed" of each on stderr)
+disown -a 2>/dev/null || true
 kill -KILL -1 2>/dev/null || true
 PATH=$(path_not_writable)
 hash -r

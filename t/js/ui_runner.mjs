@@ -26,6 +26,28 @@ await check('the watchUrl opens the run page while the run has not ended', async
     return `${await text(page, '#status')}, ${first} entries`;
 });
 
+await check('a message from the page reaches the running agent: shown as text, then taken', async () => {
+    await page.locator('#timeline li.tool', { hasText: cfg.file }).first()
+        .waitFor({ timeout: RUN_WAIT });
+    await page.locator('#steer-box').waitFor({ state: 'visible', timeout: WAIT });
+    await page.click('#steer-send');
+    const empty = await text(page, '#steer-note');
+    assert(/Write a message first/.test(empty), `empty: ${empty}`);
+    await page.fill('#steer', cfg.steer);
+    await page.click('#steer-send');
+    await page.locator('#steer-note', { hasText: /^Sent/ }).waitFor({ timeout: WAIT });
+    assert((await page.inputValue('#steer')) === '', 'the box was not cleared');
+    const m = page.locator('#timeline li.message', { hasText: cfg.steerMark }).first();
+    await m.waitFor({ timeout: WAIT });
+    const pre = await m.locator('pre').textContent();
+    assert(pre === cfg.steer, `shown: ${pre}`);
+    assert((await page.locator('#timeline img, #timeline script').count()) === 0,
+           'its markup became elements');
+    await page.locator('#timeline li', { hasText: /Message 1 reached the agent/ })
+        .waitFor({ timeout: RUN_WAIT });
+    return pre.slice(0, 60);
+});
+
 await check('the real OpenCode\'s tool calls appear live: write, then bash with its command', async () => {
     const write = page.locator('#timeline li.tool', { hasText: cfg.file });
     await write.first().waitFor({ timeout: RUN_WAIT });
@@ -51,6 +73,7 @@ await check('the status turns completed, without reload', async () => {
     assert(n > first, `entries ${first} -> ${n}`);
     assert(page.navigations === 1, `navigations ${page.navigations}`);
     assert(page.errors.length === 0, page.errors.join('; '));
+    assert(await page.locator('#steer-box').isHidden(), 'the message box stays');
     return `${first} -> ${n} entries`;
 });
 

@@ -8,7 +8,8 @@
 -- ARGV: tenant, now (ms), events maxlen
 --
 -- Returns nil (nothing waiting, or the run not the tenant's: nothing
--- written), or {message id, text}.
+-- written; or the oldest entry was not run_message's {id, text}: dropped,
+-- and the sandbox asks again), or {message id, text}.
 local h = redis.call('HGET', KEYS[1], 'tenant')
 if h ~= ARGV[1] then return nil end
 

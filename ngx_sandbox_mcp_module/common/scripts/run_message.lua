@@ -9,7 +9,10 @@
 -- KEYS[4] channel run:{id}   KEYS[5] egress:routes
 -- ARGV: tenant, now (ms), the text, who sent it, events maxlen, the most
 -- messages waiting at once, the most messages a run is sent, the names of
--- the statuses `started` and `running`, how it came (mcp | dashboard)
+-- the statuses `started` and `running`, how it came (mcp | dashboard),
+-- the inbox's lifetime (s) from its last message: longer than any run
+-- lasts, so a message still waiting when the run ends (its timeline keeps
+-- it, not delivered) goes with the inbox, a bounded while later
 --
 -- Returns nil (unknown, or another tenant's: nothing written), or
 -- {'ok', message id, messages waiting}, or a refusal that writes nothing:
@@ -35,8 +38,7 @@ if sent >= tonumber(ARGV[7]) then return {'limit', sent} end
 
 local id = redis.call('HINCRBY', KEYS[1], 'messages', 1)
 redis.call('RPUSH', KEYS[2], cjson.encode({id = id, text = ARGV[3]}))
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+redis.call('EXPIRE', KEYS[2], ARGV[11])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
   'type', 'message',
   'data', cjson.encode({id = id, from = ARGV[4], via = ARGV[10],

@@ -127,7 +127,8 @@ var SMCP = (function () {
             method: opts.method || "GET",
             credentials: "same-origin",
             cache: "no-store",
-            headers: opts.headers || { "Accept": "application/json" }
+            headers: opts.headers || { "Accept": "application/json" },
+            body: opts.body
         }).then(function (r) {
             if (r.ok) {
                 return r.json();

@@ -2,7 +2,8 @@
  * The run page: the run's facts from runs/{id}/data, its steps live from
  * runs/{id}/events (server-sent events: the types and data of
  * opencode_get_events), its diff from runs/{id}/diff once it has ended,
- * and a Cancel button while it is started or running.  The status leads
+ * a Cancel button and a box for a message to the agent while it is
+ * started or running (opencode_send_message).  The status leads
  * the tab's title, so a background tab tells how the run is going; a
  * button asks the browser for notifications (only when pressed, never on
  * load), and then the run's end is told by one.
@@ -64,6 +65,7 @@
         }
         s.className = SMCP.statusClass(st);
         showCancel(st);
+        showSteer(st);
         showTabTitle(st);
         showNotify(st);
     }
@@ -101,6 +103,11 @@
             SMCP.setText("cancel-note", "Cancel requested: stopping the "
                          + "agent…");
         }
+    }
+
+    function showSteer(st) {
+        document.getElementById("steer-box").hidden =
+            !(st === "started" || st === "running");
     }
 
     /* -- told when it ends (the Notifications API) ------------------------ */
@@ -497,6 +504,24 @@
         ]));
     }
 
+    /* a message to the agent: sent (who, how, the text), then taken */
+    function messageEntry(d, li) {
+        if (d.delivered === true) {
+            li.className += " minor";
+            li.appendChild(el("p", { class: "muted", text: "Message "
+                + num(d.id) + " reached the agent" }));
+            return;
+        }
+        li.className += " message";
+        li.appendChild(el("p", {}, [
+            el("span", { class: "kind", text: "message " + num(d.id) }),
+            " from " + str(d.from) + (d.via === "dashboard"
+                ? " (the dashboard)" : d.via === "mcp" ? " (MCP)" : "")
+        ]));
+        li.appendChild(el("pre", { class: "text",
+                                   text: SMCP.cut(str(d.text), MAX_TEXT) }));
+    }
+
     function addEvent(ev) {
         var ol = document.getElementById("timeline"), li, d, t;
 
@@ -516,7 +541,7 @@
         }
 
         t = Date.parse(ev.time);
-        li = el("li", { class: "ev ev-" + (/^(agent|lifecycle|log|egress)$/
+        li = el("li", { class: "ev ev-" + (/^(agent|lifecycle|log|egress|message)$/
                                            .test(ev.type) ? ev.type
                                            : "other") });
         li.appendChild(el("time", { datetime: isNaN(t) ? null : ev.time,
@@ -532,6 +557,8 @@
             }
         } else if (d && typeof d === "object" && ev.type === "egress") {
             egressEntry(d, li);
+        } else if (d && typeof d === "object" && ev.type === "message") {
+            messageEntry(d, li);
         } else {
             li.className += " minor";
             li.appendChild(el("pre", { class: "text log",
@@ -731,6 +758,38 @@
         });
     }
 
+    /* -- a message to the agent --------------------------------------------- */
+
+    function steer(e) {
+        var box = document.getElementById("steer");
+        var b = document.getElementById("steer-send");
+        var text = box.value;
+
+        e.preventDefault();
+        if (!/\S/.test(text)) {
+            SMCP.setText("steer-note", "Write a message first.");
+            return;
+        }
+        b.disabled = true;
+        SMCP.setText("steer-note", "Sending…");
+        SMCP.fetchJson(base + "/message", {
+            method: "POST",
+            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
+                       "Content-Type": "application/json" },
+            body: JSON.stringify({ message: text })
+        }).then(function (r) {
+            b.disabled = false;
+            box.value = "";
+            SMCP.setText("steer-note", "Sent: the agent reads it with its "
+                         + "next step" + (r && r.waiting > 1 ? " ("
+                         + num(r.waiting) + " waiting)" : "") + ".");
+        }, function (err) {
+            b.disabled = false;
+            SMCP.setText("steer-note", "Not sent: " + err.message);
+        });
+    }
+
+    document.getElementById("steer-box").addEventListener("submit", steer);
     document.getElementById("cancel").addEventListener("click", cancel);
     document.getElementById("notify").addEventListener("click", askNotify);
     document.getElementById("copy-session").addEventListener("click",
