@@ -238,6 +238,9 @@ struct ngx_http_sandbox_mcp_ctx_s {
                                               *ctx);
 
     unsigned                            batch:1;
+    unsigned                            dashboard:1;    /* the tool calls
+                                                           are the run
+                                                           pages' */
     unsigned                            batch_session:1;   /* negotiated
                                                               2025-03-26 */
     unsigned                            initialize:1;

@@ -146,7 +146,7 @@ ngx_http_sandbox_mcp_run_real(u_char *p, double d)
 
 /* a decimal of the hash, as ngx_http_sandbox_mcp_run.c has always read
  * them: NGX_DECLINED when absent or not a number */
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_run_number(redisReply *v, double *d)
 {
     char  *end;

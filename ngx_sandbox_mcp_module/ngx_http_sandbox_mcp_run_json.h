@@ -1,6 +1,7 @@
 /*
  * The run object of opencode_get_result and opencode_cancel_run written
- * straight as JSON text.
+ * straight as JSON text, and its reading of a decimal (opencode_list_runs'
+ * cost).
  */
 
 #ifndef _NGX_HTTP_SANDBOX_MCP_RUN_JSON_H_INCLUDED_
@@ -18,6 +19,10 @@
  */
 ngx_int_t ngx_http_sandbox_mcp_run_json(ngx_http_sandbox_mcp_call_t *call,
     redisReply *h, ngx_str_t *text);
+
+/* a decimal of the run hash (a cost, a cap) as the run object reads it:
+ * NGX_DECLINED when absent, empty or not a number within +-1e15 */
+ngx_int_t ngx_http_sandbox_mcp_run_number(redisReply *v, double *d);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_RUN_JSON_H_INCLUDED_ */

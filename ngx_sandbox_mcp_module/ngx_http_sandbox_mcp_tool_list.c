@@ -22,6 +22,7 @@
 #include "ngx_http_sandbox_mcp_page.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
+#include "ngx_http_sandbox_mcp_run_json.h"
 #include "ngx_http_sandbox_mcp_tools.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
@@ -29,15 +30,18 @@
 
 
 /* the fields of a run a list shows, and the filter's */
-#define NGX_HTTP_SANDBOX_MCP_LIST_FIELDS  8
+#define NGX_HTTP_SANDBOX_MCP_LIST_FIELDS  11
 
 static ngx_str_t  ngx_http_sandbox_mcp_list_fields[] = {
     ngx_string("tenant"),
     ngx_string("status"),
     ngx_string("session"),
     ngx_string("title"),
+    ngx_string("repository"),
+    ngx_string("branch"),
     ngx_string("created_at"),
     ngx_string("finished_at"),
+    ngx_string("cost"),
     ngx_string("pr_url"),
     ngx_string("pr_status")
 };
@@ -54,6 +58,19 @@ typedef struct {
     unsigned                      denied:1;   /* another tenant's session */
 } ngx_http_sandbox_mcp_list_t;
 
+
+/* the stored cost (the runner's, once the run ended), else null */
+static json_t *
+ngx_http_sandbox_mcp_list_cost(redisReply *v)
+{
+    double  d;
+
+    if (ngx_http_sandbox_mcp_run_number(v, &d) != NGX_OK) {
+        return json_null();
+    }
+
+    return json_real(d);
+}
 
 
 /* the answer: the runs found, and a cursor after the last entry read */
@@ -108,17 +125,21 @@ ngx_http_sandbox_mcp_list_run(ngx_http_sandbox_mcp_list_t *l, ngx_uint_t i,
         return;
     }
 
-    run = json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+    run = json_pack("{s:s%, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+                    " s:o}",
                     "runId", (char *) l->page.ids[i].data,
                     l->page.ids[i].len,
                     "status", ngx_http_sandbox_mcp_json_text(e[1], 0),
                     "sessionId", ngx_http_sandbox_mcp_json_text(e[2], 0),
                     "title", ngx_http_sandbox_mcp_json_text(e[3], 0),
-                    "createdAt", ngx_http_sandbox_mcp_json_time(e[4]),
-                    "finishedAt", ngx_http_sandbox_mcp_json_time(e[5]),
-                    "pullRequestUrl", ngx_http_sandbox_mcp_json_text(e[6], 1),
+                    "repository", ngx_http_sandbox_mcp_json_text(e[4], 1),
+                    "branch", ngx_http_sandbox_mcp_json_text(e[5], 1),
+                    "createdAt", ngx_http_sandbox_mcp_json_time(e[6]),
+                    "finishedAt", ngx_http_sandbox_mcp_json_time(e[7]),
+                    "cost", ngx_http_sandbox_mcp_list_cost(e[8]),
+                    "pullRequestUrl", ngx_http_sandbox_mcp_json_text(e[9], 1),
                     "pullRequestStatus",
-                        ngx_http_sandbox_mcp_json_text(e[7], 1));
+                        ngx_http_sandbox_mcp_json_text(e[10], 1));
 
     if (run == NULL || json_array_append_new(l->runs, run) != 0) {
         l->denied = 1;      /* out of memory: an empty page */

@@ -14,6 +14,7 @@
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_tool_run_task.h"
 
 
 static ngx_uint_t
@@ -86,6 +87,16 @@ ngx_http_sandbox_mcp_message_reply(void *data, redisReply *reply)
         return;
     }
 
+    if (ngx_http_sandbox_mcp_message_is(e[0], "grant")
+        && reply->elements == 2 && e[1]->type == REDIS_REPLY_STRING)
+    {
+        ngx_http_sandbox_mcp_tool_error(call,
+            "Run %V works on %*s, which this token does not grant: only a "
+            "token granting every repository of the run may steer it.",
+            &call->run_id, e[1]->len, e[1]->str);
+        return;
+    }
+
     if (ngx_http_sandbox_mcp_message_is(e[0], "noroute")) {
         ngx_http_sandbox_mcp_tool_error(call,
             "This deployment's egress has no inbox for sandboxes "
@@ -101,14 +112,15 @@ ngx_http_sandbox_mcp_message_reply(void *data, redisReply *reply)
 void
 ngx_http_sandbox_mcp_send_message(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_str_t                   text, args[11];
+    ngx_str_t                   text, args[12];
     ngx_pool_t                 *pool;
     ngx_http_sandbox_mcp_key_t  keys[] = {
         { SMCP_KEY_RUN, &call->run_id },
         { SMCP_KEY_RUN_INBOX, &call->run_id },
         { SMCP_KEY_RUN_EVENTS, &call->run_id },
         { SMCP_CHAN_RUN, &call->run_id },
-        { SMCP_KEY_EGRESS_ROUTES, NULL }
+        { SMCP_KEY_EGRESS_ROUTES, NULL },
+        { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant }
     };
 
     if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK
@@ -135,15 +147,23 @@ ngx_http_sandbox_mcp_send_message(ngx_http_sandbox_mcp_call_t *call)
     ngx_str_set(&args[7], SMCP_STATUS_STARTED);
     ngx_str_set(&args[8], SMCP_STATUS_RUNNING);
 
-    if (call->ctx->finish) {
+    args[10] = ngx_http_sandbox_mcp_redis_number(pool,
+                                          NGX_HTTP_SANDBOX_MCP_STEER_TTL);
+
+    /* the run page acts for the tenant (its link opens every run of the
+     * tenant, which it may cancel too); a client, for its token's grants */
+    if (call->ctx->dashboard) {
         ngx_str_set(&args[9], "dashboard");
+        ngx_str_set(&args[11], "*");
 
     } else {
         ngx_str_set(&args[9], "mcp");
-    }
 
-    args[10] = ngx_http_sandbox_mcp_redis_number(pool,
-                                          NGX_HTTP_SANDBOX_MCP_STEER_TTL);
+        if (ngx_http_sandbox_mcp_task_grants(call, &args[11]) != NGX_OK) {
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
+        }
+    }
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_message,

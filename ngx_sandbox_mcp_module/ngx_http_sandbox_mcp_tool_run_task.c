@@ -388,7 +388,7 @@ ngx_http_sandbox_mcp_task_granted(ngx_http_sandbox_mcp_call_t *call,
  * ".git", ',' between them ("" grants none).  The script checks every
  * repository the run reaches against them, its session's included.
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_task_grants(ngx_http_sandbox_mcp_call_t *call,
     ngx_str_t *out)
 {

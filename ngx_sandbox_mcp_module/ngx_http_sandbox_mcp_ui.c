@@ -1,8 +1,9 @@
 /*
  * The dashboard: routes relative to the location's prefix P, the pages and
  * assets of ui/ (embedded at build by smcp-embed: a file the build cannot
- * read, or one of an unknown type, stops it).  The pages are static; their scripts read the run id from the
- * address and fetch the JSON and streams below (ui_api, ui_sse).
+ * read, or one of an unknown type, stops it).  The pages are static;
+ * their scripts read the run id from the address and fetch the JSON and
+ * streams below (ui_api, ui_sse).
  *
  *   P                       the run list (tenant)
  *   P static/NAME           an asset (no token); also P runs/static/NAME
@@ -13,7 +14,8 @@
  *   P runs/{id}/cancel      POST: cancel it (same origin, X-SMCP-CSRF)
  *   P runs/{id}/message     POST {"message": TEXT}: tell its running agent
  *                           (opencode_send_message; same origin,
- *                           X-SMCP-CSRF)
+ *                           X-SMCP-CSRF; the tenant's link, not a
+ *                           watchUrl's)
  *   P api/runs              JSON: the tenant's runs (?status= ?cursor=
  *                           ?limit=)
  *   P api/stream            SSE: the tenant's status changes
@@ -244,8 +246,9 @@ ngx_http_sandbox_mcp_ui_route(ngx_str_t *rel, ngx_str_t *run_id,
 
 
 /*
- * POST cancel and message: from the dashboard's own pages only.  Origin, when sent,
- * must be this server's (scheme://Host, or sandbox_mcp_public_url);
+ * POST cancel and message: from the dashboard's own pages only.  Origin,
+ * when sent, must be this server's (scheme://Host, or
+ * sandbox_mcp_public_url);
  * without it, Sec-Fetch-Site must say same-origin; and the header
  * X-SMCP-CSRF: 1, which a form or a simple cross-site request cannot set.
  */
@@ -388,6 +391,13 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
             return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_FORBIDDEN,
                                   NULL, "a message needs a same-origin "
                                   "request with the header X-SMCP-CSRF: 1");
+        }
+
+        if (!tenant_rights) {
+            return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_FORBIDDEN,
+                                  NULL, "a message to the agent needs the "
+                                  "tenant's link (a run's watchUrl only "
+                                  "watches): make token SUB=<tenant> UI=1");
         }
 
         return ngx_http_sandbox_mcp_ui_run_message(ctx, run_id);
@@ -614,6 +624,12 @@ ngx_http_sandbox_mcp_ui_read(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ui_req_t *u)
 {
     ngx_int_t  rc;
+
+    if (r->headers_in.content_length_n < 0) {
+        return ngx_http_sandbox_mcp_ui_send_json(r,
+                                  NGX_HTTP_LENGTH_REQUIRED, NULL,
+                                  "a message needs a Content-Length");
+    }
 
     if (r->headers_in.content_length_n > NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX) {
         return ngx_http_sandbox_mcp_ui_send_json(r,

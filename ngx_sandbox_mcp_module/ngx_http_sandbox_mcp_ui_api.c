@@ -83,6 +83,7 @@ ngx_http_sandbox_mcp_ui_api_call(ngx_http_sandbox_mcp_ctx_t *ctx,
     ctx->calls = call;
     ctx->ncalls = 1;
     ctx->finish = ngx_http_sandbox_mcp_ui_api_finish;
+    ctx->dashboard = 1;
 
     /* held while starting: an answer at once must not finalize */
     ctx->pending = 2;
@@ -417,13 +418,18 @@ ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_str_t *run_id)
 {
     json_t        *body, *args, *text;
+    ngx_int_t      rc;
     ngx_str_t      raw;
     json_error_t   err;
 
-    if (ngx_http_sandbox_mcp_read_body(ctx->request, &raw,
-                                       NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX)
-        != NGX_OK)
-    {
+    rc = ngx_http_sandbox_mcp_read_body(ctx->request, &raw,
+                                        NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc != NGX_OK) {
         return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
                                   NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
                                   "the message is too long");

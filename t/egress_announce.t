@@ -83,7 +83,7 @@ $t->start;
 egress_with(ANTHROPIC_API_KEY => 'sk-ant-announce');
 my $sid = $t->initialize;
 ok($sid, 'a session');
-announced('anthropic', 'ANTHROPIC_API_KEY only');
+announced('inbox anthropic', 'ANTHROPIC_API_KEY only');
 
 started($sid, { task => 'no repository' }, 'an anthropic run without a repository');
 
@@ -112,12 +112,12 @@ unlike($msg, qr/The operator sets/, '... names no setting');
 # repository; removed again: its follow-up is refused
 
 egress_with(ANTHROPIC_API_KEY => 'sk-ant-announce', GITHUB_TOKEN => 'ghp_announce');
-announced('anthropic github github-api', 'with GITHUB_TOKEN');
+announced('inbox anthropic github github-api', 'with GITHUB_TOKEN');
 my $run = started($sid, { task => 'on a repository', repository => $repo },
                   'a run on a repository with the GitHub route');
 
 egress_with(ANTHROPIC_API_KEY => 'sk-ant-announce');
-announced('anthropic', 'without GITHUB_TOKEN again');
+announced('inbox anthropic', 'without GITHUB_TOKEN again');
 refused($sid, { task => 'follow-up', sessionId => $run->{sessionId} },
         qr/no GitHub route.*GITHUB_TOKEN/,
         'a follow-up of a session on a repository, without a GitHub route');
@@ -126,7 +126,7 @@ refused($sid, { task => 'follow-up', sessionId => $run->{sessionId} },
 # no model provider at all (make up stops first; docker-compose does not)
 
 egress_with(GITHUB_TOKEN => 'ghp_announce');
-announced('github github-api', 'GITHUB_TOKEN only');
+announced('inbox github github-api', 'GITHUB_TOKEN only');
 $msg = refused($sid, { task => 't' },
                qr/no anthropic route.*sets ANTHROPIC_API_KEY where the egress proxy runs/,
                'the default model without any provider');

@@ -734,7 +734,7 @@ $t->redis('FLUSHALL');
 sub message_keys {
     my ($run) = @_;
     return [ "${P}run:$run", "${P}run:$run:inbox", "${P}run:$run:events",
-             "${P}run:$run", "${P}egress:routes" ];
+             "${P}run:$run", "${P}egress:routes", "${P}tenant:alice:usage" ];
 }
 
 # run_message with the module's ARGV; %o overrides by name
@@ -743,10 +743,10 @@ sub message {
     my %a = (tenant => 'alice', now => $now, text => 'hello', who => 'alice',
              maxlen => 100000, waiting => 10, per_run => 100,
              started => 'started', running => 'running', via => 'mcp',
-             ttl => 172800, %o);
+             ttl => 172800, grants => '*', %o);
     return script('run_message', message_keys($run),
                   [ @a{qw(tenant now text who maxlen waiting per_run started
-                          running via ttl)} ]);
+                          running via ttl grants)} ]);
 }
 
 # run_inbox with the egress's KEYS and ARGV
@@ -789,15 +789,19 @@ subtest 'run_message: a running run' => sub {
     is_deeply($r, [ 'ok', 1, 1 ], "queued: {'ok', message id 1, 1 waiting}");
     is_deeply(inbox_of($a, $run), [ { id => 1, text => 'look at the tests first' } ],
               'the inbox: one JSON {id, text}');
+    my $bytes = 256 + 2 * length('look at the tests first');
     is_deeply($a->{"${P}run:$run"}{value},
-              { tenant => 'alice', status => 'running', messages => 1 },
-              'the run hash counts it: messages 1');
+              { tenant => 'alice', status => 'running', messages => 1, bytes => $bytes },
+              'the run hash counts it: messages 1, bytes 256 + twice the text');
+    is_deeply($a->{"${P}tenant:alice:usage"}{value}, { bytes => $bytes },
+              '... and so does the tenant\'s usage');
     is_deeply(events_after_first($a, $run),
               [ { type => 'message', ts => $now,
                   data => { id => 1, from => 'alice', via => 'mcp',
                             text => 'look at the tests first' } } ],
               "one event 'message' {id, from, via, text}");
-    is_deeply([ sort keys %$a ], [ sort keys(%$b), $IN ], 'one key more: the inbox');
+    is_deeply([ sort keys %$a ], [ sort keys(%$b), $IN, "${P}tenant:alice:usage" ],
+              'two keys more: the inbox, the tenant\'s usage');
     my $ttl = $t->redis('TTL', $IN);
     ok($ttl > 172700 && $ttl <= 172800,
        "the inbox expires ARGV[11] s after its last message ($ttl s), the run hash's TTL or not");
@@ -817,6 +821,30 @@ subtest 'run_message: a running run' => sub {
               "... its event says via 'dashboard'");
     is_deeply($sub->next_message(2), [ "${P}run:$run", 'message' ], '... a ping');
     $sub->close;
+};
+
+subtest 'run_message: a cancel asked, and the grants of the token that sends it' => sub {
+    my $run = id('run_', '9');
+    message_run($run, cancel_requested => 1);
+    my ($r, $b, $a) = message($run);
+    is_deeply($r, [ 'ended', 'cancel requested' ], "cancel requested: {'ended', 'cancel requested'}");
+    unchanged($b, $a, '... nothing written');
+
+    my $g = id('run_', 'a');
+    message_run($g, repository => 'https://github.com/Acme/App',
+                repositories => '["https://github.com/Acme/App","https://github.com/tools/lib"]');
+    for my $case ([ 'acme/app', 'https://github.com/tools/lib' ],
+                  [ 'tools/*', 'https://github.com/Acme/App' ],
+                  [ '', 'https://github.com/Acme/App' ]) {
+        my ($grants, $url) = @$case;
+        ($r, $b, $a) = message($g, grants => $grants);
+        is_deeply($r, [ 'grant', $url ], "grants '$grants': {'grant', $url}");
+        unchanged($b, $a, '... nothing written');
+    }
+    for my $grants ('acme/app,tools/lib', 'acme/*,tools/*', '*') {
+        ($r) = message($g, grants => $grants);
+        is($r->[0], 'ok', "grants '$grants': ok");
+    }
 };
 
 subtest 'run_message: each message sets the inbox\'s lifetime again' => sub {

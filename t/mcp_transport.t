@@ -33,7 +33,7 @@ my $P = 'smcp:';
 my @VERSIONS = qw(2025-11-25 2025-06-18 2025-03-26);
 my @TOOLS = sort qw(opencode_run_task opencode_get_result opencode_list_runs
                     opencode_cancel_run opencode_get_diff opencode_get_events
-                    opencode_list_sessions);
+                    opencode_list_sessions opencode_send_message);
 
 # expect an HTTP status + JSON-RPC error code in a JSON body
 sub rpc_error_is {

@@ -14,7 +14,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(json_decode now_ms rhex);
+use SMCP::Test qw(json_decode json_encode now_ms rhex);
 
 my $t = SMCP::Test->new(
     workers => 2,
@@ -206,6 +206,100 @@ for my $case (
                   headers => [Cookie => "smcp_ui_run=$rt", Origin => $origin,
                               'X-SMCP-CSRF' => 1]);
     is($r->{status}, 401, "a run token on another run's cancel: 401");
+}
+
+###############################################################################
+# a message to the running agent (opencode_send_message through the page)
+
+sub message {
+    my ($run, $body, @h) = @_;
+    my $r = $t->http(method => 'POST', path => "/ui/runs/$run/message", body => $body,
+                     headers => [Cookie => $C, 'Content-Type' => 'application/json', @h]);
+    return ($r, json_decode($r->{body}));
+}
+
+{
+    my $live = 'run_' . rhex();
+    $t->redis('HSET', "${P}run:$live", tenant => 'alice', status => 'running',
+              created_at => now_ms());
+    my $ok = json_encode({ message => "<b>also</b> the docs \x{e9}" });
+    my @same = (Origin => $origin, 'X-SMCP-CSRF' => 1);
+
+    for my $case (
+        [ 'no header at all', [] ],
+        [ 'CSRF header only', ['X-SMCP-CSRF' => 1] ],
+        [ 'another Origin', [Origin => 'https://evil.example', 'X-SMCP-CSRF' => 1] ],
+        [ 'cross-site fetch', ['Sec-Fetch-Site' => 'cross-site', 'X-SMCP-CSRF' => 1] ],
+    ) {
+        my ($name, $h) = @$case;
+        my ($r) = message($live, $ok, @$h);
+        is($r->{status}, 403, "message, $name: 403");
+    }
+    is($t->redis('EXISTS', "${P}run:$live:inbox"), 0, '... nothing in the inbox');
+
+    my $r = $t->http(path => "/ui/runs/$live/message", headers => [Cookie => $C]);
+    is($r->{status}, 405, 'message, GET: 405');
+    is($r->{headers}{allow}, 'POST', '... Allow: POST');
+
+    for my $case (
+        [ 'not JSON', 'message=hi' ],
+        [ 'a JSON string', '"hi"' ],
+        [ 'no message', '{}' ],
+        [ 'a number', '{"message":5}' ],
+        [ 'another member too', '{"message":"hi","runId":"run_x"}' ],
+        [ 'a duplicate member', '{"message":"a","message":"b"}' ],
+    ) {
+        my ($name, $body) = @$case;
+        my ($r2, $d2) = message($live, $body, @same);
+        is($r2->{status}, 400, "message, $name: 400");
+        like($d2->{error} // '', qr/message/, '... saying what the body is');
+    }
+    ($r, my $d) = message($live, json_encode({ message => '' }), @same);
+    is($r->{status}, 400, 'an empty message: 400 (the tool\'s own check)');
+    ($r, $d) = message($live, json_encode({ message => 'x' x 16385 }), @same);
+    is($r->{status}, 400, 'a message of 16385 bytes: 400');
+    ($r) = message($live, json_encode({ message => 'x' x 70000 }), @same);
+    is($r->{status}, 413, 'a body over 64 KiB: 413');
+    is($t->redis('EXISTS', "${P}run:$live:inbox"), 0, '... nothing in the inbox');
+
+    ($r, $d) = message($live, $ok, @same);
+    is($r->{status}, 200, 'same Origin + X-SMCP-CSRF: 200');
+    is_deeply($d, { runId => $live, messageId => 1, status => 'queued', waiting => 1 },
+              '... queued');
+    my ($m) = map { json_decode($_) } @{ $t->redis('LRANGE', "${P}run:$live:inbox", 0, -1) };
+    is($m->{text}, "<b>also</b> the docs \x{e9}", '... its text as sent');
+    my ($ev) = grep { ($_->{type} // '') eq 'message' } $t->run_events($live);
+    is($ev && $ev->{json}{via}, 'dashboard', '... its event says via dashboard');
+
+    my $bobs = 'run_' . rhex();
+    $t->redis('HSET', "${P}run:$bobs", tenant => 'bob', status => 'running',
+              created_at => now_ms());
+    ($r) = message($bobs, $ok, @same);
+    is($r->{status}, 404, "another tenant's run: 404");
+    is($t->redis('EXISTS', "${P}run:$bobs:inbox"), 0, '... nothing in its inbox');
+
+    my $rt = $t->token(scope => 'ui', run => $runs[0]{runId}, repos => undef);
+    $r = $t->http(method => 'POST', path => "/ui/runs/$live/message", body => $ok,
+                  headers => [Cookie => "smcp_ui_run=$rt", @same]);
+    is($r->{status}, 401, "a run token on another run's message: 401");
+    my $own = $t->token(scope => 'ui', run => $live, repos => undef);
+    ($r, $d) = (undef, undef);
+    $r = $t->http(method => 'POST', path => "/ui/runs/$live/message", body => $ok,
+                  headers => [Cookie => "smcp_ui_run=$own", @same]);
+    is($r->{status}, 403, "its own run's watch token (a watchUrl): 403, it only watches");
+    like(json_decode($r->{body})->{error} // '', qr/tenant's link/, '... saying what steers');
+    is($t->redis('LLEN', "${P}run:$live:inbox"), 1, '... nothing more in the inbox');
+
+    my $chunked = $t->http(method => 'POST', path => "/ui/runs/$live/message",
+        headers => [Cookie => $C, 'Content-Type' => 'application/json',
+                    'Transfer-Encoding' => 'chunked', @same],
+        body => "5\r\n{\"me\"\r\n0\r\n\r\n");
+    is($chunked->{status}, 411, 'a chunked body: 411, read by no one');
+
+    $t->redis('HSET', "${P}run:$live", status => 'completed');
+    ($r, $d) = message($live, $ok, @same);
+    is($r->{status}, 400, 'a run that has ended: 400');
+    like($d->{error} // '', qr/opencode_run_task.*sessionId/s, '... naming the way on');
 }
 
 $t->done;

@@ -20,8 +20,18 @@
 # the 401 page, and a page whose link stopped working, saying how to get
 # a new link.  Issue 25, 4: the run's end told by a notification, asked
 # for by a button (never on load), only on the page whose button was
-# pressed.  Screenshots go to
-# build/ui-screenshots/ (the README's are copies in docs/screenshots/).
+# pressed.  Issue 25, 6: the run page as read on a phone — the status and
+# the timeline first, the details, task and tokens after (beside the
+# timeline on a desktop); the page follows the newest step while the
+# reader is at the timeline's end, stays put once they scroll away (and,
+# in a browser without scroll anchoring, while they read below it), and
+# "Back to the newest step" returns; the files the agent wrote so far in
+# the summary while it runs (hostile names as text), then the diff; a
+# long command folded and shown once; Cancel asking to confirm (a second
+# press, "Keep it running", or 5 s); the run list's repository, branch,
+# duration (live) and cost.  Screenshots go to build/ui-screenshots/ (the
+# docs' are copies in docs/screenshots/: run-desktop.png, run-phone.png —
+# a running run at 390 px —, runs-phone.png).
 #
 # The browser side is t/js/ui_browser.mjs; it reports one JSON line per
 # check and every line becomes an assertion here (SMCP::Test::js_checks).
@@ -54,10 +64,14 @@ my @EXPECTED = (
     'the timeline grows without reload: tool call, command, folded output, egress',
     'the timeline grows further: text reply, error, log line',
     'tokens and cost so far add up the steps',
+    'desktop: the details, task and tokens stand beside the timeline',
+    '390 px, a running run: the status and the timeline first, then the details, task, tokens and cost',
+    'while it runs, the files changed so far show in the summary',
     'the status turns completed without reload',
     'the tab title turns completed, live',
     "the run's end is told by one notification: status, title, the result's first line",
     'the result, the pull request link and the diff render',
+    'the run ended: its diff takes over from the files so far',
     "a watchUrl: every link on the page opens; All runs and the session's runs are not offered, the page says how to reach them",
     'the page was loaded once: no reload, no script error',
     '390 px: the run page does not scroll sideways',
@@ -65,18 +79,30 @@ my @EXPECTED = (
     'dark mode: the page follows the system setting',
     'nginx reload: the page reconnects and resumes, missing nothing',
     'a running run has a Cancel button',
-    'Cancel clicked: cancel requested in Redis and the runners told',
+    'Cancel clicked, then Confirm cancel: cancel requested in Redis and the runners told',
     'the page shows cancelled once the runner stopped the run',
     'a page whose button was not pressed tells nothing',
     'the tab title turns cancelled, live',
-    'Cancel by keyboard on a started run: cancelled at once',
+    'Cancel by keyboard on a started run: Enter, Enter again, cancelled at once',
     'XSS: task, title, result, tool output and file names show as text',
     'XSS: no script ran and no element came from the data',
     '390 px: long unbroken words (title, command, output, log, diff) wrap',
+    '390 px, a long timeline opened: the page stays at the top; a button leads to the newest step',
+    'Back to the newest step: the newest step in view, the button gone',
+    'at the end, the page follows: new steps come into view',
+    'scrolled up: the page stops following and stays put while steps come; the button shows',
+    'the button again: back at the newest step, and following again',
+    'while it runs: the files written so far, each once, names as text (not errors, not reads)',
+    'a long command is folded under its first line and shown once; a title that repeats it is not shown',
+    'reading below the timeline (no scroll anchoring): new steps do not move what is read',
+    'Cancel asks to confirm: one press cancels nothing; Keep it running, or 5 s, undoes it',
+    'the run ends: the diff takes over from the files so far; no button back',
     'run list: the tenant link opens it and leaves no token in the address',
     'run list: newest first, a page at a time, older ones by cursor',
+    'run list: each row shows repository, branch, duration and cost',
     'run list: the status filter',
     'run list: a status changes live',
+    "run list: a running run's duration counts live; once it ended, its duration stops and its cost shows",
     'run list: after an nginx reload it reconnects and shows what changed',
     'run list: a new run appears at the top, live',
     'run list: a row links to its run page',
@@ -138,9 +164,15 @@ my $reload = run_task({ task => 'Watched across a reload', title => 'Reload' },
                       'run watched across a reload');
 my $expiring = run_task({ task => 'Watched while its link expires', title => 'Expiring' },
                         'run watched while its link expires');
-my @fill = map { run_task({ task => "filler $_", title => "Filler $_" }, "filler $_") } 1 .. 19;
+my $follow = run_task({ task => 'Read on a phone while it runs', title => 'Followed',
+                        repository => $repo, branch => 'follow-steps' },
+                      'run read on a phone while it runs');
+# the fillers name a repository and a branch every other one (the list shows them)
+my @fill = map { run_task({ task => "filler $_", title => "Filler $_",
+                            ($_ % 2 ? (repository => $repo, branch => "filler-$_") : ()) },
+                          "filler $_") } 1 .. 19;
 
-my @all = ($sibling, $live, $cancel, $started, $xss, $reload, $expiring, @fill);
+my @all = ($sibling, $live, $cancel, $started, $xss, $reload, $expiring, $follow, @fill);
 is(scalar(grep { ($_->{watchUrl} // '') =~ m{/ui/runs/run_[0-9a-f]{24}\?token=} } @all),
    scalar(@all), 'every run has a watchUrl');
 
@@ -192,13 +224,14 @@ my %cfg = (
     list => {
         url => "$origin/ui/?token=" . $t->token(scope => 'ui', repos => undef),
         newestFirst => [ map { $_->{runId} } reverse @all ],
-        completed => [ $xss->{runId}, $live->{runId} ],
+        completed => [ $follow->{runId}, $xss->{runId}, $live->{runId} ],
         changing => $fill[-1]{runId},
         changingTitle => 'Filler 19',
         changingAway => $fill[-2]{runId},
     },
     denied => { url => $tampered },
     expiring => { runId => $expiring->{runId}, watchUrl => $expiring->{watchUrl} },
+    follow => { runId => $follow->{runId}, watchUrl => $follow->{watchUrl}, payload => $X },
     mcp => { url => "$origin/mcp", token => $t->token },
 );
 my $cfg_file = $t->dir . '/ui_browser.json';
@@ -216,6 +249,8 @@ is($t->redis('HGET', "${P}run:$started->{runId}", 'status'), 'cancelled',
    'the started run was cancelled');
 is($t->redis('HGET', "${P}run:$live->{runId}", 'cancel_requested') // '', '',
    'the watched run was never cancelled');
+is($t->redis('HGET', "${P}run:$follow->{runId}", 'cancel_requested') // '', '',
+   'Cancel pressed once (not confirmed) cancelled nothing');
 
 for my $f (qw(run-desktop.png run-phone.png runs-phone.png)) {
     ok(-s "$shots/$f", "screenshot $f saved");

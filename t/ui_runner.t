@@ -3,8 +3,9 @@
 # OpenCode (the model a scripted fake, GitHub a fake), and headless
 # Chromium opens the run's watchUrl at once and watches it to the end:
 # the tool calls OpenCode prints (write, then bash with its command and
-# folded output) appear while the run is running, the status turns
-# completed without reload, the reply, result, tokens and diff render,
+# folded output) appear while the run is running, the file it wrote among
+# the files changed so far (read from OpenCode's own events), the status
+# turns completed without reload, the reply, result, tokens and diff render,
 # a message typed in the page's box while it runs (markup in it) shows as
 # text in the timeline, is taken by the sandbox and reaches the model,
 # 390 px does not scroll sideways, nothing leaves the origin.  Screenshots
@@ -27,6 +28,7 @@ use SMCP::Test qw(repo_root json_encode require_prereqs js_checks
 
 my @EXPECTED = (
     'the watchUrl opens the run page while the run has not ended',
+    'the file the real OpenCode wrote shows among the files changed so far while it runs',
     'a message from the page reaches the running agent: shown as text, then taken',
     'the real OpenCode\'s tool calls appear live: write, then bash with its command',
     'the command\'s output is folded and holds what it printed',
@@ -78,6 +80,8 @@ open(my $fh, '>', $cfg_file) or die "$cfg_file: $!";
 print $fh json_encode({
     origin => 'http://127.0.0.1:' . $t->port, chromium => $chromium,
     watchUrl => $run->{watchUrl}, shots => "$root/build/ui-screenshots",
+    tenantUrl => 'http://127.0.0.1:' . $t->port . '/ui/?token='
+                 . $t->token(scope => 'ui', repos => undef),
     file => 'greet.js', added => "module.exports = (name) =>",
     command => $command, printed => 'ok 1 - greets by name', reply => $reply,
     steer => $steer, steerMark => $mark,

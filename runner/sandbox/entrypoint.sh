@@ -3,7 +3,9 @@
 #
 # Prepares the agent's world from what the runner passes in the
 # environment, then runs OpenCode on the task (or, for tests and debugging,
-# whatever command was given as arguments).  Nothing here is secret: the
+# whatever command was given as arguments): through OpenCode's server in
+# the sandbox (below, "How the agent runs"), so that a message sent to the
+# running agent (opencode_send_message) reaches it.  Nothing here is secret: the
 # only credential is SMCP_RUN_TOKEN, scoped to this run and accepted only by
 # the egress proxy while the run is live.  Real keys never enter the
 # sandbox; the proxy adds them on the way out.
@@ -664,30 +666,38 @@ server_prompt() {
         false &
         return
     fi
-    mailman < /dev/null > /dev/null 2>&1 &
-    mailman=$!
     curl -s -o "$warm/answer" -w '%{http_code}' -X POST \
         -H 'Content-Type: application/json' --data-binary "@$warm/prompt" \
         "$oc_url/session/$sid/message?$oc_q" > "$warm/status" 2>/dev/null &
+    prompt=$!
+    mailman < /dev/null > /dev/null 2>&1 &
+    mailman=$!
+    # the prompt's request is the agent (wait, signals)
+    set_agent=$prompt
 }
 
 # The mailman: while the agent runs, the messages sent to it, taken one by
 # one from the egress inbox (GET $SMCP_EGRESS_URL/smcp/inbox with the run
-# token: 200 and the text, or 204), each added to the session
-# (prompt_async: OpenCode queues it and sends it with the session's next
-# model request; no model named, the session's own).  Asked every second;
-# an egress without an inbox (404) ends it.  Nothing of it is printed.
+# token: 200 and the text, or 204), each added to the session with the
+# run's model (prompt_async: OpenCode queues it and sends it with the
+# session's next model request, within the prompt's turn).  Asked every
+# second (the server is not asked anything until a message comes); an
+# egress without an inbox (404) ends it, and so does $warm/mail-stop, made
+# once the prompt has returned: what it took it hands on before it stops.
+# Nothing of it is printed.
 mailman() {
     local code
-    while :; do
-        code=$(curl -s -m 30 -o "$warm/inbox" -w '%{http_code}' \
+    while [ ! -e "$warm/mail-stop" ]; do
+        code=$(curl -s -m 5 -o "$warm/inbox" -w '%{http_code}' \
                    -H "Authorization: Bearer $SMCP_RUN_TOKEN" \
                    "${SMCP_EGRESS_URL%/}/smcp/inbox") || code=000
         case $code in
             200)
-                printf '{"parts":[{"type":"text","text":%s}]}' \
+                printf '{"model":{"providerID":%s,"modelID":%s},"parts":[{"type":"text","text":%s}]}' \
+                    "$(json_str "${oc_model%%/*}")" \
+                    "$(json_str "${oc_model#*/}")" \
                     "$(json_stdin < "$warm/inbox")" > "$warm/steer"
-                curl -s -m 30 -o /dev/null -X POST \
+                curl -s -m 10 -o /dev/null -X POST \
                     -H 'Content-Type: application/json' \
                     --data-binary "@$warm/steer" \
                     "$oc_url/session/$sid/prompt_async?$oc_q"
@@ -730,6 +740,7 @@ printf '%s' "${SMCP_TASK:-}" > "$TMPDIR/smcp-task"
 signal=""
 reader=""
 mailman=""
+set_agent=""
 sid=""
 served=$warm_run
 if [ $warm_run = 0 ] && command -v curl >/dev/null 2>&1 \
@@ -761,7 +772,7 @@ else
     lifecycle agent_start
     opencode "${args[@]}" < "$TMPDIR/smcp-task" &
 fi
-agent=$!
+agent=${set_agent:-$!}
 for sig in TERM INT HUP; do
     # shellcheck disable=SC2064
     trap "signal=$sig; kill -$sig $agent 2>/dev/null || true" "$sig"
@@ -775,8 +786,15 @@ while kill -0 "$agent" 2>/dev/null; do
 done
 trap - TERM INT HUP
 if [ -n "$mailman" ]; then
-    # no message is taken once the prompt has returned (bash's word of a
-    # job it killed goes to /dev/null: the container's output is the run's)
+    # no message is taken once the prompt has returned; one taken is
+    # handed on first (its requests are bounded: 20 s at most; after a stop
+    # signal it is not waited for; bash's word of a job it killed goes to
+    # /dev/null: the container's output is the run's)
+    touch "$warm/mail-stop"
+    for ((i = 0; i < 200; i++)); do
+        [ -z "$signal" ] && kill -0 "$mailman" 2>/dev/null || break
+        sleep 0.1
+    done
     kill "$mailman" 2>/dev/null || true
     wait "$mailman" 2>/dev/null || true
 fi

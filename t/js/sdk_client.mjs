@@ -28,6 +28,7 @@ const EXPECTED_TOOLS = [
     'opencode_list_runs',
     'opencode_list_sessions',
     'opencode_run_task',
+    'opencode_send_message',
 ];
 
 function emit(check, ok, detail) {
@@ -102,7 +103,7 @@ if (connected) {
         return { ok: r && typeof r === 'object', detail: r };
     });
 
-    await check('listTools returns the 7 tools', async () => {
+    await check('listTools returns the 8 tools', async () => {
         const r = await client.listTools();
         const names = r.tools.map((t) => t.name).sort();
         const schemasOk = r.tools.every((t) => t.inputSchema?.type === 'object'

@@ -30,6 +30,49 @@ const tabTitle = (mark, status, title) => `${mark} ${status} — ${title} — sa
 const waitTitle = (page, want) => page.waitForFunction((t) => document.title === t, want,
                                                        { timeout: WAIT });
 
+// where elements are on the page (px from its top; left and right from
+// the screen's edge): {id: {top, bottom, left, right}}
+const boxes = (page, ids) => page.evaluate((list) => Object.fromEntries(list.map((id) => {
+    const b = document.getElementById(id).getBoundingClientRect();
+    return [id, { top: b.top + window.scrollY, bottom: b.bottom + window.scrollY,
+                  left: b.left, right: b.right }];
+})), ids);
+
+// the newest step on the screen: its place, the scroll position, the text
+// of the step, and whether "Back to the newest step" shows
+const view = (page) => page.evaluate(() => {
+    const li = document.querySelector('#timeline > li:last-child');
+    const b = li.getBoundingClientRect();
+    return { top: Math.round(b.top), bottom: Math.round(b.bottom), vh: window.innerHeight,
+             y: Math.round(window.scrollY), last: li.textContent,
+             button: !document.getElementById('to-newest').hidden };
+});
+const inView = (v) => v.bottom > 0 && v.bottom <= v.vh;
+const newestInView = (page) => page.waitForFunction(() => {
+    const b = document.querySelector('#timeline > li:last-child').getBoundingClientRect();
+    return b.bottom > 0 && b.bottom <= window.innerHeight;
+}, null, { timeout: WAIT });
+
+// a page's next frames drawn (what it does after new steps is done by then)
+const frames = (page) => page.evaluate(() => new Promise((r) => {
+    requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 100)));
+}));
+
+// text as a reader sees it: runs of white space as one space
+const squash = (s) => s.replace(/\s+/g, ' ').trim();
+
+// SMCP.duration's wording (common.js): "1 h 2 min 3 s", "2 min 3 s", "3 s"
+const duration = (ms) => {
+    const s = Math.floor(ms / 1000), h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+    return (h ? `${h} h ` : '') + (h || m ? `${m} min ` : '') + `${s % 60} s`;
+};
+
+// a tool call as OpenCode reports it (runner/sandbox/session-events)
+const tool = (name, input, title, status = 'completed') => ({ type: 'tool_use', part: {
+    type: 'tool', tool: name, state: status === 'error'
+        ? { status, title, input, error: 'permission denied' }
+        : { status, title, input, output: 'done' } } });
+
 // every link a page shows that stays on the origin, with the answer the
 // page's own cookies get for it: [[href, status], ...]
 const followLinks = (page) => page.evaluate(async (origin) => {
@@ -198,6 +241,46 @@ await check('tokens and cost so far add up the steps', async () => {
     return u.replace(/\s+/g, ' ');
 });
 
+await check('desktop: the details, task and tokens stand beside the timeline', async () => {
+    const b = await boxes(page, ['summary', 'timeline-box', 'facts-box', 'task-box', 'usage-box']);
+    const side = ['facts-box', 'task-box', 'usage-box'];
+    assert(side.every((id) => b[id].left >= b['timeline-box'].right), `columns ${JSON.stringify(b)}`);
+    assert(b['facts-box'].top < b['timeline-box'].bottom && b['summary'].top <= b['facts-box'].top,
+           `rows ${JSON.stringify(b)}`);
+    assert(b['timeline-box'].top > b['summary'].top, 'the timeline above the status');
+    return `timeline ${Math.round(b['timeline-box'].left)}-${Math.round(b['timeline-box'].right)} px, `
+           + `details ${Math.round(b['facts-box'].left)}-${Math.round(b['facts-box'].right)} px`;
+});
+
+const pl = await open(phone, L.watchUrl);
+await pl.locator('#timeline li.reply', { hasText: L.reply }).waitFor({ timeout: WAIT });
+await check('390 px, a running run: the status and the timeline first, then the details, task, tokens and cost', async () => {
+    await pl.locator('#status').filter({ hasText: /^running$/ }).waitFor({ timeout: WAIT });
+    const order = ['summary', 'timeline-box', 'facts-box', 'task-box', 'usage-box'];
+    const b = await boxes(pl, [...order, 'status', 'cancel']);
+    for (let i = 1; i < order.length; i++) {
+        assert(b[order[i]].top >= b[order[i - 1]].bottom, `${order[i]} above ${order[i - 1]}: `
+               + JSON.stringify(b));
+    }
+    assert(b['status'].bottom < 844 && b['cancel'].bottom < 844, 'the status or Cancel off the first screen');
+    assert(b['timeline-box'].top < 844, `the timeline starts at ${b['timeline-box'].top} px`);
+    assert(await pl.evaluate(() => window.scrollY) === 0, 'the page moved');
+    return order.map((id) => `${id} ${Math.round(b[id].top)}`).join(', ');
+});
+await check('while it runs, the files changed so far show in the summary', async () => {
+    const want = 'Files changed so far: src/login.js';
+    for (const p of [pl, page]) {
+        await p.locator('#files-now').waitFor({ timeout: WAIT });
+        const got = squash(await p.locator('#files-now').textContent());
+        assert(got === want, `shown: ${got}`);
+    }
+    assert(await pl.locator('#files-now').evaluate((e) => e.closest('#summary') !== null),
+           'not in the summary');
+    return want;
+});
+await pl.screenshot({ path: `${shots}/run-phone.png` });
+await pl.close();
+
 await fr.finish(L.runId, 'completed', {
     result: L.result, exit_code: 0, tokens_input: 1500, tokens_output: 300,
     tokens_reasoning: 0, tokens_cache_read: 0, tokens_cache_write: 0, cost: '0.015',
@@ -245,6 +328,12 @@ await check('the result, the pull request link and the diff render', async () =>
     assert(ab !== cb && db !== cb && ab !== db, `colours ${ab} ${db} ${cb}`);
     assert((await text(page, '#diff-stat')).includes('2 files changed'), 'diff stat');
     return `${files.length} files, +${add.length} -${del.length}`;
+});
+
+await check('the run ended: its diff takes over from the files so far', async () => {
+    await page.locator('#files-now').waitFor({ state: 'hidden', timeout: WAIT });
+    assert(await page.locator('#diff-box').isVisible(), 'no diff');
+    return 'files so far hidden, the diff shown';
 });
 
 await check('a watchUrl: every link on the page opens; All runs and the session\'s runs are not offered, the page says how to reach them', async () => {
@@ -303,8 +392,7 @@ await check('dark mode: the page follows the system setting', async () => {
     assert(m[0] + m[1] + m[2] < 150, `background ${bg}`);
     return bg;
 });
-await pp.screenshot({ path: `${shots}/run-phone.png`, fullPage: true });
-await pp.screenshot({ path: `${shots}/run-phone-top.png` });
+await pp.screenshot({ path: `${shots}/run-phone-completed.png`, fullPage: true });
 await pp.close();
 
 // ---------------------------------------------------------------------------
@@ -356,8 +444,12 @@ await check('a running run has a Cancel button', async () => {
     return await b.innerText();
 });
 
-await check('Cancel clicked: cancel requested in Redis and the runners told', async () => {
+await check('Cancel clicked, then Confirm cancel: cancel requested in Redis and the runners told', async () => {
     await page.getByRole('button', { name: /Cancel/ }).click();
+    await page.waitForTimeout(300);
+    const early = await redis.cmd('HGET', `${cfg.prefix}run:${C.runId}`, 'cancel_requested');
+    assert(early === null && !told.includes(C.runId), `one press cancelled: ${early}`);
+    await page.getByRole('button', { name: 'Confirm cancel' }).click();
     const t0 = Date.now();
     let flag;
     while (Date.now() - t0 < WAIT) {
@@ -394,7 +486,7 @@ await page.close();
 
 const S = cfg.cancelStarted;
 page = await open(desk, S.watchUrl);
-await check('Cancel by keyboard on a started run: cancelled at once', async () => {
+await check('Cancel by keyboard on a started run: Enter, Enter again, cancelled at once', async () => {
     await page.locator('#status').filter({ hasText: /^started$/ }).waitFor({ timeout: WAIT });
     let focused = '';
     for (let i = 0; i < 20 && focused !== 'cancel'; i++) {
@@ -404,6 +496,10 @@ await check('Cancel by keyboard on a started run: cancelled at once', async () =
     assert(focused === 'cancel', 'Tab never reached the Cancel button');
     const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
     assert(outline !== 'none', 'the focused button shows no focus outline');
+    await page.keyboard.press('Enter');
+    await page.locator('#cancel', { hasText: /^Confirm cancel$/ }).waitFor({ timeout: WAIT });
+    assert(await page.evaluate(() => document.activeElement.id) === 'cancel', 'the focus moved');
+    assert((await text(page, '#status')) === 'started', 'one Enter cancelled');
     await page.keyboard.press('Enter');
     await page.locator('#status').filter({ hasText: /^cancelled$/ }).waitFor({ timeout: WAIT });
     const st = await redis.cmd('HGET', `${cfg.prefix}run:${S.runId}`, 'status');
@@ -478,6 +574,193 @@ await check('390 px: long unbroken words (title, command, output, log, diff) wra
 await page.close();
 
 // ---------------------------------------------------------------------------
+// a running run read on a phone: the page follows the newest step while the
+// reader is at the end, stays put once they scroll away and offers a way
+// back; the files written so far; long commands; Cancel asks to confirm
+
+const F = cfg.follow;
+const stepAt = (p, n) => p.locator('#timeline pre.log', { hasText: new RegExp(`^step ${n}$`) });
+await fr.running(F.runId);
+for (let i = 1; i <= 40; i++) await fr.event(F.runId, 'log', `step ${i}`);
+
+const pf = await open(phone, F.watchUrl);
+await check('390 px, a long timeline opened: the page stays at the top; a button leads to the newest step', async () => {
+    await stepAt(pf, 40).waitFor({ timeout: WAIT });
+    await pf.locator('#to-newest').waitFor({ state: 'visible', timeout: WAIT });
+    const v = await view(pf);
+    assert(v.y === 0, `the page moved to ${v.y}`);
+    assert(v.top > v.vh, `the newest step is on the first screen (${v.top} px)`);
+    const label = await text(pf, '#to-newest');
+    assert(label === 'Back to the newest step', label);
+    const b = await pf.locator('#to-newest').boundingBox();
+    assert(b.y + b.height <= v.vh && b.y + b.height > v.vh - 100 && b.x >= 0 && b.x + b.width <= 390,
+           `the button at ${JSON.stringify(b)}`);
+    return `newest step at ${v.top} px; the button at ${Math.round(b.y)} px`;
+});
+
+await check('Back to the newest step: the newest step in view, the button gone', async () => {
+    await pf.click('#to-newest');
+    await pf.locator('#to-newest').waitFor({ state: 'hidden', timeout: WAIT });
+    const v = await view(pf);
+    assert(inView(v) && squash(v.last).endsWith('step 40'), JSON.stringify(v));
+    return `scrolled to ${v.y}; newest step ${v.top}-${v.bottom} px of ${v.vh}`;
+});
+
+await check('at the end, the page follows: new steps come into view', async () => {
+    const y0 = (await view(pf)).y;
+    for (const i of [41, 42, 43]) await fr.event(F.runId, 'log', `step ${i}`);
+    await stepAt(pf, 43).waitFor({ timeout: WAIT });
+    await newestInView(pf);
+    const v = await view(pf);
+    assert(v.y > y0 && !v.button && squash(v.last).endsWith('step 43'), JSON.stringify(v));
+    return `scrolled ${y0} -> ${v.y}`;
+});
+
+await check('scrolled up: the page stops following and stays put while steps come; the button shows', async () => {
+    await pf.evaluate(() => window.scrollBy({ top: -400, behavior: 'instant' }));
+    await pf.locator('#to-newest').waitFor({ state: 'visible', timeout: WAIT });
+    const y = (await view(pf)).y;
+    for (const i of [44, 45, 46]) await fr.event(F.runId, 'log', `step ${i}`);
+    await stepAt(pf, 46).waitFor({ timeout: WAIT });
+    await frames(pf);
+    const v = await view(pf);
+    assert(v.y === y, `the page moved from ${y} to ${v.y}`);
+    assert(v.top > v.vh && v.button, JSON.stringify(v));
+    return `stayed at ${y}; the newest step at ${v.top} px`;
+});
+
+await check('the button again: back at the newest step, and following again', async () => {
+    await pf.click('#to-newest');
+    await pf.locator('#to-newest').waitFor({ state: 'hidden', timeout: WAIT });
+    let v = await view(pf);
+    assert(inView(v) && squash(v.last).endsWith('step 46'), JSON.stringify(v));
+    const y0 = v.y;
+    await fr.event(F.runId, 'log', 'step 47');
+    await stepAt(pf, 47).waitFor({ timeout: WAIT });
+    await newestInView(pf);
+    v = await view(pf);
+    assert(v.y > y0 && !v.button, JSON.stringify(v));
+    return `scrolled to ${y0}, then ${v.y}`;
+});
+
+const fcmd = ['cd /workspace/repo', 'npm ci --no-audit', `echo '${F.payload}'`,
+              'npm test -- --reporter dot', 'npm run lint'].join('\n');
+await fr.event(F.runId, 'agent', tool('write', { filePath: '/workspace/repo/src/a.js', content: 'a' }, 'src/a.js'));
+await fr.event(F.runId, 'agent', tool('edit', { filePath: '/workspace/repo/src/a.js', oldString: 'a',
+                                                newString: 'b' }, 'src/a.js'));
+await fr.event(F.runId, 'agent', tool('write', { filePath: `/workspace/repo/docs/${F.payload}.md`,
+                                                 content: 'x' }, F.payload));
+await fr.event(F.runId, 'agent', tool('write', { filePath: '/workspace/repo/denied.txt', content: 'x' },
+                                      'denied.txt', 'error'));
+await fr.event(F.runId, 'agent', tool('read', { filePath: '/workspace/repo/README.md' }, 'README.md'));
+// an OpenCode whose title is the command, and a description
+await fr.event(F.runId, 'agent', tool('bash', { command: fcmd, description: 'Install and test' }, fcmd));
+await fr.event(F.runId, 'agent', tool('bash', { command: 'git status --short' }, 'git status --short'));
+
+await check('while it runs: the files written so far, each once, names as text (not errors, not reads)', async () => {
+    const want = `Files changed so far: src/a.js, docs/${F.payload}.md`;
+    await pf.waitForFunction((w) => document.getElementById('files-now').textContent
+        .replace(/\s+/g, ' ').trim() === w, want, { timeout: WAIT });
+    assert(await pf.locator('#files-now').isVisible(), 'hidden');
+    const paths = await pf.locator('#files-now-list code').allTextContents();
+    assert(JSON.stringify(paths) === JSON.stringify(['src/a.js', `docs/${F.payload}.md`]),
+           `paths ${JSON.stringify(paths)}`);
+    const r = await pf.evaluate(() => ({ flag: window.__smcpXss, img: document.querySelectorAll('img').length }));
+    assert(r.flag === 0 && r.img === 0, `markup ran: ${JSON.stringify(r)}`);
+    return squash(await pf.locator('#files-now').textContent()).slice(0, 60);
+});
+
+await check('a long command is folded under its first line and shown once; a title that repeats it is not shown', async () => {
+    const li = pf.locator('#timeline li.tool', { hasText: 'npm run lint' });
+    await li.waitFor({ timeout: WAIT });
+    const d = li.locator('details.cmd-fold');
+    assert(await d.count() === 1 && !(await d.evaluate((e) => e.open)), 'not folded');
+    const first = await d.locator('summary code').textContent();
+    assert(first === 'cd /workspace/repo', `summary ${first}`);
+    assert((await d.locator('pre.cmd').textContent()) === fcmd, 'the command');
+    assert((await li.locator('.what').textContent()) === 'Install and test', 'the description');
+    const all = await li.textContent();
+    assert(all.split('npm run lint').length === 2, `the command shown more than once: ${all}`);
+    const short = pf.locator('#timeline li.tool', { hasText: 'git status --short' });
+    assert((await short.textContent()).split('git status --short').length === 2, 'a short one twice');
+    assert(await short.locator('details.cmd-fold').count() === 0
+           && (await short.locator('pre.cmd').textContent()) === 'git status --short', 'a short one folded');
+    const r = await pf.evaluate(() => ({ flag: window.__smcpXss, img: document.querySelectorAll('img').length }));
+    assert(r.flag === 0 && r.img === 0, `markup ran: ${JSON.stringify(r)}`);
+    return `summary "${first}" (${fcmd.split('\n').length} lines)`;
+});
+
+// a browser without scroll anchoring (Safari): the page itself keeps what
+// the reader reads below the timeline in place
+const still = await browser.context({ viewport: { width: 390, height: 844 }, isMobile: true,
+                                      hasTouch: true });
+await still.addInitScript(() => {
+    const supports = CSS.supports.bind(CSS);
+    CSS.supports = (...a) => (/overflow-anchor/.test(a[0]) ? false : supports(...a));
+    document.addEventListener('DOMContentLoaded', () => {
+        document.documentElement.style.overflowAnchor = 'none';
+        document.body.style.overflowAnchor = 'none';
+    });
+});
+const ps = await open(still, F.watchUrl);
+await check('reading below the timeline (no scroll anchoring): new steps do not move what is read', async () => {
+    await stepAt(ps, 47).waitFor({ timeout: WAIT });
+    await ps.locator('#to-newest').waitFor({ state: 'visible', timeout: WAIT });
+    assert(await ps.evaluate(() => getComputedStyle(document.body).overflowAnchor) === 'none',
+           'scroll anchoring still on');
+    await ps.evaluate(() => document.getElementById('facts-box').scrollIntoView(
+        { block: 'start', behavior: 'instant' }));
+    const top = () => ps.evaluate(() => Math.round(document.getElementById('facts-box')
+        .getBoundingClientRect().top));
+    const end = await ps.evaluate(() => document.getElementById('timeline').getBoundingClientRect().bottom);
+    assert(end < 0, `the timeline's end on the screen (${end} px): the page is too short to test`);
+    const t0 = await top();
+    for (const i of [48, 49, 50]) await fr.event(F.runId, 'log', `step ${i}`);
+    await stepAt(ps, 50).waitFor({ timeout: WAIT });
+    await frames(ps);
+    const t1 = await top();
+    assert(Math.abs(t1 - t0) <= 1, `the details moved from ${t0} to ${t1} px`);
+    return `the details stayed at ${t1} px`;
+});
+await still.close();
+
+await check('Cancel asks to confirm: one press cancels nothing; Keep it running, or 5 s, undoes it', async () => {
+    const flag = () => redis.cmd('HGET', `${cfg.prefix}run:${F.runId}`, 'cancel_requested');
+    await pf.click('#cancel');
+    assert((await text(pf, '#cancel')) === 'Confirm cancel', await text(pf, '#cancel'));
+    await pf.locator('#cancel-keep').waitFor({ timeout: WAIT });
+    assert(/Confirm cancel/.test(await text(pf, '#cancel-note')), await text(pf, '#cancel-note'));
+    await pf.click('#cancel-keep');
+    assert((await text(pf, '#cancel')) === 'Cancel this run', 'Keep it running did not undo it');
+    assert(await pf.locator('#cancel-keep').isHidden(), 'Keep it running stays');
+    await pf.click('#cancel');
+    const t0 = Date.now();
+    await pf.locator('#cancel', { hasText: /^Cancel this run$/ }).waitFor({ timeout: WAIT });
+    const waited = Date.now() - t0;
+    assert(waited >= 4000, `back after ${waited} ms`);
+    const f = await flag();
+    assert(f === null, `cancel_requested ${f}`);
+    assert((await text(pf, '#status')) === 'running', 'not running');
+    return `back after ${waited} ms; nothing cancelled`;
+});
+
+const fdiff = 'diff --git a/src/a.js b/src/a.js\nnew file mode 100644\n--- /dev/null\n'
+            + '+++ b/src/a.js\n@@ -0,0 +1 @@\n+b\n';
+await fr.finish(F.runId, 'completed', { result: 'Followed.', cost: '0.002',
+    diff_stat: '1 file changed, 1 insertion(+)' }, fdiff);
+await check('the run ends: the diff takes over from the files so far; no button back', async () => {
+    await pf.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
+    await pf.locator('#diff details.file').waitFor({ timeout: WAIT });
+    await pf.locator('#files-now').waitFor({ state: 'hidden', timeout: WAIT });
+    assert(await pf.locator('#to-newest').isHidden(), 'the button stays');
+    const files = await pf.locator('#diff .file summary .path').allTextContents();
+    assert(JSON.stringify(files) === JSON.stringify(['src/a.js']), `diff ${files}`);
+    assert(pf.errors.length === 0, pf.errors.join('; '));
+    return files.join(', ');
+});
+await pf.close();
+
+// ---------------------------------------------------------------------------
 // the run list
 
 const R = cfg.list;
@@ -490,6 +773,7 @@ await check('run list: the tenant link opens it and leaves no token in the addre
 });
 
 const ids = () => page.locator('#runs li').evaluateAll((l) => l.map((e) => e.dataset.run));
+
 
 await check('run list: newest first, a page at a time, older ones by cursor', async () => {
     const first = await ids();
@@ -504,6 +788,26 @@ await check('run list: newest first, a page at a time, older ones by cursor', as
     const all = await ids();
     assert(JSON.stringify(all) === JSON.stringify(R.newestFirst), `all ${all.length}`);
     return `${first.length} then ${all.length}`;
+});
+
+await check('run list: each row shows repository, branch, duration and cost', async () => {
+    const row = page.locator(`#runs li[data-run="${L.runId}"]`);
+    await row.waitFor({ timeout: WAIT });
+    const [c, f] = await redis.cmd('HMGET', `${cfg.prefix}run:${L.runId}`, 'created_at', 'finished_at');
+    const want = { repo: 'acme/app', branch: 'main', duration: duration(Number(f) - Number(c)),
+                   cost: '$0.0150' };
+    const got = {};
+    for (const k of Object.keys(want)) got[k] = await row.locator(`.run-${k}`).textContent();
+    assert(JSON.stringify(got) === JSON.stringify(want), `row ${JSON.stringify(got)} vs ${JSON.stringify(want)}`);
+    const started = page.locator(`#runs li[data-run="${R.changing}"]`);
+    assert(await started.locator('.run-cost').count() === 0, 'a started run has a cost');
+    assert((await started.locator('.run-branch').textContent()) === 'filler-19', 'its branch');
+    assert(/^(\d+ min )?\d+ s$/.test(await started.locator('.run-duration').textContent()),
+           'a started run without its duration');
+    const bare = page.locator(`#runs li[data-run="${cfg.cancel.runId}"]`);
+    assert(await bare.locator('.run-repo').count() === 0 && await bare.locator('.run-branch').count() === 0,
+           'a run without repository or branch shows one');
+    return squash(await row.locator('.run-meta').textContent());
 });
 
 await check('run list: the status filter', async () => {
@@ -526,11 +830,26 @@ await check('run list: a status changes live', async () => {
     await fr.running(R.changing);
     await page.locator(`#runs li[data-run="${R.changing}"] .badge`, { hasText: /^running$/ })
         .waitFor({ timeout: WAIT });
-    await fr.finish(R.changing, 'failed', { error: 'the tests fail' });
+    await fr.finish(R.changing, 'failed', { error: 'the tests fail', cost: '0.25' });
     await page.locator(`#runs li[data-run="${R.changing}"] .badge`, { hasText: /^failed$/ })
         .waitFor({ timeout: WAIT });
     assert(page.navigations === 1, `navigations ${page.navigations}`);
     return 'started -> running -> failed';
+});
+
+await check('run list: a running run\'s duration counts live; once it ended, its duration stops and its cost shows', async () => {
+    const d = () => page.locator(`#runs li[data-run="${R.changingAway}"] .run-duration`).textContent();
+    const d0 = await d();
+    await page.waitForFunction(([id, t]) => document.querySelector(`#runs li[data-run="${id}"] .run-duration`)
+        .textContent !== t, [R.changingAway, d0], { timeout: 5000 });
+    const cost = page.locator(`#runs li[data-run="${R.changing}"] .run-cost`);
+    await cost.waitFor({ timeout: WAIT });
+    assert((await cost.textContent()) === '$0.2500', await cost.textContent());
+    const ended = () => page.locator(`#runs li[data-run="${R.changing}"] .run-duration`).textContent();
+    const e0 = await ended();
+    await page.waitForTimeout(2100);
+    assert((await ended()) === e0, `an ended run's duration moved: ${e0} -> ${await ended()}`);
+    return `${d0} -> ${await d()}; the failed one: ${e0}, $0.2500`;
 });
 
 await check('run list: after an nginx reload it reconnects and shows what changed', async () => {

@@ -16,6 +16,10 @@ const browser = await Browser.launch(cfg.chromium);
 fs.mkdirSync(cfg.shots, { recursive: true });
 
 const desk = await browser.desktop();
+// the tenant's link first (its cookie: the message box is the tenant's),
+// then the run's watchUrl in the same browser
+const list = await browser.open(desk, cfg.tenantUrl);
+await list.close();
 const page = await browser.open(desk, cfg.watchUrl);
 let first = 0;
 
@@ -24,6 +28,17 @@ await check('the watchUrl opens the run page while the run has not ended', async
         .waitFor({ timeout: WAIT });
     first = await page.locator('#timeline > li').count();
     return `${await text(page, '#status')}, ${first} entries`;
+});
+
+await check('the file the real OpenCode wrote shows among the files changed so far while it runs', async () => {
+    await page.locator('#timeline li.tool', { hasText: cfg.file }).first()
+        .waitFor({ timeout: RUN_WAIT });
+    const shown = (await page.locator('#files-now').textContent()).replace(/\s+/g, ' ').trim();
+    const st = await text(page, '#status');
+    assert(st === 'running', `status ${st}`);
+    assert(await page.locator('#files-now').isVisible(), 'hidden');
+    assert(shown === `Files changed so far: ${cfg.file}`, `shown: ${shown}`);
+    return shown;
 });
 
 await check('a message from the page reaches the running agent: shown as text, then taken', async () => {

@@ -7,23 +7,57 @@
 -- KEYS[1] run:{id}   KEYS[2] run:{id}:inbox (list: the messages waiting,
 --         JSON {id, text}, oldest first)   KEYS[3] run:{id}:events
 -- KEYS[4] channel run:{id}   KEYS[5] egress:routes
+-- KEYS[6] tenant:{tenant}:usage
 -- ARGV: tenant, now (ms), the text, who sent it, events maxlen, the most
 -- messages waiting at once, the most messages a run is sent, the names of
 -- the statuses `started` and `running`, how it came (mcp | dashboard),
--- the inbox's lifetime (s) from its last message: longer than any run
--- lasts, so a message still waiting when the run ends (its timeline keeps
--- it, not delivered) goes with the inbox, a bounded while later
+-- the inbox's lifetime (s) from its last message (longer than any run
+-- lasts: a message still waiting when the run ends, which its timeline
+-- keeps as not delivered, goes with the inbox a bounded while later),
+-- the grants of the token that sends it (as run_create reads them; "*"
+-- for the tenant's own dashboard)
+--
+-- The message steers the run's agent, which works on every repository of
+-- the run (and may push to the first): each must be granted, as for a
+-- follow-up.  Its event and its inbox entry count in the run's `bytes`
+-- and the tenant's (MESSAGE_BYTES and the text, twice), which the run's
+-- finish lists for its expiry as any of its bytes.
 --
 -- Returns nil (unknown, or another tenant's: nothing written), or
 -- {'ok', message id, messages waiting}, or a refusal that writes nothing:
--- {'ended', status} | {'full', waiting} | {'limit', sent} | {'noroute'}
--- (the egress announces its routes and `inbox` is not one of them).
+-- {'ended', status} (ended, or its cancel asked: "cancel requested") |
+-- {'grant', URL} (a repository of the run not granted) | {'full',
+-- waiting} | {'limit', sent} | {'noroute'} (the egress announces its
+-- routes and `inbox` is not one of them).
+local MESSAGE_BYTES = 256
 local started, running = ARGV[8], ARGV[9]
 
-local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'messages')
+local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'messages',
+                     'cancel_requested', 'repository', 'repositories')
 if h[1] ~= ARGV[1] then return nil end
 if h[2] ~= started and h[2] ~= running then
   return {'ended', h[2] or ''}
+end
+if h[4] == '1' then return {'ended', 'cancel requested'} end
+
+local grants = ',' .. (ARGV[12] or '') .. ','
+if not string.find(grants, ',*,', 1, true) then
+  local urls = {}
+  local ok, list = pcall(cjson.decode, h[6] or '[]')
+  if ok and type(list) == 'table' then
+    for _, u in ipairs(list) do urls[#urls + 1] = tostring(u) end
+  end
+  if (h[5] or '') ~= '' then urls[#urls + 1] = h[5] end
+  for _, url in ipairs(urls) do
+    local o, n = string.match(string.lower(url),
+                              '^https://[^/]+/([^/]+)/([^/]+)$')
+    if not (o and (string.find(grants, ',' .. o .. '/*,', 1, true)
+                   or string.find(grants, ',' .. o .. '/' .. n .. ',', 1,
+                                  true)))
+    then
+      return {'grant', url}
+    end
+  end
 end
 
 local routes = redis.call('GET', KEYS[5])
@@ -44,5 +78,8 @@ redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
   'data', cjson.encode({id = id, from = ARGV[4], via = ARGV[10],
                         text = ARGV[3]}),
   'ts', ARGV[2])
+local n = MESSAGE_BYTES + 2 * #ARGV[3]
+redis.call('HINCRBY', KEYS[1], 'bytes', n)
+redis.call('HINCRBY', KEYS[6], 'bytes', n)
 redis.call('PUBLISH', KEYS[4], 'message')
 return {'ok', id, waiting + 1}

@@ -2,11 +2,17 @@
  * The run page: the run's facts from runs/{id}/data, its steps live from
  * runs/{id}/events (server-sent events: the types and data of
  * opencode_get_events), its diff from runs/{id}/diff once it has ended,
- * a Cancel button and a box for a message to the agent while it is
- * started or running (opencode_send_message).  The status leads
- * the tab's title, so a background tab tells how the run is going; a
- * button asks the browser for notifications (only when pressed, never on
- * load), and then the run's end is told by one.
+ * a Cancel button (pressed twice: the second press confirms) and a box
+ * for a message to the agent while it is started or running
+ * (opencode_send_message).  The status leads the tab's title, so a
+ * background tab tells how the run is going; a button asks the browser
+ * for notifications (only when pressed, never on load), and then the
+ * run's end is told by one.
+ *
+ * While the run goes, the page follows the timeline's newest step as long
+ * as the reader is at its end; scrolled away, it stays put and offers a
+ * button back to it.  The files the agent's tools wrote so far show in the
+ * summary until the run ends and its diff takes over.
  *
  * Only links that open with the page's own link are shown: data says
  * "access": "tenant" (the tenant's link: "All runs" and the session's
@@ -24,6 +30,18 @@
     var MAX_DIFF_PAGES = 16;     /* 64 KiB pages of a diff fetched */
     var MAX_DIFF_LINES = 4000;   /* lines of one file's diff shown */
     var MAX_TAB_TITLE = 80;      /* characters of the title in the tab */
+    var MAX_FILES_NOW = 30;      /* files changed so far named */
+    var LONG_LINES = 3;          /* a command longer than this is folded */
+    var LONG_CHARS = 300;
+    var CONFIRM_MS = 5000;       /* Cancel waits this long for its second
+                                    press */
+    var QUIET_MS = 300;          /* the stored steps are in once the stream
+                                    is this quiet */
+    var END_SLACK = 24;          /* px: the timeline's end still "in view" */
+    var END_GAP = 8;             /* px kept under the newest step */
+
+    /* the agent's tools that write a file (input.filePath) */
+    var FILE_TOOLS = { write: 1, edit: 1, multiedit: 1 };
 
     /* the status at the head of the tab's title: told apart by sign too */
     var MARKS = { started: "○", running: "●", completed: "✓", failed: "✗",
@@ -40,12 +58,34 @@
     var source = null;
     var diffLoaded = false;
     var cancelAsked = false;
+    var confirmTimer = null;     /* Cancel pressed once: waits for the
+                                    second press */
+    var filesNow = [];           /* the files the agent's tools wrote */
+    var filesSeen = Object.create(null);
     var notifyAsked = false;     /* the button was pressed */
     var notified = false;        /* the run's end was told */
     var copyTimer = null;        /* clears the copy button's note */
 
+    /* following the timeline's newest step */
+    var follow = {
+        primed: false,           /* the stored steps are in */
+        on: false,               /* the reader is at the timeline's end */
+        quiet: null,             /* the timer that primes it */
+        frame: 0,                /* a settle() is due */
+        before: 0,               /* the end's place before the new steps */
+        y: 0                     /* the last scroll position seen */
+    };
+    /* the browser keeps what is on the screen in place when content
+       above it grows (scroll anchoring): without it, the page does */
+    var anchors = !!(window.CSS && CSS.supports
+                     && CSS.supports("overflow-anchor", "auto"));
+
     function num(v) {
         return typeof v === "number" && isFinite(v) && v >= 0 ? v : 0;
+    }
+
+    function isLive(st) {
+        return st === "started" || st === "running";
     }
 
     /* -- the run's facts ------------------------------------------------ */
@@ -68,6 +108,11 @@
         showSteer(st);
         showTabTitle(st);
         showNotify(st);
+        showFilesNow();
+        if (!isLive(st)) {
+            follow.on = false;
+        }
+        showToNewest();
     }
 
     /* "● running" */
@@ -91,8 +136,11 @@
 
     function showCancel(st) {
         var box = document.getElementById("cancel-box");
-        var live = st === "started" || st === "running";
+        var live = isLive(st);
 
+        if (!live) {
+            keepRunning();
+        }
         box.hidden = !live;
         document.getElementById("cancel").hidden = !live;
         document.getElementById("cancel").disabled =
@@ -105,9 +153,10 @@
         }
     }
 
+    /* the tenant's link only: a run's watchUrl watches */
     function showSteer(st) {
         document.getElementById("steer-box").hidden =
-            !(st === "started" || st === "running");
+            !isLive(st) || !(run && run.access === "tenant");
     }
 
     /* -- told when it ends (the Notifications API) ------------------------ */
@@ -118,7 +167,7 @@
     }
 
     function showNotify(st) {
-        var live = st === "started" || st === "running";
+        var live = isLive(st);
 
         document.getElementById("notify-box").hidden =
             !(live && canNotify()) && !notifyAsked;
@@ -360,6 +409,97 @@
         return "";
     }
 
+    /* a title that only repeats the command (or its start) */
+    function repeats(what, arg) {
+        what = what.trim();
+        return what !== "" && arg.trim().indexOf(what) === 0;
+    }
+
+    /*
+     * What a tool call is (its title, else its description) when it says
+     * more than the command: the command itself is shown once, below.
+     */
+    function toolWhat(st, arg) {
+        var input = st.input && typeof st.input === "object" ? st.input : {};
+        var names = [st.title, input.description], i, w;
+
+        for (i = 0; i < names.length; i++) {
+            w = typeof names[i] === "string" ? names[i] : "";
+            if (w && !(arg && repeats(w, arg))) {
+                return w;
+            }
+        }
+        return "";
+    }
+
+    /* a command: as it is, or folded under its first line when long */
+    function command(arg) {
+        var lines = arg.split("\n"), first = lines[0];
+        var pre = el("pre", { class: "cmd", text: SMCP.cut(arg, MAX_TEXT) });
+
+        if (lines.length <= LONG_LINES && arg.length <= LONG_CHARS) {
+            return pre;
+        }
+        return el("details", { class: "cmd-fold" }, [
+            el("summary", {}, [
+                el("code", { class: "cmd-first",
+                             text: first.length > 120
+                                   ? first.slice(0, 120) + "…" : first }),
+                " ", el("span", { class: "muted",
+                                  text: "(" + (lines.length > 1
+                                        ? lines.length + " lines"
+                                        : arg.length + " characters")
+                                        + ")" })
+            ]), pre
+        ]);
+    }
+
+    /* -- the files changed so far (the agent's write and edit calls) ----- */
+
+    /* a path in the sandbox as the diff names it: in the repository */
+    function repoPath(p) {
+        return p.replace(/^\/workspace\/repo\//, "")
+                .replace(/^\/workspace\//, "");
+    }
+
+    function fileChanged(part, st) {
+        var p = st.input && st.input.filePath;
+
+        if (FILE_TOOLS[part.tool] !== 1 || typeof p !== "string" || !p
+            || st.status === "error" || st.error)
+        {
+            return;
+        }
+        p = repoPath(p);
+        if (filesSeen[p] === 1) {
+            return;
+        }
+        filesSeen[p] = 1;
+        filesNow.push(p);
+        showFilesNow();
+    }
+
+    /* "Files changed so far: a, b" while the run goes; then the diff */
+    function showFilesNow() {
+        var list = document.getElementById("files-now-list"), i, n;
+
+        document.getElementById("files-now").hidden =
+            !(run && isLive(run.status) && filesNow.length);
+        n = Math.min(filesNow.length, MAX_FILES_NOW);
+        SMCP.clear(list);
+        for (i = 0; i < n; i++) {
+            list.appendChild(el("code", { class: "path",
+                                          text: filesNow[i] }));
+            if (i + 1 < n) {
+                list.appendChild(document.createTextNode(", "));
+            }
+        }
+        if (filesNow.length > n) {
+            list.appendChild(document.createTextNode(" and "
+                + (filesNow.length - n) + " more"));
+        }
+    }
+
     function agentEntry(d, li) {
         var part = d.part || {}, st = part.state || {}, e, msg, arg;
 
@@ -369,14 +509,12 @@
             arg = toolArg(st.input);
             li.appendChild(el("p", {}, [
                 el("span", { class: "kind", text: part.tool || "tool" }),
-                " ", el("span", { class: "what",
-                                  text: st.title || (st.input
-                                        && st.input.description) || "" })
+                " ", el("span", { class: "what", text: toolWhat(st, arg) })
             ]));
             if (arg) {
-                li.appendChild(el("pre", { class: "cmd",
-                                           text: SMCP.cut(arg, MAX_TEXT) }));
+                li.appendChild(command(arg));
             }
+            fileChanged(part, st);
             if (st.output !== undefined && st.output !== "") {
                 li.appendChild(folded("Output", str(st.output)));
             }
@@ -565,9 +703,122 @@
                                        text: SMCP.cut(str(d), MAX_TEXT) }));
         }
 
+        growing();
         ol.appendChild(li);
         if (++shown > MAX_EVENTS) {
             ol.removeChild(ol.firstChild);
+        }
+        if (!follow.primed) {
+            clearTimeout(follow.quiet);
+            follow.quiet = setTimeout(prime, QUIET_MS);
+        }
+    }
+
+    /* -- following the newest step ---------------------------------------- */
+
+    /* where the timeline ends, from the top of the screen (px) */
+    function endBottom() {
+        return document.getElementById("timeline").getBoundingClientRect()
+               .bottom;
+    }
+
+    function atEnd() {
+        var b = endBottom();
+        return b >= 0 && b <= window.innerHeight + END_SLACK;
+    }
+
+    /* at once, whatever the page's scroll-behavior (a smooth scroll would
+     * pass for the reader's own) */
+    function scrollDown(px) {
+        if (px !== 0) {
+            try {
+                window.scrollBy({ top: px, left: 0, behavior: "instant" });
+            } catch (e) {
+                window.scrollBy(0, px);     /* no "instant": an old browser */
+            }
+        }
+        follow.y = window.scrollY;
+    }
+
+    /* the stored steps are in: from now on the page follows the newest
+     * while the reader is at the end (it did not move the reader so far) */
+    function prime() {
+        follow.primed = true;
+        follow.on = run !== null && isLive(run.status) && atEnd();
+        follow.y = window.scrollY;
+        showToNewest();
+    }
+
+    /* before steps are added: where the end was, and a settle() due */
+    function growing() {
+        if (follow.frame === 0) {
+            follow.before = endBottom();
+            follow.frame = window.requestAnimationFrame(settle);
+        }
+    }
+
+    /*
+     * After new steps: the newest kept in view while following; else what
+     * the reader reads stays where it was (below the timeline it would move
+     * down, unless the browser's scroll anchoring keeps it).
+     */
+    function settle() {
+        var b = endBottom(), bottom = window.innerHeight - END_GAP;
+
+        follow.frame = 0;
+        if (!follow.primed) {
+            return;
+        }
+        if (follow.on && run && isLive(run.status)) {
+            if (b > bottom) {
+                scrollDown(b - bottom);
+            }
+        } else if (!anchors && follow.before < 0) {
+            scrollDown(b - follow.before);
+        }
+        showToNewest();
+    }
+
+    /* the reader moved: up and away from the end, or down past it, stops
+     * following; back at the end, it follows again */
+    function scrolled() {
+        var y = window.scrollY;
+
+        if (!follow.primed) {
+            follow.y = y;
+            return;
+        }
+        if (follow.on) {
+            follow.on = y < follow.y - 1 ? atEnd() : endBottom() >= 0;
+        } else {
+            follow.on = run !== null && isLive(run.status) && atEnd();
+        }
+        follow.y = y;
+        showToNewest();
+    }
+
+    function showToNewest() {
+        var b = document.getElementById("to-newest");
+        var away = follow.primed && !follow.on && run !== null
+                   && isLive(run.status)
+                   && document.getElementById("timeline").firstChild !== null;
+
+        if (b.hidden === away) {
+            b.hidden = !away;
+            document.body.classList.toggle("away", away);
+        }
+    }
+
+    /* "Back to the newest step": there, and following again */
+    function toNewest() {
+        var li = document.getElementById("timeline").lastElementChild;
+
+        scrollDown(endBottom() - (window.innerHeight - END_GAP));
+        follow.on = true;
+        showToNewest();
+        if (li) {
+            li.setAttribute("tabindex", "-1");
+            li.focus({ preventScroll: true });
         }
     }
 
@@ -609,6 +860,9 @@
         }
         source.addEventListener("open", function () {
             SMCP.setText("live", "Live: new steps appear as they happen.");
+            if (!follow.primed && follow.quiet === null) {
+                follow.quiet = setTimeout(prime, QUIET_MS);
+            }
         });
         source.addEventListener("error", function () {
             if (source.readyState === EventSource.CLOSED) {
@@ -731,7 +985,41 @@
         });
     }
 
-    /* -- cancel ------------------------------------------------------------ */
+    /* -- cancel: pressed, then confirmed ---------------------------------- */
+
+    /* the first press asks for a second within CONFIRM_MS */
+    function cancelPressed() {
+        var b = document.getElementById("cancel");
+
+        if (confirmTimer !== null) {
+            keepRunning();
+            cancel();
+            return;
+        }
+        b.textContent = "Confirm cancel";
+        b.classList.add("confirm");
+        document.getElementById("cancel-keep").hidden = false;
+        SMCP.setText("cancel-note", "Press Confirm cancel within "
+                     + CONFIRM_MS / 1000 + " s to stop the agent.");
+        confirmTimer = setTimeout(function () {
+            keepRunning();
+            SMCP.setText("cancel-note", "");
+        }, CONFIRM_MS);
+    }
+
+    /* back to one Cancel button, nothing asked */
+    function keepRunning() {
+        var b = document.getElementById("cancel");
+
+        if (confirmTimer === null) {
+            return;
+        }
+        clearTimeout(confirmTimer);
+        confirmTimer = null;
+        b.textContent = "Cancel this run";
+        b.classList.remove("confirm");
+        document.getElementById("cancel-keep").hidden = true;
+    }
 
     function cancel() {
         var b = document.getElementById("cancel");
@@ -790,7 +1078,16 @@
     }
 
     document.getElementById("steer-box").addEventListener("submit", steer);
-    document.getElementById("cancel").addEventListener("click", cancel);
+    document.getElementById("cancel").addEventListener("click",
+                                                       cancelPressed);
+    document.getElementById("cancel-keep").addEventListener("click",
+        function () {
+            keepRunning();
+            SMCP.setText("cancel-note", "");
+            document.getElementById("cancel").focus();
+        });
+    document.getElementById("to-newest").addEventListener("click", toNewest);
+    window.addEventListener("scroll", scrolled, { passive: true });
     document.getElementById("notify").addEventListener("click", askNotify);
     document.getElementById("copy-session").addEventListener("click",
                                                              copySessionId);

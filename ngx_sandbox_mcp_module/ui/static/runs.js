@@ -2,6 +2,8 @@
  * The run list: the tenant's runs newest first from api/runs (as
  * opencode_list_runs), a status filter, older pages by cursor, and
  * statuses changing live from api/stream (event "run": {runId, status}).
+ * Each row: title, status, repository (owner/name), branch, how long it
+ * took (or has taken so far, ticking) and, once it ended, its cost.
  */
 "use strict";
 
@@ -15,21 +17,93 @@
     var cursor = null;
     var filter = "";
     var rows = {};               /* runId -> its <li> */
+    var runs = {};               /* runId -> its run, as last read */
     var generation = 0;          /* answers to an older filter are dropped */
 
+    /* "owner/name" of a repository's URL (its last two path segments) */
+    function repoName(url) {
+        var m;
+
+        if (typeof url !== "string" || url === "") {
+            return "";
+        }
+        m = /^[a-z][a-z0-9+.-]*:\/\/[^\/]+\/(.+?)(?:\.git)?\/*$/i.exec(url);
+        return m ? m[1].split("/").slice(-2).join("/") : url;
+    }
+
+    /* from its creation to its end, or to now while it goes */
+    function took(r) {
+        var from = Date.parse(r.createdAt);
+        var to = r.finishedAt ? Date.parse(r.finishedAt) : Date.now();
+
+        return isNaN(from) || isNaN(to) ? "" : SMCP.duration(to - from);
+    }
+
     function row(r) {
-        var li = el("li", { class: "run" }, [
+        var meta = el("span", { class: "run-meta muted" }), name, li;
+
+        name = repoName(r.repository);
+        if (name) {
+            meta.appendChild(el("span", { class: "run-repo", title:
+                                          r.repository, text: name }));
+        }
+        if (typeof r.branch === "string" && r.branch) {
+            meta.appendChild(el("span", { class: "run-branch",
+                                          title: "branch",
+                                          text: r.branch }));
+        }
+        meta.appendChild(el("span", { class: "run-duration",
+                                      text: took(r) }));
+        if (typeof r.cost === "number" && isFinite(r.cost)
+            && SMCP.isTerminal(r.status))
+        {
+            meta.appendChild(el("span", { class: "run-cost",
+                                          text: "$" + r.cost.toFixed(4) }));
+        }
+
+        li = el("li", { class: "run" }, [
             el("a", { href: "runs/" + r.runId, class: "run-link" }, [
                 el("span", { class: "run-title",
                              text: r.title || r.runId })
             ]), " ",
             el("span", { class: SMCP.statusClass(r.status),
                          text: SMCP.statusText(r.status) }),
+            meta,
             el("span", { class: "muted run-time",
                          text: SMCP.time(r.createdAt) })
         ]);
         li.setAttribute("data-run", r.runId);
+        runs[r.runId] = r;
         return li;
+    }
+
+    /* the durations of the runs still going, each second */
+    function tick() {
+        var id, d;
+
+        for (id in rows) {
+            if (Object.prototype.hasOwnProperty.call(rows, id)
+                && runs[id] && !runs[id].finishedAt)
+            {
+                d = rows[id].querySelector(".run-duration");
+                if (d && d.textContent !== took(runs[id])) {
+                    d.textContent = took(runs[id]);
+                }
+            }
+        }
+    }
+
+    /* a run that ended: its row again, with its end and cost */
+    function refresh(id) {
+        SMCP.fetchJson(base + "runs/" + id + "/data").then(function (r) {
+            var li = rows[id];
+
+            if (!li || !r || r.runId !== id) {
+                return;
+            }
+            rows[id] = row(r);
+            li.replaceWith(rows[id]);
+        }, function () {});
     }
 
     function setStatus(li, st) {
@@ -44,6 +118,7 @@
         if (!append) {
             SMCP.clear(ul);
             rows = {};
+            runs = {};
         }
         for (i = 0; i < list.length; i++) {
             r = list[i];
@@ -115,8 +190,13 @@
             } else if (filter && d.status !== filter) {
                 rows[d.runId].remove();
                 delete rows[d.runId];
+                delete runs[d.runId];
             } else {
                 setStatus(rows[d.runId], d.status);
+                runs[d.runId].status = d.status;
+                if (SMCP.isTerminal(d.status)) {
+                    refresh(d.runId);
+                }
             }
         });
         source.addEventListener("open", function () {
@@ -147,5 +227,6 @@
         load(true);
     });
 
+    setInterval(tick, 1000);
     load(false).then(live);
 }());
