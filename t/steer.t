@@ -1,7 +1,8 @@
 #!/usr/bin/env perl
 # Steering a running agent (issue 25, point 1), end to end: MCP through
 # nginx, build/smcp-runner, dockerd, the sandbox image with the real
-# OpenCode (every run through OpenCode's server in its sandbox, no pool);
+# OpenCode (the runner's warm pool: the run on the pooled sandbox's
+# OpenCode server, where messages reach the agent);
 # the model and GitHub are the fakes of t/lib/SMCP/Fakes.pm.
 #
 #   1. opencode_send_message to a running run: the message is queued while
@@ -14,7 +15,8 @@
 #      the egress audit record.
 #   3. Refused, each with a clear answer and nothing written: a message to
 #      a finished run (naming opencode_run_task and sessionId), to another
-#      tenant's run (as an unknown run), an empty one, one over 16384
+#      tenant's run (as an unknown run), from a token that does not grant
+#      the run's repository, an empty one, one over 16384
 #      bytes; a flood on a queued run: ten wait, the eleventh is refused
 #      (the run's inbox holds ten), and cancelling the run leaves them
 #      undelivered.
@@ -31,6 +33,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
+use SMCP::Docker qw(docker);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(wait_until json_decode);
 
@@ -92,6 +95,14 @@ subtest 'refused: empty, oversized, another tenant\'s run' => sub {
     (my $said = text_of($res)) =~ s/\Q$qid\E/run_${\('0' x 24)}/g;
     is($said, text_of($unknown), '... word for word as an unknown run');
 
+    my $narrow = $t->token(repos => ['acme/lib']);
+    my $nsid = $t->initialize(token => $narrow);
+    $res = $t->call_tool($nsid, 'opencode_send_message',
+                         { runId => $qid, message => 'push elsewhere' }, token => $narrow);
+    ok($res->{isError}, 'a token that does not grant the run\'s repository: isError');
+    like(text_of($res), qr{works on https://github\.com/acme/app, which this token does not grant},
+         '... naming the repository') or diag(text_of($res));
+
     is(scalar(message_events($qid)), 0, 'nothing in the timeline');
     is($t->redis('LLEN', "smcp:run:$qid:inbox"), 0, 'nothing in the inbox');
 };
@@ -120,7 +131,19 @@ subtest 'a flood: ten wait, the eleventh is refused' => sub {
 
 # -- 1: a message to a running agent ---------------------------------------
 
-my $runner = $s->start_runner(concurrency => 2);
+# a pooled sandbox: its warm OpenCode server is where messages reach the
+# agent (a cold run's `opencode run` takes none)
+my $runner = $s->start_runner(concurrency => 2, args => ['--pool', 1]);
+
+# the pooled sandbox warmed (its server started and prompted once)
+ok(wait_until(300, sub {
+    my (undef, $out) = docker('ps', '--no-trunc', '--filter', "label=smcp.pool=$runner->{name}",
+                              '--format', '{{.ID}} {{.Names}}');
+    my ($id) = map { (split ' ')[0] } grep { / smcp-pool-/ } split /\n/, $out // '';
+    return 0 unless $id;
+    my ($rc) = docker('exec', $id, 'test', '-e', '/tmp/smcp-warm/ready');
+    return $rc == 0 ? 1 : 0;
+}, 0.5), 'the pooled sandbox is warm');
 
 my $run = $s->run_task(task => 'SCENARIO-STEER: look around', repository => $APP);
 my $id = $run->{runId};
@@ -139,6 +162,8 @@ subtest 'the message reaches the model in the next request' => sub {
     my $res = $s->wait_done($id, 180);
     is($res->{status}, 'completed', 'the run goes on and completes')
         or $s->diag_run($id, $runner);
+    my ($start) = grep { ($_->{json}{step} // '') eq 'agent_start' } $s->stored_events($id);
+    ok($start && $start->{json}{warm}, 'it ran on the pooled sandbox\'s warm server');
 
     my @req = $fake->requests(path => qr{/messages$});
     my @with = requests_with($MARK);

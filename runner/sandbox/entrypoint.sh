@@ -3,9 +3,9 @@
 #
 # Prepares the agent's world from what the runner passes in the
 # environment, then runs OpenCode on the task (or, for tests and debugging,
-# whatever command was given as arguments): through OpenCode's server in
-# the sandbox (below, "How the agent runs"), so that a message sent to the
-# running agent (opencode_send_message) reaches it.  Nothing here is secret: the
+# whatever command was given as arguments); in a pooled sandbox through
+# the warm OpenCode server, where a message sent to the running agent
+# (opencode_send_message) reaches it (below, "How the agent runs").  Nothing here is secret: the
 # only credential is SMCP_RUN_TOKEN, scoped to this run and accepted only by
 # the egress proxy while the run is live.  Real keys never enter the
 # sandbox; the proxy adds them on the way out.
@@ -607,24 +607,6 @@ warm_handover() {
     )
 }
 
-# server_start DIR: a cold run's OpenCode server, in DIR, with the run's
-# configuration and environment (its output in $warm/server.log); 0 once
-# healthy (within 60 s), else its last words as an error line
-server_start() {
-    local i
-    mkdir -p "$warm" && chmod 0700 "$warm"
-    (cd "$1" && exec opencode serve --hostname 127.0.0.1 \
-        --port "$warm_port") < /dev/null > "$warm/server.log" 2>&1 &
-    for ((i = 0; i < 600; i++)); do
-        curl -sf -m 1 -o /dev/null "$oc_url/global/health" && return 0
-        sleep 0.1
-    done
-    printf '{"type":"error","error":{"name":"UnknownError","data":{"message":%s}}}\n' \
-        "$(printf "OpenCode's server did not start within 60 s: %s" \
-           "$(tail -c 1500 "$warm/server.log" 2>/dev/null)" | json_stdin)"
-    return 1
-}
-
 # the run's session: the one it continues, or a new one made as `opencode
 # run --auto` makes it (the title, the permissions it denies); its lines
 # come from the server's events (session-events), subscribed before the
@@ -724,50 +706,31 @@ else
     [ -n "$title" ] && args+=(--title "$title")
 fi
 
-# How the agent runs: through OpenCode's server (the warm one, or one
-# started now in the run's directory), prompted over its HTTP API as
-# `opencode run --auto` prompts it, its lines printed from the server's
-# events by session-events; that is what lets a message sent to the
-# running agent (opencode_send_message) reach it: the mailman takes each
-# one from the egress inbox and adds it to the session, and OpenCode sends
-# it with the session's next model request.  An image without curl or
-# Perl's JSON::PP runs `opencode run` as before: no messages reach it.
-# The task goes through a file (`opencode run` reads it on stdin until
-# EOF).  The agent runs in the background so that a stop signal reaches it
-# (bash as PID 1 would otherwise ignore SIGTERM, and under an init the
-# signal would end only this script).
+# How the agent runs.  A warm run (a pooled sandbox's): through the warm
+# OpenCode server, prompted over its HTTP API as `opencode run --auto`
+# prompts it, its lines printed from the server's events by
+# session-events; there a message sent to the running agent
+# (opencode_send_message) reaches it: the mailman takes each one from the
+# egress inbox and adds it to the session, and OpenCode sends it with the
+# session's next model request.  A cold run: `opencode run`, which no
+# message reaches (started as a server too, a cold run's OpenCode took
+# twice as long to answer on a loaded machine: docs/contracts.md).  The
+# task goes through a file (`opencode run` reads it on stdin until EOF).
+# The agent runs in the background so that a stop signal reaches it (bash
+# as PID 1 would otherwise ignore SIGTERM, and under an init the signal
+# would end only this script).
 printf '%s' "${SMCP_TASK:-}" > "$TMPDIR/smcp-task"
 signal=""
 reader=""
 mailman=""
 set_agent=""
 sid=""
-served=$warm_run
-if [ $warm_run = 0 ] && command -v curl >/dev/null 2>&1 \
-   && perl -MJSON::PP -e 1 >/dev/null 2>&1; then
-    served=1
-fi
-if [ $served = 1 ]; then
-    if [ -n "$session_id" ] && [[ ! $session_id =~ ^ses_[A-Za-z0-9]{1,64}$ ]]
-    then
-        session_id=""
-        title=${SMCP_TITLE:-$first_line}
-    fi
-    if [ $warm_run = 1 ]; then
-        warm_handover
-    fi
+if [ $warm_run = 1 ]; then
+    warm_handover
     oc_url=http://127.0.0.1:$warm_port oc_q="directory=$own"
-    if [ $warm_run = 1 ]; then
-        lifecycle agent_start '"warm":true'
-    else
-        lifecycle agent_start
-    fi
-    if [ $warm_run = 1 ] || server_start "$own"; then
-        server_session
-        server_prompt
-    else
-        false &
-    fi
+    lifecycle agent_start '"warm":true'
+    server_session
+    server_prompt
 else
     lifecycle agent_start
     opencode "${args[@]}" < "$TMPDIR/smcp-task" &
@@ -812,7 +775,7 @@ if [ -n "$reader" ]; then
         status=1
     fi
 fi
-if [ $served = 1 ] && [ -z "$signal" ] && [ -n "$sid" ] \
+if [ $warm_run = 1 ] && [ -z "$signal" ] && [ -n "$sid" ] \
    && [[ ! $(cat "$warm/status" 2>/dev/null) =~ ^2 ]]; then
     # the prompt refused (a model unknown to OpenCode...): its answer as
     # the client prints it
