@@ -196,7 +196,7 @@ sandbox-image: docker-ready
 # every file of t/ once, TEST_JOBS at a time; t/schedule says which run
 # alone (they own the Docker engine or load the machine), which start
 # first, and which run against the ASan+UBSan builds (t/lib/SMCP/Harness.pm)
-TEST_JOBS ?= 4
+TEST_JOBS ?= 6
 PROVE      = PERL5LIB=$(CURDIR)/t/lib prove --harness SMCP::Harness -j $(TEST_JOBS)
 
 # the builds the tests need, BUILD_JOBS side by side (one per core): the
