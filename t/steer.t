@@ -33,7 +33,6 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Docker qw(docker);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(wait_until json_decode);
 
@@ -136,14 +135,7 @@ subtest 'a flood: ten wait, the eleventh is refused' => sub {
 my $runner = $s->start_runner(concurrency => 2, args => ['--pool', 1]);
 
 # the pooled sandbox warmed (its server started and prompted once)
-ok(wait_until(300, sub {
-    my (undef, $out) = docker('ps', '--no-trunc', '--filter', "label=smcp.pool=$runner->{name}",
-                              '--format', '{{.ID}} {{.Names}}');
-    my ($id) = map { (split ' ')[0] } grep { / smcp-pool-/ } split /\n/, $out // '';
-    return 0 unless $id;
-    my ($rc) = docker('exec', $id, 'test', '-e', '/tmp/smcp-warm/ready');
-    return $rc == 0 ? 1 : 0;
-}, 0.5), 'the pooled sandbox is warm');
+ok($s->wait_pool_warm($runner), 'the pooled sandbox is warm');
 
 my $run = $s->run_task(task => 'SCENARIO-STEER: look around', repository => $APP);
 my $id = $run->{runId};

@@ -22,7 +22,6 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 
-use SMCP::Docker qw(docker);
 use SMCP::Stack;
 use SMCP::Test qw(wait_until repo_root json_encode require_prereqs js_checks
                   chromium_bin browser_missing);
@@ -71,14 +70,7 @@ my $s = SMCP::Stack->new(
 my $t = $s->t;
 # the warm pool: a pooled sandbox's OpenCode server takes messages
 my $runner = $s->start_runner(concurrency => 1, args => ['--pool', 1]);
-ok(wait_until(300, sub {
-    my (undef, $out) = docker('ps', '--no-trunc', '--filter', "label=smcp.pool=$runner->{name}",
-                              '--format', '{{.ID}} {{.Names}}');
-    my ($cid) = map { (split ' ')[0] } grep { / smcp-pool-/ } split /\n/, $out // '';
-    return 0 unless $cid;
-    my ($rc) = docker('exec', $cid, 'test', '-e', '/tmp/smcp-warm/ready');
-    return $rc == 0 ? 1 : 0;
-}, 0.5), 'the pooled sandbox is warm');
+ok($s->wait_pool_warm($runner), 'the pooled sandbox is warm');
 
 my $run = $s->run_task(task => 'SCENARIO-UI: add greet.js and run the tests',
                        repository => 'https://github.com/owner/app',

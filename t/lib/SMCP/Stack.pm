@@ -260,6 +260,20 @@ sub hook_runner_bin {
 }
 
 # stop_runner($r, 'TERM'|'KILL'): signals the runner, waits until it is gone
+# wait_pool_warm($runner, $timeout): true once a pooled sandbox of the
+# runner (--pool) is warm: its OpenCode server started and prompted once
+sub wait_pool_warm {
+    my ($self, $r, $timeout) = @_;
+    return wait_until($timeout // 300, sub {
+        my (undef, $out) = docker('ps', '--no-trunc', '--filter', "label=smcp.pool=$r->{name}",
+                                  '--format', '{{.ID}} {{.Names}}');
+        my ($id) = map { (split ' ')[0] } grep { / smcp-pool-/ } split /\n/, $out // '';
+        return 0 unless $id;
+        my ($rc) = docker('exec', $id, 'test', '-e', '/tmp/smcp-warm/ready');
+        return $rc == 0 ? 1 : 0;
+    }, 0.5);
+}
+
 sub stop_runner {
     my ($self, $r, $sig) = @_;
     my $pid = $r->{pid};
