@@ -53,7 +53,7 @@ like(slurp("$state/egress.conf"), qr/^\s*sandbox_mcp_redis_prefix \Q$prefix\E;$/
      'egress.conf: the same');
 my $ps = `ps -eo args`;
 like($ps, qr/smcp-runner .*--prefix \Q$prefix\E/, 'the runner: --prefix the same');
-is(rcli('GET', "${prefix}egress:routes"), 'anthropic',
+is(rcli('GET', "${prefix}egress:routes"), 'inbox anthropic',
    'the egress announced its routes under the prefix');
 my ($hz_ok, $hz) = $up->runners_ok(20);
 ok($hz_ok, '/healthz (nginx) sees the runner\'s heartbeat: one keyspace') or diag($hz);
