@@ -195,9 +195,14 @@ sandbox-image: docker-ready
 
 # every file of t/ once, TEST_JOBS at a time; t/schedule says which run
 # alone (they own the Docker engine or load the machine), which start
-# first, and which run against the ASan+UBSan builds (t/lib/SMCP/Harness.pm)
+# first, and which run against the ASan+UBSan builds
+# (t/lib/SMCP/Harness.pm); of the files whose agents start in containers
+# (`sandboxes`), TEST_SANDBOX_JOBS at a time (OpenCode's start is what
+# loads a 2-core machine)
 TEST_JOBS ?= 6
-PROVE      = PERL5LIB=$(CURDIR)/t/lib prove --harness SMCP::Harness -j $(TEST_JOBS)
+TEST_SANDBOX_JOBS ?= 3
+PROVE      = PERL5LIB=$(CURDIR)/t/lib SMCP_TEST_SANDBOX_JOBS=$(TEST_SANDBOX_JOBS) \
+             prove --harness SMCP::Harness -j $(TEST_JOBS)
 
 # the builds the tests need, BUILD_JOBS side by side (one per core): the
 # compilers, and dockerd's start and the images' builds (on a new machine

@@ -8,6 +8,9 @@
 #      `beside` runs while they run, not before
 #   1b. a file marked `swarm` starts before the others and runs beside
 #      them, and the files marked `published` start only after it ended
+#   1c. of the files marked `sandboxes`, at most SMCP_TEST_SANDBOX_JOBS
+#      run at once (the next waits for one to end), and a file not marked
+#      runs beside them meanwhile; without the setting, side by side
 #   2. the files marked `sanitized` start with the environment of
 #      SMCP_TEST_SANITIZED_ENV's file, the others without it
 #   3. under CI=true a file that skips everything, or skips one test, fails
@@ -60,6 +63,7 @@ beside     $dir/beside.t
 sanitized  $dir/san*.t
 swarm      $dir/sw.t
 published  $dir/pub*.t
+sandboxes  $dir/hv*.t
 S
 for my $me (qw(par1 par2)) {
     my $other = $me eq 'par1' ? 'par2' : 'par1';
@@ -122,6 +126,29 @@ open(my \$fh, '>', '$dir/pub$n.start') or die; close \$fh;
 done_testing;
 PL
 }
+# two `sandboxes` files and a light one: one sandboxes file at a time
+spew("$dir/hv1.t", <<"PL");
+use Test::More;
+$wait
+open(my \$fh, '>', '$dir/hv1.start') or die; close \$fh;
+ok(wait_for('$dir/lt.start'), 'a file not marked runs beside it');
+select(undef, undef, undef, 0.5);
+ok(!-e '$dir/hv2.start', 'the other sandboxes file waits');
+open(\$fh, '>', '$dir/hv1.end') or die; close \$fh;
+done_testing;
+PL
+spew("$dir/hv2.t", <<"PL");
+use Test::More;
+ok(-e '$dir/hv1.end', 'hv2 starts after hv1 ended');
+open(my \$fh, '>', '$dir/hv2.start') or die; close \$fh;
+done_testing;
+PL
+spew("$dir/lt.t", <<"PL");
+use Test::More;
+open(my \$fh, '>', '$dir/lt.start') or die; close \$fh;
+ok(1, 'light');
+done_testing;
+PL
 spew("$dir/san.t", <<'PL');
 use Test::More;
 is($ENV{SMCP_TEST_SANITIZED}, 1, 'marked sanitized');
@@ -160,7 +187,7 @@ spew("$dir/skipone.t", "use Test::More; SKIP: { skip 'no widget', 1; ok(1) } ok(
 
 # the files here choose their own (make test runs this file with them)
 delete local @ENV{qw(CI ASAN_OPTIONS SMCP_TEST_SANITIZED_ENV SMCP_TEST_SANITIZED_ONLY
-                     SMCP_TEST_SANITIZED)};
+                     SMCP_TEST_SANITIZED SMCP_TEST_SANDBOX_JOBS)};
 
 subtest 'side by side, then alone, and beside the alone ones' => sub {
     my ($rc, $out) = prove([qw(alone.t beside.t par1.t par2.t zfirst.t)]);
@@ -172,6 +199,15 @@ subtest 'the swarm file first, the published ones after it' => sub {
     my ($rc, $out) = prove([qw(pub1.t pub2.t other.t sw.t)]);
     is($rc, 0, 'all pass') or diag($out);
     like($out, qr/^Result: PASS$/m, 'Result: PASS');
+};
+
+subtest 'at most SMCP_TEST_SANDBOX_JOBS sandboxes files at once' => sub {
+    my ($rc, $out) = prove([qw(hv1.t hv2.t lt.t)], SMCP_TEST_SANDBOX_JOBS => 1);
+    is($rc, 0, 'all pass') or diag($out);
+    unlink map { "$dir/$_" } qw(hv1.start hv1.end hv2.start lt.start);
+    # without the cap the two start together: hv2 fails
+    ($rc, $out) = prove([qw(hv1.t hv2.t lt.t)]);
+    isnt($rc, 0, 'without SMCP_TEST_SANDBOX_JOBS they run side by side') or diag($out);
 };
 
 subtest 'sanitized files get the environment, others not' => sub {

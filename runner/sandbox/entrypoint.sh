@@ -191,9 +191,9 @@ JSON
     # deleted; then $warm/ready
     (
         u=http://127.0.0.1:$warm_port q="directory=$warm/w" sid=""
-        for _ in $(seq 1 600); do
+        for _ in $(seq 1 240); do
             curl -sf -m 1 -o /dev/null "$u/global/health" && break
-            sleep 0.1
+            sleep 0.25
         done
         sid=$(curl -sf -m 10 -X POST -H 'Content-Type: application/json' \
                   --data '{}' "$u/session?$q" \
@@ -219,9 +219,9 @@ warm_take() {
        && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] && [ -z "${SMCP_SESSION:-}" ] \
        && [ "${SMCP_EGRESS_URL%/}" = "$warm_egress" ] \
        && [[ " $warm_providers " == *" $p "* ]]; then
-        for ((i = 0; i < 3000; i++)); do
+        for ((i = 0; i < 600; i++)); do
             [ -e "$warm/ready" ] && break
-            read -r -t 0.01 -u 9 _ || true
+            read -r -t 0.05 -u 9 _ || true
         done
         # healthy: asked three times, 3 s each (a loaded machine starves
         # the idle server; a cold start costs more than the wait)
@@ -244,7 +244,7 @@ warm_take() {
 # run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
 # after each), then /workspace/.smcp-ready; only SMCP_* names are taken,
 # as values (nothing is evaluated), and both files go before anything
-# else happens.  Polled every 10 ms without a process per poll (a read
+# else happens.  Polled every 50 ms without a process per poll (a read
 # with a timeout on a pipe nobody writes).
 warm_run=0
 if [ "${SMCP_POOL:-}" = 1 ]; then
@@ -252,7 +252,7 @@ if [ "${SMCP_POOL:-}" = 1 ]; then
     warm_start
     exec 9<> <(:)
     until [ -e $ws/.smcp-ready ]; do
-        read -r -t 0.01 -u 9 _ || true
+        read -r -t 0.05 -u 9 _ || true
     done
     while IFS= read -r -d '' kv; do
         if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_POOL= ]]; then

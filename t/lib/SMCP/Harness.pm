@@ -11,7 +11,10 @@ package SMCP::Harness;
 #      before all others, one by one, and the files marked `published`
 #      (their stacks publish ports) only after those ended; the files
 #      marked `first` start first among the rest (the longest: the
-#      side-by-side part then ends together)
+#      side-by-side part then ends together); of the files marked
+#      `sandboxes` (their agents run in containers: OpenCode's start is
+#      what loads the machine) at most SMCP_TEST_SANDBOX_JOBS run at once,
+#      the other slots taking the files that start none
 #   2. sanitized: when SMCP_TEST_SANITIZED_ENV names a file of VAR=value
 #      lines (make test writes build/asan/test.env), the files marked
 #      `sanitized` run with that environment: against the ASan+UBSan
@@ -39,6 +42,8 @@ use File::Basename qw(dirname);
 use File::Temp qw(tempdir);
 use Time::HiRes qw(time);
 
+use SMCP::Scheduler;
+
 # SMCP_TEST_SCHEDULE: another schedule (t/harness.t)
 my $SCHEDULE = $ENV{SMCP_TEST_SCHEDULE} // dirname(__FILE__) . '/../../schedule';
 
@@ -48,7 +53,7 @@ sub _is_ci { return (($ENV{CI} // '') =~ /^(1|true|yes)$/i) ? 1 : 0 }
 # relative to the repository's top (t/mcp_*.t)
 sub _schedule {
     my %s = (alone => [], first => [], beside => [], sanitized => [],
-             swarm => [], published => []);
+             swarm => [], published => [], sandboxes => []);
     open(my $fh, '<', $SCHEDULE) or die "SMCP::Harness: $SCHEDULE: $!";
     while (my $line = <$fh>) {
         $line =~ s/#.*//;
@@ -171,6 +176,18 @@ sub runtests {
     }
     $self->{smcp}{t0} = time();
     return $self->SUPER::runtests(@tests);
+}
+
+# the scheduler: at most SMCP_TEST_SANDBOX_JOBS of the files marked
+# `sandboxes` at once (SMCP::Scheduler; unset or 0: no cap)
+sub make_scheduler {
+    my ($self, @tests) = @_;
+    my $globs = $self->{smcp}{schedule}{sandboxes};
+    return SMCP::Scheduler->new(
+        tests => [ $self->_add_descriptions(@tests) ],
+        rules => $self->rules,
+        heavy => sub { _matches($_[0], $globs) },
+        limit => ($ENV{SMCP_TEST_SANDBOX_JOBS} // 0) =~ /^([0-9]+)$/ ? $1 : 0);
 }
 
 # a path as a rule pattern that matches only itself
