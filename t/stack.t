@@ -15,7 +15,10 @@
 # OAuth sign-in, registrations limited per client address.  Its summary:
 # the version, every value in one column, the MCP URL and the dashboard
 # link at SMCP_PUBLIC_URL when set, and a `claude mcp add` line with that
-# URL and the printed token.
+# URL and the printed token.  The warm pool is on by default (`Runner:
+# ..., warm pool 1`): a run takes the pooled sandbox, and a message sent
+# with opencode_send_message while its agent works reaches the model's
+# next request; make down leaves no pooled sandbox behind.
 
 use strict;
 use warnings;
@@ -27,6 +30,7 @@ use Test::More;
 use SMCP::Test qw(:all);
 use SMCP::Docker qw(docker_available);
 use SMCP::MakeUp;
+use SMCP::Stack qw(bash_step);
 
 my $root = repo_root();
 
@@ -38,7 +42,13 @@ require_prereqs('build/smcp-token and the module (run `make`)')
 my $egress = (docker_available() || is_ci()) ? 1 : 0;
 diag('no dockerd: make up without the egress side') unless $egress;
 # (SMCP_BACKEND=swarm make up: t/runner_swarm.t)
-my $up = SMCP::MakeUp->new(egress => $egress, registries => 1);
+my $MARK = 'STEER-' . int(rand(1e9));
+my $up = SMCP::MakeUp->new(egress => $egress, registries => 1, scripts => {
+    'SCENARIO-HELLO' => [ { text => 'stack run done' } ],
+    # the step the message arrives in: a command that takes 8 s
+    'SCENARIO-STEER' => [ bash_step('sleep 8; echo slept', 'Wait'),
+                          { text => 'Steered and done.' } ],
+});
 my ($state, $port, $rport, $mport, $emport, $envdir)
     = map { $up->$_ } qw(state port rport mport emport envdir);
 my ($fake, $gh, $eport, $net, $npm, $pypi, $pyfiles)
@@ -374,7 +384,7 @@ if ($egress) {
     # the whole stack: a task through the printed URL completes (MakeUp's
     # call: the run's session volume goes at the end)
     my $call = sub { $up->call($token, $sid, @_) };
-    my $rt = $call->('opencode_run_task', { task => 'Say hello.' });
+    my $rt = $call->('opencode_run_task', { task => 'SCENARIO-HELLO: say hello.' });
     like($rt->{runId} // '', qr/^run_[0-9a-f]{24}$/, 'make up: run_task answers');
     my $res = {};
     for (1 .. 6) {
@@ -390,6 +400,8 @@ if ($egress) {
     wait_until(30, sub { $rlog = slurp("$state/logs/runner.log");
                         $rlog =~ /run=\Q$rt->{runId}\E msg="completed/ });
     like($rlog, qr/run=\Q$rt->{runId}\E msg="completed/, 'runner log: completed');
+
+    steer_through_make_up($call, $rlog);
 
     my $rpid = slurp("$state/runner.pid");
     chomp $rpid;
@@ -432,6 +444,38 @@ if ($egress) {
     ok($hz_ok, 'make up: /healthz sees the runner\'s heartbeat') or diag($hz);
 }
 
+# the warm pool, on by default: a run on the warmed pooled sandbox, and a
+# message sent while its agent works (a command of 8 s) in the model's
+# next request, after the command's result
+sub steer_through_make_up {
+    my ($call, $rlog) = @_;
+    like($out, qr/^  Runner: .*, warm pool 1$/m, 'make up: the warm pool on by default');
+    my ($rname) = $rlog =~ /starting: name=(\S+)/;
+    ok(SMCP::Stack->wait_pool_warm({ name => $rname // '' }, 300),
+       'make up: the pooled sandbox is made and its OpenCode warmed');
+    my $st = $call->('opencode_run_task', { task => 'SCENARIO-STEER: wait, then answer' });
+    my $id = $st->{runId} // '';
+    ok(wait_until(120, sub {
+        grep { ($_->{body} // '') =~ /SCENARIO-STEER/ } $fake->requests(path => qr{/messages$})
+    }, 0.2), 'make up: the steered run asked the model');
+    my $m = $call->('opencode_send_message',
+                    { runId => $id, message => "$MARK: also say steered" });
+    is($m->{status}, 'queued', 'make up: opencode_send_message queues the message')
+        or diag(explain($m));
+    my $res = {};
+    for (1 .. 12) {
+        $res = $call->('opencode_get_result', { runId => $id, waitSeconds => 20 });
+        last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
+    }
+    is($res->{status}, 'completed', 'make up: the steered run completes') or diag(explain($res));
+    my @ev = map { json_decode($_) // {} } grep { /^\{/ } split /\n/,
+             `redis-cli -p $rport --raw XRANGE smcp:run:$id:events - +`;
+    ok((grep { ($_->{step} // '') eq 'agent_start' && $_->{warm} } @ev),
+       'make up: the run took the warm pooled sandbox');
+    ok((grep { ($_->{body} // '') =~ /\Q$MARK\E/ } $fake->requests(path => qr{/messages$})),
+       'make up: the message reached the model');
+}
+
 # a second `up` is idempotent: same processes, reloaded config; with
 # SMCP_PUBLIC_URL its summary gives the addresses there
 $ENV{SMCP_PUBLIC_URL} = 'https://mcp.example.test/';
@@ -458,6 +502,8 @@ ok(!-f "$state/supervisor.pid", '... and its supervisor');
 if ($egress) {
     my $nets = `docker network ls --format '{{.Name}}'`;
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
+    my $pooled = `docker ps -a --filter label=smcp.pool --format '{{.Names}} {{.Networks}}'`;
+    unlike($pooled, qr/ \Q$net\E$/m, 'make down left no pooled sandbox');
     my $rules = `iptables -S INPUT`;
     unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
     $up->stop_fakes;
