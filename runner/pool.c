@@ -1,8 +1,9 @@
 /*
  * The warm pools (--pool N, --pool-images IMAGE=N,...): for each pooled
  * image, N sandboxes of it kept created, started and idle on the sandbox
- * network, each with a fresh volume, for the runs of that image that
- * start a new session.
+ * network (with --egress-container the pool's own, which a taken one
+ * leaves for its session's), each with a fresh volume, for the runs of
+ * that image that start a new session.
  *
  * An idle one holds nothing of a run: no token, no task.  Its entry
  * script waits for the run's environment, which run.c puts into it
@@ -63,13 +64,75 @@ runner_pool_check(char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
+    return RUNNER_OK;
+}
+
+
+/*
+ * The network idle sandboxes wait on: the runner's (--network), or with
+ * --egress-container one of the pool's own, smcp-pool-<name> (internal,
+ * as a session's; the egress peer on it as "egress", so that an idle
+ * one warms its OpenCode through it).  A taken one leaves it for its
+ * session's network before anything of its run goes into it
+ * (runner_pool_move).
+ */
+void
+runner_pool_network(char *buf, size_t size)
+{
     if (runner_config->egress_container[0]) {
-        snprintf(err, errlen, "--pool: not with --egress-container (a "
-                 "session's own network is made at its first run)");
+        snprintf(buf, size, "smcp-pool-%s", runner_config->name);
+
+    } else {
+        snprintf(buf, size, "%s", runner_config->network);
+    }
+}
+
+
+/* the pool's own network made and the egress peer on it (again after the
+ * peer was recreated): --egress-container only */
+static int
+runner_pool_net_ensure(char *err, size_t errlen)
+{
+    char  net[128];
+
+    if (runner_config->egress_container[0] == '\0') {
+        return RUNNER_OK;
+    }
+
+    runner_pool_network(net, sizeof(net));
+
+    return runner_backend->net(net, "pool", runner_config->egress_container,
+                               err, errlen);
+}
+
+
+/*
+ * A taken one (--egress-container) onto its session's network net, off
+ * the pool's: the idle ones it waited beside never see its run.  On
+ * failure it is the caller's to remove (it is the run's container).
+ */
+int
+runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
+    size_t errlen)
+{
+    long  st;
+    char  pool[128];
+
+    if (runner_config->egress_container[0] == '\0') {
+        return RUNNER_OK;
+    }
+
+    st = runner_docker_network_connect(net, sb->id, "sandbox", err, errlen);
+
+    if (st != 200) {
         return RUNNER_ERR;
     }
 
-    return RUNNER_OK;
+    runner_pool_network(pool, sizeof(pool));
+
+    st = runner_docker_network_disconnect(pool, sb->id, err, errlen);
+
+    return st == 200 ? RUNNER_OK : RUNNER_ERR;
 }
 
 
@@ -102,8 +165,12 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
     size_t errlen)
 {
     long     st;
-    char     hex[17], egress[1024];
+    char     hex[17], egress[1024], net[128];
     json_t  *env, *labels, *spec;
+
+    if (runner_pool_net_ensure(err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
 
     if (smcp_random_hex(hex, 8) != SMCP_OK) {
         snprintf(err, errlen, "no randomness");
@@ -133,8 +200,9 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
      * the same (smcp.pool), and says what it was */
     json_object_set_new(labels, "smcp.pool.image", json_string(image));
 
-    spec = runner_sandbox_spec(image, env, labels, sb->name,
-                               runner_config->network);
+    runner_pool_network(net, sizeof(net));
+
+    spec = runner_sandbox_spec(image, env, labels, sb->name, net);
     if (spec == NULL) {
         snprintf(err, errlen, "cannot build the container spec");
         return RUNNER_ERR;
@@ -324,7 +392,7 @@ runner_pool_thread(void *arg)
 {
     int                  i, n, short_of;
     int64_t              now, next_check;
-    char                 err[RUNNER_ERRLEN];
+    char                 err[RUNNER_ERRLEN], net[128];
     struct timespec      ts;
     runner_sandbox_t     sb, list[RUNNER_POOL_MAX];
     runner_pool_list_t  *l;
@@ -405,6 +473,17 @@ runner_pool_thread(void *arg)
 
     while (n-- > 0) {
         runner_pool_discard(&list[n]);
+    }
+
+    if (runner_config->egress_container[0]) {
+        runner_pool_network(net, sizeof(net));
+
+        if (runner_backend->net_drop(net, runner_config->egress_container,
+                                     err, sizeof(err))
+            == RUNNER_ERR)
+        {
+            runner_log("error", NULL, "pool: the network %s: %s", net, err);
+        }
     }
 
     runner_log("info", NULL, "pool: drained");

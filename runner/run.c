@@ -659,7 +659,7 @@ runner_run_sandbox(runner_run_t *run, json_t *h, const char *token,
 {
     int               rc;
     json_t           *spec;
-    char              oc_session[sizeof(run->out.oc_session)];
+    char              oc_session[sizeof(run->out.oc_session)], net[128];
     runner_sandbox_t  sb;
 
     if (runner_run_volume(run, image, &sb, err, errlen) != RUNNER_OK) {
@@ -680,6 +680,18 @@ runner_run_sandbox(runner_run_t *run, json_t *h, const char *token,
     {
         snprintf(err, errlen, "%s", runner_store_error(run->store));
         return RUNNER_ERR;
+    }
+
+    /* compose: the session's network made, the pooled one moved onto it
+     * (off the pool's) before the run goes into it */
+    if (run->pooled && runner_config->egress_container[0]) {
+        runner_run_network(run, net, sizeof(net));
+
+        if (runner_run_join(run, err, errlen) != RUNNER_OK
+            || runner_pool_move(&sb, net, err, errlen) != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
     }
 
     if (run->pooled) {

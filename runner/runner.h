@@ -721,6 +721,9 @@ int runner_pool_start(void);
 void runner_pool_stop(void);
 int runner_pool_has(const char *image);
 int runner_pool_take(const char *image, runner_sandbox_t *sb);
+void runner_pool_network(char *buf, size_t size);
+int runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
+    size_t errlen);
 int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen);
 

@@ -25,6 +25,13 @@
 #     removed
 #   - a second task of one of those sessions, queued meanwhile, runs after
 #     the first one on the session's network made anew, and completes
+#   - the warm pool (SMCP_POOL, 1 by default): the runner makes the
+#     pool's network smcp-pool-<runner name> (internal) with the egress
+#     container on it and a pooled sandbox there, its OpenCode warmed; a
+#     run that starts a session takes it, and the sandbox is on its
+#     session's network only before the run goes into it; a message sent
+#     with opencode_send_message while its agent works is delivered and
+#     reaches the model's next request
 #   - an upgrade of the egress container in the middle of a run
 #     (`docker-compose up -d --force-recreate egress`, as a changed image
 #     or provider key recreates it): the runner joins the new container to
@@ -47,7 +54,8 @@
 # runner is stopped first, then the sandboxes (label smcp.runner=<project>,
 # the runner's name here) and `docker-compose down -v`, then the session
 # networks smcp-net-<sessionId> and volumes smcp-<sessionId> of the
-# sessions created (known here, from the sandboxes' labels, from nginx's
+# sessions created, the pool's network and the pooled sandboxes' volumes
+# (smcp-pool-<hex>) (known here, from the sandboxes' labels, from nginx's
 # networks and from the stack's Redis).
 #
 # Needs a Docker engine, docker-compose (v1) and the sandbox image (built
@@ -176,7 +184,8 @@ sub project_sessions {
     return uniq(grep { /^ses_[0-9a-f]+$/ } @s);
 }
 
-# sandboxes first (the runner is stopped before: it would start more)
+# sandboxes first (the runner is stopped before: it would start more); a
+# pooled one's volume (smcp-pool-<hex>, named) with it
 sub remove_sandboxes {
     my ($p, @sessions) = @_;
     my @ids;
@@ -185,12 +194,34 @@ sub remove_sandboxes {
         push @ids, split ' ', $out;
     }
     @ids = uniq(@ids);
-    docker({ timeout => 120 }, 'rm', '-f', '-v', @ids) if @ids;
+    return unless @ids;
+    my (undef, $m) = docker('inspect', '--format', '{{range .Mounts}}{{.Name}} {{end}}', @ids);
+    docker({ timeout => 120 }, 'rm', '-f', '-v', @ids);
+    my @vols = grep { /^smcp-pool-[0-9a-f]+$/ } split ' ', $m // '';
+    docker({ timeout => 60 }, 'volume', 'rm', '-f', @vols) if @vols;
 }
 
-# after `down` (the egress container gone from the networks)
-sub remove_session_leftovers {
+# the volumes of sessions whose first run took a pooled sandbox
+# (smcp-pool-<hex>: the session's hash names it), while Redis runs
+sub session_volumes {
     my ($p, @sessions) = @_;
+    my @v;
+    for my $s (@sessions) {
+        my ($rc, $out) = compose_cmd($p, ['exec', '-T', 'redis', 'redis-cli', '--raw',
+                                          'HGET', "smcp:session:$s", 'volume'], timeout => 30);
+        push @v, $1 if $rc == 0 && $out =~ /^(smcp-pool-[0-9a-f]+)$/m;
+    }
+    return @v;
+}
+
+# after `down` (the egress container gone from the networks): the session
+# networks and volumes, the pool's network and the pooled sessions' volumes
+sub remove_session_leftovers {
+    my ($p, $pool_vols, @sessions) = @_;
+    my ($rc0, undef, $err0) = docker({ timeout => 60 }, 'network', 'rm', "smcp-pool-$p");
+    print STDERR "# docker network rm smcp-pool-$p: $err0"
+        if $rc0 != 0 && $err0 !~ /not found|No such network/i;
+    docker({ timeout => 60 }, 'volume', 'rm', '-f', @$pool_vols) if @$pool_vols;
     for my $s (@sessions) {
         my ($rc, $out, $err) = docker({ timeout => 60 }, 'network', 'rm', "smcp-net-$s");
         print STDERR "# docker network rm smcp-net-$s: $err"
@@ -227,6 +258,7 @@ sub sweep_stale_projects {
         next if $pid == $$ || pid_alive($pid);
         compose_cmd($p, ['stop', '-t', '2', 'runner'], timeout => 60);
         my @sessions = project_sessions($p);
+        my @pool_vols = session_volumes($p, @sessions);
         remove_sandboxes($p, @sessions);
         # the dead run's own containers still attached to the project's
         # networks would make `down` fail
@@ -240,7 +272,7 @@ sub sweep_stale_projects {
         }
         my ($rc, $o, $err) = compose_cmd($p, ['down', '-v', '--remove-orphans',
                                               '-t', '1']);
-        remove_session_leftovers($p, @sessions);
+        remove_session_leftovers($p, \@pool_vols, @sessions);
         diag("swept stale compose project $p (" . scalar(@sessions) . ' session(s))'
              . ($rc ? ": $err" : ''));
     }
@@ -273,6 +305,7 @@ END {
         # the runner first: it would start what is queued
         compose(['stop', '-t', '5', 'runner'], timeout => 60);
         my @sessions = uniq(sort(keys %my_sessions), project_sessions($project));
+        my @pool_vols = session_volumes($project, @sessions);
         remove_sandboxes($project, @sessions);
         remove_container($_) for @my_containers;
         my ($rc, $out, $err) = compose(['down', '-v', '--remove-orphans', '-t', '5'],
@@ -287,7 +320,7 @@ END {
                    : ($kind->[0], 'rm');
             docker({ timeout => 60 }, @rm, @ids);
         }
-        remove_session_leftovers($project, @sessions);
+        remove_session_leftovers($project, \@pool_vols, @sessions);
     }
     $? = $status;
 }
@@ -399,9 +432,15 @@ is(container_inspect_field($nginx_id,
    '... on the backend network only (no shared sandbox network)');
 is(container_inspect_field($egress_id, '{{.Name}}'), "/$egress_name",
    "the egress container is named $egress_name (COMPOSE_PROJECT_NAME-egress)");
-is(container_inspect_field($egress_id,
-       '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
-   '... on the backend network only');
+# the warm pool (SMCP_POOL, 1): the runner makes the pool's network and
+# puts the egress container on it, then a pooled sandbox
+my $pool_net = "smcp-pool-$project";
+ok(wait_until(60, sub { networks_of($egress_id) eq join(' ', sort($backend_net, $pool_net)) }, 0.5),
+   "... on the backend network and the warm pool's ($pool_net) only")
+    or diag(networks_of($egress_id));
+is(container_inspect_field($pool_net, '{{.Internal}} '
+       . '{{index .Options "com.docker.network.bridge.inhibit_ipv4"}}') // '', 'true true',
+   "$pool_net: internal, inhibit_ipv4");
 is(container_inspect_field($egress_id, '{{json .HostConfig.PortBindings}}'), '{}',
    '... publishing nothing');
 
@@ -628,11 +667,33 @@ sub wait_result {
     return $sc;
 }
 
-# the sandbox container of a run (label smcp.run), '' when there is none
+# the sandbox container of a run (label smcp.run; a pooled one it took:
+# named smcp-<runId>), '' when there is none
 sub sandbox_of {
     my ($run) = @_;
     my (undef, $out) = docker('ps', '-aq', '--no-trunc', '--filter', "label=smcp.run=$run");
-    return (split ' ', $out)[0] // '';
+    (undef, $out) = docker('ps', '-aq', '--no-trunc', '--filter', "name=smcp-$run")
+        unless ($out // '') =~ /\S/;
+    return (split ' ', $out // '')[0] // '';
+}
+
+# the idle pooled sandboxes of the stack's runner (label smcp.pool)
+sub pooled_ids {
+    my (undef, $out) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.pool=$project",
+                              '--filter', 'name=smcp-pool-');
+    return split ' ', $out // '';
+}
+
+# an idle pooled sandbox whose OpenCode server is warmed, within $secs
+sub pool_warm {
+    my ($secs) = @_;
+    return wait_until($secs, sub {
+        for my $id (pooled_ids()) {
+            my ($rc) = docker('exec', $id, 'test', '-e', '/tmp/smcp-warm/ready');
+            return 1 if $rc == 0;
+        }
+        return 0;
+    }, 0.5);
 }
 
 sub network_exists {
@@ -744,9 +805,8 @@ my ($run0, $ses0);
         or diag(join "\n", @$ev);
     ok(!grep({ /\Q$nginx_id\E/ } @$ev), '... the MCP container never') or diag(join "\n", @$ev);
     is($acts[-1] // '', 'destroy', '... and it was removed last') or diag(join "\n", @$ev);
-    is(container_inspect_field($egress_id,
-           '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}'), "$backend_net ",
-       'the egress container is back on the backend network only');
+    is(networks_of($egress_id), join(' ', sort($backend_net, $pool_net)),
+       'the egress container is back on the backend and pool networks only');
 }
 
 ##############################################################################
@@ -794,8 +854,8 @@ for my $x (qw(A B)) {
          qr/"egress"/, '... the egress container on it with the alias egress');
     is(networks_of($sb{$x}), $n, "sandbox $x is on $n only");
 }
-is(networks_of($egress_id), join(' ', sort($backend_net, $net{A}, $net{B})),
-   'egress: backend and the two session networks');
+is(networks_of($egress_id), join(' ', sort($backend_net, $pool_net, $net{A}, $net{B})),
+   'egress: backend, the pool\'s and the two session networks');
 is(networks_of($nginx_id), $backend_net, 'the MCP container: backend only');
 
 my $sa = $sb{A};
@@ -1004,7 +1064,8 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
     }
     ok(wait_until(30, sub { sandbox_of($run_a2) eq '' }, 0.5),
        '... and the sandbox of the second task');
-    is(networks_of($egress_id), $backend_net, 'the egress container is on the backend network only again');
+    is(networks_of($egress_id), join(' ', sort($backend_net, $pool_net)),
+       'the egress container is on the backend and pool networks only again');
     is(networks_of($nginx_id), $backend_net, '... the MCP container still is');
 }
 
@@ -1043,6 +1104,45 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
          "nginx /healthz: the version ($v)");
     my (undef, $out) = compose(['exec', '-T', 'runner', 'smcp-runner', '--version']);
     is($out, "smcp-runner $v\n", 'the runner image: smcp-runner --version');
+}
+
+##############################################################################
+# the warm pool (SMCP_POOL, 1 by default): a run that starts a session
+# takes the warmed pooled sandbox, which leaves the pool's network for its
+# session's before anything of the run goes into it; a message sent with
+# opencode_send_message while its agent works (a command held by the
+# test) reaches the model's next request, after the command's result
+
+{
+    ok(pool_warm(300), "a pooled sandbox on $pool_net, its OpenCode warmed");
+    my ($pooled) = pooled_ids();
+    is(container_inspect_field($pool_net, '{{range .Containers}}{{.Name}} {{end}}') =~ /\Q$egress_name\E/
+       ? 1 : 0, 1, "... beside the egress container on $pool_net");
+    my $h = rhex(4);
+    my $rt = run_task(task => "Steer me. HOLD-$h", title => 'compose steer');
+    my ($run, $ses) = ($rt->{runId} // 'none', $rt->{sessionId} // 'none');
+    ok(wait_until(150, sub { gate_reached($h) }, 0.25), 'the run waits in its command')
+        or diag(explain(wait_result($run, 1)));
+    my $sb = sandbox_of($run);
+    is(substr($sb, 0, 12), substr($pooled // '-', 0, 12), '... in the pooled sandbox');
+    push @my_containers, $sb if $sb;
+    is(networks_of($sb), "smcp-net-$ses", "... on its session's network only, off $pool_net");
+    like(redis_cli('XRANGE', "smcp:run:$run:events", '-', '+'), qr/\\"warm\\":true/,
+         '... its agent on the warm OpenCode server');
+    my $m = $mcp->call_tool($sid, 'opencode_send_message',
+                            { runId => $run, message => "STEERED-$h: also say steered" },
+                            token => $token);
+    is(($m->{structuredContent} // {})->{status}, 'queued', 'opencode_send_message: queued')
+        or diag(explain($m));
+    ok(wait_until(60, sub { redis_cli('XRANGE', "smcp:run:$run:events", '-', '+')
+                            =~ /delivered/ }, 0.5),
+       '... and taken by the sandbox (delivered)');
+    ok(open_gate($run, "hold-$h"), 'the command ends (its gate opened)');
+    my $res = wait_result($run, 150);
+    is($res->{status}, 'completed', 'the steered run completes') or diag(explain($res));
+    ok((grep { ($_->{body} // '') =~ /STEERED-\Q$h\E/ }
+        @{ $anthropic->requests(path => '/v1/messages') }),
+       'the message reached the model');
 }
 
 ##############################################################################

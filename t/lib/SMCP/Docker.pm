@@ -339,6 +339,10 @@ sub exec_in {
 sub open_gate {
     my ($run, $mark) = @_;
     my (undef, $ids) = docker('ps', '-q', '--filter', "label=smcp.run=$run");
+    # a pooled sandbox taken by the run: its name says it (its labels were
+    # set before the run)
+    (undef, $ids) = docker('ps', '-q', '--filter', "name=smcp-$run")
+        unless ($ids // '') =~ /\S/;
     my ($id) = split ' ', $ids // '' or return 0;
     my ($rc) = exec_in($id, ['touch', "/tmp/$mark"], timeout => 20);
     return $rc == 0;

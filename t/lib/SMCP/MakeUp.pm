@@ -216,7 +216,26 @@ sub stack {
 }
 
 sub up   { return $_[0]->stack('up') }
-sub down { return $_[0]->stack('down') }
+# down: what make down does; the sessions' volumes noted first (a session
+# that took a pooled sandbox keeps its volume, smcp-pool-<hex>: its name
+# is in Redis, which make down stops)
+sub down {
+    my ($self) = @_;
+    $self->note_volumes;
+    return $self->stack('down');
+}
+
+sub note_volumes {
+    my ($self) = @_;
+    my @ses = sort keys %{ $self->{sessions} || {} };
+    return unless @ses && $self->{up} && -e "$self->{state}/redis-password";
+    my $t = eval { $self->t } or return;
+    my $prefix = ($self->{env} || {})->{SMCP_REDIS_PREFIX} // 'smcp:';
+    for my $s (@ses) {
+        my $v = eval { $t->redis('HGET', "${prefix}session:$s", 'volume') };
+        $self->{volumes}{$v} = 1 if defined $v && $v =~ /^smcp-[A-Za-z0-9_-]+$/;
+    }
+}
 
 # t(): SMCP::Test's client half for this stack: its MCP port, its Redis
 # with make up's password ($up->t->run_events($id), ->run_hash($id))
@@ -330,7 +349,8 @@ END {
         }
         $self->stop_fakes;
         # the sessions' volumes (make down leaves them, as it should)
-        my @vols = map { "smcp-$_" } sort keys %{ $self->{sessions} || {} };
+        my @vols = ((map { "smcp-$_" } sort keys %{ $self->{sessions} || {} }),
+                    sort keys %{ $self->{volumes} || {} });
         system("docker volume rm -f @vols >/dev/null 2>&1") if @vols;
     }
 }
