@@ -93,7 +93,7 @@ subtest 'runner killed with SIGKILL mid-run, restarted' => sub {
     my $t0 = time();
     my $crash = $s->run_task(task => 'SCENARIO-CRASH: two files, show them, answer', title => 'crash');
     my $id = $crash->{runId};
-    ok(wait_until(120, sub { tool_uses_stored($id) >= 1 }, 0.1),
+    ok(wait_until(300, sub { tool_uses_stored($id) >= 1 }, 0.1),
        'the first tool call is stored') or $s->diag_run($id, $runner);
     my $hang = $s->run_task(task => 'SCENARIO-HANG: the model never answers', title => 'hang',
                             timeoutSeconds => $HANG_TIMEOUT);
@@ -205,7 +205,7 @@ subtest "Docker unreachable for $OUTAGE s mid-run" => sub {
     my $t0 = time();
     my $run = $s->run_task(task => 'SCENARIO-DOCKER: two files, show them, answer', title => 'docker');
     my $id = $run->{runId};
-    ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
+    ok(wait_until(300, sub { tool_uses_stored($id) >= 1 }, 0.1),
        'the first tool call is stored') or $s->diag_run($id, $r2);
     $s->stop_docker_forwarder($fwd, $sock);
     my $down = time();
@@ -237,7 +237,7 @@ subtest "Docker unreachable mid-run for longer than the runner retries ($RETRIES
     my $t0 = time();
     my $run = $s->run_task(task => 'SCENARIO-LONG: write, then the model hangs', title => 'long');
     my $id = $run->{runId};
-    ok(wait_until(60, sub { tool_uses_stored($id) >= 1 }, 0.1),
+    ok(wait_until(300, sub { tool_uses_stored($id) >= 1 }, 0.1),
        'the first tool call is stored') or $s->diag_run($id, $r2);
     $s->stop_docker_forwarder($fwd, $sock);
     my $down = time();

@@ -5,7 +5,7 @@
 # (concurrency 3):
 #
 #   1. the model answers 401: `failed`, the provider's message in error
-#   2. the model hangs: the run's timeoutSeconds (90) ends it: `failed`,
+#   2. the model hangs: the run's timeoutSeconds (180) ends it: `failed`,
 #      an error about the deadline, the container stopped and removed
 #   3. opencode_cancel_run while the model hangs: `cancelled`, and the
 #      container is gone (docker ps -a) by the time the status says so
@@ -28,8 +28,10 @@ use SMCP::Test qw(json_encode wait_until iso_ms);
 
 my $AUTH_MSG = 'invalid x-api-key (scripted refusal 4711)';
 # long enough for OpenCode to reach the model first on a loaded 2-core
-# machine (it has taken over 40 s, with 4 test files side by side)
-my $TIMEOUT = 90;
+# machine (it has taken over 40 s, with 4 test files side by side, and
+# 112 s with three runs of this file starting together beside two other
+# files of sandboxes), and short of the model's 240 s hang
+my $TIMEOUT = 180;
 
 my $s = SMCP::Stack->new(scripts => {
     'SCENARIO-AUTH' => [

@@ -789,10 +789,16 @@ subtest "sessions isolated: docker-stack.yml's runner" => sub {
         ok(wait_until(60, sub { $s->runner_log($r) =~ /egress relay \Q$relay\E: made with other settings/ }, 0.5),
            'a runner with other settings (--concurrency) makes its relay anew')
             or diag($s->runner_log_tail($r));
-        isnt(container_inspect_field($relay, '{{.Id}}') // '', $old, '... a new container');
+        # (the log line comes before the old one's removal: waited for)
         my $lnet = "smcp-net-$live->{sessionId}";
-        like(container_inspect_field($relay, '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}') // '',
-             qr/(^| )\Q$lnet\E /, "... on the network of the run under way, $lnet");
+        my ($now, $nets) = ('', '');
+        ok(wait_until(60, sub {
+            $now = container_inspect_field($relay, '{{.Id}}') // '';
+            $nets = container_inspect_field($relay,
+                '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}') // '';
+            return $now && $now ne $old && $nets =~ /(^| )\Q$lnet\E /;
+        }, 0.5), "... a new container, on the network of the run under way, $lnet")
+            or diag("relay $now on: $nets");
         my ($rc2, $code) = exec_in($cid, ['curl', '-sS', '-o', '/dev/null', '-w', '%{http_code}',
                                           '--max-time', '10', "http://egress:$to_port/"], timeout => 20);
         like($code, qr/^[1-5]\d\d$/, "... where the run reaches the egress again (HTTP $code)");

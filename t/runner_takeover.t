@@ -70,7 +70,7 @@ subtest 'a dead runner\'s run is taken over' => sub {
     my $t0 = time();
     my $run = $s->run_task(task => 'SCENARIO-ORPHAN: two files, show them, answer', title => 'orphan');
     my $id = $run->{runId};
-    ok(wait_until(60, sub { grep { ($_->{json}{type} // '') eq 'tool_use' } $s->container_events($id) },
+    ok(wait_until(300, sub { grep { ($_->{json}{type} // '') eq 'tool_use' } $s->container_events($id) },
                   0.1), 'the first tool call is stored') or $s->diag_run($id, @R{sort keys %R});
     like($s->run_hash($id)->{claimed_by} // '', qr{^\Q$R{x}{name}\E/}, 'claimed by runner x');
     $s->stop_runner(delete $R{x}, 'KILL');
