@@ -160,7 +160,14 @@ sub new {
     }
 
     $t->start(http => ($o{http} // '') . SMCP::Test::egress_server_conf("$gw:$eport"));
-    my ($sid, $r) = $t->initialize;
+    # a worker reaches Redis after nginx's start (through the sentinels: a
+    # lookup first, slow on a loaded machine): its 503 "retry shortly" is
+    # retried, as a client does
+    my ($sid, $r);
+    wait_until(60, sub {
+        ($sid, $r) = $t->initialize;
+        return $sid || ($r->{status} // 0) != 503;
+    }, 0.5);
     $self->{sid} = $sid;
     if (!$sid) {
         my @errs = grep { /\[(error|crit|alert|emerg)\]/ }
