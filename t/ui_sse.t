@@ -255,7 +255,7 @@ sub redis_clients {
     ok(wait_until(10, sub { $t->error_log =~ /ui stream dropped: the client reads too slowly/ }),
        '... is dropped once its unsent messages pass the buffer (logged)');
     # what the socket held, then the end
-    $slow->pump(10, sub { $_[0]->closed });
+    $slow->pump(60, sub { $_[0]->closed });
     ok($slow->closed, '... the connection closed');
     my $got = grep { ($_->{event} // '') eq 'run' } @{ $slow->events };
     ok($got < $n, "... after $got of $n messages (the rest is not kept)");
