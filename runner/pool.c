@@ -93,7 +93,7 @@ runner_pool_network(char *buf, size_t size)
 static int
 runner_pool_net_ensure(char *err, size_t errlen)
 {
-    char  net[128];
+    char  net[RUNNER_NET_SIZE];
 
     if (runner_config->egress_container[0] == '\0') {
         return RUNNER_OK;
@@ -116,7 +116,7 @@ runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
     size_t errlen)
 {
     long  st;
-    char  pool[128];
+    char  pool[RUNNER_NET_SIZE];
 
     if (runner_config->egress_container[0] == '\0') {
         return RUNNER_OK;
@@ -165,7 +165,7 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
     size_t errlen)
 {
     long     st;
-    char     hex[17], egress[1024], net[128];
+    char     hex[17], egress[1024], net[RUNNER_NET_SIZE];
     json_t  *env, *labels, *spec;
 
     if (runner_pool_net_ensure(err, errlen) != RUNNER_OK) {
@@ -392,7 +392,7 @@ runner_pool_thread(void *arg)
 {
     int                  i, n, short_of;
     int64_t              now, next_check;
-    char                 err[RUNNER_ERRLEN], net[128];
+    char                 err[RUNNER_ERRLEN], net[RUNNER_NET_SIZE];
     struct timespec      ts;
     runner_sandbox_t     sb, list[RUNNER_POOL_MAX];
     runner_pool_list_t  *l;

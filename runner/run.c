@@ -659,7 +659,8 @@ runner_run_sandbox(runner_run_t *run, json_t *h, const char *token,
 {
     int               rc;
     json_t           *spec;
-    char              oc_session[sizeof(run->out.oc_session)], net[128];
+    char              oc_session[sizeof(run->out.oc_session)];
+    char              net[RUNNER_NET_SIZE];
     runner_sandbox_t  sb;
 
     if (runner_run_volume(run, image, &sb, err, errlen) != RUNNER_OK) {

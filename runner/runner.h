@@ -181,6 +181,8 @@
                                                its volume's names */
 #define RUNNER_POOL_DIR              "/workspace"   /* where its run is
                                                put: its volume */
+#define RUNNER_NET_SIZE              192    /* a network's name: the
+                                               pool's, a session's */
 
 /* the janitor */
 #define RUNNER_JANITOR_BATCH         100    /* sessions, expired runs'
