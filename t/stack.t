@@ -387,7 +387,7 @@ if ($egress) {
     my $rt = $call->('opencode_run_task', { task => 'SCENARIO-HELLO: say hello.' });
     like($rt->{runId} // '', qr/^run_[0-9a-f]{24}$/, 'make up: run_task answers');
     my $res = {};
-    for (1 .. 6) {
+    for (1 .. 15) {
         $res = $call->('opencode_get_result',
                        { runId => $rt->{runId}, waitSeconds => 20 });
         last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
@@ -463,7 +463,7 @@ sub steer_through_make_up {
     is($m->{status}, 'queued', 'make up: opencode_send_message queues the message')
         or diag(explain($m));
     my $res = {};
-    for (1 .. 12) {
+    for (1 .. 15) {
         $res = $call->('opencode_get_result', { runId => $id, waitSeconds => 20 });
         last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
     }

@@ -251,9 +251,10 @@ sub t {
 sub url { return "http://127.0.0.1:$_[0]{port}/mcp" }
 
 # post($token, $body, header => value...): an HTTP::Tiny answer from /mcp
+# (40 s: a get_result's waitSeconds of up to 30 fits)
 sub post {
     my ($self, $tok, $body, %h) = @_;
-    return HTTP::Tiny->new(timeout => 10)->post($self->url, {
+    return HTTP::Tiny->new(timeout => 40)->post($self->url, {
         headers => {
             'Authorization' => "Bearer $tok",
             'Accept' => 'application/json, text/event-stream',
