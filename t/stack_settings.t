@@ -78,7 +78,7 @@ ok($sid, 'the printed token starts a session');
 # a task through the whole stack, in the prefix's keyspace
 my $run = $up->call($token, $sid, 'opencode_run_task', { task => 'Say hello.' });
 like($run->{runId} // '', qr/^run_[0-9a-f]{24}$/, 'run_task answers');
-my $res = $up->wait_done($token, $sid, $run->{runId} // 'none', 120);
+my $res = $up->wait_done($token, $sid, $run->{runId} // 'none', 300);
 is($res->{status}, 'completed', 'the task completes') or diag(explain($res),
     `tail -20 $state/logs/runner.log`);
 is($res->{result}, 'settings run done', '... with the model\'s answer');

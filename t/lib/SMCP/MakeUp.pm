@@ -322,9 +322,13 @@ sub ui_get {
 }
 
 # wait_done($token, $sid, $runId, $seconds) -> get_result's last answer
+# (at least 300 s: a run that takes the warm pool's sandbox while its
+# OpenCode still warms waits for the warm-up, up to 30 s, before it starts
+# cold; under make test's load both took minutes)
 sub wait_done {
     my ($self, $tok, $sid, $id, $secs) = @_;
     my $res = {};
+    $secs = 300 if $secs < 300;
     my $until = time() + $secs;
     while (time() < $until) {
         $res = $self->call($tok, $sid, 'opencode_get_result',
