@@ -902,17 +902,9 @@ is(container_inspect_field($sa, '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}
 my $msg = '{"model":"claude-probe","max_tokens":64,'
         . '"messages":[{"role":"user","content":"hi"}]}';
 {
-    # its container's environment holds it; a pooled sandbox got it after
-    # it was made (not in its configuration): one minted for run A then
-    my $tok = (container_inspect_field($sa, '{{range .Config.Env}}{{println .}}{{end}}')
-               =~ /^SMCP_RUN_TOKEN=(\S+)$/m)[0] // '';
-    if (!$tok) {
-        my (undef, $out) = docker('exec', $nginx_name, 'smcp-token', '--sub', $tenant,
-                                  '--scope', 'egress', '--run', $run{A}, '--ttl', '600');
-        ($tok) = ($out // '') =~ /^([\w-]+\.[\w-]+\.[\w-]+)$/m;
-        $tok //= '';
-    }
-    ok($tok, 'sandbox A has a run token of its run');
+    # (a pooled sandbox got it after it was made: SMCP::Docker::run_token)
+    my $tok = run_token($run{A});
+    ok($tok, 'sandbox A has its run token');
     my ($rc, $out, $err) = exec_in($sa, ['bash', '-c',
         'curl -sS --max-time 20 -o /tmp/body -w "%{http_code}" '
       . '-H "x-api-key: $2" -H "anthropic-version: 2023-06-01" '

@@ -23,7 +23,7 @@ use File::Temp qw(tempdir);
 use HTTP::Tiny;
 use Test::More;
 use SMCP::Test qw(:all);
-use SMCP::Docker qw(docker_available docker);
+use SMCP::Docker qw(docker_available docker run_token);
 use SMCP::Fakes;
 use SMCP::MakeUp;
 use SMCP::Stack qw(bash_step);
@@ -82,15 +82,8 @@ sub egress_status {
     })->{status};
 }
 
-# a run's sandbox token: SMCP_RUN_TOKEN in its container's environment
-sub sandbox_token {
-    my ($run) = @_;
-    my (undef, $ids) = docker('ps', '-q', '--filter', "label=smcp.run=$run");
-    my ($id) = split ' ', $ids // '';
-    return '' unless $id;
-    my (undef, $env) = docker('inspect', '--format', '{{range .Config.Env}}{{println .}}{{end}}', $id);
-    return ($env // '') =~ /^SMCP_RUN_TOKEN=(\S+)$/m ? $1 : '';
-}
+# a run's sandbox token (SMCP::Docker::run_token: a pooled sandbox's too)
+sub sandbox_token { return run_token($_[0]) }
 
 sub token_tool { my $t = `$root/build/smcp-token @_ 2>/dev/null`; chomp $t; return $t }
 

@@ -34,7 +34,7 @@ use File::Temp qw(tempdir);
 use Test::More;
 use SMCP::Test qw(:all);
 use POSIX qw(WNOHANG);
-use SMCP::Docker qw(docker docker_available ensure_sandbox_image test_id open_gate
+use SMCP::Docker qw(docker docker_available ensure_sandbox_image test_id open_gate run_sandbox
                     container_inspect_field fork_child);
 use SMCP::MakeUp;
 use SMCP::Stack qw(gate_step);
@@ -80,11 +80,8 @@ sub ticks {
     return scalar grep { ($_->{type} // '') eq 'log' && ($_->{data} // '') =~ /^tick-\d+$/ }
         $up->t->run_events($id);
 }
-# the sandbox of a run (label smcp.run), running
-sub sandbox_of {
-    my (undef, $ids) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.run=$_[0]");
-    return (split ' ', $ids // '')[0] // '';
-}
+# the sandbox of a run, running (a pooled one it took too)
+sub sandbox_of { return run_sandbox($_[0]) }
 sub maps_module {
     my ($pid) = @_;
     my $maps = slurp("/proc/$pid/maps");

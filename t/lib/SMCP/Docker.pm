@@ -44,6 +44,7 @@ our @EXPORT_OK = qw(
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
     exec_in probe_tcp container_ip container_inspect_field open_gate
+    run_sandbox run_token
     create_network remove_network network_gateway free_subnet host_ip
     sandbox_net_up sandbox_net_down sandbox_net_rules sandbox_net_script
     egress_relay_up
@@ -333,17 +334,38 @@ sub exec_in {
     return docker({ timeout => $t + 15, stdin => $o{stdin} }, @a);
 }
 
+# run_sandbox($runId) -> the id of the run's running sandbox, '' when
+# none: label smcp.run, or a pooled sandbox the run took, named
+# smcp-<runId> (its labels were set before the run)
+sub run_sandbox {
+    my ($run) = @_;
+    my (undef, $ids) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.run=$run");
+    (undef, $ids) = docker('ps', '-q', '--no-trunc', '--filter', "name=smcp-$run")
+        unless ($ids // '') =~ /\S/;
+    return (split ' ', $ids // '')[0] // '';
+}
+
+# run_token($runId) -> the run's sandbox token, '' when none: in its
+# container's environment, or, a pooled sandbox's (given the run after it
+# was made), where its entry script keeps it: the warm server's relay file,
+# else the agent's environment
+sub run_token {
+    my ($run) = @_;
+    my $id = run_sandbox($run) or return '';
+    my (undef, $env) = docker('inspect', '--format', '{{range .Config.Env}}{{println .}}{{end}}', $id);
+    return $1 if ($env // '') =~ /^SMCP_RUN_TOKEN=(\S+)$/m;
+    my (undef, $out) = exec_in($id, ['sh', '-c', 'cat /tmp/smcp-warm/token 2>/dev/null '
+        . '|| for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/environ 2>/dev/null; done '
+        . '| sed -n "s/^SMCP_RUN_TOKEN=//p" | head -n 1'], timeout => 20);
+    return ($out // '') =~ /^([\w-]+\.[\w-]+\.[\w-]+)\s*$/ ? $1 : '';
+}
+
 # open_gate($runId, $mark) -> 1 when done: the file /tmp/<mark> made in
-# the run's running sandbox (label smcp.run), which SMCP::Stack::gate_step
+# the run's running sandbox (run_sandbox), which SMCP::Stack::gate_step
 # waits for
 sub open_gate {
     my ($run, $mark) = @_;
-    my (undef, $ids) = docker('ps', '-q', '--filter', "label=smcp.run=$run");
-    # a pooled sandbox taken by the run: its name says it (its labels were
-    # set before the run)
-    (undef, $ids) = docker('ps', '-q', '--filter', "name=smcp-$run")
-        unless ($ids // '') =~ /\S/;
-    my ($id) = split ' ', $ids // '' or return 0;
+    my $id = run_sandbox($run) or return 0;
     my ($rc) = exec_in($id, ['touch', "/tmp/$mark"], timeout => 20);
     return $rc == 0;
 }
