@@ -213,7 +213,9 @@ subtest 'concurrency 2: sessions in parallel, runs of one session in order' => s
 
     my (%max, $both, $b_early);
     my %st;
-    wait_until(150, sub {
+    # (A and B one after the other: each an OpenCode start, over 100 s
+    # each under make test's load)
+    wait_until(450, sub {
         for my $x (['a', $a], ['b', $b], ['c', $c]) {
             $st{ $x->[0] } = $s->result($x->[1]{runId})->{status};
         }
