@@ -669,13 +669,7 @@ sub wait_result {
 
 # the sandbox container of a run (label smcp.run; a pooled one it took:
 # named smcp-<runId>), '' when there is none
-sub sandbox_of {
-    my ($run) = @_;
-    my (undef, $out) = docker('ps', '-aq', '--no-trunc', '--filter', "label=smcp.run=$run");
-    (undef, $out) = docker('ps', '-aq', '--no-trunc', '--filter', "name=smcp-$run")
-        unless ($out // '') =~ /\S/;
-    return (split ' ', $out // '')[0] // '';
-}
+sub sandbox_of { return run_sandbox($_[0], all => 1) }
 
 # the idle pooled sandboxes of the stack's runner (label smcp.pool)
 sub pooled_ids {

@@ -334,14 +334,14 @@ sub exec_in {
     return docker({ timeout => $t + 15, stdin => $o{stdin} }, @a);
 }
 
-# run_sandbox($runId) -> the id of the run's running sandbox, '' when
-# none: label smcp.run, or a pooled sandbox the run took, named
-# smcp-<runId> (its labels were set before the run)
+# run_sandbox($runId, all => 1) -> the id of the run's running sandbox
+# (all: in any state), '' when none: label smcp.run, or a pooled sandbox
+# the run took, named smcp-<runId> (its labels were set before the run)
 sub run_sandbox {
-    my ($run) = @_;
-    my (undef, $ids) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.run=$run");
-    (undef, $ids) = docker('ps', '-q', '--no-trunc', '--filter', "name=smcp-$run")
-        unless ($ids // '') =~ /\S/;
+    my ($run, %o) = @_;
+    my @ps = ('ps', ($o{all} ? '-a' : ()), '-q', '--no-trunc', '--filter');
+    my (undef, $ids) = docker(@ps, "label=smcp.run=$run");
+    (undef, $ids) = docker(@ps, "name=smcp-$run") unless ($ids // '') =~ /\S/;
     return (split ' ', $ids // '')[0] // '';
 }
 
