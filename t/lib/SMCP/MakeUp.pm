@@ -353,6 +353,12 @@ END {
             $self->down;
         }
         $self->stop_fakes;
+        # the sandboxes of its runner (make down leaves a running one to a
+        # restarted runner, as it should; a pooled one carries no run label)
+        if (my $rn = ($self->{env} || {})->{SMCP_RUNNER_NAME}) {
+            my @ids = split ' ', `docker ps -aq --filter label=smcp.runner=$rn 2>/dev/null`;
+            system("docker rm -f -v @ids >/dev/null 2>&1") if @ids;
+        }
         # the sessions' volumes (make down leaves them, as it should)
         my @vols = ((map { "smcp-$_" } sort keys %{ $self->{sessions} || {} }),
                     sort keys %{ $self->{volumes} || {} });
