@@ -415,7 +415,57 @@ runner_run_since(const char *ts, char *since, size_t size)
 }
 
 
-/* a fresh connection, however long Redis is away (unless we stop) */
+/*
+ * What the run stored so far, read back from its store: its event bytes,
+ * its budgets, where its log goes on from, and the outcome of its stored
+ * events (runner_run_replayed).  A re-attached run starts from it.  A run
+ * whose connection was lost reads it again from the server it reaches
+ * now, which may be a promoted replica without the last writes the old
+ * master took (a failover): the log is then followed again from the last
+ * line that server has, what is missing is stored again, and the outcome
+ * counts exactly what is stored.  The agent's stderr tail is kept (its
+ * lines are not replayed).
+ */
+int
+runner_run_stored_state(runner_run_t *run)
+{
+    char    v[RUNNER_NUM_MAX], tail[RUNNER_STDERR_TAIL];
+    size_t  tail_len;
+
+    run->event_bytes = 0;
+
+    if (runner_store_hget(run->store, run->id, "event_bytes", v, sizeof(v))
+        == RUNNER_OK)
+    {
+        run->event_bytes = atoll(v);
+    }
+
+    (void) runner_budget_resume(run);
+
+    tail_len = run->out.stderr_len;
+    memcpy(tail, run->out.stderr_tail, sizeof(tail));
+
+    runner_outcome_free(&run->out);
+    run->diff_marker = 0;
+    run->budget_hit = 0;
+
+    if (runner_store_last_log_ts(run->store, run) != RUNNER_OK
+        || runner_store_replay(run->store, run->id, runner_run_replayed, run)
+           != RUNNER_OK)
+    {
+        return RUNNER_ERR;
+    }
+
+    memcpy(run->out.stderr_tail, tail, sizeof(tail));
+    run->out.stderr_len = tail_len;
+    atomic_store(&run->cost_micros, (long long) llround(run->out.cost * 1e6));
+
+    return RUNNER_OK;
+}
+
+
+/* a fresh connection, however long Redis is away (unless we stop), and
+ * the run's state read again through it */
 static int
 runner_run_reconnect(runner_run_t *run)
 {
@@ -428,8 +478,15 @@ runner_run_reconnect(runner_run_t *run)
         runner_store_close(run->store);
         run->store = runner_store_connect(1, err, sizeof(err));
 
-        if (run->store) {
+        if (run->store && runner_run_stored_state(run) == RUNNER_OK) {
+            runner_log("info", run->id, "reconnected: going on after %s",
+                       run->last_ts[0] ? run->last_ts : "(nothing stored)");
             return RUNNER_OK;
+        }
+
+        if (run->store) {
+            snprintf(err, sizeof(err), "reading the run's state again: %s",
+                     runner_store_error(run->store));
         }
 
         runner_log("error", run->id, "%s; retrying in %d s", err, delay);
@@ -572,8 +629,9 @@ runner_run_follow(runner_run_t *run, int *exit_code, const char **why)
             tries++;
         }
 
-        /* on from the last line done with (this thread's own count: lines
-         * not stored on purpose are not read twice either) */
+        /* on from the last line done with: this thread's own count
+         * (lines not stored on purpose are not read twice either), or
+         * after a reconnect the last line stored */
     }
 
     if (atomic_load(&runner_stop)) {

@@ -949,18 +949,7 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
         run->deadline_ms = atoll(v);
     }
 
-    if (runner_store_hget(run->store, run->id, "event_bytes", v, sizeof(v))
-        == RUNNER_OK)
-    {
-        run->event_bytes = atoll(v);
-    }
-
-    (void) runner_budget_resume(run);
-
-    if (runner_store_last_log_ts(run->store, run) != RUNNER_OK
-        || runner_store_replay(run->store, run->id, runner_run_replayed, run)
-           != RUNNER_OK)
-    {
+    if (runner_run_stored_state(run) != RUNNER_OK) {
         snprintf(err, errlen, "%s", runner_store_error(run->store));
         return RUNNER_ERR;
     }

@@ -778,6 +778,7 @@ int runner_run_store(runner_run_t *run, const char *type, const char *data,
     size_t len, const char *dts);
 void runner_run_replayed(void *data, const char *json, size_t len,
     int from_log);
+int runner_run_stored_state(runner_run_t *run);
 
 /* watchdog.c: the run's watchdog thread, from start to end of the follow */
 void runner_run_watch_start(runner_run_t *run);
