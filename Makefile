@@ -54,7 +54,8 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/workspace.c runner/janitor.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
-               runner/pool.c runner/spec.c runner/budget.c runner/floor.c \
+               runner/pool.c runner/hold.c runner/spec.c runner/budget.c \
+               runner/floor.c \
                runner/relay.c runner/sentinel.c
 STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 # the version, from the one place that defines it

@@ -165,6 +165,12 @@ static const runner_option_t  runner_options[] = {
       "most 64 sandboxes in all",
       RUNNER_OPT_STRING, 0, RUNNER_S(pool_images), 0, 0, NULL },
 
+    { "session-hold", "SECONDS", "SMCP_SESSION_HOLD", "120",
+      "once a run of a pooled image ends, a warm sandbox on its session's "
+      "workspace is held this long for the session's next run (at most "
+      "--concurrency of them, and the tenant's max_running); 0: none",
+      RUNNER_OPT_INT, 0, RUNNER_F(session_hold), 0, 0, 86400, NULL },
+
     { "claim-idle", "MS", "SMCP_CLAIM_IDLE", "60000",
       "take over the runs of a runner silent this long",
       RUNNER_OPT_INT, 0, RUNNER_F(claim_idle_ms), 0, 1000, 86400000, NULL },

@@ -49,6 +49,9 @@ runner_janitor_session(runner_store_t *st, const char *id)
         snprintf(name, sizeof(name), "smcp-%.*s", SMCP_ID_LEN, id);
     }
 
+    /* a sandbox held for the session's next run uses the volume */
+    runner_hold_sweep(0, id);
+
     st_docker = runner_docker_volume_remove(name, err, sizeof(err));
 
     /* 404: gone already; 409: a container still uses it.  Either way

@@ -17,7 +17,8 @@
  * this name left behind, of any image (their name still
  * RUNNER_POOL_PREFIX: a taken one was renamed for its run), and at stop
  * (SIGTERM) or drain (SIGUSR1) its own idle ones.  The lists of idle
- * ones (one an image) are the lock's.
+ * ones (one an image) are the lock's.  It also sweeps the sandboxes held
+ * for sessions (hold.c): those past their time, and all at its end.
  */
 
 #include <stdio.h>
@@ -159,50 +160,51 @@ runner_pool_discard(const runner_sandbox_t *sb)
 }
 
 
-/* a new one of image, started: RUNNER_OK with sb set */
-static int
-runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
-    size_t errlen)
+/*
+ * A sandbox that waits for a run, made and started (sb->name its
+ * container's name, sb->id set on RUNNER_OK): image's, on volume, with
+ * labels (released), on the pool's network.  Nothing of a run: the entry
+ * script waits for it; the egress URL (not a secret) lets it start and
+ * warm OpenCode ahead, behind its relay; env_more ("NAME=value" or
+ * NULL) says more of what it is.  A failure leaves no container (the
+ * volume is the caller's).
+ */
+int
+runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
+    const char *env_more, runner_sandbox_t *sb, char *err, size_t errlen)
 {
     long     st;
-    char     hex[17], egress[1024], net[RUNNER_NET_SIZE];
-    json_t  *env, *labels, *spec;
-
-    if (runner_pool_net_ensure(err, errlen) != RUNNER_OK) {
-        return RUNNER_ERR;
-    }
-
-    if (smcp_random_hex(hex, 8) != SMCP_OK) {
-        snprintf(err, errlen, "no randomness");
-        return RUNNER_ERR;
-    }
+    char     egress[1024], net[RUNNER_NET_SIZE];
+    json_t  *env, *spec;
 
     sb->id[0] = '\0';
-    snprintf(sb->name, sizeof(sb->name), RUNNER_POOL_PREFIX "%s", hex);
 
-    /*
-     * nothing of a run: the entry script waits for it; the egress URL (not
-     * a secret) lets it start and warm OpenCode ahead, behind its relay
-     */
+    if (runner_pool_net_ensure(err, errlen) != RUNNER_OK) {
+        json_decref(labels);
+        return RUNNER_ERR;
+    }
+
     if (snprintf(egress, sizeof(egress), "SMCP_EGRESS_URL=%s",
                  runner_config->egress_url) >= (int) sizeof(egress))
     {
+        json_decref(labels);
         snprintf(err, errlen, "egress url too long");
         return RUNNER_ERR;
     }
 
     env = json_pack("[s, s]", "SMCP_POOL=1", egress);
-    labels = json_pack("{s:s, s:s, s:s}", "smcp.pool", runner_config->name,
-                       "smcp.runner", runner_config->name,
-                       "smcp.store", runner_store_id());
 
-    /* what it was made of: a restart under other pools removes it all
-     * the same (smcp.pool), and says what it was */
-    json_object_set_new(labels, "smcp.pool.image", json_string(image));
+    if (env_more) {
+        json_array_append_new(env, json_string(env_more));
+    }
+
+    json_object_set_new(labels, "smcp.runner",
+                        json_string(runner_config->name));
+    json_object_set_new(labels, "smcp.store", json_string(runner_store_id()));
 
     runner_pool_network(net, sizeof(net));
 
-    spec = runner_sandbox_spec(image, env, labels, sb->name, net);
+    spec = runner_sandbox_spec(image, env, labels, volume, net);
     if (spec == NULL) {
         snprintf(err, errlen, "cannot build the container spec");
         return RUNNER_ERR;
@@ -218,6 +220,40 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
         if (st == 204 || st == 304) {
             return RUNNER_OK;
         }
+
+        (void) runner_docker_remove(sb->id, err, errlen);
+        sb->id[0] = '\0';
+    }
+
+    return RUNNER_ERR;
+}
+
+
+/* a new one of image, with a fresh volume, started: RUNNER_OK with sb
+ * set */
+static int
+runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
+    size_t errlen)
+{
+    char     hex[17];
+    json_t  *labels;
+
+    if (smcp_random_hex(hex, 8) != SMCP_OK) {
+        snprintf(err, errlen, "no randomness");
+        return RUNNER_ERR;
+    }
+
+    snprintf(sb->name, sizeof(sb->name), RUNNER_POOL_PREFIX "%s", hex);
+
+    /* what it was made of: a restart under other pools removes it all
+     * the same (smcp.pool), and says what it was */
+    labels = json_pack("{s:s, s:s}", "smcp.pool", runner_config->name,
+                       "smcp.pool.image", image);
+
+    if (runner_pool_sandbox(image, sb->name, labels, NULL, sb, err, errlen)
+        == RUNNER_OK)
+    {
+        return RUNNER_OK;
     }
 
     runner_pool_discard(sb);
@@ -408,6 +444,7 @@ runner_pool_thread(void *arg)
         if (now >= next_check) {
             next_check = now + RUNNER_POOL_CHECK_MS;
             runner_pool_prune();
+            runner_hold_sweep(0, NULL);
         }
 
         pthread_mutex_lock(&runner_pool_lock);
@@ -474,6 +511,8 @@ runner_pool_thread(void *arg)
     while (n-- > 0) {
         runner_pool_discard(&list[n]);
     }
+
+    runner_hold_sweep(1, NULL);
 
     if (runner_config->egress_container[0]) {
         runner_pool_network(net, sizeof(net));

@@ -605,7 +605,9 @@ runner_run_stored_volume(runner_run_t *run, char *err, size_t errlen)
 /*
  * The session's workspace (runner_run_stored_volume).  A run that starts
  * a new session on a pooled image takes a pooled sandbox of it, when one
- * is idle: sb, and the session's hash names its volume from now on.
+ * is idle: sb, and the session's hash names its volume from now on.  A
+ * later run of the session takes its held sandbox (hold.c), when there
+ * is one of its image: sb; any other goes.
  */
 static int
 runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
@@ -616,6 +618,16 @@ runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
     char  mp[512];
 
     rc = runner_run_stored_volume(run, err, errlen);
+
+    if (rc == RUNNER_OK && runner_pool_has(image)
+        && runner_hold_take(run->session, image, sb) == RUNNER_OK)
+    {
+        /* the session's held sandbox, on its volume: the run's now */
+        snprintf(run->container, sizeof(run->container), "%s", sb->id);
+        run->pooled = 1;
+        run->held = 1;
+        return RUNNER_OK;
+    }
 
     if (rc != RUNNER_AGAIN) {
         return rc;
@@ -770,6 +782,9 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     }
 
     run->deadline_ms = smcp_now_ms() + timeout * 1000;
+    snprintf(run->image, sizeof(run->image), "%s", image);
+    run->max_running = atoll(json_string_value(json_object_get(h,
+                                                   "max_running")) ?: "0");
 
     token = runner_run_token(run, tenant, timeout);
     if (token == NULL) {
@@ -810,7 +825,8 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     }
 
     runner_log("info", run->id, "running in container %.12s%s",
-               run->container, run->pooled ? " (pooled)" : "");
+               run->container, run->held ? " (held for its session)"
+               : run->pooled ? " (pooled)" : "");
 
     return RUNNER_OK;
 }
@@ -846,8 +862,11 @@ runner_run_reconcile(runner_store_t *st)
         labels = json_object_get(ct, "Labels");
         run_id = json_string_value(json_object_get(labels, "smcp.run"));
 
-        if (run_id == NULL && json_object_get(labels, "smcp.pool")) {
-            /* a pooled sandbox: renamed smcp-<run id> when a run took it */
+        if (run_id == NULL && (json_object_get(labels, "smcp.pool")
+                               || json_object_get(labels, "smcp.hold")))
+        {
+            /* a pooled or held sandbox: renamed smcp-<run id> when a run
+             * took it */
             run_id = json_string_value(json_array_get(
                                      json_object_get(ct, "Names"), 0));
             run_id = (run_id && strncmp(run_id, "/smcp-", 6) == 0)
@@ -1130,6 +1149,12 @@ runner_run_thread(void *arg)
 
     /* if dockerd comes back, a lost sandbox must not live on */
     runner_run_release(run, rc == RUNNER_ERR);
+
+    /* the session's next run finds a warm sandbox, held for it */
+    if (rc == RUNNER_OK && run->image[0]) {
+        runner_hold_make(run->session, run->volume, run->image, run->tenant,
+                         run->max_running);
+    }
 
     if (runner_run_conclude(run, exit_code,
                             rc == RUNNER_ERR ? why

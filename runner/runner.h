@@ -236,6 +236,9 @@ typedef struct {
     char             git_author_name[128];  /* a run's commits (--git-author) */
     char             git_author_email[128];
     int              concurrency;
+    int              session_hold;          /* --session-hold: seconds a
+                                               session's next sandbox is
+                                               held (0: none) */
     int              pool;                  /* --pool: idle sandboxes of
                                                the default image */
     char             pool_images[1024];     /* --pool-images, as given */
@@ -351,7 +354,13 @@ typedef struct runner_run_s {
     int64_t              deadline_ms;
     int                  reattach;
     int                  pooled;            /* its sandbox came from the
-                                               pool */
+                                               pool, or was its session's
+                                               held one */
+    int                  held;              /* the latter */
+    char                 image[256];        /* its sandbox's ("": not
+                                               known, re-attached) */
+    long long            max_running;       /* its tenant's, as the run
+                                               says (0: none) */
     int                  diff_marker;       /* the diff's marker is stored */
     int64_t              event_bytes;       /* stored, of the budget */
     int                  budget_hit;        /* later output is not stored */
@@ -728,6 +737,16 @@ int runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
     size_t errlen);
 int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen);
+int runner_pool_sandbox(const char *image, const char *volume,
+    json_t *labels, const char *env_more, runner_sandbox_t *sb, char *err,
+    size_t errlen);
+
+/* hold.c: a session's held sandbox, for its next run (--session-hold) */
+void runner_hold_make(const char *session, const char *volume,
+    const char *image, const char *tenant, long long max_running);
+int runner_hold_take(const char *session, const char *image,
+    runner_sandbox_t *sb);
+void runner_hold_sweep(int all, const char *session);
 
 /* budget.c: the tenant's budgets, as a run meets them */
 int runner_budget_start(runner_run_t *run, json_t *h, char *err,

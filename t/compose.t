@@ -1114,7 +1114,8 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
 # takes the warmed pooled sandbox, which leaves the pool's network for its
 # session's before anything of the run goes into it; a message sent with
 # opencode_send_message while its agent works (a command held by the
-# test) reaches the model's next request, after the command's result
+# test) reaches the model's next request, after the command's result; the
+# session's follow-up takes the sandbox held for it (SMCP_SESSION_HOLD)
 
 {
     ok(pool_warm(300), "a pooled sandbox on $pool_net, its OpenCode warmed");
@@ -1146,6 +1147,23 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
     ok((grep { ($_->{body} // '') =~ /STEERED-\Q$h\E/ }
         @{ $anthropic->requests(path => '/v1/messages') }),
        'the message reached the model');
+
+    # the session's next sandbox, held for it (SMCP_SESSION_HOLD, 120 s)
+    # on the pool's network, warm; the follow-up takes it onto the
+    # session's network
+    my (undef, $ho) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.hold=$ses");
+    my ($held) = split ' ', $ho // '';
+    ok($held, 'a sandbox held for the session');
+    $held //= 'none';
+    push @my_containers, $held;
+    is(networks_of($held), $pool_net, "... waiting on $pool_net");
+    my $ft = run_task(task => 'Say hello again.', sessionId => $ses, title => 'compose follow-up');
+    my $fres = wait_result($ft->{runId} // 'none', 150);
+    is($fres->{status}, 'completed', 'the follow-up completes') or diag(explain($fres));
+    is(substr(sandbox_of($ft->{runId} // 'none') // '-', 0, 12), substr($held, 0, 12),
+       '... in the held sandbox');
+    like(redis_cli('XRANGE', "smcp:run:$ft->{runId}:events", '-', '+'), qr/\\"warm\\":true/,
+         '... on its warm OpenCode server');
 }
 
 ##############################################################################

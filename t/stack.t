@@ -18,7 +18,9 @@
 # URL and the printed token.  The warm pool is on by default (`Runner:
 # ..., warm pool 1`): a run takes the pooled sandbox, and a message sent
 # with opencode_send_message while its agent works reaches the model's
-# next request; make down leaves no pooled sandbox behind.
+# next request; the session's follow-up takes the sandbox held for it
+# (`sessions held 120 s`), warm; make down leaves no pooled or held
+# sandbox behind.
 
 use strict;
 use warnings;
@@ -449,7 +451,8 @@ if ($egress) {
 # next request, after the command's result
 sub steer_through_make_up {
     my ($call, $rlog) = @_;
-    like($out, qr/^  Runner: .*, warm pool 1$/m, 'make up: the warm pool on by default');
+    like($out, qr/^  Runner: .*, warm pool 1, sessions held 120 s$/m,
+         'make up: the warm pool on by default, and sessions held 120 s');
     my ($rname) = $rlog =~ /starting: name=(\S+)/;
     ok(SMCP::Stack->wait_pool_warm({ name => $rname // '' }, 300),
        'make up: the pooled sandbox is made and its OpenCode warmed');
@@ -474,6 +477,20 @@ sub steer_through_make_up {
        'make up: the run took the warm pooled sandbox');
     ok((grep { ($_->{body} // '') =~ /\Q$MARK\E/ } $fake->requests(path => qr{/messages$})),
        'make up: the message reached the model');
+
+    # the session's next run takes the sandbox held for it, warm
+    my $f = $call->('opencode_run_task', { task => 'SCENARIO-HELLO: and again',
+                                           sessionId => $st->{sessionId} });
+    my $fid = $f->{runId} // '';
+    for (1 .. 15) {
+        $res = $call->('opencode_get_result', { runId => $fid, waitSeconds => 20 });
+        last if ($res->{status} // '') =~ /^(completed|failed|cancelled)$/;
+    }
+    is($res->{status}, 'completed', 'make up: a follow-up completes') or diag(explain($res));
+    @ev = map { json_decode($_) // {} } grep { /^\{/ } split /\n/,
+          `redis-cli -p $rport --raw XRANGE smcp:run:$fid:events - +`;
+    ok((grep { ($_->{step} // '') eq 'agent_start' && $_->{warm} } @ev),
+       "make up: ... on the sandbox held for its session, warm");
 }
 
 # a second `up` is idempotent: same processes, reloaded config; with
@@ -504,6 +521,8 @@ if ($egress) {
     unlike($nets, qr/^\Q$net\E$/m, 'make down removed the sandbox network');
     my $pooled = `docker ps -a --filter label=smcp.pool --format '{{.Names}} {{.Networks}}'`;
     unlike($pooled, qr/ \Q$net\E$/m, 'make down left no pooled sandbox');
+    my $held = `docker ps -a --filter label=smcp.hold --format '{{.Names}} {{.Networks}}'`;
+    unlike($held, qr/ \Q$net\E$/m, '... and no sandbox held for a session');
     my $rules = `iptables -S INPUT`;
     unlike($rules, qr/smcp:\Q$net\E/, 'make down removed its iptables rules');
     $up->stop_fakes;

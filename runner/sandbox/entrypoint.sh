@@ -188,9 +188,19 @@ JSON
         --hostname 127.0.0.1 --port "$warm_port") \
         < /dev/null > "$warm/server.log" 2>&1 &
     # the warm-up: one prompt (the relay's 401 ends it), its session
-    # deleted; then $warm/ready
+    # deleted; then $warm/ready.  Held for a session, in the directory its
+    # last run worked in (the repository is there: OpenCode's instance of
+    # it, seconds to make, is made now, as the follow-up will find it)
+    local d=$warm/w
+    if [ $warm_hold = 1 ]; then
+        d=$(head -c 512 "$oc/smcp/oc-dir" 2>/dev/null) || d=""
+        if [[ ! $d =~ ^/workspace/[A-Za-z0-9._/-]+$ ]] || [[ $d == *..* ]] \
+           || [ ! -d "$d" ] || [ -L "$d" ]; then
+            d=$warm/w
+        fi
+    fi
     (
-        u=http://127.0.0.1:$warm_port q="directory=$warm/w" sid=""
+        u=http://127.0.0.1:$warm_port q="directory=$d" sid=""
         for _ in $(seq 1 240); do
             curl -sf -m 1 -o /dev/null "$u/global/health" && break
             sleep 0.25
@@ -211,12 +221,14 @@ JSON
 # at the handover: 0 when the warm server serves this run (warm-up done,
 # within 30 s if still under way, and healthy within 9 s; a provider it
 # warmed, the default base URL, the egress it relays to, no command
-# given), else everything of it is killed and the run starts OpenCode cold
+# given; a new session, or the session whose workspace it was held on),
+# else everything of it is killed and the run starts OpenCode cold
 warm_take() {
     local p=${SMCP_MODEL:-anthropic/claude-sonnet-4-5} i
     p=${p%%/*}
     if [ -n "$warm_egress" ] && [ $# -eq 0 ] \
-       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] && [ -z "${SMCP_SESSION:-}" ] \
+       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] \
+       && { [ -z "${SMCP_SESSION:-}" ] || [ $warm_hold = 1 ]; } \
        && [ "${SMCP_EGRESS_URL%/}" = "$warm_egress" ] \
        && [[ " $warm_providers " == *" $p "* ]]; then
         for ((i = 0; i < 600; i++)); do
@@ -240,22 +252,28 @@ warm_take() {
 }
 
 # A pooled sandbox (SMCP_POOL=1, the runner's --pool) starts with nothing
-# of a run: it waits, silent, until a run takes it.  The runner puts the
+# of a run: it waits, silent, until a run takes it.  One held for a
+# session's next run (SMCP_HOLD=1 too, the runner's --session-hold) is
+# made on the session's workspace once a run of it ends, and its warm
+# server continues the session's OpenCode session.  The runner puts the
 # run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
 # after each), then /workspace/.smcp-ready; only SMCP_* names are taken,
 # as values (nothing is evaluated), and both files go before anything
 # else happens.  Polled every 50 ms without a process per poll (a read
 # with a timeout on a pipe nobody writes).
 warm_run=0
+warm_hold=0
 if [ "${SMCP_POOL:-}" = 1 ]; then
-    unset SMCP_POOL
+    [ "${SMCP_HOLD:-}" = 1 ] && warm_hold=1
+    unset SMCP_POOL SMCP_HOLD
     warm_start
     exec 9<> <(:)
     until [ -e $ws/.smcp-ready ]; do
         read -r -t 0.05 -u 9 _ || true
     done
     while IFS= read -r -d '' kv; do
-        if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_POOL= ]]; then
+        if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_(POOL|HOLD)= ]]
+        then
             export "${kv?}"
         fi
     done < $ws/.smcp-run
