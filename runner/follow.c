@@ -417,8 +417,9 @@ runner_run_since(const char *ts, char *since, size_t size)
 
 /*
  * What the run stored so far, read back from its store: its event bytes,
- * its budgets, where its log goes on from, and the outcome of its stored
- * events (runner_run_replayed).  A re-attached run starts from it.  A run
+ * where its log goes on from, and the outcome of its stored events
+ * (runner_run_replayed); its budgets are re-attach's (the watchdog reads
+ * them while a run is followed).  A re-attached run starts from it.  A run
  * whose connection was lost reads it again from the server it reaches
  * now, which may be a promoted replica without the last writes the old
  * master took (a failover): the log is then followed again from the last
@@ -429,6 +430,7 @@ runner_run_since(const char *ts, char *since, size_t size)
 int
 runner_run_stored_state(runner_run_t *run)
 {
+    int     rc;
     char    v[RUNNER_NUM_MAX], tail[RUNNER_STDERR_TAIL];
     size_t  tail_len;
 
@@ -440,8 +442,6 @@ runner_run_stored_state(runner_run_t *run)
         run->event_bytes = atoll(v);
     }
 
-    (void) runner_budget_resume(run);
-
     tail_len = run->out.stderr_len;
     memcpy(tail, run->out.stderr_tail, sizeof(tail));
 
@@ -449,18 +449,16 @@ runner_run_stored_state(runner_run_t *run)
     run->diff_marker = 0;
     run->budget_hit = 0;
 
-    if (runner_store_last_log_ts(run->store, run) != RUNNER_OK
-        || runner_store_replay(run->store, run->id, runner_run_replayed, run)
-           != RUNNER_OK)
-    {
-        return RUNNER_ERR;
-    }
+    rc = (runner_store_last_log_ts(run->store, run) == RUNNER_OK
+          && runner_store_replay(run->store, run->id, runner_run_replayed,
+                                 run) == RUNNER_OK) ? RUNNER_OK : RUNNER_ERR;
 
+    /* kept whatever the read gave: the next try keeps it again */
     memcpy(run->out.stderr_tail, tail, sizeof(tail));
     run->out.stderr_len = tail_len;
     atomic_store(&run->cost_micros, (long long) llround(run->out.cost * 1e6));
 
-    return RUNNER_OK;
+    return rc;
 }
 
 

@@ -6,22 +6,34 @@
  * session's next run takes it (runner_hold_take), whichever runner of
  * the store claims it: a follow-up starts on a warm server, where a
  * message sent to it reaches it.  It is a new container: nothing the
- * agent of the run before left running survives.  It is made before the
- * run's outcome is stored, so the next run of the session finds it.
+ * agent of the run before left running survives.
+ *
+ * It is created before the run's outcome is stored, so that the
+ * session's next run, which may start the moment it is, finds it; and
+ * started only after (runner_hold_start): what the agent left in the
+ * workspace may run in it (a plugin, a hook), and by then the run's
+ * token is refused.  The run's files are named with a nonce of its own
+ * (its env and a label): what the agent left under the plain names is
+ * not read.  Only sessions whose workspace is a pooled sandbox's volume
+ * get one (their next run looks for it).
  *
  * Held ones are found by their labels (smcp.hold=<session>,
- * smcp.hold.runner, smcp.hold.tenant, smcp.hold.image, smcp.hold.until),
- * not in a list in memory: another runner, or this one restarted, finds
- * them.  A run of the session that does not take it (another image, past
- * its time, stopped) removes it first: one workspace, one sandbox.  The
- * pool thread removes its runner's held ones past their time, and all of
- * them at stop or drain (and at start those of a runner of its name); the
- * janitor a session's before its volume.  A taken one is renamed for its
- * run (smcp-<run id>): none of that touches it.  Only its container goes,
- * never the volume: that is the session's.
+ * smcp.hold.runner, smcp.hold.tenant, smcp.hold.image, smcp.hold.until,
+ * smcp.hold.nonce), not in a list in memory: another runner, or this one
+ * restarted, finds them.  A taker claims one by renaming it from its own
+ * name to its run's (a second claim, or a removal, by that name then
+ * finds none); every removal is by name, so a taken one is never
+ * removed as held.  The session's next run removes any it does not take
+ * (another image, past its time, stopped): one workspace, one sandbox.
+ * The pool thread removes this runner's past their time, or whose
+ * workspace outgrew --workspace-limit or --workspace-inodes while held
+ * (nothing else watches it then), and all of them at stop or drain; the
+ * runner at start those its name left; the janitor a session's before
+ * its volume.  Only the container goes, never the volume: that is the
+ * session's.
  *
  * At most --concurrency held at once by a runner, and no more of a
- * tenant's than the run's max_running.
+ * tenant's on it than the run's max_running.
  */
 
 #include <stdio.h>
@@ -31,55 +43,68 @@
 #include "runner.h"
 
 
-#define RUNNER_HOLD_PREFIX   "smcp-hold-"
-#define RUNNER_HOLD_MARGIN_MS  5000     /* one this close to its end is
-                                           not taken: its runner may be
-                                           removing it */
+#define RUNNER_HOLD_PREFIX      "smcp-hold-"
+#define RUNNER_HOLD_MARGIN_MS   5000    /* one this close to its end is
+                                           not taken */
+#define RUNNER_HOLD_WS_MS       10000   /* a held workspace measured */
 
 
-/* a held one's container goes (not its volume: the session's) */
+/* a held one's container goes, by its name (not its volume: the
+ * session's) */
 static void
-runner_hold_remove(const char *id, const char *why)
+runner_hold_remove(const char *name, const char *why)
 {
     long  st;
     char  err[RUNNER_ERRLEN];
 
-    st = runner_docker_remove(id, err, sizeof(err));
+    st = runner_docker_remove(name, err, sizeof(err));
 
-    if (st != 204 && st != 404) {
+    if (st == 404) {
+        return;                     /* taken, or gone meanwhile */
+    }
+
+    if (st != 204) {
         runner_log("error", NULL, "hold: %s", err);
         return;
     }
 
-    runner_log("info", NULL, "hold: sandbox %.12s removed (%s)", id, why);
+    runner_log("info", NULL, "hold: sandbox %s removed (%s)", name, why);
 }
 
 
 /* a listed container that is a held one of this store, not yet taken:
- * its id (its name, without Docker's "/", into *name), else NULL */
+ * its name without Docker's "/" (its labels into *labels), else NULL */
 static const char *
-runner_hold_id(json_t *ct, json_t **labels, const char **name)
+runner_hold_name(json_t *ct, json_t **labels)
 {
-    const char  *id, *store;
+    const char  *id, *name, *store;
+    char         err[RUNNER_ERRLEN];
 
     id = json_string_value(json_object_get(ct, "Id"));
-    *name = json_string_value(json_array_get(json_object_get(ct, "Names"),
-                                             0));
+    name = json_string_value(json_array_get(json_object_get(ct, "Names"),
+                                            0));
     *labels = json_object_get(ct, "Labels");
     store = json_string_value(json_object_get(*labels, "smcp.store"));
 
-    if (id == NULL || *name == NULL || store == NULL
+    if (id == NULL || name == NULL || store == NULL
         || !runner_docker_valid_id(id)
         || strcmp(store, runner_store_id()) != 0
-        || strncmp(*name, "/" RUNNER_HOLD_PREFIX,
-                   sizeof(RUNNER_HOLD_PREFIX)) != 0)
+        || strncmp(name, "/" RUNNER_HOLD_PREFIX,
+                   sizeof(RUNNER_HOLD_PREFIX)) != 0
+        || !runner_docker_ref_ok(name + 1, err, sizeof(err)))
     {
         return NULL;
     }
 
-    (*name)++;
+    return name + 1;
+}
 
-    return id;
+
+/* a held one's label */
+static const char *
+runner_hold_label(json_t *labels, const char *key)
+{
+    return json_string_value(json_object_get(labels, key));
 }
 
 
@@ -89,7 +114,7 @@ runner_hold_until(json_t *labels)
 {
     const char  *v;
 
-    v = json_string_value(json_object_get(labels, "smcp.hold.until"));
+    v = runner_hold_label(labels, "smcp.hold.until");
 
     return v ? atoll(v) : 0;
 }
@@ -103,7 +128,7 @@ runner_hold_room(const char *tenant, long long max_running)
     int          mine, theirs;
     size_t       i;
     json_t      *list, *ct, *labels;
-    const char  *t, *name;
+    const char  *t;
     char         err[RUNNER_ERRLEN], label[192];
 
     snprintf(label, sizeof(label), "smcp.hold.runner=%s", runner_config->name);
@@ -117,12 +142,12 @@ runner_hold_room(const char *tenant, long long max_running)
     theirs = 0;
 
     json_array_foreach(list, i, ct) {
-        if (runner_hold_id(ct, &labels, &name) == NULL) {
+        if (runner_hold_name(ct, &labels) == NULL) {
             continue;
         }
 
         mine++;
-        t = json_string_value(json_object_get(labels, "smcp.hold.tenant"));
+        t = runner_hold_label(labels, "smcp.hold.tenant");
         theirs += (t && strcmp(t, tenant) == 0);
     }
 
@@ -135,61 +160,99 @@ runner_hold_room(const char *tenant, long long max_running)
 
 /*
  * After a run of session (on volume, of image) ended, before its outcome
- * is stored: its session's next run gets a held sandbox, when holds are
- * on, image has a pool, and there is room.  Nothing fails the run.
+ * is stored: its session's next run gets a held sandbox, created (not
+ * started: runner_hold_start), when holds are on, image has a pool, the
+ * volume is a pooled sandbox's and there is room.  RUNNER_OK with sb;
+ * nothing fails the run.
  */
-void
+int
 runner_hold_make(const char *session, const char *volume, const char *image,
-    const char *tenant, long long max_running)
+    const char *tenant, long long max_running, runner_sandbox_t *sb)
 {
-    char              hex[17], until[32], err[RUNNER_ERRLEN];
-    json_t           *labels;
-    runner_sandbox_t  sb;
+    char     hex[17], until[32], env[32], err[RUNNER_ERRLEN];
+    json_t  *labels;
 
     if (runner_config->session_hold == 0 || !runner_pool_has(image)
-        || volume[0] == '\0' || atomic_load(&runner_stop)
-        || atomic_load(&runner_drain) || !runner_hold_room(tenant, max_running)
-        || smcp_random_hex(hex, 8) != SMCP_OK)
+        || strncmp(volume, RUNNER_POOL_PREFIX,
+                   sizeof(RUNNER_POOL_PREFIX) - 1) != 0
+        || atomic_load(&runner_stop) || atomic_load(&runner_drain)
+        || !runner_hold_room(tenant, max_running)
+        || smcp_random_hex(hex, 8) != SMCP_OK
+        || smcp_random_hex(sb->nonce, 8) != SMCP_OK)
     {
-        return;
+        return RUNNER_AGAIN;
     }
 
-    snprintf(sb.name, sizeof(sb.name), RUNNER_HOLD_PREFIX "%s", hex);
+    snprintf(sb->name, sizeof(sb->name), RUNNER_HOLD_PREFIX "%s", hex);
+    sb->net[0] = '\0';
     snprintf(until, sizeof(until), "%lld", (long long) (smcp_now_ms()
              + (int64_t) runner_config->session_hold * 1000));
+    snprintf(env, sizeof(env), "SMCP_HOLD=%s", sb->nonce);
 
-    labels = json_pack("{s:s, s:s, s:s, s:s, s:s}", "smcp.hold", session,
+    labels = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "smcp.hold", session,
                        "smcp.hold.runner", runner_config->name,
                        "smcp.hold.tenant", tenant, "smcp.hold.image", image,
-                       "smcp.hold.until", until);
+                       "smcp.hold.until", until, "smcp.hold.nonce",
+                       sb->nonce);
 
-    if (runner_pool_sandbox(image, volume, labels, "SMCP_HOLD=1", &sb, err,
+    if (runner_pool_sandbox(image, volume, labels, env, 0, sb, err,
                             sizeof(err))
         != RUNNER_OK)
     {
         runner_log("error", NULL, "hold: session %s: %s", session, err);
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* once the run's outcome is stored (stored 0: it was not, the runner
+ * stops: it goes), the held one starts */
+void
+runner_hold_start(const runner_sandbox_t *sb, int stored)
+{
+    long  st;
+    char  err[RUNNER_ERRLEN];
+
+    if (!stored) {
+        runner_hold_remove(sb->name, "its run's outcome was not stored");
         return;
     }
 
-    runner_log("info", NULL, "hold: sandbox %.12s for session %s, %d s",
-               sb.id, session, runner_config->session_hold);
+    st = runner_docker_start(sb->name, err, sizeof(err));
+
+    /* 404: a run of the session took it, or removed it, unstarted */
+    if (st != 204 && st != 304) {
+        if (st != 404) {
+            runner_log("error", NULL, "hold: %s", err);
+            runner_hold_remove(sb->name, "it could not be started");
+        }
+
+        return;
+    }
+
+    runner_log("info", NULL, "hold: sandbox %.12s (%s) started, %d s",
+               sb->id, sb->name, runner_config->session_hold);
 }
 
 
 /*
- * The held sandbox of session for a run of image: RUNNER_OK with sb (now
- * the caller's: runner_pool_assign gives it the run); RUNNER_AGAIN: none.
- * Any other held one of the session goes (one workspace, one sandbox).
+ * The held one of session for a run (run_id) of image (NULL: none is
+ * taken): RUNNER_OK with sb, renamed smcp-<run id>, the caller's now
+ * (runner_pool_assign gives it the run); RUNNER_AGAIN: none.  Every
+ * other held one of the session goes (one workspace, one sandbox).
  */
 int
-runner_hold_take(const char *session, const char *image,
+runner_hold_take(const char *session, const char *image, const char *run_id,
     runner_sandbox_t *sb)
 {
-    int          rc, running;
+    int          rc;
+    long         st;
     size_t       i;
     json_t      *list, *ct, *labels;
-    const char  *id, *img, *name;
-    char         err[RUNNER_ERRLEN], label[128];
+    const char  *name, *img, *state, *by, *nonce;
+    char         err[RUNNER_ERRLEN], label[128], to[64];
 
     snprintf(label, sizeof(label), "smcp.hold=%s", session);
 
@@ -199,31 +262,53 @@ runner_hold_take(const char *session, const char *image,
     }
 
     rc = RUNNER_AGAIN;
+    snprintf(to, sizeof(to), "smcp-%s", run_id);
 
     json_array_foreach(list, i, ct) {
-        id = runner_hold_id(ct, &labels, &name);
+        name = runner_hold_name(ct, &labels);
 
-        if (id == NULL || strlen(id) >= sizeof(sb->id)
-            || strlen(name) >= sizeof(sb->name))
-        {
+        if (name == NULL) {
             continue;
         }
 
-        img = json_string_value(json_object_get(labels, "smcp.hold.image"));
+        img = runner_hold_label(labels, "smcp.hold.image");
+        by = runner_hold_label(labels, "smcp.hold.runner");
+        nonce = runner_hold_label(labels, "smcp.hold.nonce");
+        state = json_string_value(json_object_get(ct, "State"));
 
-        if (rc == RUNNER_AGAIN && img && strcmp(img, image) == 0
+        if (rc == RUNNER_AGAIN && image && img && strcmp(img, image) == 0
+            && by && runner_docker_ref_ok(by, err, sizeof(err))
+            && nonce && strlen(nonce) == 16
+            && strspn(nonce, "0123456789abcdef") == 16
+            && state && strcmp(state, "running") == 0
             && runner_hold_until(labels)
-               > smcp_now_ms() + RUNNER_HOLD_MARGIN_MS
-            && runner_docker_running(id, &running, err, sizeof(err)) == 200
-            && running)
+               > smcp_now_ms() + RUNNER_HOLD_MARGIN_MS)
         {
-            snprintf(sb->id, sizeof(sb->id), "%s", id);
-            snprintf(sb->name, sizeof(sb->name), "%s", name);
-            rc = RUNNER_OK;
-            continue;
+            /* the claim: a second taker's rename, or a sweep's removal,
+             * by the old name finds none */
+            st = runner_docker_rename(name, to, err, sizeof(err));
+
+            if (st == 204) {
+                snprintf(sb->id, sizeof(sb->id), "%s",
+                         json_string_value(json_object_get(ct, "Id")));
+                snprintf(sb->name, sizeof(sb->name), "%s", to);
+                snprintf(sb->nonce, sizeof(sb->nonce), "%s", nonce);
+                sb->net[0] = '\0';
+
+                if (runner_config->egress_container[0]) {
+                    snprintf(sb->net, sizeof(sb->net), "smcp-pool-%s", by);
+                }
+
+                rc = RUNNER_OK;
+                continue;
+            }
+
+            if (st == 404) {
+                continue;           /* another took it, or removed it */
+            }
         }
 
-        runner_hold_remove(id, "its session's run did not take it");
+        runner_hold_remove(name, "its session's run did not take it");
     }
 
     json_decref(list);
@@ -232,18 +317,67 @@ runner_hold_take(const char *session, const char *image,
 }
 
 
+/* 1: the held one's workspace outgrew the limits a run has */
+static int
+runner_hold_outgrown(json_t *ct)
+{
+    size_t          i;
+    json_t         *m;
+    const char     *vol;
+    char            mp[512], err[RUNNER_ERRLEN];
+    runner_usage_t  u;
+
+    vol = NULL;
+
+    json_array_foreach(json_object_get(ct, "Mounts"), i, m) {
+        if (strcmp(json_string_value(json_object_get(m, "Destination"))
+                   ?: "", RUNNER_POOL_DIR) == 0)
+        {
+            vol = json_string_value(json_object_get(m, "Name"));
+        }
+    }
+
+    if (vol == NULL || !runner_docker_ref_ok(vol, err, sizeof(err))
+        || runner_docker_volume_mountpoint(vol, mp, sizeof(mp), err,
+                                           sizeof(err)) != 200
+        || runner_workspace_usage(mp, runner_config->workspace_limit,
+                                  runner_config->workspace_inodes, &u, err,
+                                  sizeof(err)) != RUNNER_OK)
+    {
+        return 0;                   /* not measured: the run's watchdog
+                                       says so once */
+    }
+
+    return u.too_deep || u.bytes > runner_config->workspace_limit
+           || u.inodes > runner_config->workspace_inodes;
+}
+
+
 /*
- * The held ones this runner made: those past their time (all: 1) go, the
- * session's own (session not NULL) likewise; a taken one was renamed and
- * is not among them.
+ * The held ones this runner made: those past their time, or whose
+ * workspace outgrew a run's limits (measured every RUNNER_HOLD_WS_MS),
+ * go; all (all: 1); the session's own (session not NULL, any runner's)
+ * likewise.  A taken one was renamed and is not among them.  Called by
+ * the pool thread, the janitor's and at start.
  */
 void
 runner_hold_sweep(int all, const char *session)
 {
-    size_t       i;
-    json_t      *list, *ct, *labels;
-    const char  *id, *name;
-    char         err[RUNNER_ERRLEN], label[192];
+    int             measure;
+    size_t          i;
+    int64_t         now;
+    json_t         *list, *ct, *labels;
+    const char     *name;
+    char            err[RUNNER_ERRLEN], label[192];
+    static int64_t  next_measure;       /* the pool thread's */
+
+    now = smcp_now_ms();
+    measure = 0;
+
+    if (!all && session == NULL && now >= next_measure) {
+        next_measure = now + RUNNER_HOLD_WS_MS;
+        measure = 1;
+    }
 
     if (session) {
         snprintf(label, sizeof(label), "smcp.hold=%s", session);
@@ -259,14 +393,22 @@ runner_hold_sweep(int all, const char *session)
     }
 
     json_array_foreach(list, i, ct) {
-        id = runner_hold_id(ct, &labels, &name);
+        name = runner_hold_name(ct, &labels);
 
-        if (id && (all || session
-                   || runner_hold_until(labels) <= smcp_now_ms()))
-        {
-            runner_hold_remove(id, session ? "its session expired"
-                                   : all ? "the runner stops"
-                                   : "its time is up");
+        if (name == NULL) {
+            continue;
+        }
+
+        if (all || session) {
+            runner_hold_remove(name, session ? "its session expired"
+                                             : "the runner stops or starts");
+
+        } else if (runner_hold_until(labels) <= now) {
+            runner_hold_remove(name, "its time is up");
+
+        } else if (measure && runner_hold_outgrown(ct)) {
+            runner_hold_remove(name, "its workspace outgrew "
+                               "--workspace-limit or --workspace-inodes");
         }
     }
 

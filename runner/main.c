@@ -560,6 +560,8 @@ main(int argc, char **argv)
     if (st) {
         runner_floor_update(st);
         runner_run_reconcile(st);
+        runner_hold_sweep(1, NULL);     /* held by a runner of this name
+                                           that died */
         runner_pending(st);
 
         (void) runner_pool_start();

@@ -129,7 +129,13 @@ runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
         return RUNNER_ERR;
     }
 
-    runner_pool_network(pool, sizeof(pool));
+    /* a held one may be another runner's: it waits on that one's */
+    if (sb->net[0]) {
+        snprintf(pool, sizeof(pool), "%s", sb->net);
+
+    } else {
+        runner_pool_network(pool, sizeof(pool));
+    }
 
     st = runner_docker_network_disconnect(pool, sb->id, err, errlen);
 
@@ -161,7 +167,7 @@ runner_pool_discard(const runner_sandbox_t *sb)
 
 
 /*
- * A sandbox that waits for a run, made and started (sb->name its
+ * A sandbox that waits for a run, made and (start) started (sb->name its
  * container's name, sb->id set on RUNNER_OK): image's, on volume, with
  * labels (released), on the pool's network.  Nothing of a run: the entry
  * script waits for it; the egress URL (not a secret) lets it start and
@@ -171,7 +177,8 @@ runner_pool_discard(const runner_sandbox_t *sb)
  */
 int
 runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
-    const char *env_more, runner_sandbox_t *sb, char *err, size_t errlen)
+    const char *env_more, int start, runner_sandbox_t *sb, char *err,
+    size_t errlen)
 {
     long     st;
     char     egress[1024], net[RUNNER_NET_SIZE];
@@ -215,7 +222,7 @@ runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
     json_decref(spec);
 
     if (st == 201) {
-        st = runner_docker_start(sb->id, err, errlen);
+        st = start ? runner_docker_start(sb->id, err, errlen) : 204;
 
         if (st == 204 || st == 304) {
             return RUNNER_OK;
@@ -244,13 +251,16 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
     }
 
     snprintf(sb->name, sizeof(sb->name), RUNNER_POOL_PREFIX "%s", hex);
+    sb->net[0] = '\0';
+    sb->nonce[0] = '\0';
 
     /* what it was made of: a restart under other pools removes it all
      * the same (smcp.pool), and says what it was */
     labels = json_pack("{s:s, s:s}", "smcp.pool", runner_config->name,
                        "smcp.pool.image", image);
 
-    if (runner_pool_sandbox(image, sb->name, labels, NULL, sb, err, errlen)
+    if (runner_pool_sandbox(image, sb->name, labels, NULL, 1, sb, err,
+                            errlen)
         == RUNNER_OK)
     {
         return RUNNER_OK;
@@ -655,10 +665,13 @@ runner_pool_take(const char *image, runner_sandbox_t *sb)
 
 /*
  * A taken one becomes run_id's: renamed smcp-<run id> (its name says it
- * is taken: runner_pool_leftovers leaves it), and given the run's
- * environment (env, released), NUL between its "NAME=value" entries, in
- * RUNNER_POOL_DIR/.smcp-run, then .smcp-ready, which the entry script
- * waits for: it reads the run, removes both, and goes on as any run's.
+ * is taken: runner_pool_leftovers leaves it; a held one was renamed at
+ * its take), and given the run's environment (env, released), NUL
+ * between its "NAME=value" entries, in RUNNER_POOL_DIR/.smcp-run, then
+ * .smcp-ready, which the entry script waits for: it reads the run,
+ * removes both, and goes on as any run's.  A held one's two files are
+ * named with its nonce (.smcp-run-<nonce>): its volume is a session's,
+ * where the run before may have left files of those names.
  */
 int
 runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
@@ -667,13 +680,14 @@ runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     int            rc;
     long           st;
     size_t         i, len, n;
-    char          *buf, name[96];
+    char          *buf, name[96], fr[64], fy[64];
     json_t        *v;
     runner_file_t  files[2];
 
     snprintf(name, sizeof(name), "smcp-%s", run_id);
 
-    st = runner_docker_rename(sb->id, name, err, errlen);
+    st = strcmp(sb->name, name) == 0
+         ? 204 : runner_docker_rename(sb->id, name, err, errlen);
 
     if (st == 409) {
         /* a container of this run left by a runner that died while
@@ -714,8 +728,13 @@ runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
 
     json_decref(env);
 
-    files[0] = (runner_file_t) { ".smcp-run", buf, len };
-    files[1] = (runner_file_t) { ".smcp-ready", "", 0 };
+    snprintf(fr, sizeof(fr), ".smcp-run%s%s", sb->nonce[0] ? "-" : "",
+             sb->nonce);
+    snprintf(fy, sizeof(fy), ".smcp-ready%s%s", sb->nonce[0] ? "-" : "",
+             sb->nonce);
+
+    files[0] = (runner_file_t) { fr, buf, len };
+    files[1] = (runner_file_t) { fy, "", 0 };
 
     st = runner_archive_put(sb->id, RUNNER_POOL_DIR, files, 2, err, errlen);
     rc = (st == 200) ? RUNNER_OK : RUNNER_ERR;

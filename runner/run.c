@@ -619,8 +619,13 @@ runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
 
     rc = runner_run_stored_volume(run, err, errlen);
 
-    if (rc == RUNNER_OK && runner_pool_has(image)
-        && runner_hold_take(run->session, image, sb) == RUNNER_OK)
+    /* a later run of a session on a pooled sandbox's volume: the one
+     * held for it, if of its image; any other goes */
+    if (rc == RUNNER_OK
+        && runner_hold_take(run->session,
+                            runner_pool_has(image) ? image : NULL, run->id,
+                            sb)
+           == RUNNER_OK)
     {
         /* the session's held sandbox, on its volume: the run's now */
         snprintf(run->container, sizeof(run->container), "%s", sb->id);
@@ -968,6 +973,8 @@ runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
         run->deadline_ms = atoll(v);
     }
 
+    (void) runner_budget_resume(run);
+
     if (runner_run_stored_state(run) != RUNNER_OK) {
         snprintf(err, errlen, "%s", runner_store_error(run->store));
         return RUNNER_ERR;
@@ -1105,10 +1112,11 @@ runner_run_begin(runner_run_t *run)
 void *
 runner_run_thread(void *arg)
 {
-    runner_run_t  *run = arg;
-    char           err[RUNNER_ERRLEN];
-    const char    *why;
-    int            rc, exit_code;
+    runner_run_t      *run = arg;
+    char               err[RUNNER_ERRLEN];
+    const char        *why;
+    int                rc, exit_code, held, stored;
+    runner_sandbox_t   hold;
 
     run->store = runner_store_connect(1, err, sizeof(err));
     if (run->store == NULL) {
@@ -1150,17 +1158,23 @@ runner_run_thread(void *arg)
     /* if dockerd comes back, a lost sandbox must not live on */
     runner_run_release(run, rc == RUNNER_ERR);
 
-    /* the session's next run finds a warm sandbox, held for it */
-    if (rc == RUNNER_OK && run->image[0]) {
-        runner_hold_make(run->session, run->volume, run->image, run->tenant,
-                         run->max_running);
+    /* the session's next run finds a warm sandbox held for it: made now,
+     * started once the outcome is stored (hold.c) */
+    held = rc == RUNNER_OK && run->image[0]
+           && runner_hold_make(run->session, run->volume, run->image,
+                               run->tenant, run->max_running, &hold)
+              == RUNNER_OK;
+
+    stored = runner_run_conclude(run, exit_code,
+                                 rc == RUNNER_ERR ? why
+                                 : run->out.clone_failed ? run->out.error
+                                 : NULL) == RUNNER_OK;
+
+    if (held) {
+        runner_hold_start(&hold, stored);
     }
 
-    if (runner_run_conclude(run, exit_code,
-                            rc == RUNNER_ERR ? why
-                            : run->out.clone_failed ? run->out.error : NULL)
-        == RUNNER_OK && !atomic_load(&runner_stop))
-    {
+    if (stored && !atomic_load(&runner_stop)) {
         runner_store_ack(run->store, run->stream_id);
     }
 

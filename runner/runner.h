@@ -724,7 +724,12 @@ long runner_archive_put(const char *id, const char *dir,
 typedef struct {
     char         id[RUNNER_CONTAINER_SIZE];
     char         name[64];          /* RUNNER_POOL_PREFIX + hex: its
-                                       volume's name too */
+                                       volume's name too; a held one's
+                                       own, then its run's once taken */
+    char         net[RUNNER_NET_SIZE];  /* the pool network it waits on
+                                       ("": this runner's) */
+    char         nonce[17];         /* a held one's: its run's files are
+                                       named with it ("": a pooled one) */
 } runner_sandbox_t;
 
 int runner_pool_check(char *err, size_t errlen);
@@ -738,14 +743,16 @@ int runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
 int runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen);
 int runner_pool_sandbox(const char *image, const char *volume,
-    json_t *labels, const char *env_more, runner_sandbox_t *sb, char *err,
-    size_t errlen);
+    json_t *labels, const char *env_more, int start, runner_sandbox_t *sb,
+    char *err, size_t errlen);
 
 /* hold.c: a session's held sandbox, for its next run (--session-hold) */
-void runner_hold_make(const char *session, const char *volume,
-    const char *image, const char *tenant, long long max_running);
-int runner_hold_take(const char *session, const char *image,
+int runner_hold_make(const char *session, const char *volume,
+    const char *image, const char *tenant, long long max_running,
     runner_sandbox_t *sb);
+void runner_hold_start(const runner_sandbox_t *sb, int stored);
+int runner_hold_take(const char *session, const char *image,
+    const char *run_id, runner_sandbox_t *sb);
 void runner_hold_sweep(int all, const char *session);
 
 /* budget.c: the tenant's budgets, as a run meets them */

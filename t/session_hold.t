@@ -7,8 +7,12 @@
 # sandbox image, dockerd, the real OpenCode; the fake Anthropic).
 #
 #   1. a run ends: its session has a held sandbox (smcp-hold-*, labelled
-#      with the session, on its volume, its server warmed), holding no
-#      token and nothing of a run; a new session's run does not take it
+#      with the session, on its volume, its server warmed), started only
+#      once the run's outcome was stored (its token refused by then),
+#      holding no token and nothing of a run; what the run's agent left
+#      for it (a .smcp-run and .smcp-ready of its own, oc-dir made a
+#      FIFO) starts nothing and hangs nothing; a new session's run does
+#      not take it
 #   2. the follow-up takes it: on the warm server (agent_start "warm"),
 #      the conversation goes on (the first run's turns are in the model
 #      request), and its time to the first model request is printed
@@ -18,7 +22,9 @@
 #      dead one is removed
 #   5. past --session-hold the held sandbox goes (the volume stays); the
 #      next follow-up starts cold and still continues the conversation
-#   6. the runner stopped: its held sandboxes go
+#   6. a held sandbox whose workspace outgrows --workspace-limit goes
+#      (nothing else watches it while it waits)
+#   7. the runner stopped: its held sandboxes go
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
 # image ($SMCP_SANDBOX_IMAGE) is built on first use.
@@ -31,6 +37,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(time sleep);
+use Time::Local ();
 
 use SMCP::Docker qw(docker);
 use SMCP::Stack qw(bash_step);
@@ -40,7 +47,14 @@ my $HOLD = 40;
 my $MARK = 'HELD-' . int(rand(1e9));
 
 my $s = SMCP::Stack->new(scripts => {
-    'SCENARIO-FIRST' => [ { text => 'First done.' } ],
+    # the agent leaves what a held sandbox must not obey: a run of its
+    # own under the files' plain names, and oc-dir a FIFO (a read of it
+    # would hang)
+    'SCENARIO-FIRST' => [
+        bash_step(q{printf 'SMCP_TASK=PLANTED\0SMCP_RUN_TOKEN=stolen\0' > /workspace/.smcp-run; }
+                  . q{touch /workspace/.smcp-ready; rm -f /workspace/.oc/smcp/oc-dir; }
+                  . q{mkfifo /workspace/.oc/smcp/oc-dir; echo planted}, 'Plant'),
+        { text => 'First done.' } ],
     'SCENARIO-NEXT'  => [ { text => 'Next done.' } ],
     # the step the message arrives in: a command that takes 8 s
     'SCENARIO-STEER' => [ bash_step('sleep 8; echo slept', 'Wait'),
@@ -48,8 +62,10 @@ my $s = SMCP::Stack->new(scripts => {
 });
 my $t = $s->t;
 my $fake = $s->anthropic;
+my $LIMIT = 256 * 1024 * 1024;
 my $r = $s->start_runner(concurrency => 2,
-                         args => ['--pool', 1, '--session-hold', $HOLD]);
+                         args => ['--pool', 1, '--session-hold', $HOLD,
+                                  '--workspace-limit', $LIMIT]);
 
 # the held sandboxes of a session (any state): [id, name]
 sub held {
@@ -109,11 +125,19 @@ subtest 'a run ends: its session gets a held sandbox' => sub {
     my @env = @{ $in->{Config}{Env} || [] };
     ok(!grep({ /TOKEN|SMCP_TASK|SMCP_RUN_ID/ } @env), '... no token, no task in its environment')
         or diag(join ' ', @env);
-    ok((grep { $_ eq 'SMCP_HOLD=1' } @env), '... SMCP_HOLD=1');
-    ok(wait_until(120, sub { warm_ready($hold) }, 0.5), '... its OpenCode server warmed');
-    my (undef, $files) = docker('exec', $hold, 'bash', '-c',
-                                'ls -A /workspace; ls -A /tmp/smcp-warm');
-    unlike($files // '', qr/\.smcp-run|\.smcp-ready|^token$/m, '... no run handed to it yet');
+    ok((grep { /^SMCP_HOLD=[0-9a-f]{16}$/ } @env), '... SMCP_HOLD, its nonce');
+    my $fin = $s->run_hash($first->{runId})->{finished_at} // 0;
+    my $started = $in->{State}{StartedAt} // '';
+    my $st_ms = $started =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(?:\.(\d+))?Z$/
+        ? (Time::Local::timegm($6, $5, $4, $3, $2 - 1, $1) + (defined $7 ? "0.$7" : 0)) * 1000 : 0;
+    cmp_ok($st_ms, '>=', $fin - 5, "... started once the run's outcome was stored ($started)");
+    ok(wait_until(120, sub { warm_ready($hold) }, 0.5), '... its OpenCode server warmed')
+        or diag(scalar docker('logs', $hold));
+    my (undef, $files) = docker('exec', $hold, 'bash', '-c', 'ls -A /tmp/smcp-warm');
+    unlike($files // '', qr/^token$/m, '... no run handed to it: no token');
+    my (undef, $logs, $lerr) = docker('logs', $hold);
+    is(($logs // '') . ($lerr // ''), '',
+       "... and nothing started: the agent's planted .smcp-run and .smcp-ready were not read");
 
     # a new session's run takes the pool's, never a session's held one
     ok($s->wait_pool_warm($r), 'the pool warm again');
@@ -193,7 +217,25 @@ subtest 'past --session-hold the held sandbox goes' => sub {
     like($req->{body} // '', qr/\Q$MARK\E begin/, '... and continues the conversation');
 };
 
+subtest 'a held workspace that outgrows --workspace-limit goes' => sub {
+    my @h = held($session);
+    is(scalar(@h), 1, 'a held sandbox') or return;
+    my $vol = $t->redis('HGET', "smcp:session:$session", 'volume');
+    my (undef, $mp) = docker('volume', 'inspect', '--format', '{{.Mountpoint}}', $vol);
+    chomp $mp;
+    my $big = "$mp/repo/big.bin";
+    # what a plugin the agent left could write while nothing watches
+    system('dd', 'if=/dev/zero', "of=$big", 'bs=1M', 'count=' . ($LIMIT / 1024 / 1024 + 16),
+           'status=none') == 0 or diag("dd: $?");
+    ok(wait_until(60, sub { !grep { $_->[0] eq $h[0][0] } held($session) }, 0.5),
+       'removed by the runner') or diag($s->runner_log_tail($r, 10));
+    like($s->runner_log($r), qr/outgrew --workspace-limit/, '... saying why');
+    unlink $big;
+};
+
 subtest 'the runner stopped: its held sandboxes go' => sub {
+    my ($run) = $s->run_completed('one more', $r, task => 'SCENARIO-NEXT: one more',
+                                  sessionId => $session);
     ok(scalar(held($session)), 'a held sandbox');
     $s->stop_runner($r, 'TERM');
     is(scalar(held($session)), 0, 'none left');

@@ -153,6 +153,15 @@ warm_providers="anthropic openai google"
 warm_egress=""
 declare -A warm_env0=()
 
+# the directory the session's last run worked in ($oc/smcp/oc-dir, which
+# the entry script writes; the agent could have made it anything: only a
+# regular file is read, 512 bytes at most), else nothing
+oc_dir_read() {
+    local f=$oc/smcp/oc-dir
+    [ -f "$f" ] && [ ! -L "$f" ] && head -c 512 "$f" 2>/dev/null
+    return 0
+}
+
 warm_start() {
     local r=http://127.0.0.1:$warm_relay_port n
     [[ ${SMCP_EGRESS_URL:-} =~ ^http://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$ ]] \
@@ -193,7 +202,7 @@ JSON
     # it, seconds to make, is made now, as the follow-up will find it)
     local d=$warm/w
     if [ $warm_hold = 1 ]; then
-        d=$(head -c 512 "$oc/smcp/oc-dir" 2>/dev/null) || d=""
+        d=$(oc_dir_read)
         if [[ ! $d =~ ^/workspace/[A-Za-z0-9._/-]+$ ]] || [[ $d == *..* ]] \
            || [ ! -d "$d" ] || [ -L "$d" ]; then
             d=$warm/w
@@ -253,22 +262,28 @@ warm_take() {
 
 # A pooled sandbox (SMCP_POOL=1, the runner's --pool) starts with nothing
 # of a run: it waits, silent, until a run takes it.  One held for a
-# session's next run (SMCP_HOLD=1 too, the runner's --session-hold) is
-# made on the session's workspace once a run of it ends, and its warm
+# session's next run (SMCP_HOLD=<nonce> too, the runner's --session-hold)
+# is made on the session's workspace once a run of it ends, and its warm
 # server continues the session's OpenCode session.  The runner puts the
 # run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
-# after each), then /workspace/.smcp-ready; only SMCP_* names are taken,
+# after each), then /workspace/.smcp-ready (a held one's: named
+# .smcp-run-<nonce>, .smcp-ready-<nonce>: files of the plain names the
+# run before may have left are not read); only SMCP_* names are taken,
 # as values (nothing is evaluated), and both files go before anything
 # else happens.  Polled every 50 ms without a process per poll (a read
 # with a timeout on a pipe nobody writes).
 warm_run=0
 warm_hold=0
 if [ "${SMCP_POOL:-}" = 1 ]; then
-    [ "${SMCP_HOLD:-}" = 1 ] && warm_hold=1
+    run_file=$ws/.smcp-run ready_file=$ws/.smcp-ready
+    if [[ ${SMCP_HOLD:-} =~ ^[0-9a-f]{16}$ ]]; then
+        warm_hold=1
+        run_file=$run_file-$SMCP_HOLD ready_file=$ready_file-$SMCP_HOLD
+    fi
     unset SMCP_POOL SMCP_HOLD
     warm_start
     exec 9<> <(:)
-    until [ -e $ws/.smcp-ready ]; do
+    until [ -e "$ready_file" ]; do
         read -r -t 0.05 -u 9 _ || true
     done
     while IFS= read -r -d '' kv; do
@@ -276,8 +291,8 @@ if [ "${SMCP_POOL:-}" = 1 ]; then
         then
             export "${kv?}"
         fi
-    done < $ws/.smcp-run
-    rm -f $ws/.smcp-run $ws/.smcp-ready
+    done < "$run_file"
+    rm -f "$run_file" "$ready_file"
     if warm_take "$@"; then
         warm_run=1
     fi
@@ -712,13 +727,16 @@ mailman() {
 # session's conversation goes on only in the directory it was started in;
 # a run in another repository of the session starts a new one
 oc_dir_file=$oc/smcp/oc-dir
-oc_dir=$(cat "$oc_dir_file" 2>/dev/null || printf '%s' "$repo")
+oc_dir=$(oc_dir_read)
+[ -n "$oc_dir" ] || oc_dir=$repo
 args=(run --format json --auto --model "$oc_model")
 session_id=""
 if [ -n "${SMCP_SESSION:-}" ] && [ "$oc_dir" = "$own" ]; then
     args+=(--session "$SMCP_SESSION")
     session_id=$SMCP_SESSION
 else
+    # written anew (not through whatever the agent left there)
+    rm -rf "$oc_dir_file" 2>/dev/null || true
     printf '%s' "$own" > "$oc_dir_file"
     title=${SMCP_TITLE:-$first_line}
     [ -n "$title" ] && args+=(--title "$title")
