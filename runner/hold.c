@@ -33,7 +33,8 @@
  * session's.
  *
  * At most --concurrency held at once by a runner, and no more of a
- * tenant's on it than the run's max_running.
+ * tenant's on it than the run's max_running: at a cap, the oldest goes
+ * for the newest (its session's follow-up is the likeliest).
  */
 
 #include <stdio.h>
@@ -120,15 +121,20 @@ runner_hold_until(json_t *labels)
 }
 
 
-/* 1: another held one may be made for tenant (its max_running, 0: no
- * limit of its own) */
+/*
+ * Room for another held one of tenant (its max_running, 0: no limit of
+ * its own): at --concurrency held by this runner, or at max_running of
+ * the tenant's on it, the oldest of those goes (the newest session's
+ * follow-up is the likeliest).  0: no room (the list failed).
+ */
 static int
 runner_hold_room(const char *tenant, long long max_running)
 {
-    int          mine, theirs;
-    size_t       i;
+    int          mine, theirs, of_tenant;
+    size_t       i, oldest;
+    int64_t      until, min;
     json_t      *list, *ct, *labels;
-    const char  *t;
+    const char  *t, *name, *victim;
     char         err[RUNNER_ERRLEN], label[192];
 
     snprintf(label, sizeof(label), "smcp.hold.runner=%s", runner_config->name);
@@ -138,23 +144,60 @@ runner_hold_room(const char *tenant, long long max_running)
         return 0;
     }
 
-    mine = 0;
-    theirs = 0;
+    /* each turn removes one from the list: it ends */
+    for ( ;; ) {
+        mine = 0;
+        theirs = 0;
 
-    json_array_foreach(list, i, ct) {
-        if (runner_hold_name(ct, &labels) == NULL) {
-            continue;
+        json_array_foreach(list, i, ct) {
+            name = runner_hold_name(ct, &labels);
+
+            if (name == NULL) {
+                continue;
+            }
+
+            mine++;
+            t = runner_hold_label(labels, "smcp.hold.tenant");
+            theirs += (t && strcmp(t, tenant) == 0);
         }
 
-        mine++;
-        t = runner_hold_label(labels, "smcp.hold.tenant");
-        theirs += (t && strcmp(t, tenant) == 0);
+        if (mine < runner_config->concurrency
+            && (max_running < 1 || theirs < max_running))
+        {
+            break;
+        }
+
+        /* the oldest, of the tenant's when it is the tenant at its cap */
+        of_tenant = mine < runner_config->concurrency;
+        victim = NULL;
+        min = INT64_MAX;
+        oldest = 0;
+
+        json_array_foreach(list, i, ct) {
+            name = runner_hold_name(ct, &labels);
+            t = runner_hold_label(labels, "smcp.hold.tenant");
+            until = runner_hold_until(labels);
+
+            if (name && until < min
+                && (!of_tenant || (t && strcmp(t, tenant) == 0)))
+            {
+                min = until;
+                victim = name;
+                oldest = i;
+            }
+        }
+
+        if (victim == NULL) {
+            break;
+        }
+
+        runner_hold_remove(victim, "a newer session's takes its place");
+        json_array_remove(list, oldest);
     }
 
     json_decref(list);
 
-    return mine < runner_config->concurrency
-           && (max_running < 1 || theirs < max_running);
+    return 1;
 }
 
 

@@ -75,8 +75,9 @@
 # `opencode serve` on 127.0.0.1:4096 and key-relay on 127.0.0.1:4097, and warms
 # the server with one prompt in a directory of its own, /tmp/smcp-warm/w (the
 # relay answers it 401).  At the handover it is used when the warm-up is done
-# (waited for up to 30 s) and the server healthy, the run starts a new session
-# (no SMCP_SESSION), the model's provider is anthropic, openai or google (not
+# (waited for up to 120 s: an OpenCode starting is no slower to wait for
+# than one started anew) and the server healthy, the run starts a new session
+# (no SMCP_SESSION; a sandbox held for a session serves its session), the model's provider is anthropic, openai or google (not
 # through Cloudflare), no SMCP_PROVIDER_BASE_URL is set, the egress URL is the
 # one the relay was started with and no command was given; otherwise every
 # process of it is killed and the run starts OpenCode cold, as without the
@@ -214,21 +215,27 @@ JSON
             curl -sf -m 1 -o /dev/null "$u/global/health" && break
             sleep 0.25
         done
-        sid=$(curl -sf -m 10 -X POST -H 'Content-Type: application/json' \
+        # (a repository's instance is made by the first request that names
+        # its directory: seconds, more on a loaded machine)
+        sid=$(curl -sf -m 60 -X POST -H 'Content-Type: application/json' \
                   --data '{}' "$u/session?$q" \
               | grep -o '"id":"ses_[A-Za-z0-9]*"' | head -n 1 | cut -d'"' -f4)
-        [ -n "$sid" ] || exit 1
-        curl -s -m 60 -o /dev/null -X POST \
-            -H 'Content-Type: application/json' \
-            --data '{"model":{"providerID":"anthropic","modelID":"claude-sonnet-4-5"},"parts":[{"type":"text","text":"warm-up"}]}' \
-            "$u/session/$sid/message?$q"
-        curl -s -m 10 -o /dev/null -X DELETE "$u/session/$sid?$q"
+        if [ -n "$sid" ]; then
+            curl -s -m 60 -o /dev/null -X POST \
+                -H 'Content-Type: application/json' \
+                --data '{"model":{"providerID":"anthropic","modelID":"claude-sonnet-4-5"},"parts":[{"type":"text","text":"warm-up"}]}' \
+                "$u/session/$sid/message?$q"
+            curl -s -m 10 -o /dev/null -X DELETE "$u/session/$sid?$q"
+        fi
+        # a warm-up that failed leaves a server that answers: still
+        # warmer than a cold start (warm_take asks it again)
+        curl -sf -m 5 -o /dev/null "$u/global/health" || exit 1
         touch "$warm/ready"
     ) < /dev/null > "$warm/warmup.log" 2>&1 &
 }
 
 # at the handover: 0 when the warm server serves this run (warm-up done,
-# within 30 s if still under way, and healthy within 9 s; a provider it
+# within 120 s if still under way, and healthy within 9 s; a provider it
 # warmed, the default base URL, the egress it relays to, no command
 # given; a new session, or the session whose workspace it was held on),
 # else everything of it is killed and the run starts OpenCode cold
@@ -240,7 +247,7 @@ warm_take() {
        && { [ -z "${SMCP_SESSION:-}" ] || [ $warm_hold = 1 ]; } \
        && [ "${SMCP_EGRESS_URL%/}" = "$warm_egress" ] \
        && [[ " $warm_providers " == *" $p "* ]]; then
-        for ((i = 0; i < 600; i++)); do
+        for ((i = 0; i < 2400; i++)); do
             [ -e "$warm/ready" ] && break
             read -r -t 0.05 -u 9 _ || true
         done
