@@ -323,13 +323,27 @@ runner_hold_take(const char *session, const char *image, const char *run_id,
             && by && runner_docker_ref_ok(by, err, sizeof(err))
             && nonce && strlen(nonce) == 16
             && strspn(nonce, "0123456789abcdef") == 16
-            && state && strcmp(state, "running") == 0
+            && state && (strcmp(state, "running") == 0
+                         || strcmp(state, "created") == 0)
             && runner_hold_until(labels)
                > smcp_now_ms() + RUNNER_HOLD_MARGIN_MS)
         {
             /* the claim: a second taker's rename, or a sweep's removal,
-             * by the old name finds none */
+             * by the old name finds none; one not started yet (its run's
+             * outcome just stored: its maker starts it by the old name,
+             * and finds none) is started here */
             st = runner_docker_rename(name, to, err, sizeof(err));
+
+            if (st == 204 && strcmp(state, "created") == 0) {
+                st = runner_docker_start(to, err, sizeof(err));
+                st = (st == 204 || st == 304) ? 204 : st;
+
+                if (st != 204) {
+                    runner_log("error", NULL, "hold: %s", err);
+                    runner_hold_remove(to, "it could not be started");
+                    continue;
+                }
+            }
 
             if (st == 204) {
                 snprintf(sb->id, sizeof(sb->id), "%s",

@@ -20,11 +20,11 @@
 #      session's later run, not only its first)
 #   4. a held sandbox killed: the follow-up starts cold, completes, the
 #      dead one is removed
-#   5. past --session-hold the held sandbox goes (the volume stays); the
-#      next follow-up starts cold and still continues the conversation
-#   6. a held sandbox whose workspace outgrows --workspace-limit goes
+#   5. a held sandbox whose workspace outgrows --workspace-limit goes
 #      (nothing else watches it while it waits)
-#   7. the runner stopped: its held sandboxes go
+#   6. the runner stopped: its held sandboxes go
+#   7. past --session-hold the held sandbox goes (the volume stays); the
+#      next follow-up starts cold and still continues the conversation
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
 # image ($SMCP_SANDBOX_IMAGE) is built on first use.
@@ -43,7 +43,7 @@ use SMCP::Docker qw(docker);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(json_decode json_encode wait_until);
 
-my $HOLD = 40;
+my $HOLD = 900;          # outlives the checks; the end's runner: 15 s
 my $MARK = 'HELD-' . int(rand(1e9));
 
 my $s = SMCP::Stack->new(scripts => {
@@ -132,7 +132,7 @@ subtest 'a run ends: its session gets a held sandbox' => sub {
         ? (Time::Local::timegm($6, $5, $4, $3, $2 - 1, $1) + (defined $7 ? "0.$7" : 0)) * 1000 : 0;
     cmp_ok($st_ms, '>=', $fin - 5, "... started once the run's outcome was stored ($started)");
     ok(wait_until(120, sub { warm_ready($hold) }, 0.5), '... its OpenCode server warmed')
-        or diag(scalar docker('logs', $hold));
+        or diag(join "\n", grep { /hold/ } split /\n/, $s->runner_log($r));
     my (undef, $files) = docker('exec', $hold, 'bash', '-c', 'ls -A /tmp/smcp-warm');
     unlike($files // '', qr/^token$/m, '... no run handed to it: no token');
     my (undef, $logs, $lerr) = docker('logs', $hold);
@@ -200,23 +200,6 @@ subtest 'a held sandbox killed: the follow-up starts cold' => sub {
     ok(!grep({ $_->[0] eq $h[0][0] } held($session)), 'the dead one removed');
 };
 
-subtest 'past --session-hold the held sandbox goes' => sub {
-    my @h = held($session);
-    is(scalar(@h), 1, 'a held sandbox') or return;
-    my $until = inspect($h[0][0])->{Config}{Labels}{'smcp.hold.until'} // 0;
-    ok(wait_until($HOLD + 60, sub { !held($session) }, 0.5), 'gone');
-    cmp_ok(time() * 1000, '>=', $until, '... not before its time');
-    my $vol = $t->redis('HGET', "smcp:session:$session", 'volume');
-    my ($rc) = docker('volume', 'inspect', $vol);
-    is($rc, 0, "the session's volume stays");
-    my ($run, $res) = $s->run_completed('after the hold', $r,
-                                        task => 'SCENARIO-NEXT: much later',
-                                        sessionId => $session);
-    ok(!(agent_start($run->{runId}) // {})->{warm}, 'the next follow-up starts cold');
-    my ($req) = requests_with('SCENARIO-NEXT: much later');
-    like($req->{body} // '', qr/\Q$MARK\E begin/, '... and continues the conversation');
-};
-
 subtest 'a held workspace that outgrows --workspace-limit goes' => sub {
     my @h = held($session);
     is(scalar(@h), 1, 'a held sandbox') or return;
@@ -239,6 +222,28 @@ subtest 'the runner stopped: its held sandboxes go' => sub {
     ok(scalar(held($session)), 'a held sandbox');
     $s->stop_runner($r, 'TERM');
     is(scalar(held($session)), 0, 'none left');
+};
+
+# a runner with a short hold, for its end
+my $SHORT = 15;
+$r = $s->start_runner(concurrency => 2, args => ['--pool', 1, '--session-hold', $SHORT]);
+
+subtest 'past --session-hold the held sandbox goes' => sub {
+    my ($run) = $s->run_completed('a run', $r, task => 'SCENARIO-NEXT: again later',
+                                  sessionId => $session);
+    my @h = held($session);
+    is(scalar(@h), 1, 'a held sandbox') or return;
+    my $until = inspect($h[0][0])->{Config}{Labels}{'smcp.hold.until'} // 0;
+    ok(wait_until($SHORT + 60, sub { !held($session) }, 0.5), 'gone');
+    cmp_ok(time() * 1000, '>=', $until, "... not before its time ($SHORT s)");
+    my $vol = $t->redis('HGET', "smcp:session:$session", 'volume');
+    my ($rc) = docker('volume', 'inspect', $vol);
+    is($rc, 0, "the session's volume stays");
+    ($run) = $s->run_completed('after the hold', $r, task => 'SCENARIO-NEXT: much later',
+                               sessionId => $session);
+    ok(!(agent_start($run->{runId}) // {})->{warm}, 'the next follow-up starts cold');
+    my ($req) = requests_with('SCENARIO-NEXT: much later');
+    like($req->{body} // '', qr/\Q$MARK\E begin/, '... and continues the conversation');
 };
 
 $s->done;
