@@ -1150,10 +1150,14 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
 
     # the session's next sandbox, held for it (SMCP_SESSION_HOLD, 120 s)
     # on the pool's network, warm; the follow-up takes it onto the
-    # session's network
-    my (undef, $ho) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.hold=$ses");
-    my ($held) = split ' ', $ho // '';
-    ok($held, 'a sandbox held for the session');
+    # session's network.  Made before the outcome is stored, started
+    # just after: running within seconds
+    my $held;
+    ok(wait_until(30, sub {
+        my (undef, $ho) = docker('ps', '-q', '--no-trunc', '--filter', "label=smcp.hold=$ses");
+        ($held) = split ' ', $ho // '';
+        $held;
+    }, 0.2), 'a sandbox held for the session, running');
     $held //= 'none';
     push @my_containers, $held;
     is(networks_of($held), $pool_net, "... waiting on $pool_net");
