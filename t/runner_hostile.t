@@ -141,11 +141,14 @@ subtest "an endless line while the deadline ($DEADLINE s) passes" => sub {
     my $past = (($h->{finished_at} // 0) - ($h->{deadline} // 0)) / 1000;
     ok($h->{deadline} && $past >= 0 && $past < 30,
        sprintf('ended %.1f s after its deadline (%.1f s after run_task, deadline %d s)',
-               $past, $ran, $DEADLINE));
+               $past, $ran, $DEADLINE))
+        or $s->diag_run($id, $runner);
     ok(endless_started($id), 'the line before the endless one is stored')
         or diag($s->show_events($id));
-    ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed');
-    like($s->runner_log($runner), qr/run=\Q$id\E.*deadline reached/, 'runner log: deadline reached');
+    ok(wait_until(20, sub { !$s->run_containers($id) }), 'the container is removed')
+        or diag('still there: ' . join(' ', $s->run_containers($id)));
+    like($s->runner_log($runner), qr/run=\Q$id\E.*deadline reached/, 'runner log: deadline reached')
+        or diag(join "\n", grep { /\Q$id\E/ } split /\n/, $s->runner_log($runner));
 };
 
 subtest 'an endless line while the run is cancelled' => sub {

@@ -2,14 +2,15 @@
 # Steering a running agent (issue 25, point 1), end to end: MCP through
 # nginx, build/smcp-runner, dockerd, the sandbox image with the real
 # OpenCode (the runner's warm pool: the run on the pooled sandbox's
-# OpenCode server, where messages reach the agent);
+# OpenCode server; last, a cold run on its own sandbox's server);
 # the model and GitHub are the fakes of t/lib/SMCP/Fakes.pm.
 #
 #   1. opencode_send_message to a running run: the message is queued while
 #      the agent is in a step (a bash command that sleeps), reaches the
 #      model in the next request of the same session, and the run goes on
 #      to complete.  The timeline has the message (who, how, its text) and
-#      its delivery (the sandbox took it, after it was sent).
+#      its delivery (the sandbox took it, after it was sent).  The same
+#      with a cold run (no pool, no held sandbox): its own OpenCode server.
 #   2. The egress inbox: without the run token, or with another run's
 #      token once that run has ended, it is refused; its polls are not in
 #      the egress audit record.
@@ -130,8 +131,8 @@ subtest 'a flood: ten wait, the eleventh is refused' => sub {
 
 # -- 1: a message to a running agent ---------------------------------------
 
-# a pooled sandbox: its warm OpenCode server is where messages reach the
-# agent (a cold run's `opencode run` takes none)
+# a pooled sandbox first: its warm OpenCode server takes the run (a cold
+# run's own server, last)
 my $runner = $s->start_runner(concurrency => 2, args => ['--pool', 1]);
 
 # the pooled sandbox warmed (its server started and prompted once)
@@ -215,6 +216,40 @@ subtest 'the egress inbox refuses what is not a live run\'s' => sub {
     my $ended = $t->token(scope => 'egress', run => $id, repos => undef);
     is($code->("Authorization: Bearer $ended"), '401', 'the ended run\'s token: 401');
     is($code->('Authorization: Bearer not.a.token'), '401', 'a forged token: 401');
+};
+
+# -- 1 (every run): a cold run takes messages too --------------------------
+
+# no pool and no held sandbox: the run's own sandbox starts OpenCode's
+# server (cold_server, entrypoint.sh) and the message reaches the model
+$s->stop_runner($runner);
+my $cold_runner = $s->start_runner(concurrency => 2,
+                                   args => ['--pool', 0, '--session-hold', 0]);
+my $MARK2 = 'COLD-' . int(rand(1e9));
+my $TEXT2 = "$MARK2: and a cold run hears it";
+
+subtest 'a cold run: the message reaches the model too' => sub {
+    my $cold = $s->run_task(task => 'SCENARIO-STEER: look around, cold', repository => $APP);
+    my $cid = $cold->{runId};
+    ok(wait_until(240, sub { scalar(requests_with('look around, cold')) >= 1 }),
+       'the first model request came') or $s->diag_run($cid, $cold_runner);
+    sleep 1;
+    my $at = time();
+    my $sc = SMCP::Test::sc($s->call('opencode_send_message',
+                                     { runId => $cid, message => $TEXT2 }));
+    is($sc->{status}, 'queued', 'queued') or diag(explain($sc));
+    my $res = $s->wait_done($cid, 180);
+    is($res->{status}, 'completed', 'the run goes on and completes')
+        or $s->diag_run($cid, $cold_runner);
+    my ($start) = grep { ($_->{json}{step} // '') eq 'agent_start' } $s->stored_events($cid);
+    ok($start && !$start->{json}{warm}, 'a cold run (agent_start without "warm")')
+        or diag(explain($start && $start->{json}));
+    my @with = requests_with($MARK2);
+    ok(@with >= 1, 'a model request carries the message');
+    ok(@with && ($with[0]{time} // 0) >= $at, '... sent after the message was');
+    my @m = map { $_->{json} } message_events($cid);
+    is_deeply([ map { $_->{delivered} ? 'delivered' : 'sent' } @m ], [qw(sent delivered)],
+              'the timeline: sent, then delivered') or diag(explain(\@m));
 };
 
 $s->done;

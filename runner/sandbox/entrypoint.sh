@@ -525,6 +525,59 @@ if [ -n "$gateway_unsupported" ]; then
     exit 2
 fi
 
+# A cold run's OpenCode server (no warm one serves it): begun as soon as
+# the run's configuration is written (cold_begin), so that OpenCode starts
+# while the repository is cloned, on 127.0.0.1:$cold_port (not the warm
+# port: a warm server just killed may still hold it), in a directory of its
+# own ($warm/c) as a warm server is.  It has the run's configuration (the
+# token in it, as `opencode run` has); its tools get the environment
+# exported since it started through BASH_ENV ($warm/env, warm_env).
+# cold_server waits for it to answer as long as it runs (a loaded machine
+# takes a minute to start OpenCode; the run's deadline bounds it), at most
+# 10 min: 0 when it answers, else it is killed and the run is `opencode
+# run` (1).  (Its first prompt costs seconds more than `opencode run`'s
+# does: docs/contracts.md, "How the agent runs".)
+cold_port=4098
+cold_pid=""
+cold_begin() {
+    local n
+    command -v perl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 \
+        || return 0
+    # (a pooled sandbox's warm server was killed: its directory stays)
+    [ -d "$warm" ] || mkdir -m 0700 "$warm" || return 0
+    mkdir -p "$warm/c" || return 0
+    warm_env0=()
+    for n in $(compgen -e); do
+        warm_env0[$n]=${!n}
+    done
+    (cd "$warm/c" && BASH_ENV=$warm/env exec opencode serve \
+        --hostname 127.0.0.1 --port "$cold_port") \
+        < /dev/null > "$warm/cold.log" 2>&1 &
+    cold_pid=$!
+}
+
+cold_server() {
+    local i
+    [ -n "$cold_pid" ] || return 1
+    for ((i = 0; i < 6000; i++)); do
+        if curl -sf -m 2 -o /dev/null \
+               "http://127.0.0.1:$cold_port/global/health"; then
+            oc_port=$cold_port
+            warm_env
+            return 0
+        fi
+        kill -0 "$cold_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$cold_pid" 2>/dev/null || true
+    wait "$cold_pid" 2>/dev/null || true
+    return 1
+}
+
+if [ $warm_run = 0 ]; then
+    cold_begin
+fi
+
 # git's last words on stderr (the file it went to), for a lifecycle line
 # (bounded)
 git_words() { tail -c 2000 "$1" | json_stdin; }
@@ -633,7 +686,7 @@ first_line=$(LC_ALL=C.UTF-8; printf '%s' "${first_line:0:80}")
 # the warm server's run: its tools' environment (BASH_ENV: what was
 # exported since the server started, as a cold agent inherits it) and the
 # token for the relay, files only this user reads, on the tmpfs
-warm_handover() {
+warm_env() {
     (
         umask 077
         for n in $(compgen -e); do
@@ -643,8 +696,12 @@ warm_handover() {
                 declare -p "$n"
             fi
         done > "$warm/env"
-        printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token"
     )
+}
+
+warm_handover() {
+    warm_env
+    (umask 077; printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token")
 }
 
 # the run's session: the one it continues, or a new one made as `opencode
@@ -670,7 +727,7 @@ server_session() {
     exec 8< "$warm/events"
     IFS= read -r -t 10 -u 8 _ || true
     if [ -n "$sid" ]; then
-        perl /usr/local/lib/smcp/session-events "$sid" "$warm_port" "$own" \
+        perl /usr/local/lib/smcp/session-events "$sid" "$oc_port" "$own" \
             <&8 &
         reader=$!
     fi
@@ -749,16 +806,17 @@ else
     [ -n "$title" ] && args+=(--title "$title")
 fi
 
-# How the agent runs.  A warm run (a pooled sandbox's): through the warm
-# OpenCode server, prompted over its HTTP API as `opencode run --auto`
-# prompts it, its lines printed from the server's events by
-# session-events; there a message sent to the running agent
-# (opencode_send_message) reaches it: the mailman takes each one from the
-# egress inbox and adds it to the session, and OpenCode sends it with the
-# session's next model request.  A cold run: `opencode run`, which no
-# message reaches (started as a server too, a cold run's OpenCode took
-# twice as long to answer on a loaded machine: docs/contracts.md).  The
-# task goes through a file (`opencode run` reads it on stdin until EOF).
+# How the agent runs: through an OpenCode server, prompted over its HTTP
+# API as `opencode run --auto` prompts it, its lines printed from the
+# server's events by session-events; there a message sent to the running
+# agent (opencode_send_message) reaches it: the mailman takes each one
+# from the egress inbox and adds it to the session, and OpenCode sends it
+# with the session's next model request.  A warm run (a pooled or held
+# sandbox's) uses the warm server; a cold run starts one (cold_server).
+# Only when no server can serve it (no perl or curl in an image built on
+# this one, a server that does not start) is it `opencode run`, which no
+# message reaches; a command given as arguments runs as it is.  The task
+# goes through a file (`opencode run` reads it on stdin until EOF).
 # The agent runs in the background so that a stop signal reaches it (bash
 # as PID 1 would otherwise ignore SIGTERM, and under an init the signal
 # would end only this script).
@@ -768,10 +826,17 @@ reader=""
 mailman=""
 set_agent=""
 sid=""
+oc_url=""
+oc_q="directory=$own"
 if [ $warm_run = 1 ]; then
     warm_handover
-    oc_url=http://127.0.0.1:$warm_port oc_q="directory=$own"
+    oc_port=$warm_port oc_url=http://127.0.0.1:$warm_port
     lifecycle agent_start '"warm":true'
+    server_session
+    server_prompt
+elif cold_server; then
+    oc_url=http://127.0.0.1:$oc_port
+    lifecycle agent_start
     server_session
     server_prompt
 else
@@ -818,7 +883,7 @@ if [ -n "$reader" ]; then
         status=1
     fi
 fi
-if [ $warm_run = 1 ] && [ -z "$signal" ] && [ -n "$sid" ] \
+if [ -n "$oc_url" ] && [ -z "$signal" ] && [ -n "$sid" ] \
    && [[ ! $(cat "$warm/status" 2>/dev/null) =~ ^2 ]]; then
     # the prompt refused (a model unknown to OpenCode...): its answer as
     # the client prints it

@@ -714,12 +714,20 @@ await check('reading below the timeline (no scroll anchoring): new steps do not 
         .getBoundingClientRect().top));
     const end = await ps.evaluate(() => document.getElementById('timeline').getBoundingClientRect().bottom);
     assert(end < 0, `the timeline's end on the screen (${end} px): the page is too short to test`);
+    const where = () => ps.evaluate(() => ({
+        y: Math.round(window.scrollY),
+        end: Math.round(document.getElementById('timeline').getBoundingClientRect().bottom),
+        height: document.documentElement.scrollHeight,
+        away: !document.getElementById('to-newest').hidden,
+    }));
     const t0 = await top();
+    const w0 = await where();
     for (const i of [48, 49, 50]) await fr.event(F.runId, 'log', `step ${i}`);
     await stepAt(ps, 50).waitFor({ timeout: WAIT });
     await frames(ps);
     const t1 = await top();
-    assert(Math.abs(t1 - t0) <= 1, `the details moved from ${t0} to ${t1} px`);
+    assert(Math.abs(t1 - t0) <= 1, `the details moved from ${t0} to ${t1} px `
+           + `(before ${JSON.stringify(w0)}, after ${JSON.stringify(await where())})`);
     return `the details stayed at ${t1} px`;
 });
 await still.close();
