@@ -12,7 +12,9 @@
 #     ALL, no-new-privileges, network none)
 #   - the entry script with arguments writes OpenCode's config (run token
 #     and egress base URL, nothing else) and git's, then runs them
-#   - without arguments, with a stand-in `opencode` on PATH: the task on
+#   - without arguments, with a stand-in `opencode` on PATH whose server
+#     does not start (the entry script falls back to `opencode run`; the
+#     server path is the real OpenCode's, t/runner.t, t/steer.t): the task on
 #     stdin, the derived --title, --session, lifecycle lines, the diff of
 #     the run (commits included, against the start) as strict JSON whatever
 #     the bytes, the exit status, and a stop signal passed on to the agent
@@ -347,7 +349,10 @@ for my $case (
 
 my $fake_opencode = <<'SH';
 #!/bin/sh
-# stand-in for opencode: records argv, cwd and stdin; then per FAKE_MODE
+# stand-in for opencode run (a server that will not start: `opencode
+# serve` exits at once, and the entry script falls back to `opencode
+# run`): records argv, cwd and stdin; then per FAKE_MODE
+[ "${1:-}" = serve ] && exit 1
 printf '%s\n' "$@" > /workspace/.oc/fake-argv
 pwd > /workspace/.oc/fake-cwd
 cat > /workspace/.oc/fake-stdin

@@ -3,8 +3,9 @@
 #
 # Prepares the agent's world from what the runner passes in the
 # environment, then runs OpenCode on the task (or, for tests and debugging,
-# whatever command was given as arguments); in a pooled sandbox through
-# the warm OpenCode server, where a message sent to the running agent
+# whatever command was given as arguments) through an OpenCode server in
+# the sandbox (a pooled sandbox's warm one, else its own, started while
+# the repository is cloned), where a message sent to the running agent
 # (opencode_send_message) reaches it (below, "How the agent runs").  Nothing here is secret: the
 # only credential is SMCP_RUN_TOKEN, scoped to this run and accepted only by
 # the egress proxy while the run is live.  Real keys never enter the
@@ -536,7 +537,7 @@ fi
 # takes a minute to start OpenCode; the run's deadline bounds it), at most
 # 10 min: 0 when it answers, else it is killed and the run is `opencode
 # run` (1).  (Its first prompt costs seconds more than `opencode run`'s
-# does: docs/contracts.md, "How the agent runs".)
+# does: docs/contracts.md, "Warm pool".)
 cold_port=4098
 cold_pid=""
 cold_begin() {
