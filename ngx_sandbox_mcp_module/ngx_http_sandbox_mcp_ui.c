@@ -17,7 +17,10 @@
  *                           X-SMCP-CSRF; the tenant's link, not a
  *                           watchUrl's)
  *   P api/runs              JSON: the tenant's runs (?status= ?cursor=
- *                           ?limit=)
+ *                           ?limit=); POST {opencode_run_task's
+ *                           arguments}: start a run, a session's
+ *                           follow-up with sessionId (same origin,
+ *                           X-SMCP-CSRF; the tenant's link)
  *   P api/stream            SSE: the tenant's status changes
  */
 
@@ -45,6 +48,7 @@ typedef enum {
     NGX_HTTP_SANDBOX_MCP_UI_MESSAGE,
     NGX_HTTP_SANDBOX_MCP_UI_RUNS,
     NGX_HTTP_SANDBOX_MCP_UI_STREAM,
+    NGX_HTTP_SANDBOX_MCP_UI_START,
     NGX_HTTP_SANDBOX_MCP_UI_NONE
 } ngx_http_sandbox_mcp_ui_route_e;
 
@@ -246,7 +250,7 @@ ngx_http_sandbox_mcp_ui_route(ngx_str_t *rel, ngx_str_t *run_id,
 
 
 /*
- * POST cancel and message: from the dashboard's own pages only.  Origin,
+ * POST cancel, message and a new run: from the dashboard's own pages only.  Origin,
  * when sent, must be this server's (scheme://Host, or
  * sandbox_mcp_public_url);
  * without it, Sec-Fetch-Site must say same-origin; and the header
@@ -402,6 +406,22 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
 
         return ngx_http_sandbox_mcp_ui_run_message(ctx, run_id);
 
+    case NGX_HTTP_SANDBOX_MCP_UI_START:
+        if (!ngx_http_sandbox_mcp_ui_same_origin(r)) {
+            return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_FORBIDDEN,
+                                  NULL, "a new run needs a same-origin "
+                                  "request with the header X-SMCP-CSRF: 1");
+        }
+
+        if (!tenant_rights) {
+            return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_FORBIDDEN,
+                                  NULL, "a new run needs the tenant's link "
+                                  "(a run's watchUrl only watches): make "
+                                  "token SUB=<tenant> UI=1");
+        }
+
+        return ngx_http_sandbox_mcp_ui_run_start(ctx);
+
     case NGX_HTTP_SANDBOX_MCP_UI_EVENTS:
         return ngx_http_sandbox_mcp_ui_run_events(ctx, run_id);
 
@@ -534,6 +554,7 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
 
     static ngx_str_t  get = ngx_string("GET, HEAD");
     static ngx_str_t  post = ngx_string("POST");
+    static ngx_str_t  get_post = ngx_string("GET, HEAD, POST");
 
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
@@ -554,14 +575,20 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
                                                  "not found");
     }
 
+    if (route == NGX_HTTP_SANDBOX_MCP_UI_RUNS && r->method == NGX_HTTP_POST) {
+        route = NGX_HTTP_SANDBOX_MCP_UI_START;
+    }
+
     posted = (route == NGX_HTTP_SANDBOX_MCP_UI_CANCEL
-              || route == NGX_HTTP_SANDBOX_MCP_UI_MESSAGE);
+              || route == NGX_HTTP_SANDBOX_MCP_UI_MESSAGE
+              || route == NGX_HTTP_SANDBOX_MCP_UI_START);
 
     if (posted ? r->method != NGX_HTTP_POST
                : !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)))
     {
         if (ngx_http_sandbox_mcp_add_header(r, "Allow",
-                                            posted ? &post : &get)
+                                     route == NGX_HTTP_SANDBOX_MCP_UI_RUNS
+                                     ? &get_post : posted ? &post : &get)
             != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -599,7 +626,9 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
                     && ngx_http_arg(r, (u_char *) "token", 5, &u->token)
                        == NGX_OK;
 
-    if (route == NGX_HTTP_SANDBOX_MCP_UI_MESSAGE) {
+    if (route == NGX_HTTP_SANDBOX_MCP_UI_MESSAGE
+        || route == NGX_HTTP_SANDBOX_MCP_UI_START)
+    {
         return ngx_http_sandbox_mcp_ui_read(r, u);
     }
 
@@ -615,9 +644,9 @@ ngx_http_sandbox_mcp_ui_handler(ngx_http_request_t *r)
 
 
 /*
- * A message's body is read before its token is looked at (bounded: a
- * longer one is refused unread); the request then goes on as any other,
- * the body reader's hold standing for the Redis step's.
+ * A message's or a new run's body is read before its token is looked at
+ * (bounded: a longer one is refused unread); the request then goes on as
+ * any other, the body reader's hold standing for the Redis step's.
  */
 static ngx_int_t
 ngx_http_sandbox_mcp_ui_read(ngx_http_request_t *r,
@@ -625,16 +654,23 @@ ngx_http_sandbox_mcp_ui_read(ngx_http_request_t *r,
 {
     ngx_int_t  rc;
 
+    ngx_uint_t  run;
+
+    run = (u->route == NGX_HTTP_SANDBOX_MCP_UI_START);
+
     if (r->headers_in.content_length_n < 0) {
         return ngx_http_sandbox_mcp_ui_send_json(r,
                                   NGX_HTTP_LENGTH_REQUIRED, NULL,
-                                  "a message needs a Content-Length");
+                                  run ? "a new run needs a Content-Length"
+                                      : "a message needs a Content-Length");
     }
 
     if (r->headers_in.content_length_n > NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX) {
         return ngx_http_sandbox_mcp_ui_send_json(r,
                                   NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
-                                  "the message is too long");
+                                  run ? "the run's arguments are too long "
+                                        "(64 KiB at most)"
+                                      : "the message is too long");
     }
 
     u->ctx->data = u;

@@ -465,6 +465,48 @@ ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
 }
 
 
+/*
+ * The body read: opencode_run_task's arguments, a JSON object the tool
+ * checks as it checks a client's (its schema, the token's grants, the
+ * tenant's quotas): a new run, or a session's follow-up with sessionId.
+ */
+ngx_int_t
+ngx_http_sandbox_mcp_ui_run_start(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    json_t        *args;
+    ngx_int_t      rc;
+    ngx_str_t      raw;
+    json_error_t   err;
+
+    rc = ngx_http_sandbox_mcp_read_body(ctx->request, &raw,
+                                        NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                  NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
+                                  "the run's arguments are too long "
+                                  "(64 KiB at most)");
+    }
+
+    args = json_loadb((char *) raw.data, raw.len, JSON_REJECT_DUPLICATES,
+                      &err);
+
+    if (!json_is_object(args)) {
+        json_decref(args);
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                  NGX_HTTP_BAD_REQUEST, NULL,
+                                  "the body is opencode_run_task's "
+                                  "arguments: {\"task\": \"...\", ...}");
+    }
+
+    return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_run_task", args);
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_ui_runs(ngx_http_sandbox_mcp_ctx_t *ctx)
 {

@@ -302,4 +302,94 @@ sub message {
     like($d->{error} // '', qr/opencode_run_task.*sessionId/s, '... naming the way on');
 }
 
+###############################################################################
+# a new run from the dashboard (POST api/runs: opencode_run_task's
+# arguments), a session's follow-up with sessionId
+
+sub start {
+    my ($body, %o) = @_;
+    my $r = $t->http(method => 'POST', path => '/ui/api/runs', body => $body,
+                     headers => [Cookie => $o{cookie} // $C,
+                                 'Content-Type' => 'application/json',
+                                 @{ $o{headers} || [] }]);
+    return ($r, json_decode($r->{body}));
+}
+
+{
+    my @same = (Origin => $origin, 'X-SMCP-CSRF' => 1);
+    my $session = $runs[0]{sessionId};
+    my $count = sub { scalar grep { !/:.*:.*:/ } @{ $t->redis('KEYS', "${P}run:run_*") } };
+    my $n0 = $count->();
+    my $ok = json_encode({ task => "<script>alert(1)</script> follow \x{e9}",
+                           sessionId => $session });
+
+    for my $case (
+        [ 'no header at all', [] ],
+        [ 'CSRF header only', ['X-SMCP-CSRF' => 1] ],
+        [ 'another Origin', [Origin => 'https://evil.example', 'X-SMCP-CSRF' => 1] ],
+        [ 'cross-site fetch', ['Sec-Fetch-Site' => 'cross-site', 'X-SMCP-CSRF' => 1] ],
+    ) {
+        my ($name, $h) = @$case;
+        my ($r) = start($ok, headers => $h);
+        is($r->{status}, 403, "new run, $name: 403");
+    }
+
+    my $own = $t->token(scope => 'ui', run => $id, repos => undef);
+    my ($r, $d) = start($ok, cookie => "smcp_ui_run=$own", headers => \@same);
+    ok($r->{status} == 401 || $r->{status} == 403,
+       "a run's watch token (a watchUrl): $r->{status}, it only watches");
+
+    $r = $t->http(method => 'PUT', path => '/ui/api/runs', body => $ok,
+                  headers => [Cookie => $C, @same]);
+    is($r->{status}, 405, 'PUT api/runs: 405');
+    is($r->{headers}{allow}, 'GET, HEAD, POST', '... Allow: GET, HEAD, POST');
+
+    for my $case (
+        [ 'not JSON', 'task=hi' ],
+        [ 'a JSON string', '"hi"' ],
+        [ 'a JSON array', '[{"task":"hi"}]' ],
+        [ 'a duplicate member', '{"task":"a","task":"b"}' ],
+    ) {
+        my ($name, $body) = @$case;
+        my ($r2, $d2) = start($body, headers => \@same);
+        is($r2->{status}, 400, "new run, $name: 400");
+        like($d2->{error} // '', qr/opencode_run_task's arguments/, '... saying what the body is');
+    }
+    for my $case (
+        [ 'no task', {} ],
+        [ 'an empty task', { task => '' } ],
+        [ 'a task that is a number', { task => 5 } ],
+        [ 'a member the tool does not take', { task => 'x', tenant => 'bob' } ],
+        [ 'an unknown session (as another tenant\'s)', { task => 'x', sessionId => 'ses_' . ('ab' x 12) } ],
+        [ 'a repository the link does not grant', { task => 'x', repository => 'https://github.com/acme/app' } ],
+        [ 'a timeout of -1', { task => 'x', timeoutSeconds => -1 } ],
+    ) {
+        my ($name, $args) = @$case;
+        my ($r2, $d2) = start(json_encode($args), headers => \@same);
+        ok($r2->{status} == 400 || $r2->{status} == 404, "new run, $name: $r2->{status}")
+            or diag($r2->{body});
+        ok(length($d2->{error} // ''), '... with the tool\'s words: ' . ($d2->{error} // ''));
+    }
+    ($r) = start(json_encode({ task => 'x' x 70000 }), headers => \@same);
+    is($r->{status}, 413, 'a body over 64 KiB: 413');
+    my $chunked = $t->http(method => 'POST', path => '/ui/api/runs',
+        headers => [Cookie => $C, 'Content-Type' => 'application/json',
+                    'Transfer-Encoding' => 'chunked', @same],
+        body => "5\r\n{\"ta\"\r\n0\r\n\r\n");
+    is($chunked->{status}, 411, 'a chunked body: 411, read by no one');
+    is($count->(), $n0, '... no run made by any of them');
+
+    ($r, $d) = start($ok, headers => \@same);
+    is($r->{status}, 200, 'a follow-up, same Origin + X-SMCP-CSRF: 200') or diag($r->{body});
+    like($d->{runId} // '', qr/^run_/, '... a new run');
+    is($d->{sessionId}, $session, '... in the session');
+    like($d->{watchUrl} // '', qr{/ui/runs/\Q$d->{runId}\E\?token=}, '... with its watchUrl');
+    my $h = $t->run_hash($d->{runId});
+    my $task = $h->{task} // '';
+    utf8::decode($task);
+    is($task, "<script>alert(1)</script> follow \x{e9}", '... its task as sent');
+    is($h->{tenant}, $t->{tenant}, '... the link\'s tenant\'s');
+    is($count->(), $n0 + 1, '... one run made');
+}
+
 $t->done;
