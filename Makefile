@@ -254,7 +254,7 @@ restore:
 token: $(TOKEN_BIN)
 	@set -f; tok=$$($(TOKEN_BIN) --sub "$${SUB:?usage: make token SUB=tenant [TTL=30d] [REPOS=owner/repo,owner/*] [UI=1]}" \
 	    $${TTL:+--ttl $$TTL} \
-	    $$([ -n "$${UI:-}" ] && echo --scope ui || echo $${REPOS:+--repos "$$REPOS"}) \
+	    $$([ -n "$${UI:-}" ] && echo --scope ui) $${REPOS:+--repos "$$REPOS"} \
 	    $$(st=$$(.ci/state dir); [ -n "$${PROXY_JWT_SECRET:-}" ] || \
 	       { [ -s "$$st/keys" ] && echo --keys-file "$$st/keys"; } || \
 	       echo --secret-file "$$st/secret")) && \

@@ -82,7 +82,7 @@ ngx_http_sandbox_mcp_auth_failed(ngx_int_t *rc, ngx_http_request_t *r,
  * The token's "repos" claim: the repositories the tenant may name.  Absent:
  * none.  Anything but an array of valid grants refuses the token.
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_sandbox_mcp_grants(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, json_t *repos)
 {

@@ -35,6 +35,8 @@ ngx_int_t ngx_http_sandbox_mcp_verify_token(ngx_http_request_t *r,
  * *claims (a new reference); NGX_DECLINED with *reason (safe to show);
  * NGX_ERROR.
  */
+ngx_int_t ngx_http_sandbox_mcp_grants(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_ctx_t *ctx, json_t *repos);
 ngx_int_t ngx_http_sandbox_mcp_token_check(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_ctx_t *ctx, u_char *token, size_t len,
     json_t **claims, const char **reason);

@@ -981,11 +981,35 @@ ngx_http_sandbox_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_sandbox_mcp_loc_conf_t *lcf = conf;
 
+    ngx_http_conf_ctx_t               *ctx;
+    ngx_http_sandbox_mcp_at_t         *at;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
     if (lcf->enable != NGX_CONF_UNSET) {
         return "is duplicate";
     }
 
     lcf->enable = 1;
+
+    /* where the dashboard of this server finds the MCP settings */
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sandbox_mcp_module);
+
+    if (mcf->mcp_locations == NULL) {
+        mcf->mcp_locations = ngx_array_create(cf->pool, 2,
+                                           sizeof(ngx_http_sandbox_mcp_at_t));
+        if (mcf->mcp_locations == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    at = ngx_array_push(mcf->mcp_locations);
+    if (at == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ctx = cf->ctx;
+    at->server = ctx->srv_conf[ngx_http_core_module.ctx_index];
+    at->loc_conf = ctx->loc_conf;
 
     (void) ngx_http_sandbox_mcp_content(cf, ngx_http_sandbox_mcp_handler);
 

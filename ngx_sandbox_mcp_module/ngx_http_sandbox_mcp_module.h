@@ -41,6 +41,14 @@
 #define NGX_HTTP_SANDBOX_MCP_NOT_ACCEPTABLE     406
 
 
+/* a location of sandbox_mcp: its server and its configuration (the
+ * dashboard starts runs with it: ngx_http_sandbox_mcp_ui_run_start) */
+typedef struct {
+    void                       *server;         /* its core srv conf */
+    void                      **loc_conf;
+} ngx_http_sandbox_mcp_at_t;
+
+
 typedef struct {
     ngx_str_t                   redis;          /* host:port, unix:path or
                                                    sentinel://... */
@@ -66,6 +74,9 @@ typedef struct {
                                                    reload */
 
     ngx_flag_t                  enabled;        /* some location uses us */
+    ngx_array_t                *mcp_locations;  /* of
+                                                   ngx_http_sandbox_mcp_at_t:
+                                                   the sandbox_mcp locations */
     ngx_str_t                   ui_location;    /* the first location of
                                                    sandbox_mcp_ui: the
                                                    watchUrl's path */

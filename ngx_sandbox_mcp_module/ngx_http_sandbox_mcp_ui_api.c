@@ -466,9 +466,46 @@ ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
 
 
 /*
+ * The request goes on with the configuration of its server's first
+ * sandbox_mcp location (the MCP endpoint's: its defaults, images, quotas
+ * and budgets), as an internal redirect to a named location does: a run
+ * started here is checked as one started through MCP.  NGX_DECLINED: the
+ * server has none.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_mcp_conf(ngx_http_request_t *r)
+{
+    void                              *server;
+    ngx_uint_t                         i;
+    ngx_http_sandbox_mcp_at_t         *at;
+    ngx_http_sandbox_mcp_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_module);
+    server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    if (mcf->mcp_locations == NULL) {
+        return NGX_DECLINED;
+    }
+
+    at = mcf->mcp_locations->elts;
+
+    for (i = 0; i < mcf->mcp_locations->nelts; i++) {
+        if (at[i].server == server) {
+            r->loc_conf = at[i].loc_conf;
+            ngx_http_update_location_config(r);
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
  * The body read: opencode_run_task's arguments, a JSON object the tool
  * checks as it checks a client's (its schema, the token's grants, the
- * tenant's quotas): a new run, or a session's follow-up with sessionId.
+ * tenant's quotas, with the MCP endpoint's settings): a new run, or a
+ * session's follow-up with sessionId.
  */
 ngx_int_t
 ngx_http_sandbox_mcp_ui_run_start(ngx_http_sandbox_mcp_ctx_t *ctx)
@@ -501,6 +538,15 @@ ngx_http_sandbox_mcp_ui_run_start(ngx_http_sandbox_mcp_ctx_t *ctx)
                                   NGX_HTTP_BAD_REQUEST, NULL,
                                   "the body is opencode_run_task's "
                                   "arguments: {\"task\": \"...\", ...}");
+    }
+
+    if (ngx_http_sandbox_mcp_ui_mcp_conf(ctx->request) != NGX_OK) {
+        json_decref(args);
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                  NGX_HTTP_FORBIDDEN, NULL,
+                                  "this server has no MCP endpoint (a "
+                                  "location of sandbox_mcp), whose settings "
+                                  "a run from the dashboard takes");
     }
 
     return ngx_http_sandbox_mcp_ui_api_call(ctx, "opencode_run_task", args);

@@ -1,7 +1,8 @@
 /*
  * The dashboard's tokens.  A token is an HS256 JWT of scope "ui" (checked
  * like every token: ngx_http_sandbox_mcp_verify_token); one with a "run"
- * claim opens that run only, one without opens the tenant's pages.  The
+ * claim opens that run only, one without opens the tenant's pages, and
+ * the runs it starts may name the repositories of its "repos" claim.  The
  * watchUrl's ?token= is moved into an HttpOnly, SameSite=Strict cookie
  * scoped to the page's path, so it leaves the address bar (and the
  * history) at once.
@@ -47,7 +48,17 @@ ngx_http_sandbox_mcp_ui_check(ngx_http_request_t *r,
     *exp = (time_t) json_number_value(json_object_get(claims, "exp"));
     *is_run = (run != NULL);
 
-    rc = NGX_OK;
+    /* the tenant's link grants what its "repos" claim says (the runs it
+     * starts: ui_api); a run's link starts none */
+    rc = run ? NGX_OK
+             : ngx_http_sandbox_mcp_grants(r, ctx,
+                                           json_object_get(claims, "repos"));
+
+    if (rc == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "sandbox_mcp: ui token refused: its repos claim must "
+                      "be an array of owner/repo, owner/* or *");
+    }
 
     if (run) {
         s = json_string_value(run);

@@ -17,8 +17,11 @@ use Test::More;
 use SMCP::Test qw(json_decode json_encode now_ms rhex);
 
 my $t = SMCP::Test->new(
-    workers => 2,
-    server  => q{
+    workers  => 2,
+    # the MCP endpoint's settings: a run from the dashboard takes them
+    location => q{
+            sandbox_mcp_default_model test/from-mcp;},
+    server   => q{
         location /ui/ {
             sandbox_mcp_ui;
             sandbox_mcp_public_url https://dash.example:8443;
@@ -389,6 +392,7 @@ sub start {
     utf8::decode($task);
     is($task, "<script>alert(1)</script> follow \x{e9}", '... its task as sent');
     is($h->{tenant}, $t->{tenant}, '... the link\'s tenant\'s');
+    is($h->{model}, 'test/from-mcp', '... with the MCP endpoint\'s settings (its default model)');
     is($count->(), $n0 + 1, '... one run made');
 }
 

@@ -108,6 +108,8 @@ my @EXPECTED = (
     'run list: a row links to its run page',
     "a failed run's tab title says failed",
     "the tenant's link: the run page offers All runs and the session's runs, and they open",
+    "the tenant's link: an ended run offers a follow-up, which starts in its session and opens",
+    "a run's watchUrl offers no follow-up (it only watches)",
     '390 px: the run list does not scroll sideways',
     'a tampered link: the 401 page, no run data',
     "the 401 page says how to get a new link: opencode_get_result's watchUrl, make token SUB=<tenant> UI=1",
@@ -222,7 +224,7 @@ my %cfg = (
     xss => { runId => $xss->{runId}, watchUrl => $xss->{watchUrl}, payload => $X,
              task => "task $X", title => "title $X", diff => $xdiff },
     list => {
-        url => "$origin/ui/?token=" . $t->token(scope => 'ui', repos => undef),
+        url => "$origin/ui/?token=" . $t->token(scope => 'ui', repos => ['acme/*']),
         newestFirst => [ map { $_->{runId} } reverse @all ],
         completed => [ $follow->{runId}, $xss->{runId}, $live->{runId} ],
         changing => $fill[-1]{runId},

@@ -930,6 +930,45 @@ await check('the tenant\'s link: the run page offers All runs and the session\'s
     await page.locator('#runs li').first().waitFor({ timeout: WAIT });
     return `${links.length} links, all 200; the sibling, then the list`;
 });
+
+await check('the tenant\'s link: an ended run offers a follow-up, which starts in its session and opens', async () => {
+    await browser.goto(page, `${cfg.origin}${cfg.prefixPath}runs/${L.runId}`);
+    await page.locator('#followup-box').waitFor({ timeout: WAIT });
+    assert(await page.locator('#steer-box').isHidden(), 'the steer box shows on an ended run');
+    await page.locator('#followup-send').click();
+    await page.locator('#followup-note', { hasText: 'Write the next task first.' })
+        .waitFor({ timeout: WAIT });
+    const task = `${cfg.follow.payload} and now the tests`;
+    await page.locator('#followup').fill(task);
+    await page.locator('#followup-send').click();
+    const re = new RegExp(`${cfg.prefixPath}runs/(run_[0-9a-f]{24})$`);
+    await page.waitForURL((u) => re.test(u.pathname) && !u.pathname.endsWith(L.runId),
+                          { timeout: WAIT }).catch(async (e) => {
+        throw new Error(`not opened (${await text(page, '#followup-note')}): ${e.message}`);
+    });
+    const id = re.exec(new URL(page.url()).pathname)[1];
+    await page.locator('#task', { hasText: 'and now the tests' }).waitFor({ timeout: WAIT });
+    assert((await text(page, '#task')) === task, 'the task is not shown as text');
+    const r = await page.evaluate(() => ({ flag: window.__smcpXss,
+                                           img: document.querySelectorAll('img').length }));
+    assert(r.flag === undefined && r.img === 0, `the task ran as HTML: ${JSON.stringify(r)}`);
+    const ses = await redis.cmd('HGET', `${cfg.prefix}run:${id}`, 'session');
+    const was = await redis.cmd('HGET', `${cfg.prefix}run:${L.runId}`, 'session');
+    assert(ses && ses === was, `session ${ses}, the ended run's ${was}`);
+    assert((await redis.cmd('HGET', `${cfg.prefix}run:${id}`, 'task')) === task,
+           'the stored task differs');
+    return `${id} in ${ses}`;
+});
+
+await check('a run\'s watchUrl offers no follow-up (it only watches)', async () => {
+    const w = await open(phone, L.watchUrl);
+    await w.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
+    await w.locator('#result-box').waitFor({ timeout: WAIT });
+    const hidden = await w.locator('#followup-box').isHidden();
+    await w.close();
+    assert(hidden, 'the follow-up box shows to a watchUrl');
+    return 'no follow-up box';
+});
 await page.close();
 
 page = await open(phone, R.url);

@@ -153,10 +153,15 @@
         }
     }
 
-    /* the tenant's link only: a run's watchUrl watches */
+    /* the tenant's link only: a run's watchUrl watches; a live run is
+     * steered, an ended one's session continued */
     function showSteer(st) {
-        document.getElementById("steer-box").hidden =
-            !isLive(st) || !(run && run.access === "tenant");
+        var tenant = run !== null && run.access === "tenant";
+
+        document.getElementById("steer-box").hidden = !isLive(st) || !tenant;
+        document.getElementById("followup-box").hidden =
+            !SMCP.isTerminal(st) || !tenant || typeof run.sessionId !== "string"
+            || run.sessionId === "";
     }
 
     /* -- told when it ends (the Notifications API) ------------------------ */
@@ -1077,7 +1082,42 @@
         });
     }
 
+    /* -- a follow-up: a new run of the session (POST api/runs) --------- */
+
+    function followUp(e) {
+        var box = document.getElementById("followup");
+        var b = document.getElementById("followup-send");
+        var text = box.value;
+
+        e.preventDefault();
+        if (!/\S/.test(text)) {
+            SMCP.setText("followup-note", "Write the next task first.");
+            return;
+        }
+        b.disabled = true;
+        SMCP.setText("followup-note", "Starting…");
+        SMCP.fetchJson(base.replace(/\/runs\/[^\/]+$/, "/api/runs"), {
+            method: "POST",
+            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
+                       "Content-Type": "application/json" },
+            body: JSON.stringify({ task: text, sessionId: run.sessionId })
+        }).then(function (r) {
+            if (!r || typeof r.runId !== "string"
+                || !/^run_[A-Za-z0-9]+$/.test(r.runId))
+            {
+                throw new Error("no run in the answer");
+            }
+            SMCP.setText("followup-note", "Started: opening it…");
+            window.location.assign(base.replace(/[^\/]+$/, r.runId));
+        }).then(null, function (err) {
+            b.disabled = false;
+            SMCP.setText("followup-note", "Not started: " + err.message);
+        });
+    }
+
     document.getElementById("steer-box").addEventListener("submit", steer);
+    document.getElementById("followup-box").addEventListener("submit",
+                                                             followUp);
     document.getElementById("cancel").addEventListener("click",
                                                        cancelPressed);
     document.getElementById("cancel-keep").addEventListener("click",
