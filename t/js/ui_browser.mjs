@@ -951,7 +951,7 @@ await check('the tenant\'s link: an ended run offers a follow-up, which starts i
     assert((await text(page, '#task')) === task, 'the task is not shown as text');
     const r = await page.evaluate(() => ({ flag: window.__smcpXss,
                                            img: document.querySelectorAll('img').length }));
-    assert(r.flag === undefined && r.img === 0, `the task ran as HTML: ${JSON.stringify(r)}`);
+    assert(r.flag === 0 && r.img === 0, `the task ran as HTML: ${JSON.stringify(r)}`);
     const ses = await redis.cmd('HGET', `${cfg.prefix}run:${id}`, 'session');
     const was = await redis.cmd('HGET', `${cfg.prefix}run:${L.runId}`, 'session');
     assert(ses && ses === was, `session ${ses}, the ended run's ${was}`);
