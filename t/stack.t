@@ -18,7 +18,8 @@
 # URL and the printed token.  The warm pool is on by default (`Runner:
 # ..., warm pool 1`): a run takes the pooled sandbox, and a message sent
 # with opencode_send_message while its agent works reaches the model's
-# next request; the session's follow-up takes the sandbox held for it
+# next request; the session's follow-up, started from the dashboard,
+# takes the sandbox held for it
 # (`sessions held 120 s`), warm; make down leaves no pooled or held
 # sandbox behind.
 
@@ -209,6 +210,11 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     my ($dash) = $out =~ m{^  Dashboard:\s+(\S+)}m;
     like($dash // '', qr{^http://127\.0\.0\.1:$port/ui/\?token=[\w.-]+$},
          'make up prints a Dashboard: link');
+    my ($dt) = ($dash // '') =~ /token=([\w.-]+)/;
+    my (undef, $dcl) = SMCP::Test::decode_jwt($dt // '');
+    ok(ref $dcl->{repos} eq 'ARRAY' && @{ $dcl->{repos} },
+       '... granting its MCP token\'s repositories: '
+       . join(',', @{ ref $dcl->{repos} eq 'ARRAY' ? $dcl->{repos} : [] }));
     my ($r, $c) = $up->ui_open($dash);
     is($r->{status}, 303, '... which answers 303 with its cookie');
     $r = $up->ui_get($c, '/ui/');
@@ -226,6 +232,14 @@ like($nosecret, qr/PROXY_JWT_SECRET/, 'smcp-token without a secret says where it
     my (undef, $cl) = SMCP::Test::decode_jwt($tok // '');
     is_deeply([ @$cl{qw(sub scope)} ], [ 'dora', 'ui' ], '... a ui token of that tenant');
     ok(!exists $cl->{run}, '... for no one run');
+    ok(!exists $cl->{repos}, '... granting no repository');
+    my (undef, $rlink) = run_cmd(['make', '-s', '-C', $root, 'token', 'SUB=dora', 'UI=1',
+                                  'REPOS=acme/*', "SMCP_STATE=$state",
+                                  "SMCP_LISTEN=127.0.0.1:$port"]);
+    my ($rtok) = ($rlink // '') =~ /token=([\w.-]+)/;
+    my (undef, $rcl) = SMCP::Test::decode_jwt($rtok // '');
+    is_deeply([ $rcl->{scope}, $rcl->{repos} ], [ 'ui', [ 'acme/*' ] ],
+              "make token UI=1 REPOS='acme/*': a ui link granting acme/*");
     ($r) = $up->ui_open($link =~ s/\s+\z//r);
     is($r->{status}, 303, '... that the dashboard takes');
 }
@@ -478,9 +492,20 @@ sub steer_through_make_up {
     ok((grep { ($_->{body} // '') =~ /\Q$MARK\E/ } $fake->requests(path => qr{/messages$})),
        'make up: the message reached the model');
 
-    # the session's next run takes the sandbox held for it, warm
-    my $f = $call->('opencode_run_task', { task => 'SCENARIO-HELLO: and again',
-                                           sessionId => $st->{sessionId} });
+    # the session's next run, started from the dashboard (make up's
+    # Dashboard: link, the run page's follow-up box's request), takes the
+    # sandbox held for it, warm
+    my ($dash) = $out =~ m{^  Dashboard:\s+(\S+)}m;
+    my (undef, $cookie) = $up->ui_open($dash);
+    my $post = HTTP::Tiny->new(timeout => 30)->post("http://127.0.0.1:$port/ui/api/runs", {
+        headers => { Cookie => $cookie, Origin => "http://127.0.0.1:$port",
+                     'X-SMCP-CSRF' => 1, 'Content-Type' => 'application/json' },
+        content => json_encode({ task => 'SCENARIO-HELLO: and again',
+                                 sessionId => $st->{sessionId} }) });
+    is($post->{status}, 200, 'make up: the Dashboard: link starts the session\'s follow-up')
+        or diag($post->{content});
+    my $f = json_decode($post->{content}) // {};
+    is($f->{sessionId}, $st->{sessionId}, '... in the session');
     my $fid = $f->{runId} // '';
     for (1 .. 15) {
         $res = $call->('opencode_get_result', { runId => $fid, waitSeconds => 20 });
