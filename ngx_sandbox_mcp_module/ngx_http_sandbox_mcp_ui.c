@@ -21,6 +21,9 @@
  *                           arguments}: start a run, a session's
  *                           follow-up with sessionId (same origin,
  *                           X-SMCP-CSRF; the tenant's link)
+ *   P api/grants            JSON: the repositories the tenant's link
+ *                           grants ({"repositories": [...]}, its "repos"
+ *                           claim): what the new run form offers
  *   P api/stream            SSE: the tenant's status changes
  */
 
@@ -49,6 +52,7 @@ typedef enum {
     NGX_HTTP_SANDBOX_MCP_UI_RUNS,
     NGX_HTTP_SANDBOX_MCP_UI_STREAM,
     NGX_HTTP_SANDBOX_MCP_UI_START,
+    NGX_HTTP_SANDBOX_MCP_UI_GRANTS,
     NGX_HTTP_SANDBOX_MCP_UI_NONE
 } ngx_http_sandbox_mcp_ui_route_e;
 
@@ -208,6 +212,12 @@ ngx_http_sandbox_mcp_ui_route(ngx_str_t *rel, ngx_str_t *run_id,
         && ngx_strncmp(p, "api/stream", rel->len) == 0)
     {
         return NGX_HTTP_SANDBOX_MCP_UI_STREAM;
+    }
+
+    if (rel->len == sizeof("api/grants") - 1
+        && ngx_strncmp(p, "api/grants", rel->len) == 0)
+    {
+        return NGX_HTTP_SANDBOX_MCP_UI_GRANTS;
     }
 
     if (rel->len > 5 && ngx_strncmp(p, "runs/", 5) == 0) {
@@ -427,6 +437,14 @@ ngx_http_sandbox_mcp_ui_serve(ngx_http_request_t *r,
 
     case NGX_HTTP_SANDBOX_MCP_UI_RUNS:
         return ngx_http_sandbox_mcp_ui_runs(ctx);
+
+    case NGX_HTTP_SANDBOX_MCP_UI_GRANTS:
+        if (!tenant_rights) {
+            return ngx_http_sandbox_mcp_ui_send_json(r, NGX_HTTP_FORBIDDEN,
+                                  NULL, "the tenant's link only");
+        }
+
+        return ngx_http_sandbox_mcp_ui_grants(ctx);
 
     default: /* NGX_HTTP_SANDBOX_MCP_UI_STREAM */
         return ngx_http_sandbox_mcp_ui_tenant_stream(ctx);

@@ -553,6 +553,72 @@ ngx_http_sandbox_mcp_ui_run_start(ngx_http_sandbox_mcp_ctx_t *ctx)
 }
 
 
+/* the repositories the tenant's link grants (its "repos" claim, as the
+ * tool compares them) and the base of a repository's URL on the git host
+ * the MCP endpoint names: what the new run form offers
+ * ({"repositories": [...], "repositoryBase": "https://github.com/"}) */
+ngx_int_t
+ngx_http_sandbox_mcp_ui_grants(ngx_http_sandbox_mcp_ctx_t *ctx)
+{
+    u_char                           *p;
+    json_t                           *out, *list;
+    ngx_int_t                         rc;
+    ngx_str_t                        *g, host;
+    ngx_uint_t                        i;
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+    u_char                            base[sizeof("https:///") + 256];
+
+    rc = ngx_http_discard_request_body(ctx->request);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ngx_str_set(&host, "github.com");
+
+    if (ngx_http_sandbox_mcp_ui_mcp_conf(ctx->request) == NGX_OK) {
+        lcf = ngx_http_get_module_loc_conf(ctx->request,
+                                           ngx_http_sandbox_mcp_module);
+        if (lcf->github_host.len) {
+            host = lcf->github_host;
+        }
+    }
+
+    if (host.len > 256) {
+        ngx_str_set(&host, "github.com");
+    }
+
+    p = ngx_sprintf(base, "https://%V/", &host);
+
+    list = json_array();
+    out = list ? json_pack("{s:o, s:s%}", "repositories", list,
+                           "repositoryBase", (char *) base,
+                           (size_t) (p - base))
+               : NULL;
+
+    if (out == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    g = ctx->repos ? ctx->repos->elts : NULL;
+
+    for (i = 0; ctx->repos && i < ctx->repos->nelts; i++) {
+        if (json_array_append_new(list, json_stringn((char *) g[i].data,
+                                                     g[i].len))
+            != 0)
+        {
+            json_decref(out);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    rc = ngx_http_sandbox_mcp_ui_send_json(ctx->request, NGX_HTTP_OK, out,
+                                           NULL);
+    json_decref(out);
+
+    return rc;
+}
+
+
 ngx_int_t
 ngx_http_sandbox_mcp_ui_runs(ngx_http_sandbox_mcp_ctx_t *ctx)
 {

@@ -30,6 +30,7 @@ ngx_int_t ngx_http_sandbox_mcp_ui_run_cancel(ngx_http_sandbox_mcp_ctx_t *ctx,
     ngx_str_t *run_id);
 ngx_int_t ngx_http_sandbox_mcp_ui_runs(ngx_http_sandbox_mcp_ctx_t *ctx);
 ngx_int_t ngx_http_sandbox_mcp_ui_run_start(ngx_http_sandbox_mcp_ctx_t *ctx);
+ngx_int_t ngx_http_sandbox_mcp_ui_grants(ngx_http_sandbox_mcp_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_UI_API_H_INCLUDED_ */

@@ -306,6 +306,30 @@ sub message {
 }
 
 ###############################################################################
+# the link's grants, which the new run form offers
+
+{
+    my $r = $t->http(path => '/ui/api/grants', headers => [Cookie => $C]);
+    is($r->{status}, 200, 'api/grants: 200');
+    is_deeply(json_decode($r->{body}), { repositories => [],
+                                         repositoryBase => 'https://github.com/' },
+              '... none for a link without a repos claim; the git host\'s URLs');
+    my $g = $t->token(scope => 'ui', repos => ['acme/app', 'acme/*']);
+    $r = $t->http(path => '/ui/api/grants', headers => [Cookie => "smcp_ui=$g"]);
+    is_deeply(json_decode($r->{body})->{repositories}, ['acme/app', 'acme/*'],
+              '... its repos claim');
+    my $bad = $t->token(scope => 'ui', repos => ['../etc']);
+    $r = $t->http(path => '/ui/api/grants', headers => [Cookie => "smcp_ui=$bad"]);
+    is($r->{status}, 401, '... a link whose repos claim is not grants: 401');
+    my $rt = $t->token(scope => 'ui', run => $id, repos => undef);
+    $r = $t->http(path => '/ui/api/grants', headers => [Cookie => "smcp_ui_run=$rt"]);
+    is($r->{status}, 401, "... a run's watch token: 401");
+    $r = $t->http(method => 'POST', path => '/ui/api/grants', body => '{}',
+                  headers => [Cookie => $C, Origin => $origin, 'X-SMCP-CSRF' => 1]);
+    is($r->{status}, 405, '... POST: 405');
+}
+
+###############################################################################
 # a new run from the dashboard (POST api/runs: opencode_run_task's
 # arguments), a session's follow-up with sessionId
 

@@ -960,6 +960,47 @@ await check('the tenant\'s link: an ended run offers a follow-up, which starts i
     return `${id} in ${ses}`;
 });
 
+await check('the run list\'s form starts a run: the link\'s grants offered, refusals said, hostile text kept as text', async () => {
+    await browser.goto(page, `${cfg.origin}${cfg.prefixPath}`);
+    await page.locator('#new-box').waitFor({ timeout: WAIT });
+    const hint = await text(page, '#new-grants');
+    assert(hint === 'This link may name: acme/*.', hint);
+    await page.locator('#new-send').click();
+    await page.locator('#new-note', { hasText: 'Write the task first.' }).waitFor({ timeout: WAIT });
+    const task = `${cfg.follow.payload} new from the form`;
+    await page.locator('#new-task').fill(task);
+    await page.locator('#new-repo').fill('https://github.com/evil/x');
+    await page.locator('#new-send').click();
+    await page.locator('#new-note', { hasText: /^Not started: .*evil\/x is not granted/ })
+        .waitFor({ timeout: WAIT });
+    await page.locator('#new-repo').fill('https://github.com/acme/app');
+    await page.locator('#new-branch').fill(`x"><img src=x onerror=window.__smcpXss=5>`);
+    await page.locator('#new-send').click();
+    await page.locator('#new-note', { hasText: /^Not started: .*[Bb]ranch/ })
+        .waitFor({ timeout: WAIT });
+    await page.locator('#new-branch').fill('feature/form');
+    await page.locator('#new-pr').check();
+    await page.locator('#new-send').click();
+    const re = new RegExp(`${cfg.prefixPath}runs/(run_[0-9a-f]{24})$`);
+    await page.waitForURL((u) => re.test(u.pathname), { timeout: WAIT }).catch(async (e) => {
+        throw new Error(`not opened (${await text(page, '#new-note')}): ${e.message}`);
+    });
+    const id = re.exec(new URL(page.url()).pathname)[1];
+    await page.locator('#task', { hasText: 'new from the form' }).waitFor({ timeout: WAIT });
+    const r = await page.evaluate(() => ({ flag: window.__smcpXss,
+                                           img: document.querySelectorAll('img').length }));
+    assert(r.flag === 0 && r.img === 0, `markup ran: ${JSON.stringify(r)}`);
+    const key = `${cfg.prefix}run:${id}`;
+    const got = {};
+    for (const f of ['task', 'repository', 'branch', 'create_pr']) {
+        got[f] = await redis.cmd('HGET', key, f);
+    }
+    assert(got.task === task && got.repository === 'https://github.com/acme/app'
+           && got.branch === 'feature/form' && got.create_pr === '1',
+           `stored ${JSON.stringify(got)}`);
+    return `${id}: acme/app, feature/form, a pull request`;
+});
+
 await check('a run\'s watchUrl offers no follow-up (it only watches)', async () => {
     const w = await open(phone, L.watchUrl);
     await w.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
@@ -974,6 +1015,7 @@ await page.close();
 page = await open(phone, R.url);
 await page.locator('#runs li').nth(5).waitFor({ timeout: WAIT });
 await check('390 px: the run list does not scroll sideways', async () => {
+    await page.locator('#new-box').waitFor({ timeout: WAIT });
     const [sw, vw] = await widths(page);
     assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
     return `scrollWidth ${sw}, viewport ${vw}`;

@@ -3,7 +3,9 @@
  * opencode_list_runs), a status filter, older pages by cursor, and
  * statuses changing live from api/stream (event "run": {runId, status}).
  * Each row: title, status, repository (owner/name), branch, how long it
- * took (or has taken so far, ticking) and, once it ended, its cost.
+ * took (or has taken so far, ticking) and, once it ended, its cost.  Above
+ * it a form starts a new run (POST api/runs, opencode_run_task's
+ * arguments), offering the repositories the link grants (api/grants).
  */
 "use strict";
 
@@ -212,6 +214,79 @@
                          : "Reconnecting…");
         });
     }
+
+    /* -- a new run ------------------------------------------------------ */
+
+    /* the form, once the link's grants are known: exact ones offered as
+     * URLs on the server's git host (repositoryBase), every one named in
+     * the hint */
+    function grants(g) {
+        var list = document.getElementById("new-repos"), i, r, at;
+
+        r = g && Array.isArray(g.repositories) ? g.repositories : [];
+        at = g && typeof g.repositoryBase === "string"
+             && /^https:\/\/[A-Za-z0-9.-]+(:[0-9]+)?\/$/.test(g.repositoryBase)
+             ? g.repositoryBase : null;
+        for (i = 0; at && i < r.length && i < 100; i++) {
+            if (typeof r[i] === "string" && /^[\w.-]+\/[\w.-]+$/.test(r[i])) {
+                list.appendChild(el("option", { value: at + r[i] }));
+            }
+        }
+        SMCP.setText("new-grants", r.length === 0
+            ? "This link grants no repository: a run without one only."
+            : "This link may name: " + r.slice(0, 20).join(", ")
+              + (r.length > 20 ? ", …" : "") + ".");
+        document.getElementById("new-box").hidden = false;
+    }
+
+    function field(id) {
+        return document.getElementById(id).value.trim();
+    }
+
+    function start(e) {
+        var args = {}, b = document.getElementById("new-send");
+
+        e.preventDefault();
+        args.task = document.getElementById("new-task").value;
+        if (!/\S/.test(args.task)) {
+            SMCP.setText("new-note", "Write the task first.");
+            return;
+        }
+        if (field("new-repo") !== "") {
+            args.repository = field("new-repo");
+        }
+        if (field("new-branch") !== "") {
+            args.branch = field("new-branch");
+        }
+        if (field("new-model") !== "") {
+            args.model = field("new-model");
+        }
+        if (document.getElementById("new-pr").checked) {
+            args.createPullRequest = true;
+        }
+        b.disabled = true;
+        SMCP.setText("new-note", "Starting…");
+        SMCP.fetchJson(base + "api/runs", {
+            method: "POST",
+            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
+                       "Content-Type": "application/json" },
+            body: JSON.stringify(args)
+        }).then(function (r) {
+            if (!r || typeof r.runId !== "string" || !RUN_ID.test(r.runId)) {
+                throw new Error("no run in the answer");
+            }
+            SMCP.setText("new-note", "Started: opening it…");
+            window.location.assign(base + "runs/" + r.runId);
+        }).then(null, function (err) {
+            b.disabled = false;
+            SMCP.setText("new-note", "Not started: " + err.message);
+        });
+    }
+
+    document.getElementById("new-run").addEventListener("submit", start);
+    SMCP.fetchJson(base + "api/grants").then(grants, function () {
+        /* no form: the list stands alone */
+    });
 
     document.getElementById("status-filter").addEventListener("change",
         function (e) {
