@@ -1,7 +1,7 @@
 /*
  * The run object written straight as JSON text from the run hash, in the
  * order and the form jansson's json_dumps(JSON_COMPACT) gave it when it
- * was built as 27 json_t values (one malloc each, then dumped): strings
+ * was built as json_t values (one malloc each, then dumped): strings
  * escaped as jansson escapes them (ngx_escape_json: the same rules), reals
  * as jansson prints them ("%.17g", ".0" when neither a point nor an
  * exponent, no "+" or leading zeros in the exponent), filesChanged as
@@ -68,6 +68,11 @@ static ngx_http_sandbox_mcp_run_field_t  ngx_http_sandbox_mcp_run_fields[] = {
     T("},\"cost\":", "cost", REAL),
     T(",\"maxCostUsd\":", "max_cost", CAP),
     T(",\"timeoutSeconds\":", "timeout", INT),
+    T(",\"createPullRequest\":", "create_pr", BOOL),
+    T(",\"baseBranch\":", "base_branch", NTEXT),
+    T(",\"prTitle\":", "pr_title", NTEXT),
+    T(",\"draft\":", "draft", BOOL),
+    T(",\"image\":", "image", NTEXT),
     T(",\"cancelRequested\":", "cancel_requested", BOOL)
 };
 
