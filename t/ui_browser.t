@@ -109,6 +109,7 @@ my @EXPECTED = (
     "a failed run's tab title says failed",
     "the tenant's link: the run page offers All runs and the session's runs, and they open",
     "the tenant's link: an ended run offers a follow-up, which starts in its session and opens",
+    "the tenant's link: an ended run runs again, the same task and settings in a new session",
     "the run list's form starts a run: the link's grants offered, refusals said, hostile text kept as text",
     "a run's watchUrl offers no follow-up (it only watches)",
     '390 px: the run list does not scroll sideways',

@@ -960,6 +960,30 @@ await check('the tenant\'s link: an ended run offers a follow-up, which starts i
     return `${id} in ${ses}`;
 });
 
+await check('the tenant\'s link: an ended run runs again, the same task and settings in a new session', async () => {
+    await browser.goto(page, `${cfg.origin}${cfg.prefixPath}runs/${L.runId}`);
+    await page.locator('#rerun').waitFor({ timeout: WAIT });
+    await page.locator('#rerun').click();
+    const re = new RegExp(`${cfg.prefixPath}runs/(run_[0-9a-f]{24})$`);
+    await page.waitForURL((u) => re.test(u.pathname) && !u.pathname.endsWith(L.runId),
+                          { timeout: WAIT }).catch(async (e) => {
+        throw new Error(`not opened (${await text(page, '#rerun-note')}): ${e.message}`);
+    });
+    const id = re.exec(new URL(page.url()).pathname)[1];
+    const fields = ['task', 'repository', 'branch', 'model', 'title', 'create_pr', 'base_branch',
+                    'timeout', 'session'];
+    const was = {}, now = {};
+    for (const f of fields) {
+        was[f] = await redis.cmd('HGET', `${cfg.prefix}run:${L.runId}`, f);
+        now[f] = await redis.cmd('HGET', `${cfg.prefix}run:${id}`, f);
+    }
+    for (const f of fields.filter((x) => x !== 'session')) {
+        assert(was[f] === now[f], `${f}: ${now[f]}, the ended run's ${was[f]}`);
+    }
+    assert(now.session && now.session !== was.session, `session ${now.session}`);
+    return `${id}: ${JSON.stringify({ ...now, task: undefined })}`;
+});
+
 await check('the run list\'s form starts a run: the link\'s grants offered, refusals said, hostile text kept as text', async () => {
     await browser.goto(page, `${cfg.origin}${cfg.prefixPath}`);
     await page.locator('#new-box').waitFor({ timeout: WAIT });

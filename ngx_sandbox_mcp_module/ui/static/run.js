@@ -1096,28 +1096,73 @@
         }
         b.disabled = true;
         SMCP.setText("followup-note", "Starting…");
-        SMCP.fetchJson(base.replace(/\/runs\/[^\/]+$/, "/api/runs"), {
+        start({ task: text, sessionId: run.sessionId }, "followup-note")
+            .then(null, function () {
+                b.disabled = false;
+            });
+    }
+
+    /* -- the same run again, in a new session: what it was started with -- */
+
+    function rerunArgs() {
+        var a = { task: run.task }, names = ["repository", "branch", "model",
+            "title", "baseBranch", "prTitle", "image"], i;
+
+        for (i = 0; i < names.length; i++) {
+            if (typeof run[names[i]] === "string" && run[names[i]] !== "") {
+                a[names[i]] = run[names[i]];
+            }
+        }
+        if (typeof run.timeoutSeconds === "number" && run.timeoutSeconds > 0) {
+            a.timeoutSeconds = run.timeoutSeconds;
+        }
+        if (typeof run.maxCostUsd === "number" && run.maxCostUsd > 0) {
+            a.maxCostUsd = run.maxCostUsd;
+        }
+        if (run.createPullRequest === true) {
+            a.createPullRequest = true;
+            if (run.draft === true) {
+                a.draft = true;
+            }
+        }
+        return a;
+    }
+
+    function rerun() {
+        var b = document.getElementById("rerun");
+
+        b.disabled = true;
+        SMCP.setText("rerun-note", "Starting…");
+        start(rerunArgs(), "rerun-note").then(null, function () {
+            b.disabled = false;
+        });
+    }
+
+    /* POST api/runs: the new run's page opens; a refusal is said in note */
+    function start(args, note) {
+        return SMCP.fetchJson(base.replace(/\/runs\/[^\/]+$/, "/api/runs"), {
             method: "POST",
             headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
                        "Content-Type": "application/json" },
-            body: JSON.stringify({ task: text, sessionId: run.sessionId })
+            body: JSON.stringify(args)
         }).then(function (r) {
             if (!r || typeof r.runId !== "string"
                 || !/^run_[A-Za-z0-9]+$/.test(r.runId))
             {
                 throw new Error("no run in the answer");
             }
-            SMCP.setText("followup-note", "Started: opening it…");
+            SMCP.setText(note, "Started: opening it…");
             window.location.assign(base.replace(/[^\/]+$/, r.runId));
         }).then(null, function (err) {
-            b.disabled = false;
-            SMCP.setText("followup-note", "Not started: " + err.message);
+            SMCP.setText(note, "Not started: " + err.message);
+            throw err;
         });
     }
 
     document.getElementById("steer-box").addEventListener("submit", steer);
     document.getElementById("followup-box").addEventListener("submit",
                                                              followUp);
+    document.getElementById("rerun").addEventListener("click", rerun);
     document.getElementById("cancel").addEventListener("click",
                                                        cancelPressed);
     document.getElementById("cancel-keep").addEventListener("click",
