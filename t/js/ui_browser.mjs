@@ -987,6 +987,9 @@ await check('the tenant\'s link: an ended run runs again, the same task and sett
 await check('the run list\'s form starts a run: the link\'s grants offered, refusals said, hostile text kept as text', async () => {
     await browser.goto(page, `${cfg.origin}${cfg.prefixPath}`);
     await page.locator('#new-box').waitFor({ timeout: WAIT });
+    assert(await page.locator('#new-task').isHidden(), 'the form is open before it is asked for');
+    await page.locator('#new-details > summary').click();
+    await page.locator('#new-task').waitFor({ timeout: WAIT });
     const hint = await text(page, '#new-grants');
     assert(hint === 'This link may name: acme/*.', hint);
     await page.locator('#new-send').click();
