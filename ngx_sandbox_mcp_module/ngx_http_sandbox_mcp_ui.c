@@ -260,10 +260,10 @@ ngx_http_sandbox_mcp_ui_route(ngx_str_t *rel, ngx_str_t *run_id,
 
 
 /*
- * POST cancel, message and a new run: from the dashboard's own pages only.  Origin,
- * when sent, must be this server's (scheme://Host, or
- * sandbox_mcp_public_url);
- * without it, Sec-Fetch-Site must say same-origin; and the header
+ * POST cancel, message and a new run: from the dashboard's own pages
+ * only.  Origin, when sent, must be this server's (scheme://Host, or
+ * sandbox_mcp_public_url); without it, Sec-Fetch-Site must say
+ * same-origin; and the header
  * X-SMCP-CSRF: 1, which a form or a simple cross-site request cannot set.
  */
 static ngx_uint_t

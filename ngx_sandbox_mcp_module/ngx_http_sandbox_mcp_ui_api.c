@@ -412,15 +412,20 @@ ngx_http_sandbox_mcp_ui_run_cancel(ngx_http_sandbox_mcp_ctx_t *ctx,
 }
 
 
-/* the body read: {"message": TEXT}, the tool checks TEXT */
-ngx_int_t
-ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
-    ngx_str_t *run_id)
+/*
+ * The body read, a JSON object (duplicate members refused): *json (the
+ * caller's), else *json NULL and the answer's code (413 saying too_long;
+ * 400 saying what the body is, shape).
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_ui_api_body(ngx_http_sandbox_mcp_ctx_t *ctx,
+    json_t **json, const char *too_long, const char *shape)
 {
-    json_t        *body, *args, *text;
     ngx_int_t      rc;
     ngx_str_t      raw;
     json_error_t   err;
+
+    *json = NULL;
 
     rc = ngx_http_sandbox_mcp_read_body(ctx->request, &raw,
                                         NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX);
@@ -432,16 +437,41 @@ ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
     if (rc != NGX_OK) {
         return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
                                   NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
-                                  "the message is too long");
+                                  too_long);
     }
 
-    body = json_loadb((char *) raw.data, raw.len, JSON_REJECT_DUPLICATES,
-                      &err);
+    *json = json_loadb((char *) raw.data, raw.len, JSON_REJECT_DUPLICATES,
+                       &err);
+
+    if (!json_is_object(*json)) {
+        json_decref(*json);
+        *json = NULL;
+        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
+                                  NGX_HTTP_BAD_REQUEST, NULL, shape);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the body read: {"message": TEXT}, the tool checks TEXT */
+ngx_int_t
+ngx_http_sandbox_mcp_ui_run_message(ngx_http_sandbox_mcp_ctx_t *ctx,
+    ngx_str_t *run_id)
+{
+    json_t     *body, *args, *text;
+    ngx_int_t   rc;
+
+    rc = ngx_http_sandbox_mcp_ui_api_body(ctx, &body,
+                                          "the message is too long",
+                                          "the body is {\"message\": \"...\"}");
+    if (body == NULL) {
+        return rc;
+    }
+
     text = json_object_get(body, "message");
 
-    if (!json_is_object(body) || !json_is_string(text)
-        || json_object_size(body) != 1)
-    {
+    if (!json_is_string(text) || json_object_size(body) != 1) {
         json_decref(body);
         return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
                                   NGX_HTTP_BAD_REQUEST, NULL,
@@ -510,34 +540,16 @@ ngx_http_sandbox_mcp_ui_mcp_conf(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_sandbox_mcp_ui_run_start(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
-    json_t        *args;
-    ngx_int_t      rc;
-    ngx_str_t      raw;
-    json_error_t   err;
+    json_t     *args;
+    ngx_int_t   rc;
 
-    rc = ngx_http_sandbox_mcp_read_body(ctx->request, &raw,
-                                        NGX_HTTP_SANDBOX_MCP_UI_BODY_MAX);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc != NGX_OK) {
-        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
-                                  NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, NULL,
+    rc = ngx_http_sandbox_mcp_ui_api_body(ctx, &args,
                                   "the run's arguments are too long "
-                                  "(64 KiB at most)");
-    }
-
-    args = json_loadb((char *) raw.data, raw.len, JSON_REJECT_DUPLICATES,
-                      &err);
-
-    if (!json_is_object(args)) {
-        json_decref(args);
-        return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
-                                  NGX_HTTP_BAD_REQUEST, NULL,
+                                  "(64 KiB at most)",
                                   "the body is opencode_run_task's "
                                   "arguments: {\"task\": \"...\", ...}");
+    if (args == NULL) {
+        return rc;
     }
 
     if (ngx_http_sandbox_mcp_ui_mcp_conf(ctx->request) != NGX_OK) {

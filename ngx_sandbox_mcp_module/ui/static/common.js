@@ -157,6 +157,35 @@ var SMCP = (function () {
         }
     }
 
+    /* a POST of the dashboard's own: JSON, with the CSRF header the server
+     * asks for (a form or a simple cross-site request cannot send it) */
+    function postJson(url, body) {
+        return fetchJson(url, {
+            method: "POST",
+            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
+                       "Content-Type": "application/json" },
+            body: JSON.stringify(body)
+        });
+    }
+
+    /* POST api/runs (apiUrl) with opencode_run_task's arguments: the new
+     * run's page (runUrl(runId)) opens, else element note says why */
+    function startRun(apiUrl, args, note, runUrl) {
+        setText(note, "Starting…");
+        return postJson(apiUrl, args).then(function (r) {
+            if (!r || typeof r.runId !== "string"
+                || !/^run_[0-9a-f]{24}$/.test(r.runId))
+            {
+                throw new Error("no run in the answer");
+            }
+            setText(note, "Started: opening it…");
+            window.location.assign(runUrl(r.runId));
+        }).then(null, function (err) {
+            setText(note, "Not started: " + err.message);
+            throw err;
+        });
+    }
+
     function showError(msg) {
         var e = document.getElementById("load-error");
         if (e) {
@@ -169,7 +198,8 @@ var SMCP = (function () {
         el: el, clear: clear, setText: setText, safeUrl: safeUrl, cut: cut,
         time: time, duration: duration, statusText: statusText,
         statusClass: statusClass, isTerminal: isTerminal,
-        fetchJson: fetchJson, dropToken: dropToken, showError: showError
+        fetchJson: fetchJson, postJson: postJson, startRun: startRun,
+        dropToken: dropToken, showError: showError
     };
 }());
 

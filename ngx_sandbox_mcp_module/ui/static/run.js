@@ -1065,12 +1065,7 @@
         }
         b.disabled = true;
         SMCP.setText("steer-note", "Sending…");
-        SMCP.fetchJson(base + "/message", {
-            method: "POST",
-            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
-                       "Content-Type": "application/json" },
-            body: JSON.stringify({ message: text })
-        }).then(function (r) {
+        SMCP.postJson(base + "/message", { message: text }).then(function (r) {
             b.disabled = false;
             box.value = "";
             SMCP.setText("steer-note", "Sent: the agent reads it with its "
@@ -1095,7 +1090,6 @@
             return;
         }
         b.disabled = true;
-        SMCP.setText("followup-note", "Starting…");
         start({ task: text, sessionId: run.sessionId }, "followup-note")
             .then(null, function () {
                 b.disabled = false;
@@ -1132,31 +1126,17 @@
         var b = document.getElementById("rerun");
 
         b.disabled = true;
-        SMCP.setText("rerun-note", "Starting…");
         start(rerunArgs(), "rerun-note").then(null, function () {
             b.disabled = false;
         });
     }
 
-    /* POST api/runs: the new run's page opens; a refusal is said in note */
+    /* POST api/runs, then the new run's page */
     function start(args, note) {
-        return SMCP.fetchJson(base.replace(/\/runs\/[^\/]+$/, "/api/runs"), {
-            method: "POST",
-            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
-                       "Content-Type": "application/json" },
-            body: JSON.stringify(args)
-        }).then(function (r) {
-            if (!r || typeof r.runId !== "string"
-                || !/^run_[A-Za-z0-9]+$/.test(r.runId))
-            {
-                throw new Error("no run in the answer");
-            }
-            SMCP.setText(note, "Started: opening it…");
-            window.location.assign(base.replace(/[^\/]+$/, r.runId));
-        }).then(null, function (err) {
-            SMCP.setText(note, "Not started: " + err.message);
-            throw err;
-        });
+        return SMCP.startRun(base.replace(/\/runs\/[^\/]+$/, "/api/runs"), args,
+                             note, function (id) {
+                                 return base.replace(/[^\/]+$/, id);
+                             });
     }
 
     document.getElementById("steer-box").addEventListener("submit", steer);

@@ -265,21 +265,10 @@
             args.createPullRequest = true;
         }
         b.disabled = true;
-        SMCP.setText("new-note", "Starting…");
-        SMCP.fetchJson(base + "api/runs", {
-            method: "POST",
-            headers: { "Accept": "application/json", "X-SMCP-CSRF": "1",
-                       "Content-Type": "application/json" },
-            body: JSON.stringify(args)
-        }).then(function (r) {
-            if (!r || typeof r.runId !== "string" || !RUN_ID.test(r.runId)) {
-                throw new Error("no run in the answer");
-            }
-            SMCP.setText("new-note", "Started: opening it…");
-            window.location.assign(base + "runs/" + r.runId);
-        }).then(null, function (err) {
+        SMCP.startRun(base + "api/runs", args, "new-note", function (id) {
+            return base + "runs/" + id;
+        }).then(null, function () {
             b.disabled = false;
-            SMCP.setText("new-note", "Not started: " + err.message);
         });
     }
 
