@@ -884,13 +884,19 @@ if [ -n "$reader" ]; then
         status=1
     fi
 fi
+code=$(head -c 3 "$warm/status" 2>/dev/null || true)
 if [ -n "$oc_url" ] && [ -z "$signal" ] && [ -n "$sid" ] \
-   && [[ ! $(cat "$warm/status" 2>/dev/null) =~ ^2 ]]; then
+   && [[ $code =~ ^[13-5][0-9][0-9]$ ]]; then
     # the prompt refused (a model unknown to OpenCode...): its answer as
-    # the client prints it
+    # the client prints it.  A server that never answered (000: it died,
+    # its agent killed it) is a dead agent: the exit status is curl's and
+    # the runner tells it with the last words on stderr, as of a dead
+    # `opencode run`.
+    answer=$(head -c 4000 "$warm/answer" 2>/dev/null || true)
     printf '{"type":"error","timestamp":%s,"sessionID":"%s","error":{"name":"APIError","data":{"message":%s}}}\n' \
         "$(date +%s%3N)" "$sid" \
-        "$(head -c 4000 "$warm/answer" 2>/dev/null | json_stdin)"
+        "$(printf '%s' "${answer:-the OpenCode server answered HTTP $code}" \
+           | json_stdin)"
     status=1
 fi
 # whatever the agent left running goes now (kill -1: every process but the
