@@ -214,6 +214,14 @@ for my $case (
 ###############################################################################
 # a message to the running agent (opencode_send_message through the page)
 
+# what a POST of the dashboard's from elsewhere looks like: each refused
+my @CROSS = (
+    [ 'no header at all', [] ],
+    [ 'CSRF header only', ['X-SMCP-CSRF' => 1] ],
+    [ 'another Origin', [Origin => 'https://evil.example', 'X-SMCP-CSRF' => 1] ],
+    [ 'cross-site fetch', ['Sec-Fetch-Site' => 'cross-site', 'X-SMCP-CSRF' => 1] ],
+);
+
 sub message {
     my ($run, $body, @h) = @_;
     my $r = $t->http(method => 'POST', path => "/ui/runs/$run/message", body => $body,
@@ -228,12 +236,7 @@ sub message {
     my $ok = json_encode({ message => "<b>also</b> the docs \x{e9}" });
     my @same = (Origin => $origin, 'X-SMCP-CSRF' => 1);
 
-    for my $case (
-        [ 'no header at all', [] ],
-        [ 'CSRF header only', ['X-SMCP-CSRF' => 1] ],
-        [ 'another Origin', [Origin => 'https://evil.example', 'X-SMCP-CSRF' => 1] ],
-        [ 'cross-site fetch', ['Sec-Fetch-Site' => 'cross-site', 'X-SMCP-CSRF' => 1] ],
-    ) {
+    for my $case (@CROSS) {
         my ($name, $h) = @$case;
         my ($r) = message($live, $ok, @$h);
         is($r->{status}, 403, "message, $name: 403");
@@ -350,12 +353,7 @@ sub start {
     my $ok = json_encode({ task => "<script>alert(1)</script> follow \x{e9}",
                            sessionId => $session });
 
-    for my $case (
-        [ 'no header at all', [] ],
-        [ 'CSRF header only', ['X-SMCP-CSRF' => 1] ],
-        [ 'another Origin', [Origin => 'https://evil.example', 'X-SMCP-CSRF' => 1] ],
-        [ 'cross-site fetch', ['Sec-Fetch-Site' => 'cross-site', 'X-SMCP-CSRF' => 1] ],
-    ) {
+    for my $case (@CROSS) {
         my ($name, $h) = @$case;
         my ($r) = start($ok, headers => $h);
         is($r->{status}, 403, "new run, $name: 403");
