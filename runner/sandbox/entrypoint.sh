@@ -884,7 +884,12 @@ if [ -n "$reader" ]; then
         status=1
     fi
 fi
-code=$(head -c 3 "$warm/status" 2>/dev/null || true)
+# (read by bash itself: no program runs here before PATH is made safe
+# below, when the agent was `opencode run`)
+code=""
+if [ -n "$oc_url" ]; then
+    IFS= read -r -n 3 code < "$warm/status" 2>/dev/null || true
+fi
 if [ -n "$oc_url" ] && [ -z "$signal" ] && [ -n "$sid" ] \
    && [[ $code =~ ^[13-5][0-9][0-9]$ ]]; then
     # the prompt refused (a model unknown to OpenCode...): its answer as
