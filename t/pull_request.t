@@ -245,6 +245,9 @@ for my $repo (sort keys %hostile) {
         is($r->{diffStat}, '1 file changed, 1 insertion(+)', 'the diff is stored');
         ok(exists $gh->refs("acme/$repo")->{"refs/heads/opencode/$runs{$repo}{runId}"},
            'the branch was pushed');
+        # (a failure above says which run, its events and the runner's lines)
+        $s->diag_run($runs{$repo}{runId}, $runner)
+            unless Test::More->builder->is_passing;
     };
 }
 
@@ -253,6 +256,10 @@ subtest 'an agent dying without an error event: its stderr is the error' => sub 
     like($r->{error} // '', qr/^the agent exited with code \d+: .*fatal: the sandbox test says goodbye/s,
          "the error: the exit code and the last words on stderr: $r->{error}");
     ok(length($r->{error}) <= 4096, '... bounded');
+    # the agent killed its OpenCode server: bash's word of it (the sandbox
+    # script's "line N: ... Killed") is not the agent's
+    unlike($r->{error} // '', qr/smcp-sandbox-entry|Killed/,
+           '... nothing of the sandbox\'s own script in it');
 };
 
 $s->done;

@@ -95,6 +95,7 @@ my @EXPECTED = (
     'while it runs: the files written so far, each once, names as text (not errors, not reads)',
     'a long command is folded under its first line and shown once; a title that repeats it is not shown',
     'reading below the timeline (no scroll anchoring): new steps do not move what is read',
+    "... a scroll event while the timeline has grown and is not yet put back is not the reader's move",
     'Cancel asks to confirm: one press cancels nothing; Keep it running, or 5 s, undoes it',
     'the run ends: the diff takes over from the files so far; no button back',
     'run list: the tenant link opens it and leaves no token in the address',

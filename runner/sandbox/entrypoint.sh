@@ -165,7 +165,7 @@ oc_dir_read() {
 }
 
 warm_start() {
-    local r=http://127.0.0.1:$warm_relay_port n
+    local r=http://127.0.0.1:$warm_relay_port n relay
     [[ ${SMCP_EGRESS_URL:-} =~ ^http://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$ ]] \
         || return 0
     command -v perl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 \
@@ -191,6 +191,7 @@ warm_start() {
 JSON
     perl /usr/local/lib/smcp/key-relay "$warm_relay_port" "$warm_egress" \
         "$warm_key" "$warm/token" < /dev/null > "$warm/relay.log" 2>&1 &
+    relay=$!
     for n in $(compgen -e); do
         warm_env0[$n]=${!n}
     done
@@ -198,6 +199,9 @@ JSON
     (cd "$warm/w" && BASH_ENV=$warm/env exec opencode serve \
         --hostname 127.0.0.1 --port "$warm_port") \
         < /dev/null > "$warm/server.log" 2>&1 &
+    # (nothing waits for the relay or the server: disowned, bash says
+    # nothing on stderr, the run's, of one the agent kills)
+    disown "$relay" $! 2>/dev/null || true
     # the warm-up: one prompt (the relay's 401 ends it), its session
     # deleted; then $warm/ready.  Held for a session, in the directory its
     # last run worked in (the repository is there: OpenCode's instance of
@@ -563,6 +567,9 @@ cold_server() {
     for ((i = 0; i < 6000; i++)); do
         if curl -sf -m 2 -o /dev/null \
                "http://127.0.0.1:$cold_port/global/health"; then
+            # (not waited for from here: bash says nothing of it on the
+            # run's stderr if the agent kills it)
+            disown "$cold_pid" 2>/dev/null || true
             oc_port=$cold_port
             warm_env
             return 0

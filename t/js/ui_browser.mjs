@@ -735,6 +735,27 @@ await check('reading below the timeline (no scroll anchoring): new steps do not 
            + `(before ${JSON.stringify(w0)}, after ${JSON.stringify(await where())})`);
     return `the details stayed at ${t1} px`;
 });
+await check('... a scroll event while the timeline has grown and is not yet put back is not the reader\'s move',
+            async () => {
+    // the race a loaded machine showed: a step grows the timeline, and the
+    // scroll event of the page's previous correction comes before this
+    // one's; the timeline's end is on the screen for that moment
+    assert(await ps.locator('#to-newest').isVisible(), 'not away to begin with');
+    const r = await ps.evaluate(() => {
+        const tl = document.getElementById('timeline');
+        const pad = document.createElement('div');
+        pad.style.height = `${Math.ceil(-tl.getBoundingClientRect().bottom) + 40}px`;
+        tl.appendChild(pad);
+        const end = Math.round(tl.getBoundingClientRect().bottom);
+        window.dispatchEvent(new Event('scroll'));
+        const away = !document.getElementById('to-newest').hidden;
+        pad.remove();
+        return { end, away };
+    });
+    assert(r.end >= 0, `the end not on the screen (${r.end} px): nothing tested`);
+    assert(r.away, `the page took it for the reader going to the newest step (end at ${r.end} px)`);
+    return `still away (the end at ${r.end} px)`;
+});
 await still.close();
 
 await check('Cancel asks to confirm: one press cancels nothing; Keep it running, or 5 s, undoes it', async () => {

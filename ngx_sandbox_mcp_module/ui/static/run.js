@@ -793,6 +793,13 @@
             follow.y = y;
             return;
         }
+        /* not moved since the page's own scroll (scrollDown): not the
+         * reader's move.  (Its event may come after more steps grew the
+         * timeline and before settle() put what is read back: its end on
+         * the screen then does not mean the reader went there.) */
+        if (Math.abs(y - follow.y) <= 1) {
+            return;
+        }
         if (follow.on) {
             follow.on = y < follow.y - 1 ? atEnd() : endBottom() >= 0;
         } else {
