@@ -156,6 +156,8 @@ render_mcp() {
             || die "SMCP_IMAGES=$SMCP_IMAGES: want image names"
         images="sandbox_mcp_images $SMCP_IMAGES;"
     fi
+    # where completion notifications may go (the egress checks them again)
+    notify=$("$lib/egress-routes.sh" --notify) || die "fix SMCP_NOTIFY_ALLOW"
     git_host=${SMCP_GIT_HOST:-github.com}
     [[ $git_host =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]] \
         || die "SMCP_GIT_HOST=$git_host: want a host name (ghe.example.com)"
@@ -196,6 +198,7 @@ $oauth_http
             $public
             $images
             $budgets
+            $notify
         }
         # the dashboard: the watchUrl's run pages, the tenant's run list
         location /ui/ {

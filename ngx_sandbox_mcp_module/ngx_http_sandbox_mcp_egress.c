@@ -501,7 +501,8 @@ ngx_http_sandbox_mcp_egress_ctx(ngx_http_request_t *r, ngx_int_t *rc)
         return NULL;
     }
 
-    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, &msg);
+    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, SMCP_SCOPE_EGRESS,
+                                            &msg);
 
     if (claims == NULL) {
         ngx_http_finalize_request(r, ngx_http_sandbox_mcp_egress_refuse(r,
@@ -738,19 +739,8 @@ ngx_http_sandbox_mcp_egress_variable(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_sandbox_mcp_egress_add_variables(ngx_conf_t *cf)
 {
-    ngx_http_variable_t  *var, *v;
-
-    for (v = ngx_http_sandbox_mcp_egress_vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL) {
-            return NGX_ERROR;
-        }
-
-        var->get_handler = v->get_handler;
-        var->data = v->data;
-    }
-
-    return NGX_OK;
+    return ngx_http_sandbox_mcp_add_variables(cf,
+                                              ngx_http_sandbox_mcp_egress_vars);
 }
 
 

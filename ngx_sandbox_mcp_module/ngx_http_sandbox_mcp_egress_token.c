@@ -187,12 +187,13 @@ ngx_http_sandbox_mcp_egress_strip(ngx_http_request_t *r)
 
 
 /*
- * The claims of a valid egress token: signature, expiry, scope "egress"
- * and a run id; NULL and *refusal otherwise.
+ * The claims of a valid token of scope want ("egress": a sandbox's;
+ * "notify": a runner's, for a run's notification): signature, expiry,
+ * the scope and a run id; NULL and *refusal otherwise.
  */
 json_t *
 ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r, ngx_str_t *token,
-    const char **refusal)
+    const char *want, const char **refusal)
 {
     char                               err[NGX_HTTP_SANDBOX_MCP_ERR_MAX];
     json_t                            *claims, *run, *scope;
@@ -213,7 +214,7 @@ ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r, ngx_str_t *token,
     run = json_object_get(claims, "run");
 
     if (!json_is_string(scope)
-        || ngx_strcmp(json_string_value(scope), SMCP_SCOPE_EGRESS) != 0
+        || ngx_strcmp(json_string_value(scope), want) != 0
         || !json_is_string(run)
         || !smcp_valid_id(json_string_value(run), json_string_length(run),
                           SMCP_RUN_ID_PREFIX))
@@ -246,7 +247,8 @@ ngx_http_sandbox_mcp_egress_token_run(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, &refusal);
+    claims = ngx_http_sandbox_mcp_egress_claims(r, &token, SMCP_SCOPE_EGRESS,
+                                                &refusal);
     if (claims == NULL) {
         return NGX_OK;
     }

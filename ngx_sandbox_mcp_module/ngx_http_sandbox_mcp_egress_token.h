@@ -16,9 +16,9 @@ ngx_int_t ngx_http_sandbox_mcp_egress_token(ngx_http_request_t *r,
 /* every token header removed from the request */
 ngx_int_t ngx_http_sandbox_mcp_egress_strip(ngx_http_request_t *r);
 
-/* the claims of a valid egress token, or NULL and *refusal */
+/* the claims of a valid token of scope want, or NULL and *refusal */
 json_t *ngx_http_sandbox_mcp_egress_claims(ngx_http_request_t *r,
-    ngx_str_t *token, const char **refusal);
+    ngx_str_t *token, const char *want, const char **refusal);
 
 /* $sandbox_mcp_token_run: the run of a valid token, without Redis */
 ngx_int_t ngx_http_sandbox_mcp_egress_token_run(ngx_http_request_t *r,

@@ -685,3 +685,22 @@ ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src, size_t size)
 
     return dst ? (uintptr_t) dst : (uintptr_t) len;
 }
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_add_variables(ngx_conf_t *cf, ngx_http_variable_t *vars)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}

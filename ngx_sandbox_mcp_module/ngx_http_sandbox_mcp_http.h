@@ -69,5 +69,9 @@ ngx_int_t ngx_http_sandbox_mcp_send_unavailable(ngx_http_request_t *r);
 uintptr_t ngx_http_sandbox_mcp_escape_json(u_char *dst, u_char *src,
     size_t size);
 
+/* a module's variables (a table ending in ngx_http_null_variable) added */
+ngx_int_t ngx_http_sandbox_mcp_add_variables(ngx_conf_t *cf,
+    ngx_http_variable_t *vars);
+
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_HTTP_H_INCLUDED_ */

@@ -55,7 +55,8 @@ ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
         { SMCP_CHAN_CANCEL, NULL },
         { SMCP_CHAN_TENANT, &call->ctx->tenant },
         { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant },
-        { SMCP_KEY_BUDGET_EXPIRY, NULL }
+        { SMCP_KEY_BUDGET_EXPIRY, NULL },
+        { SMCP_KEY_NOTIFY, NULL }
     };
 
     pool = call->ctx->request->pool;

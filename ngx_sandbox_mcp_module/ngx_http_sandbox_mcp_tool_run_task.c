@@ -7,6 +7,7 @@
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 #include "ngx_http_sandbox_mcp_args.h"
 #include "ngx_http_sandbox_mcp_http.h"
+#include "ngx_http_sandbox_mcp_notify.h"
 #include "ngx_http_sandbox_mcp_providers.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
@@ -42,6 +43,8 @@ typedef struct {
     ngx_str_t                   image;      /* "": the runner's */
     ngx_str_t                   title;
     ngx_str_t                   grants;     /* as run_create reads them */
+    ngx_str_t                   notify_url;     /* "": none */
+    ngx_str_t                   notify_format;
     json_int_t                  timeout;
     ngx_uint_t                  create_pr;
     ngx_uint_t                  draft;
@@ -720,6 +723,100 @@ ngx_http_sandbox_mcp_task_flag(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/*
+ * notify: {"url": a destination sandbox_mcp_notify_allow lists, "format":
+ * "json" (default), "slack" or "ntfy"}; absent: the tenant's
+ * (sandbox_mcp_tenant_notify), else none
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_notify(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_task_t *t)
+{
+    json_t                             *n, *v, *url, *format;
+    ngx_str_t                           text;
+    const char                             *key, *why;
+    ngx_http_sandbox_mcp_notify_url_t       u;
+    ngx_http_sandbox_mcp_notify_default_t  *d;
+
+    static const char  *formats[] = { "json", "slack", "ntfy", NULL };
+    const char        **f;
+
+    n = json_object_get(call->args, "notify");
+
+    if (n == NULL || json_is_null(n)) {
+        d = ngx_http_sandbox_mcp_notify_tenant(call->ctx->request,
+                                               &call->ctx->tenant);
+        if (d) {
+            t->notify_url = d->url;
+            t->notify_format = d->format;
+        }
+
+        return NGX_OK;
+    }
+
+    if (!json_is_object(n)) {
+        goto shape;
+    }
+
+    json_object_foreach(n, key, v) {
+        if (ngx_strcmp(key, "url") != 0 && ngx_strcmp(key, "format") != 0) {
+            goto shape;
+        }
+    }
+
+    url = json_object_get(n, "url");
+    format = json_object_get(n, "format");
+
+    if (!json_is_string(url) || (format && !json_is_string(format))) {
+        goto shape;
+    }
+
+    f = formats;
+
+    if (format) {
+        for ( /* void */ ; *f; f++) {
+            if (ngx_strcmp(json_string_value(format), *f) == 0) {
+                break;
+            }
+        }
+
+        if (*f == NULL) {
+            goto shape;
+        }
+    }
+
+    text.len = json_string_length(url);
+    text.data = ngx_pnalloc(call->ctx->request->pool, text.len + 1);
+    if (text.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(text.data, json_string_value(url), text.len);
+
+    why = ngx_http_sandbox_mcp_notify_allowed(call->ctx->request, &text, &u);
+
+    if (why) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'notify.url' %s.",
+                                        why);
+        return NGX_ERROR;
+    }
+
+    t->notify_url = text;
+    t->notify_format.data = (u_char *) *f;
+    t->notify_format.len = ngx_strlen(*f);
+
+    return NGX_OK;
+
+shape:
+
+    ngx_http_sandbox_mcp_tool_error(call, "Argument 'notify' must be "
+                                    "{\"url\": \"https://...\", \"format\": "
+                                    "\"json\" | \"slack\" | \"ntfy\"} (format "
+                                    "optional: json).");
+    return NGX_ERROR;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
@@ -789,6 +886,10 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
 
     if (rc == NGX_DECLINED) {
         t->timeout = lcf->run_timeout;
+    }
+
+    if (ngx_http_sandbox_mcp_task_notify(call, t) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     return ngx_http_sandbox_mcp_task_cost(call, lcf, t);
@@ -871,7 +972,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[37];
+    ngx_str_t                    args[40];
     ngx_uint_t                   nkeys;
     ngx_pool_t                  *pool;
     ngx_http_sandbox_mcp_key_t   keys[] = {
@@ -966,6 +1067,12 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[35] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_ttl);
     args[36] = ngx_http_sandbox_mcp_redis_number(pool,
                                        NGX_HTTP_SANDBOX_MCP_SESSION_RUNS_MAX);
+
+    /* its completion notification ("": none), and how long the watch
+     * link in it lives */
+    args[37] = t->notify_url;
+    args[38] = t->notify_format;
+    args[39] = ngx_http_sandbox_mcp_redis_number(pool, lcf->ui_token_ttl);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,

@@ -262,6 +262,19 @@ static const runner_option_t  runner_options[] = {
       "\":PORT\" for every address), or off: none",
       RUNNER_OPT_STRING, 0, RUNNER_S(metrics), 0, 0, NULL },
 
+    { "notify-secret-file", "PATH", "SMCP_NOTIFY_SECRET_FILE", NULL,
+      "completion notifications are signed with the file's first line (at "
+      "least 16 bytes): X-SMCP-Signature, HMAC-SHA256 of X-SMCP-Timestamp, "
+      "\".\" and the body; without it they go unsigned",
+      RUNNER_OPT_SECRET, 0, RUNNER_F(notify_secret), 0, SMCP_SECRET_MIN, 0,
+      NULL },
+
+    { "notify-window", "SECONDS", "SMCP_NOTIFY_WINDOW", "3600",
+      "a completion notification not delivered is tried again (after 1 s, "
+      "doubling up to 300 s) until this long after its first attempt, then "
+      "given up",
+      RUNNER_OPT_INT, 0, RUNNER_F(notify_window), 0, 1, 2592000, NULL },
+
     { "log-format", "FORMAT", "SMCP_LOG_FORMAT", "text",
       "text (key=value) or json (one JSON object a line)",
       RUNNER_OPT_STRING, 0, RUNNER_S(log_format), 0, 0, NULL },
@@ -456,7 +469,7 @@ runner_config_secret(const runner_option_t *o, runner_secret_t *s,
                                                         : RUNNER_ERR;
     }
 
-    ev = getenv(o->env_value);
+    ev = o->env_value ? getenv(o->env_value) : NULL;
 
     if ((ev == NULL || *ev == '\0') && !(o->flags & RUNNER_OPT_REQUIRED)) {
         return RUNNER_OK;
@@ -841,6 +854,37 @@ runner_config_pools(runner_config_t *cfg, char *err, size_t errlen)
 }
 
 
+/* the notifications' secret: the first line of its file */
+static int
+runner_config_notify(runner_config_t *cfg, char *err, size_t errlen)
+{
+    runner_secret_t  *s = &cfg->notify_secret;
+    size_t            n;
+
+    if (s->len == 0) {
+        return RUNNER_OK;
+    }
+
+    n = 0;
+
+    while (n < s->len && s->data[n] != '\n' && s->data[n] != '\r') {
+        n++;
+    }
+
+    if (n < SMCP_SECRET_MIN) {
+        OPENSSL_cleanse(s, sizeof(*s));
+        snprintf(err, errlen, "--notify-secret-file: its first line is "
+                 "shorter than %d bytes", SMCP_SECRET_MIN);
+        return RUNNER_ERR;
+    }
+
+    OPENSSL_cleanse(s->data + n, sizeof(s->data) - n);
+    s->len = n;
+
+    return RUNNER_OK;
+}
+
+
 /* the signing keys: --keys-file's, else a ring of the bare secret */
 static int
 runner_config_signing(runner_config_t *cfg, char *err, size_t errlen)
@@ -961,7 +1005,8 @@ runner_config_load(runner_config_t *cfg, int argc, char **argv, char *err,
     }
 
     if (runner_config_pools(cfg, err, errlen) != RUNNER_OK
-        || runner_config_signing(cfg, err, errlen) != RUNNER_OK)
+        || runner_config_signing(cfg, err, errlen) != RUNNER_OK
+        || runner_config_notify(cfg, err, errlen) != RUNNER_OK)
     {
         return RUNNER_ERR;
     }

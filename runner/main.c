@@ -435,8 +435,9 @@ int
 main(int argc, char **argv)
 {
     int                rc, delay, waiting, janitor_up, sentinel_up;
+    int                notify_up;
     char               err[RUNNER_ERRLEN];
-    pthread_t          janitor, sentinel;
+    pthread_t          janitor, sentinel, notify;
     runner_store_t    *st;
     runner_timers_t    tm;
     struct sigaction   sa;
@@ -489,6 +490,7 @@ main(int argc, char **argv)
     }
     janitor_up = 0;
     sentinel_up = 0;
+    notify_up = 0;
 
     runner_log("info", NULL, "smcp-runner %s starting: name=%s "
                "backend=%s concurrency=%d pool=%d image=%s network=%s",
@@ -573,6 +575,14 @@ main(int argc, char **argv)
         } else {
             runner_log("error", NULL, "cannot start the janitor thread");
         }
+
+        if (pthread_create(&notify, NULL, runner_notify_thread, NULL) == 0) {
+            notify_up = 1;
+
+        } else {
+            runner_log("error", NULL, "cannot start the notify thread: no "
+                       "completion notification is sent by this runner");
+        }
     }
 
     tm.last_claim = tm.last_reconcile = time(NULL);
@@ -596,6 +606,10 @@ main(int argc, char **argv)
 
     if (janitor_up) {
         pthread_join(janitor, NULL);
+    }
+
+    if (notify_up) {
+        pthread_join(notify, NULL);
     }
 
     if (sentinel_up) {

@@ -30,10 +30,17 @@
 #define RUNNER_METRICS_ANSWER_MAX    8192
 #define RUNNER_METRICS_OUTCOMES      4      /* completed, failed,
                                                cancelled, other */
+#define RUNNER_METRICS_NOTIFY        3      /* delivered, retrying,
+                                               failed */
 
 
 static const char  *runner_metrics_outcomes[RUNNER_METRICS_OUTCOMES] = {
     SMCP_STATUS_COMPLETED, SMCP_STATUS_FAILED, SMCP_STATUS_CANCELLED, "other"
+};
+
+/* a completion notification's attempt: what it came to */
+static const char  *runner_metrics_notify_results[RUNNER_METRICS_NOTIFY] = {
+    "delivered", "retrying", "failed"
 };
 
 /* sandbox start latency, upper bounds in ms (le in seconds) */
@@ -57,6 +64,7 @@ static struct {
     atomic_llong    active;
     atomic_llong    pool_idle;              /* --pool */
     atomic_llong    pool_empty;
+    atomic_llong    notify[RUNNER_METRICS_NOTIFY];
 } runner_metrics = {
     .queue_depth = -1, .queue_lag_ms = -1
 };
@@ -77,6 +85,20 @@ runner_metrics_outcome(const char *status)
     }
 
     atomic_fetch_add(&runner_metrics.runs[i], 1);
+}
+
+
+void
+runner_metrics_notify(const char *result)
+{
+    int  i;
+
+    for (i = 0; i < RUNNER_METRICS_NOTIFY; i++) {
+        if (strcmp(result, runner_metrics_notify_results[i]) == 0) {
+            atomic_fetch_add(&runner_metrics.notify[i], 1);
+            return;
+        }
+    }
 }
 
 
@@ -179,6 +201,24 @@ runner_metrics_one(char *buf, size_t size, size_t *n, const char *name,
 }
 
 
+/* a counter by one label: its HELP, TYPE and a sample per value */
+static void
+runner_metrics_by(char *buf, size_t size, size_t *n, const char *name,
+    const char *help, const char *label, const char **values,
+    atomic_llong *counts, size_t nvalues)
+{
+    size_t  i;
+
+    runner_metrics_printf(buf, size, n, "# HELP %s %s\n# TYPE %s counter\n",
+                          name, help, name);
+
+    for (i = 0; i < nvalues; i++) {
+        runner_metrics_printf(buf, size, n, "%s{%s=\"%s\"} %lld\n", name,
+                              label, values[i], atomic_load(&counts[i]));
+    }
+}
+
+
 static size_t
 runner_metrics_text(char *buf, size_t size)
 {
@@ -189,13 +229,10 @@ runner_metrics_text(char *buf, size_t size)
 
 #define P(...)  runner_metrics_printf(buf, size, &n, __VA_ARGS__)
 
-    P("# HELP smcp_runner_runs_total Runs ended by this runner, by outcome\n"
-      "# TYPE smcp_runner_runs_total counter\n");
-
-    for (i = 0; i < RUNNER_METRICS_OUTCOMES; i++) {
-        P("smcp_runner_runs_total{outcome=\"%s\"} %lld\n",
-          runner_metrics_outcomes[i], atomic_load(&runner_metrics.runs[i]));
-    }
+    runner_metrics_by(buf, size, &n, "smcp_runner_runs_total", "Runs ended "
+                      "by this runner, by outcome", "outcome",
+                      runner_metrics_outcomes, runner_metrics.runs,
+                      RUNNER_METRICS_OUTCOMES);
 
     runner_metrics_one(buf, size, &n, "smcp_runner_runs_active", "gauge",
                        "Runs this runner follows now",
@@ -248,6 +285,11 @@ runner_metrics_text(char *buf, size_t size)
     runner_metrics_one(buf, size, &n, "smcp_runner_pool_empty_total",
                        "counter", "Runs of a new session that found the "
                        "pool empty", atomic_load(&runner_metrics.pool_empty));
+
+    runner_metrics_by(buf, size, &n, "smcp_runner_notify_attempts_total",
+                      "Completion notifications' attempts by this runner, "
+                      "by result", "result", runner_metrics_notify_results,
+                      runner_metrics.notify, RUNNER_METRICS_NOTIFY);
 
 #undef P
 

@@ -18,7 +18,7 @@
 
 
 /* words from elsewhere, fit for an error: bounded, printable, UTF-8 */
-static void
+void
 runner_pr_words(char *dst, size_t size, const char *src, size_t len)
 {
     size_t  i;

@@ -396,18 +396,27 @@ runner_run_conclude(runner_run_t *run, int exit_code, const char *why)
 static char *
 runner_run_token(runner_run_t *run, const char *tenant, int64_t timeout)
 {
-    char    *token;
     time_t   now;
     json_t  *claims;
 
     now = time(NULL);
-    token = NULL;
 
     claims = json_pack("{s:s, s:s, s:s, s:I, s:I}", "sub", tenant,
                        "scope", SMCP_SCOPE_EGRESS, "run", run->id,
                        "iat", (json_int_t) now,
                        "exp", (json_int_t) (now + timeout
                                             + RUNNER_TOKEN_GRACE_S));
+
+    return runner_run_sign(claims);
+}
+
+
+/* a token of claims (taken: released here), signed with the first key;
+ * malloc'd, NULL when it failed (claims NULL too) */
+char *
+runner_run_sign(json_t *claims)
+{
+    char  *token;
 
     if (claims == NULL
         || smcp_jwt_sign(&runner_config->keys.key[0], claims, &token)

@@ -24,6 +24,8 @@
  * cancel, deadline, limits), outcome.c (what the agent's events add up
  * to), workspace.c (a session volume's size), janitor.c (idle sessions
  * expired), pr.c (a run's pull request, through the egress proxy),
+ * notify.c (runs' completion notifications, through the egress proxy:
+ * their thread; store_notify.c their Redis side),
  * image.c (the sandbox image's contract, checked at start), pool.c (the
  * warm pool: --pool and --pool-images sandboxes made ahead, one given
  * to a new session's run of their image), spec.c (the container spec
@@ -184,6 +186,24 @@
 #define RUNNER_NET_SIZE              192    /* a network's name: the
                                                pool's, a session's */
 
+/* completion notifications (notify.c) */
+#define RUNNER_NOTIFY_TICK_MS        500    /* due ones looked for */
+#define RUNNER_NOTIFY_BATCH          8      /* ... at most this many */
+#define RUNNER_NOTIFY_LEASE_MS       60000  /* a claimed attempt's */
+#define RUNNER_NOTIFY_TIMEOUT_S      10     /* one attempt, all of it */
+#define RUNNER_NOTIFY_BACKOFF_MAX_S  300    /* 1, 2, 4 ... 256, 300 s */
+#define RUNNER_NOTIFY_URL_MAX        2048   /* notify_url, notify_page */
+#define RUNNER_NOTIFY_TEXT_MAX       4096   /* bytes read of a text field */
+#define RUNNER_NOTIFY_TASK_CHARS     200    /* the task's first line */
+#define RUNNER_NOTIFY_ERROR_CHARS    500    /* the run's error */
+#define RUNNER_NOTIFY_ANSWER_MAX     4096   /* bytes read of an answer */
+#define RUNNER_NOTIFY_TOKEN_S        60     /* the notify token's life */
+#define RUNNER_NOTIFY_TTL_MIN        60     /* a watch link's life */
+#define RUNNER_NOTIFY_TTL_MAX        2592000
+#define RUNNER_NOTIFY_TTL_DEFAULT    86400  /* none stored: the module's
+                                               default ui token ttl */
+#define RUNNER_NOTIFY_ID_LEN         32     /* hex digits of a delivery */
+
 /* the janitor */
 #define RUNNER_JANITOR_BATCH         100    /* sessions, expired runs'
                                                bytes, per look */
@@ -271,6 +291,10 @@ typedef struct {
                                                engine's volumes */
     char             metrics[256];          /* --metrics ADDR; "": off */
     char             log_format[8];         /* "text" or "json" */
+    runner_secret_t  notify_secret;         /* --notify-secret-file: signs
+                                               completion notifications
+                                               (len 0: unsigned) */
+    int              notify_window;         /* s: retried this long */
     runner_secret_t  secret;                /* --secret-file: into keys,
                                                then wiped */
     smcp_keyring_t   keys;                  /* key[0] signs the run
@@ -436,6 +460,7 @@ void runner_metrics_reattach(void);
 void runner_metrics_pool(int idle, int empty);
 void runner_metrics_queue(int64_t depth, int64_t lag_ms);
 void runner_metrics_active(int n);
+void runner_metrics_notify(const char *result);
 
 /*
  * store*.c: every Redis call of the runner.  A connection is one thread's
@@ -509,6 +534,56 @@ int runner_store_sessions_due(runner_store_t *st, int64_t now,
 int runner_store_janitor_begin(runner_store_t *st, const char *id,
     char *status, size_t slen);
 int runner_store_janitor_end(runner_store_t *st, const char *id,
+    char *status, size_t slen);
+
+/* store_notify.c: completion notifications (notify.c) */
+
+/* an attempt claimed (notify_claim.lua) */
+typedef struct {
+    long long   attempt;                /* 1 for the first */
+    char        delivery[RUNNER_NOTIFY_ID_LEN + 2];    /* as stored: one
+                                           byte over its length when
+                                           longer */
+    int64_t     first;                  /* ms; 0: not a number */
+} runner_notify_claim_t;
+
+/* what a message is made of, read back from the run hash: each value cut
+ * to its buffer (a text at a character's boundary, valid UTF-8), NUL bytes
+ * made spaces; a URL or an id longer than its cap is one byte over it */
+typedef struct {
+    char        url[RUNNER_NOTIFY_URL_MAX + 2];     /* notify_url */
+    char        format[16];                         /* notify_format */
+    char        page[RUNNER_NOTIFY_URL_MAX + 2];    /* notify_page, else
+                                                       watch_base (the
+                                                       same: the run page
+                                                       without a token) */
+    char        ttl[RUNNER_NUM_MAX];                /* notify_ttl */
+    char        status[RUNNER_NUM_MAX];
+    char        task[RUNNER_NOTIFY_TEXT_MAX];
+    char        title[RUNNER_NOTIFY_TEXT_MAX];
+    char        error[RUNNER_NOTIFY_TEXT_MAX];
+    char        diff_stat[SMCP_DIFF_STAT_MAX];
+    char        pr_url[RUNNER_PR_URL_MAX + 2];
+    char        session[SMCP_ID_LEN + 2];
+    char        tenant[SMCP_TENANT_MAX + 2];
+    char        finished_at[RUNNER_NUM_MAX];
+} runner_notify_run_t;
+
+/* runs due by now (at most max; members that are no run id dropped):
+ * RUNNER_AGAIN when there may be more */
+int runner_store_notify_due(runner_store_t *st, int64_t now,
+    char ids[][SMCP_ID_LEN + 1], int max, int *n);
+/* RUNNER_OK: claimed (c); RUNNER_AGAIN: status says why not ("gone",
+ * "taken"); RUNNER_ERR: status the error */
+int runner_store_notify_claim(runner_store_t *st, const char *run_id,
+    int64_t now, const char *delivery, runner_notify_claim_t *c,
+    char *status, size_t slen);
+int runner_store_notify_read(runner_store_t *st, const char *run_id,
+    runner_notify_run_t *m);
+/* the attempt's result and its event (notify_result.lua): RUNNER_OK, or
+ * RUNNER_AGAIN ("stale", "gone" in status), RUNNER_ERR */
+int runner_store_notify_result(runner_store_t *st, const char *run_id,
+    long long attempt, const char *result, int64_t next, const char *data,
     char *status, size_t slen);
 
 /*
@@ -686,6 +761,9 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
  * event (malloc'd) or NULL */
 char *runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
     const runner_diff_t *diff);
+/* words from elsewhere, fit for an error: bounded (RUNNER_PR_MESSAGE_MAX),
+ * printable, UTF-8 (dst may be src) */
+void runner_pr_words(char *dst, size_t size, const char *src, size_t len);
 
 /* outcome.c */
 void runner_outcome_event(runner_outcome_t *out, json_t *ev);
@@ -778,6 +856,10 @@ int runner_relay_ensure(char *err, size_t errlen);
 /* janitor.c: idle sessions expired, by any number of runners at once */
 void *runner_janitor_thread(void *arg);
 
+/* notify.c: runs' completion notifications delivered, by any number of
+ * runners at once */
+void *runner_notify_thread(void *arg);
+
 /* image.c */
 int runner_image_check(const char *image, char *err, size_t errlen);
 int runner_image_check_allowed(char *err, size_t errlen);
@@ -788,6 +870,7 @@ int runner_image_for_run(const char *wanted, char *image, size_t size,
 void *runner_run_thread(void *arg);
 void runner_run_reconcile(runner_store_t *st);
 void runner_run_network(runner_run_t *run, char *buf, size_t size);
+char *runner_run_sign(json_t *claims);
 
 #ifdef RUNNER_TEST_HOOKS
 /* test_hooks.c: the test build only */

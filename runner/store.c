@@ -14,7 +14,8 @@
  * runner's heartbeat.  The rest by concern: store_queue.c (the queue and
  * its consumer group), store_run.c (a run's hash and the scripts that
  * change its status), store_event.c (a run's events), store_session.c
- * (sessions and the janitor's scripts).
+ * (sessions and the janitor's scripts), store_notify.c (completion
+ * notifications: the runs due, an attempt's claim and result).
  */
 
 #include <stdio.h>
@@ -46,6 +47,8 @@ static runner_script_t  runner_scripts[] = {
     { "budget_release", smcp_lua_budget_release, "" },
     { "usage_disk", smcp_lua_usage_disk, "" },
     { "run_waiting", smcp_lua_run_waiting, "" },
+    { "notify_claim", smcp_lua_notify_claim, "" },
+    { "notify_result", smcp_lua_notify_result, "" },
 };
 
 #define RUNNER_NSCRIPTS  (sizeof(runner_scripts) / sizeof(runner_scripts[0]))
@@ -231,6 +234,63 @@ runner_store_due(runner_store_t *st, const char *key, int64_t now, long max)
     }
 
     return r;
+}
+
+
+/*
+ * The ids (prefix: run_, ses_) of a sorted set's members scored up to now,
+ * at most max of them, into ids (*n of them); other members are passed
+ * over, or with drop taken out of the set.  RUNNER_AGAIN: a full batch,
+ * more may be due.
+ */
+int
+runner_store_due_ids(runner_store_t *st, const char *key, const char *prefix,
+    int drop, int64_t now, char ids[][SMCP_ID_LEN + 1], int max, int *n)
+{
+    size_t       i, lens[3];
+    const char  *argv[3];
+    redisReply  *r, *e, *z;
+
+    *n = 0;
+    r = runner_store_due(st, key, now, max);
+
+    if (r == NULL) {
+        return RUNNER_ERR;
+    }
+
+    if (r->elements > (size_t) max) {       /* ids holds max */
+        freeReplyObject(r);
+        return RUNNER_ERR;
+    }
+
+    for (i = 0; i < r->elements; i++) {
+        e = r->element[i];
+
+        if (runner_store_str(e) && smcp_valid_id(e->str, e->len, prefix)) {
+            memcpy(ids[(*n)++], e->str, e->len + 1);
+
+        } else if (drop && runner_store_str(e)) {
+            argv[0] = "ZREM";
+            argv[1] = key;
+            argv[2] = e->str;
+            lens[0] = 4;
+            lens[1] = strlen(key);
+            lens[2] = e->len;
+
+            z = runner_store_argv(st, 3, argv, lens);
+            if (z) {
+                freeReplyObject(z);
+            }
+
+            runner_log("warn", NULL, "dropped from %s: a member that is "
+                       "no id", key);
+        }
+    }
+
+    i = r->elements;
+    freeReplyObject(r);
+
+    return i == (size_t) max ? RUNNER_AGAIN : RUNNER_OK;
 }
 
 

@@ -33,6 +33,8 @@ struct runner_store_s {
 #define RUNNER_LUA_BUDGET_RELEASE 5
 #define RUNNER_LUA_USAGE_DISK     6
 #define RUNNER_LUA_RUN_WAITING    7
+#define RUNNER_LUA_NOTIFY_CLAIM   8
+#define RUNNER_LUA_NOTIFY_RESULT  9
 
 
 #define RUNNER_KEY(buf, fmt, arg)                                             \
@@ -71,6 +73,18 @@ int runner_store_script_status(runner_store_t *st, redisReply *r,
  * NULL: st->err says why) */
 redisReply *runner_store_due(runner_store_t *st, const char *key,
     int64_t now, long max);
+
+/* the run or session ids of a sorted set's members scored up to now
+ * (runner_store_due); other members passed over, or with drop taken out:
+ * RUNNER_AGAIN when there may be more */
+int runner_store_due_ids(runner_store_t *st, const char *key,
+    const char *prefix, int drop, int64_t now, char ids[][SMCP_ID_LEN + 1],
+    int max, int *n);
+
+/* fields of a run hash (HMGET, store_run.c): an array of n replies;
+ * NULL on failure (st->err) */
+redisReply *runner_store_run_fields(runner_store_t *st, const char *run_id,
+    int n, const char **fields);
 
 /* members of a run set (zset: a zset) whose run ended or is gone, dropped
  * (store_run.c): how many (-1: Redis trouble) */

@@ -13,22 +13,20 @@
 #include "store.h"
 
 
-/*
- * Fields of a run hash (HMGET): vals[i] gets field i's value: "" when
- * absent, "?" when too long for its buffer of size or holding a NUL (no
- * field takes "?": it reads as malformed, never as absent or cut short).
- */
-static int
-runner_store_fields(runner_store_t *st, const char *run_id, int n,
-    const char **fields, char **vals, size_t size)
+/* fields of a run hash (HMGET): an array of n replies; NULL on failure
+ * (st->err) */
+redisReply *
+runner_store_run_fields(runner_store_t *st, const char *run_id, int n,
+    const char **fields)
 {
     int          i;
     char         key[RUNNER_KEY_MAX];
     const char  *argv[RUNNER_STORE_ARGS];
-    redisReply  *r, *v;
+    redisReply  *r;
 
     if (n + 2 > RUNNER_STORE_ARGS) {
-        return RUNNER_ERR;
+        snprintf(st->err, sizeof(st->err), "redis: HMGET: too many fields");
+        return NULL;
     }
 
     RUNNER_KEY(key, SMCP_KEY_RUN, run_id);
@@ -37,7 +35,6 @@ runner_store_fields(runner_store_t *st, const char *run_id, int n,
 
     for (i = 0; i < n; i++) {
         argv[2 + i] = fields[i];
-        vals[i][0] = '\0';
     }
 
     r = runner_store_argv(st, n + 2, argv, NULL);
@@ -48,6 +45,32 @@ runner_store_fields(runner_store_t *st, const char *run_id, int n,
                      "of %d", n);
             freeReplyObject(r);
         }
+        return NULL;
+    }
+
+    return r;
+}
+
+
+/*
+ * Fields of a run hash (HMGET): vals[i] gets field i's value: "" when
+ * absent, "?" when too long for its buffer of size or holding a NUL (no
+ * field takes "?": it reads as malformed, never as absent or cut short).
+ */
+static int
+runner_store_fields(runner_store_t *st, const char *run_id, int n,
+    const char **fields, char **vals, size_t size)
+{
+    int          i;
+    redisReply  *r, *v;
+
+    for (i = 0; i < n; i++) {
+        vals[i][0] = '\0';
+    }
+
+    r = runner_store_run_fields(st, run_id, n, fields);
+
+    if (r == NULL) {
         return RUNNER_ERR;
     }
 
@@ -579,7 +602,8 @@ runner_store_set_running(runner_store_t *st, const char *run_id,
  * The outcome, once (common/scripts/finish.lua): the run hash, its
  * diff and the diff's summary, the last event; the run leaves its session's
  * active set and its tenant's sets, its keys get their retention, its
- * session is bumped.
+ * session is bumped; a run with a notify_url is due for its completion
+ * notification (`notify`).
  */
 int
 runner_store_finish(runner_store_t *st, runner_run_t *run,
@@ -588,10 +612,10 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
 {
     int                n, i;
     char               sessions[RUNNER_KEY_MAX], now[32], num[8][32];
-    char               expiry[RUNNER_KEY_MAX];
+    char               expiry[RUNNER_KEY_MAX], notify[RUNNER_KEY_MAX];
     char              *files, *index;
     size_t             lens[RUNNER_STORE_ARGS];
-    const char        *keys[13], *args[RUNNER_STORE_ARGS];
+    const char        *keys[14], *args[RUNNER_STORE_ARGS];
     redisReply        *r;
     runner_run_keys_t  k;
     runner_outcome_t  *o = &run->out;
@@ -602,6 +626,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
 
     RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
     RUNNER_KEY0(expiry, SMCP_KEY_BUDGET_EXPIRY);
+    RUNNER_KEY0(notify, SMCP_KEY_NOTIFY);
     RUNNER_NUM(now, smcp_now_ms());
 
     keys[0] = k.run;
@@ -617,6 +642,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
     keys[10] = k.tchan;
     keys[11] = k.usage;
     keys[12] = expiry;
+    keys[13] = notify;
 
     files = json_dumps(diff->files, JSON_COMPACT);
     index = json_dumps(diff->index, JSON_COMPACT);
@@ -667,7 +693,7 @@ runner_store_finish(runner_store_t *st, runner_run_t *run,
         n++;
     }
 
-    r = runner_store_script(st, RUNNER_LUA_FINISH, 13, keys, n, args, lens);
+    r = runner_store_script(st, RUNNER_LUA_FINISH, 14, keys, n, args, lens);
     free(files);
     free(index);
 

@@ -69,39 +69,13 @@ int
 runner_store_sessions_due(runner_store_t *st, int64_t now,
     char ids[][SMCP_ID_LEN + 1], int max, int *n)
 {
-    char         sessions[RUNNER_KEY_MAX];
-    size_t       i;
-    redisReply  *r, *e;
+    char  sessions[RUNNER_KEY_MAX];
 
     RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
 
-    *n = 0;
-    r = runner_store_due(st, sessions, now, max);
-
-    if (r == NULL) {
-        return RUNNER_ERR;
-    }
-
-    if (r->elements > (size_t) max) {       /* ids holds max */
-        freeReplyObject(r);
-        return RUNNER_ERR;
-    }
-
-    for (i = 0; i < r->elements; i++) {
-        e = r->element[i];
-
-        /* it names a Docker volume: only a session id */
-        if (runner_store_str(e)
-            && smcp_valid_id(e->str, e->len, SMCP_SESSION_ID_PREFIX))
-        {
-            memcpy(ids[(*n)++], e->str, e->len + 1);
-        }
-    }
-
-    i = r->elements;
-    freeReplyObject(r);
-
-    return i == (size_t) max ? RUNNER_AGAIN : RUNNER_OK;
+    /* it names a Docker volume: only a session id */
+    return runner_store_due_ids(st, sessions, SMCP_SESSION_ID_PREFIX, 0,
+                                now, ids, max, n);
 }
 
 

@@ -59,6 +59,10 @@
                                                      <bytes> <tenant>" by
                                                      when the run's keys
                                                      expire (ms) */
+#define SMCP_KEY_NOTIFY             "%snotify"    /* zset: runs whose
+                                                     completion notification
+                                                     is due, by when its
+                                                     next attempt is (ms) */
 #define SMCP_KEY_STORE_ID           "%sstore-id"  /* string: the runners'
                                                      store identity */
 #define SMCP_KEY_RUNNERS            "%srunners"   /* zset: runner name ->
@@ -146,5 +150,7 @@
 #define SMCP_SCOPE_MCP              "mcp"
 #define SMCP_SCOPE_UI               "ui"
 #define SMCP_SCOPE_EGRESS           "egress"
+#define SMCP_SCOPE_NOTIFY           "notify"     /* the runner's call
+                                                     to the egress /notify */
 
 #endif /* SMCP_KEYS_H */

@@ -84,9 +84,29 @@
 #                       announces: sandbox_mcp_egress_announce), one line
 #   egress-routes.sh --check    every setting above checked, and a model
 #                       provider required: make up stops here without one
+#   egress-routes.sh --notify   the /mcp location's sandbox_mcp_notify_allow
+#                       line for SMCP_NOTIFY_ALLOW (nothing without it)
 set -euo pipefail
 
 die() { echo "egress-routes.sh: $*" >&2; exit 1; }
+
+# SMCP_NOTIFY_ALLOW: URL prefixes, nothing nginx's parser could misread
+# (the module checks each further)
+notify_check() {
+    local p re='^https?://[][A-Za-z0-9.:-]+/[A-Za-z0-9._~%/?=&+,@:-]*$'
+    for p in $SMCP_NOTIFY_ALLOW; do
+        [[ $p =~ $re ]] \
+            || die "SMCP_NOTIFY_ALLOW: not a URL prefix (scheme://host[:port]/path): $p"
+    done
+}
+
+if [ "${1:-}" = --notify ]; then
+    if [ -n "${SMCP_NOTIFY_ALLOW:-}" ]; then
+        notify_check
+        echo "sandbox_mcp_notify_allow $SMCP_NOTIFY_ALLOW;"
+    fi
+    exit 0
+fi
 
 # --routes, --check: the routes rendered (every setting checked on the way)
 case "${1:-}" in
@@ -403,3 +423,34 @@ CONF
 fi
 
 registry_routes
+
+# completion notifications (SMCP_NOTIFY_ALLOW: the destinations' URL
+# prefixes, space-separated): the runner POSTs each to /notify with a
+# token of scope "notify" (a sandbox's is refused) and the destination in
+# X-SMCP-Notify-To; the module checks it against the prefixes and sends
+# it to the address it checked (ngx_http_sandbox_mcp_notify_egress.c)
+if [ -n "${SMCP_NOTIFY_ALLOW:-}" ]; then
+    notify_check
+    cat <<CONF
+
+location = /notify {
+    sandbox_mcp_egress_notify on;
+    sandbox_mcp_notify_allow $SMCP_NOTIFY_ALLOW;
+    client_max_body_size 64k;
+    proxy_set_header Host \$sandbox_mcp_notify_host;
+    proxy_set_header X-SMCP-Notify-To "";
+    proxy_set_header Connection "";
+    proxy_ssl_name \$sandbox_mcp_notify_name;
+    proxy_connect_timeout 5s;
+    proxy_send_timeout 10s;
+    proxy_read_timeout 10s;
+    error_page 413 = @smcp_too_large;
+    error_page 502 504 = @smcp_notify_down;
+    proxy_pass \$sandbox_mcp_notify_upstream;
+}
+
+location @smcp_notify_down {
+    return 502 '$(json_error api_error 'notify: the destination cannot be reached (connection refused, or no answer within 10 s)')';
+}
+CONF
+fi

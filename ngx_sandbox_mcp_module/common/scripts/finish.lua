@@ -13,6 +13,8 @@
 -- KEYS[12] tenant:{tenant}:usage      ('' when unknown; absent: an older
 --                                     caller, nothing accounted)
 -- KEYS[13] budget:expiry
+-- KEYS[14] notify                     (absent or '': an older caller,
+--                                     no notification scheduled)
 -- ARGV: status, now (ms), events maxlen, run id, session id, then
 -- field/value pairs for the run hash, then (when KEYS[4] is given) the
 -- diff.
@@ -34,6 +36,11 @@
 -- do, as "<run id> <its bytes> <tenant>": the runner's janitor takes its
 -- bytes off the tenant's usage then (budget_release.lua).
 --
+-- A run whose hash has `notify_url` (opencode_run_task's notify) is due
+-- for its completion notification now: `notify` scores it by when its
+-- next attempt is (ms), the runner's notify thread delivers it
+-- (docs/runner.md, "Completion notifications").
+--
 -- Returns 'ok', or the status the run already had.
 if KEYS[5] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
 if KEYS[6] ~= '' then redis.call('SREM', KEYS[6], ARGV[4]) end
@@ -54,6 +61,10 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type',
            'lifecycle', 'data', cjson.encode({status = ARGV[1]}),
            'ts', ARGV[2])
 redis.call('PUBLISH', KEYS[3], ARGV[1])
+if (KEYS[14] or '') ~= ''
+   and redis.call('HEXISTS', KEYS[1], 'notify_url') == 1 then
+  redis.call('ZADD', KEYS[14], 'NX', ARGV[2], ARGV[4])
+end
 if KEYS[11] ~= '' then
   redis.call('PUBLISH', KEYS[11], ARGV[4] .. ' ' .. ARGV[1])
 end

@@ -11,6 +11,9 @@
 -- KEYS[8] channel tenant:{tenant} ("<run id> <status>": the dashboard)
 -- KEYS[9] tenant:{tenant}:usage   KEYS[10] budget:expiry (both absent:
 --         an older caller)
+-- KEYS[11] notify (absent: an older caller; a run with `notify_url`
+--         cancelled before it started is due for its notification now,
+--         as finish.lua schedules an ended run's)
 -- ARGV: tenant, now (ms), run id, events maxlen, retention (s) when the
 -- run has none, the session id KEYS[5] is of ('' for none), then the
 -- names of the statuses `started`, `running` and `cancelled`
@@ -48,6 +51,9 @@ if h[2] == started then
     redis.call('HINCRBY', KEYS[9], 'bytes', n)
     redis.call('ZADD', KEYS[10], tonumber(ARGV[2]) + keep * 1000,
                ARGV[3] .. ' ' .. total .. ' ' .. ARGV[1])
+  end
+  if KEYS[11] and redis.call('HEXISTS', KEYS[1], 'notify_url') == 1 then
+    redis.call('ZADD', KEYS[11], 'NX', ARGV[2], ARGV[3])
   end
   redis.call('PUBLISH', KEYS[6], cancelled)
   redis.call('PUBLISH', KEYS[8], ARGV[3] .. ' ' .. cancelled)

@@ -29,7 +29,10 @@
 -- budgets (each 0: none): bytes of Redis its runs hold, live sessions,
 -- bytes of its sessions' workspaces; then the egress route of the run's
 -- model ("anthropic"; "" or missing: not checked); then, with KEYS[14],
--- how long an MCP session may live (s) and the most runs it remembers
+-- how long an MCP session may live (s) and the most runs it remembers;
+-- then the run's notification: its URL ("" or missing: none), format and
+-- the watch link's lifetime (s) (finish.lua schedules it, the runner
+-- sends it: runner/notify.c)
 --
 -- The tenant's usage hash (docs/contracts.md, "Tenant budgets") is read
 -- once; a new session is one more `sessions`, its workspace
@@ -150,6 +153,10 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
   'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
   'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
   'image', ARGV[30] or '')
+if (ARGV[38] or '') ~= '' then
+  redis.call('HSET', KEYS[1], 'notify_url', ARGV[38],
+             'notify_format', ARGV[39], 'notify_ttl', ARGV[40])
+end
 
 -- a new session's id is new (checked above): no HSETNX needed
 if usage ~= '' and ARGV[4] == '1' then
