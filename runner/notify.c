@@ -253,8 +253,8 @@ runner_notify_token(runner_notify_msg_t *msg, const char *scope,
 
 /*
  * The message's values, checked: NULL, or why it cannot be sent (it is
- * given up).  The watch link is made here (none when notify_page is not
- * a fit URL).
+ * given up).  The watch link is made here (none when watch_base, the run
+ * page's URL, is not a fit one).
  */
 static const char *
 runner_notify_check(runner_notify_msg_t *msg)

@@ -553,10 +553,9 @@ typedef struct {
 typedef struct {
     char        url[RUNNER_NOTIFY_URL_MAX + 2];     /* notify_url */
     char        format[16];                         /* notify_format */
-    char        page[RUNNER_NOTIFY_URL_MAX + 2];    /* notify_page, else
-                                                       watch_base (the
-                                                       same: the run page
-                                                       without a token) */
+    char        page[RUNNER_NOTIFY_URL_MAX + 2];    /* watch_base: the
+                                                       run page without a
+                                                       token */
     char        ttl[RUNNER_NUM_MAX];                /* notify_ttl */
     char        status[RUNNER_NUM_MAX];
     char        task[RUNNER_NOTIFY_TEXT_MAX];

@@ -134,7 +134,7 @@ runner_store_notify_read(runner_store_t *st, const char *run_id,
     runner_notify_run_t *m)
 {
     size_t       i, n;
-    const char  *names[14];
+    const char  *names[13];
     redisReply  *r;
 
     struct {
@@ -144,7 +144,6 @@ runner_store_notify_read(runner_store_t *st, const char *run_id,
     } f[] = {
         { "notify_url", m->url, sizeof(m->url) },
         { "notify_format", m->format, sizeof(m->format) },
-        { "notify_page", m->page, sizeof(m->page) },
         { "notify_ttl", m->ttl, sizeof(m->ttl) },
         { "status", m->status, sizeof(m->status) },
         { "task", m->task, sizeof(m->task) },
@@ -170,13 +169,8 @@ runner_store_notify_read(runner_store_t *st, const char *run_id,
         return RUNNER_ERR;
     }
 
-    /* watch_base only where there is no notify_page */
-    m->page[0] = '\0';
-
     for (i = 0; i < n; i++) {
-        if (f[i].buf != m->page || m->page[0] == '\0') {
-            runner_store_notify_value(r->element[i], f[i].buf, f[i].size);
-        }
+        runner_store_notify_value(r->element[i], f[i].buf, f[i].size);
     }
 
     freeReplyObject(r);
