@@ -33,6 +33,7 @@ use Test::More;
 use SMCP::Test qw(:all);
 use SMCP::Docker qw(docker_available);
 use SMCP::MakeUp;
+use SMCP::Receiver;
 use SMCP::Stack qw(bash_step);
 
 my $root = repo_root();
@@ -58,6 +59,9 @@ my ($fake, $gh, $eport, $net, $npm, $pypi, $pyfiles)
     = map { $up->$_ } qw(fake gh eport net npm pypi pyfiles);
 # the OAuth locations of SMCP_OAUTH=on (their rate limit per address)
 $ENV{SMCP_OAUTH} = 'on';
+# completion notifications (SMCP_NOTIFY_ALLOW) to a receiver of the test's
+my $rcv = SMCP::Receiver->start;
+$ENV{SMCP_NOTIFY_ALLOW} = $rcv->url . '/hooks/';
 
 # `make up` also runs `make up-check deps-run all`; .ci/stack is what it
 # calls after that
@@ -86,7 +90,8 @@ sub summary_ok {
        . scalar(@lines) . ' lines') or diag($out);
     my @labels = map { /^  ([^:]+):/ ? $1 : '?' } @lines;
     is("@labels", 'MCP URL Token Claude Code Dashboard Egress Routes Runner Metrics '
-                  . 'Health Redis Logs Stop', '... its labels');
+                  . 'Health Redis ' . ($ENV{SMCP_NOTIFY_ALLOW} ? 'Notify ' : '')
+                  . 'Logs Stop', '... its labels');
     my %v = map { /^  ([^:]+): +(.*)$/ ? ($1 => $2) : () } @lines;
     my ($tok) = ($v{Token} // '') =~ /^(\S+)/;
     is($v{'MCP URL'}, "$base/mcp", "... the MCP URL at $base");
@@ -400,7 +405,8 @@ if ($egress) {
     # the whole stack: a task through the printed URL completes (MakeUp's
     # call: the run's session volume goes at the end)
     my $call = sub { $up->call($token, $sid, @_) };
-    my $rt = $call->('opencode_run_task', { task => 'SCENARIO-HELLO: say hello.' });
+    my $rt = $call->('opencode_run_task', { task => 'SCENARIO-HELLO: say hello.',
+                                            notify => { url => $rcv->url . '/hooks/stack' } });
     like($rt->{runId} // '', qr/^run_[0-9a-f]{24}$/, 'make up: run_task answers');
     my $res = {};
     for (1 .. 15) {
@@ -411,6 +417,20 @@ if ($egress) {
     is($res->{status}, 'completed', 'make up: the task completes')
         or diag(explain($res), `tail -20 $state/logs/runner.log`);
     is($res->{result}, 'stack run done', 'make up: with the model\'s answer');
+    # its notification: through make up's egress, signed with the secret
+    # make up made (its summary names it)
+    my @got;
+    ok(wait_until(60, sub { @got = $rcv->requests(path => '/hooks/stack'); @got }),
+       'make up: the run\'s notification reached the receiver (SMCP_NOTIFY_ALLOW)')
+        or diag(`tail -20 $state/logs/runner.log`);
+    my ($secret) = split /\n/, slurp("$state/notify-secret");
+    my $n = $got[0] || { headers => {} };
+    ok(SMCP::Receiver::verify($secret // '', $n->{headers}{'x-smcp-timestamp'} // '',
+                              SMCP::Receiver::raw($n), $n->{headers}{'x-smcp-signature'} // ''),
+       '... signed with make up\'s notify-secret');
+    is($n->{json} && $n->{json}{status}, 'completed', '... saying the run completed');
+    like($out, qr{^  Notify: +to \Q$ENV{SMCP_NOTIFY_ALLOW}\E \(signed with \Q$state\E/notify-secret\)$}m,
+         '... and make up\'s summary says where notifications go');
     # (the run's status is stored before its log line is written)
     my $rlog = '';
     wait_until(30, sub { $rlog = slurp("$state/logs/runner.log");
