@@ -40,6 +40,9 @@ typedef struct {
     unsigned                            done:1;
     unsigned                            granted:1;
     unsigned                            sync:1;     /* in resolve_name */
+    ngx_uint_t                          status;     /* its refusal, when
+                                                       answered at once */
+    const char                         *msg;
 } ngx_http_sandbox_mcp_notify_ctx_t;
 
 
@@ -173,65 +176,82 @@ ngx_http_sandbox_mcp_notify_resolved(ngx_resolver_ctx_t *rctx)
 {
     ngx_http_sandbox_mcp_notify_ctx_t *ctx = rctx->data;
 
-    ngx_uint_t           i;
+    ngx_uint_t           i, sync, status;
+    const char          *msg;
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
 
+    /* (ctx lives in the request's pool: not read once it may be gone) */
     r = ctx->request;
     c = r->connection;
+    sync = ctx->sync;
     ctx->resolving = NULL;
+    status = 0;
+    msg = NULL;
 
     if (rctx->state || rctx->naddrs == 0) {
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
                       "sandbox_mcp notify: %V could not be resolved (%i: %s)",
                       &ctx->url.host, rctx->state,
                       ngx_resolver_strerror(rctx->state));
-        ngx_resolve_name_done(rctx);
-        (void) ngx_http_sandbox_mcp_notify_refuse(ctx, NGX_HTTP_BAD_GATEWAY,
-                          "notify: the destination's host %V does not "
-                          "resolve", &ctx->url.host);
-        goto done;
-    }
+        status = NGX_HTTP_BAD_GATEWAY;
+        msg = "notify: the destination's host %V does not resolve";
 
-    for (i = 0; i < rctx->naddrs; i++) {
-        if (ngx_http_sandbox_mcp_notify_private(rctx->addrs[i].sockaddr)) {
-            ngx_resolve_name_done(rctx);
-            (void) ngx_http_sandbox_mcp_notify_refuse(ctx, NGX_HTTP_FORBIDDEN,
-                          "notify: the destination's host %V resolves to a "
-                          "private address (list the address itself to "
-                          "reach it)", &ctx->url.host);
-            goto done;
+    } else {
+        for (i = 0; i < rctx->naddrs; i++) {
+            if (ngx_http_sandbox_mcp_notify_private(rctx->addrs[i].sockaddr))
+            {
+                status = NGX_HTTP_FORBIDDEN;
+                msg = "notify: the destination's host %V resolves to a "
+                      "private address (list the address itself to reach "
+                      "it)";
+                break;
+            }
         }
-    }
 
-    if (ngx_http_sandbox_mcp_notify_upstream(ctx, &rctx->addrs[0])
-        != NGX_OK)
-    {
-        ngx_resolve_name_done(rctx);
-        ctx->done = 1;
-        ctx->rc = NGX_DONE;
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        goto done;
+        if (status == 0
+            && ngx_http_sandbox_mcp_notify_upstream(ctx, &rctx->addrs[0])
+               != NGX_OK)
+        {
+            status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     ngx_resolve_name_done(rctx);
 
-    /* checked: resume the phases where the access check stopped */
-    ctx->done = 1;
-    ctx->granted = 1;
-    ctx->rc = NGX_OK;
+    if (sync) {
+        /* a cached answer, within ngx_resolve_name(): the access handler
+         * goes on from here (notify_resolve) */
+        ctx->status = status;
+        ctx->msg = msg;
 
-    if (!ctx->sync) {
+        if (status == 0) {
+            ctx->done = 1;
+            ctx->granted = 1;
+            ctx->rc = NGX_OK;
+        }
+
+        return;
+    }
+
+    if (status == NGX_HTTP_INTERNAL_SERVER_ERROR) {
+        ctx->done = 1;
+        ctx->rc = NGX_DONE;
+        ngx_http_finalize_request(r, status);
+
+    } else if (status) {
+        (void) ngx_http_sandbox_mcp_notify_refuse(ctx, status, msg,
+                                                  &ctx->url.host);
+
+    } else {
+        /* checked: resume the phases where the access check stopped */
+        ctx->done = 1;
+        ctx->granted = 1;
+        ctx->rc = NGX_OK;
         ngx_http_core_run_phases(r);
     }
 
-done:
-
-    /* a cached answer comes within ngx_resolve_name(): the access
-     * handler goes on from ctx->rc */
-    if (!ctx->sync) {
-        ngx_http_run_posted_requests(c);
-    }
+    ngx_http_run_posted_requests(c);
 }
 
 
@@ -284,6 +304,15 @@ ngx_http_sandbox_mcp_notify_resolve(ngx_http_sandbox_mcp_notify_ctx_t *ctx)
     }
 
     ctx->sync = 0;
+
+    if (ctx->status == NGX_HTTP_INTERNAL_SERVER_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->status) {
+        return ngx_http_sandbox_mcp_notify_refuse(ctx, ctx->status, ctx->msg,
+                                                  &ctx->url.host);
+    }
 
     return ctx->done ? ctx->rc : NGX_AGAIN;
 }
