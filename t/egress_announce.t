@@ -36,6 +36,7 @@ my @CREDS = qw(ANTHROPIC_API_KEY OPENAI_API_KEY AZURE_OPENAI_API_KEY
 sub egress_with {
     my (%env) = @_;
     $t->stop_nginx('egress');
+    $t->redis('CONFIG', 'RESETSTAT');
     delete @ENV{@CREDS};
     @ENV{keys %env} = values %env;
     $ENV{$_} = 'http://127.0.0.1:9' for qw(ANTHROPIC_BASE_URL GITHUB_URL GITHUB_API_URL);
@@ -52,6 +53,15 @@ sub announced {
         $got = $t->redis('GET', 'smcp:egress:routes');
         return defined $got && $got eq $want;
     }), "$what: the egress announced \"$want\"") or diag('got ' . ($got // 'nothing'));
+    # every worker announces once its connection is made (a SET each:
+    # nothing else here writes one): a later one would write the routes
+    # again after a test removed them
+    my @workers = $t->worker_pids('egress');
+    my ($want_n, $n) = (scalar @workers, 0);
+    ok(wait_until(10, sub {
+        ($n) = ($t->redis('INFO', 'commandstats') // '') =~ /^cmdstat_set:calls=(\d+)/m;
+        return ($n // 0) >= $want_n;
+    }), "$what: each of the $want_n egress workers announced") or diag(($n // 0) . ' did');
 }
 
 # nothing in Redis changes, and the answer is the call's own
