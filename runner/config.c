@@ -265,9 +265,10 @@ static const runner_option_t  runner_options[] = {
     { "notify-secret-file", "PATH", "SMCP_NOTIFY_SECRET_FILE", NULL,
       "completion notifications are signed with the file's first line (at "
       "least 16 bytes): X-SMCP-Signature, HMAC-SHA256 of X-SMCP-Timestamp, "
-      "\".\" and the body; without it they go unsigned",
+      "\".\" and the body; without it (and without $SMCP_NOTIFY_SECRET, "
+      "the secret itself) they go unsigned",
       RUNNER_OPT_SECRET, 0, RUNNER_F(notify_secret), 0, SMCP_SECRET_MIN, 0,
-      NULL },
+      "SMCP_NOTIFY_SECRET" },
 
     { "notify-window", "SECONDS", "SMCP_NOTIFY_WINDOW", "3600",
       "a completion notification not delivered is tried again (after 1 s, "

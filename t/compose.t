@@ -32,6 +32,9 @@
 #     session's network only before the run goes into it; a message sent
 #     with opencode_send_message while its agent works is delivered and
 #     reaches the model's next request
+#   - completion notifications (SMCP_NOTIFY_ALLOW, SMCP_NOTIFY_SECRET): a
+#     follow-up's `notify` reaches a receiver on docker0 through the egress
+#     container, signed with the secret the runner was given
 #   - an upgrade of the egress container in the middle of a run
 #     (`docker-compose up -d --force-recreate egress`, as a changed image
 #     or provider key recreates it): the runner joins the new container to
@@ -88,6 +91,7 @@ use SMCP::Docker qw(:all);
 use SMCP::Test qw(json_decode repo_root wait_until rhex prereq_fail which_bin free_port
                   smcp_version);
 use SMCP::Fakes;
+use SMCP::Receiver;
 
 my $t0 = time();
 my $root = repo_root();
@@ -377,6 +381,14 @@ sub gate_open {
     open(my $fh, '>', "$gate_dir/open-$g") or die "gate $g: $!";
     close $fh;
 }
+
+# completion notifications: a receiver on docker0 (a private address: the
+# prefix names it, as an operator would), the runner signing with
+# SMCP_NOTIFY_SECRET
+my $notify_secret = rhex(16);
+my $rcv = SMCP::Receiver->start(addr => $docker0, secret => $notify_secret);
+$ENV{SMCP_NOTIFY_ALLOW} = $rcv->url . '/hooks/';
+$ENV{SMCP_NOTIFY_SECRET} = $notify_secret;
 
 # a package registry (issue 14): SMCP_REGISTRIES=npm, its upstream
 # NPM_REGISTRY_URL a static stand-in on docker0 like the fake model
@@ -1161,9 +1173,17 @@ like($run_a2, qr/^run_[0-9a-f]{24}$/, "a second task of session A queued ($run_a
     $held //= 'none';
     push @my_containers, $held;
     is(networks_of($held), $pool_net, "... waiting on $pool_net");
-    my $ft = run_task(task => 'Say hello again.', sessionId => $ses, title => 'compose follow-up');
+    my $ft = run_task(task => 'Say hello again.', sessionId => $ses, title => 'compose follow-up',
+                      notify => { url => $rcv->url . '/hooks/compose' });
     my $fres = wait_result($ft->{runId} // 'none', 150);
     is($fres->{status}, 'completed', 'the follow-up completes') or diag(explain($fres));
+    my $n;
+    ok(wait_until(60, sub { ($n) = $rcv->requests(path => '/hooks/compose'); $n }, 0.5),
+       "the follow-up's notification reached the receiver (SMCP_NOTIFY_ALLOW)")
+        or diag(redis_cli('XRANGE', "smcp:run:" . ($ft->{runId} // 'none') . ':events', '-', '+'));
+    $n //= {};
+    is(($n->{json} // {})->{runId}, $ft->{runId}, '... naming the run');
+    is($n->{sig} // '', 'ok', '... signed with SMCP_NOTIFY_SECRET (the runner\'s)');
     is(substr(redis_raw('HGET', "smcp:run:" . ($ft->{runId} // 'none'), 'container_id') // '-',
               0, 12), substr($held, 0, 12), '... in the held sandbox');
     like(redis_cli('XRANGE', "smcp:run:$ft->{runId}:events", '-', '+'), qr/\\"warm\\":true/,

@@ -98,7 +98,9 @@ my %shared = (SMCP_REDIS_PREFIX => 'cfgimg:', SMCP_LOG_FORMAT => 'json',
                [ SMCP_GIT_HOST => qw(nginx runner) ],
                [ SMCP_TENANT_REDIS_BYTES => qw(nginx runner) ],
                [ SMCP_TENANT_DISK => qw(nginx runner) ],
-               [ SMCP_TENANT_SESSIONS => qw(nginx) ]) {
+               [ SMCP_TENANT_SESSIONS => qw(nginx) ],
+               [ SMCP_NOTIFY_ALLOW => qw(nginx egress) ],
+               [ SMCP_NOTIFY_SECRET => qw(runner) ]) {
         my ($name, @svcs) = @$c;
         my @not = grep { !$env{$_}{$name} } @svcs;
         ok(!@not, "docker-compose: $name reaches @svcs") or diag("not: @not");

@@ -1015,6 +1015,63 @@ test_config_keys(void)
 }
 
 
+/* the notifications' secret: the file's first line, else
+ * $SMCP_NOTIFY_SECRET itself (docker-compose's), else none; short: refused */
+static void
+test_config_notify(void)
+{
+    int               rc, fd;
+    char              err[512], path[] = "/tmp/smcp-unit-notify-XXXXXX";
+    char             *argv[6];
+    runner_config_t   c;
+
+    static const char  file[] = "file-secret-0123456789\nsecond line\n";
+
+    argv[0] = "smcp-runner";
+    argv[1] = "--egress-url";
+    argv[2] = "http://x";
+    argv[3] = NULL;
+
+    unsetenv("SMCP_NOTIFY_SECRET");
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.notify_secret.len == 0,
+       "config: no notify secret: unsigned (%s)", rc ? err : "ok");
+
+    setenv("SMCP_NOTIFY_SECRET", "env-secret-0123456789", 1);
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.notify_secret.len == 21
+       && memcmp(c.notify_secret.data, "env-secret-0123456789", 21) == 0,
+       "config: $SMCP_NOTIFY_SECRET: the secret itself (%s)",
+       rc ? err : "ok");
+
+    fd = mkstemp(path);
+    if (fd < 0 || write(fd, file, sizeof(file) - 1) != sizeof(file) - 1) {
+        ok(0, "config: a notify secret file written");
+        return;
+    }
+
+    close(fd);
+    argv[3] = "--notify-secret-file";
+    argv[4] = path;
+    argv[5] = NULL;
+    rc = runner_config_load(&c, 5, argv, err, sizeof(err));
+    ok(rc == RUNNER_OK && c.notify_secret.len == 22
+       && memcmp(c.notify_secret.data, "file-secret-0123456789", 22) == 0,
+       "config: --notify-secret-file wins, its first line (%s)",
+       rc ? err : "ok");
+    unlink(path);
+
+    setenv("SMCP_NOTIFY_SECRET", "short", 1);
+    rc = runner_config_load(&c, 3, argv, err, sizeof(err));
+    ok(rc == RUNNER_ERR && strstr(err, "SMCP_NOTIFY_SECRET")
+       && strstr(err, "shorter than 16 bytes"),
+       "config: a short $SMCP_NOTIFY_SECRET: refused: %s", err);
+    ok(strstr(err, "short\"") == NULL && strstr(err, ": short") == NULL,
+       "config: ... the message does not echo it");
+    unsetenv("SMCP_NOTIFY_SECRET");
+}
+
+
 /* the option table: flag, else environment, else default; bad values
  * refused with what was wrong; --metrics off */
 static void
@@ -1107,6 +1164,7 @@ test_config(void)
 
     test_config_pools();
     test_config_keys();
+    test_config_notify();
 
     /* --metrics: off by default and with "off" (make up's setting when
      * there is to be no listener), an address otherwise */
