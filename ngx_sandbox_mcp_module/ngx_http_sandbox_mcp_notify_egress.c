@@ -53,6 +53,8 @@ typedef struct {
 
 static ngx_int_t ngx_http_sandbox_mcp_notify_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static u_char *ngx_http_sandbox_mcp_notify_log_error(ngx_http_request_t *r,
+    ngx_http_request_t *sr, u_char *buf, size_t len);
 
 
 static ngx_http_variable_t  ngx_http_sandbox_mcp_notify_vars[] = {
@@ -136,6 +138,50 @@ ngx_http_sandbox_mcp_notify_to(ngx_http_request_t *r, ngx_str_t *to)
     }
 
     return n == 1 ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * The request's error log context, as nginx's own (server, request,
+ * upstream, host) but for the upstream's URI: a destination's path may be
+ * its secret (a Slack webhook's), so "upstream" names its scheme and
+ * address only, whatever nginx logs (a refused connection, a timeout).
+ */
+static u_char *
+ngx_http_sandbox_mcp_notify_log_error(ngx_http_request_t *r,
+    ngx_http_request_t *sr, u_char *buf, size_t len)
+{
+    u_char                    *p;
+    ngx_http_upstream_t       *u;
+    ngx_http_core_srv_conf_t  *cscf;
+
+    cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    p = ngx_snprintf(buf, len, ", server: %V", &cscf->server_name);
+    len -= p - buf;
+    buf = p;
+
+    if (r->request_line.len) {
+        p = ngx_snprintf(buf, len, ", request: \"%V\"", &r->request_line);
+        len -= p - buf;
+        buf = p;
+    }
+
+    u = sr->upstream;
+
+    if (u && u->peer.name) {
+        p = ngx_snprintf(buf, len, ", upstream: \"%V%V/...\"", &u->schema,
+                         u->peer.name);
+        len -= p - buf;
+        buf = p;
+    }
+
+    if (r->headers_in.host) {
+        buf = ngx_snprintf(buf, len, ", host: \"%V\"",
+                           &r->headers_in.host->value);
+    }
+
+    return buf;
 }
 
 
@@ -348,6 +394,7 @@ ngx_http_sandbox_mcp_notify_egress_handler(ngx_http_request_t *r)
 
     ctx->request = r;
     ngx_http_set_ctx(r, ctx, ngx_http_sandbox_mcp_notify_module);
+    r->log_handler = ngx_http_sandbox_mcp_notify_log_error;
 
     if (r->method != NGX_HTTP_POST) {
         return ngx_http_sandbox_mcp_notify_refuse(ctx, NGX_HTTP_NOT_ALLOWED,
