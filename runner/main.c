@@ -437,7 +437,7 @@ main(int argc, char **argv)
     int                rc, delay, waiting, janitor_up, sentinel_up;
     int                notify_up;
     char               err[RUNNER_ERRLEN];
-    pthread_t          janitor, sentinel, notify;
+    pthread_t          janitor, sentinel;
     runner_store_t    *st;
     runner_timers_t    tm;
     struct sigaction   sa;
@@ -576,12 +576,12 @@ main(int argc, char **argv)
             runner_log("error", NULL, "cannot start the janitor thread");
         }
 
-        if (pthread_create(&notify, NULL, runner_notify_thread, NULL) == 0) {
+        if (runner_notify_start(err, sizeof(err)) == RUNNER_OK) {
             notify_up = 1;
 
         } else {
-            runner_log("error", NULL, "cannot start the notify thread: no "
-                       "completion notification is sent by this runner");
+            runner_log("error", NULL, "%s: no completion notification is "
+                       "sent by this runner", err);
         }
     }
 
@@ -609,7 +609,7 @@ main(int argc, char **argv)
     }
 
     if (notify_up) {
-        pthread_join(notify, NULL);
+        runner_notify_stop();
     }
 
     if (sentinel_up) {

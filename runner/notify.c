@@ -2,13 +2,15 @@
  * Completion notifications.  A run started with opencode_run_task's
  * `notify` ({url, format}) is listed in the `notify` zset once it ends
  * (finish.lua, run_cancel.lua), scored by when its next attempt is due.
- * A thread per runner, every RUNNER_NOTIFY_TICK_MS, takes the runs due
- * (at most RUNNER_NOTIFY_BATCH), claims each attempt (notify_claim.lua: a
- * lease, so that no other runner sends it meanwhile), makes the message
- * (json, slack or ntfy) from the run hash and POSTs it to the egress
- * proxy's /notify route with a token of scope `notify`; the egress checks
- * the destination against its own allowlist and forwards the request (the
- * runner itself reaches no other host).  A 2xx answer: delivered; else it
+ * RUNNER_NOTIFY_SENDERS threads per runner, each every
+ * RUNNER_NOTIFY_TICK_MS, take the runs due (at most RUNNER_NOTIFY_BATCH),
+ * claim each attempt (notify_claim.lua: a lease, so that no other sender,
+ * of this runner or another, sends it meanwhile: a destination that never
+ * answers holds one sender up to RUNNER_NOTIFY_TIMEOUT_S, and the others
+ * go on), make the message (json, slack or ntfy) from the run hash and
+ * POST it to the egress proxy's /notify route with a token of scope
+ * `notify`; the egress checks the destination against its own allowlist
+ * and forwards the request (the runner itself reaches no other host).  A 2xx answer: delivered; else it
  * is tried again after 1, 2, 4 ... 300 s until --notify-window has passed
  * since the first attempt, then given up.  Every attempt is a `notify`
  * event of the run (notify_result.lua).  Several runners may run it at
@@ -983,7 +985,12 @@ done:
 }
 
 
-void *
+static pthread_t  runner_notify_senders[RUNNER_NOTIFY_SENDERS];
+static int        runner_notify_nsenders;
+
+
+/* a sender: arg, its number, staggers its first look */
+static void *
 runner_notify_thread(void *arg)
 {
     int              i, n, rc, said, claimed;
@@ -992,13 +999,9 @@ runner_notify_thread(void *arg)
     char             err[RUNNER_ERRLEN];
     char             ids[RUNNER_NOTIFY_BATCH][SMCP_ID_LEN + 1];
 
-    if (runner_config->notify_secret.len == 0) {
-        runner_log("info", NULL, "completion notifications are sent "
-                   "unsigned (no X-SMCP-Signature): no --notify-secret-file");
-    }
-
     st = NULL;
-    next = 0;
+    next = smcp_now_ms() + (intptr_t) arg * RUNNER_NOTIFY_TICK_MS
+                           / RUNNER_NOTIFY_SENDERS;
     said = 0;
 
     while (!atomic_load(&runner_stop)) {
@@ -1053,4 +1056,55 @@ runner_notify_thread(void *arg)
     runner_store_close(st);
 
     return NULL;
+}
+
+
+/* the senders started; RUNNER_ERR: none could be (err says why) */
+int
+runner_notify_start(char *err, size_t errlen)
+{
+    intptr_t  i;
+
+    if (runner_config->notify_secret.len == 0) {
+        runner_log("info", NULL, "completion notifications are sent "
+                   "unsigned (no X-SMCP-Signature): no --notify-secret-file "
+                   "or $SMCP_NOTIFY_SECRET");
+    }
+
+    for (i = 0; i < RUNNER_NOTIFY_SENDERS; i++) {
+        if (pthread_create(&runner_notify_senders[i], NULL,
+                           runner_notify_thread, (void *) i)
+            != 0)
+        {
+            break;
+        }
+
+        runner_notify_nsenders++;
+    }
+
+    if (runner_notify_nsenders == 0) {
+        snprintf(err, errlen, "cannot start a notify thread");
+        return RUNNER_ERR;
+    }
+
+    if (runner_notify_nsenders < RUNNER_NOTIFY_SENDERS) {
+        runner_log("warn", NULL, "notify: %d of %d sender threads started",
+                   runner_notify_nsenders, RUNNER_NOTIFY_SENDERS);
+    }
+
+    return RUNNER_OK;
+}
+
+
+/* after runner_stop is set: the senders' ends waited for */
+void
+runner_notify_stop(void)
+{
+    int  i;
+
+    for (i = 0; i < runner_notify_nsenders; i++) {
+        pthread_join(runner_notify_senders[i], NULL);
+    }
+
+    runner_notify_nsenders = 0;
 }

@@ -187,6 +187,7 @@
                                                pool's, a session's */
 
 /* completion notifications (notify.c) */
+#define RUNNER_NOTIFY_SENDERS        4      /* threads: attempts at once */
 #define RUNNER_NOTIFY_TICK_MS        500    /* due ones looked for */
 #define RUNNER_NOTIFY_BATCH          8      /* ... at most this many */
 #define RUNNER_NOTIFY_LEASE_MS       60000  /* a claimed attempt's */
@@ -856,8 +857,9 @@ int runner_relay_ensure(char *err, size_t errlen);
 void *runner_janitor_thread(void *arg);
 
 /* notify.c: runs' completion notifications delivered, by any number of
- * runners at once */
-void *runner_notify_thread(void *arg);
+ * runners at once, RUNNER_NOTIFY_SENDERS threads each */
+int runner_notify_start(char *err, size_t errlen);
+void runner_notify_stop(void);
 
 /* image.c */
 int runner_image_check(const char *image, char *err, size_t errlen);
