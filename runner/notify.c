@@ -10,9 +10,10 @@
  * go on), make the message (json, slack or ntfy) from the run hash and
  * POST it to the egress proxy's /notify route with a token of scope
  * `notify`; the egress checks the destination against its own allowlist
- * and forwards the request (the runner itself reaches no other host).  A 2xx answer: delivered; else it
- * is tried again after 1, 2, 4 ... 300 s until --notify-window has passed
- * since the first attempt, then given up.  Every attempt is a `notify`
+ * and forwards the request (the runner itself reaches no other host).  A
+ * 2xx answer: delivered; else it is tried again after 1, 2, 4 ... 300 s
+ * until --notify-window has passed since the first attempt, then given
+ * up.  Every attempt is a `notify`
  * event of the run (notify_result.lua).  Several runners may run it at
  * once; a runner stopping leaves `notify` as it is (the lease runs out,
  * another runner, or this one restarted, goes on).
