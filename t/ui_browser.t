@@ -31,7 +31,8 @@
 # press, "Keep it running", or 5 s); the run list's repository, branch,
 # duration (live) and cost.  Screenshots go to build/ui-screenshots/ (the
 # docs' are copies in docs/screenshots/: run-desktop.png, run-phone.png —
-# a running run at 390 px —, runs-phone.png).
+# a running run at 390 px —, runs-phone.png, runs-form-phone.png: the New
+# run form at 390 px).
 #
 # The browser side is t/js/ui_browser.mjs; it reports one JSON line per
 # check and every line becomes an assertion here (SMCP::Test::js_checks).
@@ -114,6 +115,7 @@ my @EXPECTED = (
     "the run list's form starts a run: the link's grants offered, refusals said, hostile text kept as text",
     "a run's watchUrl offers no follow-up (it only watches)",
     '390 px: the run list does not scroll sideways',
+    "390 px: the New run form opens without sideways scroll, its model field's markup refused as text",
     'a tampered link: the 401 page, no run data',
     "the 401 page says how to get a new link: opencode_get_result's watchUrl, make token SUB=<tenant> UI=1",
     'a link that stops working under an open page: it says how to get a new one',
@@ -257,7 +259,7 @@ is($t->redis('HGET', "${P}run:$live->{runId}", 'cancel_requested') // '', '',
 is($t->redis('HGET', "${P}run:$follow->{runId}", 'cancel_requested') // '', '',
    'Cancel pressed once (not confirmed) cancelled nothing');
 
-for my $f (qw(run-desktop.png run-phone.png runs-phone.png)) {
+for my $f (qw(run-desktop.png run-phone.png runs-phone.png runs-form-phone.png)) {
     ok(-s "$shots/$f", "screenshot $f saved");
 }
 

@@ -1074,6 +1074,26 @@ await check('390 px: the run list does not scroll sideways', async () => {
     return `scrollWidth ${sw}, viewport ${vw}`;
 });
 await page.screenshot({ path: `${shots}/runs-phone.png` });
+await check('390 px: the New run form opens without sideways scroll, its model field\'s markup refused as text', async () => {
+    await page.locator('#new-details > summary').click();
+    await page.locator('#new-task').waitFor({ timeout: WAIT });
+    await page.locator('#new-task').fill('Add a CHANGELOG entry for the login fix.');
+    await page.locator('#new-repo').fill('https://github.com/acme/app');
+    await page.locator('#new-model').fill(`x"><img src=x onerror=window.__smcpXss=6>`);
+    await page.locator('#new-send').click();
+    await page.locator('#new-note', { hasText: /^Not started: .*model/i })
+        .waitFor({ timeout: WAIT }).catch(async (e) => {
+            throw new Error(`${await text(page, '#new-note')}: ${e.message}`);
+        });
+    const r = await page.evaluate(() => ({ flag: window.__smcpXss,
+                                           img: document.querySelectorAll('img').length }));
+    assert(!r.flag && r.img === 0, `markup ran: ${JSON.stringify(r)}`);
+    await page.locator('#new-model').fill('');
+    const [sw, vw] = await widths(page);
+    assert(sw <= vw, `scrollWidth ${sw} > ${vw}`);
+    return `refused: ${await text(page, '#new-note')}; scrollWidth ${sw}, viewport ${vw}`;
+});
+await page.screenshot({ path: `${shots}/runs-form-phone.png` });
 await page.close();
 
 // ---------------------------------------------------------------------------
