@@ -157,7 +157,14 @@ SMCP::Events::check_events_exact([$up->t->run_events($id)], $up->t->run_hash($id
 my $after = $up->call($token, $sid, 'opencode_run_task', { task => 'SCENARIO-AFTER: wait' });
 my $aid = $after->{runId} // 'none';
 like($aid, qr/^run_[0-9a-f]{24}$/, 'the token and the MCP session of before start a run');
-ok(wait_until(180, sub { ticks($aid) >= 1 }, 0.3), '... which runs');
+ok(wait_until(300, sub { ticks($aid) >= 1 }, 0.3), '... which runs') or do {
+    my $h = $up->t->run_hash($aid);
+    diag('run ' . json_encode({ map { ($_ => $h->{$_}) } grep { $_ ne 'task' } keys %$h }));
+    diag('events: ' . join(' ', map { ($_->{type} // '?') . '=' . substr($_->{data} // '', 0, 160) }
+                                    $up->t->run_events($aid)));
+    diag(`tail -40 $state/logs/runner.log`);
+    diag(`docker ps -a --format '{{.Names}} {{.Status}} {{.Image}}' 2>&1 | head -20`);
+};
 is(container_inspect_field(sandbox_of($aid), '{{.Image}}'), $new_image,
    '... in a sandbox of the new image');
 
