@@ -1,13 +1,13 @@
 /*
  * Where a run's completion notification may go: sandbox_mcp_notify_allow
  * PREFIX ...; lists the URL prefixes a notify URL must start with.  A
- * URL is plain: http or https, a host in lower case (a name, or an
+ * URL is plain, as common/smcp_url.h checks it for the module and the
+ * runner alike: http or https, a host in lower case (a name, or an
  * address: IPv4 dotted, IPv6 in brackets), no user info, a path, no
  * fragment, no space or control character, no "." or ".." segment and no
- * escaped dot, slash or backslash before the query (a server that folds
- * them would reach past its prefix).  A prefix is such a URL too, so its
- * host ends where its path begins: "https://ntfy.sh/" does not match
- * "https://ntfy.sh.example/".
+ * escaped dot, slash or backslash before the query.  A prefix is such a
+ * URL too, so its host ends where its path begins: "https://ntfy.sh/" does
+ * not match "https://ntfy.sh.example/".
  *
  *     sandbox_mcp_notify_allow https://hooks.slack.com/services/
  *                              https://ntfy.sh/ http://10.0.0.7:8080/;
@@ -94,115 +94,12 @@ ngx_module_t  ngx_http_sandbox_mcp_notify_module = {
 };
 
 
-/* the host of u->authority: a name, an IPv4 or a bracketed IPv6 address */
-static const char *
-ngx_http_sandbox_mcp_notify_host(ngx_http_sandbox_mcp_notify_url_t *u)
+/* a part of the URL smcp_url_parse() found, as nginx holds one */
+static void
+ngx_http_sandbox_mcp_notify_part(ngx_str_t *s, smcp_url_part_t *part)
 {
-    u_char     *p, *last, *end;
-    ngx_int_t   port;
-#if (NGX_HAVE_INET6)
-    u_char      a6[16];
-#endif
-
-    p = u->authority.data;
-    last = p + u->authority.len;
-
-    if (p < last && *p == '[') {
-        end = ngx_strlchr(p, last, ']');
-        if (end == NULL) {
-            return "has an IPv6 address without its \"]\"";
-        }
-
-        u->host.data = p + 1;
-        u->host.len = end - p - 1;
-        u->literal = 1;
-        p = end + 1;
-
-#if (NGX_HAVE_INET6)
-        if (ngx_inet6_addr(u->host.data, u->host.len, a6) != NGX_OK) {
-            return "has a bad IPv6 address";
-        }
-#else
-        return "has an IPv6 address, which this nginx cannot reach";
-#endif
-
-    } else {
-        for (end = p; end < last && *end != ':'; end++) {
-            if (!((*end >= 'a' && *end <= 'z') || (*end >= '0' && *end <= '9')
-                  || *end == '-' || *end == '.'))
-            {
-                return "needs a host of lower-case letters, digits, \"-\" "
-                       "and \".\"";
-            }
-        }
-
-        u->host.data = p;
-        u->host.len = end - p;
-
-        if (u->host.len == 0 || u->host.len > 253 || *p == '.'
-            || end[-1] == '.' || ngx_strlcasestrn(p, end, (u_char *) "..", 1))
-        {
-            return "needs a host name";
-        }
-
-        u->literal = ngx_inet_addr(p, u->host.len) != INADDR_NONE;
-        p = end;
-    }
-
-    if (p == last) {
-        return NULL;
-    }
-
-    if (*p != ':' || p + 1 == last) {
-        return "has a bad port";
-    }
-
-    port = ngx_atoi(p + 1, last - p - 1);
-    if (port < 1 || port > 65535) {
-        return "has a bad port";
-    }
-
-    u->port = (in_port_t) port;
-
-    return NULL;
-}
-
-
-/* no "." or ".." segment, no %2e, %2f or %5c before the query */
-static const char *
-ngx_http_sandbox_mcp_notify_path(ngx_str_t *path)
-{
-    u_char  *p, *last, *seg;
-
-    last = ngx_strlchr(path->data, path->data + path->len, '?');
-    if (last == NULL) {
-        last = path->data + path->len;
-    }
-
-    seg = path->data + 1;
-
-    for (p = path->data + 1; p <= last; p++) {
-        if (p == last || *p == '/') {
-            if ((p - seg == 1 && seg[0] == '.')
-                || (p - seg == 2 && seg[0] == '.' && seg[1] == '.'))
-            {
-                return "has a \".\" or \"..\" segment in its path";
-            }
-
-            seg = p + 1;
-            continue;
-        }
-
-        if (*p == '%' && last - p >= 3
-            && ((p[1] == '2' && (p[2] == 'e' || p[2] == 'E'
-                                 || p[2] == 'f' || p[2] == 'F'))
-                || (p[1] == '5' && (p[2] == 'c' || p[2] == 'C'))))
-        {
-            return "has an escaped dot, slash or backslash in its path";
-        }
-    }
-
-    return NULL;
+    s->data = (u_char *) part->data;
+    s->len = part->len;
 }
 
 
@@ -211,58 +108,31 @@ static const char *
 ngx_http_sandbox_mcp_notify_parse(ngx_str_t *url,
     ngx_http_sandbox_mcp_notify_url_t *u)
 {
-    u_char      *p, *last, *start;
+    smcp_url_t   su;
     const char  *why;
 
     ngx_memzero(u, sizeof(ngx_http_sandbox_mcp_notify_url_t));
     u->text = *url;
 
-    if (url->len == 0 || url->len > NGX_HTTP_SANDBOX_MCP_NOTIFY_URL_MAX) {
-        return "must be a URL of 1 to 2048 bytes";
+    why = smcp_url_parse((const char *) url->data, url->len, &su);
+    if (why) {
+        return why;
     }
 
-    last = url->data + url->len;
-
-    for (p = url->data; p < last; p++) {
-        if (*p <= 0x20 || *p >= 0x7f || ngx_strchr("\"<>\\^`{|}#", *p)) {
-            return "must be a plain URL: no space, control character, "
-                   "fragment or any of \"<>\\^`{|}";
-        }
+#if !(NGX_HAVE_INET6)
+    if (su.authority.data[0] == '[') {
+        return "has an IPv6 address, which this nginx cannot reach";
     }
+#endif
 
-    if (url->len > 7 && ngx_strncmp(url->data, "http://", 7) == 0) {
-        u->scheme.len = 4;
-        u->port = 80;
+    ngx_http_sandbox_mcp_notify_part(&u->scheme, &su.scheme);
+    ngx_http_sandbox_mcp_notify_part(&u->host, &su.host);
+    ngx_http_sandbox_mcp_notify_part(&u->authority, &su.authority);
+    ngx_http_sandbox_mcp_notify_part(&u->path, &su.path);
+    u->port = (in_port_t) su.port;
+    u->literal = su.literal;
 
-    } else if (url->len > 8 && ngx_strncmp(url->data, "https://", 8) == 0) {
-        u->scheme.len = 5;
-        u->port = 443;
-
-    } else {
-        return "must start with http:// or https://";
-    }
-
-    u->scheme.data = url->data;
-    start = url->data + u->scheme.len + 3;
-
-    for (p = start; p < last && *p != '/' && *p != '?'; p++) {
-        if (*p == '@') {
-            return "must not carry a user name or password";
-        }
-    }
-
-    if (p == last || *p != '/') {
-        return "needs a path after its host (at least \"/\")";
-    }
-
-    u->authority.data = start;
-    u->authority.len = p - start;
-    u->path.data = p;
-    u->path.len = last - p;
-
-    why = ngx_http_sandbox_mcp_notify_host(u);
-
-    return why ? why : ngx_http_sandbox_mcp_notify_path(&u->path);
+    return NULL;
 }
 
 
@@ -333,63 +203,6 @@ ngx_http_sandbox_mcp_notify_tenant(ngx_http_request_t *r, ngx_str_t *tenant)
     }
 
     return NULL;
-}
-
-
-ngx_uint_t
-ngx_http_sandbox_mcp_notify_private(struct sockaddr *sa)
-{
-    in_addr_t             a;
-#if (NGX_HAVE_INET6)
-    u_char               *b;
-    struct sockaddr_in6  *sin6;
-#endif
-
-    switch (sa->sa_family) {
-
-#if (NGX_HAVE_INET6)
-    case AF_INET6:
-        sin6 = (struct sockaddr_in6 *) sa;
-        b = sin6->sin6_addr.s6_addr;
-
-        if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr)
-            || IN6_IS_ADDR_V4COMPAT(&sin6->sin6_addr))
-        {
-            a = (in_addr_t) b[12] << 24 | b[13] << 16 | b[14] << 8 | b[15];
-            break;
-        }
-
-        /* unspecified, loopback, unique local, link-local, multicast,
-         * NAT64's well-known prefix, documentation */
-        return IN6_IS_ADDR_UNSPECIFIED(&sin6->sin6_addr)
-               || IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr)
-               || (b[0] & 0xfe) == 0xfc
-               || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80)
-               || b[0] == 0xff
-               || (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff
-                   && b[3] == 0x9b)
-               || (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d
-                   && b[3] == 0xb8);
-#endif
-
-    case AF_INET:
-        a = ntohl(((struct sockaddr_in *) sa)->sin_addr.s_addr);
-        break;
-
-    default:
-        return 1;
-    }
-
-    return (a >> 24) == 0                       /* 0.0.0.0/8 */
-           || (a >> 24) == 10                   /* 10.0.0.0/8 */
-           || (a >> 24) == 127                  /* 127.0.0.0/8 */
-           || (a & 0xffc00000) == 0x64400000    /* 100.64.0.0/10 */
-           || (a & 0xffff0000) == 0xa9fe0000    /* 169.254.0.0/16 */
-           || (a & 0xfff00000) == 0xac100000    /* 172.16.0.0/12 */
-           || (a & 0xffffff00) == 0xc0000000    /* 192.0.0.0/24 */
-           || (a & 0xffff0000) == 0xc0a80000    /* 192.168.0.0/16 */
-           || (a & 0xfffe0000) == 0xc6120000    /* 198.18.0.0/15 */
-           || (a >> 28) >= 0xe;                 /* multicast, reserved */
 }
 
 

@@ -12,14 +12,14 @@
 
 
 #include "ngx_http_sandbox_mcp_module.h"
+#include "smcp_url.h"
 
-
-#define NGX_HTTP_SANDBOX_MCP_NOTIFY_URL_MAX     2048
 
 /* the header the runner names the destination in (not sent on) */
 #define NGX_HTTP_SANDBOX_MCP_NOTIFY_TO          "X-SMCP-Notify-To"
 
 
+/* a notify URL, parsed (common/smcp_url.c) */
 typedef struct {
     ngx_str_t                   text;       /* the whole URL */
     ngx_str_t                   scheme;     /* "http" or "https" */
@@ -56,10 +56,6 @@ const char *ngx_http_sandbox_mcp_notify_allowed(ngx_http_request_t *r,
 /* the tenant's own destination (sandbox_mcp_tenant_notify), or NULL */
 ngx_http_sandbox_mcp_notify_default_t *ngx_http_sandbox_mcp_notify_tenant(
     ngx_http_request_t *r, ngx_str_t *tenant);
-
-/* an address no notification goes to unless listed by it: loopback,
- * private, link-local, shared, multicast, reserved */
-ngx_uint_t ngx_http_sandbox_mcp_notify_private(struct sockaddr *sa);
 
 /* the egress's access handler and variables (notify_egress.c) */
 ngx_int_t ngx_http_sandbox_mcp_notify_egress_handler(ngx_http_request_t *r);

@@ -245,8 +245,7 @@ ngx_http_sandbox_mcp_notify_resolved(ngx_resolver_ctx_t *rctx)
 
     } else {
         for (i = 0; i < rctx->naddrs; i++) {
-            if (ngx_http_sandbox_mcp_notify_private(rctx->addrs[i].sockaddr))
-            {
+            if (smcp_addr_private(rctx->addrs[i].sockaddr)) {
                 status = NGX_HTTP_FORBIDDEN;
                 msg = "notify: the destination's host %V resolves to a "
                       "private address (list the address itself to reach "

@@ -19,10 +19,11 @@
  * another runner, or this one restarted, goes on).
  *
  * Everything read back from Redis is hostile: bounded (store_notify.c),
- * the URLs checked before they are used (a bad notify_url is given up,
- * never sent), the bodies made with jansson, the answer read up to
- * RUNNER_NOTIFY_ANSWER_MAX bytes.  Neither a token nor the destination's
- * path (a Slack webhook's path is its secret) is logged or stored.
+ * the URLs checked before they are used (a notify_url the module would
+ * not take, common/smcp_url.c, is given up, never sent), the bodies made
+ * with jansson, the answer read up to RUNNER_NOTIFY_ANSWER_MAX bytes.
+ * Neither a token nor the destination's path (a Slack webhook's path is
+ * its secret) is logged or stored.
  */
 
 #include <inttypes.h>
@@ -86,6 +87,7 @@ typedef struct {
     char                    origin[RUNNER_NOTIFY_URL_MAX + 2];  /* the
                                                url's scheme://host[:port]/:
                                                what may be shown */
+    char                    why[128];       /* notify_url's refusal */
     char                    task[RUNNER_NOTIFY_TASK_SIZE];  /* first line */
     char                    title[RUNNER_NOTIFY_TASK_SIZE];
     char                    error[RUNNER_NOTIFY_ERROR_SIZE];
@@ -96,12 +98,14 @@ typedef struct {
 
 
 /*
- * An http(s) URL fit to be sent on: at most max bytes, printable ASCII
- * without spaces, a host after the scheme; strict: none of < > | " either
- * (a Slack link is <url|text>).
+ * An http(s) URL fit to be a link of the message (the pull request, the
+ * run page): at most max bytes, printable ASCII without spaces, a host
+ * after the scheme, none of < > | " (a Slack link is <url|text>).  Looser
+ * than notify_url's check (common/smcp_url.c): a link is shown, nothing is
+ * sent to it (a pull request's path, a run page's port are as they come).
  */
 static int
-runner_notify_url_ok(const char *s, size_t max, int strict)
+runner_notify_link_ok(const char *s, size_t max)
 {
     size_t       n;
     const char  *p;
@@ -124,37 +128,13 @@ runner_notify_url_ok(const char *s, size_t max, int strict)
 
     for (p = s; *p; p++) {
         if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f
-            || (strict && strchr("<>|\"", *p) != NULL))
+            || strchr("<>|\"", *p) != NULL)
         {
             return 0;
         }
     }
 
     return 1;
-}
-
-
-/* scheme://host[:port]/ of a checked URL: its user and path left out */
-static void
-runner_notify_origin(const char *url, char *buf, size_t size)
-{
-    size_t       n, s;
-    const char  *host, *at;
-
-    s = strstr(url, "://") - url + 3;
-    host = url + s;
-    n = strcspn(host, "/?#");
-
-    /* user:password@host */
-    at = memchr(host, '@', n);
-
-    while (at) {
-        n -= at + 1 - host;
-        host = at + 1;
-        at = memchr(host, '@', n);
-    }
-
-    snprintf(buf, size, "%.*s%.*s/", (int) s, url, (int) n, host);
 }
 
 
@@ -265,14 +245,20 @@ runner_notify_check(runner_notify_msg_t *msg)
     size_t                 i, n;
     int64_t                ttl;
     char                  *token;
+    smcp_url_t             u;
+    const char            *why;
     runner_notify_run_t   *r = &msg->run;
 
-    if (!runner_notify_url_ok(r->url, RUNNER_NOTIFY_URL_MAX, 0)) {
-        return "notify_url is not an http(s) URL of at most 2048 bytes "
-               "without spaces or control characters";
+    why = smcp_url_parse(r->url, strlen(r->url), &u);
+
+    if (why) {
+        snprintf(msg->why, sizeof(msg->why), "notify_url %s", why);
+        return msg->why;
     }
 
-    runner_notify_origin(r->url, msg->origin, sizeof(msg->origin));
+    if (smcp_url_origin(&u, msg->origin, sizeof(msg->origin)) != SMCP_OK) {
+        return "notify_url's origin does not fit";
+    }
 
     if (!runner_notify_delivery_ok(msg->claim.delivery)) {
         return "notify_delivery is not 32 hex digits";
@@ -310,7 +296,7 @@ runner_notify_check(runner_notify_msg_t *msg)
     runner_notify_text(r->diff_stat, sizeof(r->diff_stat), r->diff_stat,
                        sizeof(r->diff_stat), 1);
 
-    if (!runner_notify_url_ok(r->pr_url, RUNNER_PR_URL_MAX - 1, 1)) {
+    if (!runner_notify_link_ok(r->pr_url, RUNNER_PR_URL_MAX - 1)) {
         r->pr_url[0] = '\0';
     }
 
@@ -322,7 +308,7 @@ runner_notify_check(runner_notify_msg_t *msg)
 
     msg->finished_at = runner_notify_number(r->finished_at);
 
-    if (!runner_notify_url_ok(r->page, RUNNER_NOTIFY_URL_MAX, 1)) {
+    if (!runner_notify_link_ok(r->page, RUNNER_NOTIFY_URL_MAX)) {
         return NULL;
     }
 

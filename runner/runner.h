@@ -58,6 +58,7 @@
 #include "smcp_keyring.h"
 #include "smcp_keys.h"
 #include "smcp_redis_addr.h"
+#include "smcp_url.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
 #include "smcp_version.h"
@@ -193,7 +194,7 @@
 #define RUNNER_NOTIFY_LEASE_MS       60000  /* a claimed attempt's */
 #define RUNNER_NOTIFY_TIMEOUT_S      10     /* one attempt, all of it */
 #define RUNNER_NOTIFY_BACKOFF_MAX_S  300    /* 1, 2, 4 ... 256, 300 s */
-#define RUNNER_NOTIFY_URL_MAX        2048   /* notify_url, notify_page */
+#define RUNNER_NOTIFY_URL_MAX        SMCP_URL_MAX  /* notify_url, notify_page */
 #define RUNNER_NOTIFY_TEXT_MAX       4096   /* bytes read of a text field */
 #define RUNNER_NOTIFY_TASK_CHARS     200    /* the task's first line */
 #define RUNNER_NOTIFY_ERROR_CHARS    500    /* the run's error */

@@ -1,10 +1,11 @@
 /*
  * Unit tests of common/smcp_validate.c, common/smcp_diff.c,
  * common/smcp_revoked.c, common/smcp_jsonrpc.c, common/smcp_keyring.c and
- * the key ids of common/smcp_jwt.c, common/smcp_redis_addr.c: what a
- * tenant, a sandbox, an operator's keys file or a Redis Sentinel sends, hostile cases
- * first (NUL, overlong, non-ASCII, ".lock", "..", userinfo, ports,
- * quoting).  Prints TAP.
+ * the key ids of common/smcp_jwt.c, common/smcp_redis_addr.c,
+ * common/smcp_url.c: what a tenant, a sandbox, an operator's keys file or
+ * a Redis Sentinel sends, hostile cases first (NUL, overlong, non-ASCII,
+ * ".lock", "..", userinfo, ports, quoting), and the addresses no
+ * notification goes to, each range's ends.  Prints TAP.
  */
 
 #include <stdarg.h>
@@ -12,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -24,6 +29,8 @@
 #include "smcp_keys.h"
 #include "smcp_redis_addr.h"
 #include "smcp_revoked.h"
+#include "smcp_url.h"
+#include "smcp_util.h"
 #include "smcp_validate.h"
 #include "tap.h"
 
@@ -1399,6 +1406,313 @@ test_redis_addr(void)
 }
 
 
+/* the refusals of smcp_url_parse(), as opencode_run_task says them */
+#define URL_LEN     "must be a URL of 1 to 2048 bytes"
+#define URL_BYTE    "must be a plain URL: no space, control character, " \
+                    "fragment or any of \"<>\\^`{|}"
+#define URL_SCHEME  "must start with http:// or https://"
+#define URL_USER    "must not carry a user name or password"
+#define URL_PATH    "needs a path after its host (at least \"/\")"
+#define URL_V6END   "has an IPv6 address without its \"]\""
+#define URL_V6      "has a bad IPv6 address"
+#define URL_CHARS   "needs a host of lower-case letters, digits, \"-\" " \
+                    "and \".\""
+#define URL_NAME    "needs a host name"
+#define URL_PORT    "has a bad port"
+#define URL_DOTSEG  "has a \".\" or \"..\" segment in its path"
+#define URL_ESCAPE  "has an escaped dot, slash or backslash in its path"
+
+
+static void
+test_url(void)
+{
+    /* taken: the parts, the port, the address flag, the origin */
+    static const struct {
+        in_t         url;
+        const char  *host, *authority, *path;
+        unsigned     port, literal;
+        const char  *origin;
+    } good[] = {
+        { IN("https://hooks.slack.com/services/T0/B0/XX"), "hooks.slack.com",
+          "hooks.slack.com", "/services/T0/B0/XX", 443, 0,
+          "https://hooks.slack.com/" },
+        { IN("http://10.0.0.7:8080/"), "10.0.0.7", "10.0.0.7:8080", "/",
+          8080, 1, "http://10.0.0.7:8080/" },
+        { IN("http://[fd00::7]:8080/hook"), "fd00::7", "[fd00::7]:8080",
+          "/hook", 8080, 1, "http://[fd00::7]:8080/" },
+        { IN("http://[::ffff:10.0.0.1]/"), "::ffff:10.0.0.1",
+          "[::ffff:10.0.0.1]", "/", 80, 1, "http://[::ffff:10.0.0.1]/" },
+        { IN("http://[FE80::1]/"), "FE80::1", "[FE80::1]", "/", 80, 1,
+          "http://[FE80::1]/" },
+        { IN("http://[1::2:3:4:5:6:7]/"), "1::2:3:4:5:6:7",
+          "[1::2:3:4:5:6:7]", "/", 80, 1, "http://[1::2:3:4:5:6:7]/" },
+        { IN("http://[::2:3:4:5:6:7:8]/"), "::2:3:4:5:6:7:8",
+          "[::2:3:4:5:6:7:8]", "/", 80, 1, "http://[::2:3:4:5:6:7:8]/" },
+        { IN("http://[::ffff:255.255.255.254]/"), "::ffff:255.255.255.254",
+          "[::ffff:255.255.255.254]", "/", 80, 1,
+          "http://[::ffff:255.255.255.254]/" },
+        { IN("https://ntfy.sh/t?x=%2e&y=/../"), "ntfy.sh", "ntfy.sh",
+          "/t?x=%2e&y=/../", 443, 0, "https://ntfy.sh/" },
+        { IN("http://h.example:065535/"), "h.example", "h.example:065535",
+          "/", 65535, 0, "http://h.example:065535/" },
+        { IN("http://h:1/"), "h", "h:1", "/", 1, 0, "http://h:1/" },
+        { IN("http://010.0.0.1/"), "010.0.0.1", "010.0.0.1", "/", 80, 1,
+          "http://010.0.0.1/" },
+        { IN("http://255.255.255.255/"), "255.255.255.255",
+          "255.255.255.255", "/", 80, 0, "http://255.255.255.255/" },
+        { IN("http://1.2.3.4.5/"), "1.2.3.4.5", "1.2.3.4.5", "/", 80, 0,
+          "http://1.2.3.4.5/" },
+        { IN("http://1.2.3.256/"), "1.2.3.256", "1.2.3.256", "/", 80, 0,
+          "http://1.2.3.256/" },
+        { IN("http://a-b.c-d/x/.../.a/a./y@z"), "a-b.c-d", "a-b.c-d",
+          "/x/.../.a/a./y@z", 80, 0, "http://a-b.c-d/" },
+        { IN("http://h/a%2"), "h", "h", "/a%2", 80, 0, "http://h/" },
+        { IN("http://h/%2x%25%5"), "h", "h", "/%2x%25%5", 80, 0,
+          "http://h/" },
+        { IN("http://h//"), "h", "h", "//", 80, 0, "http://h/" },
+    };
+
+    /* refused, and why */
+    static const struct {
+        in_t         url;
+        const char  *why;
+    } bad[] = {
+        { IN(""), URL_LEN },
+        { IN("http://h/x y"), URL_BYTE },
+        { IN("http://h/x#f"), URL_BYTE },
+        { IN("http://h/x\r\nX-Evil: 1"), URL_BYTE },
+        { IN("http://h/\x7f"), URL_BYTE },
+        { IN("http://h/\0"), URL_BYTE },
+        { IN("http://h\xc3\xa9/"), URL_BYTE },
+        { IN("http://h/<x>"), URL_BYTE },
+        { IN("http://h/a\\b"), URL_BYTE },
+        { IN("http://h/\""), URL_BYTE },
+        { IN("http://h/^"), URL_BYTE },
+        { IN("http://h/`"), URL_BYTE },
+        { IN("http://h/{}"), URL_BYTE },
+        { IN("http://h/|"), URL_BYTE },
+        { IN("ftp://h/"), URL_SCHEME },
+        { IN("HTTP://h/"), URL_SCHEME },
+        { IN("http:/h/"), URL_SCHEME },
+        { IN("//h/"), URL_SCHEME },
+        { IN("http://"), URL_SCHEME },
+        { IN("https://"), URL_SCHEME },
+        { IN("127.0.0.1:80/x"), URL_SCHEME },
+        { IN("http://u:p@h/"), URL_USER },
+        { IN("http://127.0.0.1:8080@hooks.evil.example/"), URL_USER },
+        { IN("http://@/"), URL_USER },
+        { IN("http://h"), URL_PATH },
+        { IN("http://h?x=/"), URL_PATH },
+        { IN("https://h:443"), URL_PATH },
+        { IN("http://[::1/"), URL_V6END },
+        { IN("http://[::g]/"), URL_V6 },
+        { IN("http://[]/"), URL_V6 },
+        { IN("http://[1.2.3.4]/"), URL_V6 },
+        { IN("http://[fe80::1%eth0]/"), URL_V6 },
+        { IN("http://[1111:2222:3333:4444:5555:6666:7777:8888:9999]/"),
+          URL_V6 },
+        /* inet_pton() takes these, nginx does not */
+        { IN("http://[1:2:3:4:5:6:7::]/"), URL_V6 },
+        { IN("http://[::255.255.255.255]/"), URL_V6 },
+        { IN("http://[::ffff:255.255.255.255]/"), URL_V6 },
+        /* nginx takes these, inet_pton() does not */
+        { IN("http://[::ffff:010.0.0.1]/"), URL_V6 },
+        { IN("http://[:1::]/"), URL_V6 },
+        /* nor either */
+        { IN("http://[::1:2:3:4:5:6:7:8]/"), URL_V6 },
+        { IN("http://H.example/"), URL_CHARS },
+        { IN("http://h_x/"), URL_CHARS },
+        { IN("http://h%2e/"), URL_CHARS },
+        { IN("http://[::1]]/"), URL_PORT },
+        { IN("http://::1/"), URL_NAME },
+        { IN("http:///"), URL_NAME },
+        { IN("http://:80/"), URL_NAME },
+        { IN("http://.h/"), URL_NAME },
+        { IN("http://h./"), URL_NAME },
+        { IN("http://a..b/"), URL_NAME },
+        { IN("http://h:0/"), URL_PORT },
+        { IN("http://h:00000/"), URL_PORT },
+        { IN("http://h:65536/"), URL_PORT },
+        { IN("http://h:99999999999999999999999/"), URL_PORT },
+        { IN("http://h:/"), URL_PORT },
+        { IN("http://h:8a/"), URL_PORT },
+        { IN("http://h:-1/"), URL_PORT },
+        { IN("http://h:+1/"), URL_PORT },
+        { IN("http://h:1:2/"), URL_PORT },
+        { IN("http://[::1]x/"), URL_PORT },
+        { IN("http://[::1]:/"), URL_PORT },
+        { IN("http://h/."), URL_DOTSEG },
+        { IN("http://h/.."), URL_DOTSEG },
+        { IN("http://h/a/./b"), URL_DOTSEG },
+        { IN("http://h/a/../b"), URL_DOTSEG },
+        { IN("http://h/a/..?x"), URL_DOTSEG },
+        { IN("http://h/a/%2e%2e/b"), URL_ESCAPE },
+        { IN("http://h/%2E"), URL_ESCAPE },
+        { IN("http://h/a%2fb"), URL_ESCAPE },
+        { IN("http://h/a%2Fb"), URL_ESCAPE },
+        { IN("http://h/a%5cb"), URL_ESCAPE },
+        { IN("http://h/a%5Cb?q"), URL_ESCAPE },
+    };
+
+    char         buf[64], *s;
+    size_t       i;
+    smcp_url_t   u;
+    const char  *why;
+
+#define URL_PART(part, want)                                                  \
+    ((part).len == strlen(want) && memcmp((part).data, (want), (part).len) == 0)
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        why = smcp_url_parse(good[i].url.s, good[i].url.len, &u);
+
+        ok(why == NULL && u.scheme.data == good[i].url.s
+           && u.https == (good[i].url.s[4] == 's')
+           && URL_PART(u.host, good[i].host)
+           && URL_PART(u.authority, good[i].authority)
+           && URL_PART(u.path, good[i].path)
+           && u.port == good[i].port && u.literal == good[i].literal,
+           "url '%s' taken: host %s, port %u, %s (%s)",
+           show(good[i].url.s, good[i].url.len), good[i].host,
+           good[i].port, good[i].literal ? "an address" : "a name",
+           why ? why : "ok");
+
+        ok(smcp_url_origin(&u, buf, sizeof(buf)) == SMCP_OK
+           && strcmp(buf, good[i].origin) == 0,
+           "... its origin %s (%s)", good[i].origin, buf);
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = smcp_url_parse(bad[i].url.s, bad[i].url.len, &u);
+        ok(why && strcmp(why, bad[i].why) == 0, "url '%s' refused: %s",
+           show(bad[i].url.s, bad[i].url.len), why ? why : "taken");
+    }
+
+    /* the bounds: 2048 bytes, a name of 253 */
+    s = repeat('p', SMCP_URL_MAX, "");
+    memcpy(s, "http://h/", 9);
+    ok(smcp_url_parse(s, SMCP_URL_MAX, &u) == NULL
+       && u.path.len == SMCP_URL_MAX - 8, "a url of 2048 bytes taken");
+    free(s);
+
+    s = repeat('p', SMCP_URL_MAX + 1, "");
+    memcpy(s, "http://h/", 9);
+    why = smcp_url_parse(s, SMCP_URL_MAX + 1, &u);
+    ok(why && strcmp(why, URL_LEN) == 0, "a url of 2049 bytes refused");
+    free(s);
+
+    s = repeat('a', 7 + 253, "/");
+    memcpy(s, "http://", 7);
+    ok(smcp_url_parse(s, strlen(s), &u) == NULL && u.host.len == 253,
+       "a name of 253 bytes taken");
+    free(s);
+
+    s = repeat('a', 7 + 254, "/");
+    memcpy(s, "http://", 7);
+    why = smcp_url_parse(s, strlen(s), &u);
+    ok(why && strcmp(why, URL_NAME) == 0, "a name of 254 bytes refused");
+    free(s);
+
+    /* an origin that does not fit: refused, cut */
+    ok(smcp_url_parse("http://h.example:8080/x", 23, &u) == NULL
+       && smcp_url_origin(&u, buf, 23) == SMCP_OK
+       && smcp_url_origin(&u, buf, 22) == SMCP_ERR && strlen(buf) == 21,
+       "an origin of 22 bytes: in 23, not in 22 (cut)");
+
+#undef URL_PART
+}
+
+
+/* an address as text into a sockaddr */
+static int
+addr_private(const char *text)
+{
+    struct sockaddr_in   sin;
+    struct sockaddr_in6  sin6;
+
+    memset(&sin, 0, sizeof(sin));
+    memset(&sin6, 0, sizeof(sin6));
+
+    if (inet_pton(AF_INET, text, &sin.sin_addr) == 1) {
+        sin.sin_family = AF_INET;
+        return smcp_addr_private((struct sockaddr *) &sin);
+    }
+
+    if (inet_pton(AF_INET6, text, &sin6.sin6_addr) == 1) {
+        sin6.sin6_family = AF_INET6;
+        return smcp_addr_private((struct sockaddr *) &sin6);
+    }
+
+    return -1;
+}
+
+
+static void
+test_addr_private(void)
+{
+    /* each range's ends, and the addresses either side of them */
+    static const struct {
+        const char  *addr;
+        int          private;
+    } addrs[] = {
+        { "0.0.0.0", 1 }, { "0.255.255.255", 1 }, { "1.0.0.0", 0 },
+        { "9.255.255.255", 0 }, { "10.0.0.0", 1 }, { "10.255.255.255", 1 },
+        { "11.0.0.0", 0 },
+        { "100.63.255.255", 0 }, { "100.64.0.0", 1 },
+        { "100.127.255.255", 1 }, { "100.128.0.0", 0 },
+        { "126.255.255.255", 0 }, { "127.0.0.0", 1 }, { "127.0.0.1", 1 },
+        { "127.255.255.255", 1 }, { "128.0.0.0", 0 },
+        { "169.253.255.255", 0 }, { "169.254.0.0", 1 },
+        { "169.254.169.254", 1 }, { "169.254.255.255", 1 },
+        { "169.255.0.0", 0 },
+        { "172.15.255.255", 0 }, { "172.16.0.0", 1 },
+        { "172.31.255.255", 1 }, { "172.32.0.0", 0 },
+        { "191.255.255.255", 0 }, { "192.0.0.0", 1 }, { "192.0.0.255", 1 },
+        { "192.0.1.0", 0 },
+        { "192.167.255.255", 0 }, { "192.168.0.0", 1 },
+        { "192.168.255.255", 1 }, { "192.169.0.0", 0 },
+        { "198.17.255.255", 0 }, { "198.18.0.0", 1 },
+        { "198.19.255.255", 1 }, { "198.20.0.0", 0 },
+        { "223.255.255.255", 0 }, { "224.0.0.0", 1 },
+        { "239.255.255.255", 1 }, { "240.0.0.0", 1 },
+        { "255.255.255.255", 1 },
+        { "8.8.8.8", 0 }, { "1.1.1.1", 0 }, { "93.184.216.34", 0 },
+
+        { "::", 1 }, { "::1", 1 },
+        { "::2", 1 },                       /* ::0.0.0.2: 0.0.0.0/8 */
+        { "::8.8.8.8", 0 }, { "::10.0.0.1", 1 },
+        { "::ffff:8.8.8.8", 0 }, { "::ffff:0.0.0.0", 1 },
+        { "::ffff:10.0.0.1", 1 }, { "::ffff:127.0.0.1", 1 },
+        { "::ffff:169.254.169.254", 1 }, { "::ffff:172.31.255.255", 1 },
+        { "::ffff:172.32.0.0", 0 }, { "::ffff:192.168.1.1", 1 },
+        { "::ffff:224.0.0.1", 1 }, { "::fffe:10.0.0.1", 0 },
+        { "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0 }, { "fc00::", 1 },
+        { "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1 }, { "fe00::", 0 },
+        { "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0 }, { "fe80::", 1 },
+        { "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1 }, { "fec0::", 0 },
+        { "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0 }, { "ff00::", 1 },
+        { "ff02::1", 1 }, { "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1 },
+        { "64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff", 0 },
+        { "64:ff9b::", 1 }, { "64:ff9b::8.8.8.8", 1 },
+        { "64:ff9b:ffff:ffff:ffff:ffff:ffff:ffff", 1 }, { "64:ff9c::", 0 },
+        { "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", 0 }, { "2001:db8::", 1 },
+        { "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", 1 }, { "2001:db9::", 0 },
+        { "2001:4860:4860::8888", 0 }, { "2606:4700::1111", 0 },
+    };
+
+    size_t           i;
+    struct sockaddr  sa;
+
+    for (i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        ok(addr_private(addrs[i].addr) == addrs[i].private, "%s: %s",
+           addrs[i].addr, addrs[i].private ? "private" : "public");
+    }
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_family = AF_UNIX;
+    ok(smcp_addr_private(&sa) == 1, "another family: private");
+}
+
+
 int
 main(void)
 {
@@ -1417,6 +1731,8 @@ main(void)
     test_keyring();
     test_jwt_kid();
     test_redis_addr();
+    test_url();
+    test_addr_private();
 
     return tap_done();
 }
