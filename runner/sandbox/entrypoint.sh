@@ -381,6 +381,16 @@ json_stdin() {
 }
 
 json_str() { printf '%s' "$1" | json_stdin; }
+# json_word VAR WORD: the same into VAR, without a process for a word that
+# needs no escape (a provider's or model's name); anything else through
+# json_str
+json_word() {
+    if [[ $2 =~ ^[A-Za-z0-9._:/@+-]*$ ]]; then
+        printf -v "$1" '"%s"' "$2"
+    else
+        printf -v "$1" '%s' "$(json_str "$2")"
+    fi
+}
 
 # the diff line from the diff on stdin: whole diff lines, encoded as
 # json_stdin does, as many as fit in SMCP_DIFF_MAX bytes (newline
@@ -504,12 +514,36 @@ fi
 # git: the git host is reached through the proxy, which adds the real
 # token; the sandbox authenticates with its run token
 basic=$(printf 'x-access-token:%s' "$SMCP_RUN_TOKEN" | base64 -w0)
-git config --global url."$SMCP_EGRESS_URL/github/".insteadOf "https://$SMCP_GIT_HOST/"
-git config --global http."$SMCP_EGRESS_URL/".extraHeader "Authorization: Basic $basic"
-git config --global user.name "${SMCP_GIT_AUTHOR_NAME:-OpenCode sandbox}"
-git config --global user.email "${SMCP_GIT_AUTHOR_EMAIL:-sandbox@localhost}"
-git config --global init.defaultBranch main
-git config --global safe.directory "$repo"
+# (written as `git config --global` would write these six, without six
+# processes: on a held sandbox's follow-up they were a fifth of its time to
+# the first model request; a value with a line break, which a quoted
+# subsection cannot hold, goes through git config itself)
+git_globals() {
+    local u=$SMCP_EGRESS_URL/github/ h=$SMCP_EGRESS_URL/ n v
+    local -a vals=("https://$SMCP_GIT_HOST/" "Authorization: Basic $basic"
+                   "${SMCP_GIT_AUTHOR_NAME:-OpenCode sandbox}"
+                   "${SMCP_GIT_AUTHOR_EMAIL:-sandbox@localhost}" main "$repo")
+    if [[ $u$h${vals[*]} == *[$'\n\r']* ]]; then
+        git config --global url."$u".insteadOf "${vals[0]}"
+        git config --global http."$h".extraHeader "${vals[1]}"
+        git config --global user.name "${vals[2]}"
+        git config --global user.email "${vals[3]}"
+        git config --global init.defaultBranch main
+        git config --global safe.directory "$repo"
+        return
+    fi
+    # quoted: a backslash and a double quote escaped, the rest as it is
+    for n in u h; do
+        v=${!n//\\/\\\\}; printf -v "$n" '"%s"' "${v//\"/\\\"}"
+    done
+    for n in "${!vals[@]}"; do
+        v=${vals[n]//\\/\\\\}; vals[n]=\"${v//\"/\\\"}\"
+    done
+    printf '[url %s]\n\tinsteadOf = %s\n[http %s]\n\textraHeader = %s\n[user]\n\tname = %s\n\temail = %s\n[init]\n\tdefaultBranch = %s\n[safe]\n\tdirectory = %s\n' \
+        "$u" "${vals[0]}" "$h" "${vals[1]}" "${vals[2]}" "${vals[3]}" \
+        "${vals[4]}" "${vals[5]}" > "$HOME/.gitconfig"
+}
+git_globals
 
 # package registries through the egress: npm, pip, Go, cargo, Maven, gem,
 # apt (registries.sh)
@@ -744,9 +778,10 @@ server_session() {
 
 # the prompt (the model, the task) through the server; then the mailman
 server_prompt() {
+    json_word oc_pj "${oc_model%%/*}"
+    json_word oc_mj "${oc_model#*/}"
     printf '{"model":{"providerID":%s,"modelID":%s},"parts":[{"type":"text","text":%s}]}' \
-        "$(json_str "${oc_model%%/*}")" "$(json_str "${oc_model#*/}")" \
-        "$(json_stdin < "$TMPDIR/smcp-task")" > "$warm/prompt"
+        "$oc_pj" "$oc_mj" "$(json_stdin < "$TMPDIR/smcp-task")" > "$warm/prompt"
     if [ -z "$sid" ]; then
         # no session: said as OpenCode's client says it
         printf '{"type":"error","error":{"name":"UnknownError","data":{"message":"OpenCode server: the session could not be created"}}}\n'
@@ -781,8 +816,7 @@ mailman() {
         case $code in
             200)
                 printf '{"model":{"providerID":%s,"modelID":%s},"parts":[{"type":"text","text":%s}]}' \
-                    "$(json_str "${oc_model%%/*}")" \
-                    "$(json_str "${oc_model#*/}")" \
+                    "$oc_pj" "$oc_mj" \
                     "$(json_stdin < "$warm/inbox")" > "$warm/steer"
                 curl -s -m 10 -o /dev/null -X POST \
                     -H 'Content-Type: application/json' \
@@ -835,6 +869,7 @@ mailman=""
 set_agent=""
 sid=""
 oc_url=""
+oc_pj="" oc_mj=""
 oc_q="directory=$own"
 if [ $warm_run = 1 ]; then
     warm_handover

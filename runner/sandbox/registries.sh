@@ -17,6 +17,14 @@
 #      lists and downloads as this user: `apt-get update`,
 #      `apt-get download`, `apt-get source`).
 
+# a here-document's text on stdout, by bash itself (no cat: each process
+# counts on a follow-up's way to its first model request)
+smcp_heredoc() {
+    local t
+    IFS= read -r -d '' t || true
+    printf '%s' "$t"
+}
+
 smcp_registries() {
     local e=${SMCP_EGRESS_URL%/} tok=$SMCP_RUN_TOKEN scheme hostport auth
     scheme=${e%%://*}
@@ -29,7 +37,10 @@ smcp_registries() {
     # npm (and yarn 1, pnpm): the registry, its token (sent as Bearer),
     # nothing that POSTs (audit, fund) or phones home (update notifier)
     umask 077
-    cat > "$HOME/.npmrc" <<EOF
+    mkdir -p "$HOME/.cargo" "$HOME/.m2" "$HOME/.bundle" \
+        "$HOME/.cache/smcp-apt/lists/partial" \
+        "$HOME/.cache/smcp-apt/archives/partial"
+    smcp_heredoc > "$HOME/.npmrc" <<EOF
 registry=$r/npm/
 //$hostport/registry/npm/:_authToken=$tok
 audit=false
@@ -51,8 +62,7 @@ EOF
 
     # cargo: crates.io replaced by the sparse index route (its config.json
     # is rewritten to the download route and asks for the token)
-    mkdir -p "$HOME/.cargo"
-    cat > "$HOME/.cargo/config.toml" <<EOF
+    smcp_heredoc > "$HOME/.cargo/config.toml" <<EOF
 [source.crates-io]
 replace-with = "smcp"
 
@@ -71,8 +81,7 @@ EOF
     export CARGO_REGISTRIES_SMCP_TOKEN="Bearer $tok"
 
     # Maven: every repository mirrored by the route
-    mkdir -p "$HOME/.m2"
-    cat > "$HOME/.m2/settings.xml" <<EOF
+    smcp_heredoc > "$HOME/.m2/settings.xml" <<EOF
 <settings>
   <mirrors>
     <mirror><id>smcp</id><mirrorOf>*</mirrorOf><url>$r/maven</url></mirror>
@@ -85,22 +94,26 @@ EOF
 
     # RubyGems and bundler
     printf -- '---\n:sources:\n- %s/registry/rubygems/\n' "$auth" > "$HOME/.gemrc"
-    mkdir -p "$HOME/.bundle"
     printf -- '---\nBUNDLE_MIRROR__ALL: "%s/registry/rubygems/"\n' "$auth" \
         > "$HOME/.bundle/config"
 
     # apt, as this user (no root here): lists and archives under $HOME
-    local apt=$HOME/.cache/smcp-apt codename=bookworm
-    [ -r /etc/os-release ] && codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-bookworm}")
-    mkdir -p "$apt/lists/partial" "$apt/archives/partial"
-    cat > "$apt/sources.list" <<EOF
+    local apt=$HOME/.cache/smcp-apt codename=bookworm k v
+    if [ -r /etc/os-release ]; then
+        while IFS='=' read -r k v; do
+            [ "$k" = VERSION_CODENAME ] || continue
+            v=${v#[\"\']}; v=${v%[\"\']}
+            codename=${v:-bookworm}
+        done < /etc/os-release
+    fi
+    smcp_heredoc > "$apt/sources.list" <<EOF
 deb $r/debian/debian $codename main
 deb $r/debian/debian $codename-updates main
 deb $r/debian/debian-security $codename-security main
 EOF
     printf 'machine %s/registry/debian/\nlogin x\npassword %s\n' "$hostport" "$tok" \
         > "$apt/auth.conf"
-    cat > "$apt/apt.conf" <<EOF
+    smcp_heredoc > "$apt/apt.conf" <<EOF
 Dir::State::Lists "$apt/lists";
 Dir::Cache::Archives "$apt/archives";
 Dir::Etc::SourceList "$apt/sources.list";
