@@ -697,9 +697,14 @@ subtest '9: the url\'s path is kept out of the events' => sub {
     {
         # nginx's error log names the upstream of an attempt it cut (the
         # hanging receiver's timeouts) by its scheme and address only
+        # (whichever 10 s runs out first: the egress's read timeout logs
+        # "upstream timed out", the runner's ends the request first)
         my $elog = $t->read_file("$dir/error.log") // '';
-        like($elog, qr{upstream timed out .*, upstream: "http://127\.0\.0\.1:\d+/\.\.\."},
-             'the egress\'s error log names a cut attempt\'s upstream by address');
+        my @up = grep { /\bupstream: "/ && /\/notify / } split /\n/, $elog;
+        note(scalar(@up) . ' lines of the error log name a notification\'s upstream');
+        my @bad = grep { !m{upstream: "https?://[^/"]+/\.\.\."} } @up;
+        ok(!@bad, 'the egress\'s error log names a notification\'s upstream by address')
+            or diag($bad[0]);
         unlike($elog, qr/\Q$HANG_SECRET\E/, '... and never its url\'s path')
             or diag((grep { /\Q$HANG_SECRET\E/ } split /\n/, $elog)[0]);
     }

@@ -532,12 +532,19 @@ git_globals() {
         git config --global safe.directory "$repo"
         return
     fi
-    # quoted: a backslash and a double quote escaped, the rest as it is
+    # as git writes them: a subsection quoted, a backslash and a double
+    # quote escaped; a value's tab as \t, and the value quoted when it
+    # begins or ends with a space or holds a ";" or "#"
     for n in u h; do
         v=${!n//\\/\\\\}; printf -v "$n" '"%s"' "${v//\"/\\\"}"
     done
     for n in "${!vals[@]}"; do
-        v=${vals[n]//\\/\\\\}; vals[n]=\"${v//\"/\\\"}\"
+        v=${vals[n]//\\/\\\\}; v=${v//\"/\\\"}; v=${v//$'\t'/\\t}
+        if [[ ${vals[n]} == \ * || ${vals[n]} == *\  || ${vals[n]} == *[\;#]* ]]
+        then
+            v=\"$v\"
+        fi
+        vals[n]=$v
     done
     printf '[url %s]\n\tinsteadOf = %s\n[http %s]\n\textraHeader = %s\n[user]\n\tname = %s\n\temail = %s\n[init]\n\tdefaultBranch = %s\n[safe]\n\tdirectory = %s\n' \
         "$u" "${vals[0]}" "$h" "${vals[1]}" "${vals[2]}" "${vals[3]}" \
