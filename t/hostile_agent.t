@@ -295,8 +295,10 @@ subtest 'conns: 3000 connections to the egress listener' => sub {
 
 my $t2 = time();
 my $flood = $s->run_task(task => 'SCENARIO-FLOOD: print 200 MB', title => 'flood');
+# (its deadline leaves room for an OpenCode that starts slowly on a loaded
+# machine: the workspace limit, not the deadline, must stop it)
 my $disk = $s->run_task(task => 'SCENARIO-DISK: fill the disk', title => 'disk',
-                        timeoutSeconds => 120);
+                        timeoutSeconds => 300);
 
 subtest '200 MB of output' => sub {
     my $r = run_and_wait($t2, $flood->{runId}, 400, 'flood');
@@ -310,7 +312,7 @@ subtest '200 MB of output' => sub {
 };
 
 subtest 'a full workspace' => sub {
-    my $r = run_and_wait($t2, $disk->{runId}, 300, 'disk');
+    my $r = run_and_wait($t2, $disk->{runId}, 420, 'disk');
     is($r->{status}, 'failed', 'the run failed') or $s->diag_run($disk->{runId}, $runner);
     like($r->{error} // '', qr/workspace limit exceeded/, 'saying why: '
          . ($r->{error} // 'null'));
