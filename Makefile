@@ -54,7 +54,7 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/workspace.c runner/janitor.c \
                runner/notify.c runner/store_notify.c \
                runner/backend.c runner/swarm.c \
-               runner/pr.c runner/image.c runner/metrics.c runner/archive.c \
+               runner/pr.c runner/image.c runner/metrics.c runner/attach.c \
                runner/pool.c runner/hold.c runner/spec.c runner/budget.c \
                runner/floor.c \
                runner/relay.c runner/sentinel.c

@@ -12,14 +12,15 @@
  * session's next run, which may start the moment it is, finds it; and
  * started only after (runner_hold_start): what the agent left in the
  * workspace may run in it (a plugin, a hook), and by then the run's
- * token is refused.  The run's files are named with a nonce of its own
- * (its env and a label): what the agent left under the plain names is
- * not read.  Only sessions whose workspace is a pooled sandbox's volume
+ * token is refused.  Its run reaches it on its stdin, as a pooled one's
+ * (runner_pool_assign): nothing the agent left in the workspace is read
+ * as one.  Only sessions whose workspace is a pooled sandbox's volume
  * get one (their next run looks for it).
  *
  * Held ones are found by their labels (smcp.hold=<session>,
  * smcp.hold.runner, smcp.hold.tenant, smcp.hold.image, smcp.hold.until,
- * smcp.hold.nonce), not in a list in memory: another runner, or this one
+ * and smcp.handover: one without it waits for its run another way, and
+ * is not taken), not in a list in memory: another runner, or this one
  * restarted, finds them.  A taker claims one by renaming it from its own
  * name to its run's (a second claim, or a removal, by that name then
  * finds none); every removal is by name, so a taken one is never
@@ -212,7 +213,7 @@ int
 runner_hold_make(const char *session, const char *volume, const char *image,
     const char *tenant, long long max_running, runner_sandbox_t *sb)
 {
-    char     hex[17], until[32], env[32], err[RUNNER_ERRLEN];
+    char     hex[17], until[32], err[RUNNER_ERRLEN];
     json_t  *labels;
 
     if (runner_config->session_hold == 0 || !runner_pool_has(image)
@@ -220,8 +221,7 @@ runner_hold_make(const char *session, const char *volume, const char *image,
                    sizeof(RUNNER_POOL_PREFIX) - 1) != 0
         || atomic_load(&runner_stop) || atomic_load(&runner_drain)
         || !runner_hold_room(tenant, max_running)
-        || smcp_random_hex(hex, 8) != SMCP_OK
-        || smcp_random_hex(sb->nonce, 8) != SMCP_OK)
+        || smcp_random_hex(hex, 8) != SMCP_OK)
     {
         return RUNNER_AGAIN;
     }
@@ -230,15 +230,12 @@ runner_hold_make(const char *session, const char *volume, const char *image,
     sb->net[0] = '\0';
     snprintf(until, sizeof(until), "%lld", (long long) (smcp_now_ms()
              + (int64_t) runner_config->session_hold * 1000));
-    snprintf(env, sizeof(env), "SMCP_HOLD=%s", sb->nonce);
-
-    labels = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "smcp.hold", session,
+    labels = json_pack("{s:s, s:s, s:s, s:s, s:s}", "smcp.hold", session,
                        "smcp.hold.runner", runner_config->name,
                        "smcp.hold.tenant", tenant, "smcp.hold.image", image,
-                       "smcp.hold.until", until, "smcp.hold.nonce",
-                       sb->nonce);
+                       "smcp.hold.until", until);
 
-    if (runner_pool_sandbox(image, volume, labels, env, 0, sb, err,
+    if (runner_pool_sandbox(image, volume, labels, "SMCP_HOLD=1", 0, sb, err,
                             sizeof(err))
         != RUNNER_OK)
     {
@@ -294,7 +291,7 @@ runner_hold_take(const char *session, const char *image, const char *run_id,
     long         st;
     size_t       i;
     json_t      *list, *ct, *labels;
-    const char  *name, *img, *state, *by, *nonce;
+    const char  *name, *img, *state, *by, *how;
     char         err[RUNNER_ERRLEN], label[128], to[64];
 
     snprintf(label, sizeof(label), "smcp.hold=%s", session);
@@ -316,13 +313,12 @@ runner_hold_take(const char *session, const char *image, const char *run_id,
 
         img = runner_hold_label(labels, "smcp.hold.image");
         by = runner_hold_label(labels, "smcp.hold.runner");
-        nonce = runner_hold_label(labels, "smcp.hold.nonce");
+        how = runner_hold_label(labels, "smcp.handover");
         state = json_string_value(json_object_get(ct, "State"));
 
         if (rc == RUNNER_AGAIN && image && img && strcmp(img, image) == 0
             && by && runner_docker_ref_ok(by, err, sizeof(err))
-            && nonce && strlen(nonce) == 16
-            && strspn(nonce, "0123456789abcdef") == 16
+            && how && strcmp(how, RUNNER_POOL_HANDOVER) == 0
             && state && (strcmp(state, "running") == 0
                          || strcmp(state, "created") == 0)
             && runner_hold_until(labels)
@@ -349,7 +345,6 @@ runner_hold_take(const char *session, const char *image, const char *run_id,
                 snprintf(sb->id, sizeof(sb->id), "%s",
                          json_string_value(json_object_get(ct, "Id")));
                 snprintf(sb->name, sizeof(sb->name), "%s", to);
-                snprintf(sb->nonce, sizeof(sb->nonce), "%s", nonce);
                 sb->net[0] = '\0';
 
                 if (runner_config->egress_container[0]) {

@@ -6,8 +6,9 @@
  * that image that start a new session.
  *
  * An idle one holds nothing of a run: no token, no task.  Its entry
- * script waits for the run's environment, which run.c puts into it
- * (archive.c) once a run takes it; the run's session keeps its volume.
+ * script waits for the run's environment on its stdin, which the run
+ * that takes it writes (runner_pool_assign, attach.c); the run's session
+ * keeps its volume.
  * One run takes it, and it goes as any run's container goes: it is never
  * handed to another.
  *
@@ -172,8 +173,11 @@ runner_pool_discard(const runner_sandbox_t *sb)
  * labels (released), on the pool's network.  Nothing of a run: the entry
  * script waits for it; the egress URL (not a secret) lets it start and
  * warm OpenCode ahead, behind its relay; env_more ("NAME=value" or
- * NULL) says more of what it is.  A failure leaves no container (the
- * volume is the caller's).
+ * NULL) says more of what it is.  Its stdin is open, once (OpenStdin,
+ * StdinOnce): its run comes there (runner_pool_assign), and the label
+ * smcp.handover says so (a runner that handed runs over otherwise does
+ * not take it).  A failure leaves no container (the volume is the
+ * caller's).
  */
 int
 runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
@@ -208,6 +212,8 @@ runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
     json_object_set_new(labels, "smcp.runner",
                         json_string(runner_config->name));
     json_object_set_new(labels, "smcp.store", json_string(runner_store_id()));
+    json_object_set_new(labels, "smcp.handover",
+                        json_string(RUNNER_POOL_HANDOVER));
 
     runner_pool_network(net, sizeof(net));
 
@@ -216,6 +222,9 @@ runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
         snprintf(err, errlen, "cannot build the container spec");
         return RUNNER_ERR;
     }
+
+    json_object_set_new(spec, "OpenStdin", json_true());
+    json_object_set_new(spec, "StdinOnce", json_true());
 
     st = runner_docker_create(spec, sb->name, sb->id, sizeof(sb->id), err,
                               errlen);
@@ -252,7 +261,6 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
 
     snprintf(sb->name, sizeof(sb->name), RUNNER_POOL_PREFIX "%s", hex);
     sb->net[0] = '\0';
-    sb->nonce[0] = '\0';
 
     /* what it was made of: a restart under other pools removes it all
      * the same (smcp.pool), and says what it was */
@@ -666,23 +674,19 @@ runner_pool_take(const char *image, runner_sandbox_t *sb)
 /*
  * A taken one becomes run_id's: renamed smcp-<run id> (its name says it
  * is taken: runner_pool_leftovers leaves it; a held one was renamed at
- * its take), and given the run's environment (env, released), NUL
- * between its "NAME=value" entries, in RUNNER_POOL_DIR/.smcp-run, then
- * .smcp-ready, which the entry script waits for: it reads the run,
- * removes both, and goes on as any run's.  A held one's two files are
- * named with its nonce (.smcp-run-<nonce>): its volume is a session's,
- * where the run before may have left files of those names.
+ * its take), and given the run's environment (env, released) on its
+ * stdin: each "NAME=value" entry with a NUL after it, then an empty one,
+ * the end (stdin closes after it; the entry script takes a run only with
+ * its end: one cut short is none).
  */
 int
 runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     json_t *env, char *err, size_t errlen)
 {
-    int            rc;
-    long           st;
-    size_t         i, len, n;
-    char          *buf, name[96], fr[64], fy[64];
-    json_t        *v;
-    runner_file_t  files[2];
+    long     st;
+    size_t   i, len, n;
+    char    *buf, name[96];
+    json_t  *v;
 
     snprintf(name, sizeof(name), "smcp-%s", run_id);
 
@@ -704,13 +708,13 @@ runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
         return RUNNER_ERR;
     }
 
-    len = 0;
+    len = 1;                        /* the end: an empty entry */
 
     json_array_foreach(env, i, v) {
         len += json_string_length(v) + 1;
     }
 
-    buf = malloc(len + 1);
+    buf = malloc(len);
     if (buf == NULL) {
         json_decref(env);
         snprintf(err, errlen, "out of memory");
@@ -726,21 +730,13 @@ runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
         buf[len++] = '\0';
     }
 
+    buf[len++] = '\0';
     json_decref(env);
 
-    snprintf(fr, sizeof(fr), ".smcp-run%s%s", sb->nonce[0] ? "-" : "",
-             sb->nonce);
-    snprintf(fy, sizeof(fy), ".smcp-ready%s%s", sb->nonce[0] ? "-" : "",
-             sb->nonce);
-
-    files[0] = (runner_file_t) { fr, buf, len };
-    files[1] = (runner_file_t) { fy, "", 0 };
-
-    st = runner_archive_put(sb->id, RUNNER_POOL_DIR, files, 2, err, errlen);
-    rc = (st == 200) ? RUNNER_OK : RUNNER_ERR;
+    st = runner_attach_stdin(sb->id, buf, len, err, errlen);
 
     explicit_bzero(buf, len);       /* the run's token */
     free(buf);
 
-    return rc;
+    return st == 101 ? RUNNER_OK : RUNNER_ERR;
 }

@@ -31,8 +31,9 @@
  * to a new session's run of their image), spec.c (the container spec
  * and lock-down every sandbox gets, a run's or the pool's), relay.c (the
  * egress relay the runner keeps for a swarm stack: --egress-relay),
- * archive.c
- * (files put into a container: how it is given one), metrics.c (the
+ * attach.c
+ * (a container's stdin, written once: how a pooled one is given its run),
+ * metrics.c (the
  * counters and their /metrics listener), test_hooks.c (the test build's
  * hooks: only `make runner-test` compiles it in).  smcp_token.c is a tool
  * of its own (smcp-token), not part of the runner.
@@ -163,7 +164,8 @@
 #define RUNNER_SANDBOX_REPOS         16     /* a session's repositories */
 
 /* Docker */
-#define RUNNER_DOCKER_API            "http://localhost/v1.41"
+#define RUNNER_DOCKER_PATH           "/v1.41"
+#define RUNNER_DOCKER_API            "http://localhost" RUNNER_DOCKER_PATH
 #define RUNNER_DOCKER_CONNECT_S      5
 #define RUNNER_DOCKER_QUICK_S        30     /* most calls */
 #define RUNNER_DOCKER_SLOW_S         60     /* create, start, remove */
@@ -182,8 +184,9 @@
                                                are left */
 #define RUNNER_POOL_PREFIX           "smcp-pool-"   /* its container's and
                                                its volume's names */
-#define RUNNER_POOL_DIR              "/workspace"   /* where its run is
-                                               put: its volume */
+#define RUNNER_POOL_DIR              "/workspace"   /* its volume */
+#define RUNNER_POOL_HANDOVER         "stdin"        /* how its run reaches
+                                               it: label smcp.handover */
 #define RUNNER_NET_SIZE              192    /* a network's name: the
                                                pool's, a session's */
 
@@ -789,15 +792,9 @@ typedef struct {
 int runner_workspace_usage(const char *root, int64_t max_bytes,
     int64_t max_inodes, runner_usage_t *u, char *err, size_t errlen);
 
-/* archive.c: files put into a container */
-typedef struct {
-    const char  *name;
-    const char  *data;
-    size_t       len;
-} runner_file_t;
-
-long runner_archive_put(const char *id, const char *dir,
-    const runner_file_t *files, size_t n, char *err, size_t errlen);
+/* attach.c: a container's stdin, written once */
+long runner_attach_stdin(const char *id, const char *data, size_t len,
+    char *err, size_t errlen);
 
 /* pool.c: the warm pool, its thread from start to stop (docker backend) */
 typedef struct {
@@ -807,8 +804,6 @@ typedef struct {
                                        own, then its run's once taken */
     char         net[RUNNER_NET_SIZE];  /* the pool network it waits on
                                        ("": this runner's) */
-    char         nonce[17];         /* a held one's: its run's files are
-                                       named with it ("": a pooled one) */
 } runner_sandbox_t;
 
 int runner_pool_check(char *err, size_t errlen);

@@ -11,8 +11,10 @@
 #   3. another new session's run gets another sandbox, and sees nothing of
 #      the first run; two runs at once never share one; the first session,
 #      expired by the janitor, loses the volume it kept
-#   4. an idle sandbox killed is replaced; a runner killed leaves its idle
-#      ones, removed by the next one of its name, which fills the pool
+#   4. an idle sandbox killed is replaced; one handed a run cut short (its
+#      entries on stdin without the end) runs nothing, ends, and is
+#      replaced; a runner killed leaves its idle ones, removed by the next
+#      one of its name, which fills the pool
 #   5. SIGTERM drains the pool: its idle sandboxes and their volumes go
 #   6. --pool with --backend swarm is refused at start, saying why (with
 #      --egress-container it holds: t/compose.t)
@@ -29,11 +31,11 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Docker qw(docker);
+use SMCP::Docker qw(docker attach_stdin);
 use SMCP::Events qw(agent_data);
 use SMCP::Metrics qw(scrape_value);
 use SMCP::Stack;
-use SMCP::Test qw(json_encode wait_until run_cmd);
+use SMCP::Test qw(json_decode json_encode wait_until run_cmd);
 
 my $POOL = 2;
 
@@ -71,6 +73,12 @@ sub pooled {
         '--filter', "label=smcp.pool=$r->{name}", '--format', '{{.ID}} {{.Names}}');
     my %c = map { split ' ', $_, 2 } grep { /\S/ } split /\n/, $out;
     return { map { ($_ => $c{$_}) } grep { !$o{idle} || $c{$_} =~ /^smcp-pool-/ } keys %c };
+}
+
+sub container_cfg {
+    my ($id) = @_;
+    my (undef, $j) = docker('inspect', '--format', '{{json .Config}}', $id);
+    return eval { json_decode($j) } || {};
 }
 
 sub idle_ids { my @id = sort keys %{ pooled($_[0], idle => 1) }; return @id }
@@ -183,6 +191,38 @@ subtest 'an idle sandbox killed is replaced' => sub {
     ok(wait_until(30, sub { !pooled($r, all => 1)->{$victim} && (() = idle_ids($r)) == $POOL }, 0.2),
        'removed and replaced') or diag($s->runner_log_tail($r, 20));
     like($s->runner_log($r), qr/stopped while idle: replaced/, 'the runner says so');
+};
+
+subtest 'a hand-over cut short starts nothing' => sub {
+    ok(full($r), 'full');
+    my ($victim) = idle_ids($r);
+    my $cfg = container_cfg($victim);
+    ok($cfg->{OpenStdin} && $cfg->{StdinOnce}
+       && ($cfg->{Labels}{'smcp.handover'} // '') eq 'stdin',
+       'an idle one waits for its run on its stdin, open once (OpenStdin, StdinOnce, smcp.handover)');
+    my $replaced = () = $s->runner_log($r) =~ /stopped while idle: replaced/g;
+    # everything it prints, to its end (followed before the hand-over)
+    my $lpid = open(my $logs, '-|', 'sh', '-c', 'exec docker logs --follow "$1" 2>&1', 'sh', $victim) // die "docker logs: $!";
+    # a run's entries without the end (an empty entry): as if the runner
+    # died writing them, or someone else attached
+    is(attach_stdin($victim, "SMCP_TASK=SCENARIO-LOOK: CUT-7f2\0SMCP_RUN_TOKEN=forged\0"
+                             . "SMCP_RUN_ID=run_cut\0SMCP_MODEL=anthropic/claude"),
+       101, 'attached, a run written without its end, closed');
+    my $printed = eval {
+        local $SIG{ALRM} = sub { die "timeout\n" };
+        alarm 30;
+        my $o = join '', <$logs>;
+        alarm 0;
+        $o;
+    } // do { kill 'TERM', $lpid; 'still running after 30 s' };
+    close($logs);
+    is($printed, '', '... it printed nothing, and ended (no agent_start: no run began)');
+    ok(wait_until(30, sub { !pooled($r, all => 1)->{$victim} && (() = idle_ids($r)) == $POOL }, 0.2),
+       'it ends, and is removed and replaced') or diag($s->runner_log_tail($r, 20));
+    my $now = () = $s->runner_log($r) =~ /stopped while idle: replaced/g;
+    is($now, $replaced + 1, '... as one that stopped while idle');
+    ok(!grep({ ($_->{body} // '') =~ /CUT-7f2/ } $s->anthropic->requests),
+       '... and no agent ran its task (no model request holds it)');
 };
 
 subtest 'a runner killed: its idle sandboxes go at the next start' => sub {

@@ -9,10 +9,11 @@
 #   1. a run ends: its session has a held sandbox (smcp-hold-*, labelled
 #      with the session, on its volume, its server warmed), started only
 #      once the run's outcome was stored (its token refused by then),
-#      holding no token and nothing of a run; what the run's agent left
-#      for it (a .smcp-run and .smcp-ready of its own, oc-dir made a
-#      FIFO) starts nothing and hangs nothing; a new session's run does
-#      not take it
+#      holding no token and nothing of a run, its run to come on its
+#      stdin; what the run's agent left for it (files named as a pooled
+#      sandbox's run once was, .smcp-run and .smcp-ready, and oc-dir
+#      made a FIFO) starts nothing and hangs nothing; a new session's run
+#      does not take it
 #   2. the follow-up takes it: on the warm server (agent_start "warm"),
 #      the conversation goes on (the first run's turns are in the model
 #      request), and its time to the first model request is printed
@@ -125,7 +126,10 @@ subtest 'a run ends: its session gets a held sandbox' => sub {
     my @env = @{ $in->{Config}{Env} || [] };
     ok(!grep({ /TOKEN|SMCP_TASK|SMCP_RUN_ID/ } @env), '... no token, no task in its environment')
         or diag(join ' ', @env);
-    ok((grep { /^SMCP_HOLD=[0-9a-f]{16}$/ } @env), '... SMCP_HOLD, its nonce');
+    ok((grep { $_ eq 'SMCP_HOLD=1' } @env), '... SMCP_HOLD');
+    ok($in->{Config}{OpenStdin} && $in->{Config}{StdinOnce}
+       && ($in->{Config}{Labels}{'smcp.handover'} // '') eq 'stdin',
+       '... its run to come on its stdin, once (OpenStdin, StdinOnce, smcp.handover)');
     my $fin = $s->run_hash($first->{runId})->{finished_at} // 0;
     my $started = $in->{State}{StartedAt} // '';
     my $st_ms = $started =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(?:\.(\d+))?Z$/

@@ -274,37 +274,35 @@ warm_take() {
 
 # A pooled sandbox (SMCP_POOL=1, the runner's --pool) starts with nothing
 # of a run: it waits, silent, until a run takes it.  One held for a
-# session's next run (SMCP_HOLD=<nonce> too, the runner's --session-hold)
-# is made on the session's workspace once a run of it ends, and its warm
-# server continues the session's OpenCode session.  The runner puts the
-# run's environment in /workspace/.smcp-run ("NAME=value" entries, NUL
-# after each), then /workspace/.smcp-ready (a held one's: named
-# .smcp-run-<nonce>, .smcp-ready-<nonce>: files of the plain names the
-# run before may have left are not read); only SMCP_* names are taken,
-# as values (nothing is evaluated), and both files go before anything
-# else happens.  Polled every 50 ms without a process per poll (a read
-# with a timeout on a pipe nobody writes).
+# session's next run (SMCP_HOLD=1 too, the runner's --session-hold) is
+# made on the session's workspace once a run of it ends, and its warm
+# server continues the session's OpenCode session.  The runner writes the
+# run's environment on stdin ("NAME=value" entries, NUL after each, then
+# an empty one: the end), which it closes after: a read blocked until
+# then, no poll, and nothing in the workspace (where an agent wrote
+# before) is read as a run.  Only SMCP_* names are taken, as values
+# (nothing is evaluated); a hand-over without its end (the runner died
+# writing it, someone else attached) is no run: it exits, silent.
 warm_run=0
 warm_hold=0
 if [ "${SMCP_POOL:-}" = 1 ]; then
-    run_file=$ws/.smcp-run ready_file=$ws/.smcp-ready
-    if [[ ${SMCP_HOLD:-} =~ ^[0-9a-f]{16}$ ]]; then
-        warm_hold=1
-        run_file=$run_file-$SMCP_HOLD ready_file=$ready_file-$SMCP_HOLD
-    fi
+    [ "${SMCP_HOLD:-}" = 1 ] && warm_hold=1
     unset SMCP_POOL SMCP_HOLD
     warm_start
-    exec 9<> <(:)
-    until [ -e "$ready_file" ]; do
-        read -r -t 0.05 -u 9 _ || true
-    done
+    handed=0
     while IFS= read -r -d '' kv; do
+        if [ -z "$kv" ]; then
+            handed=1
+            break
+        fi
         if [[ $kv =~ ^SMCP_[A-Z_]+= ]] && [[ ! $kv =~ ^SMCP_(POOL|HOLD)= ]]
         then
             export "${kv?}"
         fi
-    done < "$run_file"
-    rm -f "$run_file" "$ready_file"
+    done
+    exec < /dev/null
+    [ $handed = 1 ] || exit 1
+    exec 9<> <(:)
     if warm_take "$@"; then
         warm_run=1
     fi

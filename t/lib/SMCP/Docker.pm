@@ -30,6 +30,7 @@ use File::Basename qw(basename);
 use File::Temp ();
 use IO::Select;
 use IO::Socket::INET;
+use IO::Socket::UNIX;
 use POSIX qw(:sys_wait_h);
 use Socket qw(SHUT_WR);
 use Test::More ();
@@ -44,6 +45,7 @@ our @EXPORT_OK = qw(
     test_id test_label docker run_cmd
     create_container run_container start_container remove_container
     exec_in probe_tcp container_ip container_inspect_field open_gate
+    attach_stdin
     run_sandbox run_token
     create_network remove_network network_gateway free_subnet host_ip
     sandbox_net_up sandbox_net_down sandbox_net_rules sandbox_net_script
@@ -407,6 +409,32 @@ sub container_inspect_field {
     return undef if $rc != 0;
     chomp $out;
     return $out;
+}
+
+# bytes written on a container's stdin through the Engine API's attach, as
+# the runner hands a pooled sandbox its run (runner/attach.c), then our
+# side closed: dockerd's status (101 when written), or undef
+sub attach_stdin {
+    my ($id, $bytes) = @_;
+    my $sock = IO::Socket::UNIX->new(Peer => '/var/run/docker.sock', Timeout => 10)
+        or return undef;
+    print $sock "POST /v1.41/containers/$id/attach?stream=1&stdin=1 HTTP/1.1\r\n"
+        . "Host: localhost\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
+        . "Content-Length: 0\r\n\r\n";
+    my $head = '';
+    while ($head !~ /\r\n\r\n\z/ && length($head) < 4096) {
+        my $n = sysread($sock, my $c, 1);
+        last unless $n;
+        $head .= $c;
+    }
+    my ($st) = $head =~ m{^HTTP/1\.[01] (\d{3}) };
+    if (($st // 0) == 101) {
+        print $sock $bytes;
+        $sock->flush;
+    }
+    shutdown($sock, SHUT_WR);
+    close($sock);
+    return $st;
 }
 
 # the container's IPv4 address on a network (or its only one)
