@@ -10,12 +10,12 @@
  *
  * One connection a call, on the socket the rest of the API uses
  * (docker.c), spoken here: libcurl has no use for a connection that stops
- * being HTTP.  Every step is bounded by RUNNER_DOCKER_QUICK_S.
+ * being HTTP.  Each read and write waits RUNNER_DOCKER_QUICK_S at most
+ * (the run's environment is a few KiB: a pipe's buffer takes it).
  */
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -33,21 +33,22 @@ static long
 runner_attach_send(int fd, const char *p, size_t len, char *err,
     size_t errlen)
 {
+    int      e, late;
     ssize_t  n;
 
     while (len > 0) {
         n = send(fd, p, len, MSG_NOSIGNAL);
+        e = errno;
 
-        if (n < 0 && errno == EINTR) {
+        if (n < 0 && e == EINTR) {
             continue;
         }
 
         if (n <= 0) {
-            snprintf(err, errlen, "attach: %s", n < 0 && (errno == EAGAIN
-                     || errno == EWOULDBLOCK) ? "timed out writing"
-                                              : "dockerd closed the stream");
-            return (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                   ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
+            late = (n < 0 && (e == EAGAIN || e == EWOULDBLOCK));
+            snprintf(err, errlen, "attach: %s", late ? "timed out writing"
+                     : n < 0 ? strerror(e) : "dockerd closed the stream");
+            return late ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
         }
 
         p += n;
@@ -65,6 +66,7 @@ runner_attach_send(int fd, const char *p, size_t len, char *err,
 static long
 runner_attach_answer(int fd, char *err, size_t errlen)
 {
+    int      e, late;
     size_t   len;
     ssize_t  n;
     long     st;
@@ -75,15 +77,17 @@ runner_attach_answer(int fd, char *err, size_t errlen)
     /* a byte at a time: what follows the head is the container's */
     while (len < RUNNER_ATTACH_HEAD) {
         n = recv(fd, head + len, 1, 0);
+        e = errno;
 
-        if (n < 0 && errno == EINTR) {
+        if (n < 0 && e == EINTR) {
             continue;
         }
 
         if (n <= 0) {
-            snprintf(err, errlen, "attach: %s", n < 0 ? "no answer in time"
-                                                      : "no answer");
-            return n < 0 ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
+            late = (n < 0 && (e == EAGAIN || e == EWOULDBLOCK));
+            snprintf(err, errlen, "attach: %s", late ? "no answer in time"
+                     : n < 0 ? strerror(e) : "dockerd closed the stream");
+            return late ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
         }
 
         len++;
@@ -116,9 +120,9 @@ long
 runner_attach_stdin(const char *id, const char *data, size_t len, char *err,
     size_t errlen)
 {
-    int                 fd;
+    int                 fd, rc;
     long                st;
-    char                req[256];
+    char                req[512];
     struct timeval      tv;
     struct sockaddr_un  sa;
 
@@ -148,20 +152,31 @@ runner_attach_stdin(const char *id, const char *data, size_t len, char *err,
     (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 
-    if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
+    do {
+        rc = connect(fd, (struct sockaddr *) &sa, sizeof(sa));
+    } while (rc != 0 && errno == EINTR);
+
+    if (rc != 0) {
         snprintf(err, errlen, "attach: cannot reach dockerd at %s: %s",
                  runner_config->docker_socket, strerror(errno));
         close(fd);
         return RUNNER_DOCKER_DOWN;
     }
 
-    snprintf(req, sizeof(req),
-             "POST " RUNNER_DOCKER_PATH "/containers/%s/attach"
-             "?stream=1&stdin=1 HTTP/1.1\r\nHost: localhost\r\n"
-             "Connection: Upgrade\r\nUpgrade: tcp\r\n"
-             "Content-Length: 0\r\n\r\n", id);
+    /* (id: RUNNER_DOCKER_REF_MAX bytes at most, runner_docker_ref_ok) */
+    rc = snprintf(req, sizeof(req),
+                  "POST " RUNNER_DOCKER_PATH "/containers/%s/attach"
+                  "?stream=1&stdin=1 HTTP/1.1\r\nHost: localhost\r\n"
+                  "Connection: Upgrade\r\nUpgrade: tcp\r\n"
+                  "Content-Length: 0\r\n\r\n", id);
 
-    st = runner_attach_send(fd, req, strlen(req), err, errlen);
+    if (rc > 0 && (size_t) rc < sizeof(req)) {
+        st = runner_attach_send(fd, req, (size_t) rc, err, errlen);
+
+    } else {
+        snprintf(err, errlen, "attach: the request does not fit");
+        st = RUNNER_DOCKER_INVALID;
+    }
 
     if (st == 1) {
         st = runner_attach_answer(fd, err, errlen);

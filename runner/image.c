@@ -18,7 +18,7 @@
 
 
 #define RUNNER_IMAGE_ENTRY     "/usr/local/bin/smcp-sandbox-entry"
-#define RUNNER_IMAGE_CONTRACT  "1"
+#define RUNNER_IMAGE_CONTRACT  "2"   /* 2: a pooled one's run on stdin */
 #define RUNNER_IMAGE_HOW       "build it FROM smcp-sandbox and keep its " \
                                "ENTRYPOINT, USER and labels (docs/egress.md, " \
                                "\"The sandbox image\")"

@@ -742,10 +742,18 @@ runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     explicit_bzero(buf, len);       /* the run's token */
     free(buf);
 
-    if (st == 101) {
-        st = runner_docker_cpu_shares(sb->id, RUNNER_RUN_SHARES, err,
-                                      errlen);
+    if (st != 101) {
+        return RUNNER_ERR;
     }
 
-    return st == 200 ? RUNNER_OK : RUNNER_ERR;
+    /* the run is the sandbox's now: a weight not given back slows it
+     * under load, and is no reason to end it */
+    if (runner_docker_cpu_shares(sb->id, RUNNER_RUN_SHARES, err, errlen)
+        != 200)
+    {
+        runner_log("warn", NULL, "pool: sandbox %.12s keeps an idle one's "
+                   "CPU weight: %s", sb->id, err);
+    }
+
+    return RUNNER_OK;
 }

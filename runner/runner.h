@@ -31,12 +31,11 @@
  * to a new session's run of their image), spec.c (the container spec
  * and lock-down every sandbox gets, a run's or the pool's), relay.c (the
  * egress relay the runner keeps for a swarm stack: --egress-relay),
- * attach.c
- * (a container's stdin, written once: how a pooled one is given its run),
- * metrics.c (the
- * counters and their /metrics listener), test_hooks.c (the test build's
- * hooks: only `make runner-test` compiles it in).  smcp_token.c is a tool
- * of its own (smcp-token), not part of the runner.
+ * attach.c (a container's stdin, written once: how a pooled one is
+ * given its run), metrics.c (the counters and their /metrics listener),
+ * test_hooks.c (the test build's hooks: only `make runner-test` compiles
+ * it in).  smcp_token.c is a tool of its own (smcp-token), not part of
+ * the runner.
  *
  * Everything a sandbox prints, and every id read back from Redis, is
  * hostile input: bounded, validated, escaped before it is logged.
@@ -189,7 +188,9 @@
                                                it: label smcp.handover */
 #define RUNNER_POOL_IDLE_SHARES      2      /* an idle one's CPU weight:
                                                it warms on what runs leave */
-#define RUNNER_RUN_SHARES            1024   /* a run's (Docker's default) */
+#define RUNNER_RUN_SHARES            1024   /* every run's, said (on cgroup
+                                               v2 the engine maps it, not
+                                               always to its default) */
 #define RUNNER_NET_SIZE              192    /* a network's name: the
                                                pool's, a session's */
 

@@ -90,7 +90,7 @@ unlike($log, qr/contract/, '... without a word about the contract');
 my %bad = (
     entry => [ [ 'ENTRYPOINT ["/bin/sh"]' ], qr/its entry point must be \[\\?"\/usr\/local\/bin\/smcp-sandbox-entry\\?"\]/ ],
     root  => [ [ 'USER root' ], qr/its user must be 1000:1000/ ],
-    contract => [ [ 'LABEL smcp.sandbox.contract=0' ], qr/label smcp\.sandbox\.contract is not 1/ ],
+    contract => [ [ 'LABEL smcp.sandbox.contract=1' ], qr/label smcp\.sandbox\.contract is not 2/ ],
 );
 for my $k (sort keys %bad) {
     my $image = byo($k, @{ $bad{$k}[0] });
