@@ -28,27 +28,39 @@
 #define RUNNER_ATTACH_HEAD  4096    /* dockerd's answer, before the stream */
 
 
+/* what a send or recv that moved nothing (n, its errno e) means:
+ * RUNNER_DOCKER_TIMEOUT (the socket's time passed) or _DOWN */
+static long
+runner_attach_failed(ssize_t n, int e, const char *what, char *err,
+    size_t errlen)
+{
+    int  late;
+
+    late = (n < 0 && (e == EAGAIN || e == EWOULDBLOCK));
+
+    snprintf(err, errlen, "attach: %s: %s", what, late ? "timed out"
+             : n < 0 ? strerror(e) : "dockerd closed the stream");
+
+    return late ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
+}
+
+
 /* 1: all of len bytes sent; else RUNNER_DOCKER_TIMEOUT or _DOWN */
 static long
 runner_attach_send(int fd, const char *p, size_t len, char *err,
     size_t errlen)
 {
-    int      e, late;
     ssize_t  n;
 
     while (len > 0) {
         n = send(fd, p, len, MSG_NOSIGNAL);
-        e = errno;
 
-        if (n < 0 && e == EINTR) {
+        if (n < 0 && errno == EINTR) {
             continue;
         }
 
         if (n <= 0) {
-            late = (n < 0 && (e == EAGAIN || e == EWOULDBLOCK));
-            snprintf(err, errlen, "attach: %s", late ? "timed out writing"
-                     : n < 0 ? strerror(e) : "dockerd closed the stream");
-            return late ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
+            return runner_attach_failed(n, errno, "writing", err, errlen);
         }
 
         p += n;
@@ -66,7 +78,6 @@ runner_attach_send(int fd, const char *p, size_t len, char *err,
 static long
 runner_attach_answer(int fd, char *err, size_t errlen)
 {
-    int      e, late;
     size_t   len;
     ssize_t  n;
     long     st;
@@ -77,17 +88,14 @@ runner_attach_answer(int fd, char *err, size_t errlen)
     /* a byte at a time: what follows the head is the container's */
     while (len < RUNNER_ATTACH_HEAD) {
         n = recv(fd, head + len, 1, 0);
-        e = errno;
 
-        if (n < 0 && e == EINTR) {
+        if (n < 0 && errno == EINTR) {
             continue;
         }
 
         if (n <= 0) {
-            late = (n < 0 && (e == EAGAIN || e == EWOULDBLOCK));
-            snprintf(err, errlen, "attach: %s", late ? "no answer in time"
-                     : n < 0 ? strerror(e) : "dockerd closed the stream");
-            return late ? RUNNER_DOCKER_TIMEOUT : RUNNER_DOCKER_DOWN;
+            return runner_attach_failed(n, errno, "its answer", err,
+                                        errlen);
         }
 
         len++;
