@@ -614,18 +614,6 @@ runner_docker_rename(const char *id, const char *name, char *err,
 }
 
 
-/* 200 (its CPU weight now shares, Docker's cpu-shares), 404 (none) */
-long
-runner_docker_cpu_shares(const char *id, long shares, char *err,
-    size_t errlen)
-{
-    return runner_docker_on("POST", "containers", id, "/update",
-                            json_pack("{s:I}", "CpuShares",
-                                      (json_int_t) shares),
-                            RUNNER_DOCKER_QUICK_S, NULL, err, errlen);
-}
-
-
 /* 200 with *running set, 404 (no such container) */
 long
 runner_docker_running(const char *id, int *running, char *err,

@@ -176,10 +176,8 @@ runner_pool_discard(const runner_sandbox_t *sb)
  * NULL) says more of what it is.  Its stdin is open, once (OpenStdin,
  * StdinOnce): its run comes there (runner_pool_assign), and the label
  * smcp.handover says so (a runner that handed runs over otherwise does
- * not take it).  While idle it has the least CPU weight: its warm-up
- * (OpenCode's start, seconds of CPU) takes what runs leave, not a share
- * from the run that just took the one before.  A failure leaves no
- * container (the volume is the caller's).
+ * not take it).  A failure leaves no container (the volume is the
+ * caller's).
  */
 int
 runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
@@ -227,8 +225,6 @@ runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
 
     json_object_set_new(spec, "OpenStdin", json_true());
     json_object_set_new(spec, "StdinOnce", json_true());
-    json_object_set_new(json_object_get(spec, "HostConfig"), "CpuShares",
-                        json_integer(RUNNER_POOL_IDLE_SHARES));
 
     st = runner_docker_create(spec, sb->name, sb->id, sizeof(sb->id), err,
                               errlen);
@@ -681,7 +677,7 @@ runner_pool_take(const char *image, runner_sandbox_t *sb)
  * its take), and given the run's environment (env, released) on its
  * stdin: each "NAME=value" entry with a NUL after it, then an empty one,
  * the end (stdin closes after it; the entry script takes a run only with
- * its end: one cut short is none); then a run's CPU weight.
+ * its end: one cut short is none).
  */
 int
 runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
@@ -742,18 +738,5 @@ runner_pool_assign(const runner_sandbox_t *sb, const char *run_id,
     explicit_bzero(buf, len);       /* the run's token */
     free(buf);
 
-    if (st != 101) {
-        return RUNNER_ERR;
-    }
-
-    /* the run is the sandbox's now: a weight not given back slows it
-     * under load, and is no reason to end it */
-    if (runner_docker_cpu_shares(sb->id, RUNNER_RUN_SHARES, err, errlen)
-        != 200)
-    {
-        runner_log("warn", NULL, "pool: sandbox %.12s keeps an idle one's "
-                   "CPU weight: %s", sb->id, err);
-    }
-
-    return RUNNER_OK;
+    return st == 101 ? RUNNER_OK : RUNNER_ERR;
 }

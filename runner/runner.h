@@ -186,11 +186,6 @@
 #define RUNNER_POOL_DIR              "/workspace"   /* its volume */
 #define RUNNER_POOL_HANDOVER         "stdin"        /* how its run reaches
                                                it: label smcp.handover */
-#define RUNNER_POOL_IDLE_SHARES      2      /* an idle one's CPU weight:
-                                               it warms on what runs leave */
-#define RUNNER_RUN_SHARES            1024   /* every run's, said (on cgroup
-                                               v2 the engine maps it, not
-                                               always to its default) */
 #define RUNNER_NET_SIZE              192    /* a network's name: the
                                                pool's, a session's */
 
@@ -640,8 +635,6 @@ long runner_docker_kill(const char *id, char *err, size_t errlen);
 long runner_docker_wait(const char *id, long timeout, int *exit_code,
     char *err, size_t errlen);
 long runner_docker_remove(const char *id, char *err, size_t errlen);
-long runner_docker_cpu_shares(const char *id, long shares, char *err,
-    size_t errlen);
 long runner_docker_running(const char *id, int *running, char *err,
     size_t errlen);
 long runner_docker_list(const char *label, json_t **list, char *err,

@@ -28,7 +28,7 @@ runner_sandbox_spec(const char *image, json_t *env, json_t *labels,
 
     return json_pack(
         "{s:s, s:s, s:s, s:o, s:o,"
-        " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:I, s:b,"
+        " s:{s:s, s:o, s:[s,s], s:b, s:I, s:I, s:I, s:I, s:b,"
         "    s:{s:s, s:s}, s:o, s:[s], s:[s],"
         "    s:{s:s, s:{s:s, s:s}}}}",
         "Image", image,
@@ -45,7 +45,6 @@ runner_sandbox_spec(const char *image, json_t *env, json_t *labels,
             "Memory", (json_int_t) runner_config->memory,
             "MemorySwap", (json_int_t) runner_config->memory,
             "NanoCpus", (json_int_t) runner_config->nano_cpus,
-            "CpuShares", (json_int_t) RUNNER_RUN_SHARES,
             "PidsLimit", (json_int_t) runner_config->pids,
             "ReadonlyRootfs", 1,
             "Tmpfs",

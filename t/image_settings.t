@@ -44,8 +44,8 @@ sub conf_ok {
     $conf =~ s{user www-data;}{$> == 0 ? 'user root;' : ''}e;
     $conf =~ s{pid /run/nginx.pid;}{pid $dir/nginx.pid;};
     spew("$dir/test.conf", $conf);
-    my ($rc, $out, $err) = run_cmd([ $t->{nginx_bin}, '-t', '-p', "$dir/", '-c', "$dir/test.conf",
-                                     '-e', "$dir/error.log" ]);
+    my ($rc, $out, $err) = SMCP::Test::nginx_config_test($t->{nginx_bin}, '-p', "$dir/",
+        '-c', "$dir/test.conf", '-e', "$dir/error.log");
     is($rc, 0, "$what: nginx -t accepts it") or diag("$out$err");
 }
 

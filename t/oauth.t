@@ -582,8 +582,8 @@ subtest "the nginx image's entrypoint: SMCP_OAUTH" => sub {
     $conf =~ s{user www-data;}{$> == 0 ? 'user root;' : ''}e;
     $conf =~ s{pid /run/nginx.pid;}{pid $dir/nginx.pid;};
     SMCP::Test::_write_file("$dir/nginx.conf", $conf);
-    my ($trc, $tout, $terr) = run_cmd([ $t->{nginx_bin}, '-t', '-p', "$dir/",
-                                        '-c', "$dir/nginx.conf", '-e', "$dir/error.log" ]);
+    my ($trc, $tout, $terr) = SMCP::Test::nginx_config_test($t->{nginx_bin}, '-p', "$dir/",
+        '-c', "$dir/nginx.conf", '-e', "$dir/error.log");
     is($trc, 0, 'nginx -t accepts it') or diag("$tout$terr");
     ($rc, $conf) = $render->('off');
     unlike($conf, qr/oauth/, 'off: nothing of it');
