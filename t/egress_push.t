@@ -380,13 +380,14 @@ $before = state();
     };
     ok($inst, 'GHE: nginx starts with them') or diag($@);
     my $conf = $t->dir . '/ghe/nginx.conf';
-    my $out = `$t->{nginx_bin} -t -p $gdir/ -c $conf -e $gdir/t.log 2>&1`;
-    is($?, 0, 'GHE: nginx -t accepts the configuration') or diag($out);
+    my ($trc, $tout, $terr) = SMCP::Test::nginx_config_test($t->{nginx_bin}, '-p', "$gdir/",
+        '-c', $conf, '-e', "$gdir/t.log");
+    is($trc, 0, 'GHE: nginx -t accepts the configuration') or diag("$tout$terr");
 
     my ($id, $tok) = $t->live_run(repository => 'https://github.com/owner/repo', create_pr => 1);
     my $basic = 'Basic ' . encode_base64("x-access-token:$tok", '');
     my $d = "$gdir/clone";
-    $out = `git -c 'http.extraHeader=Authorization: $basic' clone -q http://127.0.0.1:$gport/github/owner/repo.git $d 2>&1`;
+    my $out = `git -c 'http.extraHeader=Authorization: $basic' clone -q http://127.0.0.1:$gport/github/owner/repo.git $d 2>&1`;
     is($?, 0, 'GHE: clone') or diag($out);
     `cd $d && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m ghe`;
     $out = `cd $d && git -c 'http.extraHeader=Authorization: $basic' push -q origin HEAD:refs/heads/opencode/$id 2>&1`;
