@@ -401,10 +401,11 @@ runner_pool_leftovers(void)
 
 /*
  * The list to make one for now, or NULL: the image furthest from its N of
- * those due (a failed make waits RUNNER_POOL_RETRY_MS; after a take, one
- * with some left waits RUNNER_POOL_REFILL_MS: the run's start goes first
- * on dockerd and the cores).  *short_of: some list is below its N.  The
- * lock held.
+ * those due (a failed make waits RUNNER_POOL_RETRY_MS; after a take,
+ * every one waits RUNNER_POOL_REFILL_MS: the taken run's first prompt,
+ * OpenCode making its instance of the run's directory, goes first on
+ * the cores, before a new one's OpenCode start, seconds of CPU).
+ * *short_of: some list is below its N.  The lock held.
  */
 static runner_pool_list_t *
 runner_pool_due(int64_t now, int *short_of)
@@ -427,7 +428,7 @@ runner_pool_due(int64_t now, int *short_of)
         *short_of = 1;
         due = l->next_make;
 
-        if (l->n > 0 && due < runner_pool_taken_at + RUNNER_POOL_REFILL_MS) {
+        if (due < runner_pool_taken_at + RUNNER_POOL_REFILL_MS) {
             due = runner_pool_taken_at + RUNNER_POOL_REFILL_MS;
         }
 

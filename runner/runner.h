@@ -179,8 +179,8 @@
 #define RUNNER_POOL_IMAGES           16     /* images with a pool */
 #define RUNNER_POOL_CHECK_MS         2000   /* idle ones still running? */
 #define RUNNER_POOL_RETRY_MS         2000   /* after a failed make */
-#define RUNNER_POOL_REFILL_MS        1000   /* after a take, while some
-                                               are left */
+#define RUNNER_POOL_REFILL_MS        4000   /* after a take: its run's
+                                               first prompt goes first */
 #define RUNNER_POOL_PREFIX           "smcp-pool-"   /* its container's and
                                                its volume's names */
 #define RUNNER_POOL_DIR              "/workspace"   /* its volume */
