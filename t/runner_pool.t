@@ -120,8 +120,9 @@ subtest 'the pool fills; an idle sandbox holds nothing of a run' => sub {
         is($ps + 0, 0, '... nor in any process environment');
         my (undef, $files) = docker('exec', $id, 'sh', '-c',
             'ls -A /workspace /workspace/repo; grep -rls "eyJ" /workspace /tmp /home/sandbox 2>/dev/null || true');
-        is($files, "/workspace:\n.oc\nrepo\n\n/workspace/repo:\n",
-           '... nor a file in /workspace (OpenCode\'s own dirs, an empty repo), /tmp, $HOME (no JWT anywhere)');
+        # (repo an empty repository, its instance warmed: entrypoint.sh)
+        is($files, "/workspace:\n.oc\nrepo\n\n/workspace/repo:\n.git\n",
+           '... nor a file in /workspace (OpenCode\'s own dirs, an empty repository), /tmp, $HOME (no JWT anywhere)');
         my (undef, $lbl) = docker('inspect', '--format', '{{index .Config.Labels "smcp.run"}}', $id);
         chomp $lbl;
         is($lbl, '', '... no run label');

@@ -20,6 +20,10 @@
 #      OpenCode cold in the pooled sandbox
 #   5. a warm run cancelled mid-way (opencode_cancel_run) ends promptly,
 #      its container gone
+#   6. runs of repositories on the warm server (whose instance of
+#      /workspace/repo the warm-up made before the clone): the model is
+#      told of the repository and reads its AGENTS.md; a repository's own
+#      OpenCode configuration (opencode.json: instructions) is read too
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
 # image ($SMCP_SANDBOX_IMAGE) is built on first use.
@@ -64,6 +68,9 @@ my %SCRIPTS = (
     'SCENARIO-AGAIN' => [
         { text => 'Again done.' },
     ],
+    'SCENARIO-REPO' => [
+        { text => 'Repo done.' },
+    ],
     'SCENARIO-HANG' => [
         { tool_use => { name => 'bash', input => {
             command => 'echo STARTED', description => 'Start' } } },
@@ -73,7 +80,15 @@ my %SCRIPTS = (
 
 # an Azure route (to nothing: the run only has to start cold), else
 # opencode_run_task refuses the azure model at once (t/egress_announce.t)
-my $s = SMCP::Stack->new(scripts => \%SCRIPTS,
+my %REPOS = (
+    'acme/plain' => { 'README.md' => "# plain\n",
+                      'AGENTS.md' => "Mark AGENTS-PLAIN-7f3a.\n" },
+    'acme/own'   => { 'README.md' => "# own\n",
+                      'AGENTS.md' => "Mark AGENTS-OWN-c21e.\n",
+                      'opencode.json' => '{"instructions":["EXTRA.md"]}' . "\n",
+                      'EXTRA.md' => "Mark EXTRA-OWN-9d04.\n" },
+);
+my $s = SMCP::Stack->new(scripts => \%SCRIPTS, repos => \%REPOS,
     egress_env => { AZURE_OPENAI_API_KEY => 'azure-warm-test',
                     AZURE_OPENAI_BASE_URL => 'http://127.0.0.1:9' });
 my $t = $s->t;
@@ -194,6 +209,34 @@ subtest 'a provider the server did not warm: OpenCode cold, in the pooled sandbo
     my $start = lifecycle_step($run->{runId}, 'agent_start');
     ok($start && !$start->{warm}, 'agent_start, not warm: the cold start')
         or diag(json_encode($start));
+};
+
+subtest "repositories on the warm server: AGENTS.md, their own configuration" => sub {
+    for my $c (['plain', 'AGENTS-PLAIN-7f3a', undef],
+               ['own', 'AGENTS-OWN-c21e', 'EXTRA-OWN-9d04']) {
+        my ($name, $agents, $extra) = @$c;
+        ok(warm_full(), "$name: the pool warm again");
+        my $mark = "SCENARIO-REPO: $name " . int(rand(1e9));
+        my $run = $s->run_task(task => $mark, title => "R $name",
+                               repository => "https://github.com/acme/$name");
+        my $res = $s->wait_done($run->{runId}, 300);
+        is($res->{status}, 'completed', "$name: completed")
+            or $s->diag_run($run->{runId}, $r);
+        ok((lifecycle_step($run->{runId}, 'agent_start') || {})->{warm},
+           "$name: on the warm server");
+        my ($req) = grep { ($_->{body} // '') =~ /\Q$mark\E/ } $s->anthropic->requests;
+        my $body = $req ? $req->{body} : '';
+        # (the bodies are long: checked without printing them)
+        ok($body =~ /Is directory a git repo: yes/, "$name: told it is a git repository");
+        ok(index($body, $agents) >= 0, "$name: the repository's AGENTS.md reached the model");
+        if ($extra) {
+            ok(index($body, $extra) >= 0,
+               "$name: its opencode.json was read (its instructions reached the model)");
+        } else {
+            ok($body ne '' && index($body, 'EXTRA-OWN') < 0,
+               "$name: nothing of another repository's");
+        }
+    }
 };
 
 subtest 'a warm run cancelled' => sub {

@@ -74,11 +74,12 @@
 #
 # A warm run (a pooled sandbox, SMCP_POOL=1): while it waits, the sandbox runs
 # `opencode serve` on 127.0.0.1:4096 and key-relay on 127.0.0.1:4097, and warms
-# the server with one prompt in a directory of its own, /tmp/smcp-warm/w (the
-# relay answers it 401).  At the handover it is used when the warm-up is done
-# (waited for up to 120 s: an OpenCode starting is no slower to wait for
-# than one started anew) and the server healthy, the run starts a new session
-# (no SMCP_SESSION; a sandbox held for a session serves its session), the model's provider is anthropic, openai or google (not
+# the server with one prompt in /workspace/repo, an empty repository until
+# the handover (the relay answers it 401).  At the handover it is used when
+# the warm-up is done (waited for up to 120 s: an OpenCode starting is no
+# slower to wait for than one started anew) and the server healthy, the run
+# starts a new session (no SMCP_SESSION; a sandbox held for a session serves
+# its session), the model's provider is anthropic, openai or google (not
 # through Cloudflare), no SMCP_PROVIDER_BASE_URL is set, the egress URL is the
 # one the relay was started with and no command was given; otherwise every
 # process of it is killed and the run starts OpenCode cold, as without the
@@ -92,12 +93,15 @@
 # --auto).  Stop signals end the prompt's request; kill -KILL -1 then ends the
 # server and the relay with the rest.  Differences from a cold run: the server's
 # configuration is the warm one (no small_model: OpenCode's choice for the
-# provider; the run token only in the relay's file).  The run's directory is
-# first seen by the server at the prompt, after the clone: OpenCode makes its
-# instance there as a cold run does (the git project, "Is directory a git repo:
-# yes"), which costs the warm run about a second; warmed in /workspace/repo
-# itself, the server would keep what it found before the clone (no repository:
-# project "global").
+# provider; the run token only in the relay's file).  The server's instance of
+# /workspace/repo (seconds to make: the git project, its tools, OpenCode's
+# services for the directory) is made by the warm-up, on an empty repository
+# (so OpenCode tells the model "Is directory a git repo: yes", as after the
+# clone); the handover removes that repository and the run's clone fills the
+# directory.  OpenCode reads AGENTS.md at each prompt, but its configuration
+# only when it makes an instance: a repository with its own (opencode.json,
+# opencode.jsonc, .opencode) has the instance made anew at its prompt, as a
+# cold run does (warm_fresh).
 #
 # Layout of the session volume: /workspace/repo is the worktree,
 # /workspace/.oc holds OpenCode's XDG dirs (kept apart from the worktree so
@@ -135,8 +139,8 @@ printf '{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}\n' \
 # The warm pool's OpenCode (SMCP_POOL=1 with SMCP_EGRESS_URL given at creation):
 # OpenCode's start is ~90% of a cold run's time to its first model request, so a
 # pooled sandbox starts `opencode serve` (127.0.0.1 only) ahead and warms it
-# with one prompt in $warm/w, never in the run's directory (an instance made
-# there before the clone would stay without its repository).  A warmed server
+# with one prompt in $repo (an empty repository, removed at the handover;
+# held for a session, in its last run's directory).  A warmed server
 # keeps the provider key it first read, so its providers (those of
 # warm_providers) point at key-relay on 127.0.0.1 with a fixed placeholder key;
 # the relay forwards to the egress with the placeholder swapped for the run
@@ -153,6 +157,7 @@ warm_relay_port=4097
 warm_key=smcp-pool-placeholder-not-a-token
 warm_providers="anthropic openai google"
 warm_egress=""
+warm_blank=0
 declare -A warm_env0=()
 
 # the directory the session's last run worked in ($oc/smcp/oc-dir, which
@@ -206,6 +211,9 @@ JSON
     # deleted; then $warm/ready.  Held for a session, in the directory its
     # last run worked in (the repository is there: OpenCode's instance of
     # it, seconds to make, is made now, as the follow-up will find it)
+    # A new session's, in $repo, where its first repository is cloned:
+    # an empty repository there now, which the handover removes before
+    # the clone (warm_blank)
     local d=$warm/w
     if [ $warm_hold = 1 ]; then
         d=$(oc_dir_read)
@@ -213,6 +221,9 @@ JSON
            || [ ! -d "$d" ] || [ -L "$d" ]; then
             d=$warm/w
         fi
+    elif git init --quiet "$repo" > /dev/null 2>&1; then
+        d=$repo
+        warm_blank=1
     fi
     (
         u=http://127.0.0.1:$warm_port q="directory=$d" sid=""
@@ -302,6 +313,9 @@ if [ "${SMCP_POOL:-}" = 1 ]; then
     done
     exec < /dev/null
     [ $handed = 1 ] || exit 1
+    # the warm-up's empty repository goes: $repo is an empty directory
+    # again, which the run's clone (or git init) fills as without it
+    [ $warm_blank = 1 ] && rm -rf "$repo/.git"
     exec 9<> <(:)
     if warm_take "$@"; then
         warm_run=1
@@ -751,6 +765,25 @@ warm_handover() {
     (umask 077; printf '%s' "$SMCP_RUN_TOKEN" > "$warm/token")
 }
 
+# Made on the warm-up's empty repository, the server's instance of $repo
+# has not read what the clone brought of OpenCode's own configuration
+# (read when an instance is made; AGENTS.md is read at each prompt): for a
+# repository that has some, the server drops that instance (asked up to
+# three times), and the prompt makes it anew as a cold run's does
+warm_fresh() {
+    local f i
+    [ $warm_blank = 1 ] && [ "$own" = "$repo" ] || return 0
+    for f in opencode.json opencode.jsonc .opencode; do
+        [ -e "$repo/$f" ] || [ -L "$repo/$f" ] || continue
+        for ((i = 0; i < 3; i++)); do
+            curl -sf -m 20 -o /dev/null -X POST \
+                "http://127.0.0.1:$warm_port/instance/dispose?directory=$repo" \
+                && return 0
+        done
+        return 0
+    done
+}
+
 # the run's session: the one it continues, or a new one made as `opencode
 # run --auto` makes it (the title, the permissions it denies); its lines
 # come from the server's events (session-events), subscribed before the
@@ -877,6 +910,7 @@ oc_url=""
 oc_pj="" oc_mj=""
 oc_q="directory=$own"
 if [ $warm_run = 1 ]; then
+    warm_fresh
     warm_handover
     oc_port=$warm_port oc_url=http://127.0.0.1:$warm_port
     lifecycle agent_start '"warm":true'
