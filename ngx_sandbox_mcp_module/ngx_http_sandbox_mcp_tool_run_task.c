@@ -28,6 +28,13 @@
 #define NGX_HTTP_SANDBOX_MCP_OVER_BYTES         -5
 #define NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS      -6
 #define NGX_HTTP_SANDBOX_MCP_OVER_DISK          -7
+#define NGX_HTTP_SANDBOX_MCP_FORK_BUSY          -8
+#define NGX_HTTP_SANDBOX_MCP_FORK_UNKNOWN       -9
+#define NGX_HTTP_SANDBOX_MCP_FORK_EXPIRED       -10
+
+/* how long a fork's run may hold the forked session's runs back (ms):
+ * the runner's copy takes at most RUNNER_FORK_COPY_SECONDS (600 s) */
+#define NGX_HTTP_SANDBOX_MCP_FORK_HOLD_MS       (15 * 60 * 1000)
 
 
 /* the arguments of opencode_run_task, validated */
@@ -39,6 +46,7 @@ typedef struct {
     ngx_str_t                   pr_title;
     ngx_str_t                   watch_base;
     ngx_str_t                   session;
+    ngx_str_t                   fork;       /* forkSessionId, "": none */
     ngx_str_t                   model;
     ngx_str_t                   image;      /* "": the runner's */
     ngx_str_t                   title;
@@ -58,6 +66,8 @@ static void ngx_http_sandbox_mcp_task_grant_text(
     ngx_http_sandbox_mcp_call_t *call, u_char *buf, size_t size);
 static void ngx_http_sandbox_mcp_task_no_route(
     ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
+static void ngx_http_sandbox_mcp_task_fork_text(
+    ngx_http_sandbox_mcp_call_t *call, ngx_str_t *fork);
 
 
 /*
@@ -124,7 +134,7 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 
     u_char                            grants[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX
                                                  / 2];
-    ngx_str_t                         text;
+    ngx_str_t                         text, fork;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
@@ -226,6 +236,35 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         lcf->tenant_disk, lcf->session_idle);
         return;
 
+    case NGX_HTTP_SANDBOX_MCP_FORK_BUSY:
+        ngx_http_sandbox_mcp_task_fork_text(call, &fork);
+        ngx_http_sandbox_mcp_tool_error(call, "Session %V has a run queued "
+                                        "or going: a fork copies a session "
+                                        "as its last run left it, so fork "
+                                        "it once that run has ended "
+                                        "(opencode_get_result waitSeconds), "
+                                        "or cancel that run "
+                                        "(opencode_cancel_run).", &fork);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_FORK_UNKNOWN:
+        ngx_http_sandbox_mcp_task_fork_text(call, &fork);
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown forkSessionId: %V "
+                                        "(use a sessionId returned by "
+                                        "opencode_run_task; "
+                                        "opencode_list_sessions lists "
+                                        "yours).", &fork);
+        return;
+
+    case NGX_HTTP_SANDBOX_MCP_FORK_EXPIRED:
+        ngx_http_sandbox_mcp_task_fork_text(call, &fork);
+        ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
+                                        "longer than %T seconds and its "
+                                        "workspace was removed; there is "
+                                        "nothing left to fork.", &fork,
+                                        lcf->session_idle);
+        return;
+
     case NGX_HTTP_SANDBOX_MCP_SESSION_EXPIRED:
         ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
                                         "longer than %T seconds and its "
@@ -245,6 +284,20 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_tool_output_text(call,
         ngx_http_sandbox_mcp_run_started(call, &text) == NGX_OK ? &text
                                                                 : NULL);
+}
+
+
+/* the forkSessionId of the call (checked before the script ran) */
+static void
+ngx_http_sandbox_mcp_task_fork_text(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *fork)
+{
+    const char  *s;
+
+    s = json_string_value(json_object_get(call->args, "forkSessionId"));
+
+    fork->data = (u_char *) (s ? s : "");
+    fork->len = s ? ngx_min(ngx_strlen(s), SMCP_ID_LEN) : 0;
 }
 
 
@@ -470,6 +523,10 @@ ngx_http_sandbox_mcp_task_strings(ngx_http_sandbox_mcp_call_t *call,
         || ngx_http_sandbox_mcp_arg_string(call, "sessionId",
                                            NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
                                            &t->session)
+           != NGX_OK
+        || ngx_http_sandbox_mcp_arg_string(call, "forkSessionId",
+                                           NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
+                                           &t->fork)
            != NGX_OK
         || ngx_http_sandbox_mcp_arg_string(call, "model",
                                            SMCP_MODEL_MAX, &t->model)
@@ -835,6 +892,25 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
+    if (t->fork.len
+        && !smcp_valid_id((char *) t->fork.data, t->fork.len,
+                          SMCP_SESSION_ID_PREFIX))
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Unknown forkSessionId: "
+                                        "sessionIds look like ses_ followed "
+                                        "by 24 hex digits.");
+        return NGX_ERROR;
+    }
+
+    if (t->fork.len && t->session.len) {
+        ngx_http_sandbox_mcp_tool_error(call, "Pass sessionId or "
+                                        "forkSessionId, not both: sessionId "
+                                        "continues a session, forkSessionId "
+                                        "starts a new one from a copy of "
+                                        "it.");
+        return NGX_ERROR;
+    }
+
     if (t->model.len == 0) {
         t->model = lcf->default_model;
 
@@ -862,7 +938,9 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    if (t->create_pr && t->repo.len == 0 && t->session.len == 0) {
+    if (t->create_pr && t->repo.len == 0 && t->session.len == 0
+        && t->fork.len == 0)
+    {
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
                                         "needs 'repository' (or the "
                                         "sessionId of a session with one).");
@@ -972,10 +1050,10 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[40];
+    ngx_str_t                    args[42];
     ngx_uint_t                   nkeys;
     ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[] = {
+    ngx_http_sandbox_mcp_key_t   keys[17] = {
         { SMCP_KEY_RUN, &call->run_id },
         { SMCP_KEY_RUN_EVENTS, &call->run_id },
         { SMCP_KEY_TENANT_RUNS, &call->ctx->tenant },
@@ -988,8 +1066,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
         { SMCP_KEY_TENANT_SESSIONS, &call->ctx->tenant },
         { SMCP_CHAN_TENANT, &call->ctx->tenant },
         { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant },
-        { SMCP_KEY_EGRESS_ROUTES, NULL },
-        { SMCP_KEY_MCP_RUNS, &call->ctx->session_id }
+        { SMCP_KEY_EGRESS_ROUTES, NULL }
     };
 
     pool = call->ctx->request->pool;
@@ -1057,11 +1134,22 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     /* the route its model is reached through (GitHub's: the script) */
     ngx_http_sandbox_mcp_model_route(&t->model, &args[34]);
 
+    /* a fork: the session forked (run_create.lua) */
+    nkeys = 13;
+    if (t->fork.len) {
+        keys[nkeys].fmt = SMCP_KEY_SESSION;
+        keys[nkeys++].arg = &t->fork;
+        keys[nkeys].fmt = SMCP_KEY_SESSION_ACTIVE;
+        keys[nkeys++].arg = &t->fork;
+        keys[nkeys].fmt = SMCP_KEY_SESSION_FORKS;
+        keys[nkeys++].arg = &t->fork;
+    }
+
     /* the MCP session that asks remembers the run: its GET stream logs
      * the run's lifecycle */
-    nkeys = sizeof(keys) / sizeof(keys[0]);
-    if (call->ctx->session_id.len == 0) {
-        nkeys--;
+    if (call->ctx->session_id.len) {
+        keys[nkeys].fmt = SMCP_KEY_MCP_RUNS;
+        keys[nkeys++].arg = &call->ctx->session_id;
     }
 
     args[35] = ngx_http_sandbox_mcp_redis_number(pool, lcf->session_ttl);
@@ -1073,6 +1161,12 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[37] = t->notify_url;
     args[38] = t->notify_format;
     args[39] = ngx_http_sandbox_mcp_redis_number(pool, lcf->ui_token_ttl);
+
+    /* the session forked ("": none), how long its runs wait for the copy
+     * at most */
+    args[40] = t->fork;
+    args[41] = ngx_http_sandbox_mcp_redis_number(pool,
+                                          NGX_HTTP_SANDBOX_MCP_FORK_HOLD_MS);
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,

@@ -689,7 +689,10 @@ runner_run_sandbox(runner_run_t *run, json_t *h, const char *token,
     char              net[RUNNER_NET_SIZE];
     runner_sandbox_t  sb;
 
-    if (runner_run_volume(run, image, &sb, err, errlen) != RUNNER_OK) {
+    /* a forked session's first run: the workspace copied first */
+    if (runner_fork_copy(run, h, err, errlen) != RUNNER_OK
+        || runner_run_volume(run, image, &sb, err, errlen) != RUNNER_OK)
+    {
         return RUNNER_ERR;
     }
 
@@ -1048,10 +1051,12 @@ runner_run_begin(runner_run_t *run)
 
     if (rc == RUNNER_AGAIN
         && (strcmp(status, "wait") == 0 || strcmp(status, "limit") == 0
-            || strcmp(status, "unlisted") == 0))
+            || strcmp(status, "unlisted") == 0
+            || strcmp(status, "forking") == 0))
     {
-        /* an earlier run of the session is still going, or the tenant
-         * has its runs running: its turn comes */
+        /* an earlier run of the session is still going, a fork of it is
+         * being copied, or the tenant has its runs running: its turn
+         * comes */
         atomic_store(&run->state, RUNNER_RUN_WAIT);
         return RUNNER_ERR;
     }

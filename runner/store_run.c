@@ -224,6 +224,7 @@ typedef struct {
     char        chan[RUNNER_KEY_MAX];
     char        diff[RUNNER_KEY_MAX];
     char        active[RUNNER_KEY_MAX];     /* session:{id}:active */
+    char        forks[RUNNER_KEY_MAX];      /* session:{id}:forks */
     char        runs[RUNNER_KEY_MAX];       /* session:{id}:runs */
     char        session[RUNNER_KEY_MAX];    /* session:{id} */
     char        started[RUNNER_KEY_MAX];    /* tenant:{t}:started */
@@ -260,6 +261,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
     RUNNER_KEY(k->diff, SMCP_KEY_RUN_DIFF, run_id);
 
     k->active[0] = k->runs[0] = k->session[0] = k->session_id[0] = '\0';
+    k->forks[0] = '\0';
     k->started[0] = k->claimed[0] = k->tenant[0] = k->created_at[0] = '\0';
     k->sessions[0] = '\0';
     k->tchan[0] = '\0';
@@ -268,6 +270,7 @@ runner_store_run_keys(runner_store_t *st, const char *run_id,
     if (smcp_valid_id(v[1], strlen(v[1]), SMCP_SESSION_ID_PREFIX)) {
         strcpy(k->session_id, v[1]);
         RUNNER_KEY(k->active, SMCP_KEY_SESSION_ACTIVE, v[1]);
+        RUNNER_KEY(k->forks, SMCP_KEY_SESSION_FORKS, v[1]);
         RUNNER_KEY(k->runs, SMCP_KEY_SESSION_RUNS, v[1]);
         RUNNER_KEY(k->session, SMCP_KEY_SESSION, v[1]);
     }
@@ -495,7 +498,8 @@ runner_store_list_session(runner_store_t *st, const char *run_id,
  * limit, no other runner has it.  A claim names this process (not just
  * the consumer: two runners given the same --name must not both start a
  * run); a claim that never got its run going (its runner died starting
- * it) goes stale after --claim-idle.  The keys come from the run hash.
+ * it) goes stale after --claim-idle; a session being forked waits for
+ * the fork's copy ("forking").  The keys come from the run hash.
  * A "wait" or "limit" caused by a member whose run ended (what a status
  * change missed) is cleared, and the claim tried again.
  */
@@ -505,7 +509,7 @@ runner_store_claim(runner_store_t *st, const char *run_id, char *status,
 {
     int                rc, try;
     char               now[32], stale[32];
-    const char        *keys[4], *args[4];
+    const char        *keys[5], *args[4];
     runner_run_keys_t  k;
 
     if (runner_store_run_keys(st, run_id, &k) != RUNNER_OK) {
@@ -519,6 +523,7 @@ runner_store_claim(runner_store_t *st, const char *run_id, char *status,
     keys[1] = k.active;
     keys[2] = k.started;
     keys[3] = k.claimed;
+    keys[4] = k.forks;
     args[0] = run_id;
     args[1] = runner_config->instance;
     args[2] = now;
@@ -528,7 +533,7 @@ runner_store_claim(runner_store_t *st, const char *run_id, char *status,
         RUNNER_NUM(now, smcp_now_ms());
 
         rc = runner_store_script_status(st,
-                 runner_store_script(st, RUNNER_LUA_CLAIM, 4, keys, 4, args,
+                 runner_store_script(st, RUNNER_LUA_CLAIM, 5, keys, 4, args,
                                      NULL),
                  status, slen);
 

@@ -64,6 +64,37 @@ runner_store_session_set(runner_store_t *st, const char *session,
 }
 
 
+/*
+ * A fork's copy ended (fork.c): made, its session's hash says
+ * `forked_at`; made or not, the forked session's runs wait for it no
+ * longer (its `forks` hold on them goes).
+ */
+int
+runner_store_fork_done(runner_store_t *st, const char *forked,
+    const char *session, const char *run_id, int made)
+{
+    char         key[RUNNER_KEY_MAX], now[RUNNER_NUM_MAX];
+    const char  *argv[4];
+
+    if (made) {
+        RUNNER_NUM(now, smcp_now_ms());
+
+        if (runner_store_session_set(st, session, "forked_at", now)
+            != RUNNER_OK)
+        {
+            return RUNNER_ERR;
+        }
+    }
+
+    RUNNER_KEY(key, SMCP_KEY_SESSION_FORKS, forked);
+    argv[0] = "ZREM";
+    argv[1] = key;
+    argv[2] = run_id;
+
+    return runner_store_do(st, 3, argv);
+}
+
+
 /* the janitor: sessions due by now (at most max of them, ids valid) */
 int
 runner_store_sessions_due(runner_store_t *st, int64_t now,

@@ -9,7 +9,8 @@
 #                its session's unfinished runs (session:{id}:active), the
 #                tenant's claimed runs (tenant:{t}:claimed) under
 #                `max_running`; on ok it moves from tenant:{t}:started to
-#                tenant:{t}:claimed; `attempts` counted
+#                tenant:{t}:claimed; `attempts` counted; a session being
+#                forked (a live hold in session:{id}:forks) waits
 #   running.lua  `running` once the container runs (told on the tenant's
 #                channel too); a run cancelled meanwhile
 #                leaves the session's and the tenant's sets
@@ -79,7 +80,8 @@ sub claim {
         [ "${P}run:$id",
           defined $h->{session} ? "${P}session:$h->{session}:active" : '',
           defined $h->{tenant} ? "${P}tenant:$h->{tenant}:started" : '',
-          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:claimed" : '' ],
+          defined $h->{tenant} ? "${P}tenant:$h->{tenant}:claimed" : '',
+          defined $h->{session} ? "${P}session:$h->{session}:forks" : '' ],
         [ $id, $inst, $at // $now, $STALE ]);
 }
 
@@ -150,6 +152,23 @@ subtest 'claim: runs of a session in order' => sub {
        'a run missing from its session\'s active set: unlisted');
     is(hash("${P}run:run_u")->{claimed_by}, undef, '... not claimed');
     ok(!$t->redis('SISMEMBER', "${P}tenant:alice:claimed", 'run_u'), '... not in claimed');
+};
+
+subtest 'claim: a session being forked waits for the copy' => sub {
+    my $forks = "${P}session:ses_5:forks";
+    created('run_f1', tenant => 'alice', session => 'ses_5', created_at => 1);
+    # a fork's run holds the forked session until its copy is made (or
+    # the hold's end: its score)
+    $t->redis('ZADD', $forks, $now + 60000, 'run_fork');
+    is(claim('run_f1', 'r1/1/a'), 'forking', 'a live hold: forking');
+    is(hash("${P}run:run_f1")->{attempts}, undef, '... no attempt counted');
+    ok($t->redis('SISMEMBER', "${P}tenant:alice:started", 'run_f1'), '... still started');
+    is(claim('run_f1', 'r1/1/a', $now + 60001), 'ok', 'the hold ended: ok');
+    $t->redis('HSET', "${P}run:run_f1", status => 'started');
+    $t->redis('HDEL', "${P}run:run_f1", 'claimed_by');
+    $t->redis('ZADD', $forks, $now + 60000, 'run_fork');
+    $t->redis('ZREM', $forks, 'run_fork');          # the copy made
+    is(claim('run_f1', 'r1/1/a'), 'ok', 'the hold taken out: ok');
 };
 
 subtest 'claim: the tenant\'s running limit' => sub {

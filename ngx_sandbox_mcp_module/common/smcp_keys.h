@@ -42,6 +42,11 @@
 #define SMCP_KEY_SESSION_ACTIVE     "%ssession:%s:active" /* zset: the
                                                      session's unfinished
                                                      runs by created_at */
+#define SMCP_KEY_SESSION_FORKS      "%ssession:%s:forks" /* zset: the
+                                                     runs of forks of the
+                                                     session still to copy
+                                                     it, by when their hold
+                                                     ends (ms) */
 #define SMCP_KEY_SESSIONS           "%ssessions"  /* zset: session ids by
                                                      idle expiry (ms) */
 #define SMCP_KEY_TENANT_SESSIONS    "%stenant:%s:sessions" /* zset: the

@@ -15,6 +15,10 @@
 -- KEYS[12] tenant:{tenant}:usage (absent: an older caller, no budgets)
 -- KEYS[13] egress:routes (what the egress proxy announced it serves)
 -- KEYS[14] mcp:{mcp session}:runs (absent: no MCP session asks)
+-- A fork (ARGV[41] names the session forked) has three keys before it:
+-- KEYS[14] session:{forked}   KEYS[15] session:{forked}:active
+-- KEYS[16] session:{forked}:forks
+-- and mcp:{mcp session}:runs, when given, is KEYS[17].
 -- ARGV: run id, tenant, session id, new session (1/0), now (ms), task,
 -- repository (the URL the run names, or ""), branch, model, title,
 -- create_pr (1/0), timeout (s), events maxlen, max queued, max running,
@@ -32,7 +36,17 @@
 -- how long an MCP session may live (s) and the most runs it remembers;
 -- then the run's notification: its URL ("" or missing: none), format and
 -- the watch link's lifetime (s) (finish.lua schedules it, the runner
--- sends it: runner/notify.c)
+-- sends it: runner/notify.c); then the session forked ("" or missing: no
+-- fork) and how long its copy may hold that session's runs back (ms)
+--
+-- A fork starts a new session from a copy of another's (the forked
+-- one's) workspace and OpenCode conversation: the new session's hash
+-- gets `fork_of`, the forked one's `repositories` and `opencode_session`;
+-- the forked session must be this tenant's, live and without a run queued
+-- or going (its active set empty).  Until the runner has copied its
+-- workspace, the forked session's runs wait: its `forks` set holds the
+-- fork's run, scored by when that hold ends (claim.lua; the runner takes
+-- it out once the copy is made).
 --
 -- The tenant's usage hash (docs/contracts.md, "Tenant budgets") is read
 -- once; a new session is one more `sessions`, its workspace
@@ -60,13 +74,27 @@
 -- and the run needs NAME, which is not one of them: its model's, or
 -- "github" for a run with a repository; -5 when the tenant's runs hold
 -- its bytes budget, -6 when a new session would pass its sessions budget,
--- -7 when its workspaces hold its disk budget.  Only 1 writes anything.
+-- -7 when its workspaces hold its disk budget; for a fork, -8 when the
+-- forked session has a run queued or going, -9 when it is unknown to this
+-- tenant, -10 when it expired (or is expiring).  Only 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 local usage = KEYS[12] or ''
+local fork = ARGV[41] or ''
+local mcp_runs = KEYS[14]
+if fork ~= '' then mcp_runs = KEYS[17] end
 
-local repos = {}
+local repos, oc_session = {}, nil
 if ARGV[4] == '1' then
   if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+  if fork ~= '' then
+    local f = redis.call('HMGET', KEYS[14], 'tenant', 'state',
+                         'repositories', 'opencode_session')
+    if f[1] ~= ARGV[2] then return -9 end
+    if f[2] == expiring or f[2] == expired then return -10 end
+    if redis.call('ZCARD', KEYS[15]) > 0 then return -8 end
+    if f[3] then repos = cjson.decode(f[3]) end
+    oc_session = f[4]
+  end
 else
   local s = redis.call('HMGET', KEYS[4], 'tenant', 'state', 'repositories')
   if s[1] ~= ARGV[2] then return 0 end
@@ -138,6 +166,22 @@ if ARGV[4] == '1' then
   redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5],
     'last_run', ARGV[1], 'last_active', ARGV[5], 'idle_ttl', ARGV[18],
     'retention', ARGV[17], 'repositories', list)
+  if fork ~= '' then
+    redis.call('HSET', KEYS[4], 'fork_of', fork)
+    if oc_session then
+      redis.call('HSET', KEYS[4], 'opencode_session', oc_session)
+    end
+    -- the forked session's runs wait for the copy (claim.lua); the hold
+    -- ends by itself should the fork's run never get to it
+    local hold = tonumber(ARGV[5]) + tonumber(ARGV[42])
+    redis.call('ZADD', KEYS[16], hold, ARGV[1])
+    redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', '(' .. ARGV[5])
+    redis.call('PEXPIRE', KEYS[16], ARGV[42])
+    -- forked now: the forked session was active (its idle clock anew)
+    redis.call('HSET', KEYS[14], 'last_active', ARGV[5])
+    redis.call('ZADD', KEYS[8], ARGV[19], fork)
+    redis.call('ZADD', KEYS[10], ARGV[5], fork)
+  end
 else
   redis.call('HSET', KEYS[4], 'last_run', ARGV[1], 'last_active', ARGV[5],
     'idle_ttl', ARGV[18], 'retention', ARGV[17], 'repositories', list)
@@ -153,6 +197,7 @@ redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
   'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
   'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
   'image', ARGV[30] or '')
+if fork ~= '' then redis.call('HSET', KEYS[1], 'fork_of', fork) end
 if (ARGV[38] or '') ~= '' then
   redis.call('HSET', KEYS[1], 'notify_url', ARGV[38],
              'notify_format', ARGV[39], 'notify_ttl', ARGV[40])
@@ -181,10 +226,10 @@ redis.call('XADD', KEYS[9], '*', 'run', ARGV[1])
 
 -- the MCP session that started it hears its lifecycle (its GET stream):
 -- the newest runs it started, before the PUBLISH that says `started`
-if KEYS[14] then
-  redis.call('ZADD', KEYS[14], ARGV[5], ARGV[1])
-  redis.call('ZREMRANGEBYRANK', KEYS[14], 0, -1 - tonumber(ARGV[37]))
-  redis.call('EXPIRE', KEYS[14], ARGV[36])
+if mcp_runs then
+  redis.call('ZADD', mcp_runs, ARGV[5], ARGV[1])
+  redis.call('ZREMRANGEBYRANK', mcp_runs, 0, -1 - tonumber(ARGV[37]))
+  redis.call('EXPIRE', mcp_runs, ARGV[36])
 end
 redis.call('PUBLISH', KEYS[11], ARGV[1] .. ' ' .. started)
 return 1
