@@ -164,6 +164,9 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         return;
     }
 
+    /* the session a fork names, for its refusals */
+    ngx_http_sandbox_mcp_task_fork_text(call, &fork);
+
     switch (reply->type == REDIS_REPLY_INTEGER
             ? reply->integer : NGX_HTTP_SANDBOX_MCP_NO_SESSION)
     {
@@ -237,7 +240,6 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         return;
 
     case NGX_HTTP_SANDBOX_MCP_FORK_BUSY:
-        ngx_http_sandbox_mcp_task_fork_text(call, &fork);
         ngx_http_sandbox_mcp_tool_error(call, "Session %V has a run queued "
                                         "or going: a fork copies a session "
                                         "as its last run left it, so fork "
@@ -248,7 +250,6 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         return;
 
     case NGX_HTTP_SANDBOX_MCP_FORK_UNKNOWN:
-        ngx_http_sandbox_mcp_task_fork_text(call, &fork);
         ngx_http_sandbox_mcp_tool_error(call, "Unknown forkSessionId: %V "
                                         "(use a sessionId returned by "
                                         "opencode_run_task; "
@@ -257,7 +258,6 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         return;
 
     case NGX_HTTP_SANDBOX_MCP_FORK_EXPIRED:
-        ngx_http_sandbox_mcp_task_fork_text(call, &fork);
         ngx_http_sandbox_mcp_tool_error(call, "Session expired: %V was idle "
                                         "longer than %T seconds and its "
                                         "workspace was removed; there is "

@@ -1,17 +1,21 @@
 /*
  * A fork's workspace (opencode_run_task's forkSessionId; run_create.lua).
- * The run that starts a forked session (its hash says `fork_of`) first
- * copies the forked session's workspace into its own volume,
- * smcp-<session>: in a container of the run's image that does nothing but
- * `cp -a` (symlinks copied as symlinks, none followed), the forked volume
- * read-only on /from, the new one on /workspace, the sandbox's user,
- * limits and lock-down, no network.  The forked session stays as it was;
- * its runs wait until the copy is made (its `forks` hold, claim.lua),
- * which this takes out, made or not, and a sandbox held for its next run
- * (hold.c: OpenCode's server on its workspace, its warm-up writing) goes
- * first, so that nothing writes there while it is copied.  The session's hash says
- * `forked_at` once the copy is whole: a copy cut short (the runner died)
- * is made again from an empty volume.
+ * A run of a forked session (its hash says `fork_of`, not yet
+ * `forked_at`) first copies the forked session's workspace into its own
+ * volume, smcp-<session>: in a container of the run's image that does
+ * nothing but `cp -a` (symlinks copied as symlinks, none followed), the
+ * forked volume read-only on /from, the new one on /workspace, the
+ * sandbox's user, limits and lock-down, no network.  The forked session
+ * stays as it was; its runs wait while the copy is made (its `forks`
+ * hold, claim.lua), which this pushes on as it goes (fork_hold.lua, the
+ * run's claim kept fresh too: no other runner takes the run meanwhile)
+ * and takes out at the end, made or not.  A sandbox held for the forked
+ * session's next run (hold.c: OpenCode's server on its workspace, its
+ * warm-up writing there) goes first, so that nothing writes there while
+ * it is copied.  Once the copy is whole the session's hash says
+ * `forked_at`; a copy cut short (the runner died) is made again into an
+ * empty volume, if the hold still stands: a hold run out means the
+ * forked session may have gone on, and the run fails, saying so.
  */
 
 #include <stdio.h>
@@ -101,13 +105,48 @@ runner_fork_spec(runner_run_t *run, const char *from)
 }
 
 
-/* the copy, in its container (left removed): RUNNER_OK when cp said 0 */
+/* the hold on the forked session's runs pushed on, the run's claim and
+ * queue entry kept fresh (fork_hold.lua) */
 static int
-runner_fork_cp(runner_run_t *run, const char *from, char *err, size_t errlen)
+runner_fork_hold(runner_run_t *run, const char *forked, char *err,
+    size_t errlen)
 {
-    int      code;
+    int      rc;
+    int64_t  hold;
+    char     status[RUNNER_ERRLEN];
+
+    hold = 3 * runner_config->claim_idle_ms;
+    hold = hold > RUNNER_FORK_HOLD_MS ? hold : RUNNER_FORK_HOLD_MS;
+
+    (void) runner_store_touch(run->store, run->stream_id);
+
+    rc = runner_store_fork_hold(run->store, forked, run->id, hold, status,
+                                sizeof(status));
+
+    if (rc == RUNNER_AGAIN && strcmp(status, "lapsed") == 0) {
+        snprintf(err, errlen, "the fork of session %s was not made before "
+                 "its hold on that session ran out (its first run failed, "
+                 "was cancelled, or waited too long), and the session may "
+                 "have gone on since: fork it again", forked);
+
+    } else if (rc != RUNNER_OK) {
+        snprintf(err, errlen, "the fork's hold: %s", status);
+    }
+
+    return rc == RUNNER_OK ? RUNNER_OK : RUNNER_ERR;
+}
+
+
+/* the copy, in its container (left removed), the hold and the claim kept
+ * alive meanwhile: RUNNER_OK when cp said 0 */
+static int
+runner_fork_cp(runner_run_t *run, const char *forked, const char *from,
+    char *err, size_t errlen)
+{
+    int      code, waited, slice;
     long     st;
     char     name[RUNNER_CONTAINER_SIZE], id[RUNNER_CONTAINER_SIZE];
+    char     scratch[RUNNER_ERRLEN];
     json_t  *spec;
 
     snprintf(name, sizeof(name), "smcp-fork-%s", run->id);
@@ -125,67 +164,83 @@ runner_fork_cp(runner_run_t *run, const char *from, char *err, size_t errlen)
     }
 
     code = -1;
+    waited = 0;
+    slice = (int) (runner_config->claim_idle_ms / 3000);
+    slice = slice < 1 ? 1 : (slice > 20 ? 20 : slice);
     st = runner_docker_start(id, err, errlen);
 
     if (st == 204 || st == 304) {
-        st = runner_docker_wait(id, RUNNER_FORK_COPY_SECONDS, &code, err,
-                                errlen);
+        for ( /* void */ ; /* void */ ; waited += slice) {
+            st = runner_docker_wait(id, slice, &code, err, errlen);
+
+            if (st != RUNNER_DOCKER_TIMEOUT
+                || waited + slice >= RUNNER_FORK_COPY_SECONDS
+                || runner_fork_hold(run, forked, err, errlen) != RUNNER_OK)
+            {
+                break;
+            }
+        }
     }
 
-    (void) runner_docker_remove(id, err, errlen);
+    (void) runner_docker_remove(id, scratch, sizeof(scratch));
 
-    if (st == RUNNER_DOCKER_TIMEOUT) {
+    if (st == RUNNER_DOCKER_TIMEOUT
+        && waited + slice >= RUNNER_FORK_COPY_SECONDS)
+    {
         snprintf(err, errlen, "copying the workspace of the forked session "
                  "took longer than %d s", RUNNER_FORK_COPY_SECONDS);
         return RUNNER_ERR;
     }
 
-    if (st != 200 || code != 0) {
+    if (st == 200 && code != 0) {
         snprintf(err, errlen, "copying the workspace of the forked session "
                  "failed (cp exited %d: a file its owner cannot read?)",
                  code);
         return RUNNER_ERR;
     }
 
-    return RUNNER_OK;
+    return st == 200 ? RUNNER_OK : RUNNER_ERR;
 }
 
 
 /*
  * RUNNER_OK: the run's session is a fork whose workspace is now copied
  * (run->volume its own), or no fork to copy; RUNNER_ERR: err says why.
+ * Any run of a fork not yet copied tries it (the first one failed: its
+ * hold has gone, and so does this one, saying why).
  */
 int
-runner_fork_copy(runner_run_t *run, json_t *h, char *err, size_t errlen)
+runner_fork_copy(runner_run_t *run, char *err, size_t errlen)
 {
     int                rc;
     long               st;
-    char               done[RUNNER_NUM_MAX], from[128];
-    char               name[RUNNER_CONTAINER_SIZE];
+    char               forked[SMCP_ID_LEN + 8], done[RUNNER_NUM_MAX];
+    char               name[RUNNER_CONTAINER_SIZE], from[128];
     runner_sandbox_t   sb;
-    const char        *forked;
 
-    forked = json_string_value(json_object_get(h, "fork_of"));
-
-    if (forked == NULL || forked[0] == '\0') {
-        return RUNNER_OK;
-    }
-
-    if (!smcp_valid_id(forked, strlen(forked), SMCP_SESSION_ID_PREFIX)) {
-        snprintf(err, errlen, "the run's fork_of is malformed");
-        return RUNNER_ERR;
-    }
-
-    if (runner_store_session_get(run->store, run->session, "forked_at", done,
-                                 sizeof(done))
-        != RUNNER_OK)
+    if (runner_store_session_get(run->store, run->session, "fork_of", forked,
+                                 sizeof(forked))
+        != RUNNER_OK
+        || runner_store_session_get(run->store, run->session, "forked_at",
+                                    done, sizeof(done))
+           != RUNNER_OK)
     {
         snprintf(err, errlen, "%s", runner_store_error(run->store));
         return RUNNER_ERR;
     }
 
-    if (done[0]) {
-        return RUNNER_OK;               /* copied by an earlier attempt */
+    if (forked[0] == '\0' || done[0]) {
+        return RUNNER_OK;               /* no fork, or copied already */
+    }
+
+    if (!smcp_valid_id(forked, strlen(forked), SMCP_SESSION_ID_PREFIX)) {
+        snprintf(err, errlen, "the session's fork_of is malformed");
+        return RUNNER_ERR;
+    }
+
+    /* the hold still the run's: the forked session has not gone on */
+    if (runner_fork_hold(run, forked, err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
     }
 
     snprintf(run->volume, sizeof(run->volume), "smcp-%s", run->session);
@@ -213,7 +268,7 @@ runner_fork_copy(runner_run_t *run, json_t *h, char *err, size_t errlen)
     if (rc == RUNNER_OK) {
         runner_log("info", run->id, "forking session %s: copying its "
                    "workspace", forked);
-        rc = runner_fork_cp(run, from, err, errlen);
+        rc = runner_fork_cp(run, forked, from, err, errlen);
     }
 
     /* made or not, the forked session's runs wait no longer */

@@ -690,7 +690,7 @@ runner_run_sandbox(runner_run_t *run, json_t *h, const char *token,
     runner_sandbox_t  sb;
 
     /* a forked session's first run: the workspace copied first */
-    if (runner_fork_copy(run, h, err, errlen) != RUNNER_OK
+    if (runner_fork_copy(run, err, errlen) != RUNNER_OK
         || runner_run_volume(run, image, &sb, err, errlen) != RUNNER_OK)
     {
         return RUNNER_ERR;

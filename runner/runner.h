@@ -187,6 +187,9 @@
 #define RUNNER_POOL_HANDOVER         "stdin"        /* how its run reaches
                                                it: label smcp.handover */
 #define RUNNER_FORK_COPY_SECONDS     600    /* a fork's workspace copy */
+#define RUNNER_FORK_HOLD_MS          120000 /* its hold on the forked
+                                               session's runs, pushed on
+                                               (at least 3 claim-idles) */
 #define RUNNER_NET_SIZE              192    /* a network's name: the
                                                pool's, a session's */
 
@@ -533,6 +536,8 @@ int runner_store_session_set(runner_store_t *st, const char *session,
     const char *field, const char *value);
 int runner_store_fork_done(runner_store_t *st, const char *forked,
     const char *session, const char *run_id, int made);
+int runner_store_fork_hold(runner_store_t *st, const char *forked,
+    const char *run_id, int64_t hold_ms, char *status, size_t slen);
 int runner_store_last_log_ts(runner_store_t *st, runner_run_t *run);
 int runner_store_replay(runner_store_t *st, const char *run_id,
     runner_event_pt on_event, void *data);
@@ -877,8 +882,7 @@ void runner_test_hold_running(runner_run_t *run);
 #endif
 
 /* fork.c: a forked session's workspace copied before its first run */
-int runner_fork_copy(runner_run_t *run, json_t *h, char *err,
-    size_t errlen);
+int runner_fork_copy(runner_run_t *run, char *err, size_t errlen);
 
 /* spec.c: the container spec every sandbox gets (run.c, pool.c) */
 json_t *runner_sandbox_spec(const char *image, json_t *env, json_t *labels,

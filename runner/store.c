@@ -49,6 +49,7 @@ static runner_script_t  runner_scripts[] = {
     { "run_waiting", smcp_lua_run_waiting, "" },
     { "notify_claim", smcp_lua_notify_claim, "" },
     { "notify_result", smcp_lua_notify_result, "" },
+    { "fork_hold", smcp_lua_fork_hold, "" },
 };
 
 #define RUNNER_NSCRIPTS  (sizeof(runner_scripts) / sizeof(runner_scripts[0]))

@@ -551,6 +551,12 @@ runner_store_claim(runner_store_t *st, const char *run_id, char *status,
         } else if (strcmp(status, "limit") == 0) {
             rc = runner_store_prune(st, k.claimed, 0) > 0 ? RUNNER_OK
                                                           : RUNNER_AGAIN;
+
+        } else if (strcmp(status, "forking") == 0) {
+            /* a fork's run that ended (cancelled before its copy) holds
+             * the session no more */
+            rc = runner_store_prune(st, k.forks, 1) > 0 ? RUNNER_OK
+                                                        : RUNNER_AGAIN;
         }
 
         if (rc != RUNNER_OK) {

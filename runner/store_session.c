@@ -73,17 +73,15 @@ int
 runner_store_fork_done(runner_store_t *st, const char *forked,
     const char *session, const char *run_id, int made)
 {
+    int          rc;
     char         key[RUNNER_KEY_MAX], now[RUNNER_NUM_MAX];
     const char  *argv[4];
 
+    rc = RUNNER_OK;
+
     if (made) {
         RUNNER_NUM(now, smcp_now_ms());
-
-        if (runner_store_session_set(st, session, "forked_at", now)
-            != RUNNER_OK)
-        {
-            return RUNNER_ERR;
-        }
+        rc = runner_store_session_set(st, session, "forked_at", now);
     }
 
     RUNNER_KEY(key, SMCP_KEY_SESSION_FORKS, forked);
@@ -91,7 +89,40 @@ runner_store_fork_done(runner_store_t *st, const char *forked,
     argv[1] = key;
     argv[2] = run_id;
 
-    return runner_store_do(st, 3, argv);
+    return (runner_store_do(st, 3, argv) == RUNNER_OK && rc == RUNNER_OK)
+           ? RUNNER_OK : RUNNER_ERR;
+}
+
+
+/*
+ * A fork's copy under way (fork_hold.lua): its hold on the forked
+ * session's runs pushed hold_ms from now, its claim kept fresh.
+ * RUNNER_OK; RUNNER_AGAIN with status "lost" or "lapsed"; RUNNER_ERR.
+ */
+int
+runner_store_fork_hold(runner_store_t *st, const char *forked,
+    const char *run_id, int64_t hold_ms, char *status, size_t slen)
+{
+    char         forks[RUNNER_KEY_MAX], run[RUNNER_KEY_MAX];
+    char         now[RUNNER_NUM_MAX], hold[RUNNER_NUM_MAX];
+    const char  *keys[2], *args[4];
+
+    RUNNER_KEY(forks, SMCP_KEY_SESSION_FORKS, forked);
+    RUNNER_KEY(run, SMCP_KEY_RUN, run_id);
+    RUNNER_NUM(now, smcp_now_ms());
+    RUNNER_NUM(hold, hold_ms);
+
+    keys[0] = forks;
+    keys[1] = run;
+    args[0] = run_id;
+    args[1] = runner_config->instance;
+    args[2] = now;
+    args[3] = hold;
+
+    return runner_store_script_status(st,
+               runner_store_script(st, RUNNER_LUA_FORK_HOLD, 2, keys, 4,
+                                   args, NULL),
+               status, slen);
 }
 
 

@@ -8,8 +8,11 @@
 #   1. a session's first run (on the pooled sandbox: its workspace is the
 #      pool's volume) writes one.txt; a fork of it finds one.txt and the
 #      conversation (the first run's task and answer in the model's
-#      request), writes two.txt; the forked session's hash says fork_of
-#      and forked_at, and its hold on the original's runs is gone
+#      request), and a symbolic link the first run made as a link (the
+#      copy follows none), writes two.txt; the forked session's hash says
+#      fork_of and forked_at, its hold on the original's runs is gone, and
+#      so is the sandbox held for the original's next run (nothing writes
+#      to a workspace while it is copied)
 #   2. the two go their own ways: the original's next run sees no
 #      two.txt and nothing of the fork's conversation; the fork's next
 #      run sees no three.txt (the original's) and nothing of its run
@@ -28,19 +31,23 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 
+use SMCP::Docker ();
+use SMCP::Events qw(agent_data);
 use SMCP::Stack qw(bash_step);
 use SMCP::Test qw(json_encode wait_until);
 
 my %SCRIPTS = (
-    'SCENARIO-FORK-A1' => [ bash_step('echo one > one.txt; echo wrote-one', 'Write one'),
+    'SCENARIO-FORKA1' => [ bash_step('echo one > one.txt; ln -s /etc/passwd link; echo wrote-one',
+                                      'Write one'),
                             { text => 'First done.' } ],
-    'SCENARIO-FORK-B1' => [ bash_step('cat one.txt; echo two > two.txt', 'Write two'),
+    'SCENARIO-FORKB1' => [ bash_step('cat one.txt; test -L link && echo "LINK=$(readlink link)"; '
+                                      . 'echo two > two.txt', 'Write two'),
                             { text => 'Fork done.' } ],
-    'SCENARIO-FORK-A2' => [ bash_step('ls; echo three > three.txt', 'Look, write three'),
+    'SCENARIO-FORKA2' => [ bash_step('ls; echo three > three.txt', 'Look, write three'),
                             { text => 'Original again.' } ],
-    'SCENARIO-FORK-B2' => [ bash_step('ls', 'Look'),
+    'SCENARIO-FORKB2' => [ bash_step('ls', 'Look'),
                             { text => 'Fork again.' } ],
-    'SCENARIO-FORK-HANG' => [ bash_step('echo STARTED', 'Start'), { hang => 120 } ],
+    'SCENARIO-FORKHANG' => [ bash_step('echo STARTED', 'Start'), { hang => 120 } ],
 );
 
 my $s = SMCP::Stack->new(scripts => \%SCRIPTS);
@@ -56,6 +63,13 @@ sub asked {
 
 sub text_of { SMCP::Test::result_text($_[0]) // '' }
 
+# what the run's tool calls printed, one after the other
+sub outputs {
+    my ($run) = @_;
+    return join "\n", map { $_->{part}{state}{output} // '' }
+        grep { ($_->{type} // '') eq 'tool_use' } agent_data($s->events($run));
+}
+
 sub session_hash { return $t->redis_hgetall("smcp:session:$_[0]") || {} }
 
 ##############################################################################
@@ -64,19 +78,28 @@ my ($a1, $b1);
 
 subtest 'a fork: the workspace and the conversation copied' => sub {
     ok($s->wait_pool_warm($r, 300), 'the pool warm');
-    ($a1) = $s->run_completed('the first run', $r, task => 'SCENARIO-FORK-A1: start');
-    like($s->tool_output($a1->{runId}), qr/wrote-one/, '... wrote one.txt');
+    ($a1) = $s->run_completed('the first run', $r, task => 'SCENARIO-FORKA1: start');
+    like(outputs($a1->{runId}), qr/wrote-one/, '... wrote one.txt');
     my $pooled = session_hash($a1->{sessionId})->{volume} // '';
     like($pooled, qr/^smcp-pool-[0-9a-f]+$/, '... on the pooled sandbox\'s volume');
 
+    ok(wait_until(60, sub {
+        my (undef, $o) = SMCP::Docker::docker('ps', '-aq', '--filter',
+                                              "label=smcp.hold=$a1->{sessionId}");
+        ($o // '') =~ /\S/ }, 0.5), 'a sandbox held for the original\'s next run');
+
     ($b1) = $s->run_completed('the fork\'s first run', $r,
-                              task => 'SCENARIO-FORK-B1: branch off',
+                              task => 'SCENARIO-FORKB1: branch off',
                               forkSessionId => $a1->{sessionId});
     isnt($b1->{sessionId}, $a1->{sessionId}, 'a new session');
-    like($s->tool_output($b1->{runId}), qr/^one$/m, 'one.txt is in the fork\'s workspace');
-    my $body = asked('SCENARIO-FORK-B1');
-    ok(index($body, 'SCENARIO-FORK-A1') >= 0 && index($body, 'First done.') >= 0,
-       'the model is asked with the first run\'s conversation');
+    my $out = outputs($b1->{runId});
+    like($out, qr/^one$/m, 'one.txt is in the fork\'s workspace');
+    like($out, qr{^LINK=/etc/passwd$}m, '... and the link, a link still');
+    my $body = asked('SCENARIO-FORKB1');
+    ok(index($body, 'SCENARIO-FORKA1') >= 0 && index($body, 'First done.') >= 0,
+       'the model is asked with the first run\'s conversation')
+        or diag('asked: ' . ($body eq '' ? 'never' : scalar(() = $body =~ /"role"/g) . ' messages')
+                . '; events: ' . join(' ', map { $_->{type} // '?' } agent_data($s->events($b1->{runId}))));
     my $h = session_hash($b1->{sessionId});
     is($h->{fork_of}, $a1->{sessionId}, 'the fork\'s session: fork_of');
     like($h->{forked_at} // '', qr/^\d{13}$/, '... forked_at (the copy whole)');
@@ -85,35 +108,39 @@ subtest 'a fork: the workspace and the conversation copied' => sub {
        'the original\'s runs are held no longer');
     my $ha = session_hash($a1->{sessionId});
     is($ha->{volume}, $pooled, 'the original keeps its volume');
+    my (undef, $held) = SMCP::Docker::docker('ps', '-aq', '--filter',
+                                             "label=smcp.hold=$a1->{sessionId}");
+    is($held // '', '', 'no sandbox held for the original\'s next run (it went before the copy)');
 };
 
 subtest 'the two go their own ways' => sub {
     my ($a2) = $s->run_completed('the original\'s next run', $r,
-                                 task => 'SCENARIO-FORK-A2: again',
+                                 task => 'SCENARIO-FORKA2: again',
                                  sessionId => $a1->{sessionId});
-    my $out = $s->tool_output($a2->{runId});
+    my $out = outputs($a2->{runId});
     like($out, qr/^one\.txt$/m, 'the original has one.txt');
     unlike($out, qr/two\.txt/, '... and not the fork\'s two.txt');
-    my $body = asked('SCENARIO-FORK-A2');
-    ok($body ne '' && index($body, 'SCENARIO-FORK-A1') >= 0
-       && index($body, 'SCENARIO-FORK-B1') < 0,
+    my $body = asked('SCENARIO-FORKA2');
+    ok($body ne '' && index($body, 'SCENARIO-FORKA1') >= 0
+       && index($body, 'SCENARIO-FORKB1') < 0,
        '... its conversation without the fork\'s');
 
     my ($b2) = $s->run_completed('the fork\'s next run', $r,
-                                 task => 'SCENARIO-FORK-B2: again',
+                                 task => 'SCENARIO-FORKB2: again',
                                  sessionId => $b1->{sessionId});
-    $out = $s->tool_output($b2->{runId});
+    $out = outputs($b2->{runId});
     like($out, qr/^two\.txt$/m, 'the fork has its two.txt');
     like($out, qr/^one\.txt$/m, '... and one.txt');
     unlike($out, qr/three\.txt/, '... not the original\'s three.txt');
-    $body = asked('SCENARIO-FORK-B2');
-    ok($body ne '' && index($body, 'SCENARIO-FORK-B1') >= 0
-       && index($body, 'SCENARIO-FORK-A2') < 0,
+    $body = asked('SCENARIO-FORKB2');
+    ok($body ne '' && index($body, 'SCENARIO-FORKB1') >= 0
+       && index($body, 'SCENARIO-FORKA2') < 0,
        '... its conversation without the original\'s later run');
 };
 
 subtest 'refused, nothing written' => sub {
     my $sessions = $t->redis('ZCARD', 'smcp:sessions');
+    my $active = session_hash($a1->{sessionId})->{last_active};
     my $refused = sub {
         my ($args, $re, $what, %o) = @_;
         my $res = $o{token}
@@ -139,14 +166,20 @@ subtest 'refused, nothing written' => sub {
     $said =~ s/\Q$a1->{sessionId}\E/$none/g;
     is($said, $unknown, '... word for word as an unknown one');
 
-    my $hang = $s->run_task(task => 'SCENARIO-FORK-HANG: wait',
+    is(session_hash($a1->{sessionId})->{last_active}, $active,
+       '... the original not touched by any of them');
+
+    my $hang = $s->run_task(task => 'SCENARIO-FORKHANG: wait',
                             sessionId => $a1->{sessionId});
-    ok(wait_until(180, sub { $s->tool_output($hang->{runId}) =~ /STARTED/ }, 0.3),
+    ok(wait_until(180, sub { outputs($hang->{runId}) =~ /STARTED/ }, 0.3),
        'the original has a run going') or $s->diag_run($hang->{runId}, $r);
+    $active = session_hash($a1->{sessionId})->{last_active};
     $refused->({ task => 'x', forkSessionId => $a1->{sessionId} },
                qr/Session \Q$a1->{sessionId}\E has a run queued or going/,
                'a session with a run going');
     is($t->redis('ZCARD', 'smcp:sessions'), $sessions + 0, 'no session made by any of them');
+    is(session_hash($a1->{sessionId})->{last_active}, $active,
+       '... the original not touched by the refused fork');
     is($t->redis('ZCARD', "smcp:session:$a1->{sessionId}:forks"), 0, '... no hold');
     $s->call('opencode_cancel_run', { runId => $hang->{runId} });
     is($s->wait_done($hang->{runId}, 120)->{status}, 'cancelled', 'that run cancelled');

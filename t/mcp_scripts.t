@@ -431,6 +431,65 @@ subtest 'run_create: refusals write nothing' => sub {
     $t->redis('HDEL', "${P}session:" . id('ses_', '1'), 'state');
 };
 
+# a fork (issue 26, point 2): KEYS 14-16 the forked session's hash,
+# active and forks sets (the MCP session's runs, when asked, 17th);
+# ARGV[41] the forked session, ARGV[42] how long its runs are held
+sub fork_create {
+    my (%o) = @_;
+    my ($run, $ses, $f) = @o{qw(run session fork)};
+    my $ten = $o{tenant} // 'dora';
+    return script('run_create',
+        [ @{ create_keys($run, $ten, $ses) },
+          "${P}session:$f", "${P}session:$f:active", "${P}session:$f:forks" ],
+        [ @{ create_argv(run => $run, tenant => $ten, session => $ses, new => 1,
+                         max_queued => 99) },
+          86400, 100, '', 'json', 900, $f, 900000 ]);
+}
+
+subtest 'run_create: a fork' => sub {
+    my ($f, $ses, $run) = (id('ses_', 'f'), id('ses_', 'e'), id('run_', 'f'));
+    my $repo = 'https://github.com/acme/app';
+    $t->redis('HSET', "${P}session:$f", tenant => 'dora', created_at => $now - 500,
+              last_active => $now - 100, repositories => qq(["$repo"]),
+              opencode_session => 'ses_oc0123456789');
+
+    $t->redis('ZADD', "${P}session:$f:active", $now - 50, id('run_', 'b'));
+    my ($r, $b, $a) = fork_create(run => $run, session => $ses, fork => $f);
+    is($r, -8, 'the forked session has a run queued or going: -8');
+    unchanged($b, $a, 'busy');
+    $t->redis('DEL', "${P}session:$f:active");
+
+    ($r, $b, $a) = fork_create(run => $run, session => $ses, fork => id('ses_', 'd'));
+    is($r, -9, 'an unknown session: -9');
+    unchanged($b, $a, 'unknown');
+    ($r, $b, $a) = fork_create(run => $run, session => $ses, fork => $f, tenant => 'erin');
+    is($r, -9, "another tenant's session: -9, as an unknown one");
+    unchanged($b, $a, "another tenant's");
+    for my $state (qw(expiring expired)) {
+        $t->redis('HSET', "${P}session:$f", state => $state);
+        ($r, $b, $a) = fork_create(run => $run, session => $ses, fork => $f);
+        is($r, -10, "a session $state: -10");
+        unchanged($b, $a, "$state");
+    }
+    $t->redis('HDEL', "${P}session:$f", 'state');
+
+    ($r, $b, $a) = fork_create(run => $run, session => $ses, fork => $f);
+    is($r, 1, 'forked: 1');
+    my $h = $a->{"${P}session:$ses"}{value};
+    is($h->{fork_of}, $f, 'the new session: fork_of');
+    is($h->{opencode_session}, 'ses_oc0123456789', '... the conversation to continue');
+    is($h->{repositories}, qq(["$repo"]), "... the forked session's repositories");
+    is($a->{"${P}run:$run"}{value}{fork_of}, $f, 'the run: fork_of');
+    is($a->{"${P}run:$run"}{value}{repository}, $repo, '... its repository, the first');
+    is_deeply($a->{"${P}session:$f:forks"}{value}, [ $run, $now + 900000 ],
+              "the forked session's runs held until the copy (at most ARGV[42] ms)");
+    ok($a->{"${P}session:$f:forks"}{expires}, '... the set expiring');
+    # (dora's: the other subtests count alice's indexes)
+    is($a->{"${P}session:$f"}{value}{last_active}, $now, 'the forked session active now');
+    is($a->{"${P}session:$f"}{value}{opencode_session}, 'ses_oc0123456789',
+       '... and otherwise as it was');
+};
+
 subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {
     # one run in 16 trims: those whose id ends in 0
     my $run = 'run_' . ('4' x 23) . '0';
