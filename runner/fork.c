@@ -218,12 +218,15 @@ runner_fork_copy(runner_run_t *run, char *err, size_t errlen)
     char               name[RUNNER_CONTAINER_SIZE], from[128];
     runner_sandbox_t   sb;
 
+    done[0] = '\0';
+
     if (runner_store_session_get(run->store, run->session, "fork_of", forked,
                                  sizeof(forked))
         != RUNNER_OK
-        || runner_store_session_get(run->store, run->session, "forked_at",
-                                    done, sizeof(done))
-           != RUNNER_OK)
+        || (forked[0]
+            && runner_store_session_get(run->store, run->session,
+                                        "forked_at", done, sizeof(done))
+               != RUNNER_OK))
     {
         snprintf(err, errlen, "%s", runner_store_error(run->store));
         return RUNNER_ERR;
