@@ -63,7 +63,9 @@
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
                                                            each) per event
                                                            before yielding */
-#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           64      /* of one command */
+#define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           96      /* of one command
+                                                           (run_create of
+                                                           4 attempts: 84) */
 #define NGX_HTTP_SANDBOX_MCP_REPLY_ELEMENTS     (4 * 1024 * 1024)
                                                 /* of one reply's array (32
                                                    MiB of pointers): more
@@ -142,6 +144,9 @@
 #define NGX_HTTP_SANDBOX_MCP_IMAGE_MAX          255     /* image: a name
                                                            a runner takes */
 #define NGX_HTTP_SANDBOX_MCP_REPOSITORY_MAX     512     /* a repository URL */
+#define NGX_HTTP_SANDBOX_MCP_ATTEMPTS_MAX       4       /* runs of one
+                                                           task side by
+                                                           side (attempts) */
 #define NGX_HTTP_SANDBOX_MCP_SESSION_REPOS      8       /* repositories one
                                                            session may name */
 #define NGX_HTTP_SANDBOX_MCP_STATUS_ARG_MAX     16

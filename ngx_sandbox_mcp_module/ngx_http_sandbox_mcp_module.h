@@ -172,6 +172,15 @@ struct ngx_http_sandbox_mcp_call_s {
     ngx_str_t                           path;       /* get_diff filter */
     size_t                              offset;     /* get_diff page */
 
+    /* opencode_run_task's attempts: run id, session id of each, in turn
+     * (2 * nattempts); opencode_cancel_run's group: the run ids */
+    ngx_str_t                          *attempts;
+    ngx_uint_t                          nattempts;
+    ngx_uint_t                          next;       /* the group's next */
+    ngx_str_t                           run_text;   /* the run's answer
+                                                       while its attempts
+                                                       are read */
+
     /* long-poll (opencode_get_result waitSeconds): see the waiter */
     ngx_event_t                         wait;
     ngx_queue_t                         waiter;

@@ -2,11 +2,14 @@
  * opencode_cancel_run: a run not started is cancelled at once; a running
  * one is flagged for its runner.  Two steps: the run's tenant and session
  * are read first, as the script is handed every key it touches (its
- * session's active set among them).
+ * session's active set among them).  With groupId, every attempt of the
+ * group in turn, then the group's answer (its first run, every attempt
+ * beside it).
  */
 
 #include "ngx_http_sandbox_mcp_tool_cancel.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_attempts.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_run_json.h"
@@ -14,6 +17,10 @@
 #include "ngx_http_sandbox_mcp_tools.h"
 
 #include "smcp_validate.h"
+
+
+static void ngx_http_sandbox_mcp_cancel_next(
+    ngx_http_sandbox_mcp_call_t *call);
 
 
 static void
@@ -24,6 +31,12 @@ ngx_http_sandbox_mcp_cancel_reply(void *data, redisReply *reply)
     ngx_str_t  text;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (call->nattempts) {
+        /* a group's: its next attempt */
+        ngx_http_sandbox_mcp_cancel_next(call);
         return;
     }
 
@@ -109,6 +122,12 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
     if (t->type != REDIS_REPLY_STRING || t->len != call->ctx->tenant.len
         || ngx_strncmp(t->str, call->ctx->tenant.data, t->len) != 0)
     {
+        if (call->nattempts) {
+            /* an attempt gone meanwhile: the others */
+            ngx_http_sandbox_mcp_cancel_next(call);
+            return;
+        }
+
         ngx_http_sandbox_mcp_run_not_found(call);
         return;
     }
@@ -132,14 +151,11 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
 }
 
 
-void
-ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
+/* the run call->run_id: its tenant and session first */
+static void
+ngx_http_sandbox_mcp_cancel_one(ngx_http_sandbox_mcp_call_t *call)
 {
     ngx_str_t  argv[4];
-
-    if (ngx_http_sandbox_mcp_arg_run_id(call) != NGX_OK) {
-        return;
-    }
 
     ngx_str_set(&argv[0], "HMGET");
     ngx_str_set(&argv[2], "tenant");
@@ -159,4 +175,142 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
     if (call->cmd == NULL) {
         ngx_http_sandbox_mcp_tool_unavailable(call);
     }
+}
+
+
+static void
+ngx_http_sandbox_mcp_group_not_found(ngx_http_sandbox_mcp_call_t *call)
+{
+    ngx_http_sandbox_mcp_tool_error(call, "Group not found: %V (a groupId "
+                                    "is the runId of a group's first "
+                                    "attempt, as opencode_run_task with "
+                                    "attempts answered).", &call->run_id);
+}
+
+
+/* the group's answer, once every attempt was cancelled */
+static void
+ngx_http_sandbox_mcp_cancel_group_done(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (!ngx_http_sandbox_mcp_run_visible(call, reply)
+        || ngx_http_sandbox_mcp_attempts_answer(call, reply) != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_output_text(call, NULL);
+    }
+}
+
+
+/* the group's run hash (HGETALL): its attempts, each cancelled in turn */
+static void
+ngx_http_sandbox_mcp_cancel_group_found(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_call_t *call = data;
+
+    if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
+        return;
+    }
+
+    if (!ngx_http_sandbox_mcp_run_visible(call, reply)
+        || ngx_http_sandbox_mcp_attempts_of(call, reply) != NGX_OK
+        || call->attempts[0].len != call->run_id.len
+        || ngx_strncmp(call->attempts[0].data, call->run_id.data,
+                       call->run_id.len) != 0)
+    {
+        call->nattempts = 0;
+        ngx_http_sandbox_mcp_group_not_found(call);
+        return;
+    }
+
+    call->next = 0;
+    ngx_http_sandbox_mcp_cancel_next(call);
+}
+
+
+/* HGETALL run:<id> for handler */
+static void
+ngx_http_sandbox_mcp_cancel_read(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_redis_handler_pt handler)
+{
+    ngx_str_t  argv[2];
+
+    ngx_str_set(&argv[0], "HGETALL");
+
+    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
+                                       SMCP_KEY_RUN, &call->run_id)
+        != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    call->cmd = ngx_http_sandbox_mcp_redis_command(handler, call, 2, argv);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
+/* the group's next attempt, or its answer */
+static void
+ngx_http_sandbox_mcp_cancel_next(ngx_http_sandbox_mcp_call_t *call)
+{
+    if (call->next < call->nattempts) {
+        call->run_id = call->attempts[call->next++];
+        ngx_http_sandbox_mcp_cancel_one(call);
+        return;
+    }
+
+    call->run_id = call->attempts[0];
+    ngx_http_sandbox_mcp_cancel_read(call,
+                                     ngx_http_sandbox_mcp_cancel_group_done);
+}
+
+
+void
+ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
+{
+    json_t  *run, *group;
+
+    run = json_object_get(call->args, "runId");
+    group = json_object_get(call->args, "groupId");
+
+    if ((run == NULL) == (group == NULL)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Pass runId (one run) or "
+                                        "groupId (every attempt of a "
+                                        "group), one of them.");
+        return;
+    }
+
+    if (run) {
+        if (ngx_http_sandbox_mcp_arg_run_id(call) == NGX_OK) {
+            ngx_http_sandbox_mcp_cancel_one(call);
+        }
+
+        return;
+    }
+
+    if (ngx_http_sandbox_mcp_arg_string(call, "groupId",
+                                        NGX_HTTP_SANDBOX_MCP_ID_ARG_MAX,
+                                        &call->run_id)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    if (!smcp_valid_id((char *) call->run_id.data, call->run_id.len,
+                       SMCP_RUN_ID_PREFIX))
+    {
+        ngx_http_sandbox_mcp_group_not_found(call);
+        return;
+    }
+
+    ngx_http_sandbox_mcp_cancel_read(call,
+                                     ngx_http_sandbox_mcp_cancel_group_found);
 }

@@ -5,6 +5,7 @@
 
 #include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_args.h"
+#include "ngx_http_sandbox_mcp_attempts.h"
 #include "ngx_http_sandbox_mcp_cancelled.h"
 #include "ngx_http_sandbox_mcp_progress.h"
 #include "ngx_http_sandbox_mcp_redis.h"
@@ -132,6 +133,20 @@ ngx_http_sandbox_mcp_result_reply(void *data, redisReply *reply)
         /* tasks/result of a run that ended: its lifecycle first, if the
          * session set a log level */
         ngx_http_sandbox_mcp_progress_start(call, 1);
+    }
+
+    /* a run of a group: every attempt beside it */
+    switch (ngx_http_sandbox_mcp_attempts_answer(call, reply)) {
+
+    case NGX_OK:
+        return;
+
+    case NGX_ERROR:
+        ngx_http_sandbox_mcp_tool_output_text(call, NULL);
+        return;
+
+    default:
+        break;
     }
 
     ngx_http_sandbox_mcp_tool_output_text(call,

@@ -54,6 +54,7 @@ typedef struct {
     ngx_str_t                   notify_url;     /* "": none */
     ngx_str_t                   notify_format;
     json_int_t                  timeout;
+    json_int_t                  attempts;       /* 1: one run */
     ngx_uint_t                  create_pr;
     ngx_uint_t                  draft;
     ngx_int_t                   max_cost;       /* micro-USD, 0: no cap */
@@ -127,6 +128,58 @@ ngx_http_sandbox_mcp_run_started(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+/*
+ * The answer of attempts: the first's {runId, sessionId, status, watchUrl},
+ * groupId (the first's runId) and attempts, [{runId, sessionId, watchUrl}]
+ * of each in turn.
+ */
+static json_t *
+ngx_http_sandbox_mcp_attempts_started(ngx_http_sandbox_mcp_call_t *call)
+{
+    json_t      *o, *a, *list;
+    ngx_str_t    url, *id;
+    ngx_uint_t   i;
+
+    list = json_array();
+    o = json_pack("{s:s%, s:s%, s:s, s:s%, s:o}",
+                  "runId", call->run_id.data, call->run_id.len,
+                  "sessionId", call->path.data, call->path.len,
+                  "status", SMCP_STATUS_STARTED,
+                  "groupId", call->run_id.data, call->run_id.len,
+                  "attempts", list);
+    if (o == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < call->nattempts; i++) {
+        id = &call->attempts[2 * i];
+
+        a = json_pack("{s:s%, s:s%}", "runId", id[0].data, id[0].len,
+                      "sessionId", id[1].data, id[1].len);
+
+        if (a == NULL || json_array_append_new(list, a) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+
+        if (ngx_http_sandbox_mcp_watch_url_text(call, &id[0], &url)
+            == NGX_OK)
+        {
+            json_object_set_new(a, "watchUrl",
+                                json_stringn((char *) url.data, url.len));
+
+            if (i == 0) {
+                json_object_set_new(o, "watchUrl",
+                                    json_stringn((char *) url.data,
+                                                 url.len));
+            }
+        }
+    }
+
+    return o;
+}
+
+
 static void
 ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 {
@@ -176,12 +229,15 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
 
     case NGX_HTTP_SANDBOX_MCP_QUEUE_FULL:
         ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
-                                        "start: you already have %ui queued "
-                                        "runs, the limit. Wait until some "
-                                        "start or finish (opencode_list_runs "
-                                        "with status started), or cancel "
-                                        "some with opencode_cancel_run, then "
-                                        "try again.", lcf->max_queued);
+                                        "start: %ui queued runs at most, and "
+                                        "you have that many%s already. Wait "
+                                        "until some start or finish "
+                                        "(opencode_list_runs with status "
+                                        "started), or cancel some with "
+                                        "opencode_cancel_run, then try "
+                                        "again.", lcf->max_queued,
+                                        call->nattempts > 1
+                                        ? " with these attempts" : "");
         return;
 
     case NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS:
@@ -278,6 +334,12 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         "sessionId to start a new session, "
                                         "or use one returned by "
                                         "opencode_run_task).", &call->path);
+        return;
+    }
+
+    if (call->nattempts > 1) {
+        ngx_http_sandbox_mcp_tool_output(call,
+                                  ngx_http_sandbox_mcp_attempts_started(call));
         return;
     }
 
@@ -874,6 +936,37 @@ shape:
 }
 
 
+/* attempts: 1 to NGX_HTTP_SANDBOX_MCP_ATTEMPTS_MAX, each a new session */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_attempts(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_task_t *t)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_sandbox_mcp_arg_integer(call, "attempts",
+                                          NGX_HTTP_SANDBOX_MCP_ATTEMPTS_MAX,
+                                          &t->attempts);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        t->attempts = 1;
+    }
+
+    if (t->attempts > 1 && (t->session.len || t->fork.len)) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'attempts' starts "
+                                        "each attempt in a new session of "
+                                        "its own: not with sessionId or "
+                                        "forkSessionId (fork the session "
+                                        "once for each direction instead).");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
@@ -911,6 +1004,10 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
+    if (ngx_http_sandbox_mcp_task_attempts(call, t) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (t->model.len == 0) {
         t->model = lcf->default_model;
 
@@ -935,6 +1032,15 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         != NGX_OK
         || ngx_http_sandbox_mcp_task_flag(call, "draft", &t->draft) != NGX_OK)
     {
+        return NGX_ERROR;
+    }
+
+    if (t->create_pr && !t->draft && t->attempts > 1) {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
+                                        "with attempts needs 'draft': true "
+                                        "(each attempt opens a draft pull "
+                                        "request on its own branch "
+                                        "opencode/<runId>).");
         return NGX_ERROR;
     }
 
@@ -1006,6 +1112,44 @@ ngx_http_sandbox_mcp_task_title(ngx_http_sandbox_mcp_task_t *t)
 }
 
 
+/* the attempts' run and session ids, the first's those of the call */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_attempt_ids(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_task_t *t)
+{
+    u_char      *p;
+    ngx_uint_t   i;
+    char         id[SMCP_ID_LEN + 1];
+
+    call->attempts = ngx_palloc(call->ctx->request->pool,
+                                2 * t->attempts * sizeof(ngx_str_t));
+    p = ngx_pnalloc(call->ctx->request->pool, 2 * t->attempts * SMCP_ID_LEN);
+
+    if (call->attempts == NULL || p == NULL) {
+        return NGX_ERROR;
+    }
+
+    call->nattempts = t->attempts;
+    call->attempts[0] = call->run_id;
+    call->attempts[1] = call->path;
+
+    for (i = 2; i < 2 * call->nattempts; i++) {
+        if (smcp_make_id(id, (i % 2) ? SMCP_SESSION_ID_PREFIX
+                                     : SMCP_RUN_ID_PREFIX)
+            != SMCP_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        call->attempts[i].data = p;
+        call->attempts[i].len = SMCP_ID_LEN;
+        p = ngx_cpymem(p, id, SMCP_ID_LEN);
+    }
+
+    return NGX_OK;
+}
+
+
 /* a new run id in call->run_id, the session's (new or given) in call->path */
 static ngx_int_t
 ngx_http_sandbox_mcp_task_ids(ngx_http_sandbox_mcp_call_t *call,
@@ -1041,7 +1185,8 @@ ngx_http_sandbox_mcp_task_ids(ngx_http_sandbox_mcp_call_t *call,
 
     call->path.len = SMCP_ID_LEN;
 
-    return NGX_OK;
+    return t->attempts > 1 ? ngx_http_sandbox_mcp_task_attempt_ids(call, t)
+                           : NGX_OK;
 }
 
 
@@ -1050,10 +1195,15 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[42];
-    ngx_uint_t                   nkeys;
+    ngx_str_t                    args[43 + 3 * (
+                                          NGX_HTTP_SANDBOX_MCP_ATTEMPTS_MAX
+                                          - 1)];
+    ngx_str_t                   *id;
+    ngx_uint_t                   nkeys, nargs, i;
     ngx_pool_t                  *pool;
-    ngx_http_sandbox_mcp_key_t   keys[17] = {
+    ngx_http_sandbox_mcp_key_t   keys[17 + 5 * (
+                                          NGX_HTTP_SANDBOX_MCP_ATTEMPTS_MAX
+                                          - 1)] = {
         { SMCP_KEY_RUN, &call->run_id },
         { SMCP_KEY_RUN_EVENTS, &call->run_id },
         { SMCP_KEY_TENANT_RUNS, &call->ctx->tenant },
@@ -1167,12 +1317,44 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[40] = t->fork;
     args[41] = ngx_http_sandbox_mcp_redis_number(pool,
                                           NGX_HTTP_SANDBOX_MCP_FORK_HOLD_MS);
+    nargs = 42;
+
+    /* attempts: how many, then each after the first, its keys after all
+     * the others */
+    if (call->nattempts > 1) {
+        args[nargs++] = ngx_http_sandbox_mcp_redis_number(pool,
+                                                          call->nattempts);
+
+        for (i = 1; i < call->nattempts; i++) {
+            id = &call->attempts[2 * i];
+            args[nargs++] = id[0];
+            args[nargs++] = id[1];
+
+            if (ngx_http_sandbox_mcp_run_page(call, &id[0], 0,
+                                              &args[nargs++])
+                != NGX_OK)
+            {
+                ngx_http_sandbox_mcp_tool_unavailable(call);
+                return;
+            }
+
+            keys[nkeys].fmt = SMCP_KEY_RUN;
+            keys[nkeys++].arg = &id[0];
+            keys[nkeys].fmt = SMCP_KEY_RUN_EVENTS;
+            keys[nkeys++].arg = &id[0];
+            keys[nkeys].fmt = SMCP_KEY_SESSION;
+            keys[nkeys++].arg = &id[1];
+            keys[nkeys].fmt = SMCP_KEY_SESSION_RUNS;
+            keys[nkeys++].arg = &id[1];
+            keys[nkeys].fmt = SMCP_KEY_SESSION_ACTIVE;
+            keys[nkeys++].arg = &id[1];
+        }
+    }
 
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_create,
                                      ngx_http_sandbox_mcp_run_created,
-                                     keys, nkeys,
-                                     args, sizeof(args) / sizeof(args[0]));
+                                     keys, nkeys, args, nargs);
 }
 
 

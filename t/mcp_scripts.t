@@ -61,7 +61,8 @@ my %LUA;
 for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
                  oauth_client oauth_code oauth_grant oauth_pending revoke
-                 revoked_load oauth_github run_message run_inbox)) {
+                 revoked_load oauth_github run_message run_inbox
+                 run_attempts)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -488,6 +489,88 @@ subtest 'run_create: a fork' => sub {
     is($a->{"${P}session:$f"}{value}{last_active}, $now, 'the forked session active now');
     is($a->{"${P}session:$f"}{value}{opencode_session}, 'ses_oc0123456789',
        '... and otherwise as it was');
+};
+
+# attempts (issue 26, point 1): ARGV[43] N, then run id, session id and
+# run page of each attempt after the first; five keys each after every
+# other key (the MCP session's runs, when asked, before them)
+sub attempts_create {
+    my (%o) = @_;
+    my @runs = @{ $o{runs} };
+    my @ses = @{ $o{sessions} };
+    my $ten = 'gina';
+    my @keys = @{ create_keys($runs[0], $ten, $ses[0],
+                              usage => "${P}tenant:$ten:usage") };
+    push @keys, "${P}mcp:" . ('g' x 64) . ':runs' if $o{mcp};
+    my @extra;
+    for my $i (1 .. $#runs) {
+        push @keys, "${P}run:$runs[$i]", "${P}run:$runs[$i]:events",
+            "${P}session:$ses[$i]", "${P}session:$ses[$i]:runs",
+            "${P}session:$ses[$i]:active";
+        push @extra, $runs[$i], $ses[$i], "https://mcp.test/ui/runs/$runs[$i]";
+    }
+    return script('run_create', \@keys,
+        [ @{ create_argv(run => $runs[0], tenant => $ten, session => $ses[0],
+                         new => $o{new} // 1, max_queued => $o{max_queued} // 9,
+                         max_sessions => $o{max_sessions} // 0) },
+          86400, 100, '', 'json', 900, '', 900000, scalar(@runs), @extra ]);
+}
+
+subtest 'run_create: attempts' => sub {
+    my @runs = map { 'run_' . ("${_}a" x 12) } qw(7 8 9);
+    my @ses = map { 'ses_' . ("${_}a" x 12) } qw(7 8 9);
+    my ($r, $b, $a) = attempts_create(runs => \@runs, sessions => \@ses, max_queued => 2);
+    is($r, -2, 'three attempts, room for two queued runs: -2');
+    unchanged($b, $a, 'the queue limit');
+    ($r, $b, $a) = attempts_create(runs => \@runs, sessions => \@ses, max_sessions => 2);
+    is($r, -6, 'three new sessions, a budget of two: -6');
+    unchanged($b, $a, 'the sessions budget');
+    $t->redis('HSET', "${P}session:$ses[2]", tenant => 'gina');
+    ($r, $b, $a) = attempts_create(runs => \@runs, sessions => \@ses);
+    is($r, 0, "the third attempt's session id taken: 0");
+    unchanged($b, $a, 'a session id taken');
+    $t->redis('DEL', "${P}session:$ses[2]");
+    ($r, $b, $a) = attempts_create(runs => \@runs, sessions => \@ses, new => 0);
+    like(ref $r eq 'HASH' ? $r->{error} : '', qr/attempts start new sessions/,
+         'attempts in an existing session: an error');
+    unchanged($b, $a, 'attempts in an existing session');
+
+    ($r, $b, $a) = attempts_create(runs => \@runs, sessions => \@ses, max_queued => 3,
+                                   max_sessions => 3, mcp => 1);
+    is($r, 1, 'three attempts: created');
+    for my $i (0 .. 2) {
+        my $h = $a->{"${P}run:$runs[$i]"}{value};
+        is_deeply([ @{$h}{qw(group attempt attempts session watch_base status)} ],
+                  [ $runs[0], $i + 1, "@runs", $ses[$i],
+                    'https://mcp.test/ui/runs/' . $runs[$i], 'started' ],
+                  "attempt " . ($i + 1) . ': its group, number, the attempts, '
+                  . 'its own session and run page');
+        is($a->{"${P}session:$ses[$i]"}{value}{tenant}, 'gina', '... its session new');
+        is_deeply([ @{ $a->{"${P}session:$ses[$i]:active"}{value} }[0] ], [ $runs[$i] ],
+                  '... active in it');
+    }
+    is_deeply([ sort @{ $a->{"${P}tenant:gina:started"}{value} } ], [ sort @runs ],
+              'all three queued for the tenant');
+    is(scalar(grep { $_->[0] eq 'XADD' && $_->[1] eq "${P}queue" } @LAST_CMDS), 3,
+       '... and on the queue');
+    is($a->{"${P}tenant:gina:usage"}{value}{sessions}, 3, '... three sessions counted');
+    my %mcp = @{ $a->{"${P}mcp:" . ('g' x 64) . ':runs'}{value} };
+    is_deeply([ sort keys %mcp ], [ sort @runs ], 'the MCP session remembers all three');
+};
+
+# run_attempts: KEYS each attempt's run hash, ARGV the tenant, the fields
+subtest 'run_attempts' => sub {
+    my @runs = map { 'run_' . ("${_}b" x 12) } qw(1 2 3);
+    $t->redis('HSET', "${P}run:$runs[0]", tenant => 'hana', status => 'running',
+              cost => '0.5');
+    $t->redis('HSET', "${P}run:$runs[1]", tenant => 'ivan', status => 'completed');
+    my ($r, $b, $a) = script('run_attempts', [ map { "${P}run:$_" } @runs ],
+                             [ 'hana', 'status', 'cost', 'pr_url' ]);
+    is_deeply($r, [ [ 'running', '0.5', undef ], [], [] ],
+              "the tenant's attempt's fields (nil when absent); another tenant's and "
+              . 'a gone one: empty');
+    unchanged($b, $a, 'a read');
+    $t->redis('DEL', map { "${P}run:$_" } @runs);
 };
 
 subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {

@@ -37,7 +37,18 @@
 -- then the run's notification: its URL ("" or missing: none), format and
 -- the watch link's lifetime (s) (finish.lua schedules it, the runner
 -- sends it: runner/notify.c); then the session forked ("" or missing: no
--- fork) and how long its copy may hold that session's runs back (ms)
+-- fork) and how long its copy may hold that session's runs back (ms);
+-- then the number of attempts ("" or missing: 1) and, for each attempt
+-- after the first, its run id, its session id and its run page's URL.
+--
+-- Attempts (issue 26, point 1) are N runs of the same task, each the
+-- first of a new session, made at once or not at all: every check holds
+-- for all of them (N more queued runs, N more sessions).  The attempts
+-- after the first have five keys each, after every other key: run:{id},
+-- run:{id}:events, session:{sid}, session:{sid}:runs and
+-- session:{sid}:active.  Each run's hash gets `group` (the first
+-- attempt's run id: the group's id), `attempt` (1..N) and `attempts`
+-- (the runs' ids, space-separated, in order).  Not with a fork.
 --
 -- A fork starts a new session from a copy of another's (the forked
 -- one's) workspace and OpenCode conversation: the new session's hash
@@ -66,26 +77,47 @@
 --
 -- Returns 1; 0 when an existing session is unknown to this tenant (or a
 -- new one's id is taken); -1 when it expired (or is expiring); -2 when the
--- tenant has max queued runs started already; -3 when the session holds
--- the most repositories already and the run names another; -4 when the run
--- needs a repository (a branch, a pull request) and has none; the URL of a
--- repository of the run that the grants do not cover; {"route", NAME,
--- ROUTES} when the egress announced its routes (ROUTES, space-separated)
--- and the run needs NAME, which is not one of them: its model's, or
--- "github" for a run with a repository; -5 when the tenant's runs hold
--- its bytes budget, -6 when a new session would pass its sessions budget,
--- -7 when its workspaces hold its disk budget; for a fork, -8 when the
--- forked session has a run queued or going, -9 when it is unknown to this
--- tenant, -10 when it expired (or is expiring).  Only 1 writes anything.
+-- tenant's queued runs would pass their most with this one (these N); -3
+-- when the session holds the most repositories already and the run names
+-- another; -4 when the run needs a repository (a branch, a pull request)
+-- and has none; the URL of a repository of the run that the grants do not
+-- cover; {"route", NAME, ROUTES} when the egress announced its routes
+-- (ROUTES, space-separated) and the run needs NAME, which is not one of
+-- them: its model's, or "github" for a run with a repository; -5 when the
+-- tenant's runs hold its bytes budget, -6 when the new session (the N new
+-- ones) would pass its sessions budget, -7 when its workspaces hold its
+-- disk budget; for a fork, -8 when the forked session has a run queued or
+-- going, -9 when it is unknown to this tenant, -10 when it expired (or is
+-- expiring).  Only 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 local usage = KEYS[12] or ''
 local fork = ARGV[41] or ''
-local mcp_runs = KEYS[14]
-if fork ~= '' then mcp_runs = KEYS[17] end
+local n = tonumber(ARGV[43] or '') or 1
+local base = #KEYS - 5 * (n - 1)
+if n > 1 and (ARGV[4] ~= '1' or fork ~= '') then
+  return redis.error_reply('attempts start new sessions, not forks')
+end
+local mcp_runs = nil
+if fork ~= '' then
+  if base >= 17 then mcp_runs = KEYS[17] end
+elseif base >= 14 then
+  mcp_runs = KEYS[14]
+end
+
+-- each attempt: its run id, session id, run page and five keys
+local runs = {{ARGV[1], ARGV[3], ARGV[27], KEYS[1], KEYS[2], KEYS[4],
+               KEYS[5], KEYS[6]}}
+for i = 2, n do
+  local a, k = 44 + 3 * (i - 2), base + 5 * (i - 2)
+  runs[i] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], KEYS[k + 1], KEYS[k + 2],
+             KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]}
+end
 
 local repos, oc_session = {}, nil
 if ARGV[4] == '1' then
-  if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+  for _, r in ipairs(runs) do
+    if redis.call('EXISTS', r[6]) == 1 then return 0 end
+  end
   if fork ~= '' then
     local f = redis.call('HMGET', KEYS[14], 'tenant', 'state',
                          'repositories', 'opencode_session')
@@ -145,7 +177,7 @@ end
 local list = '[]'
 if #repos > 0 then list = '["' .. table.concat(repos, '","') .. '"]' end
 
-if redis.call('SCARD', KEYS[7]) >= tonumber(ARGV[14]) then return -2 end
+if redis.call('SCARD', KEYS[7]) + n > tonumber(ARGV[14]) then return -2 end
 
 local max_bytes, max_sessions, max_disk =
   tonumber(ARGV[32] or '0'), tonumber(ARGV[33] or '0'),
@@ -156,80 +188,94 @@ if usage ~= '' then
     return -5
   end
   if ARGV[4] == '1' and max_sessions > 0
-     and tonumber(u[2] or '0') >= max_sessions then
+     and tonumber(u[2] or '0') + n > max_sessions then
     return -6
   end
   if max_disk > 0 and tonumber(u[3] or '0') >= max_disk then return -7 end
 end
 
-if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[4], 'tenant', ARGV[2], 'created_at', ARGV[5],
-    'last_run', ARGV[1], 'last_active', ARGV[5], 'idle_ttl', ARGV[18],
-    'retention', ARGV[17], 'repositories', list)
-  if fork ~= '' then
-    redis.call('HSET', KEYS[4], 'fork_of', fork)
-    if oc_session then
-      redis.call('HSET', KEYS[4], 'opencode_session', oc_session)
+local ids = {}
+for i, r in ipairs(runs) do ids[i] = r[1] end
+ids = table.concat(ids, ' ')
+
+-- one run and its session: r as `runs` holds them, k its attempt (1..n)
+local function create(r, k)
+  local run, ses, K1, K2, K4, K5, K6 =
+    r[1], r[2], r[4], r[5], r[6], r[7], r[8]
+  if ARGV[4] == '1' then
+    redis.call('HSET', K4, 'tenant', ARGV[2], 'created_at', ARGV[5],
+      'last_run', run, 'last_active', ARGV[5], 'idle_ttl', ARGV[18],
+      'retention', ARGV[17], 'repositories', list)
+    if fork ~= '' then
+      redis.call('HSET', K4, 'fork_of', fork)
+      if oc_session then
+        redis.call('HSET', K4, 'opencode_session', oc_session)
+      end
+      -- the forked session's runs wait for the copy (claim.lua); the hold
+      -- ends by itself should the fork's run never get to it
+      local hold = tonumber(ARGV[5]) + tonumber(ARGV[42])
+      redis.call('ZADD', KEYS[16], hold, run)
+      redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', '(' .. ARGV[5])
+      redis.call('PEXPIRE', KEYS[16], ARGV[42])
+      -- forked now: the forked session was active (its idle clock anew)
+      redis.call('HSET', KEYS[14], 'last_active', ARGV[5])
+      redis.call('ZADD', KEYS[8], ARGV[19], fork)
+      redis.call('ZADD', KEYS[10], ARGV[5], fork)
     end
-    -- the forked session's runs wait for the copy (claim.lua); the hold
-    -- ends by itself should the fork's run never get to it
-    local hold = tonumber(ARGV[5]) + tonumber(ARGV[42])
-    redis.call('ZADD', KEYS[16], hold, ARGV[1])
-    redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', '(' .. ARGV[5])
-    redis.call('PEXPIRE', KEYS[16], ARGV[42])
-    -- forked now: the forked session was active (its idle clock anew)
-    redis.call('HSET', KEYS[14], 'last_active', ARGV[5])
-    redis.call('ZADD', KEYS[8], ARGV[19], fork)
-    redis.call('ZADD', KEYS[10], ARGV[5], fork)
+  else
+    redis.call('HSET', K4, 'last_run', run, 'last_active', ARGV[5],
+      'idle_ttl', ARGV[18], 'retention', ARGV[17], 'repositories', list)
   end
-else
-  redis.call('HSET', KEYS[4], 'last_run', ARGV[1], 'last_active', ARGV[5],
-    'idle_ttl', ARGV[18], 'retention', ARGV[17], 'repositories', list)
-end
-redis.call('ZADD', KEYS[8], ARGV[19], ARGV[3])
-redis.call('ZADD', KEYS[10], ARGV[5], ARGV[3])
+  redis.call('ZADD', KEYS[8], ARGV[19], ses)
+  redis.call('ZADD', KEYS[10], ARGV[5], ses)
 
-redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'session', ARGV[3],
-  'task', ARGV[6], 'repository', own, 'repositories', list,
-  'branch', ARGV[8], 'model', ARGV[9], 'title', ARGV[10],
-  'create_pr', ARGV[11], 'base_branch', ARGV[24], 'pr_title', ARGV[25],
-  'draft', ARGV[26], 'watch_base', ARGV[27],
-  'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
-  'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
-  'image', ARGV[30] or '')
-if fork ~= '' then redis.call('HSET', KEYS[1], 'fork_of', fork) end
-if (ARGV[38] or '') ~= '' then
-  redis.call('HSET', KEYS[1], 'notify_url', ARGV[38],
-             'notify_format', ARGV[39], 'notify_ttl', ARGV[40])
+  redis.call('HSET', K1, 'tenant', ARGV[2], 'session', ses,
+    'task', ARGV[6], 'repository', own, 'repositories', list,
+    'branch', ARGV[8], 'model', ARGV[9], 'title', ARGV[10],
+    'create_pr', ARGV[11], 'base_branch', ARGV[24], 'pr_title', ARGV[25],
+    'draft', ARGV[26], 'watch_base', r[3],
+    'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
+    'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
+    'image', ARGV[30] or '')
+  if fork ~= '' then redis.call('HSET', K1, 'fork_of', fork) end
+  if n > 1 then
+    redis.call('HSET', K1, 'group', ARGV[1], 'attempt', k, 'attempts', ids)
+  end
+  if (ARGV[38] or '') ~= '' then
+    redis.call('HSET', K1, 'notify_url', ARGV[38],
+               'notify_format', ARGV[39], 'notify_ttl', ARGV[40])
+  end
+
+  -- a new session's id is new (checked above): no HSETNX needed
+  if usage ~= '' and ARGV[4] == '1' then
+    redis.call('HSET', usage, 's:' .. ses, 0)
+    redis.call('HINCRBY', usage, 'sessions', 1)
+  end
+
+  redis.call('SADD', KEYS[7], run)
+  redis.call('ZADD', K6, ARGV[5], run)
+  redis.call('ZADD', KEYS[3], ARGV[5], run)
+  redis.call('ZADD', K5, ARGV[5], run)
+  if string.byte(run, -1) == 48 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[20])
+    redis.call('ZREMRANGEBYSCORE', K5, '-inf', '(' .. ARGV[20])
+    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[29])
+  end
+
+  redis.call('XADD', K2, 'MAXLEN', '~', ARGV[13], '*',
+    'type', 'lifecycle', 'data', '{"status":"' .. started .. '"}',
+    'ts', ARGV[5])
+  redis.call('XADD', KEYS[9], '*', 'run', run)
+
+  -- the MCP session that started it hears its lifecycle (its GET stream):
+  -- the newest runs it started, before the PUBLISH that says `started`
+  if mcp_runs then
+    redis.call('ZADD', mcp_runs, ARGV[5], run)
+    redis.call('ZREMRANGEBYRANK', mcp_runs, 0, -1 - tonumber(ARGV[37]))
+    redis.call('EXPIRE', mcp_runs, ARGV[36])
+  end
+  redis.call('PUBLISH', KEYS[11], run .. ' ' .. started)
 end
 
--- a new session's id is new (checked above): no HSETNX needed
-if usage ~= '' and ARGV[4] == '1' then
-  redis.call('HSET', usage, 's:' .. ARGV[3], 0)
-  redis.call('HINCRBY', usage, 'sessions', 1)
-end
-
-redis.call('SADD', KEYS[7], ARGV[1])
-redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
-if string.byte(ARGV[1], -1) == 48 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[20])
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[20])
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[29])
-end
-
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[13], '*',
-  'type', 'lifecycle', 'data', '{"status":"' .. started .. '"}',
-  'ts', ARGV[5])
-redis.call('XADD', KEYS[9], '*', 'run', ARGV[1])
-
--- the MCP session that started it hears its lifecycle (its GET stream):
--- the newest runs it started, before the PUBLISH that says `started`
-if mcp_runs then
-  redis.call('ZADD', mcp_runs, ARGV[5], ARGV[1])
-  redis.call('ZREMRANGEBYRANK', mcp_runs, 0, -1 - tonumber(ARGV[37]))
-  redis.call('EXPIRE', mcp_runs, ARGV[36])
-end
-redis.call('PUBLISH', KEYS[11], ARGV[1] .. ' ' .. started)
+for k, r in ipairs(runs) do create(r, k) end
 return 1

@@ -1,0 +1,164 @@
+#!/usr/bin/perl
+
+# Attempts (issue 26, point 1) through the MCP endpoint, against a real
+# Redis (no runner: t/attempts.t runs them in sandboxes):
+# opencode_run_task with attempts makes N runs, each the first of a new
+# session, grouped under the first one's runId, all at once or none;
+# opencode_get_result on any of them lists every attempt; the refusals
+# write nothing; opencode_cancel_run with groupId cancels every attempt,
+# another tenant's group is not found.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use SMCP::Test qw(json_encode now_ms tool_ok tool_err);
+
+my $t = SMCP::Test->new(
+    workers  => 2,
+    location => q{
+            sandbox_mcp_max_queued 5;
+            sandbox_mcp_public_url http://mcp.test:9999;
+            sandbox_mcp_default_model test/model-x;},
+);
+$t->start;
+
+my $P = 'smcp:';
+my ($sid) = $t->initialize;
+ok($sid, 'MCP session') or SMCP::Test::give_up('no MCP session');
+my $bob_tok = $t->token(sub => 'bob');
+my ($bob_sid) = $t->initialize(token => $bob_tok);
+
+sub call { my ($name, $args, %o) = @_; return scalar $t->call_tool($sid, $name, $args, %o) }
+
+sub queued { return scalar @{ $t->redis('XRANGE', "${P}queue", '-', '+') || [] } }
+
+my $repo = 'https://github.com/acme/app';
+
+subtest 'refusals write nothing' => sub {
+    my $keys = $t->redis('DBSIZE');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 5 }),
+             qr/'attempts' must be between 1 and 4/, 'five attempts');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 0 }),
+             qr/'attempts' must be between 1 and 4/, 'no attempt');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 'two' }),
+             qr/'attempts' must be an integer/, 'attempts not a number');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 2,
+                                         sessionId => 'ses_' . ('1' x 24) }),
+             qr/new session of its own: not with sessionId/, 'attempts in a session');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 2,
+                                         forkSessionId => 'ses_' . ('1' x 24) }),
+             qr/not with sessionId or forkSessionId/, 'attempts of a fork');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 2, repository => $repo,
+                                         createPullRequest => JSON::PP::true() }),
+             qr/needs 'draft': true/, 'attempts opening pull requests, not drafts');
+    is($t->redis('DBSIZE'), $keys, '... no key written');
+    # 5 queued at most: 3 + 3 do not fit
+    my $fill = tool_ok(call('opencode_run_task', { task => 'fill', attempts => 3 }),
+                       'three queued');
+    my $n = queued();
+    my $before = $t->redis('DBSIZE');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 3 }),
+             qr/5 queued runs at most, and you have that many with these attempts/,
+             'three more attempts past the queue limit');
+    is($t->redis('DBSIZE'), $before, '... no key written');
+    is(queued(), $n, '... nothing queued');
+    tool_ok(call('opencode_cancel_run', { groupId => $fill->{groupId} }),
+            'the three cancelled (room in the queue again)');
+    is($t->redis('SCARD', "${P}tenant:alice:started"), 0, '... none queued for alice');
+};
+
+my ($group, @runs, @sessions);
+subtest 'three attempts' => sub {
+    my $sc = tool_ok(call('opencode_run_task', { task => 'try it', repository => $repo,
+                                                  branch => 'dev', attempts => 3,
+                                                  createPullRequest => JSON::PP::true(),
+                                                  draft => JSON::PP::true() }),
+                     'run_task with attempts');
+    is(scalar @{ $sc->{attempts} || [] }, 3, 'three attempts answered');
+    @runs = map { $_->{runId} } @{ $sc->{attempts} };
+    @sessions = map { $_->{sessionId} } @{ $sc->{attempts} };
+    $group = $sc->{groupId};
+    is($group, $runs[0], 'groupId: the first attempt\'s runId');
+    is($sc->{runId}, $runs[0], 'runId: the first attempt');
+    is($sc->{sessionId}, $sessions[0], 'sessionId: the first attempt\'s');
+    is(scalar(keys %{{ map { $_ => 1 } @runs }}), 3, 'three runs');
+    is(scalar(keys %{{ map { $_ => 1 } @sessions }}), 3, '... in three sessions');
+    for my $a (@{ $sc->{attempts} }) {
+        like($a->{watchUrl} // '', qr{^http://mcp\.test:9999/ui/runs/\Q$a->{runId}\E\?},
+             "$a->{runId}: its own run page");
+    }
+    my %mine = map { $_ => 1 } @runs;
+    is(scalar(grep { $mine{ $_->[1][1] } } @{ $t->redis('XRANGE', "${P}queue", '-', '+') }),
+       3, 'all three queued');
+    for my $i (0 .. 2) {
+        my $h = $t->run_hash($runs[$i]);
+        is_deeply([ @{$h}{qw(group attempt attempts session repository branch
+                             create_pr draft task)} ],
+                  [ $group, $i + 1, "@runs", $sessions[$i], $repo, 'dev', 1, 1,
+                    'try it' ],
+                  "attempt " . ($i + 1) . ': the same task, repository, branch and '
+                  . 'pull request; its own session');
+    }
+};
+
+subtest 'get_result on any attempt lists every one' => sub {
+    $t->redis('HSET', "${P}run:$runs[1]", status => 'completed', diff_stat => '1 file changed',
+              cost => '0.25', pr_url => 'https://github.com/acme/app/pull/7',
+              pr_status => 'opened');
+    for my $i (0 .. 2) {
+        my $sc = tool_ok(call('opencode_get_result', { runId => $runs[$i] }),
+                         "get_result on attempt " . ($i + 1));
+        is($sc->{runId}, $runs[$i], '... the run asked');
+        is($sc->{groupId}, $group, '... its group');
+        is($sc->{attempt}, $i + 1, '... its number');
+        is_deeply([ map { $_->{runId} } @{ $sc->{attempts} } ], \@runs, '... every attempt');
+        is_deeply([ map { $_->{sessionId} } @{ $sc->{attempts} } ], \@sessions,
+                  '... in its own session');
+        is_deeply($sc->{attempts}[1],
+                  { runId => $runs[1], attempt => 2, sessionId => $sessions[1],
+                    status => 'completed', diffStat => '1 file changed', cost => 0.25,
+                    pullRequestUrl => 'https://github.com/acme/app/pull/7',
+                    pullRequestStatus => 'opened', error => undef },
+                  '... the second: status, diffStat, cost, pull request');
+        is($sc->{attempts}[0]{status}, 'started', '... the first queued');
+    }
+    my $r = $t->call_tool($bob_sid, 'opencode_get_result', { runId => $runs[0] },
+                          token => $bob_tok);
+    tool_err($r, qr/Run not found/, "another tenant's attempt");
+};
+
+subtest 'a run of no group answers as before' => sub {
+    my $sc = tool_ok(call('opencode_run_task', { task => 'alone' }), 'one run');
+    my $g = tool_ok(call('opencode_get_result', { runId => $sc->{runId} }), 'its result');
+    ok(!exists $g->{attempts} && !exists $g->{groupId}, 'no attempts, no groupId');
+    tool_err(call('opencode_cancel_run', { groupId => $sc->{runId} }),
+             qr/Group not found/, 'cancel_run groupId of a run of no group');
+    is($t->run_hash($sc->{runId})->{status}, 'started', '... that run left alone');
+};
+
+subtest 'cancel the group' => sub {
+    tool_err(call('opencode_cancel_run', { groupId => $runs[1] }), qr/Group not found/,
+             "groupId: a later attempt's runId");
+    tool_err(call('opencode_cancel_run', {}), qr/Pass runId .* or groupId/, 'neither');
+    tool_err(call('opencode_cancel_run', { runId => $runs[0], groupId => $group }),
+             qr/one of them/, 'both');
+    my $r = $t->call_tool($bob_sid, 'opencode_cancel_run', { groupId => $group },
+                          token => $bob_tok);
+    tool_err($r, qr/Group not found/, "another tenant's group");
+    is($t->run_hash($runs[0])->{status}, 'started', '... nothing cancelled');
+
+    $t->redis('HSET', "${P}run:$runs[2]", status => 'running');
+    my $sc = tool_ok(call('opencode_cancel_run', { groupId => $group }), 'cancel_run groupId');
+    is($sc->{groupId}, $group, 'the group answered');
+    is_deeply([ map { $_->{status} } @{ $sc->{attempts} } ],
+              [ 'cancelled', 'completed', 'running' ],
+              'queued: cancelled; completed: left; running: its runner stops it');
+    is($t->run_hash($runs[2])->{cancel_requested}, '1', '... the running one flagged');
+    is($t->run_hash($runs[1])->{status}, 'completed', '... the completed one left');
+};
+
+$t->done;
