@@ -1,6 +1,6 @@
 /*
  * The attempts of a group (opencode_run_task attempts): each run of a
- * group holds `attempts`, the group's run ids in turn (the first is the
+ * group holds `group_runs`, the group's run ids in turn (the first is the
  * group's id).  A run of a group is answered with the run object and,
  * beside it, every attempt's state, read at once (run_attempts.lua); a
  * run gone, or not the tenant's, is listed by its id alone.
@@ -50,8 +50,9 @@ ngx_http_sandbox_mcp_attempts_of(ngx_http_sandbox_mcp_call_t *call,
     {
         k = h->element[i];
 
-        if (k->type == REDIS_REPLY_STRING && k->len == sizeof("attempts") - 1
-            && ngx_strncmp(k->str, "attempts", k->len) == 0)
+        if (k->type == REDIS_REPLY_STRING
+            && k->len == sizeof("group_runs") - 1
+            && ngx_strncmp(k->str, "group_runs", k->len) == 0)
         {
             v = h->element[i + 1];
             break;

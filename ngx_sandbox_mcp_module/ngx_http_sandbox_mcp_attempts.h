@@ -12,7 +12,7 @@
 
 /*
  * h, the run hash (HGETALL) of call->run_id, visible to the call: when it
- * names attempts (`attempts`, the group's run ids), they go in
+ * names attempts (`group_runs`, the group's run ids), they go in
  * call->attempts (the first is the group's id) and NGX_OK; else
  * NGX_DECLINED
  */

@@ -96,7 +96,7 @@ subtest 'three attempts' => sub {
        3, 'all three queued');
     for my $i (0 .. 2) {
         my $h = $t->run_hash($runs[$i]);
-        is_deeply([ @{$h}{qw(group attempt attempts session repository branch
+        is_deeply([ @{$h}{qw(group group_attempt group_runs session repository branch
                              create_pr draft task)} ],
                   [ $group, $i + 1, "@runs", $sessions[$i], $repo, 'dev', 1, 1,
                     'try it' ],

@@ -540,11 +540,12 @@ subtest 'run_create: attempts' => sub {
     is($r, 1, 'three attempts: created');
     for my $i (0 .. 2) {
         my $h = $a->{"${P}run:$runs[$i]"}{value};
-        is_deeply([ @{$h}{qw(group attempt attempts session watch_base status)} ],
+        is_deeply([ @{$h}{qw(group group_attempt group_runs session watch_base status)} ],
                   [ $runs[0], $i + 1, "@runs", $ses[$i],
                     'https://mcp.test/ui/runs/' . $runs[$i], 'started' ],
                   "attempt " . ($i + 1) . ': its group, number, the attempts, '
                   . 'its own session and run page');
+        ok(!exists $h->{attempts}, "... no `attempts` (claim.lua's count of its claims)");
         is($a->{"${P}session:$ses[$i]"}{value}{tenant}, 'gina', '... its session new');
         is_deeply([ @{ $a->{"${P}session:$ses[$i]:active"}{value} }[0] ], [ $runs[$i] ],
                   '... active in it');

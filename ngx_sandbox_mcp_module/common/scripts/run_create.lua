@@ -47,8 +47,9 @@
 -- after the first have five keys each, after every other key: run:{id},
 -- run:{id}:events, session:{sid}, session:{sid}:runs and
 -- session:{sid}:active.  Each run's hash gets `group` (the first
--- attempt's run id: the group's id), `attempt` (1..N) and `attempts`
--- (the runs' ids, space-separated, in order).  Not with a fork.
+-- attempt's run id: the group's id), `group_attempt` (1..N) and
+-- `group_runs` (the runs' ids, space-separated, in order; not
+-- `attempts`: claim.lua counts a run's claims there).  Not with a fork.
 --
 -- A fork starts a new session from a copy of another's (the forked
 -- one's) workspace and OpenCode conversation: the new session's hash
@@ -239,7 +240,8 @@ local function create(r, k)
     'image', ARGV[30] or '')
   if fork ~= '' then redis.call('HSET', K1, 'fork_of', fork) end
   if n > 1 then
-    redis.call('HSET', K1, 'group', ARGV[1], 'attempt', k, 'attempts', ids)
+    redis.call('HSET', K1, 'group', ARGV[1], 'group_attempt', k,
+               'group_runs', ids)
   end
   if (ARGV[38] or '') ~= '' then
     redis.call('HSET', K1, 'notify_url', ARGV[38],

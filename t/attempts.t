@@ -1,0 +1,125 @@
+#!/usr/bin/env perl
+# Attempts (issue 26, point 1) end to end: opencode_run_task with
+# attempts runs one task N times side by side, each in a new session and
+# sandbox of its own.  Everything real but the model and GitHub (redis,
+# nginx with the module, the runner, the sandbox image, dockerd, the real
+# OpenCode; the fakes of t/lib/SMCP/Fakes.pm).
+#
+#   1. three attempts of a task on acme/app (createPullRequest, draft):
+#      three runs in three sessions and three sandboxes, at once; each
+#      writes its own attempt.txt (its sandbox's name in it), pushes its
+#      branch opencode/<runId> and opens a draft pull request; main
+#      untouched; opencode_get_result on the second lists the three, each
+#      completed with its diffStat, cost and pull request, as their own
+#      results say
+#   2. opencode_cancel_run with groupId: two attempts running, both
+#      cancelled, their sandboxes gone
+#
+# Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
+# image ($SMCP_SANDBOX_IMAGE) is built on first use.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use JSON::PP ();
+use Test::More;
+
+use SMCP::Stack qw(bash_step);
+use SMCP::Test qw(json_encode wait_until);
+
+my $WRITE = 'cd /workspace/repo && hostname > attempt.txt && echo WROTE-$(hostname)';
+
+my $s = SMCP::Stack->new(
+    scripts => {
+        'SCENARIO-ATTEMPT' => [ bash_step($WRITE, 'Write'), { text => 'My attempt.' } ],
+        'SCENARIO-ATTHANG' => [ bash_step('echo STARTED', 'Start'), { hang => 120 } ],
+    },
+    repos => { 'acme/app' => { 'README.md' => "# app\n" } },
+);
+my $t = $s->t;
+my $gh = $s->github;
+my $r = $s->start_runner(concurrency => 3);
+my $main = $gh->ref_commit('acme/app', 'main');
+
+# run_task with attempts: its answer, every session remembered (cleanup)
+sub attempts {
+    my (%args) = @_;
+    my $sc = $s->run_task(%args);
+    $s->{sessions}{ $_->{sessionId} } = 1 for @{ $sc->{attempts} || [] };
+    return $sc;
+}
+
+subtest 'three attempts side by side, a draft pull request each' => sub {
+    my $g = attempts(task => 'SCENARIO-ATTEMPT: try it', attempts => 3,
+                     repository => 'https://github.com/acme/app',
+                     createPullRequest => JSON::PP::true, draft => JSON::PP::true);
+    my @runs = map { $_->{runId} } @{ $g->{attempts} || [] };
+    is(scalar @runs, 3, 'three attempts') or return;
+    is($g->{groupId}, $runs[0], 'grouped under the first');
+    my %res = map { ($_ => $s->wait_done($_, 300)) } @runs;
+    for my $id (@runs) {
+        is($res{$id}{status}, 'completed', "$id: completed")
+            or $s->diag_run($id, $r);
+    }
+    my @ses = map { $res{$_}{sessionId} } @runs;
+    is(scalar(keys %{{ map { $_ => 1 } @ses }}), 3, 'three sessions');
+    my @ct = map { $s->run_hash($_)->{container_id} // '' } @runs;
+    is(scalar(keys %{{ map { $_ => 1 } grep { length } @ct }}), 3, 'three sandboxes');
+
+    my @started = sort { $a <=> $b } map { $s->run_hash($_)->{started_at} // 0 } @runs;
+    my @ended = sort { $a <=> $b } map { $s->run_hash($_)->{finished_at} // 0 } @runs;
+    ok($started[-1] < $ended[0], 'side by side: the last started before the first ended')
+        or diag("started @started, ended @ended");
+
+    my @pulls = $gh->pulls('acme/app');
+    is(scalar @pulls, 3, 'three pull requests');
+    my %words;
+    for my $i (0 .. 2) {
+        my $id = $runs[$i];
+        my $branch = "opencode/$id";
+        my $file = $gh->file_content('acme/app', $branch, 'attempt.txt') // '';
+        like($file, qr/^\S+\n$/, "attempt " . ($i + 1) . ": its branch has its attempt.txt");
+        $words{$file} = 1;
+        my ($p) = grep { $_->{head}{ref} eq $branch } @pulls;
+        ok($p && $p->{draft}, '... and a draft pull request of that branch');
+        is($res{$id}{pullRequestUrl}, $p && $p->{html_url}, '... its pullRequestUrl');
+    }
+    is(scalar keys %words, 3, 'three different attempt.txt: each wrote its own');
+    is($gh->ref_commit('acme/app', 'main'), $main, 'main untouched');
+
+    my $two = $s->result($runs[1]);
+    is($two->{groupId}, $runs[0], 'get_result on the second: the group');
+    is($two->{attempt}, 2, '... its number');
+    my @a = @{ $two->{attempts} || [] };
+    is_deeply([ map { $_->{runId} } @a ], \@runs, '... every attempt');
+    for my $i (0 .. 2) {
+        my $mine = $res{ $runs[$i] };
+        is_deeply({ map { ($_ => $a[$i]{$_}) }
+                    qw(sessionId status diffStat cost pullRequestUrl pullRequestStatus) },
+                  { map { ($_ => $mine->{$_}) }
+                    qw(sessionId status diffStat cost pullRequestUrl pullRequestStatus) },
+                  "attempt " . ($i + 1) . ': as its own result says');
+        like($a[$i]{diffStat} // '', qr/1 file changed/, '... a diffStat');
+    }
+};
+
+subtest 'cancel the group' => sub {
+    my $g = attempts(task => 'SCENARIO-ATTHANG: wait', attempts => 2);
+    my @runs = map { $_->{runId} } @{ $g->{attempts} || [] };
+    is(scalar @runs, 2, 'two attempts') or return;
+    ok(wait_until(240, sub {
+        2 == grep { ($s->run_hash($_)->{status} // '') eq 'running'
+                    && $s->tool_output($_) =~ /STARTED/ } @runs
+    }, 0.5), 'both running') or $s->diag_run($runs[0], $r);
+    my $res = SMCP::Test::sc($s->call('opencode_cancel_run', { groupId => $g->{groupId} }));
+    is($res && $res->{groupId}, $g->{groupId}, 'cancel_run groupId: the group answered');
+    for my $id (@runs) {
+        is($s->wait_done($id, 120)->{status}, 'cancelled', "$id: cancelled");
+        ok(wait_until(60, sub { !$s->run_containers($id) }, 0.5), '... its sandbox gone');
+    }
+};
+
+$s->done;
