@@ -350,25 +350,31 @@ runner_docker_verb(runner_docker_verb_e verb, const char *ref, char *err,
 
 
 /*
- * POST /<what>/create: one of a session's objects (a volume, a network),
- * named, labelled as ours and the session's; spec holds the rest (it is
- * released)
+ * POST /<what>/create: one of our objects (a volume, a network), named,
+ * with labels (a session's, a pool's) and smcp.managed; spec holds the
+ * rest (both are released)
  */
 static long
-runner_docker_make(const char *what, const char *name, const char *session,
+runner_docker_make(const char *what, const char *name, json_t *labels,
     json_t *spec, char *err, size_t errlen)
 {
     char  path[64];
 
+    if (labels == NULL) {
+        json_decref(spec);
+        snprintf(err, errlen, "docker: out of memory");
+        return RUNNER_DOCKER_INVALID;
+    }
+
     if (!runner_docker_ref_ok(name, err, errlen)) {
+        json_decref(labels);
         json_decref(spec);
         return RUNNER_DOCKER_INVALID;
     }
 
+    json_object_set_new(labels, "smcp.managed", json_string("1"));
     json_object_set_new(spec, "Name", json_string(name));
-    json_object_set_new(spec, "Labels", json_pack("{s:s, s:s}",
-                                                  "smcp.session", session,
-                                                  "smcp.managed", "1"));
+    json_object_set_new(spec, "Labels", labels);
 
     snprintf(path, sizeof(path), "/%s/create", what);
 
@@ -391,7 +397,19 @@ long
 runner_docker_volume_create(const char *name, const char *session,
     char *err, size_t errlen)
 {
-    return runner_docker_make("volumes", name, session, json_object(), err,
+    return runner_docker_volume_make(name,
+                                     json_pack("{s:s}", "smcp.session",
+                                               session),
+                                     err, errlen);
+}
+
+
+/* the same, with these labels (released) */
+long
+runner_docker_volume_make(const char *name, json_t *labels, char *err,
+    size_t errlen)
+{
+    return runner_docker_make("volumes", name, labels, json_object(), err,
                               errlen);
 }
 
@@ -435,7 +453,9 @@ runner_docker_network_create(const char *name, const char *session,
                          "com.docker.network.bridge.inhibit_ipv4", "true",
                          "com.docker.network.bridge.enable_icc", "true");
 
-    return runner_docker_make("networks", name, session, spec, err, errlen);
+    return runner_docker_make("networks", name,
+                              json_pack("{s:s}", "smcp.session", session),
+                              spec, err, errlen);
 }
 
 
@@ -628,6 +648,43 @@ runner_docker_running(const char *id, int *running, char *err,
 
 
 /*
+ * GET <path>filters=<filters, as JSON> (path ends in '?' or '&'; filters
+ * released): what runner_docker_call answers, *out the answer
+ */
+static long
+runner_docker_query(const char *path, json_t *filters, json_t **out,
+    char *err, size_t errlen)
+{
+    int    n;
+    char   url[1024], *json, *esc;
+    CURL  *h;
+
+    *out = NULL;
+
+    json = filters ? json_dumps(filters, JSON_COMPACT) : NULL;
+    json_decref(filters);
+
+    h = json ? curl_easy_init() : NULL;
+    esc = h ? curl_easy_escape(h, json, 0) : NULL;
+    n = esc ? snprintf(url, sizeof(url), "%sfilters=%s", path, esc) : -1;
+    curl_free(esc);
+    free(json);
+    if (h) {
+        curl_easy_cleanup(h);
+    }
+
+    if (n < 0 || n >= (int) sizeof(url)) {
+        snprintf(err, errlen, "docker: no filters for %.64s (too long, or "
+                 "out of memory)", path);
+        return RUNNER_DOCKER_INVALID;
+    }
+
+    return runner_docker_call("GET", url, NULL, RUNNER_DOCKER_QUICK_S, out,
+                              err, errlen);
+}
+
+
+/*
  * 200 with *list set (an array): GET <path>filters={"<key>":["<value>"]}
  * (path ends in '?' or '&'), as /containers/json, /services, /tasks
  * answer
@@ -636,22 +693,10 @@ long
 runner_docker_filtered(const char *path, const char *key, const char *value,
     json_t **list, char *err, size_t errlen)
 {
-    long     st;
-    char     url[512], *esc, filters[256];
-    CURL    *h;
+    long  st;
 
-    snprintf(filters, sizeof(filters), "{\"%s\":[\"%s\"]}", key, value);
-
-    h = curl_easy_init();
-    esc = h ? curl_easy_escape(h, filters, 0) : NULL;
-    snprintf(url, sizeof(url), "%sfilters=%s", path, esc ? esc : "");
-    curl_free(esc);
-    if (h) {
-        curl_easy_cleanup(h);
-    }
-
-    st = runner_docker_call("GET", url, NULL, RUNNER_DOCKER_QUICK_S, list,
-                            err, errlen);
+    st = runner_docker_query(path, json_pack("{s:[s]}", key, value), list,
+                             err, errlen);
 
     if (st == 200 && !json_is_array(*list)) {
         snprintf(err, errlen, "docker: the list of %.64s is no array", path);
@@ -662,6 +707,52 @@ runner_docker_filtered(const char *path, const char *key, const char *value,
         json_decref(*list);
         *list = NULL;
     }
+
+    return st;
+}
+
+
+/*
+ * 200 with *list set (an array of names): the volumes with every label of
+ * labels (an array of "key=value", released) that no container uses
+ */
+long
+runner_docker_volumes_unused(json_t *labels, json_t **list, char *err,
+    size_t errlen)
+{
+    long         st;
+    size_t       i;
+    json_t      *out, *vols, *v;
+    const char  *name;
+
+    *list = NULL;
+
+    st = runner_docker_query("/volumes?",
+                             json_pack("{s:o, s:[s]}", "label", labels,
+                                       "dangling", "true"),
+                             &out, err, errlen);
+
+    /* "Volumes": null when there is none */
+    vols = json_object_get(out, "Volumes");
+
+    if (st == 200 && !json_is_array(vols) && !json_is_null(vols)) {
+        snprintf(err, errlen, "docker: the list of volumes is no array");
+        st = RUNNER_DOCKER_INVALID;
+    }
+
+    if (st == 200) {
+        *list = json_array();
+
+        json_array_foreach(vols, i, v) {
+            name = json_string_value(json_object_get(v, "Name"));
+
+            if (name) {
+                json_array_append_new(*list, json_string(name));
+            }
+        }
+    }
+
+    json_decref(out);
 
     return st;
 }

@@ -16,10 +16,12 @@
  * image furthest from its N first), and removes idle ones that stopped (a
  * killed one is replaced); at start it removes the idle ones a runner of
  * this name left behind, of any image (their name still
- * RUNNER_POOL_PREFIX: a taken one was renamed for its run), and at stop
- * (SIGTERM) or drain (SIGUSR1) its own idle ones.  The lists of idle
- * ones (one an image) are the lock's.  It also sweeps the sandboxes held
- * for sessions (hold.c): those past their time, and all at its end.
+ * RUNNER_POOL_PREFIX: a taken one was renamed for its run), and the
+ * volumes it left without their sandbox (labelled as they are, named by
+ * no session), and at stop (SIGTERM) or drain (SIGUSR1) its own idle
+ * ones.  The lists of idle ones (one an image) are the lock's.  It also
+ * sweeps the sandboxes held for sessions (hold.c): those past their
+ * time, and all at its end.
  */
 
 #include <stdio.h>
@@ -144,9 +146,10 @@ runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
 }
 
 
-/* a pooled sandbox and its volume go */
-static void
-runner_pool_discard(const runner_sandbox_t *sb)
+/* a pooled sandbox and its volume go: an idle one, or a taken one whose
+ * session does not name its volume (run.c) */
+void
+runner_pool_drop(const runner_sandbox_t *sb)
 {
     long  st;
     char  err[RUNNER_ERRLEN];
@@ -245,12 +248,17 @@ runner_pool_sandbox(const char *image, const char *volume, json_t *labels,
 }
 
 
-/* a new one of image, with a fresh volume, started: RUNNER_OK with sb
- * set */
+/*
+ * A new one of image, with a fresh volume, started: RUNNER_OK with sb
+ * set.  The volume is made first, labelled smcp.pool and smcp.store (as
+ * the container): one whose container is gone is still found by them
+ * (runner_pool_leftovers).
+ */
 static int
 runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
     size_t errlen)
 {
+    long     st;
     char     hex[17];
     json_t  *labels;
 
@@ -260,7 +268,20 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
     }
 
     snprintf(sb->name, sizeof(sb->name), RUNNER_POOL_PREFIX "%s", hex);
+    sb->id[0] = '\0';
     sb->net[0] = '\0';
+
+    st = runner_docker_volume_make(sb->name,
+                                   json_pack("{s:s, s:s}", "smcp.pool",
+                                             runner_config->name,
+                                             "smcp.store",
+                                             runner_store_id()),
+                                   err, errlen);
+
+    if (st != 201) {
+        runner_pool_drop(sb);       /* one no answer told of */
+        return RUNNER_ERR;
+    }
 
     /* what it was made of: a restart under other pools removes it all
      * the same (smcp.pool), and says what it was */
@@ -274,7 +295,7 @@ runner_pool_make(const char *image, runner_sandbox_t *sb, char *err,
         return RUNNER_OK;
     }
 
-    runner_pool_discard(sb);
+    runner_pool_drop(sb);
 
     return RUNNER_ERR;
 }
@@ -340,16 +361,100 @@ runner_pool_prune(void)
         {
             runner_log("warn", NULL, "pool: sandbox %.12s stopped while "
                        "idle: replaced", list[i].id);
-            runner_pool_discard(&list[i]);
+            runner_pool_drop(&list[i]);
         }
     }
 }
 
 
 /*
+ * The volumes of pooled sandboxes left by a runner of this name without
+ * their container (it stopped between the two removals, or between
+ * making the volume and the container; a run's take whose session never
+ * named it): labelled ours, used by no container, named by no session.
+ * A taken one's volume is its session's workspace, used by no container
+ * between the session's runs: the sessions' hashes are read (all of
+ * them, at start only, and only when there is such a volume) and each
+ * one a session names is kept.  Redis not answering keeps them all.
+ */
+static void
+runner_pool_volumes(void)
+{
+    long             st;
+    size_t           i;
+    json_t          *list, *names, *v;
+    const char      *name;
+    char             err[RUNNER_ERRLEN], pool[192], store[128];
+    runner_store_t  *rs;
+
+    snprintf(pool, sizeof(pool), "smcp.pool=%s", runner_config->name);
+    snprintf(store, sizeof(store), "smcp.store=%s", runner_store_id());
+
+    if (runner_docker_volumes_unused(json_pack("[s, s]", pool, store),
+                                     &list, err, sizeof(err))
+        != 200)
+    {
+        runner_log("error", NULL, "pool: %s", err);
+        return;
+    }
+
+    names = json_object();
+
+    json_array_foreach(list, i, v) {
+        name = json_string_value(v);
+
+        if (strncmp(name, RUNNER_POOL_PREFIX,
+                    sizeof(RUNNER_POOL_PREFIX) - 1) == 0
+            && runner_docker_ref_ok(name, err, sizeof(err)))
+        {
+            json_object_set_new(names, name, json_true());
+        }
+    }
+
+    json_decref(list);
+
+    if (json_object_size(names) == 0) {
+        json_decref(names);
+        return;
+    }
+
+    rs = runner_store_connect(0, err, sizeof(err));
+
+    if (rs == NULL || runner_store_session_unnamed(rs, names) != RUNNER_OK) {
+        runner_log("warn", NULL, "pool: the volumes left by an earlier "
+                   "runner are kept: the sessions' could not be read: %s",
+                   rs ? runner_store_error(rs) : err);
+        runner_store_close(rs);
+        json_decref(names);
+        return;
+    }
+
+    runner_store_close(rs);
+
+    json_object_foreach(names, name, v) {
+        st = runner_docker_volume_remove(name, err, sizeof(err));
+
+        /* 409: a container uses it now */
+        if (st != 204 && st != 404 && st != 409) {
+            runner_log("error", NULL, "pool: %s", err);
+            continue;
+        }
+
+        if (st == 204) {
+            runner_log("info", NULL, "pool: removed volume %s, left "
+                       "without its sandbox by an earlier runner", name);
+        }
+    }
+
+    json_decref(names);
+}
+
+
+/*
  * Idle ones left by a runner of this name that stopped without removing
- * them (killed, crashed): removed with their volumes.  A taken one was
- * renamed for its run: its run's to end.
+ * them (killed, crashed): removed with their volumes, then the volumes
+ * left without theirs (runner_pool_volumes).  A taken one was renamed for
+ * its run: its run's to end.
  */
 static void
 runner_pool_leftovers(void)
@@ -392,10 +497,12 @@ runner_pool_leftovers(void)
         runner_log("info", NULL, "pool: removing sandbox %.12s of %.200s, "
                    "left idle by an earlier runner", id,
                    image ? image : "an image unknown");
-        runner_pool_discard(&sb);
+        runner_pool_drop(&sb);
     }
 
     json_decref(list);
+
+    runner_pool_volumes();
 }
 
 
@@ -528,7 +635,7 @@ runner_pool_thread(void *arg)
     pthread_mutex_unlock(&runner_pool_lock);
 
     while (n-- > 0) {
-        runner_pool_discard(&list[n]);
+        runner_pool_drop(&list[n]);
     }
 
     runner_hold_sweep(1, NULL);

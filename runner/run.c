@@ -659,18 +659,20 @@ runner_run_volume(runner_run_t *run, const char *image, runner_sandbox_t *sb,
         return RUNNER_OK;
     }
 
-    /* from now on the run's: it goes as the run's container goes */
-    snprintf(run->container, sizeof(run->container), "%s", sb->id);
-    run->pooled = 1;
-
+    /* its volume named by no session: it goes, volume and all (a session
+     * that got the name all the same makes it again, empty) */
     if (runner_store_session_set(run->store, run->session, "volume",
                                  sb->name)
         != RUNNER_OK)
     {
         snprintf(err, errlen, "%s", runner_store_error(run->store));
+        runner_pool_drop(sb);
         return RUNNER_ERR;
     }
 
+    /* from now on the run's: it goes as the run's container goes */
+    snprintf(run->container, sizeof(run->container), "%s", sb->id);
+    run->pooled = 1;
     snprintf(run->volume, sizeof(run->volume), "%s", sb->name);
 
     return RUNNER_OK;

@@ -88,6 +88,8 @@
 #define RUNNER_NUM_MAX               64     /* a number field as text */
 #define RUNNER_STREAM_ID_SIZE        (SMCP_STREAM_ID_MAX + 1)
 #define RUNNER_EVENTS_PAGE           100    /* events read at once */
+#define RUNNER_SESSIONS_PAGE         500    /* sessions read at once
+                                               (ZSCAN's COUNT) */
 #define RUNNER_PRUNE_MAX             100    /* run set members checked */
 #define RUNNER_CLAIM_TRIES           3      /* a claim, after clearing a
                                                set of ended runs */
@@ -543,6 +545,9 @@ int runner_store_replay(runner_store_t *st, const char *run_id,
     runner_event_pt on_event, void *data);
 int runner_store_sessions_due(runner_store_t *st, int64_t now,
     char ids[][SMCP_ID_LEN + 1], int max, int *n);
+/* of names (volume name -> anything), those a live session names taken
+ * out */
+int runner_store_session_unnamed(runner_store_t *st, json_t *names);
 int runner_store_janitor_begin(runner_store_t *st, const char *id,
     char *status, size_t slen);
 int runner_store_janitor_end(runner_store_t *st, const char *id,
@@ -621,6 +626,10 @@ long runner_docker_ping(char *err, size_t errlen);
 long runner_docker_image_inspect(const char *image, json_t **out,
     char *err, size_t errlen);
 long runner_docker_volume_create(const char *name, const char *session,
+    char *err, size_t errlen);
+long runner_docker_volume_make(const char *name, json_t *labels,
+    char *err, size_t errlen);
+long runner_docker_volumes_unused(json_t *labels, json_t **list,
     char *err, size_t errlen);
 long runner_docker_volume_mountpoint(const char *name, char *buf,
     size_t size, char *err, size_t errlen);
@@ -818,6 +827,7 @@ int runner_pool_start(void);
 void runner_pool_stop(void);
 int runner_pool_has(const char *image);
 int runner_pool_take(const char *image, runner_sandbox_t *sb);
+void runner_pool_drop(const runner_sandbox_t *sb);
 void runner_pool_network(char *buf, size_t size);
 int runner_pool_move(const runner_sandbox_t *sb, const char *net, char *err,
     size_t errlen);

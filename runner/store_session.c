@@ -1,8 +1,9 @@
 /*
  * Sessions: a field of a session's hash (the OpenCode conversation its
- * runs continue, its workspace's volume), and the janitor's side: the
- * sessions due, then janitor_begin.lua and janitor_end.lua around the
- * removal of a session's sandbox resources.
+ * runs continue, its workspace's volume), the volumes they name (the
+ * pool's leftovers), and the janitor's side: the sessions due, then
+ * janitor_begin.lua and janitor_end.lua around the removal of a
+ * session's sandbox resources.
  */
 
 #include <stdio.h>
@@ -123,6 +124,100 @@ runner_store_fork_hold(runner_store_t *st, const char *forked,
                runner_store_script(st, RUNNER_LUA_FORK_HOLD, 2, keys, 4,
                                    args, NULL),
                status, slen);
+}
+
+
+/*
+ * Of names (an object: a volume's name -> anything), those a live
+ * session's hash names (`volume`) are taken out.  Every session in
+ * `sessions` from the scan's start to its end is read (ZSCAN; a session
+ * leaves it only once the janitor removed its volume), a page's hashes
+ * pipelined; it stops once names is empty.  RUNNER_ERR (st->err): not
+ * every session was read, names may hold one that a session names.
+ */
+int
+runner_store_session_unnamed(runner_store_t *st, json_t *names)
+{
+    int          rc;
+    char         sessions[RUNNER_KEY_MAX], key[RUNNER_KEY_MAX];
+    char         cursor[RUNNER_NUM_MAX], count[RUNNER_NUM_MAX];
+    size_t       i, n;
+    const char  *argv[5];
+    redisReply  *r, *m, *e;
+
+    RUNNER_KEY0(sessions, SMCP_KEY_SESSIONS);
+    RUNNER_NUM(count, RUNNER_SESSIONS_PAGE);
+    strcpy(cursor, "0");
+
+    do {
+        argv[0] = "ZSCAN";
+        argv[1] = sessions;
+        argv[2] = cursor;
+        argv[3] = "COUNT";
+        argv[4] = count;
+
+        r = runner_store_argv(st, 5, argv, NULL);
+
+        if (r == NULL) {
+            return RUNNER_ERR;
+        }
+
+        if (!runner_store_array(r, 2) || !runner_store_str(r->element[0])
+            || r->element[0]->len >= sizeof(cursor)
+            || !runner_store_array(r->element[1], -1))
+        {
+            snprintf(st->err, sizeof(st->err), "redis: ZSCAN: not a page");
+            freeReplyObject(r);
+            return RUNNER_ERR;
+        }
+
+        memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
+        m = r->element[1];
+        n = 0;
+
+        /* member, score, member, score... */
+        for (i = 0; i < m->elements; i += 2) {
+            e = m->element[i];
+
+            if (runner_store_str(e)
+                && smcp_valid_id(e->str, e->len, SMCP_SESSION_ID_PREFIX))
+            {
+                RUNNER_KEY(key, SMCP_KEY_SESSION, e->str);
+                redisAppendCommand(st->c, "HGET %s volume", key);
+                n++;
+            }
+        }
+
+        freeReplyObject(r);
+        rc = RUNNER_OK;
+
+        for (i = 0; i < n; i++) {
+            if (redisGetReply(st->c, (void **) &e) != REDIS_OK) {
+                snprintf(st->err, sizeof(st->err), "redis: %s",
+                         st->c->errstr);
+                return RUNNER_ERR;
+            }
+
+            if (e->type == REDIS_REPLY_ERROR) {
+                snprintf(st->err, sizeof(st->err), "redis: HGET: %.200s",
+                         e->str);
+                rc = RUNNER_ERR;
+
+            } else if (runner_store_str(e)
+                       && memchr(e->str, '\0', e->len) == NULL)
+            {
+                (void) json_object_del(names, e->str);
+            }
+
+            freeReplyObject(e);
+        }
+
+        if (rc != RUNNER_OK) {
+            return RUNNER_ERR;
+        }
+    } while (strcmp(cursor, "0") != 0 && json_object_size(names) > 0);
+
+    return RUNNER_OK;
 }
 
 

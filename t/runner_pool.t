@@ -15,8 +15,13 @@
 #      entries on stdin without the end) runs nothing, ends, and is
 #      replaced; a runner killed leaves its idle ones, removed by the next
 #      one of its name, which fills the pool
-#   5. SIGTERM drains the pool: its idle sandboxes and their volumes go
-#   6. --pool with --backend swarm is refused at start, saying why (with
+#   5. a pooled sandbox's volume is labelled (smcp.pool, smcp.store,
+#      smcp.managed); the next runner of the name removes such a volume
+#      that no container uses and no session names (left without its
+#      sandbox), and keeps the sessions' (their workspaces, used by no
+#      container between runs) and another store's
+#   6. SIGTERM drains the pool: its idle sandboxes and their volumes go
+#   7. --pool with --backend swarm is refused at start, saying why (with
 #      --egress-container it holds: t/compose.t)
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
@@ -241,6 +246,64 @@ subtest 'a runner killed: its idle sandboxes go at the next start' => sub {
     my %v = map { ($_ => 1) } split ' ', $left;
     ok(!grep({ $v{$_} } @old_vols), '... and their volumes');
     ok(full($r), "refilled to $POOL");
+};
+
+# a volume's labels (undef: no such volume)
+sub volume_labels {
+    my ($v) = @_;
+    my ($rc, $j) = docker('volume', 'inspect', '--format', '{{json .Labels}}', $v);
+    return $rc == 0 ? (eval { json_decode($j) } || {}) : undef;
+}
+
+sub volume_there { return defined volume_labels($_[0]) }
+
+sub pool_volume_name { return 'smcp-pool-' . join '', map { sprintf '%x', int rand 16 } 1 .. 16 }
+
+subtest "pool volumes labelled; a restart removes one left without its sandbox, never a session's" => sub {
+    ok(full($r), 'full');
+    my $store = $t->redis('GET', 'smcp:store-id');
+    like($store // '', qr/^[0-9a-f]{32}$/, 'the store id');
+    my ($idle) = idle_ids($r);
+    my (undef, $vol) = docker('inspect', '--format', '{{range .Mounts}}{{.Name}}{{end}}', $idle);
+    chomp $vol;
+    my $lbl = volume_labels($vol) || {};
+    is_deeply([@$lbl{qw(smcp.pool smcp.store smcp.managed)}], [$r->{name}, $store, '1'],
+              "an idle sandbox's volume $vol: smcp.pool, smcp.store, smcp.managed")
+        or diag(json_encode($lbl));
+
+    # the workspaces of the sessions whose first run took a pooled sandbox
+    my @kept;
+    for my $k ($t->redis_keys('smcp:session:ses_*')) {
+        next unless $k =~ /^smcp:session:ses_[0-9a-f]{24}$/;
+        my $h = $t->redis_hgetall($k);
+        push @kept, $h->{volume} if ($h->{volume} // '') =~ /^smcp-pool-/ && ($h->{state} // '') ne 'expired';
+    }
+    ok(@kept >= 2, scalar(@kept) . " sessions' workspaces are pooled volumes");
+    my (undef, $unused) = docker('volume', 'ls', '-q', '--filter', 'dangling=true',
+                                 '--filter', "label=smcp.pool=$r->{name}", '--filter', "label=smcp.store=$store");
+    my %unused = map { ($_ => 1) } split ' ', $unused;
+    is(scalar(grep { $unused{$_} } @kept), scalar(@kept),
+       '... each labelled as the pool\'s, used by no container')
+        or diag(json_encode([\@kept, [sort keys %unused]]));
+
+    # one left by an earlier runner without its sandbox, another store's
+    my ($lost, $other) = (pool_volume_name(), pool_volume_name());
+    docker('volume', 'create', '--label', "smcp.pool=$r->{name}", '--label', "smcp.store=$store", $lost);
+    docker('volume', 'create', '--label', "smcp.pool=$r->{name}",
+           '--label', 'smcp.store=0123456789abcdef0123456789abcdef', $other);
+    ok(volume_there($lost) && volume_there($other), "made: $lost (ours), $other (another store's)");
+
+    $s->stop_runner($r, 'TERM');
+    $r = $s->start_runner(concurrency => 2, args => ['--pool', $POOL, '--janitor-interval', '1',
+                                                    '--metrics', "127.0.0.1:$mport"]);
+    # (the pool fills once the leftovers went)
+    ok(full($r), "refilled to $POOL");
+    ok(!volume_there($lost), "$lost removed")
+        or diag($s->runner_log_tail($r, 20));
+    like($s->runner_log($r), qr/removed volume \Q$lost\E, left without its sandbox/, 'the runner says so');
+    is(scalar(grep { volume_there($_) } @kept), scalar(@kept), "the sessions' workspaces kept");
+    ok(volume_there($other), "another store's kept");
+    docker('volume', 'rm', '-f', $other);
 };
 
 subtest 'SIGTERM drains the pool' => sub {
