@@ -363,6 +363,17 @@ END {
         my @vols = ((map { "smcp-$_" } sort keys %{ $self->{sessions} || {} }),
                     sort keys %{ $self->{volumes} || {} });
         system("docker volume rm -f @vols >/dev/null 2>&1") if @vols;
+        # its pooled sandboxes' volumes (labelled smcp.pool=<its name>):
+        # one no session names would have leaked (make down drains the
+        # pool), and is said
+        if (my $rn = ($self->{env} || {})->{SMCP_RUNNER_NAME}) {
+            my %ses = map { ($_ => 1) } @vols;
+            for my $v (split ' ', `docker volume ls -q --filter label=smcp.pool=$rn 2>/dev/null`) {
+                Test::More::diag("pool volume $v of runner $rn: no session led to it "
+                                 . '(it would have leaked)') unless $ses{$v};
+                system("docker volume rm -f $v >/dev/null 2>&1");
+            }
+        }
     }
 }
 

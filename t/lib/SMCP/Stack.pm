@@ -719,6 +719,22 @@ sub _pool_volumes {
     return @v;
 }
 
+# the volumes labelled smcp.pool=<a runner of this stack> still there
+# once the rest went: one that neither a container nor a session led to
+# (@known) would have leaked, and is said, with its runner
+sub _remove_pool_volumes {
+    my ($self, @known) = @_;
+    my %known = map { ($_ => 1) } @known;
+    for my $name (sort keys %{ $self->{names} }) {
+        my (undef, $out) = docker('volume', 'ls', '-q', '--filter', "label=smcp.pool=$name");
+        for my $v (split ' ', $out) {
+            Test::More::diag("pool volume $v of runner $name: no container nor "
+                             . 'session led to it (it would have leaked)') unless $known{$v};
+            docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
+        }
+    }
+}
+
 sub _sweep_stale_runner_containers {
     my ($self) = @_;
     my (undef, $out) = docker('ps', '-a', '--filter', 'label=smcp.runner',
@@ -791,12 +807,14 @@ sub cleanup {
     # session's hash once a run took it
     my @pooled = $self->_pool_volumes;
     $self->_remove_runner_leftovers($_) for sort keys %{ $self->{names} };
-    for my $v ($self->_session_volumes) {
+    my @sessions = $self->_session_volumes;
+    for my $v (@sessions) {
         my (undef, $ids) = docker('ps', '-aq', '--filter', "volume=$v");
         docker('rm', '-f', '-v', split ' ', $ids) if $ids =~ /\S/;
         docker({ timeout => 60 }, 'volume', 'rm', '-f', $v);
     }
     docker({ timeout => 60 }, 'volume', 'rm', '-f', @pooled) if @pooled;
+    $self->_remove_pool_volumes(@pooled, @sessions);
     $self->_swarm_down if $self->{relay};
     $_->stop for grep { $_ } @{$self}{qw(anthropic github)};
 }
