@@ -2,8 +2,10 @@
  * The attempts of a group (opencode_run_task attempts): each run of a
  * group holds `group_runs`, the group's run ids in turn (the first is the
  * group's id).  A run of a group is answered with the run object and,
- * beside it, every attempt's state, read at once (run_attempts.lua); a
- * run gone, or not the tenant's, is listed by its id alone.
+ * beside it, every attempt's state, read at once (run_attempts.lua), and
+ * the link to its run page (signed for that run, as its own watchUrl:
+ * who watches one attempt may watch the others); a run gone, or not the
+ * tenant's, is listed by its id alone.
  */
 
 #include "ngx_http_sandbox_mcp_attempts.h"
@@ -104,13 +106,16 @@ ngx_http_sandbox_mcp_attempts_of(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
-/* one attempt's object: its runId, then what Redis holds of it */
+/* one attempt's object: its runId, then what Redis holds of it and its
+ * run page's signed link (watchUrl) */
 static json_t *
-ngx_http_sandbox_mcp_attempt_json(ngx_str_t *id, ngx_uint_t n, redisReply *r)
+ngx_http_sandbox_mcp_attempt_json(ngx_http_sandbox_mcp_call_t *call,
+    ngx_str_t *id, ngx_uint_t n, redisReply *r)
 {
     char         buf[64];
     double       d;
     json_t      *o, *v;
+    ngx_str_t    url;
     ngx_uint_t   i;
     redisReply  *f;
 
@@ -148,6 +153,11 @@ ngx_http_sandbox_mcp_attempt_json(ngx_str_t *id, ngx_uint_t n, redisReply *r)
         json_object_set_new(o, ngx_http_sandbox_mcp_attempt_keys[i], v);
     }
 
+    if (ngx_http_sandbox_mcp_watch_url_text(call, id, &url) == NGX_OK) {
+        json_object_set_new(o, "watchUrl",
+                            json_stringn((char *) url.data, url.len));
+    }
+
     return o;
 }
 
@@ -179,8 +189,8 @@ ngx_http_sandbox_mcp_attempts_read(void *data, redisReply *reply)
     mine = 0;
 
     for (i = 0; a && i < call->nattempts; i++) {
-        o = ngx_http_sandbox_mcp_attempt_json(&call->attempts[i], i + 1,
-                                              reply->element[i]);
+        o = ngx_http_sandbox_mcp_attempt_json(call, &call->attempts[i],
+                                              i + 1, reply->element[i]);
 
         if (o == NULL || json_array_append_new(a, o) != 0) {
             json_decref(a);

@@ -118,6 +118,9 @@ subtest 'get_result on any attempt lists every one' => sub {
         is_deeply([ map { $_->{runId} } @{ $sc->{attempts} } ], \@runs, '... every attempt');
         is_deeply([ map { $_->{sessionId} } @{ $sc->{attempts} } ], \@sessions,
                   '... in its own session');
+        like(delete $sc->{attempts}[1]{watchUrl} // '',
+             qr{^http://mcp\.test:9999/ui/runs/\Q$runs[1]\E\?token=},
+             '... the second\'s run page, signed');
         is_deeply($sc->{attempts}[1],
                   { runId => $runs[1], attempt => 2, sessionId => $sessions[1],
                     status => 'completed', diffStat => '1 file changed', cost => 0.25,

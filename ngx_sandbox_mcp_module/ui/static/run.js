@@ -292,6 +292,7 @@
         }
 
         showSessionId(r.sessionId);
+        showAttempts(r);
         document.getElementById("all-runs").hidden = r.access !== "tenant";
         showSession(r.access === "tenant" ? r.sessionRuns : null,
                     r.access === "tenant");
@@ -300,6 +301,52 @@
             diffLoaded = true;
             loadDiff(r);
         }
+    }
+
+    /* a group's attempts side by side (opencode_run_task attempts): each
+     * its status, diffStat, cost and pull request, a link to its page
+     * (the tenant's link: the page itself; a run's: the attempt's own
+     * signed link) */
+    function showAttempts(r) {
+        var ol = document.getElementById("attempts"), list, i, a, li, dl,
+            href, url, head;
+
+        list = Array.isArray(r.attempts) ? r.attempts : [];
+        SMCP.clear(ol);
+        for (i = 0; i < list.length; i++) {
+            a = list[i];
+            if (!a || typeof a.runId !== "string"
+                || !/^run_[0-9a-f]{24}$/.test(a.runId))
+            {
+                continue;
+            }
+            href = r.access === "tenant" ? a.runId : SMCP.safeUrl(a.watchUrl);
+            head = "Attempt " + (i + 1);
+            li = el("li", a.runId === runId ? { "aria-current": "page" } : {},
+                    [el("strong", { text: a.runId === runId
+                                          ? head + " (this one)" : head }),
+                     " ",
+                     el("span", { class: SMCP.statusClass(a.status),
+                                  text: SMCP.statusText(a.status) })]);
+            dl = el("dl", { class: "facts" });
+            fact(dl, "Changes", a.diffStat || (SMCP.isTerminal(a.status)
+                                               ? "none" : "not yet"));
+            fact(dl, "Cost", typeof a.cost === "number"
+                             ? "$" + a.cost.toFixed(4) : "");
+            li.appendChild(dl);
+            url = SMCP.safeUrl(a.pullRequestUrl);
+            if (url) {
+                li.appendChild(el("p", {}, [el("a", {
+                    href: url, rel: "noopener noreferrer",
+                    text: "Pull request" })]));
+            }
+            if (href && a.runId !== runId) {
+                li.appendChild(el("p", {}, [el("a", {
+                    href: href + "#diff-h", text: "Open its changes" })]));
+            }
+            ol.appendChild(li);
+        }
+        document.getElementById("attempts-box").hidden = !ol.firstChild;
     }
 
     /* the session's other runs (the tenant's link), or with a run's link
