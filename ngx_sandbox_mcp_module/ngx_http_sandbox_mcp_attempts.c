@@ -99,6 +99,19 @@ ngx_http_sandbox_mcp_attempts_of(ngx_http_sandbox_mcp_call_t *call,
         return NGX_DECLINED;
     }
 
+    /* the run itself among them, as run_create wrote it */
+    for (i = 0; i < n; i++) {
+        if (ids[i].len == call->run_id.len
+            && ngx_strncmp(ids[i].data, call->run_id.data, ids[i].len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == n) {
+        return NGX_DECLINED;
+    }
+
     call->attempts = ids;
     call->nattempts = n;
 
@@ -147,7 +160,9 @@ ngx_http_sandbox_mcp_attempt_json(ngx_http_sandbox_mcp_call_t *call,
             v = json_real(isfinite(d) && d >= 0.0 ? d : 0.0);
 
         } else {
-            v = ngx_http_sandbox_mcp_json_text(f, i != 1);
+            /* sessionId and status: strings; the others null when
+             * absent */
+            v = ngx_http_sandbox_mcp_json_text(f, i > 1);
         }
 
         json_object_set_new(o, ngx_http_sandbox_mcp_attempt_keys[i], v);

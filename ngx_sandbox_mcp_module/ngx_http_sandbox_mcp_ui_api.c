@@ -178,6 +178,36 @@ ngx_http_sandbox_mcp_ui_api_session_runs(json_t *list, json_t *run)
 }
 
 
+/*
+ * A run link's view of the run's attempts (opencode_run_task attempts):
+ * each one's number and status, nothing more (no link, no session, no
+ * words of its agent): the link opens its run only.
+ */
+static void
+ngx_http_sandbox_mcp_ui_api_attempts(json_t *run)
+{
+    size_t   i;
+    json_t  *list, *a, *e;
+
+    list = json_object_get(run, "attempts");
+
+    if (!json_is_array(list)) {
+        return;
+    }
+
+    a = json_array();
+
+    json_array_foreach(list, i, e) {
+        json_array_append_new(a, json_pack("{s:O?, s:O?, s:O?}",
+                                  "runId", json_object_get(e, "runId"),
+                                  "attempt", json_object_get(e, "attempt"),
+                                  "status", json_object_get(e, "status")));
+    }
+
+    json_object_set_new(run, "attempts", a);
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_ui_api_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
 {
@@ -224,8 +254,10 @@ ngx_http_sandbox_mcp_ui_api_finish(ngx_http_sandbox_mcp_ctx_t *ctx)
              * link to every run of the session, later ones too, for the
              * link's lifetime (sandbox_mcp_ui_token_ttl); and their pages
              * would not open with it anyway (its cookie's path is this
-             * run's page).
+             * run's page).  Of the run's other attempts, as little.
              */
+            ngx_http_sandbox_mcp_ui_api_attempts(out);
+
             return ngx_http_sandbox_mcp_ui_send_json(ctx->request,
                                                      NGX_HTTP_OK, api->run,
                                                      NULL);

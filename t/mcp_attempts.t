@@ -138,6 +138,13 @@ subtest 'a run of no group answers as before' => sub {
     my $sc = tool_ok(call('opencode_run_task', { task => 'alone' }), 'one run');
     my $g = tool_ok(call('opencode_get_result', { runId => $sc->{runId} }), 'its result');
     ok(!exists $g->{attempts} && !exists $g->{groupId}, 'no attempts, no groupId');
+    # a group_runs that does not name the run itself: not as run_create
+    # writes it, so no group
+    $t->redis('HSET', "${P}run:$sc->{runId}", group_runs => "$runs[1] $runs[2]");
+    $g = tool_ok(call('opencode_get_result', { runId => $sc->{runId} }),
+                 'a group_runs without the run');
+    ok(!exists $g->{attempts} && !exists $g->{groupId}, '... no attempts, no groupId');
+    $t->redis('HDEL', "${P}run:$sc->{runId}", 'group_runs');
     tool_err(call('opencode_cancel_run', { groupId => $sc->{runId} }),
              qr/Group not found/, 'cancel_run groupId of a run of no group');
     is($t->run_hash($sc->{runId})->{status}, 'started', '... that run left alone');

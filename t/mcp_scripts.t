@@ -1245,17 +1245,19 @@ subtest 'run_create: the tenant\'s usage and its budgets' => sub {
 subtest 'run_cancel: a started run is counted and listed for its bytes\' release' => sub {
     my $run = id('run_', '1');
     my $h = $t->redis_hgetall("${P}run:$run");
+    # an attempt of a group: its group's run ids counted too
+    my $group = join ' ', map { id('run_', $_) } 1 .. 3;
     my $bytes = 1024 + length($h->{task}) + length($h->{title}) + length($h->{pr_title})
-                + 2 * length($h->{repositories});
+                + 2 * length($h->{repositories}) + length($group);
     my $before = $t->redis('HGET', $USAGE, 'bytes') // 0;
-    $t->redis('HSET', "${P}run:$run", retention => 100);
+    $t->redis('HSET', "${P}run:$run", retention => 100, group_runs => $group);
     my ($r, $b, $a) = script('run_cancel',
         [ @{ cancel_keys($run, 'alice', id('ses_', '1')) }, $USAGE, "${P}budget:expiry" ],
         [ 'alice', $now, $run, 100000, 86400, id('ses_', '1'), 'started', 'running',
           'cancelled' ]);
     is({ @{ $r || [] } }->{status}, 'cancelled', 'cancelled');
     is($a->{$USAGE}{value}{bytes}, $before + $bytes,
-       "the tenant's usage gains what the run holds (its hash, task, title)");
+       "the tenant's usage gains what the run holds (its hash, task, title, group)");
     is($a->{"${P}run:$run"}{value}{bytes}, $bytes, '... and so does the run\'s own bytes');
     is_deeply($a->{"${P}budget:expiry"}{value}, [ "$run $bytes alice", $now + 100000 ],
               'budget:expiry: "<run> <bytes> <tenant>" when its keys expire');

@@ -440,15 +440,17 @@ sub finish_b {
 subtest 'budgets: the finish counts what it adds, and lists the run' => sub {
     $t->redis('DEL', $USAGE, $EXPIRY);
     $t->redis('HSET', $USAGE, bytes => 5000, sessions => 1, disk => 0, 's:ses_b' => 0);
+    # an attempt of a group (run_create's group_runs): those ids count too
     run('run_b1', tenant => 'erin', session => 'ses_b', status => 'running',
-        retention => 100, bytes => 1100, task => 'x' x 50, title => 't');
+        retention => 100, bytes => 1100, task => 'x' x 50, title => 't',
+        group_runs => 'run_b1 run_b2');
     my %f = (result => 'done', error => '', diff_index => '{}');
     my $diff = "diff --git a/x b/x\n+" . ('y' x 1000) . "\n";
     is(finish_b('run_b1', 'completed', \%f, $diff), 'ok', 'finish: ok');
-    my $added = 1024 + length('x' x 50) + length('t') + 256 + length(join '', %f)
-                + length($diff);
+    my $added = 1024 + length('x' x 50) + length('t') + length('run_b1 run_b2') + 256
+                + length(join '', %f) + length($diff);
     is(hash("${P}run:run_b1")->{bytes}, 1100 + $added,
-       "the run's bytes: its events (counted as stored), its hash and task, the outcome ($added)");
+       "the run's bytes: its events (counted as stored), its hash, task and group, the outcome ($added)");
     is(hash($USAGE)->{bytes}, 5000 + $added, "the tenant's usage gains the same");
     my $m = $t->redis('ZRANGE', $EXPIRY, 0, -1, 'WITHSCORES');
     is_deeply($m, [ 'run_b1 ' . (1100 + $added) . ' erin', $now + 100 * 1000 ],

@@ -2,10 +2,12 @@
 # A group's attempts (issue 26, point 1) on the run page, in real headless
 # Chromium against nginx with the module and Redis: three attempts made by
 # opencode_run_task, their states set in Redis as the runner leaves them;
-# the second's watchUrl shows the three side by side (status, changes,
-# cost, pull request), one under the other at 390 px without sideways
-# scrolling, and a link to each other attempt's changes that opens its
-# page.  The browser side is t/js/ui_attempts.mjs.
+# with the tenant's link the second's page shows the three side by side
+# (status, changes, cost, pull request) and a link to each other
+# attempt's changes that opens its page; the third's watchUrl (a run's
+# link, which opens its run only) shows of the others their number and
+# status, nothing more, one under the other at 390 px without sideways
+# scrolling.  The browser side is t/js/ui_attempts.mjs.
 
 use strict;
 use warnings;
@@ -22,8 +24,9 @@ my @EXPECTED = (
     "the second attempt's page lists the three attempts, this one marked",
     'each shows its status, changes, cost and pull request',
     'desktop: the attempts side by side',
-    "a watchUrl's page links each other attempt's changes with its own signed link",
+    "the tenant's link: each other attempt's changes linked",
     "the link opens the first attempt's page and its changes",
+    "a watchUrl: the others' number and status only, no link, no words of theirs",
     '390 px: one under the other, no sideways scroll',
     'no script error',
 );
@@ -69,7 +72,8 @@ $t->redis('HSET', "${P}run:$runs[1]{runId}", status => 'failed', started_at => $
           finished_at => $now - 2000, error => 'the tests failed', cost => '0.1');
 $t->redis('HSET', "${P}run:$runs[2]{runId}", status => 'running', started_at => $now - 7000);
 
-my %cfg = (origin => $origin, chromium => $chromium, runs => \@runs, prUrl => $pr);
+my %cfg = (origin => $origin, chromium => $chromium, runs => \@runs, prUrl => $pr,
+           tenantUrl => "$origin/ui/?token=" . $t->token(scope => 'ui'));
 my $cfg_file = $t->dir . '/ui_attempts.json';
 open(my $fh, '>', $cfg_file) or die "$cfg_file: $!";
 print $fh json_encode(\%cfg);

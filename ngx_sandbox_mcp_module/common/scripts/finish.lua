@@ -27,9 +27,9 @@
 -- index scores it by that last activity.
 --
 -- What the run holds is counted now, once: its hash and status events
--- (RUN_BYTES, its task, title, pr title and repositories: what
--- run_create wrote; run_cancel.lua counts the same) and its outcome
--- (FINISH_BYTES, the fields' values, the diff) are added to the run's
+-- (RUN_BYTES, its task, title, pr title, repositories and its group's
+-- run ids: what run_create wrote; run_cancel.lua counts the same) and its
+-- outcome (FINISH_BYTES, the fields' values, the diff) are added to the run's
 -- `bytes` (which holds its events, counted by the runner as it stored
 -- them) and to its tenant's usage `bytes`;
 -- a run whose keys expire is listed in budget:expiry, scored by when they
@@ -73,9 +73,9 @@ local RUN_BYTES, FINISH_BYTES = 1024, 256
 local usage, total = KEYS[12] or '', 0
 if usage ~= '' then
   local r = redis.call('HMGET', KEYS[1], 'task', 'title', 'pr_title',
-                       'repositories')
+                       'repositories', 'group_runs')
   local added = RUN_BYTES + FINISH_BYTES + #(r[1] or '') + #(r[2] or '')
-                + #(r[3] or '') + 2 * #(r[4] or '')
+                + #(r[3] or '') + 2 * #(r[4] or '') + #(r[5] or '')
   for i = 6, #ARGV do added = added + #ARGV[i] end
   total = redis.call('HINCRBY', KEYS[1], 'bytes', added)
   redis.call('HINCRBY', usage, 'bytes', added)

@@ -20,15 +20,17 @@
 --
 -- A run cancelled before it started holds its hash and events until its
 -- keys expire: counted now in its tenant's usage `bytes` (RUN_BYTES, its
--- task, title, pr title and repositories, as finish.lua counts them) and
--- listed in budget:expiry as the finish lists a run.
+-- task, title, pr title, repositories and its group's run ids, as
+-- finish.lua counts them) and listed in budget:expiry as the finish lists
+-- a run.
 --
 -- Returns the run hash (HGETALL), or nil (unknown, another tenant's, or
 -- not of that session any more: nothing written).
 local started, running, cancelled = ARGV[7], ARGV[8], ARGV[9]
 
 local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'retention',
-                     'session', 'task', 'title', 'pr_title', 'repositories')
+                     'session', 'task', 'title', 'pr_title', 'repositories',
+                     'group_runs')
 if h[1] ~= ARGV[1] or (h[4] or '') ~= ARGV[6] then return nil end
 
 if h[2] == started then
@@ -46,7 +48,7 @@ if h[2] == started then
   if KEYS[10] then
     local RUN_BYTES = 1024
     local n = RUN_BYTES + #(h[5] or '') + #(h[6] or '') + #(h[7] or '')
-              + 2 * #(h[8] or '')
+              + 2 * #(h[8] or '') + #(h[9] or '')
     local total = redis.call('HINCRBY', KEYS[1], 'bytes', n)
     redis.call('HINCRBY', KEYS[9], 'bytes', n)
     redis.call('ZADD', KEYS[10], tonumber(ARGV[2]) + keep * 1000,

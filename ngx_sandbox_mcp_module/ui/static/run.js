@@ -305,8 +305,8 @@
 
     /* a group's attempts side by side (opencode_run_task attempts): each
      * its status, diffStat, cost and pull request, a link to its page
-     * (the tenant's link: the page itself; a run's: the attempt's own
-     * signed link) */
+     * (the tenant's link only; a run's link is told their number and
+     * status) */
     function showAttempts(r) {
         var ol = document.getElementById("attempts"), list, i, a, li, dl,
             href, url, head;
@@ -320,7 +320,7 @@
             {
                 continue;
             }
-            href = r.access === "tenant" ? a.runId : SMCP.safeUrl(a.watchUrl);
+            href = r.access === "tenant" ? a.runId : null;
             head = "Attempt " + (i + 1);
             li = el("li", a.runId === runId ? { "aria-current": "page" } : {},
                     [el("strong", { text: a.runId === runId
@@ -328,9 +328,12 @@
                      " ",
                      el("span", { class: SMCP.statusClass(a.status),
                                   text: SMCP.statusText(a.status) })]);
+            /* a run's link is told the others' number and status only */
             dl = el("dl", { class: "facts" });
-            fact(dl, "Changes", a.diffStat || (SMCP.isTerminal(a.status)
-                                               ? "none" : "not yet"));
+            if ("diffStat" in a) {
+                fact(dl, "Changes", a.diffStat || (SMCP.isTerminal(a.status)
+                                                   ? "none" : "not yet"));
+            }
             fact(dl, "Cost", typeof a.cost === "number"
                              ? "$" + a.cost.toFixed(4) : "");
             li.appendChild(dl);

@@ -275,8 +275,8 @@ sub initialize {
 }
 
 # call($token, $sid, $tool, \%args) -> its structuredContent ({} if none);
-# the sessions of the runs it starts are remembered (their volumes go at
-# END)
+# the sessions of the runs it starts (each attempt's) are remembered
+# (their volumes go at END)
 sub call {
     my ($self, $tok, $sid, $name, $args) = @_;
     my $r = $self->post($tok, json_encode({ jsonrpc => '2.0', id => 2,
@@ -284,8 +284,12 @@ sub call {
         'Mcp-Session-Id' => $sid);
     my $j = json_decode($r->{content} // '') // {};
     my $sc = $j->{result}{structuredContent} // {};
-    $self->{sessions}{ $sc->{sessionId} } = 1
-        if $name eq 'opencode_run_task' && ($sc->{sessionId} // '') =~ /^ses_[0-9a-f]{24}$/;
+    if ($name eq 'opencode_run_task') {
+        # attempts: a session each
+        for my $ses ($sc->{sessionId}, map { $_->{sessionId} } @{ $sc->{attempts} || [] }) {
+            $self->{sessions}{$ses} = 1 if ($ses // '') =~ /^ses_[0-9a-f]{24}$/;
+        }
+    }
     return $sc;
 }
 
