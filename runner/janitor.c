@@ -22,6 +22,43 @@
 #include "runner.h"
 
 
+/*
+ * A fork's copier (runner/fork.c: labelled smcp.fork) that mounts the
+ * volume goes first: one a runner left when it died mid-copy would hold
+ * the volume forever; one copying now copies a workspace that is going
+ * (its run fails, saying the copy failed).
+ */
+static void
+runner_janitor_copiers(const char *volume)
+{
+    size_t       i;
+    json_t      *list, *ct;
+    const char  *id;
+    char         err[RUNNER_ERRLEN];
+
+    if (runner_docker_filtered("/containers/json?all=1&", "volume", volume,
+                               &list, err, sizeof(err))
+        != 200)
+    {
+        return;                     /* the removal says what holds it */
+    }
+
+    json_array_foreach(list, i, ct) {
+        id = json_string_value(json_object_get(ct, "Id"));
+
+        if (id && runner_docker_valid_id(id)
+            && json_object_get(json_object_get(ct, "Labels"), "smcp.fork"))
+        {
+            runner_log("info", NULL, "janitor: removing the fork copier "
+                       "%.12s of the volume %s", id, volume);
+            (void) runner_docker_remove(id, err, sizeof(err));
+        }
+    }
+
+    json_decref(list);
+}
+
+
 /* 1 when the session was expired by this call */
 static int
 runner_janitor_session(runner_store_t *st, const char *id)
@@ -49,8 +86,10 @@ runner_janitor_session(runner_store_t *st, const char *id)
         snprintf(name, sizeof(name), "smcp-%.*s", SMCP_ID_LEN, id);
     }
 
-    /* a sandbox held for the session's next run uses the volume */
+    /* a sandbox held for the session's next run uses the volume, and so
+     * may a fork's copier */
     runner_hold_sweep(0, id);
+    runner_janitor_copiers(name);
 
     st_docker = runner_docker_volume_remove(name, err, sizeof(err));
 

@@ -13,7 +13,8 @@
 #      (/workspace/repo-<owner>-<name>), the agent works there, the first
 #      is fetched (egress allows the session's repositories).
 #   4. Expiry: an idle session (sandbox_mcp_session_idle 8s, the runner's
-#      janitor every second) is expired, its volume removed; a later
+#      janitor every second) is expired, its volume removed (a fork's
+#      copier a dead runner left on it removed first); a later
 #      run_task with its sessionId is an isError saying so.
 #   5. Another tenant's sessionId behaves as an unknown one.
 #   6. A token granting less than the session holds (issue 22): its
@@ -203,10 +204,19 @@ subtest 'an idle session expires: volume gone, its sessionId refused' => sub {
     my ($idle) = run_ok('a run', task => 'SCENARIO-IDLE: idle', repository => $APP);
     my $e = $idle->{sessionId};
     my $key = "smcp:session:$e";
+    # a fork's copier a runner left when it died mid-copy (runner/fork.c):
+    # it mounts the volume, and must not hold it forever
+    my ($crc, $copier) = docker('create', '--label', 'smcp.fork=run_' . ('0' x 24),
+                                '--label', "smcp.runner=$runner->{name}",
+                                '-v', "smcp-$e:/from:ro", $s->image, 'true');
+    is($crc, 0, 'a stale fork copier on its volume') or diag($copier);
+    chomp $copier;
     ok(wait_until(60 + $IDLE, sub { ($t->redis('HGET', $key, 'state') // '') eq 'expired' }),
        'the janitor expired it');
     my ($rc) = docker('volume', 'inspect', "smcp-$e");
     isnt($rc, 0, 'its volume is removed');
+    ($rc) = docker('inspect', $copier);
+    isnt($rc, 0, '... the copier first');
     my $res = $s->call('opencode_run_task', { task => 'SCENARIO-IDLE: again', sessionId => $e });
     ok($res->{isError}, 'a run in it: isError');
     like(SMCP::Test::result_text($res), qr/Session expired/, '... saying the session expired');
