@@ -228,16 +228,29 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
         break;
 
     case NGX_HTTP_SANDBOX_MCP_QUEUE_FULL:
+        if (call->nattempts > 1) {
+            ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
+                                            "start: %ui queued runs at "
+                                            "most, and these %ui attempts "
+                                            "would pass it. Ask for fewer "
+                                            "attempts, or wait until some "
+                                            "runs start or finish "
+                                            "(opencode_list_runs with "
+                                            "status started), or cancel "
+                                            "some with opencode_cancel_run, "
+                                            "then try again.",
+                                            lcf->max_queued,
+                                            call->nattempts);
+            return;
+        }
+
         ngx_http_sandbox_mcp_tool_error(call, "Too many runs waiting to "
-                                        "start: %ui queued runs at most, and "
-                                        "you have that many%s already. Wait "
-                                        "until some start or finish "
-                                        "(opencode_list_runs with status "
-                                        "started), or cancel some with "
-                                        "opencode_cancel_run, then try "
-                                        "again.", lcf->max_queued,
-                                        call->nattempts > 1
-                                        ? " with these attempts" : "");
+                                        "start: you already have %ui queued "
+                                        "runs, the limit. Wait until some "
+                                        "start or finish (opencode_list_runs "
+                                        "with status started), or cancel "
+                                        "some with opencode_cancel_run, then "
+                                        "try again.", lcf->max_queued);
         return;
 
     case NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS:

@@ -62,7 +62,7 @@ subtest 'refusals write nothing' => sub {
     my $n = queued();
     my $before = $t->redis('DBSIZE');
     tool_err(call('opencode_run_task', { task => 't', attempts => 3 }),
-             qr/5 queued runs at most, and you have that many with these attempts/,
+             qr/5 queued runs at most, and these 3 attempts would pass it/,
              'three more attempts past the queue limit');
     is($t->redis('DBSIZE'), $before, '... no key written');
     is(queued(), $n, '... nothing queued');
