@@ -20,12 +20,66 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runner.h"
 
 
+/*
+ * The forked workspace at mp within a run's limits (--workspace-limit,
+ * --workspace-inodes): the copy, as big as it, is then bounded too.
+ * Nothing writes to it meanwhile (the forked session's runs are held
+ * back, its held sandbox gone).
+ */
+static int
+runner_fork_measure(const char *forked, const char *mp, char *err,
+    size_t errlen)
+{
+    int             rc, i;
+    runner_usage_t  u;
+
+    /* one walk at a time in the process: a watchdog's may be going */
+    for (i = 0; i < RUNNER_FORK_MEASURE_TRIES; i++) {
+        rc = runner_workspace_usage(mp, runner_config->workspace_limit,
+                                    runner_config->workspace_inodes, &u,
+                                    err, errlen);
+        if (rc != RUNNER_AGAIN) {
+            break;
+        }
+
+        usleep(RUNNER_IDLE_MS * 1000);
+    }
+
+    if (rc == RUNNER_AGAIN) {
+        snprintf(err, errlen, "the workspace of session %s could not be "
+                 "measured before its copy (the runner is busy measuring "
+                 "others): fork it again", forked);
+    }
+
+    if (rc != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
+
+    if (u.too_deep || u.bytes > runner_config->workspace_limit
+        || u.inodes > runner_config->workspace_inodes)
+    {
+        snprintf(err, errlen, "the workspace of session %s is over a "
+                 "run's limits (%lld bytes, %lld files and directories "
+                 "at most: --workspace-limit, --workspace-inodes%s): too "
+                 "big to fork", forked,
+                 (long long) runner_config->workspace_limit,
+                 (long long) runner_config->workspace_inodes,
+                 u.too_deep ? "; it nests too deep" : "");
+        return RUNNER_ERR;
+    }
+
+    return RUNNER_OK;
+}
+
+
 /* the forked session's workspace: the volume its hash names (a pooled
- * sandbox's), else smcp-<session>; RUNNER_ERR when there is none left */
+ * sandbox's), else smcp-<session>, within a run's limits; RUNNER_ERR
+ * when there is none left, or it is too big */
 static int
 runner_fork_source(runner_run_t *run, const char *forked, char *vol,
     size_t size, char *err, size_t errlen)
@@ -62,7 +116,11 @@ runner_fork_source(runner_run_t *run, const char *forked, char *vol,
         return RUNNER_ERR;
     }
 
-    return st == 200 ? RUNNER_OK : RUNNER_ERR;
+    if (st != 200) {
+        return RUNNER_ERR;
+    }
+
+    return runner_fork_measure(forked, mp, err, errlen);
 }
 
 
@@ -252,6 +310,11 @@ runner_fork_copy(runner_run_t *run, char *err, size_t errlen)
     (void) runner_hold_take(forked, NULL, run->id, &sb);
 
     rc = runner_fork_source(run, forked, from, sizeof(from), err, errlen);
+
+    /* measured: the hold and the claim fresh again before the copy */
+    if (rc == RUNNER_OK) {
+        rc = runner_fork_hold(run, forked, err, errlen);
+    }
 
     if (rc == RUNNER_OK) {
         /* a copy cut short goes (its container, then what it made): the

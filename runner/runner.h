@@ -189,6 +189,8 @@
 #define RUNNER_POOL_HANDOVER         "stdin"        /* how its run reaches
                                                it: label smcp.handover */
 #define RUNNER_FORK_COPY_SECONDS     600    /* a fork's workspace copy */
+#define RUNNER_FORK_MEASURE_TRIES    25     /* RUNNER_IDLE_MS each: its
+                                               measure waits for another */
 #define RUNNER_FORK_HOLD_MS          120000 /* its hold on the forked
                                                session's runs, pushed on
                                                (at least 3 claim-idles) */

@@ -19,6 +19,8 @@
 #   3. refused, nothing written: both sessionId and forkSessionId, a
 #      malformed id, an unknown session, another tenant's session (word
 #      for word as an unknown one), a session with a run going
+#   4. a workspace over a run's limits (here --workspace-inodes) is not
+#      copied: the fork's run fails saying it is too big to fork
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
 # image ($SMCP_SANDBOX_IMAGE) is built on first use.
@@ -52,7 +54,11 @@ my %SCRIPTS = (
 
 my $s = SMCP::Stack->new(scripts => \%SCRIPTS);
 my $t = $s->t;
-my $r = $s->start_runner(concurrency => 2, args => ['--pool', 1]);
+# a run's workspace holds 20,000 files and directories at most: a fork
+# of one past that is refused (its copy would be past it too)
+my $INODES = 20000;
+my $r = $s->start_runner(concurrency => 2,
+                         args => ['--pool', 1, '--workspace-inodes', $INODES]);
 
 # the model's first request of a run: its body (by the run's task)
 sub asked {
@@ -183,6 +189,32 @@ subtest 'refused, nothing written' => sub {
     is($t->redis('ZCARD', "smcp:session:$a1->{sessionId}:forks"), 0, '... no hold');
     $s->call('opencode_cancel_run', { runId => $hang->{runId} });
     is($s->wait_done($hang->{runId}, 120)->{status}, 'cancelled', 'that run cancelled');
+};
+
+subtest 'a workspace over a run\'s limits is not copied' => sub {
+    my $vol = session_hash($a1->{sessionId})->{volume};
+    my (undef, $mp) = SMCP::Docker::docker('volume', 'inspect', '-f', '{{.Mountpoint}}', $vol);
+    chomp $mp;
+    ok(-d $mp, 'the original\'s workspace on the host') or return;
+    my $dir = "$mp/many";
+    mkdir $dir or die "$dir: $!";
+    for my $i (1 .. $INODES) {
+        open(my $fh, '>', "$dir/$i") or die "$dir/$i: $!";
+        close $fh;
+    }
+    my $run = $s->run_task(task => 'SCENARIO-FORKB2: too big',
+                           forkSessionId => $a1->{sessionId});
+    my $res = $s->wait_done($run->{runId}, 180);
+    is($res->{status}, 'failed', 'the fork\'s run failed');
+    like($res->{error} // '', qr/workspace of session \Q$a1->{sessionId}\E is over a run's limits.*too big to fork/,
+         '... saying the workspace is too big to fork');
+    my $h = session_hash($run->{sessionId});
+    ok(!$h->{forked_at}, '... nothing copied');
+    my ($rc) = SMCP::Docker::docker('volume', 'inspect', "smcp-$run->{sessionId}");
+    isnt($rc, 0, '... no volume made for it');
+    is($t->redis('ZCARD', "smcp:session:$a1->{sessionId}:forks"), 0,
+       '... and the original\'s runs not held');
+    system('rm', '-rf', $dir);
 };
 
 $s->done;
