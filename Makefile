@@ -55,7 +55,7 @@ RUNNER_SRCS := runner/main.c runner/config.c runner/log.c runner/store.c \
                runner/notify.c runner/store_notify.c \
                runner/backend.c runner/swarm.c \
                runner/pr.c runner/image.c runner/metrics.c runner/attach.c \
-               runner/fork.c \
+               runner/fork.c runner/pick.c runner/store_pick.c \
                runner/pool.c runner/hold.c runner/spec.c runner/budget.c \
                runner/floor.c \
                runner/relay.c runner/sentinel.c

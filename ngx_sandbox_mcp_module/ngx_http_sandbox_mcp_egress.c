@@ -21,6 +21,7 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 
 #include "smcp_path.h"
+#include "smcp_validate.h"
 
 
 static ngx_int_t ngx_http_sandbox_mcp_egress_add_variables(ngx_conf_t *cf);
@@ -354,7 +355,7 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     ctx->cmd = NULL;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 5)
+        || reply->elements != 6)
     {
         rc = ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
@@ -384,6 +385,23 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     }
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+
+    /* a pick run (run_pick.lua wrote pr_of; it has no sandbox) opens the
+     * pull request of its attempt's branch */
+    ctx->head = ctx->run_id;
+
+    if (e[5]->type == REDIS_REPLY_STRING
+        && smcp_valid_id(e[5]->str, e[5]->len, SMCP_RUN_ID_PREFIX))
+    {
+        ctx->head.data = ngx_pnalloc(r->pool, e[5]->len);
+        if (ctx->head.data == NULL) {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            goto finalize;
+        }
+
+        ngx_memcpy(ctx->head.data, e[5]->str, e[5]->len);
+        ctx->head.len = e[5]->len;
+    }
 
     if (lcf->deny.len) {
         rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
@@ -541,7 +559,7 @@ static ngx_int_t
 ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx)
 {
-    ngx_str_t            argv[7];
+    ngx_str_t            argv[8];
     ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -558,6 +576,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_str_set(&argv[4], "repository");
     ngx_str_set(&argv[5], "create_pr");
     ngx_str_set(&argv[6], "repositories");
+    ngx_str_set(&argv[7], "pr_of");
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
                                        &ctx->run_id)
@@ -567,7 +586,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_egress_checked, ctx, 7, argv);
+                   ngx_http_sandbox_mcp_egress_checked, ctx, 8, argv);
 
     if (ctx->cmd == NULL) {
         ctx->done = 1;

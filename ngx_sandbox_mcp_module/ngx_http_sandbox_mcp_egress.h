@@ -53,6 +53,9 @@ typedef struct {
     ngx_str_t                           run_id;
     ngx_str_t                           tenant;
     ngx_str_t                           repository;     /* expected */
+    ngx_str_t                           head;   /* a pull request's head
+                                                   branch's run: the run's,
+                                                   a pick run's attempt */
     ngx_http_sandbox_mcp_redis_cmd_t   *cmd;
     ngx_int_t                           rc;
     ngx_uint_t                          status;         /* refusal */

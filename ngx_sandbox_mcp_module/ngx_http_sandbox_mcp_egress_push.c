@@ -249,7 +249,8 @@ ngx_http_sandbox_mcp_egress_check_push(ngx_http_request_t *r,
 
 /*
  * A pull request: its head must be the run's branch, "opencode/<runId>"
- * or "<owner>:opencode/<runId>" with the repository's owner.
+ * or "<owner>:opencode/<runId>" with the repository's owner (a pick
+ * run's: its attempt's, ctx->head).
  */
 static ngx_uint_t
 ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
@@ -295,7 +296,7 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
     h = json_string_value(head);
     len = json_string_length(head);
 
-    blen = sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1 + ctx->run_id.len;
+    blen = sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1 + ctx->head.len;
     slash = ngx_strlchr(ctx->repository.data,
                         ctx->repository.data + ctx->repository.len, '/');
     olen = slash ? (size_t) (slash - ctx->repository.data) : 0;
@@ -322,7 +323,7 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
                         sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1)
             != 0
             || ngx_strncmp(h + sizeof(NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX) - 1,
-                           ctx->run_id.data, ctx->run_id.len)
+                           ctx->head.data, ctx->head.len)
                != 0)
         {
             msg = "";
@@ -341,7 +342,7 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
     } else {
         ngx_snprintf((u_char *) err, errlen, "egress: a pull request's head "
                      "must be the run's branch "
-                     NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX "%V%Z", &ctx->run_id);
+                     NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX "%V%Z", &ctx->head);
     }
 
     return NGX_HTTP_FORBIDDEN;

@@ -21,6 +21,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(session_delete);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_create);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_cancel);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_attempts);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(run_pick);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_message);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_inbox);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_diff);
@@ -43,6 +44,7 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_run_create,
     &ngx_http_sandbox_mcp_script_run_cancel,
     &ngx_http_sandbox_mcp_script_run_attempts,
+    &ngx_http_sandbox_mcp_script_run_pick,
     &ngx_http_sandbox_mcp_script_run_message,
     &ngx_http_sandbox_mcp_script_run_inbox,
     &ngx_http_sandbox_mcp_script_run_diff,

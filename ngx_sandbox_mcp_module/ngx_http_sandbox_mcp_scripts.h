@@ -23,6 +23,8 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_attempts;
 extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_pick;
+extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_message;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_inbox;

@@ -69,7 +69,9 @@ ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
         { SMCP_CHAN_TENANT, &call->ctx->tenant },
         { SMCP_KEY_TENANT_USAGE, &call->ctx->tenant },
         { SMCP_KEY_BUDGET_EXPIRY, NULL },
-        { SMCP_KEY_NOTIFY, NULL }
+        { SMCP_KEY_NOTIFY, NULL },
+        { SMCP_KEY_RUN, &call->pick[0] },      /* a pick's attempt */
+        { SMCP_KEY_RUN, &call->pick[1] }       /* ... and its group */
     };
 
     pool = call->ctx->request->pool;
@@ -78,6 +80,11 @@ ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
 
     if (call->path.len == 0) {
         keys[4].fmt = "";                   /* KEYS[5] '': no session */
+    }
+
+    if (call->pick[0].len == 0 || call->pick[1].len == 0) {
+        keys[11].fmt = "";                  /* KEYS[12], [13] '': no pick */
+        keys[12].fmt = "";
     }
 
     args[0] = call->ctx->tenant;
@@ -99,25 +106,48 @@ ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
 }
 
 
-/* HMGET run tenant session */
+/* HMGET run tenant session pr_of group */
 static void
 ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
 {
     ngx_http_sandbox_mcp_call_t *call = data;
 
-    redisReply  *t, *s;
+    ngx_uint_t   i;
+    redisReply  *t, *s, *v;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
         return;
     }
 
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
         ngx_http_sandbox_mcp_run_not_found(call);
         return;
     }
 
     t = reply->element[0];
     s = reply->element[1];
+
+    /* a pick run's attempt and group (run_pick.lua wrote them) */
+    ngx_str_null(&call->pick[0]);
+    ngx_str_null(&call->pick[1]);
+
+    for (i = 0; i < 2; i++) {
+        v = reply->element[2 + i];
+
+        if (v->type == REDIS_REPLY_STRING
+            && smcp_valid_id(v->str, v->len, SMCP_RUN_ID_PREFIX))
+        {
+            call->pick[i].data = ngx_pnalloc(call->ctx->request->pool,
+                                             v->len);
+            if (call->pick[i].data == NULL) {
+                ngx_http_sandbox_mcp_tool_unavailable(call);
+                return;
+            }
+
+            ngx_memcpy(call->pick[i].data, v->str, v->len);
+            call->pick[i].len = v->len;
+        }
+    }
 
     if (t->type != REDIS_REPLY_STRING || t->len != call->ctx->tenant.len
         || ngx_strncmp(t->str, call->ctx->tenant.data, t->len) != 0)
@@ -155,11 +185,13 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_cancel_one(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_str_t  argv[4];
+    ngx_str_t  argv[6];
 
     ngx_str_set(&argv[0], "HMGET");
     ngx_str_set(&argv[2], "tenant");
     ngx_str_set(&argv[3], "session");
+    ngx_str_set(&argv[4], "pr_of");
+    ngx_str_set(&argv[5], "group");
 
     if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
                                        SMCP_KEY_RUN, &call->run_id)
@@ -170,7 +202,7 @@ ngx_http_sandbox_mcp_cancel_one(ngx_http_sandbox_mcp_call_t *call)
     }
 
     call->cmd = ngx_http_sandbox_mcp_redis_command(
-                    ngx_http_sandbox_mcp_cancel_found, call, 4, argv);
+                    ngx_http_sandbox_mcp_cancel_found, call, 6, argv);
 
     if (call->cmd == NULL) {
         ngx_http_sandbox_mcp_tool_unavailable(call);

@@ -1048,15 +1048,6 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
-    if (t->create_pr && !t->draft && t->attempts > 1) {
-        ngx_http_sandbox_mcp_tool_error(call, "Argument 'createPullRequest' "
-                                        "with attempts needs 'draft': true "
-                                        "(each attempt opens a draft pull "
-                                        "request on its own branch "
-                                        "opencode/<runId>).");
-        return NGX_ERROR;
-    }
-
     if (t->create_pr && t->repo.len == 0 && t->session.len == 0
         && t->fork.len == 0)
     {

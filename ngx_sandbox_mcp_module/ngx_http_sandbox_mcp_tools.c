@@ -14,6 +14,7 @@
 #include "ngx_http_sandbox_mcp_tool_events.h"
 #include "ngx_http_sandbox_mcp_tool_list.h"
 #include "ngx_http_sandbox_mcp_tool_message.h"
+#include "ngx_http_sandbox_mcp_tool_pick.h"
 #include "ngx_http_sandbox_mcp_tool_sessions.h"
 #include "ngx_http_sandbox_mcp_tool_result.h"
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
@@ -54,6 +55,7 @@ static ngx_http_sandbox_mcp_tool_t  ngx_http_sandbox_mcp_tools[] = {
     ngx_http_sandbox_mcp_tool(get_result),
     ngx_http_sandbox_mcp_tool(list_runs),
     ngx_http_sandbox_mcp_tool(cancel_run),
+    ngx_http_sandbox_mcp_tool(pick_attempt),
     ngx_http_sandbox_mcp_tool(send_message),
     ngx_http_sandbox_mcp_tool(get_diff),
     ngx_http_sandbox_mcp_tool(get_events),

@@ -472,8 +472,10 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
         return RUNNER_ERR;
     }
 
+    /* a pick run opens the attempt's branch (pick.c) */
     runner_pr_title(h, title, sizeof(title));
-    snprintf(head, sizeof(head), "opencode/%s", run->id);
+    snprintf(head, sizeof(head), "opencode/%s",
+             run->pick_of[0] ? run->pick_of : run->id);
     body = runner_pr_body(run, h, diff);
 
     o = json_pack("{s:s, s:s, s:s, s:s, s:b}", "title", title, "head", head,
@@ -543,6 +545,15 @@ runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
     switch (run->out.pr_step) {
 
     case RUNNER_PR_PUSHED:
+        /* an attempt whose pull request waits for its pick
+         * (opencode_pick_attempt): its branch pushed, no more */
+        if (strcmp(json_string_value(json_object_get(h, "pr_pick")) ?: "",
+                   "1") == 0)
+        {
+            pr->status = "pushed";
+            return NULL;
+        }
+
         if (token == NULL) {
             snprintf(pr->error, sizeof(pr->error), "cannot sign the run "
                      "token");

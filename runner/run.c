@@ -223,6 +223,10 @@ runner_run_pr(runner_run_t *run, const runner_diff_t *diff)
         free(ev);
     }
 
+    if (run->pick_of[0]) {
+        runner_pick_done(run);
+    }
+
     free(token);
     json_decref(h);
 }
@@ -805,6 +809,13 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     run->max_running = atoll(json_string_value(json_object_get(h,
                                                    "max_running")) ?: "0");
 
+    /* a pick (opencode_pick_attempt): no sandbox (pick.c) */
+    if (json_object_get(h, "pr_of")) {
+        rc = runner_pick_start(run, h, err, errlen);
+        json_decref(h);
+        return rc;
+    }
+
     token = runner_run_token(run, tenant, timeout);
     if (token == NULL) {
         json_decref(h);
@@ -1160,9 +1171,16 @@ runner_run_thread(void *arg)
     why = NULL;
     exit_code = -1;
 
-    runner_run_watch_start(run);
-    rc = runner_run_follow(run, &exit_code, &why);
-    runner_run_watch_end(run);
+    if (run->pick_of[0]) {
+        /* a pick: nothing runs, its pull request is its end */
+        rc = RUNNER_OK;
+        exit_code = 0;
+
+    } else {
+        runner_run_watch_start(run);
+        rc = runner_run_follow(run, &exit_code, &why);
+        runner_run_watch_end(run);
+    }
 
     if (rc == RUNNER_AGAIN) {
         /* detached cleanly: the container goes on, and this take does not
@@ -1171,8 +1189,11 @@ runner_run_thread(void *arg)
         goto done;
     }
 
-    /* if dockerd comes back, a lost sandbox must not live on */
-    runner_run_release(run, rc == RUNNER_ERR);
+    /* if dockerd comes back, a lost sandbox must not live on (a pick has
+     * none, nor a network of its own) */
+    if (run->pick_of[0] == '\0') {
+        runner_run_release(run, rc == RUNNER_ERR);
+    }
 
     /* the session's next run finds a warm sandbox held for it: made now,
      * started once the outcome is stored (hold.c) */

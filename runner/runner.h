@@ -348,7 +348,9 @@ typedef struct {
 
 /* a run's pull request, as stored (pr_status, pr_url, pr_number) */
 typedef struct {
-    const char *status;                 /* opened | no_changes | failed;
+    const char *status;                 /* opened | no_changes | failed |
+                                           pushed (an attempt waiting for
+                                           its pick);
                                            NULL: none asked for */
     char        url[RUNNER_PR_URL_MAX];
     char        number[32];
@@ -423,6 +425,10 @@ typedef struct runner_run_s {
 
     runner_pr_t          pr;                /* its pull request */
     int                  pr_done;           /* tried once: not again */
+    char                 pick_of[SMCP_ID_LEN + 1];  /* a pick run: the
+                                               attempt whose pull request
+                                               it opens ("": none) */
+    char                 pick_group[SMCP_ID_LEN + 1];
 
     struct runner_run_s *next;
 } runner_run_t;
@@ -781,6 +787,17 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
 
 /* pr.c: a completed run's pull request into run->pr; the pr_opened
  * event (malloc'd) or NULL */
+/* pick.c: a pick run (opencode_pick_attempt), without a sandbox */
+int runner_pick_start(runner_run_t *run, json_t *h, char *err,
+    size_t errlen);
+void runner_pick_done(runner_run_t *run);
+
+/* store_pick.c */
+int runner_store_pick_load(runner_store_t *st, const char *attempt,
+    char **result, char **diff, size_t *diff_len);
+int runner_store_pick_done(runner_store_t *st, const char *attempt,
+    const char *group, const runner_pr_t *pr);
+
 char *runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
     const runner_diff_t *diff);
 /* words from elsewhere, fit for an error: bounded (RUNNER_PR_MESSAGE_MAX),

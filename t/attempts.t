@@ -12,7 +12,13 @@
 #      untouched; opencode_get_result on the second lists the three, each
 #      completed with its diffStat, cost and pull request, as their own
 #      results say
-#   2. opencode_cancel_run with groupId: two attempts running, both
+#   2. a pull request for the attempt picked alone (createPullRequest, no
+#      draft): both attempts push their branch and open none;
+#      opencode_pick_attempt on the second: a run without a sandbox opens
+#      the pull request of its branch (no draft, the run's title), the
+#      attempt's pullRequestUrl is it, the other has none; a second pick
+#      is refused
+#   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
 # Needs root, Docker, `make` (module, runner) and redis-server; the sandbox
@@ -104,6 +110,44 @@ subtest 'three attempts side by side, a draft pull request each' => sub {
                   "attempt " . ($i + 1) . ': as its own result says');
         like($a[$i]{diffStat} // '', qr/1 file changed/, '... a diffStat');
     }
+};
+
+subtest 'a pull request for the attempt picked alone' => sub {
+    my $g = attempts(task => 'SCENARIO-ATTEMPT: pick one', attempts => 2,
+                     repository => 'https://github.com/acme/app',
+                     createPullRequest => JSON::PP::true, prTitle => 'The one we keep');
+    my @runs = map { $_->{runId} } @{ $g->{attempts} || [] };
+    is(scalar @runs, 2, 'two attempts') or return;
+    my $before = scalar @{ $gh->pulls('acme/app') };
+    for my $id (@runs) {
+        my $res = $s->wait_done($id, 300);
+        is($res->{status}, 'completed', "$id: completed") or $s->diag_run($id, $r);
+        is($res->{pullRequestStatus}, 'pushed', '... its branch pushed, its pull request waiting');
+        like($gh->file_content('acme/app', "opencode/$id", 'attempt.txt') // '', qr/^\S+\n$/,
+             '... the branch has its attempt.txt');
+    }
+    is(scalar @{ $gh->pulls('acme/app') }, $before, 'no pull request yet');
+
+    my $pick = SMCP::Test::sc($s->call('opencode_pick_attempt',
+                                       { groupId => $g->{groupId}, runId => $runs[1] }));
+    ok($pick && $pick->{pickRunId}, 'opencode_pick_attempt: a run opens it')
+        or return diag(json_encode($pick));
+    my $done = $s->wait_done($pick->{pickRunId}, 120);
+    is($done->{status}, 'completed', 'that run completed') or $s->diag_run($pick->{pickRunId}, $r);
+    my @pulls = $gh->pulls('acme/app');
+    is(scalar @pulls, $before + 1, 'one pull request more');
+    my $p = $pulls[-1] || {};
+    is($p->{head}{ref}, "opencode/$runs[1]", '... of the attempt picked');
+    ok(!$p->{draft}, '... not a draft');
+    is($p->{title}, 'The one we keep', '... its title the run\'s');
+    my $two = $s->result($runs[1]);
+    is($two->{pullRequestUrl}, $p->{html_url}, 'the attempt\'s pullRequestUrl');
+    is($two->{pullRequestStatus}, 'opened', '... opened');
+    is($s->result($runs[0])->{pullRequestStatus}, 'pushed', 'the other: none');
+    is($done->{pullRequestUrl}, $p->{html_url}, 'the pick run says it too');
+    ok(!$s->run_containers($pick->{pickRunId}), 'the pick run had no sandbox');
+    my $again = $s->call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $runs[0] });
+    ok($again->{isError}, 'a second pick refused');
 };
 
 subtest 'cancel the group' => sub {

@@ -108,7 +108,7 @@ subtest 'Claude Desktop: mcp-remote with a token, over stdio' => sub {
     $c->js_checks('claude desktop (mcp-remote)',
                   [ "$root/t/js/stdio_client.mjs", json_encode($entry), 'opencode_list_runs' ], [
         'initialize over stdio',
-        'tools/list: the eight tools',
+        'tools/list: the nine tools',
         'tools/call opencode_list_runs',
     ], timeout => 120);
 };
@@ -119,9 +119,9 @@ subtest 'MCP Inspector CLI: tools/list, tools/call' => sub {
     my $j = json_decode($out);
     is_deeply([ sort map { $_->{name} } @{ (ref $j eq 'HASH' && $j->{tools}) || [] } ],
               [ qw(opencode_cancel_run opencode_get_diff opencode_get_events opencode_get_result
-                   opencode_list_runs opencode_list_sessions opencode_run_task
-                   opencode_send_message) ],
-              '... and lists the eight tools') or diag($out);
+                   opencode_list_runs opencode_list_sessions opencode_pick_attempt
+                   opencode_run_task opencode_send_message) ],
+              '... and lists the nine tools') or diag($out);
 
     ($rc, $out, $err) = $c->sh(snippet('inspector-call'), url => $base, env => \%signer);
     is($rc, 0, 'the doc\'s tools/call line runs') or diag("$out$err");

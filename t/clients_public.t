@@ -143,7 +143,7 @@ spew($opener, "#!/bin/sh\nSMCP_CHECKS_FILE='$checks' exec '" . node22_bin()
 chmod 0755, $opener;
 my %env = (NODE_EXTRA_CA_CERTS => $ca, BROWSER => $opener, SMCP_ACCESS_KEY => $akey,
            SMCP_CHROMIUM => chromium_bin());
-my @stdio = ('initialize over stdio', 'tools/list: the eight tools', 'tools/call opencode_list_runs');
+my @stdio = ('initialize over stdio', 'tools/list: the nine tools', 'tools/call opencode_list_runs');
 
 subtest 'mcp-remote, the URL alone: sign-in in the browser, then the tools' => sub {
     $c->js_checks('mcp-remote (oauth)',

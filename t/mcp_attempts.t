@@ -5,8 +5,9 @@
 # opencode_run_task with attempts makes N runs, each the first of a new
 # session, grouped under the first one's runId, all at once or none;
 # opencode_get_result on any of them lists every attempt; the refusals
-# write nothing; opencode_cancel_run with groupId cancels every attempt,
-# another tenant's group is not found.
+# write nothing; opencode_pick_attempt queues the run that opens the
+# picked attempt's pull request, once; opencode_cancel_run with groupId
+# cancels every attempt, another tenant's group is not found.
 
 use strict;
 use warnings;
@@ -20,7 +21,7 @@ use SMCP::Test qw(json_encode now_ms tool_ok tool_err);
 my $t = SMCP::Test->new(
     workers  => 2,
     location => q{
-            sandbox_mcp_max_queued 5;
+            sandbox_mcp_max_queued 6;
             sandbox_mcp_public_url http://mcp.test:9999;
             sandbox_mcp_default_model test/model-x;},
 );
@@ -52,18 +53,15 @@ subtest 'refusals write nothing' => sub {
     tool_err(call('opencode_run_task', { task => 't', attempts => 2,
                                          forkSessionId => 'ses_' . ('1' x 24) }),
              qr/not with sessionId or forkSessionId/, 'attempts of a fork');
-    tool_err(call('opencode_run_task', { task => 't', attempts => 2, repository => $repo,
-                                         createPullRequest => JSON::PP::true() }),
-             qr/needs 'draft': true/, 'attempts opening pull requests, not drafts');
     is($t->redis('DBSIZE'), $keys, '... no key written');
-    # 5 queued at most: 3 + 3 do not fit
+    # 6 queued at most: 3 + 4 do not fit
     my $fill = tool_ok(call('opencode_run_task', { task => 'fill', attempts => 3 }),
                        'three queued');
     my $n = queued();
     my $before = $t->redis('DBSIZE');
-    tool_err(call('opencode_run_task', { task => 't', attempts => 3 }),
-             qr/5 queued runs at most, and these 3 attempts would pass it/,
-             'three more attempts past the queue limit');
+    tool_err(call('opencode_run_task', { task => 't', attempts => 4 }),
+             qr/6 queued runs at most, and these 4 attempts would pass it/,
+             'four more attempts past the queue limit');
     is($t->redis('DBSIZE'), $before, '... no key written');
     is(queued(), $n, '... nothing queued');
     tool_ok(call('opencode_cancel_run', { groupId => $fill->{groupId} }),
@@ -148,6 +146,55 @@ subtest 'a run of no group answers as before' => sub {
     tool_err(call('opencode_cancel_run', { groupId => $sc->{runId} }),
              qr/Group not found/, 'cancel_run groupId of a run of no group');
     is($t->run_hash($sc->{runId})->{status}, 'started', '... that run left alone');
+    call('opencode_cancel_run', { runId => $sc->{runId} });
+};
+
+subtest 'pick an attempt: its pull request, for it alone' => sub {
+    my $g = tool_ok(call('opencode_run_task', { task => 'pick one', repository => $repo,
+                                                 attempts => 2,
+                                                 createPullRequest => JSON::PP::true() }),
+                    'two attempts, a pull request for the one picked');
+    my ($one, $two) = map { $_->{runId} } @{ $g->{attempts} };
+    is($t->run_hash($_)->{pr_pick}, '1', "$_: its pull request waits for the pick")
+        for $one, $two;
+    tool_err(call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $two }),
+             qr/cannot be picked: it is started, its pull request status none/,
+             'an attempt not ended');
+    $t->redis('HSET', "${P}run:$two", status => 'completed', pr_status => 'pushed');
+    $t->redis('HSET', "${P}run:$one", status => 'completed', pr_status => 'pushed');
+    tool_err(call('opencode_pick_attempt', { groupId => $two, runId => $two }),
+             qr/Attempt not found/, 'a groupId that is no group\'s');
+    tool_err(call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $runs[1] }),
+             qr/Attempt not found/, 'an attempt of another group');
+    my $r = $t->call_tool($bob_sid, 'opencode_pick_attempt',
+                          { groupId => $g->{groupId}, runId => $two }, token => $bob_tok);
+    tool_err($r, qr/Attempt not found/, "another tenant's");
+    is($t->run_hash($two)->{pr_status}, 'pushed', '... nothing picked');
+
+    my $sc = tool_ok(call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $two }),
+                     'pick the second');
+    is_deeply([ @{$sc}{qw(groupId runId status)} ], [ $g->{groupId}, $two, 'started' ],
+              'the answer: the group, the attempt, started');
+    my $h = $t->run_hash($sc->{pickRunId});
+    is_deeply([ @{$h}{qw(pr_of session create_pr draft status repository)} ],
+              [ $two, $g->{attempts}[1]{sessionId}, 1, 0, 'started', $repo ],
+              'a run in its session opens its pull request (no draft)');
+    like($sc->{watchUrl} // '', qr{/ui/runs/\Q$sc->{pickRunId}\E\?token=}, '... its page');
+    is($t->run_hash($two)->{pr_status}, 'picked', 'the attempt: picked');
+    tool_err(call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $one }),
+             qr/has its pick already: \Q$two\E/, 'a second pick');
+
+    # the pick run cancelled before it started: the pick undone
+    my $c = tool_ok(call('opencode_cancel_run', { runId => $sc->{pickRunId} }),
+                    'the pick run cancelled');
+    is($c->{status}, 'cancelled', '... before it started');
+    is($t->run_hash($two)->{pr_status}, 'pushed', '... the attempt waits again');
+    ok(!exists $t->run_hash($g->{groupId})->{picked}, '... the group has no pick');
+    my $again = tool_ok(call('opencode_pick_attempt', { groupId => $g->{groupId},
+                                                        runId => $one }),
+                        'the first picked instead');
+    is($t->run_hash($g->{groupId})->{picked}, $one, '... the group\'s pick');
+    call('opencode_cancel_run', { runId => $again->{pickRunId} });
 };
 
 subtest 'cancel the group' => sub {

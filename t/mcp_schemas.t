@@ -35,8 +35,8 @@ my $root = repo_root();
 my $mod = "$root/ngx_sandbox_mcp_module";
 my $tools_dir = "$mod/tools";
 my @ORDER = qw(opencode_run_task opencode_get_result opencode_list_runs
-               opencode_cancel_run opencode_send_message opencode_get_diff
-               opencode_get_events opencode_list_sessions);
+               opencode_cancel_run opencode_pick_attempt opencode_send_message
+               opencode_get_diff opencode_get_events opencode_list_sessions);
 
 my $t = SMCP::Test->new(workers => 1);
 my $dir = tempdir('smcp-schemas-XXXXXX', TMPDIR => 1,
@@ -337,6 +337,7 @@ my %BASE = (
     opencode_get_events => { runId => 'run_' . ('0' x 24) },
     opencode_list_sessions => {},
     opencode_send_message => { runId => 'run_' . ('0' x 24), message => 'x' },
+    opencode_pick_attempt => { groupId => 'run_' . ('0' x 24), runId => 'run_' . ('1' x 24) },
 );
 
 my $before = $t->redis('DBSIZE');

@@ -62,7 +62,7 @@ for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
                  oauth_client oauth_code oauth_grant oauth_pending revoke
                  revoked_load oauth_github run_message run_inbox
-                 run_attempts)) {
+                 run_attempts run_pick)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -572,6 +572,91 @@ subtest 'run_attempts' => sub {
               . 'a gone one: empty');
     unchanged($b, $a, 'a read');
     $t->redis('DEL', map { "${P}run:$_" } @runs);
+};
+
+# run_pick: the attempt picked gets a run that opens its pull request
+sub pick {
+    my (%o) = @_;
+    my ($g, $p, $n, $ses) = @o{qw(group attempt run session)};
+    my $ten = $o{tenant} // 'hana';
+    return script('run_pick',
+        [ "${P}run:$g", "${P}run:$p", "${P}run:$n", "${P}run:$n:events",
+          "${P}session:$ses", "${P}session:$ses:runs", "${P}session:$ses:active",
+          "${P}tenant:$ten:started", "${P}runs:$ten", "${P}queue", "${P}tenant:$ten",
+          "${P}sessions", "${P}tenant:$ten:sessions" ],
+        [ $ten, $now, $g, $p, $n, $ses, 100, "https://mcp.test/ui/runs/$n",
+          $o{max_queued} // 5, $now + 1000, 'started', 'completed', 'expiring',
+          'expired' ]);
+}
+
+subtest 'run_pick' => sub {
+    my @runs = map { 'run_' . ("${_}c" x 12) } qw(1 2);
+    my @ses = map { 'ses_' . ("${_}c" x 12) } qw(1 2);
+    my $new = 'run_' . ('9c' x 12);
+    for my $i (0, 1) {
+        $t->redis('HSET', "${P}run:$runs[$i]", tenant => 'hana', group => $runs[0],
+                  group_runs => "@runs", group_attempt => $i + 1, session => $ses[$i],
+                  status => 'completed', pr_status => 'pushed', title => 'Speed it up',
+                  repository => 'https://github.com/acme/app',
+                  repositories => '["https://github.com/acme/app"]', retention => 60);
+        $t->redis('HSET', "${P}session:$ses[$i]", tenant => 'hana');
+    }
+    my %a = (group => $runs[0], attempt => $runs[1], run => $new, session => $ses[1]);
+    my ($r, $b, $a) = pick(%a, tenant => 'ivan');
+    is($r, 0, "another tenant's group: 0");
+    unchanged($b, $a, "another tenant's");
+    ($r, $b, $a) = pick(%a, group => $runs[1]);
+    is($r, 0, 'a groupId that is not the first attempt: 0');
+    unchanged($b, $a, 'not the group');
+    ($r, $b, $a) = pick(%a, session => $ses[0]);
+    is($r, 0, "another attempt's session: 0");
+    unchanged($b, $a, 'another session');
+    $t->redis('HSET', "${P}run:$runs[1]", pr_status => 'opened');
+    ($r, $b, $a) = pick(%a);
+    is_deeply($r, [ 'state', 'completed', 'opened' ], 'an attempt with no pushed branch waiting: state');
+    unchanged($b, $a, 'not pushed');
+    $t->redis('HSET', "${P}run:$runs[1]", pr_status => 'pushed');
+    $t->redis('SADD', "${P}tenant:hana:started", map { "run_x$_" } 1 .. 5);
+    ($r, $b, $a) = pick(%a);
+    is($r, -2, 'the queue full: -2');
+    unchanged($b, $a, 'queue full');
+    $t->redis('DEL', "${P}tenant:hana:started");
+
+    ($r, $b, $a) = pick(%a);
+    is($r, 1, 'picked: 1');
+    my $h = $a->{"${P}run:$new"}{value};
+    is_deeply([ @{$h}{qw(pr_of group session create_pr draft status repository pr_title)} ],
+              [ $runs[1], $runs[0], $ses[1], 1, 0, 'started', 'https://github.com/acme/app',
+                'Speed it up' ],
+              'the new run: the attempt it opens the pull request of, in its session');
+    is($a->{"${P}run:$runs[0]"}{value}{picked}, $runs[1], 'the group: picked');
+    is($a->{"${P}run:$runs[1]"}{value}{pr_status}, 'picked', 'the attempt: picked');
+    ok((grep { $_ eq $new } @{ $a->{"${P}tenant:hana:started"}{value} }), '... queued');
+    ($r, $b, $a) = pick(%a, run => 'run_' . ('8c' x 12));
+    is_deeply($r, [ 'picked', $runs[1] ], 'a second pick: picked, naming the first');
+    unchanged($b, $a, 'a second pick');
+    $t->redis('DEL', map { ("${P}run:$_", "${P}run:$_:events") } @runs, $new);
+    $t->redis('DEL', map { ("${P}session:$_", "${P}session:$_:runs", "${P}session:$_:active") } @ses);
+    $t->redis('DEL', "${P}tenant:hana:started", "${P}runs:hana", "${P}tenant:hana:sessions");
+};
+
+subtest 'run_cancel: a pick run cancelled before it started undoes its pick' => sub {
+    my ($g, $p, $n) = map { 'run_' . ("${_}d" x 12) } qw(1 2 3);
+    $t->redis('HSET', "${P}run:$g", tenant => 'hana', picked => $p);
+    $t->redis('HSET', "${P}run:$p", tenant => 'hana', group => $g, pr_status => 'picked',
+              pr_pick_run => $n);
+    $t->redis('HSET', "${P}run:$n", tenant => 'hana', session => id('ses_', '1'),
+              status => 'started', pr_of => $p, group => $g);
+    my ($r, $b, $a) = script('run_cancel',
+        [ @{ cancel_keys($n, 'hana', id('ses_', '1')) }, "${P}tenant:hana:usage",
+          "${P}budget:expiry", "${P}notify", "${P}run:$p", "${P}run:$g" ],
+        [ 'hana', $now, $n, 100000, 86400, id('ses_', '1'), 'started', 'running',
+          'cancelled' ]);
+    is({ @{ $r || [] } }->{status}, 'cancelled', 'cancelled');
+    is($a->{"${P}run:$p"}{value}{pr_status}, 'pushed', 'the attempt waits for a pick again');
+    ok(!exists $a->{"${P}run:$p"}{value}{pr_pick_run}, '... no pick run');
+    ok(!exists $a->{"${P}run:$g"}{value}{picked}, '... the group without its pick');
+    $t->redis('DEL', map { ("${P}run:$_", "${P}run:$_:events") } $g, $p, $n);
 };
 
 subtest 'run_create: ARGV statuses; old index entries trimmed' => sub {

@@ -52,8 +52,8 @@ is($t->redis('EXISTS', "${P}mcp:" . ($sid // 'x')), 1, 'session in Redis');
     my @p = map { $t->mcp_start({ jsonrpc => '2.0', id => $_, method => 'tools/list' },
                                 session => $sid) } 1 .. 20;
     my @r = map { $t->mcp_finish($_, 30) } @p;
-    is(scalar(grep { $_->{status} == 200 && @{ $_->{json}{result}{tools} || [] } == 8 } @r),
-       20, '20 concurrent tools/list all answered (the 8 tools)');
+    is(scalar(grep { $_->{status} == 200 && @{ $_->{json}{result}{tools} || [] } == 9 } @r),
+       20, '20 concurrent tools/list all answered (the 9 tools)');
 }
 
 # run_task, Redis records

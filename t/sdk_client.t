@@ -22,7 +22,7 @@ my @EXPECTED = (
     'connect (initialize + initialized)',
     'negotiated protocol version is the SDK latest',
     'ping',
-    'listTools returns the 8 tools',
+    'listTools returns the 9 tools',
     'callTool opencode_run_task starts a run',
     'callTool opencode_get_result returns the run',
     'callTool opencode_list_runs lists the run',

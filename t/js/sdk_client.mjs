@@ -27,6 +27,7 @@ const EXPECTED_TOOLS = [
     'opencode_get_result',
     'opencode_list_runs',
     'opencode_list_sessions',
+    'opencode_pick_attempt',
     'opencode_run_task',
     'opencode_send_message',
 ];
@@ -103,7 +104,7 @@ if (connected) {
         return { ok: r && typeof r === 'object', detail: r };
     });
 
-    await check('listTools returns the 8 tools', async () => {
+    await check('listTools returns the 9 tools', async () => {
         const r = await client.listTools();
         const names = r.tools.map((t) => t.name).sort();
         const schemasOk = r.tools.every((t) => t.inputSchema?.type === 'object'

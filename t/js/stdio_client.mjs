@@ -27,7 +27,7 @@ const CONNECT_MS = Number(process.env.SMCP_CONNECT_MS || 150000);
 
 const TOOLS = ['opencode_cancel_run', 'opencode_get_diff', 'opencode_get_events',
                'opencode_get_result', 'opencode_list_runs', 'opencode_list_sessions',
-               'opencode_run_task', 'opencode_send_message'];
+               'opencode_pick_attempt', 'opencode_run_task', 'opencode_send_message'];
 
 let stderr = '';
 const transport = new StdioClientTransport({
@@ -47,7 +47,7 @@ await script(async () => {
         assert(info?.name, json(info));
         return `${info.name} ${info.version}`;
     })) && ok;
-    ok = (await check('tools/list: the eight tools', async () => {
+    ok = (await check('tools/list: the nine tools', async () => {
         const r = await client.listTools();
         const names = r.tools.map((t) => t.name).sort();
         assert(json(names) === json(TOOLS), json(names));

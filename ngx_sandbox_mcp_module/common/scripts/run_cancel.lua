@@ -14,6 +14,10 @@
 -- KEYS[11] notify (absent: an older caller; a run with `notify_url`
 --         cancelled before it started is due for its notification now,
 --         as finish.lua schedules an ended run's)
+-- KEYS[12] run:{attempt}, KEYS[13] run:{group} of a pick run (its pr_of
+--         and group when it was read before; '' or absent: none): one
+--         cancelled before it started undoes its pick (the attempt
+--         `pushed` again, the group without `picked`)
 -- ARGV: tenant, now (ms), run id, events maxlen, retention (s) when the
 -- run has none, the session id KEYS[5] is of ('' for none), then the
 -- names of the statuses `started`, `running` and `cancelled`
@@ -56,6 +60,16 @@ if h[2] == started then
   end
   if KEYS[11] and redis.call('HEXISTS', KEYS[1], 'notify_url') == 1 then
     redis.call('ZADD', KEYS[11], 'NX', ARGV[2], ARGV[3])
+  end
+  -- a pick run (run_pick.lua) cancelled before it started: the pick
+  -- undone, for another
+  if KEYS[12] and KEYS[12] ~= '' then
+    local a = redis.call('HMGET', KEYS[12], 'pr_pick_run', 'group')
+    if a[1] == ARGV[3] then
+      redis.call('HSET', KEYS[12], 'pr_status', 'pushed')
+      redis.call('HDEL', KEYS[12], 'pr_pick_run')
+      if a[2] and KEYS[13] ~= '' then redis.call('HDEL', KEYS[13], 'picked') end
+    end
   end
   redis.call('PUBLISH', KEYS[6], cancelled)
   redis.call('PUBLISH', KEYS[8], ARGV[3] .. ' ' .. cancelled)

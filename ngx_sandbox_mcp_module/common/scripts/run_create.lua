@@ -50,6 +50,9 @@
 -- attempt's run id: the group's id), `group_attempt` (1..N) and
 -- `group_runs` (the runs' ids, space-separated, in order; not
 -- `attempts`: claim.lua counts a run's claims there).  Not with a fork.
+-- Attempts asking for a pull request that is no draft get `pr_pick`:
+-- each pushes its branch, and the pull request waits for the attempt
+-- picked (opencode_pick_attempt).
 --
 -- A fork starts a new session from a copy of another's (the forked
 -- one's) workspace and OpenCode conversation: the new session's hash
@@ -242,6 +245,11 @@ local function create(r, k)
   if n > 1 then
     redis.call('HSET', K1, 'group', ARGV[1], 'group_attempt', k,
                'group_runs', ids)
+    -- a pull request, not a draft: only for the attempt picked
+    -- (opencode_pick_attempt, run_pick.lua)
+    if ARGV[11] == '1' and ARGV[26] ~= '1' then
+      redis.call('HSET', K1, 'pr_pick', '1')
+    end
   end
   if (ARGV[38] or '') ~= '' then
     redis.call('HSET', K1, 'notify_url', ARGV[38],

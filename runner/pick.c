@@ -1,0 +1,90 @@
+/*
+ * A pick run (opencode_pick_attempt; run_pick.lua queued it): no
+ * sandbox.  It opens the pull request of an attempt whose branch
+ * opencode/<attempt's run id> its sandbox pushed when it ended: the run
+ * is marked running (the egress proxy takes its token only then), its
+ * outcome is the attempt's result and diff (the pull request's body, and
+ * what its page shows), and the pull request, once open, is the
+ * attempt's too (store_pick.c).  A pull request that could not be opened
+ * undoes the pick, for another try.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner.h"
+
+
+/*
+ * RUNNER_OK: a pick run, running (run->pick_of set); RUNNER_AGAIN:
+ * cancelled meanwhile; RUNNER_ERR: err says why.  h: the run hash.
+ */
+int
+runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
+{
+    int          rc;
+    const char  *of, *group;
+    char         status[RUNNER_ERRLEN];
+
+    of = json_string_value(json_object_get(h, "pr_of"));
+    group = json_string_value(json_object_get(h, "group"));
+
+    if (of == NULL || group == NULL
+        || !smcp_valid_id(of, strlen(of), SMCP_RUN_ID_PREFIX)
+        || !smcp_valid_id(group, strlen(group), SMCP_RUN_ID_PREFIX))
+    {
+        snprintf(err, errlen, "the pick's attempt or group is malformed");
+        return RUNNER_ERR;
+    }
+
+    snprintf(run->pick_of, sizeof(run->pick_of), "%s", of);
+    snprintf(run->pick_group, sizeof(run->pick_group), "%s", group);
+
+    if (runner_store_pick_load(run->store, of, &run->out.result,
+                               &run->out.diff, &run->out.diff_len)
+        != RUNNER_OK)
+    {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
+
+    /* what the attempt's sandbox did: its branch pushed */
+    run->out.pr_step = RUNNER_PR_PUSHED;
+    run->image[0] = '\0';
+    run->container[0] = '\0';
+
+    rc = runner_store_set_running(run->store, run->id, "", run->deadline_ms,
+                                  status, sizeof(status));
+
+    if (rc == RUNNER_ERR) {
+        snprintf(err, errlen, "the run could not be marked running: %.200s",
+                 status);
+        return RUNNER_ERR;
+    }
+
+    if (rc != RUNNER_OK) {
+        runner_log("info", run->id, "not started: the run is %s", status);
+        return RUNNER_AGAIN;
+    }
+
+    runner_log("info", run->id, "opening the pull request of attempt %s",
+               of);
+
+    return RUNNER_OK;
+}
+
+
+/* the pull request tried (run->pr): the attempt's, or the pick undone */
+void
+runner_pick_done(runner_run_t *run)
+{
+    if (runner_store_pick_done(run->store, run->pick_of, run->pick_group,
+                               &run->pr)
+        != RUNNER_OK)
+    {
+        runner_log("error", run->id, "the attempt %s could not be told of "
+                   "its pull request: %s", run->pick_of,
+                   runner_store_error(run->store));
+    }
+}
