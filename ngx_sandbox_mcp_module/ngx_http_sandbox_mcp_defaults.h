@@ -63,6 +63,9 @@
 #define NGX_HTTP_SANDBOX_MCP_READ_BURST         64      /* reads (16 KiB
                                                            each) per event
                                                            before yielding */
+#define NGX_HTTP_SANDBOX_MCP_RUN_READ_MAX       8       /* fields of a
+                                                           run a tool reads
+                                                           at once */
 #define NGX_HTTP_SANDBOX_MCP_MAX_ARGS           96      /* of one command
                                                            (run_create of
                                                            4 attempts: 84) */

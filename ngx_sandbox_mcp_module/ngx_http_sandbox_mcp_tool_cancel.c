@@ -185,28 +185,10 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_cancel_one(ngx_http_sandbox_mcp_call_t *call)
 {
-    ngx_str_t  argv[6];
+    static const char  *fields[] = { "tenant", "session", "pr_of", "group" };
 
-    ngx_str_set(&argv[0], "HMGET");
-    ngx_str_set(&argv[2], "tenant");
-    ngx_str_set(&argv[3], "session");
-    ngx_str_set(&argv[4], "pr_of");
-    ngx_str_set(&argv[5], "group");
-
-    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
-                                       SMCP_KEY_RUN, &call->run_id)
-        != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
-
-    call->cmd = ngx_http_sandbox_mcp_redis_command(
-                    ngx_http_sandbox_mcp_cancel_found, call, 6, argv);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_run_read(call, ngx_http_sandbox_mcp_cancel_found,
+                                       fields, 4);
 }
 
 
@@ -264,31 +246,6 @@ ngx_http_sandbox_mcp_cancel_group_found(void *data, redisReply *reply)
 }
 
 
-/* HGETALL run:<id> for handler */
-static void
-ngx_http_sandbox_mcp_cancel_read(ngx_http_sandbox_mcp_call_t *call,
-    ngx_http_sandbox_mcp_redis_handler_pt handler)
-{
-    ngx_str_t  argv[2];
-
-    ngx_str_set(&argv[0], "HGETALL");
-
-    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
-                                       SMCP_KEY_RUN, &call->run_id)
-        != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
-
-    call->cmd = ngx_http_sandbox_mcp_redis_command(handler, call, 2, argv);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
-}
-
-
 /* the group's next attempt, or its answer */
 static void
 ngx_http_sandbox_mcp_cancel_next(ngx_http_sandbox_mcp_call_t *call)
@@ -300,8 +257,9 @@ ngx_http_sandbox_mcp_cancel_next(ngx_http_sandbox_mcp_call_t *call)
     }
 
     call->run_id = call->attempts[0];
-    ngx_http_sandbox_mcp_cancel_read(call,
-                                     ngx_http_sandbox_mcp_cancel_group_done);
+    ngx_http_sandbox_mcp_call_run_read(call,
+                                       ngx_http_sandbox_mcp_cancel_group_done,
+                                       NULL, 0);
 }
 
 
@@ -343,6 +301,7 @@ ngx_http_sandbox_mcp_cancel_run(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    ngx_http_sandbox_mcp_cancel_read(call,
-                                     ngx_http_sandbox_mcp_cancel_group_found);
+    ngx_http_sandbox_mcp_call_run_read(call,
+                                       ngx_http_sandbox_mcp_cancel_group_found,
+                                       NULL, 0);
 }

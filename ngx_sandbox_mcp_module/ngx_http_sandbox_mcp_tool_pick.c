@@ -238,9 +238,9 @@ ngx_http_sandbox_mcp_pick_found(void *data, redisReply *reply)
 void
 ngx_http_sandbox_mcp_pick_attempt(ngx_http_sandbox_mcp_call_t *call)
 {
-    u_char     *p;
-    ngx_str_t   argv[4];
-    char        id[SMCP_ID_LEN + 1];
+    u_char             *p;
+    char                id[SMCP_ID_LEN + 1];
+    static const char  *fields[] = { "tenant", "session" };
 
     call->attempts = ngx_palloc(call->ctx->request->pool,
                                 2 * sizeof(ngx_str_t));
@@ -273,22 +273,6 @@ ngx_http_sandbox_mcp_pick_attempt(ngx_http_sandbox_mcp_call_t *call)
         return;
     }
 
-    ngx_str_set(&argv[0], "HMGET");
-    ngx_str_set(&argv[2], "tenant");
-    ngx_str_set(&argv[3], "session");
-
-    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
-                                       SMCP_KEY_RUN, &call->run_id)
-        != NGX_OK)
-    {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-        return;
-    }
-
-    call->cmd = ngx_http_sandbox_mcp_redis_command(
-                    ngx_http_sandbox_mcp_pick_found, call, 4, argv);
-
-    if (call->cmd == NULL) {
-        ngx_http_sandbox_mcp_tool_unavailable(call);
-    }
+    ngx_http_sandbox_mcp_call_run_read(call, ngx_http_sandbox_mcp_pick_found,
+                                       fields, 2);
 }

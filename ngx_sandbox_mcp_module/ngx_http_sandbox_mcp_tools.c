@@ -432,6 +432,48 @@ ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+void
+ngx_http_sandbox_mcp_call_run_read(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_redis_handler_pt handler, const char **fields,
+    ngx_uint_t n)
+{
+    ngx_uint_t  i;
+    ngx_str_t   argv[2 + NGX_HTTP_SANDBOX_MCP_RUN_READ_MAX];
+
+    if (n > NGX_HTTP_SANDBOX_MCP_RUN_READ_MAX) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    if (n) {
+        ngx_str_set(&argv[0], "HMGET");
+
+    } else {
+        ngx_str_set(&argv[0], "HGETALL");
+    }
+
+    for (i = 0; i < n; i++) {
+        argv[2 + i].data = (u_char *) fields[i];
+        argv[2 + i].len = ngx_strlen(fields[i]);
+    }
+
+    if (ngx_http_sandbox_mcp_redis_key(call->ctx->request->pool, &argv[1],
+                                       SMCP_KEY_RUN, &call->run_id)
+        != NGX_OK)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
+    call->cmd = ngx_http_sandbox_mcp_redis_command(handler, call, 2 + n,
+                                                   argv);
+
+    if (call->cmd == NULL) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+    }
+}
+
+
 /* every argument is a property of the tool's inputSchema */
 static ngx_int_t
 ngx_http_sandbox_mcp_args_known(ngx_http_sandbox_mcp_call_t *call,

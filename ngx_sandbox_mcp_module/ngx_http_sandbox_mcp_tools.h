@@ -61,6 +61,15 @@ void ngx_http_sandbox_mcp_call_script(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_key_t *keys, ngx_uint_t nkeys, ngx_str_t *args,
     ngx_uint_t nargs);
 
+/*
+ * Reads the hash of the run call->run_id for handler: HMGET of the n
+ * fields, HGETALL when there are none.  When Redis is away the call is
+ * answered "unavailable" at once.
+ */
+void ngx_http_sandbox_mcp_call_run_read(ngx_http_sandbox_mcp_call_t *call,
+    ngx_http_sandbox_mcp_redis_handler_pt handler, const char **fields,
+    ngx_uint_t n);
+
 /* a reply that is an error, or none: the call is answered, returns 1 */
 ngx_uint_t ngx_http_sandbox_mcp_reply_failed(
     ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
