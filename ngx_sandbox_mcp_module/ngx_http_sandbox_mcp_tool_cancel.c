@@ -113,7 +113,7 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_call_t *call = data;
 
     ngx_uint_t   i;
-    redisReply  *t, *s, *v;
+    redisReply  *t, *s;
 
     if (ngx_http_sandbox_mcp_reply_failed(call, reply)) {
         return;
@@ -128,24 +128,13 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
     s = reply->element[1];
 
     /* a pick run's attempt and group (run_pick.lua wrote them) */
-    ngx_str_null(&call->pick[0]);
-    ngx_str_null(&call->pick[1]);
-
     for (i = 0; i < 2; i++) {
-        v = reply->element[2 + i];
-
-        if (v->type == REDIS_REPLY_STRING
-            && smcp_valid_id(v->str, v->len, SMCP_RUN_ID_PREFIX))
+        if (ngx_http_sandbox_mcp_reply_id(call, reply->element[2 + i],
+                                          SMCP_RUN_ID_PREFIX, &call->pick[i])
+            == NGX_ERROR)
         {
-            call->pick[i].data = ngx_pnalloc(call->ctx->request->pool,
-                                             v->len);
-            if (call->pick[i].data == NULL) {
-                ngx_http_sandbox_mcp_tool_unavailable(call);
-                return;
-            }
-
-            ngx_memcpy(call->pick[i].data, v->str, v->len);
-            call->pick[i].len = v->len;
+            ngx_http_sandbox_mcp_tool_unavailable(call);
+            return;
         }
     }
 
@@ -162,19 +151,12 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
         return;
     }
 
-    ngx_str_null(&call->path);
-
-    if (s->type == REDIS_REPLY_STRING
-        && smcp_valid_id(s->str, s->len, SMCP_SESSION_ID_PREFIX))
+    if (ngx_http_sandbox_mcp_reply_id(call, s, SMCP_SESSION_ID_PREFIX,
+                                      &call->path)
+        == NGX_ERROR)
     {
-        call->path.data = ngx_pnalloc(call->ctx->request->pool, s->len);
-        if (call->path.data == NULL) {
-            ngx_http_sandbox_mcp_tool_unavailable(call);
-            return;
-        }
-
-        ngx_memcpy(call->path.data, s->str, s->len);
-        call->path.len = s->len;
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
     }
 
     ngx_http_sandbox_mcp_cancel_send(call);

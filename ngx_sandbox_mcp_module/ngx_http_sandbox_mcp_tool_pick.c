@@ -214,22 +214,26 @@ ngx_http_sandbox_mcp_pick_found(void *data, redisReply *reply)
     s = reply->element[1];
 
     if (t->type != REDIS_REPLY_STRING || t->len != call->ctx->tenant.len
-        || ngx_strncmp(t->str, call->ctx->tenant.data, t->len) != 0
-        || s->type != REDIS_REPLY_STRING
-        || !smcp_valid_id(s->str, s->len, SMCP_SESSION_ID_PREFIX))
+        || ngx_strncmp(t->str, call->ctx->tenant.data, t->len) != 0)
     {
         ngx_http_sandbox_mcp_pick_not_found(call);
         return;
     }
 
-    call->path.data = ngx_pnalloc(call->ctx->request->pool, s->len);
-    if (call->path.data == NULL) {
+    switch (ngx_http_sandbox_mcp_reply_id(call, s, SMCP_SESSION_ID_PREFIX,
+                                          &call->path))
+    {
+    case NGX_OK:
+        break;
+
+    case NGX_DECLINED:
+        ngx_http_sandbox_mcp_pick_not_found(call);
+        return;
+
+    default:
         ngx_http_sandbox_mcp_tool_unavailable(call);
         return;
     }
-
-    ngx_memcpy(call->path.data, s->str, s->len);
-    call->path.len = s->len;
 
     ngx_http_sandbox_mcp_pick_send(call);
 }

@@ -474,6 +474,30 @@ ngx_http_sandbox_mcp_call_run_read(ngx_http_sandbox_mcp_call_t *call,
 }
 
 
+ngx_int_t
+ngx_http_sandbox_mcp_reply_id(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *v, const char *prefix, ngx_str_t *id)
+{
+    ngx_str_null(id);
+
+    if (v->type != REDIS_REPLY_STRING
+        || !smcp_valid_id(v->str, v->len, prefix))
+    {
+        return NGX_DECLINED;
+    }
+
+    id->data = ngx_pnalloc(call->ctx->request->pool, v->len);
+    if (id->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(id->data, v->str, v->len);
+    id->len = v->len;
+
+    return NGX_OK;
+}
+
+
 /* every argument is a property of the tool's inputSchema */
 static ngx_int_t
 ngx_http_sandbox_mcp_args_known(ngx_http_sandbox_mcp_call_t *call,

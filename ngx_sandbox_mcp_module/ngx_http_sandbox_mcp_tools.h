@@ -70,6 +70,14 @@ void ngx_http_sandbox_mcp_call_run_read(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_redis_handler_pt handler, const char **fields,
     ngx_uint_t n);
 
+/*
+ * An id Redis answered (v), copied into the call's pool as *id when it
+ * is a string and a valid id of prefix: NGX_OK; NGX_DECLINED (*id
+ * empty): it is not; NGX_ERROR: no memory
+ */
+ngx_int_t ngx_http_sandbox_mcp_reply_id(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *v, const char *prefix, ngx_str_t *id);
+
 /* a reply that is an error, or none: the call is answered, returns 1 */
 ngx_uint_t ngx_http_sandbox_mcp_reply_failed(
     ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
