@@ -156,6 +156,14 @@ render_mcp() {
             || die "SMCP_IMAGES=$SMCP_IMAGES: want image names"
         images="sandbox_mcp_images $SMCP_IMAGES;"
     fi
+    # the agents /mcp offers (SMCP_AGENTS: NAME or NAME=MODEL, space-
+    # separated; checked again by nginx -t)
+    agents=""
+    if [ -n "${SMCP_AGENTS:-}" ]; then
+        [[ $SMCP_AGENTS =~ ^[A-Za-z0-9=._/:@\ -]+$ ]] \
+            || die "SMCP_AGENTS=$SMCP_AGENTS: want agents (opencode claude-code codex)"
+        agents="sandbox_mcp_agents $SMCP_AGENTS;"
+    fi
     # where completion notifications may go (the egress checks them again)
     notify=$("$lib/egress-routes.sh" --notify) || die "fix SMCP_NOTIFY_ALLOW"
     git_host=${SMCP_GIT_HOST:-github.com}
@@ -197,6 +205,7 @@ $oauth_http
             $origins
             $public
             $images
+            $agents
             $budgets
             $notify
         }

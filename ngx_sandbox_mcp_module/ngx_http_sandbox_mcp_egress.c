@@ -355,7 +355,7 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     ctx->cmd = NULL;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 6)
+        || reply->elements != 8)
     {
         rc = ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
@@ -438,6 +438,25 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
                           "push or open pull requests");
         goto finalize;
     }
+
+    /*
+     * an attempt whose pull request waits for the pick (run_create.lua
+     * wrote pr_pick): it pushes its branch, and only the pick run
+     * (pr_of) opens its pull request
+     */
+    if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST
+        && ngx_http_sandbox_mcp_egress_reply_is(e[6], "1"))
+    {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_FORBIDDEN,
+                          "permission_error",
+                          "egress: this run is an attempt whose pull "
+                          "request waits for the pick: it may push its "
+                          "branch, but its pull request is opened only "
+                          "once it is picked (opencode_pick_attempt)");
+        goto finalize;
+    }
+
+    ctx->draft = ngx_http_sandbox_mcp_egress_reply_is(e[7], "1");
 
     if (ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PUSH
         || ctx->kind == NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST
@@ -559,7 +578,7 @@ static ngx_int_t
 ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx)
 {
-    ngx_str_t            argv[8];
+    ngx_str_t            argv[10];
     ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -577,6 +596,8 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_str_set(&argv[5], "create_pr");
     ngx_str_set(&argv[6], "repositories");
     ngx_str_set(&argv[7], "pr_of");
+    ngx_str_set(&argv[8], "pr_pick");
+    ngx_str_set(&argv[9], "draft");
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
                                        &ctx->run_id)
@@ -586,7 +607,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_egress_checked, ctx, 8, argv);
+                   ngx_http_sandbox_mcp_egress_checked, ctx, 10, argv);
 
     if (ctx->cmd == NULL) {
         ctx->done = 1;

@@ -63,6 +63,9 @@ typedef struct {
     unsigned                            done:1;
     unsigned                            known:1;        /* run of tenant */
     unsigned                            granted:1;
+    unsigned                            draft:1;        /* its pull
+                                                           request: a
+                                                           draft only */
 } ngx_http_sandbox_mcp_egress_ctx_t;
 
 

@@ -250,7 +250,8 @@ ngx_http_sandbox_mcp_egress_check_push(ngx_http_request_t *r,
 /*
  * A pull request: its head must be the run's branch, "opencode/<runId>"
  * or "<owner>:opencode/<runId>" with the repository's owner (a pick
- * run's: its attempt's, ctx->head).
+ * run's: its attempt's, ctx->head); a run that asked for a draft opens a
+ * draft ("draft": true).
  */
 static ngx_uint_t
 ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
@@ -328,6 +329,13 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
         {
             msg = "";
         }
+    }
+
+    if (msg == NULL && ctx->draft
+        && !json_is_true(json_object_get(body, "draft")))
+    {
+        msg = "egress: this run asked for a draft pull request: its body "
+              "must say \"draft\": true";
     }
 
     json_decref(body);

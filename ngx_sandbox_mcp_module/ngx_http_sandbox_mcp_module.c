@@ -3,6 +3,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_module.h"
+#include "ngx_http_sandbox_mcp_agents.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_egress_announce.h"
 #include "ngx_http_sandbox_mcp_handler.h"
@@ -222,6 +223,13 @@ static ngx_command_t  ngx_http_sandbox_mcp_commands[] = {
       ngx_http_sandbox_mcp_str_list,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_sandbox_mcp_loc_conf_t, images),
+      NULL },
+
+    { ngx_string("sandbox_mcp_agents"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_sandbox_mcp_agents_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("sandbox_mcp_tenant_image"),
@@ -778,6 +786,7 @@ ngx_http_sandbox_mcp_create_loc_conf(ngx_conf_t *cf)
     conf->allowed_hosts = NGX_CONF_UNSET_PTR;
     conf->images = NGX_CONF_UNSET_PTR;
     conf->tenant_images = NGX_CONF_UNSET_PTR;
+    conf->agents = NGX_CONF_UNSET_PTR;
     conf->allowed_origins = NGX_CONF_UNSET_PTR;
     conf->max_body = NGX_CONF_UNSET_SIZE;
     conf->session_ttl = NGX_CONF_UNSET;
@@ -918,6 +927,11 @@ ngx_http_sandbox_mcp_merge_loc_conf(ngx_conf_t *cf, void *parent,
                              NGX_HTTP_SANDBOX_MCP_DEFAULT_MODEL);
     ngx_conf_merge_ptr_value(conf->images, prev->images, NULL);
     ngx_conf_merge_ptr_value(conf->tenant_images, prev->tenant_images, NULL);
+
+    if (ngx_http_sandbox_mcp_agents_merge(cf, prev, conf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_merge_uint_value(conf->page_size, prev->page_size,
                               NGX_HTTP_SANDBOX_MCP_PAGE_SIZE);
     ngx_conf_merge_uint_value(conf->max_queued, prev->max_queued,

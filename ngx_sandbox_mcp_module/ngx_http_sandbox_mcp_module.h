@@ -131,6 +131,10 @@ typedef struct {
     ngx_array_t                *images;         /* a run may choose */
     ngx_array_t                *tenant_images;  /* ngx_keyval_t: a tenant's
                                                    default image */
+    ngx_array_t                *agents;         /* ngx_keyval_t: offered
+                                                   agent -> its model */
+    ngx_str_t                   agents_argv;    /* "NAME=MODEL ..." */
+    json_t                     *agents_tool;    /* run_task, listing them */
     ngx_uint_t                  page_size;
     ngx_uint_t                  max_queued;     /* a tenant's started runs */
     ngx_uint_t                  max_running;    /* ... claimed by runners */

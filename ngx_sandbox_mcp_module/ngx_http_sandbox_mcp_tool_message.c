@@ -14,6 +14,8 @@
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tools.h"
+
+#include "smcp_validate.h"
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
 
 
@@ -94,6 +96,18 @@ ngx_http_sandbox_mcp_message_reply(void *data, redisReply *reply)
             "Run %V works on %*s, which this token does not grant: only a "
             "token granting every repository of the run may steer it.",
             &call->run_id, e[1]->len, e[1]->str);
+        return;
+    }
+
+    if (ngx_http_sandbox_mcp_message_is(e[0], "agent")
+        && reply->elements == 2 && e[1]->type == REDIS_REPLY_STRING)
+    {
+        ngx_http_sandbox_mcp_tool_error(call,
+            "Run %V runs the agent %*s, which takes no message while it "
+            "runs (only OpenCode's runs are steered). Cancel the run and "
+            "start a new one with the change, or continue its session "
+            "once it ends (opencode_run_task with its sessionId).",
+            &call->run_id, ngx_min(e[1]->len, SMCP_AGENT_MAX), e[1]->str);
         return;
     }
 

@@ -3,10 +3,11 @@
  * pushed when it ended, without a pull request (pr_status `pushed`); the
  * script run_pick queues a run in its session, `pr_of` the attempt, which
  * the runner takes without a sandbox to open the pull request of that
- * branch.  Two steps: the attempt's tenant and session are read first,
- * as the script is handed every key it touches.  call->run_id is the
- * attempt, call->path its session, call->attempts[0] the group and [1]
- * the new run.
+ * branch.  The token that picks must grant every repository of the
+ * attempt, and the tenant's budgets hold as for any new run.  Two steps:
+ * the attempt's tenant and session are read first, as the script is
+ * handed every key it touches.  call->run_id is the attempt, call->path
+ * its session, call->attempts[0] the group and [1] the new run.
  */
 
 #include "ngx_http_sandbox_mcp_tool_pick.h"
@@ -15,6 +16,7 @@
 #include "ngx_http_sandbox_mcp_run.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
 #include "ngx_http_sandbox_mcp_tools.h"
+#include "ngx_http_sandbox_mcp_tool_run_task.h"
 
 #include "smcp_validate.h"
 
@@ -28,6 +30,29 @@ ngx_http_sandbox_mcp_pick_not_found(ngx_http_sandbox_mcp_call_t *call)
                                     "opencode_get_result on any attempt "
                                     "lists them).", &call->run_id,
                                     &call->attempts[0]);
+}
+
+
+/* run_pick's answer {NAME, STRING...}: n strings, the first s */
+static ngx_uint_t
+ngx_http_sandbox_mcp_pick_is(redisReply *reply, size_t n, const char *s)
+{
+    redisReply  **e;
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
+        return 0;
+    }
+
+    e = reply->element;
+
+    while (n--) {
+        if (e[n]->type != REDIS_REPLY_STRING) {
+            return 0;
+        }
+    }
+
+    return e[0]->len == ngx_strlen(s)
+           && ngx_strncmp(e[0]->str, s, e[0]->len) == 0;
 }
 
 
@@ -49,9 +74,18 @@ ngx_http_sandbox_mcp_pick_reply(void *data, redisReply *reply)
                                        ngx_http_sandbox_mcp_module);
     e = reply->element;
 
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2
-        && e[1]->type == REDIS_REPLY_STRING)
-    {
+    if (ngx_http_sandbox_mcp_pick_is(reply, 2, "grant")) {
+        ngx_http_sandbox_mcp_tool_error(call, "Attempt %V works on %*s, "
+                                        "which this token does not grant: "
+                                        "only a token granting every "
+                                        "repository of the attempt may pick "
+                                        "it.", &call->run_id,
+                                        (size_t) ngx_min(e[1]->len, 200),
+                                        e[1]->str);
+        return;
+    }
+
+    if (ngx_http_sandbox_mcp_pick_is(reply, 2, "picked")) {
         ngx_http_sandbox_mcp_tool_error(call, "Group %V has its pick "
                                         "already: %*s (its pull request is "
                                         "opened once, for one attempt).",
@@ -61,10 +95,7 @@ ngx_http_sandbox_mcp_pick_reply(void *data, redisReply *reply)
         return;
     }
 
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3
-        && e[1]->type == REDIS_REPLY_STRING
-        && e[2]->type == REDIS_REPLY_STRING)
-    {
+    if (ngx_http_sandbox_mcp_pick_is(reply, 3, "state")) {
         pr.len = ngx_min(e[2]->len, 32);
         pr.data = (u_char *) e[2]->str;
 
@@ -81,6 +112,13 @@ ngx_http_sandbox_mcp_pick_reply(void *data, redisReply *reply)
                                         &call->run_id,
                                         (size_t) ngx_min(e[1]->len, 32),
                                         e[1]->str, &pr);
+        return;
+    }
+
+    if (reply->type == REDIS_REPLY_INTEGER
+        && ngx_http_sandbox_mcp_tool_budget_error(call, reply->integer)
+           == NGX_OK)
+    {
         return;
     }
 
@@ -133,10 +171,10 @@ static void
 ngx_http_sandbox_mcp_pick_send(ngx_http_sandbox_mcp_call_t *call)
 {
     int64_t                           now;
-    ngx_str_t                         args[14], *g, *n;
+    ngx_str_t                         args[17], *g, *n;
     ngx_pool_t                       *pool;
     ngx_http_sandbox_mcp_loc_conf_t  *lcf;
-    ngx_http_sandbox_mcp_key_t        keys[13];
+    ngx_http_sandbox_mcp_key_t        keys[14];
 
     pool = call->ctx->request->pool;
     lcf = ngx_http_get_module_loc_conf(call->ctx->request,
@@ -164,6 +202,8 @@ ngx_http_sandbox_mcp_pick_send(ngx_http_sandbox_mcp_call_t *call)
     keys[11] = (ngx_http_sandbox_mcp_key_t) { SMCP_KEY_SESSIONS, NULL };
     keys[12] = (ngx_http_sandbox_mcp_key_t) { SMCP_KEY_TENANT_SESSIONS,
                                               &call->ctx->tenant };
+    keys[13] = (ngx_http_sandbox_mcp_key_t) { SMCP_KEY_TENANT_USAGE,
+                                              &call->ctx->tenant };
 
     args[0] = call->ctx->tenant;
     args[1] = ngx_http_sandbox_mcp_redis_number(pool, now);
@@ -186,10 +226,25 @@ ngx_http_sandbox_mcp_pick_send(ngx_http_sandbox_mcp_call_t *call)
     ngx_str_set(&args[12], SMCP_SESSION_EXPIRING);
     ngx_str_set(&args[13], SMCP_SESSION_EXPIRED);
 
+    /* the tenant's budgets (docs/contracts.md, "Tenant budgets"): the pick
+     * run is one more run, of no new session */
+    args[14] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_bytes);
+    args[15] = ngx_http_sandbox_mcp_redis_number(pool, lcf->tenant_disk);
+
+    /* the run page acts for the tenant; a client, for its token's grants
+     * (every repository of the attempt: as opencode_send_message) */
+    if (call->ctx->dashboard) {
+        ngx_str_set(&args[16], "*");
+
+    } else if (ngx_http_sandbox_mcp_task_grants(call, &args[16]) != NGX_OK) {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
     ngx_http_sandbox_mcp_call_script(call,
                                      &ngx_http_sandbox_mcp_script_run_pick,
                                      ngx_http_sandbox_mcp_pick_reply,
-                                     keys, 13, args, 14);
+                                     keys, 14, args, 17);
 }
 
 

@@ -5,6 +5,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_tool_run_task.h"
+#include "ngx_http_sandbox_mcp_agents.h"
 #include "ngx_http_sandbox_mcp_args.h"
 #include "ngx_http_sandbox_mcp_http.h"
 #include "ngx_http_sandbox_mcp_notify.h"
@@ -25,9 +26,7 @@
 #define NGX_HTTP_SANDBOX_MCP_QUEUE_FULL        -2
 #define NGX_HTTP_SANDBOX_MCP_TOO_MANY_REPOS     -3
 #define NGX_HTTP_SANDBOX_MCP_NO_REPOSITORY      -4
-#define NGX_HTTP_SANDBOX_MCP_OVER_BYTES         -5
-#define NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS      -6
-#define NGX_HTTP_SANDBOX_MCP_OVER_DISK          -7
+/* -5, -6, -7: the tenant's budgets (NGX_HTTP_SANDBOX_MCP_BUDGET_*) */
 #define NGX_HTTP_SANDBOX_MCP_FORK_BUSY          -8
 #define NGX_HTTP_SANDBOX_MCP_FORK_UNKNOWN       -9
 #define NGX_HTTP_SANDBOX_MCP_FORK_EXPIRED       -10
@@ -49,6 +48,9 @@ typedef struct {
     ngx_str_t                   fork;       /* forkSessionId, "": none */
     ngx_str_t                   model;
     ngx_str_t                   image;      /* "": the runner's */
+    ngx_str_t                   agent;      /* "": the session's, or the
+                                               first offered */
+    ngx_uint_t                  model_named;
     ngx_str_t                   title;
     ngx_str_t                   grants;     /* as run_create reads them */
     ngx_str_t                   notify_url;     /* "": none */
@@ -66,6 +68,8 @@ typedef struct {
 static void ngx_http_sandbox_mcp_task_grant_text(
     ngx_http_sandbox_mcp_call_t *call, u_char *buf, size_t size);
 static void ngx_http_sandbox_mcp_task_no_route(
+    ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
+static ngx_int_t ngx_http_sandbox_mcp_task_agent_refused(
     ngx_http_sandbox_mcp_call_t *call, redisReply *reply);
 static void ngx_http_sandbox_mcp_task_fork_text(
     ngx_http_sandbox_mcp_call_t *call, ngx_str_t *fork);
@@ -198,8 +202,12 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                        ngx_http_sandbox_mcp_module);
 
     if (reply->type == REDIS_REPLY_ARRAY) {
-        /* a route the run needs that the egress does not have */
-        ngx_http_sandbox_mcp_task_no_route(call, reply);
+        /* the run's agent refused, or a route the run needs that the
+         * egress does not have */
+        if (ngx_http_sandbox_mcp_task_agent_refused(call, reply) != NGX_OK) {
+            ngx_http_sandbox_mcp_task_no_route(call, reply);
+        }
+
         return;
     }
 
@@ -269,43 +277,10 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
                                         &call->path);
         return;
 
-    case NGX_HTTP_SANDBOX_MCP_OVER_BYTES:
-        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: your "
-                                        "runs, their events and diffs hold "
-                                        "%O bytes of storage or more, your "
-                                        "budget (sandbox_mcp_tenant_redis_"
-                                        "bytes). An ended run frees what it "
-                                        "holds when its keys expire, %T "
-                                        "seconds after it ended "
-                                        "(sandbox_mcp_retention); try again "
-                                        "then.", lcf->tenant_bytes,
-                                        lcf->retention);
-        return;
-
-    case NGX_HTTP_SANDBOX_MCP_OVER_SESSIONS:
-        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: you "
-                                        "have %ui live sessions, your budget "
-                                        "(sandbox_mcp_tenant_sessions). "
-                                        "Continue one of them (sessionId; "
-                                        "opencode_list_sessions lists them), "
-                                        "or wait until an idle one expires, "
-                                        "%T seconds after its last run "
-                                        "(sandbox_mcp_session_idle).",
-                                        lcf->tenant_sessions,
-                                        lcf->session_idle);
-        return;
-
-    case NGX_HTTP_SANDBOX_MCP_OVER_DISK:
-        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: the "
-                                        "workspaces of your sessions hold "
-                                        "%O bytes of disk or more, your "
-                                        "budget (sandbox_mcp_tenant_disk). "
-                                        "An idle session's workspace is "
-                                        "removed %T seconds after its last "
-                                        "run (sandbox_mcp_session_idle; "
-                                        "opencode_list_sessions lists "
-                                        "them); try again then.",
-                                        lcf->tenant_disk, lcf->session_idle);
+    case NGX_HTTP_SANDBOX_MCP_BUDGET_BYTES:
+    case NGX_HTTP_SANDBOX_MCP_BUDGET_SESSIONS:
+    case NGX_HTTP_SANDBOX_MCP_BUDGET_DISK:
+        ngx_http_sandbox_mcp_tool_budget_error(call, reply->integer);
         return;
 
     case NGX_HTTP_SANDBOX_MCP_FORK_BUSY:
@@ -359,6 +334,70 @@ ngx_http_sandbox_mcp_run_created(void *data, redisReply *reply)
     ngx_http_sandbox_mcp_tool_output_text(call,
         ngx_http_sandbox_mcp_run_started(call, &text) == NGX_OK ? &text
                                                                 : NULL);
+}
+
+
+/*
+ * run_create's {"agent", why, AGENT[, MODEL]}: the agent named is not the
+ * session's, the session's is not offered, or the model is none the agent
+ * runs.  NGX_DECLINED: not such a reply.
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_task_agent_refused(ngx_http_sandbox_mcp_call_t *call,
+    redisReply *reply)
+{
+    size_t        i;
+    ngx_str_t     v[4];
+    const char   *provider;
+
+    if (reply->elements < 3 || reply->elements > 4) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < reply->elements; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_STRING) {
+            return NGX_DECLINED;
+        }
+
+        v[i].data = (u_char *) reply->element[i]->str;
+        v[i].len = ngx_min(reply->element[i]->len, SMCP_MODEL_MAX);
+    }
+
+    if (v[0].len != 5 || ngx_strncmp(v[0].data, "agent", 5) != 0) {
+        return NGX_DECLINED;
+    }
+
+    if (v[1].len == 7 && ngx_strncmp(v[1].data, "session", 7) == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Session %V runs the agent "
+                                        "%V: a session keeps its agent. "
+                                        "Omit 'agent' to continue it, or "
+                                        "omit sessionId to start a new "
+                                        "session with another agent.",
+                                        &call->path, &v[2]);
+        return NGX_OK;
+    }
+
+    if (v[1].len == 7 && ngx_strncmp(v[1].data, "offered", 7) == 0) {
+        ngx_http_sandbox_mcp_tool_error(call, "Session %V runs the agent "
+                                        "%V, which this server no longer "
+                                        "offers (sandbox_mcp_agents): start "
+                                        "a new session by omitting "
+                                        "sessionId.", &call->path, &v[2]);
+        return NGX_OK;
+    }
+
+    if (reply->elements != 4) {
+        return NGX_DECLINED;
+    }
+
+    provider = smcp_agent_provider((char *) v[2].data, v[2].len);
+
+    ngx_http_sandbox_mcp_tool_error(call, "Argument 'model': the agent %V "
+                                    "runs %s models (%s/...), not %V: pass "
+                                    "one as 'model', or another 'agent'.",
+                                    &v[2], provider ? provider : "other",
+                                    provider ? provider : "?", &v[3]);
+    return NGX_OK;
 }
 
 
@@ -1021,6 +1060,12 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         return NGX_ERROR;
     }
 
+    if (ngx_http_sandbox_mcp_agents_arg(call, lcf, &t->agent) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    t->model_named = (t->model.len != 0);
+
     if (t->model.len == 0) {
         t->model = lcf->default_model;
 
@@ -1028,6 +1073,15 @@ ngx_http_sandbox_mcp_task_options(ngx_http_sandbox_mcp_call_t *call,
         ngx_http_sandbox_mcp_tool_error(call, "Argument 'model' must look "
                                         "like provider/model, e.g. "
                                         "anthropic/claude-sonnet-4-5.");
+        return NGX_ERROR;
+    }
+
+    if (t->image.len && t->agent.len
+        && ngx_strncmp(t->agent.data, SMCP_AGENT_DEFAULT, t->agent.len) != 0)
+    {
+        ngx_http_sandbox_mcp_tool_error(call, "Argument 'image' is for "
+                                        "OpenCode's runs: %V runs in its own "
+                                        "image.", &t->agent);
         return NGX_ERROR;
     }
 
@@ -1199,7 +1253,7 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     ngx_http_sandbox_mcp_loc_conf_t *lcf, ngx_http_sandbox_mcp_task_t *t)
 {
     int64_t                      now;
-    ngx_str_t                    args[43 + 3 * (
+    ngx_str_t                    args[46 + 3 * (
                                           NGX_HTTP_SANDBOX_MCP_ATTEMPTS_MAX
                                           - 1)];
     ngx_str_t                   *id;
@@ -1321,14 +1375,22 @@ ngx_http_sandbox_mcp_task_send(ngx_http_sandbox_mcp_call_t *call,
     args[40] = t->fork;
     args[41] = ngx_http_sandbox_mcp_redis_number(pool,
                                           NGX_HTTP_SANDBOX_MCP_FORK_HOLD_MS);
-    nargs = 42;
+    /* how many attempts; the agent named ("": the session's, else the
+     * first offered), the agents offered with their models, whether the
+     * call named its model */
+    args[42] = ngx_http_sandbox_mcp_redis_number(pool,
+                                 call->nattempts ? call->nattempts : 1);
+    args[43] = t->agent;
+    args[44] = lcf->agents_argv;
+    ngx_str_set(&args[45], "0");
+    if (t->model_named) {
+        ngx_str_set(&args[45], "1");
+    }
+    nargs = 46;
 
-    /* attempts: how many, then each after the first, its keys after all
-     * the others */
+    /* each attempt after the first: its ids and run page, its keys after
+     * all the others */
     if (call->nattempts > 1) {
-        args[nargs++] = ngx_http_sandbox_mcp_redis_number(pool,
-                                                          call->nattempts);
-
         for (i = 1; i < call->nattempts; i++) {
             id = &call->attempts[2 * i];
             args[nargs++] = id[0];

@@ -170,6 +170,23 @@ ngx_http_sandbox_mcp_tools_init(ngx_conf_t *cf)
 
 
 json_t *
+ngx_http_sandbox_mcp_tool_definition(const char *name)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_SANDBOX_MCP_NTOOLS; i++) {
+        if (ngx_http_sandbox_mcp_tools[i].name
+            && ngx_strcmp(ngx_http_sandbox_mcp_tools[i].name, name) == 0)
+        {
+            return ngx_http_sandbox_mcp_tools[i].json;
+        }
+    }
+
+    return NULL;
+}
+
+
+json_t *
 ngx_http_sandbox_mcp_tool_property(ngx_http_sandbox_mcp_call_t *call,
     const char *name)
 {
@@ -250,7 +267,12 @@ ngx_http_sandbox_mcp_tools_list(ngx_http_sandbox_mcp_loc_conf_t *lcf,
     for (i = start; i < json_array_size(all) && i < start + lcf->page_size;
          i++)
     {
-        json_array_append(page, json_array_get(all, i));
+        /* run_task's: the location's own (sandbox_mcp_agents) */
+        json_array_append(page,
+                          lcf->agents_tool
+                          && ngx_http_sandbox_mcp_tools[i].start
+                             == ngx_http_sandbox_mcp_run_task
+                          ? lcf->agents_tool : json_array_get(all, i));
     }
 
     if (i < json_array_size(all)) {
@@ -359,6 +381,67 @@ ngx_http_sandbox_mcp_tool_unavailable(ngx_http_sandbox_mcp_call_t *call)
 {
     ngx_http_sandbox_mcp_call_unavailable(call);
     ngx_http_sandbox_mcp_call_done(call);
+}
+
+
+/*
+ * A tenant at one of its budgets (docs/contracts.md, "Tenant budgets"),
+ * as run_create and run_pick answer it: the refusal says which and the
+ * way out.
+ */
+ngx_int_t
+ngx_http_sandbox_mcp_tool_budget_error(ngx_http_sandbox_mcp_call_t *call,
+    ngx_int_t code)
+{
+    ngx_http_sandbox_mcp_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(call->ctx->request,
+                                       ngx_http_sandbox_mcp_module);
+
+    switch (code) {
+
+    case NGX_HTTP_SANDBOX_MCP_BUDGET_BYTES:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: your "
+                                        "runs, their events and diffs hold "
+                                        "%O bytes of storage or more, your "
+                                        "budget (sandbox_mcp_tenant_redis_"
+                                        "bytes). An ended run frees what it "
+                                        "holds when its keys expire, %T "
+                                        "seconds after it ended "
+                                        "(sandbox_mcp_retention); try again "
+                                        "then.", lcf->tenant_bytes,
+                                        lcf->retention);
+        return NGX_OK;
+
+    case NGX_HTTP_SANDBOX_MCP_BUDGET_SESSIONS:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: you "
+                                        "have %ui live sessions, your budget "
+                                        "(sandbox_mcp_tenant_sessions). "
+                                        "Continue one of them (sessionId; "
+                                        "opencode_list_sessions lists them), "
+                                        "or wait until an idle one expires, "
+                                        "%T seconds after its last run "
+                                        "(sandbox_mcp_session_idle).",
+                                        lcf->tenant_sessions,
+                                        lcf->session_idle);
+        return NGX_OK;
+
+    case NGX_HTTP_SANDBOX_MCP_BUDGET_DISK:
+        ngx_http_sandbox_mcp_tool_error(call, "Tenant budget exceeded: the "
+                                        "workspaces of your sessions hold "
+                                        "%O bytes of disk or more, your "
+                                        "budget (sandbox_mcp_tenant_disk). "
+                                        "An idle session's workspace is "
+                                        "removed %T seconds after its last "
+                                        "run (sandbox_mcp_session_idle; "
+                                        "opencode_list_sessions lists "
+                                        "them); try again then.",
+                                        lcf->tenant_disk, lcf->session_idle);
+        return NGX_OK;
+
+    default:
+        return NGX_DECLINED;
+    }
 }
 
 

@@ -10,6 +10,12 @@
 #include "ngx_http_sandbox_mcp_redis.h"
 
 
+/* run_create's and run_pick's answers for a tenant at a budget */
+#define NGX_HTTP_SANDBOX_MCP_BUDGET_BYTES       -5
+#define NGX_HTTP_SANDBOX_MCP_BUDGET_SESSIONS    -6
+#define NGX_HTTP_SANDBOX_MCP_BUDGET_DISK        -7
+
+
 /* a key of a tool's script: an SMCP_KEY_* or SMCP_CHAN_* format */
 typedef struct {
     const char                  *fmt;
@@ -29,6 +35,9 @@ void ngx_http_sandbox_mcp_tools_call(ngx_http_sandbox_mcp_call_t *call,
  * that answers with a view of it (call->pending set, call->filter too) */
 void ngx_http_sandbox_mcp_tools_start(ngx_http_sandbox_mcp_call_t *call,
     const char *name, json_t *args);
+
+/* a tool's definition, as parsed with the configuration (NULL: none) */
+json_t *ngx_http_sandbox_mcp_tool_definition(const char *name);
 
 /* the schema of an argument of the call's tool (NULL: none); required? */
 json_t *ngx_http_sandbox_mcp_tool_property(ngx_http_sandbox_mcp_call_t *call,
@@ -50,6 +59,10 @@ void ngx_http_sandbox_mcp_tool_output_text(ngx_http_sandbox_mcp_call_t *call,
 void ngx_http_sandbox_mcp_tool_error(ngx_http_sandbox_mcp_call_t *call,
     const char *fmt, ...);
 void ngx_http_sandbox_mcp_tool_unavailable(ngx_http_sandbox_mcp_call_t *call);
+/* a NGX_HTTP_SANDBOX_MCP_BUDGET_* code answered with the refusal that
+ * names the budget and the way out: NGX_OK; NGX_DECLINED: none of them */
+ngx_int_t ngx_http_sandbox_mcp_tool_budget_error(
+    ngx_http_sandbox_mcp_call_t *call, ngx_int_t code);
 
 /*
  * Sends a script for a call: KEYS from key formats, then ARGV.  When Redis

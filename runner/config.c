@@ -115,6 +115,13 @@ static const runner_option_t  runner_options[] = {
       " each must follow the sandbox contract",
       RUNNER_OPT_STRING, 0, RUNNER_S(allowed_images), 0, 0, NULL },
 
+    { "agent-images", "LIST", "SMCP_AGENT_IMAGES", NULL,
+      "the agents besides OpenCode this runner runs (opencode_run_task's "
+      "agent), each in its image: AGENT=IMAGE, comma-separated (e.g. "
+      "claude-code=smcp-sandbox-claude-code:2.1.328; runner/sandbox/"
+      "build-agent-image makes them)",
+      RUNNER_OPT_STRING, 0, RUNNER_S(agent_images), 0, 0, NULL },
+
     { "network", "NAME", "SMCP_SANDBOX_NET", "smcp-sandbox",
       "the sandbox network",
       RUNNER_OPT_STRING, 0, RUNNER_S(network), 0, 0, NULL },

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "runner.h"
+#include "smcp_validate.h"
 
 
 #define RUNNER_IMAGE_ENTRY     "/usr/local/bin/smcp-sandbox-entry"
@@ -36,9 +37,10 @@ runner_image_str(json_t *obj, const char *key)
 }
 
 
-/* what of the contract cfg (the image's Config) breaks, or NULL */
+/* what of the contract cfg (the image's Config) breaks, or NULL; an
+ * agent's image says it is that agent's (agent NULL: not asked) */
 static const char *
-runner_image_breach(json_t *cfg)
+runner_image_breach(json_t *cfg, const char *agent)
 {
     json_t      *ep, *labels;
     const char  *user, *entry;
@@ -73,6 +75,11 @@ runner_image_breach(json_t *cfg)
                "smcp-sandbox)";
     }
 
+    if (agent && strcmp(runner_image_str(labels, "smcp.agent"), agent) != 0) {
+        return "its label smcp.agent does not name the agent it is given "
+               "for (runner/sandbox/build-agent-image makes one)";
+    }
+
     return NULL;
 }
 
@@ -83,8 +90,9 @@ runner_image_breach(json_t *cfg)
  * be inspected (err says which part, and what to do); RUNNER_RETRY: the
  * engine did not answer (no answer, or a 5xx): ask again
  */
-int
-runner_image_check(const char *image, char *err, size_t errlen)
+static int
+runner_image_check_for(const char *image, const char *agent, char *err,
+    size_t errlen)
 {
     long         st;
     json_t      *out;
@@ -109,7 +117,7 @@ runner_image_check(const char *image, char *err, size_t errlen)
                 || st >= 500) ? RUNNER_RETRY : RUNNER_ERR;
     }
 
-    breach = runner_image_breach(json_object_get(out, "Config"));
+    breach = runner_image_breach(json_object_get(out, "Config"), agent);
 
     if (breach) {
         snprintf(err, errlen, "sandbox image %s does not follow the sandbox "
@@ -122,13 +130,117 @@ runner_image_check(const char *image, char *err, size_t errlen)
 }
 
 
-/* every image of --allowed-images, as runner_image_check() */
+int
+runner_image_check(const char *image, char *err, size_t errlen)
+{
+    return runner_image_check_for(image, NULL, err, errlen);
+}
+
+
+/*
+ * The next AGENT=IMAGE of --agent-images: 1 and image set, agent's end at
+ * eq (a NUL there); 0 at the end; -1 for an entry of no known agent (err
+ * says so)
+ */
+static int
+runner_image_agent_next(const char **p, char *entry, size_t size,
+    char **image, char *err, size_t errlen)
+{
+    char  *eq;
+
+    if (!runner_config_list_next(p, entry, size)) {
+        return 0;
+    }
+
+    eq = strchr(entry, '=');
+
+    if (eq == NULL || eq[1] == '\0'
+        || smcp_agent_provider(entry, eq - entry) == NULL
+        || strncmp(entry, SMCP_AGENT_DEFAULT, eq - entry) == 0)
+    {
+        snprintf(err, errlen, "--agent-images: \"%.200s\": want AGENT=IMAGE, "
+                 "AGENT claude-code or codex", entry);
+        return -1;
+    }
+
+    *eq = '\0';
+    *image = eq + 1;
+
+    return 1;
+}
+
+
+/*
+ * The image of a run of agent (not OpenCode): its --agent-images entry,
+ * following the contract now; RUNNER_ERR (err says why) when this runner
+ * runs no such agent
+ */
+int
+runner_image_for_agent(const char *agent, char *image, size_t size,
+    char *err, size_t errlen)
+{
+    int          rc;
+    char        *name, entry[512];
+    const char  *p;
+
+    p = runner_config->agent_images;
+
+    while ((rc = runner_image_agent_next(&p, entry, sizeof(entry), &name,
+                                         err, errlen))
+           == 1)
+    {
+        if (strcmp(entry, agent) != 0) {
+            continue;
+        }
+
+        if (strlen(name) >= size) {
+            break;
+        }
+
+        if (runner_image_check_for(name, agent, err, errlen) != RUNNER_OK) {
+            return RUNNER_ERR;
+        }
+
+        snprintf(image, size, "%s", name);
+        return RUNNER_OK;
+    }
+
+    snprintf(err, errlen, "the agent %.32s is not one this runner runs "
+             "(--agent-images)", agent);
+
+    return RUNNER_ERR;
+}
+
+
+/* every image of --allowed-images and --agent-images, as
+ * runner_image_check() */
 int
 runner_image_check_allowed(char *err, size_t errlen)
 {
-    int          rc;
+    int          rc, k;
+    char        *image, name[512];
     const char  *p;
-    char         name[256];
+
+    p = runner_config->agent_images;
+
+    while ((k = runner_image_agent_next(&p, name, sizeof(name), &image, err,
+                                        errlen))
+           != 0)
+    {
+        if (k < 0) {
+            return RUNNER_ERR;
+        }
+
+        rc = runner_image_check_for(image, name, err, errlen);
+
+        if (rc == RUNNER_ERR || rc == RUNNER_RETRY) {
+            return rc;
+        }
+
+        if (rc == RUNNER_AGAIN) {
+            runner_log("warn", NULL, "%s", err);
+        }
+    }
 
     p = runner_config->allowed_images;
 

@@ -123,6 +123,7 @@ runner_run_env(runner_run_t *run, json_t *h, const char *token,
     RUNNER_ENV("SMCP_RUN_TOKEN", token);
     RUNNER_ENV("SMCP_RUN_ID", run->id);
     RUNNER_ENV("SMCP_MODEL", model);
+    RUNNER_ENV("SMCP_AGENT", run->agent);
     RUNNER_ENV("SMCP_REPOSITORY", repo);
     v = repos;
     RUNNER_ENV("SMCP_REPOSITORIES", v);
@@ -761,7 +762,7 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
     json_t        *h;
     char          *token, status[RUNNER_ERRLEN];
     char           image[sizeof(runner_config->image)];
-    const char    *tenant, *session;
+    const char    *tenant, *session, *agent;
     int64_t        timeout;
 
     h = runner_store_run(run->store, run->id);
@@ -791,10 +792,31 @@ runner_run_start(runner_run_t *run, char *err, size_t errlen)
         return RUNNER_ERR;
     }
 
-    /* the run's own image: one this runner offers, following the contract */
-    if (runner_image_for_run(json_string_value(json_object_get(h, "image")),
-                             image, sizeof(image), err, errlen)
-        != RUNNER_OK)
+    /* the run's own image: one this runner offers, following the
+     * contract; an agent other than OpenCode runs in its own */
+    agent = json_string_value(json_object_get(h, "agent"));
+
+    if (agent && *agent && strcmp(agent, SMCP_AGENT_DEFAULT) != 0) {
+        if (strlen(agent) >= sizeof(run->agent)
+            || runner_image_for_agent(agent, image, sizeof(image), err,
+                                      errlen)
+               != RUNNER_OK)
+        {
+            if (strlen(agent) >= sizeof(run->agent)) {
+                snprintf(err, errlen, "the run names no agent this runner "
+                         "knows");
+            }
+
+            json_decref(h);
+            return RUNNER_ERR;
+        }
+
+        snprintf(run->agent, sizeof(run->agent), "%s", agent);
+
+    } else if (runner_image_for_run(json_string_value(json_object_get(h,
+                                                                "image")),
+                                    image, sizeof(image), err, errlen)
+               != RUNNER_OK)
     {
         json_decref(h);
         return RUNNER_ERR;
@@ -1197,7 +1219,7 @@ runner_run_thread(void *arg)
 
     /* the session's next run finds a warm sandbox held for it: made now,
      * started once the outcome is stored (hold.c) */
-    held = rc == RUNNER_OK && run->image[0]
+    held = rc == RUNNER_OK && run->image[0] && run->agent[0] == '\0'
            && runner_hold_make(run->session, run->volume, run->image,
                                run->tenant, run->max_running, &hold)
               == RUNNER_OK;

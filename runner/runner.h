@@ -253,6 +253,7 @@ typedef struct {
     char             docker_socket[256];
     char             image[256];
     char             allowed_images[1024];  /* comma list: a run's choice */
+    char             agent_images[1024];    /* comma list of AGENT=IMAGE */
     char             network[128];
     char             egress_url[256];       /* as seen from the sandbox */
     char             dns[64];               /* the sandbox network's gateway */
@@ -425,6 +426,7 @@ typedef struct runner_run_s {
 
     runner_pr_t          pr;                /* its pull request */
     int                  pr_done;           /* tried once: not again */
+    char                 agent[SMCP_AGENT_MAX + 1]; /* "": OpenCode */
     char                 pick_of[SMCP_ID_LEN + 1];  /* a pick run: the
                                                attempt whose pull request
                                                it opens ("": none) */
@@ -896,6 +898,8 @@ void runner_notify_stop(void);
 /* image.c */
 int runner_image_check(const char *image, char *err, size_t errlen);
 int runner_image_check_allowed(char *err, size_t errlen);
+int runner_image_for_agent(const char *agent, char *image, size_t size,
+    char *err, size_t errlen);
 int runner_image_for_run(const char *wanted, char *image, size_t size,
     char *err, size_t errlen);
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env perl
 # Writes through the egress proxy: a run may push and open a pull request
 # only when it asked for one (run hash create_pr = "1"), and then only its
-# own branch opencode/<runId>.  A real git client pushes through nginx with
-# the routes of egress-routes.sh to the fake GitHub (real git
-# http-backend); every refused write leaves the fake's repository exactly
-# as it was, and is answered with JSON the agent can read.
+# own branch opencode/<runId>; an attempt waiting for its pick (pr_pick =
+# "1") only pushes, its pick run (pr_of) opens its pull request; a run
+# that asked for a draft (draft = "1") opens a draft only.  A real git
+# client pushes through nginx with the routes of egress-routes.sh to the
+# fake GitHub (real git http-backend); every refused write leaves the
+# fake's repository exactly as it was, and is answered with JSON the agent
+# can read.
 #
 # SMCP_TEST_POLL=1 runs it on the static nginx under `use poll;` (the body
 # of a push is read from a Redis callback: level-triggered events check
@@ -282,6 +285,84 @@ $before = state();
                 body => json_encode({ title => 'again', head => "owner:$yes->{branch}", base => 'main' }));
     is($r->{status}, 422, 'head owner:opencode/<runId> reaches GitHub (422 from it: a duplicate)');
     like($r->{body}, qr/Validation Failed/, '... GitHub\'s own answer');
+}
+
+###############################################################################
+# attempts (issue 26, point 1): an attempt whose pull request waits for the
+# pick (pr_pick) pushes its branch but opens no pull request; the pick run
+# (pr_of the attempt) opens it; a run that asked for a draft opens a draft
+
+{
+    my $pulls = '/github-api/repos/owner/repo/pulls';
+    my $own = 'https://github.com/owner/repo';
+    my $as = sub {
+        my ($tok) = @_;
+        return [ Authorization => "Bearer $tok", 'Content-Type' => 'application/json' ];
+    };
+    my ($aid, $atok) = $t->live_run(repository => $own, create_pr => 1, draft => 0,
+                                    pr_pick => 1, group_attempt => 2);
+    my $abasic = 'Basic ' . encode_base64("x-access-token:$atok", '');
+    my $d = $t->dir . '/clone-attempt';
+    my $o = `git -c 'http.extraHeader=Authorization: $abasic' clone -q $url $d 2>&1`;
+    is($?, 0, 'attempt (pr_pick): clone') or diag($o);
+    `cd $d && git -c user.name=t -c user.email=t\@t commit -q --allow-empty -m attempt`;
+    $o = `cd $d && git -c 'http.extraHeader=Authorization: $abasic' push -q origin HEAD:refs/heads/opencode/$aid 2>&1`;
+    is($? >> 8, 0, 'attempt (pr_pick): push of its branch') or diag($o);
+    ok($gh->ref_commit('owner/repo', "opencode/$aid"), '... upstream');
+
+    my $b = state();
+    for my $head ("opencode/$aid", "owner:opencode/$aid") {
+        egress_error_ok(egress(path => $pulls, headers => $as->($atok),
+                               body => json_encode({ title => 'mine', head => $head,
+                                                     base => 'main' })),
+                        403, "attempt (pr_pick): its own pull request (head $head)",
+                        type => 'permission_error', message => qr/waits for the pick/);
+    }
+    egress_error_ok(egress(path => $pulls, headers => $as->($atok),
+                           body => json_encode({ title => 'mine', head => "opencode/$aid",
+                                                 base => 'main', draft => JSON::PP::true() })),
+                    403, 'attempt (pr_pick): a draft of it', message => qr/waits for the pick/);
+    is(state(), $b, 'attempt (pr_pick): no pull request opened');
+    is(egress(method => 'GET', path => $pulls, headers => [ Authorization => "Bearer $atok" ])->{status},
+       200, 'attempt (pr_pick): listing pull requests: allowed');
+
+    # the pick run: no sandbox, the attempt's branch
+    my ($pid, $ptok) = $t->live_run(repository => $own, create_pr => 1, draft => 0,
+                                    pr_of => $aid);
+    egress_error_ok(egress(path => $pulls, headers => $as->($ptok),
+                           body => json_encode({ title => 'pick', head => "opencode/$pid",
+                                                 base => 'main' })),
+                    403, "pick run: a head of its own runId", message => qr{opencode/\Q$aid\E});
+    my $r = egress(path => $pulls, headers => $as->($ptok),
+                   body => json_encode({ title => 'picked', head => "opencode/$aid",
+                                         base => 'main' }));
+    is($r->{status}, 201, "pick run: the attempt's pull request opened") or diag($r->{body});
+    my @p = grep { $_->{head}{ref} eq "opencode/$aid" } $gh->pulls('owner/repo');
+    is(scalar(@p), 1, "... the fake has it, headed by the attempt's branch");
+
+    # a draft run: only a draft
+    my ($did, $dtok) = $t->live_run(repository => $own, create_pr => 1, draft => 1);
+    my $dbasic = 'Basic ' . encode_base64("x-access-token:$dtok", '');
+    $o = `cd $d && git -c 'http.extraHeader=Authorization: $dbasic' push -q origin HEAD:refs/heads/opencode/$did 2>&1`;
+    is($? >> 8, 0, 'draft run: push of its branch') or diag($o);
+    $b = state();
+    for my $c ([ {}, 'no draft' ], [ { draft => JSON::PP::false() }, 'draft false' ],
+               [ { draft => 'true' }, 'draft "true" (a string)' ],
+               [ { draft => 1 }, 'draft 1' ]) {
+        my ($extra, $what) = @$c;
+        egress_error_ok(egress(path => $pulls, headers => $as->($dtok),
+                               body => json_encode({ title => 'd', head => "opencode/$did",
+                                                     base => 'main', %$extra })),
+                        403, "draft run: a pull request with $what",
+                        message => qr/draft pull request: its body must say "draft": true/);
+    }
+    is(state(), $b, 'draft run: no pull request opened');
+    $r = egress(path => $pulls, headers => $as->($dtok),
+                body => json_encode({ title => 'd', head => "opencode/$did", base => 'main',
+                                      draft => JSON::PP::true() }));
+    is($r->{status}, 201, 'draft run: a draft pull request opened') or diag($r->{body});
+    @p = grep { $_->{head}{ref} eq "opencode/$did" } $gh->pulls('owner/repo');
+    ok(@p == 1 && $p[0]{draft}, '... a draft in the fake');
 }
 
 ###############################################################################

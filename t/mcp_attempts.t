@@ -6,8 +6,9 @@
 # session, grouped under the first one's runId, all at once or none;
 # opencode_get_result on any of them lists every attempt; the refusals
 # write nothing; opencode_pick_attempt queues the run that opens the
-# picked attempt's pull request, once; opencode_cancel_run with groupId
-# cancels every attempt, another tenant's group is not found.
+# picked attempt's pull request, once (for a token granting the attempt's
+# repositories, a tenant under its budgets); opencode_cancel_run with
+# groupId cancels every attempt, another tenant's group is not found.
 
 use strict;
 use warnings;
@@ -216,6 +217,53 @@ subtest 'cancel the group' => sub {
               'queued: cancelled; completed: left; running: its runner stops it');
     is($t->run_hash($runs[2])->{cancel_requested}, '1', '... the running one flagged');
     is($t->run_hash($runs[1])->{status}, 'completed', '... the completed one left');
+};
+
+subtest "pick: the token's grants, the tenant's budgets" => sub {
+    my $g = tool_ok(call('opencode_run_task', { task => 'pick with care', repository => $repo,
+                                                 attempts => 2,
+                                                 createPullRequest => JSON::PP::true() }),
+                    'two attempts');
+    my ($one, $two) = map { $_->{runId} } @{ $g->{attempts} };
+    for my $id ($one, $two) {
+        $t->redis('HSET', "${P}run:$id", status => 'completed', pr_status => 'pushed');
+        $t->redis('SREM', "${P}tenant:alice:started", $id);
+    }
+    my %pick = (groupId => $g->{groupId}, runId => $two);
+    my $nothing = sub {
+        my ($what) = @_;
+        is($t->run_hash($two)->{pr_status}, 'pushed', "$what: the attempt not picked");
+        ok(!exists $t->run_hash($g->{groupId})->{picked}, "$what: the group has no pick");
+    };
+
+    my $narrow = $t->token(repos => [ 'other/thing', 'acme/app-x' ]);
+    my ($nsid) = $t->initialize(token => $narrow);
+    tool_err(scalar $t->call_tool($nsid, 'opencode_pick_attempt', \%pick, token => $narrow),
+             qr/^Attempt \Q$two\E works on \Q$repo\E, which this token does not grant/,
+             'a token that does not grant the repository: refused');
+    $nothing->('not granted');
+
+    my $own = $t->token(repos => [ 'acme/app' ]);
+    my ($osid) = $t->initialize(token => $own);
+    my $usage = "${P}tenant:alice:usage";
+    my %was = @{ $t->redis('HGETALL', $usage) || [] };
+    $t->redis('HSET', $usage, bytes => 128 * 1024 * 1024);
+    tool_err(scalar $t->call_tool($osid, 'opencode_pick_attempt', \%pick, token => $own),
+             qr/^Tenant budget exceeded: your runs, their events and diffs hold 134217728 bytes/,
+             'the tenant at its bytes budget: refused');
+    $nothing->('bytes budget');
+    $t->redis('HSET', $usage, bytes => $was{bytes} // 0, disk => 20 * 1024 ** 3);
+    tool_err(scalar $t->call_tool($osid, 'opencode_pick_attempt', \%pick, token => $own),
+             qr/^Tenant budget exceeded: the workspaces of your sessions hold 21474836480 bytes/,
+             'the tenant at its disk budget: refused');
+    $nothing->('disk budget');
+    $t->redis('HSET', $usage, disk => $was{disk} // 0);
+
+    my $sc = tool_ok(scalar $t->call_tool($osid, 'opencode_pick_attempt', \%pick,
+                                          token => $own),
+                     'a token granting the repository, under the budgets: picked');
+    is($t->run_hash($sc->{pickRunId})->{pr_of}, $two, '... the pick run');
+    call('opencode_cancel_run', { runId => $sc->{pickRunId} });
 };
 
 $t->done;

@@ -28,6 +28,7 @@ use lib "$FindBin::Bin/lib";
 use File::Copy qw(copy);
 use File::Path qw(make_path);
 use File::Temp qw(tempdir);
+use JSON::PP ();
 use Test::More;
 use SMCP::Test qw(json_decode repo_root slurp spew);
 
@@ -314,7 +315,14 @@ subtest 'tools/list serves the files' => sub {
     my $r = $t->rpc($sid, 'tools/list', {});
     my $tools = $r->{json}{result}{tools} || [];
     is_deeply([ map { $_->{name} } @$tools ], \@ORDER, 'every tool, in order');
-    is_deeply($tools->[$_], $DEF{ $ORDER[$_] }, "$ORDER[$_]: exactly its file")
+    # run_task's `agent` lists the location's agents (sandbox_mcp_agents;
+    # none given: opencode alone)
+    my %want = %DEF;
+    my $rt = JSON::PP::decode_json(JSON::PP::encode_json($DEF{opencode_run_task}));
+    $rt->{inputSchema}{properties}{agent}{enum} = [ 'opencode' ];
+    $want{opencode_run_task} = $rt;
+    is_deeply($tools->[$_], $want{ $ORDER[$_] },
+              "$ORDER[$_]: exactly its file" . ($_ ? '' : " (agent: this location's)"))
         for 0 .. $#ORDER;
 };
 

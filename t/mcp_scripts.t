@@ -327,12 +327,13 @@ subtest 'run_create: a new session' => sub {
         create_pr => 0, timeout => 3600, status => 'started',
         created_at => $now, max_running => 4, max_cost => 25,
         retention => 2592000, repositories => '[]', base_branch => '',
-        pr_title => '', draft => 0, image => '',
+        pr_title => '', draft => 0, image => '', agent => 'opencode',
         watch_base => "https://mcp.test/ui/runs/$run" }, 'the run hash');
     is_deeply($a->{"${P}session:$ses"}{value}, {
         tenant => 'alice', created_at => $now, last_run => $run,
         last_active => $now, idle_ttl => 604800, retention => 2592000,
-        repositories => '[]' }, 'the session hash');
+        repositories => '[]', agent => 'opencode' },
+        'the session hash (an older caller: agent opencode)');
     is_deeply($a->{"${P}tenant:alice:sessions"}{value}, [ $ses, $now ],
               "the tenant's sessions: by last activity");
     is_deeply($a->{"${P}sessions"}{value}, [ $ses, $now + 604800000 ],
@@ -364,7 +365,7 @@ subtest 'run_create: an existing session' => sub {
     is_deeply($a->{"${P}session:$ses"}{value}, {
         tenant => 'alice', created_at => $now, last_run => $run,
         last_active => $now + 5, idle_ttl => 604800, retention => 2592000,
-        repositories => '[]' },
+        repositories => '[]', agent => 'opencode' },
         'the session hash: created_at kept, last_run and last_active now');
     is_deeply($a->{"${P}tenant:alice:sessions"}{value}, [ $ses, $now + 5 ],
               "the tenant's sessions: the session's score is now");
@@ -491,7 +492,8 @@ subtest 'run_create: a fork' => sub {
        '... and otherwise as it was');
 };
 
-# attempts (issue 26, point 1): ARGV[43] N, then run id, session id and
+# attempts (issue 26, point 1): ARGV[43] N, then the agent's three (44-46),
+# then run id, session id and
 # run page of each attempt after the first; five keys each after every
 # other key (the MCP session's runs, when asked, before them)
 sub attempts_create {
@@ -513,7 +515,8 @@ sub attempts_create {
         [ @{ create_argv(run => $runs[0], tenant => $ten, session => $ses[0],
                          new => $o{new} // 1, max_queued => $o{max_queued} // 9,
                          max_sessions => $o{max_sessions} // 0) },
-          86400, 100, '', 'json', 900, '', 900000, scalar(@runs), @extra ]);
+          86400, 100, '', 'json', 900, '', 900000, scalar(@runs), '', '', '0',
+          @extra ]);
 }
 
 subtest 'run_create: attempts' => sub {
@@ -559,6 +562,93 @@ subtest 'run_create: attempts' => sub {
     is_deeply([ sort keys %mcp ], [ sort @runs ], 'the MCP session remembers all three');
 };
 
+# the agent (issue 26, point 3): ARGV[44] the agent named, [45] the agents
+# offered "NAME=MODEL ...", [46] whether the call named its model
+sub agent_create {
+    my (%o) = @_;
+    my ($run, $ses) = @o{qw(run session)};
+    my $ten = $o{tenant} // 'kira';
+    my @keys = @{ create_keys($run, $ten, $ses) };
+    push @keys, "${P}session:$o{fork}", "${P}session:$o{fork}:active",
+        "${P}session:$o{fork}:forks" if $o{fork};
+    return script('run_create', \@keys,
+        [ @{ create_argv(run => $run, tenant => $ten, session => $ses,
+                         new => $o{new} // 1, max_queued => 99,
+                         model => $o{model} // 'anthropic/claude-sonnet-4-5',
+                         route => $o{route} // 'anthropic') },
+          86400, 100, '', 'json', 900, $o{fork} // '', 900000, 1,
+          $o{agent} // '', $o{offered} // 'opencode= claude-code= codex=openai/gpt-5-codex',
+          $o{named} // '0' ]);
+}
+
+subtest 'run_create: the agent' => sub {
+    my ($s1, $s2, $s3) = map { 'ses_' . ("${_}e" x 12) } qw(1 2 3);
+    my @run = map { 'run_' . ("${_}c" x 12) } qw(1 2 3 4 5 6 7 8);
+    $t->redis('SET', "${P}egress:routes", 'anthropic openai github');
+
+    my ($r, $b, $a) = agent_create(run => $run[0], session => $s1, agent => 'codex',
+                                   named => 1);
+    is_deeply($r, [ 'agent', 'model', 'codex', 'anthropic/claude-sonnet-4-5' ],
+              'codex with an Anthropic model named: refused, naming both');
+    unchanged($b, $a, 'a model the agent does not run');
+
+    ($r, $b, $a) = agent_create(run => $run[0], session => $s1, agent => 'claude-code',
+                                offered => 'opencode=');
+    is_deeply($r, [ 'agent', 'offered', 'claude-code' ], 'an agent not offered: refused');
+    unchanged($b, $a, 'an agent not offered');
+
+    ($r, $b, $a) = agent_create(run => $run[0], session => $s1, agent => 'codex');
+    is($r, 1, 'codex, no model named: created');
+    is($a->{"${P}run:$run[0]"}{value}{agent}, 'codex', 'the run: agent codex');
+    is($a->{"${P}run:$run[0]"}{value}{model}, 'openai/gpt-5-codex', "... codex's own model");
+    is($a->{"${P}session:$s1"}{value}{agent}, 'codex', 'the session keeps its agent');
+
+    ($r, $b, $a) = agent_create(run => $run[1], session => $s1, new => 0, agent => 'opencode');
+    is_deeply($r, [ 'agent', 'session', 'codex' ], "a follow-up naming another agent: refused");
+    unchanged($b, $a, 'another agent in a session');
+
+    $t->redis('SREM', "${P}tenant:kira:started", $run[0]);
+    ($r, $b, $a) = agent_create(run => $run[1], session => $s1, new => 0,
+                                model => 'openai/gpt-5.1', named => 1);
+    is($r, 1, 'a follow-up naming no agent: created');
+    is($a->{"${P}run:$run[1]"}{value}{agent}, 'codex', "... the session's agent");
+    is($a->{"${P}run:$run[1]"}{value}{model}, 'openai/gpt-5.1', '... the model named');
+
+    ($r, $b, $a) = agent_create(run => $run[2], session => $s1, new => 0,
+                                offered => 'opencode= claude-code=');
+    is_deeply($r, [ 'agent', 'offered', 'codex' ], "the session's agent no longer offered: refused");
+
+    ($r, $b, $a) = agent_create(run => $run[3], session => $s2);
+    is($r, 1, 'no agent named, a new session: created');
+    is($a->{"${P}run:$run[3]"}{value}{agent}, 'opencode', '... the first offered');
+    is($a->{"${P}run:$run[3]"}{value}{model}, 'anthropic/claude-sonnet-4-5',
+       '... the model passed');
+
+    ($r, $b, $a) = agent_create(run => $run[4], session => $s3, agent => 'codex',
+                                offered => 'opencode= codex=openai/gpt-5-codex',
+                                route => 'anthropic', tenant => 'kira');
+    $t->redis('SET', "${P}egress:routes", 'anthropic github');
+    ($r, $b, $a) = agent_create(run => $run[5], session => 'ses_' . ('4e' x 12), agent => 'codex');
+    is_deeply($r, [ 'route', 'openai', 'anthropic github' ],
+              "codex's own model needs the openai route, which the egress lacks");
+    unchanged($b, $a, 'no route');
+    $t->redis('SET', "${P}egress:routes", 'anthropic openai github');
+
+    # a fork keeps its forked session's agent (s1 has no run going: done)
+    $t->redis('DEL', "${P}session:$s1:active");
+    ($r, $b, $a) = agent_create(run => $run[6], session => 'ses_' . ('5e' x 12), fork => $s1,
+                                agent => 'claude-code');
+    is_deeply($r, [ 'agent', 'session', 'codex' ], 'a fork naming another agent: refused');
+    ($r, $b, $a) = agent_create(run => $run[7], session => 'ses_' . ('5e' x 12), fork => $s1);
+    is($r, 1, 'a fork naming no agent: created');
+    is($a->{"${P}session:" . 'ses_' . ('5e' x 12)}{value}{agent}, 'codex', "... the forked session's agent");
+
+    ($r) = agent_create(run => 'run_' . ('9d' x 12), session => 'ses_' . ('6e' x 12),
+                        agent => 'claude-code', model => 'anthropic/claude-opus-4', named => 1);
+    is($r, 1, 'claude-code with an Anthropic model: created');
+    $t->redis('DEL', "${P}egress:routes");
+};
+
 # run_attempts: KEYS each attempt's run hash, ARGV the tenant, the fields
 subtest 'run_attempts' => sub {
     my @runs = map { 'run_' . ("${_}b" x 12) } qw(1 2 3);
@@ -574,7 +664,9 @@ subtest 'run_attempts' => sub {
     $t->redis('DEL', map { "${P}run:$_" } @runs);
 };
 
-# run_pick: the attempt picked gets a run that opens its pull request
+# run_pick: the attempt picked gets a run that opens its pull request;
+# KEYS[14] the tenant's usage, ARGV[15..17] its bytes and disk budgets and
+# the grants of the token that picks (old => 1: an older caller, none)
 sub pick {
     my (%o) = @_;
     my ($g, $p, $n, $ses) = @o{qw(group attempt run session)};
@@ -583,10 +675,13 @@ sub pick {
         [ "${P}run:$g", "${P}run:$p", "${P}run:$n", "${P}run:$n:events",
           "${P}session:$ses", "${P}session:$ses:runs", "${P}session:$ses:active",
           "${P}tenant:$ten:started", "${P}runs:$ten", "${P}queue", "${P}tenant:$ten",
-          "${P}sessions", "${P}tenant:$ten:sessions" ],
+          "${P}sessions", "${P}tenant:$ten:sessions",
+          $o{old} ? () : "${P}tenant:$ten:usage" ],
         [ $ten, $now, $g, $p, $n, $ses, 100, "https://mcp.test/ui/runs/$n",
           $o{max_queued} // 5, $now + 1000, 'started', 'completed', 'expiring',
-          'expired' ]);
+          'expired',
+          $o{old} ? () : ($o{max_bytes} // 0, $o{max_disk} // 0,
+                          $o{grants} // 'acme/*') ]);
 }
 
 subtest 'run_pick' => sub {
@@ -638,6 +733,57 @@ subtest 'run_pick' => sub {
     $t->redis('DEL', map { ("${P}run:$_", "${P}run:$_:events") } @runs, $new);
     $t->redis('DEL', map { ("${P}session:$_", "${P}session:$_:runs", "${P}session:$_:active") } @ses);
     $t->redis('DEL', "${P}tenant:hana:started", "${P}runs:hana", "${P}tenant:hana:sessions");
+};
+
+subtest "run_pick: the token's grants, the tenant's budgets" => sub {
+    my @runs = map { 'run_' . ("${_}e" x 12) } qw(1 2);
+    my @ses = map { 'ses_' . ("${_}f" x 12) } qw(1 2);
+    my $new = 'run_' . ('9e' x 12);
+    for my $i (0, 1) {
+        $t->redis('HSET', "${P}run:$runs[$i]", tenant => 'hana', group => $runs[0],
+                  group_runs => "@runs", group_attempt => $i + 1, session => $ses[$i],
+                  status => 'completed', pr_status => 'pushed', title => 'Two repos',
+                  repository => 'https://github.com/Acme/App',
+                  repositories => '["https://github.com/Acme/App",'
+                                  . '"https://github.com/tools/lib"]');
+        $t->redis('HSET', "${P}session:$ses[$i]", tenant => 'hana');
+    }
+    my %a = (group => $runs[0], attempt => $runs[1], run => $new, session => $ses[1]);
+    for my $c ([ 'acme/app', 'https://github.com/tools/lib', 'one of the two' ],
+               [ '', 'https://github.com/Acme/App', 'none' ],
+               [ 'other/*,tools/lib', 'https://github.com/Acme/App', 'another owner' ],
+               [ 'acme/app-x,tools/*', 'https://github.com/Acme/App', 'a longer name' ]) {
+        my ($grants, $url, $what) = @$c;
+        my ($r, $b, $a) = pick(%a, grants => $grants);
+        is_deeply($r, [ 'grant', $url ], "grants \"$grants\" ($what): grant, naming $url");
+        unchanged($b, $a, "grants \"$grants\"");
+    }
+
+    # the budgets, each 0: none; usage at the budget: refused
+    $t->redis('HSET', "${P}tenant:hana:usage", bytes => 5000, disk => 9000);
+    my ($r, $b, $a) = pick(%a, grants => 'acme/app,tools/lib', max_bytes => 5000);
+    is($r, -5, 'the tenant at its bytes budget: -5');
+    unchanged($b, $a, 'the bytes budget');
+    ($r, $b, $a) = pick(%a, grants => '*', max_bytes => 5001, max_disk => 9000);
+    is($r, -7, 'the tenant at its disk budget: -7');
+    unchanged($b, $a, 'the disk budget');
+
+    # an older caller (no usage key, no budgets, no grants): not checked
+    ($r, $b, $a) = pick(%a, old => 1);
+    is($r, 1, 'an older caller: picked');
+    is($a->{"${P}run:$new"}{value}{pr_of}, $runs[1], '... the pick run');
+    $t->redis('DEL', map { ("${P}run:$_", "${P}run:$_:events") } @runs, $new);
+    $t->redis('HSET', "${P}run:$runs[$_]", tenant => 'hana', group => $runs[0],
+              group_runs => "@runs", session => $ses[$_], status => 'completed',
+              pr_status => 'pushed', repository => 'https://github.com/Acme/App',
+              repositories => '["https://github.com/Acme/App"]') for 0, 1;
+    ($r, $b, $a) = pick(%a, grants => 'acme/app', max_bytes => 5001, max_disk => 9001);
+    is($r, 1, 'granted (compared without case), under both budgets: picked');
+    is($a->{"${P}tenant:hana:usage"}{value}{bytes}, 5000, '... the usage read, not written');
+    $t->redis('DEL', map { ("${P}run:$_", "${P}run:$_:events") } @runs, $new);
+    $t->redis('DEL', map { ("${P}session:$_", "${P}session:$_:runs", "${P}session:$_:active") } @ses);
+    $t->redis('DEL', "${P}tenant:hana:started", "${P}runs:hana", "${P}tenant:hana:sessions",
+              "${P}tenant:hana:usage");
 };
 
 subtest 'run_cancel: a pick run cancelled before it started undoes its pick' => sub {

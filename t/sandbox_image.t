@@ -113,8 +113,10 @@ is(image_field($image, '{{json .Config.Volumes}}'), 'null',
 {
     my $dir = tempdir('smcp-sandbox-img-XXXXXX', TMPDIR => 1, CLEANUP => 1);
     mkdir "$dir/sandbox" or die $!;
+    mkdir "$dir/sandbox/agents" or die $!;
     for my $f (qw(Dockerfile entrypoint.sh registries.sh git-after.sh key-relay
-                  session-events build-image)) {
+                  session-events agents.sh agents/claude-code.jq agents/codex.jq
+                  build-image)) {
         my ($rc, undef, $err) = run_cmd(['cp', '-p', "$root/runner/sandbox/$f", "$dir/sandbox/$f"]);
         die "cp $f: $err" if $rc;
     }

@@ -288,6 +288,53 @@ smcp_valid_model(const char *s, size_t len)
 }
 
 
+static const struct {
+    const char  *name;
+    const char  *provider;
+} smcp_agents[] = {
+    { "opencode", "" },
+    { "claude-code", "anthropic" },
+    { "codex", "openai" }
+};
+
+
+const char *
+smcp_agent_provider(const char *s, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(smcp_agents) / sizeof(smcp_agents[0]); i++) {
+        if (strlen(smcp_agents[i].name) == len
+            && memcmp(smcp_agents[i].name, s, len) == 0)
+        {
+            return smcp_agents[i].provider;
+        }
+    }
+
+    return NULL;
+}
+
+
+int
+smcp_agent_fits(const char *agent, size_t alen, const char *model,
+    size_t mlen)
+{
+    size_t       plen;
+    const char  *p;
+
+    p = smcp_agent_provider(agent, alen);
+    if (p == NULL) {
+        return 0;
+    }
+
+    plen = strlen(p);
+
+    return plen == 0
+           || (mlen > plen && memcmp(model, p, plen) == 0
+               && model[plen] == '/');
+}
+
+
 int
 smcp_valid_tenant(const char *s, size_t len)
 {

@@ -60,6 +60,16 @@ int smcp_grant_match(const char *grant, size_t len, const smcp_repo_t *repo);
 #define SMCP_MODEL_MAX         200
 int smcp_valid_model(const char *s, size_t len);
 
+/* the agents a run may name (opencode_run_task's `agent`; docs/usage.md,
+ * "Which agent"): the provider whose models the agent runs, "" for any
+ * (OpenCode), or NULL when s names no agent */
+#define SMCP_AGENT_MAX         16
+#define SMCP_AGENT_DEFAULT     "opencode"
+const char *smcp_agent_provider(const char *s, size_t len);
+/* 1 when the model (provider/model) is one the agent runs */
+int smcp_agent_fits(const char *agent, size_t alen, const char *model,
+    size_t mlen);
+
 
 /* a tenant (token "sub"): 1-128 bytes of [A-Za-z0-9._@-]; it is part of
  * Redis key names */

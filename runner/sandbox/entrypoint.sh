@@ -48,6 +48,9 @@
 #                          SMCP_EGRESS_URL given too, OpenCode's server is
 #                          started and warmed while it waits, and the run
 #                          attaches to it (a "warm run", below)
+#   SMCP_AGENT             the agent, when not OpenCode: claude-code or codex
+#                          (agents.sh: its own binary, in an image built
+#                          FROM this one; its lines mapped onto OpenCode's)
 #   SMCP_DIFF_MAX          bytes the diff line may take, newline included
 #                          (default 10485760): a longer diff is cut at a
 #                          line boundary and marked "truncated":true
@@ -259,7 +262,7 @@ warm_take() {
     local p=${SMCP_MODEL:-anthropic/claude-sonnet-4-5} i
     p=${p%%/*}
     if [ -n "$warm_egress" ] && [ $# -eq 0 ] \
-       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] \
+       && [ -z "${SMCP_PROVIDER_BASE_URL:-}" ] && [ -z "${SMCP_AGENT:-}" ] \
        && { [ -z "${SMCP_SESSION:-}" ] || [ $warm_hold = 1 ]; } \
        && [ "${SMCP_EGRESS_URL%/}" = "$warm_egress" ] \
        && [[ " $warm_providers " == *" $p "* ]]; then
@@ -570,6 +573,9 @@ git_globals
 # the git steps after the agent (git-after.sh: functions only)
 # shellcheck source=runner/sandbox/git-after.sh
 . /usr/local/lib/smcp/git-after.sh
+# the agents besides OpenCode (agents.sh: functions only)
+# shellcheck source=runner/sandbox/agents.sh
+. /usr/local/lib/smcp/agents.sh
 
 if [ $# -gt 0 ]; then
     exec "$@"
@@ -635,7 +641,7 @@ cold_server() {
     return 1
 }
 
-if [ $warm_run = 0 ]; then
+if [ $warm_run = 0 ] && [ -z "${SMCP_AGENT:-}" ]; then
     cold_begin
 fi
 
@@ -909,7 +915,17 @@ sid=""
 oc_url=""
 oc_pj="" oc_mj=""
 oc_q="directory=$own"
-if [ $warm_run = 1 ]; then
+mapper_pid=""
+if [ -n "${SMCP_AGENT:-}" ]; then
+    # another agent (agents.sh); its conversation goes on in the directory
+    # it began in, as OpenCode's
+    lifecycle agent_start
+    if agent_other_start; then
+        set_agent=$agent_pid
+    else
+        false &
+    fi
+elif [ $warm_run = 1 ]; then
     warm_fresh
     warm_handover
     oc_port=$warm_port oc_url=http://127.0.0.1:$warm_port
@@ -938,6 +954,15 @@ while kill -0 "$agent" 2>/dev/null; do
     wait "$agent" || status=$?
 done
 trap - TERM INT HUP
+if [ -n "$mapper_pid" ]; then
+    # the map prints the agent's last lines once their pipe closes (a
+    # process the agent left holding it is killed below: not waited for
+    # longer than 5 s)
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$mapper_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+fi
 if [ -n "$mailman" ]; then
     # no message is taken once the prompt has returned; one taken is
     # handed on first (its requests are bounded: 20 s at most; after a stop

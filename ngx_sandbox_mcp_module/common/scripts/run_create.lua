@@ -38,8 +38,18 @@
 -- the watch link's lifetime (s) (finish.lua schedules it, the runner
 -- sends it: runner/notify.c); then the session forked ("" or missing: no
 -- fork) and how long its copy may hold that session's runs back (ms);
--- then the number of attempts ("" or missing: 1) and, for each attempt
--- after the first, its run id, its session id and its run page's URL.
+-- then the number of attempts ("" or missing: 1); then the agent named
+-- ("" or missing: the session's, else the first offered), the agents
+-- offered with their own models ("NAME=MODEL ...", MODEL empty: none;
+-- "" or missing: any agent, none with a model) and whether the call named
+-- its model (1/0); then, for each attempt after the first, its run id,
+-- its session id and its run page's URL.
+--
+-- The agent (issue 26, point 3): a session keeps the agent of its first
+-- run (its hash's `agent`; none: opencode), and a fork its forked
+-- session's.  A run of an agent with a model of its own that names no
+-- model runs that model; a run's model must be one its agent runs
+-- (claude-code: anthropic/..., codex: openai/...).
 --
 -- Attempts (issue 26, point 1) are N runs of the same task, each the
 -- first of a new session, made at once or not at all: every check holds
@@ -92,7 +102,10 @@
 -- ones) would pass its sessions budget, -7 when its workspaces hold its
 -- disk budget; for a fork, -8 when the forked session has a run queued or
 -- going, -9 when it is unknown to this tenant, -10 when it expired (or is
--- expiring).  Only 1 writes anything.
+-- expiring); {"agent", "session", AGENT} when the run names an agent
+-- other than its session's (AGENT), {"agent", "offered", AGENT} when its
+-- session's agent is not offered, {"agent", "model", AGENT, MODEL} when
+-- the model is not one the agent runs.  Only 1 writes anything.
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 local usage = KEYS[12] or ''
 local fork = ARGV[41] or ''
@@ -112,30 +125,57 @@ end
 local runs = {{ARGV[1], ARGV[3], ARGV[27], KEYS[1], KEYS[2], KEYS[4],
                KEYS[5], KEYS[6]}}
 for i = 2, n do
-  local a, k = 44 + 3 * (i - 2), base + 5 * (i - 2)
+  local a, k = 47 + 3 * (i - 2), base + 5 * (i - 2)
   runs[i] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], KEYS[k + 1], KEYS[k + 2],
              KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]}
 end
 
-local repos, oc_session = {}, nil
+local repos, oc_session, s_agent = {}, nil, nil
 if ARGV[4] == '1' then
   for _, r in ipairs(runs) do
     if redis.call('EXISTS', r[6]) == 1 then return 0 end
   end
   if fork ~= '' then
     local f = redis.call('HMGET', KEYS[14], 'tenant', 'state',
-                         'repositories', 'opencode_session')
+                         'repositories', 'opencode_session', 'agent')
     if f[1] ~= ARGV[2] then return -9 end
     if f[2] == expiring or f[2] == expired then return -10 end
     if redis.call('ZCARD', KEYS[15]) > 0 then return -8 end
     if f[3] then repos = cjson.decode(f[3]) end
     oc_session = f[4]
+    s_agent = f[5] or 'opencode'
   end
 else
-  local s = redis.call('HMGET', KEYS[4], 'tenant', 'state', 'repositories')
+  local s = redis.call('HMGET', KEYS[4], 'tenant', 'state', 'repositories',
+                       'agent')
   if s[1] ~= ARGV[2] then return 0 end
   if s[2] == expiring or s[2] == expired then return -1 end
   if s[3] then repos = cjson.decode(s[3]) end
+  s_agent = s[4] or 'opencode'
+end
+
+-- the run's agent and model
+local offered, first = {}, nil
+for name, m in string.gmatch(ARGV[45] or '', '([^ =]+)=([^ ]*)') do
+  offered[name] = m
+  first = first or name
+end
+local agent, model, route = ARGV[44] or '', ARGV[9], ARGV[35] or ''
+if agent ~= '' and s_agent and agent ~= s_agent then
+  return {'agent', 'session', s_agent}
+end
+if agent == '' then agent = s_agent or first or 'opencode' end
+if first and not offered[agent] then return {'agent', 'offered', agent} end
+if ARGV[46] ~= '1' and (offered[agent] or '') ~= '' then
+  model = offered[agent]
+end
+local provider = ({['claude-code'] = 'anthropic', codex = 'openai'})[agent]
+if provider then
+  if string.sub(model, 1, #provider + 1) ~= provider .. '/' then
+    return {'agent', 'model', agent, model}
+  end
+  -- (their providers' routes bear the providers' names)
+  if model ~= ARGV[9] and route ~= '' then route = provider end
 end
 
 local own, seen = ARGV[7], false
@@ -168,9 +208,9 @@ end
 -- without the key), nothing checked
 local routes = KEYS[13] and redis.call('GET', KEYS[13])
 if routes then
-  local have, model = ' ' .. routes .. ' ', ARGV[35] or ''
-  if model ~= '' and not string.find(have, ' ' .. model .. ' ', 1, true) then
-    return {'route', model, routes}
+  local have = ' ' .. routes .. ' '
+  if route ~= '' and not string.find(have, ' ' .. route .. ' ', 1, true) then
+    return {'route', route, routes}
   end
   if #repos > 0 and not string.find(have, ' github ', 1, true) then
     return {'route', 'github', routes}
@@ -209,7 +249,7 @@ local function create(r, k)
   if ARGV[4] == '1' then
     redis.call('HSET', K4, 'tenant', ARGV[2], 'created_at', ARGV[5],
       'last_run', run, 'last_active', ARGV[5], 'idle_ttl', ARGV[18],
-      'retention', ARGV[17], 'repositories', list)
+      'retention', ARGV[17], 'repositories', list, 'agent', agent)
     if fork ~= '' then
       redis.call('HSET', K4, 'fork_of', fork)
       if oc_session then
@@ -235,12 +275,12 @@ local function create(r, k)
 
   redis.call('HSET', K1, 'tenant', ARGV[2], 'session', ses,
     'task', ARGV[6], 'repository', own, 'repositories', list,
-    'branch', ARGV[8], 'model', ARGV[9], 'title', ARGV[10],
+    'branch', ARGV[8], 'model', model, 'title', ARGV[10],
     'create_pr', ARGV[11], 'base_branch', ARGV[24], 'pr_title', ARGV[25],
     'draft', ARGV[26], 'watch_base', r[3],
     'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
     'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
-    'image', ARGV[30] or '')
+    'image', ARGV[30] or '', 'agent', agent)
   if fork ~= '' then redis.call('HSET', K1, 'fork_of', fork) end
   if n > 1 then
     redis.call('HSET', K1, 'group', ARGV[1], 'group_attempt', k,

@@ -28,17 +28,20 @@
 -- {'ended', status} (ended, or its cancel asked: "cancel requested") |
 -- {'grant', URL} (a repository of the run not granted) | {'full',
 -- waiting} | {'limit', sent} | {'noroute'} (the egress announces its
--- routes and `inbox` is not one of them).
+-- routes and `inbox` is not one of them) | {'agent', AGENT} (the run's
+-- agent is not OpenCode: nothing in its sandbox takes messages).
 local MESSAGE_BYTES = 256
 local started, running = ARGV[8], ARGV[9]
 
 local h = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'messages',
-                     'cancel_requested', 'repository', 'repositories')
+                     'cancel_requested', 'repository', 'repositories',
+                     'agent')
 if h[1] ~= ARGV[1] then return nil end
 if h[2] ~= started and h[2] ~= running then
   return {'ended', h[2] or ''}
 end
 if h[4] == '1' then return {'ended', 'cancel requested'} end
+if h[7] and h[7] ~= 'opencode' then return {'agent', h[7]} end
 
 local grants = ',' .. (ARGV[12] or '') .. ','
 if not string.find(grants, ',*,', 1, true) then

@@ -11,17 +11,32 @@
 -- KEYS[8] tenant:{tenant}:started   KEYS[9] runs:{tenant}   KEYS[10] queue
 -- KEYS[11] channel tenant:{tenant}   KEYS[12] sessions
 -- KEYS[13] tenant:{tenant}:sessions
+-- KEYS[14] tenant:{tenant}:usage (absent: an older caller, no budgets)
 -- ARGV: tenant, now (ms), group id, attempt's run id, new run id, the
 -- attempt's session id, events maxlen, the new run's page, max queued,
 -- session idle expiry (ms), then the names of the status `started`,
--- `completed` and of the session states `expiring` and `expired`
+-- `completed` and of the session states `expiring` and `expired`; then
+-- the tenant's budgets (each 0: none), as run_create reads them: bytes of
+-- Redis its runs hold, bytes of its sessions' workspaces; then the grants
+-- of the token that picks (as run_create reads them: "acme/app,tools/*",
+-- "" none, "*" every one; missing: an older caller, not checked)
+--
+-- The pick run pushes nothing, but it opens a pull request on the
+-- attempt's repository with the attempt's work: every repository of the
+-- attempt (`repository`, `repositories`) must be granted to the token
+-- that picks, as for a follow-up in its session.  It is one more queued
+-- run of the tenant: run_create's budgets hold for it (not the sessions
+-- budget: it makes no session).
 --
 -- Returns 1; 0 when the group or the attempt is unknown to this tenant
 -- (or the attempt is not of that group, or not of that session);
+-- {"grant", URL} when a repository of the attempt is not granted;
 -- {"picked", RUN} when the group has its pick already; {"state", STATUS,
 -- PR_STATUS} when the attempt has not ended completed with its branch
 -- pushed; -1 when its session expired (or is expiring); -2 when the
--- tenant has max queued runs started already.  Only 1 writes anything.
+-- tenant has max queued runs started already; -5 when the tenant's runs
+-- hold its bytes budget, -7 when its workspaces hold its disk budget (as
+-- run_create's).  Only 1 writes anything.
 local T, now, G, P, N, S = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
                            ARGV[6]
 local started, completed = ARGV[11], ARGV[12]
@@ -40,6 +55,29 @@ local p = redis.call('HMGET', KEYS[2], 'tenant', 'group', 'session',
                      'pr_title', 'repository', 'repositories',
                      'base_branch', 'retention', 'max_running')
 if p[1] ~= T or p[2] ~= G or p[3] ~= S then return 0 end
+
+if ARGV[17] then
+  local grants = ',' .. ARGV[17] .. ','
+  if not string.find(grants, ',*,', 1, true) then
+    local urls = {}
+    local ok, list = pcall(cjson.decode, p[10] or '[]')
+    if ok and type(list) == 'table' then
+      for _, u in ipairs(list) do urls[#urls + 1] = tostring(u) end
+    end
+    if (p[9] or '') ~= '' then urls[#urls + 1] = p[9] end
+    for _, url in ipairs(urls) do
+      local o, n = string.match(string.lower(url),
+                                '^https://[^/]+/([^/]+)/([^/]+)$')
+      if not (o and (string.find(grants, ',' .. o .. '/*,', 1, true)
+                     or string.find(grants, ',' .. o .. '/' .. n .. ',', 1,
+                                    true)))
+      then
+        return {'grant', url}
+      end
+    end
+  end
+end
+
 if g[3] then return {'picked', g[3]} end
 if p[4] ~= completed or p[5] ~= 'pushed' then
   return {'state', p[4] or '', p[5] or ''}
@@ -49,6 +87,15 @@ local s = redis.call('HMGET', KEYS[5], 'tenant', 'state')
 if s[1] ~= T then return 0 end
 if s[2] == ARGV[13] or s[2] == ARGV[14] then return -1 end
 if redis.call('SCARD', KEYS[8]) >= tonumber(ARGV[9]) then return -2 end
+if KEYS[14] then
+  local u = redis.call('HMGET', KEYS[14], 'bytes', 'disk')
+  local max_bytes, max_disk = tonumber(ARGV[15] or '0') or 0,
+                              tonumber(ARGV[16] or '0') or 0
+  if max_bytes > 0 and tonumber(u[1] or '0') >= max_bytes then
+    return -5
+  end
+  if max_disk > 0 and tonumber(u[2] or '0') >= max_disk then return -7 end
+end
 
 local title = p[8]
 if not title or title == '' then title = p[7] or '' end
