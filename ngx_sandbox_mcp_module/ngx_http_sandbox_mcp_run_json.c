@@ -50,6 +50,7 @@ static ngx_http_sandbox_mcp_run_field_t  ngx_http_sandbox_mcp_run_fields[] = {
     T(",\"repository\":", "repository", NTEXT),
     T(",\"branch\":", "branch", NTEXT),
     T(",\"model\":", "model", TEXT),
+    T(",\"agent\":", "agent", NTEXT),
     T(",\"createdAt\":", "created_at", TIME),
     T(",\"startedAt\":", "started_at", TIME),
     T(",\"finishedAt\":", "finished_at", TIME),

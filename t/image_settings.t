@@ -70,6 +70,17 @@ my %shared = (SMCP_REDIS_PREFIX => 'cfgimg:', SMCP_LOG_FORMAT => 'json',
     ($rc, undef, $err) = render('mcp', SMCP_TENANT_DISK => 'lots');
     isnt($rc, 0, 'SMCP_TENANT_DISK=lots: refused');
     like($err, qr/SMCP_TENANT_DISK=lots: want a size/, '... saying so');
+
+    # the agents runs may name (issue 26, point 3)
+    ($rc, $conf, $err, $dir) = render('mcp', SMCP_AGENTS => 'opencode codex=openai/gpt-5.5');
+    is($rc, 0, 'SMCP_AGENTS renders') or diag($err);
+    ($loc) = $conf =~ /location = \/mcp \{(.*?)\}/s;
+    like($loc // '', qr/sandbox_mcp_agents opencode codex=openai\/gpt-5\.5;/,
+         'mcp: SMCP_AGENTS on /mcp');
+    conf_ok($conf, $dir, 'SMCP_AGENTS');
+    ($rc, undef, $err) = render('mcp', SMCP_AGENTS => 'opencode; evil');
+    isnt($rc, 0, 'SMCP_AGENTS with a semicolon: refused');
+    like($err, qr/SMCP_AGENTS=opencode; evil: want agents/, '... saying so');
 }
 
 {
@@ -100,7 +111,9 @@ my %shared = (SMCP_REDIS_PREFIX => 'cfgimg:', SMCP_LOG_FORMAT => 'json',
                [ SMCP_TENANT_DISK => qw(nginx runner) ],
                [ SMCP_TENANT_SESSIONS => qw(nginx) ],
                [ SMCP_NOTIFY_ALLOW => qw(nginx egress) ],
-               [ SMCP_NOTIFY_SECRET => qw(runner) ]) {
+               [ SMCP_NOTIFY_SECRET => qw(runner) ],
+               [ SMCP_AGENTS => qw(nginx) ],
+               [ SMCP_AGENT_IMAGES => qw(runner) ]) {
         my ($name, @svcs) = @$c;
         my @not = grep { !$env{$_}{$name} } @svcs;
         ok(!@not, "docker-compose: $name reaches @svcs") or diag("not: @not");
