@@ -16,16 +16,12 @@
 #include "runner.h"
 
 
-/*
- * RUNNER_OK: a pick run, running (run->pick_of set); RUNNER_AGAIN:
- * cancelled meanwhile; RUNNER_ERR: err says why.  h: the run hash.
- */
-int
-runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
+/* a pick run's attempt and group, from its hash h (0: not a pick run, or
+ * malformed ids) */
+static int
+runner_pick_note(runner_run_t *run, json_t *h)
 {
-    int          rc;
     const char  *of, *group;
-    char         status[RUNNER_ERRLEN];
 
     of = json_string_value(json_object_get(h, "pr_of"));
     group = json_string_value(json_object_get(h, "group"));
@@ -34,14 +30,32 @@ runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
         || !smcp_valid_id(of, strlen(of), SMCP_RUN_ID_PREFIX)
         || !smcp_valid_id(group, strlen(group), SMCP_RUN_ID_PREFIX))
     {
-        snprintf(err, errlen, "the pick's attempt or group is malformed");
-        return RUNNER_ERR;
+        return 0;
     }
 
     snprintf(run->pick_of, sizeof(run->pick_of), "%s", of);
     snprintf(run->pick_group, sizeof(run->pick_group), "%s", group);
 
-    if (runner_store_pick_load(run->store, of, &run->out.result,
+    return 1;
+}
+
+
+/*
+ * RUNNER_OK: a pick run, running (run->pick_of set); RUNNER_AGAIN:
+ * cancelled meanwhile; RUNNER_ERR: err says why.  h: the run hash.
+ */
+int
+runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
+{
+    int   rc;
+    char  status[RUNNER_ERRLEN];
+
+    if (!runner_pick_note(run, h)) {
+        snprintf(err, errlen, "the pick's attempt or group is malformed");
+        return RUNNER_ERR;
+    }
+
+    if (runner_store_pick_load(run->store, run->pick_of, &run->out.result,
                                &run->out.diff, &run->out.diff_len)
         != RUNNER_OK)
     {
@@ -69,7 +83,7 @@ runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
     }
 
     runner_log("info", run->id, "opening the pull request of attempt %s",
-               of);
+               run->pick_of);
 
     return RUNNER_OK;
 }
@@ -79,12 +93,38 @@ runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
 void
 runner_pick_done(runner_run_t *run)
 {
-    if (runner_store_pick_done(run->store, run->pick_of, run->pick_group,
-                               &run->pr)
+    if (runner_store_pick_done(run->store, run->id, run->pick_of,
+                               run->pick_group, &run->pr)
         != RUNNER_OK)
     {
         runner_log("error", run->id, "the attempt %s could not be told of "
                    "its pull request: %s", run->pick_of,
                    runner_store_error(run->store));
     }
+}
+
+
+/*
+ * A run that fails before its pull request was tried (its start refused,
+ * a budget, its runner gone meanwhile): when it is a pick run, the pick
+ * is undone, for another try (pick_done.lua: only while the pick is its)
+ */
+void
+runner_pick_abandon(runner_run_t *run)
+{
+    json_t  *h;
+
+    if (run->pick_of[0] == '\0') {
+        h = runner_store_run(run->store, run->id);
+
+        if (h == NULL || !runner_pick_note(run, h)) {
+            json_decref(h);
+            return;
+        }
+
+        json_decref(h);
+    }
+
+    memset(&run->pr, 0, sizeof(run->pr));
+    runner_pick_done(run);
 }

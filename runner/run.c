@@ -1142,6 +1142,9 @@ runner_run_begin(runner_run_t *run)
     if (rc == RUNNER_ERR) {
         runner_log("error", run->id, "%s", err);
 
+        /* a pick run failing before its pull request: the pick undone */
+        runner_pick_abandon(run);
+
         if (runner_run_conclude(run, -1, err) == RUNNER_OK) {
             runner_store_ack(run->store, run->stream_id);
         }
@@ -1178,6 +1181,7 @@ runner_run_thread(void *arg)
         if (runner_run_reattach(run, err, sizeof(err)) != RUNNER_OK) {
             runner_log("error", run->id, "%s", err);
             runner_run_release(run, 1);
+            runner_pick_abandon(run);
 
             if (runner_run_conclude(run, -1, err) == RUNNER_OK) {
                 runner_store_ack(run->store, run->stream_id);

@@ -793,12 +793,13 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
 int runner_pick_start(runner_run_t *run, json_t *h, char *err,
     size_t errlen);
 void runner_pick_done(runner_run_t *run);
+void runner_pick_abandon(runner_run_t *run);
 
 /* store_pick.c */
 int runner_store_pick_load(runner_store_t *st, const char *attempt,
     char **result, char **diff, size_t *diff_len);
-int runner_store_pick_done(runner_store_t *st, const char *attempt,
-    const char *group, const runner_pr_t *pr);
+int runner_store_pick_done(runner_store_t *st, const char *pick,
+    const char *attempt, const char *group, const runner_pr_t *pr);
 
 char *runner_pr_finish(runner_run_t *run, json_t *h, const char *token,
     const runner_diff_t *diff);

@@ -50,6 +50,7 @@ static runner_script_t  runner_scripts[] = {
     { "notify_claim", smcp_lua_notify_claim, "" },
     { "notify_result", smcp_lua_notify_result, "" },
     { "fork_hold", smcp_lua_fork_hold, "" },
+    { "pick_done", smcp_lua_pick_done, "" },
 };
 
 #define RUNNER_NSCRIPTS  (sizeof(runner_scripts) / sizeof(runner_scripts[0]))

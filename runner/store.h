@@ -36,6 +36,7 @@ struct runner_store_s {
 #define RUNNER_LUA_NOTIFY_CLAIM   8
 #define RUNNER_LUA_NOTIFY_RESULT  9
 #define RUNNER_LUA_FORK_HOLD      10
+#define RUNNER_LUA_PICK_DONE      11
 
 
 #define RUNNER_KEY(buf, fmt, arg)                                             \

@@ -80,49 +80,30 @@ runner_store_pick_load(runner_store_t *st, const char *attempt,
 
 
 /*
- * The attempt's pull request (pr opened), or the pick undone (any other
- * end: the attempt `pushed` again, the group without its pick, for
- * another try)
+ * The attempt's pull request (pr opened), or the pick undone (pr NULL, or
+ * any other end: the attempt `pushed` again, the group without its pick,
+ * for another try): pick_done.lua, only while the pick is still pick's
  */
 int
-runner_store_pick_done(runner_store_t *st, const char *attempt,
-    const char *group, const runner_pr_t *pr)
+runner_store_pick_done(runner_store_t *st, const char *pick,
+    const char *attempt, const char *group, const runner_pr_t *pr)
 {
-    char         key[RUNNER_KEY_MAX];
-    const char  *argv[8];
+    int          opened;
+    char         akey[RUNNER_KEY_MAX], gkey[RUNNER_KEY_MAX];
+    const char  *keys[2], *argv[4];
 
-    RUNNER_KEY(key, SMCP_KEY_RUN, attempt);
-    argv[1] = key;
+    RUNNER_KEY(akey, SMCP_KEY_RUN, attempt);
+    RUNNER_KEY(gkey, SMCP_KEY_RUN, group);
+    keys[0] = akey;
+    keys[1] = gkey;
 
-    if (pr->status && strcmp(pr->status, "opened") == 0) {
-        argv[0] = "HSET";
-        argv[2] = "pr_status";
-        argv[3] = "opened";
-        argv[4] = "pr_url";
-        argv[5] = pr->url;
-        argv[6] = "pr_number";
-        argv[7] = pr->number;
+    opened = pr && pr->status && strcmp(pr->status, "opened") == 0;
 
-        return runner_store_do(st, 8, argv);
-    }
+    argv[0] = pick;
+    argv[1] = opened ? "opened" : "";
+    argv[2] = opened ? pr->url : "";
+    argv[3] = opened ? pr->number : "";
 
-    argv[0] = "HSET";
-    argv[2] = "pr_status";
-    argv[3] = "pushed";
-
-    if (runner_store_do(st, 4, argv) != RUNNER_OK) {
-        return RUNNER_ERR;
-    }
-
-    argv[0] = "HDEL";
-    argv[2] = "pr_pick_run";
-
-    if (runner_store_do(st, 3, argv) != RUNNER_OK) {
-        return RUNNER_ERR;
-    }
-
-    RUNNER_KEY(key, SMCP_KEY_RUN, group);
-    argv[2] = "picked";
-
-    return runner_store_do(st, 3, argv);
+    return runner_store_script_do(st, RUNNER_LUA_PICK_DONE, 2, keys, 4,
+                                  argv);
 }

@@ -17,7 +17,8 @@
 #      opencode_pick_attempt on the second: a run without a sandbox opens
 #      the pull request of its branch (no draft, the run's title), the
 #      attempt's pullRequestUrl is it, the other has none; a second pick
-#      is refused
+#      is refused; a pick run the runner fails before it tries (the tenant
+#      over its bytes budget) undoes the pick
 #   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
@@ -47,7 +48,8 @@ my $s = SMCP::Stack->new(
 );
 my $t = $s->t;
 my $gh = $s->github;
-my $r = $s->start_runner(concurrency => 3);
+# (a bytes budget under the module's 128m: a pick the runner fails)
+my $r = $s->start_runner(concurrency => 3, args => [ '--tenant-redis-bytes', '64m' ]);
 my $main = $gh->ref_commit('acme/app', 'main');
 
 # run_task with attempts: its answer, every session remembered (cleanup)
@@ -127,6 +129,20 @@ subtest 'a pull request for the attempt picked alone' => sub {
              '... the branch has its attempt.txt');
     }
     is(scalar @{ $gh->pulls('acme/app') }, $before, 'no pull request yet');
+
+    # a pick run the runner fails before it tries (the tenant over the
+    # runner's bytes budget, under the module's): the pick undone
+    my $usage = 'smcp:tenant:' . $s->run_hash($runs[1])->{tenant} . ':usage';
+    my $over = 100 * 1024 * 1024;
+    $t->redis('HINCRBY', $usage, 'bytes', $over);
+    my $failed = SMCP::Test::sc($s->call('opencode_pick_attempt',
+                                         { groupId => $g->{groupId}, runId => $runs[1] }));
+    ok($failed && $failed->{pickRunId}, 'a pick queued') or diag(json_encode($failed));
+    my $fres = $s->wait_done($failed->{pickRunId}, 120);
+    is($fres->{status}, 'failed', '... failed by the runner (the tenant over its budget)');
+    $t->redis('HINCRBY', $usage, 'bytes', -$over);
+    is($s->result($runs[1])->{pullRequestStatus}, 'pushed', '... the attempt waits again');
+    ok(!$s->run_hash($g->{groupId})->{picked}, '... the group has no pick: another may be tried');
 
     my $pick = SMCP::Test::sc($s->call('opencode_pick_attempt',
                                        { groupId => $g->{groupId}, runId => $runs[1] }));

@@ -55,7 +55,7 @@ $t->start_redis;
 
 my $P = 'smcp:';
 my %LUA;
-for my $f (glob(repo_root() . '/ngx_sandbox_mcp_module/common/scripts/{claim,running,finish,janitor_begin,janitor_end,budget_release,usage_disk,run_waiting}.lua')) {
+for my $f (glob(repo_root() . '/ngx_sandbox_mcp_module/common/scripts/{claim,running,finish,janitor_begin,janitor_end,budget_release,usage_disk,run_waiting,pick_done}.lua')) {
     my ($name) = $f =~ m{([^/]+)\.lua$};
     $LUA{$name} = $t->read_file($f);
 }
@@ -104,6 +104,37 @@ sub created {
 sub members { return [ sort @{ $t->redis('SMEMBERS', $_[0]) // [] } ] }
 
 ##############################################################################
+
+# pick_done (runner/pick.c): KEYS the attempt's and the group's run
+# hashes; ARGV the pick run, "opened" or not, the URL and number
+subtest 'pick_done: the pull request, or the pick undone; only its own pick' => sub {
+    my ($att, $grp) = ("${P}run:run_patt", "${P}run:run_pgrp");
+    my $setup = sub {
+        run('run_patt', tenant => 'tia', group => 'run_pgrp', pr_status => 'picked',
+            pr_pick_run => 'run_ppick');
+        run('run_pgrp', tenant => 'tia', picked => 'run_patt');
+    };
+    $setup->();
+    is(script('pick_done', [ $att, $grp ], [ 'run_pother', 'opened', 'https://x/1', 1 ]), 0,
+       "another pick run's outcome: 0");
+    is(hash($att)->{pr_status}, 'picked', '... the attempt untouched');
+    is(script('pick_done', [ $att, $grp ], [ 'run_ppick', 'opened', 'https://x/1', 7 ]), 1,
+       'opened: 1');
+    is_deeply([ @{ hash($att) }{qw(pr_status pr_url pr_number)} ], [ 'opened', 'https://x/1', 7 ],
+              "... the attempt's pull request");
+    is(hash($grp)->{picked}, 'run_patt', '... the group keeps its pick');
+
+    $setup->();
+    is(script('pick_done', [ $att, $grp ], [ 'run_ppick', '', '', '' ]), 1, 'not opened: 1');
+    is(hash($att)->{pr_status}, 'pushed', '... the attempt pushed again');
+    ok(!exists hash($att)->{pr_pick_run}, '... without its pick run');
+    ok(!exists hash($grp)->{picked}, '... the group without its pick: another may be tried');
+
+    $t->redis('DEL', $att);
+    is(script('pick_done', [ $att, $grp ], [ 'run_ppick', 'opened', 'https://x/1', 7 ]), 0,
+       'the attempt gone (its keys expired): 0');
+    is($t->redis('EXISTS', $att), 0, '... no hash made anew');
+};
 
 subtest 'claim: status, other claims, attempts' => sub {
     is(claim('run_missing', 'r1/1/a'), 'missing', 'no run: missing');
