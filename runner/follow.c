@@ -259,6 +259,12 @@ runner_run_line(void *data, int stream, const char *ts, const char *line,
         return RUNNER_OK;
     }
 
+    if (len == 0 && cut == 0) {
+        /* an empty line says nothing (the entry script's before
+         * agent_exit ends whatever line the agent left unfinished) */
+        return RUNNER_OK;
+    }
+
     copy = malloc(len + 1);
     if (copy == NULL) {
         return RUNNER_ERR;

@@ -124,6 +124,11 @@ runner_run_env(runner_run_t *run, json_t *h, const char *token,
     RUNNER_ENV("SMCP_RUN_ID", run->id);
     RUNNER_ENV("SMCP_MODEL", model);
     RUNNER_ENV("SMCP_AGENT", run->agent);
+    /* an agent that keeps the run's spend cap itself (Claude Code) */
+    v = json_string_value(json_object_get(h, "max_cost"));
+    if (run->agent[0]) {
+        RUNNER_ENV("SMCP_MAX_COST_USD", v);
+    }
     RUNNER_ENV("SMCP_REPOSITORY", repo);
     v = repos;
     RUNNER_ENV("SMCP_REPOSITORIES", v);

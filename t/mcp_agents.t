@@ -96,11 +96,12 @@ subtest 'a run of each agent; a session keeps its agent' => sub {
     is($t->redis('DBSIZE'), $keys, '... no key written');
 
     my $up = tool_ok(call('opencode_run_task', { task => 'd', sessionId => $cx->{sessionId},
-                                                 model => 'openai/gpt-5.1' }),
-                     'a follow-up naming no agent');
+                                                 model => 'openai/gpt-5.1', image => 'other:1' }),
+                     'a follow-up naming no agent (and an image)');
     $h = hash("${P}run:$up->{runId}");
     is($h->{agent}, 'codex', "... the session's agent");
     is($h->{model}, 'openai/gpt-5.1', '... the model named');
+    is($h->{image}, '', "... no image: codex runs in its own");
 
     tool_err(call('opencode_send_message', { runId => $cx->{runId}, message => 'also X' }),
              qr/runs the agent codex, which takes no message while it runs/,

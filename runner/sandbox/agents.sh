@@ -21,6 +21,7 @@ agents_dir=/usr/local/lib/smcp/agents
 # agent cannot run here (an error line printed, as OpenCode prints them)
 agent_other_start() {
     local map=$agents_dir/$SMCP_AGENT.jq bin cmd=() want
+    agent_base=null
     case $SMCP_AGENT in
         claude-code) bin=claude want=anthropic ;;
         codex)       bin=codex want=openai ;;
@@ -35,11 +36,15 @@ agent_other_start() {
         agent_config_error "agent $SMCP_AGENT runs $want models, not $SMCP_MODEL"
         return 1
     fi
+    # the conversation to continue: an id as the agent printed it (the
+    # runner kept [A-Za-z0-9_-]); one that could pass for a flag is none
+    [[ $session_id =~ ^[A-Za-z0-9][A-Za-z0-9_-]*$ ]] || session_id=""
     case $SMCP_AGENT in
-        claude-code) agent_claude_code ;;
-        codex)       agent_codex ;;
+        claude-code) agent_claude_code || return 1 ;;
+        codex)       agent_codex || return 1 ;;
     esac
-    exec {mapfd}> >(exec jq -ncR --unbuffered -f "$map")
+    exec {mapfd}> >(exec jq -ncR --unbuffered --argjson base "$agent_base" \
+                             -f "$map")
     mapper_pid=$!
     "${cmd[@]}" < "$TMPDIR/smcp-task" >&"$mapfd" &
     agent_pid=$!
@@ -61,6 +66,7 @@ agent_config_error() {
 # repository's .claude/settings.json `env` would otherwise override it.
 agent_claude_code() {
     local base=${SMCP_PROVIDER_BASE_URL:-${SMCP_EGRESS_URL%/}/anthropic}
+    local n env=""
     base=${base%/}
     base=${base%/v1}
     mkdir -p "$oc/claude"
@@ -71,10 +77,22 @@ agent_claude_code() {
     export DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1
     export DISABLE_BUG_COMMAND=1 CLAUDE_CODE_MAX_RETRIES=4
     export API_TIMEOUT_MS=600000
+    # the same again in --settings, over a repository's settings `env`
+    for n in ANTHROPIC_BASE_URL CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC \
+             DISABLE_AUTOUPDATER DISABLE_TELEMETRY DISABLE_ERROR_REPORTING \
+             DISABLE_BUG_COMMAND CLAUDE_CODE_MAX_RETRIES API_TIMEOUT_MS; do
+        env+="${env:+,}\"$n\":$(json_str "${!n}")"
+    done
     cmd=(claude -p --output-format stream-json --verbose
          --model "$model" --permission-mode bypassPermissions
          --disallowedTools WebSearch,WebFetch
-         --settings "{\"env\":{\"ANTHROPIC_BASE_URL\":$(json_str "$base"),\"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\":\"1\"}}")
+         --settings "{\"env\":{$env}}")
+    # the run's spend cap, kept by Claude Code itself as it goes (it
+    # tells its cost only at the end: the runner's watchdog sees it then)
+    if [[ ${SMCP_MAX_COST_USD:-} =~ ^[0-9]+(\.[0-9]+)?$ ]] \
+       && [ "$SMCP_MAX_COST_USD" != 0 ]; then
+        cmd+=(--max-budget-usd "$SMCP_MAX_COST_USD")
+    fi
     if [ -n "$session_id" ]; then
         cmd+=(--resume "$session_id")
     fi
@@ -92,10 +110,11 @@ agent_claude_code() {
 # agent could have written it: it moves only this run's token counts).
 agent_codex() {
     local base=${SMCP_PROVIDER_BASE_URL:-${SMCP_EGRESS_URL%/}/openai/v1} f
+    # made anew each run (not through whatever the agent left there)
+    rm -rf "$oc/codex/config.toml" 2>/dev/null
+    [ -d "$oc/codex" ] && [ ! -L "$oc/codex" ] || rm -rf "$oc/codex"
     mkdir -p "$oc/codex"
     export CODEX_HOME=$oc/codex
-    # written anew each run (not through whatever the agent left there)
-    rm -f "$CODEX_HOME/config.toml"
     printf '%s\n' \
         "model = \"$model\"" \
         'model_provider = "smcp"' \
@@ -123,20 +142,30 @@ agent_codex() {
         'request_max_retries = 4' \
         'stream_max_retries = 4' \
         'supports_websockets = false' \
-        > "$CODEX_HOME/config.toml"
+        > "$CODEX_HOME/config.toml" || {
+        agent_config_error "agent codex: its configuration could not be written in $CODEX_HOME"
+        return 1
+    }
     cmd=(codex exec)
-    unset SMCP_CODEX_USAGE_BASE
     if [ -n "$session_id" ]; then
         cmd+=(resume "$session_id")
         f=$(find "$CODEX_HOME/sessions" -type f \
-                -name "rollout-*-$session_id.jsonl" 2>/dev/null | head -n 1)
+                -name "rollout-*-$session_id.jsonl" 2>/dev/null \
+            | sort | tail -n 1)
         if [ -n "$f" ]; then
-            SMCP_CODEX_USAGE_BASE=$(head -c 67108864 "$f" | jq -cR \
-                'fromjson? | select(.type == "event_msg"
+            # its last total, numbers only (the file is the agent's to
+            # write: nothing else of it goes anywhere)
+            agent_base=$(tail -c 16777216 "$f" | jq -cR \
+                'fromjson? | select(type == "object"
+                  and .type == "event_msg" and (.payload | type) == "object"
                   and .payload.type == "token_count")
-                | .payload.info.total_token_usage // empty' 2>/dev/null \
+                | .payload.info.total_token_usage | objects
+                | {input_tokens, cached_input_tokens, output_tokens,
+                   reasoning_output_tokens}
+                | map_values(if type == "number" and . >= 0 and . < 1e15
+                             then floor else 0 end)' 2>/dev/null \
                 | tail -n 1) || true
-            export SMCP_CODEX_USAGE_BASE
+            [[ $agent_base =~ ^\{[a-z_\":0-9,]*\}$ ]] || agent_base=null
         fi
     fi
     cmd+=(--json --skip-git-repo-check

@@ -51,6 +51,8 @@
 #   SMCP_AGENT             the agent, when not OpenCode: claude-code or codex
 #                          (agents.sh: its own binary, in an image built
 #                          FROM this one; its lines mapped onto OpenCode's)
+#   SMCP_MAX_COST_USD      with SMCP_AGENT: the run's spend cap (0: none),
+#                          which Claude Code keeps itself (--max-budget-usd)
 #   SMCP_DIFF_MAX          bytes the diff line may take, newline included
 #                          (default 10485760): a longer diff is cut at a
 #                          line boundary and marked "truncated":true
@@ -1020,6 +1022,9 @@ disown -a 2>/dev/null || true
 kill -KILL -1 2>/dev/null || true
 PATH=$(path_not_writable)
 hash -r
+# (a line the agent left unfinished on the output ends here, not in
+# agent_exit's)
+printf '\n'
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # From here on no program or configuration of the agent's may run: every

@@ -177,6 +177,9 @@ if provider then
   -- (their providers' routes bear the providers' names)
   if model ~= ARGV[9] and route ~= '' then route = provider end
 end
+-- an image is OpenCode's: another agent runs in its own (the runner's)
+local image = ARGV[30] or ''
+if agent ~= 'opencode' then image = '' end
 
 local own, seen = ARGV[7], false
 for _, url in ipairs(repos) do
@@ -280,7 +283,7 @@ local function create(r, k)
     'draft', ARGV[26], 'watch_base', r[3],
     'timeout', ARGV[12], 'status', started, 'created_at', ARGV[5],
     'max_running', ARGV[15], 'max_cost', ARGV[16], 'retention', ARGV[17],
-    'image', ARGV[30] or '', 'agent', agent)
+    'image', image, 'agent', agent)
   if fork ~= '' then redis.call('HSET', K1, 'fork_of', fork) end
   if n > 1 then
     redis.call('HSET', K1, 'group', ARGV[1], 'group_attempt', k,

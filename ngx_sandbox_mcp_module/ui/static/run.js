@@ -1157,7 +1157,7 @@
 
     function rerunArgs() {
         var a = { task: run.task }, names = ["repository", "branch", "model",
-            "title", "baseBranch", "prTitle", "image"], i;
+            "agent", "title", "baseBranch", "prTitle", "image"], i;
 
         for (i = 0; i < names.length; i++) {
             if (typeof run[names[i]] === "string" && run[names[i]] !== "") {

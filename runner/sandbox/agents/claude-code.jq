@@ -40,6 +40,13 @@ def tok: num | if . < 0 then 0 elif . > 1000000000 then 1000000000
                else floor end;
 def usd: num | if . < 0 then 0 elif . > 1000 then 1000 else . end;
 def cut($n): if type == "string" and length > $n then .[0:$n] else . end;
+# a mapped line stays within the runner's --max-line (256 KiB): a string
+# of it at most these characters (6 bytes each at worst, escaped)
+def cuttext: cut(30000);
+def cutout: cut(20000);
+def cutin: if type == "object" or type == "array"
+           then walk(if type == "string" then cut(3000) else . end)
+           else . end;
 def httpcode: if type == "number" and . >= 100 and . <= 599 then floor
               else null end;
 def nonempty: type == "string" and length > 0;
@@ -150,11 +157,11 @@ def on_assistant($e):
       | reduce ($m.content | a)[] as $b0 (.;
           ($b0 | o) as $b
           | if $b.type == "text" and ($b.text | nonempty) then
-              . as $st | emit(ev($st; "text") + {part: {type: "text", text: $b.text}})
+              . as $st | emit(ev($st; "text") + {part: {type: "text", text: ($b.text | cuttext)}})
             elif $b.type == "thinking" and ($b.thinking | nonempty) then
               . as $st
               | emit(ev($st; "reasoning")
-                     + {part: {type: "reasoning", text: $b.thinking}})
+                     + {part: {type: "reasoning", text: ($b.thinking | cuttext)}})
             elif $b.type == "tool_use" and ($b.id | nonempty) then
               remember_call($b.id; ($b.name | s // "tool"); $b.input)
               | .step.tool = true
@@ -167,14 +174,14 @@ def on_user($e):
     | if $b.type == "tool_result" and ($b.tool_use_id | nonempty)
          and .tools[$b.tool_use_id] != null then
         .tools[$b.tool_use_id] as $c
-        | ($b.content | resulttext) as $out
+        | ($b.content | resulttext | cutout) as $out
         | ($b.is_error == true) as $err
         | . as $st
         | emit(ev($st; "tool_use")
                + {part: {type: "tool", tool: ($c.name | ascii_downcase),
                          callID: $b.tool_use_id,
                          state: ({status: (if $err then "error" else "completed" end),
-                                  input: ($c.input | ocinput),
+                                  input: ($c.input | ocinput | cutin),
                                   output: $out,
                                   title: ($c.input | title($st.cwd)),
                                   time: {start: $c.start,

@@ -16,9 +16,9 @@
 # Codex's usage is the thread's running total (a resumed thread's first
 # turn.completed counts every earlier run too): each step_finish counts
 # what the total grew by since the last one, or since
-# $SMCP_CODEX_USAGE_BASE (the usage object the thread's previous run ended
-# with: the rollout's last token_count .payload.info.total_token_usage)
-# when that is set.  Codex's input_tokens include the cached ones.
+# $base (jq --argjson base: the usage object the thread's previous run
+# ended with, the rollout's last token_count .payload.info.total_token_usage;
+# null for a new thread).  Codex's input_tokens include the cached ones.
 
 # a token count: a non-negative whole number, else 0
 def count: if type == "number" and . >= 0 and . < 1e15 then floor else 0 end;
@@ -151,7 +151,7 @@ def step($e):
           else .lasterr = $m | .out = [err(if $m == "" then "error" else $m end)] end
       else . end;
 
-((try ($ENV.SMCP_CODEX_USAGE_BASE | fromjson) catch null) | usage) as $base
+($base | usage) as $base
 | foreach (inputs | try fromjson catch null) as $e (
     { sid: "", prev: $base, lasterr: null, out: [] };
     . as $s | try ($s | step($e)) catch ($s | .out = []);
