@@ -1022,9 +1022,6 @@ disown -a 2>/dev/null || true
 kill -KILL -1 2>/dev/null || true
 PATH=$(path_not_writable)
 hash -r
-# (a line the agent left unfinished on the output ends here, not in
-# agent_exit's)
-printf '\n'
 lifecycle agent_exit "\"exitCode\":$status${signal:+,\"signal\":\"$signal\"}"
 
 # From here on no program or configuration of the agent's may run: every
