@@ -40,6 +40,7 @@ my $T0 = time();
 my $ENTRYPOINT = SMCP::Test::repo_root() . '/runner/sandbox/entrypoint.sh';
 my $REGISTRIES = SMCP::Test::repo_root() . '/runner/sandbox/registries.sh';
 my $GIT_AFTER = SMCP::Test::repo_root() . '/runner/sandbox/git-after.sh';
+my $AGENTS = SMCP::Test::repo_root() . '/runner/sandbox/agents.sh';
 
 # nginx + redis (skips when the module is not built), then Docker
 my $t = SMCP::Test->new(workers => 2);
@@ -134,7 +135,8 @@ my $cid = create_container(
     extra       => ['--mount', "type=volume,src=$vol,dst=/workspace",
                     '--mount', "type=bind,src=$ENTRYPOINT,dst=/usr/local/bin/smcp-entrypoint,readonly",
                     '--mount', "type=bind,src=$REGISTRIES,dst=/usr/local/lib/smcp/registries.sh,readonly",
-                    '--mount', "type=bind,src=$GIT_AFTER,dst=/usr/local/lib/smcp/git-after.sh,readonly"],
+                    '--mount', "type=bind,src=$GIT_AFTER,dst=/usr/local/lib/smcp/git-after.sh,readonly",
+                    '--mount', "type=bind,src=$AGENTS,dst=/usr/local/lib/smcp/agents.sh,readonly"],
     cmd         => ['sleep', '300'],
 );
 {
