@@ -13,6 +13,7 @@
 #include "ngx_http_sandbox_mcp_egress_credential.h"
 #include "ngx_http_sandbox_mcp_egress_inbox.h"
 #include "ngx_http_sandbox_mcp_egress_log.h"
+#include "ngx_http_sandbox_mcp_egress_meter.h"
 #include "ngx_http_sandbox_mcp_egress_model.h"
 #include "ngx_http_sandbox_mcp_egress_push.h"
 #include "ngx_http_sandbox_mcp_egress_token.h"
@@ -123,6 +124,14 @@ static ngx_command_t  ngx_http_sandbox_mcp_egress_commands[] = {
     { ngx_string("sandbox_mcp_egress_server_tools"),
       NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_sandbox_mcp_egress_server_tools,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sandbox_mcp_egress_price"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF
+                        |NGX_CONF_TAKE3|NGX_CONF_TAKE4|NGX_CONF_TAKE5,
+      ngx_http_sandbox_mcp_egress_price,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -355,7 +364,7 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     ctx->cmd = NULL;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 8)
+        || reply->elements != 10)
     {
         rc = ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
@@ -385,6 +394,15 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     }
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+
+    msg = lcf->model ? ngx_http_sandbox_mcp_egress_meter_check(r, e[8], e[9])
+                     : NULL;
+
+    if (msg) {
+        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED,
+                                                "billing_error", msg);
+        goto finalize;
+    }
 
     /* a pick run (run_pick.lua wrote pr_of; it has no sandbox) opens the
      * pull request of its attempt's branch */
@@ -578,7 +596,7 @@ static ngx_int_t
 ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx)
 {
-    ngx_str_t            argv[10];
+    ngx_str_t            argv[12];
     ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -598,6 +616,8 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     ngx_str_set(&argv[7], "pr_of");
     ngx_str_set(&argv[8], "pr_pick");
     ngx_str_set(&argv[9], "draft");
+    ngx_str_set(&argv[10], "max_cost");
+    ngx_str_set(&argv[11], "metered_cost");
 
     if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
                                        &ctx->run_id)
@@ -607,7 +627,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
     }
 
     ctx->cmd = ngx_http_sandbox_mcp_redis_command(
-                   ngx_http_sandbox_mcp_egress_checked, ctx, 10, argv);
+                   ngx_http_sandbox_mcp_egress_checked, ctx, 12, argv);
 
     if (ctx->cmd == NULL) {
         ctx->done = 1;
@@ -868,6 +888,7 @@ ngx_http_sandbox_mcp_egress_create_loc_conf(ngx_conf_t *cf)
     conf->model = NGX_CONF_UNSET;
     conf->inbox = NGX_CONF_UNSET;
     conf->server_tools = NGX_CONF_UNSET_PTR;
+    conf->prices = NGX_CONF_UNSET_PTR;
 
     conf->repository = NGX_CONF_UNSET_PTR;
     conf->push = NGX_CONF_UNSET_UINT;
@@ -895,6 +916,7 @@ ngx_http_sandbox_mcp_egress_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_value(conf->model, prev->model, 0);
     ngx_conf_merge_ptr_value(conf->server_tools, prev->server_tools, NULL);
     ngx_conf_merge_value(conf->inbox, prev->inbox, 0);
+    ngx_conf_merge_ptr_value(conf->prices, prev->prices, NULL);
 
     return NGX_CONF_OK;
 }

@@ -9,6 +9,8 @@
 
 #include "ngx_http_sandbox_mcp_module.h"
 
+#include "smcp_usage.h"
+
 
 /* sandbox_mcp_egress_push: what writes a location carries */
 #define NGX_HTTP_SANDBOX_MCP_PUSH_OFF           0
@@ -20,6 +22,9 @@
 #define NGX_HTTP_SANDBOX_MCP_KIND_ADVERTISE     1   /* receive-pack refs */
 #define NGX_HTTP_SANDBOX_MCP_KIND_PUSH          2   /* git-receive-pack */
 #define NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST  3   /* POST .../pulls */
+
+/* a model request past the run's maxCostUsd (nginx names no 402) */
+#define NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED   402
 
 /* the one branch a run may write: opencode/<runId> */
 #define NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX      "opencode/"
@@ -45,6 +50,8 @@ typedef struct {
     ngx_array_t                *server_tools;   /* allowed (ngx_str_t) */
     ngx_flag_t                  inbox;          /* sandbox_mcp_egress_inbox:
                                                    not in the audit record */
+    ngx_array_t                *prices;         /* sandbox_mcp_egress_price
+                                                   (..._egress_price_t) */
 } ngx_http_sandbox_mcp_egress_loc_conf_t;
 
 
@@ -60,12 +67,21 @@ typedef struct {
     ngx_int_t                           rc;
     ngx_uint_t                          status;         /* refusal */
     ngx_uint_t                          kind;
+    smcp_usage_t                       *usage;  /* a model request's
+                                                   answer, as read */
+    ngx_str_t                           model;  /* the request's */
+    off_t                               answer_bytes;
     unsigned                            done:1;
     unsigned                            known:1;        /* run of tenant */
     unsigned                            granted:1;
     unsigned                            draft:1;        /* its pull
                                                            request: a
                                                            draft only */
+    unsigned                            answered:1;     /* the answer's
+                                                           last byte */
+    unsigned                            opaque:1;       /* an answer the
+                                                           meter cannot
+                                                           read */
 } ngx_http_sandbox_mcp_egress_ctx_t;
 
 

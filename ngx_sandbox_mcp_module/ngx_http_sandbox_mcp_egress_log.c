@@ -6,6 +6,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_log.h"
+#include "ngx_http_sandbox_mcp_egress_meter.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 
 
@@ -108,6 +109,9 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
         ngx_http_sandbox_mcp_egress_log_cache(r, ev);
     }
 #endif
+
+    /* a model request: its usage, metered */
+    ngx_http_sandbox_mcp_egress_meter_log(r, ctx, ev);
 
     data = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
     json_decref(ev);

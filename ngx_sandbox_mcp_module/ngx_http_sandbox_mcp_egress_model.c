@@ -9,6 +9,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_model.h"
+#include "ngx_http_sandbox_mcp_egress_meter.h"
 #include "ngx_http_sandbox_mcp_egress_push.h"
 
 #include "smcp_tools.h"
@@ -95,10 +96,11 @@ ngx_http_sandbox_mcp_egress_json_type(ngx_http_request_t *r)
 }
 
 
-/* the whole body through the reader, a piece at a time */
+/* the whole body through the readers (the tools', the meter's: its
+ * model), a piece at a time */
 static ngx_int_t
 ngx_http_sandbox_mcp_egress_scan(ngx_http_request_t *r, smcp_tools_t *s,
-    int *rc)
+    smcp_usage_t *u, int *rc)
 {
     off_t         pos;
     size_t        want;
@@ -117,6 +119,7 @@ ngx_http_sandbox_mcp_egress_scan(ngx_http_request_t *r, smcp_tools_t *s,
         b = cl->buf;
 
         if (!b->in_file) {
+            smcp_usage_feed(u, b->pos, b->last - b->pos);
             *rc = smcp_tools_feed(s, b->pos, b->last - b->pos);
             continue;
         }
@@ -140,6 +143,7 @@ ngx_http_sandbox_mcp_egress_scan(ngx_http_request_t *r, smcp_tools_t *s,
                 return NGX_ERROR;
             }
 
+            smcp_usage_feed(u, chunk, want);
             *rc = smcp_tools_feed(s, chunk, want);
         }
     }
@@ -159,7 +163,9 @@ ngx_http_sandbox_mcp_egress_model(ngx_http_request_t *r, char *err,
     int                                      rc;
     u_char                                  *p, *last, route[64];
     ngx_uint_t                               i;
+    smcp_usage_t                            *u;
     smcp_tools_t                            *s;
+    ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
     ngx_http_sandbox_mcp_egress_format_t    *f;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
@@ -201,15 +207,24 @@ ngx_http_sandbox_mcp_egress_model(ngx_http_request_t *r, char *err,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    u = ngx_palloc(r->pool, sizeof(smcp_usage_t));
+    if (u == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     smcp_tools_init(s, f->format, ngx_http_sandbox_mcp_egress_tool_allowed,
                     lcf->server_tools);
+    smcp_usage_init(u);
 
-    if (ngx_http_sandbox_mcp_egress_scan(r, s, &rc) != NGX_OK) {
+    if (ngx_http_sandbox_mcp_egress_scan(r, s, u, &rc) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (rc == SMCP_TOOLS_OK) {
-        return NGX_OK;
+        ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
+
+        return (ngx_http_sandbox_mcp_egress_meter_begin(r, ctx, u) == NGX_OK)
+               ? NGX_OK : NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (rc == SMCP_TOOLS_BAD) {

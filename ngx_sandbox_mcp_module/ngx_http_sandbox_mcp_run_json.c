@@ -67,6 +67,7 @@ static ngx_http_sandbox_mcp_run_field_t  ngx_http_sandbox_mcp_run_fields[] = {
     T(",\"cacheRead\":", "tokens_cache_read", INT),
     T(",\"cacheWrite\":", "tokens_cache_write", INT),
     T("},\"cost\":", "cost", REAL),
+    T(",\"meteredCostUsd\":", "metered_cost", REAL),
     T(",\"maxCostUsd\":", "max_cost", CAP),
     T(",\"timeoutSeconds\":", "timeout", INT),
     T(",\"createPullRequest\":", "create_pr", BOOL),

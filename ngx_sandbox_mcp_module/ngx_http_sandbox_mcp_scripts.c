@@ -26,6 +26,7 @@ NGX_HTTP_SANDBOX_MCP_SCRIPT(run_message);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_inbox);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_diff);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(run_events);
+NGX_HTTP_SANDBOX_MCP_SCRIPT(run_meter);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(ui_events);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(subscribe);
 NGX_HTTP_SANDBOX_MCP_SCRIPT(revoke);
@@ -49,6 +50,7 @@ ngx_http_sandbox_mcp_script_t  *ngx_http_sandbox_mcp_scripts[] = {
     &ngx_http_sandbox_mcp_script_run_inbox,
     &ngx_http_sandbox_mcp_script_run_diff,
     &ngx_http_sandbox_mcp_script_run_events,
+    &ngx_http_sandbox_mcp_script_run_meter,
     &ngx_http_sandbox_mcp_script_ui_events,
     &ngx_http_sandbox_mcp_script_subscribe,
     &ngx_http_sandbox_mcp_script_revoke,

@@ -33,6 +33,8 @@ extern ngx_http_sandbox_mcp_script_t
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_run_events;
 extern ngx_http_sandbox_mcp_script_t
+    ngx_http_sandbox_mcp_script_run_meter;
+extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_ui_events;
 extern ngx_http_sandbox_mcp_script_t
     ngx_http_sandbox_mcp_script_revoke;

@@ -243,8 +243,8 @@ static int
 runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 {
     int             cancel, rc;
-    double          max_cost;
     const char     *status, *error;
+    runner_spend_t  spend;
     char            msg[RUNNER_STDERR_TAIL + 128], stopmsg[256];
     char            tail[RUNNER_STDERR_TAIL];
     runner_diff_t   diff;
@@ -254,10 +254,10 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 
     /* a run that spent past its cap says so, however it ended (its agent
      * may have finished before the watchdog looked) */
-    if (runner_store_limits(run->store, run->id, &cancel, &max_cost)
+    if (runner_store_limits(run->store, run->id, &cancel, &spend)
         == RUNNER_OK)
     {
-        runner_run_check_cost(run, max_cost, run->out.cost);
+        runner_run_check_cost(run, &spend, run->out.cost);
     }
 
     switch (runner_run_stopped(run, stopmsg, sizeof(stopmsg))) {

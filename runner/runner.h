@@ -318,6 +318,12 @@ typedef struct {
 /* a Redis connection (store.c), one thread's own */
 typedef struct runner_store_s  runner_store_t;
 
+/* a run's spend: its cap and what the egress metered (USD; 0: none) */
+typedef struct {
+    double      max;
+    double      metered;
+} runner_spend_t;
+
 
 /* what the agent's events add up to */
 typedef struct {
@@ -540,7 +546,7 @@ int runner_store_attempts(runner_store_t *st, const char *run_id,
 int runner_store_hget(runner_store_t *st, const char *run_id,
     const char *field, char *buf, size_t size);
 int runner_store_limits(runner_store_t *st, const char *run_id,
-    int *cancel, double *max_cost);
+    int *cancel, runner_spend_t *spend);
 json_t *runner_store_run(runner_store_t *st, const char *run_id);
 int runner_store_session_get(runner_store_t *st, const char *session,
     const char *field, char *buf, size_t size);
@@ -934,6 +940,7 @@ int runner_run_stored_state(runner_run_t *run);
 void runner_run_watch_start(runner_run_t *run);
 void runner_run_watch_end(runner_run_t *run);
 int runner_run_stopped(runner_run_t *run, char *msg, size_t size);
-void runner_run_check_cost(runner_run_t *run, double max, double cost);
+void runner_run_check_cost(runner_run_t *run, const runner_spend_t *spend,
+    double cost);
 
 #endif /* RUNNER_H */

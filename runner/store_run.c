@@ -104,31 +104,42 @@ runner_store_hget(runner_store_t *st, const char *run_id, const char *field,
 }
 
 
-/* the run's spend cap and its cancel (the watchdog's look, every second):
- * max_cost 0 when there is none */
+/* a number of the run hash: USD as text; absent, "0" or not one: 0 */
+static double
+runner_store_usd(const char *v)
+{
+    char    *end;
+    double   d;
+
+    d = strtod(v, &end);
+
+    return (v[0] && *end == '\0' && isfinite(d) && d > 0) ? d : 0;
+}
+
+
+/* the run's spend cap, its metered cost (the egress's) and its cancel
+ * (the watchdog's look, every second) */
 int
 runner_store_limits(runner_store_t *st, const char *run_id, int *cancel,
-    double *max_cost)
+    runner_spend_t *spend)
 {
-    char         v[2][RUNNER_NUM_MAX], *vals[2], *end;
-    double       max;
-    const char  *fields[2] = { "cancel_requested", "max_cost" };
+    char         v[3][RUNNER_NUM_MAX], *vals[3];
+    const char  *fields[3] = { "cancel_requested", "max_cost",
+                               "metered_cost" };
 
     vals[0] = v[0];
     vals[1] = v[1];
+    vals[2] = v[2];
 
-    if (runner_store_fields(st, run_id, 2, fields, vals, sizeof(v[0]))
+    if (runner_store_fields(st, run_id, 3, fields, vals, sizeof(v[0]))
         != RUNNER_OK)
     {
         return RUNNER_ERR;
     }
 
     *cancel = strcmp(v[0], "1") == 0;
-
-    /* USD as text; absent or "0": no cap */
-    max = strtod(v[1], &end);
-    *max_cost = (v[1][0] && *end == '\0' && isfinite(max) && max > 0)
-                ? max : 0;
+    spend->max = runner_store_usd(v[1]);
+    spend->metered = runner_store_usd(v[2]);
 
     return RUNNER_OK;
 }

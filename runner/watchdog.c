@@ -60,14 +60,29 @@ runner_run_stopped(runner_run_t *run, char *msg, size_t size)
 }
 
 
-/* the cost so far against the cap (`max_cost`; 0: none) */
+/*
+ * The cost so far against the cap (0: none): the egress's metered cost
+ * (the provider's counts; a request is refused there once it reaches the
+ * cap), or the agent's own report.
+ */
 void
-runner_run_check_cost(runner_run_t *run, double max, double cost)
+runner_run_check_cost(runner_run_t *run, const runner_spend_t *spend,
+    double cost)
 {
-    if (max > 0 && cost > max) {
+    if (spend->max <= 0) {
+        return;
+    }
+
+    if (spend->metered >= spend->max) {
+        runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the "
+                        "run's model requests have cost $%.6f as metered at "
+                        "the egress, its maxCostUsd is $%.6f; the sandbox "
+                        "was stopped", spend->metered, spend->max);
+
+    } else if (cost > spend->max) {
         runner_run_stop(run, RUNNER_STOP_LIMIT, "spend cap exceeded: the run "
                         "has cost $%.6f, over its maxCostUsd of $%.6f; the "
-                        "sandbox was stopped", cost, max);
+                        "sandbox was stopped", cost, spend->max);
     }
 }
 
@@ -75,8 +90,8 @@ runner_run_check_cost(runner_run_t *run, double max, double cost)
 static void
 runner_run_check(runner_run_t *run, runner_store_t *st, int64_t now)
 {
-    int     cancel;
-    double  max_cost;
+    int             cancel;
+    runner_spend_t  spend;
 
     if (run->deadline_ms && now >= run->deadline_ms) {
         runner_run_stop(run, RUNNER_STOP_DEADLINE, "deadline exceeded: the "
@@ -85,7 +100,7 @@ runner_run_check(runner_run_t *run, runner_store_t *st, int64_t now)
     }
 
     if (st == NULL
-        || runner_store_limits(st, run->id, &cancel, &max_cost) != RUNNER_OK)
+        || runner_store_limits(st, run->id, &cancel, &spend) != RUNNER_OK)
     {
         return;
     }
@@ -94,8 +109,7 @@ runner_run_check(runner_run_t *run, runner_store_t *st, int64_t now)
         runner_run_stop(run, RUNNER_STOP_CANCEL, "cancelled");
     }
 
-    runner_run_check_cost(run, max_cost,
-                          atomic_load(&run->cost_micros) / 1e6);
+    runner_run_check_cost(run, &spend, atomic_load(&run->cost_micros) / 1e6);
 }
 
 

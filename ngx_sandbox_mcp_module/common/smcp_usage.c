@@ -1,0 +1,389 @@
+/*
+ * A model API's usage, read from the bytes as they stream through
+ * (smcp_usage.h).
+ */
+
+#include <limits.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "smcp_usage.h"
+
+
+/* a key of ours, just closed */
+#define SMCP_USAGE_AFTER_NONE     0
+#define SMCP_USAGE_AFTER_USAGE    1
+#define SMCP_USAGE_AFTER_MODEL    2
+
+/* what must come next for it */
+#define SMCP_USAGE_EXPECT_NONE    0
+#define SMCP_USAGE_EXPECT_COLON   1
+#define SMCP_USAGE_EXPECT_VALUE   2
+
+/* what is being kept */
+#define SMCP_USAGE_CAPTURE_NONE   0
+#define SMCP_USAGE_CAPTURE_OBJECT 1
+#define SMCP_USAGE_CAPTURE_MODEL  2
+
+
+void
+smcp_usage_init(smcp_usage_t *u)
+{
+    memset(u, 0, sizeof(smcp_usage_t));
+}
+
+
+/* a count in the object: an integer within bounds, or -1 */
+static int64_t
+smcp_usage_count(json_t *o, const char *key, const char *sub)
+{
+    json_int_t  n;
+
+    o = json_object_get(o, key);
+
+    if (sub) {
+        o = json_object_get(o, sub);
+    }
+
+    if (!json_is_integer(o)) {
+        return -1;
+    }
+
+    n = json_integer_value(o);
+
+    if (n < 0) {
+        return -1;
+    }
+
+    return (n > SMCP_USAGE_TOKENS_MAX) ? SMCP_USAGE_TOKENS_MAX : n;
+}
+
+
+/* the first of the counts that is there; 0 when none is */
+static int64_t
+smcp_usage_first(int64_t a, int64_t b, int64_t c)
+{
+    return (a >= 0) ? a : (b >= 0) ? b : (c >= 0) ? c : 0;
+}
+
+
+static void
+smcp_usage_raise(int64_t *have, int64_t n)
+{
+    if (n > SMCP_USAGE_TOKENS_MAX) {
+        n = SMCP_USAGE_TOKENS_MAX;
+    }
+
+    if (n > *have) {
+        *have = n;
+    }
+}
+
+
+/* a usage object, whole: its counts raise the response's */
+static void
+smcp_usage_object(smcp_usage_t *u)
+{
+    json_t   *o;
+    int64_t   in, out, cached, thoughts, tool, read, write;
+
+    o = u->capture_long ? NULL : json_loadb(u->buf, u->clen, 0, NULL);
+
+    if (!json_is_object(o)) {
+        json_decref(o);
+        u->dropped++;
+        return;
+    }
+
+    in = smcp_usage_first(smcp_usage_count(o, "input_tokens", NULL),
+                          smcp_usage_count(o, "prompt_tokens", NULL),
+                          smcp_usage_count(o, "promptTokenCount", NULL));
+
+    out = smcp_usage_first(smcp_usage_count(o, "output_tokens", NULL),
+                           smcp_usage_count(o, "completion_tokens", NULL),
+                           smcp_usage_count(o, "candidatesTokenCount",
+                                            NULL));
+
+    /* the cached part OpenAI and Gemini count within the input */
+    cached = smcp_usage_first(
+                 smcp_usage_count(o, "input_tokens_details",
+                                  "cached_tokens"),
+                 smcp_usage_count(o, "prompt_tokens_details",
+                                  "cached_tokens"),
+                 smcp_usage_count(o, "cachedContentTokenCount", NULL));
+
+    thoughts = smcp_usage_first(smcp_usage_count(o, "thoughtsTokenCount",
+                                                 NULL), -1, -1);
+    tool = smcp_usage_first(smcp_usage_count(o, "toolUsePromptTokenCount",
+                                             NULL), -1, -1);
+
+    /* Anthropic's, outside its input */
+    read = smcp_usage_first(smcp_usage_count(o, "cache_read_input_tokens",
+                                             NULL), -1, -1);
+    write = smcp_usage_first(smcp_usage_count(o,
+                                              "cache_creation_input_tokens",
+                                              NULL), -1, -1);
+
+    json_decref(o);
+
+    if (cached > in) {
+        cached = in;
+    }
+
+    smcp_usage_raise(&u->input, in - cached + tool);
+    smcp_usage_raise(&u->output, out + thoughts);
+    smcp_usage_raise(&u->cache_read, cached + read);
+    smcp_usage_raise(&u->cache_write, write);
+
+    u->objects++;
+}
+
+
+/* a string closed: is it a key of ours? */
+static void
+smcp_usage_key(smcp_usage_t *u)
+{
+    u->after = SMCP_USAGE_AFTER_NONE;
+    u->expect = SMCP_USAGE_EXPECT_NONE;
+
+    if (u->key_long) {
+        return;
+    }
+
+    if ((u->klen == 5 && memcmp(u->key, "usage", 5) == 0)
+        || (u->klen == 13 && memcmp(u->key, "usageMetadata", 13) == 0))
+    {
+        u->after = SMCP_USAGE_AFTER_USAGE;
+
+    } else if (u->klen == 5 && memcmp(u->key, "model", 5) == 0) {
+        u->after = SMCP_USAGE_AFTER_MODEL;
+
+    } else {
+        return;
+    }
+
+    u->expect = SMCP_USAGE_EXPECT_COLON;
+}
+
+
+/* a byte inside a string */
+static void
+smcp_usage_string_byte(smcp_usage_t *u, unsigned char c)
+{
+    if (c == '\n') {
+        /* never inside a JSON string: the reader lost its place */
+        u->in_string = 0;
+        u->escape = 0;
+
+        if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
+            u->capture = SMCP_USAGE_CAPTURE_NONE;
+        }
+
+        return;
+    }
+
+    if (u->escape) {
+        u->escape = 0;
+        return;
+    }
+
+    if (c == '\\') {
+        u->escape = 1;
+        u->key_long = 1;                /* an escaped key is none of ours */
+
+        if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
+            u->capture_long = 1;
+        }
+
+        return;
+    }
+
+    if (c == '"') {
+        u->in_string = 0;
+
+        if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
+            u->capture = SMCP_USAGE_CAPTURE_NONE;
+
+            if (!u->capture_long && u->clen && u->model[0] == '\0') {
+                memcpy(u->model, u->buf, u->clen);
+                u->model[u->clen] = '\0';
+            }
+
+            return;
+        }
+
+        smcp_usage_key(u);
+        return;
+    }
+
+    if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
+        if (u->clen < SMCP_USAGE_MODEL - 1 && c >= 0x20 && c < 0x7f) {
+            u->buf[u->clen++] = (char) c;
+
+        } else {
+            u->capture_long = 1;
+        }
+    }
+
+    if (u->klen < SMCP_USAGE_KEY) {
+        u->key[u->klen++] = (char) c;
+
+    } else {
+        u->key_long = 1;
+    }
+}
+
+
+/* the value after a key of ours begins with this byte */
+static void
+smcp_usage_value(smcp_usage_t *u, unsigned char c)
+{
+    int  after;
+
+    after = u->after;
+    u->after = SMCP_USAGE_AFTER_NONE;
+    u->expect = SMCP_USAGE_EXPECT_NONE;
+
+    if (u->capture != SMCP_USAGE_CAPTURE_NONE) {
+        return;
+    }
+
+    if (after == SMCP_USAGE_AFTER_USAGE && c == '{') {
+        u->capture = SMCP_USAGE_CAPTURE_OBJECT;
+        u->capture_depth = u->depth;
+        u->capture_long = 0;
+        u->clen = 0;
+
+    } else if (after == SMCP_USAGE_AFTER_MODEL && c == '"' && u->depth == 1
+               && u->model[0] == '\0')
+    {
+        u->capture = SMCP_USAGE_CAPTURE_MODEL;
+        u->capture_long = 0;
+        u->clen = 0;
+    }
+}
+
+
+static void
+smcp_usage_byte(smcp_usage_t *u, unsigned char c)
+{
+    if (u->capture == SMCP_USAGE_CAPTURE_OBJECT) {
+        if (u->clen < SMCP_USAGE_OBJECT) {
+            u->buf[u->clen++] = (char) c;
+
+        } else {
+            u->capture_long = 1;
+        }
+    }
+
+    if (u->in_string) {
+        smcp_usage_string_byte(u, c);
+        return;
+    }
+
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+        return;
+    }
+
+    if (u->expect == SMCP_USAGE_EXPECT_COLON) {
+        if (c == ':') {
+            u->expect = SMCP_USAGE_EXPECT_VALUE;
+            return;
+        }
+
+        u->after = SMCP_USAGE_AFTER_NONE;
+        u->expect = SMCP_USAGE_EXPECT_NONE;
+
+    } else if (u->expect == SMCP_USAGE_EXPECT_VALUE) {
+        smcp_usage_value(u, c);
+
+        if (u->capture == SMCP_USAGE_CAPTURE_OBJECT && u->clen == 0) {
+            u->buf[u->clen++] = (char) c;
+        }
+    }
+
+    switch (c) {
+
+    case '"':
+        u->in_string = 1;
+        u->escape = 0;
+        u->key_long = 0;
+        u->klen = 0;
+        break;
+
+    case '{':
+    case '[':
+        if (u->depth < UINT_MAX) {
+            u->depth++;
+        }
+        break;
+
+    case '}':
+    case ']':
+        if (u->depth) {
+            u->depth--;
+        }
+
+        if (u->capture == SMCP_USAGE_CAPTURE_OBJECT && c == '}'
+            && u->depth == u->capture_depth)
+        {
+            u->capture = SMCP_USAGE_CAPTURE_NONE;
+            smcp_usage_object(u);
+        }
+        break;
+
+    default:
+        break;
+    }
+}
+
+
+void
+smcp_usage_feed(smcp_usage_t *u, const unsigned char *p, size_t n)
+{
+    const unsigned char  *last;
+
+    for (last = p + n; p < last; p++) {
+        smcp_usage_byte(u, *p);
+    }
+}
+
+
+void
+smcp_usage_estimate(smcp_usage_t *u, int64_t request_bytes,
+    int64_t response_bytes)
+{
+    if (request_bytes > 0) {
+        smcp_usage_raise(&u->input,
+                         request_bytes / SMCP_USAGE_BYTES_PER_TOKEN + 1);
+    }
+
+    if (response_bytes > 0) {
+        smcp_usage_raise(&u->output,
+                         response_bytes / SMCP_USAGE_BYTES_PER_TOKEN + 1);
+    }
+}
+
+
+double
+smcp_usage_cost(const smcp_usage_t *u, const smcp_usage_price_t *p)
+{
+    return ((double) u->input * p->input
+            + (double) u->output * p->output
+            + (double) u->cache_read * p->cache_read
+            + (double) u->cache_write * p->cache_write) / 1e6;
+}
+
+
+int
+smcp_usage_model_matches(const char *pattern, size_t plen,
+    const char *model, size_t mlen)
+{
+    if (plen && pattern[plen - 1] == '*') {
+        plen--;
+        return mlen >= plen && memcmp(pattern, model, plen) == 0;
+    }
+
+    return plen == mlen && memcmp(pattern, model, plen) == 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * The egress meter: what each model request through the egress cost, read
+ * from the provider's answer (smcp_usage.h) and priced per model
+ * (sandbox_mcp_egress_price); the run's metered totals in Redis, and its
+ * maxCostUsd held against them.
+ */
+
+#ifndef _NGX_HTTP_SANDBOX_MCP_EGRESS_METER_H_INCLUDED_
+#define _NGX_HTTP_SANDBOX_MCP_EGRESS_METER_H_INCLUDED_
+
+
+#include "ngx_http_sandbox_mcp_egress.h"
+
+#include <hiredis/hiredis.h>
+
+
+/* sandbox_mcp_egress_price MODEL INPUT OUTPUT [CACHE_READ [CACHE_WRITE]] */
+char *ngx_http_sandbox_mcp_egress_price(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* a model request's body was read and let through: meter its answer
+ * (model: what the body named; the path's for Gemini) */
+ngx_int_t ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request);
+
+/* NULL, or the refusal of a model request: the run has spent its
+ * maxCostUsd (the run hash's max_cost and metered_cost) */
+const char *ngx_http_sandbox_mcp_egress_meter_check(ngx_http_request_t *r,
+    redisReply *max, redisReply *metered);
+
+/* at the log phase: the request's usage into the audit record (ev) and
+ * into the run's totals */
+void ngx_http_sandbox_mcp_egress_meter_log(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, json_t *ev);
+
+
+extern ngx_module_t  ngx_http_sandbox_mcp_meter_module;
+
+
+#endif /* _NGX_HTTP_SANDBOX_MCP_EGRESS_METER_H_INCLUDED_ */

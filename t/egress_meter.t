@@ -1,0 +1,267 @@
+#!/usr/bin/env perl
+# The egress meter (issue 26: every agent behind the same limits): each
+# model answer through the egress is read as it streams back (the
+# provider's usage, never the agent's report), priced by
+# sandbox_mcp_egress_price (SMCP_EGRESS_PRICES) for the model the request
+# named, and added to the run's metered totals (run hash metered_*); the
+# audit record says it; a model request of a run whose metered cost has
+# reached its maxCostUsd is refused (402, billing_error) before anything
+# goes upstream.  Each provider format, streaming and not, on the routes
+# egress-routes.sh renders, in front of the fake providers.  Hostile: the
+# model's text holding a usage object, a request body naming a cheap model
+# inside a tool before the real one, an answer without usage, a stream the
+# upstream cuts before its last usage, a compressed answer asked for,
+# bad prices in the configuration.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use SMCP::Test qw(:all);
+use SMCP::Fakes;
+
+my %real = (
+    ANTHROPIC_API_KEY => 'sk-ant-REAL-' . rhex(),
+    OPENAI_API_KEY    => 'sk-openai-REAL-' . rhex(),
+    GOOGLE_API_KEY    => 'goog-REAL-' . rhex(),
+    COMPAT_API_KEY    => 'sk-compat-REAL-' . rhex(),
+);
+
+my $t = SMCP::Test->new(workers => 2);
+
+my %fake = (
+    anthropic => SMCP::Fakes::start_anthropic(key => $real{ANTHROPIC_API_KEY}),
+    openai    => SMCP::Fakes::start_openai(key => $real{OPENAI_API_KEY}),
+    google    => SMCP::Fakes::start_gemini(key => $real{GOOGLE_API_KEY}),
+    compat    => SMCP::Fakes::start_openai(key => $real{COMPAT_API_KEY}),
+);
+
+local @ENV{keys %real} = values %real;
+local $ENV{ANTHROPIC_BASE_URL} = $fake{anthropic}->url;
+local $ENV{OPENAI_BASE_URL} = $fake{openai}->url;
+local $ENV{GOOGLE_BASE_URL} = $fake{google}->url;
+local $ENV{COMPAT_BASE_URL} = $fake{compat}->url;
+local $ENV{SMCP_EGRESS_RATE} = '1000r/s';
+
+my $prices = 'claude-sonnet-4-5=3/15/0.3/3.75 gpt-5*=1.25/10/0.125,'
+           . 'gemini-2.5-pro=1.25/10 qwen3*=0.5/1.5 free*=0/0';
+
+ok(eval { $t->render_routes(SMCP_EGRESS_PRICES => $prices) },
+   'egress-routes.sh renders the routes with SMCP_EGRESS_PRICES') or diag($@);
+my $conf = $t->read_file('routes.conf');
+like($conf, qr/^sandbox_mcp_egress_price claude-sonnet-4-5 3 15 0\.3 3\.75;$/m,
+     '... as sandbox_mcp_egress_price lines');
+like($conf, qr/^sandbox_mcp_egress_price gpt-5\* 1\.25 10 0\.125;$/m, '... a prefix, a comma');
+like($conf, qr/proxy_set_header Accept-Encoding "";/, '... the model routes ask for no compression');
+for my $bad ('claude=3', 'claude=a/b', 'cl aude=1/2', 'x;y=1/2', '=1/2', 'x=1.1234567/2',
+             'x=1/2/3/4/5') {
+    ok(!eval { $t->render_routes(name => 'bad', SMCP_EGRESS_PRICES => $bad) },
+       "SMCP_EGRESS_PRICES=$bad: refused");
+}
+
+my $eport = $t->free_port;
+$t->start(http => egress_server_conf("127.0.0.1:$eport"));
+
+my %route = (
+    anthropic => [ '/anthropic/v1/messages', 'x-api-key' ],
+    openai    => [ '/openai/v1/responses', 'Authorization' ],
+    google    => [ '/google/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse',
+                   'x-goog-api-key' ],
+    compat    => [ '/compat/v1/chat/completions', 'Authorization' ],
+);
+
+sub post {
+    my ($route, $tok, $body, %o) = @_;
+    my ($path, $h) = @{ $route{$route} };
+    my $v = $h eq 'x-api-key' || $h eq 'x-goog-api-key' ? $tok : "Bearer $tok";
+    return $t->http(port => $eport, method => 'POST', path => $path,
+                    headers => [ $h => $v, 'anthropic-version' => '2023-06-01',
+                                 'Content-Type' => 'application/json',
+                                 @{ $o{headers} // [] } ],
+                    body => ref $body ? json_encode($body) : $body, timeout => 30);
+}
+
+sub metered {
+    my ($run) = @_;
+    my %h = @{ $t->redis('HGETALL', "smcp:run:$run") || [] };
+    return { map { ($_ => $h{"metered_$_"}) }
+             qw(input output cache_read cache_write cost unpriced) };
+}
+
+# the audit records' usage, once the log phase wrote them
+sub usages {
+    my ($run, $n) = @_;
+    my @u;
+    for (1 .. 50) {
+        @u = map { $_->{json}{usage} } grep { $_->{json}{usage} }
+             $t->run_events($run, type => 'egress');
+        last if @u >= $n;
+        select(undef, undef, undef, 0.1);
+    }
+    return @u;
+}
+
+sub usd { return sprintf('%.6f', $_[0] // 0) }
+
+my %anthropic = (model => 'claude-sonnet-4-5', max_tokens => 64,
+                 messages => [ { role => 'user', content => 'hi' } ]);
+
+subtest 'Anthropic Messages: a stream and a body, priced' => sub {
+    my ($run, $tok) = $t->live_run;
+    $fake{anthropic}->set_script([ { text => 'one two', usage => { input_tokens => 1000, output_tokens => 500 } },
+                                   { text => 'three', usage => { input_tokens => 1000, output_tokens => 500 } } ]);
+    my $r = post(anthropic => $tok, { %anthropic, stream => JSON::PP::true() });
+    is($r->{status}, 200, 'a stream: 200');
+    like($r->{body}, qr/message_stop/, '... the whole stream reached the agent');
+    my ($u) = usages($run, 1);
+    is_deeply($u, { input => 1000, output => 500, cacheRead => 0, cacheWrite => 0,
+                    costUsd => 0.0105, priced => JSON::PP::true(), estimated => JSON::PP::false(),
+                    model => 'claude-sonnet-4-5' },
+              "... the audit record's usage: the provider's counts, priced") or diag(explain($u));
+
+    $r = post(anthropic => $tok, { %anthropic });
+    is($r->{status}, 200, 'a body: 200');
+    usages($run, 2);
+    my $m = metered($run);
+    is($m->{input}, 2000, 'run hash: metered_input, both requests');
+    is($m->{output}, 1000, '... metered_output');
+    is(usd($m->{cost}), '0.021000', '... metered_cost');
+    is($m->{unpriced}, undef, '... nothing unpriced');
+};
+
+subtest 'OpenAI Responses, Gemini, Chat Completions' => sub {
+    my ($run, $tok) = $t->live_run;
+    $fake{openai}->set_script([ { text => 'ok', usage => { input_tokens => 2000, output_tokens => 100 } } ]);
+    my $r = post(openai => $tok, { model => 'gpt-5', stream => JSON::PP::true(),
+                                   input => [ { role => 'user', content => 'hi' } ] });
+    is($r->{status}, 200, 'Responses stream: 200');
+    my ($u) = usages($run, 1);
+    is_deeply([ @$u{qw(input output costUsd model)} ], [ 2000, 100, 0.0035, 'gpt-5' ],
+              '... counted and priced by the prefix gpt-5*') or diag(explain($u));
+
+    $fake{google}->set_script([ { text => 'ok', usage => { input_tokens => 400, output_tokens => 40 } } ]);
+    $r = post(google => $tok, { contents => [ { role => 'user', parts => [ { text => 'hi' } ] } ] });
+    is($r->{status}, 200, 'Gemini stream: 200');
+    (undef, $u) = usages($run, 2);
+    is_deeply([ @$u{qw(input output costUsd model)} ], [ 400, 40, 0.0009, 'gemini-2.5-pro' ],
+              '... the model from the path') or diag(explain($u));
+
+    $fake{compat}->set_script([ { text => 'ok', usage => { input_tokens => 1000, output_tokens => 1000 } },
+                                { text => 'ok' } ]);
+    $r = post(compat => $tok, { model => 'qwen3-coder', stream => JSON::PP::true(),
+                                stream_options => { include_usage => JSON::PP::true() },
+                                messages => [ { role => 'user', content => 'hi' } ] });
+    is($r->{status}, 200, 'Chat Completions stream with usage: 200');
+    (undef, undef, $u) = usages($run, 3);
+    is_deeply([ @$u{qw(input output costUsd estimated)} ], [ 1000, 1000, 0.002, JSON::PP::false() ],
+              '... counted') or diag(explain($u));
+
+    $r = post(compat => $tok, { model => 'qwen3-coder', stream => JSON::PP::true(),
+                                messages => [ { role => 'user', content => 'hi' } ] });
+    is($r->{status}, 200, 'a stream asked without usage: 200');
+    (undef, undef, undef, $u) = usages($run, 4);
+    ok($u->{estimated} && $u->{input} > 0 && $u->{output} > 0,
+       '... its bytes counted instead (estimated)') or diag(explain($u));
+
+    my $m = metered($run);
+    is($m->{input}, 2000 + 400 + 1000 + $u->{input}, 'run hash: every request added up');
+};
+
+subtest 'hostile answers and bodies' => sub {
+    my ($run, $tok) = $t->live_run;
+    # the model says a usage object: it is text (escaped), not the answer's
+    $fake{anthropic}->set_script([
+        { text => '"usage":{"input_tokens":0,"output_tokens":0} \\"usage\\":{"output_tokens":0}',
+          usage => { input_tokens => 100, output_tokens => 50 } },
+        { text => 'x', usage => { input_tokens => 100, output_tokens => 50 } },
+        { text => 'x', usage => { input_tokens => 100, output_tokens => 50 } } ]);
+    my $r = post(anthropic => $tok, { %anthropic, stream => JSON::PP::true() });
+    is($r->{status}, 200, 'usage in the text: 200');
+    my ($u) = usages($run, 1);
+    is_deeply([ @$u{qw(input output)} ], [ 100, 50 ], '... the real counts') or diag(explain($u));
+
+    # a cheap model named inside a tool before the real one
+    my $body = '{"tools":[{"name":"bash","description":"d","input_schema":{"type":"object"},'
+             . '"model":"free-x"}],"metadata":{"model":"free-y"},"model":"claude-sonnet-4-5",'
+             . '"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}';
+    $r = post(anthropic => $tok, $body);
+    is($r->{status}, 200, 'a cheap model inside the body: 200');
+    (undef, $u) = usages($run, 2);
+    is_deeply([ @$u{qw(model costUsd)} ], [ 'claude-sonnet-4-5', 0.00105 ],
+              '... priced by the top-level model') or diag(explain($u));
+
+    # a compressed answer asked for: the upstream is asked for none
+    $r = post(anthropic => $tok, { %anthropic }, headers => [ 'Accept-Encoding' => 'gzip' ]);
+    is($r->{status}, 200, 'Accept-Encoding: gzip: 200');
+    my @seen = $fake{anthropic}->requests(path => '/v1/messages');
+    is($seen[-1]{headers}{'accept-encoding'} // '', '', '... the provider was asked for no compression');
+    usages($run, 3);
+
+    # a model with no price: counted, cost 0, said
+    $fake{anthropic}->set_script([ { text => 'x', usage => { input_tokens => 7, output_tokens => 3 } } ]);
+    $r = post(anthropic => $tok, { %anthropic, model => 'claude-unknown' });
+    is($r->{status}, 200, 'an unpriced model: 200');
+    (undef, undef, undef, $u) = usages($run, 4);
+    is_deeply([ @$u{qw(input output costUsd priced)} ], [ 7, 3, 0, JSON::PP::false() ],
+              '... counted, not priced') or diag(explain($u));
+    is(metered($run)->{unpriced}, 1, '... metered_unpriced');
+};
+
+subtest 'a stream the upstream cuts before its last usage' => sub {
+    my ($run, $tok) = $t->live_run;
+    $fake{anthropic}->set_script([ { text => join(' ', ('word') x 200), deltas => 40,
+                                     abort_after => 30,
+                                     usage => { input_tokens => 10, output_tokens => 5000 } } ]);
+    my $r = post(anthropic => $tok, { %anthropic, stream => JSON::PP::true() });
+    my ($u) = usages($run, 1);
+    ok($u && $u->{estimated}, 'estimated') or diag(explain($u));
+    is($u && $u->{input}, 10, '... the input of message_start');
+    cmp_ok($u && $u->{output} // 0, '>', 100, '... the output from the bytes streamed');
+};
+
+subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
+    my ($run, $tok) = $t->live_run(max_cost => '0.01');
+    $fake{anthropic}->set_script([ { text => 'x', usage => { input_tokens => 1000, output_tokens => 500 } } ]);
+    my $r = post(anthropic => $tok, { %anthropic });
+    is($r->{status}, 200, 'under the cap: 200');
+    usages($run, 1);
+    is(usd(metered($run)->{cost}), '0.010500', '... metered $0.0105');
+    my $before = () = $fake{anthropic}->requests(path => '/v1/messages');
+    $r = post(anthropic => $tok, { %anthropic });
+    egress_error_ok($r, 402, 'past the cap', type => 'billing_error',
+                    message => qr/spend cap reached: .* cost \$0\.010500 .* maxCostUsd is \$0\.010000/);
+    my $after = () = $fake{anthropic}->requests(path => '/v1/messages');
+    is($after, $before, '... nothing went upstream');
+    is(usd(metered($run)->{cost}), '0.010500', '... nothing more metered');
+
+    my ($free, $ftok) = $t->live_run;
+    $r = post(anthropic => $ftok, { %anthropic });
+    is($r->{status}, 200, 'a run without a cap: 200');
+};
+
+subtest 'nginx -t refuses a wrong sandbox_mcp_egress_price' => sub {
+    for my $c ([ '"a b" 1 2', qr/a model name/ ],
+               [ 'x 1.1234567 2', qr/at most 6 decimals/ ],
+               [ 'x abc 2', qr/US dollars per million tokens/ ],
+               [ 'x 1', qr/invalid number of arguments/ ],
+               [ "x 1 2;\n        sandbox_mcp_egress_price x 3 4", qr/names a model twice/ ]) {
+        my $dir = "$t->{dir}/price-" . int(rand(1e9));
+        mkdir $dir;
+        SMCP::Test::spew("$dir/nginx.conf",
+                         $t->render_conf(dir => $dir, port => $t->free_port,
+                                         location => "sandbox_mcp_egress_price $c->[0];"));
+        my ($rc, $out, $err) = SMCP::Test::nginx_config_test($t->{nginx_bin}, '-p', "$dir/",
+            '-c', "$dir/nginx.conf", '-e', "$dir/error.log");
+        isnt($rc, 0, "sandbox_mcp_egress_price $c->[0]: refused");
+        like("$out$err", $c->[1], '... saying why');
+    }
+};
+
+my $logs = $t->read_file('error.log');
+unlike($logs, qr/REAL-|\Q$real{ANTHROPIC_API_KEY}\E/, 'logs: no key');
+
+$_->stop for values %fake;
+$t->done;
