@@ -80,7 +80,9 @@ my $s = SMCP::Stack->new(
                                  '.claude/settings.json' => '{"env":{"ANTHROPIC_BASE_URL":'
                                      . '"http://127.0.0.1:9","API_TIMEOUT_MS":"1"}}' } },
     location => 'sandbox_mcp_agents opencode claude-code codex=openai/gpt-5.5;',
-    egress_env => { OPENAI_API_KEY => $OPENAI_KEY, OPENAI_BASE_URL => $openai->url },
+    egress_env => { OPENAI_API_KEY => $OPENAI_KEY, OPENAI_BASE_URL => $openai->url,
+                    # the egress meter's price of codex's model
+                    SMCP_EGRESS_PRICES => 'gpt-5*=1.25/10' },
 );
 my $t = $s->t;
 my $gh = $s->github;
@@ -254,6 +256,23 @@ subtest 'codex: cancel, and the deadline' => sub {
     $res = $s->wait_done($run->{runId}, 180);
     is($res->{status}, 'failed', 'failed at its deadline') or $s->diag_run($run->{runId}, $r);
     like($res->{error} // '', qr/timed out|deadline|timeout/i, '... saying so');
+};
+
+# Codex tells no cost: the egress meter holds its cap
+subtest 'codex: the spend cap, metered at the egress' => sub {
+    $openai->clear_requests;
+    my $run = $s->run_task(task => 'SCENARIO-CXWRITE: write hello.txt', agent => 'codex',
+                           maxCostUsd => 0.00001);
+    my $res = $s->wait_done($run->{runId}, 300);
+    is($res->{status}, 'failed', 'a run past its maxCostUsd fails')
+        or $s->diag_run($run->{runId}, $r);
+    like($res->{error} // '', qr/spend cap exceeded: .* metered at the egress/,
+         '... the metered cost named') or diag($res->{error});
+    is(scalar(my @x = $openai->requests(path => '/v1/responses')), 1,
+       '... after one model request: the next was refused at the egress');
+    cmp_ok($res->{meteredCostUsd} // 0, '>=', 0.00001, "get_result's meteredCostUsd")
+        or diag(json_encode($res));
+    is($res->{cost}, 0, '... where the agent reported none');
 };
 
 $openai->stop;

@@ -5,10 +5,13 @@
  * common/smcp_url.c: what a tenant, a sandbox, an operator's keys file or
  * a Redis Sentinel sends, hostile cases first (NUL, overlong, non-ASCII,
  * ".lock", "..", userinfo, ports, quoting), and the addresses no
- * notification goes to, each range's ends.  Prints TAP.
+ * notification goes to, each range's ends; common/smcp_usage.c on each
+ * provider's answers, the model's text steering them, and hostile request
+ * bodies.  Prints TAP.
  */
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,7 @@
 #include "smcp_redis_addr.h"
 #include "smcp_revoked.h"
 #include "smcp_url.h"
+#include "smcp_usage.h"
 #include "smcp_util.h"
 #include "smcp_validate.h"
 #include "tap.h"
@@ -1713,6 +1717,677 @@ test_addr_private(void)
 }
 
 
+/* the usage reader: what a model answer says it cost, as the providers
+ * send it (ids and numbers made up), whole, a byte at a time and split at
+ * every offset; the model's text and a tool call's arguments holding what
+ * looks like usage; hostile request bodies naming the model */
+static const char  usage_anthropic_sse[] =
+    "event: message_start\n"
+    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XF\","
+    "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],"
+    "\"model\":\"claude-sonnet-4-5-20250929\",\"stop_reason\":null,"
+    "\"stop_sequence\":null,\"usage\":{\"input_tokens\":472,"
+    "\"cache_creation_input_tokens\":1024,"
+    "\"cache_read_input_tokens\":2048,\"cache_creation\":"
+    "{\"ephemeral_5m_input_tokens\":1024,\"ephemeral_1h_input_tokens\":0},"
+    "\"output_tokens\":2,\"service_tier\":\"standard\"}}}\n"
+    "\n"
+    "event: content_block_start\n"
+    "data: {\"type\":\"content_block_start\",\"index\":0,"
+    "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n"
+    "\n"
+    "event: ping\n"
+    "data: {\"type\": \"ping\"}\n"
+    "\n"
+    "event: content_block_delta\n"
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"
+    "{\"type\":\"text_delta\",\"text\":\"\\\"}}]},\\\"usage\\\":"
+    "{\\\"input_tokens\\\":0,\\\"output_tokens\\\":0}}\\n\"}}\n"
+    "\n"
+    "event: content_block_delta\n"
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"
+    "{\"type\":\"text_delta\",\"text\":\"C:\\\\\"}}\n"
+    "\n"
+    "event: content_block_delta\n"
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"
+    "{\"type\":\"text_delta\",\"text\":\"\\\\\\\"usage\\\\\\\":"
+    "{\\\\\\\"cache_read_input_tokens\\\\\\\":0}\\\\\"}}\n"
+    "\n"
+    "event: content_block_stop\n"
+    "data: {\"type\":\"content_block_stop\",\"index\":0}\n"
+    "\n"
+    "event: message_delta\n"
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+    "\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":15}}\n"
+    "\n"
+    "event: message_stop\n"
+    "data: {\"type\":\"message_stop\"}\n"
+    "\n";
+
+/* a tool call's arguments are raw JSON in the body: the model's own */
+static const char  usage_anthropic_json[] =
+    "{\"id\":\"msg_01Aq9w\",\"type\":\"message\",\"role\":\"assistant\","
+    "\"model\":\"claude-opus-4-1-20250805\",\"content\":[{\"type\":\"text\","
+    "\"text\":\"Reporting.\"},{\"type\":\"tool_use\",\"id\":\"toolu_01\","
+    "\"name\":\"report\",\"input\":{\"usage\":{\"output_tokens\":1,"
+    "\"input_tokens\":0},\"note\":\"\\\"usage\\\":{\\\"output_tokens\\\":1}\"}}"
+    "],\"stop_reason\":\"tool_use\",\"stop_sequence\":null,\"usage\":"
+    "{\"input_tokens\":2095,\"cache_creation_input_tokens\":0,"
+    "\"cache_read_input_tokens\":0,\"output_tokens\":503}}";
+
+static const char  usage_responses_sse[] =
+    "event: response.created\n"
+    "data: {\"type\":\"response.created\",\"sequence_number\":0,"
+    "\"response\":{\"id\":\"resp_1\",\"object\":\"response\","
+    "\"created_at\":1741290958,\"status\":\"in_progress\","
+    "\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"usage\":null}}\n"
+    "\n"
+    "event: response.in_progress\n"
+    "data: {\"type\":\"response.in_progress\",\"sequence_number\":1,"
+    "\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\","
+    "\"usage\":null}}\n"
+    "\n"
+    "event: response.output_text.delta\n"
+    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":4,"
+    "\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,"
+    "\"delta\":\"Hi \\\"usage\\\":{\\\"input_tokens\\\":0,"
+    "\\\"output_tokens\\\":0}\"}\n"
+    "\n"
+    "event: response.function_call_arguments.delta\n"
+    "data: {\"type\":\"response.function_call_arguments.delta\","
+    "\"sequence_number\":5,\"item_id\":\"fc_1\",\"output_index\":1,"
+    "\"delta\":\"{\\\"usage\\\":{\\\"output_tokens\\\":1}}\"}\n"
+    "\n"
+    "event: response.completed\n"
+    "data: {\"type\":\"response.completed\",\"sequence_number\":9,"
+    "\"response\":{\"id\":\"resp_1\",\"object\":\"response\","
+    "\"status\":\"completed\",\"model\":\"gpt-5-2025-08-07\",\"output\":[],"
+    "\"usage\":{\"input_tokens\":1200,\"input_tokens_details\":"
+    "{\"cached_tokens\":1024},\"output_tokens\":350,"
+    "\"output_tokens_details\":{\"reasoning_tokens\":128},"
+    "\"total_tokens\":1550}}}\n"
+    "\n";
+
+static const char  usage_responses_json[] =
+    "{\n"
+    "  \"id\": \"resp_67ccd3a9\",\n"
+    "  \"object\": \"response\",\n"
+    "  \"created_at\": 1741476777,\n"
+    "  \"status\": \"completed\",\n"
+    "  \"model\": \"gpt-4.1-2025-04-14\",\n"
+    "  \"output\": [\n"
+    "    {\n"
+    "      \"type\": \"message\",\n"
+    "      \"id\": \"msg_67ccd3ac\",\n"
+    "      \"status\": \"completed\",\n"
+    "      \"role\": \"assistant\",\n"
+    "      \"content\": [\n"
+    "        {\n"
+    "          \"type\": \"output_text\",\n"
+    "          \"text\": \"Done. \\\"usage\\\": {\\\"input_tokens\\\": 0}\",\n"
+    "          \"annotations\": []\n"
+    "        }\n"
+    "      ]\n"
+    "    }\n"
+    "  ],\n"
+    "  \"usage\": {\n"
+    "    \"input_tokens\": 2006,\n"
+    "    \"input_tokens_details\": {\n"
+    "      \"cached_tokens\": 1920\n"
+    "    },\n"
+    "    \"output_tokens\": 300,\n"
+    "    \"output_tokens_details\": {\n"
+    "      \"reasoning_tokens\": 0\n"
+    "    },\n"
+    "    \"total_tokens\": 2306\n"
+    "  }\n"
+    "}\n";
+
+#define USAGE_CHUNK  "data: {\"id\":\"chatcmpl-1\",\"object\":"              \
+                     "\"chat.completion.chunk\",\"created\":1694268190,"      \
+                     "\"model\":\"gpt-4o-mini-2024-07-18\","                  \
+                     "\"system_fingerprint\":\"fp_44709d6fcb\","
+
+static const char  usage_chat_sse[] =
+    USAGE_CHUNK "\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+    "\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+    "\"finish_reason\":null}],\"usage\":null}\n"
+    "\n"
+    USAGE_CHUNK "\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+    "\"Hello \\\\\\\"usage\\\\\\\":{}\"},\"finish_reason\":null}],"
+    "\"usage\":null}\n"
+    "\n"
+    USAGE_CHUNK "\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":"
+    "[{\"index\":0,\"function\":{\"arguments\":\"{\\\"usage\\\":"
+    "{\\\"completion_tokens\\\":1}}\"}}]},\"finish_reason\":null}],"
+    "\"usage\":null}\n"
+    "\n"
+    USAGE_CHUNK "\"choices\":[{\"index\":0,\"delta\":{},"
+    "\"finish_reason\":\"stop\"}],\"usage\":null}\n"
+    "\n"
+    USAGE_CHUNK "\"choices\":[],\"usage\":{\"prompt_tokens\":1500,"
+    "\"completion_tokens\":420,\"total_tokens\":1920,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":1280,\"audio_tokens\":0},"
+    "\"completion_tokens_details\":{\"reasoning_tokens\":0,"
+    "\"audio_tokens\":0,\"accepted_prediction_tokens\":0,"
+    "\"rejected_prediction_tokens\":0}}}\n"
+    "\n"
+    "data: [DONE]\n"
+    "\n";
+
+/* each chunk's usageMetadata the running total; a function call's args
+ * are raw JSON */
+static const char  usage_gemini_sse[] =
+    "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"The\"}],"
+    "\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": "
+    "{\"promptTokenCount\": 1200,\"totalTokenCount\": 1200,"
+    "\"cachedContentTokenCount\": 1000,\"promptTokensDetails\": "
+    "[{\"modality\": \"TEXT\",\"tokenCount\": 1200}]},"
+    "\"modelVersion\": \"gemini-2.5-pro\",\"responseId\": \"abc\"}\r\n"
+    "\r\n"
+    "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": "
+    "\" answer \\\"usageMetadata\\\": {\\\"promptTokenCount\\\": 0}\"}],"
+    "\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": "
+    "{\"promptTokenCount\": 1200,\"candidatesTokenCount\": 40,"
+    "\"totalTokenCount\": 1540,\"cachedContentTokenCount\": 1000,"
+    "\"thoughtsTokenCount\": 300},\"modelVersion\": \"gemini-2.5-pro\","
+    "\"responseId\": \"abc\"}\r\n"
+    "\r\n"
+    "data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": "
+    "{\"name\": \"report\", \"args\": {\"usageMetadata\": "
+    "{\"candidatesTokenCount\": 1, \"promptTokenCount\": 0}}}}],"
+    "\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],"
+    "\"usageMetadata\": {\"promptTokenCount\": 1200,"
+    "\"candidatesTokenCount\": 95,\"totalTokenCount\": 1705,"
+    "\"cachedContentTokenCount\": 1000,\"thoughtsTokenCount\": 400,"
+    "\"toolUsePromptTokenCount\": 10},\"modelVersion\": \"gemini-2.5-pro\","
+    "\"responseId\": \"abc\"}\r\n"
+    "\r\n";
+
+
+typedef struct {
+    int64_t      input;
+    int64_t      output;
+    int64_t      cache_read;
+    int64_t      cache_write;
+    unsigned     objects;
+    unsigned     dropped;
+    const char  *model;
+} usage_want_t;
+
+/* usage_read(): a byte at a time */
+#define USAGE_BYTES  ((size_t) -1)
+
+
+/* the reader after the text: fed whole (split == len), in two pieces at
+ * split, or a byte at a time */
+static void
+usage_read(smcp_usage_t *u, const char *s, size_t len, size_t split)
+{
+    size_t                i;
+    const unsigned char  *p = (const unsigned char *) s;
+
+    smcp_usage_init(u);
+
+    if (split == USAGE_BYTES) {
+        for (i = 0; i < len; i++) {
+            smcp_usage_feed(u, p + i, 1);
+        }
+
+        return;
+    }
+
+    smcp_usage_feed(u, p, split);
+    smcp_usage_feed(u, p + split, len - split);
+}
+
+
+static int
+usage_is(const smcp_usage_t *u, const usage_want_t *w)
+{
+    return u->input == w->input && u->output == w->output
+           && u->cache_read == w->cache_read
+           && u->cache_write == w->cache_write && u->objects == w->objects
+           && u->dropped == w->dropped && strcmp(u->model, w->model) == 0;
+}
+
+
+static const char *
+usage_show(const smcp_usage_t *u)
+{
+    static char  buf[2][320];
+    static int   k;
+    char        *b;
+
+    b = buf[k++ % 2];
+    snprintf(b, sizeof(buf[0]), "in %lld, out %lld, cache read %lld, "
+             "cache write %lld, %u objects, %u dropped, model '%s'",
+             (long long) u->input, (long long) u->output,
+             (long long) u->cache_read, (long long) u->cache_write,
+             u->objects, u->dropped, show(u->model, strlen(u->model)));
+
+    return b;
+}
+
+
+/* the text fed whole, a byte at a time, and in two pieces split at every
+ * offset: the same reading each time, the one wanted */
+static void
+usage_check(const char *what, const char *s, size_t len,
+    const usage_want_t *w)
+{
+    size_t         i;
+    smcp_usage_t  *u;
+
+    u = xmalloc(sizeof(smcp_usage_t));
+
+    usage_read(u, s, len, len);
+    ok(usage_is(u, w), "usage: %s: %s", what, usage_show(u));
+
+    usage_read(u, s, len, USAGE_BYTES);
+    ok(usage_is(u, w), "usage: %s: a byte at a time: %s", what,
+       usage_show(u));
+
+    for (i = 0; i <= len; i++) {
+        usage_read(u, s, len, i);
+
+        if (!usage_is(u, w)) {
+            break;
+        }
+    }
+
+    if (i > len) {
+        ok(1, "usage: %s: split at each of %zu offsets", what, len + 1);
+
+    } else {
+        ok(0, "usage: %s: split at %zu: %s", what, i, usage_show(u));
+    }
+
+    free(u);
+}
+
+
+static void
+test_usage_streams(void)
+{
+    static const struct {
+        const char    *what;
+        const char    *text;
+        size_t         len;
+        usage_want_t   want;
+    } streams[] = {
+        { "Anthropic SSE", usage_anthropic_sse,
+          sizeof(usage_anthropic_sse) - 1,
+          { 472, 15, 2048, 1024, 2, 0, "" } },
+        { "Anthropic JSON, a tool call's arguments saying less",
+          usage_anthropic_json, sizeof(usage_anthropic_json) - 1,
+          { 2095, 503, 0, 0, 2, 0, "claude-opus-4-1-20250805" } },
+        { "Responses SSE", usage_responses_sse,
+          sizeof(usage_responses_sse) - 1,
+          { 176, 350, 1024, 0, 1, 0, "" } },
+        { "Responses JSON, pretty-printed", usage_responses_json,
+          sizeof(usage_responses_json) - 1,
+          { 86, 300, 1920, 0, 1, 0, "gpt-4.1-2025-04-14" } },
+        { "Chat Completions SSE", usage_chat_sse,
+          sizeof(usage_chat_sse) - 1,
+          { 220, 420, 1280, 0, 1, 0, "gpt-4o-mini-2024-07-18" } },
+        { "Gemini SSE, a function call's args saying less",
+          usage_gemini_sse, sizeof(usage_gemini_sse) - 1,
+          { 210, 495, 1000, 0, 4, 0, "" } },
+    };
+
+    size_t  i;
+
+    for (i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
+        usage_check(streams[i].what, streams[i].text, streams[i].len,
+                    &streams[i].want);
+    }
+}
+
+
+static void
+test_usage_hostile(void)
+{
+    static const struct {
+        const char    *what;
+        const char    *text;
+        usage_want_t   want;
+    } cases[] = {
+        { "a usage object after the real one cannot lower it",
+          "{\"usage\":{\"input_tokens\":100,\"output_tokens\":50}}\n"
+          "{\"x\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}",
+          { 100, 50, 0, 0, 2, 0, "" } },
+        { "one that says more raises it",
+          "{\"usage\":{\"output_tokens\":5}}"
+          "{\"x\":[{\"usage\":{\"output_tokens\":900}}]}",
+          { 0, 900, 0, 0, 2, 0, "" } },
+        { "a usage object inside one is part of it",
+          "{\"usage\":{\"input_tokens\":5,\"usage\":{\"input_tokens\":1}}}",
+          { 5, 0, 0, 0, 1, 0, "" } },
+        { "negative, real, string counts: none; one too large: the most",
+          "{\"usage\":{\"input_tokens\":-5,\"output_tokens\":1.5,"
+          "\"cache_read_input_tokens\":\"9\","
+          "\"cache_creation_input_tokens\":2000000000000}}",
+          { 0, 0, 0, 1000000000000LL, 1, 0, "" } },
+        { "an exponent is a real: no count",
+          "{\"usage\":{\"output_tokens\":1e3}}",
+          { 0, 0, 0, 0, 1, 0, "" } },
+        { "the most, and one more",
+          "{\"usage\":{\"input_tokens\":1000000000000,"
+          "\"output_tokens\":1000000000001}}",
+          { 1000000000000LL, 1000000000000LL, 0, 0, 1, 0, "" } },
+        { "counts that add up past the most",
+          "{\"usageMetadata\":{\"candidatesTokenCount\":1000000000000,"
+          "\"thoughtsTokenCount\":1000000000000,"
+          "\"promptTokenCount\":1000000000000,"
+          "\"toolUsePromptTokenCount\":1000000000000}}",
+          { 1000000000000LL, 1000000000000LL, 0, 0, 1, 0, "" } },
+        { "a count past 64 bits: dropped",
+          "{\"usage\":{\"output_tokens\":99999999999999999999}}",
+          { 0, 0, 0, 0, 0, 1, "" } },
+        { "more cached than the input: the input",
+          "{\"usage\":{\"prompt_tokens\":10,\"prompt_tokens_details\":"
+          "{\"cached_tokens\":50}}}",
+          { 0, 0, 10, 0, 1, 0, "" } },
+        { "usage null, an array, a string: nothing",
+          "{\"usage\":null}{\"usage\":[{\"input_tokens\":5}]}"
+          "{\"usage\":\"{\\\"input_tokens\\\":5}\"}{\"usage\":5}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "a value \"usage\" is no key",
+          "{\"type\":\"usage\",\"v\":[\"usage\",{\"input_tokens\":3}],"
+          "\"usage\":{\"input_tokens\":1}}",
+          { 1, 0, 0, 0, 1, 0, "" } },
+        { "not JSON: dropped, the next one read",
+          "{\"usage\":{\"input_tokens\":5,}}{\"usage\":{\"output_tokens\":2}}",
+          { 0, 2, 0, 0, 1, 1, "" } },
+        { "a raw newline in a string: the reader finds its place again",
+          "data: {\"delta\":{\"text\":\"cut\n"
+          "data: {\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}\n",
+          { 9, 4, 0, 0, 1, 0, "" } },
+        { "closers with nothing open",
+          "]]]]}}}}{\"usage\":{\"input_tokens\":4}}",
+          { 4, 0, 0, 0, 1, 0, "" } },
+        { "an escaped key is read as a JSON parser reads it",
+          "{\"x\":{\"\\u0075sage\":{\"output_tokens\":7}}}",
+          { 0, 7, 0, 0, 1, 0, "" } },
+        { "a key of ours cut by a newline",
+          "{\"usa\nge\":{\"output_tokens\":7}}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+
+        /* request bodies: the top-level "model", as the provider reads
+         * it (the last one, as most JSON parsers do) */
+        { "model: nested ones before the top-level one",
+          "{\"tools\":[{\"name\":\"x\",\"input_schema\":{\"type\":\"object\","
+          "\"properties\":{\"model\":{\"type\":\"string\"}}}}],"
+          "\"metadata\":{\"model\":\"claude-haiku-4-5\"},"
+          "\"messages\":[{\"role\":\"user\",\"content\":"
+          "\"\\\",\\\"model\\\":\\\"claude-haiku-4-5\"}],"
+          "\"model\":\"claude-opus-4-1\",\"max_tokens\":1024}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+        { "model: nested ones after it",
+          "{\"model\":\"claude-opus-4-1\",\"metadata\":{\"model\":\"cheap\"},"
+          "\"system\":\"\\\"}, \\\"model\\\": \\\"cheap\\\"\","
+          "\"tools\":[{\"model\":\"cheap\"}]}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+        { "model: escaped, decoded",
+          "{\"model\":\"claude-\\u006fpus-4\\/1\"}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4/1" } },
+        { "model: an escaped quote",
+          "{\"model\":\"a\\\"b\"}",
+          { 0, 0, 0, 0, 0, 0, "a\"b" } },
+        { "model: not ASCII",
+          "{\"model\":\"claude-\\u00f6pus\"}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: a control character",
+          "{\"model\":\"claude\\u0001\"}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: a broken escape",
+          "{\"model\":\"claude\\ud800\"}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: empty",
+          "{\"model\":\"\"}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: not a string",
+          "{\"model\":[\"claude-opus-4-1\"]}{\"model\":{\"id\":\"x\"}}"
+          "{\"model\":7}{\"model\":null}{\"model\":true}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: in an array",
+          "[{\"model\":\"claude-opus-4-1\"}]",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: cut by a raw newline",
+          "{\"model\":\"claude\n-opus\"}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model twice: the last",
+          "{\"model\":\"claude-haiku-4-5\",\"max_tokens\":1,"
+          "\"model\":\"claude-opus-4-1\"}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+        { "model twice, the last not a string: none",
+          "{\"model\":\"claude-haiku-4-5\",\"model\":null}",
+          { 0, 0, 0, 0, 0, 0, "" } },
+        { "model: an escaped key",
+          "{\"m\\u006fdel\":\"claude-opus-4-1\"}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+        { "model: an escaped key after a plain one",
+          "{\"model\":\"claude-haiku-4-5\","
+          "\"m\\u006fdel\":\"claude-opus-4-1\"}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+        { "model: a key all escapes",
+          "{\"\\u006d\\u006f\\u0064\\u0065\\u006c\":\"x\"}",
+          { 0, 0, 0, 0, 0, 0, "x" } },
+        { "model: an escaped key, nested",
+          "{\"metadata\":{\"m\\u006fdel\":\"cheap\"},"
+          "\"model\":\"claude-opus-4-1\",\"x\":{\"m\\u006fdel\":\"cheap\"}}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+        { "model: an escaped key that is another",
+          "{\"model\":\"claude-opus-4-1\",\"m\\u006fdels\":\"cheap\","
+          "\"\\u006d\":\"cheap\"}",
+          { 0, 0, 0, 0, 0, 0, "claude-opus-4-1" } },
+    };
+
+    size_t  i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        usage_check(cases[i].what, cases[i].text, strlen(cases[i].text),
+                    &cases[i].want);
+    }
+}
+
+
+/* what is too long, at its limit and one past it; deep nesting */
+static void
+test_usage_long(void)
+{
+    char          *s, *pad;
+    size_t         n, len;
+    usage_want_t   w;
+    smcp_usage_t  *u;
+
+    /* a usage object of exactly SMCP_USAGE_OBJECT bytes, then one more,
+     * after a real one */
+    for (n = SMCP_USAGE_OBJECT; n <= SMCP_USAGE_OBJECT + 1; n++) {
+        pad = repeat('x', n - (sizeof("{\"output_tokens\":9,\"p\":\"\"}") - 1),
+                     "");
+        len = sizeof("{\"usage\":{\"input_tokens\":7}}") - 1
+              + sizeof("{\"usage\":}") - 1 + n;
+        s = xmalloc(len + 1);
+        snprintf(s, len + 1, "{\"usage\":{\"input_tokens\":7}}"
+                 "{\"usage\":{\"output_tokens\":9,\"p\":\"%s\"}}", pad);
+
+        if (n == SMCP_USAGE_OBJECT) {
+            w = (usage_want_t) { 7, 9, 0, 0, 2, 0, "" };
+            usage_check("an object as long as can be", s, len, &w);
+
+        } else {
+            w = (usage_want_t) { 7, 0, 0, 0, 1, 1, "" };
+            usage_check("an object a byte too long: dropped", s, len, &w);
+        }
+
+        free(pad);
+        free(s);
+    }
+
+    /* a model of SMCP_USAGE_MODEL - 1 bytes, then one more; the longest
+     * all escapes */
+    u = xmalloc(sizeof(smcp_usage_t));
+
+    for (n = SMCP_USAGE_MODEL - 1; n <= SMCP_USAGE_MODEL; n++) {
+        pad = repeat('m', n, "");
+        s = xmalloc(n + 16);
+        len = snprintf(s, n + 16, "{\"model\":\"%s\"}", pad);
+        smcp_usage_init(u);
+        smcp_usage_feed(u, (unsigned char *) s, len);
+        ok(n < SMCP_USAGE_MODEL ? strcmp(u->model, pad) == 0
+                                : u->model[0] == '\0',
+           "usage: a model of %zu bytes: %s", n,
+           n < SMCP_USAGE_MODEL ? "kept" : "too long, none");
+        free(pad);
+        free(s);
+    }
+
+    n = SMCP_USAGE_MODEL - 1;
+    s = xmalloc(6 * n + 16);
+    len = sprintf(s, "{\"model\":\"");
+
+    while (n--) {
+        len += sprintf(s + len, "\\u006d");
+    }
+
+    len += sprintf(s + len, "\"}");
+    smcp_usage_init(u);
+    smcp_usage_feed(u, (unsigned char *) s, len);
+    ok(strlen(u->model) == SMCP_USAGE_MODEL - 1 && u->model[0] == 'm',
+       "usage: a model of %d bytes, each escaped: kept",
+       SMCP_USAGE_MODEL - 1);
+    free(s);
+    free(u);
+
+    /* 100,000 deep, the usage object at the bottom */
+    n = 100000;
+    len = 2 * n + sizeof("{\"usage\":{\"input_tokens\":3}}") - 1;
+    s = xmalloc(len + 1);
+    memset(s, '[', n);
+    memcpy(s + n, "{\"usage\":{\"input_tokens\":3}}",
+           sizeof("{\"usage\":{\"input_tokens\":3}}") - 1);
+    memset(s + len - n, ']', n);
+    s[len] = '\0';
+    w = (usage_want_t) { 3, 0, 0, 0, 1, 0, "" };
+    u = xmalloc(sizeof(smcp_usage_t));
+    usage_read(u, s, len, len);
+    ok(usage_is(u, &w), "usage: 100,000 deep: %s", usage_show(u));
+    usage_read(u, s, len, len / 2);
+    ok(usage_is(u, &w), "usage: 100,000 deep, split: %s", usage_show(u));
+    free(s);
+
+    /* deep inside a usage object: dropped, the next one read */
+    n = 3000;
+    len = 2 * n + 64;
+    s = xmalloc(len + 1);
+    len = sprintf(s, "{\"usage\":{\"input_tokens\":3,\"x\":");
+    memset(s + len, '[', n);
+    memset(s + len + n, ']', n);
+    len += 2 * n;
+    len += sprintf(s + len, "}}{\"usage\":{\"output_tokens\":2}}");
+    w = (usage_want_t) { 0, 2, 0, 0, 1, 1, "" };
+    usage_read(u, s, len, len);
+    ok(usage_is(u, &w), "usage: deep inside a usage object: dropped, the "
+       "next one read: %s", usage_show(u));
+    free(s);
+    free(u);
+}
+
+
+static void
+test_usage_cost(void)
+{
+    smcp_usage_t        *u;
+    smcp_usage_price_t   price = { 3, 15, 0.25, 3.75 };
+    smcp_usage_price_t   none = { 0, 0, 0, 0 };
+
+    u = xmalloc(sizeof(smcp_usage_t));
+    smcp_usage_init(u);
+    ok(smcp_usage_cost(u, &price) == 0, "usage: nothing costs nothing");
+
+    u->input = 1000000;
+    u->output = 500000;
+    u->cache_read = 2000000;
+    u->cache_write = 400000;
+    ok(smcp_usage_cost(u, &price) == 12.5,
+       "usage: 1M in, 0.5M out, 2M cache read, 0.4M cache write at "
+       "3/15/0.25/3.75: $12.5 (%g)", smcp_usage_cost(u, &price));
+    ok(smcp_usage_cost(u, &none) == 0, "usage: no price: $0");
+
+    u->input = SMCP_USAGE_TOKENS_MAX;
+    u->output = SMCP_USAGE_TOKENS_MAX;
+    u->cache_read = 0;
+    u->cache_write = 0;
+    ok(smcp_usage_cost(u, &price) == 18000000,
+       "usage: the most tokens: $18M (%g)", smcp_usage_cost(u, &price));
+
+    /* the estimate: a token per 4 bytes, and one, never lowering */
+    smcp_usage_init(u);
+    smcp_usage_estimate(u, 4000, 10);
+    ok(u->input == 1001 && u->output == 3 && u->cache_read == 0,
+       "usage: estimate of 4000 and 10 bytes: 1001 in, 3 out (%lld, %lld)",
+       (long long) u->input, (long long) u->output);
+
+    u->input = 5000;
+    u->output = 2;
+    smcp_usage_estimate(u, 4000, 10);
+    ok(u->input == 5000 && u->output == 3,
+       "usage: the estimate never lowers (%lld, %lld)",
+       (long long) u->input, (long long) u->output);
+
+    smcp_usage_estimate(u, 0, -7);
+    ok(u->input == 5000 && u->output == 3,
+       "usage: no bytes, or fewer: nothing estimated");
+
+    smcp_usage_estimate(u, INT64_MAX, INT64_MAX);
+    ok(u->input == SMCP_USAGE_TOKENS_MAX && u->output == SMCP_USAGE_TOKENS_MAX,
+       "usage: an estimate past the most: the most");
+
+    free(u);
+}
+
+
+static void
+test_usage_model_matches(void)
+{
+    static const struct {
+        const char  *pattern;
+        const char  *model;
+        int          match;
+    } cases[] = {
+        { "*", "claude-opus-4-1", 1 }, { "*", "", 1 },
+        { "claude-*", "claude-opus-4-1", 1 }, { "claude-*", "claude-", 1 },
+        { "claude-*", "claude", 0 }, { "claude-*", "gpt-5", 0 },
+        { "claude-*", "", 0 }, { "claude-*", "xclaude-opus", 0 },
+        { "gpt-4o", "gpt-4o", 1 }, { "gpt-4o", "gpt-4o-mini", 0 },
+        { "gpt-4o-mini", "gpt-4o", 0 }, { "gpt-4o", "GPT-4o", 0 },
+        { "gpt-4o", "", 0 }, { "", "", 1 }, { "", "gpt-4o", 0 },
+        { "a*b", "a*b", 1 }, { "a*b", "axb", 0 },
+    };
+
+    size_t  i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ok(smcp_usage_model_matches(cases[i].pattern,
+                                    strlen(cases[i].pattern),
+                                    cases[i].model, strlen(cases[i].model))
+           == cases[i].match,
+           "usage: price '%s' %s model '%s'", cases[i].pattern,
+           cases[i].match ? "matches" : "does not match", cases[i].model);
+    }
+
+    /* the meter's model when the request named none */
+    ok(smcp_usage_model_matches("*", 1, NULL, 0) == 1,
+       "usage: price '*' matches no model (NULL, 0)");
+    ok(smcp_usage_model_matches("claude-*", 8, NULL, 0) == 0,
+       "usage: price 'claude-*' does not match no model (NULL, 0)");
+    ok(smcp_usage_model_matches("gpt-4o", 6, NULL, 0) == 0,
+       "usage: price 'gpt-4o' does not match no model (NULL, 0)");
+}
+
+
 int
 main(void)
 {
@@ -1733,6 +2408,11 @@ main(void)
     test_redis_addr();
     test_url();
     test_addr_private();
+    test_usage_streams();
+    test_usage_hostile();
+    test_usage_long();
+    test_usage_cost();
+    test_usage_model_matches();
 
     return tap_done();
 }
