@@ -408,6 +408,68 @@ runner_pr_created(json_t *answer, runner_pr_t *pr)
 
 
 /*
+ * The open pull request of head on repo ("/repos/OWNER/REPO"), asked when
+ * POST .../pulls gave no clear answer (none, not JSON, a 5xx, a 422):
+ * GitHub may have opened it all the same (its answer lost) or before (a
+ * pick tried again).  RUNNER_OK: found (pr->url, pr->number), the first
+ * of the answer whose head.ref is head and whose state is open.
+ */
+static int
+runner_pr_existing(const char *repo, const char *head, const char *token,
+    runner_pr_t *pr)
+{
+    int          rc;
+    long         st;
+    char         path[512], err[RUNNER_ERRLEN];
+    size_t       i, n;
+    json_t      *answer, *e;
+    const char  *owner, *slash, *ref, *state;
+    runner_pr_t  found;
+
+    owner = repo + sizeof("/repos/") - 1;
+    slash = strchr(owner, '/');
+
+    if (slash == NULL
+        || strncmp(head, "opencode/", sizeof("opencode/") - 1) != 0)
+    {
+        return RUNNER_ERR;
+    }
+
+    /* head=OWNER:opencode/<id>, ":" and "/" escaped */
+    snprintf(path, sizeof(path), "%s/pulls?state=open&head=%.*s%%3Aopencode"
+             "%%2F%s", repo, (int) (slash - owner), owner,
+             head + sizeof("opencode/") - 1);
+
+    st = runner_pr_call("GET", path, token, NULL, &answer, err, sizeof(err));
+    rc = RUNNER_ERR;
+    n = (st == 200) ? json_array_size(answer) : 0;
+
+    for (i = 0; i < n && i < 100 && rc != RUNNER_OK; i++) {
+        e = json_array_get(answer, i);
+        ref = json_string_value(json_object_get(json_object_get(e, "head"),
+                                                "ref"));
+        state = json_string_value(json_object_get(e, "state"));
+
+        if (ref && state && strcmp(ref, head) == 0
+            && strcmp(state, "open") == 0)
+        {
+            memset(&found, 0, sizeof(found));
+            rc = runner_pr_created(e, &found);
+        }
+    }
+
+    json_decref(answer);
+
+    if (rc == RUNNER_OK) {
+        snprintf(pr->url, sizeof(pr->url), "%s", found.url);
+        snprintf(pr->number, sizeof(pr->number), "%s", found.number);
+    }
+
+    return rc;
+}
+
+
+/*
  * Opens the pull request of a run whose sandbox pushed opencode/<runId>:
  * RUNNER_OK (pr->url, pr->number), else RUNNER_ERR (pr->error says why).
  * h: the run hash; token: an egress token of the run.
@@ -512,6 +574,17 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
     }
 
     json_decref(answer);
+
+    /* no clear answer: it may be open all the same */
+    if (rc != RUNNER_OK && (st == 0 || st == 422 || st >= 500)
+        && runner_pr_existing(repo, head, token, pr) == RUNNER_OK)
+    {
+        runner_log("info", run->id, "the pull request of %s is open "
+                   "(GitHub's answer to opening it: %.200s)", head,
+                   pr->error);
+        pr->error[0] = '\0';
+        rc = RUNNER_OK;
+    }
 
     return rc;
 }

@@ -76,7 +76,7 @@ my $s = SMCP::Stack->new(
         'SCENARIO-DIE'  => [ bash_step($DIE, 'Die'), { text => 'unreachable' } ],
     },
     repos => { map { ("acme/$_" => { 'README.md' => "# $_\n" }) }
-               qw(app none locked refused huge html nourl evil dies) },
+               qw(app none locked refused huge html nourl evil dies lost) },
 );
 my $t = $s->t;
 my $gh = $s->github;
@@ -228,7 +228,12 @@ my %hostile = (
     nourl   => qr/GitHub's answer has no html_url/,
     evil    => qr{GitHub's answer has an html_url not on https://github\.com/},
 );
+# GitHub opens the pull request, but its answer is lost on the way
+$gh->api_fault('POST', '^/repos/acme/lost/pulls$', status => 502, apply => 1,
+    body => '{"message":"Server Error"}');
+
 my %runs = map { ($_ => pr_run($_, 'EDIT')) } sort keys %hostile;
+my $lost = pr_run('lost', 'EDIT');
 my $dies = $s->run_task(task => 'SCENARIO-DIE: die', repository => 'https://github.com/acme/dies');
 
 for my $repo (sort keys %hostile) {
@@ -250,6 +255,16 @@ for my $repo (sort keys %hostile) {
             unless Test::More->builder->is_passing;
     };
 }
+
+subtest "GitHub's answer to opening it lost: the open pull request found" => sub {
+    my $r = done_ok($lost, 'completed', 'the run');
+    my @p = $gh->pulls('acme/lost');
+    is(scalar @p, 1, 'one pull request');
+    is($r->{pullRequestUrl}, $p[0] && $p[0]{html_url}, '... its pullRequestUrl, looked up by its head');
+    is($s->run_hash($lost->{runId})->{pr_status}, 'opened', 'pr_status opened');
+    like($s->runner_log($runner), qr/the pull request of opencode\/\Q$lost->{runId}\E is open \(GitHub's answer to opening it: GitHub answered HTTP 502: Server Error\)/,
+         "the runner's log says so");
+};
 
 subtest 'an agent dying without an error event: its stderr is the error' => sub {
     my $r = done_ok($dies, 'failed', 'the run');

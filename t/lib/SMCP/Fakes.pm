@@ -200,7 +200,9 @@ package SMCP::Fakes;
 #     ->api_fault(METHOD, qr/PATH/ as a string, status => 502, body =>
 #         BYTES, content_type => ..): REST requests matching (after the
 #         token check, /api/v3 stripped) get that answer instead;
-#         ->api_fault() clears them
+#         ->api_fault() clears them; apply => 1: the request takes
+#         effect all the same (a pull request opened), only its answer is
+#         that one (an answer lost on the way)
 #     ->reject_pushes('o/r', MESSAGE): a pre-receive hook refuses every
 #         push with MESSAGE; ->reject_pushes('o/r') allows them again
 #
@@ -869,6 +871,10 @@ sub _head {
 # returns true when the connection may be kept
 sub _reply {
     my ($self, $c, $req, $status, $hdrs, $body, %o) = @_;
+    if (my $f = $self->{_answer_instead}) {     # api_fault apply => 1
+        ($status, $hdrs, $body) = ($f->{status} // 502,
+            ['Content-Type' => $f->{content_type} // 'application/json'], $f->{body} // '');
+    }
     my $head = $self->_head($req, $status, $hdrs, %o);
     $body //= '';
     utf8::encode($body) if utf8::is_utf8($body);
@@ -2393,8 +2399,13 @@ sub _api {
         return $self->_gh_error($c, $req, 401, 'Bad credentials',
                                 log => { auth => defined $tok ? 'bad' : 'missing' });
     }
+    local $self->{_answer_instead};
     for my $f (@{ $self->_state_read('faults.json') || [] }) {
         next unless $f->{method} eq $m && $p =~ /$f->{re}/;
+        if ($f->{apply}) {
+            $self->{_answer_instead} = $f;
+            last;
+        }
         return $self->_reply($c, $req, $f->{status} // 502,
             ['Content-Type' => $f->{content_type} // 'application/json'],
             $f->{body} // '', log => { fault => 1 });
