@@ -15,6 +15,8 @@
 #define SMCP_USAGE_AFTER_NONE     0
 #define SMCP_USAGE_AFTER_USAGE    1
 #define SMCP_USAGE_AFTER_MODEL    2
+#define SMCP_USAGE_AFTER_ESCAPED  3     /* a key with escapes: decoded at
+                                           its colon */
 
 /* what must come next for it */
 #define SMCP_USAGE_EXPECT_NONE    0
@@ -25,6 +27,16 @@
 #define SMCP_USAGE_CAPTURE_NONE   0
 #define SMCP_USAGE_CAPTURE_OBJECT 1
 #define SMCP_USAGE_CAPTURE_MODEL  2
+#define SMCP_USAGE_CAPTURE_STRING 3     /* any other string outside a
+                                           usage object: an escaped key */
+
+/* bytes of a string kept as it came, quotes included: a model name of
+ * SMCP_USAGE_MODEL - 1 bytes, each byte escaped (\u006d), fits */
+#define SMCP_USAGE_STRING         (6 * (SMCP_USAGE_MODEL - 1) + 2)
+
+#if (SMCP_USAGE_STRING > SMCP_USAGE_OBJECT)
+#error "SMCP_USAGE_OBJECT cannot hold a string kept"
+#endif
 
 
 void
@@ -140,30 +152,123 @@ smcp_usage_object(smcp_usage_t *u)
 }
 
 
-/* a string closed: is it a key of ours? */
-static void
-smcp_usage_key(smcp_usage_t *u)
+/* which key of ours, if any */
+static int
+smcp_usage_which(const char *key, size_t len)
 {
+    if ((len == 5 && memcmp(key, "usage", 5) == 0)
+        || (len == 13 && memcmp(key, "usageMetadata", 13) == 0))
+    {
+        return SMCP_USAGE_AFTER_USAGE;
+    }
+
+    if (len == 5 && memcmp(key, "model", 5) == 0) {
+        return SMCP_USAGE_AFTER_MODEL;
+    }
+
+    return SMCP_USAGE_AFTER_NONE;
+}
+
+
+/*
+ * The string kept (buf, quotes included) as a JSON parser reads it, its
+ * escapes decoded, into out: its length, when it is printable ASCII and
+ * shorter than size; else 0, and out untouched.
+ */
+static size_t
+smcp_usage_decode(smcp_usage_t *u, char *out, size_t size)
+{
+    size_t       i, n;
+    json_t      *s;
+    const char  *p;
+
+    if (u->capture_long || u->clen < 2) {
+        return 0;
+    }
+
+    s = NULL;
+
+    if (memchr(u->buf, '\\', u->clen) == NULL) {
+        p = u->buf + 1;
+        n = u->clen - 2;
+
+    } else {
+        s = json_loadb(u->buf, u->clen, JSON_DECODE_ANY, NULL);
+
+        if (!json_is_string(s)) {
+            json_decref(s);
+            return 0;
+        }
+
+        p = json_string_value(s);
+        n = json_string_length(s);
+    }
+
+    for (i = 0; i < n; i++) {
+        if ((unsigned char) p[i] < 0x20 || (unsigned char) p[i] > 0x7e) {
+            break;
+        }
+    }
+
+    if (n == 0 || n >= size || i < n) {
+        json_decref(s);
+        return 0;
+    }
+
+    memcpy(out, p, n);
+    out[n] = '\0';
+
+    json_decref(s);
+
+    return n;
+}
+
+
+/* a string closed: the model's name, or a key of ours? */
+static void
+smcp_usage_close(smcp_usage_t *u)
+{
+    int  capture;
+
+    capture = u->capture;
+
     u->after = SMCP_USAGE_AFTER_NONE;
     u->expect = SMCP_USAGE_EXPECT_NONE;
 
-    if (u->key_long) {
+    if (capture == SMCP_USAGE_CAPTURE_MODEL) {
+        u->capture = SMCP_USAGE_CAPTURE_NONE;
+        (void) smcp_usage_decode(u, u->model, SMCP_USAGE_MODEL);
         return;
     }
 
-    if ((u->klen == 5 && memcmp(u->key, "usage", 5) == 0)
-        || (u->klen == 13 && memcmp(u->key, "usageMetadata", 13) == 0))
+    if (capture == SMCP_USAGE_CAPTURE_STRING) {
+        u->capture = SMCP_USAGE_CAPTURE_NONE;
+    }
+
+    if (!u->key_long) {
+        u->after = smcp_usage_which(u->key, u->klen);
+
+    } else if (capture == SMCP_USAGE_CAPTURE_STRING && !u->capture_long
+               && memchr(u->buf, '\\', u->clen) != NULL)
     {
-        u->after = SMCP_USAGE_AFTER_USAGE;
-
-    } else if (u->klen == 5 && memcmp(u->key, "model", 5) == 0) {
-        u->after = SMCP_USAGE_AFTER_MODEL;
-
-    } else {
-        return;
+        /* a key of ours to a JSON parser, perhaps: decoded if a colon
+         * follows */
+        u->after = SMCP_USAGE_AFTER_ESCAPED;
     }
 
-    u->expect = SMCP_USAGE_EXPECT_COLON;
+    if (u->after != SMCP_USAGE_AFTER_NONE) {
+        u->expect = SMCP_USAGE_EXPECT_COLON;
+    }
+}
+
+
+/* the colon after a key with escapes: which key is it? */
+static int
+smcp_usage_escaped(smcp_usage_t *u)
+{
+    char  key[SMCP_USAGE_KEY];
+
+    return smcp_usage_which(key, smcp_usage_decode(u, key, SMCP_USAGE_KEY));
 }
 
 
@@ -176,11 +281,22 @@ smcp_usage_string_byte(smcp_usage_t *u, unsigned char c)
         u->in_string = 0;
         u->escape = 0;
 
-        if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
+        if (u->capture != SMCP_USAGE_CAPTURE_OBJECT) {
             u->capture = SMCP_USAGE_CAPTURE_NONE;
         }
 
         return;
+    }
+
+    if (u->capture == SMCP_USAGE_CAPTURE_MODEL
+        || u->capture == SMCP_USAGE_CAPTURE_STRING)
+    {
+        if (u->clen < SMCP_USAGE_STRING) {
+            u->buf[u->clen++] = (char) c;
+
+        } else {
+            u->capture_long = 1;
+        }
     }
 
     if (u->escape) {
@@ -190,40 +306,14 @@ smcp_usage_string_byte(smcp_usage_t *u, unsigned char c)
 
     if (c == '\\') {
         u->escape = 1;
-        u->key_long = 1;                /* an escaped key is none of ours */
-
-        if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
-            u->capture_long = 1;
-        }
-
+        u->key_long = 1;                /* not as it came */
         return;
     }
 
     if (c == '"') {
         u->in_string = 0;
-
-        if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
-            u->capture = SMCP_USAGE_CAPTURE_NONE;
-
-            if (!u->capture_long && u->clen && u->model[0] == '\0') {
-                memcpy(u->model, u->buf, u->clen);
-                u->model[u->clen] = '\0';
-            }
-
-            return;
-        }
-
-        smcp_usage_key(u);
+        smcp_usage_close(u);
         return;
-    }
-
-    if (u->capture == SMCP_USAGE_CAPTURE_MODEL) {
-        if (u->clen < SMCP_USAGE_MODEL - 1 && c >= 0x20 && c < 0x7f) {
-            u->buf[u->clen++] = (char) c;
-
-        } else {
-            u->capture_long = 1;
-        }
     }
 
     if (u->klen < SMCP_USAGE_KEY) {
@@ -255,12 +345,14 @@ smcp_usage_value(smcp_usage_t *u, unsigned char c)
         u->capture_long = 0;
         u->clen = 0;
 
-    } else if (after == SMCP_USAGE_AFTER_MODEL && c == '"' && u->depth == 1
-               && u->model[0] == '\0')
-    {
-        u->capture = SMCP_USAGE_CAPTURE_MODEL;
-        u->capture_long = 0;
-        u->clen = 0;
+    } else if (after == SMCP_USAGE_AFTER_MODEL && u->depth == 1) {
+        /* the last one: the provider's, as most JSON parsers read a key
+         * named twice */
+        u->model[0] = '\0';
+
+        if (c == '"') {
+            u->capture = SMCP_USAGE_CAPTURE_MODEL;
+        }
     }
 }
 
@@ -289,6 +381,15 @@ smcp_usage_byte(smcp_usage_t *u, unsigned char c)
     if (u->expect == SMCP_USAGE_EXPECT_COLON) {
         if (c == ':') {
             u->expect = SMCP_USAGE_EXPECT_VALUE;
+
+            if (u->after == SMCP_USAGE_AFTER_ESCAPED) {
+                u->after = smcp_usage_escaped(u);
+
+                if (u->after == SMCP_USAGE_AFTER_NONE) {
+                    u->expect = SMCP_USAGE_EXPECT_NONE;
+                }
+            }
+
             return;
         }
 
@@ -310,6 +411,19 @@ smcp_usage_byte(smcp_usage_t *u, unsigned char c)
         u->escape = 0;
         u->key_long = 0;
         u->klen = 0;
+
+        /* kept as it comes: the model's name, or any string outside a
+         * usage object (a key may be escaped) */
+        if (u->capture == SMCP_USAGE_CAPTURE_NONE) {
+            u->capture = SMCP_USAGE_CAPTURE_STRING;
+        }
+
+        if (u->capture != SMCP_USAGE_CAPTURE_OBJECT) {
+            u->buf[0] = '"';
+            u->clen = 1;
+            u->capture_long = 0;
+        }
+
         break;
 
     case '{':
@@ -380,10 +494,12 @@ int
 smcp_usage_model_matches(const char *pattern, size_t plen,
     const char *model, size_t mlen)
 {
+    /* no memcmp() of nothing: model may be NULL when mlen is 0 */
+
     if (plen && pattern[plen - 1] == '*') {
         plen--;
-        return mlen >= plen && memcmp(pattern, model, plen) == 0;
+        return mlen >= plen && (plen == 0 || memcmp(pattern, model, plen) == 0);
     }
 
-    return plen == mlen && memcmp(pattern, model, plen) == 0;
+    return plen == mlen && (plen == 0 || memcmp(pattern, model, plen) == 0);
 }

@@ -7,8 +7,9 @@
  * A byte-at-a-time reader in bounded memory (this struct), fed the pieces
  * as they come: it follows JSON strings (so a key inside a string, which
  * the model's own text can hold only escaped, is never taken for one) and
- * takes every object under a key "usage" or "usageMetadata", at any depth,
- * of at most SMCP_USAGE_OBJECT bytes, and reads it with jansson:
+ * takes every object under a key "usage" or "usageMetadata" (a key read
+ * as a JSON parser reads it, escapes decoded), at any depth, of at most
+ * SMCP_USAGE_OBJECT bytes, and reads it with jansson:
  *
  *   Anthropic Messages   input_tokens, output_tokens,
  *                        cache_read_input_tokens,
@@ -28,8 +29,10 @@
  * raise a count, never lower it.
  *
  * Fed a request body instead, it keeps the string of the top-level key
- * "model" (the model the provider bills).  Plain C, no nginx: fuzzed
- * (fuzz/usage.c).
+ * "model" (the model the provider bills), as the provider's JSON parser
+ * reads it: escapes decoded, the last when the key is there twice; ""
+ * when that is not a string of printable ASCII shorter than
+ * SMCP_USAGE_MODEL.  Plain C, no nginx: fuzzed (fuzz/usage.c).
  */
 
 #ifndef SMCP_USAGE_H
