@@ -395,12 +395,16 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
 
-    msg = lcf->model ? ngx_http_sandbox_mcp_egress_meter_check(r, e[8], e[9])
-                     : NULL;
+    msg = NULL;
+
+    if (lcf->model) {
+        msg = ngx_http_sandbox_mcp_egress_meter_check(r, ctx, e[8], e[9]);
+    }
 
     if (msg) {
-        rc = ngx_http_sandbox_mcp_egress_refuse(r, NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED,
-                                                "billing_error", msg);
+        rc = ngx_http_sandbox_mcp_egress_refuse(r,
+                                        NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED,
+                                        "billing_error", msg);
         goto finalize;
     }
 

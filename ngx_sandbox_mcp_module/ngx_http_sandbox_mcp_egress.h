@@ -79,6 +79,8 @@ typedef struct {
                                                            draft only */
     unsigned                            answered:1;     /* the answer's
                                                            last byte */
+    unsigned                            capped:1;       /* the run has a
+                                                           maxCostUsd */
     unsigned                            opaque:1;       /* an answer the
                                                            meter cannot
                                                            read */

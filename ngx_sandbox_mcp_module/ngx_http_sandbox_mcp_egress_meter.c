@@ -32,6 +32,9 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf);
+static ngx_http_sandbox_mcp_egress_price_t *
+    ngx_http_sandbox_mcp_egress_meter_price(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx);
 
 
 static ngx_http_module_t  ngx_http_sandbox_mcp_meter_module_ctx = {
@@ -304,25 +307,42 @@ ngx_http_sandbox_mcp_egress_meter_path_model(ngx_http_request_t *r,
 }
 
 
-ngx_int_t
+ngx_uint_t
 ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request)
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
+    ngx_uint_t path_model, char *err, size_t errlen)
 {
-    size_t  n;
+    size_t                                   n;
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     n = ngx_strlen(request->model);
 
-    if (n) {
+    /* Gemini bills the model of the path, whatever the body says */
+    if (path_model) {
+        ngx_http_sandbox_mcp_egress_meter_path_model(r, &ctx->model);
+
+    } else if (n) {
         ctx->model.data = ngx_pnalloc(r->pool, n);
         if (ctx->model.data == NULL) {
-            return NGX_ERROR;
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         ngx_memcpy(ctx->model.data, request->model, n);
         ctx->model.len = n;
+    }
 
-    } else {
-        ngx_http_sandbox_mcp_egress_meter_path_model(r, &ctx->model);
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+
+    /* a cap held against the prices: a model none covers would slip by */
+    if (ctx->capped && lcf->prices
+        && ngx_http_sandbox_mcp_egress_meter_price(r, ctx) == NULL)
+    {
+        ngx_snprintf((u_char *) err, errlen, "egress: %V: the run has a "
+                     "spend cap (maxCostUsd) and the model \"%V\" has no "
+                     "price here (sandbox_mcp_egress_price, make up and "
+                     "compose: SMCP_EGRESS_PRICES): name a priced model%Z",
+                     &lcf->route, &ctx->model);
+        return NGX_HTTP_FORBIDDEN;
     }
 
     /* the same memory reads the answer */
@@ -352,13 +372,15 @@ ngx_http_sandbox_mcp_egress_meter_number(redisReply *v)
 
 const char *
 ngx_http_sandbox_mcp_egress_meter_check(ngx_http_request_t *r,
-    redisReply *max, redisReply *metered)
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, redisReply *max,
+    redisReply *metered)
 {
     u_char  *msg, *last;
     double   cap, spent;
 
     cap = ngx_http_sandbox_mcp_egress_meter_number(max);
     spent = ngx_http_sandbox_mcp_egress_meter_number(metered);
+    ctx->capped = (cap > 0);
 
     if (cap == 0 || spent < cap) {
         return NULL;
@@ -432,8 +454,8 @@ ngx_http_sandbox_mcp_egress_meter_log(ngx_http_request_t *r,
 
     estimated = 0;
 
-    if (ctx->opaque || u->objects == 0) {
-        /* nothing said the usage */
+    if (ctx->opaque || u->objects == 0 || u->input + u->output == 0) {
+        /* nothing said the usage (or only zeros: not the provider's) */
         smcp_usage_estimate(u, r->request_length, ctx->answer_bytes);
         estimated = 1;
 

@@ -18,15 +18,18 @@
 char *ngx_http_sandbox_mcp_egress_price(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
-/* a model request's body was read and let through: meter its answer
- * (model: what the body named; the path's for Gemini) */
-ngx_int_t ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request);
+/* a model request's body was read (request: what it said): NGX_OK, its
+ * answer to be metered; or the refusal's status and err (a run with a cap
+ * asking for a model no price covers) */
+ngx_uint_t ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
+    ngx_uint_t path_model, char *err, size_t errlen);
 
 /* NULL, or the refusal of a model request: the run has spent its
  * maxCostUsd (the run hash's max_cost and metered_cost) */
 const char *ngx_http_sandbox_mcp_egress_meter_check(ngx_http_request_t *r,
-    redisReply *max, redisReply *metered);
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, redisReply *max,
+    redisReply *metered);
 
 /* at the log phase: the request's usage into the audit record (ev) and
  * into the run's totals */

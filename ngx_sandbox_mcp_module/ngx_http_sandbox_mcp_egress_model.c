@@ -223,8 +223,9 @@ ngx_http_sandbox_mcp_egress_model(ngx_http_request_t *r, char *err,
     if (rc == SMCP_TOOLS_OK) {
         ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
 
-        return (ngx_http_sandbox_mcp_egress_meter_begin(r, ctx, u) == NGX_OK)
-               ? NGX_OK : NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_sandbox_mcp_egress_meter_begin(r, ctx, u,
+                                       f->format == SMCP_TOOLS_GEMINI,
+                                       err, errlen);
     }
 
     if (rc == SMCP_TOOLS_BAD) {

@@ -208,6 +208,22 @@ subtest 'hostile answers and bodies' => sub {
     is_deeply([ @$u{qw(input output costUsd priced)} ], [ 7, 3, 0, JSON::PP::false() ],
               '... counted, not priced') or diag(explain($u));
     is(metered($run)->{unpriced}, 1, '... metered_unpriced');
+
+    # Gemini bills the model of the path, whatever the body says
+    $fake{google}->set_script([ { text => 'ok', usage => { input_tokens => 400, output_tokens => 40 } } ]);
+    $r = post(google => $tok, { model => 'free-z', contents => [ { role => 'user', parts => [ { text => 'hi' } ] } ] });
+    is($r->{status}, 200, 'Gemini, a cheap model in the body: 200');
+    (undef, undef, undef, undef, $u) = usages($run, 5);
+    is_deeply([ @$u{qw(model costUsd)} ], [ 'gemini-2.5-pro', 0.0009 ], "... priced by the path's")
+        or diag(explain($u));
+
+    # a usage of zeros is no provider's: the bytes count
+    $fake{anthropic}->set_script([ { text => 'x', usage => { input_tokens => 0, output_tokens => 0 } } ]);
+    $r = post(anthropic => $tok, { %anthropic });
+    is($r->{status}, 200, 'a usage of zeros: 200');
+    (undef, undef, undef, undef, undef, $u) = usages($run, 6);
+    ok($u->{estimated} && $u->{input} > 0 && $u->{output} > 0, '... the bytes counted instead')
+        or diag(explain($u));
 };
 
 subtest 'a stream the upstream cuts before its last usage' => sub {
@@ -236,6 +252,16 @@ subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
     my $after = () = $fake{anthropic}->requests(path => '/v1/messages');
     is($after, $before, '... nothing went upstream');
     is(usd(metered($run)->{cost}), '0.010500', '... nothing more metered');
+
+    # a run with a cap, a model no price covers: refused before upstream
+    my ($capped, $ctok) = $t->live_run(max_cost => '5');
+    $r = post(anthropic => $ctok, { %anthropic, model => 'claude-unknown' });
+    egress_error_ok($r, 403, 'a capped run, an unpriced model', type => 'permission_error',
+                    message => qr/spend cap \(maxCostUsd\) and the model "claude-unknown" has no price here/);
+    $r = post(anthropic => $ctok, { %anthropic, model => undef });
+    egress_error_ok($r, 403, '... or none named', message => qr/the model "" has no price/);
+    is(scalar(() = $fake{anthropic}->requests(path => '/v1/messages')), $before,
+       '... nothing went upstream');
 
     my ($free, $ftok) = $t->live_run;
     $r = post(anthropic => $ftok, { %anthropic });
