@@ -956,6 +956,20 @@ http {
 EOF
 }
 
+# $t->location_config_test($lines) -> (exit code, output): `nginx -t` on
+# the test's configuration with $lines in its location (render_conf),
+# in a directory of its own
+sub location_config_test {
+    my ($self, $lines) = @_;
+    my $dir = "$self->{dir}/conftest-" . int(rand(1e9));
+    mkdir $dir;
+    spew("$dir/nginx.conf", $self->render_conf(dir => $dir, port => $self->free_port,
+                                               location => $lines));
+    my ($rc, $out, $err) = nginx_config_test($self->{nginx_bin}, '-p', "$dir/",
+        '-c', "$dir/nginx.conf", '-e', "$dir/error.log");
+    return ($rc, "$out$err");
+}
+
 # render the config for an instance
 sub render_conf {
     my ($self, %o) = @_;
