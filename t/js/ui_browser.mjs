@@ -284,6 +284,7 @@ await pl.close();
 await fr.finish(L.runId, 'completed', {
     result: L.result, exit_code: 0, tokens_input: 1500, tokens_output: 300,
     tokens_reasoning: 0, tokens_cache_read: 0, tokens_cache_write: 0, cost: '0.015',
+    metered_cost: '0.0172',
     files_changed: JSON.stringify([{ path: 'src/login.js', additions: 1, deletions: 1 },
                                    { path: 'docs/login.md', additions: 2, deletions: 0 }]),
     diff_stat: '2 files changed, 3 insertions(+), 1 deletion(-)',
@@ -294,6 +295,13 @@ await check('the status turns completed without reload', async () => {
     await page.locator('#status').filter({ hasText: /^completed$/ }).waitFor({ timeout: WAIT });
     await page.locator('#cancel').waitFor({ state: 'hidden', timeout: WAIT });
     return 'completed';
+});
+
+await check('the cost metered at the egress, once the run ended', async () => {
+    await page.locator('#usage', { hasText: 'Metered at the egress' }).waitFor({ timeout: WAIT });
+    const u = await text(page, '#usage');
+    assert(u.includes('$0.0172'), u);
+    return u.replace(/\s+/g, ' ');
 });
 
 await check('the tab title turns completed, live', async () => {

@@ -252,6 +252,13 @@
         fact(dl, "Cost", "$" + u.cost.toFixed(4)
              + (run && typeof run.maxCostUsd === "number"
                 ? " of at most $" + run.maxCostUsd : ""));
+        /* what the egress metered of the provider's answers: the cap's */
+        if (run && typeof run.meteredCostUsd === "number"
+            && run.meteredCostUsd > 0)
+        {
+            fact(dl, "Metered at the egress",
+                 "$" + run.meteredCostUsd.toFixed(4));
+        }
     }
 
     function showRun(r) {
