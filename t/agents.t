@@ -81,8 +81,9 @@ my $s = SMCP::Stack->new(
                                      . '"http://127.0.0.1:9","API_TIMEOUT_MS":"1"}}' } },
     location => 'sandbox_mcp_agents opencode claude-code codex=openai/gpt-5.5;',
     egress_env => { OPENAI_API_KEY => $OPENAI_KEY, OPENAI_BASE_URL => $openai->url,
-                    # the egress meter's price of codex's model
-                    SMCP_EGRESS_PRICES => 'gpt-5*=1.25/10' },
+                    # the egress meter's prices of both agents' models
+                    # (every run has a cap: sandbox_mcp_max_cost_usd)
+                    SMCP_EGRESS_PRICES => 'gpt-5*=1.25/10 claude-*=3/15/0.3/3.75' },
 );
 my $t = $s->t;
 my $gh = $s->github;
