@@ -12,7 +12,10 @@
  * What the agent reports plays no part: the counts are the provider's.
  * An answer that says no usage (a stream asked without it, a body the
  * meter cannot read) counts its bytes instead (SMCP_USAGE_BYTES_PER_TOKEN),
- * as does the part of an answer cut short before its last usage.
+ * as does the part of an answer cut short before its last usage, and a
+ * request the provider took but never answered (the sandbox gave up
+ * first).  Whether a request is metered is the provider's answer's (2xx),
+ * never the status nginx sent the sandbox.
  */
 
 #include "ngx_http_sandbox_mcp_egress_meter.h"
@@ -24,6 +27,9 @@
 /* a price's digits after the point, at most */
 #define NGX_HTTP_SANDBOX_MCP_PRICE_POINT  6
 
+/* US dollars of the run hash, at most (said with %.6f) */
+#define NGX_HTTP_SANDBOX_MCP_USD_MAX      1e12
+
 
 typedef struct {
     ngx_str_t            model;         /* exact, "prefix*" or "*" */
@@ -31,10 +37,25 @@ typedef struct {
 } ngx_http_sandbox_mcp_egress_price_t;
 
 
+/*
+ * A metered request, in a pool cleanup of its own: found there again when
+ * an internal redirect (error_page 502 504 = @smcp_upstream_down) has
+ * dropped the request's context, and metered all the same.
+ */
+typedef struct {
+    ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;   /* the model route's */
+} ngx_http_sandbox_mcp_meter_t;
+
+
 static ngx_int_t ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf);
 static ngx_http_sandbox_mcp_egress_price_t *
-    ngx_http_sandbox_mcp_egress_meter_price(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_meter_price(
+    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx);
+static void ngx_http_sandbox_mcp_egress_meter_account(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx,
+    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf, json_t *ev);
 
 
 static ngx_http_module_t  ngx_http_sandbox_mcp_meter_module_ctx = {
@@ -156,14 +177,64 @@ ngx_http_sandbox_mcp_meter_body_filter(ngx_http_request_t *r,
 }
 
 
+/* the mark of a metered request's cleanup: nothing to free */
+static void
+ngx_http_sandbox_mcp_meter_cleanup(void *data)
+{
+    return;
+}
+
+
+/*
+ * The log phase of a request whose context an internal redirect dropped:
+ * its metered request, found by its cleanup, is metered here (the
+ * egress's log handler meters every other, with its audit record).
+ */
+static ngx_int_t
+ngx_http_sandbox_mcp_meter_log_handler(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t            *cln;
+    ngx_http_sandbox_mcp_meter_t  *m;
+
+    if (r != r->main
+        || ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module))
+    {
+        return NGX_OK;
+    }
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_sandbox_mcp_meter_cleanup) {
+            m = cln->data;
+            ngx_http_sandbox_mcp_egress_meter_account(r, m->ctx, m->lcf,
+                                                      NULL);
+            break;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf)
 {
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_sandbox_mcp_meter_header_filter;
 
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_sandbox_mcp_meter_body_filter;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_sandbox_mcp_meter_log_handler;
 
     return NGX_OK;
 }
@@ -313,6 +384,8 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
     ngx_uint_t path_model, char *err, size_t errlen)
 {
     size_t                                   n;
+    ngx_pool_cleanup_t                      *cln;
+    ngx_http_sandbox_mcp_meter_t            *m;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     n = ngx_strlen(request->model);
@@ -335,7 +408,7 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
 
     /* a cap held against the prices: a model none covers would slip by */
     if (ctx->capped && lcf->prices
-        && ngx_http_sandbox_mcp_egress_meter_price(r, ctx) == NULL)
+        && ngx_http_sandbox_mcp_egress_meter_price(lcf, ctx) == NULL)
     {
         ngx_snprintf((u_char *) err, errlen, "egress: %V: the run has a "
                      "spend cap (maxCostUsd) and the model \"%V\" has no "
@@ -345,6 +418,27 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
         return NGX_HTTP_FORBIDDEN;
     }
 
+    /* a background response answers at once without its usage: the
+     * provider generates, and bills, where the meter cannot see */
+    if (ctx->capped && lcf->prices && request->background) {
+        ngx_snprintf((u_char *) err, errlen, "egress: %V: the run has a "
+                     "spend cap (maxCostUsd) and the request asks for a "
+                     "background response (\"background\": true), whose "
+                     "usage the egress cannot meter: ask without it%Z",
+                     &lcf->route);
+        return NGX_HTTP_FORBIDDEN;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_sandbox_mcp_meter_t));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    m = cln->data;
+    m->ctx = ctx;
+    m->lcf = lcf;
+    cln->handler = ngx_http_sandbox_mcp_meter_cleanup;
+
     /* the same memory reads the answer */
     smcp_usage_init(request);
     ctx->usage = request;
@@ -353,7 +447,9 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
 }
 
 
-/* a number of the run hash, 0 when there is none */
+/* a number of the run hash, 0 when there is none; a larger one than
+ * NGX_HTTP_SANDBOX_MCP_USD_MAX is that (a cost so large is spent, never
+ * none) */
 static double
 ngx_http_sandbox_mcp_egress_meter_number(redisReply *v)
 {
@@ -366,7 +462,11 @@ ngx_http_sandbox_mcp_egress_meter_number(redisReply *v)
 
     d = strtod(v->str, &end);
 
-    return (*end == '\0' && d > 0 && d < 1e12) ? d : 0;
+    if (*end != '\0' || !(d > 0)) {
+        return 0;
+    }
+
+    return ngx_min(d, NGX_HTTP_SANDBOX_MCP_USD_MAX);
 }
 
 
@@ -402,16 +502,43 @@ ngx_http_sandbox_mcp_egress_meter_check(ngx_http_request_t *r,
 }
 
 
+/*
+ * Did the provider take the request, and may it bill it?  Its answer's
+ * status says (2xx), whatever nginx sent the sandbox after; with no
+ * answer (the sandbox went away before it, or the upstream failed), the
+ * whole request reaching it does: the provider may be generating, and
+ * billing, all the same.
+ */
+static ngx_uint_t
+ngx_http_sandbox_mcp_egress_meter_billed(ngx_http_request_t *r)
+{
+    ngx_uint_t            status;
+    ngx_http_upstream_t  *up;
+
+    up = r->upstream;
+
+    if (up == NULL) {
+        return 0;
+    }
+
+    status = up->headers_in.status_n;
+
+    if (status) {
+        return status >= 200 && status < 300;
+    }
+
+    return up->request_body_sent;
+}
+
+
 /* the first price whose model matches the request's, or NULL */
 static ngx_http_sandbox_mcp_egress_price_t *
-ngx_http_sandbox_mcp_egress_meter_price(ngx_http_request_t *r,
+ngx_http_sandbox_mcp_egress_meter_price(
+    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx)
 {
-    ngx_uint_t                               i;
-    ngx_http_sandbox_mcp_egress_price_t     *p;
-    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
-
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+    ngx_uint_t                            i;
+    ngx_http_sandbox_mcp_egress_price_t  *p;
 
     if (lcf->prices == NULL) {
         return NULL;
@@ -437,20 +564,38 @@ void
 ngx_http_sandbox_mcp_egress_meter_log(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx, json_t *ev)
 {
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+
+    ngx_http_sandbox_mcp_egress_meter_account(r, ctx, lcf, ev);
+}
+
+
+/* the request's usage, priced by its route's prices (lcf), into the
+ * audit record (ev, when there is one) and the run's totals, once */
+static void
+ngx_http_sandbox_mcp_egress_meter_account(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx,
+    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf, json_t *ev)
+{
     u_char                               cost_text[NGX_INT64_LEN + 16];
     double                               cost;
     json_t                              *usage;
     ngx_str_t                            argv[8];
-    ngx_uint_t                           status, estimated;
+    ngx_uint_t                           estimated;
     smcp_usage_t                        *u;
     ngx_http_sandbox_mcp_egress_price_t *price;
 
     u = ctx->usage;
-    status = r->headers_out.status;
 
-    if (u == NULL || !ctx->granted || status < 200 || status >= 300) {
+    if (u == NULL || !ctx->granted
+        || !ngx_http_sandbox_mcp_egress_meter_billed(r))
+    {
         return;
     }
+
+    ctx->usage = NULL;
 
     estimated = 0;
 
@@ -465,7 +610,7 @@ ngx_http_sandbox_mcp_egress_meter_log(ngx_http_request_t *r,
         estimated = 1;
     }
 
-    price = ngx_http_sandbox_mcp_egress_meter_price(r, ctx);
+    price = ngx_http_sandbox_mcp_egress_meter_price(lcf, ctx);
     cost = price ? smcp_usage_cost(u, &price->price) : 0;
 
     usage = json_pack("{s:I, s:I, s:I, s:I, s:f, s:b, s:b}",

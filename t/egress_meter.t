@@ -10,8 +10,11 @@
 # egress-routes.sh renders, in front of the fake providers.  Hostile: the
 # model's text holding a usage object, a request body naming a cheap model
 # inside a tool before the real one, an answer without usage, a stream the
-# upstream cuts before its last usage, a compressed answer asked for,
-# bad prices in the configuration.
+# upstream cuts before its last usage, a request the provider takes but
+# never answers (the sandbox gives up first; the provider closes, and
+# error_page drops the request's context), a background response asked
+# for, a metered cost too large to read as a number, a compressed answer
+# asked for, bad prices in the configuration.
 
 use strict;
 use warnings;
@@ -238,6 +241,97 @@ subtest 'a stream the upstream cuts before its last usage' => sub {
     cmp_ok($u && $u->{output} // 0, '>', 100, '... the output from the bytes streamed');
 };
 
+subtest 'a request the provider takes but never answers' => sub {
+    # the provider has the whole request and generates (bills) on; the
+    # sandbox closes before the answer's head: nginx says 499, the provider
+    # took it all the same
+    my ($run, $tok) = $t->live_run;
+    $fake{anthropic}->clear_requests;
+    $fake{anthropic}->set_script([ { text => 'x', hang => 2,
+                                     usage => { input_tokens => 90000, output_tokens => 4000 } } ]);
+    my ($path, $h) = @{ $route{anthropic} };
+    my $p = $t->http_start(port => $eport, method => 'POST', path => $path,
+                           headers => [ $h => $tok, 'anthropic-version' => '2023-06-01',
+                                        'Content-Type' => 'application/json' ],
+                           body => json_encode({ %anthropic }));
+    ok($fake{anthropic}->wait_requests(1, path => '/v1/messages'), 'the provider has the request');
+    close $p->{sock};
+    my ($u) = usages($run, 1);
+    my ($ev) = grep { $_->{json}{usage} } $t->run_events($run, type => 'egress');
+    is($ev && $ev->{json}{status}, 499, 'the audit record: 499 (the sandbox went away)');
+    my $in = int(($ev ? $ev->{json}{bytesIn} : 0) / 4) + 1;
+    is_deeply($u, { input => $in, output => 0, cacheRead => 0, cacheWrite => 0,
+                    costUsd => $in * 3 / 1e6, priced => JSON::PP::true(),
+                    estimated => JSON::PP::true(), model => 'claude-sonnet-4-5' },
+              '... metered all the same: its bytes as input, estimated') or diag(explain($u));
+    is(metered($run)->{input}, $in, '... into the run hash');
+
+    # the provider's own refusal is not billed: not metered
+    my ($other, $otok) = $t->live_run;
+    $fake{anthropic}->set_script([ { error => { type => 'rate_limit_error' } } ]);
+    my $r = post(anthropic => $otok, { %anthropic });
+    is($r->{status}, 429, "the provider's 429 reaches the sandbox");
+    my @ev;
+    for (1 .. 20) {
+        @ev = $t->run_events($other, type => 'egress');
+        last if @ev;
+        select(undef, undef, undef, 0.1);
+    }
+    ok(@ev && !$ev[0]{json}{usage}, '... its audit record has no usage') or diag(explain(\@ev));
+    is(metered($other)->{input}, undef, '... nothing metered');
+
+    # the provider takes the whole request and closes without an answer:
+    # nginx's 502 goes through error_page to @smcp_upstream_down, an
+    # internal redirect that drops the request's context
+    my ($cut, $cuttok) = $t->live_run;
+    $fake{anthropic}->set_script([ { hang => 1 } ]);
+    $r = post(anthropic => $cuttok, { %anthropic });
+    egress_error_ok($r, 502, 'the provider closes without an answer', type => 'api_error');
+    my $m;
+    for (1 .. 30) {
+        $m = metered($cut);
+        last if $m->{input};
+        select(undef, undef, undef, 0.1);
+    }
+    my $cin = int($r->{sent} / 4) + 1;
+    is($m->{input}, $cin, '... metered all the same: its bytes as input');
+    is(usd($m->{cost}), usd($cin * 3 / 1e6), '... priced');
+};
+
+subtest 'a background response (OpenAI): a capped run may not ask for one' => sub {
+    # it answers at once with "usage": null while the provider generates,
+    # and bills, on its own: the meter would see only the first bytes
+    my %bg = (model => 'gpt-5', input => [ { role => 'user', content => 'hi' } ]);
+    my ($capped, $ctok) = $t->live_run(max_cost => '5');
+    $fake{openai}->set_script([ { text => 'ok', usage => { input_tokens => 20, output_tokens => 10 } } ]);
+    $fake{openai}->clear_requests;
+    my $r = post(openai => $ctok, { %bg, background => JSON::PP::true() });
+    egress_error_ok($r, 403, 'a capped run, background: true', type => 'permission_error',
+                    message => qr/spend cap \(maxCostUsd\) and the request asks for a background response/);
+    $r = post(openai => $ctok, '{"model":"gpt-5","input":"hi","backgr\u006fund":true}');
+    egress_error_ok($r, 403, '... its key escaped');
+    $r = post(openai => $ctok, '{"model":"gpt-5","input":"hi","background":false,"background":true}');
+    egress_error_ok($r, 403, '... said twice, the last true');
+    for my $v ('1', '"true"', '"yes"') {
+        $r = post(openai => $ctok, qq({"model":"gpt-5","input":"hi","background":$v}));
+        egress_error_ok($r, 403, "... background: $v (a lax parser's true)");
+    }
+    is(scalar(() = $fake{openai}->requests(path => '/v1/responses')), 0, '... nothing went upstream');
+
+    $r = post(openai => $ctok, '{"model":"gpt-5","input":"hi","background":true,"background":false}');
+    is($r->{status}, 200, 'the last one false: 200');
+    $r = post(openai => $ctok, '{"model":"gpt-5","input":"hi","background":null}');
+    is($r->{status}, 200, 'null: 200');
+    $r = post(openai => $ctok, { %bg, metadata => { background => 'true' },
+                                 text => { format => { type => 'json_schema', name => 'x',
+                                                       schema => { background => JSON::PP::true() } } } });
+    is($r->{status}, 200, 'a "background" inside the body, not at its top: 200');
+
+    my ($free, $ftok) = $t->live_run;
+    $r = post(openai => $ftok, { %bg, background => JSON::PP::true() });
+    is($r->{status}, 200, 'a run without a cap: 200');
+};
+
 subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
     my ($run, $tok) = $t->live_run(max_cost => '0.01');
     $fake{anthropic}->set_script([ { text => 'x', usage => { input_tokens => 1000, output_tokens => 500 } } ]);
@@ -266,6 +360,14 @@ subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
     my ($free, $ftok) = $t->live_run;
     $r = post(anthropic => $ftok, { %anthropic });
     is($r->{status}, 200, 'a run without a cap: 200');
+
+    # a metered cost too large for the message's number is spent, not none
+    for my $big ('1000000000000', '2e12', '123456789012345678901234567890') {
+        my ($huge, $htok) = $t->live_run(max_cost => '5', metered_cost => $big);
+        $r = post(anthropic => $htok, { %anthropic });
+        egress_error_ok($r, 402, "metered_cost $big", type => 'billing_error',
+                        message => qr/cost \$1000000000000\.000000 .* maxCostUsd is \$5\.000000/);
+    }
 };
 
 subtest 'nginx -t refuses a wrong sandbox_mcp_egress_price' => sub {

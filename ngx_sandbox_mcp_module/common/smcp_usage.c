@@ -17,6 +17,7 @@
 #define SMCP_USAGE_AFTER_MODEL    2
 #define SMCP_USAGE_AFTER_ESCAPED  3     /* a key with escapes: decoded at
                                            its colon */
+#define SMCP_USAGE_AFTER_BACKGROUND  4
 
 /* what must come next for it */
 #define SMCP_USAGE_EXPECT_NONE    0
@@ -164,6 +165,10 @@ smcp_usage_which(const char *key, size_t len)
 
     if (len == 5 && memcmp(key, "model", 5) == 0) {
         return SMCP_USAGE_AFTER_MODEL;
+    }
+
+    if (len == 10 && memcmp(key, "background", 10) == 0) {
+        return SMCP_USAGE_AFTER_BACKGROUND;
     }
 
     return SMCP_USAGE_AFTER_NONE;
@@ -353,6 +358,11 @@ smcp_usage_value(smcp_usage_t *u, unsigned char c)
         if (c == '"') {
             u->capture = SMCP_USAGE_CAPTURE_MODEL;
         }
+
+    } else if (after == SMCP_USAGE_AFTER_BACKGROUND && u->depth == 1) {
+        /* the last one, likewise; anything but false or null (a lax
+         * parser takes 1 or "yes" for true) */
+        u->background = (c != 'f' && c != 'n');
     }
 }
 

@@ -32,7 +32,11 @@
  * "model" (the model the provider bills), as the provider's JSON parser
  * reads it: escapes decoded, the last when the key is there twice; ""
  * when that is not a string of printable ASCII shorter than
- * SMCP_USAGE_MODEL.  Plain C, no nginx: fuzzed (fuzz/usage.c).
+ * SMCP_USAGE_MODEL.  And whether the top-level key "background" (the
+ * last one) is anything but false or null: OpenAI's background response,
+ * which answers at once without a usage while the provider generates,
+ * and bills, on its own.
+ * Plain C, no nginx: fuzzed (fuzz/usage.c).
  */
 
 #ifndef SMCP_USAGE_H
@@ -59,6 +63,7 @@ typedef struct {
     int64_t     cache_write;
     unsigned    objects;        /* usage objects read */
     unsigned    dropped;        /* too long, or not JSON */
+    unsigned    background:1;   /* "background": not false */
     char        model[SMCP_USAGE_MODEL];   /* "": none (yet) */
 
     /* the reader */
