@@ -370,6 +370,16 @@ subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
     }
 };
 
+subtest 'a model request over 32 MB: 413, nothing upstream, nothing read' => sub {
+    my ($run, $tok) = $t->live_run;
+    my $before = () = $fake{anthropic}->requests(path => '/v1/messages');
+    my $r = post(anthropic => $tok, '{"model":"claude-sonnet-4-5","pad":"'
+                                    . ('x' x (32 * 1024 * 1024)) . '"}');
+    egress_error_ok($r, 413, 'a 32 MB body', type => 'request_too_large');
+    is(scalar(() = $fake{anthropic}->requests(path => '/v1/messages')), $before,
+       '... nothing went upstream');
+};
+
 subtest 'nginx -t refuses a wrong sandbox_mcp_egress_price' => sub {
     for my $c ([ '"a b" 1 2', qr/a model name/ ],
                [ 'x 1.1234567 2', qr/at most 6 decimals/ ],

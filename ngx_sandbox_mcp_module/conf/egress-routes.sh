@@ -370,6 +370,9 @@ location ~ "^/$name$allowed\$" {
     sandbox_mcp_egress $name;
     sandbox_mcp_egress_model on;
     sandbox_mcp_egress_server_tools $tools;
+    # the body is read (and metered) in a worker: at most the providers'
+    # own limit (Anthropic's 32 MB)
+    client_max_body_size 32m;
     proxy_set_header Accept-Encoding "";
 $(upstream "$name" "$env" "$format" "$header" "$origin" "$path")
 CONF
