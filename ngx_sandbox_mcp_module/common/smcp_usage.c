@@ -468,6 +468,10 @@ smcp_usage_feed(smcp_usage_t *u, const unsigned char *p, size_t n)
 {
     const unsigned char  *last;
 
+    if (n == 0) {
+        return;                         /* an empty buffer: p may be NULL */
+    }
+
     for (last = p + n; p < last; p++) {
         smcp_usage_byte(u, *p);
     }

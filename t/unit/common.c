@@ -2345,6 +2345,12 @@ test_usage_cost(void)
     ok(u->input == SMCP_USAGE_TOKENS_MAX && u->output == SMCP_USAGE_TOKENS_MAX,
        "usage: an estimate past the most: the most");
 
+    /* nginx's empty buffers (a last_buf alone) have no memory at all */
+    smcp_usage_init(u);
+    smcp_usage_feed(u, NULL, 0);
+    ok(u->objects == 0 && u->input == 0 && u->depth == 0,
+       "usage: an empty piece without memory reads nothing");
+
     free(u);
 }
 
