@@ -241,6 +241,29 @@ ngx_http_sandbox_mcp_egress_cleanup(void *data)
 }
 
 
+ngx_http_sandbox_mcp_egress_ctx_t *
+ngx_http_sandbox_mcp_egress_request_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t                 *cln;
+    ngx_http_sandbox_mcp_egress_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
+
+    if (ctx || r != r->main) {
+        return ctx;
+    }
+
+    /* the lookup's cleanup (ngx_http_sandbox_mcp_egress_lookup) */
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_sandbox_mcp_egress_cleanup) {
+            return cln->data;
+        }
+    }
+
+    return NULL;
+}
+
+
 static ngx_uint_t
 ngx_http_sandbox_mcp_egress_reply_is(redisReply *v, const char *s)
 {
@@ -720,6 +743,7 @@ ngx_http_sandbox_mcp_egress_handler(ngx_http_request_t *r)
     }
 
     ngx_http_set_ctx(r, ctx, ngx_http_sandbox_mcp_egress_module);
+    ctx->lcf = lcf;
 
     if (ngx_http_sandbox_mcp_egress_strip(r) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -57,6 +57,7 @@ typedef struct {
 
 typedef struct {
     ngx_http_request_t                 *request;
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;       /* the route's */
     ngx_str_t                           run_id;
     ngx_str_t                           tenant;
     ngx_str_t                           repository;     /* expected */
@@ -91,6 +92,12 @@ typedef struct {
  * clients also parse) */
 ngx_int_t ngx_http_sandbox_mcp_egress_refuse(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *message);
+
+
+/* the request's context: the module's, or once an internal redirect
+ * (error_page) has dropped it, the one its pool cleanup holds; NULL */
+ngx_http_sandbox_mcp_egress_ctx_t *ngx_http_sandbox_mcp_egress_request_ctx(
+    ngx_http_request_t *r);
 
 
 /* a location's route (sandbox_mcp_egress NAME), announced */

@@ -58,13 +58,14 @@ ngx_http_sandbox_mcp_egress_log(ngx_http_request_t *r)
     ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
+    /* after an error_page too: the route's context and configuration */
+    ctx = ngx_http_sandbox_mcp_egress_request_ctx(r);
 
     if (ctx == NULL || !ctx->known) {
         return NGX_OK;
     }
 
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+    lcf = ctx->lcf;
 
     if (lcf->inbox) {
         /* the inbox's polls: the messages taken are in the timeline */

@@ -37,27 +37,10 @@ typedef struct {
 } ngx_http_sandbox_mcp_egress_price_t;
 
 
-/*
- * A metered request, in a pool cleanup of its own: found there again when
- * an internal redirect (error_page 502 504 = @smcp_upstream_down) has
- * dropped the request's context, and metered all the same.
- */
-typedef struct {
-    ngx_http_sandbox_mcp_egress_ctx_t       *ctx;
-    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;   /* the model route's */
-} ngx_http_sandbox_mcp_meter_t;
-
-
 static ngx_int_t ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf);
 static ngx_http_sandbox_mcp_egress_price_t *
     ngx_http_sandbox_mcp_egress_meter_price(
-    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx);
-static void ngx_http_sandbox_mcp_egress_meter_account(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_egress_ctx_t *ctx,
-    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf, json_t *ev);
-
-
 static ngx_http_module_t  ngx_http_sandbox_mcp_meter_module_ctx = {
     NULL,                                  /* preconfiguration */
     ngx_http_sandbox_mcp_meter_init,       /* postconfiguration */
@@ -177,64 +160,14 @@ ngx_http_sandbox_mcp_meter_body_filter(ngx_http_request_t *r,
 }
 
 
-/* the mark of a metered request's cleanup: nothing to free */
-static void
-ngx_http_sandbox_mcp_meter_cleanup(void *data)
-{
-    return;
-}
-
-
-/*
- * The log phase of a request whose context an internal redirect dropped:
- * its metered request, found by its cleanup, is metered here (the
- * egress's log handler meters every other, with its audit record).
- */
-static ngx_int_t
-ngx_http_sandbox_mcp_meter_log_handler(ngx_http_request_t *r)
-{
-    ngx_pool_cleanup_t            *cln;
-    ngx_http_sandbox_mcp_meter_t  *m;
-
-    if (r != r->main
-        || ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module))
-    {
-        return NGX_OK;
-    }
-
-    for (cln = r->pool->cleanup; cln; cln = cln->next) {
-        if (cln->handler == ngx_http_sandbox_mcp_meter_cleanup) {
-            m = cln->data;
-            ngx_http_sandbox_mcp_egress_meter_account(r, m->ctx, m->lcf,
-                                                      NULL);
-            break;
-        }
-    }
-
-    return NGX_OK;
-}
-
-
 static ngx_int_t
 ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h;
-    ngx_http_core_main_conf_t  *cmcf;
-
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_sandbox_mcp_meter_header_filter;
 
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_sandbox_mcp_meter_body_filter;
-
-    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    *h = ngx_http_sandbox_mcp_meter_log_handler;
 
     return NGX_OK;
 }
@@ -384,8 +317,6 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
     ngx_uint_t path_model, char *err, size_t errlen)
 {
     size_t                                   n;
-    ngx_pool_cleanup_t                      *cln;
-    ngx_http_sandbox_mcp_meter_t            *m;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     n = ngx_strlen(request->model);
@@ -404,11 +335,11 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
         ctx->model.len = n;
     }
 
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
+    lcf = ctx->lcf;
 
     /* a cap held against the prices: a model none covers would slip by */
     if (ctx->capped && lcf->prices
-        && ngx_http_sandbox_mcp_egress_meter_price(lcf, ctx) == NULL)
+        && ngx_http_sandbox_mcp_egress_meter_price(ctx) == NULL)
     {
         ngx_snprintf((u_char *) err, errlen, "egress: %V: the run has a "
                      "spend cap (maxCostUsd) and the model \"%V\" has no "
@@ -428,16 +359,6 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
                      &lcf->route);
         return NGX_HTTP_FORBIDDEN;
     }
-
-    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_sandbox_mcp_meter_t));
-    if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    m = cln->data;
-    m->ctx = ctx;
-    m->lcf = lcf;
-    cln->handler = ngx_http_sandbox_mcp_meter_cleanup;
 
     /* the same memory reads the answer */
     smcp_usage_init(request);
@@ -531,14 +452,16 @@ ngx_http_sandbox_mcp_egress_meter_billed(ngx_http_request_t *r)
 }
 
 
-/* the first price whose model matches the request's, or NULL */
+/* the first price of the route whose model matches the request's, or
+ * NULL */
 static ngx_http_sandbox_mcp_egress_price_t *
-ngx_http_sandbox_mcp_egress_meter_price(
-    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf,
-    ngx_http_sandbox_mcp_egress_ctx_t *ctx)
+ngx_http_sandbox_mcp_egress_meter_price(ngx_http_sandbox_mcp_egress_ctx_t *ctx)
 {
-    ngx_uint_t                            i;
-    ngx_http_sandbox_mcp_egress_price_t  *p;
+    ngx_uint_t                               i;
+    ngx_http_sandbox_mcp_egress_price_t     *p;
+    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
+
+    lcf = ctx->lcf;
 
     if (lcf->prices == NULL) {
         return NULL;
@@ -560,24 +483,11 @@ ngx_http_sandbox_mcp_egress_meter_price(
 }
 
 
+/* the request's usage, priced by its route's prices, into the audit
+ * record (ev, when there is one) and the run's totals, once */
 void
 ngx_http_sandbox_mcp_egress_meter_log(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx, json_t *ev)
-{
-    ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
-
-    lcf = ngx_http_get_module_loc_conf(r, ngx_http_sandbox_mcp_egress_module);
-
-    ngx_http_sandbox_mcp_egress_meter_account(r, ctx, lcf, ev);
-}
-
-
-/* the request's usage, priced by its route's prices (lcf), into the
- * audit record (ev, when there is one) and the run's totals, once */
-static void
-ngx_http_sandbox_mcp_egress_meter_account(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_egress_ctx_t *ctx,
-    ngx_http_sandbox_mcp_egress_loc_conf_t *lcf, json_t *ev)
 {
     u_char                               cost_text[NGX_INT64_LEN + 16];
     double                               cost;
@@ -610,7 +520,7 @@ ngx_http_sandbox_mcp_egress_meter_account(ngx_http_request_t *r,
         estimated = 1;
     }
 
-    price = ngx_http_sandbox_mcp_egress_meter_price(lcf, ctx);
+    price = ngx_http_sandbox_mcp_egress_meter_price(ctx);
     cost = price ? smcp_usage_cost(u, &price->price) : 0;
 
     usage = json_pack("{s:I, s:I, s:I, s:I, s:f, s:b, s:b}",

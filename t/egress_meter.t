@@ -296,6 +296,10 @@ subtest 'a request the provider takes but never answers' => sub {
     my $cin = int($r->{sent} / 4) + 1;
     is($m->{input}, $cin, '... metered all the same: its bytes as input');
     is(usd($m->{cost}), usd($cin * 3 / 1e6), '... priced');
+    my ($cev) = $t->run_events($cut, type => 'egress');
+    is_deeply($cev && [ @{ $cev->{json} }{qw(route status)}, $cev->{json}{usage}{input} ],
+              [ 'anthropic', 502, $cin ], '... and its audit record: its route, 502, its usage')
+        or diag(explain($cev));
 };
 
 subtest 'a background response (OpenAI): a capped run may not ask for one' => sub {
