@@ -66,7 +66,11 @@ for my $bad ('claude=3', 'claude=a/b', 'cl aude=1/2', 'x;y=1/2', '=1/2', 'x=1.12
 }
 
 my $eport = $t->free_port;
-$t->start(http => egress_server_conf("127.0.0.1:$eport"));
+$t->start(http => egress_server_conf("127.0.0.1:$eport"), server => <<"SERVER");
+        location = /metrics {
+            sandbox_mcp_metrics;
+        }
+SERVER
 
 my %route = (
     anthropic => [ '/anthropic/v1/messages', 'x-api-key' ],
@@ -350,6 +354,9 @@ subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
     my $after = () = $fake{anthropic}->requests(path => '/v1/messages');
     is($after, $before, '... nothing went upstream');
     is(usd(metered($run)->{cost}), '0.010500', '... nothing more metered');
+    like($t->http(path => '/metrics')->{body} // '',
+         qr/^smcp_egress_refused_total\{reason="billing_error"\} 1$/m,
+         '... counted in smcp_egress_refused_total{reason="billing_error"}');
 
     # a run with a cap, a model no price covers: refused before upstream
     my ($capped, $ctok) = $t->live_run(max_cost => '5');

@@ -26,6 +26,8 @@
 #                counts what a run holds in tenant:{t}:usage; a started
 #                run's cancel lists it in budget:expiry
 #   run_diff, run_events   pages of a run's diff and events
+#   run_meter    a model request's metered usage added to its run's
+#                totals: only the token tenant's run, never made anew
 #   ui_events    the dashboard's stream: a page of events with the status
 #   subscribe    an MCP session's resource subscription, bounded
 #   oauth_client, oauth_code, oauth_grant, oauth_pending   the OAuth
@@ -62,7 +64,7 @@ for my $name (qw(session_create session_touch session_delete run_create
                  run_cancel run_diff run_events ui_events subscribe
                  oauth_client oauth_code oauth_grant oauth_pending revoke
                  revoked_load oauth_github run_message run_inbox
-                 run_attempts run_pick)) {
+                 run_attempts run_pick run_meter)) {
     $LUA{$name} = $t->read_file("$dir/$name.lua");
 }
 
@@ -1946,6 +1948,34 @@ subtest 'revoke' => sub {
     is($t->redis('GET', $BUD), 2, '... the budget counted 2');
     ok($t->redis('TTL', $BUD) > 0, '... for the window');
     $sub->close;
+};
+
+subtest 'run_meter' => sub {
+    my $run = id('run_', 'm');
+    my $K = "${P}run:$run";
+    $t->redis('DEL', $K);
+    $t->redis('HSET', $K, tenant => 'alice', status => 'running');
+    my ($r, $b, $a) = script('run_meter', [ $K ], [ 'alice', 1000, 500, 20, 4, '0.010500000', 0 ]);
+    is($r, '0.0105', 'the run\'s metered cost after the request');
+    is_deeply({ map { $_ => $a->{$K}{value}{$_} } grep { /^metered_/ } keys %{ $a->{$K}{value} } },
+              { metered_input => 1000, metered_output => 500, metered_cache_read => 20,
+                metered_cache_write => 4, metered_cost => '0.0105' },
+              '... the totals, nothing unpriced');
+    ($r, $b, $a) = script('run_meter', [ $K ], [ 'alice', 7, 3, 0, 0, '0.000000000', 1 ]);
+    is($r, '0.0105', 'an unpriced request: the cost unchanged');
+    is($a->{$K}{value}{metered_input}, 1007, '... its tokens counted');
+    is($a->{$K}{value}{metered_cache_read}, 20, '... a 0 adds nothing');
+    is($a->{$K}{value}{metered_unpriced}, 1, '... metered_unpriced');
+    ($r, $b, $a) = script('run_meter', [ $K ], [ 'bob', 1000, 500, 0, 0, '5', 0 ]);
+    ok(!defined $r, "another tenant's run: nil");
+    unchanged($b, $a, "another tenant's run");
+    ($r, $b, $a) = script('run_meter', [ $K ], [ 'alice', -5, 'x', '1e400', '', 'nan', 0 ]);
+    is($r, '0.0105', 'bad numbers: nothing added');
+    unchanged($b, $a, 'bad numbers');
+    my $gone = "${P}run:" . id('run_', 'g');
+    ($r, $b, $a) = script('run_meter', [ $gone ], [ 'alice', 1000, 500, 0, 0, '1', 0 ]);
+    ok(!defined $r, 'a run that is gone: nil');
+    ok(!exists $a->{$gone}, '... not made anew');
 };
 
 subtest 'revoked_load' => sub {

@@ -76,7 +76,7 @@ my $s = SMCP::Stack->new(
         'SCENARIO-DIE'  => [ bash_step($DIE, 'Die'), { text => 'unreachable' } ],
     },
     repos => { map { ("acme/$_" => { 'README.md' => "# $_\n" }) }
-               qw(app none locked refused huge html nourl evil dies lost) },
+               qw(app none locked refused huge html nourl evil dies lost lostevil) },
 );
 my $t = $s->t;
 my $gh = $s->github;
@@ -234,6 +234,16 @@ $gh->api_fault('POST', '^/repos/acme/lost/pulls$', status => 502, apply => 1,
 
 my %runs = map { ($_ => pr_run($_, 'EDIT')) } sort keys %hostile;
 my $lost = pr_run('lost', 'EDIT');
+# no answer to opening it, and a hostile answer to the look-up: an open
+# pull request of its head whose html_url is elsewhere (the run id is
+# known once run_task answers, long before its sandbox has pushed)
+$gh->api_fault('POST', '^/repos/acme/lostevil/pulls$', status => 502,
+    body => '{"message":"Server Error"}');
+my $lostevil = pr_run('lostevil', 'EDIT');
+$gh->api_fault('GET', '^/repos/acme/lostevil/pulls$', status => 200,
+    body => json_encode([ { number => 9, state => 'open',
+                            html_url => 'https://evil.example/acme/lostevil/pull/9',
+                            head => { ref => "opencode/$lostevil->{runId}" } } ]));
 my $dies = $s->run_task(task => 'SCENARIO-DIE: die', repository => 'https://github.com/acme/dies');
 
 for my $repo (sort keys %hostile) {
@@ -264,6 +274,17 @@ subtest "GitHub's answer to opening it lost: the open pull request found" => sub
     is($s->run_hash($lost->{runId})->{pr_status}, 'opened', 'pr_status opened');
     like($s->runner_log($runner), qr/the pull request of opencode\/\Q$lost->{runId}\E is open \(GitHub's answer to opening it: GitHub answered HTTP 502: Server Error\)/,
          "the runner's log says so");
+};
+
+subtest 'the look-up answered with a pull request elsewhere: not taken' => sub {
+    my $r = done_ok($lostevil, 'failed', 'the run');
+    like($r->{error} // '', qr/^GitHub answered HTTP 502: Server Error/,
+         "the error: GitHub's answer to opening it") or diag($r->{error});
+    ok(!defined $r->{pullRequestUrl}, 'no pullRequestUrl');
+    is($s->run_hash($lostevil->{runId})->{pr_status}, 'failed', 'pr_status failed');
+    ok(grep({ $_->{method} eq 'GET' && ($_->{query} // '') =~
+              /head=acme%3Aopencode%2F\Q$lostevil->{runId}\E/ } $gh->requests),
+       '... after it looked the pull request up by its head');
 };
 
 subtest 'an agent dying without an error event: its stderr is the error' => sub {

@@ -12,16 +12,20 @@
 -- Returns the run's metered cost after this request (a string), or nil
 -- (unknown run, or another tenant's).
 if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return nil end
+-- counts: whole numbers of at most 15 digits; anything else adds nothing
 for i, f in ipairs({'metered_input', 'metered_output', 'metered_cache_read',
                     'metered_cache_write'}) do
-  local n = tonumber(ARGV[i + 1])
-  if n and n > 0 then redis.call('HINCRBY', KEYS[1], f, ARGV[i + 1]) end
+  local v = ARGV[i + 1]
+  if string.match(v, '^%d+$') and #v <= 15 and tonumber(v) > 0 then
+    redis.call('HINCRBY', KEYS[1], f, v)
+  end
 end
 if ARGV[7] == '1' then
   redis.call('HINCRBY', KEYS[1], 'metered_unpriced', 1)
 end
-local c = tonumber(ARGV[6])
-if c and c > 0 then
+-- the cost: a plain decimal, below 1e12
+local c = string.match(ARGV[6], '^%d+%.?%d*$') and tonumber(ARGV[6])
+if c and c > 0 and c < 1e12 then
   return redis.call('HINCRBYFLOAT', KEYS[1], 'metered_cost', ARGV[6])
 end
 return redis.call('HGET', KEYS[1], 'metered_cost') or '0'
