@@ -709,6 +709,14 @@ await still.addInitScript(() => {
         document.documentElement.style.overflowAnchor = 'none';
         document.body.style.overflowAnchor = 'none';
     });
+    // the page's live stream, kept for a test to hand it steps
+    window.__smcpSources = [];
+    window.EventSource = class extends window.EventSource {
+        constructor(...a) {
+            super(...a);
+            window.__smcpSources.push(this);
+        }
+    };
 });
 const ps = await open(still, F.watchUrl);
 await check('reading below the timeline (no scroll anchoring): new steps do not move what is read', async () => {
@@ -742,6 +750,42 @@ await check('reading below the timeline (no scroll anchoring): new steps do not 
     assert(Math.abs(t1 - t0) <= 1, `the details moved from ${t0} to ${t1} px `
            + `(before ${JSON.stringify(w0)}, after ${JSON.stringify(await where())})`);
     return `the details stayed at ${t1} px`;
+});
+await check('... the reader\'s scroll whose event comes after new steps is judged by where the timeline ended before them',
+            async () => {
+    // the race a loaded machine showed: the reader scrolls to just below
+    // the timeline's end; steps come before the scroll's event (it waits
+    // for the next frame) and bring the end onto the screen
+    assert(await ps.locator('#to-newest').isVisible(), 'not away to begin with');
+    const r = await ps.evaluate(() => {
+        const tl = document.getElementById('timeline');
+        const facts = document.getElementById('facts-box');
+        const src = window.__smcpSources[window.__smcpSources.length - 1];
+        const e0 = tl.getBoundingClientRect().bottom;
+        const want = Math.abs(e0 + 25) < 5 ? -60 : -25;
+        window.scrollBy({ top: e0 - want, left: 0, behavior: 'instant' });
+        const before = Math.round(tl.getBoundingClientRect().bottom);
+        const top = Math.round(facts.getBoundingClientRect().top);
+        for (let i = 0; i < 4; i++) {
+            src.dispatchEvent(new MessageEvent('log', { data: JSON.stringify({
+                id: `late-${i}`, type: 'log', time: new Date().toISOString(),
+                data: `late step ${i}` }) }));
+        }
+        const end = Math.round(tl.getBoundingClientRect().bottom);
+        window.dispatchEvent(new Event('scroll'));
+        return { before, end, top, away: !document.getElementById('to-newest').hidden };
+    });
+    assert(r.before < 0 && r.end >= 0, `the end not brought onto the screen (${JSON.stringify(r)}): nothing tested`);
+    assert(r.away, `the page took it for the reader going to the newest step (${JSON.stringify(r)})`);
+    let t1 = r.top + 1000;
+    for (let i = 0; i < 30 && Math.abs(t1 - r.top) > 1; i++) {
+        await frames(ps);
+        t1 = await ps.evaluate(() => Math.round(document.getElementById('facts-box')
+            .getBoundingClientRect().top));
+    }
+    assert(Math.abs(t1 - r.top) <= 1, `the details moved from ${r.top} to ${t1} px`);
+    assert(await ps.locator('#to-newest').isVisible(), 'no longer away');
+    return `still away, the details at ${t1} px (the end was at ${r.before}, the steps brought it to ${r.end} px)`;
 });
 await check('... a scroll event while the timeline has grown and is not yet put back is not the reader\'s move',
             async () => {

@@ -73,6 +73,7 @@
         quiet: null,             /* the timer that primes it */
         frame: 0,                /* a settle() is due */
         before: 0,               /* the end's place before the new steps */
+        height: 0,               /* the timeline's height before them */
         y: 0                     /* the last scroll position seen */
     };
     /* the browser keeps what is on the screen in place when content
@@ -784,8 +785,24 @@
                .bottom;
     }
 
-    function atEnd() {
+    /*
+     * Where the end was for what the reader sees: steps added since the
+     * last frame (a settle() due) left out.  A scroll's event comes with
+     * the next frame: steps that came in between are not what the reader
+     * scrolled to.
+     */
+    function endSeen() {
         var b = endBottom();
+
+        if (follow.frame !== 0) {
+            b -= document.getElementById("timeline").offsetHeight
+                 - follow.height;
+        }
+        return b;
+    }
+
+    function atEnd() {
+        var b = endSeen();
         return b >= 0 && b <= window.innerHeight + END_SLACK;
     }
 
@@ -815,6 +832,7 @@
     function growing() {
         if (follow.frame === 0) {
             follow.before = endBottom();
+            follow.height = document.getElementById("timeline").offsetHeight;
             follow.frame = window.requestAnimationFrame(settle);
         }
     }
@@ -858,7 +876,7 @@
             return;
         }
         if (follow.on) {
-            follow.on = y < follow.y - 1 ? atEnd() : endBottom() >= 0;
+            follow.on = y < follow.y - 1 ? atEnd() : endSeen() >= 0;
         } else {
             follow.on = run !== null && isLive(run.status) && atEnd();
         }

@@ -603,6 +603,13 @@ sub js_report {
             Test::More::diag('  (not reported: the script stopped before this check)');
             next;
         }
+        if (!$known{$name}) {
+            # every check is listed, so that one the script stops before
+            # is missed
+            Test::More::fail($what);
+            Test::More::diag("  not in the test's list of checks: add it");
+            next;
+        }
         my $d = $r->{detail};
         $d = json_encode($d) if ref $d || !defined $d;
         utf8::encode($d) if utf8::is_utf8($d);
