@@ -184,6 +184,9 @@ struct ngx_http_sandbox_mcp_call_s {
     ngx_str_t                           pick[2];    /* cancel_run of a pick
                                                        run: its attempt and
                                                        group ("": none) */
+    ngx_str_t                           pick_run;   /* cancel_run of a
+                                                       group: its pick run,
+                                                       cancelled last */
     ngx_str_t                           run_text;   /* the run's answer
                                                        while its attempts
                                                        are read */

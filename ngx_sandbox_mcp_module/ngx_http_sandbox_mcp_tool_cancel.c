@@ -3,7 +3,9 @@
  * one is flagged for its runner.  Two steps: the run's tenant and session
  * are read first, as the script is handed every key it touches (its
  * session's active set among them).  With groupId, every attempt of the
- * group in turn, then the group's answer (its first run, every attempt
+ * group in turn, then the run that opens the pull request of the attempt
+ * picked (when there is one: a pick run not started yet is cancelled and
+ * the pick undone), then the group's answer (its first run, every attempt
  * beside it).
  */
 
@@ -106,7 +108,7 @@ ngx_http_sandbox_mcp_cancel_send(ngx_http_sandbox_mcp_call_t *call)
 }
 
 
-/* HMGET run tenant session pr_of group */
+/* HMGET run tenant session pr_of group pr_pick_run */
 static void
 ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
 {
@@ -119,7 +121,7 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
         return;
     }
 
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 5) {
         ngx_http_sandbox_mcp_run_not_found(call);
         return;
     }
@@ -159,6 +161,17 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
         return;
     }
 
+    /* a group's attempt picked: the run opening its pull request, last */
+    if (call->nattempts && call->pick_run.len == 0
+        && call->pick[0].len == 0
+        && ngx_http_sandbox_mcp_reply_id(call, reply->element[4],
+                                         SMCP_RUN_ID_PREFIX, &call->pick_run)
+           == NGX_ERROR)
+    {
+        ngx_http_sandbox_mcp_tool_unavailable(call);
+        return;
+    }
+
     ngx_http_sandbox_mcp_cancel_send(call);
 }
 
@@ -167,10 +180,11 @@ ngx_http_sandbox_mcp_cancel_found(void *data, redisReply *reply)
 static void
 ngx_http_sandbox_mcp_cancel_one(ngx_http_sandbox_mcp_call_t *call)
 {
-    static const char  *fields[] = { "tenant", "session", "pr_of", "group" };
+    static const char  *fields[] = { "tenant", "session", "pr_of", "group",
+                                     "pr_pick_run" };
 
     ngx_http_sandbox_mcp_call_run_read(call, ngx_http_sandbox_mcp_cancel_found,
-                                       fields, 4);
+                                       fields, 5);
 }
 
 
@@ -228,12 +242,19 @@ ngx_http_sandbox_mcp_cancel_group_found(void *data, redisReply *reply)
 }
 
 
-/* the group's next attempt, or its answer */
+/* the group's next attempt, its pick run, or its answer */
 static void
 ngx_http_sandbox_mcp_cancel_next(ngx_http_sandbox_mcp_call_t *call)
 {
     if (call->next < call->nattempts) {
         call->run_id = call->attempts[call->next++];
+        ngx_http_sandbox_mcp_cancel_one(call);
+        return;
+    }
+
+    if (call->next == call->nattempts && call->pick_run.len) {
+        call->next++;
+        call->run_id = call->pick_run;
         ngx_http_sandbox_mcp_cancel_one(call);
         return;
     }

@@ -258,6 +258,9 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         == RUNNER_OK)
     {
         runner_run_check_cost(run, &spend, run->out.cost);
+
+    } else {
+        cancel = 0;
     }
 
     switch (runner_run_stopped(run, stopmsg, sizeof(stopmsg))) {
@@ -274,7 +277,13 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         break;
 
     default:
-        if (why) {
+        if (cancel && run->pick_of[0]) {
+            /* a pick run has no watchdog: a cancel asked while it ran is
+             * read here, before its pull request is opened */
+            status = SMCP_STATUS_CANCELLED;
+            error = "cancelled";
+
+        } else if (why) {
             status = SMCP_STATUS_FAILED;
             error = why;
 
@@ -315,6 +324,10 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
             status = SMCP_STATUS_FAILED;
             error = run->pr.error;
         }
+
+    } else if (run->pick_of[0]) {
+        /* a pick run stopped before its pull request: the pick undone */
+        runner_pick_abandon(run);
     }
 
     rc = runner_store_finish(run->store, run, status, exit_code, error,

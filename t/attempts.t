@@ -18,7 +18,8 @@
 #      the pull request of its branch (no draft, the run's title), the
 #      attempt's pullRequestUrl is it, the other has none; a second pick
 #      is refused; a pick run the runner fails before it tries (the tenant
-#      over its bytes budget) undoes the pick
+#      over its bytes budget) undoes the pick, and so does one cancelled
+#      while its runner took it up
 #   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
@@ -143,6 +144,21 @@ subtest 'a pull request for the attempt picked alone' => sub {
     $t->redis('HINCRBY', $usage, 'bytes', -$over);
     is($s->result($runs[1])->{pullRequestStatus}, 'pushed', '... the attempt waits again');
     ok(!$s->run_hash($g->{groupId})->{picked}, '... the group has no pick: another may be tried');
+
+    # a pick run cancelled while its runner takes it up (the runner
+    # paused; the run flagged, as run_cancel.lua flags a running one): no
+    # pull request, the pick undone
+    kill 'STOP', $r->{pid};
+    my $c = SMCP::Test::sc($s->call('opencode_pick_attempt',
+                                    { groupId => $g->{groupId}, runId => $runs[1] }));
+    $t->redis('HSET', "smcp:run:$c->{pickRunId}", cancel_requested => 1) if $c;
+    kill 'CONT', $r->{pid};
+    ok($c && $c->{pickRunId}, 'a pick queued, then flagged cancelled') or diag(json_encode($c));
+    my $cres = $s->wait_done($c->{pickRunId}, 120);
+    is($cres->{status}, 'cancelled', '... cancelled by its runner');
+    is(scalar @{ $gh->pulls('acme/app') }, $before, '... no pull request');
+    is($s->result($runs[1])->{pullRequestStatus}, 'pushed', '... the attempt waits again');
+    ok(!$s->run_hash($g->{groupId})->{picked}, '... the group has no pick');
 
     my $pick = SMCP::Test::sc($s->call('opencode_pick_attempt',
                                        { groupId => $g->{groupId}, runId => $runs[1] }));

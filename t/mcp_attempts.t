@@ -8,7 +8,8 @@
 # write nothing; opencode_pick_attempt queues the run that opens the
 # picked attempt's pull request, once (for a token granting the attempt's
 # repositories, a tenant under its budgets); opencode_cancel_run with
-# groupId cancels every attempt, another tenant's group is not found.
+# groupId cancels every attempt and the run opening the pick's pull
+# request, another tenant's group is not found.
 
 use strict;
 use warnings;
@@ -195,7 +196,35 @@ subtest 'pick an attempt: its pull request, for it alone' => sub {
                                                         runId => $one }),
                         'the first picked instead');
     is($t->run_hash($g->{groupId})->{picked}, $one, '... the group\'s pick');
-    call('opencode_cancel_run', { runId => $again->{pickRunId} });
+
+    # the group cancelled: its pick run too, not started: the pick undone
+    my $gc = tool_ok(call('opencode_cancel_run', { groupId => $g->{groupId} }),
+                     'the group cancelled');
+    is($t->run_hash($again->{pickRunId})->{status}, 'cancelled', '... its pick run too');
+    is($t->run_hash($one)->{pr_status}, 'pushed', '... the attempt waits again');
+    ok(!exists $t->run_hash($g->{groupId})->{picked}, '... the group has no pick');
+    is_deeply([ map { $_->{status} } @{ $gc->{attempts} } ], [ 'completed', 'completed' ],
+              '... the attempts, ended, left as they were');
+
+    # a pick run running: flagged for its runner, like a running attempt
+    my $p3 = tool_ok(call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $two }),
+                     'the second picked again');
+    $t->redis('HSET', "${P}run:$p3->{pickRunId}", status => 'running');
+    tool_ok(call('opencode_cancel_run', { groupId => $g->{groupId} }), 'the group cancelled again');
+    is($t->run_hash($p3->{pickRunId})->{cancel_requested}, '1', '... the running pick run flagged');
+    $t->redis('HSET', "${P}run:$p3->{pickRunId}", status => 'cancelled');   # its runner's part
+    $t->redis('SREM', "${P}tenant:alice:started", $p3->{pickRunId});
+
+    # an attempt's pr_pick_run naming another tenant's run: not touched
+    my $b = tool_ok(scalar $t->call_tool($bob_sid, 'opencode_run_task',
+                                         { task => 'bob', repository => $repo },
+                                         token => $bob_tok), "bob's run");
+    $t->redis('HSET', "${P}run:$one", pr_pick_run => $b->{runId});
+    tool_ok(call('opencode_cancel_run', { groupId => $g->{groupId} }),
+            'the group cancelled, an attempt naming another tenant\'s run');
+    is($t->run_hash($b->{runId})->{status}, 'started', "... bob's run not cancelled");
+    ok(!exists $t->run_hash($b->{runId})->{cancel_requested}, '... nor flagged');
+    $t->call_tool($bob_sid, 'opencode_cancel_run', { runId => $b->{runId} }, token => $bob_tok);
 };
 
 subtest 'cancel the group' => sub {
