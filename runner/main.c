@@ -152,6 +152,7 @@ static void
 runner_dispatch(runner_store_t *st, const char *run_id, const char *stream_id)
 {
     char  status[RUNNER_NUM_MAX], container[RUNNER_CONTAINER_SIZE];
+    char  pick_of[SMCP_ID_LEN + 1];
 
     if (run_id[0] == '\0') {
         runner_store_ack(st, stream_id);
@@ -165,9 +166,18 @@ runner_dispatch(runner_store_t *st, const char *run_id, const char *stream_id)
     }
 
     if (strcmp(status, SMCP_STATUS_RUNNING) == 0) {
+        container[0] = '\0';
+        pick_of[0] = '\0';
         runner_store_hget(st, run_id, "container_id", container,
                           sizeof(container));
-        runner_spawn(run_id, stream_id, container[0] != '\0');
+
+        /* a pick run has none: taken up again all the same (pick.c) */
+        if (container[0] == '\0') {
+            runner_store_hget(st, run_id, "pr_of", pick_of, sizeof(pick_of));
+        }
+
+        runner_spawn(run_id, stream_id,
+                     container[0] != '\0' || pick_of[0] != '\0');
         return;
     }
 

@@ -6,7 +6,9 @@
  * outcome is the attempt's result and diff (the pull request's body, and
  * what its page shows), and the pull request, once open, is the
  * attempt's too (store_pick.c).  A pull request that could not be opened
- * undoes the pick, for another try.
+ * undoes the pick, for another try.  A pick run whose runner went away is
+ * taken up again like any run (reattach): it opens the pull request
+ * again, and pr.c finds the one its predecessor opened if it did.
  */
 
 #include <stdio.h>
@@ -40,16 +42,11 @@ runner_pick_note(runner_run_t *run, json_t *h)
 }
 
 
-/*
- * RUNNER_OK: a pick run, running (run->pick_of set); RUNNER_AGAIN:
- * cancelled meanwhile; RUNNER_ERR: err says why.  h: the run hash.
- */
-int
-runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
+/* the pick run's attempt, group, result and diff: RUNNER_OK, or
+ * RUNNER_ERR (err says why).  h: the run hash. */
+static int
+runner_pick_load(runner_run_t *run, json_t *h, char *err, size_t errlen)
 {
-    int   rc;
-    char  status[RUNNER_ERRLEN];
-
     if (!runner_pick_note(run, h)) {
         snprintf(err, errlen, "the pick's attempt or group is malformed");
         return RUNNER_ERR;
@@ -67,6 +64,24 @@ runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
     run->out.pr_step = RUNNER_PR_PUSHED;
     run->image[0] = '\0';
     run->container[0] = '\0';
+
+    return RUNNER_OK;
+}
+
+
+/*
+ * RUNNER_OK: a pick run, running (run->pick_of set); RUNNER_AGAIN:
+ * cancelled meanwhile; RUNNER_ERR: err says why.  h: the run hash.
+ */
+int
+runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
+{
+    int   rc;
+    char  status[RUNNER_ERRLEN];
+
+    if (runner_pick_load(run, h, err, errlen) != RUNNER_OK) {
+        return RUNNER_ERR;
+    }
 
     rc = runner_store_set_running(run->store, run->id, "", run->deadline_ms,
                                   status, sizeof(status));
@@ -86,6 +101,40 @@ runner_pick_start(runner_run_t *run, json_t *h, char *err, size_t errlen)
                run->pick_of);
 
     return RUNNER_OK;
+}
+
+
+/*
+ * A run taken up again after its runner went away (reattach), when it is
+ * a pick run: RUNNER_OK (run->pick_of set: its pull request is tried
+ * again); RUNNER_AGAIN: not a pick run; RUNNER_ERR: err says why.
+ */
+int
+runner_pick_resume(runner_run_t *run, char *err, size_t errlen)
+{
+    int      rc;
+    json_t  *h;
+
+    h = runner_store_run(run->store, run->id);
+    if (h == NULL) {
+        snprintf(err, errlen, "%s", runner_store_error(run->store));
+        return RUNNER_ERR;
+    }
+
+    if (json_object_get(h, "pr_of") == NULL) {
+        json_decref(h);
+        return RUNNER_AGAIN;
+    }
+
+    rc = runner_pick_load(run, h, err, errlen);
+    json_decref(h);
+
+    if (rc == RUNNER_OK) {
+        runner_log("info", run->id, "taken up again: opening the pull "
+                   "request of attempt %s", run->pick_of);
+    }
+
+    return rc;
 }
 
 

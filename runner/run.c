@@ -997,8 +997,24 @@ runner_run_crashed(runner_run_t *run, long long attempts, char *err,
 static int
 runner_run_reattach(runner_run_t *run, char *err, size_t errlen)
 {
+    int        rc;
     char       v[RUNNER_NUM_MAX];
     long long  attempts;
+
+    /* a pick run has no container: its pull request is tried again */
+    rc = runner_pick_resume(run, err, errlen);
+
+    if (rc != RUNNER_AGAIN) {
+        if (rc == RUNNER_OK
+            && runner_store_attempts(run->store, run->id, 1, &attempts)
+               == RUNNER_OK
+            && runner_run_crashed(run, attempts, err, errlen))
+        {
+            return RUNNER_ERR;
+        }
+
+        return rc;
+    }
 
     runner_store_hget(run->store, run->id, "container_id", run->container,
                       sizeof(run->container));

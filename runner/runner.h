@@ -798,6 +798,7 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
 /* pick.c: a pick run (opencode_pick_attempt), without a sandbox */
 int runner_pick_start(runner_run_t *run, json_t *h, char *err,
     size_t errlen);
+int runner_pick_resume(runner_run_t *run, char *err, size_t errlen);
 void runner_pick_done(runner_run_t *run);
 void runner_pick_abandon(runner_run_t *run);
 

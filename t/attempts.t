@@ -19,7 +19,9 @@
 #      attempt's pullRequestUrl is it, the other has none; a second pick
 #      is refused; a pick run the runner fails before it tries (the tenant
 #      over its bytes budget) undoes the pick, and so does one cancelled
-#      while its runner took it up
+#      while its runner took it up; one whose runner is killed while
+#      GitHub opens the pull request is taken up by the runner started
+#      again, which finds that pull request (none opened twice)
 #   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
@@ -160,10 +162,19 @@ subtest 'a pull request for the attempt picked alone' => sub {
     is($s->result($runs[1])->{pullRequestStatus}, 'pushed', '... the attempt waits again');
     ok(!$s->run_hash($g->{groupId})->{picked}, '... the group has no pick');
 
+    # its runner killed while GitHub opens the pull request (its answer
+    # held back): the runner started again takes the pick run up and
+    # finds that pull request, none opened twice
+    $gh->api_fault('POST', '^/repos/acme/app/pulls$', apply => 1, hang => 60);
     my $pick = SMCP::Test::sc($s->call('opencode_pick_attempt',
                                        { groupId => $g->{groupId}, runId => $runs[1] }));
     ok($pick && $pick->{pickRunId}, 'opencode_pick_attempt: a run opens it')
         or return diag(json_encode($pick));
+    ok(wait_until(60, sub { scalar @{ $gh->pulls('acme/app') } > $before }, 0.1),
+       '... GitHub opened it, its answer held back') or $s->diag_run($pick->{pickRunId}, $r);
+    $s->stop_runner($r, 'KILL');
+    $gh->api_fault();
+    $r = $s->start_runner(concurrency => 3, args => [ '--tenant-redis-bytes', '64m' ]);
     my $done = $s->wait_done($pick->{pickRunId}, 120);
     is($done->{status}, 'completed', 'that run completed') or $s->diag_run($pick->{pickRunId}, $r);
     my @pulls = $gh->pulls('acme/app');

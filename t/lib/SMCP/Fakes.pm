@@ -202,7 +202,8 @@ package SMCP::Fakes;
 #         token check, /api/v3 stripped) get that answer instead;
 #         ->api_fault() clears them; apply => 1: the request takes
 #         effect all the same (a pull request opened), only its answer is
-#         that one (an answer lost on the way)
+#         that one (an answer lost on the way); hang => SECONDS (with
+#         apply): that answer only after so long
 #     ->reject_pushes('o/r', MESSAGE): a pre-receive hook refuses every
 #         push with MESSAGE; ->reject_pushes('o/r') allows them again
 #
@@ -872,6 +873,7 @@ sub _head {
 sub _reply {
     my ($self, $c, $req, $status, $hdrs, $body, %o) = @_;
     if (my $f = $self->{_answer_instead}) {     # api_fault apply => 1
+        sleep($f->{hang}) if $f->{hang};
         ($status, $hdrs, $body) = ($f->{status} // 502,
             ['Content-Type' => $f->{content_type} // 'application/json'], $f->{body} // '');
     }
