@@ -64,10 +64,11 @@ STATIC_NGX := $(BUILD)/nginx-static/sbin/nginx
 VERSION_H  := ngx_sandbox_mcp_module/common/smcp_version.h
 VERSION    := $(shell sed -n 's/^.define SMCP_VERSION *"\([^"]*\)".*/\1/p' $(VERSION_H))
 
-# the Redis scripts module and runner share (one NAME.lua per script) and
-# the generator that embeds them (and the tool definitions) into C headers
+# the Redis scripts module and runner share (one NAME.lua per script, and
+# the libraries they include, lib/NAME.lua) and the generator that embeds
+# them (and the tool definitions) into C headers
 SCRIPTS_DIR := ngx_sandbox_mcp_module/common/scripts
-SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua)
+SCRIPTS_LUA := $(wildcard $(SCRIPTS_DIR)/*.lua $(SCRIPTS_DIR)/lib/*.lua)
 TOOLS_JSON  := $(wildcard ngx_sandbox_mcp_module/tools/*.json \
                           ngx_sandbox_mcp_module/tools/include/*.json)
 UI_FILES    := $(wildcard ngx_sandbox_mcp_module/ui/* \
@@ -161,9 +162,11 @@ $(EMBED_BIN): $(EMBED_SRC)
 	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ljansson
 
 # the shared scripts as C strings (smcp_lua_NAME), for the runner and the
-# tools: every $(SCRIPTS_DIR)/*.lua, checked for its KEYS/ARGV header
-# (t/runner_scripts.t and t/mcp_scripts.t run the same files)
-$(BUILD)/smcp_scripts.h: $(EMBED_BIN) $(SCRIPTS_DIR) $(SCRIPTS_LUA)
+# tools: every $(SCRIPTS_DIR)/*.lua, checked for its KEYS/ARGV header, its
+# includes of lib/ expanded (t/runner_scripts.t and t/mcp_scripts.t run
+# the same text)
+$(BUILD)/smcp_scripts.h: $(EMBED_BIN) $(SCRIPTS_DIR) $(SCRIPTS_DIR)/lib \
+                         $(SCRIPTS_LUA)
 	$(EMBED_BIN) lua $@ $(SCRIPTS_DIR)
 
 # the programs the runner starts in a container of their own (relay.c)

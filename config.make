@@ -2,7 +2,8 @@
 # the rules that make the module's generated headers (see `config`).
 # smcp-embed is built with the build's compiler and jansson; its inputs are
 # listed as wildcards, so a new script, tool or page needs no new configure
-# (pages are laid out on the layouts of ui/layouts/ and oauth/layouts/).
+# (scripts include the libraries of common/scripts/lib/, pages are laid
+# out on the layouts of ui/layouts/ and oauth/layouts/).
 
 SMCP_EMBED_SRC="$ngx_addon_dir/ngx_sandbox_mcp_module/common/embed/smcp_embed.c"
 SMCP_SCRIPTS_DIR="$ngx_addon_dir/ngx_sandbox_mcp_module/common/scripts"
@@ -16,7 +17,8 @@ $NGX_OBJS/smcp-embed:	$SMCP_EMBED_SRC
 	\$(CC) -o $NGX_OBJS/smcp-embed $SMCP_EMBED_SRC -ljansson
 
 $NGX_OBJS/ngx_http_sandbox_mcp_lua.h:	$NGX_OBJS/smcp-embed \\
-		$SMCP_SCRIPTS_DIR $SMCP_SCRIPTS_DIR/*.lua
+		$SMCP_SCRIPTS_DIR $SMCP_SCRIPTS_DIR/*.lua \\
+		$SMCP_SCRIPTS_DIR/lib $SMCP_SCRIPTS_DIR/lib/*.lua
 	$NGX_OBJS/smcp-embed lua $NGX_OBJS/ngx_http_sandbox_mcp_lua.h \\
 		$SMCP_SCRIPTS_DIR
 

@@ -138,6 +138,46 @@ runner_pick_resume(runner_run_t *run, char *err, size_t errlen)
 }
 
 
+/*
+ * 1 when the pick's pull request is opened already, run->pr saying it (a
+ * pick run taken up again after its runner went away, or finished again
+ * after its outcome could not be stored): that is its end, whatever came
+ * since (a cancel); opened is final (pick_done.lua).  Else 0.
+ */
+int
+runner_pick_opened(runner_run_t *run)
+{
+    char  by[SMCP_ID_LEN + 1], status[16];
+
+    if (run->pick_of[0] == '\0'
+        || runner_store_hget(run->store, run->pick_of, "pr_pick_run", by,
+                             sizeof(by))
+           != RUNNER_OK
+        || strcmp(by, run->id) != 0
+        || runner_store_hget(run->store, run->pick_of, "pr_status", status,
+                             sizeof(status))
+           != RUNNER_OK
+        || strcmp(status, "opened") != 0
+        || runner_store_hget(run->store, run->pick_of, "pr_url", run->pr.url,
+                             sizeof(run->pr.url))
+           != RUNNER_OK
+        || runner_store_hget(run->store, run->pick_of, "pr_number",
+                             run->pr.number, sizeof(run->pr.number))
+           != RUNNER_OK)
+    {
+        return 0;
+    }
+
+    run->pr.status = "opened";
+    run->pr_done = 1;
+
+    runner_log("info", run->id, "the pull request of attempt %s is opened "
+               "already: %s", run->pick_of, run->pr.url);
+
+    return 1;
+}
+
+
 /* the pull request tried (run->pr): the attempt's, or the pick undone */
 void
 runner_pick_done(runner_run_t *run)

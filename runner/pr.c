@@ -470,6 +470,22 @@ runner_pr_existing(const char *repo, const char *head, const char *token,
 
 
 /*
+ * Before each call to GitHub (each up to RUNNER_PR_TIMEOUT_S): the run's
+ * queue entry touched, so that no other runner takes it for one whose
+ * runner is gone (--claim-idle) while this one waits; the watchdog that
+ * touches it while the sandbox runs is done by now, and a pick run has
+ * none.
+ */
+static void
+runner_pr_touch(runner_run_t *run)
+{
+    if (run->stream_id[0]) {
+        (void) runner_store_touch(run->store, run->stream_id);
+    }
+}
+
+
+/*
  * Opens the pull request of a run whose sandbox pushed opencode/<runId>:
  * RUNNER_OK (pr->url, pr->number), else RUNNER_ERR (pr->error says why).
  * h: the run hash; token: an egress token of the run.
@@ -503,6 +519,7 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
         snprintf(base, sizeof(base), "%s", b);
 
     } else {
+        runner_pr_touch(run);
         st = runner_pr_call("GET", repo, token, NULL, &answer, err,
                             sizeof(err));
         b = json_string_value(json_object_get(answer, "default_branch"));
@@ -556,6 +573,7 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
     }
 
     snprintf(path, sizeof(path), "%s/pulls", repo);
+    runner_pr_touch(run);
     st = runner_pr_call("POST", path, token, req, &answer, err, sizeof(err));
     free(req);
 
@@ -576,14 +594,16 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
     json_decref(answer);
 
     /* no clear answer: it may be open all the same */
-    if (rc != RUNNER_OK && (st == 0 || st == 422 || st >= 500)
-        && runner_pr_existing(repo, head, token, pr) == RUNNER_OK)
-    {
-        runner_log("info", run->id, "the pull request of %s is open "
-                   "(GitHub's answer to opening it: %.200s)", head,
-                   pr->error);
-        pr->error[0] = '\0';
-        rc = RUNNER_OK;
+    if (rc != RUNNER_OK && (st == 0 || st == 422 || st >= 500)) {
+        runner_pr_touch(run);
+
+        if (runner_pr_existing(repo, head, token, pr) == RUNNER_OK) {
+            runner_log("info", run->id, "the pull request of %s is open "
+                       "(GitHub's answer to opening it: %.200s)", head,
+                       pr->error);
+            pr->error[0] = '\0';
+            rc = RUNNER_OK;
+        }
     }
 
     return rc;

@@ -242,7 +242,7 @@ runner_run_pr(runner_run_t *run, const runner_diff_t *diff)
 static int
 runner_run_finish(runner_run_t *run, int exit_code, const char *why)
 {
-    int             cancel, rc;
+    int             cancel, opened, rc;
     const char     *status, *error;
     runner_spend_t  spend;
     char            msg[RUNNER_STDERR_TAIL + 128], stopmsg[256];
@@ -263,6 +263,9 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         cancel = 0;
     }
 
+    /* a pick whose pull request is opened already: that is its end */
+    opened = runner_pick_opened(run);
+
     switch (runner_run_stopped(run, stopmsg, sizeof(stopmsg))) {
 
     case RUNNER_STOP_CANCEL:
@@ -277,7 +280,7 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
         break;
 
     default:
-        if (cancel && run->pick_of[0]) {
+        if (cancel && run->pick_of[0] && !opened) {
             /* a pick run has no watchdog: a cancel asked while it ran is
              * read here, before its pull request is opened */
             status = SMCP_STATUS_CANCELLED;

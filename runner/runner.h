@@ -799,6 +799,7 @@ int runner_logstream_ts_cmp(const char *a, const char *b);
 int runner_pick_start(runner_run_t *run, json_t *h, char *err,
     size_t errlen);
 int runner_pick_resume(runner_run_t *run, char *err, size_t errlen);
+int runner_pick_opened(runner_run_t *run);
 void runner_pick_done(runner_run_t *run);
 void runner_pick_abandon(runner_run_t *run);
 

@@ -21,7 +21,9 @@
 #      over its bytes budget) undoes the pick, and so does one cancelled
 #      while its runner took it up; one whose runner is killed while
 #      GitHub opens the pull request is taken up by the runner started
-#      again, which finds that pull request (none opened twice)
+#      again, which finds that pull request (none opened twice); one
+#      whose pull request was opened and written down before ends with
+#      it (a cancel since notwithstanding)
 #   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
@@ -161,6 +163,30 @@ subtest 'a pull request for the attempt picked alone' => sub {
     is(scalar @{ $gh->pulls('acme/app') }, $before, '... no pull request');
     is($s->result($runs[1])->{pullRequestStatus}, 'pushed', '... the attempt waits again');
     ok(!$s->run_hash($g->{groupId})->{picked}, '... the group has no pick');
+
+    # a pick run whose pull request a runner before it opened and wrote
+    # down (it died before the run's end was stored): its runner takes
+    # that for its end, a cancel flagged since notwithstanding
+    kill 'STOP', $r->{pid};
+    my $o = SMCP::Test::sc($s->call('opencode_pick_attempt',
+                                    { groupId => $g->{groupId}, runId => $runs[0] }));
+    my $url = 'https://github.com/acme/app/pull/999';
+    if ($o) {
+        $t->redis('HSET', "smcp:run:$runs[0]", pr_status => 'opened', pr_url => $url,
+                  pr_number => 999);
+        $t->redis('HSET', "smcp:run:$o->{pickRunId}", cancel_requested => 1);
+    }
+    kill 'CONT', $r->{pid};
+    ok($o && $o->{pickRunId}, 'a pick queued, its pull request opened before') or diag(json_encode($o));
+    my $ores = $s->wait_done($o->{pickRunId}, 120);
+    is($ores->{status}, 'completed', '... completed') or $s->diag_run($o->{pickRunId}, $r);
+    is($ores->{pullRequestUrl}, $url, '... with that pull request');
+    is(scalar @{ $gh->pulls('acme/app') }, $before, '... none opened');
+    is($s->result($runs[0])->{pullRequestStatus}, 'opened', '... the attempt still opened');
+    # (put back for what follows)
+    $t->redis('HSET', "smcp:run:$runs[0]", pr_status => 'pushed');
+    $t->redis('HDEL', "smcp:run:$runs[0]", qw(pr_url pr_number pr_pick_run));
+    $t->redis('HDEL', "smcp:run:$g->{groupId}", 'picked');
 
     # its runner killed while GitHub opens the pull request (its answer
     # held back): the runner started again takes the pick run up and

@@ -24,7 +24,7 @@ use Digest::SHA qw(sha1_hex);
 use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(json_encode json_decode wait_until repo_root);
+use SMCP::Test qw(json_encode json_decode wait_until repo_root lua_script);
 
 my $t = SMCP::Test->new(workers => 2, redis_appendonly => 1);
 
@@ -39,8 +39,8 @@ my $rdir = $t->dir . '/redis';
 my $port = $t->redis_port;
 
 # the module's scripts, as it loads them
-my @SHA = map { sha1_hex($t->read_file(repo_root()
-                  . "/ngx_sandbox_mcp_module/common/scripts/$_.lua")) }
+my @SHA = map { sha1_hex(lua_script(repo_root()
+                  . '/ngx_sandbox_mcp_module/common/scripts', $_)) }
           qw(session_create session_touch session_delete run_create run_cancel
              run_diff run_events);
 

@@ -30,7 +30,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use SMCP::Test qw(json_decode rhex repo_root wait_until prereq_fail);
+use SMCP::Test qw(json_decode rhex repo_root wait_until prereq_fail lua_script);
 use SMCP::OAuth;
 
 my $MAX = 100;
@@ -52,8 +52,8 @@ $t->start;
 my $bin = SMCP::Test::token_tool_path();
 prereq_fail("$bin missing (run `make`)") unless -x $bin;
 my $redis_addr = '127.0.0.1:' . $t->redis_port;
-my $revoke_lua = $t->read_file(repo_root()
-                               . '/ngx_sandbox_mcp_module/common/scripts/revoke.lua');
+my $revoke_lua = lua_script(repo_root() . '/ngx_sandbox_mcp_module/common/scripts',
+                            'revoke');
 
 sub ping {
     my ($tok, $sid) = @_;

@@ -11,8 +11,12 @@
 #     starts (runner/egress-relay) without its #! line or use strict, a
 #     dashboard file of an unknown type or one that cannot be read, and a
 #     page whose layout or slot is missing stop smcp-embed, which names
-#     the file; the module's objects depend on the generated headers (so
-#     `make` and the `config` build stop too);
+#     the file; so do a script's include line ("--@include NAME") that
+#     is malformed, names no library of common/scripts/lib/ or is in a
+#     library, with the line; the module's objects depend on the generated
+#     headers (so `make` and the `config` build stop too);
+#   - a script is embedded with its includes expanded, as lua_script()
+#     gives it to the contract tests (t/mcp_scripts.t, t/runner_scripts.t);
 #   - tools/list serves exactly the files (includes expanded), in order;
 #   - tools/call checks arguments against the same schema: an argument that
 #     is not among its properties is refused naming every property; every
@@ -30,7 +34,7 @@ use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use JSON::PP ();
 use Test::More;
-use SMCP::Test qw(json_decode repo_root slurp spew);
+use SMCP::Test qw(json_decode lua_script repo_root slurp spew);
 
 my $root = repo_root();
 my $mod = "$root/ngx_sandbox_mcp_module";
@@ -79,11 +83,27 @@ subtest 'the real files embed' => sub {
     ($rc, $out) = embed('lua', "$mod/common/scripts");
     is($rc, 0, 'common/scripts/ embeds') or diag($out);
     $h = slurp("$dir/out.h");
-    for my $f (glob("$mod/common/scripts/*.lua")) {
-        my ($n) = $f =~ m{([^/]+)\.lua$};
-        like($h, qr/static const char smcp_lua_$n\[\]/, "smcp_lua_$n");
-    }
+    my @lua = map { m{([^/]+)\.lua$} } glob("$mod/common/scripts/*.lua");
+    like($h, qr/static const char smcp_lua_$_\[\]/, "smcp_lua_$_") for @lua;
     like($h, qr/#define SMCP_LUA_SCRIPTS\(X\)/, 'the list of names');
+
+    # the text embedded is the text the contract tests run
+    spew("$dir/lua-text.c", "#include <stdio.h>\n#include \"out.h\"\nint main(void){"
+         . join('', map { "fputs(smcp_lua_$_,stdout);putchar(0);" } @lua)
+         . "return 0;}\n");
+    my $cc2 = `cc -o $dir/lua-text $dir/lua-text.c 2>&1`;
+    is($? >> 8, 0, 'the header compiles') or diag($cc2);
+    my @text = split /\0/, `$dir/lua-text`;
+    is($text[$_], lua_script("$mod/common/scripts", $lua[$_]),
+       "smcp_lua_$lua[$_]: the text lua_script() gives") for 0 .. $#lua;
+    ok(!grep(/^[ \t]*--\@/m, @text), 'no include line left');
+    # a client that is not authenticated (the module's SCRIPT LOADs after a
+    # refused AUTH: t/mcp_security.t) may send no longer string: Redis
+    # drops it with a protocol error, not NOAUTH
+    cmp_ok(length($text[$_]), '<=', 16384, "smcp_lua_$lua[$_]: at most 16 KiB")
+        for 0 .. $#lua;
+    ok(scalar(grep { /^local function ungranted\(/m } @text) >= 3,
+       'lib/grants.lua in the scripts that include it');
 };
 
 # a copy of tools/ with one file changed by $edit; smcp-embed must refuse
@@ -137,8 +157,9 @@ broken_tool('an include of nothing', 'opencode_get_result.json',
 
 subtest 'a script without its KEYS/ARGV header' => sub {
     my $d = "$dir/lua";
-    make_path($d);
+    make_path("$d/lib");
     copy($_, "$d/") for glob("$mod/common/scripts/*.lua");
+    copy($_, "$d/lib/") for glob("$mod/common/scripts/lib/*.lua");
     spew("$d/no_header.lua", "-- A script.\nreturn 1\n");
     my ($rc, $out) = embed('lua', $d);
     isnt($rc, 0, 'smcp-embed fails');
@@ -149,6 +170,63 @@ subtest 'a script without its KEYS/ARGV header' => sub {
     ($rc, $out) = embed('lua', $d);
     isnt($rc, 0, 'a name that is no C identifier: fails');
     like($out, qr{Bad-Name\.lua: the name}, '... named') or diag($out);
+};
+
+subtest 'a script\'s includes: lib/NAME.lua, checked' => sub {
+    my $d = "$dir/lua-include";
+    make_path("$d/lib");
+    my $head = "-- KEYS: none\n-- ARGV: none\n";
+    # its opening comment stays in the library: its code is embedded
+    spew("$d/lib/one.lua", "-- one(): 1\n\n  -- (so)\nlocal function one()\n"
+                           . "  -- kept\n  return 1 end");
+    spew("$d/a.lua", "$head--\@include one\nreturn one()\n");
+    my ($rc, $out) = embed('lua', $d);
+    is($rc, 0, 'a script with an include embeds') or diag($out);
+    like(slurp("$dir/out.h"), qr{\Q"-- ARGV: none\n"
+    "local function one()\n"
+    "  -- kept\n"
+    "  return 1 end\n"
+    "return one()\n";\E}, '... the library\'s code in the include line\'s place');
+    is(lua_script($d, 'a'), "${head}local function one()\n  -- kept\n  return 1 end\n"
+       . "return one()\n", '... as lua_script() gives it');
+    # a long comment is code as far as this goes
+    spew("$d/lib/one.lua", "-- one(): 1\n--[[ x\n]]\nlocal function one() return 1 end\n");
+    ($rc, $out) = embed('lua', $d);
+    is($rc, 0, 'a library with a long comment embeds') or diag($out);
+    like(slurp("$dir/out.h"), qr{\Q"-- ARGV: none\n"
+    "--[[ x\n"\E}, '... from its first line');
+    is(lua_script($d, 'a'), "${head}--[[ x\n]]\nlocal function one() return 1 end\n"
+       . "return one()\n", '... as lua_script() gives it');
+
+    for my $case ([ 'an unknown include', '--@include two',
+                    qr{line 3: unknown include "two": \Q$d\E/lib/two\.lua: No such file} ],
+                  [ 'a name that is no file name', '--@include ../a',
+                    qr/line 3: .*exactly "--\@include NAME"/ ],
+                  [ 'no name', '--@include', qr/line 3: .*--\@include NAME/ ],
+                  [ 'more after the name', '--@include one two',
+                    qr/line 3: .*--\@include NAME/ ],
+                  [ 'a blank after the name', '--@include one ',
+                    qr/line 3: .*--\@include NAME/ ],
+                  [ 'not at the start of its line', '  --@include one',
+                    qr/line 3: .*--\@include NAME/ ],
+                  [ 'another word', '--@require one', qr/line 3: .*--\@include NAME/ ]) {
+        spew("$d/a.lua", "$head$case->[1]\nreturn 1\n");
+        ($rc, $out) = embed('lua', $d);
+        isnt($rc, 0, "$case->[0]: smcp-embed fails");
+        like($out, qr{\Q$d/a.lua\E: $case->[2]}, '... naming the file and line')
+            or diag($out);
+        ok(!-e "$dir/out.h.tmp", '... no partial output left');
+        ok(!eval { lua_script($d, 'a'); 1 }, '... lua_script() refuses it too');
+    }
+
+    spew("$d/lib/two.lua", "local x = 2\n");
+    spew("$d/lib/one.lua", "local y = 1\n--\@include two\n");
+    spew("$d/a.lua", "$head--\@include one\nreturn 1\n");
+    ($rc, $out) = embed('lua', $d);
+    isnt($rc, 0, 'an include in a library: smcp-embed fails');
+    like($out, qr{\Q$d/lib/one.lua\E: line 2: an include in a library \(included by \Q$d/a.lua\E\)},
+         '... naming the library, the line and the script') or diag($out);
+    ok(!eval { lua_script($d, 'a'); 1 }, '... lua_script() refuses it too');
 };
 
 subtest 'the programs the runner starts: perl' => sub {

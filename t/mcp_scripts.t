@@ -52,7 +52,7 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(time sleep);
-use SMCP::Test qw(json_decode repo_root);
+use SMCP::Test qw(json_decode lua_script repo_root);
 
 my $t = SMCP::Test->new;
 $t->start_redis;
@@ -65,7 +65,7 @@ for my $name (qw(session_create session_touch session_delete run_create
                  oauth_client oauth_code oauth_grant oauth_pending revoke
                  revoked_load oauth_github run_message run_inbox
                  run_attempts run_pick run_meter)) {
-    $LUA{$name} = $t->read_file("$dir/$name.lua");
+    $LUA{$name} = lua_script($dir, $name);
 }
 
 ###############################################################################

@@ -48,16 +48,17 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use SMCP::Test qw(json_decode json_encode wait_until repo_root);
+use SMCP::Test qw(json_decode json_encode wait_until repo_root lua_script);
 
 my $t = SMCP::Test->new;
 $t->start_redis;
 
 my $P = 'smcp:';
 my %LUA;
-for my $f (glob(repo_root() . '/ngx_sandbox_mcp_module/common/scripts/{claim,running,finish,janitor_begin,janitor_end,budget_release,usage_disk,run_waiting,pick_done}.lua')) {
-    my ($name) = $f =~ m{([^/]+)\.lua$};
-    $LUA{$name} = $t->read_file($f);
+for my $name (qw(claim running finish janitor_begin janitor_end budget_release
+                 usage_disk run_waiting pick_done)) {
+    $LUA{$name} = lua_script(repo_root() . '/ngx_sandbox_mcp_module/common/scripts',
+                             $name);
 }
 
 sub script {
@@ -123,6 +124,16 @@ subtest 'pick_done: the pull request, or the pick undone; only its own pick' => 
     is_deeply([ @{ hash($att) }{qw(pr_status pr_url pr_number)} ], [ 'opened', 'https://x/1', 7 ],
               "... the attempt's pull request");
     is(hash($grp)->{picked}, 'run_patt', '... the group keeps its pick');
+    # opened is final: the pick run taken up again after its runner went
+    # away (or cancelled then) neither undoes it nor writes another
+    is(script('pick_done', [ $att, $grp ], [ 'run_ppick', '', '', '' ]), 0,
+       'then undone: 0, opened is final');
+    is_deeply([ @{ hash($att) }{qw(pr_status pr_pick_run)} ], [ 'opened', 'run_ppick' ],
+              '... the attempt still opened');
+    is(hash($grp)->{picked}, 'run_patt', '... the group keeps its pick');
+    is(script('pick_done', [ $att, $grp ], [ 'run_ppick', 'opened', 'https://x/2', 8 ]), 0,
+       'opened again: 0');
+    is(hash($att)->{pr_url}, 'https://x/1', '... the first kept');
 
     $setup->();
     is(script('pick_done', [ $att, $grp ], [ 'run_ppick', '', '', '' ]), 1, 'not opened: 1');

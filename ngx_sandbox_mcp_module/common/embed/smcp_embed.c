@@ -40,9 +40,14 @@
  * out); the ETag is the FNV-1a hash of them.
  *
  * Lua: NAME is [a-z0-9_]; the opening comment block holds a line starting
- * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  The
- * text is embedded as it is (Redis reports errors with the file's line
- * numbers).
+ * "-- KEYS" and one starting "-- ARGV" (what the script is handed).  A
+ * line "--@include NAME" is replaced by the code of DIR/lib/NAME.lua (a
+ * library of local functions, not a script: it includes nothing itself),
+ * from its first line after its opening comment; any other line starting
+ * "--@", an unknown NAME or an include in a library stops the build,
+ * naming the file and line.  The text is embedded as it is otherwise
+ * (Redis reports errors with the line numbers of the text with its
+ * libraries in).
  *
  * Tools: one JSON object (no duplicate keys) with name (= NAME), title,
  * description, inputSchema (type "object", properties, additionalProperties
@@ -93,6 +98,7 @@
 #define EMBED_MAX_SIZE      (1024 * 1024)
 #define EMBED_MAX_INCLUDES  8       /* nesting of $include */
 #define EMBED_MAX_BLOCKS    16      /* a page's blocks (its layout's slots) */
+#define EMBED_LUA_INCLUDE   "--@include "   /* a Lua script's include line */
 #define EMBED_LINE          72      /* characters per C string line of
                                        JSON (Lua: one per line of text) */
 
@@ -237,6 +243,20 @@ static char *
 embed_read(const char *path, size_t *len)
 {
     return embed_read_bytes(path, len, 1);
+}
+
+
+static void
+embed_append(const char *path, char *out, size_t *len, const char *s,
+    size_t n)
+{
+    if (*len + n > EMBED_MAX_SIZE) {
+        embed_fail(path, "larger than %d bytes once put together",
+                   EMBED_MAX_SIZE);
+    }
+
+    memcpy(out + *len, s, n);
+    *len += n;
 }
 
 
@@ -415,6 +435,148 @@ embed_check_lua(const char *path, const char *text)
     if (!code) {
         embed_fail(path, "no code after the opening comment");
     }
+}
+
+
+/* Lua: the line at p starts "--@" (after blanks): an include line */
+static int
+embed_lua_directive(const char *p)
+{
+    while (*p == ' ' || *p == '\t') {
+        p++;
+    }
+
+    return strncmp(p, "--@", 3) == 0;
+}
+
+
+/* Lua: NAME's length if the line at p is exactly "--@include NAME",
+ * else 0 */
+static size_t
+embed_lua_include(const char *p)
+{
+    size_t  n;
+
+    if (strncmp(p, EMBED_LUA_INCLUDE, sizeof(EMBED_LUA_INCLUDE) - 1) != 0) {
+        return 0;
+    }
+
+    p += sizeof(EMBED_LUA_INCLUDE) - 1;
+    n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+
+    if (n == 0 || n > EMBED_MAX_NAME || (p[n] != '\n' && p[n] != '\0')) {
+        return 0;
+    }
+
+    return n;
+}
+
+
+/* Lua: a library (DIR/lib/NAME.lua) includes nothing */
+static void
+embed_check_lua_lib(const char *file, const char *text, const char *path)
+{
+    int          line;
+    const char  *p;
+
+    for (p = text, line = 1; p != NULL && *p; line++) {
+        if (embed_lua_directive(p)) {
+            embed_fail(file, "line %d: an include in a library (included by "
+                       "%s): libraries do not nest", line, path);
+        }
+
+        p = strchr(p, '\n');
+        p = p ? p + 1 : NULL;
+    }
+}
+
+
+/* Lua: a library's text from its first line of code (a line "--[" is
+ * one: it may open a long comment); its opening comment stays in its file
+ * (a script with its libraries stays within the 16 KiB Redis takes from a
+ * client not authenticated yet: common/scripts/README.md) */
+static const char *
+embed_lua_code(const char *text)
+{
+    const char  *line, *p;
+
+    for (line = text; *line; line = p + 1) {
+        p = line + strspn(line, " \t");
+
+        if (*p != '\n' && (strncmp(p, "--", 2) != 0 || p[2] == '[')) {
+            break;
+        }
+
+        p = strchr(p, '\n');
+        if (p == NULL) {
+            break;
+        }
+    }
+
+    return line;
+}
+
+
+/* Lua: the script with each line "--@include NAME" replaced by the code of
+ * DIR/lib/NAME.lua; any other line starting "--@" stops the build */
+static char *
+embed_lua_expand(const char *path, const char *dir, const char *text,
+    size_t *len)
+{
+    int          line;
+    char         file[4096], *out, *lib;
+    size_t       n, llen;
+    const char  *p, *end, *name, *code;
+
+    out = malloc(EMBED_MAX_SIZE + 1);
+    if (out == NULL) {
+        embed_fail(path, "out of memory");
+    }
+
+    *len = 0;
+
+    for (p = text, line = 1; *p; p = end, line++) {
+        end = strchr(p, '\n');
+        end = end ? end + 1 : p + strlen(p);
+
+        if (!embed_lua_directive(p)) {
+            embed_append(path, out, len, p, end - p);
+            continue;
+        }
+
+        n = embed_lua_include(p);
+        name = p + sizeof(EMBED_LUA_INCLUDE) - 1;
+
+        if (n == 0) {
+            embed_fail(path, "line %d: a line starting \"--@\" is an "
+                       "include: exactly \"--@include NAME\", NAME of a-z, "
+                       "0-9 and _ (the file %s/lib/NAME.lua)", line, dir);
+        }
+
+        snprintf(file, sizeof(file), "%s/lib/%.*s.lua", dir, (int) n, name);
+
+        if (access(file, R_OK) != 0) {
+            embed_fail(path, "line %d: unknown include \"%.*s\": %s: %s",
+                       line, (int) n, name, file, strerror(errno));
+        }
+
+        lib = embed_read(file, &llen);
+        embed_check_lua_lib(file, lib, path);
+
+        code = embed_lua_code(lib);
+        llen -= code - lib;
+        embed_append(path, out, len, code, llen);
+
+        if (llen > 0 && code[llen - 1] != '\n') {
+            embed_append(path, out, len, "\n", 1);
+        }
+
+        free(lib);
+    }
+
+    out[*len] = '\0';
+
+    return out;
 }
 
 
@@ -795,20 +957,6 @@ embed_blocks(const char *path, const char *text, size_t from,
         b[n].text = p;
         b[n].len = end - p;
     }
-}
-
-
-static void
-embed_append(const char *path, char *out, size_t *len, const char *s,
-    size_t n)
-{
-    if (*len + n > EMBED_MAX_SIZE) {
-        embed_fail(path, "larger than %d bytes once laid out",
-                   EMBED_MAX_SIZE);
-    }
-
-    memcpy(out + *len, s, n);
-    *len += n;
 }
 
 
@@ -1239,7 +1387,7 @@ embed_usage(void)
 int
 main(int argc, char **argv)
 {
-    char          *names[EMBED_MAX_FILES], *text, path[4096];
+    char          *names[EMBED_MAX_FILES], *text, *lua, path[4096];
     FILE          *out;
     size_t         i, n, len;
     const char    *dir, *prefix, *macro, *suffix;
@@ -1316,6 +1464,9 @@ main(int argc, char **argv)
         if (kind == EMBED_LUA) {
             text = embed_read(path, &len);
             embed_check_lua(path, text);
+            lua = embed_lua_expand(path, dir, text, &len);
+            free(text);
+            text = lua;
 
         } else if (kind == EMBED_TOOLS) {
             text = embed_check_tool(path, dir, names[i]);

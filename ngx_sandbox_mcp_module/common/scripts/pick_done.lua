@@ -5,15 +5,18 @@
 -- while the attempt's keys live and its pick is still this run's: an
 -- attempt whose keys expired meanwhile is not made anew (no hash without
 -- its tenant and expiry), and another pick's outcome is not touched.
+-- Opened is final: a pick run taken up again after its runner went away
+-- (or one of its runners paused, then back) neither undoes it nor writes
+-- it again.
 --
 -- KEYS[1] run:{attempt}   KEYS[2] run:{group}
 -- ARGV: the pick run's id, "opened" (else: undo), the pull request's URL
 -- and number
 --
--- Returns 1 when it wrote, 0 when the attempt is gone or not this run's
--- pick.
-local a = redis.call('HMGET', KEYS[1], 'pr_pick_run', 'tenant')
-if not a[2] or a[1] ~= ARGV[1] then return 0 end
+-- Returns 1 when it wrote, 0 when the attempt is gone, not this run's
+-- pick, or its pull request opened already.
+local a = redis.call('HMGET', KEYS[1], 'pr_pick_run', 'tenant', 'pr_status')
+if not a[2] or a[1] ~= ARGV[1] or a[3] == 'opened' then return 0 end
 if ARGV[2] == 'opened' then
   redis.call('HSET', KEYS[1], 'pr_status', 'opened', 'pr_url', ARGV[3],
              'pr_number', ARGV[4])

@@ -87,7 +87,8 @@
 -- The run reaches every one of them (it fetches them all, and clones,
 -- pushes and opens its pull request on its own): each must be granted to
 -- the token that asks, not only the one it names (the module checked
--- that one already).
+-- that one already; lib/grants.lua, where "*" covers only URLs
+-- https://HOST/OWNER/NAME).
 --
 -- Returns 1; 0 when an existing session is unknown to this tenant (or a
 -- new one's id is taken); -1 when it expired (or is expiring); -2 when the
@@ -106,6 +107,7 @@
 -- other than its session's (AGENT), {"agent", "offered", AGENT} when its
 -- session's agent is not offered, {"agent", "model", AGENT, MODEL} when
 -- the model is not one the agent runs.  Only 1 writes anything.
+--@include grants
 local started, expiring, expired = ARGV[21], ARGV[22], ARGV[23]
 local usage = KEYS[12] or ''
 local fork = ARGV[41] or ''
@@ -196,16 +198,8 @@ if not seen then
 end
 if own == '' and (ARGV[8] ~= '' or ARGV[11] == '1') then return -4 end
 
-local grants = ',' .. (ARGV[31] or '') .. ','
-for _, url in ipairs(repos) do
-  local o, n = string.match(string.lower(url), '^https://[^/]+/([^/]+)/([^/]+)$')
-  if not (o and (string.find(grants, ',*,', 1, true)
-                 or string.find(grants, ',' .. o .. '/*,', 1, true)
-                 or string.find(grants, ',' .. o .. '/' .. n .. ',', 1, true)))
-  then
-    return url
-  end
-end
+local url = ungranted(ARGV[31], repos, false)
+if url then return url end
 
 -- the routes the run needs: nothing announced (or an older caller
 -- without the key), nothing checked

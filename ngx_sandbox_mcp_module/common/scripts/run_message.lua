@@ -19,9 +19,10 @@
 --
 -- The message steers the run's agent, which works on every repository of
 -- the run (and may push to the first): each must be granted, as for a
--- follow-up.  Its event and its inbox entry count in the run's `bytes`
--- and the tenant's (MESSAGE_BYTES and the text, twice), which the run's
--- finish lists for its expiry as any of its bytes.
+-- follow-up (lib/grants.lua; "*" lets any through).  Its event and its
+-- inbox entry count in the run's `bytes` and the tenant's (MESSAGE_BYTES
+-- and the text, twice), which the run's finish lists for its expiry as
+-- any of its bytes.
 --
 -- Returns nil (unknown, or another tenant's: nothing written), or
 -- {'ok', message id, messages waiting}, or a refusal that writes nothing:
@@ -30,6 +31,7 @@
 -- waiting} | {'limit', sent} | {'noroute'} (the egress announces its
 -- routes and `inbox` is not one of them) | {'agent', AGENT} (the run's
 -- agent is not OpenCode: nothing in its sandbox takes messages).
+--@include grants
 local MESSAGE_BYTES = 256
 local started, running = ARGV[8], ARGV[9]
 
@@ -43,25 +45,8 @@ end
 if h[4] == '1' then return {'ended', 'cancel requested'} end
 if h[7] and h[7] ~= 'opencode' then return {'agent', h[7]} end
 
-local grants = ',' .. (ARGV[12] or '') .. ','
-if not string.find(grants, ',*,', 1, true) then
-  local urls = {}
-  local ok, list = pcall(cjson.decode, h[6] or '[]')
-  if ok and type(list) == 'table' then
-    for _, u in ipairs(list) do urls[#urls + 1] = tostring(u) end
-  end
-  if (h[5] or '') ~= '' then urls[#urls + 1] = h[5] end
-  for _, url in ipairs(urls) do
-    local o, n = string.match(string.lower(url),
-                              '^https://[^/]+/([^/]+)/([^/]+)$')
-    if not (o and (string.find(grants, ',' .. o .. '/*,', 1, true)
-                   or string.find(grants, ',' .. o .. '/' .. n .. ',', 1,
-                                  true)))
-    then
-      return {'grant', url}
-    end
-  end
-end
+local url = ungranted(ARGV[12], run_urls(h[5], h[6]), true)
+if url then return {'grant', url} end
 
 local routes = redis.call('GET', KEYS[5])
 if routes and not string.find(' ' .. routes .. ' ', ' inbox ', 1, true) then

@@ -24,9 +24,10 @@
 -- The pick run pushes nothing, but it opens a pull request on the
 -- attempt's repository with the attempt's work: every repository of the
 -- attempt (`repository`, `repositories`) must be granted to the token
--- that picks, as for a follow-up in its session.  It is one more queued
--- run of the tenant: run_create's budgets hold for it (not the sessions
--- budget: it makes no session).
+-- that picks, as for a follow-up in its session (lib/grants.lua; "*"
+-- lets any through).  It is one more queued run of the tenant:
+-- run_create's budgets hold for it (not the sessions budget: it makes no
+-- session).
 --
 -- Returns 1; 0 when the group or the attempt is unknown to this tenant
 -- (or the attempt is not of that group, or not of that session);
@@ -37,6 +38,7 @@
 -- tenant has max queued runs started already; -5 when the tenant's runs
 -- hold its bytes budget, -7 when its workspaces hold its disk budget (as
 -- run_create's).  Only 1 writes anything.
+--@include grants
 local T, now, G, P, N, S = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
                            ARGV[6]
 local started, completed = ARGV[11], ARGV[12]
@@ -57,25 +59,8 @@ local p = redis.call('HMGET', KEYS[2], 'tenant', 'group', 'session',
 if p[1] ~= T or p[2] ~= G or p[3] ~= S then return 0 end
 
 if ARGV[17] then
-  local grants = ',' .. ARGV[17] .. ','
-  if not string.find(grants, ',*,', 1, true) then
-    local urls = {}
-    local ok, list = pcall(cjson.decode, p[10] or '[]')
-    if ok and type(list) == 'table' then
-      for _, u in ipairs(list) do urls[#urls + 1] = tostring(u) end
-    end
-    if (p[9] or '') ~= '' then urls[#urls + 1] = p[9] end
-    for _, url in ipairs(urls) do
-      local o, n = string.match(string.lower(url),
-                                '^https://[^/]+/([^/]+)/([^/]+)$')
-      if not (o and (string.find(grants, ',' .. o .. '/*,', 1, true)
-                     or string.find(grants, ',' .. o .. '/' .. n .. ',', 1,
-                                    true)))
-      then
-        return {'grant', url}
-      end
-    end
-  end
+  local url = ungranted(ARGV[17], run_urls(p[9], p[10]), true)
+  if url then return {'grant', url} end
 end
 
 if g[3] then return {'picked', g[3]} end

@@ -51,7 +51,7 @@ use Time::HiRes qw(time sleep);
 our @EXPORT_OK = qw(json_encode json_decode json_decode_text b64url b64url_decode
                     repo_root module_path static_nginx_path is_ci
                     token_tool_path wait_until now_ms
-                    rhex slurp spew iso_ms iso2epoch free_port run_cmd nginx_config_test
+                    rhex slurp spew lua_script iso_ms iso2epoch free_port run_cmd nginx_config_test
                     egress_routes_script prereq_fail require_prereqs
                     skip_or_fail is_pong pong_ok tool_ok tool_err egress_error_ok
                     which_bin egress_server_conf egress_echo_conf accessors node_bin js_checks
@@ -145,6 +145,38 @@ sub spew {
     open(my $fh, '>:raw', $path) or die "write $path: $!";
     print $fh $bytes;
     close $fh or die "write $path: $!";
+}
+
+# lua_script($dir, $name): the Redis script $dir/$name.lua as smcp-embed
+# embeds it (and the module and the runner load it): each line
+# "--@include NAME" replaced by the code of $dir/lib/NAME.lua, from its
+# first line after its opening comment (common/scripts/README.md); dies,
+# naming the file, where the build stops (another line starting "--@", an
+# unknown NAME, an include in a library)
+sub lua_script {
+    my ($dir, $name) = @_;
+    my $path = "$dir/$name.lua";
+    die "lua_script: $path: not a file\n" unless -f $path;
+    my ($out, $line) = ('', 0);
+    for (split /(?<=\n)/, slurp($path)) {
+        $line++;
+        if (!/^[ \t]*--@/) {
+            $out .= $_;
+            next;
+        }
+        my ($lib) = /^--\@include ([a-z0-9_]{1,64})\n?\z/
+            or die "lua_script: $path: line $line: not \"--\@include NAME\"\n";
+        my $file = "$dir/lib/$lib.lua";
+        die "lua_script: $path: line $line: unknown include \"$lib\"\n"
+            unless -f $file;
+        my $text = slurp($file);
+        die "lua_script: $file: an include in a library\n"
+            if $text =~ /^[ \t]*--@/m;
+        $text =~ s/\A(?:[ \t]*(?:--(?!\[)[^\n]*)?\n)*//;
+        $out .= $text;
+        $out .= "\n" if length $text && $text !~ /\n\z/;
+    }
+    return $out;
 }
 
 # iso_ms('2025-01-02T03:04:05.678Z') -> epoch milliseconds, exactly (the
