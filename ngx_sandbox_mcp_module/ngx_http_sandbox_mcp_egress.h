@@ -72,6 +72,8 @@ typedef struct {
                                                    answer, as read */
     ngx_str_t                           model;  /* the request's */
     off_t                               answer_bytes;
+    double                              cap;    /* its maxCostUsd ... */
+    double                              spent;  /* ... its metered cost */
     unsigned                            done:1;
     unsigned                            known:1;        /* run of tenant */
     unsigned                            granted:1;

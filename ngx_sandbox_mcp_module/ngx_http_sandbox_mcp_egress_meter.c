@@ -7,7 +7,10 @@
  * (sandbox_mcp_egress_price) and added to the run's metered totals
  * (run_meter.lua); the audit record says them.  A model request of a run
  * whose metered cost has reached its maxCostUsd is refused (402) before
- * anything goes upstream, and the runner stops the sandbox.
+ * anything goes upstream, and the runner stops the sandbox; while a
+ * capped run's requests go, each holds the most it could cost
+ * (egress_hold.c), and one that would pass the cap with the others waits
+ * (429).
  *
  * What the agent reports plays no part: the counts are the provider's.
  * An answer that says no usage (a stream asked without it, a body the
@@ -19,6 +22,7 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_meter.h"
+#include "ngx_http_sandbox_mcp_egress_hold.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 #include "ngx_http_sandbox_mcp_redis.h"
 #include "ngx_http_sandbox_mcp_scripts.h"
@@ -29,6 +33,10 @@
 
 /* US dollars of the run hash, at most (said with %.6f) */
 #define NGX_HTTP_SANDBOX_MCP_USD_MAX      1e12
+
+/* the answer's tokens a request that gives no bound is held for: the
+ * most of the models' own (OpenAI's and Gemini's default to theirs) */
+#define NGX_HTTP_SANDBOX_MCP_HOLD_OUTPUT  128000
 
 
 typedef struct {
@@ -163,6 +171,10 @@ ngx_http_sandbox_mcp_meter_body_filter(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf)
 {
+    if (ngx_http_sandbox_mcp_egress_hold_zone(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_sandbox_mcp_meter_header_filter;
 
@@ -311,12 +323,67 @@ ngx_http_sandbox_mcp_egress_meter_path_model(ngx_http_request_t *r,
 }
 
 
+/*
+ * A capped run's request holds the most it could cost while it goes: its
+ * bytes as input tokens (a token is a byte at least) at the dearer of the
+ * input and cache write prices, and its bound on the answer's tokens
+ * (NGX_HTTP_SANDBOX_MCP_HOLD_OUTPUT when it gives none) at the output
+ * price.  NGX_OK; or 429 (err) when the run's requests in flight hold too
+ * much of what it has left for this one.
+ */
+static ngx_uint_t
+ngx_http_sandbox_mcp_egress_meter_hold(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
+    char *err, size_t errlen)
+{
+    double                                held, worst, left;
+    int64_t                               out;
+    ngx_int_t                             rc;
+    ngx_uint_t                            n;
+    smcp_usage_price_t                   *p;
+    ngx_http_sandbox_mcp_egress_price_t  *price;
+
+    price = ngx_http_sandbox_mcp_egress_meter_price(ctx);
+    if (price == NULL) {
+        return NGX_OK;
+    }
+
+    p = &price->price;
+    out = request->max_output ? request->max_output
+                              : NGX_HTTP_SANDBOX_MCP_HOLD_OUTPUT;
+
+    worst = ((double) r->request_length * ngx_max(p->input, p->cache_write)
+             + (double) out * p->output) / 1e6;
+    left = ctx->cap - ctx->spent;
+
+    rc = ngx_http_sandbox_mcp_egress_hold(r, &ctx->run_id, worst, left,
+                                          &held, &n);
+
+    if (rc == NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (rc != NGX_BUSY) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_snprintf((u_char *) err, errlen, "egress: the run's %ui model "
+                 "requests in flight could cost up to $%.6f, and this one "
+                 "up to $%.6f: more than the $%.6f the run has left under "
+                 "its spend cap (maxCostUsd); it waits until they end "
+                 "(retry)%Z", n, held, worst, left);
+
+    return NGX_HTTP_TOO_MANY_REQUESTS;
+}
+
+
 ngx_uint_t
 ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
     ngx_uint_t path_model, char *err, size_t errlen)
 {
     size_t                                   n;
+    ngx_uint_t                               rc;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     n = ngx_strlen(request->model);
@@ -358,6 +425,14 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
                      "usage the egress cannot meter: ask without it%Z",
                      &lcf->route);
         return NGX_HTTP_FORBIDDEN;
+    }
+
+    if (ctx->capped && lcf->prices) {
+        rc = ngx_http_sandbox_mcp_egress_meter_hold(r, ctx, request, err,
+                                                    errlen);
+        if (rc != NGX_OK) {
+            return rc;
+        }
     }
 
     /* the same memory reads the answer */
@@ -402,6 +477,8 @@ ngx_http_sandbox_mcp_egress_meter_check(ngx_http_request_t *r,
     cap = ngx_http_sandbox_mcp_egress_meter_number(max);
     spent = ngx_http_sandbox_mcp_egress_meter_number(metered);
     ctx->capped = (cap > 0);
+    ctx->cap = cap;
+    ctx->spent = spent;
 
     if (cap == 0 || spent < cap) {
         return NULL;

@@ -366,6 +366,7 @@ ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
     const char                         *type;
     ngx_int_t                           rc;
     ngx_uint_t                          status;
+    ngx_table_elt_t                    *h;
     ngx_http_sandbox_mcp_egress_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
@@ -399,7 +400,21 @@ ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
     }
 
     type = (status == NGX_HTTP_FORBIDDEN) ? "permission_error"
-                                          : "invalid_request_error";
+           : (status == NGX_HTTP_TOO_MANY_REQUESTS) ? "rate_limit_error"
+           : "invalid_request_error";
+
+    if (status == NGX_HTTP_TOO_MANY_REQUESTS) {
+        /* the hold of a capped run's requests (egress_hold.c) */
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Retry-After");
+        ngx_str_set(&h->value, "2");
+    }
 
     rc = ngx_http_sandbox_mcp_egress_refuse(r, status, type, err);
     ngx_http_finalize_request(r, rc);

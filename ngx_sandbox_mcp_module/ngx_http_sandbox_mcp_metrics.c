@@ -44,7 +44,7 @@ static const char  *ngx_http_sandbox_mcp_metrics_classes[] = {
 
 static const char  *ngx_http_sandbox_mcp_metrics_reasons[] = {
     "authentication_error", "permission_error", "api_error",
-    "invalid_request_error", "billing_error", "other"
+    "invalid_request_error", "billing_error", "rate_limit_error", "other"
 };
 
 static const char  *ngx_http_sandbox_mcp_metrics_streams[] = {

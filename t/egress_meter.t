@@ -381,6 +381,110 @@ subtest 'maxCostUsd: a model request past it is refused at the egress' => sub {
     }
 };
 
+# a request started and left waiting on the provider (hang): its handle
+sub post_start {
+    my ($route, $tok, $body) = @_;
+    my ($path, $h) = @{ $route{$route} };
+    my $v = $h eq 'x-api-key' ? $tok : "Bearer $tok";
+    return $t->http_start(port => $eport, method => 'POST', path => $path,
+                          headers => [ $h => $v, 'anthropic-version' => '2023-06-01',
+                                       'Content-Type' => 'application/json' ],
+                          body => json_encode($body));
+}
+
+subtest 'maxCostUsd: the requests in flight hold what they could cost' => sub {
+    # $1 cap, $0.9 metered: $0.1 left.  claude-sonnet-4-5 at $15/M out:
+    # max_tokens 4000 holds about $0.0615, 1000 about $0.0165
+    my ($run, $tok) = $t->live_run(max_cost => '1', metered_cost => '0.9');
+    my $calls = sub { scalar(() = $fake{anthropic}->requests(path => '/v1/messages')) };
+    $fake{anthropic}->clear_requests;
+    $fake{anthropic}->set_script([
+        { text => 'a', hang => 3, usage => { input_tokens => 10, output_tokens => 10 } },
+        { text => 'c', usage => { input_tokens => 10, output_tokens => 10 } },
+        { text => 'b', usage => { input_tokens => 10, output_tokens => 10 } },
+        { text => 'd', hang => 20, usage => { input_tokens => 10, output_tokens => 10 } },
+        { text => 'e', usage => { input_tokens => 10, output_tokens => 10 } },
+    ]);
+    my $a = post_start(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+    ok($fake{anthropic}->wait_requests(1, path => '/v1/messages'), 'one in flight');
+    my $r = post(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+    egress_error_ok($r, 429, 'a second that could pass the cap with it', type => 'rate_limit_error',
+        message => qr/the run's 1 model requests in flight could cost up to \$0\.06\d+, and this one up to \$0\.06\d+: more than the \$0\.100000 the run has left under its spend cap \(maxCostUsd\); it waits until they end \(retry\)/);
+    is($r->{headers}{'retry-after'}, '2', '... Retry-After: 2');
+    is($calls->(), 1, '... nothing went upstream');
+    $r = post(anthropic => $tok, { %anthropic, max_tokens => 1000 });
+    is($r->{status}, 200, 'a smaller one that fits beside it: 200');
+    is($calls->(), 2, '... upstream');
+    # an nginx reload keeps the holds of the requests still going
+    ok($t->reload(undef, old_may_stay => 1), 'nginx reloaded, the first still going');
+    $r = post(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+    is($r->{status}, 429, 'after a reload, the first still holds: 429') or diag($r->{body});
+    my $ra = $t->http_finish($a, 10);
+    is($ra->{status}, 200, 'the first ends: 200') or diag(explain($ra));
+    # (its hold is given back as its pool is freed, just after its last
+    # byte: an agent retries the 429 of that moment, as this does)
+    for (1 .. 20) {
+        $r = post(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+        last if $r->{status} != 429;
+        select(undef, undef, undef, 0.1);
+    }
+    is($r->{status}, 200, 'then the second goes: 200');
+
+    # the sandbox gives up on one: its hold is given back at once
+    my $d;
+    for (1 .. 20) {
+        $d = post_start(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+        last if $fake{anthropic}->wait_requests(4, path => '/v1/messages', timeout => 1);
+        $t->http_finish($d, 5);
+    }
+    ok($fake{anthropic}->wait_requests(4, path => '/v1/messages'), 'one more in flight');
+    $r = post(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+    is($r->{status}, 429, '... another waits');
+    my $t0 = time();
+    close $d->{sock};
+    for (1 .. 50) {
+        $r = post(anthropic => $tok, { %anthropic, max_tokens => 4000 });
+        last if $r->{status} != 429;
+        select(undef, undef, undef, 0.1);
+    }
+    is($r->{status}, 200, '... and goes once the sandbox closed the first');
+    cmp_ok(time() - $t0, '<', 10, '... long before the provider would have answered it');
+
+    # no bound on the answer: held for 128000 tokens (OpenAI's gpt-5 at
+    # $10/M: $1.28), one at a time under a $2 cap
+    my ($o, $otok) = $t->live_run(max_cost => '2');
+    $fake{openai}->clear_requests;
+    $fake{openai}->set_script([
+        { text => 'x', hang => 2, usage => { input_tokens => 10, output_tokens => 10 } },
+        { text => 'y', usage => { input_tokens => 10, output_tokens => 10 } },
+    ]);
+    my $x = post_start(openai => $otok, { model => 'gpt-5', input => 'hi' });
+    ok($fake{openai}->wait_requests(1, path => '/v1/responses'), 'OpenAI: one in flight, no bound');
+    $r = post(openai => $otok, { model => 'gpt-5', input => 'hi' });
+    egress_error_ok($r, 429, '... a second without one waits', type => 'rate_limit_error',
+                    message => qr/could cost up to \$1\.28\d+, and this one up to \$1\.28\d+/);
+    $r = post(openai => $otok, { model => 'gpt-5', input => 'hi', max_output_tokens => 1000 });
+    is($r->{status}, 200, '... one with max_output_tokens 1000 goes beside it');
+    $t->http_finish($x, 10);
+
+    # a run without a cap holds nothing
+    my ($free, $ftok) = $t->live_run;
+    $fake{anthropic}->set_script([
+        { text => 'f', hang => 2, usage => { input_tokens => 10, output_tokens => 10 } },
+        { text => 'g', usage => { input_tokens => 10, output_tokens => 10 } },
+    ]);
+    $fake{anthropic}->clear_requests;
+    my $f = post_start(anthropic => $ftok, { %anthropic, max_tokens => 100000 });
+    ok($fake{anthropic}->wait_requests(1, path => '/v1/messages'), 'no cap: one in flight');
+    $r = post(anthropic => $ftok, { %anthropic, max_tokens => 100000 });
+    is($r->{status}, 200, '... another goes beside it');
+    $t->http_finish($f, 10);
+
+    like($t->http(path => '/metrics')->{body} // '',
+         qr/^smcp_egress_refused_total\{reason="rate_limit_error"\} [1-9]\d*$/m,
+         'counted in smcp_egress_refused_total{reason="rate_limit_error"}');
+};
+
 subtest 'a model request over 32 MB: 413, nothing upstream, nothing read' => sub {
     my ($run, $tok) = $t->live_run;
     my $before = () = $fake{anthropic}->requests(path => '/v1/messages');

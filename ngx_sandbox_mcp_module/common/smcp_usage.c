@@ -18,6 +18,9 @@
 #define SMCP_USAGE_AFTER_ESCAPED  3     /* a key with escapes: decoded at
                                            its colon */
 #define SMCP_USAGE_AFTER_BACKGROUND  4
+#define SMCP_USAGE_AFTER_MAX      5     /* max_tokens and the like */
+#define SMCP_USAGE_AFTER_GENCFG   6     /* Gemini's generationConfig */
+#define SMCP_USAGE_AFTER_MAXOUT   7     /* ... its maxOutputTokens */
 
 /* what must come next for it */
 #define SMCP_USAGE_EXPECT_NONE    0
@@ -30,6 +33,7 @@
 #define SMCP_USAGE_CAPTURE_MODEL  2
 #define SMCP_USAGE_CAPTURE_STRING 3     /* any other string outside a
                                            usage object: an escaped key */
+#define SMCP_USAGE_CAPTURE_NUMBER 4     /* a bound on the answer */
 
 /* bytes of a string kept as it came, quotes included: a model name of
  * SMCP_USAGE_MODEL - 1 bytes, each byte escaped (\u006d), fits */
@@ -169,6 +173,21 @@ smcp_usage_which(const char *key, size_t len)
 
     if (len == 10 && memcmp(key, "background", 10) == 0) {
         return SMCP_USAGE_AFTER_BACKGROUND;
+    }
+
+    if ((len == 10 && memcmp(key, "max_tokens", 10) == 0)
+        || (len == 17 && memcmp(key, "max_output_tokens", 17) == 0)
+        || (len == 21 && memcmp(key, "max_completion_tokens", 21) == 0))
+    {
+        return SMCP_USAGE_AFTER_MAX;
+    }
+
+    if (len == 16 && memcmp(key, "generationConfig", 16) == 0) {
+        return SMCP_USAGE_AFTER_GENCFG;
+    }
+
+    if (len == 15 && memcmp(key, "maxOutputTokens", 15) == 0) {
+        return SMCP_USAGE_AFTER_MAXOUT;
     }
 
     return SMCP_USAGE_AFTER_NONE;
@@ -363,13 +382,57 @@ smcp_usage_value(smcp_usage_t *u, unsigned char c)
         /* the last one, likewise; anything but false or null (a lax
          * parser takes 1 or "yes" for true) */
         u->background = (c != 'f' && c != 'n');
+
+    } else if (after == SMCP_USAGE_AFTER_GENCFG && u->depth == 1
+               && c == '{')
+    {
+        u->gencfg = 1;
+        u->gencfg_depth = 2;
+
+    } else if (((after == SMCP_USAGE_AFTER_MAX && u->depth == 1)
+                || (after == SMCP_USAGE_AFTER_MAXOUT && u->gencfg
+                    && u->depth == u->gencfg_depth))
+               && c >= '0' && c <= '9')
+    {
+        u->capture = SMCP_USAGE_CAPTURE_NUMBER;
+        u->number = c - '0';
     }
+}
+
+
+/*
+ * A byte after a bound's digits: the bound read, when it ends here; the
+ * largest wins (the provider reads one of them).  A fraction or an
+ * exponent is taken for no bound at all.
+ */
+static int
+smcp_usage_number(smcp_usage_t *u, unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        u->number = (u->number > SMCP_USAGE_TOKENS_MAX / 10)
+                    ? SMCP_USAGE_TOKENS_MAX : u->number * 10 + (c - '0');
+        return 1;
+    }
+
+    u->capture = SMCP_USAGE_CAPTURE_NONE;
+
+    if (c == '.' || c == 'e' || c == 'E') {
+        u->number = SMCP_USAGE_TOKENS_MAX;
+    }
+
+    smcp_usage_raise(&u->max_output, u->number);
+
+    return 0;
 }
 
 
 static void
 smcp_usage_byte(smcp_usage_t *u, unsigned char c)
 {
+    if (u->capture == SMCP_USAGE_CAPTURE_NUMBER && smcp_usage_number(u, c)) {
+        return;
+    }
+
     if (u->capture == SMCP_USAGE_CAPTURE_OBJECT) {
         if (u->clen < SMCP_USAGE_OBJECT) {
             u->buf[u->clen++] = (char) c;
@@ -447,6 +510,10 @@ smcp_usage_byte(smcp_usage_t *u, unsigned char c)
     case ']':
         if (u->depth) {
             u->depth--;
+        }
+
+        if (u->gencfg && u->depth < u->gencfg_depth) {
+            u->gencfg = 0;
         }
 
         if (u->capture == SMCP_USAGE_CAPTURE_OBJECT && c == '}'

@@ -35,7 +35,11 @@
  * SMCP_USAGE_MODEL.  And whether the top-level key "background" (the
  * last one) is anything but false or null: OpenAI's background response,
  * which answers at once without a usage while the provider generates,
- * and bills, on its own.
+ * and bills, on its own.  And the largest bound on the answer's tokens
+ * the request gives where its provider reads one: a top-level
+ * "max_tokens", "max_output_tokens" or "max_completion_tokens", or
+ * Gemini's "generationConfig": {"maxOutputTokens"}; an integer, else (a
+ * fraction, an exponent) SMCP_USAGE_TOKENS_MAX; 0 when none is.
  * Plain C, no nginx: fuzzed (fuzz/usage.c).
  */
 
@@ -48,7 +52,7 @@
 
 #define SMCP_USAGE_OBJECT       4096    /* bytes of a usage object */
 #define SMCP_USAGE_MODEL        128     /* bytes of a model name, NUL too */
-#define SMCP_USAGE_KEY          16      /* bytes of a key looked at */
+#define SMCP_USAGE_KEY          24      /* bytes of a key looked at */
 #define SMCP_USAGE_TOKENS_MAX   1000000000000LL     /* a count, at most */
 
 /* when nothing says the usage: bytes per token of the estimate */
@@ -64,6 +68,7 @@ typedef struct {
     unsigned    objects;        /* usage objects read */
     unsigned    dropped;        /* too long, or not JSON */
     unsigned    background:1;   /* "background": not false */
+    int64_t     max_output;     /* the answer's bound (0: none said) */
     char        model[SMCP_USAGE_MODEL];   /* "": none (yet) */
 
     /* the reader */
@@ -72,6 +77,9 @@ typedef struct {
     unsigned    escape:1;
     unsigned    key_long:1;
     unsigned    capture_long:1;
+    unsigned    gencfg:1;       /* inside "generationConfig" */
+    unsigned    gencfg_depth;
+    int64_t     number;         /* a bound being read */
     int         after;          /* a key of ours just closed: which */
     int         expect;         /* what must come next for it */
     int         capture;        /* what is being kept */

@@ -2193,6 +2193,68 @@ test_usage_hostile(void)
 }
 
 
+/*
+ * The bound on the answer a request gives, where its provider reads it:
+ * the largest; a planted one elsewhere (nested, in a string, in another
+ * object of Gemini's) is not taken; a fraction or an exponent is no bound
+ */
+static void
+test_usage_bound(void)
+{
+    static const struct {
+        const char  *what;
+        const char  *text;
+        int64_t      want;
+    } cases[] = {
+        { "none", "{\"model\":\"m\"}", 0 },
+        { "max_tokens", "{\"model\":\"m\",\"max_tokens\":4096}", 4096 },
+        { "max_output_tokens", "{\"max_output_tokens\": 128000 }", 128000 },
+        { "max_completion_tokens", "{\"max_completion_tokens\":77}", 77 },
+        { "Gemini's", "{\"contents\":[],\"generationConfig\":{\"temperature\""
+          ":1,\"maxOutputTokens\":8192}}", 8192 },
+        { "the largest of them", "{\"max_tokens\":10,\"max_tokens\":900,"
+          "\"max_completion_tokens\":50}", 900 },
+        { "nested: not taken", "{\"metadata\":{\"max_tokens\":5},"
+          "\"tools\":[{\"max_tokens\":6}]}", 0 },
+        { "in a string: not taken", "{\"system\":\"\\\"max_tokens\\\":5\"}",
+          0 },
+        { "Gemini's elsewhere: not taken", "{\"maxOutputTokens\":5,"
+          "\"systemInstruction\":{\"maxOutputTokens\":6},"
+          "\"generationConfig\":{\"x\":{\"maxOutputTokens\":7}},"
+          "\"toolConfig\":{\"maxOutputTokens\":8}}", 0 },
+        { "after generationConfig: not Gemini's", "{\"generationConfig\":{},"
+          "\"x\":{\"maxOutputTokens\":7}}", 0 },
+        { "an escaped key", "{\"max_t\\u006fkens\":300}", 300 },
+        { "a fraction: no bound", "{\"max_tokens\":1.5}", SMCP_USAGE_TOKENS_MAX },
+        { "an exponent: no bound", "{\"max_tokens\":1e9}", SMCP_USAGE_TOKENS_MAX },
+        { "not a number", "{\"max_tokens\":null,\"max_output_tokens\":\"9\","
+          "\"max_completion_tokens\":-4}", 0 },
+        { "too large: the most", "{\"max_tokens\":99999999999999999999999}",
+          SMCP_USAGE_TOKENS_MAX },
+    };
+
+    size_t        i, j;
+    smcp_usage_t  u;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        /* whole, then a byte at a time */
+        smcp_usage_init(&u);
+        smcp_usage_feed(&u, (const unsigned char *) cases[i].text,
+                        strlen(cases[i].text));
+        ok(u.max_output == cases[i].want, "usage bound: %s: %lld (%lld)",
+           cases[i].what, (long long) u.max_output,
+           (long long) cases[i].want);
+
+        smcp_usage_init(&u);
+        for (j = 0; cases[i].text[j]; j++) {
+            smcp_usage_feed(&u, (const unsigned char *) cases[i].text + j, 1);
+        }
+        ok(u.max_output == cases[i].want, "usage bound: %s, byte by "
+           "byte: %lld", cases[i].what, (long long) u.max_output);
+    }
+}
+
+
 /* what is too long, at its limit and one past it; deep nesting */
 static void
 test_usage_long(void)
@@ -2418,6 +2480,7 @@ main(void)
     test_usage_hostile();
     test_usage_long();
     test_usage_cost();
+    test_usage_bound();
     test_usage_model_matches();
 
     return tap_done();

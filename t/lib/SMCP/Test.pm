@@ -1123,6 +1123,7 @@ sub worker_pids {
 }
 
 # reload(name): HUP the master, wait until a new set of workers serves
+# (old_may_stay => 1: the old ones may still finish what they serve)
 sub reload {
     my ($self, $name, %o) = @_;
     my $i = $self->{nginx}{ $name // 'main' } or die "no nginx $name";
@@ -1137,7 +1138,7 @@ sub reload {
     return wait_until(10, sub {
         my @w = $self->worker_pids($name);
         my @new = grep { !$old{$_} } @w;
-        return @new >= $want && !grep { $old{$_} } @w;
+        return @new >= $want && ($o{old_may_stay} || !grep { $old{$_} } @w);
     });
 }
 
