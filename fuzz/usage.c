@@ -47,7 +47,8 @@ fuzz_usage_same(const smcp_usage_t *a, const smcp_usage_t *b,
                && a->cache_write == b->cache_write, what);
     fuzz_check(a->objects == b->objects && a->dropped == b->dropped, what);
     fuzz_check(strcmp(a->model, b->model) == 0, what);
-    fuzz_check(a->max_output == b->max_output, what);
+    fuzz_check(a->max_output == b->max_output && a->choices == b->choices,
+               what);
 }
 
 
@@ -63,8 +64,9 @@ fuzz_usage_bounds(const smcp_usage_t *u)
                && u->cache_write >= 0
                && u->cache_write <= SMCP_USAGE_TOKENS_MAX,
                "counts within [0, SMCP_USAGE_TOKENS_MAX]");
-    fuzz_check(u->max_output >= 0 && u->max_output <= SMCP_USAGE_TOKENS_MAX,
-               "the bound within [0, SMCP_USAGE_TOKENS_MAX]");
+    fuzz_check(u->max_output >= 0 && u->max_output <= SMCP_USAGE_TOKENS_MAX
+               && u->choices >= 0 && u->choices <= SMCP_USAGE_TOKENS_MAX,
+               "the bounds within [0, SMCP_USAGE_TOKENS_MAX]");
 
     n = strnlen(u->model, SMCP_USAGE_MODEL);
     fuzz_check(n < SMCP_USAGE_MODEL, "model: NUL-terminated");

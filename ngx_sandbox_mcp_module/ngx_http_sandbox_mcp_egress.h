@@ -30,6 +30,11 @@
 #define NGX_HTTP_SANDBOX_MCP_BRANCH_PREFIX      "opencode/"
 
 
+/* a request's body decided: granted (NGX_OK) or refused (status, why) */
+typedef void (*ngx_http_sandbox_mcp_egress_decided_pt)(ngx_http_request_t *r,
+    ngx_uint_t status, const char *err);
+
+
 typedef struct {
     ngx_flag_t                  announce;       /* the routes, in Redis */
     ngx_array_t                *routes;         /* ngx_str_t: every
@@ -74,6 +79,8 @@ typedef struct {
     off_t                               answer_bytes;
     double                              cap;    /* its maxCostUsd ... */
     double                              spent;  /* ... its metered cost */
+    double                              worst;  /* what it holds */
+    ngx_http_sandbox_mcp_egress_decided_pt  decided;    /* once held */
     unsigned                            done:1;
     unsigned                            known:1;        /* run of tenant */
     unsigned                            granted:1;

@@ -7,7 +7,8 @@
  * ngx_http_sandbox_mcp_egress_meter_begin), and a run with requests in
  * flight may start another only while what they hold and what it would
  * hold fit under what the run has left.  A run with none in flight may
- * always start one: a run goes past its cap by one request at most.
+ * always start one: a run goes past its cap by about one request (as far
+ * as the bytes of a request bound its input tokens).
  *
  * The holds live in a shared memory zone of the workers (a red-black tree
  * by run id, as limit_conn's), kept across reloads; a request's pool
@@ -18,7 +19,6 @@
  */
 
 #include "ngx_http_sandbox_mcp_egress_hold.h"
-#include "ngx_http_sandbox_mcp_egress_meter.h"
 
 
 #define NGX_HTTP_SANDBOX_MCP_HOLD_ZONE  (1024 * 1024)
@@ -51,9 +51,6 @@ typedef struct {
     ngx_http_sandbox_mcp_hold_node_t  *node;
     double                             worst;
 } ngx_http_sandbox_mcp_hold_t;
-
-
-static ngx_shm_zone_t  *ngx_http_sandbox_mcp_hold_shm;
 
 
 static ngx_int_t
@@ -96,8 +93,8 @@ ngx_http_sandbox_mcp_hold_init(ngx_shm_zone_t *shm_zone, void *data)
 }
 
 
-ngx_int_t
-ngx_http_sandbox_mcp_egress_hold_zone(ngx_conf_t *cf)
+ngx_shm_zone_t *
+ngx_http_sandbox_mcp_egress_hold_zone(ngx_conf_t *cf, void *tag)
 {
     ngx_shm_zone_t                   *shm;
     ngx_http_sandbox_mcp_hold_ctx_t  *ctx;
@@ -105,24 +102,22 @@ ngx_http_sandbox_mcp_egress_hold_zone(ngx_conf_t *cf)
     static ngx_str_t  name = ngx_string("sandbox_mcp_hold");
 
     shm = ngx_shared_memory_add(cf, &name, NGX_HTTP_SANDBOX_MCP_HOLD_ZONE,
-                                &ngx_http_sandbox_mcp_meter_module);
+                                tag);
     if (shm == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     if (shm->data == NULL) {
         ctx = ngx_pcalloc(cf->pool, sizeof(ngx_http_sandbox_mcp_hold_ctx_t));
         if (ctx == NULL) {
-            return NGX_ERROR;
+            return NULL;
         }
 
         shm->init = ngx_http_sandbox_mcp_hold_init;
         shm->data = ctx;
     }
 
-    ngx_http_sandbox_mcp_hold_shm = shm;
-
-    return NGX_OK;
+    return shm;
 }
 
 
@@ -155,8 +150,8 @@ ngx_http_sandbox_mcp_hold_release(void *data)
 
 
 ngx_int_t
-ngx_http_sandbox_mcp_egress_hold(ngx_http_request_t *r, ngx_str_t *run,
-    double worst, double left, double *held, ngx_uint_t *n)
+ngx_http_sandbox_mcp_egress_hold(ngx_http_request_t *r, ngx_shm_zone_t *zone,
+    ngx_str_t *run, double worst, double left, double *held, ngx_uint_t *n)
 {
     uint32_t                           hash;
     ngx_pool_cleanup_t                *cln;
@@ -164,11 +159,7 @@ ngx_http_sandbox_mcp_egress_hold(ngx_http_request_t *r, ngx_str_t *run,
     ngx_http_sandbox_mcp_hold_ctx_t   *ctx;
     ngx_http_sandbox_mcp_hold_node_t  *node;
 
-    if (ngx_http_sandbox_mcp_hold_shm == NULL) {
-        return NGX_ERROR;
-    }
-
-    ctx = ngx_http_sandbox_mcp_hold_shm->data;
+    ctx = zone->data;
 
     cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_sandbox_mcp_hold_t));
     if (cln == NULL) {

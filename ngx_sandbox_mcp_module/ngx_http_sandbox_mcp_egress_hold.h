@@ -12,8 +12,10 @@
 #include <ngx_http.h>
 
 
-/* the workers' shared memory zone of the holds (postconfiguration) */
-ngx_int_t ngx_http_sandbox_mcp_egress_hold_zone(ngx_conf_t *cf);
+/* the workers' shared memory zone of the holds (postconfiguration),
+ * tagged by module */
+ngx_shm_zone_t *ngx_http_sandbox_mcp_egress_hold_zone(ngx_conf_t *cf,
+    void *tag);
 
 /*
  * The request r of run holds worst (US dollars) until it ends (its pool's
@@ -22,7 +24,8 @@ ngx_int_t ngx_http_sandbox_mcp_egress_hold_zone(ngx_conf_t *cf);
  * NGX_ERROR.
  */
 ngx_int_t ngx_http_sandbox_mcp_egress_hold(ngx_http_request_t *r,
-    ngx_str_t *run, double worst, double left, double *held, ngx_uint_t *n);
+    ngx_shm_zone_t *zone, ngx_str_t *run, double worst, double left,
+    double *held, ngx_uint_t *n);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_EGRESS_HOLD_H_INCLUDED_ */

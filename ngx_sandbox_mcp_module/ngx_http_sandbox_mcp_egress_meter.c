@@ -45,6 +45,12 @@ typedef struct {
 } ngx_http_sandbox_mcp_egress_price_t;
 
 
+typedef struct {
+    ngx_shm_zone_t      *hold;          /* the holds (egress_hold.c) */
+} ngx_http_sandbox_mcp_meter_main_conf_t;
+
+
+static void *ngx_http_sandbox_mcp_meter_create_main_conf(ngx_conf_t *cf);
 static ngx_int_t ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf);
 static ngx_http_sandbox_mcp_egress_price_t *
     ngx_http_sandbox_mcp_egress_meter_price(
@@ -53,7 +59,8 @@ static ngx_http_module_t  ngx_http_sandbox_mcp_meter_module_ctx = {
     NULL,                                  /* preconfiguration */
     ngx_http_sandbox_mcp_meter_init,       /* postconfiguration */
 
-    NULL,                                  /* create main configuration */
+    ngx_http_sandbox_mcp_meter_create_main_conf,
+                                           /* create main configuration */
     NULL,                                  /* init main configuration */
 
     NULL,                                  /* create server configuration */
@@ -168,10 +175,25 @@ ngx_http_sandbox_mcp_meter_body_filter(ngx_http_request_t *r,
 }
 
 
+static void *
+ngx_http_sandbox_mcp_meter_create_main_conf(ngx_conf_t *cf)
+{
+    return ngx_pcalloc(cf->pool,
+                       sizeof(ngx_http_sandbox_mcp_meter_main_conf_t));
+}
+
+
 static ngx_int_t
 ngx_http_sandbox_mcp_meter_init(ngx_conf_t *cf)
 {
-    if (ngx_http_sandbox_mcp_egress_hold_zone(cf) != NGX_OK) {
+    ngx_http_sandbox_mcp_meter_main_conf_t  *mcf;
+
+    mcf = ngx_http_conf_get_module_main_conf(cf,
+                                            ngx_http_sandbox_mcp_meter_module);
+
+    mcf->hold = ngx_http_sandbox_mcp_egress_hold_zone(cf,
+                                            &ngx_http_sandbox_mcp_meter_module);
+    if (mcf->hold == NULL) {
         return NGX_ERROR;
     }
 
@@ -324,44 +346,66 @@ ngx_http_sandbox_mcp_egress_meter_path_model(ngx_http_request_t *r,
 
 
 /*
- * A capped run's request holds the most it could cost while it goes: its
- * bytes as input tokens (a token is a byte at least) at the dearer of the
- * input and cache write prices, and its bound on the answer's tokens
- * (NGX_HTTP_SANDBOX_MCP_HOLD_OUTPUT when it gives none) at the output
- * price.  NGX_OK; or 429 (err) when the run's requests in flight hold too
- * much of what it has left for this one.
+ * The most a capped run's request could cost: its bytes as input tokens
+ * (a token is a byte at least) at the dearer of the input and cache write
+ * prices, and its bound on the answer's tokens
+ * (NGX_HTTP_SANDBOX_MCP_HOLD_OUTPUT when it gives none) times the answers
+ * it asks for, at the output price: ctx->worst, which it holds while it
+ * goes (ngx_http_sandbox_mcp_egress_meter_hold)
  */
-static ngx_uint_t
-ngx_http_sandbox_mcp_egress_meter_hold(ngx_http_request_t *r,
-    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
-    char *err, size_t errlen)
+static void
+ngx_http_sandbox_mcp_egress_meter_worst(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request)
 {
-    double                                held, worst, left;
     int64_t                               out;
-    ngx_int_t                             rc;
-    ngx_uint_t                            n;
     smcp_usage_price_t                   *p;
     ngx_http_sandbox_mcp_egress_price_t  *price;
 
     price = ngx_http_sandbox_mcp_egress_meter_price(ctx);
     if (price == NULL) {
-        return NGX_OK;
+        return;
     }
 
     p = &price->price;
     out = request->max_output ? request->max_output
                               : NGX_HTTP_SANDBOX_MCP_HOLD_OUTPUT;
 
-    worst = ((double) r->request_length * ngx_max(p->input, p->cache_write)
-             + (double) out * p->output) / 1e6;
-    left = ctx->cap - ctx->spent;
+    ctx->worst = ((double) r->request_length
+                  * ngx_max(p->input, p->cache_write)
+                  + (double) out * ngx_max(request->choices, 1) * p->output)
+                 / 1e6;
+}
 
-    rc = ngx_http_sandbox_mcp_egress_hold(r, &ctx->run_id, worst, left,
-                                          &held, &n);
+
+/* the hold taken, against the run's cost as Redis has it now (the body
+ * may have come slowly): NGX_OK; or the refusal's status, err set */
+static ngx_uint_t
+ngx_http_sandbox_mcp_egress_meter_take(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx, char *err, size_t errlen)
+{
+    double                                   held, left, worst;
+    ngx_int_t                                rc;
+    ngx_uint_t                               n;
+    ngx_http_sandbox_mcp_meter_main_conf_t  *mcf;
+
+    worst = ctx->worst;
+
+    if (!ctx->capped) {
+        ctx->worst = 0;                     /* its cap lifted meanwhile */
+        return NGX_OK;
+    }
+
+    left = ctx->cap - ctx->spent;
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_sandbox_mcp_meter_module);
+
+    rc = ngx_http_sandbox_mcp_egress_hold(r, mcf->hold, &ctx->run_id,
+                                          ctx->worst, left, &held, &n);
 
     if (rc == NGX_OK) {
         return NGX_OK;
     }
+
+    ctx->worst = 0;
 
     if (rc != NGX_BUSY) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -377,13 +421,80 @@ ngx_http_sandbox_mcp_egress_meter_hold(ngx_http_request_t *r,
 }
 
 
+/* HMGET run max_cost metered_cost: the run's cost now, then the hold */
+static void
+ngx_http_sandbox_mcp_egress_meter_held(void *data, redisReply *reply)
+{
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx = data;
+
+    char                 err[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
+    ngx_uint_t           status;
+    const char          *msg;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+    ctx->cmd = NULL;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 2)
+    {
+        ctx->worst = 0;
+        ctx->decided(r, NGX_HTTP_SERVICE_UNAVAILABLE, "egress: the run's "
+                     "state cannot be read right now; retry shortly");
+
+    } else {
+        msg = ngx_http_sandbox_mcp_egress_meter_check(r, ctx,
+                                                      reply->element[0],
+                                                      reply->element[1]);
+        if (msg) {
+            ctx->worst = 0;
+            ctx->decided(r, NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED, msg);
+
+        } else {
+            status = ngx_http_sandbox_mcp_egress_meter_take(r, ctx, err,
+                                                            sizeof(err));
+            ctx->decided(r, status, err);
+        }
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+ngx_int_t
+ngx_http_sandbox_mcp_egress_meter_hold(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx,
+    ngx_http_sandbox_mcp_egress_decided_pt decided)
+{
+    ngx_str_t  argv[4];
+
+    ngx_str_set(&argv[0], "HMGET");
+    ngx_str_set(&argv[2], "max_cost");
+    ngx_str_set(&argv[3], "metered_cost");
+
+    if (ngx_http_sandbox_mcp_redis_key(r->pool, &argv[1], SMCP_KEY_RUN,
+                                       &ctx->run_id)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->decided = decided;
+    ctx->cmd = ngx_http_sandbox_mcp_redis_command(
+                   ngx_http_sandbox_mcp_egress_meter_held, ctx, 4, argv);
+
+    return ctx->cmd ? NGX_OK : NGX_ERROR;
+}
+
+
 ngx_uint_t
 ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
     ngx_uint_t path_model, char *err, size_t errlen)
 {
     size_t                                   n;
-    ngx_uint_t                               rc;
     ngx_http_sandbox_mcp_egress_loc_conf_t  *lcf;
 
     n = ngx_strlen(request->model);
@@ -427,12 +538,9 @@ ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
         return NGX_HTTP_FORBIDDEN;
     }
 
+    /* its hold is taken once the run's cost is read again */
     if (ctx->capped && lcf->prices) {
-        rc = ngx_http_sandbox_mcp_egress_meter_hold(r, ctx, request, err,
-                                                    errlen);
-        if (rc != NGX_OK) {
-            return rc;
-        }
+        ngx_http_sandbox_mcp_egress_meter_worst(r, ctx, request);
     }
 
     /* the same memory reads the answer */
@@ -599,6 +707,14 @@ ngx_http_sandbox_mcp_egress_meter_log(ngx_http_request_t *r,
 
     price = ngx_http_sandbox_mcp_egress_meter_price(ctx);
     cost = price ? smcp_usage_cost(u, &price->price) : 0;
+
+    /* a capped run's answer not seen to its end costs what it held: the
+     * provider may generate, and bill, all of it (a sandbox that closes
+     * each request once sent would otherwise never reach its cap) */
+    if (!ctx->answered && ctx->worst > cost) {
+        cost = ctx->worst;
+        estimated = 1;
+    }
 
     usage = json_pack("{s:I, s:I, s:I, s:I, s:f, s:b, s:b}",
                       "input", (json_int_t) u->input,

@@ -25,6 +25,17 @@ ngx_uint_t ngx_http_sandbox_mcp_egress_meter_begin(ngx_http_request_t *r,
     ngx_http_sandbox_mcp_egress_ctx_t *ctx, smcp_usage_t *request,
     ngx_uint_t path_model, char *err, size_t errlen);
 
+/*
+ * A capped run's model request (ctx->worst: what it could cost) holds that
+ * while it goes, against the run's cost read again now (its body may have
+ * come slowly): NGX_OK, and decided(r, NGX_OK or the refusal's status,
+ * why) once Redis answers (429 when the run's requests in flight hold too
+ * much of what it has left, 402 past its cap); NGX_ERROR.
+ */
+ngx_int_t ngx_http_sandbox_mcp_egress_meter_hold(ngx_http_request_t *r,
+    ngx_http_sandbox_mcp_egress_ctx_t *ctx,
+    ngx_http_sandbox_mcp_egress_decided_pt decided);
+
 /* NULL, or the refusal of a model request: the run has spent its
  * maxCostUsd (the run hash's max_cost and metered_cost) */
 const char *ngx_http_sandbox_mcp_egress_meter_check(ngx_http_request_t *r,

@@ -6,6 +6,7 @@
 
 #include "ngx_http_sandbox_mcp_egress_push.h"
 #include "ngx_http_sandbox_mcp_egress_model.h"
+#include "ngx_http_sandbox_mcp_egress_meter.h"
 #include "ngx_http_sandbox_mcp_defaults.h"
 
 #include "smcp_pktline.h"
@@ -358,15 +359,12 @@ ngx_http_sandbox_mcp_egress_check_pull(ngx_http_request_t *r,
 
 
 /* the body of a push, a pull request or a model request is read: it
- * decides */
+ * decides (a capped run's model request once its hold is taken) */
 void
 ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
 {
     char                                err[NGX_HTTP_SANDBOX_MCP_MESSAGE_MAX];
-    const char                         *type;
-    ngx_int_t                           rc;
     ngx_uint_t                          status;
-    ngx_table_elt_t                    *h;
     ngx_http_sandbox_mcp_egress_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
@@ -380,6 +378,36 @@ ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
     } else {
         status = ngx_http_sandbox_mcp_egress_model(r, err, sizeof(err));
     }
+
+    if (status == NGX_OK && ctx->worst > 0) {
+        if (ngx_http_sandbox_mcp_egress_meter_hold(r, ctx,
+                                            ngx_http_sandbox_mcp_egress_decided)
+            == NGX_OK)
+        {
+            return;                 /* decided once Redis answers */
+        }
+
+        status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        ngx_cpystrn((u_char *) err, (u_char *) "egress: the run's state "
+                    "cannot be read right now; retry shortly", sizeof(err));
+    }
+
+    ngx_http_sandbox_mcp_egress_decided(r, status, err);
+}
+
+
+/* granted (NGX_OK): on to the upstream; else the refusal, status and
+ * err */
+void
+ngx_http_sandbox_mcp_egress_decided(ngx_http_request_t *r,
+    ngx_uint_t status, const char *err)
+{
+    const char                         *type;
+    ngx_int_t                           rc;
+    ngx_table_elt_t                    *h;
+    ngx_http_sandbox_mcp_egress_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_sandbox_mcp_egress_module);
 
     ctx->done = 1;
 
@@ -401,6 +429,9 @@ ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
 
     type = (status == NGX_HTTP_FORBIDDEN) ? "permission_error"
            : (status == NGX_HTTP_TOO_MANY_REQUESTS) ? "rate_limit_error"
+           : (status == NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED)
+             ? "billing_error"
+           : (status == NGX_HTTP_SERVICE_UNAVAILABLE) ? "api_error"
            : "invalid_request_error";
 
     if (status == NGX_HTTP_TOO_MANY_REQUESTS) {

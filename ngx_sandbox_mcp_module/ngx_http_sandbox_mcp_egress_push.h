@@ -23,6 +23,8 @@ ngx_uint_t ngx_http_sandbox_mcp_egress_identity(ngx_http_request_t *r);
 /* the body of a push, a pull request or a model request is read: it
  * decides (the body handler of ngx_http_read_client_request_body) */
 void ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r);
+void ngx_http_sandbox_mcp_egress_decided(ngx_http_request_t *r,
+    ngx_uint_t status, const char *err);
 
 
 #endif /* _NGX_HTTP_SANDBOX_MCP_EGRESS_PUSH_H_INCLUDED_ */

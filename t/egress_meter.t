@@ -440,6 +440,8 @@ subtest 'maxCostUsd: the requests in flight hold what they could cost' => sub {
     ok($fake{anthropic}->wait_requests(4, path => '/v1/messages'), 'one more in flight');
     $r = post(anthropic => $tok, { %anthropic, max_tokens => 4000 });
     is($r->{status}, 429, '... another waits');
+    usages($run, 4);
+    my $before = metered($run)->{cost};
     my $t0 = time();
     close $d->{sock};
     for (1 .. 50) {
@@ -449,6 +451,11 @@ subtest 'maxCostUsd: the requests in flight hold what they could cost' => sub {
     }
     is($r->{status}, 200, '... and goes once the sandbox closed the first');
     cmp_ok(time() - $t0, '<', 10, '... long before the provider would have answered it');
+    # what the provider took and may bill in full costs what it held (a
+    # sandbox closing each request once sent must still reach its cap)
+    my ($du) = grep { $_->{estimated} && $_->{costUsd} > 0.06 } usages($run, 5);
+    ok($du, '... the one given up costs what it held') or diag(explain([ usages($run, 5) ]));
+    cmp_ok(metered($run)->{cost} - $before, '>', 0.06, '... into the run hash');
 
     # no bound on the answer: held for 128000 tokens (OpenAI's gpt-5 at
     # $10/M: $1.28), one at a time under a $2 cap
@@ -465,7 +472,31 @@ subtest 'maxCostUsd: the requests in flight hold what they could cost' => sub {
                     message => qr/could cost up to \$1\.28\d+, and this one up to \$1\.28\d+/);
     $r = post(openai => $otok, { model => 'gpt-5', input => 'hi', max_output_tokens => 1000 });
     is($r->{status}, 200, '... one with max_output_tokens 1000 goes beside it');
+    # n answers are n times the tokens
+    $r = post(openai => $otok, { model => 'gpt-5', input => 'hi', max_output_tokens => 1000,
+                                 n => 128 });
+    egress_error_ok($r, 429, '... one asking 128 answers of 1000 waits', type => 'rate_limit_error',
+                    message => qr/and this one up to \$1\.28\d+/);
     $t->http_finish($x, 10);
+
+    # the run's cost is read again once the body is in: a body sent
+    # slowly while the run's other requests spent past its cap is refused
+    my ($slow, $stok) = $t->live_run(max_cost => '1', metered_cost => '0.5');
+    my $body = json_encode({ %anthropic, max_tokens => 1000 });
+    my ($path, $h) = @{ $route{anthropic} };
+    $fake{anthropic}->clear_requests;
+    my $p = $t->http_start(port => $eport, method => 'POST', path => $path,
+                           headers => [ $h => $stok, 'anthropic-version' => '2023-06-01',
+                                        'Content-Type' => 'application/json',
+                                        'Content-Length' => length $body ],
+                           body => substr($body, 0, -1));
+    select(undef, undef, undef, 0.3);
+    $t->redis('HSET', "smcp:run:$slow", metered_cost => '1.2');
+    syswrite($p->{sock}, substr($body, -1));
+    $r = $t->http_finish($p, 10);
+    egress_error_ok($r, 402, 'a body that came after the run spent its cap', type => 'billing_error',
+                    message => qr/spend cap reached: .* cost \$1\.200000/);
+    is(scalar(() = $fake{anthropic}->requests(path => '/v1/messages')), 0, '... nothing upstream');
 
     # a run without a cap holds nothing
     my ($free, $ftok) = $t->live_run;

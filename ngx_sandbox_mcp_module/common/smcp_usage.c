@@ -21,6 +21,7 @@
 #define SMCP_USAGE_AFTER_MAX      5     /* max_tokens and the like */
 #define SMCP_USAGE_AFTER_GENCFG   6     /* Gemini's generationConfig */
 #define SMCP_USAGE_AFTER_MAXOUT   7     /* ... its maxOutputTokens */
+#define SMCP_USAGE_AFTER_CHOICES  8     /* "n", candidateCount */
 
 /* what must come next for it */
 #define SMCP_USAGE_EXPECT_NONE    0
@@ -157,6 +158,9 @@ smcp_usage_object(smcp_usage_t *u)
 }
 
 
+static void smcp_usage_bound(smcp_usage_t *u, int64_t n);
+
+
 /* which key of ours, if any */
 static int
 smcp_usage_which(const char *key, size_t len)
@@ -182,12 +186,21 @@ smcp_usage_which(const char *key, size_t len)
         return SMCP_USAGE_AFTER_MAX;
     }
 
-    if (len == 16 && memcmp(key, "generationConfig", 16) == 0) {
+    if ((len == 16 && memcmp(key, "generationConfig", 16) == 0)
+        || (len == 17 && memcmp(key, "generation_config", 17) == 0))
+    {
         return SMCP_USAGE_AFTER_GENCFG;
     }
 
-    if (len == 15 && memcmp(key, "maxOutputTokens", 15) == 0) {
+    if ((len == 15 && memcmp(key, "maxOutputTokens", 15) == 0)) {
         return SMCP_USAGE_AFTER_MAXOUT;
+    }
+
+    if ((len == 1 && key[0] == 'n')
+        || (len == 14 && memcmp(key, "candidateCount", 14) == 0)
+        || (len == 15 && memcmp(key, "candidate_count", 15) == 0))
+    {
+        return SMCP_USAGE_AFTER_CHOICES;
     }
 
     return SMCP_USAGE_AFTER_NONE;
@@ -389,13 +402,38 @@ smcp_usage_value(smcp_usage_t *u, unsigned char c)
         u->gencfg = 1;
         u->gencfg_depth = 2;
 
-    } else if (((after == SMCP_USAGE_AFTER_MAX && u->depth == 1)
-                || (after == SMCP_USAGE_AFTER_MAXOUT && u->gencfg
-                    && u->depth == u->gencfg_depth))
-               && c >= '0' && c <= '9')
+    } else if ((after == SMCP_USAGE_AFTER_MAX
+                || after == SMCP_USAGE_AFTER_MAXOUT
+                || after == SMCP_USAGE_AFTER_CHOICES)
+               && (u->depth == 1
+                   || (u->gencfg && u->depth == u->gencfg_depth)))
     {
-        u->capture = SMCP_USAGE_CAPTURE_NUMBER;
-        u->number = c - '0';
+        /* any spelling at either level: a bound read where the provider
+         * does not look only makes the hold larger */
+        u->number_of = after;
+
+        if (c >= '0' && c <= '9') {
+            u->capture = SMCP_USAGE_CAPTURE_NUMBER;
+            u->number = c - '0';
+
+        } else if (c != 'n') {
+            /* not a plain integer (a string a lax parser reads, a
+             * fraction): no bound; null is none */
+            smcp_usage_bound(u, SMCP_USAGE_TOKENS_MAX);
+        }
+    }
+}
+
+
+/* a bound read: the answer's tokens, or its choices (n, candidateCount) */
+static void
+smcp_usage_bound(smcp_usage_t *u, int64_t n)
+{
+    if (u->number_of == SMCP_USAGE_AFTER_CHOICES) {
+        smcp_usage_raise(&u->choices, n);
+
+    } else {
+        smcp_usage_raise(&u->max_output, n);
     }
 }
 
@@ -420,7 +458,7 @@ smcp_usage_number(smcp_usage_t *u, unsigned char c)
         u->number = SMCP_USAGE_TOKENS_MAX;
     }
 
-    smcp_usage_raise(&u->max_output, u->number);
+    smcp_usage_bound(u, u->number);
 
     return 0;
 }

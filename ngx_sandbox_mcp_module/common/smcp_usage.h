@@ -38,8 +38,11 @@
  * and bills, on its own.  And the largest bound on the answer's tokens
  * the request gives where its provider reads one: a top-level
  * "max_tokens", "max_output_tokens" or "max_completion_tokens", or
- * Gemini's "generationConfig": {"maxOutputTokens"}; an integer, else (a
- * fraction, an exponent) SMCP_USAGE_TOKENS_MAX; 0 when none is.
+ * Gemini's "generationConfig": {"maxOutputTokens"} (any of these at
+ * either level: a bound the provider does not read only raises it); an
+ * integer, else (a fraction, an exponent, a string) SMCP_USAGE_TOKENS_MAX;
+ * 0 when none is.  Likewise the answers asked for: "n", "candidateCount"
+ * (choices), which multiply it.
  * Plain C, no nginx: fuzzed (fuzz/usage.c).
  */
 
@@ -69,6 +72,7 @@ typedef struct {
     unsigned    dropped;        /* too long, or not JSON */
     unsigned    background:1;   /* "background": not false */
     int64_t     max_output;     /* the answer's bound (0: none said) */
+    int64_t     choices;        /* answers asked for, n (0: none said) */
     char        model[SMCP_USAGE_MODEL];   /* "": none (yet) */
 
     /* the reader */
@@ -80,6 +84,7 @@ typedef struct {
     unsigned    gencfg:1;       /* inside "generationConfig" */
     unsigned    gencfg_depth;
     int64_t     number;         /* a bound being read */
+    int         number_of;      /* which */
     int         after;          /* a key of ours just closed: which */
     int         expect;         /* what must come next for it */
     int         capture;        /* what is being kept */

@@ -2218,7 +2218,7 @@ test_usage_bound(void)
           "\"tools\":[{\"max_tokens\":6}]}", 0 },
         { "in a string: not taken", "{\"system\":\"\\\"max_tokens\\\":5\"}",
           0 },
-        { "Gemini's elsewhere: not taken", "{\"maxOutputTokens\":5,"
+        { "Gemini's elsewhere: not taken", "{"
           "\"systemInstruction\":{\"maxOutputTokens\":6},"
           "\"generationConfig\":{\"x\":{\"maxOutputTokens\":7}},"
           "\"toolConfig\":{\"maxOutputTokens\":8}}", 0 },
@@ -2227,14 +2227,35 @@ test_usage_bound(void)
         { "an escaped key", "{\"max_t\\u006fkens\":300}", 300 },
         { "a fraction: no bound", "{\"max_tokens\":1.5}", SMCP_USAGE_TOKENS_MAX },
         { "an exponent: no bound", "{\"max_tokens\":1e9}", SMCP_USAGE_TOKENS_MAX },
-        { "not a number", "{\"max_tokens\":null,\"max_output_tokens\":\"9\","
-          "\"max_completion_tokens\":-4}", 0 },
+        { "null: none", "{\"max_tokens\":null}", 0 },
+        { "a string: no bound", "{\"max_tokens\":1,\"max_tokens\":\"64000\"}",
+          SMCP_USAGE_TOKENS_MAX },
+        { "negative: no bound", "{\"max_completion_tokens\":-4}",
+          SMCP_USAGE_TOKENS_MAX },
+        { "Gemini's, either spelling, the largest", "{\"generationConfig\":"
+          "{\"maxOutputTokens\":1,\"max_output_tokens\":65536}}", 65536 },
+        { "generation_config too", "{\"generation_config\":"
+          "{\"max_output_tokens\":700},\"generationConfig\":"
+          "{\"maxOutputTokens\":1}}", 700 },
         { "too large: the most", "{\"max_tokens\":99999999999999999999999}",
           SMCP_USAGE_TOKENS_MAX },
     };
 
     size_t        i, j;
     smcp_usage_t  u;
+
+    /* the answers asked for: n, candidateCount */
+    smcp_usage_init(&u);
+    smcp_usage_feed(&u, (const unsigned char *) "{\"n\":128,"
+                    "\"max_completion_tokens\":16}", 36);
+    ok(u.choices == 128 && u.max_output == 16, "usage bound: n 128 (%lld), "
+       "16 each (%lld)", (long long) u.choices, (long long) u.max_output);
+    smcp_usage_init(&u);
+    smcp_usage_feed(&u, (const unsigned char *) "{\"generationConfig\":"
+                    "{\"candidateCount\":8,\"maxOutputTokens\":10}}", 62);
+    ok(u.choices == 8 && u.max_output == 10, "usage bound: candidateCount 8 "
+       "(%lld), 10 each (%lld)", (long long) u.choices,
+       (long long) u.max_output);
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         /* whole, then a byte at a time */
