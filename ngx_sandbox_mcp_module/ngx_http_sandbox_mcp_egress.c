@@ -391,8 +391,7 @@ ngx_http_sandbox_mcp_egress_checked(void *data, redisReply *reply)
     {
         rc = ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
-                          "egress: the run's state cannot be read right now; "
-                          "retry shortly");
+                          NGX_HTTP_SANDBOX_MCP_EGRESS_UNREAD);
         goto finalize;
     }
 
@@ -661,8 +660,7 @@ ngx_http_sandbox_mcp_egress_lookup(ngx_http_request_t *r,
         ctx->rc = NGX_DONE;
         ngx_http_finalize_request(r, ngx_http_sandbox_mcp_egress_refuse(r,
                           NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
-                          "egress: the run's state cannot be read right now; "
-                          "retry shortly"));
+                          NGX_HTTP_SANDBOX_MCP_EGRESS_UNREAD));
         return NGX_DONE;
     }
 

@@ -23,6 +23,10 @@
 #define NGX_HTTP_SANDBOX_MCP_KIND_PUSH          2   /* git-receive-pack */
 #define NGX_HTTP_SANDBOX_MCP_KIND_PULL_REQUEST  3   /* POST .../pulls */
 
+/* the refusal (503) when Redis cannot say the run's state */
+#define NGX_HTTP_SANDBOX_MCP_EGRESS_UNREAD                                   \
+    "egress: the run's state cannot be read right now; retry shortly"
+
 /* a model request past the run's maxCostUsd (nginx names no 402) */
 #define NGX_HTTP_SANDBOX_MCP_PAYMENT_REQUIRED   402
 

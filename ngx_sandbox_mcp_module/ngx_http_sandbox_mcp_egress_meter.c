@@ -441,8 +441,8 @@ ngx_http_sandbox_mcp_egress_meter_held(void *data, redisReply *reply)
         || reply->elements != 2)
     {
         ctx->worst = 0;
-        ctx->decided(r, NGX_HTTP_SERVICE_UNAVAILABLE, "egress: the run's "
-                     "state cannot be read right now; retry shortly");
+        ctx->decided(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                     NGX_HTTP_SANDBOX_MCP_EGRESS_UNREAD);
 
     } else {
         msg = ngx_http_sandbox_mcp_egress_meter_check(r, ctx,

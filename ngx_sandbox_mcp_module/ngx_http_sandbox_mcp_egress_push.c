@@ -388,8 +388,8 @@ ngx_http_sandbox_mcp_egress_body(ngx_http_request_t *r)
         }
 
         status = NGX_HTTP_SERVICE_UNAVAILABLE;
-        ngx_cpystrn((u_char *) err, (u_char *) "egress: the run's state "
-                    "cannot be read right now; retry shortly", sizeof(err));
+        ngx_cpystrn((u_char *) err,
+                    (u_char *) NGX_HTTP_SANDBOX_MCP_EGRESS_UNREAD, sizeof(err));
     }
 
     ngx_http_sandbox_mcp_egress_decided(r, status, err);
