@@ -42,13 +42,13 @@
 
 
 #define NGX_HTTP_SANDBOX_MCP_SUBS_MAX      100
-#define NGX_HTTP_SANDBOX_MCP_STREAM_PEND   64      /* runs awaiting a read */
+#define NGX_HTTP_SANDBOX_MCP_STREAM_PEND   64      /* changes awaiting a read */
 #define NGX_HTTP_SANDBOX_MCP_RUN_URI       "opencode://runs/"
 #define NGX_HTTP_SANDBOX_MCP_URI_MAX       64      /* .../events */
 #define NGX_HTTP_SANDBOX_MCP_STATUS_MAX    16      /* a status word */
 
 
-/* a run whose status changed, until the subscriptions are read */
+/* a status a run changed to, until the subscriptions are read */
 typedef struct {
     u_char                             run[SMCP_ID_LEN];
     u_char                             status[NGX_HTTP_SANDBOX_MCP_STATUS_MAX];
@@ -67,6 +67,7 @@ typedef struct {
     int64_t                            last;       /* the last event id */
     int64_t                            resume;     /* Last-Event-ID, or -1 */
     ngx_uint_t                         npend;
+    ngx_uint_t                         nread;      /* ... the read's */
     ngx_http_sandbox_mcp_change_t      pend[NGX_HTTP_SANDBOX_MCP_STREAM_PEND];
     ngx_int_t                          level;      /* the session's rank */
     ngx_str_t                          mark;       /* "stream <random>" */
@@ -80,7 +81,7 @@ typedef struct {
     ngx_uint_t                         nmembers;
 
     unsigned                           all:1;      /* pend overflowed */
-    unsigned                           again:1;    /* changes while reading */
+    unsigned                           read_all:1; /* ... before the read */
     unsigned                           done:1;
 } ngx_http_sandbox_mcp_stream_t;
 
@@ -315,28 +316,32 @@ ngx_http_sandbox_mcp_stream_updated(ngx_http_sandbox_mcp_stream_t *s,
 }
 
 
-/* the change of run heard, or NULL */
-static ngx_http_sandbox_mcp_change_t *
-ngx_http_sandbox_mcp_stream_change(ngx_http_sandbox_mcp_stream_t *s,
-    u_char *run)
+/* mark the changes of run the read in flight covers: subscribed (flag 1)
+ * or started by the session (flag 2); 0 when it covers none of them */
+static ngx_uint_t
+ngx_http_sandbox_mcp_stream_mark(ngx_http_sandbox_mcp_stream_t *s,
+    u_char *run, ngx_uint_t flag)
 {
-    ngx_uint_t  i;
+    ngx_uint_t  i, found;
 
-    for (i = 0; i < s->npend; i++) {
-        if (ngx_strncmp(s->pend[i].run, run, SMCP_ID_LEN) == 0) {
-            return &s->pend[i];
+    found = 0;
+
+    for (i = 0; i < s->nread; i++) {
+        if (ngx_strncmp(s->pend[i].run, run, SMCP_ID_LEN) != 0) {
+            continue;
+        }
+
+        found = 1;
+
+        if (flag == 1) {
+            s->pend[i].subscribed = 1;
+
+        } else {
+            s->pend[i].own = 1;
         }
     }
 
-    return NULL;
-}
-
-
-static ngx_uint_t
-ngx_http_sandbox_mcp_stream_pending(ngx_http_sandbox_mcp_stream_t *s,
-    u_char *run)
-{
-    return s->all || ngx_http_sandbox_mcp_stream_change(s, run) != NULL;
+    return found;
 }
 
 
@@ -377,9 +382,8 @@ static void
 ngx_http_sandbox_mcp_stream_own(ngx_http_sandbox_mcp_stream_t *s,
     redisReply *reply)
 {
-    size_t                          i;
-    redisReply                     *m;
-    ngx_http_sandbox_mcp_change_t  *c;
+    size_t       i;
+    redisReply  *m;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
         return;
@@ -388,14 +392,8 @@ ngx_http_sandbox_mcp_stream_own(ngx_http_sandbox_mcp_stream_t *s,
     for (i = 0; i < reply->elements; i++) {
         m = reply->element[i];
 
-        if (m->type != REDIS_REPLY_STRING || m->len != SMCP_ID_LEN) {
-            continue;
-        }
-
-        c = ngx_http_sandbox_mcp_stream_change(s, (u_char *) m->str);
-
-        if (c) {
-            c->own = 1;
+        if (m->type == REDIS_REPLY_STRING && m->len == SMCP_ID_LEN) {
+            (void) ngx_http_sandbox_mcp_stream_mark(s, (u_char *) m->str, 2);
         }
     }
 }
@@ -410,12 +408,11 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
 {
     ngx_http_sandbox_mcp_stream_t *s = data;
 
-    size_t                          i;
-    int64_t                         now;
-    u_char                         *run;
-    ngx_int_t                       rank;
-    redisReply                     *m;
-    ngx_http_sandbox_mcp_change_t  *c;
+    size_t       i;
+    int64_t      now;
+    u_char      *run;
+    ngx_int_t    rank;
+    redisReply  *m;
 
     if (n == 0) {
         s->level = ngx_http_sandbox_mcp_log_rank("info", 4);
@@ -452,14 +449,10 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
 
         run = ngx_http_sandbox_mcp_uri_run((u_char *) m->str, m->len);
 
-        if (run == NULL || !ngx_http_sandbox_mcp_stream_pending(s, run)) {
+        if (run == NULL
+            || (!ngx_http_sandbox_mcp_stream_mark(s, run, 1) && !s->read_all))
+        {
             continue;
-        }
-
-        c = ngx_http_sandbox_mcp_stream_change(s, run);
-
-        if (c) {
-            c->subscribed = 1;
         }
 
         if (ngx_http_sandbox_mcp_stream_updated(s, (u_char *) m->str,
@@ -471,7 +464,7 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
         }
     }
 
-    for (i = 0; i < s->npend; i++) {
+    for (i = 0; i < s->nread; i++) {
         if ((s->pend[i].subscribed || s->pend[i].own)
             && ngx_http_sandbox_mcp_stream_log(s, &s->pend[i]) != NGX_OK)
         {
@@ -480,10 +473,14 @@ ngx_http_sandbox_mcp_stream_members(void *data, ngx_uint_t n,
         }
     }
 
-    s->npend = 0;
-    s->all = 0;
+    /* the changes heard while reading: the next read's */
 
-    if (s->again) {
+    s->npend -= s->nread;
+    ngx_memmove(s->pend, &s->pend[s->nread],
+                s->npend * sizeof(ngx_http_sandbox_mcp_change_t));
+    s->nread = 0;
+
+    if (s->npend || s->all) {
         ngx_http_sandbox_mcp_stream_check(s);
     }
 }
@@ -495,7 +492,9 @@ ngx_http_sandbox_mcp_stream_check(ngx_http_sandbox_mcp_stream_t *s)
     ngx_str_t   argv[8];
     ngx_uint_t  argc[3];
 
-    s->again = 0;
+    s->nread = s->npend;
+    s->read_all = s->all;
+    s->all = 0;
 
     ngx_str_set(&argv[0], "GET");
     argv[1] = s->log;
@@ -525,6 +524,8 @@ ngx_http_sandbox_mcp_stream_tenant(ngx_http_sandbox_mcp_watch_t *w,
 {
     ngx_http_sandbox_mcp_stream_t *s = w->data;
 
+    size_t                          len;
+    ngx_uint_t                      i;
     ngx_http_sandbox_mcp_change_t  *c;
 
     /* NULL: the connection was lost; what it missed, the client's
@@ -537,34 +538,44 @@ ngx_http_sandbox_mcp_stream_tenant(ngx_http_sandbox_mcp_watch_t *w,
         return;
     }
 
-    c = ngx_http_sandbox_mcp_stream_change(s, message->data);
+    /* "<runId> <status>": each status a run goes through is a change of
+     * its own (started, then running, both heard before a read: two log
+     * lines); the same status heard again since the read is one */
 
-    if (c == NULL && s->npend < NGX_HTTP_SANDBOX_MCP_STREAM_PEND) {
-        c = &s->pend[s->npend++];
-        ngx_memcpy(c->run, message->data, SMCP_ID_LEN);
-        c->subscribed = 0;
-        c->own = 0;
+    len = 0;
+
+    if (message->len > SMCP_ID_LEN + 1) {
+        len = ngx_min(message->len - SMCP_ID_LEN - 1,
+                      NGX_HTTP_SANDBOX_MCP_STATUS_MAX);
     }
 
-    if (c == NULL) {
-        /* too many at once: every subscription is updated */
-        s->all = 1;
+    for (i = s->nread; i < s->npend; i++) {
+        c = &s->pend[i];
+
+        if (ngx_strncmp(c->run, message->data, SMCP_ID_LEN) == 0
+            && c->status_len == len
+            && ngx_strncmp(c->status, message->data + SMCP_ID_LEN + 1, len)
+               == 0)
+        {
+            return;
+        }
+    }
+
+    if (s->npend < NGX_HTTP_SANDBOX_MCP_STREAM_PEND) {
+        c = &s->pend[s->npend++];
+        ngx_memcpy(c->run, message->data, SMCP_ID_LEN);
+        ngx_memcpy(c->status, message->data + SMCP_ID_LEN + 1, len);
+        c->status_len = len;
+        c->subscribed = 0;
+        c->own = 0;
 
     } else {
-        /* "<runId> <status>": the latest status */
-        c->status_len = 0;
-
-        if (message->len > SMCP_ID_LEN + 1) {
-            c->status_len = ngx_min(message->len - SMCP_ID_LEN - 1,
-                                    NGX_HTTP_SANDBOX_MCP_STATUS_MAX);
-            ngx_memcpy(c->status, message->data + SMCP_ID_LEN + 1,
-                       c->status_len);
-        }
+        /* too many at once: every subscription is updated */
+        s->all = 1;
     }
 
     if (s->cmd || s->resume >= 0) {
         /* read once the read in flight (or the resume) is over */
-        s->again = 1;
         return;
     }
 

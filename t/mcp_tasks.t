@@ -602,6 +602,18 @@ my $run2 = $task2->{taskId};
               'a run the session started, not subscribed: started, then running, as log lines');
     ok(!grep({ index($_, $rc // 'none') >= 0 } @{ $updates->($s1) }),
        '... and no notifications/resources/updated for it');
+    # two changes heard at once (one EVAL, one read of the channel): the
+    # second arrives while the session's sets are being read for the first;
+    # each is a line of its own
+    my $rd = (task_call({ task => 'quick' })->{result} || {})->{task}{taskId};
+    $t->redis('EVAL', "redis.call('PUBLISH', KEYS[1], ARGV[1]) "
+              . "redis.call('PUBLISH', KEYS[1], ARGV[2])", 1,
+              "${P}tenant:alice", "$rd running", "$rd completed");
+    $s1->pump(10, sub { grep { ($_->{runId} // '') eq ($rd // '') && $_->{status} eq 'completed' }
+                             @{ $logs->($_[0]) } });
+    is_deeply([ map { $_->{status} } grep { ($_->{runId} // '') eq ($rd // '') } @{ $logs->($s1) } ],
+              [ qw(started running completed) ],
+              'two changes heard in one read: a log line each, in order');
     ok(defined $t->redis('ZSCORE', "${P}mcp:$sid:runs", $rc)
        && $t->redis('TTL', "${P}mcp:$sid:runs") > 0,
        'the session\'s runs, in Redis, expiring');
