@@ -23,7 +23,10 @@
 #      GitHub opens the pull request is taken up by the runner started
 #      again, which finds that pull request (none opened twice); one
 #      whose pull request was opened and written down before ends with
-#      it (a cancel since notwithstanding)
+#      it (a cancel since notwithstanding); with GitHub slow (two calls
+#      of 9 s, a second runner taking over entries idle 12 s), the pick
+#      run's queue entry, touched before each call, is not taken over: the
+#      pull request opened once
 #   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
@@ -217,6 +220,34 @@ subtest 'a pull request for the attempt picked alone' => sub {
     ok(!$s->run_containers($pick->{pickRunId}), 'the pick run had no sandbox');
     my $again = $s->call('opencode_pick_attempt', { groupId => $g->{groupId}, runId => $runs[0] });
     ok($again->{isError}, 'a second pick refused');
+
+    # a slow GitHub: two calls (the default branch, then the pull request)
+    # of 9 s each; a second runner, started once the pick run is taken,
+    # takes over entries idle 12 s (looking every 5 s; the first runner's
+    # 60 s: it never claims its own): the pick run's entry, touched before
+    # each call, is never idle that long; the pull request opened once
+    $t->redis('HDEL', "smcp:run:$g->{groupId}", 'picked');
+    $s->stop_runner($r);
+    my @args = (concurrency => 3, args => [ '--tenant-redis-bytes', '64m' ]);
+    $r = $s->start_runner(@args, claim_idle => 60000);
+    $gh->clear_requests;
+    $gh->api_fault('GET', '^/repos/acme/app$', delay => 9);
+    $gh->api_fault('POST', '^/repos/acme/app/pulls$', delay => 9);
+    my $slow = SMCP::Test::sc($s->call('opencode_pick_attempt',
+                                       { groupId => $g->{groupId}, runId => $runs[0] }));
+    ok($slow && $slow->{pickRunId}, 'a pick with GitHub slow') or return diag(json_encode($slow));
+    ok(wait_until(30, sub { $s->runner_log($r) =~ /\Q$slow->{pickRunId}\E.*opening the pull request/ },
+                  0.1), '... taken by the first runner') or $s->diag_run($slow->{pickRunId}, $r);
+    my $r2 = $s->start_runner(@args, claim_idle => 12000, name => $s->runner_name . '-b');
+    my $sdone = $s->wait_done($slow->{pickRunId}, 120);
+    $gh->api_fault();
+    is($sdone->{status}, 'completed', '... completed') or $s->diag_run($slow->{pickRunId}, $r);
+    is(scalar @{ $gh->requests(method => 'GET', path => '/repos/acme/app') }, 1,
+       '... its default branch asked once');
+    is(scalar @{ $gh->requests(method => 'POST', path => '/repos/acme/app/pulls') }, 1,
+       '... its pull request opened once');
+    unlike($s->runner_log($r2), qr/taking over/, '... the second runner took nothing over');
+    $s->stop_runner($r2);
 };
 
 subtest 'cancel the group' => sub {

@@ -203,7 +203,8 @@ package SMCP::Fakes;
 #         ->api_fault() clears them; apply => 1: the request takes
 #         effect all the same (a pull request opened), only its answer is
 #         that one (an answer lost on the way); hang => SECONDS (with
-#         apply): that answer only after so long
+#         apply): that answer only after so long; delay => SECONDS: the
+#         request handled as usual, only so much later (a slow GitHub)
 #     ->reject_pushes('o/r', MESSAGE): a pre-receive hook refuses every
 #         push with MESSAGE; ->reject_pushes('o/r') allows them again
 #
@@ -2404,6 +2405,10 @@ sub _api {
     local $self->{_answer_instead};
     for my $f (@{ $self->_state_read('faults.json') || [] }) {
         next unless $f->{method} eq $m && $p =~ /$f->{re}/;
+        if ($f->{delay}) {
+            sleep($f->{delay});
+            last;
+        }
         if ($f->{apply}) {
             $self->{_answer_instead} = $f;
             last;
