@@ -485,6 +485,18 @@ runner_pr_touch(runner_run_t *run)
 }
 
 
+/* 1 when the run's cancel was asked (opencode_cancel_run) */
+static int
+runner_pr_cancel_asked(runner_run_t *run)
+{
+    int             cancel;
+    runner_spend_t  spend;
+
+    return runner_store_limits(run->store, run->id, &cancel, &spend)
+           == RUNNER_OK && cancel;
+}
+
+
 /*
  * Opens the pull request of a run whose sandbox pushed opencode/<runId>:
  * RUNNER_OK (pr->url, pr->number), else RUNNER_ERR (pr->error says why).
@@ -569,6 +581,15 @@ runner_pr_open(runner_run_t *run, json_t *h, const char *token,
 
     if (req == NULL) {
         snprintf(pr->error, sizeof(pr->error), "out of memory");
+        return RUNNER_ERR;
+    }
+
+    /* a pick run has no watchdog: its cancel, read before its base was
+     * looked up, is read again at the last moment before the POST */
+    if (run->pick_of[0] && runner_pr_cancel_asked(run)) {
+        free(req);
+        run->pr_cancelled = 1;
+        snprintf(pr->error, sizeof(pr->error), "cancelled");
         return RUNNER_ERR;
     }
 

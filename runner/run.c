@@ -323,7 +323,14 @@ runner_run_finish(runner_run_t *run, int exit_code, const char *why)
     if (strcmp(status, SMCP_STATUS_COMPLETED) == 0) {
         runner_run_pr(run, &diff);
 
-        if (run->pr.status && strcmp(run->pr.status, "failed") == 0) {
+        if (run->pr_cancelled) {
+            /* a pick run cancelled right before its POST: the pick is
+             * undone (pick_done.lua), the run has no pull request */
+            memset(&run->pr, 0, sizeof(run->pr));
+            status = SMCP_STATUS_CANCELLED;
+            error = "cancelled";
+
+        } else if (run->pr.status && strcmp(run->pr.status, "failed") == 0) {
             status = SMCP_STATUS_FAILED;
             error = run->pr.error;
         }

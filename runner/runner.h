@@ -432,6 +432,8 @@ typedef struct runner_run_s {
 
     runner_pr_t          pr;                /* its pull request */
     int                  pr_done;           /* tried once: not again */
+    int                  pr_cancelled;      /* a pick run's cancel, read
+                                               right before its POST */
     char                 agent[SMCP_AGENT_MAX + 1]; /* "": OpenCode */
     char                 pick_of[SMCP_ID_LEN + 1];  /* a pick run: the
                                                attempt whose pull request

@@ -26,7 +26,8 @@
 #      it (a cancel since notwithstanding); with GitHub slow (two calls
 #      of 9 s, a second runner taking over entries idle 12 s), the pick
 #      run's queue entry, touched before each call, is not taken over: the
-#      pull request opened once
+#      pull request opened once; a pick run cancelled while GitHub says
+#      the base branch opens none (the flag read again before the POST)
 #   3. opencode_cancel_run with groupId: two attempts running, both
 #      cancelled, their sandboxes gone
 #
@@ -248,6 +249,31 @@ subtest 'a pull request for the attempt picked alone' => sub {
        '... its pull request opened once');
     unlike($s->runner_log($r2), qr/taking over/, '... the second runner took nothing over');
     $s->stop_runner($r2);
+
+    # a pick run cancelled while GitHub tells its runner the base branch
+    # (after the runner's first look at the flag): read again right
+    # before the POST; no pull request, the pick undone
+    $t->redis('HSET', "smcp:run:$runs[0]", pr_status => 'pushed');
+    $t->redis('HDEL', "smcp:run:$runs[0]", qw(pr_url pr_number pr_pick_run));
+    $t->redis('HDEL', "smcp:run:$g->{groupId}", 'picked');
+    $gh->clear_requests;
+    $gh->api_fault('GET', '^/repos/acme/app$', delay => 4);
+    my $late = SMCP::Test::sc($s->call('opencode_pick_attempt',
+                                       { groupId => $g->{groupId}, runId => $runs[0] }));
+    ok($late && $late->{pickRunId}, 'a pick, GitHub slow to say the base')
+        or return diag(json_encode($late));
+    ok(wait_until(30, sub { grep { m{^GET /repos/acme/app$} } $gh->delayed }, 0.05),
+       '... its runner asks') or $s->diag_run($late->{pickRunId}, $r);
+    my $cx = SMCP::Test::sc($s->call('opencode_cancel_run', { runId => $late->{pickRunId} }));
+    ok($cx, '... cancelled meanwhile') or diag(json_encode($cx));
+    my $lres = $s->wait_done($late->{pickRunId}, 60);
+    $gh->api_fault();
+    is($lres->{status}, 'cancelled', '... the run cancelled') or $s->diag_run($late->{pickRunId}, $r);
+    ok(!$lres->{pullRequestUrl}, '... with no pull request');
+    is(scalar @{ $gh->requests(method => 'POST', path => '/repos/acme/app/pulls') }, 0,
+       '... none asked of GitHub');
+    is($s->result($runs[0])->{pullRequestStatus}, 'pushed', '... the attempt waits again');
+    ok(!$s->run_hash($g->{groupId})->{picked}, '... the group has no pick');
 };
 
 subtest 'cancel the group' => sub {

@@ -204,7 +204,8 @@ package SMCP::Fakes;
 #         effect all the same (a pull request opened), only its answer is
 #         that one (an answer lost on the way); hang => SECONDS (with
 #         apply): that answer only after so long; delay => SECONDS: the
-#         request handled as usual, only so much later (a slow GitHub)
+#         request handled as usual, only so much later (a slow GitHub);
+#         ->delayed -> "METHOD PATH" of each delayed request, as it came
 #     ->reject_pushes('o/r', MESSAGE): a pre-receive hook refuses every
 #         push with MESSAGE; ->reject_pushes('o/r') allows them again
 #
@@ -1988,6 +1989,14 @@ sub reject_pushes {
     chmod 0755, $hook;
 }
 
+# delayed -> "METHOD PATH" of each request an api_fault delay => held
+sub delayed {
+    my ($self) = @_;
+    open(my $fh, '<', "$self->{dir}/delayed") or return ();
+    chomp(my @l = <$fh>);
+    return @l;
+}
+
 # pulls('owner/repo') -> list of the pull requests created (oldest first)
 sub pulls {
     my ($self, $name) = @_;
@@ -2406,6 +2415,11 @@ sub _api {
     for my $f (@{ $self->_state_read('faults.json') || [] }) {
         next unless $f->{method} eq $m && $p =~ /$f->{re}/;
         if ($f->{delay}) {
+            if (open(my $fh, '>>', "$self->{dir}/delayed")) {
+                flock($fh, Fcntl::LOCK_EX);
+                print $fh "$m $p\n";
+                close $fh;
+            }
             sleep($f->{delay});
             last;
         }
