@@ -257,7 +257,7 @@ subtest 'a pull request for the attempt picked alone' => sub {
     $t->redis('HDEL', "smcp:run:$runs[0]", qw(pr_url pr_number pr_pick_run));
     $t->redis('HDEL', "smcp:run:$g->{groupId}", 'picked');
     $gh->clear_requests;
-    $gh->api_fault('GET', '^/repos/acme/app$', delay => 4);
+    $gh->api_fault('GET', '^/repos/acme/app$', delay => 10);
     my $late = SMCP::Test::sc($s->call('opencode_pick_attempt',
                                        { groupId => $g->{groupId}, runId => $runs[0] }));
     ok($late && $late->{pickRunId}, 'a pick, GitHub slow to say the base')
